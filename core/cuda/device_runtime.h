@@ -1,0 +1,26 @@
+// What core/runtime.cpp needs from the CUDA backend: device discovery, the CudaState (streams,
+// cuBLASLt handle, workspace), and the device and pinned-host allocators. Plain C++ declarations.
+#pragma once
+#include <memory>
+#include <string>
+
+#include "core/alloc.h"
+
+namespace trellis {
+struct CudaState;
+}
+
+namespace trellis::gpu {
+
+int device_count();  // 0 when there is no driver or no GPU
+CudaState* create_state(int device, bool deterministic);
+void destroy_state(CudaState* s);
+// Caching allocator of device memory (blocks reused by size, current/peak statistics, an
+// out-of-memory message naming the request, the usage and the knobs that help).
+std::unique_ptr<Allocator> make_device_allocator(int device);
+std::unique_ptr<Allocator> make_pinned_allocator();
+void synchronize(CudaState* s);
+std::string device_name(CudaState* s);
+double peak_flops(CudaState* s);  // dense bf16/fp16 FLOP/s; 0 if the GPU is not in our table
+
+}  // namespace trellis::gpu

@@ -1,0 +1,268 @@
+// Op dispatch: checks the arguments once (shapes, dtypes, devices), opens an NVTX range, and
+// calls the CPU or CUDA implementation.
+#include "core/ops.h"
+
+#include "core/cpu/cpu_ops.h"
+#include "core/nvtx.h"
+#if TRELLIS_HAVE_CUDA
+#include "core/cuda/gpu_ops.h"
+#endif
+
+namespace trellis {
+
+namespace {
+
+void check_device(Runtime& rt, const Tensor& t, const char* op) {
+  if (!t.defined()) return;
+  TRELLIS_CHECK(t.device == rt.device(), std::string(op) + ": tensor " + t.str() +
+                                             " is not on the runtime's device " + rt.device().str());
+}
+void check_float(const Tensor& t, const char* op) {
+  TRELLIS_CHECK(is_float(t.dtype), std::string(op) + ": expected a float tensor, got " + t.str());
+}
+void check_same_numel(const Tensor& a, const Tensor& b, const char* op) {
+  TRELLIS_CHECK(a.numel() == b.numel(), std::string(op) + ": " + a.str() + " vs " + b.str());
+}
+void check_dtype(const Tensor& t, DType d, const char* op) {
+  TRELLIS_CHECK(t.dtype == d, std::string(op) + ": expected " + std::string(dtype_name(d)) + ", got " + t.str());
+}
+
+}  // namespace
+
+#if TRELLIS_HAVE_CUDA
+#define TRELLIS_DISPATCH(rt, name, ...)                  \
+  do {                                                   \
+    NvtxRange nvtx_range_(#name);                        \
+    if ((rt).device().is_cuda()) gpu::name(__VA_ARGS__); \
+    else cpu::name(__VA_ARGS__);                         \
+  } while (0)
+#else
+#define TRELLIS_DISPATCH(rt, name, ...)                                            \
+  do {                                                                             \
+    NvtxRange nvtx_range_(#name);                                                  \
+    TRELLIS_CHECK(!(rt).device().is_cuda(), "this build has no CUDA backend");     \
+    cpu::name(__VA_ARGS__);                                                        \
+  } while (0)
+#endif
+
+void fill(Runtime& rt, const Tensor& x, float value) {
+  check_device(rt, x, "fill");
+  TRELLIS_DISPATCH(rt, fill, rt, x, value);
+}
+
+void copy(Runtime& rt, const Tensor& dst, const Tensor& src) {
+  TRELLIS_CHECK(dst.dtype == src.dtype && dst.numel() == src.numel(),
+                "copy: " + dst.str() + " <- " + src.str());
+  if (dst.device.is_cpu() && src.device.is_cpu()) {
+    cpu::copy(rt, dst, src);
+    return;
+  }
+#if TRELLIS_HAVE_CUDA
+  NvtxRange r("copy");
+  gpu::copy(rt, dst, src);
+#else
+  TRELLIS_FATAL("copy: this build has no CUDA backend");
+#endif
+}
+
+void cast(Runtime& rt, const Tensor& out, const Tensor& in) {
+  check_device(rt, out, "cast"); check_device(rt, in, "cast");
+  check_float(out, "cast"); check_float(in, "cast"); check_same_numel(out, in, "cast");
+  TRELLIS_DISPATCH(rt, cast, rt, out, in);
+}
+
+void add(Runtime& rt, const Tensor& out, const Tensor& a, const Tensor& b) {
+  check_device(rt, out, "add"); check_device(rt, a, "add"); check_device(rt, b, "add");
+  check_same_numel(out, a, "add"); check_same_numel(out, b, "add");
+  TRELLIS_CHECK(out.dtype == a.dtype && out.dtype == b.dtype, "add: dtypes differ");
+  check_float(out, "add");
+  TRELLIS_DISPATCH(rt, add, rt, out, a, b);
+}
+
+void accumulate(Runtime& rt, const Tensor& out, const Tensor& a) {
+  check_device(rt, out, "accumulate"); check_device(rt, a, "accumulate");
+  check_same_numel(out, a, "accumulate"); check_float(out, "accumulate"); check_float(a, "accumulate");
+  TRELLIS_DISPATCH(rt, accumulate, rt, out, a);
+}
+
+void scale(Runtime& rt, const Tensor& x, float s) {
+  check_device(rt, x, "scale"); check_float(x, "scale");
+  TRELLIS_DISPATCH(rt, scale, rt, x, s);
+}
+
+void matmul(Runtime& rt, const Tensor& out, const Tensor& a, const Tensor& b, const MatmulOptions& opt) {
+  check_device(rt, out, "matmul"); check_device(rt, a, "matmul"); check_device(rt, b, "matmul");
+  TRELLIS_CHECK(a.dim() == 2 && b.dim() == 2 && out.dim() == 2,
+                "matmul: 2-D tensors expected: " + out.str() + " = " + a.str() + " @ " + b.str());
+  int64_t M = opt.trans_a ? a.size(1) : a.size(0), K = opt.trans_a ? a.size(0) : a.size(1);
+  int64_t Kb = opt.trans_b ? b.size(1) : b.size(0), N = opt.trans_b ? b.size(0) : b.size(1);
+  TRELLIS_CHECK(K == Kb && out.size(0) == M && out.size(1) == N,
+                "matmul: shapes " + out.str() + " = op(" + a.str() + ") @ op(" + b.str() + ")");
+  check_float(a, "matmul");
+  TRELLIS_CHECK(a.dtype == b.dtype, "matmul: a and b dtypes differ");
+  TRELLIS_CHECK(out.dtype == a.dtype || out.dtype == DType::f32, "matmul: out must be a's dtype or f32");
+  if (opt.bias) {
+    check_device(rt, *opt.bias, "matmul");
+    TRELLIS_CHECK(opt.bias->numel() == N && opt.bias->dtype == a.dtype, "matmul: bias " + opt.bias->str());
+  }
+  TRELLIS_DISPATCH(rt, matmul, rt, out, a, b, opt);
+}
+
+void bias_backward(Runtime& rt, const Tensor& db, const Tensor& dy) {
+  check_device(rt, db, "bias_backward"); check_device(rt, dy, "bias_backward");
+  check_dtype(db, DType::f32, "bias_backward");
+  TRELLIS_CHECK(db.numel() == dy.cols(), "bias_backward: " + db.str() + " vs " + dy.str());
+  TRELLIS_DISPATCH(rt, bias_backward, rt, db, dy);
+}
+
+void layernorm_forward(Runtime& rt, const Tensor& out, const Tensor& mean, const Tensor& rstd,
+                       const Tensor& x, const Tensor& w, const Tensor& b, float eps) {
+  for (const Tensor* t : {&out, &mean, &rstd, &x, &w, &b}) check_device(rt, *t, "layernorm_forward");
+  check_float(x, "layernorm_forward"); check_same_numel(out, x, "layernorm_forward");
+  check_dtype(mean, DType::f32, "layernorm_forward"); check_dtype(rstd, DType::f32, "layernorm_forward");
+  TRELLIS_CHECK(mean.numel() == x.rows() && rstd.numel() == x.rows() && w.numel() == x.cols() &&
+                    b.numel() == x.cols() && w.dtype == x.dtype && b.dtype == x.dtype && out.dtype == x.dtype,
+                "layernorm_forward: shapes or dtypes");
+  TRELLIS_DISPATCH(rt, layernorm_forward, rt, out, mean, rstd, x, w, b, eps);
+}
+
+void layernorm_backward(Runtime& rt, const Tensor& dx, const Tensor& dw, const Tensor& db,
+                        const Tensor& dout, const Tensor& x, const Tensor& w, const Tensor& mean,
+                        const Tensor& rstd) {
+  for (const Tensor* t : {&dx, &dw, &db, &dout, &x, &w, &mean, &rstd}) check_device(rt, *t, "layernorm_backward");
+  check_same_numel(dx, x, "layernorm_backward"); check_same_numel(dout, x, "layernorm_backward");
+  check_dtype(dw, DType::f32, "layernorm_backward"); check_dtype(db, DType::f32, "layernorm_backward");
+  TRELLIS_CHECK(dw.numel() == x.cols() && db.numel() == x.cols() && mean.numel() == x.rows() &&
+                    dx.dtype == x.dtype && dout.dtype == x.dtype,
+                "layernorm_backward: shapes or dtypes");
+  TRELLIS_DISPATCH(rt, layernorm_backward, rt, dx, dw, db, dout, x, w, mean, rstd);
+}
+
+void gelu_forward(Runtime& rt, const Tensor& out, const Tensor& x) {
+  check_device(rt, out, "gelu_forward"); check_device(rt, x, "gelu_forward");
+  check_same_numel(out, x, "gelu_forward"); check_float(x, "gelu_forward");
+  TRELLIS_CHECK(out.dtype == x.dtype, "gelu_forward: dtypes differ");
+  TRELLIS_DISPATCH(rt, gelu_forward, rt, out, x);
+}
+
+void gelu_backward(Runtime& rt, const Tensor& dx, const Tensor& dout, const Tensor& x) {
+  check_device(rt, dx, "gelu_backward"); check_device(rt, dout, "gelu_backward"); check_device(rt, x, "gelu_backward");
+  check_same_numel(dx, x, "gelu_backward"); check_same_numel(dout, x, "gelu_backward");
+  TRELLIS_CHECK(dx.dtype == x.dtype && dout.dtype == x.dtype, "gelu_backward: dtypes differ");
+  TRELLIS_DISPATCH(rt, gelu_backward, rt, dx, dout, x);
+}
+
+namespace {
+void check_attention(Runtime& rt, const Tensor& out, const Tensor& lse, const Tensor& qkv, int n_heads,
+                     const char* op) {
+  check_device(rt, out, op); check_device(rt, lse, op); check_device(rt, qkv, op);
+  TRELLIS_CHECK(qkv.dim() == 3 && qkv.size(2) % 3 == 0, std::string(op) + ": qkv must be (B, T, 3C): " + qkv.str());
+  int64_t B = qkv.size(0), T = qkv.size(1), C = qkv.size(2) / 3;
+  TRELLIS_CHECK(n_heads > 0 && C % n_heads == 0, std::string(op) + ": n_heads does not divide C");
+  TRELLIS_CHECK(out.numel() == B * T * C && out.dtype == qkv.dtype, std::string(op) + ": out " + out.str());
+  TRELLIS_CHECK(lse.numel() == B * n_heads * T && lse.dtype == DType::f32, std::string(op) + ": lse " + lse.str());
+}
+}  // namespace
+
+void attention_forward(Runtime& rt, const Tensor& out, const Tensor& lse, const Tensor& qkv, int n_heads) {
+  check_attention(rt, out, lse, qkv, n_heads, "attention_forward");
+  TRELLIS_DISPATCH(rt, attention_forward, rt, out, lse, qkv, n_heads);
+}
+
+void attention_backward(Runtime& rt, const Tensor& dqkv, const Tensor& dout, const Tensor& qkv,
+                        const Tensor& out, const Tensor& lse, int n_heads) {
+  check_attention(rt, out, lse, qkv, n_heads, "attention_backward");
+  check_device(rt, dqkv, "attention_backward"); check_device(rt, dout, "attention_backward");
+  TRELLIS_CHECK(dqkv.numel() == qkv.numel() && dqkv.dtype == qkv.dtype && dout.numel() == out.numel() &&
+                    dout.dtype == out.dtype,
+                "attention_backward: dqkv/dout shapes or dtypes");
+  TRELLIS_DISPATCH(rt, attention_backward, rt, dqkv, dout, qkv, out, lse, n_heads);
+}
+
+namespace {
+void check_xent(Runtime& rt, const Tensor& losses, const Tensor& logits, const Tensor& targets, int64_t vocab,
+                const char* op) {
+  check_device(rt, losses, op); check_device(rt, logits, op); check_device(rt, targets, op);
+  check_float(logits, op);
+  check_dtype(losses, DType::f32, op); check_dtype(targets, DType::i32, op);
+  TRELLIS_CHECK(logits.dim() == 2 && vocab > 0 && vocab <= logits.size(1), std::string(op) + ": logits " + logits.str());
+  TRELLIS_CHECK(losses.numel() == logits.size(0) && targets.numel() == logits.size(0),
+                std::string(op) + ": losses/targets do not match logits rows");
+}
+}  // namespace
+
+void softmax_cross_entropy_forward(Runtime& rt, const Tensor& losses, const Tensor& logits,
+                                   const Tensor& targets, int64_t vocab) {
+  check_xent(rt, losses, logits, targets, vocab, "softmax_cross_entropy_forward");
+  TRELLIS_DISPATCH(rt, softmax_cross_entropy_forward, rt, losses, logits, targets, vocab);
+}
+
+void softmax_cross_entropy_backward(Runtime& rt, const Tensor& dlogits, const Tensor& losses,
+                                    const Tensor& logits, const Tensor& targets, int64_t vocab, float dloss) {
+  check_xent(rt, losses, logits, targets, vocab, "softmax_cross_entropy_backward");
+  check_device(rt, dlogits, "softmax_cross_entropy_backward");
+  TRELLIS_CHECK(dlogits.numel() == logits.numel() && dlogits.dtype == logits.dtype,
+                "softmax_cross_entropy_backward: dlogits " + dlogits.str());
+  TRELLIS_DISPATCH(rt, softmax_cross_entropy_backward, rt, dlogits, losses, logits, targets, vocab, dloss);
+}
+
+void embedding_forward(Runtime& rt, const Tensor& out, const Tensor& tokens, const Tensor& wte, const Tensor& wpe) {
+  for (const Tensor* t : {&out, &tokens, &wte, &wpe}) check_device(rt, *t, "embedding_forward");
+  check_dtype(tokens, DType::i32, "embedding_forward");
+  TRELLIS_CHECK(tokens.dim() == 2 && wte.dim() == 2 && wpe.dim() == 2 && wte.size(1) == wpe.size(1) &&
+                    wpe.size(0) >= tokens.size(1) && out.numel() == tokens.numel() * wte.size(1) &&
+                    out.dtype == wte.dtype && wpe.dtype == wte.dtype,
+                "embedding_forward: shapes or dtypes");
+  TRELLIS_DISPATCH(rt, embedding_forward, rt, out, tokens, wte, wpe);
+}
+
+void embedding_backward(Runtime& rt, const Tensor& dwte, const Tensor& dwpe, const Tensor& dout, const Tensor& tokens) {
+  for (const Tensor* t : {&dwte, &dwpe, &dout, &tokens}) check_device(rt, *t, "embedding_backward");
+  check_dtype(tokens, DType::i32, "embedding_backward");
+  check_dtype(dwte, DType::f32, "embedding_backward"); check_dtype(dwpe, DType::f32, "embedding_backward");
+  TRELLIS_CHECK(tokens.dim() == 2 && dwte.dim() == 2 && dwpe.dim() == 2 && dwpe.size(0) >= tokens.size(1) &&
+                    dout.numel() == tokens.numel() * dwte.size(1),
+                "embedding_backward: shapes");
+  TRELLIS_DISPATCH(rt, embedding_backward, rt, dwte, dwpe, dout, tokens);
+}
+
+void dropout_forward(Runtime& rt, const Tensor& out, const Tensor& x, float p, const DropoutKey& key) {
+  check_device(rt, out, "dropout_forward"); check_device(rt, x, "dropout_forward");
+  check_same_numel(out, x, "dropout_forward");
+  TRELLIS_CHECK(p >= 0.0f && p < 1.0f && out.dtype == x.dtype, "dropout_forward: p or dtype");
+  TRELLIS_DISPATCH(rt, dropout_forward, rt, out, x, p, key);
+}
+
+void dropout_backward(Runtime& rt, const Tensor& dx, const Tensor& dout, float p, const DropoutKey& key) {
+  check_device(rt, dx, "dropout_backward"); check_device(rt, dout, "dropout_backward");
+  check_same_numel(dx, dout, "dropout_backward");
+  TRELLIS_CHECK(p >= 0.0f && p < 1.0f && dx.dtype == dout.dtype, "dropout_backward: p or dtype");
+  TRELLIS_DISPATCH(rt, dropout_backward, rt, dx, dout, p, key);
+}
+
+void adamw_step(Runtime& rt, const Tensor& master, const Tensor& m, const Tensor& v, const Tensor& grad,
+                const Tensor& params_out, const AdamWHyper& h, float grad_scale) {
+  for (const Tensor* t : {&master, &m, &v, &grad, &params_out}) check_device(rt, *t, "adamw_step");
+  for (const Tensor* t : {&master, &m, &v, &grad}) {
+    check_dtype(*t, DType::f32, "adamw_step");
+    check_same_numel(*t, master, "adamw_step");
+  }
+  if (params_out.defined()) check_same_numel(params_out, master, "adamw_step");
+  TRELLIS_DISPATCH(rt, adamw_step, rt, master, m, v, grad, params_out, h, grad_scale);
+}
+
+void sum_accumulate(Runtime& rt, const Tensor& out, const Tensor& x) {
+  check_device(rt, out, "sum_accumulate"); check_device(rt, x, "sum_accumulate");
+  check_dtype(out, DType::f32, "sum_accumulate"); check_float(x, "sum_accumulate");
+  TRELLIS_CHECK(out.numel() == 1, "sum_accumulate: out must be a scalar");
+  TRELLIS_DISPATCH(rt, sum_accumulate, rt, out, x);
+}
+
+void sum_squares_accumulate(Runtime& rt, const Tensor& out, const Tensor& x) {
+  check_device(rt, out, "sum_squares_accumulate"); check_device(rt, x, "sum_squares_accumulate");
+  check_dtype(out, DType::f32, "sum_squares_accumulate"); check_float(x, "sum_squares_accumulate");
+  TRELLIS_CHECK(out.numel() == 1, "sum_squares_accumulate: out must be a scalar");
+  TRELLIS_DISPATCH(rt, sum_squares_accumulate, rt, out, x);
+}
+
+}  // namespace trellis

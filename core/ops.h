@@ -1,0 +1,118 @@
+// The ops: one signature each, dispatching on the tensors' device to core/cpu (the reference)
+// or core/cuda. Shapes are row-major; "rows" = all leading dims flattened. Outputs come first.
+// No op allocates on the hot path (CUDA ops take workspace from Runtime::scratch).
+// Float dtypes: f32, bf16, f16; reductions and statistics are computed in f32.
+#pragma once
+#include <cstdint>
+
+#include "core/runtime.h"
+#include "core/tensor.h"
+
+namespace trellis {
+
+// ---- data movement and elementwise ----
+void fill(Runtime& rt, const Tensor& x, float value);
+// Same dtype and element count; any pair of devices (host <-> device copies included).
+void copy(Runtime& rt, const Tensor& dst, const Tensor& src);
+// Element-wise conversion between float dtypes (same device, same element count).
+void cast(Runtime& rt, const Tensor& out, const Tensor& in);
+// out = a + b (residual connection). out may alias a or b.
+void add(Runtime& rt, const Tensor& out, const Tensor& a, const Tensor& b);
+// out += a (out and a may differ in dtype; sum computed in f32).
+void accumulate(Runtime& rt, const Tensor& out, const Tensor& a);
+// x *= s
+void scale(Runtime& rt, const Tensor& x, float s);
+
+// ---- GEMM ----
+struct MatmulOptions {
+  bool trans_a = false;        // a is stored (K, M)
+  bool trans_b = false;        // b is stored (N, K)
+  bool accumulate = false;     // out += result (out read first)
+  const Tensor* bias = nullptr;  // (N), a's dtype, added to every row
+  float alpha = 1.0f;
+};
+// out (M, N) = alpha * op(a) @ op(b) [+ bias] [+ out]. a, b: 2-D, same float dtype; out: a's dtype
+// or f32 (weight gradients accumulate in f32). Accumulation in f32 on every backend.
+void matmul(Runtime& rt, const Tensor& out, const Tensor& a, const Tensor& b, const MatmulOptions& opt = {});
+// db (N, f32) += column sums of dy (rows, N).
+void bias_backward(Runtime& rt, const Tensor& db, const Tensor& dy);
+
+// ---- layer norm over the last dimension C ----
+// out = (x - mean) * rstd * w + b. mean, rstd: f32 (rows). w, b: (C), x's dtype.
+void layernorm_forward(Runtime& rt, const Tensor& out, const Tensor& mean, const Tensor& rstd,
+                       const Tensor& x, const Tensor& w, const Tensor& b, float eps = 1e-5f);
+// dx += d/dx (x's dtype; accumulating lets the residual gradient pass through), dw += and db +=
+// (f32, C). mean and rstd are the forward's.
+void layernorm_backward(Runtime& rt, const Tensor& dx, const Tensor& dw, const Tensor& db,
+                        const Tensor& dout, const Tensor& x, const Tensor& w, const Tensor& mean,
+                        const Tensor& rstd);
+
+// ---- GELU, GPT-2's tanh approximation ----
+void gelu_forward(Runtime& rt, const Tensor& out, const Tensor& x);
+// dx = dout * gelu'(x); dx may alias dout.
+void gelu_backward(Runtime& rt, const Tensor& dx, const Tensor& dout, const Tensor& x);
+
+// ---- causal self-attention core ----
+// qkv: (B, T, 3C), [q | k | v] along the last dim, head h at columns [h*hd, (h+1)*hd) of each.
+// out: (B, T, C) = softmax(q k^T / sqrt(hd), causal) v per head. lse: f32 (B, n_heads, T), the
+// log-sum-exp of each score row, kept for backward; the score matrix itself is not kept.
+void attention_forward(Runtime& rt, const Tensor& out, const Tensor& lse, const Tensor& qkv, int n_heads);
+// dqkv (B, T, 3C) is overwritten. out and lse are the forward's.
+void attention_backward(Runtime& rt, const Tensor& dqkv, const Tensor& dout, const Tensor& qkv,
+                        const Tensor& out, const Tensor& lse, int n_heads);
+
+// ---- softmax cross-entropy over a padded vocabulary ----
+// logits: (N, Vp), only the first `vocab` columns are real (padding is masked out).
+// targets: i32 (N); -1 marks a position without a target (loss 0, gradient 0).
+// losses: f32 (N), -log softmax(logits)[target].
+void softmax_cross_entropy_forward(Runtime& rt, const Tensor& losses, const Tensor& logits,
+                                   const Tensor& targets, int64_t vocab);
+// Forward and backward in one pass: writes losses and dlogits = dloss * (softmax - onehot), with
+// zeros in the padded columns. dlogits may alias logits (in place: no probability tensor kept).
+void softmax_cross_entropy_backward(Runtime& rt, const Tensor& dlogits, const Tensor& losses,
+                                    const Tensor& logits, const Tensor& targets, int64_t vocab,
+                                    float dloss);
+
+// ---- embeddings ----
+// out (B, T, C) = wte[tokens[b, t]] + wpe[t]. tokens: i32 (B, T); wte (V, C); wpe (>= T, C).
+void embedding_forward(Runtime& rt, const Tensor& out, const Tensor& tokens, const Tensor& wte,
+                       const Tensor& wpe);
+// dwte (V, C, f32) += rows of dout scattered by token; dwpe (>= T, C, f32) += sum over the batch.
+// Deterministic: the rows that hit one token are summed in position order.
+void embedding_backward(Runtime& rt, const Tensor& dwte, const Tensor& dwpe, const Tensor& dout,
+                        const Tensor& tokens);
+
+// ---- dropout with a counter-based RNG (Philox), so a recomputed forward draws the same mask ----
+// The local (rows, cols) tensor is a block of a global (global_rows, global_cols) activation; the
+// mask of element (r, c) depends only on (seed, stream, global index), so every layout draws the
+// same mask. Global row = (r / seq_local) * seq_global + seq_offset + r % seq_local when
+// seq_local > 0 (a sequence shard), else r. Global col = col_offset + c.
+struct DropoutKey {
+  uint64_t seed = 0;
+  uint64_t stream = 0;  // distinct per (step, micro-batch, layer, site)
+  int64_t global_cols = 0;  // 0 = the tensor's own cols
+  int64_t col_offset = 0;
+  int64_t seq_local = 0, seq_global = 0, seq_offset = 0;
+};
+// out = x * keep / (1 - p), keep = uniform(seed, stream, index) >= p. out may alias x.
+void dropout_forward(Runtime& rt, const Tensor& out, const Tensor& x, float p, const DropoutKey& key);
+// dx = dout * keep / (1 - p) with the forward's mask. dx may alias dout.
+void dropout_backward(Runtime& rt, const Tensor& dx, const Tensor& dout, float p, const DropoutKey& key);
+
+// ---- optimizer ----
+struct AdamWHyper {
+  float lr = 0, beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f, weight_decay = 0;
+  int64_t step = 1;  // 1-based, for bias correction
+};
+// One AdamW step on fp32 master weights: g = grad * grad_scale (unscaling and clipping folded in),
+// m, v updated, master -= lr * (m_hat / (sqrt(v_hat) + eps) + weight_decay * master).
+// If params_out is defined, the updated master is also written to it (cast to its dtype).
+void adamw_step(Runtime& rt, const Tensor& master, const Tensor& m, const Tensor& v,
+                const Tensor& grad, const Tensor& params_out, const AdamWHyper& h, float grad_scale);
+
+// ---- reductions (deterministic: a fixed order on every backend) ----
+// out (f32 scalar on x's device) += sum(x) / += sum(x^2).
+void sum_accumulate(Runtime& rt, const Tensor& out, const Tensor& x);
+void sum_squares_accumulate(Runtime& rt, const Tensor& out, const Tensor& x);
+
+}  // namespace trellis

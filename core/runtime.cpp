@@ -1,0 +1,78 @@
+// Runtime construction for the CPU and (when built) the CUDA backend.
+#include "core/runtime.h"
+
+#include <omp.h>
+
+#if TRELLIS_HAVE_CUDA
+#include "core/cuda/device_runtime.h"
+#endif
+
+namespace trellis {
+
+bool built_with_cuda() { return TRELLIS_HAVE_CUDA; }
+
+int cuda_device_count() {
+#if TRELLIS_HAVE_CUDA
+  return gpu::device_count();
+#else
+  return 0;
+#endif
+}
+
+Runtime::Runtime(const RuntimeOptions& opt) : opt_(opt) {
+  if (opt_.cpu_threads > 0) omp_set_num_threads(opt_.cpu_threads);
+  if (opt_.device.is_cpu()) {
+    device_alloc_ = make_host_allocator();
+    host_alloc_ = make_host_allocator();
+    return;
+  }
+#if TRELLIS_HAVE_CUDA
+  cuda_ = gpu::create_state(opt_.device.index, opt_.deterministic);
+  device_alloc_ = gpu::make_device_allocator(opt_.device.index);
+  host_alloc_ = gpu::make_pinned_allocator();
+#else
+  throw UserError("device " + opt_.device.str() + " requested, but this build has no CUDA backend");
+#endif
+}
+
+Runtime::~Runtime() {
+  synchronize();
+  scratch_ = Buffer();
+#if TRELLIS_HAVE_CUDA
+  if (cuda_) {
+    device_alloc_.reset();
+    gpu::destroy_state(cuda_);
+  }
+#endif
+}
+
+void* Runtime::scratch(size_t bytes) {
+  if (bytes > scratch_.bytes()) {
+    synchronize();
+    scratch_ = Buffer();
+    scratch_ = Buffer(*device_alloc_, bytes, "op scratch");
+  }
+  return scratch_.data();
+}
+
+void Runtime::synchronize() {
+#if TRELLIS_HAVE_CUDA
+  if (cuda_) gpu::synchronize(cuda_);
+#endif
+}
+
+std::string Runtime::device_name() const {
+#if TRELLIS_HAVE_CUDA
+  if (cuda_) return gpu::device_name(cuda_);
+#endif
+  return "cpu (" + std::to_string(omp_get_max_threads()) + " threads)";
+}
+
+double Runtime::peak_flops() const {
+#if TRELLIS_HAVE_CUDA
+  if (cuda_) return gpu::peak_flops(cuda_);
+#endif
+  return 0.0;
+}
+
+}  // namespace trellis

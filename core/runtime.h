@@ -1,0 +1,58 @@
+// The per-rank runtime context: device, streams, BLAS handles, allocators, op scratch space.
+// Passed explicitly to every op; there is no "current" runtime.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "core/alloc.h"
+#include "core/tensor.h"
+
+namespace trellis {
+
+struct CudaState;  // defined in core/cuda; opaque outside the CUDA backend
+
+struct RuntimeOptions {
+  Device device = Device::CPU();
+  bool deterministic = false;  // GPU: choose only bitwise-reproducible algorithms
+  int cpu_threads = 0;         // OpenMP threads for the CPU backend; 0 = leave the default
+};
+
+class Runtime {
+ public:
+  explicit Runtime(const RuntimeOptions& opt);
+  ~Runtime();
+  Runtime(const Runtime&) = delete;
+  Runtime& operator=(const Runtime&) = delete;
+
+  Device device() const { return opt_.device; }
+  bool deterministic() const { return opt_.deterministic; }
+  // Memory on this runtime's device (device memory for CUDA, host memory for the CPU).
+  Allocator& allocator() { return *device_alloc_; }
+  // Host memory for staging: pinned on CUDA, plain on the CPU.
+  Allocator& host_allocator() { return *host_alloc_; }
+  // A grow-only workspace for one op at a time on the compute stream. Growing frees the old one
+  // (after a device sync), so call it with the largest size once at setup to keep steps free of
+  // allocation.
+  void* scratch(size_t bytes);
+  // Waits until all work queued on this runtime's streams has finished.
+  void synchronize();
+  // Device description: "NVIDIA H200" or "cpu (N threads)".
+  std::string device_name() const;
+  // Dense 16-bit tensor-core peak in FLOP/s for MFU; 0 when unknown (CPU, unlisted GPU).
+  double peak_flops() const;
+  CudaState* cuda() const { return cuda_; }
+
+ private:
+  RuntimeOptions opt_;
+  std::unique_ptr<Allocator> device_alloc_;
+  std::unique_ptr<Allocator> host_alloc_;
+  Buffer scratch_;
+  CudaState* cuda_ = nullptr;
+};
+
+// Number of CUDA devices visible (0 when built without CUDA or no driver).
+int cuda_device_count();
+bool built_with_cuda();
+
+}  // namespace trellis

@@ -1,0 +1,96 @@
+// The resolved configuration of a training run: one struct per TOML section. Every key has a
+// default and a one-line doc in the key table (train_config.cpp), which also generates
+// docs/config.md.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace trellis {
+
+struct ModelConfig {
+  int64_t vocab_size = 50257;   // real vocabulary; padded to a multiple of 128 internally
+  int64_t seq_len = 1024;       // context length (learned positions)
+  int64_t n_layers = 12;
+  int64_t n_heads = 12;
+  int64_t d_model = 768;
+  double dropout = 0.0;         // residual and embedding dropout probability
+};
+
+struct ParallelConfig {
+  int64_t tensor = 1;
+  int64_t pipeline = 1;
+  bool sequence_parallel = false;
+  std::string schedule = "1f1b";   // gpipe | 1f1b | interleaved
+  int64_t virtual_stages = 1;
+};
+
+struct TrainConfig {
+  std::string device = "auto";     // auto | cpu | cuda
+  std::string precision = "auto";  // auto | fp32 | bf16 | fp16 (auto: bf16 on GPU, fp32 on CPU)
+  int64_t micro_batch = 8;
+  int64_t global_batch = 0;        // 0 = micro_batch * data ranks
+  int64_t steps = 1000;
+  int64_t seed = 1337;
+  std::string checkpointing = "none";  // none | full | selective
+  bool deterministic = false;
+  double grad_clip = 1.0;          // 0 = off
+  int64_t cpu_threads = 0;         // 0 = OpenMP default
+};
+
+struct OptimizerConfig {
+  double lr = 6e-4;
+  double min_lr = 6e-5;
+  int64_t warmup_steps = 100;
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double eps = 1e-8;
+  double weight_decay = 0.1;
+};
+
+struct ZeroConfig {
+  int64_t stage = 0;
+};
+
+struct Fp16Config {
+  int64_t initial_scale_power = 16;
+  int64_t loss_scale_window = 1000;
+  int64_t hysteresis = 2;
+  double min_scale = 1.0;
+};
+
+struct DataConfig {
+  std::string source = "synthetic";  // synthetic (learnable task) | random (uniform tokens)
+};
+
+struct LogConfig {
+  int64_t every = 10;              // a log line every N steps
+  std::string metrics_file;        // JSON lines; empty = none
+  int64_t val_every = 0;           // validation every N steps; 0 = off
+  int64_t val_batches = 4;         // micro-batches per validation
+};
+
+struct Config {
+  std::string path;                // the file it came from, for messages
+  ModelConfig model;
+  ParallelConfig parallel;
+  TrainConfig train;
+  OptimizerConfig optimizer;
+  ZeroConfig zero;
+  Fp16Config fp16;
+  DataConfig data;
+  LogConfig log;
+};
+
+// Reads `path` (TOML), applies `overrides` ("section.key=value", converted by the key's type),
+// validates everything that does not need the world size. Throws UserError with one line naming
+// the file, the key and what is allowed.
+Config load_config(const std::string& path, const std::vector<std::string>& overrides);
+// Checks that need the world size (batch arithmetic, layout) and features not built yet.
+void validate_for_world(const Config& c, int world_size);
+// The resolved config as TOML text (printed at start, saved with checkpoints).
+std::string config_to_toml(const Config& c);
+// docs/config.md, generated from the key table.
+std::string config_reference_markdown();
+
+}  // namespace trellis
