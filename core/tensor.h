@@ -32,7 +32,7 @@ struct Shape {
     TRELLIS_CHECK(d.size() <= kMaxDims, "too many dimensions");
     for (int64_t x : d) dims[rank++] = x;
   }
-  int64_t operator[](int i) const { return dims[i < 0 ? rank + i : i]; }
+  int64_t operator[](int i) const { return dims[size_t(i) % kMaxDims]; }
   int64_t numel() const {
     int64_t n = 1;
     for (int i = 0; i < rank; ++i) n *= dims[i];

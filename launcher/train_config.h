@@ -88,6 +88,15 @@ struct Config {
 Config load_config(const std::string& path, const std::vector<std::string>& overrides);
 // Checks that need the world size (batch arithmetic, layout) and features not built yet.
 void validate_for_world(const Config& c, int world_size);
+
+// The batch arithmetic for a world size: global = micro_batch x accumulation x data.
+struct BatchLayout {
+  int64_t data = 1;          // data-parallel size = world / (tensor x pipeline)
+  int64_t global_batch = 0;  // sequences per optimizer step (train.global_batch resolved)
+  int64_t accumulation = 1;  // micro-batches per optimizer step on each data-parallel rank
+};
+// Throws UserError when the world size or train.global_batch does not fit the layout.
+BatchLayout resolve_batch(const Config& c, int world_size);
 // The resolved config as TOML text (printed at start, saved with checkpoints).
 std::string config_to_toml(const Config& c);
 // docs/config.md, generated from the key table.

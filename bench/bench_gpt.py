@@ -1,0 +1,319 @@
+#!/usr/bin/env python3
+"""Trellis against the PyTorch reference, on the same GPU in the same call: tokens/s, MFU, step time
+and peak memory for GPT-2 sizes on random tokens, as a markdown table.
+
+  python3 bench/bench_gpt.py --models 124m,350m --micro-batch 32 --steps 20 --warmup 5 \\
+      --trellis build/train_gpt --out results.md
+
+PyTorch side: bench/torch_gpt.py in bf16 autocast, torch.compile, SDPA (flash), fused AdamW,
+gradient clipping at 1.0 (as Trellis's default), one micro-batch per step. Each PyTorch run is a
+child process, so it holds no GPU memory while Trellis runs and a crash or OOM stays contained.
+Trellis side: `train_gpt <generated toml> --set log.metrics_file=<tmp>`, data.source = "random",
+log.every = 1, parsed from the JSON lines.
+
+MFU, both sides, same formula (DESIGN.md §5, REFERENCE.md): tokens/s * (6N + 12*L*C*T) / 989e12,
+N = all parameters with the tied embedding counted once, position embeddings included,
+vocabulary padding excluded (GPT-2 small: N = 124,439,808). Timings: median over the steps after
+warm-up."""
+import argparse
+import datetime
+import json
+import os
+import shlex
+import statistics
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+PEAK_FLOPS = 989e12  # H100/H200 SXM dense BF16
+VOCAB, SEQ = 50257, 1024
+PRESETS = {"tiny": (2, 2, 64), "124m": (12, 12, 768), "350m": (24, 16, 1024),
+           "1.3b": (24, 16, 2048)}  # (n_layers, n_heads, d_model); kept in step with torch_gpt
+
+
+def num_params(L, C, V=VOCAB, T=SEQ):
+    """N as in torch_gpt.GPT.num_params, without building the model."""
+    per_layer = 12 * C * C + 13 * C  # qkv 3C^2+3C, proj C^2+C, fc 4C^2+4C, proj 4C^2+C, 2 LN 4C
+    return V * C + T * C + L * per_layer + 2 * C
+
+
+def mfu(tokens_per_s, L, C, T=SEQ):
+    return tokens_per_s * (6 * num_params(L, C) + 12 * L * C * T) / PEAK_FLOPS
+
+
+# ---- PyTorch side (runs in a child process: bench_gpt.py --torch-worker) ---------------------
+
+def torch_worker(args):
+    import torch
+    sys.path.insert(0, HERE)
+    from torch_gpt import GPT, GPTConfig
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    L, H, C = PRESETS[args.torch_worker]
+    B, T, dev = args.micro_batch, SEQ, "cuda"
+    torch.manual_seed(1337)
+    torch.backends.cuda.matmul.allow_tf32 = True
+    torch.backends.cudnn.allow_tf32 = True
+    model = GPT(GPTConfig(VOCAB, SEQ, L, H, C, dropout=0.0)).to(dev)
+    assert model.num_params() == num_params(L, C)
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
+                             {"params": no_decay, "weight_decay": 0.0}],
+                            lr=6e-4, betas=(0.9, 0.95), eps=1e-8, fused=True)
+    cmodel = torch.compile(model, mode=args.compile_mode) if args.compile_mode != "none" else model
+    # A few fixed random batches, cycled: no host-to-device copies inside the timed steps.
+    data = torch.randint(0, VOCAB, (4, 2, B, T), device=dev)
+
+    def step(i):
+        x, y = data[i % 4]
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            _, loss = cmodel(x, y)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0, foreach=True)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return loss
+
+    backends = {"flash": [SDPBackend.FLASH_ATTENTION], "cudnn": [SDPBackend.CUDNN_ATTENTION],
+                "efficient": [SDPBackend.EFFICIENT_ATTENTION],
+                "auto": [SDPBackend.FLASH_ATTENTION, SDPBackend.CUDNN_ATTENTION,
+                         SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]}[args.sdpa]
+    with sdpa_kernel(backends):
+        for i in range(args.warmup):  # includes torch.compile's first-call compilation
+            step(i)
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+                  for _ in range(args.steps)]
+        for i, (start, end) in enumerate(events):
+            start.record()
+            loss = step(args.warmup + i)
+            end.record()
+        torch.cuda.synchronize()
+    step_ms = statistics.median(s.elapsed_time(e) for s, e in events)
+    result = {"step_ms": step_ms, "tokens_per_s": B * T / (step_ms / 1e3),
+              "peak_mem_bytes": torch.cuda.max_memory_allocated(), "loss": loss.item(),
+              "gpu": torch.cuda.get_device_name(), "torch": torch.__version__}
+    print("BENCH_RESULT " + json.dumps(result), flush=True)
+    return 0
+
+
+def run_torch(args, preset, mb):
+    cmd = [sys.executable, os.path.abspath(__file__), "--torch-worker", preset,
+           "--micro-batch", str(mb), "--steps", str(args.steps), "--warmup", str(args.warmup),
+           "--sdpa", args.sdpa, "--compile-mode", args.compile_mode]
+    return run_child(cmd, args.timeout, parse=lambda out: next(
+        (json.loads(line[len("BENCH_RESULT "):]) for line in out.splitlines()
+         if line.startswith("BENCH_RESULT ")), None))
+
+
+# ---- Trellis side ------------------------------------------------------------------------------
+
+def trellis_toml(preset, mb, steps, precision, checkpointing):
+    L, H, C = PRESETS[preset]
+    return f"""# generated by bench/bench_gpt.py
+[model]
+vocab_size = {VOCAB}
+seq_len = {SEQ}
+n_layers = {L}
+n_heads = {H}
+d_model = {C}
+dropout = 0.0
+
+[train]
+device = "cuda"
+precision = "{precision}"
+micro_batch = {mb}
+steps = {steps}
+seed = 1337
+checkpointing = "{checkpointing}"
+
+[optimizer]
+lr = 6e-4
+
+[data]
+source = "random"
+
+[log]
+every = 1
+"""
+
+
+def parse_metrics(path, warmup):
+    """Median over the step records after the first `warmup` ones."""
+    records = []
+    with open(path) as f:
+        for line in f:
+            line = line.strip()
+            if line:
+                r = json.loads(line)
+                if "step" in r and "tokens_per_s" in r and "event" not in r:
+                    records.append(r)
+    records.sort(key=lambda r: r["step"])
+    timed = records[warmup:]
+    if not timed:
+        raise RuntimeError(f"{len(records)} step records in {path}, none after the warm-up")
+    med = lambda k: statistics.median(r[k] for r in timed if k in r)  # noqa: E731
+    return {"step_ms": med("step_ms"), "tokens_per_s": med("tokens_per_s"),
+            "mfu_reported": med("mfu") if any("mfu" in r for r in timed) else None,
+            "peak_mem_bytes": max(r.get("peak_mem_bytes", 0) for r in timed),
+            "loss": timed[-1].get("loss"), "timed_steps": len(timed)}
+
+
+def run_trellis(args, preset, mb, workdir):
+    tag = f"{preset}_mb{mb}"
+    cfg_path = os.path.join(workdir, f"{tag}.toml")
+    metrics = os.path.join(workdir, f"{tag}.metrics.jsonl")
+    with open(cfg_path, "w") as f:
+        f.write(trellis_toml(preset, mb, args.warmup + args.steps, args.precision,
+                             args.checkpointing))
+    cmd = shlex.split(args.trellis_prefix) + [args.trellis, cfg_path, "--set",
+                                              f"log.metrics_file={metrics}"]
+    for s in args.trellis_set:
+        cmd += ["--set", s]
+    return run_child(cmd, args.timeout, parse=lambda out: parse_metrics(metrics, args.warmup))
+
+
+# ---- common ------------------------------------------------------------------------------------
+
+def run_child(cmd, timeout, parse):
+    """Runs cmd; returns (result dict, None) or (None, one-line reason)."""
+    print("$", " ".join(shlex.quote(c) for c in cmd), flush=True)
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return None, f"timed out after {timeout} s"
+    except OSError as e:
+        return None, f"cannot start: {e}"
+    out = p.stdout + "\n" + p.stderr
+    if p.returncode != 0:
+        print("\n".join(out.strip().splitlines()[-25:]), file=sys.stderr)
+        low = out.lower()
+        oom = "out of memory" in low or "outofmemoryerror" in low
+        return None, ("OOM" if oom else f"failed (exit {p.returncode})")
+    try:
+        res = parse(p.stdout)
+    except (OSError, ValueError, KeyError, RuntimeError) as e:
+        return None, f"no metrics: {e}"
+    return (res, None) if res else (None, "no result line")
+
+
+def gpu_name():
+    try:
+        query = ["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"]
+        return subprocess.run(query, capture_output=True, text=True, timeout=30).stdout.splitlines()[0]
+    except (OSError, IndexError, subprocess.SubprocessError):
+        return "unknown GPU"
+
+
+def git_commit():
+    try:
+        rev = subprocess.run(["git", "-C", HERE, "rev-parse", "--short", "HEAD"],
+                             capture_output=True, text=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", HERE, "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True).stdout.strip()
+        return (rev + (" (+ uncommitted changes)" if dirty else "")) if rev else "unknown"
+    except OSError:
+        return "unknown"
+
+
+def table(rows):
+    lines = ["| model | micro-batch | framework | tokens/s | MFU | step ms | peak mem (GiB) | "
+             "Trellis/PyTorch |", "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        if r["error"]:
+            cells = [r["error"], "", "", "", ""]
+        else:
+            ratio = f"{r['ratio']:.2f}x" if r.get("ratio") else ""
+            cells = [f"{r['tokens_per_s']:,.0f}", f"{100 * r['mfu']:.1f}%", f"{r['step_ms']:.1f}",
+                     f"{r['peak_mem_bytes'] / 2**30:.1f}", ratio]
+        lines.append("| " + " | ".join([r["model"], str(r["mb"]), r["framework"]] + cells) + " |")
+    return "\n".join(lines)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--models", default="124m,350m", help="comma list of " + ",".join(PRESETS))
+    ap.add_argument("--micro-batch", default="32", help="micro-batch, or a comma list")
+    ap.add_argument("--steps", type=int, default=20, help="timed steps")
+    ap.add_argument("--warmup", type=int, default=5, help="untimed steps first")
+    ap.add_argument("--trellis", default="build/train_gpt", help="the train_gpt binary")
+    ap.add_argument("--trellis-set", action="append", default=[],
+                    help="extra section.key=value for Trellis (repeatable)")
+    ap.add_argument("--trellis-prefix", default="", help="command before train_gpt (mpirun ...)")
+    ap.add_argument("--precision", default="bf16", help="Trellis train.precision")
+    ap.add_argument("--checkpointing", default="none", help="Trellis train.checkpointing")
+    ap.add_argument("--sdpa", default="flash", choices=["flash", "cudnn", "efficient", "auto"])
+    ap.add_argument("--compile-mode", default="default",
+                    help="torch.compile mode: default | max-autotune | ... | none (eager)")
+    ap.add_argument("--skip-torch", action="store_true")
+    ap.add_argument("--skip-trellis", action="store_true")
+    ap.add_argument("--timeout", type=int, default=1800, help="seconds per run")
+    ap.add_argument("--out", help="also write the markdown here")
+    ap.add_argument("--json", help="also write the raw results here")
+    ap.add_argument("--torch-worker", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.torch_worker:
+        args.micro_batch = int(args.micro_batch)
+        return torch_worker(args)
+
+    models = [m for m in args.models.split(",") if m]
+    bad = [m for m in models if m not in PRESETS]
+    if bad:
+        ap.error(f"unknown model {bad}; known: {', '.join(PRESETS)}")
+    mbs = [int(b) for b in args.micro_batch.split(",")]
+    if not args.skip_trellis and not os.path.exists(args.trellis):
+        ap.error(f"{args.trellis} not found (build it, or --skip-trellis)")
+
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="trellis_bench_") as workdir:
+        for preset in models:
+            L, H, C = PRESETS[preset]
+            for mb in mbs:
+                got = {}
+                for fw, skip, fn in (("PyTorch", args.skip_torch,
+                                      lambda: run_torch(args, preset, mb)),
+                                     ("Trellis", args.skip_trellis,
+                                      lambda: run_trellis(args, preset, mb, workdir))):
+                    if skip:
+                        continue
+                    res, err = fn()
+                    row = {"model": preset, "mb": mb, "framework": fw, "error": err}
+                    if res:
+                        row.update(res, mfu=mfu(res["tokens_per_s"], L, C))
+                        got[fw] = row
+                        rep = res.get("mfu_reported")
+                        if rep and abs(rep - row["mfu"]) > 0.02 * row["mfu"]:
+                            print(f"warning: Trellis reports MFU {rep:.4f}, this script's formula "
+                                  f"gives {row['mfu']:.4f}: the formulas differ", file=sys.stderr)
+                    print(f"{preset} mb={mb} {fw}: " + (err or
+                          f"{row['tokens_per_s']:,.0f} tok/s, MFU {100 * row['mfu']:.1f}%, "
+                          f"{row['peak_mem_bytes'] / 2**30:.1f} GiB"), flush=True)
+                    rows.append(row)
+                if "PyTorch" in got and "Trellis" in got:
+                    t, p = got["Trellis"], got["PyTorch"]
+                    t["ratio"] = t["tokens_per_s"] / p["tokens_per_s"]
+
+    header = (f"Date: {datetime.date.today()}  \nGPU: {gpu_name()}  \nCommit: {git_commit()}  \n"
+              f"Command: `python3 {' '.join(shlex.quote(a) for a in sys.argv)}`  \n"
+              f"Sequence {SEQ}, vocabulary {VOCAB}, {args.warmup} warm-up + {args.steps} timed "
+              f"steps "
+              f"(median), Trellis precision {args.precision}, checkpointing {args.checkpointing}; "
+              f"PyTorch bf16 autocast + torch.compile ({args.compile_mode}) + SDPA ({args.sdpa}) + "
+              f"fused AdamW. MFU = tokens/s x (6N + 12 L C T) / 989e12, N with the tied embedding "
+              f"once and no vocabulary padding. Ratio = Trellis tokens/s / PyTorch tokens/s.\n")
+    text = header + "\n" + table(rows) + "\n"
+    print("\n" + text)
+    if args.out:
+        with open(args.out, "w") as f:
+            f.write(text)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=1)
+    return 0 if all(not r["error"] for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

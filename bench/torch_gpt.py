@@ -1,0 +1,283 @@
+"""PyTorch reference GPT-2 that matches Trellis's model exactly, and a loader for Trellis's
+`train_gpt --dump-grads DIR` dumps (model.json, params.f32, grads.f32, tokens.i32, targets.i32).
+
+Run `python3 bench/torch_gpt.py --selftest` to check the loader and that the SDPA and manual
+attention paths agree (CPU is enough)."""
+import json
+import math
+import os
+import sys
+from dataclasses import dataclass
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+@dataclass
+class GPTConfig:
+    vocab_size: int = 50257
+    seq_len: int = 1024
+    n_layers: int = 12
+    n_heads: int = 12
+    d_model: int = 768
+    dropout: float = 0.0
+    attn: str = "sdpa"  # sdpa | manual (explicit softmax, for checking SDPA)
+
+    @property
+    def padded_vocab(self):  # Trellis pads the vocabulary to a multiple of 128
+        return (self.vocab_size + 127) // 128 * 128
+
+
+PRESETS = {  # name -> (n_layers, n_heads, d_model); vocab 50257, seq 1024
+    "tiny": (2, 2, 64),
+    "124m": (12, 12, 768),
+    "350m": (24, 16, 1024),
+    "1.3b": (24, 16, 2048),
+}
+
+
+class Attention(nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        self.n_heads, self.impl = cfg.n_heads, cfg.attn
+        self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model)  # W (3C, C): [q | k | v] along out
+        self.proj = nn.Linear(cfg.d_model, cfg.d_model)
+
+    def forward(self, x):  # x (B, T, C)
+        B, T, C = x.shape
+        q, k, v = self.qkv(x).split(C, dim=2)  # each (B, T, C); head h = cols h*hd..(h+1)*hd
+        q, k, v = (t.view(B, T, self.n_heads, C // self.n_heads).transpose(1, 2) for t in (q, k, v))
+        if self.impl == "manual":  # (B, H, T, T) scores, causal, softmax
+            att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
+            causal = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()
+            att = att.masked_fill(~causal, float("-inf")).softmax(dim=-1)
+            y = att @ v
+        else:
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        y = y.transpose(1, 2).contiguous().view(B, T, C)  # (B, T, C)
+        return self.proj(y)
+
+
+class MLP(nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        self.fc = nn.Linear(cfg.d_model, 4 * cfg.d_model)
+        self.proj = nn.Linear(4 * cfg.d_model, cfg.d_model)
+
+    def forward(self, x):
+        return self.proj(F.gelu(self.fc(x), approximate="tanh"))
+
+
+class Block(nn.Module):  # pre-LN; dropout on each residual branch output
+    def __init__(self, cfg):
+        super().__init__()
+        self.ln1 = nn.LayerNorm(cfg.d_model, eps=1e-5)
+        self.attn = Attention(cfg)
+        self.ln2 = nn.LayerNorm(cfg.d_model, eps=1e-5)
+        self.mlp = MLP(cfg)
+        self.drop = nn.Dropout(cfg.dropout)
+
+    def forward(self, x):
+        x = x + self.drop(self.attn(self.ln1(x)))
+        return x + self.drop(self.mlp(self.ln2(x)))
+
+
+class GPT(nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        self.cfg = cfg
+        self.wte = nn.Embedding(cfg.padded_vocab, cfg.d_model)  # (Vp, C), tied with the head
+        self.wpe = nn.Embedding(cfg.seq_len, cfg.d_model)  # (T, C)
+        self.drop = nn.Dropout(cfg.dropout)
+        self.h = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
+        self.lnf = nn.LayerNorm(cfg.d_model, eps=1e-5)
+        # Padded vocabulary columns get -inf before the softmax, as in Trellis.
+        pad = torch.arange(cfg.padded_vocab) >= cfg.vocab_size
+        self.register_buffer("pad_mask", pad, persistent=False)
+        self.init_gpt2()
+
+    def init_gpt2(self):
+        """GPT-2 init: N(0, 0.02) for weights and both embeddings, N(0, 0.02/sqrt(2L)) for the
+        residual projections (attn.proj, mlp.proj), zero biases, LayerNorm 1 / 0."""
+        resid_std = 0.02 / math.sqrt(2 * self.cfg.n_layers)
+        for name, p in self.named_parameters():
+            if name.endswith("bias"):
+                nn.init.zeros_(p)
+            elif ".ln" in name or name.startswith("lnf"):
+                nn.init.ones_(p)
+            elif name.endswith(("attn.proj.weight", "mlp.proj.weight")):
+                nn.init.normal_(p, 0.0, resid_std)
+            else:
+                nn.init.normal_(p, 0.0, 0.02)
+
+    def num_params(self):
+        """All parameters, tied embedding counted once, position embeddings included, vocabulary
+        padding excluded: the N of MFU's 6N + 12*L*C*T (GPT-2 small: 124,439,808)."""
+        n = sum(p.numel() for p in self.parameters())
+        return n - (self.cfg.padded_vocab - self.cfg.vocab_size) * self.cfg.d_model
+
+    def forward(self, idx, targets=None):  # idx, targets (B, T) int64
+        B, T = idx.shape
+        pos = torch.arange(T, device=idx.device)
+        x = self.drop(self.wte(idx) + self.wpe(pos))  # (B, T, C)
+        for block in self.h:
+            x = block(x)
+        logits = F.linear(self.lnf(x), self.wte.weight)  # (B, T, Vp)
+        if self.cfg.padded_vocab != self.cfg.vocab_size:
+            logits = logits.masked_fill(self.pad_mask, float("-inf"))
+        if targets is None:
+            return logits
+        loss = F.cross_entropy(logits.view(B * T, -1), targets.reshape(B * T))  # mean over B*T
+        return logits, loss
+
+
+# ---- Trellis dumps ----------------------------------------------------------------------------
+
+def torch_name(trellis_name):
+    """`wte` -> `wte.weight`, `h.0.ln1.w` -> `h.0.ln1.weight`, `lnf.b` -> `lnf.bias`."""
+    if trellis_name in ("wte", "wpe"):
+        return trellis_name + ".weight"
+    stem, _, last = trellis_name.rpartition(".")
+    return stem + {"w": ".weight", "b": ".bias"}[last]
+
+
+def _read(path, dtype):
+    with open(path, "rb") as f:
+        return torch.frombuffer(bytearray(f.read()), dtype=dtype)
+
+
+def load_trellis_dump(dump_dir, dtype=torch.float64, attn="sdpa"):
+    """Builds the reference from DIR/model.json, loads params.f32 by name and offset. Returns
+    (model, info): info has tokens, targets (B, T) int64, loss (float), grads {torch name:
+    tensor} when grads.f32 exists, and trellis_names {torch name: Trellis name}.
+    Raises ValueError when a name, shape or size does not fit."""
+    with open(os.path.join(dump_dir, "model.json")) as f:
+        meta = json.load(f)
+    c = meta["config"]
+    cfg = GPTConfig(c["vocab_size"], c["seq_len"], c["n_layers"], c["n_heads"], c["d_model"],
+                    dropout=float(c.get("dropout", 0.0)), attn=attn)
+    if "padded_vocab" in c and c["padded_vocab"] != cfg.padded_vocab:
+        raise ValueError(f"padded_vocab {c['padded_vocab']} != expected {cfg.padded_vocab}")
+    model = GPT(cfg).to(dtype)
+    params = dict(model.named_parameters())
+    flat = _read(os.path.join(dump_dir, "params.f32"), torch.float32)
+    gpath = os.path.join(dump_dir, "grads.f32")
+    gflat = _read(gpath, torch.float32) if os.path.exists(gpath) else None
+    grads, seen, names = {}, set(), {}
+    for entry in meta["params"]:
+        name, shape, off = torch_name(entry["name"]), tuple(entry["shape"]), entry["offset"]
+        if name not in params:
+            raise ValueError(f"dump parameter {entry['name']} has no counterpart in the reference")
+        if tuple(params[name].shape) != shape:
+            raise ValueError(f"{entry['name']}: dump shape {shape} != reference "
+                             f"{tuple(params[name].shape)}")
+        n = math.prod(shape)
+        if off + n > flat.numel() or (gflat is not None and off + n > gflat.numel()):
+            raise ValueError(f"{entry['name']}: offset {off} + {n} is past the end of the file")
+        with torch.no_grad():
+            params[name].copy_(flat[off:off + n].view(shape))
+        if gflat is not None:
+            grads[name] = gflat[off:off + n].view(shape).to(dtype)
+        seen.add(name)
+        names[name] = entry["name"]
+    missing = sorted(set(params) - seen)
+    if missing:
+        raise ValueError(f"reference parameters missing from the dump: {missing}")
+    B, T = meta["batch"]["B"], meta["batch"]["T"]
+    tokens = _read(os.path.join(dump_dir, "tokens.i32"), torch.int32).long().view(B, T)
+    targets = _read(os.path.join(dump_dir, "targets.i32"), torch.int32).long().view(B, T)
+    return model, {"tokens": tokens, "targets": targets, "loss": meta.get("loss"),
+                   "grads": grads if gflat is not None else None, "meta": meta,
+                   "trellis_names": names}
+
+
+def trellis_names(model):
+    """{trellis name: parameter} in Trellis's order."""
+    rev = {}
+    for name, p in model.named_parameters():
+        stem, _, last = name.rpartition(".")
+        rev[stem if stem in ("wte", "wpe") else stem + "." + last[0]] = p
+    return rev
+
+
+def write_dump(model, tokens, targets, dump_dir):
+    """Writes a dump in Trellis's format from this model (fp32): for tests of the tools."""
+    os.makedirs(dump_dir, exist_ok=True)
+    model.zero_grad()
+    _, loss = model(tokens, targets)
+    loss.backward()
+    entries, off, ps, gs = [], 0, [], []
+    for name, p in trellis_names(model).items():
+        entries.append({"name": name, "shape": list(p.shape), "offset": off})
+        off += p.numel()
+        ps.append(p.detach().float().flatten())
+        gs.append(p.grad.float().flatten())
+    c = model.cfg
+    meta = {"config": {"vocab_size": c.vocab_size, "padded_vocab": c.padded_vocab,
+                       "seq_len": c.seq_len, "n_layers": c.n_layers, "n_heads": c.n_heads,
+                       "d_model": c.d_model, "dropout": c.dropout},
+            "params": entries, "batch": {"B": tokens.shape[0], "T": tokens.shape[1]},
+            "loss": loss.item()}
+    with open(os.path.join(dump_dir, "model.json"), "w") as f:
+        json.dump(meta, f, indent=1)
+    for fname, t in (("params.f32", torch.cat(ps)), ("grads.f32", torch.cat(gs)),
+                     ("tokens.i32", tokens.int().flatten()),
+                     ("targets.i32", targets.int().flatten())):
+        with open(os.path.join(dump_dir, fname), "wb") as f:
+            f.write(_to_bytes(t))
+
+
+def _to_bytes(t):  # raw little-endian bytes, with or without numpy
+    t = t.detach().cpu().contiguous()
+    try:
+        return t.numpy().tobytes()
+    except (ImportError, RuntimeError):
+        return bytes(t.view(torch.uint8).tolist())
+
+
+def selftest():
+    """Writes a dump from a tiny model, loads it back in float64 with both attention paths and in
+    float32, and checks loss and gradients agree; checks the 124M parameter count."""
+    import tempfile
+    torch.manual_seed(0)
+    cfg = GPTConfig(vocab_size=100, seq_len=16, n_layers=2, n_heads=4, d_model=32, attn="manual")
+    ref = GPT(cfg).double()
+    with torch.no_grad():  # non-trivial biases and LayerNorms, so that their gradients matter
+        for name, p in ref.named_parameters():
+            if not name.startswith(("wte", "wpe")) and p.dim() == 1:
+                p.add_(0.1 * torch.randn_like(p))
+    tokens = torch.randint(0, cfg.vocab_size, (3, 12))
+    targets = torch.randint(0, cfg.vocab_size, (3, 12))
+    ok = True
+    with tempfile.TemporaryDirectory() as d:
+        write_dump(ref, tokens, targets, d)
+        for attn, dtype, tol in (("manual", torch.float64, 1e-6), ("sdpa", torch.float64, 1e-6),
+                                 ("sdpa", torch.float32, 1e-4), ("manual", torch.float32, 1e-4)):
+            model, info = load_trellis_dump(d, dtype=dtype, attn=attn)
+            assert torch.equal(info["tokens"], tokens) and torch.equal(info["targets"], targets)
+            _, loss = model(info["tokens"], info["targets"])
+            loss.backward()
+            lerr = abs(loss.item() - info["loss"]) / abs(info["loss"])
+            g = info["grads"]
+            worst = max((p.grad - g[n]).norm().item() / max(g[n].norm().item(), 1e-12)
+                        for n, p in model.named_parameters())
+            pad_grad = model.wte.weight.grad[cfg.vocab_size:].abs().max().item()
+            good = lerr <= tol and worst <= tol and pad_grad == 0.0
+            ok &= good
+            print(f"{attn:6s} {str(dtype):13s} loss {loss.item():.8f} rel err {lerr:.2e}, "
+                  f"worst grad rel err {worst:.2e}, padded wte grad {pad_grad:.1e}: "
+                  f"{'ok' if good else 'FAIL'}")
+    n124 = GPT(GPTConfig()).num_params()
+    print(f"124m num_params {n124:,} (GPT-2 small: 124,439,808): "
+          f"{'ok' if n124 == 124439808 else 'FAIL'}")
+    ok &= n124 == 124439808
+    print("selftest", "passed" if ok else "FAILED")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] == ["--selftest"]:
+        sys.exit(selftest())
+    print(__doc__)
+    sys.exit(2)

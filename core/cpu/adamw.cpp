@@ -1,0 +1,39 @@
+// CPU AdamW step on f32 master weights, optionally writing the updated weights in another dtype.
+#include <cmath>
+
+#include "core/cpu/cpu_ops.h"
+#include "core/cpu/cpu_util.h"
+
+namespace trellis::cpu {
+
+void adamw_step(Runtime&, const Tensor& master, const Tensor& m, const Tensor& v, const Tensor& grad,
+                const Tensor& params_out, const AdamWHyper& h, float grad_scale) {
+  const int64_t n = master.numel();
+  float *pw = master.ptr<float>(), *pm = m.ptr<float>(), *pv = v.ptr<float>();
+  const float* pg = grad.ptr<float>();
+  const float bc1 = float(1.0 - std::pow(double(h.beta1), double(h.step)));
+  const float bc2 = float(1.0 - std::pow(double(h.beta2), double(h.step)));
+  auto step = [&](auto tag, void* out) {
+    using T = decltype(tag);
+    T* po = static_cast<T*>(out);
+#pragma omp parallel for schedule(static) if (n > kParallelMin)
+    for (int64_t i = 0; i < n; ++i) {
+      const float g = pg[i] * grad_scale;
+      const float mi = h.beta1 * pm[i] + (1.0f - h.beta1) * g;
+      const float vi = h.beta2 * pv[i] + (1.0f - h.beta2) * g * g;
+      const float mhat = mi / bc1, vhat = vi / bc2;
+      const float w = pw[i] - h.lr * (mhat / (std::sqrt(vhat) + h.eps) + h.weight_decay * pw[i]);
+      pm[i] = mi;
+      pv[i] = vi;
+      pw[i] = w;
+      if (po) store(po, i, w);
+    }
+  };
+  if (!params_out.defined()) {
+    step(float{}, nullptr);
+    return;
+  }
+  dispatch_float(params_out.dtype, "adamw_step", [&](auto tag) { step(tag, params_out.data); });
+}
+
+}  // namespace trellis::cpu

@@ -1,0 +1,158 @@
+// CPU causal self-attention: forward keeps only the log-sum-exp per score row; backward recomputes
+// the probabilities. Every output row is owned by one thread, so results do not depend on the
+// thread count. 16-bit tensors are staged in f32 scratch.
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "core/cpu/cpu_ops.h"
+#include "core/cpu/cpu_util.h"
+
+namespace trellis::cpu {
+
+namespace {
+
+struct Dims {
+  int64_t B, T, C, H, hd;
+  float scale;
+  // Element offset of (b, t, which in {0:q, 1:k, 2:v}, head h) in qkv (B, T, 3C).
+  int64_t qkv(int64_t b, int64_t t, int which, int64_t h) const { return (b * T + t) * 3 * C + which * C + h * hd; }
+  int64_t row(int64_t b, int64_t t, int64_t h) const { return (b * T + t) * C + h * hd; }  // in (B, T, C)
+};
+
+Dims dims_of(const Tensor& qkv, int n_heads) {
+  Dims d{qkv.size(0), qkv.size(1), qkv.size(2) / 3, n_heads, 0, 0.0f};
+  d.hd = d.C / d.H;
+  d.scale = 1.0f / std::sqrt(float(d.hd));
+  return d;
+}
+
+float dot(const float* a, const float* b, int64_t n) {
+  float s = 0.0f;
+  for (int64_t i = 0; i < n; ++i) s += a[i] * b[i];
+  return s;
+}
+
+// out (B, T, C) and lse (B, H, T) from f32 qkv; buf holds T floats per thread.
+void forward_f32(const Dims& d, const float* qkv, float* out, float* lse, float* buf) {
+  const int64_t rows = d.B * d.H * d.T;
+#pragma omp parallel
+  {
+    float* sc = buf + int64_t(omp_get_thread_num()) * d.T;
+#pragma omp for schedule(dynamic, 8)
+    for (int64_t idx = 0; idx < rows; ++idx) {
+      const int64_t b = idx / (d.H * d.T), h = (idx / d.T) % d.H, t = idx % d.T;
+      const float* q = qkv + d.qkv(b, t, 0, h);
+      float mx = -INFINITY;
+      for (int64_t s = 0; s <= t; ++s) {
+        sc[s] = dot(q, qkv + d.qkv(b, s, 1, h), d.hd) * d.scale;
+        mx = std::max(mx, sc[s]);
+      }
+      float sum = 0.0f;
+      for (int64_t s = 0; s <= t; ++s) {
+        sc[s] = std::exp(sc[s] - mx);
+        sum += sc[s];
+      }
+      float* o = out + d.row(b, t, h);
+      std::fill(o, o + d.hd, 0.0f);
+      const float inv = 1.0f / sum;
+      for (int64_t s = 0; s <= t; ++s) {
+        const float p = sc[s] * inv;
+        const float* v = qkv + d.qkv(b, s, 2, h);
+        for (int64_t i = 0; i < d.hd; ++i) o[i] += p * v[i];
+      }
+      lse[idx] = mx + std::log(sum);
+    }
+  }
+}
+
+// dqkv (f32, zeroed here) from f32 qkv, dout and D = rowsum(dout * out) (B, H, T).
+void backward_f32(const Dims& d, float* dqkv, const float* qkv, const float* dout, const float* lse,
+                  const float* D) {
+  const int64_t rows = d.B * d.H * d.T;
+  std::memset(dqkv, 0, sizeof(float) * size_t(d.B * d.T * 3 * d.C));
+  // Probability and score gradient of query t, key s (s <= t) of head (b, h).
+  auto grads = [&](int64_t b, int64_t h, int64_t t, int64_t s, float& p, float& ds) {
+    const int64_t r = (b * d.H + h) * d.T + t;
+    p = std::exp(dot(qkv + d.qkv(b, t, 0, h), qkv + d.qkv(b, s, 1, h), d.hd) * d.scale - lse[r]);
+    ds = p * (dot(dout + d.row(b, t, h), qkv + d.qkv(b, s, 2, h), d.hd) - D[r]);
+  };
+  // dq: one query row per iteration, keys in order.
+#pragma omp parallel for schedule(dynamic, 8)
+  for (int64_t idx = 0; idx < rows; ++idx) {
+    const int64_t b = idx / (d.H * d.T), h = (idx / d.T) % d.H, t = idx % d.T;
+    float* dq = dqkv + d.qkv(b, t, 0, h);
+    for (int64_t s = 0; s <= t; ++s) {
+      float p, ds;
+      grads(b, h, t, s, p, ds);
+      const float* k = qkv + d.qkv(b, s, 1, h);
+      for (int64_t i = 0; i < d.hd; ++i) dq[i] += ds * d.scale * k[i];
+    }
+  }
+  // dk, dv: one key row per iteration, queries in order.
+#pragma omp parallel for schedule(dynamic, 8)
+  for (int64_t idx = 0; idx < rows; ++idx) {
+    const int64_t b = idx / (d.H * d.T), h = (idx / d.T) % d.H, s = idx % d.T;
+    float* dk = dqkv + d.qkv(b, s, 1, h);
+    float* dv = dqkv + d.qkv(b, s, 2, h);
+    for (int64_t t = s; t < d.T; ++t) {
+      float p, ds;
+      grads(b, h, t, s, p, ds);
+      const float* q = qkv + d.qkv(b, t, 0, h);
+      const float* g = dout + d.row(b, t, h);
+      for (int64_t i = 0; i < d.hd; ++i) {
+        dk[i] += ds * d.scale * q[i];
+        dv[i] += p * g[i];
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void attention_forward(Runtime& rt, const Tensor& out, const Tensor& lse, const Tensor& qkv, int n_heads) {
+  const Dims d = dims_of(qkv, n_heads);
+  const bool f32 = qkv.dtype == DType::f32;
+  const int64_t n_qkv = qkv.numel(), n_out = out.numel();
+  ScratchF32 scratch(rt, {f32 ? 0 : n_qkv, f32 ? 0 : n_out, int64_t(omp_get_max_threads()) * d.T});
+  const float* q = f32 ? qkv.ptr<float>() : scratch.take(n_qkv);
+  float* o = f32 ? out.ptr<float>() : scratch.take(n_out);
+  if (!f32) to_f32(const_cast<float*>(q), qkv, n_qkv);
+  forward_f32(d, q, o, lse.ptr<float>(), scratch.take(int64_t(omp_get_max_threads()) * d.T));
+  if (!f32) from_f32(out, o, n_out);
+}
+
+void attention_backward(Runtime& rt, const Tensor& dqkv, const Tensor& dout, const Tensor& qkv,
+                        const Tensor& out, const Tensor& lse, int n_heads) {
+  const Dims d = dims_of(qkv, n_heads);
+  const bool f32 = qkv.dtype == DType::f32;
+  const int64_t n_qkv = qkv.numel(), n_out = out.numel(), rows = d.B * d.H * d.T;
+  ScratchF32 scratch(rt, {f32 ? 0 : n_qkv, f32 ? 0 : n_out, f32 ? 0 : n_qkv, rows});
+  float *q = qkv.ptr<float>(), *g = dout.ptr<float>(), *dq = dqkv.ptr<float>();
+  if (!f32) {
+    q = scratch.take(n_qkv);
+    g = scratch.take(n_out);
+    dq = scratch.take(n_qkv);
+    to_f32(q, qkv, n_qkv);
+    to_f32(g, dout, n_out);
+  }
+  float* D = scratch.take(rows);
+  dispatch_float(out.dtype, "attention_backward", [&](auto tag) {
+    using T = decltype(tag);
+    const T* po = out.ptr<T>();
+#pragma omp parallel for schedule(static)
+    for (int64_t idx = 0; idx < rows; ++idx) {
+      const int64_t b = idx / (d.H * d.T), h = (idx / d.T) % d.H, t = idx % d.T;
+      const int64_t r = d.row(b, t, h);
+      float s = 0.0f;
+      for (int64_t i = 0; i < d.hd; ++i) s += g[r + i] * load(po, r + i);
+      D[idx] = s;
+    }
+  });
+  backward_f32(d, dq, q, g, lse.ptr<float>(), D);
+  if (!f32) from_f32(dqkv, dq, n_qkv);
+}
+
+}  // namespace trellis::cpu

@@ -1,0 +1,86 @@
+// CPU GEMM through OpenBLAS sgemm (16-bit inputs staged in f32), and the bias gradient.
+#include <cblas.h>
+
+#include <algorithm>
+
+#include "core/cpu/cpu_ops.h"
+#include "core/cpu/cpu_util.h"
+
+namespace trellis::cpu {
+
+namespace {
+
+// c (M, N, f32) = [c +] [bias] + alpha * op(a) @ op(b), with a and b already f32.
+void sgemm_into(float* c, const float* a, const float* b, const Tensor* bias, int64_t M, int64_t N,
+                int64_t K, const MatmulOptions& opt, bool keep_c) {
+  if (bias) {
+    dispatch_float(bias->dtype, "matmul bias", [&](auto tag) {
+      using T = decltype(tag);
+      const T* pb = bias->ptr<T>();
+#pragma omp parallel for schedule(static) if (M * N > kParallelMin)
+      for (int64_t i = 0; i < M; ++i)
+        for (int64_t j = 0; j < N; ++j) c[i * N + j] = (keep_c ? c[i * N + j] : 0.0f) + load(pb, j);
+    });
+    keep_c = true;
+  }
+  if (K == 0) {  // empty product: BLAS may reject the leading dimensions
+    if (!keep_c) std::fill(c, c + M * N, 0.0f);
+    return;
+  }
+  const int lda = int(std::max<int64_t>(1, opt.trans_a ? M : K));
+  const int ldb = int(std::max<int64_t>(1, opt.trans_b ? K : N));
+  cblas_sgemm(CblasRowMajor, opt.trans_a ? CblasTrans : CblasNoTrans, opt.trans_b ? CblasTrans : CblasNoTrans,
+              int(M), int(N), int(K), opt.alpha, a, lda, b, ldb, keep_c ? 1.0f : 0.0f, c, int(N));
+}
+
+}  // namespace
+
+void matmul(Runtime& rt, const Tensor& out, const Tensor& a, const Tensor& b, const MatmulOptions& opt) {
+  const int64_t M = out.size(0), N = out.size(1);
+  const int64_t K = opt.trans_a ? a.size(0) : a.size(1);
+  if (M == 0 || N == 0) return;
+  const bool in_f32 = a.dtype == DType::f32, out_f32 = out.dtype == DType::f32;
+  ScratchF32 scratch(rt, {in_f32 ? 0 : M * K, in_f32 ? 0 : K * N, out_f32 ? 0 : M * N});
+  const float* pa = a.ptr<float>();
+  const float* pb = b.ptr<float>();
+  if (!in_f32) {
+    float* ta = scratch.take(M * K);
+    float* tb = scratch.take(K * N);
+    to_f32(ta, a, M * K);
+    to_f32(tb, b, K * N);
+    pa = ta;
+    pb = tb;
+  }
+  if (out_f32) {
+    sgemm_into(out.ptr<float>(), pa, pb, opt.bias, M, N, K, opt, opt.accumulate);
+    return;
+  }
+  // 16-bit out: compute in f32, round once at the end.
+  float* c = scratch.take(M * N);
+  if (opt.accumulate) to_f32(c, out, M * N);
+  sgemm_into(c, pa, pb, opt.bias, M, N, K, opt, opt.accumulate);
+  from_f32(out, c, M * N);
+}
+
+void bias_backward(Runtime&, const Tensor& db, const Tensor& dy) {
+  // Parallel over column blocks; each column is summed over all rows in row order (in double),
+  // so the result does not depend on the number of threads.
+  const int64_t R = outer_dim(dy), N = inner_dim(dy);
+  constexpr int64_t kBlock = 32;
+  const int64_t nblocks = (N + kBlock - 1) / kBlock;
+  float* out = db.ptr<float>();
+  dispatch_float(dy.dtype, "bias_backward", [&](auto tag) {
+    using T = decltype(tag);
+    const T* p = dy.ptr<T>();
+#pragma omp parallel for schedule(static) if (R * N > kParallelMin)
+    for (int64_t blk = 0; blk < nblocks; ++blk) {
+      const int64_t c0 = blk * kBlock, c1 = std::min(N, c0 + kBlock);
+      double acc[kBlock] = {};
+      for (int64_t r = 0; r < R; ++r)
+        for (int64_t c = c0; c < c1; ++c) acc[c - c0] += load(p, r * N + c);
+      for (int64_t c = c0; c < c1; ++c) out[c] = float(double(out[c]) + acc[c - c0]);
+    }
+  });
+}
+
+}  // namespace trellis::cpu

@@ -1,0 +1,128 @@
+// CUDA causal self-attention, the unfused reference-speed version: heads permuted into scratch,
+// S = q k^T / sqrt(hd) and the products with P by cuBLAS strided-batched GEMMs (f32 compute), a
+// causal softmax kernel that keeps only the log-sum-exp for backward. Scratch (bytes, es = dtype
+// size, 256-byte alignment of each piece aside):
+//   forward:  4*B*H*T*hd*es + B*H*T*T*(4 + es)
+//   backward: 7*B*H*T*hd*es + B*H*T*4 + B*H*T*T*(4 + es)
+#include <cmath>
+
+#include "core/cuda/cuda_state.h"
+#include "core/cuda/gpu_ops.h"
+#include "core/cuda/kernel_scratch.h"
+#include "core/cuda/launchers.h"
+
+namespace trellis::gpu {
+
+namespace {
+
+cudaDataType_t blas_type(DType t) {
+  switch (t) {
+    case DType::f32: return CUDA_R_32F;
+    case DType::bf16: return CUDA_R_16BF;
+    case DType::f16: return CUDA_R_16F;
+    default: TRELLIS_FATAL("attention: unsupported dtype " + std::string(dtype_name(t)));
+  }
+}
+
+// Column-major strided-batched GEMM with f32 compute (no TF32): C = alpha op(A) op(B) + beta C.
+void gemm(CudaState& st, cublasOperation_t ta, cublasOperation_t tb, int64_t m, int64_t n, int64_t k, float alpha,
+          const void* A, int64_t lda, int64_t stride_a, const void* B, int64_t ldb, int64_t stride_b, DType ab,
+          void* C, int64_t ldc, int64_t stride_c, cudaDataType_t ct, int64_t batch) {
+  float beta = 0.0f;
+  cudaDataType_t at = blas_type(ab);
+  CUBLAS_CHECK(cublasGemmStridedBatchedEx(st.blas, ta, tb, int(m), int(n), int(k), &alpha, A, at, int(lda),
+                                          (long long)stride_a, B, at, int(ldb), (long long)stride_b, &beta, C, ct,
+                                          int(ldc), (long long)stride_c, int(batch), CUBLAS_COMPUTE_32F,
+                                          CUBLAS_GEMM_DEFAULT));
+}
+
+struct Dims {
+  int64_t B, T, C, H, hd, BH;
+  size_t es;
+};
+
+Dims dims_of(const Tensor& qkv, int n_heads) {
+  Dims d{};
+  d.B = qkv.size(0);
+  d.T = qkv.size(1);
+  d.C = qkv.size(2) / 3;
+  d.H = n_heads;
+  d.hd = d.C / n_heads;
+  d.BH = d.B * d.H;
+  d.es = dtype_size(qkv.dtype);
+  return d;
+}
+
+// Row-major S (T, T) = scale * X Y^T per head, as column-major S^T = Y X^T.
+void scores(CudaState& st, float* S, const void* X, const void* Y, const Dims& d, DType t, float scale) {
+  gemm(st, CUBLAS_OP_T, CUBLAS_OP_N, d.T, d.T, d.hd, scale, Y, d.hd, d.T * d.hd, X, d.hd, d.T * d.hd, t, S, d.T,
+       d.T * d.T, CUDA_R_32F, d.BH);
+}
+// Row-major Out (T, hd) = P V per head (P (T, T), V (T, hd)); with p_transposed, Out = P^T V.
+void times_values(CudaState& st, void* Out, const void* P, const void* V, const Dims& d, DType t, bool p_transposed) {
+  gemm(st, CUBLAS_OP_N, p_transposed ? CUBLAS_OP_T : CUBLAS_OP_N, d.hd, d.T, d.T, 1.0f, V, d.hd, d.T * d.hd, P, d.T,
+       d.T * d.T, t, Out, d.hd, d.T * d.hd, blas_type(t), d.BH);
+}
+
+}  // namespace
+
+void attention_forward(Runtime& rt, const Tensor& out, const Tensor& lse, const Tensor& qkv, int n_heads) {
+  CudaState& st = cuda_state(rt);
+  Dims d = dims_of(qkv, n_heads);
+  if (d.B * d.T == 0) return;
+  DType t = qkv.dtype;
+  size_t head_bytes = size_t(d.BH * d.T * d.hd) * d.es, score_cells = size_t(d.BH * d.T * d.T);
+  ScratchPlan plan;
+  size_t q = plan.take(head_bytes), k = plan.take(head_bytes), v = plan.take(head_bytes), o = plan.take(head_bytes);
+  size_t S = plan.take(score_cells * 4), P = plan.take(score_cells * d.es);
+  char* base = static_cast<char*>(rt.scratch(plan.total()));
+  cudaStream_t s = st.compute;
+  int64_t row3 = 3 * d.C;
+  launch_to_heads(s, base + q, qkv.data, row3, 0, t, d.B, d.T, d.H, d.hd);
+  launch_to_heads(s, base + k, qkv.data, row3, d.C, t, d.B, d.T, d.H, d.hd);
+  launch_to_heads(s, base + v, qkv.data, row3, 2 * d.C, t, d.B, d.T, d.H, d.hd);
+  float scale = float(1.0 / std::sqrt(double(d.hd)));
+  float* Sp = reinterpret_cast<float*>(base + S);
+  scores(st, Sp, base + q, base + k, d, t, scale);                         // (B, H, T, T) f32
+  launch_causal_softmax(s, base + P, lse.ptr<float>(), Sp, t, d.BH, d.T);  // P (B, H, T, T), lse (B, H, T)
+  times_values(st, base + o, base + P, base + v, d, t, false);             // (B, H, T, hd)
+  launch_from_heads(s, out.data, d.C, 0, base + o, t, d.B, d.T, d.H, d.hd);
+}
+
+void attention_backward(Runtime& rt, const Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
+                        const Tensor& lse, int n_heads) {
+  CudaState& st = cuda_state(rt);
+  Dims d = dims_of(qkv, n_heads);
+  if (d.B * d.T == 0) return;
+  DType t = qkv.dtype;
+  size_t head_bytes = size_t(d.BH * d.T * d.hd) * d.es, score_cells = size_t(d.BH * d.T * d.T);
+  ScratchPlan plan;
+  size_t q = plan.take(head_bytes), k = plan.take(head_bytes), v = plan.take(head_bytes);
+  size_t dO = plan.take(head_bytes), dQ = plan.take(head_bytes), dK = plan.take(head_bytes),
+         dV = plan.take(head_bytes);
+  size_t D = plan.take(size_t(d.BH * d.T) * 4);
+  size_t S = plan.take(score_cells * 4), P = plan.take(score_cells * d.es);
+  char* base = static_cast<char*>(rt.scratch(plan.total()));
+  cudaStream_t s = st.compute;
+  int64_t row3 = 3 * d.C;
+  launch_to_heads(s, base + q, qkv.data, row3, 0, t, d.B, d.T, d.H, d.hd);
+  launch_to_heads(s, base + k, qkv.data, row3, d.C, t, d.B, d.T, d.H, d.hd);
+  launch_to_heads(s, base + v, qkv.data, row3, 2 * d.C, t, d.B, d.T, d.H, d.hd);
+  launch_to_heads(s, base + dO, dout.data, d.C, 0, t, d.B, d.T, d.H, d.hd);
+  float* Dp = reinterpret_cast<float*>(base + D);
+  launch_attention_rowdot(s, Dp, dout.data, out.data, t, d.B, d.T, d.H, d.hd);  // D = rowsum(dO * O)
+  float scale = float(1.0 / std::sqrt(double(d.hd)));
+  float* Sp = reinterpret_cast<float*>(base + S);
+  scores(st, Sp, base + q, base + k, d, t, scale);
+  launch_causal_probs(s, base + P, Sp, lse.ptr<float>(), t, d.BH, d.T);  // P = exp(S - lse), causal
+  times_values(st, base + dV, base + P, base + dO, d, t, true);           // dV = P^T dO
+  scores(st, Sp, base + dO, base + v, d, t, 1.0f);                        // dP = dO V^T (over S)
+  launch_softmax_backward(s, base + P, Sp, Dp, t, d.BH, d.T, scale);      // dS = P (dP - D) scale (over P)
+  times_values(st, base + dQ, base + P, base + k, d, t, false);           // dQ = dS K
+  times_values(st, base + dK, base + P, base + q, d, t, true);            // dK = dS^T Q
+  launch_from_heads(s, dqkv.data, row3, 0, base + dQ, t, d.B, d.T, d.H, d.hd);
+  launch_from_heads(s, dqkv.data, row3, d.C, base + dK, t, d.B, d.T, d.H, d.hd);
+  launch_from_heads(s, dqkv.data, row3, 2 * d.C, base + dV, t, d.B, d.T, d.H, d.hd);
+}
+
+}  // namespace trellis::gpu

@@ -1,0 +1,136 @@
+// The kernels around attention's batched GEMMs (attention.cpp): head (un)permutes, the causal
+// softmax that writes the log-sum-exp, and the softmax backward.
+#include "core/cuda/kernel_common.cuh"
+#include "core/cuda/launchers.h"
+
+namespace trellis::gpu {
+
+namespace {
+
+constexpr int kWarpsPerBlock = kThreads / 32;
+
+template <typename T>
+__global__ void to_heads_kernel(T* dst, const T* src, int64_t row_stride, int64_t col_offset, int64_t B, int64_t T_,
+                                int64_t H, int64_t hd) {
+  TRELLIS_GRID_STRIDE(i, B * H * T_ * hd) {
+    int64_t d = i % hd, t = (i / hd) % T_, h = (i / (hd * T_)) % H, b = i / (hd * T_ * H);
+    dst[i] = src[(b * T_ + t) * row_stride + col_offset + h * hd + d];
+  }
+}
+
+template <typename T>
+__global__ void from_heads_kernel(T* dst, int64_t row_stride, int64_t col_offset, const T* src, int64_t B,
+                                  int64_t T_, int64_t H, int64_t hd) {
+  TRELLIS_GRID_STRIDE(i, B * H * T_ * hd) {
+    int64_t d = i % hd, t = (i / hd) % T_, h = (i / (hd * T_)) % H, b = i / (hd * T_ * H);
+    dst[(b * T_ + t) * row_stride + col_offset + h * hd + d] = src[i];
+  }
+}
+
+// One warp per score row r = (bh, i); only j <= i take part.
+template <typename T>
+__global__ void causal_softmax_kernel(T* P, float* lse, const float* S, int64_t rows, int64_t T_, bool write_lse) {
+  int64_t r = int64_t(blockIdx.x) * kWarpsPerBlock + (threadIdx.x >> 5);
+  int lane = threadIdx.x & 31;
+  if (r >= rows) return;
+  int64_t i = r % T_;
+  const float* s = S + r * T_;
+  T* p = P + r * T_;
+  float l;
+  if (write_lse) {
+    float m = -INFINITY;
+    for (int64_t j = lane; j <= i; j += 32) m = fmaxf(m, s[j]);
+    m = warp_max(m);
+    float sum = 0.0f;
+    for (int64_t j = lane; j <= i; j += 32) sum += expf(s[j] - m);
+    l = m + logf(warp_sum(sum));
+    if (lane == 0) lse[r] = l;
+  } else {
+    l = lse[r];
+  }
+  for (int64_t j = lane; j < T_; j += 32) p[j] = from_f32<T>(j <= i ? expf(s[j] - l) : 0.0f);
+}
+
+// One warp per (b, h, t): D = sum_d dout * out.
+template <typename T>
+__global__ void rowdot_kernel(float* D, const T* dout, const T* out, int64_t B, int64_t T_, int64_t H, int64_t hd) {
+  int64_t r = int64_t(blockIdx.x) * kWarpsPerBlock + (threadIdx.x >> 5);
+  int lane = threadIdx.x & 31;
+  if (r >= B * H * T_) return;
+  int64_t t = r % T_, h = (r / T_) % H, b = r / (T_ * H);
+  int64_t base = (b * T_ + t) * H * hd + h * hd;
+  float s = 0.0f;
+  for (int64_t d = lane; d < hd; d += 32) s += to_f32(dout[base + d]) * to_f32(out[base + d]);
+  s = warp_sum(s);
+  if (lane == 0) D[r] = s;
+}
+
+template <typename T>
+__global__ void softmax_backward_kernel(T* P_dS, const float* dP, const float* D, int64_t n, int64_t T_, float scale) {
+  TRELLIS_GRID_STRIDE(i, n) {
+    float p = to_f32(P_dS[i]);
+    P_dS[i] = from_f32<T>(p * (dP[i] - D[i / T_]) * scale);
+  }
+}
+
+unsigned warp_rows_grid(int64_t rows) { return unsigned((rows + kWarpsPerBlock - 1) / kWarpsPerBlock); }
+
+}  // namespace
+
+void launch_to_heads(cudaStream_t s, void* dst, const void* src, int64_t row_stride, int64_t col_offset, DType t,
+                     int64_t B, int64_t T_, int64_t H, int64_t hd) {
+  int64_t n = B * H * T_ * hd;
+  if (n == 0) return;
+  TRELLIS_FLOAT_SWITCH(t, E,
+    to_heads_kernel<E><<<grid_for(n), kThreads, 0, s>>>(static_cast<E*>(dst), static_cast<const E*>(src),
+                                                        row_stride, col_offset, B, T_, H, hd));
+  CUDA_CHECK_LAUNCH();
+}
+
+void launch_from_heads(cudaStream_t s, void* dst, int64_t row_stride, int64_t col_offset, const void* src, DType t,
+                       int64_t B, int64_t T_, int64_t H, int64_t hd) {
+  int64_t n = B * H * T_ * hd;
+  if (n == 0) return;
+  TRELLIS_FLOAT_SWITCH(t, E,
+    from_heads_kernel<E><<<grid_for(n), kThreads, 0, s>>>(static_cast<E*>(dst), row_stride, col_offset,
+                                                          static_cast<const E*>(src), B, T_, H, hd));
+  CUDA_CHECK_LAUNCH();
+}
+
+void launch_causal_softmax(cudaStream_t s, void* P, float* lse, const float* S, DType t, int64_t BH, int64_t T_) {
+  int64_t rows = BH * T_;
+  if (rows == 0) return;
+  TRELLIS_FLOAT_SWITCH(t, E,
+    causal_softmax_kernel<E><<<warp_rows_grid(rows), kThreads, 0, s>>>(static_cast<E*>(P), lse, S, rows, T_, true));
+  CUDA_CHECK_LAUNCH();
+}
+
+void launch_causal_probs(cudaStream_t s, void* P, const float* S, const float* lse, DType t, int64_t BH, int64_t T_) {
+  int64_t rows = BH * T_;
+  if (rows == 0) return;
+  TRELLIS_FLOAT_SWITCH(t, E,
+    causal_softmax_kernel<E><<<warp_rows_grid(rows), kThreads, 0, s>>>(static_cast<E*>(P), const_cast<float*>(lse),
+                                                                       S, rows, T_, false));
+  CUDA_CHECK_LAUNCH();
+}
+
+void launch_attention_rowdot(cudaStream_t s, float* D, const void* dout, const void* out, DType t, int64_t B,
+                             int64_t T_, int64_t H, int64_t hd) {
+  int64_t rows = B * H * T_;
+  if (rows == 0) return;
+  TRELLIS_FLOAT_SWITCH(t, E,
+    rowdot_kernel<E><<<warp_rows_grid(rows), kThreads, 0, s>>>(D, static_cast<const E*>(dout),
+                                                               static_cast<const E*>(out), B, T_, H, hd));
+  CUDA_CHECK_LAUNCH();
+}
+
+void launch_softmax_backward(cudaStream_t s, void* P_dS, const float* dP, const float* D, DType t, int64_t BH,
+                             int64_t T_, float scale) {
+  int64_t n = BH * T_ * T_;
+  if (n == 0) return;
+  TRELLIS_FLOAT_SWITCH(t, E,
+    softmax_backward_kernel<E><<<grid_for(n), kThreads, 0, s>>>(static_cast<E*>(P_dS), dP, D, n, T_, scale));
+  CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace trellis::gpu

@@ -1,0 +1,144 @@
+// The CUDA backend's op entry points (except matmul.cpp and attention.cpp): resolve tensors to
+// pointers, dtypes and sizes, take scratch from the runtime, and call the kernel launchers.
+#include "core/cuda/gpu_ops.h"
+
+#include <cmath>
+
+#include "core/cuda/cuda_state.h"
+#include "core/cuda/launchers.h"
+
+namespace trellis::gpu {
+
+void fill(Runtime& rt, const Tensor& x, float value) {
+  launch_fill(compute_stream(rt), x.data, x.dtype, x.numel(), value);
+}
+
+void copy(Runtime& rt, const Tensor& dst, const Tensor& src) {
+  if (dst.nbytes() == 0) return;
+  // The direction follows from the pointers (unified addressing). The copy is ordered on the
+  // compute stream; a copy into host memory is complete once rt.synchronize() returns.
+  CUDA_CHECK(cudaMemcpyAsync(dst.data, src.data, dst.nbytes(), cudaMemcpyDefault, compute_stream(rt)));
+}
+
+void cast(Runtime& rt, const Tensor& out, const Tensor& in) {
+  launch_cast(compute_stream(rt), out.data, out.dtype, in.data, in.dtype, out.numel());
+}
+
+void add(Runtime& rt, const Tensor& out, const Tensor& a, const Tensor& b) {
+  launch_add(compute_stream(rt), out.data, a.data, b.data, out.dtype, out.numel());
+}
+
+void accumulate(Runtime& rt, const Tensor& out, const Tensor& a) {
+  launch_accumulate(compute_stream(rt), out.data, out.dtype, a.data, a.dtype, out.numel());
+}
+
+void scale(Runtime& rt, const Tensor& x, float s) { launch_scale(compute_stream(rt), x.data, x.dtype, x.numel(), s); }
+
+void bias_backward(Runtime& rt, const Tensor& db, const Tensor& dy) {
+  int64_t rows = dy.rows(), cols = dy.cols();
+  if (rows == 0 || cols == 0) return;
+  auto* scratch = static_cast<float*>(rt.scratch(size_t(colsum_chunks(rows) * cols) * sizeof(float)));
+  launch_bias_backward(compute_stream(rt), db.ptr<float>(), dy.data, dy.dtype, rows, cols, scratch);
+}
+
+void layernorm_forward(Runtime& rt, const Tensor& out, const Tensor& mean, const Tensor& rstd, const Tensor& x,
+                       const Tensor& w, const Tensor& b, float eps) {
+  launch_layernorm_forward(compute_stream(rt), out.data, mean.ptr<float>(), rstd.ptr<float>(), x.data, w.data, b.data,
+                           x.dtype, x.rows(), x.cols(), eps);
+}
+
+void layernorm_backward(Runtime& rt, const Tensor& dx, const Tensor& dw, const Tensor& db, const Tensor& dout,
+                        const Tensor& x, const Tensor& w, const Tensor& mean, const Tensor& rstd) {
+  int64_t rows = x.rows(), cols = x.cols();
+  if (rows == 0 || cols == 0) return;
+  auto* scratch = static_cast<float*>(rt.scratch(size_t(2 * colsum_chunks(rows) * cols) * sizeof(float)));
+  launch_layernorm_backward(compute_stream(rt), dx.data, dw.ptr<float>(), db.ptr<float>(), dout.data, x.data, w.data,
+                            mean.ptr<float>(), rstd.ptr<float>(), x.dtype, rows, cols, scratch);
+}
+
+void gelu_forward(Runtime& rt, const Tensor& out, const Tensor& x) {
+  launch_gelu_forward(compute_stream(rt), out.data, x.data, x.dtype, x.numel());
+}
+
+void gelu_backward(Runtime& rt, const Tensor& dx, const Tensor& dout, const Tensor& x) {
+  launch_gelu_backward(compute_stream(rt), dx.data, dout.data, x.data, x.dtype, x.numel());
+}
+
+void softmax_cross_entropy_forward(Runtime& rt, const Tensor& losses, const Tensor& logits, const Tensor& targets,
+                                   int64_t vocab) {
+  launch_cross_entropy(compute_stream(rt), losses.ptr<float>(), nullptr, logits.data, targets.ptr<int32_t>(),
+                       logits.dtype, logits.size(0), logits.size(1), vocab, 0.0f);
+}
+
+void softmax_cross_entropy_backward(Runtime& rt, const Tensor& dlogits, const Tensor& losses, const Tensor& logits,
+                                    const Tensor& targets, int64_t vocab, float dloss) {
+  launch_cross_entropy(compute_stream(rt), losses.ptr<float>(), dlogits.data, logits.data, targets.ptr<int32_t>(),
+                       logits.dtype, logits.size(0), logits.size(1), vocab, dloss);
+}
+
+void embedding_forward(Runtime& rt, const Tensor& out, const Tensor& tokens, const Tensor& wte, const Tensor& wpe) {
+  launch_embedding_forward(compute_stream(rt), out.data, tokens.ptr<int32_t>(), wte.data, wpe.data, wte.dtype,
+                           tokens.size(0), tokens.size(1), wte.size(1));
+}
+
+void embedding_backward(Runtime& rt, const Tensor& dwte, const Tensor& dwpe, const Tensor& dout,
+                        const Tensor& tokens) {
+  int64_t B = tokens.size(0), T = tokens.size(1), C = dwte.size(1), V = dwte.size(0);
+  if (B * T == 0) return;
+  size_t bytes = embedding_backward_scratch_bytes(B * T, V);
+  void* scratch = rt.scratch(bytes);
+  launch_embedding_backward(compute_stream(rt), dwte.ptr<float>(), dwpe.ptr<float>(), dout.data,
+                            tokens.ptr<int32_t>(), dout.dtype, B, T, C, V, scratch, bytes);
+}
+
+namespace {
+DropoutIndex dropout_index(const Tensor& t, float p, const DropoutKey& key) {
+  DropoutIndex k{};
+  k.cols = t.cols() > 0 ? t.cols() : 1;
+  k.global_cols = key.global_cols > 0 ? key.global_cols : k.cols;
+  k.col_offset = key.col_offset;
+  k.seq_local = key.seq_local;
+  k.seq_global = key.seq_global;
+  k.seq_offset = key.seq_offset;
+  k.seed = key.seed;
+  k.stream = key.stream;
+  k.p = p;
+  k.inv_keep = 1.0f / (1.0f - p);
+  return k;
+}
+}  // namespace
+
+void dropout_forward(Runtime& rt, const Tensor& out, const Tensor& x, float p, const DropoutKey& key) {
+  launch_dropout(compute_stream(rt), out.data, x.data, x.dtype, x.numel(), dropout_index(x, p, key));
+}
+
+void dropout_backward(Runtime& rt, const Tensor& dx, const Tensor& dout, float p, const DropoutKey& key) {
+  launch_dropout(compute_stream(rt), dx.data, dout.data, dout.dtype, dout.numel(), dropout_index(dout, p, key));
+}
+
+void adamw_step(Runtime& rt, const Tensor& master, const Tensor& m, const Tensor& v, const Tensor& grad,
+                const Tensor& params_out, const AdamWHyper& h, float grad_scale) {
+  AdamWArgs a{};
+  a.lr = h.lr;
+  a.beta1 = h.beta1;
+  a.beta2 = h.beta2;
+  a.eps = h.eps;
+  a.weight_decay = h.weight_decay;
+  a.bc1 = float(1.0 - std::pow(double(h.beta1), double(h.step)));
+  a.bc2 = float(1.0 - std::pow(double(h.beta2), double(h.step)));
+  a.grad_scale = grad_scale;
+  launch_adamw(compute_stream(rt), master.ptr<float>(), m.ptr<float>(), v.ptr<float>(), grad.ptr<float>(),
+               params_out.defined() ? params_out.data : nullptr, params_out.dtype, master.numel(), a);
+}
+
+void sum_accumulate(Runtime& rt, const Tensor& out, const Tensor& x) {
+  auto* scratch = static_cast<float*>(rt.scratch(kSumPartials * sizeof(float)));
+  launch_sum(compute_stream(rt), out.ptr<float>(), x.data, x.dtype, x.numel(), false, scratch);
+}
+
+void sum_squares_accumulate(Runtime& rt, const Tensor& out, const Tensor& x) {
+  auto* scratch = static_cast<float*>(rt.scratch(kSumPartials * sizeof(float)));
+  launch_sum(compute_stream(rt), out.ptr<float>(), x.data, x.dtype, x.numel(), true, scratch);
+}
+
+}  // namespace trellis::gpu

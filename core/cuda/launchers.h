@@ -1,0 +1,94 @@
+// Kernel launchers: the .cu files (device code, C++17) define them; the host files of core/cuda
+// (gpu_ops.cpp, matmul.cpp, attention.cpp; C++20, they see Runtime and Tensor) call them. Raw
+// pointers, dtypes and sizes only; every launcher enqueues on stream `s` and checks the launch.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "core/dtype.h"
+
+namespace trellis::gpu {
+
+// ---- elementwise.cu ----
+void launch_fill(cudaStream_t s, void* x, DType t, int64_t n, float value);  // float and integer dtypes
+void launch_cast(cudaStream_t s, void* out, DType out_t, const void* in, DType in_t, int64_t n);
+void launch_add(cudaStream_t s, void* out, const void* a, const void* b, DType t, int64_t n);
+void launch_accumulate(cudaStream_t s, void* out, DType out_t, const void* a, DType a_t, int64_t n);
+void launch_scale(cudaStream_t s, void* x, DType t, int64_t n, float factor);
+// out (rows, cols) += bias (cols); sum in f32.
+void launch_bias_add(cudaStream_t s, void* out, DType out_t, const void* bias, DType bias_t, int64_t rows,
+                     int64_t cols);
+void launch_gelu_forward(cudaStream_t s, void* out, const void* x, DType t, int64_t n);
+void launch_gelu_backward(cudaStream_t s, void* dx, const void* dout, const void* x, DType t, int64_t n);
+
+// The layout-independent element index of ops.h's DropoutKey, resolved on the host.
+struct DropoutIndex {
+  int64_t cols, global_cols, col_offset, seq_local, seq_global, seq_offset;
+  uint64_t seed, stream;
+  float p, inv_keep;
+};
+// out = x * keep * inv_keep (out may alias x).
+void launch_dropout(cudaStream_t s, void* out, const void* x, DType t, int64_t n, const DropoutIndex& k);
+
+struct AdamWArgs {
+  float lr, beta1, beta2, eps, weight_decay, bc1, bc2, grad_scale;
+};
+// params_out may be null.
+void launch_adamw(cudaStream_t s, float* master, float* m, float* v, const float* grad, void* params_out,
+                  DType params_t, int64_t n, const AdamWArgs& a);
+
+// ---- norm.cu ----
+// Column reductions (dw, db, bias grads) sum fixed row chunks into f32 partials, then the chunks
+// in order: deterministic. Partials take colsum_chunks(rows) * cols floats per reduced quantity.
+inline int64_t colsum_chunks(int64_t rows) {
+  int64_t c = (rows + 63) / 64;  // at most 64 rows per chunk ...
+  if (c > 256) c = 256;          // ... and at most 256 chunks
+  return c < 1 ? 1 : c;
+}
+void launch_layernorm_forward(cudaStream_t s, void* out, float* mean, float* rstd, const void* x, const void* w,
+                              const void* b, DType t, int64_t rows, int64_t cols, float eps);
+// dx += ..., dw += ..., db += ...; scratch: 2 * colsum_chunks(rows) * cols floats.
+void launch_layernorm_backward(cudaStream_t s, void* dx, float* dw, float* db, const void* dout, const void* x,
+                               const void* w, const float* mean, const float* rstd, DType t, int64_t rows,
+                               int64_t cols, float* scratch);
+// db += column sums of dy; scratch: colsum_chunks(rows) * cols floats.
+void launch_bias_backward(cudaStream_t s, float* db, const void* dy, DType t, int64_t rows, int64_t cols,
+                          float* scratch);
+// out[0] += sum(x) or sum(x^2), in a fixed order; scratch: kSumPartials floats.
+constexpr int kSumPartials = 512;
+void launch_sum(cudaStream_t s, float* out, const void* x, DType t, int64_t n, bool squares, float* scratch);
+
+// ---- attention_kernels.cu: the pieces around the batched GEMMs of attention.cpp ----
+// dst (B, H, T, hd) <- columns [col_offset + h*hd, ...) of src rows (B*T rows of row_stride elements).
+void launch_to_heads(cudaStream_t s, void* dst, const void* src, int64_t row_stride, int64_t col_offset, DType t,
+                     int64_t B, int64_t T, int64_t H, int64_t hd);
+// The inverse: columns [col_offset + h*hd, ...) of dst rows <- src (B, H, T, hd).
+void launch_from_heads(cudaStream_t s, void* dst, int64_t row_stride, int64_t col_offset, const void* src, DType t,
+                       int64_t B, int64_t T, int64_t H, int64_t hd);
+// Forward: per row i of each (T, T) block of S (f32, already scaled), causal softmax over j <= i:
+// lse[i] and P (t, zeros above the diagonal).
+void launch_causal_softmax(cudaStream_t s, void* P, float* lse, const float* S, DType t, int64_t BH, int64_t T);
+// Backward: P = exp(S - lse) on j <= i, else 0.
+void launch_causal_probs(cudaStream_t s, void* P, const float* S, const float* lse, DType t, int64_t BH, int64_t T);
+// D (B, H, T) = rowsum(dout * out) per head; dout, out (B, T, H*hd).
+void launch_attention_rowdot(cudaStream_t s, float* D, const void* dout, const void* out, DType t, int64_t B,
+                             int64_t T, int64_t H, int64_t hd);
+// dS = P * (dP - D) * scale, written over P (t); dP f32.
+void launch_softmax_backward(cudaStream_t s, void* P_dS, const float* dP, const float* D, DType t, int64_t BH,
+                             int64_t T, float scale);
+
+// ---- loss_embed.cu ----
+// losses (N) and, when dlogits is non-null, dlogits = dloss * (softmax - onehot) (padded columns 0;
+// dlogits may alias logits).
+void launch_cross_entropy(cudaStream_t s, float* losses, void* dlogits, const void* logits, const int32_t* targets,
+                          DType t, int64_t N, int64_t Vp, int64_t vocab, float dloss);
+void launch_embedding_forward(cudaStream_t s, void* out, const int32_t* tokens, const void* wte, const void* wpe,
+                              DType t, int64_t B, int64_t T, int64_t C);
+size_t embedding_backward_scratch_bytes(int64_t n_tokens, int64_t vocab);
+void launch_embedding_backward(cudaStream_t s, float* dwte, float* dwpe, const void* dout, const int32_t* tokens,
+                               DType t, int64_t B, int64_t T, int64_t C, int64_t vocab, void* scratch,
+                               size_t scratch_bytes);
+
+}  // namespace trellis::gpu

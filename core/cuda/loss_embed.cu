@@ -1,0 +1,173 @@
+// CUDA softmax cross-entropy (forward, fused forward+backward in place) and the token/position
+// embeddings; embedding backward is deterministic (stable radix sort by token, then each run of
+// equal tokens summed in position order by one warp).
+#include <cub/device/device_radix_sort.cuh>
+
+#include "core/cuda/kernel_common.cuh"
+#include "core/cuda/launchers.h"
+
+namespace trellis::gpu {
+
+namespace {
+
+constexpr int kXentThreads = 512;
+
+// One block per row; an online max/sum over the real vocabulary, then (with dlogits) a second
+// pass that writes the gradient over the whole padded row.
+template <typename T>
+__global__ void cross_entropy_kernel(float* losses, T* dlogits, const T* logits, const int32_t* targets, int64_t Vp,
+                                     int64_t vocab, float dloss) {
+  __shared__ float shared[32];
+  int64_t row = blockIdx.x;
+  const T* x = logits + row * Vp;
+  int32_t tgt = targets[row];
+  bool has_target = tgt >= 0 && tgt < vocab;
+  // Read before any thread may overwrite the row (dlogits may alias logits); the block
+  // reductions below order this read before the second pass.
+  float x_tgt = (threadIdx.x == 0 && has_target) ? to_f32(x[tgt]) : 0.0f;
+  float m = -INFINITY, s = 0.0f;
+  for (int64_t c = threadIdx.x; c < vocab; c += blockDim.x) {
+    float v = to_f32(x[c]);
+    if (v > m) {
+      s = s * expf(m - v) + 1.0f;
+      m = v;
+    } else {
+      s += expf(v - m);
+    }
+  }
+  float M = block_max(m, shared);
+  float S = block_sum(m == -INFINITY ? 0.0f : s * expf(m - M), shared);
+  float lse = M + logf(S);
+  if (threadIdx.x == 0) losses[row] = has_target ? lse - x_tgt : 0.0f;
+  if (!dlogits) return;
+  T* d = dlogits + row * Vp;
+  for (int64_t c = threadIdx.x; c < Vp; c += blockDim.x) {
+    float g = 0.0f;
+    if (has_target && c < vocab) g = dloss * (expf(to_f32(x[c]) - lse) - (c == tgt ? 1.0f : 0.0f));
+    d[c] = from_f32<T>(g);
+  }
+}
+
+template <typename T>
+__global__ void embedding_forward_kernel(T* out, const int32_t* tokens, const T* wte, const T* wpe, int64_t T_,
+                                         int64_t C, int64_t n) {
+  TRELLIS_GRID_STRIDE(i, n) {
+    int64_t row = i / C, c = i % C, t = row % T_;
+    out[i] = from_f32<T>(to_f32(wte[int64_t(tokens[row]) * C + c]) + to_f32(wpe[t * C + c]));
+  }
+}
+
+__global__ void iota_kernel(int32_t* v, int64_t n) {
+  TRELLIS_GRID_STRIDE(i, n) v[i] = int32_t(i);
+}
+
+// One warp per run of equal tokens in the sorted order (the warp at the run's first element);
+// rows are added to dwte in increasing position, the order of a sequential loop.
+template <typename T>
+__global__ void embedding_runs_kernel(float* dwte, const T* dout, const int32_t* sorted_tokens,
+                                      const int32_t* sorted_rows, int64_t n, int64_t C) {
+  int lane = threadIdx.x & 31;
+  int64_t warps = (int64_t(gridDim.x) * blockDim.x) >> 5;
+  for (int64_t k = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) >> 5; k < n; k += warps) {
+    int32_t tok = sorted_tokens[k];
+    if (k > 0 && sorted_tokens[k - 1] == tok) continue;
+    int64_t end = k + 1;
+    while (end < n && sorted_tokens[end] == tok) ++end;
+    float* dst = dwte + int64_t(tok) * C;
+    for (int64_t c = lane; c < C; c += 32) {
+      float acc = dst[c];
+      for (int64_t j = k; j < end; ++j) acc += to_f32(dout[int64_t(sorted_rows[j]) * C + c]);
+      dst[c] = acc;
+    }
+  }
+}
+
+// dwpe[t, c] += sum over b (in order) of dout[b, t, c].
+template <typename T>
+__global__ void position_grad_kernel(float* dwpe, const T* dout, int64_t B, int64_t T_, int64_t C) {
+  TRELLIS_GRID_STRIDE(i, T_ * C) {
+    float acc = dwpe[i];
+    for (int64_t b = 0; b < B; ++b) acc += to_f32(dout[b * T_ * C + i]);
+    dwpe[i] = acc;
+  }
+}
+
+int sort_end_bit(int64_t vocab) {
+  int bits = 1;
+  while (bits < 31 && (int64_t(1) << bits) < vocab) ++bits;
+  return bits;
+}
+
+struct EmbeddingScratch {
+  size_t keys_out, rows_in, rows_out, temp, temp_bytes, total;
+};
+
+EmbeddingScratch embedding_scratch_layout(int64_t n, int64_t vocab) {
+  size_t temp_bytes = 0;
+  CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, temp_bytes, static_cast<const int32_t*>(nullptr),
+                                             static_cast<int32_t*>(nullptr), static_cast<const int32_t*>(nullptr),
+                                             static_cast<int32_t*>(nullptr), int(n), 0, sort_end_bit(vocab)));
+  ScratchCarver c;
+  EmbeddingScratch l{};
+  l.keys_out = c.take(size_t(n) * 4);
+  l.rows_in = c.take(size_t(n) * 4);
+  l.rows_out = c.take(size_t(n) * 4);
+  l.temp = c.take(temp_bytes);
+  l.temp_bytes = temp_bytes;
+  l.total = c.offset;
+  return l;
+}
+
+}  // namespace
+
+void launch_cross_entropy(cudaStream_t s, float* losses, void* dlogits, const void* logits, const int32_t* targets,
+                          DType t, int64_t N, int64_t Vp, int64_t vocab, float dloss) {
+  if (N == 0) return;
+  TRELLIS_FLOAT_SWITCH(t, E,
+    cross_entropy_kernel<E><<<unsigned(N), kXentThreads, 0, s>>>(losses, static_cast<E*>(dlogits),
+                                                                  static_cast<const E*>(logits), targets, Vp, vocab,
+                                                                  dloss));
+  CUDA_CHECK_LAUNCH();
+}
+
+void launch_embedding_forward(cudaStream_t s, void* out, const int32_t* tokens, const void* wte, const void* wpe,
+                              DType t, int64_t B, int64_t T_, int64_t C) {
+  int64_t n = B * T_ * C;
+  if (n == 0) return;
+  TRELLIS_FLOAT_SWITCH(t, E,
+    embedding_forward_kernel<E><<<grid_for(n), kThreads, 0, s>>>(static_cast<E*>(out), tokens,
+                                                                 static_cast<const E*>(wte),
+                                                                 static_cast<const E*>(wpe), T_, C, n));
+  CUDA_CHECK_LAUNCH();
+}
+
+size_t embedding_backward_scratch_bytes(int64_t n_tokens, int64_t vocab) {
+  return embedding_scratch_layout(n_tokens, vocab).total;
+}
+
+void launch_embedding_backward(cudaStream_t s, float* dwte, float* dwpe, const void* dout, const int32_t* tokens,
+                               DType t, int64_t B, int64_t T_, int64_t C, int64_t vocab, void* scratch,
+                               size_t scratch_bytes) {
+  int64_t n = B * T_;
+  if (n == 0) return;
+  EmbeddingScratch l = embedding_scratch_layout(n, vocab);
+  TRELLIS_CHECK(scratch_bytes >= l.total, "embedding_backward: scratch too small");
+  ScratchCarver c{0, static_cast<char*>(scratch)};
+  int32_t* keys_out = c.at<int32_t>(l.keys_out);
+  int32_t* rows_in = c.at<int32_t>(l.rows_in);
+  int32_t* rows_out = c.at<int32_t>(l.rows_out);
+  iota_kernel<<<grid_for(n), kThreads, 0, s>>>(rows_in, n);
+  CUDA_CHECK_LAUNCH();
+  size_t temp_bytes = l.temp_bytes;
+  // LSD radix sort is stable: equal tokens keep increasing row (= position) order.
+  CUDA_CHECK(cub::DeviceRadixSort::SortPairs(c.at<void>(l.temp), temp_bytes, tokens, keys_out, rows_in, rows_out,
+                                             int(n), 0, sort_end_bit(vocab), s));
+  TRELLIS_FLOAT_SWITCH(t, E,
+    embedding_runs_kernel<E><<<grid_for(n * 32), kThreads, 0, s>>>(dwte, static_cast<const E*>(dout), keys_out,
+                                                                   rows_out, n, C);
+    CUDA_CHECK_LAUNCH();
+    position_grad_kernel<E><<<grid_for(T_ * C), kThreads, 0, s>>>(dwpe, static_cast<const E*>(dout), B, T_, C));
+  CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace trellis::gpu

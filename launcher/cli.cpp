@@ -1,0 +1,63 @@
+// Command-line parsing for train_gpt; bad usage is a UserError with one line.
+#include "launcher/cli.h"
+
+#include <string_view>
+
+#include "core/error.h"
+
+namespace trellis {
+
+std::string usage() {
+  return "usage: train_gpt CONFIG.toml [--set section.key=value]... [--dump-grads DIR]\n"
+         "       train_gpt --config-doc\n"
+         "\n"
+         "  CONFIG.toml             the run's configuration (see docs/config.md)\n"
+         "  --set section.key=value override one config key (repeatable; also --set=section.key=value)\n"
+         "  --dump-grads DIR        write the gradients of the first step to DIR\n"
+         "  --config-doc            print the configuration reference (docs/config.md) and exit\n"
+         "  --help                  print this help and exit\n"
+         "\n"
+         "Launch: train_gpt run.toml (one process), mpirun -np N train_gpt run.toml, srun train_gpt run.toml\n";
+}
+
+CliArgs parse_cli(int argc, char** argv) {
+  CliArgs a;
+  const std::string hint = " (see train_gpt --help)";
+  // The value of an option given as "--opt value" or "--opt=value".
+  auto value_of = [&](std::string_view opt, std::string_view arg, int& i) -> std::string {
+    if (arg.size() > opt.size()) return std::string(arg.substr(opt.size() + 1));
+    if (i + 1 >= argc) throw UserError(std::string(opt) + ": missing value" + hint);
+    return argv[++i];
+  };
+  auto is_opt = [](std::string_view arg, std::string_view opt) {
+    return arg == opt || (arg.size() > opt.size() && arg.substr(0, opt.size()) == opt &&
+                          arg[opt.size()] == '=');
+  };
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view arg = argv[i];
+    if (arg == "--help" || arg == "-h") {
+      a.help = true;
+    } else if (arg == "--config-doc") {
+      a.print_config_doc = true;
+    } else if (is_opt(arg, "--set")) {
+      std::string item = value_of("--set", arg, i);
+      if (item.find('=') == std::string::npos)
+        throw UserError("--set " + item + ": expected section.key=value");
+      a.overrides.push_back(std::move(item));
+    } else if (is_opt(arg, "--dump-grads")) {
+      a.dump_grads_dir = value_of("--dump-grads", arg, i);
+      if (a.dump_grads_dir.empty()) throw UserError("--dump-grads: missing directory" + hint);
+    } else if (arg.size() > 1 && arg[0] == '-') {
+      throw UserError("unknown option " + std::string(arg) + hint);
+    } else if (!a.config_path.empty()) {
+      throw UserError("more than one config file: " + a.config_path + " and " + std::string(arg) + hint);
+    } else {
+      a.config_path = arg;
+    }
+  }
+  if (a.config_path.empty() && !a.help && !a.print_config_doc)
+    throw UserError("missing the config file: train_gpt CONFIG.toml [--set section.key=value]..." + hint);
+  return a;
+}
+
+}  // namespace trellis

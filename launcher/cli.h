@@ -1,0 +1,22 @@
+// Command-line parsing for train_gpt:
+//   train_gpt CONFIG.toml [--set section.key=value]... [--dump-grads DIR] [--config-doc] [--help]
+#pragma once
+#include <string>
+#include <vector>
+
+namespace trellis {
+
+struct CliArgs {
+  std::string config_path;
+  std::vector<std::string> overrides;  // "section.key=value", in command-line order
+  bool print_config_doc = false;       // print docs/config.md and exit
+  std::string dump_grads_dir;          // write gradients after the first step here; empty = off
+  bool help = false;
+};
+
+// Throws UserError (one line) on bad usage. With --help or --config-doc no config is required.
+CliArgs parse_cli(int argc, char** argv);
+// The --help text (several lines, ends with a newline).
+std::string usage();
+
+}  // namespace trellis

@@ -1,0 +1,203 @@
+// The config key table (section, key, type, field, default from Config{}, doc, allowed values)
+// and the helpers that describe keys and their values.
+#include "launcher/config_keys.h"
+
+#include <charconv>
+#include <cmath>
+#include <cstdio>
+
+#include "core/error.h"
+
+namespace trellis::config_keys {
+namespace {
+
+using T = KeyType;
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+#define TRELLIS_FIELD(sec, key) [](Config& c) -> void* { return &c.sec.key; }
+
+const Section kSections[] = {
+    {"model", "The GPT architecture."},
+    {"parallel", "How ranks are laid out; data-parallel size = world / (tensor x pipeline)."},
+    {"train", "The training loop: device, precision, batch sizes, steps."},
+    {"optimizer", "AdamW with linear warm-up and cosine decay from lr to min_lr."},
+    {"zero", "ZeRO sharding of optimizer state, gradients and parameters."},
+    {"fp16", "Dynamic loss scaling, used when train.precision = \"fp16\"."},
+    {"data", "Where training tokens come from."},
+    {"log", "Console log, metrics file and validation."},
+};
+
+// clang-format off
+const std::vector<KeySpec> kKeys = {
+  {"model", "vocab_size", T::Int, TRELLIS_FIELD(model, vocab_size), "Vocabulary size (padded to a multiple of 128 internally).", {}, 1},
+  {"model", "seq_len", T::Int, TRELLIS_FIELD(model, seq_len), "Context length in tokens (learned positions).", {}, 1},
+  {"model", "n_layers", T::Int, TRELLIS_FIELD(model, n_layers), "Number of transformer blocks.", {}, 1},
+  {"model", "n_heads", T::Int, TRELLIS_FIELD(model, n_heads), "Attention heads per block; must divide d_model.", {}, 1},
+  {"model", "d_model", T::Int, TRELLIS_FIELD(model, d_model), "Hidden size.", {}, 1},
+  {"model", "dropout", T::Float, TRELLIS_FIELD(model, dropout), "Residual and embedding dropout probability.", {}, 0, false, 1, true},
+
+  {"parallel", "tensor", T::Int, TRELLIS_FIELD(parallel, tensor), "Tensor-parallel size (ranks that split each layer).", {}, 1},
+  {"parallel", "pipeline", T::Int, TRELLIS_FIELD(parallel, pipeline), "Pipeline-parallel size (stages).", {}, 1},
+  {"parallel", "sequence_parallel", T::Bool, TRELLIS_FIELD(parallel, sequence_parallel), "Split layernorm/dropout activations along the sequence over the tensor group.", {}},
+  {"parallel", "schedule", T::String, TRELLIS_FIELD(parallel, schedule), "Pipeline schedule.", {"gpipe", "1f1b", "interleaved"}},
+  {"parallel", "virtual_stages", T::Int, TRELLIS_FIELD(parallel, virtual_stages), "Model chunks per pipeline rank (interleaved schedule).", {}, 1},
+
+  {"train", "device", T::String, TRELLIS_FIELD(train, device), "auto = the GPU when there is one, else the CPU.", {"auto", "cpu", "cuda"}},
+  {"train", "precision", T::String, TRELLIS_FIELD(train, precision), "Compute precision; auto = bf16 on a GPU, fp32 on the CPU.", {"auto", "fp32", "bf16", "fp16"}},
+  {"train", "micro_batch", T::Int, TRELLIS_FIELD(train, micro_batch), "Sequences per micro-batch per data-parallel rank.", {}, 1},
+  {"train", "global_batch", T::Int, TRELLIS_FIELD(train, global_batch), "Sequences per optimizer step; 0 = micro_batch x data-parallel size.", {}, 0},
+  {"train", "steps", T::Int, TRELLIS_FIELD(train, steps), "Optimizer steps to run.", {}, 1},
+  {"train", "seed", T::Int, TRELLIS_FIELD(train, seed), "Seed for initialization, data and dropout.", {}, 0},
+  {"train", "checkpointing", T::String, TRELLIS_FIELD(train, checkpointing), "Activation checkpointing (recompute in backward).", {"none", "full", "selective"}},
+  {"train", "deterministic", T::Bool, TRELLIS_FIELD(train, deterministic), "GPU: use only bitwise-reproducible algorithms.", {}},
+  {"train", "grad_clip", T::Float, TRELLIS_FIELD(train, grad_clip), "Clip the global gradient norm to this; 0 = off.", {}, 0},
+  {"train", "cpu_threads", T::Int, TRELLIS_FIELD(train, cpu_threads), "OpenMP threads for the CPU backend; 0 = OpenMP default.", {}, 0},
+
+  {"optimizer", "lr", T::Float, TRELLIS_FIELD(optimizer, lr), "Peak learning rate (after warm-up); must be >= min_lr.", {}, 0},
+  {"optimizer", "min_lr", T::Float, TRELLIS_FIELD(optimizer, min_lr), "Learning rate at the end of the cosine decay.", {}, 0},
+  {"optimizer", "warmup_steps", T::Int, TRELLIS_FIELD(optimizer, warmup_steps), "Linear warm-up steps.", {}, 0},
+  {"optimizer", "beta1", T::Float, TRELLIS_FIELD(optimizer, beta1), "AdamW first-moment decay.", {}, 0, false, 1, true},
+  {"optimizer", "beta2", T::Float, TRELLIS_FIELD(optimizer, beta2), "AdamW second-moment decay.", {}, 0, false, 1, true},
+  {"optimizer", "eps", T::Float, TRELLIS_FIELD(optimizer, eps), "AdamW epsilon.", {}, 0, true},
+  {"optimizer", "weight_decay", T::Float, TRELLIS_FIELD(optimizer, weight_decay), "Decoupled weight decay (matrices only, not biases or norms).", {}, 0},
+
+  {"zero", "stage", T::Int, TRELLIS_FIELD(zero, stage), "0 = replicate; 1 = shard optimizer state; 2 = + gradients; 3 = + parameters.", {}, 0, false, 3},
+
+  {"fp16", "initial_scale_power", T::Int, TRELLIS_FIELD(fp16, initial_scale_power), "Initial loss scale = 2^this.", {}, 0, false, 64},
+  {"fp16", "loss_scale_window", T::Int, TRELLIS_FIELD(fp16, loss_scale_window), "Overflow-free steps before the scale doubles.", {}, 1},
+  {"fp16", "hysteresis", T::Int, TRELLIS_FIELD(fp16, hysteresis), "Overflows tolerated before the scale halves.", {}, 1},
+  {"fp16", "min_scale", T::Float, TRELLIS_FIELD(fp16, min_scale), "The loss scale never drops below this.", {}, 0, true},
+
+  {"data", "source", T::String, TRELLIS_FIELD(data, source), "synthetic = a learnable token task; random = uniform tokens.", {"synthetic", "random"}},
+
+  {"log", "every", T::Int, TRELLIS_FIELD(log, every), "A log line every N steps.", {}, 1},
+  {"log", "metrics_file", T::String, TRELLIS_FIELD(log, metrics_file), "Write metrics as JSON lines to this file (rank 0); empty = none.", {}},
+  {"log", "val_every", T::Int, TRELLIS_FIELD(log, val_every), "Validate every N steps; 0 = off.", {}, 0},
+  {"log", "val_batches", T::Int, TRELLIS_FIELD(log, val_batches), "Micro-batches per validation.", {}, 1},
+};
+// clang-format on
+
+#undef TRELLIS_FIELD
+
+std::string number_text(double v) {
+  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
+  if (std::isnan(v)) return "nan";
+  // The shortest text that reads back exactly, in fixed notation unless scientific is much shorter
+  // (0.0006 rather than 6e-04, but 1e-08 rather than 0.00000001).
+  char fixed[400], sci[64];
+  auto f = std::to_chars(fixed, fixed + sizeof(fixed), v, std::chars_format::fixed);
+  auto e = std::to_chars(sci, sci + sizeof(sci), v, std::chars_format::scientific);
+  if (f.ec == std::errc() && f.ptr - fixed <= (e.ptr - sci) + 2) return std::string(fixed, f.ptr);
+  return std::string(sci, e.ptr);
+}
+
+std::string join(const std::vector<std::string>& items) {
+  std::string s;
+  for (const auto& i : items) s += (s.empty() ? "" : ", ") + i;
+  return s;
+}
+
+}  // namespace
+
+std::span<const Section> sections() { return kSections; }
+std::span<const KeySpec> keys() { return kKeys; }
+
+const KeySpec* find_key(std::string_view section, std::string_view name) {
+  for (const auto& k : kKeys)
+    if (section == k.section && name == k.name) return &k;
+  return nullptr;
+}
+
+bool is_section(std::string_view section) {
+  for (const auto& s : kSections)
+    if (section == s.name) return true;
+  return false;
+}
+
+const char* type_name(KeyType t) {
+  switch (t) {
+    case KeyType::Int: return "integer";
+    case KeyType::Float: return "float";
+    case KeyType::Bool: return "boolean";
+    case KeyType::String: return "string";
+  }
+  return "?";
+}
+
+std::string allowed_text(const KeySpec& k) {
+  if (!k.choices.empty()) return join(k.choices);
+  if (k.type == KeyType::Bool) return "true, false";
+  const bool has_min = k.min != -kInf, has_max = k.max != kInf;
+  if (has_min && has_max) {
+    if (k.type == KeyType::Int) return number_text(k.min) + " to " + number_text(k.max);
+    return std::string("in ") + (k.min_exclusive ? "(" : "[") + number_text(k.min) + ", " +
+           number_text(k.max) + (k.max_exclusive ? ")" : "]");
+  }
+  if (has_min) return std::string(k.min_exclusive ? "> " : ">= ") + number_text(k.min);
+  if (has_max) return std::string(k.max_exclusive ? "< " : "<= ") + number_text(k.max);
+  return "";
+}
+
+std::string toml_value(const KeySpec& k, const Config& c) {
+  Config& m = const_cast<Config&>(c);  // field() is shared by readers and writers
+  switch (k.type) {
+    case KeyType::Int: return std::to_string(k.int_ref(m));
+    case KeyType::Bool: return k.bool_ref(m) ? "true" : "false";
+    case KeyType::Float: {
+      std::string s = number_text(k.float_ref(m));
+      if (s.find_first_of(".eni") == std::string::npos) s += ".0";  // stays a TOML float
+      return s;
+    }
+    case KeyType::String: {
+      std::string s = "\"";
+      for (unsigned char ch : k.string_ref(m)) {
+        if (ch == '"' || ch == '\\') {
+          s += '\\';
+          s += static_cast<char>(ch);
+        } else if (ch < 0x20 || ch == 0x7f) {
+          char buf[8];
+          std::snprintf(buf, sizeof(buf), "\\u%04x", ch);
+          s += buf;
+        } else {
+          s += static_cast<char>(ch);
+        }
+      }
+      return s + "\"";
+    }
+  }
+  return "";
+}
+
+std::string key_list(std::string_view section) {
+  std::vector<std::string> names;
+  for (const auto& k : kKeys)
+    if (section == k.section) names.push_back(k.name);
+  return join(names);
+}
+
+std::string section_list() {
+  std::vector<std::string> names;
+  for (const auto& s : kSections) names.push_back(s.name);
+  return join(names);
+}
+
+void check_allowed(const KeySpec& k, const Config& c, const std::string& where) {
+  Config& m = const_cast<Config&>(c);
+  bool ok = true;
+  if (k.type == KeyType::String) {
+    if (!k.choices.empty()) {
+      ok = false;
+      for (const auto& choice : k.choices) ok = ok || choice == k.string_ref(m);
+    }
+  } else if (k.type == KeyType::Int || k.type == KeyType::Float) {
+    const double v = k.type == KeyType::Int ? static_cast<double>(k.int_ref(m)) : k.float_ref(m);
+    ok = std::isfinite(v) || (k.type == KeyType::Int);
+    ok = ok && (k.min_exclusive ? v > k.min : v >= k.min);
+    ok = ok && (k.max_exclusive ? v < k.max : v <= k.max);
+  }
+  if (!ok)
+    throw UserError(where + ": " + k.full_name() + " = " + toml_value(k, c) +
+                    " is not allowed (allowed: " + allowed_text(k) + ")");
+}
+
+}  // namespace trellis::config_keys

@@ -1,0 +1,62 @@
+// Metrics as JSON lines: JsonObject builds one object, MetricsFile appends one per line.
+#pragma once
+#include <concepts>
+#include <cstdint>
+#include <cstdio>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace trellis {
+
+// A JSON object built key by key, in insertion order. Doubles are written with "%.17g" so they
+// read back exactly; NaN and infinities become null. Keys are not checked for duplicates.
+class JsonObject {
+ public:
+  JsonObject& add(std::string_view key, double v);
+  JsonObject& add(std::string_view key, int64_t v);
+  JsonObject& add(std::string_view key, bool v);
+  JsonObject& add(std::string_view key, std::string_view v);
+  JsonObject& add(std::string_view key, const char* v) { return add(key, std::string_view(v)); }
+  JsonObject& add(std::string_view key, const std::vector<int64_t>& v);
+  JsonObject& add(std::string_view key, const std::vector<double>& v);
+  JsonObject& add(std::string_view key, const JsonObject& v);
+  // Other integer types (int, size_t, ...), which would otherwise be ambiguous.
+  template <std::integral I>
+    requires(!std::same_as<I, bool> && !std::same_as<I, int64_t>)
+  JsonObject& add(std::string_view key, I v) {
+    return add(key, static_cast<int64_t>(v));
+  }
+
+  std::string str() const { return "{" + body_ + "}"; }
+  bool empty() const { return body_.empty(); }
+
+ private:
+  void add_key(std::string_view key);
+  std::string body_;
+};
+
+// "text" with JSON escapes, quotes included.
+std::string json_quote(std::string_view s);
+// A double as JSON: "%.17g", or null for NaN and infinities.
+std::string json_number(double v);
+
+// One JSON object per line, flushed after each. An empty path disables it (write does nothing).
+class MetricsFile {
+ public:
+  // Creates missing parent directories. Throws UserError
+  // "log.metrics_file = <path>: cannot open for writing: <reason>".
+  explicit MetricsFile(const std::string& path);
+  ~MetricsFile();
+  MetricsFile(const MetricsFile&) = delete;
+  MetricsFile& operator=(const MetricsFile&) = delete;
+
+  bool enabled() const { return file_ != nullptr; }
+  void write(const JsonObject& obj);
+
+ private:
+  std::string path_;
+  std::FILE* file_ = nullptr;
+};
+
+}  // namespace trellis

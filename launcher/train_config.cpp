@@ -1,0 +1,279 @@
+// Loading a run's config: TOML file -> --set overrides -> validation, each error one line naming
+// the file, the key and what is allowed; plus the resolved config as TOML and docs/config.md.
+#include "launcher/train_config.h"
+
+#include <cerrno>
+#include <charconv>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "core/error.h"
+#include "launcher/config_keys.h"
+
+#if __has_include(<toml++/toml.hpp>)
+#include <toml++/toml.hpp>
+#else
+#include <toml++/toml.h>  // Debian 12's TOML++ 3.3 ships this name only
+#endif
+
+namespace trellis {
+namespace {
+
+using config_keys::KeySpec;
+using config_keys::KeyType;
+
+std::string node_type_name(const toml::node& n) {
+  switch (n.type()) {
+    case toml::node_type::string: return "string";
+    case toml::node_type::integer: return "integer";
+    case toml::node_type::floating_point: return "float";
+    case toml::node_type::boolean: return "boolean";
+    case toml::node_type::table: return "table";
+    case toml::node_type::array: return "array";
+    case toml::node_type::date: return "date";
+    case toml::node_type::time: return "time";
+    case toml::node_type::date_time: return "date-time";
+    default: return "value";
+  }
+}
+
+// "string \"4\"", "float 2.5", "table": how a wrong-typed value is shown in a message.
+std::string describe_node(const toml::node& n) {
+  std::ostringstream s;
+  if (n.is_table() || n.is_array()) return node_type_name(n);
+  s << node_type_name(n) << ' ';
+  if (n.is_string()) return s.str() + '"' + n.as_string()->get() + '"';
+  n.visit([&](auto&& v) { s << toml::toml_formatter{v}; });
+  return s.str();
+}
+
+// Assigns a TOML value to a key, converting integers to floats where the key is a float.
+void assign_node(const KeySpec& k, const toml::node& n, Config& c, const std::string& where) {
+  auto wrong = [&]() {
+    const char* article = k.type == KeyType::Int ? "an " : "a ";
+    return UserError(where + ": " + k.full_name() + " must be " + article +
+                     config_keys::type_name(k.type) + ", got " + describe_node(n));
+  };
+  switch (k.type) {
+    case KeyType::Int:
+      if (!n.is_integer()) throw wrong();
+      k.int_ref(c) = n.as_integer()->get();
+      break;
+    case KeyType::Float:
+      if (n.is_integer()) k.float_ref(c) = static_cast<double>(n.as_integer()->get());
+      else if (n.is_floating_point()) k.float_ref(c) = n.as_floating_point()->get();
+      else throw wrong();
+      break;
+    case KeyType::Bool:
+      if (!n.is_boolean()) throw wrong();
+      k.bool_ref(c) = n.as_boolean()->get();
+      break;
+    case KeyType::String:
+      if (!n.is_string()) throw wrong();
+      k.string_ref(c) = n.as_string()->get();
+      break;
+  }
+  config_keys::check_allowed(k, c, where);
+}
+
+std::string read_file(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))
+    throw UserError(path + ": cannot read config file: it is a directory");
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw UserError(path + ": cannot read config file: " + std::strerror(errno));
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+void apply_table(const toml::table& root, Config& c, const std::string& path) {
+  for (auto&& [section_key, section_node] : root) {
+    const std::string section(section_key.str());
+    if (!config_keys::is_section(section)) {
+      const char* what = section_node.is_table() ? "unknown section [" : "unknown top-level key ";
+      throw UserError(path + ": " + what + section + (section_node.is_table() ? "]" : "") +
+                      " (known sections: " + config_keys::section_list() + ")");
+    }
+    const toml::table* table = section_node.as_table();
+    if (table == nullptr)
+      throw UserError(path + ": " + section + " must be a table ([" + section + "]), got " +
+                      describe_node(section_node));
+    for (auto&& [key, node] : *table) {
+      const KeySpec* k = config_keys::find_key(section, key.str());
+      if (k == nullptr)
+        throw UserError(path + ": unknown key " + section + "." + std::string(key.str()) +
+                        " (known keys in [" + section + "]: " + config_keys::key_list(section) + ")");
+      assign_node(*k, node, c, path);
+    }
+  }
+}
+
+// Applies one "section.key=value" override, converting the text by the key's type.
+void apply_override(const std::string& item, Config& c) {
+  const std::string where = "--set " + item;
+  const size_t eq = item.find('=');
+  const size_t dot = item.find('.');
+  if (eq == std::string::npos || dot == std::string::npos || dot > eq)
+    throw UserError(where + ": expected section.key=value");
+  const std::string section = item.substr(0, dot), name = item.substr(dot + 1, eq - dot - 1);
+  std::string value = item.substr(eq + 1);
+  if (!config_keys::is_section(section))
+    throw UserError(where + ": unknown section [" + section +
+                    "] (known sections: " + config_keys::section_list() + ")");
+  const KeySpec* k = config_keys::find_key(section, name);
+  if (k == nullptr)
+    throw UserError(where + ": unknown key " + section + "." + name + " (known keys in [" +
+                    section + "]: " + config_keys::key_list(section) + ")");
+  const char* first = value.data();
+  const char* last = value.data() + value.size();
+  switch (k->type) {
+    case KeyType::Int: {
+      int64_t v = 0;
+      auto r = std::from_chars(first, last, v);
+      if (value.empty() || r.ec != std::errc() || r.ptr != last)
+        throw UserError(where + ": not an integer");
+      k->int_ref(c) = v;
+      break;
+    }
+    case KeyType::Float: {
+      errno = 0;
+      char* end = nullptr;
+      const double v = std::strtod(value.c_str(), &end);
+      if (value.empty() || end != value.c_str() + value.size() || errno == ERANGE || !std::isfinite(v))
+        throw UserError(where + ": not a number");
+      k->float_ref(c) = v;
+      break;
+    }
+    case KeyType::Bool:
+      if (value != "true" && value != "false") throw UserError(where + ": not a boolean (true or false)");
+      k->bool_ref(c) = value == "true";
+      break;
+    case KeyType::String:
+      if (value.size() >= 2 && value.front() == '"' && value.back() == '"')
+        value = value.substr(1, value.size() - 2);  // quotes are optional
+      k->string_ref(c) = value;
+      break;
+  }
+  config_keys::check_allowed(*k, c, where);
+}
+
+// Checks that involve more than one key.
+void validate_relations(const Config& c) {
+  const std::string& p = c.path;
+  if (c.model.d_model % c.model.n_heads != 0)
+    throw UserError(p + ": model.n_heads = " + std::to_string(c.model.n_heads) +
+                    " does not divide model.d_model = " + std::to_string(c.model.d_model));
+  if (c.optimizer.lr < c.optimizer.min_lr) {
+    const auto* lr = config_keys::find_key("optimizer", "lr");
+    const auto* min_lr = config_keys::find_key("optimizer", "min_lr");
+    throw UserError(p + ": optimizer.lr = " + config_keys::toml_value(*lr, c) +
+                    " is less than optimizer.min_lr = " + config_keys::toml_value(*min_lr, c) +
+                    " (allowed: lr >= min_lr >= 0)");
+  }
+}
+
+std::string not_built(const Config& c, const std::string& key, const std::string& value,
+                      const std::string& allowed) {
+  return c.path + ": " + key + " = " + value + ": not implemented yet in this build (allowed: " +
+         allowed + ")";
+}
+
+}  // namespace
+
+Config load_config(const std::string& path, const std::vector<std::string>& overrides) {
+  Config c;
+  c.path = path;
+  const std::string text = read_file(path);
+  toml::table root;
+  try {
+    root = toml::parse(text, path);
+  } catch (const toml::parse_error& e) {
+    const auto& where = e.source().begin;
+    throw UserError(path + ":" + std::to_string(where.line) + ":" + std::to_string(where.column) +
+                    ": TOML syntax error: " + std::string(e.description()));
+  }
+  apply_table(root, c, path);
+  for (const auto& item : overrides) apply_override(item, c);
+  validate_relations(c);
+  return c;
+}
+
+void validate_for_world(const Config& c, int world_size) {
+  const auto& par = c.parallel;
+  if (par.tensor != 1) throw UserError(not_built(c, "parallel.tensor", std::to_string(par.tensor), "1"));
+  if (par.pipeline != 1) throw UserError(not_built(c, "parallel.pipeline", std::to_string(par.pipeline), "1"));
+  if (par.sequence_parallel) throw UserError(not_built(c, "parallel.sequence_parallel", "true", "false"));
+  if (par.virtual_stages != 1)
+    throw UserError(not_built(c, "parallel.virtual_stages", std::to_string(par.virtual_stages), "1"));
+  if (c.zero.stage != 0) throw UserError(not_built(c, "zero.stage", std::to_string(c.zero.stage), "0"));
+
+  const BatchLayout b = resolve_batch(c, world_size);  // checks the layout and batch arithmetic
+  if (b.data != 1)
+    throw UserError(c.path + ": data parallelism (world size " + std::to_string(world_size) +
+                    " = " + std::to_string(b.data) +
+                    " data-parallel ranks): not implemented yet in this build (allowed: 1 process)");
+}
+
+BatchLayout resolve_batch(const Config& c, int world_size) {
+  const int64_t model_ranks = c.parallel.tensor * c.parallel.pipeline;
+  if (world_size < 1 || world_size % model_ranks != 0)
+    throw UserError(c.path + ": world size " + std::to_string(world_size) +
+                    " is not a multiple of parallel.tensor (" + std::to_string(c.parallel.tensor) +
+                    ") x parallel.pipeline (" + std::to_string(c.parallel.pipeline) +
+                    ") = " + std::to_string(model_ranks));
+  BatchLayout b;
+  b.data = world_size / model_ranks;
+  const int64_t per_step = c.train.micro_batch * b.data;
+  b.global_batch = c.train.global_batch == 0 ? per_step : c.train.global_batch;
+  if (b.global_batch % per_step != 0)
+    throw UserError(c.path + ": train.global_batch = " + std::to_string(b.global_batch) +
+                    " is not a multiple of train.micro_batch (" + std::to_string(c.train.micro_batch) +
+                    ") x data-parallel size (" + std::to_string(b.data) + ") = " + std::to_string(per_step));
+  b.accumulation = b.global_batch / per_step;
+  return b;
+}
+
+std::string config_to_toml(const Config& c) {
+  std::string out;
+  for (const auto& s : config_keys::sections()) {
+    out += std::string(out.empty() ? "" : "\n") + "[" + s.name + "]\n";
+    for (const auto& k : config_keys::keys())
+      if (std::string_view(k.section) == s.name)
+        out += std::string(k.name) + " = " + config_keys::toml_value(k, c) + "\n";
+  }
+  return out;
+}
+
+std::string config_reference_markdown() {
+  const Config defaults;
+  std::string out =
+      "# Trellis configuration reference\n\n"
+      "<!-- Generated from the key table in launcher/config_keys.cpp; do not edit by hand.\n"
+      "     Regenerate: build/train_gpt --config-doc > docs/config.md -->\n\n"
+      "A run is described by one TOML file with the sections below. Every key is optional and\n"
+      "has the default shown. Any key can be overridden on the command line:\n\n"
+      "    train_gpt run.toml --set train.steps=100 --set train.precision=fp32\n\n"
+      "Values given with `--set` are converted by the key's type (strings need no quotes;\n"
+      "booleans are `true`/`false`). Unknown sections or keys, wrong types and values outside\n"
+      "the allowed range are errors, reported in one line naming the file and the key.\n";
+  for (const auto& s : config_keys::sections()) {
+    out += std::string("\n## [") + s.name + "]\n\n" + s.doc + "\n\n";
+    out += "| Key | Type | Default | Allowed | Description |\n";
+    out += "|-----|------|---------|---------|-------------|\n";
+    for (const auto& k : config_keys::keys()) {
+      if (std::string_view(k.section) != s.name) continue;
+      const std::string allowed = config_keys::allowed_text(k);
+      out += std::string("| `") + k.name + "` | " + config_keys::type_name(k.type) + " | `" +
+             config_keys::toml_value(k, defaults) + "` | " + (allowed.empty() ? "any" : allowed) +
+             " | " + k.doc + " |\n";
+    }
+  }
+  return out;
+}
+
+}  // namespace trellis

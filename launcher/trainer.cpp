@@ -1,0 +1,350 @@
+// The training loop of train_gpt on one device: micro-batches with gradient accumulation, one
+// host synchronization per step (loss and gradient norm), clipping, AdamW, fp16 loss scaling,
+// validation, log lines and JSON metrics.
+#include "launcher/trainer.h"
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <vector>
+
+#include "core/error.h"
+#include "core/nvtx.h"
+#include "core/ops.h"
+#include "launcher/lr_schedule.h"
+#include "launcher/metrics.h"
+#include "models/data.h"
+#include "models/gpt.h"
+#include "parallel/zero/loss_scaler.h"
+#include "parallel/zero/optimizer.h"
+
+namespace trellis {
+
+namespace {
+
+struct Resolved {
+  Device device;
+  DType dtype;
+  std::string precision;
+  GPTConfig model;
+  int64_t accumulation = 1;  // micro-batches per step on this rank
+};
+
+Resolved resolve(const Config& cfg, const LaunchInfo& launch) {
+  Resolved r;
+  const int gpus = cuda_device_count();
+  const std::string& dev = cfg.train.device;
+  if (dev == "cuda" && gpus == 0)
+    throw UserError(cfg.path + ": train.device = cuda but no CUDA device is available" +
+                    (built_with_cuda() ? "" : " (this build has no CUDA backend)") + " (allowed here: auto, cpu)");
+  const bool use_gpu = dev == "cuda" || (dev == "auto" && gpus > 0);
+  if (use_gpu && launch.local_rank >= gpus)
+    throw UserError(cfg.path + ": local rank " + std::to_string(launch.local_rank) + " needs a GPU but this node has " +
+                    std::to_string(gpus));
+  r.device = use_gpu ? Device::CUDA(launch.local_rank) : Device::CPU();
+  r.precision = cfg.train.precision == "auto" ? (use_gpu ? "bf16" : "fp32") : cfg.train.precision;
+  parse_dtype(r.precision, r.dtype);
+  r.model.vocab_size = cfg.model.vocab_size;
+  r.model.seq_len = cfg.model.seq_len;
+  r.model.n_layers = cfg.model.n_layers;
+  r.model.n_heads = cfg.model.n_heads;
+  r.model.d_model = cfg.model.d_model;
+  r.model.dropout = float(cfg.model.dropout);
+  r.model.dtype = r.dtype;
+  r.model.checkpointing = cfg.train.checkpointing == "full"        ? Checkpointing::full
+                          : cfg.train.checkpointing == "selective" ? Checkpointing::selective
+                                                                   : Checkpointing::none;
+  const int64_t data = launch.world;  // tensor = pipeline = 1 in this build
+  const int64_t global = cfg.train.global_batch > 0 ? cfg.train.global_batch : cfg.train.micro_batch * data;
+  r.accumulation = global / (cfg.train.micro_batch * data);
+  return r;
+}
+
+std::string with_commas(int64_t n) {
+  std::string s = std::to_string(n), out;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (i && (s.size() - i) % 3 == 0) out += ',';
+    out += s[i];
+  }
+  return out;
+}
+
+// Copies host token arrays into device tensors through pinned staging.
+class BatchLoader {
+ public:
+  BatchLoader(Runtime& rt, const SyntheticDataset& data, int64_t B, int64_t T)
+      : rt_(rt), data_(data), B_(B), T_(T),
+        staging_(rt.host_allocator(), size_t(2 * B * T) * 4, "batch staging"),
+        device_(rt.allocator(), size_t(2 * B * T) * 4, "batch tokens") {}
+
+  // Loads samples [first, first + B) and returns (inputs, targets) on the device.
+  std::pair<Tensor, Tensor> load(DataSplit split, int64_t first) {
+    rt_.synchronize();  // the previous batch may still be read from the staging buffer
+    data_.batch(split, first, B_, in_, tg_);
+    Tensor sin = staging_.tensor(DType::i32, {B_, T_}), stg = staging_.tensor(DType::i32, {B_, T_}, size_t(B_ * T_) * 4);
+    std::copy(in_.begin(), in_.end(), sin.ptr<int32_t>());
+    std::copy(tg_.begin(), tg_.end(), stg.ptr<int32_t>());
+    Tensor din = device_.tensor(DType::i32, {B_, T_}), dtg = device_.tensor(DType::i32, {B_, T_}, size_t(B_ * T_) * 4);
+    copy(rt_, din, sin);
+    copy(rt_, dtg, stg);
+    return {din, dtg};
+  }
+
+ private:
+  Runtime& rt_;
+  const SyntheticDataset& data_;
+  int64_t B_, T_;
+  Buffer staging_, device_;
+  std::vector<int32_t> in_, tg_;
+};
+
+// Reads a device f32 scalar (synchronizes).
+float read_scalar(Runtime& rt, const Tensor& t) {
+  float v = 0;
+  copy(rt, Tensor(&v, DType::f32, Device::CPU(), {1}), t);
+  rt.synchronize();
+  return v;
+}
+
+// For a non-finite gradient: the first parameter (in forward order) whose gradient is not finite.
+std::string first_nonfinite_parameter(Runtime& rt, ParameterStore& ps, const Tensor& scratch) {
+  for (const Parameter& p : ps.all()) {
+    fill(rt, scratch, 0.0f);
+    sum_squares_accumulate(rt, scratch, p.grad);
+    if (!std::isfinite(read_scalar(rt, scratch))) return p.spec.name;
+  }
+  return "(none: the overflow is in the loss itself)";
+}
+
+}  // namespace
+
+void run_training(const Config& cfg, const LaunchInfo& launch) {
+  const Resolved res = resolve(cfg, launch);
+  const bool main_rank = launch.rank == 0;
+  RuntimeOptions ro;
+  ro.device = res.device;
+  ro.deterministic = cfg.train.deterministic;
+  ro.cpu_threads = int(cfg.train.cpu_threads);
+  Runtime rt(ro);
+  MetricsFile metrics(main_rank ? cfg.log.metrics_file : "");
+
+  const GPTConfig& mc = res.model;
+  const int64_t B = cfg.train.micro_batch, T = mc.seq_len;
+  GPT model(rt, mc, B);
+  model.initialize(uint64_t(cfg.train.seed));
+  ZeroOptimizer optimizer(rt, model.params());
+  LossScalerConfig lsc;
+  lsc.enabled = res.dtype == DType::f16;
+  lsc.initial_scale = std::ldexp(1.0, int(cfg.fp16.initial_scale_power));
+  lsc.window = cfg.fp16.loss_scale_window;
+  lsc.hysteresis = cfg.fp16.hysteresis;
+  lsc.min_scale = cfg.fp16.min_scale;
+  LossScaler scaler(lsc);
+  SyntheticDataset data(cfg.data.source, mc.vocab_size, T, uint64_t(cfg.train.seed));
+  BatchLoader loader(rt, data, B, T);
+
+  const int64_t stored = model.params().numel();
+  const size_t param_bytes = size_t(stored) * dtype_size(mc.dtype), grad_bytes = size_t(stored) * 4;
+  const size_t state_bytes = param_bytes + grad_bytes + optimizer.state_bytes();
+  const ActivationBytes act = GPT::activation_bytes(mc, B, T);
+  const int64_t global_batch = B * res.accumulation * launch.world;
+  const double tokens_per_step = double(global_batch * T);
+  if (main_rank) {
+    std::printf("trellis: %s, %s, layout tensor 1 x pipeline 1 x data %d, ZeRO stage 0\n", rt.device_name().c_str(),
+                res.precision.c_str(), launch.world);
+    std::printf("model: %lld layers, %lld heads, d_model %lld, seq %lld, vocab %lld (padded to %lld)\n",
+                (long long)mc.n_layers, (long long)mc.n_heads, (long long)mc.d_model, (long long)T,
+                (long long)mc.vocab_size, (long long)mc.padded_vocab());
+    std::printf("parameters: %s (vocabulary padding adds %s; %s stored)\n", with_commas(mc.parameter_count()).c_str(),
+                with_commas((mc.padded_vocab() - mc.vocab_size) * mc.d_model).c_str(), with_commas(stored).c_str());
+    std::printf("batch: global %lld = micro %lld x accumulation %lld x data %d; %lld tokens per step\n",
+                (long long)global_batch, (long long)B, (long long)res.accumulation, launch.world,
+                (long long)tokens_per_step);
+    std::printf("memory: model state %s (params %s + grads %s + optimizer %s), activations %s kept + %s workspace "
+                "(checkpointing %s)\n",
+                format_bytes(state_bytes).c_str(), format_bytes(param_bytes).c_str(), format_bytes(grad_bytes).c_str(),
+                format_bytes(optimizer.state_bytes()).c_str(), format_bytes(act.kept).c_str(),
+                format_bytes(act.work).c_str(), cfg.train.checkpointing.c_str());
+    std::fflush(stdout);
+    JsonObject layout;
+    layout.add("tensor", int64_t(1)).add("pipeline", int64_t(1)).add("data", int64_t(launch.world));
+    JsonObject start;
+    start.add("event", "start").add("layout", layout).add("zero_stage", int64_t(0));
+    start.add("params_per_rank", std::vector<int64_t>(size_t(launch.world), stored));
+    start.add("model_state_bytes_per_rank", std::vector<int64_t>(size_t(launch.world), int64_t(state_bytes)));
+    start.add("parameters", mc.parameter_count()).add("device", rt.device_name()).add("precision", res.precision);
+    start.add("global_batch", global_batch).add("seq_len", T).add("steps", cfg.train.steps);
+    start.add("activation_bytes_planned", int64_t(act.total()));
+    metrics.write(start);
+  }
+
+  Buffer scalars(rt.allocator(), 3 * 4, "step scalars");
+  Tensor loss_sum = scalars.tensor(DType::f32, {1}), norm_sq = scalars.tensor(DType::f32, {1}, 4);
+  Tensor probe = scalars.tensor(DType::f32, {1}, 8);
+  const double peak = rt.peak_flops();
+  rt.allocator().reset_peak();
+  for (int64_t step = 1; step <= cfg.train.steps; ++step) {
+    NvtxRange step_range("train_step");
+    const auto t0 = std::chrono::steady_clock::now();
+    model.params().zero_grads();
+    fill(rt, loss_sum, 0.0f);
+    const float loss_scale = scaler.scale();
+    const float dloss = float(loss_scale / tokens_per_step);
+    for (int64_t m = 0; m < res.accumulation; ++m) {
+      StepContext ctx;
+      ctx.seed = uint64_t(cfg.train.seed);
+      ctx.step = step;
+      ctx.sample_offset = (step - 1) * global_batch + (m * launch.world + launch.rank) * B;
+      auto [tokens, targets] = loader.load(DataSplit::train, ctx.sample_offset);
+      model.forward_backward(ctx, tokens, targets, dloss, loss_sum);
+    }
+    fill(rt, norm_sq, 0.0f);
+    sum_squares_accumulate(rt, norm_sq, model.params().flat_grads());
+    float host[2];
+    copy(rt, Tensor(host, DType::f32, Device::CPU(), {2}), scalars.tensor(DType::f32, {2}));
+    rt.synchronize();
+    const double loss = double(host[0]) / tokens_per_step;
+    const double norm = std::sqrt(double(host[1])) / loss_scale;
+    const bool finite = std::isfinite(loss) && std::isfinite(norm);
+    if (!finite && !lsc.enabled)
+      throw UserError("step " + std::to_string(step) + ": non-finite " + (std::isfinite(loss) ? "gradient norm" : "loss") +
+                      "; first non-finite gradient in " + first_nonfinite_parameter(rt, model.params(), probe) +
+                      " (try a lower optimizer.lr, train.precision = \"fp32\", or a smaller optimizer.warmup_steps)");
+    const bool apply = scaler.update(!finite);
+    const double lr = learning_rate(step, cfg.train.steps, cfg.optimizer.warmup_steps, cfg.optimizer.lr, cfg.optimizer.min_lr);
+    if (apply) {
+      const double clip = cfg.train.grad_clip > 0 && norm > cfg.train.grad_clip ? cfg.train.grad_clip / norm : 1.0;
+      AdamWHyper h;
+      h.lr = float(lr);
+      h.beta1 = float(cfg.optimizer.beta1);
+      h.beta2 = float(cfg.optimizer.beta2);
+      h.eps = float(cfg.optimizer.eps);
+      h.weight_decay = float(cfg.optimizer.weight_decay);
+      h.step = step - scaler.skipped();
+      optimizer.step(h, float(clip / loss_scale));
+    } else if (main_rank && scaler.at_minimum()) {
+      std::printf("warning: step %lld overflowed with the loss scale at its minimum (%g): fp16 cannot represent "
+                  "these gradients; use train.precision = \"bf16\" or lower optimizer.lr\n",
+                  (long long)step, double(loss_scale));
+    }
+    rt.synchronize();
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double tokens_per_s = tokens_per_step / seconds;
+    const double mfu = peak > 0 ? tokens_per_s * mc.flops_per_token() / (peak * launch.world) : 0.0;
+    const size_t peak_mem = rt.allocator().stats().peak;
+    if (main_rank) {
+      JsonObject rec;
+      rec.add("step", step).add("loss", loss).add("lr", lr).add("grad_norm", norm);
+      if (lsc.enabled) rec.add("loss_scale", double(loss_scale)).add("skipped", !apply);
+      rec.add("tokens_per_s", tokens_per_s).add("step_ms", seconds * 1e3).add("peak_mem_bytes", int64_t(peak_mem));
+      if (peak > 0) rec.add("mfu", mfu);
+      metrics.write(rec);
+      if (step % cfg.log.every == 0 || step == 1 || step == cfg.train.steps) {
+        std::printf("step %5lld/%lld | loss %.4f | lr %.2e | norm %.3f |", (long long)step, (long long)cfg.train.steps,
+                    loss, lr, norm);
+        if (lsc.enabled) std::printf(" scale %g (skipped %lld) |", double(loss_scale), (long long)scaler.skipped());
+        std::printf(" %.0f tok/s |", tokens_per_s);
+        if (peak > 0) std::printf(" MFU %.1f%% |", 100.0 * mfu);
+        std::printf(" %.1f ms | peak %s\n", seconds * 1e3, format_bytes(peak_mem).c_str());
+        std::fflush(stdout);
+      }
+    }
+    if (cfg.log.val_every > 0 && (step % cfg.log.val_every == 0 || step == cfg.train.steps)) {
+      NvtxRange r("validation");
+      fill(rt, loss_sum, 0.0f);
+      for (int64_t v = 0; v < cfg.log.val_batches; ++v) {
+        StepContext ctx;
+        ctx.seed = uint64_t(cfg.train.seed);
+        ctx.step = step;
+        ctx.sample_offset = (v * launch.world + launch.rank) * B;
+        ctx.training = false;
+        auto [tokens, targets] = loader.load(DataSplit::val, ctx.sample_offset);
+        model.forward_loss(ctx, tokens, targets, loss_sum);
+      }
+      const double val = double(read_scalar(rt, loss_sum)) / double(cfg.log.val_batches * B * T * launch.world);
+      if (main_rank) {
+        JsonObject rec;
+        rec.add("step", step).add("split", "val").add("loss", val);
+        metrics.write(rec);
+        std::printf("step %5lld/%lld | val loss %.4f\n", (long long)step, (long long)cfg.train.steps, val);
+        std::fflush(stdout);
+      }
+    }
+  }
+  if (main_rank) {
+    std::printf("done: %lld steps; activation arenas peaked at %s; device memory peak %s\n", (long long)cfg.train.steps,
+                format_bytes(model.activation_peak()).c_str(), format_bytes(rt.allocator().stats().peak).c_str());
+  }
+}
+
+void dump_gradients(const Config& cfg, const LaunchInfo& launch, const std::string& dir) {
+  Resolved res = resolve(cfg, launch);
+  RuntimeOptions ro;
+  ro.device = res.device;
+  Runtime rt(ro);
+  GPTConfig mc = res.model;
+  const int64_t B = cfg.train.micro_batch, T = mc.seq_len;
+  GPT model(rt, mc, B);
+  model.initialize(uint64_t(cfg.train.seed));
+  SyntheticDataset data(cfg.data.source, mc.vocab_size, T, uint64_t(cfg.train.seed));
+  BatchLoader loader(rt, data, B, T);
+  Buffer scalar(rt.allocator(), 4, "loss");
+  Tensor loss_sum = scalar.tensor(DType::f32, {1});
+  fill(rt, loss_sum, 0.0f);
+  StepContext ctx;
+  ctx.seed = uint64_t(cfg.train.seed);
+  ctx.step = 1;
+  auto [tokens, targets] = loader.load(DataSplit::train, 0);
+  model.params().zero_grads();
+  model.forward_backward(ctx, tokens, targets, float(1.0 / double(B * T)), loss_sum);
+  const double loss = double(read_scalar(rt, loss_sum)) / double(B * T);
+
+  std::filesystem::create_directories(dir);
+  auto write_f32 = [&](const std::string& name, const Tensor& src) {
+    std::vector<float> host(size_t(src.numel()));
+    Tensor h(host.data(), DType::f32, Device::CPU(), src.shape);
+    if (src.dtype == DType::f32) {
+      copy(rt, h, src);
+    } else {
+      Buffer tmp(rt.allocator(), size_t(src.numel()) * 4, "dump");
+      Tensor t = tmp.tensor(DType::f32, src.shape);
+      cast(rt, t, src);
+      copy(rt, h, t);
+    }
+    rt.synchronize();
+    std::ofstream(dir + "/" + name, std::ios::binary).write(reinterpret_cast<const char*>(host.data()), std::streamsize(host.size() * 4));
+  };
+  auto write_i32 = [&](const std::string& name, const Tensor& src) {
+    std::vector<int32_t> host(size_t(src.numel()));
+    copy(rt, Tensor(host.data(), DType::i32, Device::CPU(), src.shape), src);
+    rt.synchronize();
+    std::ofstream(dir + "/" + name, std::ios::binary).write(reinterpret_cast<const char*>(host.data()), std::streamsize(host.size() * 4));
+  };
+  write_f32("params.f32", model.params().flat_values());
+  write_f32("grads.f32", model.params().flat_grads());
+  write_i32("tokens.i32", tokens);
+  write_i32("targets.i32", targets);
+  JsonObject config, batch, root;
+  config.add("vocab_size", mc.vocab_size).add("padded_vocab", mc.padded_vocab()).add("seq_len", mc.seq_len);
+  config.add("n_layers", mc.n_layers).add("n_heads", mc.n_heads).add("d_model", mc.d_model).add("dropout", double(mc.dropout));
+  batch.add("B", B).add("T", T);
+  std::string params = "[";
+  for (const Parameter& p : model.params().all()) {
+    JsonObject o;
+    std::vector<int64_t> shape;
+    for (int i = 0; i < p.spec.shape.rank; ++i) shape.push_back(p.spec.shape[i]);
+    o.add("name", p.spec.name).add("shape", shape).add("offset", p.offset);
+    if (params.size() > 1) params += ',';
+    params += o.str();
+  }
+  params += "]";
+  root.add("config", config).add("batch", batch).add("loss", loss);
+  std::string text = root.str();
+  text.insert(text.size() - 1, ",\"params\":" + params);
+  std::ofstream(dir + "/model.json") << text << "\n";
+  std::printf("wrote %s: loss %.6f over %lld tokens\n", dir.c_str(), loss, (long long)(B * T));
+}
+
+}  // namespace trellis

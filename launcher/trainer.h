@@ -1,0 +1,22 @@
+// The single-program training loop: model, optimizer, loss scaling, schedule, data, metrics.
+#pragma once
+#include <string>
+
+#include "launcher/train_config.h"
+
+namespace trellis {
+
+struct LaunchInfo {
+  int rank = 0, world = 1, local_rank = 0;
+};
+
+// Trains as the config says. Throws UserError for problems the user can act on (including a
+// non-finite loss, naming the step and the first parameter where it appeared).
+void run_training(const Config& cfg, const LaunchInfo& launch);
+
+// One forward+backward of the first micro-batch of step 1 in fp32, written to `dir` for the
+// PyTorch parity check (bench/torch_gpt.py reads it): model.json, params.f32, grads.f32,
+// tokens.i32, targets.i32.
+void dump_gradients(const Config& cfg, const LaunchInfo& launch, const std::string& dir);
+
+}  // namespace trellis

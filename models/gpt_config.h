@@ -1,0 +1,37 @@
+// The shape of a GPT-2 model and how it runs (compute dtype, dropout, activation checkpointing).
+#pragma once
+#include <cstdint>
+
+#include "core/dtype.h"
+
+namespace trellis {
+
+enum class Checkpointing { none, full, selective };
+
+constexpr int64_t kVocabPadMultiple = 128;  // whatever the layout, so results do not depend on it
+
+struct GPTConfig {
+  int64_t vocab_size = 50257;
+  int64_t seq_len = 1024;
+  int64_t n_layers = 12;
+  int64_t n_heads = 12;
+  int64_t d_model = 768;
+  float dropout = 0.0f;
+  DType dtype = DType::f32;  // parameters and activations; statistics and gradients are f32
+  Checkpointing checkpointing = Checkpointing::none;
+
+  int64_t padded_vocab() const { return (vocab_size + kVocabPadMultiple - 1) / kVocabPadMultiple * kVocabPadMultiple; }
+  int64_t head_dim() const { return d_model / n_heads; }
+  // Parameters of the model as published (no vocabulary padding), tied embedding counted once.
+  int64_t parameter_count() const {
+    int64_t C = d_model;
+    int64_t per_layer = 2 * C + (3 * C * C + 3 * C) + (C * C + C) + 2 * C + (4 * C * C + 4 * C) + (4 * C * C + C);
+    return vocab_size * C + seq_len * C + n_layers * per_layer + 2 * C;
+  }
+  // Model FLOPs per trained token: 6N + 12 L C T (REFERENCE.md), N = parameter_count().
+  double flops_per_token() const {
+    return 6.0 * double(parameter_count()) + 12.0 * double(n_layers * d_model * seq_len);
+  }
+};
+
+}  // namespace trellis

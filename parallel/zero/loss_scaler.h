@@ -1,0 +1,34 @@
+// Dynamic loss scaling for fp16 (the defaults users know from DeepSpeed and Megatron): on an
+// overflow the step is skipped and, once `hysteresis` overflows have been seen, the scale is
+// halved (not below the minimum); after `window` clean steps in a row it doubles.
+#pragma once
+#include <cstdint>
+
+namespace trellis {
+
+struct LossScalerConfig {
+  bool enabled = false;  // fp16 only; otherwise the scale stays 1
+  double initial_scale = 65536.0;
+  int64_t window = 1000;
+  int64_t hysteresis = 2;
+  double min_scale = 1.0;
+};
+
+class LossScaler {
+ public:
+  explicit LossScaler(const LossScalerConfig& c);
+  float scale() const { return float(scale_); }
+  // Records whether this step's gradients overflowed; returns true if the step may be applied.
+  bool update(bool overflow);
+  int64_t skipped() const { return skipped_; }
+  bool at_minimum() const { return scale_ <= cfg_.min_scale; }
+
+ private:
+  LossScalerConfig cfg_;
+  double scale_;
+  int64_t clean_steps_ = 0;
+  int64_t hysteresis_left_;
+  int64_t skipped_ = 0;
+};
+
+}  // namespace trellis

@@ -1,0 +1,536 @@
+// CUDA against CPU, op by op, for f32, bf16 and f16: the same seeded inputs on both backends,
+// results compared with a tolerance per dtype (dropout masks exactly); determinism of the GPU's
+// embedding and layer-norm backward (two runs bitwise equal); the caching allocator's statistics.
+// Every test skips itself when no CUDA device is visible.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/alloc.h"
+#include "core/ops.h"
+#include "core/runtime.h"
+
+namespace trellis {
+namespace {
+
+// A host tensor that owns its bytes.
+struct HostTensor {
+  std::vector<unsigned char> bytes;
+  Tensor t;
+  HostTensor(DType d, Shape s) : bytes(size_t(s.numel()) * dtype_size(d)), t(bytes.data(), d, Device::CPU(), s) {}
+  HostTensor(const HostTensor&) = delete;
+  HostTensor& operator=(const HostTensor&) = delete;
+  HostTensor(HostTensor&& o) noexcept : bytes(std::move(o.bytes)), t(o.t) { t.data = bytes.data(); }
+  HostTensor& operator=(HostTensor&& o) noexcept {
+    bytes = std::move(o.bytes);
+    t = o.t;
+    t.data = bytes.data();
+    return *this;
+  }
+  int64_t numel() const { return t.numel(); }
+  float get(int64_t i) const {
+    switch (t.dtype) {
+      case DType::f32: return t.ptr<float>()[i];
+      case DType::bf16: return to_float(t.ptr<bf16_t>()[i]);
+      case DType::f16: return to_float(t.ptr<f16_t>()[i]);
+      case DType::i32: return float(t.ptr<int32_t>()[i]);
+      default: return 0.0f;
+    }
+  }
+  void set(int64_t i, float v) {
+    switch (t.dtype) {
+      case DType::f32: t.ptr<float>()[i] = v; break;
+      case DType::bf16: t.ptr<bf16_t>()[i] = to_bf16(v); break;
+      case DType::f16: t.ptr<f16_t>()[i] = to_f16(v); break;
+      case DType::i32: t.ptr<int32_t>()[i] = int32_t(v); break;
+      default: break;
+    }
+  }
+};
+
+// A device tensor that owns its memory.
+struct DeviceTensor {
+  Buffer buf;
+  Tensor t;
+};
+
+HostTensor random_host(DType d, Shape s, uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
+  HostTensor h(d, s);
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<float> u(lo, hi);
+  for (int64_t i = 0; i < h.numel(); ++i) h.set(i, u(gen));
+  return h;
+}
+
+HostTensor clone(const HostTensor& h) {
+  HostTensor c(h.t.dtype, h.t.shape);
+  c.bytes = h.bytes;
+  c.t.data = c.bytes.data();
+  return c;
+}
+
+struct Tolerance {
+  float abs, rel;
+};
+Tolerance tolerance(DType d, float factor = 1.0f) {
+  switch (d) {
+    case DType::bf16: return {1e-2f * factor, 1e-2f * factor};  // 8-bit mantissa: 1 ulp = 0.4%
+    case DType::f16: return {2e-3f * factor, 2e-3f * factor};   // 11-bit mantissa
+    default: return {1e-4f * factor, 1e-4f * factor};          // f32: only summation order differs
+  }
+}
+
+// |gpu - cpu| <= abs * max(1, max|cpu|) + rel * |cpu| for every element.
+void expect_close(const HostTensor& gpu, const HostTensor& cpu, Tolerance tol, const std::string& what) {
+  ASSERT_EQ(gpu.numel(), cpu.numel()) << what;
+  float max_ref = 0.0f;
+  for (int64_t i = 0; i < cpu.numel(); ++i) max_ref = std::max(max_ref, std::fabs(cpu.get(i)));
+  float abs_tol = tol.abs * std::max(1.0f, max_ref);
+  int64_t bad = 0, first = -1;
+  float worst = 0.0f;
+  for (int64_t i = 0; i < cpu.numel(); ++i) {
+    float g = gpu.get(i), c = cpu.get(i), err = std::fabs(g - c);
+    if (!(err <= abs_tol + tol.rel * std::fabs(c))) {
+      if (first < 0) first = i;
+      ++bad;
+    }
+    if (err > worst || std::isnan(err)) worst = err;
+  }
+  EXPECT_EQ(bad, 0) << what << ": " << bad << " of " << cpu.numel() << " elements differ; first at " << first
+                    << " (gpu " << (first >= 0 ? gpu.get(first) : 0.0f) << ", cpu "
+                    << (first >= 0 ? cpu.get(first) : 0.0f) << "), max error " << worst << ", max |cpu| " << max_ref;
+}
+
+void expect_bitwise(const HostTensor& a, const HostTensor& b, const std::string& what) {
+  ASSERT_EQ(a.bytes.size(), b.bytes.size()) << what;
+  EXPECT_TRUE(std::memcmp(a.bytes.data(), b.bytes.data(), a.bytes.size()) == 0) << what << ": runs differ";
+}
+
+const DType kFloatTypes[] = {DType::f32, DType::bf16, DType::f16};
+
+class Parity : public ::testing::TestWithParam<DType> {
+ protected:
+  static void SetUpTestSuite() {
+    if (cuda_device_count() == 0) return;
+    cpu_ = new Runtime(RuntimeOptions{});
+    RuntimeOptions g;
+    g.device = Device::CUDA(0);
+    g.deterministic = true;
+    gpu_ = new Runtime(g);
+  }
+  static void TearDownTestSuite() {
+    delete gpu_;
+    delete cpu_;
+    gpu_ = nullptr;
+    cpu_ = nullptr;
+  }
+  void SetUp() override {
+    if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  }
+
+  Runtime& cpu() { return *cpu_; }
+  Runtime& gpu() { return *gpu_; }
+  DType dt() const { return GetParam(); }
+
+  DeviceTensor to_device(const HostTensor& h) {
+    DeviceTensor d;
+    d.buf = Buffer(gpu().allocator(), h.bytes.size(), "parity test tensor");
+    d.t = d.buf.tensor(h.t.dtype, h.t.shape);
+    copy(gpu(), d.t, h.t);
+    return d;
+  }
+  HostTensor to_host(const DeviceTensor& d) {
+    HostTensor h(d.t.dtype, d.t.shape);
+    copy(gpu(), h.t, d.t);
+    gpu().synchronize();
+    return h;
+  }
+  DeviceTensor device_empty(DType d, Shape s) {
+    DeviceTensor t;
+    t.buf = Buffer(gpu().allocator(), size_t(s.numel()) * dtype_size(d), "parity test tensor");
+    t.t = t.buf.tensor(d, s);
+    return t;
+  }
+
+  static Runtime* cpu_;
+  static Runtime* gpu_;
+};
+Runtime* Parity::cpu_ = nullptr;
+Runtime* Parity::gpu_ = nullptr;
+
+TEST_P(Parity, FillCastAddAccumulateScale) {
+  Shape s{7, 129};
+  HostTensor a = random_host(dt(), s, 1), b = random_host(dt(), s, 2);
+  DeviceTensor ga = to_device(a), gb = to_device(b);
+
+  HostTensor f(dt(), s);
+  DeviceTensor gf = device_empty(dt(), s);
+  fill(cpu(), f.t, 0.375f);
+  fill(gpu(), gf.t, 0.375f);
+  expect_bitwise(to_host(gf), f, "fill");
+
+  for (DType to : kFloatTypes) {
+    HostTensor c(to, s);
+    DeviceTensor gc = device_empty(to, s);
+    cast(cpu(), c.t, a.t);
+    cast(gpu(), gc.t, ga.t);
+    expect_close(to_host(gc), c, tolerance(to), "cast to " + std::string(dtype_name(to)));
+  }
+
+  HostTensor sum(dt(), s);
+  DeviceTensor gsum = device_empty(dt(), s);
+  add(cpu(), sum.t, a.t, b.t);
+  add(gpu(), gsum.t, ga.t, gb.t);
+  expect_close(to_host(gsum), sum, tolerance(dt()), "add");
+
+  // accumulate into f32 (gradient buffers) and into the tensor's own dtype
+  HostTensor acc32 = random_host(DType::f32, s, 3);
+  DeviceTensor gacc32 = to_device(acc32);
+  accumulate(cpu(), acc32.t, a.t);
+  accumulate(gpu(), gacc32.t, ga.t);
+  expect_close(to_host(gacc32), acc32, tolerance(DType::f32), "accumulate into f32");
+  HostTensor accd = clone(b);
+  DeviceTensor gaccd = to_device(b);
+  accumulate(cpu(), accd.t, a.t);
+  accumulate(gpu(), gaccd.t, ga.t);
+  expect_close(to_host(gaccd), accd, tolerance(dt()), "accumulate");
+
+  HostTensor sc = clone(a);
+  DeviceTensor gsc = to_device(a);
+  scale(cpu(), sc.t, -1.75f);
+  scale(gpu(), gsc.t, -1.75f);
+  expect_close(to_host(gsc), sc, tolerance(dt()), "scale");
+}
+
+TEST_P(Parity, CopyRoundTrip) {
+  HostTensor a = random_host(dt(), {1000}, 4);
+  DeviceTensor ga = to_device(a);
+  DeviceTensor gb = device_empty(dt(), {1000});
+  copy(gpu(), gb.t, ga.t);
+  expect_bitwise(to_host(gb), a, "host -> device -> device -> host");
+}
+
+TEST_P(Parity, Gelu) {
+  Shape s{16, 250};
+  HostTensor x = random_host(dt(), s, 5, -4.0f, 4.0f), dy = random_host(dt(), s, 6);
+  DeviceTensor gx = to_device(x), gdy = to_device(dy);
+  HostTensor y(dt(), s), dx(dt(), s);
+  DeviceTensor gy = device_empty(dt(), s), gdx = device_empty(dt(), s);
+  gelu_forward(cpu(), y.t, x.t);
+  gelu_forward(gpu(), gy.t, gx.t);
+  expect_close(to_host(gy), y, tolerance(dt()), "gelu_forward");
+  gelu_backward(cpu(), dx.t, dy.t, x.t);
+  gelu_backward(gpu(), gdx.t, gdy.t, gx.t);
+  expect_close(to_host(gdx), dx, tolerance(dt()), "gelu_backward");
+}
+
+TEST_P(Parity, DropoutMasksMatchExactly) {
+  Shape s{6, 40};
+  HostTensor x = random_host(dt(), s, 7, 0.5f, 1.5f);  // no zeros: a zero output means "dropped"
+  DeviceTensor gx = to_device(x);
+  DropoutKey plain{1234, 99};
+  DropoutKey shard{77, 5};
+  shard.global_cols = 100;
+  shard.col_offset = 7;
+  shard.seq_local = 3;
+  shard.seq_global = 8;
+  shard.seq_offset = 2;
+  for (const DropoutKey& key : {plain, shard}) {
+    HostTensor y(dt(), s), dxh(dt(), s);
+    DeviceTensor gy = device_empty(dt(), s), gdx = device_empty(dt(), s);
+    dropout_forward(cpu(), y.t, x.t, 0.3f, key);
+    dropout_forward(gpu(), gy.t, gx.t, 0.3f, key);
+    HostTensor hy = to_host(gy);
+    int64_t mismatched = 0, dropped = 0;
+    for (int64_t i = 0; i < y.numel(); ++i) {
+      mismatched += (hy.get(i) == 0.0f) != (y.get(i) == 0.0f);
+      dropped += y.get(i) == 0.0f;
+    }
+    EXPECT_EQ(mismatched, 0) << "dropout masks differ (seed " << key.seed << ")";
+    EXPECT_GT(dropped, 0);
+    EXPECT_LT(dropped, y.numel());
+    expect_close(hy, y, tolerance(dt()), "dropout_forward");
+    dropout_backward(cpu(), dxh.t, x.t, 0.3f, key);
+    dropout_backward(gpu(), gdx.t, gx.t, 0.3f, key);
+    HostTensor hdx = to_host(gdx);
+    for (int64_t i = 0; i < y.numel(); ++i) mismatched += (hdx.get(i) == 0.0f) != (y.get(i) == 0.0f);
+    EXPECT_EQ(mismatched, 0) << "dropout_backward mask differs from the forward's";
+    expect_close(hdx, dxh, tolerance(dt()), "dropout_backward");
+  }
+}
+
+TEST_P(Parity, Matmul) {
+  const int64_t M = 64, N = 48, K = 96;
+  for (int ta = 0; ta < 2; ++ta) {
+    for (int tb = 0; tb < 2; ++tb) {
+      HostTensor a = random_host(dt(), ta ? Shape{K, M} : Shape{M, K}, 10 + ta);
+      HostTensor b = random_host(dt(), tb ? Shape{N, K} : Shape{K, N}, 20 + tb);
+      HostTensor bias = random_host(dt(), {N}, 30);
+      DeviceTensor ga = to_device(a), gb = to_device(b), gbias = to_device(bias);
+      std::string tag = std::string(" trans_a=") + (ta ? "1" : "0") + " trans_b=" + (tb ? "1" : "0");
+      MatmulOptions opt;
+      opt.trans_a = ta;
+      opt.trans_b = tb;
+      // plain, out in a's dtype
+      HostTensor c(dt(), {M, N});
+      DeviceTensor gc = device_empty(dt(), {M, N});
+      matmul(cpu(), c.t, a.t, b.t, opt);
+      matmul(gpu(), gc.t, ga.t, gb.t, opt);
+      expect_close(to_host(gc), c, tolerance(dt()), "matmul" + tag);
+      // with bias
+      MatmulOptions ob = opt;
+      ob.bias = &bias.t;
+      HostTensor cb(dt(), {M, N});
+      DeviceTensor gcb = device_empty(dt(), {M, N});
+      matmul(cpu(), cb.t, a.t, b.t, ob);
+      ob.bias = &gbias.t;
+      matmul(gpu(), gcb.t, ga.t, gb.t, ob);
+      expect_close(to_host(gcb), cb, tolerance(dt()), "matmul + bias" + tag);
+      // accumulate into f32 with alpha (weight gradients)
+      MatmulOptions oa = opt;
+      oa.accumulate = true;
+      oa.alpha = 0.5f;
+      HostTensor acc = random_host(DType::f32, {M, N}, 40);
+      DeviceTensor gacc = to_device(acc);
+      matmul(cpu(), acc.t, a.t, b.t, oa);
+      matmul(gpu(), gacc.t, ga.t, gb.t, oa);
+      expect_close(to_host(gacc), acc, tolerance(dt() == DType::f32 ? DType::f32 : DType::f16), "matmul accumulate f32" + tag);
+      // accumulate + bias in a's dtype
+      oa.bias = &bias.t;
+      HostTensor accb = random_host(dt(), {M, N}, 41);
+      DeviceTensor gaccb = to_device(accb);
+      matmul(cpu(), accb.t, a.t, b.t, oa);
+      oa.bias = &gbias.t;
+      matmul(gpu(), gaccb.t, ga.t, gb.t, oa);
+      expect_close(to_host(gaccb), accb, tolerance(dt()), "matmul accumulate + bias" + tag);
+    }
+  }
+}
+
+TEST_P(Parity, BiasBackward) {
+  HostTensor dy = random_host(dt(), {37, 70}, 50);
+  HostTensor db = random_host(DType::f32, {70}, 51);
+  DeviceTensor gdy = to_device(dy), gdb = to_device(db);
+  bias_backward(cpu(), db.t, dy.t);
+  bias_backward(gpu(), gdb.t, gdy.t);
+  expect_close(to_host(gdb), db, tolerance(DType::f32, 2.0f), "bias_backward");
+}
+
+TEST_P(Parity, LayerNormAndDeterminism) {
+  const int64_t B = 2, T = 33, C = 96;
+  HostTensor x = random_host(dt(), {B, T, C}, 60, -2.0f, 2.0f);
+  HostTensor w = random_host(dt(), {C}, 61, 0.5f, 1.5f), b = random_host(dt(), {C}, 62);
+  DeviceTensor gx = to_device(x), gw = to_device(w), gb = to_device(b);
+  HostTensor y(dt(), {B, T, C}), mean(DType::f32, {B * T}), rstd(DType::f32, {B * T});
+  DeviceTensor gy = device_empty(dt(), {B, T, C}), gmean = device_empty(DType::f32, {B * T}),
+               grstd = device_empty(DType::f32, {B * T});
+  layernorm_forward(cpu(), y.t, mean.t, rstd.t, x.t, w.t, b.t);
+  layernorm_forward(gpu(), gy.t, gmean.t, grstd.t, gx.t, gw.t, gb.t);
+  expect_close(to_host(gy), y, tolerance(dt()), "layernorm_forward out");
+  expect_close(to_host(gmean), mean, tolerance(DType::f32), "layernorm_forward mean");
+  expect_close(to_host(grstd), rstd, tolerance(DType::f32), "layernorm_forward rstd");
+
+  HostTensor dy = random_host(dt(), {B, T, C}, 63);
+  HostTensor dx0 = random_host(dt(), {B, T, C}, 64);
+  HostTensor dw0 = random_host(DType::f32, {C}, 65), db0 = random_host(DType::f32, {C}, 66);
+  DeviceTensor gdy = to_device(dy);
+  HostTensor dx = clone(dx0), dw = clone(dw0), db = clone(db0);
+  layernorm_backward(cpu(), dx.t, dw.t, db.t, dy.t, x.t, w.t, mean.t, rstd.t);
+  HostTensor runs[2][3] = {{HostTensor(dt(), {1}), HostTensor(dt(), {1}), HostTensor(dt(), {1})},
+                           {HostTensor(dt(), {1}), HostTensor(dt(), {1}), HostTensor(dt(), {1})}};
+  for (auto& run : runs) {
+    DeviceTensor gdx = to_device(dx0), gdw = to_device(dw0), gdb = to_device(db0);
+    layernorm_backward(gpu(), gdx.t, gdw.t, gdb.t, gdy.t, gx.t, gw.t, gmean.t, grstd.t);
+    run[0] = to_host(gdx);
+    run[1] = to_host(gdw);
+    run[2] = to_host(gdb);
+  }
+  expect_close(runs[0][0], dx, tolerance(dt(), 2.0f), "layernorm_backward dx");
+  expect_close(runs[0][1], dw, tolerance(dt() == DType::f32 ? DType::f32 : DType::f16, 2.0f), "layernorm_backward dw");
+  expect_close(runs[0][2], db, tolerance(dt() == DType::f32 ? DType::f32 : DType::f16, 2.0f), "layernorm_backward db");
+  for (int i = 0; i < 3; ++i) expect_bitwise(runs[0][i], runs[1][i], "layernorm_backward determinism");
+}
+
+void attention_case(Runtime& cpu, Runtime& gpu, DType dt, int64_t B, int64_t T, int64_t H, int64_t hd);
+
+TEST_P(Parity, AttentionSmall) { attention_case(cpu(), gpu(), dt(), 2, 17, 2, 16); }
+TEST_P(Parity, AttentionBig) { attention_case(cpu(), gpu(), dt(), 2, 256, 4, 64); }
+
+TEST_P(Parity, CrossEntropy) {
+  const int64_t N = 10, Vp = 72, V = 65;
+  HostTensor logits = random_host(dt(), {N, Vp}, 80, -4.0f, 4.0f);
+  HostTensor targets(DType::i32, {N});
+  std::mt19937 gen(81);
+  for (int64_t i = 0; i < N; ++i) targets.t.ptr<int32_t>()[i] = int32_t(gen() % V);
+  targets.t.ptr<int32_t>()[3] = -1;  // no target here
+  targets.t.ptr<int32_t>()[7] = int32_t(V - 1);
+  DeviceTensor glogits = to_device(logits), gtargets = to_device(targets);
+  HostTensor losses(DType::f32, {N});
+  DeviceTensor glosses = device_empty(DType::f32, {N});
+  softmax_cross_entropy_forward(cpu(), losses.t, logits.t, targets.t, V);
+  softmax_cross_entropy_forward(gpu(), glosses.t, glogits.t, gtargets.t, V);
+  expect_close(to_host(glosses), losses, tolerance(DType::f16), "cross_entropy_forward");
+
+  const float dloss = 1.0f / float(N);
+  HostTensor dlogits(dt(), {N, Vp}), losses2(DType::f32, {N});
+  softmax_cross_entropy_backward(cpu(), dlogits.t, losses2.t, logits.t, targets.t, V, dloss);
+  DeviceTensor gd = device_empty(dt(), {N, Vp});
+  softmax_cross_entropy_backward(gpu(), gd.t, glosses.t, glogits.t, gtargets.t, V, dloss);
+  expect_close(to_host(gd), dlogits, tolerance(dt()), "cross_entropy_backward");
+  expect_close(to_host(glosses), losses2, tolerance(DType::f16), "cross_entropy_backward losses");
+  // in place: dlogits aliases logits
+  softmax_cross_entropy_backward(gpu(), glogits.t, glosses.t, glogits.t, gtargets.t, V, dloss);
+  expect_close(to_host(glogits), dlogits, tolerance(dt()), "cross_entropy_backward in place");
+  HostTensor hd = to_host(glogits);
+  for (int64_t r = 0; r < N; ++r)
+    for (int64_t c = V; c < Vp; ++c) EXPECT_EQ(hd.get(r * Vp + c), 0.0f) << "padded column " << c;
+}
+
+TEST_P(Parity, EmbeddingAndDeterminism) {
+  const int64_t B = 3, T = 20, V = 50, C = 40;
+  HostTensor tokens(DType::i32, {B, T});
+  std::mt19937 gen(90);
+  for (int64_t i = 0; i < B * T; ++i) tokens.t.ptr<int32_t>()[i] = int32_t(gen() % 12);  // many repeats
+  tokens.t.ptr<int32_t>()[5] = int32_t(V - 1);
+  HostTensor wte = random_host(dt(), {V, C}, 91), wpe = random_host(dt(), {T + 4, C}, 92);
+  DeviceTensor gtok = to_device(tokens), gwte = to_device(wte), gwpe = to_device(wpe);
+  HostTensor out(dt(), {B, T, C});
+  DeviceTensor gout = device_empty(dt(), {B, T, C});
+  embedding_forward(cpu(), out.t, tokens.t, wte.t, wpe.t);
+  embedding_forward(gpu(), gout.t, gtok.t, gwte.t, gwpe.t);
+  expect_close(to_host(gout), out, tolerance(dt()), "embedding_forward");
+
+  HostTensor dout = random_host(dt(), {B, T, C}, 93);
+  HostTensor dwte0 = random_host(DType::f32, {V, C}, 94), dwpe0 = random_host(DType::f32, {T + 4, C}, 95);
+  HostTensor dwte = clone(dwte0), dwpe = clone(dwpe0);
+  embedding_backward(cpu(), dwte.t, dwpe.t, dout.t, tokens.t);
+  DeviceTensor gdout = to_device(dout);
+  HostTensor runs[2][2] = {{HostTensor(DType::f32, {1}), HostTensor(DType::f32, {1})},
+                           {HostTensor(DType::f32, {1}), HostTensor(DType::f32, {1})}};
+  for (auto& run : runs) {
+    DeviceTensor gdwte = to_device(dwte0), gdwpe = to_device(dwpe0);
+    embedding_backward(gpu(), gdwte.t, gdwpe.t, gdout.t, gtok.t);
+    run[0] = to_host(gdwte);
+    run[1] = to_host(gdwpe);
+  }
+  expect_close(runs[0][0], dwte, tolerance(DType::f32), "embedding_backward dwte");
+  expect_close(runs[0][1], dwpe, tolerance(DType::f32), "embedding_backward dwpe");
+  expect_bitwise(runs[0][0], runs[1][0], "embedding_backward dwte determinism");
+  expect_bitwise(runs[0][1], runs[1][1], "embedding_backward dwpe determinism");
+}
+
+TEST_P(Parity, AdamW) {
+  const int64_t n = 1000;
+  HostTensor master = random_host(DType::f32, {n}, 100), m = random_host(DType::f32, {n}, 101, -0.1f, 0.1f);
+  HostTensor v = random_host(DType::f32, {n}, 102, 0.0f, 0.01f), grad = random_host(DType::f32, {n}, 103);
+  DeviceTensor gmaster = to_device(master), gm = to_device(m), gv = to_device(v), ggrad = to_device(grad);
+  HostTensor params(dt(), {n});
+  DeviceTensor gparams = device_empty(dt(), {n});
+  AdamWHyper h;
+  h.lr = 1e-3f;
+  h.weight_decay = 0.1f;
+  h.step = 3;
+  adamw_step(cpu(), master.t, m.t, v.t, grad.t, params.t, h, 0.5f);
+  adamw_step(gpu(), gmaster.t, gm.t, gv.t, ggrad.t, gparams.t, h, 0.5f);
+  expect_close(to_host(gmaster), master, tolerance(DType::f32), "adamw master");
+  expect_close(to_host(gm), m, tolerance(DType::f32), "adamw m");
+  expect_close(to_host(gv), v, tolerance(DType::f32), "adamw v");
+  expect_close(to_host(gparams), params, tolerance(dt()), "adamw params_out");
+  // without params_out
+  adamw_step(cpu(), master.t, m.t, v.t, grad.t, Tensor(), h, 1.0f);
+  adamw_step(gpu(), gmaster.t, gm.t, gv.t, ggrad.t, Tensor(), h, 1.0f);
+  expect_close(to_host(gmaster), master, tolerance(DType::f32), "adamw master (no params_out)");
+}
+
+TEST_P(Parity, Sums) {
+  HostTensor x = random_host(dt(), {5003}, 110);
+  DeviceTensor gx = to_device(x);
+  for (bool squares : {false, true}) {
+    HostTensor out(DType::f32, {1});
+    out.set(0, 1.5f);
+    DeviceTensor gout = to_device(out);
+    if (squares) {
+      sum_squares_accumulate(cpu(), out.t, x.t);
+      sum_squares_accumulate(gpu(), gout.t, gx.t);
+    } else {
+      sum_accumulate(cpu(), out.t, x.t);
+      sum_accumulate(gpu(), gout.t, gx.t);
+    }
+    expect_close(to_host(gout), out, tolerance(DType::f32, 10.0f), squares ? "sum_squares_accumulate" : "sum_accumulate");
+  }
+}
+
+void attention_case(Runtime& cpu, Runtime& gpu, DType dt, int64_t B, int64_t T, int64_t H, int64_t hd) {
+  const int64_t C = H * hd;
+  auto dev = [&](const HostTensor& h) {
+    DeviceTensor d;
+    d.buf = Buffer(gpu.allocator(), h.bytes.size(), "attention test");
+    d.t = d.buf.tensor(h.t.dtype, h.t.shape);
+    copy(gpu, d.t, h.t);
+    return d;
+  };
+  auto host = [&](const DeviceTensor& d) {
+    HostTensor h(d.t.dtype, d.t.shape);
+    copy(gpu, h.t, d.t);
+    gpu.synchronize();
+    return h;
+  };
+  HostTensor qkv = random_host(dt, {B, T, 3 * C}, 70), dout = random_host(dt, {B, T, C}, 71);
+  HostTensor out(dt, {B, T, C}), lse(DType::f32, {B, H, T}), dqkv(dt, {B, T, 3 * C});
+  DeviceTensor gqkv = dev(qkv), gdout = dev(dout), gout = dev(out), glse = dev(lse), gdqkv = dev(dqkv);
+  attention_forward(cpu, out.t, lse.t, qkv.t, int(H));
+  attention_forward(gpu, gout.t, glse.t, gqkv.t, int(H));
+  std::string tag = " B=" + std::to_string(B) + " T=" + std::to_string(T);
+  expect_close(host(gout), out, tolerance(dt, 2.0f), "attention_forward out" + tag);
+  expect_close(host(glse), lse, tolerance(dt == DType::f32 ? DType::f32 : DType::f16), "attention_forward lse" + tag);
+  attention_backward(cpu, dqkv.t, dout.t, qkv.t, out.t, lse.t, int(H));
+  attention_backward(gpu, gdqkv.t, gdout.t, gqkv.t, gout.t, glse.t, int(H));
+  expect_close(host(gdqkv), dqkv, tolerance(dt, 4.0f), "attention_backward dqkv" + tag);
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, Parity, ::testing::Values(DType::f32, DType::bf16, DType::f16),
+                         [](const ::testing::TestParamInfo<DType>& i) { return std::string(dtype_name(i.param)); });
+
+TEST(CudaAllocator, CurrentPeakReservedStats) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  RuntimeOptions o;
+  o.device = Device::CUDA(0);
+  Runtime rt(o);
+  Allocator& a = rt.allocator();
+  EXPECT_TRUE(a.device() == Device::CUDA(0));
+  MemoryStats s0 = a.stats();
+  void* p1 = a.allocate(1000, "test block 1");
+  void* p2 = a.allocate(size_t(3) << 20, "test block 2");
+  MemoryStats s1 = a.stats();
+  EXPECT_GE(s1.current, s0.current + 1000 + (size_t(3) << 20));
+  EXPECT_GE(s1.peak, s1.current);
+  EXPECT_GE(s1.reserved, s1.current);
+  a.release(p1);
+  a.release(p2);
+  MemoryStats s2 = a.stats();
+  EXPECT_EQ(s2.current, s0.current);
+  EXPECT_EQ(s2.peak, s1.peak);
+  EXPECT_EQ(s2.reserved, s1.reserved);  // cached, not returned to the driver
+  void* p3 = a.allocate(3 << 20, "test block 3");  // reuses the cached block
+  EXPECT_EQ(p3, p2);
+  EXPECT_EQ(a.stats().reserved, s1.reserved);
+  a.release(p3);
+  a.reset_peak();
+  EXPECT_EQ(a.stats().peak, a.stats().current);
+
+  Allocator& h = rt.host_allocator();
+  void* hp = h.allocate(4096, "pinned test block");
+  EXPECT_GE(h.stats().current, size_t(4096));
+  h.release(hp);
+  EXPECT_EQ(h.stats().current, size_t(0));
+}
+
+}  // namespace
+}  // namespace trellis

@@ -1,0 +1,106 @@
+#!/usr/bin/env python3
+"""Trellis against PyTorch: one forward+backward of the first micro-batch, same weights, same
+tokens; the loss and every parameter's gradient must match the reference in bench/torch_gpt.py.
+
+usage: torch_parity.py TRAIN_GPT_BINARY CONFIG_TOML [--device cpu|cuda] [--keep] [--set K=V ...]
+Exit 0 when everything matches, 1 when not, 77 (skipped) when torch is not installed."""
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+try:
+    import torch
+except ImportError:
+    print("SKIP: torch not installed")
+    sys.exit(77)
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench"))
+from torch_gpt import load_trellis_dump  # noqa: E402
+
+LOSS_TOL = 1e-5  # |loss_t - loss_ref| / |loss_ref|
+GRAD_TOL = 1e-4  # ||g_t - g_ref|| / max(||g_ref||, 1e-12), per parameter tensor
+
+
+def run_dump(binary, config, dump_dir, device, extra):
+    sets = ["train.precision=fp32", f"train.device={device}", "model.dropout=0"] + extra
+    cmd = [binary, config, "--dump-grads", dump_dir]
+    for s in sets:
+        cmd += ["--set", s]
+    print("$", " ".join(cmd), flush=True)
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    if p.returncode != 0:
+        print(p.stdout[-4000:], p.stderr[-4000:], sep="\n")
+        print(f"FAIL: {os.path.basename(binary)} exited with {p.returncode}")
+        return False
+    return True
+
+
+def compare(dump_dir):
+    try:
+        model, info = load_trellis_dump(dump_dir, dtype=torch.float64)
+    except (OSError, ValueError, KeyError) as e:
+        print(f"FAIL: cannot load the dump in {dump_dir}: {type(e).__name__}: {e}")
+        return False
+    meta = info["meta"]
+    if float(meta["config"].get("dropout", 0.0)) != 0.0:
+        print(f"FAIL: the dump was made with dropout {meta['config']['dropout']}; parity needs 0")
+        return False
+    if info["grads"] is None or info["loss"] is None:
+        print("FAIL: the dump has no grads.f32 or no loss")
+        return False
+    model.eval()  # dropout is 0 anyway; eval makes sure
+    _, loss = model(info["tokens"], info["targets"])
+    loss.backward()
+    loss_ref, loss_t = loss.item(), float(info["loss"])
+    loss_rel = abs(loss_t - loss_ref) / abs(loss_ref)
+
+    rows = []
+    for name, p in model.named_parameters():
+        g_ref, g_t = p.grad, info["grads"][name]
+        ref_norm = g_ref.norm().item()
+        rel = (g_t - g_ref).norm().item() / max(ref_norm, 1e-12)
+        rows.append((rel, info["trellis_names"][name], ref_norm, g_t.norm().item()))
+    rows.sort(reverse=True)
+
+    c = meta["config"]
+    print(f"model: V={c['vocab_size']} T={c['seq_len']} L={c['n_layers']} H={c['n_heads']} "
+          f"C={c['d_model']}; batch B={meta['batch']['B']} T={meta['batch']['T']}")
+    print(f"loss: trellis {loss_t:.8f}  torch(f64) {loss_ref:.8f}  rel err {loss_rel:.2e} "
+          f"(tol {LOSS_TOL:.0e}) {'ok' if loss_rel <= LOSS_TOL else 'FAIL'}")
+    print(f"\n{'parameter':28s} {'rel err':>10s} {'|g_ref|':>12s} {'|g_trellis|':>12s}")
+    bad = [r for r in rows if not r[0] <= GRAD_TOL]  # `not <=` also catches NaN
+    for rel, name, rn, tn in rows[:max(10, len(bad))]:
+        flag = "" if rel <= GRAD_TOL else "  FAIL"
+        print(f"{name:28s} {rel:10.2e} {rn:12.5e} {tn:12.5e}{flag}")
+    print(f"\n{len(rows)} gradient tensors, worst rel err {rows[0][0]:.2e} (tol {GRAD_TOL:.0e}), "
+          f"{len(bad)} over tolerance")
+    return loss_rel <= LOSS_TOL and not bad
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("binary")
+    ap.add_argument("config")
+    ap.add_argument("--device", default="cpu", help="train.device for the Trellis run")
+    ap.add_argument("--keep", action="store_true", help="keep the dump directory")
+    ap.add_argument("--set", dest="sets", action="append", default=[],
+                    help="extra section.key=value overrides for the Trellis run")
+    args = ap.parse_args()
+    dump_dir = tempfile.mkdtemp(prefix="trellis_parity_")
+    try:
+        ok = run_dump(args.binary, args.config, dump_dir, args.device, args.sets)
+        ok = ok and compare(dump_dir)
+    finally:
+        if args.keep:
+            print("dump kept in", dump_dir)
+        else:
+            shutil.rmtree(dump_dir, ignore_errors=True)
+    print("PASS" if ok else "FAIL")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,271 @@
+// Config loading: defaults, --set conversions, every user error as one line naming the file and
+// key, round-trip through config_to_toml, and docs/config.md kept equal to the generated reference.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "launcher/cli.h"
+#include "launcher/train_config.h"
+
+namespace trellis {
+namespace {
+
+namespace fs = std::filesystem;
+
+class ConfigTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("trellis_config_test_" + std::to_string(::getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  // Writes `text` to <dir>/tiny.toml and returns its path.
+  std::string write(const std::string& text, const std::string& name = "tiny.toml") {
+    const std::string path = (dir_ / name).string();
+    std::ofstream(path) << text;
+    return path;
+  }
+  // The UserError message of loading `text` with `overrides`; fails the test if it loads.
+  std::string error_of(const std::string& text, const std::vector<std::string>& overrides = {}) {
+    const std::string path = write(text);
+    try {
+      load_config(path, overrides);
+    } catch (const UserError& e) {
+      const std::string msg = e.what();
+      EXPECT_EQ(msg.find('\n'), std::string::npos) << "not one line: " << msg;
+      return msg;
+    }
+    ADD_FAILURE() << "no error for:\n" << text;
+    return "";
+  }
+  std::string world_error_of(const std::string& text, int world) {
+    const Config c = load_config(write(text), {});
+    try {
+      validate_for_world(c, world);
+    } catch (const UserError& e) {
+      return e.what();
+    }
+    ADD_FAILURE() << "no error for world " << world << ":\n" << text;
+    return "";
+  }
+
+  fs::path dir_;
+};
+
+#define EXPECT_HAS(haystack, needle) EXPECT_NE((haystack).find(needle), std::string::npos) << (haystack)
+
+TEST_F(ConfigTest, EmptyFileGivesDefaults) {
+  const Config c = load_config(write(""), {});
+  const Config d;
+  EXPECT_EQ(config_to_toml(c), config_to_toml(d));
+  EXPECT_EQ(c.model.vocab_size, 50257);
+  EXPECT_EQ(c.parallel.schedule, "1f1b");
+  EXPECT_EQ(c.train.precision, "auto");
+  EXPECT_DOUBLE_EQ(c.optimizer.lr, 6e-4);
+  EXPECT_EQ(c.path, (dir_ / "tiny.toml").string());
+  EXPECT_NO_THROW(validate_for_world(c, 1));
+}
+
+TEST_F(ConfigTest, ReadsEverySectionAndIntegersForFloats) {
+  const Config c = load_config(write(R"(
+[model]
+n_layers = 2
+d_model = 64
+n_heads = 4
+[train]
+precision = "fp32"
+deterministic = true
+grad_clip = 2
+[optimizer]
+lr = 3e-3
+min_lr = 3e-4
+[log]
+metrics_file = "runs/m.jsonl"
+)"), {});
+  EXPECT_EQ(c.model.n_layers, 2);
+  EXPECT_EQ(c.train.precision, "fp32");
+  EXPECT_TRUE(c.train.deterministic);
+  EXPECT_DOUBLE_EQ(c.train.grad_clip, 2.0);
+  EXPECT_DOUBLE_EQ(c.optimizer.lr, 3e-3);
+  EXPECT_EQ(c.log.metrics_file, "runs/m.jsonl");
+}
+
+TEST_F(ConfigTest, MissingFile) {
+  try {
+    load_config((dir_ / "nope.toml").string(), {});
+    FAIL();
+  } catch (const UserError& e) {
+    EXPECT_HAS(std::string(e.what()), "nope.toml: cannot read config file: No such file");
+  }
+}
+
+TEST_F(ConfigTest, SyntaxErrorHasLineAndColumn) {
+  const std::string msg = error_of("[model]\nn_layers = 2\nd_model = = 3\n");
+  EXPECT_HAS(msg, "tiny.toml:3:");
+  EXPECT_HAS(msg, "TOML syntax error");
+}
+
+TEST_F(ConfigTest, UnknownSectionAndKey) {
+  EXPECT_HAS(error_of("[modle]\nn_layers = 2\n"), "tiny.toml: unknown section [modle] (known sections: model, parallel");
+  const std::string msg = error_of("[model]\nn_layer = 2\n");
+  EXPECT_HAS(msg, "tiny.toml: unknown key model.n_layer (known keys in [model]: vocab_size, seq_len, n_layers");
+  EXPECT_HAS(error_of("steps = 2\n"), "tiny.toml: unknown top-level key steps");
+  EXPECT_HAS(error_of("model = 2\n"), "tiny.toml: model must be a table ([model]), got integer 2");
+}
+
+TEST_F(ConfigTest, WrongTypes) {
+  EXPECT_HAS(error_of("[model]\nn_layers = \"4\"\n"), "tiny.toml: model.n_layers must be an integer, got string \"4\"");
+  EXPECT_HAS(error_of("[model]\nn_layers = 4.5\n"), "tiny.toml: model.n_layers must be an integer, got float 4.5");
+  EXPECT_HAS(error_of("[train]\nprecision = 16\n"), "tiny.toml: train.precision must be a string, got integer 16");
+  EXPECT_HAS(error_of("[train]\ndeterministic = \"yes\"\n"), "train.deterministic must be a boolean, got string");
+  EXPECT_HAS(error_of("[optimizer]\nlr = [1]\n"), "optimizer.lr must be a float, got array");
+}
+
+TEST_F(ConfigTest, ValuesOutsideTheAllowedSet) {
+  EXPECT_HAS(error_of("[train]\nprecision = \"fp8\"\n"),
+             "tiny.toml: train.precision = \"fp8\" is not allowed (allowed: auto, fp32, bf16, fp16)");
+  EXPECT_HAS(error_of("[train]\ndevice = \"tpu\"\n"), "(allowed: auto, cpu, cuda)");
+  EXPECT_HAS(error_of("[train]\ncheckpointing = \"some\"\n"), "(allowed: none, full, selective)");
+  EXPECT_HAS(error_of("[parallel]\nschedule = \"zb\"\n"), "(allowed: gpipe, 1f1b, interleaved)");
+  EXPECT_HAS(error_of("[data]\nsource = \"web\"\n"), "(allowed: synthetic, random)");
+  EXPECT_HAS(error_of("[model]\nd_model = 0\n"), "tiny.toml: model.d_model = 0 is not allowed (allowed: >= 1)");
+  EXPECT_HAS(error_of("[model]\ndropout = 1.0\n"), "model.dropout = 1.0 is not allowed (allowed: in [0, 1))");
+  EXPECT_HAS(error_of("[optimizer]\nbeta2 = 1\n"), "optimizer.beta2 = 1.0 is not allowed (allowed: in [0, 1))");
+  EXPECT_HAS(error_of("[optimizer]\nmin_lr = -1e-5\n"), "optimizer.min_lr = -0.00001 is not allowed (allowed: >= 0)");
+  EXPECT_HAS(error_of("[train]\ngrad_clip = -1.0\n"), "train.grad_clip = -1.0 is not allowed (allowed: >= 0)");
+  EXPECT_HAS(error_of("[log]\nevery = 0\n"), "log.every = 0 is not allowed (allowed: >= 1)");
+  EXPECT_HAS(error_of("[zero]\nstage = 4\n"), "zero.stage = 4 is not allowed (allowed: 0 to 3)");
+  EXPECT_HAS(error_of("[optimizer]\neps = nan\n"), "optimizer.eps = nan is not allowed");
+}
+
+TEST_F(ConfigTest, RelationsBetweenKeys) {
+  EXPECT_HAS(error_of("[model]\nn_heads = 5\nd_model = 64\n"),
+             "tiny.toml: model.n_heads = 5 does not divide model.d_model = 64");
+  EXPECT_HAS(error_of("[optimizer]\nlr = 1e-4\nmin_lr = 1e-3\n"),
+             "tiny.toml: optimizer.lr = 0.0001 is less than optimizer.min_lr = 0.001");
+}
+
+TEST_F(ConfigTest, SetConvertsByType) {
+  const Config c = load_config(write("[model]\nn_layers = 2\n"),
+                               {"model.n_layers=3", "optimizer.lr=1e-3", "train.deterministic=true",
+                                "train.precision=bf16", "log.metrics_file=\"a b.jsonl\"", "model.dropout=0"});
+  EXPECT_EQ(c.model.n_layers, 3);
+  EXPECT_DOUBLE_EQ(c.optimizer.lr, 1e-3);
+  EXPECT_TRUE(c.train.deterministic);
+  EXPECT_EQ(c.train.precision, "bf16");
+  EXPECT_EQ(c.log.metrics_file, "a b.jsonl");
+  EXPECT_DOUBLE_EQ(c.model.dropout, 0.0);
+  // The last --set of a key wins.
+  EXPECT_EQ(load_config(write(""), {"train.steps=5", "train.steps=7"}).train.steps, 7);
+}
+
+TEST_F(ConfigTest, BadSet) {
+  EXPECT_HAS(error_of("", {"train.steps=abc"}), "--set train.steps=abc: not an integer");
+  EXPECT_HAS(error_of("", {"train.steps=1.5"}), "--set train.steps=1.5: not an integer");
+  EXPECT_HAS(error_of("", {"optimizer.lr=fast"}), "--set optimizer.lr=fast: not a number");
+  EXPECT_HAS(error_of("", {"train.deterministic=1"}), "--set train.deterministic=1: not a boolean");
+  EXPECT_HAS(error_of("", {"train.steps"}), "--set train.steps: expected section.key=value");
+  EXPECT_HAS(error_of("", {"steps=3"}), "--set steps=3: expected section.key=value");
+  EXPECT_HAS(error_of("", {"trian.steps=3"}), "--set trian.steps=3: unknown section [trian]");
+  EXPECT_HAS(error_of("", {"train.step=3"}), "--set train.step=3: unknown key train.step (known keys in [train]:");
+  EXPECT_HAS(error_of("", {"train.precision=fp8"}),
+             "--set train.precision=fp8: train.precision = \"fp8\" is not allowed (allowed: auto, fp32, bf16, fp16)");
+  EXPECT_HAS(error_of("", {"model.n_heads=5"}), "tiny.toml: model.n_heads = 5 does not divide model.d_model = 768");
+}
+
+TEST_F(ConfigTest, WorldLayoutAndBatch) {
+  EXPECT_HAS(world_error_of("[train]\nmicro_batch = 8\nglobal_batch = 24\n", 2),
+             "tiny.toml: train.global_batch = 24 is not a multiple of train.micro_batch (8) x data-parallel size (2) = 16");
+  EXPECT_HAS(world_error_of("[train]\nmicro_batch = 8\nglobal_batch = 12\n", 1),
+             "train.global_batch = 12 is not a multiple of train.micro_batch (8) x data-parallel size (1) = 8");
+  const Config c = load_config(write("[train]\nmicro_batch = 4\nglobal_batch = 32\n"), {});
+  const BatchLayout b = resolve_batch(c, 4);
+  EXPECT_EQ(b.data, 4);
+  EXPECT_EQ(b.global_batch, 32);
+  EXPECT_EQ(b.accumulation, 2);
+  EXPECT_EQ(resolve_batch(load_config(write(""), {}), 1).global_batch, 8);
+  EXPECT_NO_THROW(validate_for_world(c, 1));
+}
+
+TEST_F(ConfigTest, FeaturesNotBuiltYet) {
+  EXPECT_HAS(world_error_of("[parallel]\ntensor = 2\n", 2),
+             "tiny.toml: parallel.tensor = 2: not implemented yet in this build (allowed: 1)");
+  EXPECT_HAS(world_error_of("[parallel]\npipeline = 2\n", 2), "parallel.pipeline = 2: not implemented yet");
+  EXPECT_HAS(world_error_of("[parallel]\nsequence_parallel = true\n", 1),
+             "parallel.sequence_parallel = true: not implemented yet in this build (allowed: false)");
+  EXPECT_HAS(world_error_of("[parallel]\nvirtual_stages = 2\n", 1), "parallel.virtual_stages = 2: not implemented yet");
+  EXPECT_HAS(world_error_of("[zero]\nstage = 1\n", 1), "zero.stage = 1: not implemented yet in this build (allowed: 0)");
+  EXPECT_HAS(world_error_of("", 2), "tiny.toml: data parallelism (world size 2");
+  EXPECT_HAS(world_error_of("", 2), "not implemented yet in this build (allowed: 1 process)");
+}
+
+TEST_F(ConfigTest, ToTomlRoundTrips) {
+  const Config c = load_config(
+      write("[model]\nd_model = 96\nn_heads = 3\ndropout = 0.1\n[optimizer]\nlr = 0.00030000000000000003\n"
+            "min_lr = 1e-300\n[log]\nmetrics_file = \"q\\\"uote\\\\ \\t.jsonl\"\n"),
+      {"train.deterministic=true", "fp16.min_scale=1"});
+  const std::string text = config_to_toml(c);
+  const Config back = load_config(write(text, "resolved.toml"), {});
+  EXPECT_EQ(config_to_toml(back), text);
+  EXPECT_EQ(back.optimizer.lr, c.optimizer.lr);  // bitwise
+  EXPECT_EQ(back.optimizer.min_lr, 1e-300);
+  EXPECT_EQ(back.log.metrics_file, "q\"uote\\ \t.jsonl");
+  EXPECT_HAS(text, "[model]\nvocab_size = 50257\n");
+  EXPECT_HAS(text, "min_scale = 1.0\n");
+}
+
+TEST(ConfigDoc, DocsConfigMdIsUpToDate) {
+  const std::string path = std::string(TRELLIS_SOURCE_DIR) + "/docs/config.md";
+  const std::string generated = config_reference_markdown();
+  if (std::getenv("TRELLIS_REGENERATE_DOCS") != nullptr) std::ofstream(path) << generated;
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  EXPECT_TRUE(s.str() == generated)
+      << path << " is stale; regenerate it with: build/train_gpt --config-doc > docs/config.md "
+      << "(or TRELLIS_REGENERATE_DOCS=1 build/config_test --gtest_filter=ConfigDoc.*)";
+  EXPECT_HAS(generated, "| `n_heads` | integer | `12` | >= 1 |");
+}
+
+TEST(Cli, ParsesOptions) {
+  const char* argv[] = {"train_gpt", "run.toml", "--set", "train.steps=3", "--set=model.n_layers=2",
+                        "--dump-grads", "g", "--config-doc"};
+  const CliArgs a = parse_cli(8, const_cast<char**>(argv));
+  EXPECT_EQ(a.config_path, "run.toml");
+  EXPECT_EQ(a.overrides, (std::vector<std::string>{"train.steps=3", "model.n_layers=2"}));
+  EXPECT_EQ(a.dump_grads_dir, "g");
+  EXPECT_TRUE(a.print_config_doc);
+  EXPECT_FALSE(a.help);
+  const char* help[] = {"train_gpt", "--help"};
+  EXPECT_TRUE(parse_cli(2, const_cast<char**>(help)).help);
+  EXPECT_HAS(usage(), "--set section.key=value");
+}
+
+TEST(Cli, BadUsage) {
+  auto error_of = [](std::vector<const char*> args) -> std::string {
+    args.insert(args.begin(), "train_gpt");
+    try {
+      parse_cli(static_cast<int>(args.size()), const_cast<char**>(args.data()));
+    } catch (const UserError& e) {
+      return e.what();
+    }
+    return "no error";
+  };
+  EXPECT_HAS(error_of({}), "missing the config file");
+  EXPECT_HAS(error_of({"a.toml", "b.toml"}), "more than one config file: a.toml and b.toml");
+  EXPECT_HAS(error_of({"a.toml", "--sett", "x"}), "unknown option --sett");
+  EXPECT_HAS(error_of({"a.toml", "--set"}), "--set: missing value");
+  EXPECT_HAS(error_of({"a.toml", "--set", "train.steps"}), "--set train.steps: expected section.key=value");
+}
+
+}  // namespace
+}  // namespace trellis

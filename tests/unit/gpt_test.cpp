@@ -1,0 +1,239 @@
+// GPT model tests on the CPU: parameter count, gradients against finite differences,
+// activation checkpointing (bitwise-equal gradients), dropout determinism, layout-independent init.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "core/ops.h"
+#include "models/data.h"
+#include "models/gpt.h"
+
+using namespace trellis;
+
+namespace {
+
+GPTConfig tiny_config() {
+  GPTConfig c;
+  c.vocab_size = 50;  // padded to 128: the padding must not matter
+  c.seq_len = 8;
+  c.n_layers = 2;
+  c.n_heads = 2;
+  c.d_model = 16;
+  return c;
+}
+
+struct Batch {
+  std::vector<int32_t> tokens, targets;
+};
+
+Batch make_batch(const GPTConfig& c, int64_t B) {
+  SyntheticDataset data("random", c.vocab_size, c.seq_len, 7);
+  Batch b;
+  data.batch(DataSplit::train, 0, B, b.tokens, b.targets);
+  return b;
+}
+
+// Loss (mean over tokens) and gradients of one micro-batch.
+struct Result {
+  double loss;
+  std::vector<float> grads;
+};
+
+Result run(Runtime& /*rt*/, GPT& model, const Batch& batch, int64_t B, const StepContext& ctx) {
+  const GPTConfig& c = model.config();
+  Tensor tokens(const_cast<int32_t*>(batch.tokens.data()), DType::i32, Device::CPU(), {B, c.seq_len});
+  Tensor targets(const_cast<int32_t*>(batch.targets.data()), DType::i32, Device::CPU(), {B, c.seq_len});
+  float loss_sum = 0;
+  Tensor ls(&loss_sum, DType::f32, Device::CPU(), {1});
+  model.params().zero_grads();
+  const double n = double(B * c.seq_len);
+  model.forward_backward(ctx, tokens, targets, float(1.0 / n), ls);
+  Result r;
+  r.loss = loss_sum / n;
+  Tensor g = model.params().flat_grads();
+  r.grads.assign(g.ptr<float>(), g.ptr<float>() + g.numel());
+  return r;
+}
+
+double loss_only(Runtime& rt, GPT& model, const Batch& batch, int64_t B, const StepContext& ctx) {
+  const GPTConfig& c = model.config();
+  Tensor tokens(const_cast<int32_t*>(batch.tokens.data()), DType::i32, Device::CPU(), {B, c.seq_len});
+  Tensor targets(const_cast<int32_t*>(batch.targets.data()), DType::i32, Device::CPU(), {B, c.seq_len});
+  float loss_sum = 0;
+  Tensor ls(&loss_sum, DType::f32, Device::CPU(), {1});
+  model.forward_loss(ctx, tokens, targets, ls);
+  (void)rt;
+  return loss_sum / double(B * c.seq_len);
+}
+
+}  // namespace
+
+TEST(GPT, Gpt2SmallParameterCount) {
+  GPTConfig c;  // defaults are GPT-2 small
+  EXPECT_EQ(c.parameter_count(), 124439808);
+  EXPECT_EQ(c.padded_vocab(), 50304);
+  int64_t stored = 0;
+  for (const ParameterSpec& s : GPT::parameter_specs(c)) stored += s.shape.numel();
+  // Padding adds (50304 - 50257) rows of 768 to the token embedding.
+  EXPECT_EQ(stored, 124439808 + 47 * 768);
+}
+
+TEST(GPT, InitializationIsKeyedByNameAndIndex) {
+  ParameterSpec s{"h.0.attn.qkv.w", {48, 16}, Init::normal, 0.02f, true};
+  ParameterSpec other = s;
+  other.name = "h.1.attn.qkv.w";
+  double sum = 0, sq = 0;
+  for (int64_t i = 0; i < 768; ++i) {
+    float v = initial_value(1, s, i);
+    EXPECT_EQ(v, initial_value(1, s, i));  // a shard drawing index i gets the same value
+    EXPECT_NE(v, initial_value(1, other, i));
+    sum += v;
+    sq += double(v) * v;
+  }
+  EXPECT_NEAR(sum / 768, 0.0, 0.003);
+  EXPECT_NEAR(std::sqrt(sq / 768), 0.02, 0.003);
+}
+
+// Every parameter's gradient against central finite differences of the loss, on a few elements
+// of each tensor. f32 throughout: eps = 1e-2 (1e-3 for embeddings) keeps the truncation and
+// rounding errors near 1e-3.
+TEST(GPT, GradientsMatchFiniteDifferences) {
+  Runtime rt(RuntimeOptions{});
+  GPTConfig c = tiny_config();
+  const int64_t B = 2;
+  GPT model(rt, c, B);
+  model.initialize(3);
+  // Larger weights than GPT-2's init so every gradient is well above f32 noise.
+  Tensor values = model.params().flat_values();
+  for (int64_t i = 0; i < values.numel(); ++i) values.ptr<float>()[i] *= 5.0f;
+  Batch batch = make_batch(c, B);
+  StepContext ctx;
+  Result r = run(rt, model, batch, B, ctx);
+  int checked = 0;
+  for (const Parameter& p : model.params().all()) {
+    const int64_t n = p.spec.shape.numel();
+    // The embeddings feed LayerNorm directly with a small norm, so a smaller step stays linear.
+    const bool embedding = p.spec.name == "wte" || p.spec.name == "wpe";
+    const float eps = embedding ? 1e-3f : 1e-2f;
+    for (int64_t k = 0; k < 3; ++k) {
+      int64_t i = (k * 7919 + 13) % n;
+      if (p.spec.name == "wte") i = batch.tokens[size_t(k)] * c.d_model + k;  // a row that is used
+      float* w = p.value.ptr<float>() + i;
+      const float saved = *w;
+      *w = saved + eps;
+      double up = loss_only(rt, model, batch, B, ctx);
+      *w = saved - eps;
+      double down = loss_only(rt, model, batch, B, ctx);
+      *w = saved;
+      double fd = (up - down) / (2 * eps);
+      double an = r.grads[size_t(p.offset + i)];
+      EXPECT_NEAR(an, fd, 2e-3 + 2e-2 * std::fabs(fd)) << p.spec.name << "[" << i << "]";
+      ++checked;
+    }
+  }
+  EXPECT_GT(checked, 70);
+}
+
+TEST(GPT, PaddedVocabularyGetsNoGradient) {
+  Runtime rt(RuntimeOptions{});
+  GPTConfig c = tiny_config();
+  GPT model(rt, c, 2);
+  model.initialize(3);
+  Result r = run(rt, model, make_batch(c, 2), 2, StepContext{});
+  for (int64_t i = c.vocab_size * c.d_model; i < c.padded_vocab() * c.d_model; ++i) ASSERT_EQ(r.grads[size_t(i)], 0.0f);
+}
+
+// Activation checkpointing must not change a single bit of the gradients on the CPU, with dropout on.
+TEST(GPT, CheckpointingGivesBitwiseEqualGradients) {
+  Runtime rt(RuntimeOptions{});
+  const int64_t B = 2;
+  std::vector<Result> results;
+  for (Checkpointing mode : {Checkpointing::none, Checkpointing::full, Checkpointing::selective}) {
+    GPTConfig c = tiny_config();
+    c.dropout = 0.1f;
+    c.checkpointing = mode;
+    GPT model(rt, c, B);
+    model.initialize(5);
+    StepContext ctx;
+    ctx.seed = 11;
+    ctx.step = 3;
+    results.push_back(run(rt, model, make_batch(c, B), B, ctx));
+  }
+  for (size_t m = 1; m < results.size(); ++m) {
+    EXPECT_EQ(results[m].loss, results[0].loss);
+    ASSERT_EQ(results[m].grads.size(), results[0].grads.size());
+    EXPECT_EQ(0, std::memcmp(results[m].grads.data(), results[0].grads.data(), results[0].grads.size() * 4)) << "mode " << m;
+  }
+  // And checkpointing keeps less: full < selective < none.
+  GPTConfig c = tiny_config();
+  c.checkpointing = Checkpointing::none;
+  size_t none = GPT::activation_bytes(c, 8, 8).kept;
+  c.checkpointing = Checkpointing::selective;
+  size_t selective = GPT::activation_bytes(c, 8, 8).kept;
+  c.checkpointing = Checkpointing::full;
+  size_t full = GPT::activation_bytes(c, 8, 8).kept;
+  EXPECT_LT(full, selective);
+  EXPECT_LT(selective, none);
+}
+
+TEST(GPT, DropoutDependsOnStepNotOnRepetition) {
+  Runtime rt(RuntimeOptions{});
+  GPTConfig c = tiny_config();
+  c.dropout = 0.2f;
+  GPT model(rt, c, 2);
+  model.initialize(5);
+  Batch batch = make_batch(c, 2);
+  StepContext ctx;
+  ctx.seed = 1;
+  ctx.step = 1;
+  Result a = run(rt, model, batch, 2, ctx);
+  Result b = run(rt, model, batch, 2, ctx);
+  EXPECT_EQ(a.loss, b.loss);
+  ctx.step = 2;
+  Result d = run(rt, model, batch, 2, ctx);
+  EXPECT_NE(a.loss, d.loss);
+}
+
+// A micro-batch split differently gives the same summed loss and gradients (up to fp32 rounding):
+// samples and dropout masks are keyed by global sample index.
+TEST(GPT, MicroBatchSplitDoesNotChangeTheStep) {
+  Runtime rt(RuntimeOptions{});
+  GPTConfig c = tiny_config();
+  c.dropout = 0.1f;
+  GPT big(rt, c, 4);
+  big.initialize(9);
+  SyntheticDataset data("synthetic", c.vocab_size, c.seq_len, 3);
+  Batch all;
+  data.batch(DataSplit::train, 0, 4, all.tokens, all.targets);
+  StepContext ctx;
+  ctx.seed = 2;
+  ctx.step = 1;
+  Result whole = run(rt, big, all, 4, ctx);
+
+  GPT small(rt, c, 2);
+  small.initialize(9);
+  std::vector<double> acc(whole.grads.size(), 0.0);
+  double loss = 0;
+  for (int half = 0; half < 2; ++half) {
+    Batch part;
+    data.batch(DataSplit::train, half * 2, 2, part.tokens, part.targets);
+    StepContext cx = ctx;
+    cx.sample_offset = half * 2;
+    Result r = run(rt, small, part, 2, cx);
+    loss += r.loss / 2;
+    for (size_t i = 0; i < acc.size(); ++i) acc[i] += r.grads[i] / 2;
+  }
+  EXPECT_NEAR(loss, whole.loss, 1e-6);
+  for (size_t i = 0; i < acc.size(); ++i) ASSERT_NEAR(acc[i], whole.grads[i], 1e-6 + 1e-4 * std::fabs(whole.grads[i])) << i;
+}
+
+TEST(SyntheticData, IsLearnableAndKeyedByIndex) {
+  SyntheticDataset d("synthetic", 64, 16, 1);
+  std::vector<int32_t> a_in, a_tg, b_in, b_tg;
+  d.batch(DataSplit::train, 5, 3, a_in, a_tg);
+  d.batch(DataSplit::train, 6, 1, b_in, b_tg);
+  for (int t = 0; t < 16; ++t) EXPECT_EQ(a_in[16 + size_t(t)], b_in[size_t(t)]);  // sample 6 is sample 6
+  for (int t = 0; t < 15; ++t) EXPECT_EQ(a_tg[size_t(t)], a_in[size_t(t) + 1]);   // targets are next tokens
+  EXPECT_LT(d.entropy_floor(), 0.5 * std::log(64.0));
+}

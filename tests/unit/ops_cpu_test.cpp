@@ -1,0 +1,816 @@
+// Unit tests of the CPU backend of every op: float64 references per dtype, finite-difference
+// checks of every backward, bitwise independence of the thread count, dropout mask properties.
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <random>
+#include <vector>
+
+#include "core/ops.h"
+#include "core/philox.h"
+#include "core/runtime.h"
+
+using namespace trellis;
+
+namespace {
+
+Runtime& rt() {
+  static Runtime r{RuntimeOptions{}};
+  return r;
+}
+
+const DType kFloatTypes[] = {DType::f32, DType::bf16, DType::f16};
+
+// A CPU tensor over std::vector storage; get/set convert through double.
+class HostTensor {
+ public:
+  HostTensor(DType t, Shape s) : dtype_(t), shape_(s), storage_(size_t(s.numel()) * dtype_size(t) / 8 + 1) {}
+  Tensor t() { return Tensor(storage_.data(), dtype_, Device::CPU(), shape_); }
+  int64_t numel() const { return shape_.numel(); }
+  DType dtype() const { return dtype_; }
+  double get(int64_t i) const {
+    const void* p = storage_.data();
+    switch (dtype_) {
+      case DType::f32: return static_cast<const float*>(p)[i];
+      case DType::bf16: return to_float(static_cast<const bf16_t*>(p)[i]);
+      case DType::f16: return to_float(static_cast<const f16_t*>(p)[i]);
+      case DType::i32: return static_cast<const int32_t*>(p)[i];
+      default: ADD_FAILURE() << "dtype"; return 0;
+    }
+  }
+  void set(int64_t i, double v) {
+    void* p = storage_.data();
+    switch (dtype_) {
+      case DType::f32: static_cast<float*>(p)[i] = float(v); break;
+      case DType::bf16: static_cast<bf16_t*>(p)[i] = to_bf16(float(v)); break;
+      case DType::f16: static_cast<f16_t*>(p)[i] = to_f16(float(v)); break;
+      case DType::i32: static_cast<int32_t*>(p)[i] = int32_t(v); break;
+      default: ADD_FAILURE() << "dtype";
+    }
+  }
+  std::vector<double> values() const {
+    std::vector<double> v(static_cast<size_t>(numel()));
+    for (int64_t i = 0; i < numel(); ++i) v[size_t(i)] = get(i);
+    return v;
+  }
+  // Uniform in [lo, hi), rounded to the dtype: the references see exactly what the op sees.
+  HostTensor& randomize(std::mt19937& g, double lo = -1.0, double hi = 1.0) {
+    std::uniform_real_distribution<double> u(lo, hi);
+    for (int64_t i = 0; i < numel(); ++i) set(i, u(g));
+    return *this;
+  }
+  bool bitwise_equal(const HostTensor& o) const { return storage_ == o.storage_; }
+
+ private:
+  DType dtype_;
+  Shape shape_;
+  std::vector<uint64_t> storage_;
+};
+
+// Relative error of rounding a result to the dtype once, with a factor 2 of slack: half an ulp is
+// 2^-24 (f32, 24 significant bits), 2^-9 (bf16, 8 bits), 2^-12 (f16, 11 bits).
+double out_rtol(DType t) { return t == DType::bf16 ? 0x1p-8 : t == DType::f16 ? 0x1p-11 : 0x1p-23; }
+
+// |got - ref| <= atol + rtol * |ref| element by element; reports the first few misses.
+void expect_close(const std::vector<double>& got, const std::vector<double>& ref, double atol, double rtol,
+                  const char* what) {
+  ASSERT_EQ(got.size(), ref.size()) << what;
+  int bad = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double bound = atol + rtol * std::fabs(ref[i]);
+    if (!(std::fabs(got[i] - ref[i]) <= bound) && bad++ < 5)
+      ADD_FAILURE() << what << "[" << i << "]: got " << got[i] << ", want " << ref[i] << " (bound " << bound << ")";
+  }
+}
+
+// Central differences of loss() in every element of x (f32), against the analytic gradient.
+// h = 1e-3 keeps the truncation error O(h^2) ~ 1e-6; the f32 rounding of the loss (~1e-6 for the
+// small sums here) divided by 2h gives ~1e-3, hence the absolute tolerance.
+void check_fd(HostTensor& x, const std::vector<double>& grad, const std::function<double()>& loss,
+              const char* what) {
+  const double h = 1e-3;
+  std::vector<double> fd(size_t(x.numel()));
+  for (int64_t i = 0; i < x.numel(); ++i) {
+    const double x0 = x.get(i);
+    x.set(i, x0 + h);
+    const double xp = x.get(i), lp = loss();
+    x.set(i, x0 - h);
+    const double xm = x.get(i), lm = loss();
+    x.set(i, x0);
+    fd[size_t(i)] = (lp - lm) / (xp - xm);
+  }
+  expect_close(fd, grad, 3e-3, 1e-2, what);
+}
+
+// sum(r * out) in double: a random projection of an output, the scalar the FD checks differentiate.
+double project(const HostTensor& r, const HostTensor& out) {
+  double s = 0;
+  for (int64_t i = 0; i < out.numel(); ++i) s += r.get(i) * out.get(i);
+  return s;
+}
+
+// Runs f with 1 thread, then with 4, restoring the default.
+template <typename F> void with_threads(int n, F&& f) {
+  const int saved = omp_get_max_threads();
+  omp_set_num_threads(n);
+  f();
+  omp_set_num_threads(saved);
+}
+
+// ---------------------------------------------------------------- elementwise
+
+TEST(OpsCpu, FillCopyCastExact) {
+  std::mt19937 g(1);
+  for (DType dt : kFloatTypes) {
+    SCOPED_TRACE(std::string(dtype_name(dt)));
+    HostTensor x(dt, {3, 5});
+    fill(rt(), x.t(), 1.5f);
+    for (double v : x.values()) EXPECT_EQ(v, 1.5);
+    HostTensor src(dt, {15}), dst(dt, {15});
+    src.randomize(g);
+    copy(rt(), dst.t(), src.t());
+    EXPECT_TRUE(dst.bitwise_equal(src));
+    for (DType ot : kFloatTypes) {  // a conversion is one rounding of the exact input value
+      HostTensor out(ot, {15});
+      cast(rt(), out.t(), src.t());
+      for (int64_t i = 0; i < 15; ++i) EXPECT_EQ(out.get(i), round_to(ot, float(src.get(i))));
+    }
+  }
+}
+
+TEST(OpsCpu, AddAccumulateScale) {
+  std::mt19937 g(2);
+  for (DType dt : kFloatTypes) {
+    SCOPED_TRACE(std::string(dtype_name(dt)));
+    HostTensor a(dt, {4, 9}), b(dt, {4, 9}), out(dt, {4, 9});
+    a.randomize(g);
+    b.randomize(g);
+    add(rt(), out.t(), a.t(), b.t());
+    std::vector<double> ref(36);
+    for (int i = 0; i < 36; ++i) ref[size_t(i)] = a.get(i) + b.get(i);
+    // One f32 add of exact inputs, then one rounding to the dtype.
+    expect_close(out.values(), ref, 1e-7, out_rtol(dt), "add");
+    add(rt(), a.t(), a.t(), b.t());  // out aliasing a
+    EXPECT_TRUE(a.bitwise_equal(out));
+    for (DType at : kFloatTypes) {
+      HostTensor o(dt, {36}), x(at, {36});
+      o.randomize(g);
+      x.randomize(g);
+      for (int i = 0; i < 36; ++i) ref[size_t(i)] = o.get(i) + x.get(i);
+      accumulate(rt(), o.t(), x.t());
+      expect_close(o.values(), ref, 1e-7, out_rtol(dt), "accumulate");
+    }
+    for (int i = 0; i < 36; ++i) ref[size_t(i)] = b.get(i) * -0.3f;
+    scale(rt(), b.t(), -0.3f);
+    expect_close(b.values(), ref, 1e-7, out_rtol(dt), "scale");
+  }
+}
+
+// ---------------------------------------------------------------- matmul
+
+struct MatmulCase { bool ta, tb, bias, acc; float alpha; };
+
+TEST(OpsCpu, MatmulMatchesReference) {
+  std::mt19937 g(3);
+  const int64_t M = 13, N = 11, K = 17;
+  const MatmulCase cases[] = {{false, false, false, false, 1.0f}, {true, false, true, true, 0.5f},
+                              {false, true, true, false, -2.0f}, {true, true, false, true, 1.0f}};
+  for (DType dt : kFloatTypes)
+    for (bool out_f32 : {false, true})
+      for (const MatmulCase& c : cases) {
+        const DType ot = out_f32 ? DType::f32 : dt;
+        SCOPED_TRACE(std::string(dtype_name(dt)) + " out " + std::string(dtype_name(ot)) + " ta " +
+                     std::to_string(c.ta) + " tb " + std::to_string(c.tb));
+        HostTensor a(dt, c.ta ? Shape{K, M} : Shape{M, K}), b(dt, c.tb ? Shape{N, K} : Shape{K, N});
+        HostTensor bias(dt, {N}), out(ot, {M, N});
+        a.randomize(g);
+        b.randomize(g);
+        bias.randomize(g);
+        out.randomize(g);
+        std::vector<double> ref(size_t(M * N)), mag(size_t(M * N));
+        for (int64_t i = 0; i < M; ++i)
+          for (int64_t j = 0; j < N; ++j) {
+            double s = 0, m = 0;
+            for (int64_t k = 0; k < K; ++k) {
+              const double p = a.get(c.ta ? k * M + i : i * K + k) * b.get(c.tb ? j * K + k : k * N + j);
+              s += p;
+              m += std::fabs(p);
+            }
+            double r = c.alpha * s, extra = 0;
+            if (c.bias) extra += bias.get(j);
+            if (c.acc) extra += out.get(i * N + j);
+            ref[size_t(i * N + j)] = r + extra;
+            mag[size_t(i * N + j)] = std::fabs(c.alpha) * m + std::fabs(extra);
+          }
+        Tensor bt = bias.t();
+        MatmulOptions opt{c.ta, c.tb, c.acc, c.bias ? &bt : nullptr, c.alpha};
+        matmul(rt(), out.t(), a.t(), b.t(), opt);
+        // f32 accumulation of K products: |err| <= (K + 2) u sum|terms| (u = 2^-24, with slack),
+        // then one rounding to out's dtype.
+        std::vector<double> got = out.values();
+        for (size_t i = 0; i < got.size(); ++i) {
+          const double bound = (K + 2) * 0x1p-23 * mag[i] + out_rtol(ot) * std::fabs(ref[i]) + 1e-30;
+          ASSERT_LE(std::fabs(got[i] - ref[i]), bound) << "element " << i;
+        }
+      }
+}
+
+TEST(OpsCpu, BiasBackwardMatchesReference) {
+  std::mt19937 g(4);
+  for (DType dt : kFloatTypes) {
+    SCOPED_TRACE(std::string(dtype_name(dt)));
+    const int64_t R = 37, N = 70;  // N spans a partial column block
+    HostTensor dy(dt, {R, N}), db(DType::f32, {N});
+    dy.randomize(g);
+    db.randomize(g);
+    std::vector<double> ref = db.values();
+    for (int64_t r = 0; r < R; ++r)
+      for (int64_t j = 0; j < N; ++j) ref[size_t(j)] += dy.get(r * N + j);
+    bias_backward(rt(), db.t(), dy.t());
+    // Summed in double, rounded once to f32.
+    expect_close(db.values(), ref, 1e-12, 0x1p-23, "db");
+  }
+}
+
+// Gradients of sum(R * (a @ b + bias)) from matmul with transposes and bias_backward, against FD.
+TEST(OpsCpu, MatmulBackwardFiniteDifferences) {
+  std::mt19937 g(5);
+  const int64_t M = 4, N = 3, K = 5;
+  HostTensor a(DType::f32, {M, K}), b(DType::f32, {K, N}), bias(DType::f32, {N}), out(DType::f32, {M, N});
+  HostTensor r(DType::f32, {M, N});
+  a.randomize(g);
+  b.randomize(g);
+  bias.randomize(g);
+  r.randomize(g);
+  Tensor bt = bias.t();
+  auto loss = [&] {
+    matmul(rt(), out.t(), a.t(), b.t(), MatmulOptions{false, false, false, &bt, 1.0f});
+    return project(r, out);
+  };
+  HostTensor da(DType::f32, {M, K}), dB(DType::f32, {K, N}), dbias(DType::f32, {N});
+  matmul(rt(), da.t(), r.t(), b.t(), MatmulOptions{false, true, false, nullptr, 1.0f});   // R b^T
+  matmul(rt(), dB.t(), a.t(), r.t(), MatmulOptions{true, false, false, nullptr, 1.0f});   // a^T R
+  fill(rt(), dbias.t(), 0.0f);
+  bias_backward(rt(), dbias.t(), r.t());
+  check_fd(a, da.values(), loss, "da");
+  check_fd(b, dB.values(), loss, "db");
+  check_fd(bias, dbias.values(), loss, "dbias");
+}
+
+// ---------------------------------------------------------------- layernorm
+
+struct LnRef { std::vector<double> out, mean, rstd, dx, dw, db; };
+
+LnRef layernorm_ref(const HostTensor& x, const HostTensor& w, const HostTensor& b, const HostTensor& dout,
+                    int64_t R, int64_t C, double eps) {
+  LnRef f{std::vector<double>(size_t(R * C)), std::vector<double>(size_t(R)), std::vector<double>(size_t(R)),
+          std::vector<double>(size_t(R * C)), std::vector<double>(size_t(C)), std::vector<double>(size_t(C))};
+  for (int64_t r = 0; r < R; ++r) {
+    double mu = 0, var = 0;
+    for (int64_t c = 0; c < C; ++c) mu += x.get(r * C + c) / double(C);
+    for (int64_t c = 0; c < C; ++c) var += std::pow(x.get(r * C + c) - mu, 2) / double(C);
+    const double rs = 1.0 / std::sqrt(var + eps);
+    f.mean[size_t(r)] = mu;
+    f.rstd[size_t(r)] = rs;
+    double mg = 0, mgx = 0;
+    for (int64_t c = 0; c < C; ++c) {
+      const double xh = (x.get(r * C + c) - mu) * rs, d = dout.get(r * C + c);
+      f.out[size_t(r * C + c)] = xh * w.get(c) + b.get(c);
+      mg += d * w.get(c) / double(C);
+      mgx += d * w.get(c) * xh / double(C);
+      f.dw[size_t(c)] += d * xh;
+      f.db[size_t(c)] += d;
+    }
+    for (int64_t c = 0; c < C; ++c) {
+      const double xh = (x.get(r * C + c) - mu) * rs;
+      f.dx[size_t(r * C + c)] = (dout.get(r * C + c) * w.get(c) - mg - xh * mgx) * rs;
+    }
+  }
+  return f;
+}
+
+TEST(OpsCpu, LayernormMatchesReference) {
+  std::mt19937 g(6);
+  const int64_t R = 6, C = 40;
+  for (DType dt : kFloatTypes) {
+    SCOPED_TRACE(std::string(dtype_name(dt)));
+    HostTensor x(dt, {2, 3, C}), w(dt, {C}), b(dt, {C}), out(dt, {2, 3, C}), dout(dt, {2, 3, C});
+    HostTensor mean(DType::f32, {R}), rstd(DType::f32, {R}), dx(dt, {2, 3, C});
+    HostTensor dw(DType::f32, {C}), db(DType::f32, {C});
+    x.randomize(g, 1.0, 3.0);  // an offset mean, so the centering matters
+    w.randomize(g, 0.5, 1.5);
+    b.randomize(g);
+    dout.randomize(g);
+    dx.randomize(g);
+    dw.randomize(g);
+    db.randomize(g);
+    LnRef f = layernorm_ref(x, w, b, dout, R, C, 1e-5);
+    for (int64_t i = 0; i < R * C; ++i) f.dx[size_t(i)] += dx.get(i);  // backward accumulates
+    for (int64_t c = 0; c < C; ++c) {
+      f.dw[size_t(c)] += dw.get(c);
+      f.db[size_t(c)] += db.get(c);
+    }
+    layernorm_forward(rt(), out.t(), mean.t(), rstd.t(), x.t(), w.t(), b.t(), 1e-5f);
+    layernorm_backward(rt(), dx.t(), dw.t(), db.t(), dout.t(), x.t(), w.t(), mean.t(), rstd.t());
+    // Values are O(1..10) (rstd of uniform [1,3) is ~1.7): a handful of f32 roundings on terms of
+    // that size gives < 2e-5; 16-bit outputs add one rounding of the result.
+    expect_close(out.values(), f.out, 2e-5, out_rtol(dt), "out");
+    expect_close(mean.values(), f.mean, 1e-6, 1e-6, "mean");
+    expect_close(rstd.values(), f.rstd, 1e-6, 1e-6, "rstd");
+    expect_close(dx.values(), f.dx, 2e-5, out_rtol(dt), "dx");
+    expect_close(dw.values(), f.dw, 2e-5, 1e-6, "dw");
+    expect_close(db.values(), f.db, 2e-5, 1e-6, "db");
+  }
+}
+
+TEST(OpsCpu, LayernormBackwardFiniteDifferences) {
+  std::mt19937 g(7);
+  const int64_t R = 3, C = 6;
+  HostTensor x(DType::f32, {R, C}), w(DType::f32, {C}), b(DType::f32, {C}), out(DType::f32, {R, C});
+  HostTensor mean(DType::f32, {R}), rstd(DType::f32, {R}), r(DType::f32, {R, C});
+  x.randomize(g);
+  w.randomize(g, 0.5, 1.5);
+  b.randomize(g);
+  r.randomize(g);
+  auto loss = [&] {
+    layernorm_forward(rt(), out.t(), mean.t(), rstd.t(), x.t(), w.t(), b.t(), 1e-5f);
+    return project(r, out);
+  };
+  loss();
+  HostTensor dx(DType::f32, {R, C}), dw(DType::f32, {C}), db(DType::f32, {C});
+  for (HostTensor* t : {&dx, &dw, &db}) fill(rt(), t->t(), 0.0f);
+  layernorm_backward(rt(), dx.t(), dw.t(), db.t(), r.t(), x.t(), w.t(), mean.t(), rstd.t());
+  check_fd(x, dx.values(), loss, "dx");
+  check_fd(w, dw.values(), loss, "dw");
+  check_fd(b, db.values(), loss, "db");
+}
+
+// ---------------------------------------------------------------- gelu
+
+double gelu_ref(double x) { return 0.5 * x * (1 + std::tanh(std::sqrt(2 / M_PI) * (x + 0.044715 * x * x * x))); }
+double gelu_grad_ref(double x) {
+  const double u = std::sqrt(2 / M_PI) * (x + 0.044715 * x * x * x), th = std::tanh(u);
+  return 0.5 * (1 + th) + 0.5 * x * (1 - th * th) * std::sqrt(2 / M_PI) * (1 + 3 * 0.044715 * x * x);
+}
+
+TEST(OpsCpu, GeluMatchesReference) {
+  std::mt19937 g(8);
+  for (DType dt : kFloatTypes) {
+    SCOPED_TRACE(std::string(dtype_name(dt)));
+    HostTensor x(dt, {5, 20}), out(dt, {5, 20}), dout(dt, {5, 20}), dx(dt, {5, 20});
+    x.randomize(g, -4.0, 4.0);
+    dout.randomize(g);
+    std::vector<double> ref(100), dref(100);
+    for (int i = 0; i < 100; ++i) {
+      ref[size_t(i)] = gelu_ref(x.get(i));
+      dref[size_t(i)] = dout.get(i) * gelu_grad_ref(x.get(i));
+    }
+    gelu_forward(rt(), out.t(), x.t());
+    gelu_backward(rt(), dx.t(), dout.t(), x.t());
+    // |x| < 4: f32 tanh and a few products are accurate to a few ulps of 4, i.e. < 2e-6.
+    expect_close(out.values(), ref, 2e-6, out_rtol(dt), "gelu");
+    expect_close(dx.values(), dref, 2e-6, out_rtol(dt), "gelu'");
+    gelu_backward(rt(), dout.t(), dout.t(), x.t());  // dx aliasing dout
+    EXPECT_TRUE(dout.bitwise_equal(dx));
+  }
+}
+
+TEST(OpsCpu, GeluBackwardFiniteDifferences) {
+  std::mt19937 g(9);
+  HostTensor x(DType::f32, {30}), out(DType::f32, {30}), r(DType::f32, {30}), dx(DType::f32, {30});
+  x.randomize(g, -3.0, 3.0);
+  r.randomize(g);
+  gelu_backward(rt(), dx.t(), r.t(), x.t());
+  check_fd(x, dx.values(), [&] { gelu_forward(rt(), out.t(), x.t()); return project(r, out); }, "dx");
+}
+
+// ---------------------------------------------------------------- attention
+
+struct AttnDims { int64_t B, T, C, H; };
+
+// out, lse, and dqkv with the textbook softmax gradient dS = P (dP - rowsum(P dP)); mag holds, per
+// dqkv element, the sum of the magnitudes of its terms (for the 16-bit bound below).
+struct AttnRef { std::vector<double> out, lse, dqkv, mag; };
+
+AttnRef attention_ref(const HostTensor& qkv, const HostTensor& dout, const AttnDims& a) {
+  const int64_t hd = a.C / a.H, C3 = 3 * a.C;
+  const double sc = 1.0 / std::sqrt(double(hd));
+  AttnRef f{std::vector<double>(size_t(a.B * a.T * a.C)), std::vector<double>(size_t(a.B * a.H * a.T)),
+            std::vector<double>(size_t(qkv.numel())), std::vector<double>(size_t(qkv.numel()))};
+  auto at = [&](int64_t b, int64_t t, int which, int64_t h, int64_t i) { return (b * a.T + t) * C3 + which * a.C + h * hd + i; };
+  for (int64_t b = 0; b < a.B; ++b)
+    for (int64_t h = 0; h < a.H; ++h) {
+      std::vector<std::vector<double>> P(size_t(a.T), std::vector<double>(size_t(a.T), 0.0)), dP = P;
+      for (int64_t t = 0; t < a.T; ++t) {
+        double mx = -1e300, z = 0;
+        for (int64_t s = 0; s <= t; ++s) {
+          double d = 0;
+          for (int64_t i = 0; i < hd; ++i) d += qkv.get(at(b, t, 0, h, i)) * qkv.get(at(b, s, 1, h, i));
+          P[size_t(t)][size_t(s)] = d * sc;
+          mx = std::max(mx, d * sc);
+        }
+        for (int64_t s = 0; s <= t; ++s) z += std::exp(P[size_t(t)][size_t(s)] - mx);
+        f.lse[size_t((b * a.H + h) * a.T + t)] = mx + std::log(z);
+        for (int64_t s = 0; s <= t; ++s) P[size_t(t)][size_t(s)] = std::exp(P[size_t(t)][size_t(s)] - mx) / z;
+        double D = 0, Dmag = 0;  // Dmag = sum |dout * out|, the scale of D's rounding error
+        for (int64_t i = 0; i < hd; ++i) {
+          double o = 0;
+          for (int64_t s = 0; s <= t; ++s) o += P[size_t(t)][size_t(s)] * qkv.get(at(b, s, 2, h, i));
+          f.out[size_t((b * a.T + t) * a.C + h * hd + i)] = o;
+          Dmag += std::fabs(o * dout.get((b * a.T + t) * a.C + h * hd + i));
+        }
+        for (int64_t s = 0; s <= t; ++s) {
+          double d = 0;
+          for (int64_t i = 0; i < hd; ++i) d += dout.get((b * a.T + t) * a.C + h * hd + i) * qkv.get(at(b, s, 2, h, i));
+          dP[size_t(t)][size_t(s)] = d;
+          D += P[size_t(t)][size_t(s)] * d;
+        }
+        for (int64_t s = 0; s <= t; ++s) {
+          const double p = P[size_t(t)][size_t(s)], ds = p * (dP[size_t(t)][size_t(s)] - D);
+          const double ms = p * (std::fabs(dP[size_t(t)][size_t(s)]) + Dmag);
+          for (int64_t i = 0; i < hd; ++i) {
+            const double g = dout.get((b * a.T + t) * a.C + h * hd + i);
+            const double q = qkv.get(at(b, t, 0, h, i)), k = qkv.get(at(b, s, 1, h, i));
+            f.dqkv[size_t(at(b, t, 0, h, i))] += ds * sc * k;
+            f.dqkv[size_t(at(b, s, 1, h, i))] += ds * sc * q;
+            f.dqkv[size_t(at(b, s, 2, h, i))] += p * g;
+            f.mag[size_t(at(b, t, 0, h, i))] += ms * sc * std::fabs(k);
+            f.mag[size_t(at(b, s, 1, h, i))] += ms * sc * std::fabs(q);
+            f.mag[size_t(at(b, s, 2, h, i))] += p * std::fabs(g);
+          }
+        }
+      }
+    }
+  return f;
+}
+
+TEST(OpsCpu, AttentionMatchesReference) {
+  std::mt19937 g(10);
+  const AttnDims a{2, 7, 12, 3};
+  for (DType dt : kFloatTypes) {
+    SCOPED_TRACE(std::string(dtype_name(dt)));
+    HostTensor qkv(dt, {a.B, a.T, 3 * a.C}), out(dt, {a.B, a.T, a.C}), dout(dt, {a.B, a.T, a.C});
+    HostTensor lse(DType::f32, {a.B, a.H, a.T}), dqkv(dt, {a.B, a.T, 3 * a.C});
+    qkv.randomize(g, -2.0, 2.0);
+    dout.randomize(g);
+    dqkv.randomize(g);  // must be overwritten
+    AttnRef f = attention_ref(qkv, dout, a);
+    attention_forward(rt(), out.t(), lse.t(), qkv.t(), int(a.H));
+    attention_backward(rt(), dqkv.t(), dout.t(), qkv.t(), out.t(), lse.t(), int(a.H));
+    // f32: dot products of 4 terms of size <= 4, exp and sums over <= 7 keys: < 1e-5.
+    expect_close(out.values(), f.out, 1e-5, out_rtol(dt), "out");
+    expect_close(lse.values(), f.lse, 1e-5, 1e-6, "lse");
+    // 16-bit: besides the final rounding, backward takes D = rowsum(dout * out) from the stored
+    // (rounded) out, an error of one rounding relative to the magnitude of the terms of dq and dk
+    // rather than to the result; f32 gets 1e-5 of that magnitude.
+    std::vector<double> got = dqkv.values();
+    for (size_t i = 0; i < got.size(); ++i) {
+      const double bound = 1e-5 * (1 + f.mag[i]) + out_rtol(dt) * (std::fabs(f.dqkv[i]) + 2 * f.mag[i]);
+      ASSERT_LE(std::fabs(got[i] - f.dqkv[i]), bound) << "dqkv element " << i;
+    }
+  }
+}
+
+TEST(OpsCpu, AttentionBackwardFiniteDifferences) {
+  std::mt19937 g(11);
+  const AttnDims a{1, 4, 6, 2};
+  HostTensor qkv(DType::f32, {a.B, a.T, 3 * a.C}), out(DType::f32, {a.B, a.T, a.C}), r(DType::f32, {a.B, a.T, a.C});
+  HostTensor lse(DType::f32, {a.B, a.H, a.T}), dqkv(DType::f32, {a.B, a.T, 3 * a.C});
+  qkv.randomize(g);
+  r.randomize(g);
+  auto loss = [&] {
+    attention_forward(rt(), out.t(), lse.t(), qkv.t(), int(a.H));
+    return project(r, out);
+  };
+  loss();
+  attention_backward(rt(), dqkv.t(), r.t(), qkv.t(), out.t(), lse.t(), int(a.H));
+  check_fd(qkv, dqkv.values(), loss, "dqkv");
+}
+
+// ---------------------------------------------------------------- cross-entropy
+
+TEST(OpsCpu, CrossEntropyMatchesReference) {
+  std::mt19937 g(12);
+  const int64_t N = 6, Vp = 13, V = 10;
+  const int32_t tg[N] = {3, -1, 0, 9, 5, 9};
+  const float dloss = 0.7f;
+  for (DType dt : kFloatTypes) {
+    SCOPED_TRACE(std::string(dtype_name(dt)));
+    HostTensor logits(dt, {N, Vp}), targets(DType::i32, {N}), losses(DType::f32, {N}), losses2(DType::f32, {N});
+    HostTensor dlogits(dt, {N, Vp});
+    logits.randomize(g, -3.0, 3.0);
+    for (int64_t r = 0; r < N; ++r) {
+      targets.set(r, tg[r]);
+      for (int64_t c = V; c < Vp; ++c) logits.set(r * Vp + c, 100.0);  // padding must not count
+    }
+    std::vector<double> lref(N), dref(size_t(N * Vp));
+    for (int64_t r = 0; r < N; ++r) {
+      if (tg[r] < 0) continue;
+      double mx = -1e300, z = 0;
+      for (int64_t c = 0; c < V; ++c) mx = std::max(mx, logits.get(r * Vp + c));
+      for (int64_t c = 0; c < V; ++c) z += std::exp(logits.get(r * Vp + c) - mx);
+      const double lse = mx + std::log(z);
+      lref[size_t(r)] = lse - logits.get(r * Vp + tg[r]);
+      for (int64_t c = 0; c < V; ++c)
+        dref[size_t(r * Vp + c)] = dloss * (std::exp(logits.get(r * Vp + c) - lse) - (c == tg[r] ? 1 : 0));
+    }
+    softmax_cross_entropy_forward(rt(), losses.t(), logits.t(), targets.t(), V);
+    softmax_cross_entropy_backward(rt(), dlogits.t(), losses2.t(), logits.t(), targets.t(), V, dloss);
+    // Losses are f32 from exact inputs (sums in double): f32-level. Gradients: one exp in f32 of
+    // an argument of size <= ~6, then one rounding to the dtype.
+    expect_close(losses.values(), lref, 1e-5, 1e-6, "losses");
+    EXPECT_TRUE(losses2.bitwise_equal(losses));
+    expect_close(dlogits.values(), dref, 2e-6, out_rtol(dt), "dlogits");
+    for (int64_t r = 0; r < N; ++r)
+      for (int64_t c = 0; c < Vp; ++c)
+        if (c >= V || tg[r] < 0) {
+          EXPECT_EQ(dlogits.get(r * Vp + c), 0.0) << r << "," << c;
+        }
+    // In place: dlogits aliasing logits gives the same bits.
+    softmax_cross_entropy_backward(rt(), logits.t(), losses2.t(), logits.t(), targets.t(), V, dloss);
+    EXPECT_TRUE(logits.bitwise_equal(dlogits));
+    EXPECT_TRUE(losses2.bitwise_equal(losses));
+  }
+}
+
+TEST(OpsCpu, CrossEntropyBackwardFiniteDifferences) {
+  std::mt19937 g(13);
+  const int64_t N = 3, Vp = 7, V = 5;
+  const float dloss = 0.7f;
+  HostTensor logits(DType::f32, {N, Vp}), targets(DType::i32, {N}), losses(DType::f32, {N}), d(DType::f32, {N, Vp});
+  logits.randomize(g, -2.0, 2.0);
+  targets.set(0, 4);
+  targets.set(1, -1);
+  targets.set(2, 0);
+  softmax_cross_entropy_backward(rt(), d.t(), losses.t(), logits.t(), targets.t(), V, dloss);
+  auto loss = [&] {
+    softmax_cross_entropy_forward(rt(), losses.t(), logits.t(), targets.t(), V);
+    double s = 0;
+    for (int64_t r = 0; r < N; ++r) s += dloss * losses.get(r);
+    return s;
+  };
+  check_fd(logits, d.values(), loss, "dlogits");
+}
+
+// ---------------------------------------------------------------- embedding
+
+TEST(OpsCpu, EmbeddingMatchesReference) {
+  std::mt19937 g(14);
+  const int64_t B = 2, T = 5, V = 7, C = 6, P = 8;
+  const int32_t tok[B * T] = {1, 3, 3, 0, 6, 3, 1, 2, 6, 1};
+  for (DType dt : kFloatTypes) {
+    SCOPED_TRACE(std::string(dtype_name(dt)));
+    HostTensor tokens(DType::i32, {B, T}), wte(dt, {V, C}), wpe(dt, {P, C}), out(dt, {B, T, C}), dout(dt, {B, T, C});
+    HostTensor dwte(DType::f32, {V, C}), dwpe(DType::f32, {P, C});
+    for (int i = 0; i < B * T; ++i) tokens.set(i, tok[i]);
+    wte.randomize(g);
+    wpe.randomize(g);
+    dout.randomize(g);
+    dwte.randomize(g);
+    dwpe.randomize(g);
+    std::vector<double> ref(size_t(B * T * C)), rte = dwte.values(), rpe = dwpe.values();
+    for (int64_t i = 0; i < B * T; ++i)
+      for (int64_t c = 0; c < C; ++c) {
+        ref[size_t(i * C + c)] = wte.get(tok[i] * C + c) + wpe.get((i % T) * C + c);
+        rte[size_t(tok[i] * C + c)] += dout.get(i * C + c);
+        rpe[size_t((i % T) * C + c)] += dout.get(i * C + c);
+      }
+    embedding_forward(rt(), out.t(), tokens.t(), wte.t(), wpe.t());
+    embedding_backward(rt(), dwte.t(), dwpe.t(), dout.t(), tokens.t());
+    // One f32 add then one rounding; the backward sums at most 4 terms of size <= 1 in f32.
+    expect_close(out.values(), ref, 1e-7, out_rtol(dt), "out");
+    expect_close(dwte.values(), rte, 1e-6, 0, "dwte");
+    expect_close(dwpe.values(), rpe, 1e-6, 0, "dwpe");
+  }
+}
+
+TEST(OpsCpu, EmbeddingBackwardFiniteDifferences) {
+  std::mt19937 g(15);
+  const int64_t B = 2, T = 3, V = 4, C = 3;
+  HostTensor tokens(DType::i32, {B, T}), wte(DType::f32, {V, C}), wpe(DType::f32, {T, C}), out(DType::f32, {B, T, C});
+  HostTensor r(DType::f32, {B, T, C}), dwte(DType::f32, {V, C}), dwpe(DType::f32, {T, C});
+  const int32_t tok[B * T] = {2, 0, 2, 1, 2, 0};
+  for (int i = 0; i < B * T; ++i) tokens.set(i, tok[i]);
+  wte.randomize(g);
+  wpe.randomize(g);
+  r.randomize(g);
+  fill(rt(), dwte.t(), 0.0f);
+  fill(rt(), dwpe.t(), 0.0f);
+  embedding_backward(rt(), dwte.t(), dwpe.t(), r.t(), tokens.t());
+  auto loss = [&] {
+    embedding_forward(rt(), out.t(), tokens.t(), wte.t(), wpe.t());
+    return project(r, out);
+  };
+  check_fd(wte, dwte.values(), loss, "dwte");
+  check_fd(wpe, dwpe.values(), loss, "dwpe");
+}
+
+// ---------------------------------------------------------------- dropout
+
+bool keep_ref(const DropoutKey& k, uint64_t global_index, float p) {
+  return philox_uniform(philox_word(k.seed, k.stream, global_index)) >= p;
+}
+
+TEST(OpsCpu, DropoutMatchesReference) {
+  std::mt19937 g(16);
+  const int64_t R = 6, C = 10;
+  const float p = 0.3f;
+  const DropoutKey key{42, 7, 0, 0, 0, 0, 0};
+  for (DType dt : kFloatTypes) {
+    SCOPED_TRACE(std::string(dtype_name(dt)));
+    HostTensor x(dt, {R, C}), out(dt, {R, C}), dx(dt, {R, C});
+    x.randomize(g);
+    std::vector<double> ref(size_t(R * C));
+    for (int64_t i = 0; i < R * C; ++i) ref[size_t(i)] = keep_ref(key, uint64_t(i), p) ? x.get(i) / (1.0 - p) : 0.0;
+    dropout_forward(rt(), out.t(), x.t(), p, key);
+    dropout_backward(rt(), dx.t(), x.t(), p, key);
+    // x times a rounded reciprocal in f32 (two roundings), then one to the dtype.
+    expect_close(out.values(), ref, 0, out_rtol(dt) + 0x1p-22, "out");
+    EXPECT_TRUE(dx.bitwise_equal(out));  // backward applies the same mask
+    dropout_forward(rt(), x.t(), x.t(), p, key);  // in place
+    EXPECT_TRUE(x.bitwise_equal(out));
+    dropout_forward(rt(), out.t(), dx.t(), 0.0f, key);  // p = 0 is a copy
+    EXPECT_TRUE(out.bitwise_equal(dx));
+  }
+}
+
+// sum(R * dropout(x)) is linear in x: the FD check confirms backward uses forward's mask and scale.
+TEST(OpsCpu, DropoutBackwardFiniteDifferences) {
+  std::mt19937 g(17);
+  const DropoutKey key{3, 1, 0, 0, 0, 0, 0};
+  HostTensor x(DType::f32, {4, 8}), out(DType::f32, {4, 8}), r(DType::f32, {4, 8}), dx(DType::f32, {4, 8});
+  x.randomize(g);
+  r.randomize(g);
+  dropout_backward(rt(), dx.t(), r.t(), 0.25f, key);
+  check_fd(x, dx.values(), [&] { dropout_forward(rt(), out.t(), x.t(), 0.25f, key); return project(r, out); }, "dx");
+}
+
+TEST(OpsCpu, DropoutMaskProperties) {
+  const int64_t R = 200, C = 500;
+  const float p = 0.1f;
+  HostTensor ones(DType::f32, {R, C}), a(DType::f32, {R, C}), b(DType::f32, {R, C}), c(DType::f32, {R, C});
+  fill(rt(), ones.t(), 1.0f);
+  DropoutKey key{1234, 5, 0, 0, 0, 0, 0};
+  dropout_forward(rt(), a.t(), ones.t(), p, key);
+  dropout_forward(rt(), b.t(), ones.t(), p, key);
+  EXPECT_TRUE(a.bitwise_equal(b)) << "same key, same mask";
+  DropoutKey other = key;
+  other.stream = 6;
+  dropout_forward(rt(), c.t(), ones.t(), p, other);
+  int64_t kept = 0, differ = 0;
+  for (int64_t i = 0; i < R * C; ++i) {
+    kept += a.get(i) != 0.0;
+    differ += (a.get(i) != 0.0) != (c.get(i) != 0.0);
+  }
+  // 1e5 Bernoulli(0.9) draws: the standard deviation of the fraction is ~1e-3; allow 5 sigma.
+  EXPECT_NEAR(double(kept) / double(R * C), 1.0 - p, 5e-3);
+  // Independent masks disagree on 2 p (1 - p) = 18% of the elements.
+  EXPECT_NEAR(double(differ) / double(R * C), 2 * p * (1 - p), 1e-2) << "streams must differ";
+
+  // A column shard [200, 300) of the (R, C) activation reproduces that slice of the full mask.
+  HostTensor shard_in(DType::f32, {R, 100}), shard(DType::f32, {R, 100});
+  fill(rt(), shard_in.t(), 1.0f);
+  DropoutKey ck = key;
+  ck.global_cols = C;
+  ck.col_offset = 200;
+  dropout_forward(rt(), shard.t(), shard_in.t(), p, ck);
+  for (int64_t r = 0; r < R; ++r)
+    for (int64_t j = 0; j < 100; ++j) ASSERT_EQ(shard.get(r * 100 + j), a.get(r * C + 200 + j)) << r << "," << j;
+
+  // A sequence shard: rows are (batch 4, T 50); the shard holds positions [25, 50) of each sequence.
+  HostTensor seq_in(DType::f32, {4 * 25, C}), seq(DType::f32, {4 * 25, C});
+  fill(rt(), seq_in.t(), 1.0f);
+  DropoutKey sk = key;
+  sk.seq_local = 25;
+  sk.seq_global = 50;
+  sk.seq_offset = 25;
+  dropout_forward(rt(), seq.t(), seq_in.t(), p, sk);
+  for (int64_t r = 0; r < 100; ++r) {
+    const int64_t grow = (r / 25) * 50 + 25 + r % 25;
+    for (int64_t j = 0; j < C; ++j) ASSERT_EQ(seq.get(r * C + j), a.get(grow * C + j)) << r << "," << j;
+  }
+}
+
+// ---------------------------------------------------------------- adamw, reductions
+
+TEST(OpsCpu, AdamWMatchesReference) {
+  std::mt19937 g(18);
+  const int64_t n = 257;
+  const AdamWHyper h{1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 3};
+  const float gs = 0.5f;
+  for (DType pt : kFloatTypes)
+    for (bool with_out : {false, true}) {
+      SCOPED_TRACE(std::string(dtype_name(pt)) + (with_out ? " with params_out" : ""));
+      HostTensor w(DType::f32, {n}), m(DType::f32, {n}), v(DType::f32, {n}), gr(DType::f32, {n}), po(pt, {n});
+      w.randomize(g);
+      m.randomize(g, -0.1, 0.1);
+      v.randomize(g, 0.0, 0.01);
+      gr.randomize(g);
+      std::vector<double> rw(n), rm(n), rv(n);
+      for (int64_t i = 0; i < n; ++i) {
+        const double gi = gr.get(i) * gs;
+        rm[size_t(i)] = 0.9 * m.get(i) + 0.1 * gi;
+        rv[size_t(i)] = 0.95 * v.get(i) + 0.05 * gi * gi;
+        const double mh = rm[size_t(i)] / (1 - std::pow(0.9, 3)), vh = rv[size_t(i)] / (1 - std::pow(0.95, 3));
+        rw[size_t(i)] = w.get(i) - 1e-2 * (mh / (std::sqrt(vh) + 1e-8) + 0.1 * w.get(i));
+      }
+      adamw_step(rt(), w.t(), m.t(), v.t(), gr.t(), with_out ? po.t() : Tensor(), h, gs);
+      // f32 arithmetic on O(1) values: a few ulps; the hyper-parameters themselves are f32
+      // (0.9f != 0.9), a relative 3e-8 change of each coefficient.
+      expect_close(m.values(), rm, 1e-7, 1e-6, "m");
+      expect_close(v.values(), rv, 1e-9, 1e-6, "v");
+      expect_close(w.values(), rw, 1e-7, 1e-6, "master");
+      if (with_out) expect_close(po.values(), rw, 1e-7, out_rtol(pt) + 1e-6, "params_out");
+    }
+}
+
+TEST(OpsCpu, SumAccumulateMatchesReference) {
+  std::mt19937 g(19);
+  for (DType dt : kFloatTypes) {
+    SCOPED_TRACE(std::string(dtype_name(dt)));
+    HostTensor x(dt, {10001}), s(DType::f32, {1}), q(DType::f32, {1});  // spans several chunks
+    x.randomize(g, -0.5, 1.0);
+    s.set(0, 1.25);
+    q.set(0, 1.25);
+    double rs = 1.25, rq = 1.25;
+    for (int64_t i = 0; i < x.numel(); ++i) {
+      rs += x.get(i);
+      rq += x.get(i) * x.get(i);
+    }
+    sum_accumulate(rt(), s.t(), x.t());
+    sum_squares_accumulate(rt(), q.t(), x.t());
+    // Summed in double, rounded once to f32.
+    expect_close(s.values(), {rs}, 1e-9, 0x1p-23, "sum");
+    expect_close(q.values(), {rq}, 1e-9, 0x1p-23, "sum of squares");
+  }
+}
+
+// ---------------------------------------------------------------- thread-count determinism
+
+// Runs `op` (which writes into the tensors it captures, reset by `reset`) with 1 and with 4
+// threads; sizes are above the parallel threshold so the multi-threaded path really runs.
+void expect_thread_invariant(const std::function<void()>& reset, const std::function<void()>& op,
+                             const std::vector<HostTensor*>& outs) {
+  std::vector<HostTensor> first;
+  with_threads(1, [&] { reset(); op(); });
+  for (HostTensor* t : outs) first.push_back(*t);
+  with_threads(4, [&] { reset(); op(); });
+  for (size_t i = 0; i < outs.size(); ++i) EXPECT_TRUE(outs[i]->bitwise_equal(first[i])) << "output " << i;
+}
+
+TEST(OpsCpu, DeterministicAcrossThreadCounts) {
+  std::mt19937 g(20);
+  {  // bias_backward
+    HostTensor dy(DType::f32, {600, 70}), db(DType::f32, {70});
+    dy.randomize(g);
+    expect_thread_invariant([&] { fill(rt(), db.t(), 0.5f); }, [&] { bias_backward(rt(), db.t(), dy.t()); }, {&db});
+  }
+  {  // layernorm_backward
+    const int64_t R = 500, C = 48;
+    HostTensor x(DType::bf16, {R, C}), w(DType::bf16, {C}), b(DType::bf16, {C}), out(DType::bf16, {R, C});
+    HostTensor mean(DType::f32, {R}), rstd(DType::f32, {R}), dout(DType::bf16, {R, C});
+    HostTensor dx(DType::bf16, {R, C}), dw(DType::f32, {C}), db(DType::f32, {C});
+    x.randomize(g);
+    w.randomize(g);
+    b.randomize(g);
+    dout.randomize(g);
+    layernorm_forward(rt(), out.t(), mean.t(), rstd.t(), x.t(), w.t(), b.t(), 1e-5f);
+    expect_thread_invariant(
+        [&] { for (HostTensor* t : {&dx, &dw, &db}) fill(rt(), t->t(), 0.25f); },
+        [&] { layernorm_backward(rt(), dx.t(), dw.t(), db.t(), dout.t(), x.t(), w.t(), mean.t(), rstd.t()); },
+        {&dx, &dw, &db});
+  }
+  {  // sum_squares_accumulate
+    HostTensor x(DType::f32, {200000}), s(DType::f32, {1});
+    x.randomize(g);
+    expect_thread_invariant([&] { s.set(0, 0.0); }, [&] { sum_squares_accumulate(rt(), s.t(), x.t()); }, {&s});
+  }
+  {  // attention forward and backward
+    const AttnDims a{2, 64, 32, 4};
+    HostTensor qkv(DType::f32, {a.B, a.T, 3 * a.C}), out(DType::f32, {a.B, a.T, a.C}), dout(DType::f32, {a.B, a.T, a.C});
+    HostTensor lse(DType::f32, {a.B, a.H, a.T}), dqkv(DType::f32, {a.B, a.T, 3 * a.C});
+    qkv.randomize(g);
+    dout.randomize(g);
+    expect_thread_invariant([] {},
+                            [&] {
+                              attention_forward(rt(), out.t(), lse.t(), qkv.t(), int(a.H));
+                              attention_backward(rt(), dqkv.t(), dout.t(), qkv.t(), out.t(), lse.t(), int(a.H));
+                            },
+                            {&out, &lse, &dqkv});
+  }
+  {  // embedding_backward (dwte scatter, dwpe batch sum)
+    const int64_t B = 8, T = 64, V = 50, C = 80;
+    HostTensor tokens(DType::i32, {B, T}), dout(DType::f32, {B, T, C}), dwte(DType::f32, {V, C}), dwpe(DType::f32, {T, C});
+    std::uniform_int_distribution<int> u(0, int(V) - 1);
+    for (int64_t i = 0; i < B * T; ++i) tokens.set(i, u(g));
+    dout.randomize(g);
+    expect_thread_invariant([&] { fill(rt(), dwte.t(), 0.0f); fill(rt(), dwpe.t(), 0.0f); },
+                            [&] { embedding_backward(rt(), dwte.t(), dwpe.t(), dout.t(), tokens.t()); },
+                            {&dwte, &dwpe});
+  }
+}
+
+}  // namespace
