@@ -36,11 +36,11 @@ const std::vector<KeySpec> kKeys = {
   {"model", "d_model", T::Int, TRELLIS_FIELD(model, d_model), "Hidden size.", {}, 1},
   {"model", "dropout", T::Float, TRELLIS_FIELD(model, dropout), "Residual and embedding dropout probability.", {}, 0, false, 1, true},
 
-  {"parallel", "tensor", T::Int, TRELLIS_FIELD(parallel, tensor), "Tensor-parallel size (ranks that split each layer).", {}, 1},
-  {"parallel", "pipeline", T::Int, TRELLIS_FIELD(parallel, pipeline), "Pipeline-parallel size (stages).", {}, 1},
-  {"parallel", "sequence_parallel", T::Bool, TRELLIS_FIELD(parallel, sequence_parallel), "Split layernorm/dropout activations along the sequence over the tensor group.", {}},
+  {"parallel", "tensor", T::Int, TRELLIS_FIELD(parallel, tensor), "Tensor-parallel size (ranks that split each layer). Not built yet: must be 1.", {}, 1},
+  {"parallel", "pipeline", T::Int, TRELLIS_FIELD(parallel, pipeline), "Pipeline-parallel size (stages). Not built yet: must be 1.", {}, 1},
+  {"parallel", "sequence_parallel", T::Bool, TRELLIS_FIELD(parallel, sequence_parallel), "Split layernorm/dropout activations along the sequence over the tensor group. Not built yet.", {}},
   {"parallel", "schedule", T::String, TRELLIS_FIELD(parallel, schedule), "Pipeline schedule.", {"gpipe", "1f1b", "interleaved"}},
-  {"parallel", "virtual_stages", T::Int, TRELLIS_FIELD(parallel, virtual_stages), "Model chunks per pipeline rank (interleaved schedule).", {}, 1},
+  {"parallel", "virtual_stages", T::Int, TRELLIS_FIELD(parallel, virtual_stages), "Model chunks per pipeline rank (interleaved schedule). Not built yet: must be 1.", {}, 1},
 
   {"train", "device", T::String, TRELLIS_FIELD(train, device), "auto = the GPU when there is one, else the CPU.", {"auto", "cpu", "cuda"}},
   {"train", "precision", T::String, TRELLIS_FIELD(train, precision), "Compute precision; auto = bf16 on a GPU, fp32 on the CPU.", {"auto", "fp32", "bf16", "fp16"}},
@@ -59,9 +59,9 @@ const std::vector<KeySpec> kKeys = {
   {"optimizer", "beta1", T::Float, TRELLIS_FIELD(optimizer, beta1), "AdamW first-moment decay.", {}, 0, false, 1, true},
   {"optimizer", "beta2", T::Float, TRELLIS_FIELD(optimizer, beta2), "AdamW second-moment decay.", {}, 0, false, 1, true},
   {"optimizer", "eps", T::Float, TRELLIS_FIELD(optimizer, eps), "AdamW epsilon.", {}, 0, true},
-  {"optimizer", "weight_decay", T::Float, TRELLIS_FIELD(optimizer, weight_decay), "Decoupled weight decay (matrices only, not biases or norms).", {}, 0},
+  {"optimizer", "weight_decay", T::Float, TRELLIS_FIELD(optimizer, weight_decay), "AdamW decoupled weight decay.", {}, 0},
 
-  {"zero", "stage", T::Int, TRELLIS_FIELD(zero, stage), "0 = replicate; 1 = shard optimizer state; 2 = + gradients; 3 = + parameters.", {}, 0, false, 3},
+  {"zero", "stage", T::Int, TRELLIS_FIELD(zero, stage), "0 = replicate; 1 = shard optimizer state; 2 = + gradients; 3 = + parameters. Not built yet: must be 0.", {}, 0, false, 3},
 
   {"fp16", "initial_scale_power", T::Int, TRELLIS_FIELD(fp16, initial_scale_power), "Initial loss scale = 2^this.", {}, 0, false, 64},
   {"fp16", "loss_scale_window", T::Int, TRELLIS_FIELD(fp16, loss_scale_window), "Overflow-free steps before the scale doubles.", {}, 1},

@@ -11,9 +11,9 @@
 #include "core/cuda/env_info.h"
 #endif
 
-// OpenBLAS's own description of itself; weak so the report still links against another BLAS.
-extern "C" char* openblas_get_config() __attribute__((weak));
-extern "C" int openblas_get_num_threads() __attribute__((weak));
+// OpenBLAS's own description of itself (CMake requires OpenBLAS; cblas.h is private to core).
+extern "C" char* openblas_get_config();
+extern "C" int openblas_get_num_threads();
 
 namespace {
 
@@ -50,7 +50,13 @@ int main(int argc, char** argv) {
   if (rank == 0) {
     std::printf("Trellis environment report\n\nBuild\n");
     row("CUDA backend", trellis::built_with_cuda() ? "built" : "not built (TRELLIS_CUDA=OFF or no CUDA found)");
+#if defined(__clang__)
+    row("compiler", "Clang " __VERSION__);
+#elif defined(__GNUC__)
+    row("compiler", "GCC " __VERSION__);
+#else
     row("compiler", __VERSION__);
+#endif
     row("C++ standard", std::to_string(__cplusplus));
     row("build type", build_type());
 
@@ -68,8 +74,8 @@ int main(int argc, char** argv) {
     row("world size", std::to_string(world));
 
     std::printf("\nCPU\n");
-    row("OpenBLAS", openblas_get_config ? std::string(openblas_get_config()) : "not OpenBLAS");
-    if (openblas_get_num_threads) row("OpenBLAS threads", std::to_string(openblas_get_num_threads()));
+    row("OpenBLAS", openblas_get_config());
+    row("OpenBLAS threads", std::to_string(openblas_get_num_threads()));
     row("OpenMP max threads", std::to_string(omp_get_max_threads()));
 
     std::printf("\nCUDA\n");

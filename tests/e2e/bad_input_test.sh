@@ -1,0 +1,105 @@
+#!/usr/bin/env bash
+# Bad input to train_gpt ends in one clear line on stderr naming the file and the key, a non-zero
+# exit, and no crash banner (terminate, abort, stack trace, MPI_ABORT) -- alone and under mpirun.
+# Usage: bad_input_test.sh TRAIN_GPT [MPIEXEC]
+set -uo pipefail
+
+train_gpt=${1:?usage: bad_input_test.sh TRAIN_GPT [MPIEXEC]}
+mpiexec=${2:-mpirun}
+if [[ ! -x $train_gpt ]]; then
+  echo "FAIL: $train_gpt is not built" >&2
+  exit 1
+fi
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+failures=0
+
+good='[model]
+vocab_size = 64
+seq_len = 16
+n_layers = 1
+n_heads = 2
+d_model = 32
+[train]
+device = "cpu"
+precision = "fp32"
+micro_batch = 4
+steps = 1'
+
+crash_banner='terminate called|Aborted|core dumped|Segmentation|MPI_ABORT|backtrace|stack trace|\[rank '
+
+# check NAME "EXPECTED..." -- ARGS: runs train_gpt ARGS and checks the exit status and stderr.
+check() {
+  local name=$1; shift
+  local expected=()
+  while [[ $1 != -- ]]; do expected+=("$1"); shift; done
+  shift
+  local rc=0
+  "$@" >"$tmp/out" 2>"$tmp/err" </dev/null || rc=$?
+  local problems=()
+  ((rc != 0)) || problems+=("exit status 0")
+  local lines
+  lines=$(wc -l <"$tmp/err")
+  [[ $lines == 1 ]] || problems+=("stderr has $lines lines, want 1")
+  for e in "${expected[@]}"; do
+    grep -qF -- "$e" "$tmp/err" || problems+=("stderr lacks '$e'")
+  done
+  ! grep -qE "$crash_banner" "$tmp/err" "$tmp/out" || problems+=("crash banner in the output")
+  report "$name" "${problems[@]+"${problems[@]}"}"
+}
+
+report() {
+  local name=$1; shift
+  if (($# == 0)); then
+    echo "ok   $name: $(head -c 300 "$tmp/err")"
+  else
+    failures=$((failures + 1))
+    echo "FAIL $name: $(IFS=';'; echo "$*")"
+    echo "---- stderr:"; cat "$tmp/err"; echo "---- stdout (tail):"; tail -5 "$tmp/out"; echo "----"
+  fi
+}
+
+# write NAME TEXT: a config file in the temp dir.
+write() { printf '%s\n' "$2" >"$tmp/$1"; }
+
+write unknown_key.toml "$good
+[optimizer]
+learning_rate = 1e-3"
+write wrong_type.toml "${good/n_layers = 1/n_layers = \"1\"}"
+write heads.toml "${good/n_heads = 2/n_heads = 5}"
+write batch.toml "$good
+global_batch = 6"
+write tensor.toml "$good
+[parallel]
+tensor = 2"
+write good.toml "$good"
+
+check missing_file "nope.toml" "cannot read config file" -- "$train_gpt" "$tmp/nope.toml"
+check unknown_key "unknown_key.toml" "optimizer.learning_rate" -- "$train_gpt" "$tmp/unknown_key.toml"
+check wrong_type "wrong_type.toml" "model.n_layers must be an integer" -- "$train_gpt" "$tmp/wrong_type.toml"
+check heads_divide "heads.toml" "model.n_heads = 5 does not divide model.d_model = 32" -- "$train_gpt" "$tmp/heads.toml"
+check global_batch "batch.toml" "train.global_batch = 6 is not a multiple of train.micro_batch (4)" -- "$train_gpt" "$tmp/batch.toml"
+check tensor_parallel "tensor.toml" "parallel.tensor = 2" "not implemented" -- "$train_gpt" "$tmp/tensor.toml"
+check bad_set "--set train.steps=abc" "not an integer" -- "$train_gpt" "$tmp/good.toml" --set train.steps=abc
+check bad_option "unknown option --bogus" -- "$train_gpt" "$tmp/good.toml" --bogus
+
+# Under mpirun every rank fails alike; the message comes once (rank 0). mpirun adds its own
+# "exited with non-zero status" banner, so count the program's lines instead of all of stderr.
+rc=0
+timeout 120 "$mpiexec" --allow-run-as-root --oversubscribe -np 2 "$train_gpt" "$tmp/heads.toml" \
+  >"$tmp/out" 2>"$tmp/err" </dev/null || rc=$?
+problems=()
+((rc != 0)) || problems+=("exit status 0")
+((rc != 124)) || problems+=("timed out (hang)")
+n=$(grep -c "^error: " "$tmp/err")
+[[ $n == 1 ]] || problems+=("$n 'error:' lines, want 1")
+grep -qF "heads.toml: model.n_heads = 5 does not divide model.d_model = 32" "$tmp/err" || problems+=("message missing")
+! grep -qE "$crash_banner" "$tmp/err" "$tmp/out" || problems+=("crash banner in the output")
+report "mpirun_np2_heads_divide" "${problems[@]+"${problems[@]}"}"
+
+if ((failures > 0)); then
+  echo "$failures case(s) failed"
+  exit 1
+fi
+echo "all bad-input cases passed"
