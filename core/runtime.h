@@ -33,7 +33,7 @@ class Runtime {
   Allocator& host_allocator() { return *host_alloc_; }
   // A grow-only workspace for one op at a time on the compute stream. Growing frees the old one
   // (after a device sync), so call it with the largest size once at setup to keep steps free of
-  // allocation.
+  // allocation. One op at a time: never hold a scratch pointer across another op call.
   void* scratch(size_t bytes);
   // Waits until all work queued on this runtime's streams has finished.
   void synchronize();

@@ -194,8 +194,10 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
     root = toml::parse(text, path);
   } catch (const toml::parse_error& e) {
     const auto& where = e.source().begin;
+    std::string what(e.description());
+    for (char& ch : what) ch = ch == '\n' ? ' ' : ch;  // the message stays one line
     throw UserError(path + ":" + std::to_string(where.line) + ":" + std::to_string(where.column) +
-                    ": TOML syntax error: " + std::string(e.description()));
+                    ": TOML syntax error: " + what);
   }
   apply_table(root, c, path);
   for (const auto& item : overrides) apply_override(item, c);

@@ -39,7 +39,9 @@ std::string environment_report() {
   cublasGetProperty(MINOR_VERSION, &minor);
   cublasGetProperty(PATCH_LEVEL, &patch);
   out += line("cuBLAS", std::to_string(major) + "." + std::to_string(minor) + "." + std::to_string(patch));
-  out += line("cuBLASLt", std::to_string(cublasLtGetVersion()));
+  const size_t lt = cublasLtGetVersion();  // major*10000 + minor*100 + patch
+  out += line("cuBLASLt", std::to_string(lt / 10000) + "." + std::to_string((lt % 10000) / 100) + "." +
+                              std::to_string(lt % 100));
 
   int nccl = 0;
   if (ncclGetVersion(&nccl) == ncclSuccess) {
