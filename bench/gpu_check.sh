@@ -3,7 +3,7 @@
 # check on CPU and GPU, a GPU training smoke run, determinism, and the 124M benchmark against
 # PyTorch. Logs go to $OUT (or ./gpu-out). Usage: bench/gpu_check.sh [bench models] [micro-batch]
 set -uo pipefail
-out=${OUT:-gpu-out}; mkdir -p "$out"
+out=${OUT:-$PWD/gpu-out}; mkdir -p "$out"
 models=${1:-124m}; mb=${2:-32}
 export NCCL_NVLS_ENABLE=0 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 if [[ -d .device-deps ]]; then
@@ -17,7 +17,7 @@ cmake -S . -B build -G Ninja -DTRELLIS_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 > "
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 
 stage ctest
-(cd build && timeout 300 ctest -j4 --output-on-failure > "../$out/ctest.log" 2>&1); echo "ctest rc=$?"
+(cd build && timeout 300 ctest -j4 --output-on-failure > "$out/ctest.log" 2>&1); echo "ctest rc=$?"
 grep -E "tests passed|tests failed|\(Failed\)|Failed  " "$out/ctest.log" | head -20
 grep -cE "Skipped" "$out/ctest.log"
 

@@ -4,6 +4,7 @@
 
 #include "core/cpu/cpu_ops.h"
 #include "core/nvtx.h"
+#include "core/profiler.h"
 #if TRELLIS_HAVE_CUDA
 #include "core/cuda/gpu_ops.h"
 #endif
@@ -33,6 +34,7 @@ void check_dtype(const Tensor& t, DType d, const char* op) {
 #define TRELLIS_DISPATCH(rt, name, ...)                  \
   do {                                                   \
     NvtxRange nvtx_range_(#name);                        \
+    OpTimer op_timer_(rt, #name);                        \
     if ((rt).device().is_cuda()) gpu::name(__VA_ARGS__); \
     else cpu::name(__VA_ARGS__);                         \
   } while (0)
@@ -40,6 +42,7 @@ void check_dtype(const Tensor& t, DType d, const char* op) {
 #define TRELLIS_DISPATCH(rt, name, ...)                                            \
   do {                                                                             \
     NvtxRange nvtx_range_(#name);                                                  \
+    OpTimer op_timer_(rt, #name);                                                  \
     TRELLIS_CHECK(!(rt).device().is_cuda(), "this build has no CUDA backend");     \
     cpu::name(__VA_ARGS__);                                                        \
   } while (0)
@@ -59,6 +62,7 @@ void copy(Runtime& rt, const Tensor& dst, const Tensor& src) {
   }
 #if TRELLIS_HAVE_CUDA
   NvtxRange r("copy");
+  OpTimer op_timer(rt, "copy");
   gpu::copy(rt, dst, src);
 #else
   TRELLIS_FATAL("copy: this build has no CUDA backend");

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "core/alloc.h"
+#include "core/profiler.h"
 #include "core/tensor.h"
 
 namespace trellis {
@@ -16,6 +17,7 @@ struct RuntimeOptions {
   Device device = Device::CPU();
   bool deterministic = false;  // GPU: choose only bitwise-reproducible algorithms
   int cpu_threads = 0;         // OpenMP threads for the CPU backend; 0 = leave the default
+  bool profile_ops = false;    // time every op (synchronizing around it) into an OpProfiler
 };
 
 class Runtime {
@@ -42,12 +44,15 @@ class Runtime {
   // Dense 16-bit tensor-core peak in FLOP/s for MFU; 0 when unknown (CPU, unlisted GPU).
   double peak_flops() const;
   CudaState* cuda() const { return cuda_; }
+  // Non-null when RuntimeOptions::profile_ops is set.
+  OpProfiler* profiler() { return profiler_.get(); }
 
  private:
   RuntimeOptions opt_;
   std::unique_ptr<Allocator> device_alloc_;
   std::unique_ptr<Allocator> host_alloc_;
   Buffer scratch_;
+  std::unique_ptr<OpProfiler> profiler_;
   CudaState* cuda_ = nullptr;
 };
 

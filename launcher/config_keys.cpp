@@ -74,6 +74,7 @@ const std::vector<KeySpec> kKeys = {
   {"log", "metrics_file", T::String, TRELLIS_FIELD(log, metrics_file), "Write metrics as JSON lines to this file (rank 0); empty = none.", {}},
   {"log", "val_every", T::Int, TRELLIS_FIELD(log, val_every), "Validate every N steps; 0 = off.", {}, 0},
   {"log", "val_batches", T::Int, TRELLIS_FIELD(log, val_batches), "Micro-batches per validation.", {}, 1},
+  {"log", "profile_ops", T::Bool, TRELLIS_FIELD(log, profile_ops), "Print a per-op time breakdown at the end (synchronizes after every op: slower; for diagnosis).", {}},
 };
 // clang-format on
 

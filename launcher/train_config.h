@@ -68,6 +68,7 @@ struct LogConfig {
   std::string metrics_file;        // JSON lines; empty = none
   int64_t val_every = 0;           // validation every N steps; 0 = off
   int64_t val_batches = 4;         // micro-batches per validation
+  bool profile_ops = false;        // per-op time breakdown (synchronizes after every op)
 };
 
 struct Config {

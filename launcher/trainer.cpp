@@ -127,6 +127,7 @@ void run_training(const Config& cfg, const LaunchInfo& launch) {
   ro.device = res.device;
   ro.deterministic = cfg.train.deterministic;
   ro.cpu_threads = int(cfg.train.cpu_threads);
+  ro.profile_ops = cfg.log.profile_ops;
   Runtime rt(ro);
   MetricsFile metrics(main_rank ? cfg.log.metrics_file : "");
 
@@ -276,6 +277,7 @@ void run_training(const Config& cfg, const LaunchInfo& launch) {
   if (main_rank) {
     std::printf("done: %lld steps; activation arenas peaked at %s; device memory peak %s\n", (long long)cfg.train.steps,
                 format_bytes(model.activation_peak()).c_str(), format_bytes(rt.allocator().stats().peak).c_str());
+    if (rt.profiler()) std::printf("per-op time over all steps (log.profile_ops):\n%s", rt.profiler()->report().c_str());
   }
 }
 
