@@ -8,12 +8,13 @@
 namespace trellis {
 
 std::string usage() {
-  return "usage: train_gpt CONFIG.toml [--set section.key=value]... [--dump-grads DIR]\n"
+  return "usage: train_gpt CONFIG.toml [--set section.key=value]... [--dump-grads DIR] [--export-weights DIR]\n"
          "       train_gpt --config-doc\n"
          "\n"
          "  CONFIG.toml             the run's configuration (see docs/config.md)\n"
          "  --set section.key=value override one config key (repeatable; also --set=section.key=value)\n"
          "  --dump-grads DIR        write the gradients of the first step to DIR\n"
+         "  --export-weights DIR    after training, write the weights (model.json + params.f32) to DIR\n"
          "  --config-doc            print the configuration reference (docs/config.md) and exit\n"
          "  --help                  print this help and exit\n"
          "\n"
@@ -47,6 +48,9 @@ CliArgs parse_cli(int argc, char** argv) {
     } else if (is_opt(arg, "--dump-grads")) {
       a.dump_grads_dir = value_of("--dump-grads", arg, i);
       if (a.dump_grads_dir.empty()) throw UserError("--dump-grads: missing directory" + hint);
+    } else if (is_opt(arg, "--export-weights")) {
+      a.export_weights_dir = value_of("--export-weights", arg, i);
+      if (a.export_weights_dir.empty()) throw UserError("--export-weights: missing directory" + hint);
     } else if (arg.size() > 1 && arg[0] == '-') {
       throw UserError("unknown option " + std::string(arg) + hint);
     } else if (!a.config_path.empty()) {

@@ -11,6 +11,7 @@ struct CliArgs {
   std::vector<std::string> overrides;  // "section.key=value", in command-line order
   bool print_config_doc = false;       // print docs/config.md and exit
   std::string dump_grads_dir;          // write gradients after the first step here; empty = off
+  std::string export_weights_dir;      // write the final weights here; empty = off
   bool help = false;
 };
 

@@ -214,11 +214,7 @@ void validate_for_world(const Config& c, int world_size) {
     throw UserError(not_built(c, "parallel.virtual_stages", std::to_string(par.virtual_stages), "1"));
   if (c.zero.stage != 0) throw UserError(not_built(c, "zero.stage", std::to_string(c.zero.stage), "0"));
 
-  const BatchLayout b = resolve_batch(c, world_size);  // checks the layout and batch arithmetic
-  if (b.data != 1)
-    throw UserError(c.path + ": data parallelism (world size " + std::to_string(world_size) +
-                    " = " + std::to_string(b.data) +
-                    " data-parallel ranks): not implemented yet in this build (allowed: 1 process)");
+  resolve_batch(c, world_size);  // checks the layout and batch arithmetic
 }
 
 BatchLayout resolve_batch(const Config& c, int world_size) {

@@ -50,6 +50,8 @@ struct OptimizerConfig {
 
 struct ZeroConfig {
   int64_t stage = 0;
+  int64_t bucket_mb = 25;          // gradient all-reduce bucket size
+  bool overlap = true;             // reduce buckets during backward (false: after it)
 };
 
 struct Fp16Config {

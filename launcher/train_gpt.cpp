@@ -5,6 +5,7 @@
 
 #include <cstdio>
 #include <exception>
+#include <functional>
 
 #include "core/error.h"
 #include "launcher/cli.h"
@@ -23,6 +24,7 @@ LaunchInfo init_mpi(int* argc, char*** argv) {
   MPI_Comm node;
   TRELLIS_MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, l.rank, MPI_INFO_NULL, &node));
   TRELLIS_MPI_CHECK(MPI_Comm_rank(node, &l.local_rank));
+  TRELLIS_MPI_CHECK(MPI_Comm_size(node, &l.local_size));
   TRELLIS_MPI_CHECK(MPI_Comm_free(&node));
   char host[256] = "?";
   gethostname(host, sizeof host - 1);
@@ -30,34 +32,68 @@ LaunchInfo init_mpi(int* argc, char*** argv) {
   return l;
 }
 
+// Runs `step` on every rank; if it throws UserError on any rank, the lowest such rank prints its
+// message and every rank returns false. Keeps ranks from hanging in a collective when only some
+// of them found a problem (a file missing on one node, say).
+bool agree(const LaunchInfo& l, const std::function<void()>& step) {
+  std::string message;
+  try {
+    step();
+  } catch (const UserError& e) {
+    message = e.what();
+  }
+  int first_failed = message.empty() ? l.world : l.rank;
+  TRELLIS_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &first_failed, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
+  if (first_failed == l.world) return true;
+  if (first_failed == l.rank) std::fprintf(stderr, "error: %s\n", message.c_str());
+  return false;
+}
+
+// Every rank must run the same resolved config: compare a hash of its TOML text.
+void check_same_config(const Config& cfg) {
+  const uint64_t h = std::hash<std::string>{}(config_to_toml(cfg));
+  uint64_t lo = h, hi = h;
+  TRELLIS_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &lo, 1, MPI_UINT64_T, MPI_MIN, MPI_COMM_WORLD));
+  TRELLIS_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &hi, 1, MPI_UINT64_T, MPI_MAX, MPI_COMM_WORLD));
+  if (lo != hi)
+    throw UserError(cfg.path + ": the resolved config differs between ranks (different files or --set values); "
+                               "every rank must run the same config");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   LaunchInfo launch = init_mpi(&argc, &argv);
-  int status = 0;
-  try {
-    CliArgs args = parse_cli(argc, argv);
-    if (args.help) {
-      if (launch.rank == 0) std::printf("%s", usage().c_str());
-    } else if (args.print_config_doc) {
-      if (launch.rank == 0) std::printf("%s", config_reference_markdown().c_str());
-    } else {
-      // Every rank reads and validates the same file before any collective, so all fail alike.
-      Config cfg = load_config(args.config_path, args.overrides);
+  CliArgs args;
+  Config cfg;
+  bool ok = agree(launch, [&] { args = parse_cli(argc, argv); });
+  if (ok && args.help) {
+    if (launch.rank == 0) std::printf("%s", usage().c_str());
+  } else if (ok && args.print_config_doc) {
+    if (launch.rank == 0) std::printf("%s", config_reference_markdown().c_str());
+  } else if (ok) {
+    // Every rank reads and checks its config before any other collective; all fail alike.
+    ok = agree(launch, [&] {
+      cfg = load_config(args.config_path, args.overrides);
       validate_for_world(cfg, launch.world);
-      if (!args.dump_grads_dir.empty()) {
-        dump_gradients(cfg, launch, args.dump_grads_dir);
-      } else {
-        if (launch.rank == 0) std::printf("# resolved config\n%s\n", config_to_toml(cfg).c_str());
-        run_training(cfg, launch);
+      check_devices(cfg, launch);
+    });
+    ok = ok && agree(launch, [&] { check_same_config(cfg); });
+    if (ok && launch.rank == 0 && args.dump_grads_dir.empty())
+      std::printf("# resolved config\n%s\n", config_to_toml(cfg).c_str());
+    // From here on a UserError is met alike by every rank (it depends on shared state only).
+    if (ok) {
+      try {
+        if (!args.dump_grads_dir.empty()) dump_gradients(cfg, launch, args.dump_grads_dir);
+        else run_training(cfg, launch, RunOptions{args.export_weights_dir});
+      } catch (const UserError& e) {
+        if (launch.rank == 0) std::fprintf(stderr, "error: %s\n", e.what());
+        ok = false;
+      } catch (const std::exception& e) {
+        TRELLIS_FATAL(std::string("unexpected exception: ") + e.what());
       }
     }
-  } catch (const UserError& e) {
-    if (launch.rank == 0) std::fprintf(stderr, "error: %s\n", e.what());
-    status = 1;
-  } catch (const std::exception& e) {
-    TRELLIS_FATAL(std::string("unexpected exception: ") + e.what());
   }
   MPI_Finalize();
-  return status;
+  return ok ? 0 : 1;
 }

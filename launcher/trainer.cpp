@@ -3,20 +3,28 @@
 // validation, log lines and JSON metrics.
 #include "launcher/trainer.h"
 
+#include <mpi.h>
+
 #include <chrono>
+#include <memory>
+#include <thread>
 #include <cmath>
 #include <cstdio>
-#include <filesystem>
-#include <fstream>
 #include <vector>
 
 #include "core/error.h"
 #include "core/nvtx.h"
 #include "core/ops.h"
+#include "core/comm.h"
+#include "core/process_groups.h"
+#include "launcher/batch_loader.h"
 #include "launcher/lr_schedule.h"
 #include "launcher/metrics.h"
+#include "launcher/model_files.h"
+#include "launcher/stop_signal.h"
 #include "models/data.h"
 #include "models/gpt.h"
+#include "parallel/data/gradient_sync.h"
 #include "parallel/zero/loss_scaler.h"
 #include "parallel/zero/optimizer.h"
 
@@ -40,9 +48,10 @@ Resolved resolve(const Config& cfg, const LaunchInfo& launch) {
     throw UserError(cfg.path + ": train.device = cuda but no CUDA device is available" +
                     (built_with_cuda() ? "" : " (this build has no CUDA backend)") + " (allowed here: auto, cpu)");
   const bool use_gpu = dev == "cuda" || (dev == "auto" && gpus > 0);
-  if (use_gpu && launch.local_rank >= gpus)
-    throw UserError(cfg.path + ": local rank " + std::to_string(launch.local_rank) + " needs a GPU but this node has " +
-                    std::to_string(gpus));
+  if (use_gpu && launch.local_size > gpus)
+    throw UserError(cfg.path + ": train.device = " + dev + ": " + std::to_string(launch.local_size) + " ranks on host " +
+                    process_identity().host + " but only " + std::to_string(gpus) +
+                    " GPU(s); start at most one rank per GPU on each node");
   r.device = use_gpu ? Device::CUDA(launch.local_rank) : Device::CPU();
   r.precision = cfg.train.precision == "auto" ? (use_gpu ? "bf16" : "fp32") : cfg.train.precision;
   parse_dtype(r.precision, r.dtype);
@@ -56,7 +65,7 @@ Resolved resolve(const Config& cfg, const LaunchInfo& launch) {
   r.model.checkpointing = cfg.train.checkpointing == "full"        ? Checkpointing::full
                           : cfg.train.checkpointing == "selective" ? Checkpointing::selective
                                                                    : Checkpointing::none;
-  const int64_t data = launch.world;  // tensor = pipeline = 1 in this build
+  const int64_t data = launch.world / (cfg.parallel.tensor * cfg.parallel.pipeline);
   const int64_t global = cfg.train.global_batch > 0 ? cfg.train.global_batch : cfg.train.micro_batch * data;
   r.accumulation = global / (cfg.train.micro_batch * data);
   return r;
@@ -70,35 +79,6 @@ std::string with_commas(int64_t n) {
   }
   return out;
 }
-
-// Copies host token arrays into device tensors through pinned staging.
-class BatchLoader {
- public:
-  BatchLoader(Runtime& rt, const SyntheticDataset& data, int64_t B, int64_t T)
-      : rt_(rt), data_(data), B_(B), T_(T),
-        staging_(rt.host_allocator(), size_t(2 * B * T) * 4, "batch staging"),
-        device_(rt.allocator(), size_t(2 * B * T) * 4, "batch tokens") {}
-
-  // Loads samples [first, first + B) and returns (inputs, targets) on the device.
-  std::pair<Tensor, Tensor> load(DataSplit split, int64_t first) {
-    rt_.synchronize();  // the previous batch may still be read from the staging buffer
-    data_.batch(split, first, B_, in_, tg_);
-    Tensor sin = staging_.tensor(DType::i32, {B_, T_}), stg = staging_.tensor(DType::i32, {B_, T_}, size_t(B_ * T_) * 4);
-    std::copy(in_.begin(), in_.end(), sin.ptr<int32_t>());
-    std::copy(tg_.begin(), tg_.end(), stg.ptr<int32_t>());
-    Tensor din = device_.tensor(DType::i32, {B_, T_}), dtg = device_.tensor(DType::i32, {B_, T_}, size_t(B_ * T_) * 4);
-    copy(rt_, din, sin);
-    copy(rt_, dtg, stg);
-    return {din, dtg};
-  }
-
- private:
-  Runtime& rt_;
-  const SyntheticDataset& data_;
-  int64_t B_, T_;
-  Buffer staging_, device_;
-  std::vector<int32_t> in_, tg_;
-};
 
 // Reads a device f32 scalar (synchronizes).
 float read_scalar(Runtime& rt, const Tensor& t) {
@@ -120,16 +100,43 @@ std::string first_nonfinite_parameter(Runtime& rt, ParameterStore& ps, const Ten
 
 }  // namespace
 
-void run_training(const Config& cfg, const LaunchInfo& launch) {
+void check_devices(const Config& cfg, const LaunchInfo& launch) { resolve(cfg, launch); }
+
+// Opens the metrics file on rank 0; every rank learns whether that worked before going on, so a
+// bad path cannot leave the other ranks waiting in a collective.
+std::unique_ptr<MetricsFile> open_metrics(const Config& cfg, const LaunchInfo& launch) {
+  std::unique_ptr<MetricsFile> m;
+  std::string error;
+  try {
+    m = std::make_unique<MetricsFile>(launch.rank == 0 ? cfg.log.metrics_file : "");
+  } catch (const UserError& e) {
+    error = e.what();
+  }
+  int failed = error.empty() ? 0 : 1;
+  TRELLIS_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &failed, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD));
+  if (failed) throw UserError(error.empty() ? "log.metrics_file: rank 0 cannot open it" : error);
+  return m;
+}
+
+void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions& opts) {
   const Resolved res = resolve(cfg, launch);
   const bool main_rank = launch.rank == 0;
+  install_stop_handlers();
+  std::unique_ptr<MetricsFile> metrics = open_metrics(cfg, launch);
   RuntimeOptions ro;
   ro.device = res.device;
   ro.deterministic = cfg.train.deterministic;
   ro.cpu_threads = int(cfg.train.cpu_threads);
+  if (ro.cpu_threads == 0 && res.device.is_cpu() && launch.local_size > 1) {
+    // Ranks sharing a node split its cores instead of oversubscribing them.
+    ro.cpu_threads = std::max(1, int(std::thread::hardware_concurrency()) / launch.local_size);
+  }
   ro.profile_ops = cfg.log.profile_ops;
   Runtime rt(ro);
-  MetricsFile metrics(main_rank ? cfg.log.metrics_file : "");
+  const Layout layout = make_layout(launch.world, int(cfg.parallel.tensor), int(cfg.parallel.pipeline));
+  ProcessGroups groups(MPI_COMM_WORLD, layout, rt);
+  Communicator& data_group = groups.data();
+  const int data_rank = groups.coords().data, data_size = layout.data;
 
   const GPTConfig& mc = res.model;
   const int64_t B = cfg.train.micro_batch, T = mc.seq_len;
@@ -146,39 +153,49 @@ void run_training(const Config& cfg, const LaunchInfo& launch) {
   SyntheticDataset data(cfg.data.source, mc.vocab_size, T, uint64_t(cfg.train.seed));
   BatchLoader loader(rt, data, B, T);
 
+  std::vector<std::pair<int64_t, int64_t>> ranges;
+  for (const Parameter& p : model.params().all()) ranges.emplace_back(p.offset, p.offset + p.spec.shape.numel());
+  GradientSync grad_sync(data_group, model.params().flat_grads(), ranges, size_t(cfg.zero.bucket_mb) << 20);
+  const bool reduce = data_size > 1;
+  GPT::GradsReady on_ready = nullptr;
+  if (reduce && cfg.zero.overlap) on_ready = [&](int64_t b, int64_t e) { grad_sync.ready(b, e); };
+
   const int64_t stored = model.params().numel();
   const size_t param_bytes = size_t(stored) * dtype_size(mc.dtype), grad_bytes = size_t(stored) * 4;
   const size_t state_bytes = param_bytes + grad_bytes + optimizer.state_bytes();
   const ActivationBytes act = GPT::activation_bytes(mc, B, T);
-  const int64_t global_batch = B * res.accumulation * launch.world;
+  const int64_t global_batch = B * res.accumulation * data_size;
   const double tokens_per_step = double(global_batch * T);
   if (main_rank) {
-    std::printf("trellis: %s, %s, layout tensor 1 x pipeline 1 x data %d, ZeRO stage 0\n", rt.device_name().c_str(),
-                res.precision.c_str(), launch.world);
+    std::printf("trellis: %s, %s, layout tensor %d x pipeline %d x data %d, ZeRO stage 0\n", rt.device_name().c_str(),
+                res.precision.c_str(), layout.tensor, layout.pipeline, layout.data);
     std::printf("model: %lld layers, %lld heads, d_model %lld, seq %lld, vocab %lld (padded to %lld)\n",
                 (long long)mc.n_layers, (long long)mc.n_heads, (long long)mc.d_model, (long long)T,
                 (long long)mc.vocab_size, (long long)mc.padded_vocab());
     std::printf("parameters: %s (vocabulary padding adds %s; %s stored)\n", with_commas(mc.parameter_count()).c_str(),
                 with_commas((mc.padded_vocab() - mc.vocab_size) * mc.d_model).c_str(), with_commas(stored).c_str());
     std::printf("batch: global %lld = micro %lld x accumulation %lld x data %d; %lld tokens per step\n",
-                (long long)global_batch, (long long)B, (long long)res.accumulation, launch.world,
+                (long long)global_batch, (long long)B, (long long)res.accumulation, data_size,
                 (long long)tokens_per_step);
-    std::printf("memory: model state %s (params %s + grads %s + optimizer %s), activations %s kept + %s workspace "
-                "(checkpointing %s)\n",
+    std::printf("memory per rank: model state %s (params %s + grads %s + optimizer %s), activations %s kept + %s "
+                "workspace (checkpointing %s)\n",
                 format_bytes(state_bytes).c_str(), format_bytes(param_bytes).c_str(), format_bytes(grad_bytes).c_str(),
                 format_bytes(optimizer.state_bytes()).c_str(), format_bytes(act.kept).c_str(),
                 format_bytes(act.work).c_str(), cfg.train.checkpointing.c_str());
+    if (reduce)
+      std::printf("data parallel: gradients in %zu buckets of ~%lld MiB, %s\n", grad_sync.bucket_count(),
+                  (long long)cfg.zero.bucket_mb, cfg.zero.overlap ? "reduced during backward" : "reduced after backward");
     std::fflush(stdout);
-    JsonObject layout;
-    layout.add("tensor", int64_t(1)).add("pipeline", int64_t(1)).add("data", int64_t(launch.world));
+    JsonObject lay;
+    lay.add("tensor", layout.tensor).add("pipeline", layout.pipeline).add("data", layout.data);
     JsonObject start;
-    start.add("event", "start").add("layout", layout).add("zero_stage", int64_t(0));
+    start.add("event", "start").add("layout", lay).add("zero_stage", int64_t(0));
     start.add("params_per_rank", std::vector<int64_t>(size_t(launch.world), stored));
     start.add("model_state_bytes_per_rank", std::vector<int64_t>(size_t(launch.world), int64_t(state_bytes)));
     start.add("parameters", mc.parameter_count()).add("device", rt.device_name()).add("precision", res.precision);
     start.add("global_batch", global_batch).add("seq_len", T).add("steps", cfg.train.steps);
     start.add("activation_bytes_planned", int64_t(act.total()));
-    metrics.write(start);
+    metrics->write(start);
   }
 
   Buffer scalars(rt.allocator(), 3 * 4, "step scalars");
@@ -186,6 +203,7 @@ void run_training(const Config& cfg, const LaunchInfo& launch) {
   Tensor probe = scalars.tensor(DType::f32, {1}, 8);
   const double peak = rt.peak_flops();
   rt.allocator().reset_peak();
+  int64_t last_step = 0;
   for (int64_t step = 1; step <= cfg.train.steps; ++step) {
     NvtxRange step_range("train_step");
     const auto t0 = std::chrono::steady_clock::now();
@@ -197,9 +215,15 @@ void run_training(const Config& cfg, const LaunchInfo& launch) {
       StepContext ctx;
       ctx.seed = uint64_t(cfg.train.seed);
       ctx.step = step;
-      ctx.sample_offset = (step - 1) * global_batch + (m * launch.world + launch.rank) * B;
+      ctx.sample_offset = (step - 1) * global_batch + (m * data_size + data_rank) * B;
       auto [tokens, targets] = loader.load(DataSplit::train, ctx.sample_offset);
-      model.forward_backward(ctx, tokens, targets, dloss, loss_sum);
+      const bool last = m == res.accumulation - 1;  // gradient accumulation communicates only once
+      if (reduce && last) grad_sync.begin();
+      model.forward_backward(ctx, tokens, targets, dloss, loss_sum, last ? on_ready : nullptr);
+    }
+    if (reduce) {
+      grad_sync.finish();
+      data_group.all_reduce(loss_sum);
     }
     fill(rt, norm_sq, 0.0f);
     sum_squares_accumulate(rt, norm_sq, model.params().flat_grads());
@@ -241,7 +265,7 @@ void run_training(const Config& cfg, const LaunchInfo& launch) {
       if (lsc.enabled) rec.add("loss_scale", double(loss_scale)).add("skipped", !apply);
       rec.add("tokens_per_s", tokens_per_s).add("step_ms", seconds * 1e3).add("peak_mem_bytes", int64_t(peak_mem));
       if (peak > 0) rec.add("mfu", mfu);
-      metrics.write(rec);
+      metrics->write(rec);
       if (step % cfg.log.every == 0 || step == 1 || step == cfg.train.steps) {
         std::printf("step %5lld/%lld | loss %.4f | lr %.2e | norm %.3f |", (long long)step, (long long)cfg.train.steps,
                     loss, lr, norm);
@@ -259,25 +283,38 @@ void run_training(const Config& cfg, const LaunchInfo& launch) {
         StepContext ctx;
         ctx.seed = uint64_t(cfg.train.seed);
         ctx.step = step;
-        ctx.sample_offset = (v * launch.world + launch.rank) * B;
+        ctx.sample_offset = (v * data_size + data_rank) * B;
         ctx.training = false;
         auto [tokens, targets] = loader.load(DataSplit::val, ctx.sample_offset);
         model.forward_loss(ctx, tokens, targets, loss_sum);
       }
-      const double val = double(read_scalar(rt, loss_sum)) / double(cfg.log.val_batches * B * T * launch.world);
+      if (reduce) data_group.all_reduce(loss_sum);
+      const double val = double(read_scalar(rt, loss_sum)) / double(cfg.log.val_batches * B * T * data_size);
       if (main_rank) {
         JsonObject rec;
         rec.add("step", step).add("split", "val").add("loss", val);
-        metrics.write(rec);
+        metrics->write(rec);
         std::printf("step %5lld/%lld | val loss %.4f\n", (long long)step, (long long)cfg.train.steps, val);
         std::fflush(stdout);
       }
     }
+    last_step = step;
+    if (stop_requested(MPI_COMM_WORLD)) {
+      if (main_rank) std::printf("stopping after step %lld: received %s\n", (long long)step, stop_signal_name() ? stop_signal_name() : "a stop signal on another rank");
+      break;
+    }
   }
   if (main_rank) {
-    std::printf("done: %lld steps; activation arenas peaked at %s; device memory peak %s\n", (long long)cfg.train.steps,
+    std::printf("done: %lld steps; activation arenas peaked at %s; device memory peak %s\n", (long long)last_step,
                 format_bytes(model.activation_peak()).c_str(), format_bytes(rt.allocator().stats().peak).c_str());
     if (rt.profiler()) std::printf("per-op time over all steps (log.profile_ops):\n%s", rt.profiler()->report().c_str());
+    std::fflush(stdout);
+  }
+  if (!opts.export_weights_dir.empty() && main_rank) {
+    JsonObject extra;
+    extra.add("step", last_step);
+    write_model_files(rt, model, opts.export_weights_dir, extra);
+    std::printf("exported weights to %s\n", opts.export_weights_dir.c_str());
   }
 }
 
@@ -303,49 +340,13 @@ void dump_gradients(const Config& cfg, const LaunchInfo& launch, const std::stri
   model.forward_backward(ctx, tokens, targets, float(1.0 / double(B * T)), loss_sum);
   const double loss = double(read_scalar(rt, loss_sum)) / double(B * T);
 
-  std::filesystem::create_directories(dir);
-  auto write_f32 = [&](const std::string& name, const Tensor& src) {
-    std::vector<float> host(size_t(src.numel()));
-    Tensor h(host.data(), DType::f32, Device::CPU(), src.shape);
-    if (src.dtype == DType::f32) {
-      copy(rt, h, src);
-    } else {
-      Buffer tmp(rt.allocator(), size_t(src.numel()) * 4, "dump");
-      Tensor t = tmp.tensor(DType::f32, src.shape);
-      cast(rt, t, src);
-      copy(rt, h, t);
-    }
-    rt.synchronize();
-    std::ofstream(dir + "/" + name, std::ios::binary).write(reinterpret_cast<const char*>(host.data()), std::streamsize(host.size() * 4));
-  };
-  auto write_i32 = [&](const std::string& name, const Tensor& src) {
-    std::vector<int32_t> host(size_t(src.numel()));
-    copy(rt, Tensor(host.data(), DType::i32, Device::CPU(), src.shape), src);
-    rt.synchronize();
-    std::ofstream(dir + "/" + name, std::ios::binary).write(reinterpret_cast<const char*>(host.data()), std::streamsize(host.size() * 4));
-  };
-  write_f32("params.f32", model.params().flat_values());
-  write_f32("grads.f32", model.params().flat_grads());
-  write_i32("tokens.i32", tokens);
-  write_i32("targets.i32", targets);
-  JsonObject config, batch, root;
-  config.add("vocab_size", mc.vocab_size).add("padded_vocab", mc.padded_vocab()).add("seq_len", mc.seq_len);
-  config.add("n_layers", mc.n_layers).add("n_heads", mc.n_heads).add("d_model", mc.d_model).add("dropout", double(mc.dropout));
+  JsonObject batch, extra;
   batch.add("B", B).add("T", T);
-  std::string params = "[";
-  for (const Parameter& p : model.params().all()) {
-    JsonObject o;
-    std::vector<int64_t> shape;
-    for (int i = 0; i < p.spec.shape.rank; ++i) shape.push_back(p.spec.shape[i]);
-    o.add("name", p.spec.name).add("shape", shape).add("offset", p.offset);
-    if (params.size() > 1) params += ',';
-    params += o.str();
-  }
-  params += "]";
-  root.add("config", config).add("batch", batch).add("loss", loss);
-  std::string text = root.str();
-  text.insert(text.size() - 1, ",\"params\":" + params);
-  std::ofstream(dir + "/model.json") << text << "\n";
+  extra.add("batch", batch).add("loss", loss);
+  write_model_files(rt, model, dir, extra);
+  write_tensor_f32(rt, model.params().flat_grads(), dir + "/grads.f32");
+  write_tensor_i32(rt, tokens, dir + "/tokens.i32");
+  write_tensor_i32(rt, targets, dir + "/targets.i32");
   std::printf("wrote %s: loss %.6f over %lld tokens\n", dir.c_str(), loss, (long long)(B * T));
 }
 

@@ -7,12 +7,19 @@
 namespace trellis {
 
 struct LaunchInfo {
-  int rank = 0, world = 1, local_rank = 0;
+  int rank = 0, world = 1, local_rank = 0, local_size = 1;
 };
+
+// Checks what depends on this rank's node (GPUs present for device = cuda, one GPU per local
+// rank). Throws UserError.
+void check_devices(const Config& cfg, const LaunchInfo& launch);
 
 // Trains as the config says. Throws UserError for problems the user can act on (including a
 // non-finite loss, naming the step and the first parameter where it appeared).
-void run_training(const Config& cfg, const LaunchInfo& launch);
+struct RunOptions {
+  std::string export_weights_dir;  // write the final weights here (rank 0); empty = off
+};
+void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions& opts);
 
 // One forward+backward of the first micro-batch of step 1 in fp32, written to `dir` for the
 // PyTorch parity check (bench/torch_gpt.py reads it): model.json, params.f32, grads.f32,

@@ -129,8 +129,24 @@ void GPT::head(const Tensor& targets, float dloss, const Tensor& loss_sum, bool 
   }
 }
 
+std::pair<int64_t, int64_t> GPT::range_of(const std::string& prefix) const {
+  int64_t begin = -1, end = -1;
+  for (const Parameter& p : params_.all()) {
+    if (p.spec.name.compare(0, prefix.size(), prefix) != 0) continue;
+    if (begin < 0) begin = p.offset;
+    TRELLIS_CHECK(end < 0 || end == p.offset, "parameters of " + prefix + " are not contiguous");
+    end = p.offset + p.spec.shape.numel();
+  }
+  return {begin, end};
+}
+
 void GPT::forward_backward(const StepContext& ctx, const Tensor& tokens, const Tensor& targets, float dloss,
-                           const Tensor& loss_sum) {
+                           const Tensor& loss_sum, const GradsReady& grads_ready) {
+  auto ready = [&](const std::string& prefix) {
+    if (!grads_ready) return;
+    auto [b, e] = range_of(prefix);
+    grads_ready(b, e);
+  };
   const int64_t B = tokens.size(0), T = tokens.size(1), C = cfg_.d_model;
   forward_trunk(ctx, tokens);
   head(targets, dloss, loss_sum, true);
@@ -138,9 +154,11 @@ void GPT::forward_backward(const StepContext& ctx, const Tensor& tokens, const T
   fill(rt_, dres, 0.0f);
   layernorm_backward(rt_, dres, params_.get("lnf.w").grad, params_.get("lnf.b").grad, dlnf_, final_x_,
                      params_.get("lnf.w").value, lnf_mean_, lnf_rstd_);
+  ready("lnf.");
   for (size_t l = blocks_.size(); l-- > 0;) {
     work_.reset();
     blocks_[l].backward(rt_, ctx, dres, saved_[l], work_);
+    ready("h." + std::to_string(l) + ".");
   }
   work_.reset();
   NvtxRange r("embedding_backward");
@@ -150,6 +168,8 @@ void GPT::forward_backward(const StepContext& ctx, const Tensor& tokens, const T
     dropout_backward(rt_, demb, dres, cfg_.dropout, embedding_dropout_key(ctx, T));
   }
   embedding_backward(rt_, params_.get("wte").grad, params_.get("wpe").grad, demb, tokens);
+  ready("wte");
+  ready("wpe");
 }
 
 void GPT::forward_loss(const StepContext& ctx, const Tensor& tokens, const Tensor& targets, const Tensor& loss_sum) {

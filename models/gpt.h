@@ -1,6 +1,7 @@
 // GPT-2: token + position embedding -> n_layers pre-LN blocks -> final LayerNorm -> LM head tied
 // to the token embedding, with a cross-entropy loss over the padded vocabulary (padding masked).
 #pragma once
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -29,11 +30,15 @@ class GPT {
   ParameterStore& params() { return params_; }
   const GPTConfig& config() const { return cfg_; }
 
+  // Called during backward with [begin, end) element ranges of the flat gradient buffer whose
+  // gradients are final for this micro-batch (data-parallel reduction can start on them).
+  using GradsReady = std::function<void(int64_t begin, int64_t end)>;
+
   // Forward, loss and backward of one micro-batch. tokens, targets: i32 (B, T) on the device.
   // Gradients of dloss * sum(losses) are added to the gradient buffer; sum(losses) is added to
   // loss_sum (f32 scalar on the device). No host synchronization.
   void forward_backward(const StepContext& ctx, const Tensor& tokens, const Tensor& targets, float dloss,
-                        const Tensor& loss_sum);
+                        const Tensor& loss_sum, const GradsReady& grads_ready = nullptr);
   // Forward and loss only (validation): adds sum(losses) to loss_sum.
   void forward_loss(const StepContext& ctx, const Tensor& tokens, const Tensor& targets, const Tensor& loss_sum);
 
@@ -46,6 +51,8 @@ class GPT {
   // Head over row chunks: logits, loss (and, if backward, dlogits -> dwte, dlnf).
   void head(const Tensor& targets, float dloss, const Tensor& loss_sum, bool backward);
   DropoutKey embedding_dropout_key(const StepContext& ctx, int64_t T) const;
+  // [begin, end) of the parameters whose names start with `prefix` (contiguous by construction).
+  std::pair<int64_t, int64_t> range_of(const std::string& prefix) const;
 
   Runtime& rt_;
   GPTConfig cfg_;

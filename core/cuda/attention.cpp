@@ -1,10 +1,14 @@
-// CUDA causal self-attention, the unfused reference-speed version: heads permuted into scratch,
+// CUDA causal self-attention. bf16/f16 with head_dim 64 or 128 take the fused FlashAttention-2 style
+// kernels of flash_attention.cu (no T x T matrix; backward scratch only D, B*H*T*4 bytes). Everything
+// else (f32, other head sizes) takes the unfused reference-speed version: heads permuted into scratch,
 // S = q k^T / sqrt(hd) and the products with P by cuBLAS strided-batched GEMMs (f32 compute), a
-// causal softmax kernel that keeps only the log-sum-exp for backward. Scratch (bytes, es = dtype
+// causal softmax kernel that keeps only the log-sum-exp for backward. Its scratch (bytes, es = dtype
 // size, 256-byte alignment of each piece aside):
 //   forward:  4*B*H*T*hd*es + B*H*T*T*(4 + es)
 //   backward: 7*B*H*T*hd*es + B*H*T*4 + B*H*T*T*(4 + es)
 #include <cmath>
+#include <cstdint>
+#include <initializer_list>
 
 #include "core/cuda/cuda_state.h"
 #include "core/cuda/gpu_ops.h"
@@ -64,6 +68,15 @@ void times_values(CudaState& st, void* Out, const void* P, const void* V, const 
        d.T * d.T, t, Out, d.hd, d.T * d.hd, blas_type(t), d.BH);
 }
 
+// The fused kernels read 16-byte pieces of rows and index with 32-bit rows and a grid.y of B*H.
+bool use_flash(const Dims& d, DType t, std::initializer_list<const void*> ptrs) {
+  if (!flash_attention_supported(t, d.hd) || d.BH > 65535 || d.T > (int64_t(1) << 30) || d.C > (int64_t(1) << 28))
+    return false;
+  for (const void* p : ptrs)
+    if (reinterpret_cast<uintptr_t>(p) % 16 != 0) return false;
+  return true;
+}
+
 }  // namespace
 
 void attention_forward(Runtime& rt, const Tensor& out, const Tensor& lse, const Tensor& qkv, int n_heads) {
@@ -71,6 +84,10 @@ void attention_forward(Runtime& rt, const Tensor& out, const Tensor& lse, const 
   Dims d = dims_of(qkv, n_heads);
   if (d.B * d.T == 0) return;
   DType t = qkv.dtype;
+  if (use_flash(d, t, {qkv.data, out.data})) {
+    launch_flash_attention_forward(st.compute, out.data, lse.ptr<float>(), qkv.data, t, d.B, d.T, d.H, d.hd);
+    return;
+  }
   size_t head_bytes = size_t(d.BH * d.T * d.hd) * d.es, score_cells = size_t(d.BH * d.T * d.T);
   ScratchPlan plan;
   size_t q = plan.take(head_bytes), k = plan.take(head_bytes), v = plan.take(head_bytes), o = plan.take(head_bytes);
@@ -95,6 +112,13 @@ void attention_backward(Runtime& rt, const Tensor& dqkv, const Tensor& dout, con
   Dims d = dims_of(qkv, n_heads);
   if (d.B * d.T == 0) return;
   DType t = qkv.dtype;
+  if (use_flash(d, t, {qkv.data, out.data, dout.data, dqkv.data})) {
+    float* Dp = static_cast<float*>(rt.scratch(size_t(d.BH * d.T) * 4));  // (B, H, T)
+    launch_attention_rowdot(st.compute, Dp, dout.data, out.data, t, d.B, d.T, d.H, d.hd);  // D = rowsum(dO * O)
+    launch_flash_attention_backward(st.compute, dqkv.data, dout.data, qkv.data, lse.ptr<float>(), Dp, t, d.B, d.T,
+                                    d.H, d.hd);
+    return;
+  }
   size_t head_bytes = size_t(d.BH * d.T * d.hd) * d.es, score_cells = size_t(d.BH * d.T * d.T);
   ScratchPlan plan;
   size_t q = plan.take(head_bytes), k = plan.take(head_bytes), v = plan.take(head_bytes);

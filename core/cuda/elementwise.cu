@@ -25,19 +25,98 @@ __global__ void cast_kernel(To* out, const Ti* in, int64_t n) {
   TRELLIS_GRID_STRIDE(i, n) out[i] = from_f32<To>(to_f32(in[i]));
 }
 
-template <typename T>
+// ---- vectors of V elements (V * sizeof(T) <= 16 bytes, or a multiple of 16) ----
+template <typename T, int V>
+struct alignas(sizeof(T) * V >= 16 ? 16 : sizeof(T) * V) Vec {
+  T e[V];
+};
+template <typename T, int V>
+__device__ __forceinline__ Vec<T, V> vload(const T* p) {
+  Vec<T, V> r;
+  constexpr int kBytes = int(sizeof(T)) * V;
+  if constexpr (V == 1) {
+    r.e[0] = *p;
+  } else if constexpr (kBytes % 16 == 0) {
+#pragma unroll
+    for (int i = 0; i < kBytes / 16; ++i) reinterpret_cast<int4*>(r.e)[i] = reinterpret_cast<const int4*>(p)[i];
+  } else if constexpr (kBytes == 8) {
+    *reinterpret_cast<int2*>(r.e) = *reinterpret_cast<const int2*>(p);
+  } else {
+    static_assert(kBytes == 4, "vector size");
+    *reinterpret_cast<int*>(r.e) = *reinterpret_cast<const int*>(p);
+  }
+  return r;
+}
+template <typename T, int V>
+__device__ __forceinline__ void vstore(T* p, const Vec<T, V>& v) {
+  constexpr int kBytes = int(sizeof(T)) * V;
+  if constexpr (V == 1) {
+    *p = v.e[0];
+  } else if constexpr (kBytes % 16 == 0) {
+#pragma unroll
+    for (int i = 0; i < kBytes / 16; ++i) reinterpret_cast<int4*>(p)[i] = reinterpret_cast<const int4*>(v.e)[i];
+  } else if constexpr (kBytes == 8) {
+    *reinterpret_cast<int2*>(p) = *reinterpret_cast<const int2*>(v.e);
+  } else {
+    static_assert(kBytes == 4, "vector size");
+    *reinterpret_cast<int*>(p) = *reinterpret_cast<const int*>(v.e);
+  }
+}
+
+inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
+
+// Elements per vector: 16 bytes of the widest type, when every pointer is 16-byte aligned; else 1.
+template <typename... Ts>
+constexpr int vec_width() {
+  size_t m = 1;
+  for (size_t s : {sizeof(Ts)...}) m = s > m ? s : m;
+  return int(16 / m);
+}
+template <typename... Ps>
+bool all_aligned(const Ps*... ps) {
+  return (... && (ps == nullptr || aligned16(ps)));
+}
+
+// Grid-stride over the n / V whole vectors (fv(first element index)), then over the n % V tail
+// element by element (f1(index)).
+template <int V, typename FV, typename F1>
+__device__ __forceinline__ void vec_loop(int64_t n, FV fv, F1 f1) {
+  const int64_t nv = n / V;
+  const int64_t step = int64_t(gridDim.x) * blockDim.x;
+  const int64_t tid = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  for (int64_t k = tid; k < nv; k += step) fv(k * V);
+  for (int64_t i = nv * V + tid; i < n; i += step) f1(i);
+}
+
+template <typename T, int V>
 __global__ void add_kernel(T* out, const T* a, const T* b, int64_t n) {
-  TRELLIS_GRID_STRIDE(i, n) out[i] = from_f32<T>(to_f32(a[i]) + to_f32(b[i]));
+  vec_loop<V>(n, [&](int64_t i0) {
+    Vec<T, V> va = vload<T, V>(a + i0), vb = vload<T, V>(b + i0), o;
+#pragma unroll
+    for (int j = 0; j < V; ++j) o.e[j] = from_f32<T>(to_f32(va.e[j]) + to_f32(vb.e[j]));
+    vstore<T, V>(out + i0, o);
+  }, [&](int64_t i) { out[i] = from_f32<T>(to_f32(a[i]) + to_f32(b[i])); });
 }
 
-template <typename To, typename Ta>
+template <typename To, typename Ta, int V>
 __global__ void accumulate_kernel(To* out, const Ta* a, int64_t n) {
-  TRELLIS_GRID_STRIDE(i, n) out[i] = from_f32<To>(to_f32(out[i]) + to_f32(a[i]));
+  vec_loop<V>(n, [&](int64_t i0) {
+    Vec<To, V> o = vload<To, V>(out + i0);
+    Vec<Ta, V> va = vload<Ta, V>(a + i0);
+#pragma unroll
+    for (int j = 0; j < V; ++j) o.e[j] = from_f32<To>(to_f32(o.e[j]) + to_f32(va.e[j]));
+    vstore<To, V>(out + i0, o);
+  }, [&](int64_t i) { out[i] = from_f32<To>(to_f32(out[i]) + to_f32(a[i])); });
 }
 
-template <typename T>
+template <typename T, int V>
 __global__ void scale_kernel(T* x, float s, int64_t n) {
-  TRELLIS_GRID_STRIDE(i, n) x[i] = from_f32<T>(to_f32(x[i]) * s);
+  vec_loop<V>(n, [&](int64_t i0) {
+    Vec<T, V> o = vload<T, V>(x + i0);
+#pragma unroll
+    for (int j = 0; j < V; ++j) o.e[j] = from_f32<T>(to_f32(o.e[j]) * s);
+    vstore<T, V>(x + i0, o);
+  }, [&](int64_t i) { x[i] = from_f32<T>(to_f32(x[i]) * s); });
 }
 
 template <typename To, typename Tb>
@@ -47,25 +126,39 @@ __global__ void bias_add_kernel(To* out, const Tb* bias, int64_t rows, int64_t c
 
 constexpr float kGeluC = 0.7978845608028654f;  // sqrt(2 / pi)
 
-template <typename T>
-__global__ void gelu_forward_kernel(T* out, const T* x, int64_t n) {
-  TRELLIS_GRID_STRIDE(i, n) {
-    float v = to_f32(x[i]);
-    float u = kGeluC * (v + 0.044715f * v * v * v);
-    out[i] = from_f32<T>(0.5f * v * (1.0f + tanhf(u)));
-  }
+// GELU with tanh written through the logistic function, exact in real arithmetic:
+// 0.5 * (1 + tanh(u)) = 1 / (1 + exp(-2u)) =: sg, and sech^2(u) = 4 * sg * (1 - sg). One fast
+// exponential instead of tanhf; no cancellation for large |u| (sg -> 0 or 1 cleanly).
+__device__ __forceinline__ float gelu_sigmoid(float v) {
+  float u = kGeluC * (v + 0.044715f * v * v * v);
+  return 1.0f / (1.0f + __expf(-2.0f * u));
+}
+__device__ __forceinline__ float gelu_value(float v) { return v * gelu_sigmoid(v); }
+__device__ __forceinline__ float gelu_grad(float v) {
+  float sg = gelu_sigmoid(v);
+  // 0.5 * (1 + tanh) + 0.5 * v * sech^2 * du/dv
+  return sg + 2.0f * v * sg * (1.0f - sg) * kGeluC * (1.0f + 3.0f * 0.044715f * v * v);
 }
 
-template <typename T>
+template <typename T, int V>
+__global__ void gelu_forward_kernel(T* out, const T* x, int64_t n) {
+  vec_loop<V>(n, [&](int64_t i0) {
+    Vec<T, V> vx = vload<T, V>(x + i0), o;
+#pragma unroll
+    for (int j = 0; j < V; ++j) o.e[j] = from_f32<T>(gelu_value(to_f32(vx.e[j])));
+    vstore<T, V>(out + i0, o);
+  }, [&](int64_t i) { out[i] = from_f32<T>(gelu_value(to_f32(x[i]))); });
+}
+
+// dx may alias dout (each element is read before it is written, by the same thread).
+template <typename T, int V>
 __global__ void gelu_backward_kernel(T* dx, const T* dout, const T* x, int64_t n) {
-  TRELLIS_GRID_STRIDE(i, n) {
-    float v = to_f32(x[i]);
-    float u = kGeluC * (v + 0.044715f * v * v * v);
-    float th = tanhf(u);
-    float sech2 = 1.0f - th * th;
-    float grad = 0.5f * (1.0f + th) + 0.5f * v * sech2 * kGeluC * (1.0f + 3.0f * 0.044715f * v * v);
-    dx[i] = from_f32<T>(to_f32(dout[i]) * grad);
-  }
+  vec_loop<V>(n, [&](int64_t i0) {
+    Vec<T, V> vx = vload<T, V>(x + i0), vd = vload<T, V>(dout + i0), o;
+#pragma unroll
+    for (int j = 0; j < V; ++j) o.e[j] = from_f32<T>(to_f32(vd.e[j]) * gelu_grad(to_f32(vx.e[j])));
+    vstore<T, V>(dx + i0, o);
+  }, [&](int64_t i) { dx[i] = from_f32<T>(to_f32(dout[i]) * gelu_grad(to_f32(x[i]))); });
 }
 
 __device__ __forceinline__ bool dropout_keep(const DropoutIndex& k, int64_t i) {
@@ -80,21 +173,41 @@ __global__ void dropout_kernel(T* out, const T* x, DropoutIndex k, int64_t n) {
   TRELLIS_GRID_STRIDE(i, n) out[i] = dropout_keep(k, i) ? from_f32<T>(to_f32(x[i]) * k.inv_keep) : from_f32<T>(0.0f);
 }
 
-template <typename Tp>
+__device__ __forceinline__ float adamw_update(float& master, float& m, float& v, float grad, const AdamWArgs& a) {
+  float g = grad * a.grad_scale;
+  float mi = a.beta1 * m + (1.0f - a.beta1) * g;
+  float vi = a.beta2 * v + (1.0f - a.beta2) * g * g;
+  m = mi;
+  v = vi;
+  float mhat = mi / a.bc1, vhat = vi / a.bc2;
+  float w = master;
+  w -= a.lr * (mhat / (sqrtf(vhat) + a.eps) + a.weight_decay * w);
+  master = w;
+  return w;
+}
+
+// f32 state, V floats per vector (V = 4: 16-byte accesses); params_out (Tp) may be null.
+template <typename Tp, int V>
 __global__ void adamw_kernel(float* master, float* m, float* v, const float* grad, Tp* params_out, AdamWArgs a,
                              int64_t n) {
-  TRELLIS_GRID_STRIDE(i, n) {
-    float g = grad[i] * a.grad_scale;
-    float mi = a.beta1 * m[i] + (1.0f - a.beta1) * g;
-    float vi = a.beta2 * v[i] + (1.0f - a.beta2) * g * g;
+  vec_loop<V>(n, [&](int64_t i0) {
+    Vec<float, V> w = vload<float, V>(master + i0), mv = vload<float, V>(m + i0), vv = vload<float, V>(v + i0),
+                  g = vload<float, V>(grad + i0);
+    Vec<Tp, V> p;
+#pragma unroll
+    for (int j = 0; j < V; ++j) p.e[j] = from_f32<Tp>(adamw_update(w.e[j], mv.e[j], vv.e[j], g.e[j], a));
+    vstore<float, V>(master + i0, w);
+    vstore<float, V>(m + i0, mv);
+    vstore<float, V>(v + i0, vv);
+    if (params_out) vstore<Tp, V>(params_out + i0, p);
+  }, [&](int64_t i) {
+    float w = master[i], mi = m[i], vi = v[i];
+    float r = adamw_update(w, mi, vi, grad[i], a);
+    master[i] = w;
     m[i] = mi;
     v[i] = vi;
-    float mhat = mi / a.bc1, vhat = vi / a.bc2;
-    float w = master[i];
-    w -= a.lr * (mhat / (sqrtf(vhat) + a.eps) + a.weight_decay * w);
-    master[i] = w;
-    if (params_out) params_out[i] = from_f32<Tp>(w);
-  }
+    if (params_out) params_out[i] = from_f32<Tp>(r);
+  });
 }
 
 }  // namespace
@@ -121,8 +234,15 @@ void launch_cast(cudaStream_t s, void* out, DType out_t, const void* in, DType i
 void launch_add(cudaStream_t s, void* out, const void* a, const void* b, DType t, int64_t n) {
   if (n == 0) return;
   TRELLIS_FLOAT_SWITCH(t, T,
-    add_kernel<<<grid_for(n), kThreads, 0, s>>>(static_cast<T*>(out), static_cast<const T*>(a),
-                                                 static_cast<const T*>(b), n));
+    auto* o = static_cast<T*>(out);
+    auto* pa = static_cast<const T*>(a);
+    auto* pb = static_cast<const T*>(b);
+    if (all_aligned(o, pa, pb)) {
+      constexpr int V = vec_width<T>();
+      add_kernel<T, V><<<grid_for(n / V), kThreads, 0, s>>>(o, pa, pb, n);
+    } else {
+      add_kernel<T, 1><<<grid_for(n), kThreads, 0, s>>>(o, pa, pb, n);
+    });
   CUDA_CHECK_LAUNCH();
 }
 
@@ -130,13 +250,27 @@ void launch_accumulate(cudaStream_t s, void* out, DType out_t, const void* a, DT
   if (n == 0) return;
   TRELLIS_FLOAT_SWITCH(out_t, To,
     TRELLIS_FLOAT_SWITCH(a_t, Ta,
-      accumulate_kernel<<<grid_for(n), kThreads, 0, s>>>(static_cast<To*>(out), static_cast<const Ta*>(a), n)));
+      auto* o = static_cast<To*>(out);
+      auto* pa = static_cast<const Ta*>(a);
+      if (all_aligned(o, pa)) {
+        constexpr int V = vec_width<To, Ta>();
+        accumulate_kernel<To, Ta, V><<<grid_for(n / V), kThreads, 0, s>>>(o, pa, n);
+      } else {
+        accumulate_kernel<To, Ta, 1><<<grid_for(n), kThreads, 0, s>>>(o, pa, n);
+      }));
   CUDA_CHECK_LAUNCH();
 }
 
 void launch_scale(cudaStream_t s, void* x, DType t, int64_t n, float factor) {
   if (n == 0) return;
-  TRELLIS_FLOAT_SWITCH(t, T, scale_kernel<<<grid_for(n), kThreads, 0, s>>>(static_cast<T*>(x), factor, n));
+  TRELLIS_FLOAT_SWITCH(t, T,
+    auto* p = static_cast<T*>(x);
+    if (all_aligned(p)) {
+      constexpr int V = vec_width<T>();
+      scale_kernel<T, V><<<grid_for(n / V), kThreads, 0, s>>>(p, factor, n);
+    } else {
+      scale_kernel<T, 1><<<grid_for(n), kThreads, 0, s>>>(p, factor, n);
+    });
   CUDA_CHECK_LAUNCH();
 }
 
@@ -154,15 +288,29 @@ void launch_bias_add(cudaStream_t s, void* out, DType out_t, const void* bias, D
 void launch_gelu_forward(cudaStream_t s, void* out, const void* x, DType t, int64_t n) {
   if (n == 0) return;
   TRELLIS_FLOAT_SWITCH(t, T,
-    gelu_forward_kernel<<<grid_for(n), kThreads, 0, s>>>(static_cast<T*>(out), static_cast<const T*>(x), n));
+    auto* o = static_cast<T*>(out);
+    auto* px = static_cast<const T*>(x);
+    if (all_aligned(o, px)) {
+      constexpr int V = vec_width<T>();
+      gelu_forward_kernel<T, V><<<grid_for(n / V), kThreads, 0, s>>>(o, px, n);
+    } else {
+      gelu_forward_kernel<T, 1><<<grid_for(n), kThreads, 0, s>>>(o, px, n);
+    });
   CUDA_CHECK_LAUNCH();
 }
 
 void launch_gelu_backward(cudaStream_t s, void* dx, const void* dout, const void* x, DType t, int64_t n) {
   if (n == 0) return;
   TRELLIS_FLOAT_SWITCH(t, T,
-    gelu_backward_kernel<<<grid_for(n), kThreads, 0, s>>>(static_cast<T*>(dx), static_cast<const T*>(dout),
-                                                          static_cast<const T*>(x), n));
+    auto* o = static_cast<T*>(dx);
+    auto* pd = static_cast<const T*>(dout);
+    auto* px = static_cast<const T*>(x);
+    if (all_aligned(o, pd, px)) {
+      constexpr int V = vec_width<T>();
+      gelu_backward_kernel<T, V><<<grid_for(n / V), kThreads, 0, s>>>(o, pd, px, n);
+    } else {
+      gelu_backward_kernel<T, 1><<<grid_for(n), kThreads, 0, s>>>(o, pd, px, n);
+    });
   CUDA_CHECK_LAUNCH();
 }
 
@@ -176,11 +324,15 @@ void launch_dropout(cudaStream_t s, void* out, const void* x, DType t, int64_t n
 void launch_adamw(cudaStream_t s, float* master, float* m, float* v, const float* grad, void* params_out,
                   DType params_t, int64_t n, const AdamWArgs& a) {
   if (n == 0) return;
+  const bool vec = all_aligned(master, m, v, grad) && (!params_out || aligned16(params_out));
   if (!params_out) {
-    adamw_kernel<float><<<grid_for(n), kThreads, 0, s>>>(master, m, v, grad, nullptr, a, n);
+    if (vec) adamw_kernel<float, 4><<<grid_for(n / 4), kThreads, 0, s>>>(master, m, v, grad, nullptr, a, n);
+    else adamw_kernel<float, 1><<<grid_for(n), kThreads, 0, s>>>(master, m, v, grad, nullptr, a, n);
   } else {
     TRELLIS_FLOAT_SWITCH(params_t, T,
-      adamw_kernel<T><<<grid_for(n), kThreads, 0, s>>>(master, m, v, grad, static_cast<T*>(params_out), a, n));
+      auto* p = static_cast<T*>(params_out);
+      if (vec) adamw_kernel<T, 4><<<grid_for(n / 4), kThreads, 0, s>>>(master, m, v, grad, p, a, n);
+      else adamw_kernel<T, 1><<<grid_for(n), kThreads, 0, s>>>(master, m, v, grad, p, a, n));
   }
   CUDA_CHECK_LAUNCH();
 }

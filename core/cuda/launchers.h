@@ -79,6 +79,18 @@ void launch_attention_rowdot(cudaStream_t s, float* D, const void* dout, const v
 void launch_softmax_backward(cudaStream_t s, void* P_dS, const float* dP, const float* D, DType t, int64_t BH,
                              int64_t T, float scale);
 
+// ---- flash_attention.cu: fused causal attention (FlashAttention-2 style) on the (B, T, 3C) qkv rows ----
+// True for the dtypes and head sizes the fused kernels cover (bf16/f16, head_dim 64 or 128); the
+// pointers must also be 16-byte aligned. Otherwise attention.cpp takes the cuBLAS path.
+bool flash_attention_supported(DType t, int64_t hd);
+// out (B, T, H*hd), lse (B, H, T) f32 natural log, from qkv (B, T, 3*H*hd).
+void launch_flash_attention_forward(cudaStream_t s, void* out, float* lse, const void* qkv, DType t, int64_t B,
+                                    int64_t T, int64_t H, int64_t hd);
+// dqkv (B, T, 3*H*hd), every element written; D (B, H, T) = rowsum(dout * out) (launch_attention_rowdot).
+// Deterministic: no atomics, fixed summation order.
+void launch_flash_attention_backward(cudaStream_t s, void* dqkv, const void* dout, const void* qkv, const float* lse,
+                                     const float* D, DType t, int64_t B, int64_t T, int64_t H, int64_t hd);
+
 // ---- loss_embed.cu ----
 // losses (N) and, when dlogits is non-null, dlogits = dloss * (softmax - onehot) (padded columns 0;
 // dlogits may alias logits).

@@ -12,8 +12,8 @@ namespace {
 
 constexpr int kXentThreads = 512;
 
-// One block per row; an online max/sum over the real vocabulary, then (with dlogits) a second
-// pass that writes the gradient over the whole padded row.
+// Fallback (any Vp / alignment): one block per row; an online max/sum over the real vocabulary,
+// then (with dlogits) a second pass that writes the gradient over the whole padded row.
 template <typename T>
 __global__ void cross_entropy_kernel(float* losses, T* dlogits, const T* logits, const int32_t* targets, int64_t Vp,
                                      int64_t vocab, float dloss) {
@@ -45,6 +45,111 @@ __global__ void cross_entropy_kernel(float* losses, T* dlogits, const T* logits,
     float g = 0.0f;
     if (has_target && c < vocab) g = dloss * (expf(to_f32(x[c]) - lse) - (c == tgt ? 1.0f : 0.0f));
     d[c] = from_f32<T>(g);
+  }
+}
+
+// ---- the vectorized cross entropy: 16-byte loads/stores, 8 bf16 (4 f32) per vector ----
+template <typename T>
+struct alignas(16) Pack {
+  static constexpr int N = 16 / sizeof(T);
+  T e[N];
+};
+inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
+
+// 512 threads and up to 2 blocks per SM: enough bytes in flight, and few enough rows in flight
+// (~2 per SM, 100 KB each at GPT-2's vocabulary) that pass 2 finds the row in L2.
+constexpr int kXentVecThreads = 512;
+constexpr int kXentUnroll = 4;  // vectors in flight per thread and pass
+
+// One block per row. Pass 1 reads the row once (kept in L2 for pass 2: few rows are in flight)
+// with an online max / sum of exp per thread, padded columns (>= vocab) masked to -inf; pass 2
+// (with dlogits) rereads the row and writes dloss * (softmax - onehot), exactly 0 at padded
+// columns and for rows without a target. dlogits may alias logits: each thread reads an element
+// before writing it, and the target logit is read before the block reductions (barriers).
+// Requires Vp % Pack<T>::N == 0 and 16-byte aligned rows.
+template <typename T>
+__global__ void __launch_bounds__(kXentVecThreads, 2)
+    cross_entropy_vec_kernel(float* losses, T* dlogits, const T* logits, const int32_t* targets, int64_t Vp,
+                             int64_t vocab, float dloss) {
+  constexpr int N = Pack<T>::N;
+  __shared__ float shared[32];
+  const int64_t row = blockIdx.x;
+  const T* x = logits + row * Vp;
+  const int32_t tgt = targets[row];
+  const bool has_target = tgt >= 0 && tgt < vocab;
+  const float x_tgt = (threadIdx.x == 0 && has_target) ? to_f32(x[tgt]) : 0.0f;
+  const int nv_vocab = int((vocab + N - 1) / N);  // vectors that hold real columns
+  const int nv = int(Vp / N);
+  const int vocab_i = int(vocab);
+  const int stride = int(blockDim.x);
+  float m = -INFINITY, s = 0.0f;
+  for (int v0 = threadIdx.x; v0 < nv_vocab; v0 += kXentUnroll * stride) {
+    int4 raw[kXentUnroll];
+#pragma unroll
+    for (int u = 0; u < kXentUnroll; ++u) {
+      int v = v0 + u * stride;
+      if (v < nv_vocab) raw[u] = *reinterpret_cast<const int4*>(x + int64_t(v) * N);
+    }
+#pragma unroll
+    for (int u = 0; u < kXentUnroll; ++u) {
+      int v = v0 + u * stride;
+      if (v < nv_vocab) {
+        const T* e = reinterpret_cast<const T*>(&raw[u]);
+        float f[N];
+        float lm = -INFINITY;
+#pragma unroll
+        for (int j = 0; j < N; ++j) {
+          f[j] = v * N + j < vocab_i ? to_f32(e[j]) : -INFINITY;
+          lm = fmaxf(lm, f[j]);
+        }
+        float nm = fmaxf(m, lm);
+        if (nm != -INFINITY) {
+          float acc = 0.0f;
+#pragma unroll
+          for (int j = 0; j < N; ++j) acc += __expf(f[j] - nm);
+          s = s * __expf(m - nm) + acc;
+          m = nm;
+        }
+      }
+    }
+  }
+  const float M = block_max(m, shared);
+  const float S = block_sum(m == -INFINITY ? 0.0f : s * __expf(m - M), shared);
+  const float lse = M + logf(S);
+  if (threadIdx.x == 0) losses[row] = has_target ? lse - x_tgt : 0.0f;
+  if (!dlogits) return;
+  T* d = dlogits + row * Vp;
+  if (!has_target) {
+    Pack<T> z;
+#pragma unroll
+    for (int j = 0; j < N; ++j) z.e[j] = from_f32<T>(0.0f);
+    const int4 zr = *reinterpret_cast<const int4*>(z.e);
+    for (int v = threadIdx.x; v < nv; v += stride) __stcs(reinterpret_cast<int4*>(d + int64_t(v) * N), zr);
+    return;
+  }
+  for (int v0 = threadIdx.x; v0 < nv; v0 += kXentUnroll * stride) {
+    int4 raw[kXentUnroll];
+#pragma unroll
+    for (int u = 0; u < kXentUnroll; ++u) {
+      int v = v0 + u * stride;
+      if (v < nv) raw[u] = __ldcs(reinterpret_cast<const int4*>(x + int64_t(v) * N));
+    }
+#pragma unroll
+    for (int u = 0; u < kXentUnroll; ++u) {
+      int v = v0 + u * stride;
+      if (v < nv) {
+        const T* e = reinterpret_cast<const T*>(&raw[u]);
+        Pack<T> g;
+#pragma unroll
+        for (int j = 0; j < N; ++j) {
+          int c = v * N + j;
+          float gv = 0.0f;
+          if (c < vocab_i) gv = dloss * (__expf(to_f32(e[j]) - lse) - (c == tgt ? 1.0f : 0.0f));
+          g.e[j] = from_f32<T>(gv);
+        }
+        __stcs(reinterpret_cast<int4*>(d + int64_t(v) * N), *reinterpret_cast<const int4*>(g.e));
+      }
+    }
   }
 }
 
@@ -124,9 +229,16 @@ void launch_cross_entropy(cudaStream_t s, float* losses, void* dlogits, const vo
                           DType t, int64_t N, int64_t Vp, int64_t vocab, float dloss) {
   if (N == 0) return;
   TRELLIS_FLOAT_SWITCH(t, E,
-    cross_entropy_kernel<E><<<unsigned(N), kXentThreads, 0, s>>>(losses, static_cast<E*>(dlogits),
-                                                                  static_cast<const E*>(logits), targets, Vp, vocab,
-                                                                  dloss));
+    constexpr int kN = Pack<E>::N;
+    bool vec = Vp % kN == 0 && Vp / kN < int64_t(1) << 30 && aligned16(logits) && (!dlogits || aligned16(dlogits));
+    if (vec) {
+      cross_entropy_vec_kernel<E><<<unsigned(N), kXentVecThreads, 0, s>>>(
+          losses, static_cast<E*>(dlogits), static_cast<const E*>(logits), targets, Vp, vocab, dloss);
+    } else {
+      cross_entropy_kernel<E><<<unsigned(N), kXentThreads, 0, s>>>(losses, static_cast<E*>(dlogits),
+                                                                    static_cast<const E*>(logits), targets, Vp,
+                                                                    vocab, dloss);
+    });
   CUDA_CHECK_LAUNCH();
 }
 

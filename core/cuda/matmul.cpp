@@ -1,7 +1,11 @@
 // CUDA GEMM through cuBLASLt: row-major out = op(a) @ op(b) computed as the column-major
 // out^T = op(b)^T @ op(a)^T; f32 compute (no TF32), bias fused as an epilogue when cuBLASLt offers
 // it, descriptors and the chosen algorithm cached per problem so steady-state steps query nothing.
+// TRELLIS_MATMUL_LOG=1 prints each plan once, when it is made (problem, algorithm, fused bias).
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <map>
 #include <tuple>
 
@@ -46,7 +50,21 @@ struct Plan {
   cublasLtMatrixLayout_t la = nullptr, lb = nullptr, lc = nullptr;
   cublasLtMatmulAlgo_t algo{};
   bool bias_fused = false;  // false: bias (if any) is added by a separate kernel
+  // For TRELLIS_MATMUL_LOG: heuristic results returned, index taken, its workspace and waves.
+  int candidates = 0, chosen = -1;
+  size_t workspace = 0;
+  float waves = 0.0f;
 };
+
+constexpr int kHeuristicAlgos = 8;  // candidates asked of the heuristic; the first usable one is taken
+
+bool matmul_log_enabled() {
+  static const bool on = [] {
+    const char* v = std::getenv("TRELLIS_MATMUL_LOG");
+    return v != nullptr && *v != '\0' && std::strcmp(v, "0") != 0;
+  }();
+  return on;
+}
 
 }  // namespace
 
@@ -77,8 +95,9 @@ void destroy_plan(Plan& p) {
   p = Plan{};
 }
 
-// Builds descriptors for the column-major problem D (n_lt x m_lt) and asks the heuristic for one
-// algorithm. Returns false when there is none (then the caller retries without the fused bias).
+// Builds descriptors for the column-major problem D (n_lt x m_lt) and asks the heuristic for up to
+// kHeuristicAlgos algorithms, best first; takes the first whose state is usable and whose workspace
+// fits. Returns false when there is none (then the caller retries without the fused bias).
 bool try_make_plan(CudaState& st, const PlanKey& key, bool fuse_bias, Plan& p) {
   // Column-major view: A_lt = b (m_lt = N rows of D), B_lt = a (n_lt = M columns of D).
   const int64_t M = key.m, N = key.n, K = key.k;
@@ -119,19 +138,47 @@ bool try_make_plan(CudaState& st, const PlanKey& key, bool fuse_bias, Plan& p) {
     CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &mask,
                                                       sizeof mask));
   }
-  cublasLtMatmulHeuristicResult_t result{};
+  cublasLtMatmulHeuristicResult_t results[kHeuristicAlgos] = {};
   int found = 0;
-  cublasStatus_t rc =
-      cublasLtMatmulAlgoGetHeuristic(st.lt, p.desc, p.la, p.lb, p.lc, p.lc, pref, 1, &result, &found);
+  cublasStatus_t rc = cublasLtMatmulAlgoGetHeuristic(st.lt, p.desc, p.la, p.lb, p.lc, p.lc, pref, kHeuristicAlgos,
+                                                     results, &found);
   CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(pref));
   if (rc == CUBLAS_STATUS_NOT_SUPPORTED || (rc == CUBLAS_STATUS_SUCCESS && found == 0)) {
     destroy_plan(p);
     return false;
   }
   CUBLAS_CHECK(rc);
-  p.algo = result.algo;
+  int chosen = -1;
+  for (int i = 0; i < found && i < kHeuristicAlgos; ++i) {
+    if (results[i].state == CUBLAS_STATUS_SUCCESS && results[i].workspaceSize <= st.lt_workspace_bytes) {
+      chosen = i;
+      break;
+    }
+  }
+  if (chosen < 0) {
+    destroy_plan(p);
+    return false;
+  }
+  p.algo = results[chosen].algo;
   p.bias_fused = fuse_bias;
+  p.candidates = found;
+  p.chosen = chosen;
+  p.workspace = results[chosen].workspaceSize;
+  p.waves = results[chosen].wavesCount;
   return true;
+}
+
+void log_plan(const CudaState& st, const PlanKey& key, const Plan& p) {
+  const std::string ab(dtype_name(key.ab)), out(dtype_name(key.out));
+  std::fprintf(stderr,
+               "[trellis matmul] plan #%zu: M=%lld N=%lld K=%lld %s x %s -> %s trans_a=%d trans_b=%d accumulate=%d "
+               "bias=%s align(a,b,out,bias)=%u,%u,%u,%u | algo %d of %d candidates, workspace %zu B, waves %.2f%s\n",
+               st.matmul_plans->plans.size() + 1, static_cast<long long>(key.m), static_cast<long long>(key.n),
+               static_cast<long long>(key.k), ab.c_str(), ab.c_str(), out.c_str(),
+               int(key.trans_a), int(key.trans_b), int(key.accumulate),
+               !key.bias ? "none" : (p.bias_fused ? "fused-epilogue" : "SEPARATE-KERNEL"), key.align_a, key.align_b,
+               key.align_c, key.align_bias, p.chosen, p.candidates, p.workspace, double(p.waves),
+               st.deterministic ? ", deterministic (no split-K reduction)" : "");
 }
 
 Plan& get_plan(CudaState& st, const PlanKey& key) {
@@ -144,6 +191,7 @@ Plan& get_plan(CudaState& st, const PlanKey& key) {
     TRELLIS_FATAL("matmul: cuBLASLt has no algorithm for M=" + std::to_string(key.m) + " N=" + std::to_string(key.n) +
                   " K=" + std::to_string(key.k) + " " + std::string(dtype_name(key.ab)) + " -> " +
                   std::string(dtype_name(key.out)));
+  if (matmul_log_enabled()) log_plan(st, key, p);
   return st.matmul_plans->plans.emplace(key, p).first->second;
 }
 

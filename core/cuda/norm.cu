@@ -1,5 +1,6 @@
 // CUDA layer norm (forward, backward), bias gradient and the scalar reductions, all deterministic:
-// column sums go through per-chunk partials summed in a fixed order, never through atomics.
+// column sums go through per-chunk partials summed in a fixed order, never through atomics. The
+// chunking (colsum_chunks) depends on the shape only, so results are bitwise repeatable on any GPU.
 #include "core/cuda/kernel_common.cuh"
 #include "core/cuda/launchers.h"
 
@@ -8,6 +9,35 @@ namespace trellis::gpu {
 namespace {
 
 constexpr int kWarpsPerBlock = kThreads / 32;
+
+// ---- 16-byte vectors ----
+template <typename T>
+struct alignas(16) Pack {
+  static constexpr int N = 16 / sizeof(T);
+  T e[N];
+};
+template <typename T>
+__device__ __forceinline__ Pack<T> ld16(const T* p) {
+  Pack<T> r;
+  *reinterpret_cast<int4*>(r.e) = *reinterpret_cast<const int4*>(p);
+  return r;
+}
+template <typename T>
+__device__ __forceinline__ void st16(T* p, const Pack<T>& v) {
+  *reinterpret_cast<int4*>(p) = *reinterpret_cast<const int4*>(v.e);
+}
+inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
+
+// The vectorized row kernels keep a row in registers: lane l holds vectors l, l + 32, ... of the
+// row, at most kMaxRowIters of them (bf16: cols <= 2048, f32: cols <= 1024).
+constexpr int kMaxRowIters = 8;
+template <typename T>
+int row_iters(int64_t cols) {
+  constexpr int N = Pack<T>::N;
+  return int((cols + 32 * N - 1) / (32 * N));
+}
+
+// ---- layer norm forward ----
 
 // One warp per row. Two passes over the row for mean and variance (numerically safer than
 // E[x^2] - E[x]^2), a third to write.
@@ -36,7 +66,67 @@ __global__ void layernorm_forward_kernel(T* out, float* mean, float* rstd, const
   }
 }
 
-// dx += rstd * (dnorm - mean(dnorm) - xhat * mean(dnorm * xhat)), dnorm = dout * w. One warp per row.
+// The same with the row held in registers (one read of x), 16-byte loads and stores.
+// Requires cols % Pack<T>::N == 0 and 16-byte aligned pointers.
+template <typename T, int ITERS>
+__global__ void __launch_bounds__(kThreads)
+    layernorm_forward_vec_kernel(T* out, float* mean, float* rstd, const T* x, const T* w, const T* b, int64_t rows,
+                                 int cols, float eps) {
+  constexpr int N = Pack<T>::N;
+  int64_t row = int64_t(blockIdx.x) * kWarpsPerBlock + (threadIdx.x >> 5);
+  int lane = threadIdx.x & 31;
+  if (row >= rows) return;
+  const int nvec = cols / N;
+  const T* xr = x + row * cols;
+  Pack<T> xv[ITERS];
+#pragma unroll
+  for (int i = 0; i < ITERS; ++i) {
+    int v = lane + 32 * i;
+    if (v < nvec) xv[i] = ld16(xr + v * N);
+  }
+  float s = 0.0f;
+#pragma unroll
+  for (int i = 0; i < ITERS; ++i) {
+    if (lane + 32 * i < nvec) {
+#pragma unroll
+      for (int j = 0; j < N; ++j) s += to_f32(xv[i].e[j]);
+    }
+  }
+  float m = warp_sum(s) / float(cols);
+  float var = 0.0f;
+#pragma unroll
+  for (int i = 0; i < ITERS; ++i) {
+    if (lane + 32 * i < nvec) {
+#pragma unroll
+      for (int j = 0; j < N; ++j) {
+        float d = to_f32(xv[i].e[j]) - m;
+        var += d * d;
+      }
+    }
+  }
+  float r = 1.0f / sqrtf(warp_sum(var) / float(cols) + eps);
+  T* orow = out + row * cols;
+#pragma unroll
+  for (int i = 0; i < ITERS; ++i) {
+    int v = lane + 32 * i;
+    if (v < nvec) {
+      Pack<T> wv = ld16(w + v * N), bv = ld16(b + v * N), o;
+#pragma unroll
+      for (int j = 0; j < N; ++j)
+        o.e[j] = from_f32<T>((to_f32(xv[i].e[j]) - m) * r * to_f32(wv.e[j]) + to_f32(bv.e[j]));
+      st16(orow + v * N, o);
+    }
+  }
+  if (lane == 0) {
+    mean[row] = m;
+    rstd[row] = r;
+  }
+}
+
+// ---- layer norm backward ----
+
+// Fallback (any cols / alignment): dx += rstd * (dnorm - mean(dnorm) - xhat * mean(dnorm * xhat)),
+// dnorm = dout * w. One warp per row.
 template <typename T>
 __global__ void layernorm_backward_dx_kernel(T* dx, const T* dout, const T* x, const T* w, const float* mean,
                                              const float* rstd, int64_t rows, int64_t cols) {
@@ -63,7 +153,7 @@ __global__ void layernorm_backward_dx_kernel(T* dx, const T* dout, const T* x, c
   }
 }
 
-// Partials of one chunk of rows, one thread per column, rows in order:
+// Fallback partials of one chunk of rows, one thread per column, rows in order:
 // p_dw[chunk][c] = sum dout * xhat (when x is given), p_db[chunk][c] = sum dout.
 template <typename T>
 __global__ void column_partials_kernel(float* p_dw, float* p_db, const T* dout, const T* x, const float* mean,
@@ -82,14 +172,185 @@ __global__ void column_partials_kernel(float* p_dw, float* p_db, const T* dout, 
   if (x) p_dw[chunk * cols + c] = sw;
 }
 
-// out[c] += sum over chunks (in order) of partials[chunk][c].
-__global__ void column_finalize_kernel(float* out, const float* partials, int64_t chunks, int64_t cols) {
-  int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (c >= cols) return;
-  float s = 0.0f;
-  for (int64_t k = 0; k < chunks; ++k) s += partials[k * cols + c];
-  out[c] += s;
+// Fused backward: CTA `chunk` owns rows [chunk * rows_per_chunk, ...) (a shape-only split); warp k
+// of it takes rows k, k + 8, ... of the chunk, one row at a time in registers (16-byte loads),
+// writes dx += ... and keeps its columns' dw/db sums in registers (w is reread from L1 per row). The 8 warps' sums are then
+// added in warp order in shared memory and written as the chunk's partials (p_dw, p_db: chunks x cols).
+// Requires cols % Pack<T>::N == 0 and 16-byte aligned dx, dout, x, w. Dynamic shared: 2 * cols floats.
+template <typename T, int ITERS>
+__global__ void __launch_bounds__(kThreads, ITERS <= 3 ? 2 : 1)
+    layernorm_backward_vec_kernel(T* dx, float* p_dw, float* p_db, const T* dout, const T* x, const T* w,
+                                  const float* mean, const float* rstd, int64_t rows, int cols,
+                                  int64_t rows_per_chunk) {
+  constexpr int N = Pack<T>::N;
+  extern __shared__ float ln_smem[];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int nvec = cols / N;
+  const float inv_cols = 1.0f / float(cols);
+  float aw[ITERS][N], ab[ITERS][N];
+#pragma unroll
+  for (int i = 0; i < ITERS; ++i) {
+#pragma unroll
+    for (int j = 0; j < N; ++j) aw[i][j] = ab[i][j] = 0.0f;
+  }
+  const int64_t r0 = int64_t(blockIdx.x) * rows_per_chunk;
+  const int64_t r1 = r0 + rows_per_chunk < rows ? r0 + rows_per_chunk : rows;
+  for (int64_t r = r0 + warp; r < r1; r += kWarpsPerBlock) {
+    const T* xr = x + r * cols;
+    const T* dr = dout + r * cols;
+    T* dxr = dx + r * cols;
+    Pack<T> xv[ITERS], dv[ITERS], gv[ITERS];
+#pragma unroll
+    for (int i = 0; i < ITERS; ++i) {
+      int v = lane + 32 * i;
+      if (v < nvec) {
+        xv[i] = ld16(xr + v * N);
+        dv[i] = ld16(dr + v * N);
+        gv[i] = ld16(dxr + v * N);
+      }
+    }
+    const float m = mean[r], rs = rstd[r];
+    float sd = 0.0f, sdx = 0.0f;
+#pragma unroll
+    for (int i = 0; i < ITERS; ++i) {
+      if (lane + 32 * i < nvec) {
+        const Pack<T> wv = ld16(w + (lane + 32 * i) * N);  // w stays in L1: not held in registers
+#pragma unroll
+        for (int j = 0; j < N; ++j) {
+          float d = to_f32(dv[i].e[j]);
+          float dn = d * to_f32(wv.e[j]);
+          float xh = (to_f32(xv[i].e[j]) - m) * rs;
+          sd += dn;
+          sdx += dn * xh;
+          ab[i][j] += d;
+          aw[i][j] += d * xh;
+        }
+      }
+    }
+    const float mean_d = warp_sum(sd) * inv_cols;
+    const float mean_dx = warp_sum(sdx) * inv_cols;
+#pragma unroll
+    for (int i = 0; i < ITERS; ++i) {
+      int v = lane + 32 * i;
+      if (v < nvec) {
+        const Pack<T> wv = ld16(w + v * N);
+#pragma unroll
+        for (int j = 0; j < N; ++j) {
+          float dn = to_f32(dv[i].e[j]) * to_f32(wv.e[j]);
+          float xh = (to_f32(xv[i].e[j]) - m) * rs;
+          gv[i].e[j] = from_f32<T>(to_f32(gv[i].e[j]) + (dn - mean_d - xh * mean_dx) * rs);
+        }
+        st16(dxr + v * N, gv[i]);
+      }
+    }
+  }
+  // Warp sums into shared memory in warp order: ((w0 + w1) + w2) + ...
+  float* s_dw = ln_smem;
+  float* s_db = ln_smem + cols;
+  for (int k = 0; k < kWarpsPerBlock; ++k) {
+    if (warp == k) {
+#pragma unroll
+      for (int i = 0; i < ITERS; ++i) {
+        int v = lane + 32 * i;
+        if (v < nvec) {
+#pragma unroll
+          for (int j = 0; j < N; ++j) {
+            int c = v * N + j;
+            s_dw[c] = k == 0 ? aw[i][j] : s_dw[c] + aw[i][j];
+            s_db[c] = k == 0 ? ab[i][j] : s_db[c] + ab[i][j];
+          }
+        }
+      }
+    }
+    __syncthreads();
+  }
+  float* pw = p_dw + int64_t(blockIdx.x) * cols;
+  float* pb = p_db + int64_t(blockIdx.x) * cols;
+  for (int c = threadIdx.x; c < cols; c += blockDim.x) {
+    pw[c] = s_dw[c];
+    pb[c] = s_db[c];
+  }
 }
+
+// ---- bias gradient partials ----
+
+// Partials of one chunk of rows (blockIdx.y) for 32 * V columns (blockIdx.x): thread (g, t), g =
+// threadIdx.x / 32, sums V adjacent columns over rows g, g + 8, ... of the chunk; the 8 groups are
+// then added in group order. Vector loads when V > 1 (then cols % V == 0 and dy 16-byte aligned).
+template <typename T, int V>
+__global__ void __launch_bounds__(kThreads)
+    bias_partials_kernel(float* partials, const T* dy, int64_t rows, int64_t cols, int64_t rows_per_chunk) {
+  constexpr int kGroups = kThreads / 32;
+  __shared__ float sm[kGroups][V * 32];
+  const int t = threadIdx.x & 31, g = threadIdx.x >> 5;
+  const int64_t c0 = (int64_t(blockIdx.x) * 32 + t) * V;
+  const int64_t chunk = blockIdx.y;
+  const int64_t r0 = chunk * rows_per_chunk;
+  const int64_t r1 = r0 + rows_per_chunk < rows ? r0 + rows_per_chunk : rows;
+  float acc[V];
+#pragma unroll
+  for (int j = 0; j < V; ++j) acc[j] = 0.0f;
+  if (c0 < cols) {
+    const T* p = dy + c0;
+#pragma unroll 4
+    for (int64_t r = r0 + g; r < r1; r += kGroups) {
+      if constexpr (V == 1) {
+        acc[0] += to_f32(p[r * cols]);
+      } else {
+        Pack<T> v = ld16(p + r * cols);
+#pragma unroll
+        for (int j = 0; j < V; ++j) acc[j] += to_f32(v.e[j]);
+      }
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < V; ++j) sm[g][j * 32 + t] = acc[j];  // column c0 + j at [j * 32 + t]: no bank conflicts
+  __syncthreads();
+  // Each of the 8 * 32 threads finishes V * 32 / 256 (or fewer) of the tile's columns.
+  for (int q = threadIdx.x; q < V * 32; q += kThreads) {
+    int j = q >> 5, tt = q & 31;
+    int64_t c = (int64_t(blockIdx.x) * 32 + tt) * V + j;
+    float s = sm[0][q];
+#pragma unroll
+    for (int k = 1; k < kGroups; ++k) s += sm[k][q];
+    if (c < cols) partials[chunk * cols + c] = s;
+  }
+}
+
+// out[c] += sum over chunks of partials[chunk][c] (blockIdx.y picks out0/p0 or out1/p1). Thread
+// (g, t): g = threadIdx.x / 32 sums chunks g, g + 8, ... in order; the 8 sums are added in g order.
+__global__ void __launch_bounds__(kThreads)
+    column_finalize_kernel(float* out0, const float* p0, float* out1, const float* p1, int64_t chunks,
+                           int64_t cols) {
+  constexpr int kGroups = kThreads / 32;
+  __shared__ float sm[kGroups][32];
+  float* out = blockIdx.y == 0 ? out0 : out1;
+  const float* partials = blockIdx.y == 0 ? p0 : p1;
+  const int t = threadIdx.x & 31, g = threadIdx.x >> 5;
+  const int64_t c = int64_t(blockIdx.x) * 32 + t;
+  float s = 0.0f;
+  if (c < cols) {
+#pragma unroll 4
+    for (int64_t k = g; k < chunks; k += kGroups) s += partials[k * cols + c];
+  }
+  sm[g][t] = s;
+  __syncthreads();
+  if (g == 0 && c < cols) {
+    float tot = sm[0][t];
+#pragma unroll
+    for (int k = 1; k < kGroups; ++k) tot += sm[k][t];
+    out[c] += tot;
+  }
+}
+
+void finalize_columns(cudaStream_t s, float* out0, const float* p0, float* out1, const float* p1, int64_t chunks,
+                      int64_t cols) {
+  dim3 grid(unsigned((cols + 31) / 32), out1 ? 2u : 1u);
+  column_finalize_kernel<<<grid, kThreads, 0, s>>>(out0, p0, out1, p1, chunks, cols);
+  CUDA_CHECK_LAUNCH();
+}
+
+// ---- scalar sums ----
 
 template <typename T>
 __global__ void sum_partials_kernel(float* partials, const T* x, int64_t n, bool squares) {
@@ -111,23 +372,94 @@ __global__ void sum_finalize_kernel(float* out, const float* partials) {
 
 unsigned row_blocks(int64_t rows) { return unsigned((rows + kWarpsPerBlock - 1) / kWarpsPerBlock); }
 
+template <typename T, int ITERS>
+void layernorm_forward_vec(cudaStream_t s, T* out, float* mean, float* rstd, const T* x, const T* w, const T* b,
+                           int64_t rows, int64_t cols, float eps) {
+  layernorm_forward_vec_kernel<T, ITERS><<<row_blocks(rows), kThreads, 0, s>>>(out, mean, rstd, x, w, b, rows,
+                                                                               int(cols), eps);
+}
+
 template <typename T>
-void column_sums(cudaStream_t s, float* dw, float* db, const T* dout, const T* x, const float* mean,
-                 const float* rstd, int64_t rows, int64_t cols, float* scratch) {
-  int64_t chunks = colsum_chunks(rows);
-  int64_t rows_per_chunk = (rows + chunks - 1) / chunks;
+void layernorm_forward_impl(cudaStream_t s, T* out, float* mean, float* rstd, const T* x, const T* w, const T* b,
+                            int64_t rows, int64_t cols, float eps) {
+  constexpr int N = Pack<T>::N;
+  int iters = row_iters<T>(cols);
+  bool vec = cols % N == 0 && iters <= kMaxRowIters && aligned16(out) && aligned16(x) && aligned16(w) &&
+             aligned16(b);
+  if (!vec) {
+    layernorm_forward_kernel<T><<<row_blocks(rows), kThreads, 0, s>>>(out, mean, rstd, x, w, b, rows, cols, eps);
+    CUDA_CHECK_LAUNCH();
+    return;
+  }
+  switch (iters) {
+    case 1: layernorm_forward_vec<T, 1>(s, out, mean, rstd, x, w, b, rows, cols, eps); break;
+    case 2: layernorm_forward_vec<T, 2>(s, out, mean, rstd, x, w, b, rows, cols, eps); break;
+    case 3: layernorm_forward_vec<T, 3>(s, out, mean, rstd, x, w, b, rows, cols, eps); break;
+    case 4: layernorm_forward_vec<T, 4>(s, out, mean, rstd, x, w, b, rows, cols, eps); break;
+    case 5: layernorm_forward_vec<T, 5>(s, out, mean, rstd, x, w, b, rows, cols, eps); break;
+    case 6: layernorm_forward_vec<T, 6>(s, out, mean, rstd, x, w, b, rows, cols, eps); break;
+    case 7: layernorm_forward_vec<T, 7>(s, out, mean, rstd, x, w, b, rows, cols, eps); break;
+    default: layernorm_forward_vec<T, 8>(s, out, mean, rstd, x, w, b, rows, cols, eps); break;
+  }
+  CUDA_CHECK_LAUNCH();
+}
+
+template <typename T, int ITERS>
+void layernorm_backward_vec(cudaStream_t s, int64_t chunks, T* dx, float* p_dw, float* p_db, const T* dout,
+                            const T* x, const T* w, const float* mean, const float* rstd, int64_t rows, int64_t cols,
+                            int64_t rows_per_chunk) {
+  size_t smem = size_t(2 * cols) * sizeof(float);
+  layernorm_backward_vec_kernel<T, ITERS><<<unsigned(chunks), kThreads, smem, s>>>(
+      dx, p_dw, p_db, dout, x, w, mean, rstd, rows, int(cols), rows_per_chunk);
+}
+
+template <typename T>
+void layernorm_backward_impl(cudaStream_t s, T* dx, float* dw, float* db, const T* dout, const T* x, const T* w,
+                             const float* mean, const float* rstd, int64_t rows, int64_t cols, float* scratch) {
+  constexpr int N = Pack<T>::N;
+  const int64_t chunks = colsum_chunks(rows);
+  const int64_t rows_per_chunk = (rows + chunks - 1) / chunks;
   float* p_db = scratch;
-  float* p_dw = x ? scratch + chunks * cols : nullptr;
-  dim3 grid(unsigned((cols + kThreads - 1) / kThreads), unsigned(chunks));
-  column_partials_kernel<T><<<grid, kThreads, 0, s>>>(p_dw, p_db, dout, x, mean, rstd, rows, cols, rows_per_chunk);
-  CUDA_CHECK_LAUNCH();
-  unsigned g = unsigned((cols + kThreads - 1) / kThreads);
-  column_finalize_kernel<<<g, kThreads, 0, s>>>(db, p_db, chunks, cols);
-  CUDA_CHECK_LAUNCH();
-  if (x) {
-    column_finalize_kernel<<<g, kThreads, 0, s>>>(dw, p_dw, chunks, cols);
+  float* p_dw = scratch + chunks * cols;
+  int iters = row_iters<T>(cols);
+  bool vec = cols % N == 0 && iters <= kMaxRowIters && 2 * cols * sizeof(float) <= 48 * 1024 && aligned16(dx) &&
+             aligned16(dout) && aligned16(x) && aligned16(w);
+  if (vec) {
+    switch (iters) {
+      case 1: layernorm_backward_vec<T, 1>(s, chunks, dx, p_dw, p_db, dout, x, w, mean, rstd, rows, cols, rows_per_chunk); break;
+      case 2: layernorm_backward_vec<T, 2>(s, chunks, dx, p_dw, p_db, dout, x, w, mean, rstd, rows, cols, rows_per_chunk); break;
+      case 3: layernorm_backward_vec<T, 3>(s, chunks, dx, p_dw, p_db, dout, x, w, mean, rstd, rows, cols, rows_per_chunk); break;
+      case 4: layernorm_backward_vec<T, 4>(s, chunks, dx, p_dw, p_db, dout, x, w, mean, rstd, rows, cols, rows_per_chunk); break;
+      case 5: layernorm_backward_vec<T, 5>(s, chunks, dx, p_dw, p_db, dout, x, w, mean, rstd, rows, cols, rows_per_chunk); break;
+      case 6: layernorm_backward_vec<T, 6>(s, chunks, dx, p_dw, p_db, dout, x, w, mean, rstd, rows, cols, rows_per_chunk); break;
+      case 7: layernorm_backward_vec<T, 7>(s, chunks, dx, p_dw, p_db, dout, x, w, mean, rstd, rows, cols, rows_per_chunk); break;
+      default: layernorm_backward_vec<T, 8>(s, chunks, dx, p_dw, p_db, dout, x, w, mean, rstd, rows, cols, rows_per_chunk); break;
+    }
+    CUDA_CHECK_LAUNCH();
+  } else {
+    layernorm_backward_dx_kernel<T><<<row_blocks(rows), kThreads, 0, s>>>(dx, dout, x, w, mean, rstd, rows, cols);
+    CUDA_CHECK_LAUNCH();
+    dim3 grid(unsigned((cols + kThreads - 1) / kThreads), unsigned(chunks));
+    column_partials_kernel<T><<<grid, kThreads, 0, s>>>(p_dw, p_db, dout, x, mean, rstd, rows, cols, rows_per_chunk);
     CUDA_CHECK_LAUNCH();
   }
+  finalize_columns(s, dw, p_dw, db, p_db, chunks, cols);
+}
+
+template <typename T>
+void bias_backward_impl(cudaStream_t s, float* db, const T* dy, int64_t rows, int64_t cols, float* scratch) {
+  constexpr int N = Pack<T>::N;
+  const int64_t chunks = colsum_chunks(rows);
+  const int64_t rows_per_chunk = (rows + chunks - 1) / chunks;
+  if (cols % N == 0 && aligned16(dy)) {
+    dim3 grid(unsigned((cols / N + 31) / 32), unsigned(chunks));
+    bias_partials_kernel<T, N><<<grid, kThreads, 0, s>>>(scratch, dy, rows, cols, rows_per_chunk);
+  } else {
+    dim3 grid(unsigned((cols + 31) / 32), unsigned(chunks));
+    bias_partials_kernel<T, 1><<<grid, kThreads, 0, s>>>(scratch, dy, rows, cols, rows_per_chunk);
+  }
+  CUDA_CHECK_LAUNCH();
+  finalize_columns(s, db, scratch, nullptr, nullptr, chunks, cols);
 }
 
 }  // namespace
@@ -136,30 +468,24 @@ void launch_layernorm_forward(cudaStream_t s, void* out, float* mean, float* rst
                               const void* b, DType t, int64_t rows, int64_t cols, float eps) {
   if (rows == 0) return;
   TRELLIS_FLOAT_SWITCH(t, T,
-    layernorm_forward_kernel<T><<<row_blocks(rows), kThreads, 0, s>>>(
-        static_cast<T*>(out), mean, rstd, static_cast<const T*>(x), static_cast<const T*>(w),
-        static_cast<const T*>(b), rows, cols, eps));
-  CUDA_CHECK_LAUNCH();
+    layernorm_forward_impl<T>(s, static_cast<T*>(out), mean, rstd, static_cast<const T*>(x),
+                              static_cast<const T*>(w), static_cast<const T*>(b), rows, cols, eps));
 }
 
 void launch_layernorm_backward(cudaStream_t s, void* dx, float* dw, float* db, const void* dout, const void* x,
                                const void* w, const float* mean, const float* rstd, DType t, int64_t rows,
                                int64_t cols, float* scratch) {
-  if (rows == 0) return;
+  if (rows == 0 || cols == 0) return;
   TRELLIS_FLOAT_SWITCH(t, T,
-    layernorm_backward_dx_kernel<T><<<row_blocks(rows), kThreads, 0, s>>>(
-        static_cast<T*>(dx), static_cast<const T*>(dout), static_cast<const T*>(x), static_cast<const T*>(w),
-        mean, rstd, rows, cols);
-    CUDA_CHECK_LAUNCH();
-    column_sums<T>(s, dw, db, static_cast<const T*>(dout), static_cast<const T*>(x), mean, rstd, rows, cols,
-                   scratch));
+    layernorm_backward_impl<T>(s, static_cast<T*>(dx), dw, db, static_cast<const T*>(dout),
+                               static_cast<const T*>(x), static_cast<const T*>(w), mean, rstd, rows, cols,
+                               scratch));
 }
 
 void launch_bias_backward(cudaStream_t s, float* db, const void* dy, DType t, int64_t rows, int64_t cols,
                           float* scratch) {
-  if (rows == 0) return;
-  TRELLIS_FLOAT_SWITCH(t, T,
-    column_sums<T>(s, nullptr, db, static_cast<const T*>(dy), nullptr, nullptr, nullptr, rows, cols, scratch));
+  if (rows == 0 || cols == 0) return;
+  TRELLIS_FLOAT_SWITCH(t, T, bias_backward_impl<T>(s, db, static_cast<const T*>(dy), rows, cols, scratch));
 }
 
 void launch_sum(cudaStream_t s, float* out, const void* x, DType t, int64_t n, bool squares, float* scratch) {

@@ -1,6 +1,9 @@
 // CUDA against CPU, op by op, for f32, bf16 and f16: the same seeded inputs on both backends,
 // results compared with a tolerance per dtype (dropout masks exactly); determinism of the GPU's
 // embedding and layer-norm backward (two runs bitwise equal); the caching allocator's statistics.
+// Attention tolerances: out 2x and dqkv 4x the dtype's (bf16 2e-2 / 4e-2, f16 4e-3 / 8e-3, relative
+// and absolute against max(1, max|cpu|)); lse as f16's 2e-3 (f32: 1e-4); the fused kernels round P
+// and dS to the input dtype before their tensor-core products, as FlashAttention does.
 // Every test skips itself when no CUDA device is visible.
 #include <gtest/gtest.h>
 
@@ -362,6 +365,10 @@ void attention_case(Runtime& cpu, Runtime& gpu, DType dt, int64_t B, int64_t T, 
 
 TEST_P(Parity, AttentionSmall) { attention_case(cpu(), gpu(), dt(), 2, 17, 2, 16); }
 TEST_P(Parity, AttentionBig) { attention_case(cpu(), gpu(), dt(), 2, 256, 4, 64); }
+// bf16/f16 at head_dim 64 and 128 take the fused flash kernels (f32 and head_dim 16 the cuBLAS path):
+// T = 100 is not a multiple of their 64-row tiles, T = 17 is shorter than one.
+TEST_P(Parity, AttentionHead128OddLength) { attention_case(cpu(), gpu(), dt(), 1, 100, 2, 128); }
+TEST_P(Parity, AttentionShort) { attention_case(cpu(), gpu(), dt(), 3, 17, 3, 64); }
 
 TEST_P(Parity, CrossEntropy) {
   const int64_t N = 10, Vp = 72, V = 65;
@@ -492,7 +499,13 @@ void attention_case(Runtime& cpu, Runtime& gpu, DType dt, int64_t B, int64_t T, 
   expect_close(host(glse), lse, tolerance(dt == DType::f32 ? DType::f32 : DType::f16), "attention_forward lse" + tag);
   attention_backward(cpu, dqkv.t, dout.t, qkv.t, out.t, lse.t, int(H));
   attention_backward(gpu, gdqkv.t, gdout.t, gqkv.t, gout.t, glse.t, int(H));
-  expect_close(host(gdqkv), dqkv, tolerance(dt, 4.0f), "attention_backward dqkv" + tag);
+  HostTensor first = host(gdqkv);
+  expect_close(first, dqkv, tolerance(dt, 4.0f), "attention_backward dqkv" + tag);
+  // Determinism (train.deterministic): a second run over a poisoned dqkv must match bitwise, which
+  // also shows that every element of dqkv is written.
+  fill(gpu, gdqkv.t, 7.0f);
+  attention_backward(gpu, gdqkv.t, gdout.t, gqkv.t, gout.t, glse.t, int(H));
+  expect_bitwise(host(gdqkv), first, "attention_backward determinism" + tag);
 }
 
 INSTANTIATE_TEST_SUITE_P(Dtypes, Parity, ::testing::Values(DType::f32, DType::bf16, DType::f16),

@@ -1,0 +1,818 @@
+// Checkpoint storage: the atomic writer (temp dir, CRC32C while writing, fsync, rename), the
+// verifying reader, latest-valid lookup, pruning, and the small JSON parser the manifest needs.
+#include "core/checkpoint.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+
+#include "core/crc32c.h"
+
+namespace fs = std::filesystem;
+
+namespace trellis {
+namespace {
+
+constexpr size_t kIoChunk = size_t{8} << 20;  // write buffer and read chunk
+constexpr const char* kManifest = "manifest.json";
+constexpr const char* kFormat = "trellis-checkpoint";
+
+[[noreturn]] void fail(const std::string& what) { throw CheckpointError("checkpoint: " + what); }
+[[noreturn]] void fail_errno(const std::string& action, const std::string& path, int err) {
+  fail(action + " " + path + ": " + std::strerror(err));
+}
+
+// Owns a file descriptor; close() reports errors, the destructor ignores them.
+class Fd {
+ public:
+  explicit Fd(int fd = -1) : fd_(fd) {}
+  ~Fd() { if (fd_ >= 0) ::close(fd_); }
+  Fd(Fd&& o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
+  Fd& operator=(Fd&& o) noexcept { std::swap(fd_, o.fd_); return *this; }
+  int get() const { return fd_; }
+  void close(const std::string& path) {
+    const int fd = std::exchange(fd_, -1);
+    if (fd >= 0 && ::close(fd) != 0) fail_errno("cannot close", path, errno);
+  }
+
+ private:
+  int fd_;
+};
+
+void write_all(int fd, const char* p, size_t n, const std::string& path) {
+  while (n > 0) {
+    const ssize_t w = ::write(fd, p, std::min(n, size_t{1} << 30));
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      fail_errno("cannot write", path, errno);
+    }
+    if (w == 0) fail("cannot write " + path + ": short write");
+    p += w;
+    n -= static_cast<size_t>(w);
+  }
+}
+
+// Reads exactly n bytes into p, updating *crc; fails on a read error or early end of file.
+void read_all(int fd, char* p, size_t n, uint32_t* crc, const std::string& path) {
+  while (n > 0) {
+    const ssize_t r = ::read(fd, p, std::min(n, kIoChunk));
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      fail_errno("cannot read", path, errno);
+    }
+    if (r == 0) fail(path + ": unexpected end of file (truncated)");
+    *crc = crc32c_update(*crc, p, static_cast<size_t>(r));
+    p += r;
+    n -= static_cast<size_t>(r);
+  }
+}
+
+void fsync_dir(const std::string& path) {
+  Fd fd(::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (fd.get() < 0) fail_errno("cannot open directory", path, errno);
+  if (::fsync(fd.get()) != 0 && errno != EINVAL) fail_errno("cannot fsync directory", path, errno);
+  fd.close(path);
+}
+
+std::string join(const std::string& dir, const std::string& name) { return (fs::path(dir) / name).string(); }
+
+// This host's name reduced to [A-Za-z0-9-], so it contains no '.' and splits cleanly.
+const std::string& host_token() {
+  static const std::string token = [] {
+    char buf[256] = {};
+    if (::gethostname(buf, sizeof buf - 1) != 0 || buf[0] == '\0') return std::string("localhost");
+    std::string t(buf);
+    for (char& c : t)
+      if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-')) c = '-';
+    return t;
+  }();
+  return token;
+}
+
+bool name_char_ok(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '_' ||
+         c == '-';
+}
+
+bool valid_blob_name(std::string_view name) {
+  if (name.empty() || name.size() > 1024 || name == kManifest) return false;
+  size_t start = 0;
+  while (true) {
+    const size_t slash = name.find('/', start);
+    const std::string_view comp = name.substr(start, slash == std::string_view::npos ? slash : slash - start);
+    if (comp.empty() || comp[0] == '.' || !std::all_of(comp.begin(), comp.end(), name_char_ok)) return false;
+    if (slash == std::string_view::npos) return true;
+    start = slash + 1;
+  }
+}
+
+std::string json_quote(std::string_view s) {
+  std::string out = "\"";
+  for (const char c : s) {
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\r': out += "\\r"; break;
+      case '\t': out += "\\t"; break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20) {
+          char buf[8];
+          std::snprintf(buf, sizeof buf, "\\u%04x", static_cast<unsigned>(c));
+          out += buf;
+        } else {
+          out += c;
+        }
+    }
+  }
+  return out + "\"";
+}
+
+std::string strip_trailing_slashes(std::string p) {
+  while (p.size() > 1 && p.back() == '/') p.pop_back();
+  return p;
+}
+
+// The pieces of a temporary directory name ".tmp.[old.]<base>.<host>.<pid>".
+struct TempName {
+  std::string base, host;
+  long pid = 0;
+};
+std::optional<TempName> parse_temp_name(std::string_view n) {
+  if (n.substr(0, 5) != ".tmp.") return std::nullopt;
+  n.remove_prefix(5);
+  if (n.substr(0, 4) == "old.") n.remove_prefix(4);
+  const size_t first = n.find('.'), last = n.rfind('.');
+  if (first == std::string_view::npos || first == last) return std::nullopt;
+  TempName t{std::string(n.substr(0, first)), std::string(n.substr(first + 1, last - first - 1)), 0};
+  const std::string_view pid = n.substr(last + 1);
+  const auto [ptr, ec] = std::from_chars(pid.data(), pid.data() + pid.size(), t.pid);
+  if (ec != std::errc() || ptr != pid.data() + pid.size() || t.pid <= 0 || t.host.empty()) return std::nullopt;
+  return t;
+}
+
+bool process_alive(long pid) { return ::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH; }
+
+// The step dirs under root, newest first. Throws if root exists but cannot be listed.
+std::vector<std::pair<int64_t, std::string>> list_step_dirs(const std::string& root,
+                                                            std::vector<std::string>* temp_dirs = nullptr) {
+  std::vector<std::pair<int64_t, std::string>> steps;
+  std::error_code ec;
+  if (!fs::exists(root, ec)) return steps;
+  fs::directory_iterator it(root, ec), end;
+  for (; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    std::error_code ec2;
+    if (!it->is_directory(ec2)) continue;
+    if (const auto step = parse_checkpoint_dir_name(name)) steps.emplace_back(*step, it->path().string());
+    else if (temp_dirs && parse_temp_name(name)) temp_dirs->push_back(it->path().string());
+  }
+  if (ec) fail("cannot list " + root + ": " + ec.message());
+  std::sort(steps.begin(), steps.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  return steps;
+}
+
+// --- JSON parser ---------------------------------------------------------------------------
+
+class JsonParser {
+ public:
+  explicit JsonParser(std::string_view s) : s_(s) {}
+
+  JsonValue parse_document() {
+    JsonValue v = value();
+    skip_ws();
+    if (i_ != s_.size()) err("unexpected text after the value");
+    return v;
+  }
+
+ private:
+  [[noreturn]] void err(const std::string& what) const {
+    throw CheckpointError("JSON offset " + std::to_string(i_) + ": " + what);
+  }
+  void skip_ws() {
+    while (i_ < s_.size() && (s_[i_] == ' ' || s_[i_] == '\t' || s_[i_] == '\n' || s_[i_] == '\r')) ++i_;
+  }
+  bool eat(char c) {
+    skip_ws();
+    if (i_ < s_.size() && s_[i_] == c) return ++i_, true;
+    return false;
+  }
+  void expect(char c) {
+    if (!eat(c)) err(std::string("expected '") + c + "'");
+  }
+  static bool digit(char c) { return c >= '0' && c <= '9'; }
+
+  JsonValue value() {
+    skip_ws();
+    if (i_ >= s_.size()) err("unexpected end of text");
+    JsonValue v;
+    v.begin = i_;
+    const char c = s_[i_];
+    if (c == '{' || c == '[') {
+      if (++depth_ > 64) err("nesting deeper than 64");
+      ++i_;
+      if (c == '{') {
+        v.kind = JsonValue::Kind::kObject;
+        if (!eat('}')) {
+          do {
+            skip_ws();
+            if (i_ >= s_.size() || s_[i_] != '"') err("expected a string key");
+            std::string key = string();
+            expect(':');
+            v.members.emplace_back(std::move(key), value());
+          } while (eat(','));
+          expect('}');
+        }
+      } else {
+        v.kind = JsonValue::Kind::kArray;
+        if (!eat(']')) {
+          do v.items.push_back(value());
+          while (eat(','));
+          expect(']');
+        }
+      }
+      --depth_;
+    } else if (c == '"') {
+      v.kind = JsonValue::Kind::kString;
+      v.text = string();
+    } else if (c == '-' || digit(c)) {
+      v.kind = JsonValue::Kind::kNumber;
+      number();
+      v.text = std::string(s_.substr(v.begin, i_ - v.begin));
+    } else if (literal("true")) {
+      v.kind = JsonValue::Kind::kBool;
+      v.boolean = true;
+    } else if (literal("false")) {
+      v.kind = JsonValue::Kind::kBool;
+    } else if (!literal("null")) {
+      err("unexpected character");
+    }
+    v.end = i_;
+    return v;
+  }
+
+  bool literal(std::string_view word) {
+    if (s_.substr(i_, word.size()) != word) return false;
+    i_ += word.size();
+    return true;
+  }
+
+  void number() {
+    auto digits = [&] {
+      if (i_ >= s_.size() || !digit(s_[i_])) err("malformed number");
+      while (i_ < s_.size() && digit(s_[i_])) ++i_;
+    };
+    if (s_[i_] == '-') ++i_;
+    if (i_ < s_.size() && s_[i_] == '0') ++i_;
+    else digits();
+    if (i_ < s_.size() && s_[i_] == '.') ++i_, digits();
+    if (i_ < s_.size() && (s_[i_] == 'e' || s_[i_] == 'E')) {
+      ++i_;
+      if (i_ < s_.size() && (s_[i_] == '+' || s_[i_] == '-')) ++i_;
+      digits();
+    }
+  }
+
+  unsigned hex4() {
+    if (i_ + 4 > s_.size()) err("truncated \\u escape");
+    unsigned v = 0;
+    for (int k = 0; k < 4; ++k) {
+      const char h = s_[i_++];
+      const int d = digit(h) ? h - '0' : (h >= 'a' && h <= 'f') ? h - 'a' + 10 : (h >= 'A' && h <= 'F') ? h - 'A' + 10 : -1;
+      if (d < 0) err("bad \\u escape");
+      v = v * 16 + static_cast<unsigned>(d);
+    }
+    return v;
+  }
+
+  std::string string() {
+    ++i_;  // opening quote
+    std::string out;
+    while (true) {
+      if (i_ >= s_.size()) err("unterminated string");
+      const char c = s_[i_++];
+      if (c == '"') return out;
+      if (static_cast<unsigned char>(c) < 0x20) err("control character in string");
+      if (c != '\\') {
+        out += c;
+        continue;
+      }
+      if (i_ >= s_.size()) err("unterminated string");
+      switch (const char e = s_[i_++]) {
+        case '"': case '\\': case '/': out += e; break;
+        case 'b': out += '\b'; break;
+        case 'f': out += '\f'; break;
+        case 'n': out += '\n'; break;
+        case 'r': out += '\r'; break;
+        case 't': out += '\t'; break;
+        case 'u': {
+          unsigned cp = hex4();
+          if (cp >= 0xDC00 && cp <= 0xDFFF) err("unpaired surrogate");
+          if (cp >= 0xD800 && cp <= 0xDBFF) {
+            if (!literal("\\u")) err("unpaired surrogate");
+            const unsigned lo = hex4();
+            if (lo < 0xDC00 || lo > 0xDFFF) err("unpaired surrogate");
+            cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+          }
+          if (cp < 0x80) {
+            out += static_cast<char>(cp);
+          } else if (cp < 0x800) {
+            out += static_cast<char>(0xC0 | (cp >> 6));
+            out += static_cast<char>(0x80 | (cp & 0x3F));
+          } else if (cp < 0x10000) {
+            out += static_cast<char>(0xE0 | (cp >> 12));
+            out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+            out += static_cast<char>(0x80 | (cp & 0x3F));
+          } else {
+            out += static_cast<char>(0xF0 | (cp >> 18));
+            out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
+            out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+            out += static_cast<char>(0x80 | (cp & 0x3F));
+          }
+          break;
+        }
+        default: err("bad escape");
+      }
+    }
+  }
+
+  std::string_view s_;
+  size_t i_ = 0;
+  int depth_ = 0;
+};
+
+[[noreturn]] void json_type_error(const JsonValue& v, const char* want) {
+  throw CheckpointError("JSON offset " + std::to_string(v.begin) + ": expected " + want);
+}
+
+}  // namespace
+
+// --- names and JSON ------------------------------------------------------------------------
+
+std::string checkpoint_dir_name(int64_t step) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "step_%08lld", static_cast<long long>(step));
+  return buf;
+}
+
+std::optional<int64_t> parse_checkpoint_dir_name(std::string_view name) {
+  if (name.substr(0, 5) != "step_" || name.size() < 13) return std::nullopt;
+  int64_t step = 0;
+  const char* b = name.data() + 5;
+  const char* e = name.data() + name.size();
+  const auto [ptr, ec] = std::from_chars(b, e, step);
+  if (ec != std::errc() || ptr != e || *b == '-' || *b == '+' || checkpoint_dir_name(step) != name) return std::nullopt;
+  return step;
+}
+
+JsonValue parse_json(std::string_view text) { return JsonParser(text).parse_document(); }
+
+const JsonValue* JsonValue::find(std::string_view key) const {
+  for (const auto& [k, v] : members)
+    if (k == key) return &v;
+  return nullptr;
+}
+
+int64_t JsonValue::as_int() const {
+  int64_t v = 0;
+  if (kind == Kind::kNumber) {
+    const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+    if (ec == std::errc() && ptr == text.data() + text.size()) return v;
+  }
+  json_type_error(*this, "an integer");
+}
+
+double JsonValue::as_double() const {
+  double v = 0;
+  if (kind == Kind::kNumber) {
+    const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+    if (ec == std::errc() && ptr == text.data() + text.size()) return v;
+  }
+  json_type_error(*this, "a number");
+}
+
+const std::string& JsonValue::as_string() const {
+  if (kind != Kind::kString) json_type_error(*this, "a string");
+  return text;
+}
+
+// --- writer --------------------------------------------------------------------------------
+
+struct CheckpointWriter::State {
+  std::string root, final_dir, tmp_dir, base;
+  std::string meta = "{}";
+  std::vector<BlobInfo> blobs;
+  std::vector<std::string> subdirs;  // created under tmp_dir, relative
+  bool done = false;                 // committed or failed: no further calls
+  // The blob being written.
+  bool open = false;
+  Fd fd;
+  std::string path;
+  BlobInfo cur;
+  std::vector<char> buf;
+  size_t buf_used = 0;
+
+  void cleanup() noexcept {
+    done = true;
+    open = false;
+    fd = Fd();
+    std::error_code ec;
+    fs::remove_all(tmp_dir, ec);
+  }
+  void flush() {
+    write_all(fd.get(), buf.data(), buf_used, path);
+    buf_used = 0;
+  }
+  // Runs f; any exception removes the temporary directory first.
+  template <class F>
+  auto guarded(F&& f) {
+    if (done) fail("writer for " + final_dir + " was already committed or failed");
+    try {
+      return f();
+    } catch (...) {
+      cleanup();
+      throw;
+    }
+  }
+};
+
+namespace {
+std::unique_ptr<CheckpointWriter::State> make_writer_state(const std::string& final_dir_in) {
+  auto s = std::make_unique<CheckpointWriter::State>();
+  s->final_dir = strip_trailing_slashes(final_dir_in);
+  const fs::path fp(s->final_dir);
+  s->base = fp.filename().string();
+  if (s->base.empty() || s->base == "." || s->base == "..") fail("bad checkpoint directory name '" + final_dir_in + "'");
+  s->root = fp.has_parent_path() ? fp.parent_path().string() : std::string(".");
+  s->tmp_dir = join(s->root, ".tmp." + s->base + "." + host_token() + "." + std::to_string(::getpid()));
+  std::error_code ec;
+  fs::create_directories(s->root, ec);
+  if (ec) fail("cannot create directory " + s->root + ": " + ec.message());
+  fs::remove_all(s->tmp_dir, ec);  // left by a dead writer that had our pid
+  if (::mkdir(s->tmp_dir.c_str(), 0755) != 0) fail_errno("cannot create directory", s->tmp_dir, errno);
+  return s;
+}
+}  // namespace
+
+CheckpointWriter::CheckpointWriter(std::unique_ptr<State> s) : s_(std::move(s)) {}
+
+CheckpointWriter::CheckpointWriter(const std::string& root, int64_t step) {
+  if (step < 0) fail("negative step " + std::to_string(step));
+  s_ = make_writer_state(join(root, checkpoint_dir_name(step)));
+}
+
+CheckpointWriter CheckpointWriter::at_path(const std::string& final_dir) {
+  return CheckpointWriter(make_writer_state(final_dir));
+}
+
+CheckpointWriter::CheckpointWriter(CheckpointWriter&&) noexcept = default;
+
+CheckpointWriter::~CheckpointWriter() {
+  if (s_ && !s_->done) s_->cleanup();
+}
+
+const std::string& CheckpointWriter::final_dir() const { return s_->final_dir; }
+const std::string& CheckpointWriter::temp_dir() const { return s_->tmp_dir; }
+
+void CheckpointWriter::begin_blob(const std::string& name, std::string dtype, std::vector<int64_t> shape) {
+  if (!s_) fail("use of a moved-from writer");
+  State& s = *s_;
+  s.guarded([&] {
+    if (s.open) fail("begin_blob(" + name + ") while blob " + s.cur.name + " is still open");
+    if (!valid_blob_name(name)) fail("bad blob name '" + name + "' (use [A-Za-z0-9._-] components joined by '/')");
+    for (const BlobInfo& b : s.blobs)
+      if (b.name == name) fail("blob " + name + " added twice");
+    // Subdirectories of the name ("rank00003/params.bin").
+    for (size_t slash = name.find('/'); slash != std::string::npos; slash = name.find('/', slash + 1)) {
+      const std::string rel = name.substr(0, slash);
+      if (std::find(s.subdirs.begin(), s.subdirs.end(), rel) != s.subdirs.end()) continue;
+      const std::string dir = join(s.tmp_dir, rel);
+      if (::mkdir(dir.c_str(), 0755) != 0) fail_errno("cannot create directory", dir, errno);
+      s.subdirs.push_back(rel);
+    }
+    s.path = join(s.tmp_dir, name);
+    s.fd = Fd(::open(s.path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644));
+    if (s.fd.get() < 0) fail_errno("cannot create", s.path, errno);
+    s.cur = BlobInfo{name, 0, std::move(dtype), std::move(shape), 0};
+    if (s.buf.size() != kIoChunk) s.buf.resize(kIoChunk);
+    s.buf_used = 0;
+    s.open = true;
+  });
+}
+
+void CheckpointWriter::write(const void* data, size_t bytes) {
+  if (!s_) fail("use of a moved-from writer");
+  State& s = *s_;
+  s.guarded([&] {
+    if (!s.open) fail("write() with no open blob");
+    if (bytes > 0 && data == nullptr) fail("write() of " + std::to_string(bytes) + " bytes from nullptr");
+    const char* p = static_cast<const char*>(data);
+    s.cur.bytes += bytes;
+    while (bytes > 0) {
+      // Checksum each piece just before it is written or buffered, while it is in cache.
+      if (s.buf_used == 0 && bytes >= kIoChunk) {
+        s.cur.crc32c = crc32c_update(s.cur.crc32c, p, kIoChunk);
+        write_all(s.fd.get(), p, kIoChunk, s.path);
+        p += kIoChunk;
+        bytes -= kIoChunk;
+        continue;
+      }
+      const size_t take = std::min(bytes, kIoChunk - s.buf_used);
+      s.cur.crc32c = crc32c_update(s.cur.crc32c, p, take);
+      std::memcpy(s.buf.data() + s.buf_used, p, take);
+      s.buf_used += take;
+      p += take;
+      bytes -= take;
+      if (s.buf_used == kIoChunk) s.flush();
+    }
+  });
+}
+
+void CheckpointWriter::end_blob() {
+  if (!s_) fail("use of a moved-from writer");
+  State& s = *s_;
+  s.guarded([&] {
+    if (!s.open) fail("end_blob() with no open blob");
+    s.flush();
+    if (::fsync(s.fd.get()) != 0) fail_errno("cannot fsync", s.path, errno);
+    s.fd.close(s.path);
+    s.open = false;
+    s.blobs.push_back(std::move(s.cur));
+  });
+}
+
+void CheckpointWriter::add_blob(const std::string& name, const void* data, size_t bytes, std::string dtype,
+                                std::vector<int64_t> shape) {
+  begin_blob(name, std::move(dtype), std::move(shape));
+  write(data, bytes);
+  end_blob();
+}
+
+void CheckpointWriter::set_meta(std::string json_object_text) {
+  if (!s_) fail("use of a moved-from writer");
+  State& s = *s_;
+  s.guarded([&] {
+    JsonValue v;
+    try {
+      v = parse_json(json_object_text);
+    } catch (const CheckpointError& e) {
+      fail(std::string("meta is not valid JSON: ") + e.what());
+    }
+    if (v.kind != JsonValue::Kind::kObject) fail("meta must be a JSON object");
+    s.meta = json_object_text.substr(v.begin, v.end - v.begin);
+  });
+}
+
+std::string CheckpointWriter::commit() {
+  if (!s_) fail("use of a moved-from writer");
+  State& s = *s_;
+  return s.guarded([&] {
+    if (s.open) fail("commit() while blob " + s.cur.name + " is still open");
+    std::string m = "{\n  \"format\": \"" + std::string(kFormat) + "\",\n  \"format_version\": " +
+                    std::to_string(kCheckpointFormatVersion) + ",\n  \"checksum\": \"crc32c\",\n  \"blobs\": [";
+    for (size_t i = 0; i < s.blobs.size(); ++i) {
+      const BlobInfo& b = s.blobs[i];
+      m += i ? ",\n    " : "\n    ";
+      m += "{\"name\": " + json_quote(b.name) + ", \"bytes\": " + std::to_string(b.bytes) +
+           ", \"dtype\": " + json_quote(b.dtype) + ", \"shape\": [";
+      for (size_t d = 0; d < b.shape.size(); ++d) m += (d ? ", " : "") + std::to_string(b.shape[d]);
+      m += "], \"crc32c\": \"" + crc32c_hex(b.crc32c) + "\"}";
+    }
+    m += s.blobs.empty() ? "],\n" : "\n  ],\n";
+    m += "  \"meta_crc32c\": \"" + crc32c_hex(crc32c(s.meta.data(), s.meta.size())) + "\",\n  \"meta\": " + s.meta +
+         "\n}\n";
+    const std::string mpath = join(s.tmp_dir, kManifest);
+    Fd fd(::open(mpath.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644));
+    if (fd.get() < 0) fail_errno("cannot create", mpath, errno);
+    write_all(fd.get(), m.data(), m.size(), mpath);
+    if (::fsync(fd.get()) != 0) fail_errno("cannot fsync", mpath, errno);
+    fd.close(mpath);
+    for (auto it = s.subdirs.rbegin(); it != s.subdirs.rend(); ++it) fsync_dir(join(s.tmp_dir, *it));
+    fsync_dir(s.tmp_dir);
+
+    // Publish. Over an existing checkpoint, swap atomically (RENAME_EXCHANGE) so there is never
+    // a moment without one; where the filesystem cannot, move the old one aside first.
+    struct stat st;
+    if (::lstat(s.final_dir.c_str(), &st) != 0) {
+      if (::rename(s.tmp_dir.c_str(), s.final_dir.c_str()) != 0)
+        fail_errno("cannot rename " + s.tmp_dir + " to", s.final_dir, errno);
+    } else if (!S_ISDIR(st.st_mode)) {
+      fail(s.final_dir + " exists and is not a directory");
+    } else if (::renameat2(AT_FDCWD, s.tmp_dir.c_str(), AT_FDCWD, s.final_dir.c_str(), RENAME_EXCHANGE) != 0) {
+      if (errno != EINVAL && errno != ENOSYS && errno != ENOTSUP)
+        fail_errno("cannot exchange " + s.tmp_dir + " with", s.final_dir, errno);
+      const std::string aside =
+          join(s.root, ".tmp.old." + s.base + "." + host_token() + "." + std::to_string(::getpid()));
+      std::error_code ec;
+      fs::remove_all(aside, ec);
+      if (::rename(s.final_dir.c_str(), aside.c_str()) != 0)
+        fail_errno("cannot move " + s.final_dir + " aside to", aside, errno);
+      if (::rename(s.tmp_dir.c_str(), s.final_dir.c_str()) != 0) {
+        const int err = errno;
+        ::rename(aside.c_str(), s.final_dir.c_str());  // put the old one back
+        fail_errno("cannot rename " + s.tmp_dir + " to", s.final_dir, err);
+      }
+      s.tmp_dir = aside;  // cleanup() below removes the old checkpoint
+    }
+    fsync_dir(s.root);
+    s.cleanup();  // the temporary path now holds the replaced checkpoint, if any
+    return s.final_dir;
+  });
+}
+
+// --- reader --------------------------------------------------------------------------------
+
+CheckpointReader CheckpointReader::open(const std::string& step_dir, CheckpointVerify verify) {
+  CheckpointReader r;
+  r.dir_ = strip_trailing_slashes(step_dir);
+  const std::string mpath = join(r.dir_, kManifest);
+  std::string text;
+  {
+    Fd fd(::open(mpath.c_str(), O_RDONLY | O_CLOEXEC));
+    if (fd.get() < 0) {
+      if (errno == ENOENT) fail(mpath + ": missing (incomplete checkpoint or not a checkpoint)");
+      fail_errno("cannot open", mpath, errno);
+    }
+    struct stat st;
+    if (::fstat(fd.get(), &st) != 0) fail_errno("cannot stat", mpath, errno);
+    if (!S_ISREG(st.st_mode) || st.st_size > (int64_t{1} << 30)) fail(mpath + ": not a regular file of sane size");
+    text.resize(static_cast<size_t>(st.st_size));
+    uint32_t unused = 0;
+    read_all(fd.get(), text.data(), text.size(), &unused, mpath);
+  }
+  JsonValue m;
+  try {
+    m = parse_json(text);
+    if (m.kind != JsonValue::Kind::kObject) throw CheckpointError("not a JSON object");
+    const JsonValue* format = m.find("format");
+    if (!format || format->kind != JsonValue::Kind::kString || format->text != kFormat)
+      throw CheckpointError("not a Trellis checkpoint manifest (format != \"trellis-checkpoint\")");
+    const JsonValue* version = m.find("format_version");
+    if (!version) throw CheckpointError("no format_version");
+    if (version->as_int() < 1 || version->as_int() > kCheckpointFormatVersion)
+      throw CheckpointError("format_version " + version->text + " is not supported (this build reads 1.." +
+                            std::to_string(kCheckpointFormatVersion) + ")");
+    const JsonValue* checksum = m.find("checksum");
+    if (!checksum || checksum->kind != JsonValue::Kind::kString || checksum->text != "crc32c")
+      throw CheckpointError("unsupported checksum (expected \"crc32c\")");
+    auto parse_crc = [](const JsonValue* v, const char* what) {
+      uint32_t c = 0;
+      if (!v) throw CheckpointError(std::string("no ") + what);
+      const std::string& t = v->as_string();
+      const auto [ptr, ec] = std::from_chars(t.data(), t.data() + t.size(), c, 16);
+      if (t.size() != 8 || ec != std::errc() || ptr != t.data() + t.size())
+        throw CheckpointError(std::string("bad ") + what + " '" + t + "'");
+      return c;
+    };
+    const JsonValue* blobs = m.find("blobs");
+    if (!blobs || blobs->kind != JsonValue::Kind::kArray) throw CheckpointError("no blobs array");
+    for (const JsonValue& b : blobs->items) {
+      BlobInfo info;
+      const JsonValue* name = b.find("name");
+      const JsonValue* bytes = b.find("bytes");
+      const JsonValue* dtype = b.find("dtype");
+      if (!name || !bytes || !dtype) throw CheckpointError("a blob lacks name, bytes or dtype");
+      info.name = name->as_string();
+      if (!valid_blob_name(info.name)) throw CheckpointError("bad blob name '" + info.name + "'");
+      for (const BlobInfo& other : r.blobs_)
+        if (other.name == info.name) throw CheckpointError("blob " + info.name + " listed twice");
+      if (bytes->as_int() < 0) throw CheckpointError("negative size for " + info.name);
+      info.bytes = static_cast<uint64_t>(bytes->as_int());
+      info.dtype = dtype->as_string();
+      if (const JsonValue* shape = b.find("shape")) {
+        if (shape->kind != JsonValue::Kind::kArray) throw CheckpointError("shape of " + info.name + " is not an array");
+        for (const JsonValue& d : shape->items) info.shape.push_back(d.as_int());
+      }
+      info.crc32c = parse_crc(b.find("crc32c"), "crc32c");
+      r.blobs_.push_back(std::move(info));
+    }
+    const JsonValue* meta = m.find("meta");
+    if (!meta || meta->kind != JsonValue::Kind::kObject) throw CheckpointError("no meta object");
+    r.meta_ = text.substr(meta->begin, meta->end - meta->begin);
+    if (crc32c(r.meta_.data(), r.meta_.size()) != parse_crc(m.find("meta_crc32c"), "meta_crc32c"))
+      throw CheckpointError("meta checksum mismatch (manifest damaged)");
+  } catch (const CheckpointError& e) {
+    fail(mpath + ": " + e.what());
+  }
+
+  std::vector<char> buf(verify == CheckpointVerify::kFull ? kIoChunk : 0);
+  for (const BlobInfo& b : r.blobs_) {
+    const std::string path = join(r.dir_, b.name);
+    Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+    if (fd.get() < 0) fail_errno("cannot open", path, errno);
+    struct stat st;
+    if (::fstat(fd.get(), &st) != 0) fail_errno("cannot stat", path, errno);
+    if (!S_ISREG(st.st_mode)) fail(path + ": not a regular file");
+    if (static_cast<uint64_t>(st.st_size) != b.bytes)
+      fail(path + ": size " + std::to_string(st.st_size) + " bytes, manifest says " + std::to_string(b.bytes) +
+           (static_cast<uint64_t>(st.st_size) < b.bytes ? " (truncated)" : ""));
+    if (verify != CheckpointVerify::kFull) continue;
+    ::posix_fadvise(fd.get(), 0, 0, POSIX_FADV_SEQUENTIAL);
+    uint32_t crc = 0;
+    for (uint64_t left = b.bytes; left > 0;) {
+      const size_t n = static_cast<size_t>(std::min<uint64_t>(left, kIoChunk));
+      read_all(fd.get(), buf.data(), n, &crc, path);
+      left -= n;
+    }
+    if (crc != b.crc32c)
+      fail(path + ": checksum mismatch (crc32c " + crc32c_hex(crc) + ", manifest says " + crc32c_hex(b.crc32c) + ")");
+  }
+  return r;
+}
+
+std::optional<int64_t> CheckpointReader::step() const {
+  return parse_checkpoint_dir_name(fs::path(dir_).filename().string());
+}
+
+std::vector<std::string> CheckpointReader::blob_names() const {
+  std::vector<std::string> names;
+  for (const BlobInfo& b : blobs_) names.push_back(b.name);
+  return names;
+}
+
+bool CheckpointReader::has_blob(const std::string& name) const {
+  return std::any_of(blobs_.begin(), blobs_.end(), [&](const BlobInfo& b) { return b.name == name; });
+}
+
+const BlobInfo& CheckpointReader::blob_info(const std::string& name) const {
+  for (const BlobInfo& b : blobs_)
+    if (b.name == name) return b;
+  fail(dir_ + ": no blob named " + name);
+}
+
+size_t CheckpointReader::blob_size(const std::string& name) const { return blob_info(name).bytes; }
+
+void CheckpointReader::read_blob(const std::string& name, void* dst, size_t bytes) const {
+  const BlobInfo& b = blob_info(name);
+  const std::string path = join(dir_, name);
+  if (bytes != b.bytes)
+    fail(path + ": asked for " + std::to_string(bytes) + " bytes, blob has " + std::to_string(b.bytes));
+  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (fd.get() < 0) fail_errno("cannot open", path, errno);
+  struct stat st;
+  if (::fstat(fd.get(), &st) != 0) fail_errno("cannot stat", path, errno);
+  if (static_cast<uint64_t>(st.st_size) != b.bytes)
+    fail(path + ": size " + std::to_string(st.st_size) + " bytes, manifest says " + std::to_string(b.bytes));
+  ::posix_fadvise(fd.get(), 0, 0, POSIX_FADV_SEQUENTIAL);
+  uint32_t crc = 0;
+  read_all(fd.get(), static_cast<char*>(dst), bytes, &crc, path);
+  if (crc != b.crc32c)
+    fail(path + ": checksum mismatch (crc32c " + crc32c_hex(crc) + ", manifest says " + crc32c_hex(b.crc32c) + ")");
+}
+
+// --- discovery and pruning -----------------------------------------------------------------
+
+std::optional<std::string> latest_valid_checkpoint(const std::string& root, std::string* why_skipped,
+                                                   CheckpointVerify verify) {
+  for (const auto& [step, path] : list_step_dirs(root)) {
+    try {
+      CheckpointReader::open(path, verify);
+      return path;
+    } catch (const CheckpointError& e) {
+      if (why_skipped) *why_skipped += (why_skipped->empty() ? "" : "\n") + std::string(e.what());
+    }
+  }
+  return std::nullopt;
+}
+
+std::vector<std::string> prune_checkpoints(const std::string& root, int keep) {
+  std::vector<std::string> temps, doomed;
+  const auto steps = list_step_dirs(root, &temps);
+  if (keep > 0) {
+    int valid = 0;
+    size_t i = 0;
+    for (; i < steps.size() && valid < keep; ++i) {
+      try {
+        CheckpointReader::open(steps[i].second, CheckpointVerify::kSizes);
+        ++valid;
+      } catch (const CheckpointError&) {
+      }
+    }
+    if (valid == keep)
+      for (; i < steps.size(); ++i) doomed.push_back(steps[i].second);
+  }
+  for (const std::string& t : temps) {
+    const auto tn = parse_temp_name(fs::path(t).filename().string());
+    if (tn && tn->host == host_token() && !process_alive(tn->pid)) doomed.push_back(t);
+  }
+  std::string first_error;
+  std::vector<std::string> removed;
+  for (const std::string& d : doomed) {
+    std::error_code ec;
+    fs::remove_all(d, ec);
+    if (!ec) removed.push_back(d);
+    else if (first_error.empty()) first_error = "cannot remove " + d + ": " + ec.message();
+  }
+  if (!first_error.empty()) fail(first_error);
+  return removed;
+}
+
+}  // namespace trellis

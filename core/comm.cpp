@@ -1,0 +1,344 @@
+// Communicator: argument checks, the MPI path for host tensors, and dispatch of device tensors
+// to the NCCL half (core/cuda/nccl_comm.cpp).
+#include "core/comm.h"
+
+#include <climits>
+#include <utility>
+
+#include "core/runtime.h"
+
+#if TRELLIS_HAVE_CUDA
+#include "core/cuda/nccl_comm.h"
+#endif
+
+namespace trellis {
+
+namespace {
+
+MPI_Datatype mpi_type(DType t) {
+  switch (t) {
+    case DType::f32: return MPI_FLOAT;
+    case DType::f16: case DType::bf16: return MPI_UINT16_T;  // moved as bits; reduced by our ops
+    case DType::i32: return MPI_INT32_T;
+    case DType::i64: return MPI_INT64_T;
+    case DType::u8: return MPI_UINT8_T;
+  }
+  return MPI_DATATYPE_NULL;
+}
+
+// MPI has no 16-bit float types: reduce them in f32 and round back (same as NCCL's result up to
+// the reduction order).
+template <typename T, bool kMax>
+void half_reduce(void* in, void* inout, int* len, MPI_Datatype*) {
+  const T* a = static_cast<const T*>(in);
+  T* b = static_cast<T*>(inout);
+  for (int i = 0; i < *len; ++i) {
+    float x = to_float(a[i]), y = to_float(b[i]);
+    b[i] = from_float<T>(kMax ? (x > y ? x : y) : x + y);
+  }
+}
+
+int as_int(int64_t n, const char* what, const Communicator& c) {
+  TRELLIS_CHECK(n >= 0 && n <= INT_MAX, c.name() + " communicator: " + what + " = " + std::to_string(n) +
+                                            " elements does not fit an MPI count (int)");
+  return int(n);
+}
+
+}  // namespace
+
+// ---- CommHandle ----
+
+CommHandle::~CommHandle() { wait(); }
+
+CommHandle::CommHandle(CommHandle&& o) noexcept
+    : requests_(std::move(o.requests_)), counts_(std::move(o.counts_)), nccl_(o.nccl_), event_(o.event_) {
+  o.requests_.clear();
+  o.event_ = nullptr;
+}
+
+CommHandle& CommHandle::operator=(CommHandle&& o) noexcept {
+  if (this != &o) {
+    wait();
+    requests_ = std::move(o.requests_);
+    counts_ = std::move(o.counts_);
+    nccl_ = o.nccl_;
+    event_ = o.event_;
+    o.requests_.clear();
+    o.event_ = nullptr;
+  }
+  return *this;
+}
+
+void CommHandle::wait() {
+  if (!requests_.empty()) {
+    TRELLIS_MPI_CHECK(MPI_Waitall(int(requests_.size()), requests_.data(), MPI_STATUSES_IGNORE));
+    requests_.clear();
+    counts_.clear();
+  }
+  if (event_) {
+#if TRELLIS_HAVE_CUDA
+    gpu::nccl_wait(nccl_, event_);
+#endif
+    event_ = nullptr;
+  }
+}
+
+// ---- construction ----
+
+std::unique_ptr<Communicator> Communicator::create(MPI_Comm comm, Runtime& rt, const std::string& name) {
+  std::unique_ptr<Communicator> c(new Communicator());
+  c->name_ = name;
+  c->device_ = rt.device();
+  TRELLIS_MPI_CHECK(MPI_Comm_dup(comm, &c->comm_));
+  // Return codes instead of MPI's own abort, so that our checks name the call and the rank.
+  TRELLIS_MPI_CHECK(MPI_Comm_set_errhandler(c->comm_, MPI_ERRORS_RETURN));
+  TRELLIS_MPI_CHECK(MPI_Comm_rank(c->comm_, &c->rank_));
+  TRELLIS_MPI_CHECK(MPI_Comm_size(c->comm_, &c->size_));
+  TRELLIS_MPI_CHECK(MPI_Op_create(&half_reduce<bf16_t, false>, 1, &c->half_ops_[0]));
+  TRELLIS_MPI_CHECK(MPI_Op_create(&half_reduce<bf16_t, true>, 1, &c->half_ops_[1]));
+  TRELLIS_MPI_CHECK(MPI_Op_create(&half_reduce<f16_t, false>, 1, &c->half_ops_[2]));
+  TRELLIS_MPI_CHECK(MPI_Op_create(&half_reduce<f16_t, true>, 1, &c->half_ops_[3]));
+#if TRELLIS_HAVE_CUDA
+  if (rt.device().is_cuda()) c->nccl_ = gpu::nccl_create(c->comm_, rt);
+#endif
+  return c;
+}
+
+Communicator::~Communicator() {
+#if TRELLIS_HAVE_CUDA
+  gpu::nccl_destroy(nccl_);
+#endif
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (finalized) return;  // too late to free anything; the process is ending
+  for (MPI_Op& op : half_ops_)
+    if (op != MPI_OP_NULL) MPI_Op_free(&op);
+  if (comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
+}
+
+// ---- checks ----
+
+void Communicator::fail(const char* op, const std::string& what) const {
+  TRELLIS_FATAL(name_ + " communicator (rank " + std::to_string(rank_) + "/" + std::to_string(size_) + ") " + op +
+                ": " + what);
+}
+
+bool Communicator::on_device(const Tensor& t, const char* op) const {
+  if (t.device.is_cpu()) return false;
+  if (!nccl_)
+    fail(op, t.str() + " is device memory, but this communicator has no NCCL (runtime on " + device_.str() + ")");
+  if (t.device != device_) fail(op, t.str() + " is not on this runtime's device " + device_.str());
+  return true;
+}
+
+namespace {
+std::string pair_text(const Tensor& a, const Tensor& b) { return a.str() + " and " + b.str(); }
+}  // namespace
+
+// ---- operations ----
+
+CommHandle Communicator::all_reduce_async(const Tensor& x, ReduceOp op) {
+  CommHandle h;
+  if (on_device(x, "all_reduce")) {
+#if TRELLIS_HAVE_CUDA
+    h.nccl_ = nccl_;
+    h.event_ = gpu::nccl_all_reduce(nccl_, x, op);
+#endif
+    return h;
+  }
+  MPI_Op mop = op == ReduceOp::sum ? MPI_SUM : MPI_MAX;
+  if (x.dtype == DType::bf16) mop = half_ops_[op == ReduceOp::sum ? 0 : 1];
+  if (x.dtype == DType::f16) mop = half_ops_[op == ReduceOp::sum ? 2 : 3];
+  h.requests_.resize(1);
+  TRELLIS_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, x.data, as_int(x.numel(), "all_reduce count", *this),
+                                   mpi_type(x.dtype), mop, comm_, &h.requests_[0]));
+  return h;
+}
+
+CommHandle Communicator::reduce_scatter_async(const Tensor& out, const Tensor& in, ReduceOp op) {
+  if (out.dtype != in.dtype || in.numel() != out.numel() * size_)
+    fail("reduce_scatter", "in must have size() = " + std::to_string(size_) + " times out's elements, same dtype: " +
+                               pair_text(in, out));
+  CommHandle h;
+  bool dev = on_device(in, "reduce_scatter");
+  if (on_device(out, "reduce_scatter") != dev) fail("reduce_scatter", "mixed host/device: " + pair_text(in, out));
+  if (dev) {
+#if TRELLIS_HAVE_CUDA
+    h.nccl_ = nccl_;
+    h.event_ = gpu::nccl_reduce_scatter(nccl_, out, in, op);
+#endif
+    return h;
+  }
+  MPI_Op mop = op == ReduceOp::sum ? MPI_SUM : MPI_MAX;
+  if (in.dtype == DType::bf16) mop = half_ops_[op == ReduceOp::sum ? 0 : 1];
+  if (in.dtype == DType::f16) mop = half_ops_[op == ReduceOp::sum ? 2 : 3];
+  h.requests_.resize(1);
+  TRELLIS_MPI_CHECK(MPI_Ireduce_scatter_block(in.data, out.data, as_int(out.numel(), "reduce_scatter count", *this),
+                                              mpi_type(in.dtype), mop, comm_, &h.requests_[0]));
+  return h;
+}
+
+CommHandle Communicator::all_gather_async(const Tensor& out, const Tensor& in) {
+  if (out.dtype != in.dtype || out.numel() != in.numel() * size_)
+    fail("all_gather", "out must have size() = " + std::to_string(size_) + " times in's elements, same dtype: " +
+                           pair_text(out, in));
+  CommHandle h;
+  bool dev = on_device(in, "all_gather");
+  if (on_device(out, "all_gather") != dev) fail("all_gather", "mixed host/device: " + pair_text(out, in));
+  if (dev) {
+#if TRELLIS_HAVE_CUDA
+    h.nccl_ = nccl_;
+    h.event_ = gpu::nccl_all_gather(nccl_, out, in);
+#endif
+    return h;
+  }
+  int n = as_int(in.numel(), "all_gather count", *this);
+  h.requests_.resize(1);
+  TRELLIS_MPI_CHECK(MPI_Iallgather(in.data, n, mpi_type(in.dtype), out.data, n, mpi_type(in.dtype), comm_,
+                                   &h.requests_[0]));
+  return h;
+}
+
+CommHandle Communicator::broadcast_async(const Tensor& x, int root) {
+  if (root < 0 || root >= size_) fail("broadcast", "root " + std::to_string(root) + " out of range");
+  CommHandle h;
+  if (on_device(x, "broadcast")) {
+#if TRELLIS_HAVE_CUDA
+    h.nccl_ = nccl_;
+    h.event_ = gpu::nccl_broadcast(nccl_, x, root);
+#endif
+    return h;
+  }
+  h.requests_.resize(1);
+  TRELLIS_MPI_CHECK(MPI_Ibcast(x.data, as_int(x.numel(), "broadcast count", *this), mpi_type(x.dtype), root, comm_,
+                               &h.requests_[0]));
+  return h;
+}
+
+CommHandle Communicator::send_async(const Tensor& x, int peer) {
+  if (peer < 0 || peer >= size_) fail("send", "peer " + std::to_string(peer) + " out of range");
+  CommHandle h;
+  if (on_device(x, "send")) {
+#if TRELLIS_HAVE_CUDA
+    h.nccl_ = nccl_;
+    h.event_ = gpu::nccl_send_recv(nccl_, &x, peer, nullptr, -1);
+#endif
+    return h;
+  }
+  h.requests_.resize(1);
+  TRELLIS_MPI_CHECK(MPI_Isend(x.data, as_int(x.numel(), "send count", *this), mpi_type(x.dtype), peer, 0, comm_,
+                              &h.requests_[0]));
+  return h;
+}
+
+CommHandle Communicator::recv_async(const Tensor& x, int peer) {
+  if (peer < 0 || peer >= size_) fail("recv", "peer " + std::to_string(peer) + " out of range");
+  CommHandle h;
+  if (on_device(x, "recv")) {
+#if TRELLIS_HAVE_CUDA
+    h.nccl_ = nccl_;
+    h.event_ = gpu::nccl_send_recv(nccl_, nullptr, -1, &x, peer);
+#endif
+    return h;
+  }
+  h.requests_.resize(1);
+  TRELLIS_MPI_CHECK(MPI_Irecv(x.data, as_int(x.numel(), "recv count", *this), mpi_type(x.dtype), peer, 0, comm_,
+                              &h.requests_[0]));
+  return h;
+}
+
+CommHandle Communicator::send_recv_async(const Tensor& send, int dst, const Tensor& recv, int src) {
+  if (dst < 0 || dst >= size_ || src < 0 || src >= size_)
+    fail("send_recv", "peers " + std::to_string(dst) + ", " + std::to_string(src) + " out of range");
+  CommHandle h;
+  bool dev = on_device(send, "send_recv");
+  if (on_device(recv, "send_recv") != dev) fail("send_recv", "mixed host/device: " + pair_text(send, recv));
+  if (dev) {
+#if TRELLIS_HAVE_CUDA
+    h.nccl_ = nccl_;
+    h.event_ = gpu::nccl_send_recv(nccl_, &send, dst, &recv, src);
+#endif
+    return h;
+  }
+  h.requests_.resize(2);
+  TRELLIS_MPI_CHECK(MPI_Irecv(recv.data, as_int(recv.numel(), "recv count", *this), mpi_type(recv.dtype), src, 0,
+                              comm_, &h.requests_[0]));
+  TRELLIS_MPI_CHECK(MPI_Isend(send.data, as_int(send.numel(), "send count", *this), mpi_type(send.dtype), dst, 0,
+                              comm_, &h.requests_[1]));
+  return h;
+}
+
+CommHandle Communicator::all_to_all_async(const Tensor& out, const Tensor& in) {
+  if (out.dtype != in.dtype || out.numel() != in.numel() || in.numel() % size_ != 0)
+    fail("all_to_all", "in and out need the same dtype and element count, a multiple of size() = " +
+                           std::to_string(size_) + ": " + pair_text(in, out));
+  const int64_t block = in.numel() / size_;
+  AllToAllvPlan plan;
+  for (int j = 0; j < size_; ++j) {
+    plan.send_counts.push_back(block);
+    plan.send_displs.push_back(block * j);
+  }
+  plan.recv_counts = plan.send_counts;
+  plan.recv_displs = plan.send_displs;
+  if (on_device(in, "all_to_all")) return all_to_allv_async(out, in, plan);
+  bool dev_out = on_device(out, "all_to_all");
+  if (dev_out) fail("all_to_all", "mixed host/device: " + pair_text(in, out));
+  CommHandle h;
+  int n = as_int(block, "all_to_all block", *this);
+  h.requests_.resize(1);
+  TRELLIS_MPI_CHECK(MPI_Ialltoall(in.data, n, mpi_type(in.dtype), out.data, n, mpi_type(in.dtype), comm_,
+                                  &h.requests_[0]));
+  return h;
+}
+
+CommHandle Communicator::all_to_allv_async(const Tensor& out, const Tensor& in, const AllToAllvPlan& plan) {
+  const size_t n = size_t(size_);
+  if (out.dtype != in.dtype) fail("all_to_allv", "dtypes differ: " + pair_text(in, out));
+  if (plan.send_counts.size() != n || plan.send_displs.size() != n || plan.recv_counts.size() != n ||
+      plan.recv_displs.size() != n)
+    fail("all_to_allv", "counts and displacements need size() = " + std::to_string(size_) + " entries each");
+  for (size_t j = 0; j < n; ++j) {
+    if (plan.send_counts[j] < 0 || plan.send_displs[j] < 0 || plan.send_displs[j] + plan.send_counts[j] > in.numel())
+      fail("all_to_allv", "send block for peer " + std::to_string(j) + " outside " + in.str());
+    if (plan.recv_counts[j] < 0 || plan.recv_displs[j] < 0 || plan.recv_displs[j] + plan.recv_counts[j] > out.numel())
+      fail("all_to_allv", "recv block for peer " + std::to_string(j) + " outside " + out.str());
+  }
+  CommHandle h;
+  bool dev = on_device(in, "all_to_allv");
+  if (on_device(out, "all_to_allv") != dev) fail("all_to_allv", "mixed host/device: " + pair_text(in, out));
+  if (dev) {
+#if TRELLIS_HAVE_CUDA
+    h.nccl_ = nccl_;
+    h.event_ = gpu::nccl_all_to_allv(nccl_, out, in, plan.send_counts.data(), plan.send_displs.data(),
+                                     plan.recv_counts.data(), plan.recv_displs.data());
+#endif
+    return h;
+  }
+  // MPI reads these arrays until the operation completes: the handle keeps them.
+  h.counts_.resize(4 * n);
+  int* sc = h.counts_.data();
+  int* sd = sc + n;
+  int* rc = sd + n;
+  int* rd = rc + n;
+  for (size_t j = 0; j < n; ++j) {
+    sc[j] = as_int(plan.send_counts[j], "all_to_allv send count", *this);
+    sd[j] = as_int(plan.send_displs[j], "all_to_allv send displacement", *this);
+    rc[j] = as_int(plan.recv_counts[j], "all_to_allv recv count", *this);
+    rd[j] = as_int(plan.recv_displs[j], "all_to_allv recv displacement", *this);
+  }
+  h.requests_.resize(1);
+  TRELLIS_MPI_CHECK(MPI_Ialltoallv(in.data, sc, sd, mpi_type(in.dtype), out.data, rc, rd, mpi_type(in.dtype), comm_,
+                                   &h.requests_[0]));
+  return h;
+}
+
+void Communicator::barrier() { TRELLIS_MPI_CHECK(MPI_Barrier(comm_)); }
+
+CommHandle Communicator::barrier_async() {
+  CommHandle h;
+  h.requests_.resize(1);
+  TRELLIS_MPI_CHECK(MPI_Ibarrier(comm_, &h.requests_[0]));
+  return h;
+}
+
+}  // namespace trellis

@@ -1,0 +1,117 @@
+// Communicator: collectives and point-to-point on one group of ranks, MPI for host tensors and
+// NCCL for device tensors, each with an async form returning a CommHandle to wait on.
+#pragma once
+#include <mpi.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace trellis {
+
+class Runtime;
+struct NcclComm;  // the NCCL half (core/cuda/nccl_comm.cpp); opaque here
+
+enum class ReduceOp { sum, max };
+
+// A pending operation. Host tensors: wait() completes the MPI requests (the data is then in
+// place). Device tensors: the operation runs on the runtime's comm stream, and wait() makes the
+// COMPUTE stream wait for it (no host wait): every op enqueued on the compute stream afterwards
+// sees the result. A handle destroyed without wait() waits. Wait before the Communicator goes.
+class CommHandle {
+ public:
+  CommHandle() = default;  // nothing pending
+  ~CommHandle();
+  CommHandle(CommHandle&& o) noexcept;
+  CommHandle& operator=(CommHandle&& o) noexcept;
+  CommHandle(const CommHandle&) = delete;
+  CommHandle& operator=(const CommHandle&) = delete;
+
+  void wait();
+  bool pending() const { return !requests_.empty() || event_ != nullptr; }
+
+ private:
+  friend class Communicator;
+  std::vector<MPI_Request> requests_;
+  std::vector<int> counts_;  // all_to_allv counts/displacements MPI reads until completion
+  NcclComm* nccl_ = nullptr;
+  void* event_ = nullptr;  // cudaEvent_t recorded on the comm stream after the op
+};
+
+// One group of ranks. Peers and roots are ranks within this group. Every rank of the group must
+// issue the same operations in the same order (device ops of all communicators share the one
+// comm stream, so they also run in that order). Tensors are contiguous; host tensors go through
+// MPI, device tensors (on the runtime's GPU) through NCCL. Element counts per MPI call must fit
+// in an int. Host sums and maxima of bf16/f16 use our own MPI_Op (computed in f32, rounded back).
+// Misuse (shapes, dtypes, devices that do not match) and any MPI/NCCL/CUDA failure abort every
+// rank through trellis::fatal, naming the communicator and the operation.
+class Communicator {
+ public:
+  // Collective over `comm` (which it dup's). With a CUDA runtime it also builds an NCCL
+  // communicator (unique id made by rank 0 and broadcast over MPI). `name` appears in messages.
+  // The runtime must outlive the Communicator; destroy it before MPI_Finalize.
+  static std::unique_ptr<Communicator> create(MPI_Comm comm, Runtime& rt, const std::string& name = "world");
+  ~Communicator();
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  MPI_Comm mpi_comm() const { return comm_; }
+  const std::string& name() const { return name_; }
+  bool has_nccl() const { return nccl_ != nullptr; }
+
+  // x = op over ranks of x, in place.
+  void all_reduce(const Tensor& x, ReduceOp op = ReduceOp::sum) { all_reduce_async(x, op).wait(); }
+  CommHandle all_reduce_async(const Tensor& x, ReduceOp op = ReduceOp::sum);
+  // out (n elements) = block `rank()` of op over ranks of in (size() * n elements).
+  void reduce_scatter(const Tensor& out, const Tensor& in, ReduceOp op = ReduceOp::sum) {
+    reduce_scatter_async(out, in, op).wait();
+  }
+  CommHandle reduce_scatter_async(const Tensor& out, const Tensor& in, ReduceOp op = ReduceOp::sum);
+  // out (size() * n elements) = concatenation over ranks of in (n elements).
+  void all_gather(const Tensor& out, const Tensor& in) { all_gather_async(out, in).wait(); }
+  CommHandle all_gather_async(const Tensor& out, const Tensor& in);
+  // x = x of `root`, on every rank.
+  void broadcast(const Tensor& x, int root) { broadcast_async(x, root).wait(); }
+  CommHandle broadcast_async(const Tensor& x, int root);
+  // Point to point with `peer`. A send and a recv between the same two ranks in both directions
+  // at once must use send_recv (posted together), or they may deadlock on large messages.
+  void send(const Tensor& x, int peer) { send_async(x, peer).wait(); }
+  CommHandle send_async(const Tensor& x, int peer);
+  void recv(const Tensor& x, int peer) { recv_async(x, peer).wait(); }
+  CommHandle recv_async(const Tensor& x, int peer);
+  // Sends `send` to `dst` and receives `recv` from `src`, posted as one operation.
+  void send_recv(const Tensor& send, int dst, const Tensor& recv, int src) { send_recv_async(send, dst, recv, src).wait(); }
+  CommHandle send_recv_async(const Tensor& send, int dst, const Tensor& recv, int src);
+  // Block j of in (n / size() elements) goes to rank j; out's block j comes from rank j.
+  void all_to_all(const Tensor& out, const Tensor& in) { all_to_all_async(out, in).wait(); }
+  CommHandle all_to_all_async(const Tensor& out, const Tensor& in);
+  // Uneven all-to-all; counts and displacements per peer (size() entries each), in elements.
+  struct AllToAllvPlan {
+    std::vector<int64_t> send_counts, send_displs, recv_counts, recv_displs;
+  };
+  void all_to_allv(const Tensor& out, const Tensor& in, const AllToAllvPlan& plan) { all_to_allv_async(out, in, plan).wait(); }
+  CommHandle all_to_allv_async(const Tensor& out, const Tensor& in, const AllToAllvPlan& plan);
+  // Host barrier over the group (MPI); does not order GPU streams.
+  void barrier();
+  CommHandle barrier_async();
+
+ private:
+  Communicator() = default;
+  // Validates that t is host memory or memory of this runtime's GPU; true for device.
+  bool on_device(const Tensor& t, const char* op) const;
+  [[noreturn]] void fail(const char* op, const std::string& what) const;
+
+  MPI_Comm comm_ = MPI_COMM_NULL;
+  int rank_ = 0, size_ = 1;
+  std::string name_;
+  Device device_;
+  NcclComm* nccl_ = nullptr;
+  MPI_Op half_ops_[4] = {MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL};  // bf16/f16 x sum/max
+};
+
+}  // namespace trellis

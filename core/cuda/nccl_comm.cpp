@@ -1,0 +1,139 @@
+// The NCCL half of a Communicator: ops on device tensors, enqueued on the runtime's comm stream
+// after the compute stream's current work, and ordered back into the compute stream by events.
+#include "core/cuda/nccl_comm.h"
+
+#include <vector>
+
+#include "core/cuda/cuda_state.h"
+
+namespace trellis {
+
+struct NcclComm {
+  ncclComm_t comm = nullptr;
+  CudaState* cs = nullptr;
+  int rank = 0, size = 1;
+  cudaEvent_t ready = nullptr;            // recorded on compute before each op
+  std::vector<cudaEvent_t> free_events;   // completion events not held by a handle
+};
+
+namespace gpu {
+
+namespace {
+
+ncclDataType_t nccl_type(DType t) {
+  switch (t) {
+    case DType::f32: return ncclFloat32;
+    case DType::f16: return ncclFloat16;
+    case DType::bf16: return ncclBfloat16;
+    case DType::i32: return ncclInt32;
+    case DType::i64: return ncclInt64;
+    case DType::u8: return ncclUint8;
+  }
+  TRELLIS_FATAL("nccl: unknown dtype");
+}
+
+ncclRedOp_t nccl_op(ReduceOp op) { return op == ReduceOp::sum ? ncclSum : ncclMax; }
+
+// Orders the comm stream after the compute stream, runs `enqueue`, returns the completion event.
+template <typename F>
+void* run_on_comm_stream(NcclComm* c, F&& enqueue) {
+  CUDA_CHECK(cudaEventRecord(c->ready, c->cs->compute));
+  CUDA_CHECK(cudaStreamWaitEvent(c->cs->comm, c->ready, 0));
+  enqueue(c->comm, c->cs->comm);
+  cudaEvent_t done = nullptr;
+  if (c->free_events.empty()) {
+    CUDA_CHECK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
+  } else {
+    done = c->free_events.back();
+    c->free_events.pop_back();
+  }
+  CUDA_CHECK(cudaEventRecord(done, c->cs->comm));
+  return done;
+}
+
+}  // namespace
+
+NcclComm* nccl_create(MPI_Comm comm, Runtime& rt) {
+  auto* c = new NcclComm();
+  c->cs = &cuda_state(rt);
+  TRELLIS_MPI_CHECK(MPI_Comm_rank(comm, &c->rank));
+  TRELLIS_MPI_CHECK(MPI_Comm_size(comm, &c->size));
+  ncclUniqueId id{};
+  if (c->rank == 0) NCCL_CHECK(ncclGetUniqueId(&id));
+  TRELLIS_MPI_CHECK(MPI_Bcast(&id, int(sizeof(id)), MPI_BYTE, 0, comm));
+  CUDA_CHECK(cudaSetDevice(c->cs->device));
+  NCCL_CHECK(ncclCommInitRank(&c->comm, c->size, id, c->rank));
+  CUDA_CHECK(cudaEventCreateWithFlags(&c->ready, cudaEventDisableTiming));
+  return c;
+}
+
+void nccl_destroy(NcclComm* c) {
+  if (!c) return;
+  CUDA_CHECK(cudaSetDevice(c->cs->device));
+  CUDA_CHECK(cudaStreamSynchronize(c->cs->comm));
+  NCCL_CHECK(ncclCommDestroy(c->comm));
+  for (cudaEvent_t e : c->free_events) CUDA_CHECK(cudaEventDestroy(e));
+  CUDA_CHECK(cudaEventDestroy(c->ready));
+  delete c;
+}
+
+void* nccl_all_reduce(NcclComm* c, const Tensor& x, ReduceOp op) {
+  return run_on_comm_stream(c, [&](ncclComm_t comm, cudaStream_t s) {
+    NCCL_CHECK(ncclAllReduce(x.data, x.data, size_t(x.numel()), nccl_type(x.dtype), nccl_op(op), comm, s));
+  });
+}
+
+void* nccl_reduce_scatter(NcclComm* c, const Tensor& out, const Tensor& in, ReduceOp op) {
+  return run_on_comm_stream(c, [&](ncclComm_t comm, cudaStream_t s) {
+    NCCL_CHECK(ncclReduceScatter(in.data, out.data, size_t(out.numel()), nccl_type(in.dtype), nccl_op(op), comm, s));
+  });
+}
+
+void* nccl_all_gather(NcclComm* c, const Tensor& out, const Tensor& in) {
+  return run_on_comm_stream(c, [&](ncclComm_t comm, cudaStream_t s) {
+    NCCL_CHECK(ncclAllGather(in.data, out.data, size_t(in.numel()), nccl_type(in.dtype), comm, s));
+  });
+}
+
+void* nccl_broadcast(NcclComm* c, const Tensor& x, int root) {
+  return run_on_comm_stream(c, [&](ncclComm_t comm, cudaStream_t s) {
+    NCCL_CHECK(ncclBroadcast(x.data, x.data, size_t(x.numel()), nccl_type(x.dtype), root, comm, s));
+  });
+}
+
+void* nccl_send_recv(NcclComm* c, const Tensor* send, int dst, const Tensor* recv, int src) {
+  return run_on_comm_stream(c, [&](ncclComm_t comm, cudaStream_t s) {
+    NCCL_CHECK(ncclGroupStart());
+    if (send) NCCL_CHECK(ncclSend(send->data, size_t(send->numel()), nccl_type(send->dtype), dst, comm, s));
+    if (recv) NCCL_CHECK(ncclRecv(recv->data, size_t(recv->numel()), nccl_type(recv->dtype), src, comm, s));
+    NCCL_CHECK(ncclGroupEnd());
+  });
+}
+
+void* nccl_all_to_allv(NcclComm* c, const Tensor& out, const Tensor& in, const int64_t* send_counts,
+                       const int64_t* send_displs, const int64_t* recv_counts, const int64_t* recv_displs) {
+  const size_t esize = dtype_size(in.dtype);
+  const ncclDataType_t t = nccl_type(in.dtype);
+  return run_on_comm_stream(c, [&](ncclComm_t comm, cudaStream_t s) {
+    NCCL_CHECK(ncclGroupStart());
+    for (int peer = 0; peer < c->size; ++peer) {
+      // Zero counts are legal in NCCL, but skipping them saves a connection setup.
+      if (send_counts[peer] > 0)
+        NCCL_CHECK(ncclSend(static_cast<const char*>(in.data) + size_t(send_displs[peer]) * esize,
+                            size_t(send_counts[peer]), t, peer, comm, s));
+      if (recv_counts[peer] > 0)
+        NCCL_CHECK(ncclRecv(static_cast<char*>(out.data) + size_t(recv_displs[peer]) * esize,
+                            size_t(recv_counts[peer]), t, peer, comm, s));
+    }
+    NCCL_CHECK(ncclGroupEnd());
+  });
+}
+
+void nccl_wait(NcclComm* c, void* event) {
+  auto e = static_cast<cudaEvent_t>(event);
+  CUDA_CHECK(cudaStreamWaitEvent(c->cs->compute, e, 0));
+  c->free_events.push_back(e);  // safe to re-record: the wait above captured this recording
+}
+
+}  // namespace gpu
+}  // namespace trellis

@@ -1,0 +1,35 @@
+// What core/comm.cpp needs from the NCCL half of a Communicator: creation over an MPI
+// communicator, one enqueue function per operation (each returns the cudaEvent_t, as void*,
+// recorded on the comm stream after the op), and the compute-stream wait. Plain C++ declarations.
+#pragma once
+#include <mpi.h>
+
+#include <cstdint>
+
+#include "core/comm.h"
+
+namespace trellis {
+class Runtime;
+}
+
+namespace trellis::gpu {
+
+// Collective over `comm` (rank 0 makes the NCCL unique id and broadcasts it over MPI).
+NcclComm* nccl_create(MPI_Comm comm, Runtime& rt);
+void nccl_destroy(NcclComm* c);  // waits for the comm stream first
+
+// Each op: the comm stream waits for the compute stream's current work, the op is enqueued on
+// the comm stream, and an event recorded after it is returned.
+void* nccl_all_reduce(NcclComm* c, const Tensor& x, ReduceOp op);
+void* nccl_reduce_scatter(NcclComm* c, const Tensor& out, const Tensor& in, ReduceOp op);
+void* nccl_all_gather(NcclComm* c, const Tensor& out, const Tensor& in);
+void* nccl_broadcast(NcclComm* c, const Tensor& x, int root);
+// Either side may be null (a plain send or recv); both are posted in one NCCL group.
+void* nccl_send_recv(NcclComm* c, const Tensor* send, int dst, const Tensor* recv, int src);
+// Counts and displacements in elements, `size` entries each (grouped sends and receives).
+void* nccl_all_to_allv(NcclComm* c, const Tensor& out, const Tensor& in, const int64_t* send_counts,
+                       const int64_t* send_displs, const int64_t* recv_counts, const int64_t* recv_displs);
+// The compute stream waits for `event` (no host wait); the event goes back to the pool.
+void nccl_wait(NcclComm* c, void* event);
+
+}  // namespace trellis::gpu

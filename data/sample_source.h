@@ -1,0 +1,22 @@
+// The one interface training reads samples through: sample `index` of a split, keyed by global
+// sample index so the samples of a step do not depend on the layout or the micro-batch split.
+// The data position in the training state is therefore just the next global sample index.
+#pragma once
+#include <cstdint>
+
+namespace trellis {
+
+// Mirrors DataSplit in models/data.h (kept separate until the two are reconciled).
+enum class Split { train, val };
+
+class SampleSource {
+ public:
+  virtual ~SampleSource() = default;
+  // Writes sample `index` of `split`: seq_len() inputs and the seq_len() next-token targets.
+  virtual void sample(Split split, int64_t index, int32_t* inputs, int32_t* targets) const = 0;
+  // Token ids are in [0, vocab_size()).
+  virtual int64_t vocab_size() const = 0;
+  virtual int64_t seq_len() const = 0;
+};
+
+}  // namespace trellis

@@ -1,0 +1,122 @@
+// Opening a tokenized corpus (format detection, vocabulary checks) and sampling windows from it.
+#include "data/token_dataset.h"
+
+#include <cstring>
+#include <fstream>
+
+#include "core/error.h"
+#include "data/permutation.h"
+#include "data/tokenizer.h"
+
+namespace trellis {
+
+namespace {
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() > suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+std::string strip(const std::string& s, const std::string& suffix) { return s.substr(0, s.size() - suffix.size()); }
+
+// The first bytes of a file (fewer if it is shorter).
+std::string head(const std::string& path, size_t n) {
+  std::ifstream in(path, std::ios::binary);
+  std::string buf(n, '\0');
+  in.read(buf.data(), std::streamsize(n));
+  buf.resize(size_t(in.gcount()));
+  return buf;
+}
+bool is_megatron_index(const std::string& path) { return head(path, 9) == std::string("MMIDIDX\0\0", 9); }
+bool is_token_file(const std::string& path) {
+  const std::string h = head(path, 4);
+  int32_t magic = 0;
+  if (h.size() == 4) std::memcpy(&magic, h.data(), 4);
+  return magic == kTokenFileMagic;
+}
+
+}  // namespace
+
+TokenDataset::TokenDataset(const std::string& path, const DatasetOptions& options) : opt_(options) {
+  if (opt_.seq_len < 1) throw UserError(path + ": seq_len must be at least 1");
+  if (!(opt_.val_fraction >= 0 && opt_.val_fraction < 1))
+    throw UserError(path + ": the validation fraction must be in [0, 1), got " + std::to_string(opt_.val_fraction));
+  std::string megatron_prefix, token_path;
+  if (file_exists(path)) {
+    if (ends_with(path, ".idx") || is_megatron_index(path)) megatron_prefix = ends_with(path, ".idx") ? strip(path, ".idx") : path;
+    else if (ends_with(path, ".bin") && file_exists(strip(path, ".bin") + ".idx")) megatron_prefix = strip(path, ".bin");
+    else if (is_token_file(path)) token_path = path;
+    else
+      throw UserError(path + ": neither a Megatron dataset (.idx with a .bin) nor an llm.c token file "
+                             "(no MMIDIDX or 20240520 magic)");
+  } else if (file_exists(path + ".idx")) {
+    megatron_prefix = path;
+  } else if (file_exists(path + ".tok")) {
+    token_path = path + ".tok";
+  } else if (file_exists(path + ".bin") && is_token_file(path + ".bin")) {
+    token_path = path + ".bin";
+  } else {
+    throw UserError(path + ": no dataset there (looked for " + path + ", " + path + ".idx + .bin and " + path + ".tok)");
+  }
+  if (!megatron_prefix.empty()) {
+    indexed_ = std::make_unique<IndexedDataset>(megatron_prefix);
+    view_ = indexed_->tokens();
+    format_ = "megatron";
+    data_path_ = megatron_prefix + ".bin";
+  } else {
+    token_file_ = std::make_unique<TokenFile>(token_path);
+    view_ = token_file_->tokens();
+    format_ = "llmc";
+    data_path_ = token_path;
+  }
+
+  // The vocabulary: what the stored file says, checked against the model and against every token.
+  int64_t stored = 0;
+  const std::string vpath = vocabulary_path(data_path_);
+  if (file_exists(vpath)) {
+    vocab_file_ = vpath;
+    stored = read_vocabulary_size(vpath);
+    if (opt_.model_vocab > 0 && stored > opt_.model_vocab)
+      throw UserError(vpath + ": the data's vocabulary has " + std::to_string(stored) +
+                      " tokens but the model's vocab_size is " + std::to_string(opt_.model_vocab) +
+                      " (set model.vocab_size >= " + std::to_string(stored) + ")");
+  }
+  int64_t limit = stored;
+  if (opt_.model_vocab > 0 && (limit == 0 || opt_.model_vocab < limit)) limit = opt_.model_vocab;
+  const TokenScan scan = scan_tokens(view_, limit);
+  if (scan.first_bad >= 0) {
+    const std::string where = data_path_ + ": token " + std::to_string(scan.first_bad) + " (id " + std::to_string(scan.bad_id) + ")";
+    if (scan.bad_id < 0) throw UserError(where + " is negative: corrupt data");
+    if (stored > 0 && scan.bad_id >= stored)
+      throw UserError(where + " is outside the vocabulary of " + std::to_string(stored) + " in " + vpath +
+                      ": corrupt data, or a vocabulary file that does not belong to it");
+    throw UserError(where + " is >= the model's vocab_size " + std::to_string(opt_.model_vocab) +
+                    " (the data needs a vocabulary of at least " + std::to_string(scan.max_id + 1) + ")");
+  }
+  vocab_size_ = stored > 0 ? stored : scan.max_id + 1;
+
+  train_tokens_ = int64_t(double(view_.count) * (1.0 - opt_.val_fraction));
+  const auto too_small = [&](Split s, const char* name) {
+    return UserError(data_path_ + ": the " + name + " split has " + std::to_string(split_tokens(s)) +
+                     " tokens, fewer than one sample of seq_len + 1 = " + std::to_string(opt_.seq_len + 1) +
+                     " (of " + std::to_string(view_.count) + " tokens in all)");
+  };
+  if (windows(Split::train) == 0) throw too_small(Split::train, "train");
+  if (opt_.val_fraction > 0 && windows(Split::val) == 0) throw too_small(Split::val, "validation");
+}
+
+int64_t TokenDataset::sample_start(Split split, int64_t index) const {
+  TRELLIS_CHECK(index >= 0, "negative sample index " + std::to_string(index));
+  const int64_t w = windows(split);
+  if (w == 0) throw UserError(data_path_ + ": there is no validation data (validation fraction 0)");
+  const uint64_t epoch = uint64_t(index / w);
+  const uint64_t stream = (uint64_t(split == Split::train ? 1 : 2) << 48) | (epoch & ((uint64_t(1) << 48) - 1));
+  const int64_t window = permute_index(index % w, w, opt_.seed, stream);
+  return split_begin(split) + window * (opt_.seq_len + 1);
+}
+
+void TokenDataset::sample(Split split, int64_t index, int32_t* inputs, int32_t* targets) const {
+  const int64_t start = sample_start(split, index);
+  view_.copy(start, opt_.seq_len, inputs);
+  view_.copy(start + 1, opt_.seq_len, targets);
+}
+
+}  // namespace trellis

@@ -1,0 +1,57 @@
+// A tokenized corpus on disk (Megatron .bin/.idx or an llm.c token file) read as one token
+// stream, the way nanoGPT samples: the first (1 - val_fraction) of the tokens are the train
+// split, the rest validation; each split is cut into non-overlapping windows of seq_len + 1
+// tokens, and sample i reads window perm_e(i mod W) of epoch e = i / W, where perm_e is a
+// permutation seeded by (seed, split, e). Inputs are the first seq_len tokens, targets the last.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "data/indexed_dataset.h"
+#include "data/sample_source.h"
+#include "data/token_file.h"
+
+namespace trellis {
+
+struct DatasetOptions {
+  int64_t seq_len = 0;
+  uint64_t seed = 0;
+  double val_fraction = 0.1;
+  int64_t model_vocab = 0;  // the model's vocab_size; 0 skips the check against the model
+};
+
+class TokenDataset : public SampleSource {
+ public:
+  // `path`: a Megatron prefix (or its .idx / .bin), or an llm.c token file (or its name without
+  // .tok). The format is found from the files' magic numbers. Opening validates the files, reads
+  // <stem>.vocab.json if it is there, and scans every token once: an id that is negative, outside
+  // the stored vocabulary or >= options.model_vocab is a UserError naming its position.
+  TokenDataset(const std::string& path, const DatasetOptions& options);
+
+  void sample(Split split, int64_t index, int32_t* inputs, int32_t* targets) const override;
+  // The stored vocabulary's size if there is a vocabulary file, else the largest id + 1.
+  int64_t vocab_size() const override { return vocab_size_; }
+  int64_t seq_len() const override { return opt_.seq_len; }
+
+  const std::string& format() const { return format_; }  // "megatron" or "llmc"
+  const std::string& data_path() const { return data_path_; }
+  const std::string& vocabulary_file() const { return vocab_file_; }  // "" if there is none
+  int64_t tokens() const { return view_.count; }
+  int64_t split_begin(Split s) const { return s == Split::train ? 0 : train_tokens_; }
+  int64_t split_tokens(Split s) const { return s == Split::train ? train_tokens_ : view_.count - train_tokens_; }
+  // Samples per epoch of a split.
+  int64_t windows(Split s) const { return split_tokens(s) / (opt_.seq_len + 1); }
+  // The first token of sample `index`, relative to the whole stream.
+  int64_t sample_start(Split split, int64_t index) const;
+
+ private:
+  DatasetOptions opt_;
+  std::string format_, data_path_, vocab_file_;
+  std::unique_ptr<IndexedDataset> indexed_;
+  std::unique_ptr<TokenFile> token_file_;
+  TokenView view_;
+  int64_t train_tokens_ = 0, vocab_size_ = 0;
+};
+
+}  // namespace trellis

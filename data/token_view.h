@@ -1,0 +1,34 @@
+// A flat run of integer tokens of some on-disk element type, read as int32 ids.
+#pragma once
+#include <cstdint>
+#include <string>
+
+namespace trellis {
+
+// Element types, numbered as Megatron's indexed dataset numbers them.
+enum class TokenType : uint8_t { u8 = 1, i8 = 2, i16 = 3, i32 = 4, i64 = 5, f64 = 6, f32 = 7, u16 = 8, u32 = 100 };
+
+// Bytes per element; 0 for codes that are not a token type we read (floats, unknown codes).
+int token_type_size(TokenType t);
+std::string token_type_name(TokenType t);
+
+struct TokenView {
+  const uint8_t* base = nullptr;  // first token (may be unaligned)
+  int64_t count = 0;
+  TokenType type = TokenType::u16;
+
+  int64_t at(int64_t i) const;
+  // out[k] = at(start + k) for k < n.
+  void copy(int64_t start, int64_t n, int32_t* out) const;
+};
+
+// What one pass over the tokens finds: the largest id and the first position of an id outside
+// [0, limit) (-1 if none; limit <= 0 checks only for negative ids).
+struct TokenScan {
+  int64_t max_id = -1;
+  int64_t first_bad = -1;
+  int64_t bad_id = 0;
+};
+TokenScan scan_tokens(const TokenView& v, int64_t limit);
+
+}  // namespace trellis

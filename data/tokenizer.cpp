@@ -1,0 +1,201 @@
+// Byte and character tokenizers, reading GPT-2's vocab.json/merges.txt, and vocabulary files.
+#include "data/tokenizer.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <set>
+
+#include "core/error.h"
+#include "data/gpt2_bpe.h"
+#include "data/json.h"
+#include "data/mapped_file.h"
+
+namespace trellis {
+
+namespace {
+
+class ByteTokenizer : public Tokenizer {
+ public:
+  std::string kind() const override { return "byte"; }
+  int64_t vocab_size() const override { return 256; }
+  std::vector<int32_t> encode(const std::string& text) const override {
+    std::vector<int32_t> ids(text.size());
+    for (size_t i = 0; i < text.size(); ++i) ids[i] = uint8_t(text[i]);
+    return ids;
+  }
+  std::string decode(const std::vector<int32_t>& ids) const override {
+    std::string s;
+    for (int32_t id : ids) {
+      if (id < 0 || id > 255) throw UserError("byte tokenizer: token id " + std::to_string(id) + " is not a byte");
+      s += char(id);
+    }
+    return s;
+  }
+  std::string to_json() const override { return "{\"kind\": \"byte\", \"vocab_size\": 256}\n"; }
+};
+
+class CharTokenizer : public Tokenizer {
+ public:
+  explicit CharTokenizer(std::vector<uint32_t> chars) : chars_(std::move(chars)) {
+    for (size_t i = 0; i < chars_.size(); ++i) index_.emplace_back(chars_[i], int32_t(i));
+    std::sort(index_.begin(), index_.end());
+  }
+  std::string kind() const override { return "char"; }
+  int64_t vocab_size() const override { return int64_t(chars_.size()); }
+  std::vector<int32_t> encode(const std::string& text) const override {
+    std::vector<int32_t> ids;
+    for (size_t i = 0; i < text.size();) {
+      const size_t at = i;
+      const uint32_t cp = next_utf8(text, i);
+      const auto it = std::lower_bound(index_.begin(), index_.end(), std::make_pair(cp, INT32_MIN));
+      if (it == index_.end() || it->first != cp)
+        throw UserError("char tokenizer: character " + json_quote(text.substr(at, i - at)) + " (U+" + hex(cp) +
+                        ") at byte " + std::to_string(at) + " is not in the vocabulary");
+      ids.push_back(it->second);
+    }
+    return ids;
+  }
+  std::string decode(const std::vector<int32_t>& ids) const override {
+    std::string s;
+    for (int32_t id : ids) {
+      if (id < 0 || id >= int32_t(chars_.size()))
+        throw UserError("char tokenizer: token id " + std::to_string(id) + " is outside the vocabulary of " +
+                        std::to_string(chars_.size()));
+      append_utf8(s, chars_[size_t(id)]);
+    }
+    return s;
+  }
+  std::string to_json() const override {
+    std::string s = "{\"kind\": \"char\", \"vocab_size\": " + std::to_string(chars_.size()) + ", \"chars\": [";
+    for (size_t i = 0; i < chars_.size(); ++i) {
+      std::string c;
+      append_utf8(c, chars_[i]);
+      s += (i ? ", " : "") + json_quote(c);
+    }
+    return s + "]}\n";
+  }
+
+ private:
+  static std::string hex(uint32_t v) {
+    char buf[16];
+    std::snprintf(buf, sizeof(buf), "%04X", v);
+    return buf;
+  }
+  std::vector<uint32_t> chars_;
+  std::vector<std::pair<uint32_t, int32_t>> index_;  // sorted by code point
+};
+
+std::vector<std::pair<std::string, std::string>> read_merges(const std::string& path) {
+  const std::string text = read_text_file(path);
+  std::vector<std::pair<std::string, std::string>> merges;
+  size_t line_no = 0;
+  for (size_t pos = 0; pos < text.size();) {
+    size_t nl = text.find('\n', pos);
+    if (nl == std::string::npos) nl = text.size();
+    std::string line = text.substr(pos, nl - pos);
+    pos = nl + 1;
+    ++line_no;
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (line.empty() || line.rfind("#version", 0) == 0) continue;
+    const size_t sp = line.find(' ');
+    if (sp == 0 || sp == std::string::npos || sp + 1 == line.size() || line.find(' ', sp + 1) != std::string::npos)
+      throw UserError(path + ":" + std::to_string(line_no) + ": expected a merge \"left right\", got " + json_quote(line));
+    merges.emplace_back(line.substr(0, sp), line.substr(sp + 1));
+  }
+  return merges;
+}
+
+std::vector<std::pair<std::string, int32_t>> vocab_from_json(const JsonValue& v, const std::string& source) {
+  if (v.kind != JsonValue::Kind::object) throw UserError(source + ": the vocabulary must be a JSON object {token: id}");
+  std::vector<std::pair<std::string, int32_t>> out;
+  for (const auto& [tok, id] : v.object) {
+    if (id.kind != JsonValue::Kind::number || id.number != double(int32_t(id.number)))
+      throw UserError(source + ": the id of token " + json_quote(tok) + " is not an integer");
+    out.emplace_back(tok, int32_t(id.number));
+  }
+  return out;
+}
+
+const JsonValue& member(const JsonValue& v, const std::string& key, JsonValue::Kind kind, const std::string& path) {
+  const JsonValue* m = v.find(key);
+  if (!m || m->kind != kind) throw UserError(path + ": missing or mistyped \"" + key + "\"");
+  return *m;
+}
+
+}  // namespace
+
+std::unique_ptr<Tokenizer> make_byte_tokenizer() { return std::make_unique<ByteTokenizer>(); }
+
+std::unique_ptr<Tokenizer> make_char_tokenizer(const std::vector<std::string>& texts) {
+  std::set<uint32_t> seen;
+  for (const std::string& t : texts)
+    for (size_t i = 0; i < t.size();) seen.insert(next_utf8(t, i));
+  return std::make_unique<CharTokenizer>(std::vector<uint32_t>(seen.begin(), seen.end()));
+}
+
+std::unique_ptr<Tokenizer> load_gpt2_tokenizer(const std::string& vocab_json_path, const std::string& merges_path) {
+  const JsonValue v = parse_json(read_text_file(vocab_json_path), vocab_json_path);
+  return std::make_unique<Gpt2BpeTokenizer>(vocab_from_json(v, vocab_json_path), read_merges(merges_path),
+                                            vocab_json_path);
+}
+
+void save_vocabulary(const Tokenizer& tok, const std::string& path) {
+  const std::string s = tok.to_json();
+  write_file(path, s.data(), s.size());
+}
+
+std::unique_ptr<Tokenizer> load_vocabulary(const std::string& path) {
+  const JsonValue v = parse_json(read_text_file(path), path);
+  if (v.kind != JsonValue::Kind::object) throw UserError(path + ": a vocabulary file must be a JSON object");
+  const std::string kind = member(v, "kind", JsonValue::Kind::string, path).string;
+  std::unique_ptr<Tokenizer> tok;
+  if (kind == "byte") {
+    tok = make_byte_tokenizer();
+  } else if (kind == "char") {
+    std::vector<uint32_t> chars;
+    for (const JsonValue& c : member(v, "chars", JsonValue::Kind::array, path).array) {
+      const std::vector<uint32_t> cps = c.kind == JsonValue::Kind::string ? decode_utf8(c.string) : std::vector<uint32_t>{};
+      if (cps.size() != 1) throw UserError(path + ": every entry of \"chars\" must be one character");
+      chars.push_back(cps[0]);
+    }
+    tok = std::make_unique<CharTokenizer>(std::move(chars));
+  } else if (kind == "gpt2_bpe") {
+    std::vector<std::pair<std::string, std::string>> merges;
+    for (const JsonValue& m : member(v, "merges", JsonValue::Kind::array, path).array) {
+      const size_t sp = m.kind == JsonValue::Kind::string ? m.string.find(' ') : std::string::npos;
+      if (sp == std::string::npos) throw UserError(path + ": every merge must be a string \"left right\"");
+      merges.emplace_back(m.string.substr(0, sp), m.string.substr(sp + 1));
+    }
+    tok = std::make_unique<Gpt2BpeTokenizer>(vocab_from_json(member(v, "vocab", JsonValue::Kind::object, path), path),
+                                             std::move(merges), path);
+  } else {
+    throw UserError(path + ": unknown vocabulary kind \"" + kind + "\" (expected byte, char or gpt2_bpe)");
+  }
+  const JsonValue* size = v.find("vocab_size");
+  if (size && size->kind == JsonValue::Kind::number && int64_t(size->number) != tok->vocab_size())
+    throw UserError(path + ": \"vocab_size\" says " + std::to_string(int64_t(size->number)) + " but the vocabulary has " +
+                    std::to_string(tok->vocab_size()) + " tokens");
+  return tok;
+}
+
+int64_t read_vocabulary_size(const std::string& path) {
+  const JsonValue v = parse_json(read_text_file(path), path);
+  const JsonValue& size = member(v, "vocab_size", JsonValue::Kind::number, path);
+  if (size.number < 1 || size.number != double(int64_t(size.number)))
+    throw UserError(path + ": \"vocab_size\" must be a positive integer");
+  return int64_t(size.number);
+}
+
+std::string vocabulary_path(const std::string& dataset_path) {
+  std::string stem = dataset_path;
+  for (const char* ext : {".idx", ".bin", ".tok"}) {
+    const std::string e(ext);
+    if (stem.size() > e.size() && stem.compare(stem.size() - e.size(), e.size(), e) == 0) {
+      stem.resize(stem.size() - e.size());
+      break;
+    }
+  }
+  return stem + ".vocab.json";
+}
+
+}  // namespace trellis

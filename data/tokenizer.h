@@ -1,0 +1,44 @@
+// Tokenizers that turn text into token ids and back, and the vocabulary file stored next to the
+// data (<prefix>.vocab.json) so generation can decode what training read:
+//   {"kind": "byte", "vocab_size": 256}
+//   {"kind": "char", "vocab_size": N, "chars": ["\n", " ", "!", ...]}        (id = position)
+//   {"kind": "gpt2_bpe", "vocab_size": N, "vocab": {"!": 0, ...}, "merges": ["Ġ t", ...]}
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace trellis {
+
+class Tokenizer {
+ public:
+  virtual ~Tokenizer() = default;
+  virtual std::string kind() const = 0;  // "byte", "char" or "gpt2_bpe"
+  virtual int64_t vocab_size() const = 0;
+  // UserError if the text holds something the vocabulary cannot express.
+  virtual std::vector<int32_t> encode(const std::string& text) const = 0;
+  // UserError if an id is outside the vocabulary.
+  virtual std::string decode(const std::vector<int32_t>& ids) const = 0;
+  // The vocabulary file's content (see the top of this header).
+  virtual std::string to_json() const = 0;
+};
+
+// Every byte is a token: vocabulary of 256, any text round-trips exactly.
+std::unique_ptr<Tokenizer> make_byte_tokenizer();
+// One token per Unicode code point seen in `texts`, ids in code point order.
+std::unique_ptr<Tokenizer> make_char_tokenizer(const std::vector<std::string>& texts);
+// GPT-2's byte-level BPE from a vocab.json and merges.txt the user supplies (see gpt2_bpe.h).
+std::unique_ptr<Tokenizer> load_gpt2_tokenizer(const std::string& vocab_json_path, const std::string& merges_path);
+
+// Writes / reads a vocabulary file; reading names the file in any error.
+void save_vocabulary(const Tokenizer& tok, const std::string& path);
+std::unique_ptr<Tokenizer> load_vocabulary(const std::string& path);
+// Only the "vocab_size" of a vocabulary file, without building the tokenizer.
+int64_t read_vocabulary_size(const std::string& path);
+
+// Where the vocabulary of a dataset lives: <prefix>.vocab.json for a Megatron prefix (or its
+// .idx/.bin), <name>.vocab.json for a token file <name>.tok / <name>.bin.
+std::string vocabulary_path(const std::string& dataset_path);
+
+}  // namespace trellis

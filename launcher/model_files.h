@@ -1,0 +1,20 @@
+// Model files that PyTorch can read (bench/torch_gpt.py): DIR/model.json (config, parameter names,
+// shapes and offsets, batch) and DIR/params.f32 (all parameters as little-endian f32). Used for
+// the weights export (--export-weights) and the parity dump (--dump-grads).
+#pragma once
+#include <string>
+
+#include "core/runtime.h"
+#include "launcher/metrics.h"
+#include "models/gpt.h"
+
+namespace trellis {
+
+// Writes model.json (with `extra` merged in at the top level) and params.f32. Throws UserError
+// naming the path if it cannot write.
+void write_model_files(Runtime& rt, GPT& model, const std::string& dir, const JsonObject& extra);
+// Any float tensor as raw f32 / an i32 tensor as raw i32, from any device.
+void write_tensor_f32(Runtime& rt, const Tensor& t, const std::string& path);
+void write_tensor_i32(Runtime& rt, const Tensor& t, const std::string& path);
+
+}  // namespace trellis

@@ -1,0 +1,132 @@
+// prepare_data: tokenizes text files into a dataset the trainer reads, plus its vocabulary.
+//   prepare_data --input a.txt [--input b.txt] --output PREFIX --tokenizer byte|char|gpt2
+//                [--vocab vocab.json --merges merges.txt] [--format megatron|llmc]
+//                [--documents-split file|lines]
+// writes PREFIX.bin + PREFIX.idx (megatron, the default) or PREFIX.tok (llmc), and
+// PREFIX.vocab.json. Bad input prints one line "error: ..." and exits 1.
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "data/indexed_dataset.h"
+#include "data/mapped_file.h"
+#include "data/token_file.h"
+#include "data/tokenizer.h"
+
+namespace trellis {
+namespace {
+
+struct Args {
+  std::vector<std::string> inputs;
+  std::string output, tokenizer, vocab, merges, format = "megatron", split = "file";
+};
+
+const char* kUsage =
+    "usage: prepare_data --input FILE [--input FILE ...] --output PREFIX --tokenizer byte|char|gpt2\n"
+    "                    [--vocab vocab.json --merges merges.txt] [--format megatron|llmc]\n"
+    "                    [--documents-split file|lines]\n";
+
+Args parse(int argc, char** argv) {
+  Args a;
+  for (int i = 1; i < argc; ++i) {
+    const std::string flag = argv[i];
+    if (flag == "--help" || flag == "-h") {
+      std::fputs(kUsage, stdout);
+      std::exit(0);
+    }
+    if (i + 1 >= argc) throw UserError(flag + " needs a value (see --help)");
+    const std::string value = argv[++i];
+    if (flag == "--input") a.inputs.push_back(value);
+    else if (flag == "--output") a.output = value;
+    else if (flag == "--tokenizer") a.tokenizer = value;
+    else if (flag == "--vocab") a.vocab = value;
+    else if (flag == "--merges") a.merges = value;
+    else if (flag == "--format") a.format = value;
+    else if (flag == "--documents-split") a.split = value;
+    else throw UserError("unknown option " + flag + " (see --help)");
+  }
+  if (a.inputs.empty()) throw UserError("no --input given (see --help)");
+  if (a.output.empty()) throw UserError("no --output PREFIX given (see --help)");
+  if (a.tokenizer != "byte" && a.tokenizer != "char" && a.tokenizer != "gpt2")
+    throw UserError("--tokenizer must be byte, char or gpt2, got \"" + a.tokenizer + "\"");
+  if (a.tokenizer == "gpt2" && (a.vocab.empty() || a.merges.empty()))
+    throw UserError("--tokenizer gpt2 needs --vocab vocab.json and --merges merges.txt");
+  if (a.tokenizer != "gpt2" && (!a.vocab.empty() || !a.merges.empty()))
+    throw UserError("--vocab and --merges are for --tokenizer gpt2 only");
+  if (a.format != "megatron" && a.format != "llmc") throw UserError("--format must be megatron or llmc, got \"" + a.format + "\"");
+  if (a.split != "file" && a.split != "lines")
+    throw UserError("--documents-split must be file or lines, got \"" + a.split + "\"");
+  return a;
+}
+
+// The documents of one text: the whole file, or each line with its newline.
+std::vector<std::string> documents(const std::string& text, const std::string& split) {
+  if (split == "file") return text.empty() ? std::vector<std::string>{} : std::vector<std::string>{text};
+  std::vector<std::string> docs;
+  for (size_t pos = 0; pos < text.size();) {
+    size_t nl = text.find('\n', pos);
+    nl = nl == std::string::npos ? text.size() : nl + 1;
+    docs.push_back(text.substr(pos, nl - pos));
+    pos = nl;
+  }
+  return docs;
+}
+
+int run(int argc, char** argv) {
+  const Args a = parse(argc, argv);
+  std::vector<std::string> texts;
+  for (const std::string& in : a.inputs) texts.push_back(read_text_file(in));
+
+  std::unique_ptr<Tokenizer> tok = a.tokenizer == "byte"   ? make_byte_tokenizer()
+                                   : a.tokenizer == "char" ? make_char_tokenizer(texts)
+                                                           : load_gpt2_tokenizer(a.vocab, a.merges);
+  int64_t total = 0, docs = 0;
+  std::string data_path;
+  std::unique_ptr<IndexedDatasetWriter> writer;
+  std::vector<int32_t> stream;  // llmc: everything, written at the end
+  if (a.format == "megatron") {
+    writer = std::make_unique<IndexedDatasetWriter>(a.output, best_token_type(tok->vocab_size()));
+    data_path = a.output + ".bin/.idx";
+  } else {
+    data_path = a.output + ".tok";
+  }
+  for (size_t f = 0; f < texts.size(); ++f) {
+    int64_t file_tokens = 0;
+    for (const std::string& doc : documents(texts[f], a.split)) {
+      std::vector<int32_t> ids;
+      try {
+        ids = tok->encode(doc);
+      } catch (const UserError& e) {
+        throw UserError(a.inputs[f] + ": " + e.what());
+      }
+      file_tokens += int64_t(ids.size());
+      ++docs;
+      if (writer) writer->add_document(ids);
+      else stream.insert(stream.end(), ids.begin(), ids.end());
+    }
+    std::printf("%s: %zu bytes -> %lld tokens\n", a.inputs[f].c_str(), texts[f].size(), (long long)file_tokens);
+    total += file_tokens;
+  }
+  if (writer) writer->finish();
+  else write_token_file(a.output + ".tok", stream);
+  const std::string vocab_path = a.output + ".vocab.json";
+  save_vocabulary(*tok, vocab_path);
+  std::printf("wrote %s: %lld tokens in %lld documents; vocabulary (%s, %lld tokens) in %s\n", data_path.c_str(),
+              (long long)total, (long long)docs, tok->kind().c_str(), (long long)tok->vocab_size(), vocab_path.c_str());
+  return 0;
+}
+
+}  // namespace
+}  // namespace trellis
+
+int main(int argc, char** argv) {
+  try {
+    return trellis::run(argc, argv);
+  } catch (const trellis::UserError& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  }
+}

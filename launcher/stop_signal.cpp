@@ -1,0 +1,35 @@
+// Stop-signal handlers and the per-step agreement.
+#include "launcher/stop_signal.h"
+
+#include <csignal>
+
+#include "core/error.h"
+
+namespace trellis {
+
+namespace {
+volatile std::sig_atomic_t received = 0;
+extern "C" void on_stop_signal(int sig) { received = sig; }
+}  // namespace
+
+void install_stop_handlers() {
+  std::signal(SIGUSR1, on_stop_signal);
+  std::signal(SIGTERM, on_stop_signal);
+}
+
+bool stop_requested(MPI_Comm comm) {
+  int any = received != 0 ? 1 : 0;
+  TRELLIS_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &any, 1, MPI_INT, MPI_MAX, comm));
+  return any != 0;
+}
+
+const char* stop_signal_name() {
+  switch (received) {
+    case SIGUSR1: return "SIGUSR1";
+    case SIGTERM: return "SIGTERM";
+    case 0: return nullptr;
+    default: return "a signal";
+  }
+}
+
+}  // namespace trellis

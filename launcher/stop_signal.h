@@ -1,0 +1,15 @@
+// Preemption: SIGUSR1 (sbatch --signal=USR1@N; mpirun forwards it) and SIGTERM (srun, a plain
+// process) ask the run to stop. Ranks receive signals at different moments, so at the end of
+// every step all ranks agree (one tiny all-reduce) and stop after the same step.
+#pragma once
+#include <mpi.h>
+
+namespace trellis {
+
+// Installs the handlers (idempotent). Returns the signal name a run was asked to stop by, or null.
+void install_stop_handlers();
+// True on every rank if any rank has received a stop signal (collective over `comm`).
+bool stop_requested(MPI_Comm comm);
+const char* stop_signal_name();
+
+}  // namespace trellis

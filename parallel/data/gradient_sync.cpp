@@ -1,0 +1,56 @@
+// Bucketed, overlapped all-reduce of the flat gradient buffer.
+#include "parallel/data/gradient_sync.h"
+
+#include <algorithm>
+
+#include "core/nvtx.h"
+
+namespace trellis {
+
+GradientSync::GradientSync(Communicator& data_group, const Tensor& flat_grads,
+                           const std::vector<std::pair<int64_t, int64_t>>& param_ranges, size_t bucket_bytes)
+    : comm_(data_group), grads_(flat_grads) {
+  const int64_t target = std::max<int64_t>(1, int64_t(bucket_bytes / dtype_size(flat_grads.dtype)));
+  int64_t end = -1;
+  for (size_t i = param_ranges.size(); i-- > 0;) {  // backward order: from the end of the buffer
+    auto [b, e] = param_ranges[i];
+    if (end < 0) end = e;
+    if (end - b >= target || i == 0) {
+      Bucket bucket;
+      bucket.begin = b;
+      bucket.end = end;
+      buckets_.push_back(std::move(bucket));
+      end = -1;
+    }
+  }
+}
+
+void GradientSync::begin() {
+  for (Bucket& b : buckets_) {
+    b.ready = 0;
+    b.started = false;
+  }
+}
+
+void GradientSync::start(Bucket& b) {
+  NvtxRange r("gradient_all_reduce");
+  b.started = true;
+  b.handle = comm_.all_reduce_async(grads_.slice(b.begin, {b.end - b.begin}), ReduceOp::sum);
+}
+
+void GradientSync::ready(int64_t begin, int64_t end) {
+  for (Bucket& b : buckets_) {
+    const int64_t lo = std::max(begin, b.begin), hi = std::min(end, b.end);
+    if (lo >= hi) continue;
+    b.ready += hi - lo;
+    if (b.ready == b.end - b.begin && !b.started) start(b);
+  }
+}
+
+void GradientSync::finish() {
+  for (Bucket& b : buckets_)
+    if (!b.started) start(b);
+  for (Bucket& b : buckets_) b.handle.wait();
+}
+
+}  // namespace trellis

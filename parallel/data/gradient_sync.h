@@ -1,0 +1,44 @@
+// Data-parallel gradient reduction (ZeRO stage 0): the flat gradient buffer is cut into buckets
+// at parameter boundaries, in backward order; a bucket is all-reduced (summed) over the data group
+// as soon as every gradient in it is final, overlapping the rest of backward. Gradients are
+// already scaled by 1/(global tokens), so the sum is the exact global mean.
+#pragma once
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+#include "core/comm.h"
+#include "core/tensor.h"
+
+namespace trellis {
+
+class GradientSync {
+ public:
+  // param_ranges: [begin, end) element ranges of the parameters, in buffer order.
+  GradientSync(Communicator& data_group, const Tensor& flat_grads,
+               const std::vector<std::pair<int64_t, int64_t>>& param_ranges, size_t bucket_bytes);
+
+  // Call before the backward whose gradients are to be reduced (the last micro-batch of a step).
+  void begin();
+  // Gradients in [begin, end) are final: start the reduction of buckets that became complete.
+  void ready(int64_t begin, int64_t end);
+  // Starts what is left and waits for all buckets (on the device: the compute stream waits).
+  void finish();
+
+  size_t bucket_count() const { return buckets_.size(); }
+
+ private:
+  struct Bucket {
+    int64_t begin = 0, end = 0;
+    int64_t ready = 0;
+    bool started = false;
+    CommHandle handle;
+  };
+  void start(Bucket& b);
+
+  Communicator& comm_;
+  Tensor grads_;
+  std::vector<Bucket> buckets_;  // in backward order: the last parameters first
+};
+
+}  // namespace trellis

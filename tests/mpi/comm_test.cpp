@@ -1,0 +1,443 @@
+// Communicator and ProcessGroups under mpirun, nccl-tests style: inputs are derived from
+// (seed, rank, index), so every rank computes every expected value itself. Each operation runs
+// sync and async on host tensors (MPI) and, when every local rank has a GPU, on device tensors
+// (NCCL; otherwise those tests skip and say why). NcclBandwidth.AllReduce256MiB prints the
+// all-reduce bus bandwidth (not asserted).
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/alloc.h"
+#include "core/comm.h"
+#include "core/ops.h"
+#include "core/process_groups.h"
+#include "core/runtime.h"
+
+namespace trellis {
+namespace {
+
+constexpr DType kAllDtypes[] = {DType::f32, DType::bf16, DType::f16, DType::i32, DType::i64, DType::u8};
+
+int world_rank() { int r = 0; MPI_Comm_rank(MPI_COMM_WORLD, &r); return r; }
+int world_size() { int n = 1; MPI_Comm_size(MPI_COMM_WORLD, &n); return n; }
+
+// Small integers, exact in every dtype and in sums over up to 16 ranks: [0, 8) for u8, else [-8, 8).
+int64_t val(DType t, int seed, int rank, int64_t i) {
+  uint64_t z = uint64_t(seed) * 0x9E3779B97F4A7C15ull + uint64_t(rank) * 0xBF58476D1CE4E5B9ull + uint64_t(i);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  z ^= z >> 31;
+  return t == DType::u8 ? int64_t(z % 8) : int64_t(z % 16) - 8;
+}
+
+// Where a run's tensors live: host memory, or this rank's GPU.
+struct Backend {
+  std::unique_ptr<Runtime> rt;
+  bool device = false;
+};
+
+// Local ranks of this node, and whether every rank of the job has a GPU of its own.
+bool gpus_for_every_local_rank(int* local_rank, std::string* why) {
+  MPI_Comm node;
+  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, world_rank(), MPI_INFO_NULL, &node);
+  int local_size = 1;
+  MPI_Comm_rank(node, local_rank);
+  MPI_Comm_size(node, &local_size);
+  MPI_Comm_free(&node);
+  const int gpus = cuda_device_count();
+  int ok = gpus >= local_size ? 1 : 0, all_ok = 0;
+  MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);  // skip on every rank or none
+  if (!all_ok)
+    *why = built_with_cuda() ? std::to_string(local_size) + " local ranks but " + std::to_string(gpus) +
+                                   " visible GPU(s) on some node"
+                             : "built without CUDA";
+  return all_ok != 0;
+}
+
+Backend make_backend(bool device) {
+  Backend b;
+  b.device = device;
+  RuntimeOptions opt;
+  opt.cpu_threads = 1;
+  if (device) {
+    int local = 0;
+    std::string why;
+    gpus_for_every_local_rank(&local, &why);
+    opt.device = Device::CUDA(local);
+  }
+  b.rt = std::make_unique<Runtime>(opt);
+  return b;
+}
+
+// A tensor the communicator sees (host or device) with a host mirror to fill and check.
+class Staged {
+ public:
+  Staged(Backend& b, DType t, int64_t n)
+      : rt_(*b.rt), host_(size_t(n) * dtype_size(t)), host_t_(host_.data(), t, Device::CPU(), Shape{n}) {
+    if (b.device) {
+      dev_ = Buffer(rt_.allocator(), host_.size() ? host_.size() : 1, "comm test");
+      dev_t_ = dev_.tensor(t, Shape{n});
+    }
+  }
+  const Tensor& t() const { return dev_t_.defined() ? dev_t_ : host_t_; }
+  int64_t numel() const { return host_t_.numel(); }
+  void set(int64_t i, int64_t v) {
+    void* p = host_.data();
+    switch (host_t_.dtype) {
+      case DType::f32: static_cast<float*>(p)[i] = float(v); break;
+      case DType::bf16: static_cast<bf16_t*>(p)[i] = to_bf16(float(v)); break;
+      case DType::f16: static_cast<f16_t*>(p)[i] = to_f16(float(v)); break;
+      case DType::i32: static_cast<int32_t*>(p)[i] = int32_t(v); break;
+      case DType::i64: static_cast<int64_t*>(p)[i] = v; break;
+      case DType::u8: static_cast<uint8_t*>(p)[i] = uint8_t(v); break;
+    }
+  }
+  int64_t get(int64_t i) const {
+    const void* p = host_.data();
+    switch (host_t_.dtype) {
+      case DType::f32: return int64_t(static_cast<const float*>(p)[i]);
+      case DType::bf16: return int64_t(to_float(static_cast<const bf16_t*>(p)[i]));
+      case DType::f16: return int64_t(to_float(static_cast<const f16_t*>(p)[i]));
+      case DType::i32: return static_cast<const int32_t*>(p)[i];
+      case DType::i64: return static_cast<const int64_t*>(p)[i];
+      case DType::u8: return static_cast<const uint8_t*>(p)[i];
+    }
+    return 0;
+  }
+  // Fill from the seed: element i = val(seed, rank, offset(i)).
+  template <typename F> void fill(F&& f) {
+    for (int64_t i = 0; i < numel(); ++i) set(i, f(i));
+    if (dev_t_.defined()) copy(rt_, dev_t_, host_t_);  // compute stream: ordered before the op
+  }
+  // Brings the result back (after the op's wait(), on the compute stream) and checks it.
+  template <typename F> int64_t count_errors(F&& expected, const std::string& what) {
+    if (dev_t_.defined()) copy(rt_, host_t_, dev_t_);
+    rt_.synchronize();
+    int64_t errors = 0;
+    for (int64_t i = 0; i < numel(); ++i) {
+      if (get(i) != expected(i)) {
+        if (errors < 3)
+          ADD_FAILURE() << "[rank " << world_rank() << "] " << what << " " << dtype_name(host_t_.dtype) << " element "
+                        << i << ": got " << get(i) << ", expected " << expected(i);
+        ++errors;
+      }
+    }
+    return errors;
+  }
+
+ private:
+  Runtime& rt_;
+  std::vector<unsigned char> host_;
+  Tensor host_t_;
+  Buffer dev_;
+  Tensor dev_t_;
+};
+
+int64_t reduce_over(int size, ReduceOp op, auto&& f) {
+  int64_t acc = f(0);
+  for (int r = 1; r < size; ++r) acc = op == ReduceOp::sum ? acc + f(r) : std::max(acc, f(r));
+  return acc;
+}
+
+// ---- the operations, one function each, for either backend ----
+
+void check_all_reduce(Backend& b, Communicator& c) {
+  const int n = 1031, R = c.rank(), N = c.size();
+  for (DType t : kAllDtypes)
+    for (ReduceOp op : {ReduceOp::sum, ReduceOp::max})
+      for (bool async : {false, true}) {
+        // Two in flight at once in the async case, waited in reverse order.
+        Staged x(b, t, n), y(b, t, n);
+        x.fill([&](int64_t i) { return val(t, 1, R, i); });
+        y.fill([&](int64_t i) { return val(t, 2, R, i); });
+        if (async) {
+          CommHandle hx = c.all_reduce_async(x.t(), op);
+          CommHandle hy = c.all_reduce_async(y.t(), op);
+          hy.wait();
+          hx.wait();
+        } else {
+          c.all_reduce(x.t(), op);
+          c.all_reduce(y.t(), op);
+        }
+        const std::string what = std::string("all_reduce ") + (op == ReduceOp::sum ? "sum" : "max") +
+                                 (async ? " async" : "");
+        x.count_errors([&](int64_t i) { return reduce_over(N, op, [&](int r) { return val(t, 1, r, i); }); }, what);
+        y.count_errors([&](int64_t i) { return reduce_over(N, op, [&](int r) { return val(t, 2, r, i); }); }, what);
+      }
+}
+
+void check_reduce_scatter(Backend& b, Communicator& c) {
+  const int n = 257, R = c.rank(), N = c.size();
+  for (DType t : kAllDtypes)
+    for (ReduceOp op : {ReduceOp::sum, ReduceOp::max})
+      for (bool async : {false, true}) {
+        Staged in(b, t, int64_t(n) * N), out(b, t, n);
+        in.fill([&](int64_t i) { return val(t, 3, R, i); });
+        if (async) c.reduce_scatter_async(out.t(), in.t(), op).wait();
+        else c.reduce_scatter(out.t(), in.t(), op);
+        out.count_errors(
+            [&](int64_t i) { return reduce_over(N, op, [&](int r) { return val(t, 3, r, int64_t(R) * n + i); }); },
+            async ? "reduce_scatter async" : "reduce_scatter");
+      }
+}
+
+void check_all_gather(Backend& b, Communicator& c) {
+  const int n = 333, R = c.rank(), N = c.size();
+  for (DType t : kAllDtypes)
+    for (bool async : {false, true}) {
+      Staged in(b, t, n), out(b, t, int64_t(n) * N);
+      in.fill([&](int64_t i) { return val(t, 4, R, i); });
+      if (async) c.all_gather_async(out.t(), in.t()).wait();
+      else c.all_gather(out.t(), in.t());
+      out.count_errors([&](int64_t i) { return val(t, 4, int(i / n), i % n); }, async ? "all_gather async" : "all_gather");
+    }
+}
+
+void check_broadcast(Backend& b, Communicator& c) {
+  const int n = 777, R = c.rank();
+  for (DType t : {DType::f32, DType::bf16, DType::i64, DType::u8})
+    for (int root = 0; root < c.size(); ++root)
+      for (bool async : {false, true}) {
+        Staged x(b, t, n);
+        x.fill([&](int64_t i) { return val(t, 5 + root, R, i); });
+        if (async) c.broadcast_async(x.t(), root).wait();
+        else c.broadcast(x.t(), root);
+        x.count_errors([&](int64_t i) { return val(t, 5 + root, root, i); }, async ? "broadcast async" : "broadcast");
+      }
+}
+
+void check_send_recv(Backend& b, Communicator& c) {
+  const int n = 4099, R = c.rank(), N = c.size();
+  const int next = (R + 1) % N, prev = (R + N - 1) % N;
+  for (DType t : {DType::f32, DType::bf16, DType::i32})
+    for (bool async : {false, true}) {
+      // Around the ring with separate send and recv: even ranks send first, odd ranks receive
+      // first, so no cycle of senders waits on itself (blocking MPI and NCCL alike).
+      if (N > 1) {
+        Staged s(b, t, n), r(b, t, n);
+        s.fill([&](int64_t i) { return val(t, 20, R, i); });
+        r.fill([](int64_t) { return 0; });
+        if (async) {
+          CommHandle h1 = R % 2 == 0 ? c.send_async(s.t(), next) : c.recv_async(r.t(), prev);
+          CommHandle h2 = R % 2 == 0 ? c.recv_async(r.t(), prev) : c.send_async(s.t(), next);
+          h1.wait();
+          h2.wait();
+        } else if (R % 2 == 0) {
+          c.send(s.t(), next);
+          c.recv(r.t(), prev);
+        } else {
+          c.recv(r.t(), prev);
+          c.send(s.t(), next);
+        }
+        r.count_errors([&](int64_t i) { return val(t, 20, prev, i); }, async ? "send/recv async" : "send/recv");
+      }
+      // The other way round, posted together.
+      Staged s(b, t, n), r(b, t, n);
+      s.fill([&](int64_t i) { return val(t, 21, R, i); });
+      if (async) c.send_recv_async(s.t(), prev, r.t(), next).wait();
+      else c.send_recv(s.t(), prev, r.t(), next);
+      r.count_errors([&](int64_t i) { return val(t, 21, next, i); }, async ? "send_recv async" : "send_recv");
+    }
+}
+
+void check_all_to_all(Backend& b, Communicator& c) {
+  const int n = 129, R = c.rank(), N = c.size();
+  for (DType t : {DType::f32, DType::bf16, DType::i64})
+    for (bool async : {false, true}) {
+      // Block j of rank R's input goes to rank j: element i of it is val(R, j * n + i).
+      Staged in(b, t, int64_t(n) * N), out(b, t, int64_t(n) * N);
+      in.fill([&](int64_t i) { return val(t, 30, R, i); });
+      if (async) c.all_to_all_async(out.t(), in.t()).wait();
+      else c.all_to_all(out.t(), in.t());
+      out.count_errors([&](int64_t i) { return val(t, 30, int(i / n), int64_t(R) * n + i % n); },
+                       async ? "all_to_all async" : "all_to_all");
+    }
+}
+
+void check_all_to_allv(Backend& b, Communicator& c) {
+  const int R = c.rank(), N = c.size();
+  // Rank s sends count(s, d) elements to d (zero for some pairs); element i of that block is
+  // val(s, d * 1000 + i).
+  auto count = [](int s, int d) { return int64_t((s + 2 * d) % 4) * 37; };
+  Communicator::AllToAllvPlan plan;
+  int64_t send_total = 0, recv_total = 0;
+  for (int j = 0; j < N; ++j) {
+    plan.send_displs.push_back(send_total);
+    plan.send_counts.push_back(count(R, j));
+    send_total += count(R, j);
+    plan.recv_displs.push_back(recv_total);
+    plan.recv_counts.push_back(count(j, R));
+    recv_total += count(j, R);
+  }
+  for (DType t : {DType::f32, DType::bf16, DType::i32})
+    for (bool async : {false, true}) {
+      Staged in(b, t, send_total), out(b, t, recv_total);
+      in.fill([&](int64_t i) {
+        int d = 0;
+        while (i >= plan.send_displs[size_t(d)] + plan.send_counts[size_t(d)]) ++d;
+        return val(t, 40, R, int64_t(d) * 1000 + i - plan.send_displs[size_t(d)]);
+      });
+      if (async) c.all_to_allv_async(out.t(), in.t(), plan).wait();
+      else c.all_to_allv(out.t(), in.t(), plan);
+      out.count_errors(
+          [&](int64_t i) {
+            int s = 0;
+            while (i >= plan.recv_displs[size_t(s)] + plan.recv_counts[size_t(s)]) ++s;
+            return val(t, 40, s, int64_t(R) * 1000 + i - plan.recv_displs[size_t(s)]);
+          },
+          async ? "all_to_allv async" : "all_to_allv");
+    }
+}
+
+void check_all_operations(Backend& b, Communicator& c) {
+  check_all_reduce(b, c);
+  check_reduce_scatter(b, c);
+  check_all_gather(b, c);
+  check_broadcast(b, c);
+  check_send_recv(b, c);
+  check_all_to_all(b, c);
+  check_all_to_allv(b, c);
+  c.barrier();
+  c.barrier_async().wait();
+}
+
+// Every layout that fits the world: each group's all-reduce of (world rank + 1) must give the
+// sum over exactly the members the pure functions name, and each group rank its coordinate.
+void check_process_groups(Backend& b) {
+  const int W = world_size(), me = world_rank();
+  for (int t = 1; t <= W; ++t)
+    for (int p = 1; t * p <= W; ++p) {
+      if (W % (t * p) != 0) continue;
+      for (int e = 1; e <= W / (t * p); ++e) {
+        if ((W / (t * p)) % e != 0) continue;
+        const Layout l = make_layout(W, t, p, e);
+        SCOPED_TRACE("tensor " + std::to_string(t) + " pipeline " + std::to_string(p) + " expert " + std::to_string(e));
+        ProcessGroups pg(MPI_COMM_WORLD, l, *b.rt);
+        EXPECT_EQ(pg.coords(), coords_of(me, l));
+        EXPECT_EQ(pg.pipeline_prev_rank(), pipeline_prev_rank(me, l));
+        EXPECT_EQ(pg.pipeline_next_rank(), pipeline_next_rank(me, l));
+        for (GroupKind k : {GroupKind::tensor, GroupKind::data, GroupKind::pipeline, GroupKind::embedding,
+                            GroupKind::expert, GroupKind::expert_data}) {
+          const int gi = group_index(k, me, l);
+          ASSERT_EQ(gi >= 0, k != GroupKind::embedding || pg.in_embedding_group());
+          if (gi < 0) continue;
+          const std::vector<int> members = group_members(k, l)[size_t(gi)];
+          Communicator& c = pg.group(k);
+          ASSERT_EQ(c.size(), int(members.size())) << group_kind_name(k);
+          ASSERT_EQ(members[size_t(c.rank())], me) << group_kind_name(k);
+          Staged x(b, DType::i64, 3);
+          x.fill([&](int64_t i) { return (me + 1) * (i + 1); });
+          c.all_reduce(x.t());
+          int64_t sum = 0;
+          for (int m : members) sum += m + 1;
+          x.count_errors([&](int64_t i) { return sum * (i + 1); }, group_kind_name(k));
+        }
+        // One activation down the pipeline: stage s receives (prev world rank) from stage s - 1.
+        Staged out(b, DType::i32, 5), in(b, DType::i32, 5);
+        out.fill([&](int64_t) { return me; });
+        if (pg.pipeline_prev_peer() >= 0) pg.pipeline().recv(in.t(), pg.pipeline_prev_peer());
+        if (pg.pipeline_next_peer() >= 0) pg.pipeline().send(out.t(), pg.pipeline_next_peer());
+        if (pg.pipeline_prev_rank() >= 0)
+          in.count_errors([&](int64_t) { return pg.pipeline_prev_rank(); }, "pipeline send/recv");
+      }
+    }
+}
+
+// ---- host (MPI) ----
+
+TEST(MpiComm, AllOperationsOnWorld) {
+  Backend b = make_backend(false);
+  auto c = Communicator::create(MPI_COMM_WORLD, *b.rt, "world");
+  EXPECT_EQ(c->rank(), world_rank());
+  EXPECT_EQ(c->size(), world_size());
+  EXPECT_FALSE(c->has_nccl());
+  check_all_operations(b, *c);
+}
+
+TEST(MpiComm, AllOperationsOnHalves) {
+  // Two groups (even and odd world ranks) working at the same time.
+  Backend b = make_backend(false);
+  MPI_Comm half;
+  MPI_Comm_split(MPI_COMM_WORLD, world_rank() % 2, world_rank(), &half);
+  auto c = Communicator::create(half, *b.rt, "half");
+  MPI_Comm_free(&half);
+  EXPECT_EQ(c->size(), (world_size() + 1 - world_rank() % 2) / 2);
+  EXPECT_EQ(c->rank(), world_rank() / 2);
+  check_all_operations(b, *c);
+}
+
+TEST(MpiProcessGroups, EveryLayoutOfTheWorld) {
+  Backend b = make_backend(false);
+  check_process_groups(b);
+}
+
+// ---- device (NCCL) ----
+
+#define SKIP_WITHOUT_GPUS()                                        \
+  do {                                                             \
+    int local_ = 0;                                                \
+    std::string why_;                                              \
+    if (!gpus_for_every_local_rank(&local_, &why_)) GTEST_SKIP() << "needs a GPU per local rank: " << why_; \
+  } while (0)
+
+TEST(NcclComm, AllOperationsOnWorld) {
+  SKIP_WITHOUT_GPUS();
+  Backend b = make_backend(true);
+  auto c = Communicator::create(MPI_COMM_WORLD, *b.rt, "world");
+  EXPECT_TRUE(c->has_nccl());
+  check_all_operations(b, *c);
+}
+
+TEST(NcclComm, HostTensorsOnACudaRuntimeUseMpi) {
+  SKIP_WITHOUT_GPUS();
+  Backend cuda = make_backend(true);
+  auto c = Communicator::create(MPI_COMM_WORLD, *cuda.rt, "world");
+  Backend host = make_backend(false);  // host tensors, same communicator
+  check_all_reduce(host, *c);
+}
+
+TEST(NcclProcessGroups, EveryLayoutOfTheWorld) {
+  SKIP_WITHOUT_GPUS();
+  Backend b = make_backend(true);
+  check_process_groups(b);
+}
+
+TEST(NcclBandwidth, AllReduce256MiB) {
+  SKIP_WITHOUT_GPUS();
+  Backend b = make_backend(true);
+  auto c = Communicator::create(MPI_COMM_WORLD, *b.rt, "world");
+  const int64_t n = (int64_t(256) << 20) / 4;
+  Buffer buf(b.rt->allocator(), size_t(n) * 4, "bandwidth test");
+  Tensor x = buf.tensor(DType::f32, Shape{n});
+  fill(*b.rt, x, 1.0f);
+  c->all_reduce(x);
+  float first[4] = {};
+  copy(*b.rt, Tensor(first, DType::f32, Device::CPU(), Shape{4}), x.slice(n - 4, Shape{4}));
+  b.rt->synchronize();
+  for (float v : first) EXPECT_EQ(v, float(c->size()));
+  for (int i = 0; i < 4; ++i) c->all_reduce(x);  // warm-up
+  const int iters = 20;
+  b.rt->synchronize();
+  c->barrier();
+  auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < iters; ++i) c->all_reduce(x);  // each orders the compute stream after it
+  b.rt->synchronize();
+  double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / iters;
+  double worst = 0;
+  MPI_Allreduce(&s, &worst, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  const double bytes = double(n) * 4, algbw = bytes / worst / 1e9;
+  const double busbw = algbw * 2.0 * (c->size() - 1) / c->size();
+  if (world_rank() == 0)
+    std::printf("[ NCCL     ] all_reduce f32 256 MiB on %d ranks (%s): %.3f ms, algbw %.1f GB/s, busbw %.1f GB/s\n",
+                c->size(), b.rt->device_name().c_str(), worst * 1e3, algbw, busbw);
+}
+
+}  // namespace
+}  // namespace trellis

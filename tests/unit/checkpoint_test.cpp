@@ -1,0 +1,416 @@
+// Checkpoint storage: CRC32C and JSON basics, blob and meta round trips, corruption and
+// truncation detection naming the file, latest-valid lookup, pruning, and that failed or
+// abandoned writes leave no partial step directory.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "core/checkpoint.h"
+#include "core/crc32c.h"
+
+namespace fs = std::filesystem;
+
+namespace trellis {
+namespace {
+
+// A fresh directory under the system temp dir, removed (permissions restored) afterwards.
+class TempDir {
+ public:
+  TempDir() {
+    static std::atomic<int> counter{0};
+    path_ = fs::temp_directory_path() /
+            ("trellis_ckpt_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
+    fs::remove_all(path_);
+    fs::create_directories(path_);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::permissions(path_, fs::perms::owner_all, fs::perm_options::add, ec);
+    fs::remove_all(path_, ec);
+  }
+  std::string str() const { return path_.string(); }
+  std::string sub(const std::string& name) const { return (path_ / name).string(); }
+
+ private:
+  fs::path path_;
+};
+
+std::vector<char> pattern(size_t n, unsigned seed) {
+  std::vector<char> v(n);
+  uint32_t x = seed * 2654435761u + 1;
+  for (char& c : v) {
+    x = x * 1664525u + 1013904223u;
+    c = static_cast<char>(x >> 24);
+  }
+  return v;
+}
+
+// Names (not paths) of the entries of dir, sorted.
+std::vector<std::string> entries(const std::string& dir) {
+  std::vector<std::string> out;
+  for (const auto& e : fs::directory_iterator(dir)) out.push_back(e.path().filename().string());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+void flip_byte(const std::string& path, std::streamoff offset) {
+  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+  ASSERT_TRUE(f) << path;
+  f.seekg(offset);
+  char c = 0;
+  f.read(&c, 1);
+  c = static_cast<char>(c ^ 0x10);
+  f.seekp(offset);
+  f.write(&c, 1);
+}
+
+std::string write_simple(const std::string& root, int64_t step, const std::string& meta = "{}") {
+  const std::vector<char> data = pattern(1000 + static_cast<size_t>(step), static_cast<unsigned>(step));
+  CheckpointWriter w(root, step);
+  w.add_blob("params.bin", data.data(), data.size(), "u8", {static_cast<int64_t>(data.size())});
+  w.set_meta(meta);
+  return w.commit();
+}
+
+// Expects `f` to throw CheckpointError whose message contains every one of `parts`.
+template <class F>
+void expect_error(F&& f, std::initializer_list<std::string> parts) {
+  try {
+    f();
+    ADD_FAILURE() << "no CheckpointError thrown";
+  } catch (const CheckpointError& e) {
+    const std::string what = e.what();
+    EXPECT_EQ(what.find('\n'), std::string::npos) << what;
+    for (const std::string& p : parts) EXPECT_NE(what.find(p), std::string::npos) << "'" << p << "' not in: " << what;
+  }
+}
+
+TEST(Crc32c, KnownVectors) {
+  EXPECT_EQ(crc32c("123456789", 9), 0xE3069283u);
+  EXPECT_EQ(crc32c("", 0), 0u);
+  const std::vector<unsigned char> zeros(32, 0), ones(32, 0xFF);
+  EXPECT_EQ(crc32c(zeros.data(), 32), 0x8A9136AAu);  // RFC 3720 B.4
+  EXPECT_EQ(crc32c(ones.data(), 32), 0x62A8AB43u);
+  EXPECT_EQ(crc32c_hex(0xE3069283u), "e3069283");
+  const std::vector<char> big = pattern(100003, 7);
+  const uint32_t whole = crc32c(big.data(), big.size());
+  for (size_t cut : {size_t{0}, size_t{1}, size_t{7}, size_t{4096}, size_t{99999}}) {
+    uint32_t c = crc32c_update(0, big.data(), cut);
+    EXPECT_EQ(crc32c_update(c, big.data() + cut, big.size() - cut), whole) << cut;
+  }
+}
+
+TEST(Json, ParsesValuesAndRejectsGarbage) {
+  const JsonValue v = parse_json(R"( {"a": [1, -2.5e3, true, null], "s": "x\"\n\u00e9\ud83d\ude00", "big": 9007199254740993} )");
+  ASSERT_EQ(v.kind, JsonValue::Kind::kObject);
+  EXPECT_EQ(v.find("a")->items.size(), 4u);
+  EXPECT_EQ(v.find("a")->items[0].as_int(), 1);
+  EXPECT_EQ(v.find("a")->items[1].as_double(), -2500.0);
+  EXPECT_TRUE(v.find("a")->items[2].boolean);
+  EXPECT_EQ(v.find("s")->as_string(), "x\"\n\xc3\xa9\xf0\x9f\x98\x80");
+  EXPECT_EQ(v.find("big")->as_int(), 9007199254740993);
+  EXPECT_EQ(v.find("missing"), nullptr);
+  EXPECT_THROW(v.find("a")->items[1].as_int(), CheckpointError);
+  for (const char* bad : {"", "{", "{\"a\":}", "[1,]", "01", "{\"a\":1} x", "\"\\u12g4\"", "\"\\udc00\"", "tru",
+                          "\"a\nb\""})
+    EXPECT_THROW(parse_json(bad), CheckpointError) << bad;
+}
+
+TEST(Checkpoint, DirNames) {
+  EXPECT_EQ(checkpoint_dir_name(42), "step_00000042");
+  EXPECT_EQ(parse_checkpoint_dir_name("step_00000042"), 42);
+  EXPECT_EQ(parse_checkpoint_dir_name(checkpoint_dir_name(123456789)), 123456789);
+  for (const char* bad : {"step_42", "step_000000042", "step_0000004x", "step_-0000042", "xstep_00000042", ""})
+    EXPECT_FALSE(parse_checkpoint_dir_name(bad).has_value()) << bad;
+}
+
+TEST(Checkpoint, BlobsRoundTrip) {
+  TempDir tmp;
+  const std::vector<char> params = pattern((size_t{20} << 20) + 3, 1);  // > the 8 MiB write buffer
+  const std::vector<char> adam = pattern(12345, 2);
+  const std::vector<char> streamed = pattern((size_t{9} << 20) + 11, 3);
+  CheckpointWriter w(tmp.str(), 5);
+  w.add_blob("params.bin", params.data(), params.size(), "f32", {4, 7});
+  w.add_blob("rank00003/adam_m.bin", adam.data(), adam.size(), "bf16", {12345});
+  w.add_blob("empty.bin", nullptr, 0);
+  w.begin_blob("rank00003/streamed.bin", "u8");
+  for (size_t off = 0, piece = 1; off < streamed.size(); off += piece, piece = piece * 3 + 1)
+    w.write(streamed.data() + off, std::min(piece, streamed.size() - off));
+  w.end_blob();
+  const std::string dir = w.commit();
+  EXPECT_EQ(dir, tmp.sub("step_00000005"));
+  EXPECT_EQ(entries(tmp.str()), std::vector<std::string>{"step_00000005"});  // no temp dir left
+
+  const CheckpointReader r = CheckpointReader::open(dir);
+  EXPECT_EQ(r.step(), 5);
+  EXPECT_EQ(r.blob_names(),
+            (std::vector<std::string>{"params.bin", "rank00003/adam_m.bin", "empty.bin", "rank00003/streamed.bin"}));
+  EXPECT_EQ(r.blob_info("params.bin").dtype, "f32");
+  EXPECT_EQ(r.blob_info("params.bin").shape, (std::vector<int64_t>{4, 7}));
+  EXPECT_EQ(r.blob_info("empty.bin").dtype, "bytes");
+  EXPECT_TRUE(r.blob_info("empty.bin").shape.empty());
+  EXPECT_EQ(r.meta(), "{}");
+  for (const auto& [name, want] : std::vector<std::pair<std::string, const std::vector<char>*>>{
+           {"params.bin", &params}, {"rank00003/adam_m.bin", &adam}, {"rank00003/streamed.bin", &streamed}}) {
+    ASSERT_EQ(r.blob_size(name), want->size());
+    std::vector<char> got(want->size());
+    r.read_blob(name, got.data(), got.size());
+    EXPECT_TRUE(got == *want) << name;
+  }
+  r.read_blob("empty.bin", nullptr, 0);
+  std::vector<char> small(10);
+  expect_error([&] { r.read_blob("params.bin", small.data(), small.size()); }, {"params.bin", "asked for 10"});
+  expect_error([&] { r.blob_size("nope.bin"); }, {"nope.bin"});
+}
+
+TEST(Checkpoint, MetaRoundTrip) {
+  TempDir tmp;
+  const std::string meta =
+      R"({"step": 1000, "loss": 2.718281828459045, "time": "2024-05-01T12:00:00Z", "version": "0.3.1",)"
+      R"( "config": "[model]\nd_model = 64\nname = \"tiny\"\n", "scaler": {"scale": 65536, "good_steps": 17},)"
+      R"( "data_position": 123456789012345, "rng": [1, 2, 3]})";
+  CheckpointWriter w(tmp.str(), 1000);
+  w.set_meta("  \n" + meta + "\n ");  // surrounding whitespace is dropped
+  const CheckpointReader r = CheckpointReader::open(w.commit());
+  EXPECT_EQ(r.meta(), meta);
+  const JsonValue m = parse_json(r.meta());
+  EXPECT_EQ(m.find("step")->as_int(), 1000);
+  EXPECT_EQ(m.find("loss")->as_double(), 2.718281828459045);
+  EXPECT_EQ(m.find("config")->as_string(), "[model]\nd_model = 64\nname = \"tiny\"\n");
+  EXPECT_EQ(m.find("scaler")->find("good_steps")->as_int(), 17);
+  EXPECT_EQ(m.find("data_position")->as_int(), 123456789012345);
+  EXPECT_TRUE(r.blob_names().empty());
+}
+
+TEST(Checkpoint, BadMetaAndNamesThrowAndCleanUp) {
+  TempDir tmp;
+  for (const char* meta : {"[1, 2]", "{\"a\": }", "not json"}) {
+    CheckpointWriter w(tmp.str(), 1);
+    expect_error([&] { w.set_meta(meta); }, {"meta"});
+    EXPECT_TRUE(entries(tmp.str()).empty()) << meta;  // the failure removed the temp dir
+    expect_error([&] { w.commit(); }, {"already committed or failed"});
+  }
+  const char x = 'x';
+  for (const char* name : {"../evil.bin", ".hidden", "a//b", "manifest.json", "a/./b", "sp ace", "", "dir/"}) {
+    CheckpointWriter w(tmp.str(), 1);
+    expect_error([&] { w.add_blob(name, &x, 1); }, {"bad blob name"});
+    EXPECT_TRUE(entries(tmp.str()).empty()) << name;
+  }
+  CheckpointWriter w(tmp.str(), 1);
+  w.add_blob("a.bin", &x, 1);
+  expect_error([&] { w.add_blob("a.bin", &x, 1); }, {"a.bin", "twice"});
+  EXPECT_TRUE(entries(tmp.str()).empty());
+}
+
+TEST(Checkpoint, CorruptByteIsDetectedAndNamed) {
+  TempDir tmp;
+  const std::string dir = write_simple(tmp.str(), 3);
+  flip_byte(dir + "/params.bin", 500);
+  expect_error([&] { CheckpointReader::open(dir); }, {dir + "/params.bin", "checksum mismatch"});
+  // A sizes-only open passes, but reading the blob still catches it.
+  const CheckpointReader r = CheckpointReader::open(dir, CheckpointVerify::kSizes);
+  std::vector<char> buf(r.blob_size("params.bin"));
+  expect_error([&] { r.read_blob("params.bin", buf.data(), buf.size()); }, {"params.bin", "checksum mismatch"});
+}
+
+TEST(Checkpoint, TruncatedBlobIsDetected) {
+  TempDir tmp;
+  const std::string dir = write_simple(tmp.str(), 3);
+  fs::resize_file(dir + "/params.bin", 100);
+  expect_error([&] { CheckpointReader::open(dir, CheckpointVerify::kSizes); }, {dir + "/params.bin", "truncated"});
+  expect_error([&] { CheckpointReader::open(dir); }, {"params.bin", "truncated"});
+}
+
+TEST(Checkpoint, MissingOrDamagedManifestIsDetected) {
+  TempDir tmp;
+  const std::string dir = write_simple(tmp.str(), 3, R"({"loss": 1.25})");
+  const std::string manifest = dir + "/manifest.json";
+  std::string text;
+  {
+    std::ifstream f(manifest);
+    text.assign(std::istreambuf_iterator<char>(f), {});
+  }
+  // A changed meta value, a missing blob file, garbage, and no manifest at all.
+  auto rewrite = [&](const std::string& t) { std::ofstream(manifest, std::ios::trunc) << t; };
+  std::string changed = text;
+  changed.replace(changed.find("1.25"), 4, "1.75");
+  rewrite(changed);
+  expect_error([&] { CheckpointReader::open(dir); }, {"manifest.json", "meta checksum mismatch"});
+  rewrite(text);
+  EXPECT_NO_THROW(CheckpointReader::open(dir));
+  rewrite(text.substr(0, text.size() / 2));
+  expect_error([&] { CheckpointReader::open(dir); }, {"manifest.json", "JSON"});
+  rewrite(text);
+  fs::rename(dir + "/params.bin", dir + "/moved.bin");
+  expect_error([&] { CheckpointReader::open(dir); }, {"params.bin", "No such file"});
+  fs::remove(manifest);
+  expect_error([&] { CheckpointReader::open(dir); }, {manifest, "missing"});
+}
+
+TEST(Checkpoint, LatestValidSkipsCorruptNewerOne) {
+  TempDir tmp;
+  EXPECT_FALSE(latest_valid_checkpoint(tmp.sub("does_not_exist")).has_value());
+  EXPECT_FALSE(latest_valid_checkpoint(tmp.str()).has_value());
+  for (int64_t step : {10, 20, 30, 9}) write_simple(tmp.str(), step);
+  EXPECT_EQ(latest_valid_checkpoint(tmp.str()), tmp.sub("step_00000030"));
+  flip_byte(tmp.sub("step_00000030/params.bin"), 3);
+  fs::create_directories(tmp.sub("step_00000040"));  // no manifest: a crashed non-atomic copy
+  std::string why;
+  EXPECT_EQ(latest_valid_checkpoint(tmp.str(), &why), tmp.sub("step_00000020"));
+  EXPECT_NE(why.find("step_00000040/manifest.json"), std::string::npos) << why;
+  EXPECT_NE(why.find("step_00000030/params.bin: checksum mismatch"), std::string::npos) << why;
+  // The sizes-only check does not read the data, so it accepts step 30.
+  EXPECT_EQ(latest_valid_checkpoint(tmp.str(), nullptr, CheckpointVerify::kSizes), tmp.sub("step_00000030"));
+}
+
+TEST(Checkpoint, LeftoverTempDirIsIgnoredAndPruned) {
+  TempDir tmp;
+  write_simple(tmp.str(), 10);
+  // A writer that dies mid-checkpoint (no destructor runs) leaves its temp dir behind.
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    CheckpointWriter w(tmp.str(), 20);
+    const std::vector<char> data = pattern(5000, 9);
+    w.add_blob("params.bin", data.data(), data.size());
+    ::_exit(0);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  CheckpointWriter live(tmp.str(), 30);  // a writer still in progress in this process
+  std::ofstream(tmp.sub("notes.txt")) << "user file";
+  fs::create_directories(tmp.sub("step_1"));            // not our naming pattern
+  fs::create_directories(tmp.sub(".tmp.something"));    // neither
+  const std::vector<std::string> names = entries(tmp.str());
+  ASSERT_EQ(names.size(), 6u);
+  const std::string dead_tmp = names[1];  // after ".tmp.something"
+  EXPECT_EQ(dead_tmp.rfind(".tmp.step_00000020.", 0), 0u) << dead_tmp;
+  EXPECT_EQ(dead_tmp.substr(dead_tmp.rfind('.') + 1), std::to_string(child));
+
+  EXPECT_EQ(latest_valid_checkpoint(tmp.str()), tmp.sub("step_00000010"));
+  const std::vector<std::string> removed = prune_checkpoints(tmp.str(), 5);
+  EXPECT_EQ(removed, std::vector<std::string>{tmp.sub(dead_tmp)});
+  EXPECT_EQ(entries(tmp.str()), (std::vector<std::string>{".tmp.something", fs::path(live.temp_dir()).filename().string(),
+                                                           "notes.txt", "step_00000010", "step_1"}));
+  live.commit();
+  EXPECT_EQ(latest_valid_checkpoint(tmp.str()), tmp.sub("step_00000030"));
+}
+
+TEST(Checkpoint, PruneKeepsNewestK) {
+  TempDir tmp;
+  for (int64_t step = 1; step <= 5; ++step) write_simple(tmp.str(), step);
+  std::ofstream(tmp.sub("notes.txt")) << "user file";
+  EXPECT_TRUE(prune_checkpoints(tmp.str(), 0).empty());  // keep <= 0: keep all
+  EXPECT_EQ(prune_checkpoints(tmp.str(), 3).size(), 2u);
+  EXPECT_EQ(entries(tmp.str()), (std::vector<std::string>{"notes.txt", "step_00000003", "step_00000004", "step_00000005"}));
+  // A damaged newest one does not count toward K and is left for inspection.
+  fs::resize_file(tmp.sub("step_00000005/params.bin"), 1);
+  EXPECT_EQ(prune_checkpoints(tmp.str(), 2), std::vector<std::string>{});
+  EXPECT_EQ(prune_checkpoints(tmp.str(), 1), std::vector<std::string>{tmp.sub("step_00000003")});
+  EXPECT_EQ(entries(tmp.str()), (std::vector<std::string>{"notes.txt", "step_00000004", "step_00000005"}));
+  EXPECT_TRUE(prune_checkpoints(tmp.sub("does_not_exist"), 1).empty());
+}
+
+TEST(Checkpoint, UnwritableDirectoryThrowsAndLeavesNothing) {
+  if (::geteuid() == 0) GTEST_SKIP() << "root ignores directory permissions (see NotADirectory test)";
+  TempDir tmp;
+  write_simple(tmp.str(), 1);
+  fs::permissions(tmp.str(), fs::perms::owner_read | fs::perms::owner_exec);
+  expect_error([&] { CheckpointWriter w(tmp.str(), 2); }, {tmp.str(), "Permission denied"});
+  fs::permissions(tmp.str(), fs::perms::owner_all);
+  EXPECT_EQ(entries(tmp.str()), std::vector<std::string>{"step_00000001"});
+}
+
+TEST(Checkpoint, RootUnderAFileThrowsNotADirectory) {
+  TempDir tmp;
+  std::ofstream(tmp.sub("file")) << "x";
+  expect_error([&] { CheckpointWriter w(tmp.sub("file/sub"), 2); }, {tmp.sub("file"), "Not a directory"});
+  expect_error([&] { CheckpointWriter::at_path(tmp.sub("file/export")); }, {"Not a directory"});
+  EXPECT_EQ(entries(tmp.str()), std::vector<std::string>{"file"});
+}
+
+TEST(Checkpoint, WriteErrorMidBlobThrowsAndCleansUp) {
+  // RLIMIT_FSIZE makes write() fail with EFBIG part way, like a full disk (works as root too).
+  TempDir tmp;
+  write_simple(tmp.str(), 1);
+  struct rlimit old_limit;
+  ASSERT_EQ(::getrlimit(RLIMIT_FSIZE, &old_limit), 0);
+  auto old_handler = ::signal(SIGXFSZ, SIG_IGN);
+  struct rlimit small = old_limit;
+  small.rlim_cur = 1 << 20;
+  ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &small), 0);
+  const std::vector<char> big = pattern(size_t{20} << 20, 4);
+  {
+    CheckpointWriter w(tmp.str(), 2);
+    expect_error([&] { w.add_blob("params.bin", big.data(), big.size()); }, {"params.bin", "File too large"});
+    EXPECT_FALSE(fs::exists(w.temp_dir()));
+    expect_error([&] { w.commit(); }, {"already committed or failed"});
+  }
+  ::setrlimit(RLIMIT_FSIZE, &old_limit);
+  ::signal(SIGXFSZ, old_handler);
+  EXPECT_EQ(entries(tmp.str()), std::vector<std::string>{"step_00000001"});
+  EXPECT_EQ(latest_valid_checkpoint(tmp.str()), tmp.sub("step_00000001"));
+}
+
+TEST(Checkpoint, AbandonedWriterLeavesNothing) {
+  TempDir tmp;
+  {
+    CheckpointWriter w(tmp.str(), 4);
+    const char x = 1;
+    w.add_blob("a.bin", &x, 1);
+    EXPECT_TRUE(fs::exists(w.temp_dir()));
+    CheckpointWriter moved = std::move(w);
+    EXPECT_TRUE(fs::exists(moved.temp_dir()));
+  }
+  EXPECT_TRUE(entries(tmp.str()).empty());
+}
+
+TEST(Checkpoint, CommitOverExistingReplacesIt) {
+  TempDir tmp;
+  const std::vector<char> a = pattern(3000, 1), b = pattern(7000, 2);
+  {
+    CheckpointWriter w(tmp.str(), 7);
+    w.add_blob("a.bin", a.data(), a.size());
+    w.set_meta(R"({"v": 1})");
+    w.commit();
+  }
+  CheckpointWriter w(tmp.str(), 7);
+  w.add_blob("b.bin", b.data(), b.size());
+  w.set_meta(R"({"v": 2})");
+  EXPECT_EQ(CheckpointReader::open(tmp.sub("step_00000007")).meta(), R"({"v": 1})");  // old one intact until commit
+  EXPECT_EQ(w.commit(), tmp.sub("step_00000007"));
+  EXPECT_EQ(entries(tmp.str()), std::vector<std::string>{"step_00000007"});  // old one and temp dir removed
+  const CheckpointReader r = CheckpointReader::open(tmp.sub("step_00000007"));
+  EXPECT_EQ(r.meta(), R"({"v": 2})");
+  EXPECT_EQ(r.blob_names(), std::vector<std::string>{"b.bin"});
+  EXPECT_EQ(entries(tmp.sub("step_00000007")), (std::vector<std::string>{"b.bin", "manifest.json"}));
+}
+
+TEST(Checkpoint, WeightsOnlyExportAtPath) {
+  TempDir tmp;
+  const std::vector<char> p = pattern(4096, 5);
+  CheckpointWriter w = CheckpointWriter::at_path(tmp.sub("exports/model_final/"));
+  w.add_blob("params.bin", p.data(), p.size(), "f32", {1024});
+  w.set_meta(R"({"kind": "weights"})");
+  EXPECT_EQ(w.commit(), tmp.sub("exports/model_final"));
+  const CheckpointReader r = CheckpointReader::open(tmp.sub("exports/model_final"));
+  EXPECT_FALSE(r.step().has_value());
+  std::vector<char> got(p.size());
+  r.read_blob("params.bin", got.data(), got.size());
+  EXPECT_TRUE(got == p);
+  EXPECT_EQ(entries(tmp.sub("exports")), std::vector<std::string>{"model_final"});
+}
+
+}  // namespace
+}  // namespace trellis
