@@ -1,0 +1,157 @@
+// Tokenizers: byte and char round trips, GPT-2 byte-level BPE on a small vocabulary this test
+// writes itself (vocab.json + merges.txt), GPT-2 pre-tokenization, and vocabulary files.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "data/gpt2_bpe.h"
+#include "data/json.h"
+#include "data/tokenizer.h"
+
+namespace fs = std::filesystem;
+using namespace trellis;
+
+namespace {
+
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    path = fs::temp_directory_path() / ("trellis_data_tok_" + std::to_string(::getpid()) + "_" +
+                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(path);
+    fs::create_directories(path);
+  }
+  ~TempDir() { fs::remove_all(path); }
+  std::string operator/(const std::string& name) const { return (path / name).string(); }
+};
+
+template <typename F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const UserError& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+// vocab.json: every byte (id = byte value, in GPT-2's byte-to-unicode form, non-ASCII written as
+// \u escapes like the real file) plus the merged tokens he=256, ll=257, hell=258, Ġw=259.
+void write_small_gpt2(const std::string& vocab_path, const std::string& merges_path) {
+  std::string json = "{";
+  const auto& b2u = gpt2_byte_to_unicode();
+  for (int b = 0; b < 256; ++b) {
+    std::string tok;
+    const uint32_t cp = b2u[size_t(b)];
+    if (cp == '"' || cp == '\\') tok = std::string("\\") + char(cp);
+    else if (cp < 0x80) tok = std::string(1, char(cp));
+    else {
+      char buf[8];
+      std::snprintf(buf, sizeof(buf), "\\u%04x", cp);
+      tok = buf;
+    }
+    json += "\"" + tok + "\": " + std::to_string(b) + ", ";
+  }
+  json += "\"he\": 256, \"ll\": 257, \"hell\": 258, \"\\u0120w\": 259}";
+  std::ofstream(vocab_path) << json;
+  std::ofstream(merges_path) << "#version: 0.2\nh e\nl l\nhe ll\n\xC4\xA0 w\n";
+}
+
+}  // namespace
+
+TEST(DataTokenizer, ByteRoundTrip) {
+  const auto tok = make_byte_tokenizer();
+  const std::string text = "Hello, wörld!\n\t\x01\xff";
+  const auto ids = tok->encode(text);
+  EXPECT_EQ(tok->vocab_size(), 256);
+  EXPECT_EQ(ids.size(), text.size());
+  EXPECT_EQ(ids[0], 'H');
+  EXPECT_EQ(tok->decode(ids), text);
+  EXPECT_NE(error_of([&] { tok->decode({256}); }).find("token id 256 is not a byte"), std::string::npos);
+}
+
+TEST(DataTokenizer, CharRoundTripAndSortedVocabulary) {
+  const auto tok = make_char_tokenizer({"hello ", "wörld\n"});
+  // Sorted code points: \n, ' ', d, e, h, l, o, r, w, ö
+  EXPECT_EQ(tok->vocab_size(), 10);
+  EXPECT_EQ(tok->encode("\n"), std::vector<int32_t>{0});
+  EXPECT_EQ(tok->encode("ö"), std::vector<int32_t>{9});
+  EXPECT_EQ(tok->encode("hello wörld\n").size(), 12u);
+  EXPECT_EQ(tok->decode(tok->encode("world hello wörld")), "world hello wörld");
+  const std::string e = error_of([&] { tok->encode("hex"); });
+  EXPECT_NE(e.find("character \"x\" (U+0078) at byte 2 is not in the vocabulary"), std::string::npos) << e;
+}
+
+TEST(DataTokenizer, Gpt2Pretokenize) {
+  using V = std::vector<std::string>;
+  EXPECT_EQ(gpt2_pretokenize("hello world"), (V{"hello", " world"}));
+  EXPECT_EQ(gpt2_pretokenize("it's  ok\n"), (V{"it", "'s", " ", " ok", "\n"}));
+  EXPECT_EQ(gpt2_pretokenize("Hello 123 !!x"), (V{"Hello", " 123", " !!", "x"}));
+  EXPECT_EQ(gpt2_pretokenize("we'll they're I'd 'quote'"),
+            (V{"we", "'ll", " they", "'re", " I", "'d", " '", "quote", "'"}));
+  EXPECT_EQ(gpt2_pretokenize("a\n\nb  "), (V{"a", "\n", "\n", "b", "  "}));
+  EXPECT_EQ(gpt2_pretokenize("a\n\n b"), (V{"a", "\n\n", " b"}));
+  EXPECT_EQ(gpt2_pretokenize(" café—x"), (V{" café", "—", "x"}));
+}
+
+TEST(DataTokenizer, Gpt2BpeOnSmallVocabulary) {
+  TempDir dir;
+  write_small_gpt2(dir / "vocab.json", dir / "merges.txt");
+  const auto tok = load_gpt2_tokenizer(dir / "vocab.json", dir / "merges.txt");
+  EXPECT_EQ(tok->vocab_size(), 260);
+  // "hello" -> h e l l o -> he l l o -> he ll o -> hell o; " world" -> Ġw o r l d.
+  EXPECT_EQ(tok->encode("hello world"), (std::vector<int32_t>{258, 'o', 259, 'o', 'r', 'l', 'd'}));
+  EXPECT_EQ(tok->decode({258, 'o', 259, 'o', 'r', 'l', 'd'}), "hello world");
+  // Spaces become Ġ (byte 0x20 is id 32), a non-ASCII char is its UTF-8 bytes.
+  EXPECT_EQ(tok->encode(" é"), (std::vector<int32_t>{32, 0xC3, 0xA9}));
+  for (const std::string text : {"hello  world\n\nhe said: 'well!' 42", "héllo wörld ☃ ", "\t x \x01"})
+    EXPECT_EQ(tok->decode(tok->encode(text)), text);
+  // Merges apply by rank: "hell" only after "he" and "ll".
+  EXPECT_EQ(tok->encode("shell"), (std::vector<int32_t>{'s', 258}));
+}
+
+TEST(DataTokenizer, VocabularyFilesRoundTrip) {
+  TempDir dir;
+  write_small_gpt2(dir / "vocab.json", dir / "merges.txt");
+  std::vector<std::unique_ptr<Tokenizer>> toks;
+  toks.push_back(make_byte_tokenizer());
+  toks.push_back(make_char_tokenizer({"ab\"\\\n\x01 ☃"}));
+  toks.push_back(load_gpt2_tokenizer(dir / "vocab.json", dir / "merges.txt"));
+  const std::string text = "ab \"\\\n☃\x01ba";
+  for (const auto& tok : toks) {
+    const std::string path = dir / (tok->kind() + ".vocab.json");
+    save_vocabulary(*tok, path);
+    const auto back = load_vocabulary(path);
+    EXPECT_EQ(back->kind(), tok->kind());
+    EXPECT_EQ(back->vocab_size(), tok->vocab_size());
+    EXPECT_EQ(read_vocabulary_size(path), tok->vocab_size());
+    EXPECT_EQ(back->encode(text), tok->encode(text)) << tok->kind();
+    EXPECT_EQ(back->decode(back->encode(text)), text) << tok->kind();
+  }
+  EXPECT_EQ(vocabulary_path("/d/corpus"), "/d/corpus.vocab.json");
+  EXPECT_EQ(vocabulary_path("/d/corpus.bin"), "/d/corpus.vocab.json");
+  EXPECT_EQ(vocabulary_path("/d/corpus.tok"), "/d/corpus.vocab.json");
+}
+
+TEST(DataTokenizer, BadVocabularyFilesAreReported) {
+  TempDir dir;
+  std::ofstream(dir / "a.json") << "{\"kind\": \"char\", \"vocab_size\": 3, \"chars\": [\"a\", \"b\"]}";
+  EXPECT_NE(error_of([&] { load_vocabulary(dir / "a.json"); }).find("\"vocab_size\" says 3 but the vocabulary has 2"),
+            std::string::npos);
+  std::ofstream(dir / "b.json") << "{\"kind\": \"words\"}";
+  EXPECT_NE(error_of([&] { load_vocabulary(dir / "b.json"); }).find("unknown vocabulary kind \"words\""), std::string::npos);
+  std::ofstream(dir / "c.json") << "{\"kind\": \"byte\", ";
+  EXPECT_NE(error_of([&] { load_vocabulary(dir / "c.json"); }).find("c.json: invalid JSON at byte"), std::string::npos);
+  std::ofstream(dir / "merges.txt") << "#version: 0.2\nh e x\n";
+  std::ofstream(dir / "vocab.json") << "{\"h\": 0, \"e\": 1}";
+  EXPECT_NE(error_of([&] { load_gpt2_tokenizer(dir / "vocab.json", dir / "merges.txt"); }).find("merges.txt:2: expected a merge"),
+            std::string::npos);
+  std::ofstream(dir / "merges.txt") << "h e\n";
+  const auto tok = load_gpt2_tokenizer(dir / "vocab.json", dir / "merges.txt");
+  EXPECT_NE(error_of([&] { tok->encode("hex"); }).find("the vocabulary has no token \"x\""), std::string::npos);
+}
