@@ -286,7 +286,10 @@ class JsonParser {
     unsigned v = 0;
     for (int k = 0; k < 4; ++k) {
       const char h = s_[i_++];
-      const int d = digit(h) ? h - '0' : (h >= 'a' && h <= 'f') ? h - 'a' + 10 : (h >= 'A' && h <= 'F') ? h - 'A' + 10 : -1;
+      const int d = digit(h)                 ? h - '0'
+                    : (h >= 'a' && h <= 'f') ? h - 'a' + 10
+                    : (h >= 'A' && h <= 'F') ? h - 'A' + 10
+                                             : -1;
       if (d < 0) err("bad \\u escape");
       v = v * 16 + static_cast<unsigned>(d);
     }
@@ -450,7 +453,8 @@ std::unique_ptr<CheckpointWriter::State> make_writer_state(const std::string& fi
   s->final_dir = strip_trailing_slashes(final_dir_in);
   const fs::path fp(s->final_dir);
   s->base = fp.filename().string();
-  if (s->base.empty() || s->base == "." || s->base == "..") fail("bad checkpoint directory name '" + final_dir_in + "'");
+  if (s->base.empty() || s->base == "." || s->base == "..")
+    fail("bad checkpoint directory name '" + final_dir_in + "'");
   s->root = fp.has_parent_path() ? fp.parent_path().string() : std::string(".");
   s->tmp_dir = join(s->root, ".tmp." + s->base + "." + host_token() + "." + std::to_string(::getpid()));
   std::error_code ec;

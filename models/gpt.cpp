@@ -53,6 +53,10 @@ GPT::GPT(Runtime& rt, const GPTConfig& cfg, int64_t micro_batch)
     : rt_(rt), cfg_(cfg), micro_batch_(micro_batch), params_(rt, parameter_specs(cfg), cfg.dtype) {
   for (int l = 0; l < cfg.n_layers; ++l) blocks_.emplace_back(cfg_, l, block_params(params_, l));
   saved_.resize(size_t(cfg.n_layers));
+  for (int l = 0; l < cfg.n_layers; ++l) block_ranges_.push_back(range_of("h." + std::to_string(l) + "."));
+  lnf_range_ = range_of("lnf.");
+  wte_range_ = range_of("wte");
+  wpe_range_ = range_of("wpe");
   ActivationBytes a = activation_bytes(cfg, micro_batch, cfg.seq_len);
   acts_ = Arena(rt.allocator(), a.kept, "activations (kept for backward)");
   work_ = Arena(rt.allocator(), a.work, "activation workspace");
@@ -142,10 +146,8 @@ std::pair<int64_t, int64_t> GPT::range_of(const std::string& prefix) const {
 
 void GPT::forward_backward(const StepContext& ctx, const Tensor& tokens, const Tensor& targets, float dloss,
                            const Tensor& loss_sum, const GradsReady& grads_ready) {
-  auto ready = [&](const std::string& prefix) {
-    if (!grads_ready) return;
-    auto [b, e] = range_of(prefix);
-    grads_ready(b, e);
+  auto ready = [&](const std::pair<int64_t, int64_t>& r) {
+    if (grads_ready) grads_ready(r.first, r.second);
   };
   const int64_t B = tokens.size(0), T = tokens.size(1), C = cfg_.d_model;
   forward_trunk(ctx, tokens);
@@ -154,11 +156,11 @@ void GPT::forward_backward(const StepContext& ctx, const Tensor& tokens, const T
   fill(rt_, dres, 0.0f);
   layernorm_backward(rt_, dres, params_.get("lnf.w").grad, params_.get("lnf.b").grad, dlnf_, final_x_,
                      params_.get("lnf.w").value, lnf_mean_, lnf_rstd_);
-  ready("lnf.");
+  ready(lnf_range_);
   for (size_t l = blocks_.size(); l-- > 0;) {
     work_.reset();
     blocks_[l].backward(rt_, ctx, dres, saved_[l], work_);
-    ready("h." + std::to_string(l) + ".");
+    ready(block_ranges_[l]);
   }
   work_.reset();
   NvtxRange r("embedding_backward");
@@ -168,8 +170,8 @@ void GPT::forward_backward(const StepContext& ctx, const Tensor& tokens, const T
     dropout_backward(rt_, demb, dres, cfg_.dropout, embedding_dropout_key(ctx, T));
   }
   embedding_backward(rt_, params_.get("wte").grad, params_.get("wpe").grad, demb, tokens);
-  ready("wte");
-  ready("wpe");
+  ready(wte_range_);
+  ready(wpe_range_);
 }
 
 void GPT::forward_loss(const StepContext& ctx, const Tensor& tokens, const Tensor& targets, const Tensor& loss_sum) {

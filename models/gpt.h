@@ -65,6 +65,9 @@ class GPT {
   Buffer dres_buf_;  // gradient of the residual stream (B, T, C)
   // Kept by the trunk for the head and its backward.
   Tensor lnf_out_, lnf_mean_, lnf_rstd_, final_x_, dlnf_;
+  // Gradient ranges reported to GradsReady: blocks by layer, then lnf, wte, wpe.
+  std::vector<std::pair<int64_t, int64_t>> block_ranges_;
+  std::pair<int64_t, int64_t> lnf_range_, wte_range_, wpe_range_;
 };
 
 }  // namespace trellis

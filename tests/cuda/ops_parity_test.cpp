@@ -1,6 +1,6 @@
 // CUDA against CPU, op by op, for f32, bf16 and f16: the same seeded inputs on both backends,
 // results compared with a tolerance per dtype (dropout masks exactly); determinism of the GPU's
-// embedding and layer-norm backward (two runs bitwise equal); the caching allocator's statistics.
+// embedding, layer-norm and attention backward (two runs bitwise equal); the caching allocator's statistics.
 // Attention tolerances: out 2x and dqkv 4x the dtype's (bf16 2e-2 / 4e-2, f16 4e-3 / 8e-3, relative
 // and absolute against max(1, max|cpu|)); lse as f16's 2e-3 (f32: 1e-4); the fused kernels round P
 // and dS to the input dtype before their tensor-core products, as FlashAttention does.

@@ -129,7 +129,8 @@ TEST(Crc32c, MatchesBitwiseReference) {
 }
 
 TEST(Json, ParsesValuesAndRejectsGarbage) {
-  const JsonValue v = parse_json(R"( {"a": [1, -2.5e3, true, null], "s": "x\"\n\u00e9\ud83d\ude00", "big": 9007199254740993} )");
+  const JsonValue v =
+      parse_json(R"( {"a": [1, -2.5e3, true, null], "s": "x\"\n\u00e9\ud83d\ude00", "big": 9007199254740993} )");
   ASSERT_EQ(v.kind, JsonValue::Kind::kObject);
   EXPECT_EQ(v.find("a")->items.size(), 4u);
   EXPECT_EQ(v.find("a")->items[0].as_int(), 1);
@@ -318,8 +319,9 @@ TEST(Checkpoint, LeftoverTempDirIsIgnoredAndPruned) {
   EXPECT_EQ(latest_valid_checkpoint(tmp.str()), tmp.sub("step_00000010"));
   const std::vector<std::string> removed = prune_checkpoints(tmp.str(), 5);
   EXPECT_EQ(removed, std::vector<std::string>{tmp.sub(dead_tmp)});
-  EXPECT_EQ(entries(tmp.str()), (std::vector<std::string>{".tmp.something", fs::path(live.temp_dir()).filename().string(),
-                                                           "notes.txt", "step_00000010", "step_1"}));
+  const std::string live_tmp = fs::path(live.temp_dir()).filename().string();
+  EXPECT_EQ(entries(tmp.str()),
+            (std::vector<std::string>{".tmp.something", live_tmp, "notes.txt", "step_00000010", "step_1"}));
   live.commit();
   EXPECT_EQ(latest_valid_checkpoint(tmp.str()), tmp.sub("step_00000030"));
 }
@@ -330,7 +332,8 @@ TEST(Checkpoint, PruneKeepsNewestK) {
   std::ofstream(tmp.sub("notes.txt")) << "user file";
   EXPECT_TRUE(prune_checkpoints(tmp.str(), 0).empty());  // keep <= 0: keep all
   EXPECT_EQ(prune_checkpoints(tmp.str(), 3).size(), 2u);
-  EXPECT_EQ(entries(tmp.str()), (std::vector<std::string>{"notes.txt", "step_00000003", "step_00000004", "step_00000005"}));
+  EXPECT_EQ(entries(tmp.str()),
+            (std::vector<std::string>{"notes.txt", "step_00000003", "step_00000004", "step_00000005"}));
   // A damaged newest one does not count toward K and is left for inspection.
   fs::resize_file(tmp.sub("step_00000005/params.bin"), 1);
   EXPECT_EQ(prune_checkpoints(tmp.str(), 2), std::vector<std::string>{});

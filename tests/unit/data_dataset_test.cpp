@@ -1,0 +1,256 @@
+// TokenDataset and BlendedDataset: format detection, deterministic sampling keyed by index,
+// epochs as permutations of windows, disjoint train/val, blend weights, vocabulary checks.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "data/blended_dataset.h"
+#include "data/indexed_dataset.h"
+#include "data/mapped_file.h"
+#include "data/token_dataset.h"
+#include "data/token_file.h"
+#include "data/tokenizer.h"
+
+namespace fs = std::filesystem;
+using namespace trellis;
+
+namespace {
+
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    path = fs::temp_directory_path() / ("trellis_data_ds_" + std::to_string(::getpid()) + "_" +
+                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(path);
+    fs::create_directories(path);
+  }
+  ~TempDir() { fs::remove_all(path); }
+  std::string operator/(const std::string& name) const { return (path / name).string(); }
+};
+
+template <typename F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const UserError& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+constexpr int32_t kMod = 251;
+// A Megatron dataset whose stream token p is p % kMod, split over documents of varied length.
+void write_counting_megatron(const std::string& prefix, int64_t n) {
+  IndexedDatasetWriter w(prefix, TokenType::u16);
+  int64_t p = 0;
+  for (int64_t len = 1; p < n; ++len) {
+    std::vector<int32_t> doc;
+    for (int64_t k = 0; k < len && p < n; ++k, ++p) doc.push_back(int32_t(p % kMod));
+    w.add_document(doc);
+  }
+  w.finish();
+}
+
+DatasetOptions options(int64_t seq_len, uint64_t seed, int64_t model_vocab = 0) {
+  DatasetOptions o;
+  o.seq_len = seq_len;
+  o.seed = seed;
+  o.model_vocab = model_vocab;
+  return o;
+}
+
+}  // namespace
+
+TEST(DataDataset, OpensEitherFormatByMagic) {
+  TempDir dir;
+  write_counting_megatron(dir / "m", 1000);
+  std::vector<int32_t> toks(1000);
+  for (int i = 0; i < 1000; ++i) toks[size_t(i)] = i % kMod;
+  write_token_file(dir / "t.tok", toks);
+  write_token_file(dir / "llmc_val.bin", toks);
+  for (const std::string p : {dir / "m", dir / "m.idx", dir / "m.bin"}) EXPECT_EQ(TokenDataset(p, options(8, 1)).format(), "megatron");
+  for (const std::string p : {dir / "t", dir / "t.tok", dir / "llmc_val.bin"}) EXPECT_EQ(TokenDataset(p, options(8, 1)).format(), "llmc");
+  // Both formats hold the same stream, so they give the same samples.
+  TokenDataset a(dir / "m", options(8, 1)), b(dir / "t", options(8, 1));
+  std::vector<int32_t> ia(8), ta(8), ib(8), tb(8);
+  for (int64_t i = 0; i < 50; ++i) {
+    a.sample(Split::train, i, ia.data(), ta.data());
+    b.sample(Split::train, i, ib.data(), tb.data());
+    EXPECT_EQ(ia, ib);
+    EXPECT_EQ(ta, tb);
+  }
+  EXPECT_NE(error_of([&] { TokenDataset d(dir / "nothing", options(8, 1)); }).find("no dataset there"), std::string::npos);
+  std::ofstream(dir / "junk.txt") << "hello there";
+  EXPECT_NE(error_of([&] { TokenDataset d(dir / "junk.txt", options(8, 1)); }).find("neither a Megatron dataset"),
+            std::string::npos);
+}
+
+TEST(DataDataset, SamplesAreWindowsKeyedByIndex) {
+  TempDir dir;
+  write_counting_megatron(dir / "m", 10000);
+  const int64_t T = 16;
+  TokenDataset ds(dir / "m", options(T, 7));
+  EXPECT_EQ(ds.tokens(), 10000);
+  EXPECT_EQ(ds.split_tokens(Split::train), 9000);
+  EXPECT_EQ(ds.windows(Split::train), 9000 / 17);
+  EXPECT_EQ(ds.vocab_size(), kMod);  // no vocabulary file: the largest id + 1
+  std::vector<int32_t> in(size_t(T)), tg(size_t(T));
+  for (int64_t i = 0; i < 100; ++i) {
+    ds.sample(Split::train, i, in.data(), tg.data());
+    const int64_t start = ds.sample_start(Split::train, i);
+    EXPECT_EQ(start % (T + 1), 0);
+    for (int64_t k = 0; k < T; ++k) {
+      EXPECT_EQ(in[size_t(k)], (start + k) % kMod);
+      EXPECT_EQ(tg[size_t(k)], (start + k + 1) % kMod);
+    }
+  }
+  // Same index, same sample, whatever was asked before and whichever object answers: a
+  // micro-batch of 2 starting at 2k holds exactly samples 2k and 2k + 1.
+  TokenDataset again(dir / "m", options(T, 7));
+  for (int64_t i : {0, 5, 523, 524, 100000}) EXPECT_EQ(ds.sample_start(Split::train, i), again.sample_start(Split::train, i));
+  std::vector<int32_t> batch(size_t(2 * T)), batch_t(size_t(2 * T)), one(size_t(T)), one_t(size_t(T));
+  for (int64_t k = 0; k < 20; ++k) {
+    for (int64_t j = 0; j < 2; ++j) again.sample(Split::train, 2 * k + j, batch.data() + j * T, batch_t.data() + j * T);
+    for (int64_t j = 0; j < 2; ++j) {
+      ds.sample(Split::train, 2 * k + j, one.data(), one_t.data());
+      EXPECT_TRUE(std::equal(one.begin(), one.end(), batch.begin() + j * T));
+      EXPECT_TRUE(std::equal(one_t.begin(), one_t.end(), batch_t.begin() + j * T));
+    }
+  }
+  // Another seed, another order.
+  TokenDataset other(dir / "m", options(T, 8));
+  int same = 0;
+  for (int64_t i = 0; i < 100; ++i) same += other.sample_start(Split::train, i) == ds.sample_start(Split::train, i);
+  EXPECT_LT(same, 10);
+}
+
+TEST(DataDataset, EpochsArePermutationsReshuffledPerEpoch) {
+  TempDir dir;
+  write_counting_megatron(dir / "m", 5000);
+  TokenDataset ds(dir / "m", options(10, 3));
+  const int64_t W = ds.windows(Split::train);
+  std::vector<int64_t> e0, e1;
+  for (int64_t i = 0; i < W; ++i) e0.push_back(ds.sample_start(Split::train, i));
+  for (int64_t i = W; i < 2 * W; ++i) e1.push_back(ds.sample_start(Split::train, i));
+  EXPECT_NE(e0, e1);
+  std::sort(e0.begin(), e0.end());
+  std::sort(e1.begin(), e1.end());
+  EXPECT_EQ(e0, e1);
+  for (int64_t w = 0; w < W; ++w) EXPECT_EQ(e0[size_t(w)], w * 11);  // every window exactly once
+}
+
+TEST(DataDataset, TrainAndValidationAreDisjoint) {
+  TempDir dir;
+  write_counting_megatron(dir / "m", 3000);
+  DatasetOptions o = options(12, 1);
+  o.val_fraction = 0.2;
+  TokenDataset ds(dir / "m", o);
+  EXPECT_EQ(ds.split_tokens(Split::train), 2400);
+  EXPECT_EQ(ds.split_tokens(Split::val), 600);
+  std::set<int64_t> val;
+  for (int64_t i = 0; i < 3 * ds.windows(Split::val); ++i) {
+    const int64_t s = ds.sample_start(Split::val, i);
+    EXPECT_GE(s, 2400);
+    EXPECT_LE(s + 13, 3000);
+    val.insert(s);
+  }
+  EXPECT_EQ(int64_t(val.size()), ds.windows(Split::val));
+  for (int64_t i = 0; i < 2 * ds.windows(Split::train); ++i) EXPECT_LE(ds.sample_start(Split::train, i) + 13, 2400);
+
+  o.val_fraction = 0.0;
+  TokenDataset none(dir / "m", o);
+  std::vector<int32_t> in(12), tg(12);
+  EXPECT_NE(error_of([&] { none.sample(Split::val, 0, in.data(), tg.data()); }).find("no validation data"), std::string::npos);
+  o.seq_len = 3000;
+  EXPECT_NE(error_of([&] { TokenDataset d(dir / "m", o); }).find("the train split has 3000 tokens, fewer than one sample"),
+            std::string::npos);
+}
+
+TEST(DataDataset, VocabularyLargerThanTheModelIsRejected) {
+  TempDir dir;
+  write_counting_megatron(dir / "m", 1000);
+  save_vocabulary(*make_byte_tokenizer(), dir / "m.vocab.json");
+  TokenDataset ok(dir / "m", options(8, 1, 256));
+  EXPECT_EQ(ok.vocab_size(), 256);
+  EXPECT_EQ(ok.vocabulary_file(), dir / "m.vocab.json");
+  const std::string e = error_of([&] { TokenDataset d(dir / "m", options(8, 1, 100)); });
+  EXPECT_NE(e.find("m.vocab.json: the data's vocabulary has 256 tokens but the model's vocab_size is 100"),
+            std::string::npos) << e;
+
+  // Without a vocabulary file the scan finds the first token the model cannot embed.
+  fs::remove(dir / "m.vocab.json");
+  const std::string s = error_of([&] { TokenDataset d(dir / "m", options(8, 1, 100)); });
+  EXPECT_NE(s.find("m.bin: token 100 (id 100) is >= the model's vocab_size 100"), std::string::npos) << s;
+
+  // A vocabulary file that does not match the data: ids beyond it are corruption.
+  save_vocabulary(*make_char_tokenizer({"abc"}), dir / "m.vocab.json");
+  const std::string c = error_of([&] { TokenDataset d(dir / "m", options(8, 1, 1000)); });
+  EXPECT_NE(c.find("m.bin: token 3 (id 3) is outside the vocabulary of 3 in"), std::string::npos) << c;
+}
+
+TEST(DataDataset, BlendingFollowsWeights) {
+  TempDir dir;
+  write_counting_megatron(dir / "a", 4000);
+  write_counting_megatron(dir / "b", 9000);
+  write_counting_megatron(dir / "c", 2000);
+  const auto blend = open_dataset("0.2 " + (dir / "a") + " 0.5 " + (dir / "b") + " 0.3 " + (dir / "c"), options(8, 5));
+  auto* b = dynamic_cast<BlendedDataset*>(blend.get());
+  ASSERT_NE(b, nullptr);
+  EXPECT_EQ(b->sources(), 3);
+  const double w[3] = {0.2, 0.5, 0.3};
+  std::vector<int64_t> count(3, 0);
+  const int64_t N = 10000;
+  for (int64_t i = 0; i < N; ++i) {
+    const int64_t s = b->source_of(i);
+    // The within-source index is the number of earlier samples that went to the same source.
+    EXPECT_EQ(b->index_in_source(i), count[size_t(s)]);
+    ++count[size_t(s)];
+  }
+  for (int s = 0; s < 3; ++s) EXPECT_NEAR(double(count[size_t(s)]) / N, w[s], 0.01) << "source " << s;
+
+  // Sample i of the blend is sample index_in_source(i) of its source.
+  TokenDataset bsrc(dir / "b", options(8, 5));
+  std::vector<int32_t> in(8), tg(8), in2(8), tg2(8);
+  for (int64_t i = 0; i < 200; ++i) {
+    if (b->source_of(i) != 1) continue;
+    blend->sample(Split::train, i, in.data(), tg.data());
+    bsrc.sample(Split::train, b->index_in_source(i), in2.data(), tg2.data());
+    EXPECT_EQ(in, in2);
+    EXPECT_EQ(tg, tg2);
+  }
+  EXPECT_NE(error_of([&] { open_dataset("0.5 " + (dir / "a") + " " + (dir / "b"), options(8, 5)); }).find("expected PATH or WEIGHT PATH"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { open_dataset("x " + (dir / "a") + " 1 " + (dir / "b"), options(8, 5)); }).find("\"x\" is not a weight"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { open_dataset("0 " + (dir / "a") + " 1 " + (dir / "b"), options(8, 5)); }).find("every weight must be > 0"),
+            std::string::npos);
+}
+
+TEST(DataDataset, TinyShakespeareAtCharLevel) {
+  const std::string path = TRELLIS_SOURCE_DIR "/../shared/data/tinyshakespeare.txt";
+  if (!file_exists(path)) GTEST_SKIP() << path << " is absent";
+  TempDir dir;
+  const std::string text = read_text_file(path);
+  const auto tok = make_char_tokenizer({text});
+  EXPECT_EQ(tok->vocab_size(), 65);
+  IndexedDatasetWriter w(dir / "shakespeare", best_token_type(tok->vocab_size()));
+  w.add_document(tok->encode(text));
+  w.finish();
+  save_vocabulary(*tok, dir / "shakespeare.vocab.json");
+
+  TokenDataset ds(dir / "shakespeare", options(64, 1, 65));
+  EXPECT_EQ(ds.vocab_size(), 65);
+  EXPECT_EQ(ds.tokens(), int64_t(text.size()));
+  const auto vocab = load_vocabulary(ds.vocabulary_file());
+  std::vector<int32_t> in(64), tg(64);
+  ds.sample(Split::val, 3, in.data(), tg.data());
+  const std::string decoded = vocab->decode(in);
+  EXPECT_EQ(text.substr(size_t(ds.sample_start(Split::val, 3)), 64), decoded);
+}
