@@ -14,18 +14,31 @@ log.every = 1, parsed from the JSON lines.
 MFU, both sides, same formula (DESIGN.md §5, REFERENCE.md): tokens/s * (6N + 12*L*C*T) / 989e12,
 N = all parameters with the tied embedding counted once, position embeddings included,
 vocabulary padding excluded (GPT-2 small: N = 124,439,808). Timings: median over the steps after
-warm-up."""
+warm-up.
+
+Data parallel (--data-parallel N, N > 1): every model / micro-batch is also run on N GPUs, after
+the 1-GPU runs of the same call: PyTorch as DistributedDataParallel (NCCL, one process per GPU,
+started with `python3 -m torch.distributed.run --standalone --nproc-per-node N`, bucket_cap_mb=25,
+gradient_as_bucket_view=True, torch.compile of the DDP module), Trellis as `mpirun -np N
+train_gpt ... --set train.global_batch=N*micro_batch` (its start record's layout must say data = N).
+Both with NCCL_NVLS_ENABLE=0 (and TORCH_SYMM_MEM_DISABLE_MULTICAST=1 for PyTorch). Tokens/s are for
+the global batch of N x micro-batch sequences; step time and peak memory are rank 0's; scaling
+efficiency = (tokens/s per GPU at N) / (tokens/s at 1 GPU), same framework, model, micro-batch."""
 import argparse
 import datetime
 import json
 import os
 import shlex
+import signal
 import statistics
 import subprocess
 import sys
 import tempfile
+import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+# For the children of data-parallel runs: NVLink SHARP / multicast off (not usable on these machines).
+DP_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1"}
 PEAK_FLOPS = 989e12  # H100/H200 SXM dense BF16
 VOCAB, SEQ = 50257, 1024
 PRESETS = {"tiny": (2, 2, 64), "124m": (12, 12, 768), "350m": (24, 16, 1024),
@@ -45,14 +58,30 @@ def mfu(tokens_per_s, L, C, T=SEQ):
 # ---- PyTorch side (runs in a child process: bench_gpt.py --torch-worker) ---------------------
 
 def torch_worker(args):
+    """One process; under torch.distributed.run (WORLD_SIZE > 1) one rank of a DDP run. Rank 0
+    prints the BENCH_RESULT line."""
     import torch
+    import torch.distributed as dist
     sys.path.insert(0, HERE)
     from torch_gpt import GPT, GPTConfig
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     L, H, C = PRESETS[args.torch_worker]
-    B, T, dev = args.micro_batch, SEQ, "cuda"
-    torch.manual_seed(1337)
+    B, T = args.micro_batch, SEQ
+    rank, world = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    cuda = args.torch_device == "cuda"
+    if cuda:
+        torch.cuda.set_device(local_rank)
+        dev = torch.device("cuda", local_rank)
+    else:  # only for testing the plumbing (gloo for DDP); the numbers mean nothing
+        dev = torch.device("cpu")
+    if world > 1:
+        if cuda:
+            dist.init_process_group("nccl", device_id=dev)
+        else:
+            dist.init_process_group("gloo")
+    torch.manual_seed(1337)  # same initial weights on every rank (DDP broadcasts rank 0's anyway)
     torch.backends.cuda.matmul.allow_tf32 = True
     torch.backends.cudnn.allow_tf32 = True
     model = GPT(GPTConfig(VOCAB, SEQ, L, H, C, dropout=0.0)).to(dev)
@@ -62,13 +91,22 @@ def torch_worker(args):
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
                              {"params": no_decay, "weight_decay": 0.0}],
                             lr=6e-4, betas=(0.9, 0.95), eps=1e-8, fused=True)
-    cmodel = torch.compile(model, mode=args.compile_mode) if args.compile_mode != "none" else model
+    net = model
+    if world > 1:
+        from torch.nn.parallel import DistributedDataParallel as DDP
+        net = DDP(model, device_ids=[local_rank] if cuda else None, bucket_cap_mb=25,
+                  gradient_as_bucket_view=True)
+    # torch.compile of the DDP module: Dynamo's DDPOptimizer splits the graph at the buckets, so
+    # the all-reduces still overlap the backward.
+    cmodel = torch.compile(net, mode=args.compile_mode) if args.compile_mode != "none" else net
     # A few fixed random batches, cycled: no host-to-device copies inside the timed steps.
+    # Each rank gets different tokens.
+    torch.manual_seed(1337 + rank)
     data = torch.randint(0, VOCAB, (4, 2, B, T), device=dev)
 
     def step(i):
         x, y = data[i % 4]
-        with torch.autocast("cuda", dtype=torch.bfloat16):
+        with torch.autocast(dev.type, dtype=torch.bfloat16):
             _, loss = cmodel(x, y)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0, foreach=True)
@@ -83,30 +121,58 @@ def torch_worker(args):
     with sdpa_kernel(backends):
         for i in range(args.warmup):  # includes torch.compile's first-call compilation
             step(i)
-        torch.cuda.synchronize()
-        torch.cuda.reset_peak_memory_stats()
-        events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
-                  for _ in range(args.steps)]
-        for i, (start, end) in enumerate(events):
-            start.record()
-            loss = step(args.warmup + i)
-            end.record()
-        torch.cuda.synchronize()
-    step_ms = statistics.median(s.elapsed_time(e) for s, e in events)
-    result = {"step_ms": step_ms, "tokens_per_s": B * T / (step_ms / 1e3),
-              "peak_mem_bytes": torch.cuda.max_memory_allocated(), "loss": loss.item(),
-              "gpu": torch.cuda.get_device_name(), "torch": torch.__version__}
-    print("BENCH_RESULT " + json.dumps(result), flush=True)
+        if cuda:
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+            events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+                      for _ in range(args.steps)]
+            for i, (start, end) in enumerate(events):
+                start.record()
+                loss = step(args.warmup + i)
+                end.record()
+            torch.cuda.synchronize()
+            times = [s.elapsed_time(e) for s, e in events]
+        else:
+            times = []
+            for i in range(args.steps):
+                t0 = time.perf_counter()
+                loss = step(args.warmup + i)
+                times.append(1e3 * (time.perf_counter() - t0))
+    step_ms = statistics.median(times)
+    result = {"step_ms": step_ms, "tokens_per_s": world * B * T / (step_ms / 1e3),
+              "peak_mem_bytes": torch.cuda.max_memory_allocated() if cuda else 0,
+              "loss": loss.item(), "world": world, "global_batch": world * B,
+              "gpu": torch.cuda.get_device_name() if cuda else "cpu", "torch": torch.__version__}
+    if world > 1:
+        dist.barrier()
+        dist.destroy_process_group()
+    if rank == 0:
+        print("BENCH_RESULT " + json.dumps(result), flush=True)
     return 0
 
 
-def run_torch(args, preset, mb):
-    cmd = [sys.executable, os.path.abspath(__file__), "--torch-worker", preset,
-           "--micro-batch", str(mb), "--steps", str(args.steps), "--warmup", str(args.warmup),
-           "--sdpa", args.sdpa, "--compile-mode", args.compile_mode]
-    return run_child(cmd, args.timeout, parse=lambda out: next(
-        (json.loads(line[len("BENCH_RESULT "):]) for line in out.splitlines()
-         if line.startswith("BENCH_RESULT ")), None))
+def parse_torch(out, dp):
+    tag = "BENCH_RESULT "
+    res = next((json.loads(line[line.index(tag) + len(tag):]) for line in out.splitlines()
+                if tag in line), None)
+    if res and res.get("world", 1) != dp:
+        raise ValueError(f"the PyTorch run had {res.get('world')} ranks, not {dp}")
+    return res
+
+
+def run_torch(args, preset, mb, dp=1):
+    worker = [os.path.abspath(__file__), "--torch-worker", preset,
+              "--micro-batch", str(mb), "--steps", str(args.steps), "--warmup", str(args.warmup),
+              "--sdpa", args.sdpa, "--compile-mode", args.compile_mode,
+              "--torch-device", args.torch_device]
+    env = None
+    if dp == 1:
+        cmd = [sys.executable] + worker
+    else:  # one process per GPU; --standalone: a local rendezvous on a free port
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+               "--nproc-per-node", str(dp)] + worker
+        env = dict(os.environ, **DP_ENV)
+    return run_child(cmd, args.timeout, parse=lambda out: parse_torch(out, dp), env=env)
 
 
 # ---- Trellis side ------------------------------------------------------------------------------
@@ -141,16 +207,22 @@ every = 1
 """
 
 
-def parse_metrics(path, warmup):
-    """Median over the step records after the first `warmup` ones."""
-    records = []
+def parse_metrics(path, warmup, dp=1):
+    """Median over the step records after the first `warmup` ones. With dp > 1, the start record's
+    layout must say data = dp."""
+    records, start = [], None
     with open(path) as f:
         for line in f:
             line = line.strip()
             if line:
                 r = json.loads(line)
+                if r.get("event") == "start":
+                    start = r
                 if "step" in r and "tokens_per_s" in r and "event" not in r:
                     records.append(r)
+    data = (start or {}).get("layout", {}).get("data")
+    if (dp > 1 or start is not None) and data != dp:
+        raise RuntimeError(f"Trellis's start record says layout data = {data}, expected {dp}")
     records.sort(key=lambda r: r["step"])
     timed = records[warmup:]
     if not timed:
@@ -159,45 +231,81 @@ def parse_metrics(path, warmup):
     return {"step_ms": med("step_ms"), "tokens_per_s": med("tokens_per_s"),
             "mfu_reported": med("mfu") if any("mfu" in r for r in timed) else None,
             "peak_mem_bytes": max(r.get("peak_mem_bytes", 0) for r in timed),
-            "loss": timed[-1].get("loss"), "timed_steps": len(timed)}
+            "loss": timed[-1].get("loss"), "timed_steps": len(timed),
+            "global_batch": (start or {}).get("global_batch")}
 
 
-def run_trellis(args, preset, mb, workdir):
-    tag = f"{preset}_mb{mb}"
+def run_trellis(args, preset, mb, workdir, dp=1):
+    tag = f"{preset}_mb{mb}_dp{dp}"
     cfg_path = os.path.join(workdir, f"{tag}.toml")
     metrics = os.path.join(workdir, f"{tag}.metrics.jsonl")
     with open(cfg_path, "w") as f:
         f.write(trellis_toml(preset, mb, args.warmup + args.steps, args.precision,
                              args.checkpointing))
-    cmd = shlex.split(args.trellis_prefix) + [args.trellis, cfg_path, "--set",
-                                              f"log.metrics_file={metrics}"]
+    env = None
+    if dp == 1:
+        prefix = shlex.split(args.trellis_prefix)
+    else:
+        env = dict(os.environ, **DP_ENV)
+        prefix = shlex.split(args.mpirun) + ["-np", str(dp)]
+        for var in ("NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST", "LD_LIBRARY_PATH",
+                    "PATH"):
+            if var in env:
+                prefix += ["-x", var]
+    cmd = prefix + [args.trellis, cfg_path, "--set", f"log.metrics_file={metrics}"]
+    if dp > 1:
+        cmd += ["--set", f"train.global_batch={dp * mb}"]
     for s in args.trellis_set:
         cmd += ["--set", s]
-    return run_child(cmd, args.timeout, parse=lambda out: parse_metrics(metrics, args.warmup))
+    return run_child(cmd, args.timeout, parse=lambda out: parse_metrics(metrics, args.warmup, dp),
+                     env=env)
 
 
 # ---- common ------------------------------------------------------------------------------------
 
-def run_child(cmd, timeout, parse):
+def run_child(cmd, timeout, parse, env=None):
     """Runs cmd; returns (result dict, None) or (None, one-line reason)."""
-    print("$", " ".join(shlex.quote(c) for c in cmd), flush=True)
-    try:
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        return None, f"timed out after {timeout} s"
+    shown = [f"{k}={v}" for k, v in sorted(DP_ENV.items())] if env else []
+    print("$", " ".join(shlex.quote(c) for c in shown + cmd), flush=True)
+    try:  # own session: on a timeout the whole tree (torchrun / mpirun and its ranks) goes
+        p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             env=env, start_new_session=True)
     except OSError as e:
         return None, f"cannot start: {e}"
-    out = p.stdout + "\n" + p.stderr
+    try:
+        stdout, stderr = p.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        stop_tree(p)
+        return None, f"timed out after {timeout} s"
+    except BaseException:  # Ctrl-C: the children are in their own session and would not see it
+        stop_tree(p)
+        raise
+    out = stdout + "\n" + stderr
     if p.returncode != 0:
         print("\n".join(out.strip().splitlines()[-25:]), file=sys.stderr)
         low = out.lower()
         oom = "out of memory" in low or "outofmemoryerror" in low
         return None, ("OOM" if oom else f"failed (exit {p.returncode})")
     try:
-        res = parse(p.stdout)
+        res = parse(stdout)
     except (OSError, ValueError, KeyError, RuntimeError) as e:
         return None, f"no metrics: {e}"
     return (res, None) if res else (None, "no result line")
+
+
+def stop_tree(p):
+    """SIGTERM to the child's process group (mpirun and torchrun pass it on to their ranks), then
+    SIGKILL after 30 s."""
+    for sig, wait in ((signal.SIGTERM, 30), (signal.SIGKILL, None)):
+        try:
+            os.killpg(p.pid, sig)
+        except ProcessLookupError:
+            pass
+        try:
+            p.communicate(timeout=wait)
+            return
+        except subprocess.TimeoutExpired:
+            continue
 
 
 def gpu_name():
@@ -220,16 +328,30 @@ def git_commit():
 
 
 def table(rows):
-    lines = ["| model | micro-batch | framework | tokens/s | MFU | step ms | peak mem (GiB) | "
-             "Trellis/PyTorch |", "|---|---|---|---|---|---|---|---|"]
+    """The single-GPU table as it always was; with data-parallel rows, GPU-count columns too."""
+    dp_rows = any(r.get("dp", 1) > 1 for r in rows)
+    if not dp_rows:
+        lines = ["| model | micro-batch | framework | tokens/s | MFU | step ms | peak mem (GiB) | "
+                 "Trellis/PyTorch |", "|---|---|---|---|---|---|---|---|"]
+    else:
+        lines = ["| model | micro-batch per GPU | GPUs | framework | tokens/s | tokens/s per GPU | "
+                 "MFU | step ms | peak mem per GPU (GiB) | scaling eff. | Trellis/PyTorch |",
+                 "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
+        dp = r.get("dp", 1)
+        ratio = f"{r['ratio']:.2f}x" if r.get("ratio") else ""
         if r["error"]:
-            cells = [r["error"], "", "", "", ""]
-        else:
-            ratio = f"{r['ratio']:.2f}x" if r.get("ratio") else ""
+            cells = [r["error"]] + [""] * (6 if dp_rows else 4)
+        elif not dp_rows:
             cells = [f"{r['tokens_per_s']:,.0f}", f"{100 * r['mfu']:.1f}%", f"{r['step_ms']:.1f}",
                      f"{r['peak_mem_bytes'] / 2**30:.1f}", ratio]
-        lines.append("| " + " | ".join([r["model"], str(r["mb"]), r["framework"]] + cells) + " |")
+        else:
+            eff = f"{100 * r['scaling']:.1f}%" if r.get("scaling") else ""
+            cells = [f"{r['tokens_per_s']:,.0f}", f"{r['tokens_per_s'] / dp:,.0f}",
+                     f"{100 * r['mfu']:.1f}%", f"{r['step_ms']:.1f}",
+                     f"{r['peak_mem_bytes'] / 2**30:.1f}", eff, ratio]
+        head = [r["model"], str(r["mb"])] + ([f"{dp} (DP)" if dp > 1 else "1"] if dp_rows else [])
+        lines.append("| " + " | ".join(head + [r["framework"]] + cells) + " |")
     return "\n".join(lines)
 
 
@@ -248,12 +370,20 @@ def main():
     ap.add_argument("--sdpa", default="flash", choices=["flash", "cudnn", "efficient", "auto"])
     ap.add_argument("--compile-mode", default="default",
                     help="torch.compile mode: default | max-autotune | ... | none (eager)")
+    ap.add_argument("--data-parallel", type=int, default=1, metavar="N",
+                    help="also run each model / micro-batch data-parallel on N GPUs (PyTorch DDP "
+                         "via torch.distributed.run, Trellis via mpirun), next to the 1-GPU runs")
+    ap.add_argument("--mpirun", default="mpirun --allow-run-as-root --bind-to none",
+                    help="launcher for the Trellis data-parallel runs; -np N and -x VAR follow")
     ap.add_argument("--skip-torch", action="store_true")
     ap.add_argument("--skip-trellis", action="store_true")
     ap.add_argument("--timeout", type=int, default=1800, help="seconds per run")
     ap.add_argument("--out", help="also write the markdown here")
     ap.add_argument("--json", help="also write the raw results here")
     ap.add_argument("--torch-worker", help=argparse.SUPPRESS)
+    # cpu: for testing the PyTorch plumbing (DDP over gloo) on a machine without a GPU
+    ap.add_argument("--torch-device", default="cuda", choices=["cuda", "cpu"],
+                    help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.torch_worker:
         args.micro_batch = int(args.micro_batch)
@@ -264,6 +394,9 @@ def main():
     if bad:
         ap.error(f"unknown model {bad}; known: {', '.join(PRESETS)}")
     mbs = [int(b) for b in args.micro_batch.split(",")]
+    if args.data_parallel < 1:
+        ap.error("--data-parallel must be >= 1")
+    dps = [1] if args.data_parallel == 1 else [1, args.data_parallel]
     if not args.skip_trellis and not os.path.exists(args.trellis):
         ap.error(f"{args.trellis} not found (build it, or --skip-trellis)")
 
@@ -272,29 +405,52 @@ def main():
         for preset in models:
             L, H, C = PRESETS[preset]
             for mb in mbs:
-                got = {}
-                for fw, skip, fn in (("PyTorch", args.skip_torch,
-                                      lambda: run_torch(args, preset, mb)),
-                                     ("Trellis", args.skip_trellis,
-                                      lambda: run_trellis(args, preset, mb, workdir))):
-                    if skip:
-                        continue
-                    res, err = fn()
-                    row = {"model": preset, "mb": mb, "framework": fw, "error": err}
-                    if res:
-                        row.update(res, mfu=mfu(res["tokens_per_s"], L, C))
-                        got[fw] = row
-                        rep = res.get("mfu_reported")
-                        if rep and abs(rep - row["mfu"]) > 0.02 * row["mfu"]:
-                            print(f"warning: Trellis reports MFU {rep:.4f}, this script's formula "
-                                  f"gives {row['mfu']:.4f}: the formulas differ", file=sys.stderr)
-                    print(f"{preset} mb={mb} {fw}: " + (err or
-                          f"{row['tokens_per_s']:,.0f} tok/s, MFU {100 * row['mfu']:.1f}%, "
-                          f"{row['peak_mem_bytes'] / 2**30:.1f} GiB"), flush=True)
-                    rows.append(row)
-                if "PyTorch" in got and "Trellis" in got:
-                    t, p = got["Trellis"], got["PyTorch"]
-                    t["ratio"] = t["tokens_per_s"] / p["tokens_per_s"]
+                for dp in dps:
+                    got = {}
+                    for fw, skip, fn in (("PyTorch", args.skip_torch,
+                                          lambda: run_torch(args, preset, mb, dp)),
+                                         ("Trellis", args.skip_trellis,
+                                          lambda: run_trellis(args, preset, mb, workdir, dp))):
+                        if skip:
+                            continue
+                        res, err = fn()
+                        row = {"model": preset, "mb": mb, "dp": dp, "framework": fw,
+                               "error": err}
+                        if res:
+                            # MFU per GPU: tokens/s are for the global batch of dp GPUs
+                            row.update(res, mfu=mfu(res["tokens_per_s"] / dp, L, C),
+                                       tokens_per_s_per_gpu=res["tokens_per_s"] / dp)
+                            got[fw] = row
+                            rep = res.get("mfu_reported")
+                            if rep and abs(rep - row["mfu"]) > 0.02 * row["mfu"]:
+                                print(f"warning: Trellis reports MFU {rep:.4f}, this script's "
+                                      f"formula gives {row['mfu']:.4f}: the formulas differ",
+                                      file=sys.stderr)
+                        print(f"{preset} mb={mb} gpus={dp} {fw}: " + (err or
+                              f"{row['tokens_per_s']:,.0f} tok/s "
+                              f"({row['tokens_per_s_per_gpu']:,.0f} per GPU), "
+                              f"MFU {100 * row['mfu']:.1f}%, "
+                              f"{row['peak_mem_bytes'] / 2**30:.1f} GiB"), flush=True)
+                        rows.append(row)
+                    if "PyTorch" in got and "Trellis" in got:
+                        t, p = got["Trellis"], got["PyTorch"]
+                        t["ratio"] = t["tokens_per_s"] / p["tokens_per_s"]
+    # scaling efficiency: tokens/s per GPU at N over tokens/s of the same framework on 1 GPU
+    single = {(r["model"], r["mb"], r["framework"]): r for r in rows
+              if r["dp"] == 1 and not r["error"]}
+    for r in rows:
+        one = single.get((r["model"], r["mb"], r["framework"]))
+        if r["dp"] > 1 and not r["error"] and one:
+            r["scaling"] = r["tokens_per_s_per_gpu"] / one["tokens_per_s"]
+    if len(dps) > 1:
+        print("\ndata-parallel scaling:")
+        for r in rows:
+            if r["dp"] > 1:
+                print(f"  {r['model']} mb={r['mb']} {r['framework']} x{r['dp']}: " + (r["error"] or
+                      f"{r['tokens_per_s']:,.0f} tok/s total, {r['tokens_per_s_per_gpu']:,.0f} "
+                      f"per GPU, scaling efficiency "
+                      + (f"{100 * r['scaling']:.1f}%" if r.get("scaling") else "n/a")
+                      + (f", Trellis/PyTorch {r['ratio']:.2f}x" if r.get("ratio") else "")))
 
     header = (f"Date: {datetime.date.today()}  \nGPU: {gpu_name()}  \nCommit: {git_commit()}  \n"
               f"Command: `python3 {' '.join(shlex.quote(a) for a in sys.argv)}`  \n"
@@ -304,6 +460,16 @@ def main():
               f"PyTorch bf16 autocast + torch.compile ({args.compile_mode}) + SDPA ({args.sdpa}) + "
               f"fused AdamW. MFU = tokens/s x (6N + 12 L C T) / 989e12, N with the tied embedding "
               f"once and no vocabulary padding. Ratio = Trellis tokens/s / PyTorch tokens/s.\n")
+    if len(dps) > 1:
+        header += (f"\nRows with GPUs = {args.data_parallel} (DP) are data-parallel: PyTorch "
+                   f"DistributedDataParallel (NCCL, bucket_cap_mb 25, gradient_as_bucket_view, "
+                   f"torch.compile of the DDP module, torchrun), Trellis under `{args.mpirun} -np "
+                   f"{args.data_parallel}` (ZeRO stage 0); NCCL_NVLS_ENABLE=0. Global batch = "
+                   f"GPUs x micro-batch sequences; tokens/s are for the global batch, MFU is per "
+                   f"GPU, step ms and peak memory are rank 0's. Scaling eff. = tokens/s per GPU / "
+                   f"tokens/s of the same framework on 1 GPU (the GPUs = 1 rows of this call).\n")
+    if args.torch_device != "cuda":
+        header += "\nPyTorch ran on the CPU (--torch-device cpu): a plumbing test, not a benchmark.\n"
     text = header + "\n" + table(rows) + "\n"
     print("\n" + text)
     if args.out:

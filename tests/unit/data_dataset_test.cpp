@@ -75,8 +75,8 @@ TEST(DataDataset, OpensEitherFormatByMagic) {
   for (int i = 0; i < 1000; ++i) toks[size_t(i)] = i % kMod;
   write_token_file(dir / "t.tok", toks);
   write_token_file(dir / "llmc_val.bin", toks);
-  for (const std::string p : {dir / "m", dir / "m.idx", dir / "m.bin"}) EXPECT_EQ(TokenDataset(p, options(8, 1)).format(), "megatron");
-  for (const std::string p : {dir / "t", dir / "t.tok", dir / "llmc_val.bin"}) EXPECT_EQ(TokenDataset(p, options(8, 1)).format(), "llmc");
+  for (const std::string& p : {dir / "m", dir / "m.idx", dir / "m.bin"}) EXPECT_EQ(TokenDataset(p, options(8, 1)).format(), "megatron");
+  for (const std::string& p : {dir / "t", dir / "t.tok", dir / "llmc_val.bin"}) EXPECT_EQ(TokenDataset(p, options(8, 1)).format(), "llmc");
   // Both formats hold the same stream, so they give the same samples.
   TokenDataset a(dir / "m", options(8, 1)), b(dir / "t", options(8, 1));
   std::vector<int32_t> ia(8), ta(8), ib(8), tb(8);
@@ -101,7 +101,7 @@ TEST(DataDataset, SamplesAreWindowsKeyedByIndex) {
   EXPECT_EQ(ds.split_tokens(Split::train), 9000);
   EXPECT_EQ(ds.windows(Split::train), 9000 / 17);
   EXPECT_EQ(ds.vocab_size(), kMod);  // no vocabulary file: the largest id + 1
-  std::vector<int32_t> in(size_t(T)), tg(size_t(T));
+  std::vector<int32_t> in(static_cast<size_t>(T)), tg(static_cast<size_t>(T));
   for (int64_t i = 0; i < 100; ++i) {
     ds.sample(Split::train, i, in.data(), tg.data());
     const int64_t start = ds.sample_start(Split::train, i);
@@ -115,7 +115,7 @@ TEST(DataDataset, SamplesAreWindowsKeyedByIndex) {
   // micro-batch of 2 starting at 2k holds exactly samples 2k and 2k + 1.
   TokenDataset again(dir / "m", options(T, 7));
   for (int64_t i : {0, 5, 523, 524, 100000}) EXPECT_EQ(ds.sample_start(Split::train, i), again.sample_start(Split::train, i));
-  std::vector<int32_t> batch(size_t(2 * T)), batch_t(size_t(2 * T)), one(size_t(T)), one_t(size_t(T));
+  std::vector<int32_t> batch(static_cast<size_t>(2 * T)), batch_t(static_cast<size_t>(2 * T)), one(static_cast<size_t>(T)), one_t(static_cast<size_t>(T));
   for (int64_t k = 0; k < 20; ++k) {
     for (int64_t j = 0; j < 2; ++j) again.sample(Split::train, 2 * k + j, batch.data() + j * T, batch_t.data() + j * T);
     for (int64_t j = 0; j < 2; ++j) {

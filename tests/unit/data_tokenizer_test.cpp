@@ -51,7 +51,7 @@ void write_small_gpt2(const std::string& vocab_path, const std::string& merges_p
     if (cp == '"' || cp == '\\') tok = std::string("\\") + char(cp);
     else if (cp < 0x80) tok = std::string(1, char(cp));
     else {
-      char buf[8];
+      char buf[16];
       std::snprintf(buf, sizeof(buf), "\\u%04x", cp);
       tok = buf;
     }
@@ -122,7 +122,7 @@ TEST(DataTokenizer, VocabularyFilesRoundTrip) {
   toks.push_back(make_byte_tokenizer());
   toks.push_back(make_char_tokenizer({"ab\"\\\n\x01 ☃"}));
   toks.push_back(load_gpt2_tokenizer(dir / "vocab.json", dir / "merges.txt"));
-  const std::string text = "ab \"\\\n☃\x01ba";
+  const std::string text = "ab \"\\\n☃\x01" "ba";
   for (const auto& tok : toks) {
     const std::string path = dir / (tok->kind() + ".vocab.json");
     save_vocabulary(*tok, path);

@@ -28,8 +28,15 @@ std::vector<Layout> all_layouts(int world) {
 }
 
 std::string describe(const Layout& l) {
-  return "T" + std::to_string(l.tensor) + " D" + std::to_string(l.data) + " P" + std::to_string(l.pipeline) + " E" +
-         std::to_string(l.expert);
+  std::string s = "tensor ";  // built by appending: GCC 12 warns (falsely) on "lit" + to_string()
+  s += std::to_string(l.tensor);
+  s += " data ";
+  s += std::to_string(l.data);
+  s += " pipeline ";
+  s += std::to_string(l.pipeline);
+  s += " expert ";
+  s += std::to_string(l.expert);
+  return s;
 }
 
 void check_layout(const Layout& l) {
@@ -103,7 +110,9 @@ void check_layout(const Layout& l) {
       const bool member_expected = k != GroupKind::embedding || coords_of(r, l).pipeline == 0 ||
                                    coords_of(r, l).pipeline == P - 1;
       ASSERT_EQ(seen[size_t(r)], member_expected ? 1 : 0) << "rank " << r;
-      if (!member_expected) ASSERT_EQ(group_index(k, r, l), -1);
+      if (!member_expected) {
+        ASSERT_EQ(group_index(k, r, l), -1);
+      }
     }
   }
 
