@@ -25,6 +25,7 @@ const Section kSections[] = {
     {"fp16", "Dynamic loss scaling, used when train.precision = \"fp16\"."},
     {"data", "Where training tokens come from."},
     {"log", "Console log, metrics file and validation."},
+    {"checkpoint", "Saving and resuming the full training state."},
 };
 
 // clang-format off
@@ -51,6 +52,7 @@ const std::vector<KeySpec> kKeys = {
   {"train", "checkpointing", T::String, TRELLIS_FIELD(train, checkpointing), "Activation checkpointing (recompute in backward).", {"none", "full", "selective"}},
   {"train", "deterministic", T::Bool, TRELLIS_FIELD(train, deterministic), "GPU: use only bitwise-reproducible algorithms.", {}},
   {"train", "grad_clip", T::Float, TRELLIS_FIELD(train, grad_clip), "Clip the global gradient norm to this; 0 = off.", {}, 0},
+  {"train", "stop_after", T::Int, TRELLIS_FIELD(train, stop_after), "Stop after this step with a checkpoint, as if interrupted (schedules still follow train.steps); 0 = run to the end.", {}, 0},
   {"train", "cpu_threads", T::Int, TRELLIS_FIELD(train, cpu_threads), "OpenMP threads per rank for the CPU backend; 0 = the node's cores divided among its ranks.", {}, 0},
 
   {"optimizer", "lr", T::Float, TRELLIS_FIELD(optimizer, lr), "Peak learning rate (after warm-up); must be >= min_lr.", {}, 0},
@@ -76,6 +78,10 @@ const std::vector<KeySpec> kKeys = {
   {"log", "metrics_file", T::String, TRELLIS_FIELD(log, metrics_file), "Write metrics as JSON lines to this file (rank 0); empty = none.", {}},
   {"log", "val_every", T::Int, TRELLIS_FIELD(log, val_every), "Validate every N steps; 0 = off.", {}, 0},
   {"log", "val_batches", T::Int, TRELLIS_FIELD(log, val_batches), "Micro-batches per validation.", {}, 1},
+  {"checkpoint", "dir", T::String, TRELLIS_FIELD(checkpoint, dir), "Directory of the run's checkpoints (step_NNNNNNNN/ each); empty = no checkpoints.", {}},
+  {"checkpoint", "every", T::Int, TRELLIS_FIELD(checkpoint, every), "Save every N steps (and at the end, and when stopped by a signal); 0 = only then.", {}, 0},
+  {"checkpoint", "keep", T::Int, TRELLIS_FIELD(checkpoint, keep), "Keep the newest K valid checkpoints; older ones are removed.", {}, 1},
+  {"checkpoint", "resume", T::String, TRELLIS_FIELD(checkpoint, resume), "auto = the newest valid checkpoint in checkpoint.dir, if any; none = start fresh; or a checkpoint directory.", {}},
   {"log", "profile_ops", T::Bool, TRELLIS_FIELD(log, profile_ops), "Print a per-op time breakdown at the end (synchronizes after every op: slower; for diagnosis).", {}},
 };
 // clang-format on

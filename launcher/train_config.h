@@ -36,6 +36,7 @@ struct TrainConfig {
   bool deterministic = false;
   double grad_clip = 1.0;          // 0 = off
   int64_t cpu_threads = 0;         // 0 = OpenMP default
+  int64_t stop_after = 0;          // stop after this step (with a checkpoint); 0 = off
 };
 
 struct OptimizerConfig {
@@ -73,6 +74,13 @@ struct LogConfig {
   bool profile_ops = false;        // per-op time breakdown (synchronizes after every op)
 };
 
+struct CheckpointConfig {
+  std::string dir;                 // empty = no checkpoints
+  int64_t every = 0;               // save every N steps; 0 = only at the end / on stop
+  int64_t keep = 3;
+  std::string resume = "auto";     // auto | none | a checkpoint directory
+};
+
 struct Config {
   std::string path;                // the file it came from, for messages
   ModelConfig model;
@@ -83,6 +91,7 @@ struct Config {
   Fp16Config fp16;
   DataConfig data;
   LogConfig log;
+  CheckpointConfig checkpoint;
 };
 
 // Reads `path` (TOML), applies `overrides` ("section.key=value", converted by the key's type),

@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <thread>
 #include <cmath>
 #include <cstdio>
@@ -18,6 +19,7 @@
 #include "core/comm.h"
 #include "core/process_groups.h"
 #include "launcher/batch_loader.h"
+#include "launcher/checkpointing.h"
 #include "launcher/lr_schedule.h"
 #include "launcher/metrics.h"
 #include "launcher/model_files.h"
@@ -198,13 +200,23 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
     metrics->write(start);
   }
 
+  TrainingState state{model, optimizer, scaler};
+  int64_t start_step = 0;
+  if (std::optional<std::string> from = choose_resume(cfg, MPI_COMM_WORLD)) {
+    start_step = load_training_checkpoint(rt, cfg, *from, state);
+    if (main_rank) std::printf("resumed from %s: continuing after step %lld\n", from->c_str(), (long long)start_step);
+  }
+  const bool checkpoints = !cfg.checkpoint.dir.empty();
+  if (cfg.train.stop_after > 0 && !checkpoints && main_rank)
+    std::printf("warning: train.stop_after without checkpoint.dir: the run stops and nothing is saved\n");
+
   Buffer scalars(rt.allocator(), 3 * 4, "step scalars");
   Tensor loss_sum = scalars.tensor(DType::f32, {1}), norm_sq = scalars.tensor(DType::f32, {1}, 4);
   Tensor probe = scalars.tensor(DType::f32, {1}, 8);
   const double peak = rt.peak_flops();
   rt.allocator().reset_peak();
-  int64_t last_step = 0;
-  for (int64_t step = 1; step <= cfg.train.steps; ++step) {
+  int64_t last_step = start_step;
+  for (int64_t step = start_step + 1; step <= cfg.train.steps; ++step) {
     NvtxRange step_range("train_step");
     const auto t0 = std::chrono::steady_clock::now();
     model.params().zero_grads();
@@ -299,8 +311,16 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
       }
     }
     last_step = step;
-    if (stop_requested(MPI_COMM_WORLD)) {
-      if (main_rank) std::printf("stopping after step %lld: received %s\n", (long long)step, stop_signal_name() ? stop_signal_name() : "a stop signal on another rank");
+    const bool signalled = stop_requested(MPI_COMM_WORLD);
+    const bool stop = signalled || step == cfg.train.stop_after;
+    const bool save = checkpoints && (stop || step == cfg.train.steps || (cfg.checkpoint.every > 0 && step % cfg.checkpoint.every == 0));
+    if (save && main_rank) save_training_checkpoint(rt, cfg, state, step, loss, step * global_batch);
+    if (stop) {
+      if (main_rank)
+        std::printf("stopping after step %lld: %s\n", (long long)step,
+                    !signalled ? "train.stop_after"
+                    : stop_signal_name() ? (std::string("received ") + stop_signal_name()).c_str()
+                                         : "a stop signal reached another rank");
       break;
     }
   }

@@ -14,6 +14,12 @@ struct LossScalerConfig {
   double min_scale = 1.0;
 };
 
+// What a checkpoint keeps of the scaler.
+struct LossScalerState {
+  double scale = 1.0;
+  int64_t clean_steps = 0, hysteresis_left = 0, skipped = 0;
+};
+
 class LossScaler {
  public:
   explicit LossScaler(const LossScalerConfig& c);
@@ -22,6 +28,13 @@ class LossScaler {
   bool update(bool overflow);
   int64_t skipped() const { return skipped_; }
   bool at_minimum() const { return scale_ <= cfg_.min_scale; }
+  LossScalerState state() const { return {scale_, clean_steps_, hysteresis_left_, skipped_}; }
+  void restore(const LossScalerState& s) {
+    scale_ = s.scale;
+    clean_steps_ = s.clean_steps;
+    hysteresis_left_ = s.hysteresis_left;
+    skipped_ = s.skipped;
+  }
 
  private:
   LossScalerConfig cfg_;

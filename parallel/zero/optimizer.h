@@ -21,6 +21,9 @@ class ZeroOptimizer {
   // Bytes of optimizer state (master copy if any, m, v) held by this rank.
   size_t state_bytes() const;
   Tensor master() const { return master_; }
+  bool has_separate_master() const { return master_buf_.bytes() > 0; }
+  Tensor first_moments() const { return m_; }
+  Tensor second_moments() const { return v_; }
 
  private:
   struct Run { int64_t offset, numel; bool decay; };  // contiguous parameters with one decay flag

@@ -144,8 +144,11 @@ for _ in $(seq 60); do
 done
 [[ $state == idle ]] || fail "node $host not idle in sinfo after 30 s (state '${state:-none}')"
 echo "ok   cluster up: node $host idle (slurmctld :$ctld_port, slurmd :$slurmd_port)"
-srun --mpi=list 2>&1 | grep -qw pmix && echo "     srun --mpi=list offers pmix" ||
+if grep -qw pmix <<<"$(srun --mpi=list 2>&1)"; then
+  echo "     srun --mpi=list offers pmix"
+else
   echo "     srun has no pmix plugin: the sbatch script will fall back to mpirun"
+fi
 
 job_exit_code() {  # ExitCode=rc:signal of a finished job
   scontrol show job "$1" 2>/dev/null | grep -o 'ExitCode=[0-9]*:[0-9]*' | head -n1 | cut -d= -f2

@@ -1,0 +1,143 @@
+// Saving and restoring the training state through core/checkpoint.
+#include "launcher/checkpointing.h"
+
+#include <chrono>
+#include <cstdio>
+#include <vector>
+
+#include "core/checkpoint.h"
+#include "core/ops.h"
+#include "launcher/metrics.h"
+
+namespace trellis {
+
+namespace {
+
+constexpr const char* kVersion = "trellis 0.1";
+
+std::vector<char> to_host(Runtime& rt, const Tensor& t) {
+  std::vector<char> host(t.nbytes());
+  copy(rt, Tensor(host.data(), t.dtype, Device::CPU(), t.shape), t);
+  rt.synchronize();
+  return host;
+}
+
+void from_host(Runtime& rt, const Tensor& t, const std::vector<char>& host) {
+  copy(rt, t, Tensor(const_cast<char*>(host.data()), t.dtype, Device::CPU(), t.shape));
+  rt.synchronize();
+}
+
+// The blobs of the state, by name.
+std::vector<std::pair<std::string, Tensor>> state_tensors(TrainingState s) {
+  std::vector<std::pair<std::string, Tensor>> t;
+  t.emplace_back("params", s.model.params().flat_values());
+  if (s.optimizer.has_separate_master()) t.emplace_back("master", s.optimizer.master());
+  t.emplace_back("adam_m", s.optimizer.first_moments());
+  t.emplace_back("adam_v", s.optimizer.second_moments());
+  return t;
+}
+
+std::string model_signature(const GPTConfig& m) {
+  return "vocab_size " + std::to_string(m.vocab_size) + ", seq_len " + std::to_string(m.seq_len) + ", n_layers " +
+         std::to_string(m.n_layers) + ", n_heads " + std::to_string(m.n_heads) + ", d_model " +
+         std::to_string(m.d_model) + ", precision " + std::string(dtype_name(m.dtype));
+}
+
+}  // namespace
+
+std::optional<std::string> choose_resume(const Config& cfg, MPI_Comm world) {
+  int rank = 0;
+  TRELLIS_MPI_CHECK(MPI_Comm_rank(world, &rank));
+  std::string chosen, error;
+  if (rank == 0) {
+    const std::string& r = cfg.checkpoint.resume;
+    try {
+      if (r == "auto") {
+        std::string why;
+        if (!cfg.checkpoint.dir.empty()) {
+          if (auto latest = latest_valid_checkpoint(cfg.checkpoint.dir, &why)) chosen = *latest;
+          if (!why.empty()) std::printf("checkpoint: skipped invalid checkpoints:\n%s\n", why.c_str());
+        }
+      } else if (r != "none") {
+        CheckpointReader::open(r, CheckpointVerify::kSizes);
+        chosen = r;
+      }
+    } catch (const CheckpointError& e) {
+      error = cfg.path + ": checkpoint.resume = " + r + ": " + e.what();
+    }
+  }
+  // Broadcast "error flag + text" from rank 0.
+  std::string msg = error.empty() ? "+" + chosen : "!" + error;
+  int len = int(msg.size());
+  TRELLIS_MPI_CHECK(MPI_Bcast(&len, 1, MPI_INT, 0, world));
+  msg.resize(size_t(len));
+  TRELLIS_MPI_CHECK(MPI_Bcast(msg.data(), len, MPI_CHAR, 0, world));
+  if (msg[0] == '!') throw UserError(msg.substr(1));
+  if (msg.size() == 1) return std::nullopt;
+  return msg.substr(1);
+}
+
+int64_t load_training_checkpoint(Runtime& rt, const Config& cfg, const std::string& dir, TrainingState s) {
+  try {
+    CheckpointReader reader = CheckpointReader::open(dir, CheckpointVerify::kSizes);
+    JsonValue meta = parse_json(reader.meta());
+    const JsonValue* sig = meta.find("model");
+    const std::string expected = model_signature(s.model.config());
+    if (!sig || sig->as_string() != expected)
+      throw UserError(cfg.path + ": checkpoint " + dir + " was written for " + (sig ? sig->as_string() : "?") +
+                      "; this run has " + expected);
+    for (auto& [name, t] : state_tensors(s)) {
+      if (!reader.has_blob(name))
+        throw UserError(cfg.path + ": checkpoint " + dir + " has no " + name + " (written with another precision?)");
+      std::vector<char> host(t.nbytes());
+      reader.read_blob(name, host.data(), host.size());
+      from_host(rt, t, host);
+    }
+    const JsonValue* sc = meta.find("scaler");
+    LossScalerState st;
+    st.scale = sc->find("scale")->as_double();
+    st.clean_steps = sc->find("clean_steps")->as_int();
+    st.hysteresis_left = sc->find("hysteresis_left")->as_int();
+    st.skipped = sc->find("skipped")->as_int();
+    s.scaler.restore(st);
+    return meta.find("step")->as_int();
+  } catch (const CheckpointError& e) {
+    throw UserError(cfg.path + ": cannot resume from " + dir + ": " + e.what());
+  }
+}
+
+bool save_training_checkpoint(Runtime& rt, const Config& cfg, TrainingState s, int64_t step, double loss,
+                              int64_t samples_seen) {
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    CheckpointWriter w(cfg.checkpoint.dir, step);
+    for (auto& [name, t] : state_tensors(s)) {
+      std::vector<char> host = to_host(rt, t);
+      w.add_blob(name, host.data(), host.size(), std::string(dtype_name(t.dtype)), {t.numel()});
+    }
+    const LossScalerState st = s.scaler.state();
+    JsonObject scaler, data, meta;
+    scaler.add("scale", st.scale).add("clean_steps", st.clean_steps).add("hysteresis_left", st.hysteresis_left);
+    scaler.add("skipped", st.skipped);
+    data.add("samples_seen", samples_seen).add("source", cfg.data.source);
+    meta.add("step", step).add("loss", loss).add("version", kVersion);
+    meta.add("time", int64_t(std::chrono::duration_cast<std::chrono::seconds>(
+                                 std::chrono::system_clock::now().time_since_epoch()).count()));
+    meta.add("model", model_signature(s.model.config())).add("seed", cfg.train.seed);
+    meta.add("scaler", scaler).add("data", data).add("config", config_to_toml(cfg));
+    w.set_meta(meta.str());
+    const std::string where = w.commit();
+    prune_checkpoints(cfg.checkpoint.dir, int(cfg.checkpoint.keep));
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::printf("checkpoint: saved step %lld to %s (%.1f s)\n", (long long)step, where.c_str(), secs);
+    std::fflush(stdout);
+    return true;
+  } catch (const CheckpointError& e) {
+    std::printf("warning: checkpoint of step %lld NOT saved: %s; training goes on, the previous checkpoint is intact\n",
+                (long long)step, e.what());
+    std::fflush(stdout);
+    return false;
+  }
+}
+
+}  // namespace trellis

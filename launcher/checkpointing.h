@@ -1,0 +1,37 @@
+// The training state in checkpoints (core/checkpoint.h does the atomic, checksummed storage):
+// parameters, fp32 master weights, Adam moments, loss scaler, step, data position, seed, the
+// resolved config and metadata. Data-parallel ranks hold identical state, so rank 0 writes.
+#pragma once
+#include <mpi.h>
+
+#include <optional>
+#include <string>
+
+#include "core/runtime.h"
+#include "launcher/train_config.h"
+#include "models/gpt.h"
+#include "parallel/zero/loss_scaler.h"
+#include "parallel/zero/optimizer.h"
+
+namespace trellis {
+
+struct TrainingState {
+  GPT& model;
+  ZeroOptimizer& optimizer;
+  LossScaler& scaler;
+};
+
+// The checkpoint to resume from as checkpoint.resume says (decided by rank 0 and broadcast, so
+// all ranks agree), or nothing. Throws UserError for an explicit path that is not valid.
+std::optional<std::string> choose_resume(const Config& cfg, MPI_Comm world);
+
+// Restores the state from `dir`; returns the step it was saved after. Throws UserError when the
+// checkpoint does not fit this run (another model shape or precision) or is corrupt.
+int64_t load_training_checkpoint(Runtime& rt, const Config& cfg, const std::string& dir, TrainingState state);
+
+// Rank 0: saves the state after `step` into checkpoint.dir and prunes to checkpoint.keep. A failure
+// (no space, no permission) is printed as a warning and training goes on; returns success.
+bool save_training_checkpoint(Runtime& rt, const Config& cfg, TrainingState state, int64_t step, double loss,
+                              int64_t samples_seen);
+
+}  // namespace trellis
