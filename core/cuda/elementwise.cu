@@ -119,9 +119,16 @@ __global__ void scale_kernel(T* x, float s, int64_t n) {
   }, [&](int64_t i) { x[i] = from_f32<T>(to_f32(x[i]) * s); });
 }
 
-template <typename To, typename Tb>
+// V > 1 needs cols % V == 0 (a vector never straddles two rows).
+template <typename To, typename Tb, int V>
 __global__ void bias_add_kernel(To* out, const Tb* bias, int64_t rows, int64_t cols) {
-  TRELLIS_GRID_STRIDE(i, rows * cols) out[i] = from_f32<To>(to_f32(out[i]) + to_f32(bias[i % cols]));
+  vec_loop<V>(rows * cols, [&](int64_t i0) {
+    Vec<To, V> o = vload<To, V>(out + i0);
+    Vec<Tb, V> vb = vload<Tb, V>(bias + i0 % cols);
+#pragma unroll
+    for (int j = 0; j < V; ++j) o.e[j] = from_f32<To>(to_f32(o.e[j]) + to_f32(vb.e[j]));
+    vstore<To, V>(out + i0, o);
+  }, [&](int64_t i) { out[i] = from_f32<To>(to_f32(out[i]) + to_f32(bias[i % cols])); });
 }
 
 constexpr float kGeluC = 0.7978845608028654f;  // sqrt(2 / pi)
@@ -280,8 +287,14 @@ void launch_bias_add(cudaStream_t s, void* out, DType out_t, const void* bias, D
   if (n == 0) return;
   TRELLIS_FLOAT_SWITCH(out_t, To,
     TRELLIS_FLOAT_SWITCH(bias_t, Tb,
-      bias_add_kernel<<<grid_for(n), kThreads, 0, s>>>(static_cast<To*>(out), static_cast<const Tb*>(bias),
-                                                         rows, cols)));
+      auto* o = static_cast<To*>(out);
+      auto* pb = static_cast<const Tb*>(bias);
+      constexpr int V = vec_width<To, Tb>();
+      if (all_aligned(o, pb) && cols % V == 0) {
+        bias_add_kernel<To, Tb, V><<<grid_for(n / V), kThreads, 0, s>>>(o, pb, rows, cols);
+      } else {
+        bias_add_kernel<To, Tb, 1><<<grid_for(n), kThreads, 0, s>>>(o, pb, rows, cols);
+      }));
   CUDA_CHECK_LAUNCH();
 }
 
