@@ -39,7 +39,7 @@ IndexedDataset::IndexedDataset(const std::string& prefix) {
   if (version != 1) throw UserError(idx_path + ": index version " + num(int64_t(version)) + ", only version 1 is supported");
   type_ = TokenType(p[17]);
   if (token_type_size(type_) == 0 || type_ == TokenType::u32)
-    throw UserError(idx_path + ": token dtype " + token_type_name(type_) + " (code " + num(p[17]) +
+    throw UserError(idx_path + ": token dtype code " + num(p[17]) + " (" + token_type_name(type_) +
                     ") is not an integer token type");
   const uint64_t seqs = load<uint64_t>(p + 18), docs = load<uint64_t>(p + 26);
   const uint64_t need = kHeaderBytes + seqs * 4 + seqs * 8 + docs * 8;

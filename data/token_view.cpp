@@ -28,7 +28,7 @@ std::string token_type_name(TokenType t) {
     case TokenType::u16: return "uint16";
     case TokenType::u32: return "uint32";
   }
-  return "unknown dtype code " + std::to_string(int(t));
+  return "unknown";
 }
 
 namespace {

@@ -59,7 +59,7 @@ void write_sample_megatron(const std::string& prefix, TokenType type) {
 TEST(DataFormat, IndexedDatasetRoundTrip) {
   TempDir dir;
   for (TokenType type : {TokenType::u16, TokenType::i32}) {
-    const std::string prefix = dir / ("d" + std::to_string(int(type)));
+    const std::string prefix = dir / std::string("d").append(std::to_string(int(type)));
     write_sample_megatron(prefix, type);
     IndexedDataset ds(prefix);
     EXPECT_EQ(ds.type(), type);
@@ -122,8 +122,8 @@ TEST(DataFormat, CorruptIndexIsReported) {
   };
   EXPECT_NE(with(0, "XXIDIDX").find("not a Megatron index"), std::string::npos);
   EXPECT_NE(with(9, std::string("\x02", 1)).find("index version 2, only version 1"), std::string::npos);
-  EXPECT_NE(with(17, std::string("\x06", 1)).find("float64 (code 6) is not an integer token type"), std::string::npos);
-  EXPECT_NE(with(17, std::string("\x63", 1)).find("code 99"), std::string::npos);
+  EXPECT_NE(with(17, std::string("\x06", 1)).find("d.idx: token dtype code 6 (float64) is not an integer token type"), std::string::npos);
+  EXPECT_NE(with(17, std::string("\x63", 1)).find("token dtype code 99 (unknown)"), std::string::npos);
   // A pointer that skips bytes: sequence 2 claims to start at byte 8 instead of 6.
   const std::string p2 = with(34 + 12 + 16, std::string("\x08", 1));
   EXPECT_NE(p2.find("sequence 2 starts at byte 8 of d.bin but the sequences before it end at byte 6"), std::string::npos) << p2;
