@@ -106,7 +106,7 @@ def torch_worker(args):
 
     def step(i):
         x, y = data[i % 4]
-        with torch.autocast(dev.type, dtype=torch.bfloat16):
+        with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=cuda):  # CPU test: fp32
             _, loss = cmodel(x, y)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0, foreach=True)

@@ -6,7 +6,6 @@
 
 namespace trellis {
 
-// Mirrors DataSplit in models/data.h (kept separate until the two are reconciled).
 enum class Split { train, val };
 
 class SampleSource {

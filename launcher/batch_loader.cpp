@@ -7,13 +7,15 @@
 
 namespace trellis {
 
-BatchLoader::BatchLoader(Runtime& rt, const SyntheticDataset& data, int64_t B, int64_t T)
+BatchLoader::BatchLoader(Runtime& rt, const SampleSource& data, int64_t B, int64_t T)
     : rt_(rt), data_(data), B_(B), T_(T),
       staging_(rt.host_allocator(), size_t(2 * B * T) * 4, "batch staging"),
       device_(rt.allocator(), size_t(2 * B * T) * 4, "batch tokens") {}
 
-std::pair<Tensor, Tensor> BatchLoader::load(DataSplit split, int64_t first) {
-  data_.batch(split, first, B_, in_, tg_);
+std::pair<Tensor, Tensor> BatchLoader::load(Split split, int64_t first) {
+  in_.resize(size_t(B_ * T_));
+  tg_.resize(size_t(B_ * T_));
+  for (int64_t i = 0; i < B_; ++i) data_.sample(split, first + i, in_.data() + i * T_, tg_.data() + i * T_);
   rt_.synchronize();  // the previous batch's copy out of the staging buffer must be done
   const size_t half = size_t(B_ * T_) * 4;
   Tensor host_in = staging_.tensor(DType::i32, {B_, T_}), host_tg = staging_.tensor(DType::i32, {B_, T_}, half);

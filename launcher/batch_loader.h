@@ -6,19 +6,19 @@
 
 #include "core/alloc.h"
 #include "core/runtime.h"
-#include "models/data.h"
+#include "data/sample_source.h"
 
 namespace trellis {
 
 class BatchLoader {
  public:
-  BatchLoader(Runtime& rt, const SyntheticDataset& data, int64_t B, int64_t T);
+  BatchLoader(Runtime& rt, const SampleSource& data, int64_t B, int64_t T);
   // Samples [first, first + B) of `split` as (inputs, targets), i32 (B, T) on the device.
-  std::pair<Tensor, Tensor> load(DataSplit split, int64_t first);
+  std::pair<Tensor, Tensor> load(Split split, int64_t first);
 
  private:
   Runtime& rt_;
-  const SyntheticDataset& data_;
+  const SampleSource& data_;
   int64_t B_, T_;
   Buffer staging_, device_;
   std::vector<int32_t> in_, tg_;

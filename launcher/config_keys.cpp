@@ -72,10 +72,13 @@ const std::vector<KeySpec> kKeys = {
   {"fp16", "hysteresis", T::Int, TRELLIS_FIELD(fp16, hysteresis), "Overflows tolerated before the scale halves.", {}, 1},
   {"fp16", "min_scale", T::Float, TRELLIS_FIELD(fp16, min_scale), "The loss scale never drops below this.", {}, 0, true},
 
-  {"data", "source", T::String, TRELLIS_FIELD(data, source), "synthetic = a learnable token task; random = uniform tokens.", {"synthetic", "random"}},
+  {"data", "source", T::String, TRELLIS_FIELD(data, source), "synthetic = a learnable token task; random = uniform tokens; file = data.path.", {"synthetic", "random", "file"}},
+  {"data", "path", T::String, TRELLIS_FIELD(data, path), "For source = file: a tokenized dataset (Megatron .bin/.idx prefix or llm.c token file, made by prepare_data), or a blend \"0.3 PATH_A 0.7 PATH_B\".", {}},
+  {"data", "val_fraction", T::Float, TRELLIS_FIELD(data, val_fraction), "For source = file: the last fraction of the tokens is the validation split.", {}, 0, true, 1, true},
 
   {"log", "every", T::Int, TRELLIS_FIELD(log, every), "A log line every N steps.", {}, 1},
   {"log", "metrics_file", T::String, TRELLIS_FIELD(log, metrics_file), "Write metrics as JSON lines to this file (rank 0); empty = none.", {}},
+  {"log", "tensorboard_dir", T::String, TRELLIS_FIELD(log, tensorboard_dir), "Write TensorBoard event files (scalars) to this directory (rank 0); empty = none.", {}},
   {"log", "val_every", T::Int, TRELLIS_FIELD(log, val_every), "Validate every N steps; 0 = off.", {}, 0},
   {"log", "val_batches", T::Int, TRELLIS_FIELD(log, val_batches), "Micro-batches per validation.", {}, 1},
   {"checkpoint", "dir", T::String, TRELLIS_FIELD(checkpoint, dir), "Directory of the run's checkpoints (step_NNNNNNNN/ each); empty = no checkpoints.", {}},

@@ -175,6 +175,10 @@ void validate_relations(const Config& c) {
                     " is less than optimizer.min_lr = " + config_keys::toml_value(*min_lr, c) +
                     " (allowed: lr >= min_lr >= 0)");
   }
+  if (c.data.source == "file" && c.data.path.empty())
+    throw UserError(p + ": data.source = \"file\" needs data.path (a dataset made by prepare_data)");
+  if (c.checkpoint.resume != "auto" && c.checkpoint.resume != "none" && c.checkpoint.resume.empty())
+    throw UserError(p + ": checkpoint.resume is empty (allowed: auto, none, or a checkpoint directory)");
 }
 
 std::string not_built(const Config& c, const std::string& key, const std::string& value,

@@ -63,12 +63,15 @@ struct Fp16Config {
 };
 
 struct DataConfig {
-  std::string source = "synthetic";  // synthetic (learnable task) | random (uniform tokens)
+  std::string source = "synthetic";  // synthetic (learnable task) | random (uniform tokens) | file
+  std::string path;                  // file: a dataset path, or a blend "0.3 PATH_A 0.7 PATH_B"
+  double val_fraction = 0.1;         // file: the last fraction of the tokens is the validation split
 };
 
 struct LogConfig {
   int64_t every = 10;              // a log line every N steps
   std::string metrics_file;        // JSON lines; empty = none
+  std::string tensorboard_dir;     // TensorBoard event files; empty = none
   int64_t val_every = 0;           // validation every N steps; 0 = off
   int64_t val_batches = 4;         // micro-batches per validation
   bool profile_ops = false;        // per-op time breakdown (synchronizes after every op)

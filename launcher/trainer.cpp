@@ -6,6 +6,7 @@
 #include <mpi.h>
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <thread>
@@ -24,7 +25,9 @@
 #include "launcher/metrics.h"
 #include "launcher/model_files.h"
 #include "launcher/stop_signal.h"
-#include "models/data.h"
+#include "launcher/tensorboard.h"
+#include "data/blended_dataset.h"
+#include "data/synthetic_dataset.h"
 #include "models/gpt.h"
 #include "parallel/data/gradient_sync.h"
 #include "parallel/zero/loss_scaler.h"
@@ -104,19 +107,50 @@ std::string first_nonfinite_parameter(Runtime& rt, ParameterStore& ps, const Ten
 
 void check_devices(const Config& cfg, const LaunchInfo& launch) { resolve(cfg, launch); }
 
-// Opens the metrics file on rank 0; every rank learns whether that worked before going on, so a
-// bad path cannot leave the other ranks waiting in a collective.
-std::unique_ptr<MetricsFile> open_metrics(const Config& cfg, const LaunchInfo& launch) {
-  std::unique_ptr<MetricsFile> m;
+// Runs `open` on every rank and agrees on the outcome before any rank goes on, so a file that is
+// missing on one node cannot leave the others waiting in a collective. A rank that failed prints
+// its own message; every rank then throws.
+void agree_on(const std::function<void()>& open, const LaunchInfo& launch) {
   std::string error;
   try {
-    m = std::make_unique<MetricsFile>(launch.rank == 0 ? cfg.log.metrics_file : "");
+    open();
   } catch (const UserError& e) {
     error = e.what();
   }
   int failed = error.empty() ? 0 : 1;
   TRELLIS_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &failed, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD));
-  if (failed) throw UserError(error.empty() ? "log.metrics_file: rank 0 cannot open it" : error);
+  if (!failed) return;
+  if (!error.empty() && launch.rank != 0) std::fprintf(stderr, "error (rank %d): %s\n", launch.rank, error.c_str());
+  throw UserError(error.empty() ? "another rank could not open its input (see its message above)" : error);
+}
+
+// The training samples as the config says.
+std::unique_ptr<SampleSource> open_samples(const Config& cfg, const GPTConfig& mc) {
+  if (cfg.data.source != "file")
+    return std::make_unique<SyntheticDataset>(cfg.data.source, mc.vocab_size, mc.seq_len, uint64_t(cfg.train.seed));
+  DatasetOptions o;
+  o.seq_len = mc.seq_len;
+  o.seed = uint64_t(cfg.train.seed);
+  o.val_fraction = cfg.data.val_fraction;
+  o.model_vocab = mc.vocab_size;
+  return open_dataset(cfg.data.path, o);
+}
+
+// Opens the metrics file on rank 0; every rank learns whether that worked before going on, so a
+// bad path cannot leave the other ranks waiting in a collective.
+std::unique_ptr<MetricsFile> open_metrics(const Config& cfg, const LaunchInfo& launch,
+                                          std::unique_ptr<TensorBoardWriter>& tb) {
+  std::unique_ptr<MetricsFile> m;
+  std::string error;
+  try {
+    m = std::make_unique<MetricsFile>(launch.rank == 0 ? cfg.log.metrics_file : "");
+    tb = std::make_unique<TensorBoardWriter>(launch.rank == 0 ? cfg.log.tensorboard_dir : "");
+  } catch (const UserError& e) {
+    error = e.what();
+  }
+  int failed = error.empty() ? 0 : 1;
+  TRELLIS_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &failed, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD));
+  if (failed) throw UserError(error.empty() ? "log.metrics_file / log.tensorboard_dir: rank 0 cannot open it" : error);
   return m;
 }
 
@@ -124,7 +158,10 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
   const Resolved res = resolve(cfg, launch);
   const bool main_rank = launch.rank == 0;
   install_stop_handlers();
-  std::unique_ptr<MetricsFile> metrics = open_metrics(cfg, launch);
+  std::unique_ptr<TensorBoardWriter> tb;
+  std::unique_ptr<MetricsFile> metrics = open_metrics(cfg, launch, tb);
+  std::unique_ptr<SampleSource> data;
+  agree_on([&] { data = open_samples(cfg, res.model); }, launch);
   RuntimeOptions ro;
   ro.device = res.device;
   ro.deterministic = cfg.train.deterministic;
@@ -152,8 +189,7 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
   lsc.hysteresis = cfg.fp16.hysteresis;
   lsc.min_scale = cfg.fp16.min_scale;
   LossScaler scaler(lsc);
-  SyntheticDataset data(cfg.data.source, mc.vocab_size, T, uint64_t(cfg.train.seed));
-  BatchLoader loader(rt, data, B, T);
+  BatchLoader loader(rt, *data, B, T);
 
   std::vector<std::pair<int64_t, int64_t>> ranges;
   for (const Parameter& p : model.params().all()) ranges.emplace_back(p.offset, p.offset + p.spec.shape.numel());
@@ -228,7 +264,7 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
       ctx.seed = uint64_t(cfg.train.seed);
       ctx.step = step;
       ctx.sample_offset = (step - 1) * global_batch + (m * data_size + data_rank) * B;
-      auto [tokens, targets] = loader.load(DataSplit::train, ctx.sample_offset);
+      auto [tokens, targets] = loader.load(Split::train, ctx.sample_offset);
       const bool last = m == res.accumulation - 1;  // gradient accumulation communicates only once
       if (reduce && last) grad_sync.begin();
       model.forward_backward(ctx, tokens, targets, dloss, loss_sum, last ? on_ready : nullptr);
@@ -278,6 +314,15 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
       rec.add("tokens_per_s", tokens_per_s).add("step_ms", seconds * 1e3).add("peak_mem_bytes", int64_t(peak_mem));
       if (peak > 0) rec.add("mfu", mfu);
       metrics->write(rec);
+      if (tb->enabled()) {
+        std::vector<std::pair<std::string, double>> v = {{"train/loss", loss}, {"train/lr", lr}, {"train/grad_norm", norm}};
+        if (lsc.enabled) v.emplace_back("train/loss_scale", double(loss_scale));
+        v.emplace_back("train/tokens_per_s", tokens_per_s);
+        v.emplace_back("train/step_ms", seconds * 1e3);
+        v.emplace_back("train/peak_mem_bytes", double(peak_mem));
+        if (peak > 0) v.emplace_back("train/mfu", mfu);
+        tb->scalars(step, v);
+      }
       if (step % cfg.log.every == 0 || step == 1 || step == cfg.train.steps) {
         std::printf("step %5lld/%lld | loss %.4f | lr %.2e | norm %.3f |", (long long)step, (long long)cfg.train.steps,
                     loss, lr, norm);
@@ -297,7 +342,7 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
         ctx.step = step;
         ctx.sample_offset = (v * data_size + data_rank) * B;
         ctx.training = false;
-        auto [tokens, targets] = loader.load(DataSplit::val, ctx.sample_offset);
+        auto [tokens, targets] = loader.load(Split::val, ctx.sample_offset);
         model.forward_loss(ctx, tokens, targets, loss_sum);
       }
       if (reduce) data_group.all_reduce(loss_sum);
@@ -306,6 +351,7 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
         JsonObject rec;
         rec.add("step", step).add("split", "val").add("loss", val);
         metrics->write(rec);
+        tb->scalar("val/loss", step, val);
         std::printf("step %5lld/%lld | val loss %.4f\n", (long long)step, (long long)cfg.train.steps, val);
         std::fflush(stdout);
       }
@@ -347,15 +393,15 @@ void dump_gradients(const Config& cfg, const LaunchInfo& launch, const std::stri
   const int64_t B = cfg.train.micro_batch, T = mc.seq_len;
   GPT model(rt, mc, B);
   model.initialize(uint64_t(cfg.train.seed));
-  SyntheticDataset data(cfg.data.source, mc.vocab_size, T, uint64_t(cfg.train.seed));
-  BatchLoader loader(rt, data, B, T);
+  std::unique_ptr<SampleSource> data = open_samples(cfg, mc);
+  BatchLoader loader(rt, *data, B, T);
   Buffer scalar(rt.allocator(), 4, "loss");
   Tensor loss_sum = scalar.tensor(DType::f32, {1});
   fill(rt, loss_sum, 0.0f);
   StepContext ctx;
   ctx.seed = uint64_t(cfg.train.seed);
   ctx.step = 1;
-  auto [tokens, targets] = loader.load(DataSplit::train, 0);
+  auto [tokens, targets] = loader.load(Split::train, 0);
   model.params().zero_grads();
   model.forward_backward(ctx, tokens, targets, float(1.0 / double(B * T)), loss_sum);
   const double loss = double(read_scalar(rt, loss_sum)) / double(B * T);

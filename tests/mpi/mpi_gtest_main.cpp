@@ -15,15 +15,20 @@ namespace {
 // On ranks other than 0: one line per failed assertion, with where it happened.
 class RankFailurePrinter : public ::testing::EmptyTestEventListener {
  public:
+  void OnTestStart(const ::testing::TestInfo& info) override {
+    test_ = std::string(info.test_suite_name()) + "." + info.name();
+  }
+  // gtest holds its own lock here: do not call back into UnitTest (current_test_info deadlocks).
   void OnTestPartResult(const ::testing::TestPartResult& r) override {
     if (!r.failed()) return;
     const trellis::ProcessIdentity& id = trellis::process_identity();
-    const ::testing::TestInfo* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    std::fprintf(stderr, "[rank %d/%d %s] %s.%s %s:%d failure\n%s\n", id.rank, id.world, id.host.c_str(),
-                 info ? info->test_suite_name() : "?", info ? info->name() : "?",
+    std::fprintf(stderr, "[rank %d/%d %s] %s %s:%d failure\n%s\n", id.rank, id.world, id.host.c_str(), test_.c_str(),
                  r.file_name() ? r.file_name() : "?", r.line_number(), r.summary());
     std::fflush(stderr);
   }
+
+ private:
+  std::string test_;
 };
 
 }  // namespace

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "core/ops.h"
-#include "models/data.h"
+#include "data/synthetic_dataset.h"
 #include "models/gpt.h"
 
 using namespace trellis;
@@ -30,7 +30,7 @@ struct Batch {
 Batch make_batch(const GPTConfig& c, int64_t B) {
   SyntheticDataset data("random", c.vocab_size, c.seq_len, 7);
   Batch b;
-  data.batch(DataSplit::train, 0, B, b.tokens, b.targets);
+  data.batch(Split::train, 0, B, b.tokens, b.targets);
   return b;
 }
 
@@ -205,7 +205,7 @@ TEST(GPT, MicroBatchSplitDoesNotChangeTheStep) {
   big.initialize(9);
   SyntheticDataset data("synthetic", c.vocab_size, c.seq_len, 3);
   Batch all;
-  data.batch(DataSplit::train, 0, 4, all.tokens, all.targets);
+  data.batch(Split::train, 0, 4, all.tokens, all.targets);
   StepContext ctx;
   ctx.seed = 2;
   ctx.step = 1;
@@ -217,7 +217,7 @@ TEST(GPT, MicroBatchSplitDoesNotChangeTheStep) {
   double loss = 0;
   for (int half = 0; half < 2; ++half) {
     Batch part;
-    data.batch(DataSplit::train, half * 2, 2, part.tokens, part.targets);
+    data.batch(Split::train, half * 2, 2, part.tokens, part.targets);
     StepContext cx = ctx;
     cx.sample_offset = half * 2;
     Result r = run(rt, small, part, 2, cx);
@@ -231,8 +231,8 @@ TEST(GPT, MicroBatchSplitDoesNotChangeTheStep) {
 TEST(SyntheticData, IsLearnableAndKeyedByIndex) {
   SyntheticDataset d("synthetic", 64, 16, 1);
   std::vector<int32_t> a_in, a_tg, b_in, b_tg;
-  d.batch(DataSplit::train, 5, 3, a_in, a_tg);
-  d.batch(DataSplit::train, 6, 1, b_in, b_tg);
+  d.batch(Split::train, 5, 3, a_in, a_tg);
+  d.batch(Split::train, 6, 1, b_in, b_tg);
   for (int t = 0; t < 16; ++t) EXPECT_EQ(a_in[16 + size_t(t)], b_in[size_t(t)]);  // sample 6 is sample 6
   for (int t = 0; t < 15; ++t) EXPECT_EQ(a_tg[size_t(t)], a_in[size_t(t) + 1]);   // targets are next tokens
   EXPECT_LT(d.entropy_floor(), 0.5 * std::log(64.0));

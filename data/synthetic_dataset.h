@@ -9,18 +9,20 @@
 #include <string>
 #include <vector>
 
+#include "data/sample_source.h"
+
 namespace trellis {
 
-enum class DataSplit { train, val };
-
-class SyntheticDataset {
+class SyntheticDataset : public SampleSource {
  public:
   SyntheticDataset(std::string kind, int64_t vocab_size, int64_t seq_len, uint64_t seed);
 
   // Writes sample `index` of `split`: inputs (seq_len) and next-token targets (seq_len).
-  void sample(DataSplit split, int64_t index, int32_t* inputs, int32_t* targets) const;
+  void sample(Split split, int64_t index, int32_t* inputs, int32_t* targets) const override;
+  int64_t vocab_size() const override { return vocab_; }
+  int64_t seq_len() const override { return seq_len_; }
   // Fills (count, seq_len) inputs and targets with samples first .. first + count - 1.
-  void batch(DataSplit split, int64_t first, int64_t count, std::vector<int32_t>& inputs,
+  void batch(Split split, int64_t first, int64_t count, std::vector<int32_t>& inputs,
              std::vector<int32_t>& targets) const;
   // The lowest loss a perfect model can reach on the task (nats per token), for the docs/tests.
   double entropy_floor() const;

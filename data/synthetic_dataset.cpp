@@ -1,5 +1,5 @@
 // Synthetic token streams drawn from a counter-based RNG keyed by (seed, split, sample index).
-#include "models/data.h"
+#include "data/synthetic_dataset.h"
 
 #include <cmath>
 
@@ -24,8 +24,8 @@ SyntheticDataset::SyntheticDataset(std::string kind, int64_t vocab_size, int64_t
   }
 }
 
-void SyntheticDataset::sample(DataSplit split, int64_t index, int32_t* inputs, int32_t* targets) const {
-  const uint64_t stream = (split == DataSplit::train ? 1ull : 2ull) << 40 | uint64_t(index);
+void SyntheticDataset::sample(Split split, int64_t index, int32_t* inputs, int32_t* targets) const {
+  const uint64_t stream = (split == Split::train ? 1ull : 2ull) << 40 | uint64_t(index);
   const uint64_t n = uint64_t(seq_len_ + 1);
   int32_t prev = int32_t(draw(seed_, stream, 0) % uint64_t(vocab_));
   for (uint64_t t = 0; t < n; ++t) {
@@ -42,7 +42,7 @@ void SyntheticDataset::sample(DataSplit split, int64_t index, int32_t* inputs, i
   }
 }
 
-void SyntheticDataset::batch(DataSplit split, int64_t first, int64_t count, std::vector<int32_t>& inputs,
+void SyntheticDataset::batch(Split split, int64_t first, int64_t count, std::vector<int32_t>& inputs,
                              std::vector<int32_t>& targets) const {
   inputs.resize(size_t(count * seq_len_));
   targets.resize(size_t(count * seq_len_));
