@@ -6,6 +6,9 @@
 #include "core/error.h"
 #include "data/json.h"
 
+// Vocabulary files use the data library's small JSON reader.
+using namespace trellis::data_json;
+
 namespace trellis {
 
 namespace {

@@ -5,7 +5,7 @@
 
 #include "core/error.h"
 
-namespace trellis {
+namespace trellis::data_json {
 
 const JsonValue* JsonValue::find(const std::string& key) const {
   for (const auto& [k, v] : object)
@@ -213,4 +213,4 @@ class Parser {
 
 JsonValue parse_json(const std::string& text, const std::string& source) { return Parser(text, source).document(); }
 
-}  // namespace trellis
+}  // namespace trellis::data_json

@@ -7,7 +7,7 @@
 #include <utility>
 #include <vector>
 
-namespace trellis {
+namespace trellis::data_json {
 
 struct JsonValue {
   enum class Kind { null, boolean, number, string, array, object } kind = Kind::null;
@@ -32,4 +32,4 @@ void append_utf8(std::string& out, uint32_t cp);
 uint32_t next_utf8(const std::string& s, size_t& i);
 std::vector<uint32_t> decode_utf8(const std::string& s);
 
-}  // namespace trellis
+}  // namespace trellis::data_json
