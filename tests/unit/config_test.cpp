@@ -136,7 +136,7 @@ TEST_F(ConfigTest, ValuesOutsideTheAllowedSet) {
   EXPECT_HAS(error_of("[train]\ndevice = \"tpu\"\n"), "(allowed: auto, cpu, cuda)");
   EXPECT_HAS(error_of("[train]\ncheckpointing = \"some\"\n"), "(allowed: none, full, selective)");
   EXPECT_HAS(error_of("[parallel]\nschedule = \"zb\"\n"), "(allowed: gpipe, 1f1b, interleaved)");
-  EXPECT_HAS(error_of("[data]\nsource = \"web\"\n"), "(allowed: synthetic, random)");
+  EXPECT_HAS(error_of("[data]\nsource = \"web\"\n"), "(allowed: synthetic, random, file)");
   EXPECT_HAS(error_of("[model]\nd_model = 0\n"), "tiny.toml: model.d_model = 0 is not allowed (allowed: >= 1)");
   EXPECT_HAS(error_of("[model]\ndropout = 1.0\n"), "model.dropout = 1.0 is not allowed (allowed: in [0, 1))");
   EXPECT_HAS(error_of("[optimizer]\nbeta2 = 1\n"), "optimizer.beta2 = 1.0 is not allowed (allowed: in [0, 1))");
@@ -204,8 +204,15 @@ TEST_F(ConfigTest, FeaturesNotBuiltYet) {
              "parallel.sequence_parallel = true: not implemented yet in this build (allowed: false)");
   EXPECT_HAS(world_error_of("[parallel]\nvirtual_stages = 2\n", 1), "parallel.virtual_stages = 2: not implemented yet");
   EXPECT_HAS(world_error_of("[zero]\nstage = 1\n", 1), "zero.stage = 1: not implemented yet in this build (allowed: 0)");
-  EXPECT_HAS(world_error_of("", 2), "tiny.toml: data parallelism (world size 2");
-  EXPECT_HAS(world_error_of("", 2), "not implemented yet in this build (allowed: 1 process)");
+}
+
+TEST_F(ConfigTest, DataParallelIsAllowed) {
+  // Data parallelism is built: any world size works when the batch arithmetic fits.
+  const Config c = load_config(write("[train]\nmicro_batch = 4\nglobal_batch = 16\n"), {});
+  EXPECT_NO_THROW(validate_for_world(c, 2));
+  EXPECT_NO_THROW(validate_for_world(c, 4));
+  EXPECT_EQ(resolve_batch(c, 2).accumulation, 2);
+  EXPECT_HAS(world_error_of("[train]\nmicro_batch = 4\nglobal_batch = 16\n", 8), "train.global_batch = 16");
 }
 
 TEST_F(ConfigTest, ToTomlRoundTrips) {
