@@ -1,6 +1,8 @@
 // Opening a tokenized corpus (format detection, vocabulary checks) and sampling windows from it.
 #include "data/token_dataset.h"
 
+#include "core/philox.h"
+
 #include <cstring>
 #include <fstream>
 
@@ -110,7 +112,11 @@ int64_t TokenDataset::sample_start(Split split, int64_t index) const {
   const uint64_t epoch = uint64_t(index / w);
   const uint64_t stream = (uint64_t(split == Split::train ? 1 : 2) << 48) | (epoch & ((uint64_t(1) << 48) - 1));
   const int64_t window = permute_index(index % w, w, opt_.seed, stream);
-  return split_begin(split) + window * (opt_.seq_len + 1);
+  const int64_t L = opt_.seq_len + 1;
+  int64_t shift = 0;
+  if (split == Split::train && split_tokens(split) >= 2 * L)
+    shift = int64_t(philox_word(opt_.seed, stream ^ (uint64_t(0x5eed) << 52), 0) % uint64_t(L));
+  return split_begin(split) + shift + window * L;
 }
 
 void TokenDataset::sample(Split split, int64_t index, int32_t* inputs, int32_t* targets) const {

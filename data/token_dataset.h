@@ -1,8 +1,9 @@
 // A tokenized corpus on disk (Megatron .bin/.idx or an llm.c token file) read as one token
 // stream, the way nanoGPT samples: the first (1 - val_fraction) of the tokens are the train
 // split, the rest validation; each split is cut into non-overlapping windows of seq_len + 1
-// tokens, and sample i reads window perm_e(i mod W) of epoch e = i / W, where perm_e is a
-// permutation seeded by (seed, split, e). Inputs are the first seq_len tokens, targets the last.
+// tokens (the training grid shifted by a seeded offset every epoch), and sample i reads window
+// perm_e(i mod W) of epoch e = i / W, where perm_e is a permutation seeded by (seed, split, e).
+// Inputs are the first seq_len tokens, targets the last.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -40,8 +41,13 @@ class TokenDataset : public SampleSource {
   int64_t tokens() const { return view_.count; }
   int64_t split_begin(Split s) const { return s == Split::train ? 0 : train_tokens_; }
   int64_t split_tokens(Split s) const { return s == Split::train ? train_tokens_ : view_.count - train_tokens_; }
-  // Samples per epoch of a split.
-  int64_t windows(Split s) const { return split_tokens(s) / (opt_.seq_len + 1); }
+  // Samples per epoch of a split. The training grid is shifted by a seeded offset in
+  // [0, seq_len] every epoch (so windows do not repeat exactly from epoch to epoch), which costs it
+  // one window of slack; validation keeps a fixed grid so every evaluation sees the same windows.
+  int64_t windows(Split s) const {
+    const int64_t L = opt_.seq_len + 1, n = split_tokens(s);
+    return s == Split::train ? (n >= 2 * L ? n / L - 1 : n / L) : n / L;
+  }
   // The first token of sample `index`, relative to the whole stream.
   int64_t sample_start(Split split, int64_t index) const;
 

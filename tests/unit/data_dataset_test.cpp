@@ -99,13 +99,15 @@ TEST(DataDataset, SamplesAreWindowsKeyedByIndex) {
   TokenDataset ds(dir / "m", options(T, 7));
   EXPECT_EQ(ds.tokens(), 10000);
   EXPECT_EQ(ds.split_tokens(Split::train), 9000);
-  EXPECT_EQ(ds.windows(Split::train), 9000 / 17);
+  EXPECT_EQ(ds.windows(Split::train), 9000 / 17 - 1);  // one window of slack for the epoch shift
   EXPECT_EQ(ds.vocab_size(), kMod);  // no vocabulary file: the largest id + 1
   std::vector<int32_t> in(static_cast<size_t>(T)), tg(static_cast<size_t>(T));
+  const int64_t shift = ds.sample_start(Split::train, 0) % (T + 1);  // the grid offset of epoch 0
   for (int64_t i = 0; i < 100; ++i) {
     ds.sample(Split::train, i, in.data(), tg.data());
     const int64_t start = ds.sample_start(Split::train, i);
-    EXPECT_EQ(start % (T + 1), 0);
+    EXPECT_EQ(start % (T + 1), shift);
+    EXPECT_LE(start + T + 1, 9000);  // inside the train split
     for (int64_t k = 0; k < T; ++k) {
       EXPECT_EQ(in[size_t(k)], (start + k) % kMod);
       EXPECT_EQ(tg[size_t(k)], (start + k + 1) % kMod);
@@ -142,8 +144,16 @@ TEST(DataDataset, EpochsArePermutationsReshuffledPerEpoch) {
   EXPECT_NE(e0, e1);
   std::sort(e0.begin(), e0.end());
   std::sort(e1.begin(), e1.end());
-  EXPECT_EQ(e0, e1);
-  for (int64_t w = 0; w < W; ++w) EXPECT_EQ(e0[size_t(w)], w * 11);  // every window exactly once
+  // Each epoch visits every window of its grid exactly once; the grid is shifted per epoch by a
+  // seeded offset in [0, seq_len], so windows do not repeat exactly across epochs.
+  for (const auto* e : {&e0, &e1}) {
+    const int64_t shift = (*e)[0];
+    EXPECT_LT(shift, 11);
+    for (int64_t w = 0; w < W; ++w) EXPECT_EQ((*e)[size_t(w)], shift + w * 11);
+  }
+  std::set<int64_t> shifts;
+  for (int64_t epoch = 0; epoch < 8; ++epoch) shifts.insert(ds.sample_start(Split::train, epoch * W) % 11);
+  EXPECT_GT(shifts.size(), 1u);
 }
 
 TEST(DataDataset, TrainAndValidationAreDisjoint) {
