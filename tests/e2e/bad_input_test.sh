@@ -98,6 +98,32 @@ grep -qF "heads.toml: model.n_heads = 5 does not divide model.d_model = 32" "$tm
 ! grep -qE "$crash_banner" "$tmp/err" "$tmp/out" || problems+=("crash banner in the output")
 report "mpirun_np2_heads_divide" "${problems[@]+"${problems[@]}"}"
 
+# Failures only some ranks meet must not hang the others: a config that differs between ranks
+# (MPMD launch with different --set values), a file missing on one rank, and a feature not built
+# yet under 3 ranks. One line, every rank exits non-zero, no hang.
+mpi_case() {
+  local name=$1 want=$2
+  shift 2
+  local rc=0
+  timeout 120 "$mpiexec" --allow-run-as-root --oversubscribe "$@" >"$tmp/out" 2>"$tmp/err" </dev/null || rc=$?
+  problems=()
+  ((rc != 0)) || problems+=("exit status 0")
+  ((rc != 124)) || problems+=("timed out (hang)")
+  n=$(grep -c "^error" "$tmp/err")
+  [[ $n == 1 ]] || problems+=("$n 'error' lines, want 1")
+  grep -qF "$want" "$tmp/err" || problems+=("message '$want' missing")
+  ! grep -qE "$crash_banner" "$tmp/err" "$tmp/out" || problems+=("crash banner in the output")
+  report "$name" "${problems[@]+"${problems[@]}"}"
+}
+mpi_case mpirun_config_differs "the resolved config differs between ranks" \
+  -np 1 "$train_gpt" "$tmp/good.toml" --set train.steps=5 : -np 1 "$train_gpt" "$tmp/good.toml" --set train.steps=6
+mpi_case mpirun_file_missing_on_one_rank "cannot read config file" \
+  -np 1 "$train_gpt" "$tmp/good.toml" : -np 1 "$train_gpt" "$tmp/nope.toml"
+write tensor2.toml "$good
+[parallel]
+tensor = 2"
+mpi_case mpirun_np3_feature_not_built "parallel.tensor = 2" -np 3 "$train_gpt" "$tmp/tensor2.toml"
+
 if ((failures > 0)); then
   echo "$failures case(s) failed"
   exit 1
