@@ -24,6 +24,8 @@
 #include <utility>
 #include <vector>
 
+#include "core/json.h"
+
 namespace trellis {
 
 // Saving or loading a checkpoint failed (no space, no permission, corrupt or missing file...).
@@ -39,25 +41,7 @@ inline constexpr int kCheckpointFormatVersion = 1;
 // "step_00000042" (at least 8 digits); parse returns nullopt for any other name.
 std::string checkpoint_dir_name(int64_t step);
 std::optional<int64_t> parse_checkpoint_dir_name(std::string_view name);
-
-// A parsed JSON value: enough to read manifests and the caller's meta back.
-struct JsonValue {
-  enum class Kind { kNull, kBool, kNumber, kString, kArray, kObject };
-  Kind kind = Kind::kNull;
-  bool boolean = false;
-  std::string text;  // a string's unescaped value, or a number's literal text (exact for int64)
-  std::vector<JsonValue> items;                            // array elements
-  std::vector<std::pair<std::string, JsonValue>> members;  // object members, in file order
-  size_t begin = 0, end = 0;  // this value's span in the parsed text
-
-  const JsonValue* find(std::string_view key) const;  // object member or nullptr
-  // Typed access; a wrong kind or a non-integer for as_int throws CheckpointError.
-  int64_t as_int() const;
-  double as_double() const;
-  const std::string& as_string() const;
-};
-// Parses one JSON value (RFC 8259, nesting depth <= 64); throws CheckpointError "JSON offset N: ...".
-JsonValue parse_json(std::string_view text);
+// Manifests and meta are read with JsonValue / parse_json from core/json.h (included above).
 
 // Writes one checkpoint. Blobs go to <root>/.tmp.step_X.<host>.<pid>/; commit() writes the
 // manifest, fsyncs every file and directory and renames the temporary directory to

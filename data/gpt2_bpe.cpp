@@ -4,10 +4,8 @@
 #include <climits>
 
 #include "core/error.h"
-#include "data/json.h"
-
-// Vocabulary files use the data library's small JSON reader.
-using namespace trellis::data_json;
+#include "core/json.h"
+#include "data/utf8.h"
 
 namespace trellis {
 

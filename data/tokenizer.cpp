@@ -2,16 +2,17 @@
 #include "data/tokenizer.h"
 
 #include <algorithm>
+#include <charconv>
+#include <cmath>
 #include <cstdio>
+#include <optional>
 #include <set>
 
 #include "core/error.h"
+#include "core/json.h"
 #include "data/gpt2_bpe.h"
-#include "data/json.h"
-
-// Vocabulary files use the data library's small JSON reader.
-using namespace trellis::data_json;
 #include "data/mapped_file.h"
+#include "data/utf8.h"
 
 namespace trellis {
 
@@ -108,13 +109,22 @@ std::vector<std::pair<std::string, std::string>> read_merges(const std::string& 
   return merges;
 }
 
+// v's value when it is a JSON number with an integral value ("3", "3.0", "3e0"), else nullopt.
+std::optional<int64_t> whole_number(const JsonValue& v) {
+  double d = 0;
+  if (v.kind != JsonValue::Kind::kNumber) return std::nullopt;
+  const auto [ptr, ec] = std::from_chars(v.text.data(), v.text.data() + v.text.size(), d);
+  if (ec != std::errc() || d != std::trunc(d) || std::fabs(d) > 9.0e18) return std::nullopt;
+  return int64_t(d);
+}
+
 std::vector<std::pair<std::string, int32_t>> vocab_from_json(const JsonValue& v, const std::string& source) {
-  if (v.kind != JsonValue::Kind::object) throw UserError(source + ": the vocabulary must be a JSON object {token: id}");
+  if (v.kind != JsonValue::Kind::kObject) throw UserError(source + ": the vocabulary must be a JSON object {token: id}");
   std::vector<std::pair<std::string, int32_t>> out;
-  for (const auto& [tok, id] : v.object) {
-    if (id.kind != JsonValue::Kind::number || id.number != double(int32_t(id.number)))
-      throw UserError(source + ": the id of token " + json_quote(tok) + " is not an integer");
-    out.emplace_back(tok, int32_t(id.number));
+  for (const auto& [tok, id] : v.members) {
+    const std::optional<int64_t> n = whole_number(id);
+    if (!n || *n != int32_t(*n)) throw UserError(source + ": the id of token " + json_quote(tok) + " is not an integer");
+    out.emplace_back(tok, int32_t(*n));
   }
   return out;
 }
@@ -149,44 +159,43 @@ void save_vocabulary(const Tokenizer& tok, const std::string& path) {
 
 std::unique_ptr<Tokenizer> load_vocabulary(const std::string& path) {
   const JsonValue v = parse_json(read_text_file(path), path);
-  if (v.kind != JsonValue::Kind::object) throw UserError(path + ": a vocabulary file must be a JSON object");
-  const std::string kind = member(v, "kind", JsonValue::Kind::string, path).string;
+  if (v.kind != JsonValue::Kind::kObject) throw UserError(path + ": a vocabulary file must be a JSON object");
+  const std::string kind = member(v, "kind", JsonValue::Kind::kString, path).text;
   std::unique_ptr<Tokenizer> tok;
   if (kind == "byte") {
     tok = make_byte_tokenizer();
   } else if (kind == "char") {
     std::vector<uint32_t> chars;
-    for (const JsonValue& c : member(v, "chars", JsonValue::Kind::array, path).array) {
-      const std::vector<uint32_t> cps = c.kind == JsonValue::Kind::string ? decode_utf8(c.string) : std::vector<uint32_t>{};
+    for (const JsonValue& c : member(v, "chars", JsonValue::Kind::kArray, path).items) {
+      const std::vector<uint32_t> cps = c.kind == JsonValue::Kind::kString ? decode_utf8(c.text) : std::vector<uint32_t>{};
       if (cps.size() != 1) throw UserError(path + ": every entry of \"chars\" must be one character");
       chars.push_back(cps[0]);
     }
     tok = std::make_unique<CharTokenizer>(std::move(chars));
   } else if (kind == "gpt2_bpe") {
     std::vector<std::pair<std::string, std::string>> merges;
-    for (const JsonValue& m : member(v, "merges", JsonValue::Kind::array, path).array) {
-      const size_t sp = m.kind == JsonValue::Kind::string ? m.string.find(' ') : std::string::npos;
+    for (const JsonValue& m : member(v, "merges", JsonValue::Kind::kArray, path).items) {
+      const size_t sp = m.kind == JsonValue::Kind::kString ? m.text.find(' ') : std::string::npos;
       if (sp == std::string::npos) throw UserError(path + ": every merge must be a string \"left right\"");
-      merges.emplace_back(m.string.substr(0, sp), m.string.substr(sp + 1));
+      merges.emplace_back(m.text.substr(0, sp), m.text.substr(sp + 1));
     }
-    tok = std::make_unique<Gpt2BpeTokenizer>(vocab_from_json(member(v, "vocab", JsonValue::Kind::object, path), path),
+    tok = std::make_unique<Gpt2BpeTokenizer>(vocab_from_json(member(v, "vocab", JsonValue::Kind::kObject, path), path),
                                              std::move(merges), path);
   } else {
     throw UserError(path + ": unknown vocabulary kind \"" + kind + "\" (expected byte, char or gpt2_bpe)");
   }
   const JsonValue* size = v.find("vocab_size");
-  if (size && size->kind == JsonValue::Kind::number && int64_t(size->number) != tok->vocab_size())
-    throw UserError(path + ": \"vocab_size\" says " + std::to_string(int64_t(size->number)) + " but the vocabulary has " +
+  if (size && size->kind == JsonValue::Kind::kNumber && whole_number(*size) != tok->vocab_size())
+    throw UserError(path + ": \"vocab_size\" says " + size->text + " but the vocabulary has " +
                     std::to_string(tok->vocab_size()) + " tokens");
   return tok;
 }
 
 int64_t read_vocabulary_size(const std::string& path) {
   const JsonValue v = parse_json(read_text_file(path), path);
-  const JsonValue& size = member(v, "vocab_size", JsonValue::Kind::number, path);
-  if (size.number < 1 || size.number != double(int64_t(size.number)))
-    throw UserError(path + ": \"vocab_size\" must be a positive integer");
-  return int64_t(size.number);
+  const std::optional<int64_t> size = whole_number(member(v, "vocab_size", JsonValue::Kind::kNumber, path));
+  if (!size || *size < 1) throw UserError(path + ": \"vocab_size\" must be a positive integer");
+  return *size;
 }
 
 std::string vocabulary_path(const std::string& dataset_path) {

@@ -10,30 +10,6 @@
 
 namespace trellis {
 
-std::string json_quote(std::string_view s) {
-  std::string out = "\"";
-  for (unsigned char ch : s) {
-    switch (ch) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
-      case '\b': out += "\\b"; break;
-      case '\f': out += "\\f"; break;
-      default:
-        if (ch < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof(buf), "\\u%04x", ch);
-          out += buf;
-        } else {
-          out += static_cast<char>(ch);  // UTF-8 passes through unchanged
-        }
-    }
-  }
-  return out + "\"";
-}
-
 std::string json_number(double v) {
   if (!std::isfinite(v)) return "null";
   char buf[32];

@@ -7,6 +7,8 @@
 #include <string_view>
 #include <vector>
 
+#include "core/json.h"  // json_quote
+
 namespace trellis {
 
 // A JSON object built key by key, in insertion order. Doubles are written with "%.17g" so they
@@ -36,8 +38,6 @@ class JsonObject {
   std::string body_;
 };
 
-// "text" with JSON escapes, quotes included.
-std::string json_quote(std::string_view s);
 // A double as JSON: "%.17g", or null for NaN and infinities.
 std::string json_number(double v);
 

@@ -10,10 +10,6 @@
 
 #include "core/error.h"
 #include "data/gpt2_bpe.h"
-#include "data/json.h"
-
-// Vocabulary files use the data library's small JSON reader.
-using namespace trellis::data_json;
 #include "data/tokenizer.h"
 
 namespace fs = std::filesystem;

@@ -194,7 +194,10 @@ TEST(TensorBoard, FileStartsWithVersionRecord) {
   EXPECT_EQ(file.parent_path(), dir);
   const std::string name = file.filename().string();
   EXPECT_EQ(name.rfind("events.out.tfevents.", 0), 0u) << name;
-  EXPECT_TRUE(name.ends_with("." + std::to_string(getpid()) + ".trellis")) << name;
+  std::string suffix = ".";
+  suffix += std::to_string(getpid());
+  suffix += ".trellis";
+  EXPECT_TRUE(name.ends_with(suffix)) << name;
   EXPECT_TRUE(fs::exists(file));
 
   const std::string bytes = slurp(tb.path());  // flushed already, with the writer still open
