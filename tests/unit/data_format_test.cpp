@@ -10,35 +10,16 @@
 #include <vector>
 
 #include "core/error.h"
+#include "tests/unit/test_util.h"
 #include "data/indexed_dataset.h"
 #include "data/token_file.h"
 
 namespace fs = std::filesystem;
 using namespace trellis;
+using trellis::testing::TempDir;
+using trellis::testing::error_of;
 
 namespace {
-
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    path = fs::temp_directory_path() / ("trellis_data_format_" + std::to_string(::getpid()) + "_" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
-  std::string operator/(const std::string& name) const { return (path / name).string(); }
-};
-
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const UserError& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
 
 std::string read_bytes(const std::string& p) {
   std::ifstream in(p, std::ios::binary);

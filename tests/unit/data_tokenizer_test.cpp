@@ -9,35 +9,16 @@
 #include <vector>
 
 #include "core/error.h"
+#include "tests/unit/test_util.h"
 #include "data/gpt2_bpe.h"
 #include "data/tokenizer.h"
 
 namespace fs = std::filesystem;
 using namespace trellis;
+using trellis::testing::TempDir;
+using trellis::testing::error_of;
 
 namespace {
-
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    path = fs::temp_directory_path() / ("trellis_data_tok_" + std::to_string(::getpid()) + "_" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
-  std::string operator/(const std::string& name) const { return (path / name).string(); }
-};
-
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const UserError& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
 
 // vocab.json: every byte (id = byte value, in GPT-2's byte-to-unicode form, non-ASCII written as
 // \u escapes like the real file) plus the merged tokens he=256, ll=257, hell=258, Ġw=259.
