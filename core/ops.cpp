@@ -184,6 +184,39 @@ void attention_backward(Runtime& rt, const Tensor& dqkv, const Tensor& dout, con
 }
 
 namespace {
+void check_kv_cache(Runtime& rt, const Tensor& qkv, const Tensor& k_cache, const Tensor& v_cache, int64_t pos,
+                    const char* op) {
+  check_device(rt, qkv, op); check_device(rt, k_cache, op); check_device(rt, v_cache, op);
+  check_float(qkv, op);
+  TRELLIS_CHECK(qkv.dim() == 3 && qkv.size(2) % 3 == 0, std::string(op) + ": qkv must be (B, n, 3C): " + qkv.str());
+  const int64_t B = qkv.size(0), n = qkv.size(1), C = qkv.size(2) / 3;
+  for (const Tensor* c : {&k_cache, &v_cache})
+    TRELLIS_CHECK(c->dim() == 3 && c->size(0) == B && c->size(2) == C && c->dtype == qkv.dtype,
+                  std::string(op) + ": cache " + c->str() + " does not fit qkv " + qkv.str());
+  TRELLIS_CHECK(k_cache.shape == v_cache.shape, std::string(op) + ": k and v caches differ in shape");
+  TRELLIS_CHECK(pos >= 0 && pos + n <= k_cache.size(1),
+                std::string(op) + ": rows [" + std::to_string(pos) + ", " + std::to_string(pos + n) +
+                    ") outside the cache " + k_cache.str());
+}
+}  // namespace
+
+void kv_cache_append(Runtime& rt, const Tensor& k_cache, const Tensor& v_cache, const Tensor& qkv, int64_t pos) {
+  check_kv_cache(rt, qkv, k_cache, v_cache, pos, "kv_cache_append");
+  TRELLIS_DISPATCH(rt, kv_cache_append, rt, k_cache, v_cache, qkv, pos);
+}
+
+void attention_with_cache(Runtime& rt, const Tensor& out, const Tensor& qkv, const Tensor& k_cache,
+                          const Tensor& v_cache, int64_t pos, int n_heads) {
+  check_kv_cache(rt, qkv, k_cache, v_cache, pos, "attention_with_cache");
+  check_device(rt, out, "attention_with_cache");
+  const int64_t C = qkv.size(2) / 3;
+  TRELLIS_CHECK(n_heads > 0 && C % n_heads == 0, "attention_with_cache: n_heads does not divide C");
+  TRELLIS_CHECK(out.numel() == qkv.size(0) * qkv.size(1) * C && out.dtype == qkv.dtype,
+                "attention_with_cache: out " + out.str());
+  TRELLIS_DISPATCH(rt, attention_with_cache, rt, out, qkv, k_cache, v_cache, pos, n_heads);
+}
+
+namespace {
 void check_xent(Runtime& rt, const Tensor& losses, const Tensor& logits, const Tensor& targets, int64_t vocab,
                 const char* op) {
   check_device(rt, losses, op); check_device(rt, logits, op); check_device(rt, targets, op);

@@ -61,6 +61,15 @@ void attention_forward(Runtime& rt, const Tensor& out, const Tensor& lse, const 
 void attention_backward(Runtime& rt, const Tensor& dqkv, const Tensor& dout, const Tensor& qkv,
                         const Tensor& out, const Tensor& lse, int n_heads);
 
+// ---- inference with a KV cache (generation) ----
+// k_cache, v_cache: (B, Tmax, C); qkv: (B, n, 3C) as above, all one dtype. Rows [pos, pos + n)
+// of the caches <- the k and v parts of qkv (pos + n <= Tmax).
+void kv_cache_append(Runtime& rt, const Tensor& k_cache, const Tensor& v_cache, const Tensor& qkv, int64_t pos);
+// out (B, n, C): the query of qkv row i (position pos + i) attends causally to cache rows
+// [0, pos + i] (append the rows first); softmax scale 1/sqrt(hd), accumulation in f32.
+void attention_with_cache(Runtime& rt, const Tensor& out, const Tensor& qkv, const Tensor& k_cache,
+                          const Tensor& v_cache, int64_t pos, int n_heads);
+
 // ---- softmax cross-entropy over a padded vocabulary ----
 // logits: (N, Vp), only the first `vocab` columns are real (padding is masked out).
 // targets: i32 (N); -1 marks a position without a target (loss 0, gradient 0).

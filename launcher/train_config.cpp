@@ -190,9 +190,12 @@ std::string not_built(const Config& c, const std::string& key, const std::string
 }  // namespace
 
 Config load_config(const std::string& path, const std::vector<std::string>& overrides) {
+  return load_config_text(read_file(path), path, overrides);
+}
+
+Config load_config_text(const std::string& text, const std::string& path, const std::vector<std::string>& overrides) {
   Config c;
   c.path = path;
-  const std::string text = read_file(path);
   toml::table root;
   try {
     root = toml::parse(text, path);

@@ -101,6 +101,10 @@ struct Config {
 // validates everything that does not need the world size. Throws UserError with one line naming
 // the file, the key and what is allowed.
 Config load_config(const std::string& path, const std::vector<std::string>& overrides);
+// The same from TOML text (e.g. the "config" a checkpoint's meta holds); `name` stands for the
+// file in messages.
+Config load_config_text(const std::string& toml_text, const std::string& name,
+                        const std::vector<std::string>& overrides);
 // Checks that need the world size (batch arithmetic, layout) and features not built yet.
 void validate_for_world(const Config& c, int world_size);
 

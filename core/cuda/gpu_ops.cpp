@@ -64,6 +64,17 @@ void gelu_backward(Runtime& rt, const Tensor& dx, const Tensor& dout, const Tens
   launch_gelu_backward(compute_stream(rt), dx.data, dout.data, x.data, x.dtype, x.numel());
 }
 
+void kv_cache_append(Runtime& rt, const Tensor& k_cache, const Tensor& v_cache, const Tensor& qkv, int64_t pos) {
+  launch_kv_cache_append(compute_stream(rt), k_cache.data, v_cache.data, qkv.data, qkv.dtype, qkv.size(0),
+                         qkv.size(1), qkv.size(2) / 3, k_cache.size(1), pos);
+}
+
+void attention_with_cache(Runtime& rt, const Tensor& out, const Tensor& qkv, const Tensor& k_cache,
+                          const Tensor& v_cache, int64_t pos, int n_heads) {
+  launch_attention_with_cache(compute_stream(rt), out.data, qkv.data, k_cache.data, v_cache.data, qkv.dtype,
+                              qkv.size(0), qkv.size(1), qkv.size(2) / 3, n_heads, k_cache.size(1), pos);
+}
+
 void softmax_cross_entropy_forward(Runtime& rt, const Tensor& losses, const Tensor& logits, const Tensor& targets,
                                    int64_t vocab) {
   launch_cross_entropy(compute_stream(rt), losses.ptr<float>(), nullptr, logits.data, targets.ptr<int32_t>(),

@@ -24,6 +24,9 @@ void gelu_backward(Runtime& rt, const Tensor& dx, const Tensor& dout, const Tens
 void attention_forward(Runtime& rt, const Tensor& out, const Tensor& lse, const Tensor& qkv, int n_heads);
 void attention_backward(Runtime& rt, const Tensor& dqkv, const Tensor& dout, const Tensor& qkv,
                         const Tensor& out, const Tensor& lse, int n_heads);
+void kv_cache_append(Runtime& rt, const Tensor& k_cache, const Tensor& v_cache, const Tensor& qkv, int64_t pos);
+void attention_with_cache(Runtime& rt, const Tensor& out, const Tensor& qkv, const Tensor& k_cache,
+                          const Tensor& v_cache, int64_t pos, int n_heads);
 void softmax_cross_entropy_forward(Runtime& rt, const Tensor& losses, const Tensor& logits,
                                    const Tensor& targets, int64_t vocab);
 void softmax_cross_entropy_backward(Runtime& rt, const Tensor& dlogits, const Tensor& losses,

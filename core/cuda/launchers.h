@@ -91,6 +91,16 @@ void launch_flash_attention_forward(cudaStream_t s, void* out, float* lse, const
 void launch_flash_attention_backward(cudaStream_t s, void* dqkv, const void* dout, const void* qkv, const float* lse,
                                      const float* D, DType t, int64_t B, int64_t T, int64_t H, int64_t hd);
 
+// ---- kv_cache.cu: generation with a KV cache ----
+// Rows [pos, pos + n) of k_cache, v_cache (B, Tmax, C) <- the k, v parts of qkv (B, n, 3C).
+void launch_kv_cache_append(cudaStream_t s, void* k_cache, void* v_cache, const void* qkv, DType t, int64_t B,
+                            int64_t n, int64_t C, int64_t Tmax, int64_t pos);
+// out (B, n, C): query i of qkv attends to cache rows [0, pos + i]; head_dim <= kMaxHeadDim.
+constexpr int kMaxHeadDim = 256;
+void launch_attention_with_cache(cudaStream_t s, void* out, const void* qkv, const void* k_cache,
+                                 const void* v_cache, DType t, int64_t B, int64_t n, int64_t C, int64_t H,
+                                 int64_t Tmax, int64_t pos);
+
 // ---- loss_embed.cu ----
 // losses (N) and, when dlogits is non-null, dlogits = dloss * (softmax - onehot) (padded columns 0;
 // dlogits may alias logits).

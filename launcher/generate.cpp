@@ -1,0 +1,237 @@
+// generate: samples text from a checkpoint with a KV cache (models/gpt_inference.h).
+//   generate CHECKPOINT_DIR --prompt TEXT [--prompt TEXT]... [--tokens 200] [--temperature 0.8]
+//            [--top-k 40] [--seed 1] [--device auto|cpu|cuda] [--precision auto|fp32|bf16|fp16] [--vocab FILE]
+// CHECKPOINT_DIR is a step_X directory or a checkpoint.dir (its newest valid checkpoint is used).
+// Without a vocabulary (synthetic data) prompts are whitespace-separated token ids and ids are
+// printed. Bad input prints one line "error: ..." and exits 1.
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "core/checkpoint.h"
+#include "core/error.h"
+#include "core/ops.h"
+#include "core/runtime.h"
+#include "data/tokenizer.h"
+#include "launcher/train_config.h"
+#include "models/gpt_inference.h"
+
+namespace trellis {
+namespace {
+
+struct Args {
+  std::string checkpoint, device = "auto", precision = "auto", vocab;
+  std::vector<std::string> prompts;
+  int64_t tokens = 200, top_k = 40;
+  double temperature = 0.8;
+  uint64_t seed = 1;
+};
+
+const char* kUsage =
+    "usage: generate CHECKPOINT_DIR --prompt TEXT [--prompt TEXT]... [--tokens 200] [--temperature 0.8] "
+    "[--top-k 40] [--seed 1] [--device auto|cpu|cuda] [--precision auto|fp32|bf16|fp16] [--vocab FILE]";
+
+int64_t to_int(const std::string& flag, const std::string& v) {
+  char* end = nullptr;
+  errno = 0;
+  const long long x = std::strtoll(v.c_str(), &end, 10);
+  if (v.empty() || *end != '\0' || errno != 0) throw UserError(flag + ": not an integer: \"" + v + "\"");
+  return x;
+}
+
+Args parse(int argc, char** argv) {
+  Args a;
+  for (int i = 1; i < argc; ++i) {
+    const std::string f = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) throw UserError(f + " needs a value (" + kUsage + ")");
+      return argv[++i];
+    };
+    if (f == "--prompt") a.prompts.push_back(value());
+    else if (f == "--tokens") a.tokens = to_int(f, value());
+    else if (f == "--top-k") a.top_k = to_int(f, value());
+    else if (f == "--seed") a.seed = uint64_t(to_int(f, value()));
+    else if (f == "--temperature") {
+      const std::string v = value();
+      char* end = nullptr;
+      a.temperature = std::strtod(v.c_str(), &end);
+      if (v.empty() || *end != '\0') throw UserError(f + ": not a number: \"" + v + "\"");
+    } else if (f == "--device") a.device = value();
+    else if (f == "--precision") a.precision = value();
+    else if (f == "--vocab") a.vocab = value();
+    else if (f == "-h" || f == "--help") throw UserError(kUsage);
+    else if (!f.empty() && f[0] == '-') throw UserError("unknown option " + f + " (" + kUsage + ")");
+    else if (a.checkpoint.empty()) a.checkpoint = f;
+    else throw UserError("more than one checkpoint given: " + a.checkpoint + ", " + f);
+  }
+  if (a.checkpoint.empty()) throw UserError(std::string("no checkpoint given (") + kUsage + ")");
+  if (a.prompts.empty()) throw UserError(std::string("no --prompt given (") + kUsage + ")");
+  if (a.tokens < 1) throw UserError("--tokens must be >= 1");
+  if (a.top_k < 0) throw UserError("--top-k must be >= 0 (0 = the whole vocabulary)");
+  if (a.device != "auto" && a.device != "cpu" && a.device != "cuda")
+    throw UserError("--device must be auto, cpu or cuda, got \"" + a.device + "\"");
+  DType unused = DType::f32;
+  if (a.precision != "auto" && !parse_dtype(a.precision, unused))
+    throw UserError("--precision must be auto, fp32, bf16 or fp16, got \"" + a.precision + "\"");
+  return a;
+}
+
+// The step directory: the argument itself if it has a manifest, else its newest valid checkpoint.
+std::string step_dir(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (fs::exists(fs::path(path) / "manifest.json", ec)) return path;
+  if (!fs::is_directory(path, ec)) throw UserError(path + ": no such checkpoint directory");
+  std::string why;
+  if (auto latest = latest_valid_checkpoint(path, &why)) return *latest;
+  throw UserError(path + ": no valid checkpoint in it" + (why.empty() ? "" : " (" + why + ")"));
+}
+
+// The vocabulary: --vocab, else the data file's <stem>.vocab.json; null = token ids.
+std::unique_ptr<Tokenizer> vocabulary(const Args& a, const Config& cfg) {
+  if (!a.vocab.empty()) return load_vocabulary(a.vocab);
+  if (cfg.data.source != "file") return nullptr;
+  std::istringstream blend(cfg.data.path);  // a path, or "w1 PATH1 w2 PATH2 ...": the first path
+  std::vector<std::string> parts;
+  for (std::string s; blend >> s;) parts.push_back(s);
+  const std::string data = parts.size() > 1 ? parts[1] : cfg.data.path;
+  const std::string file = vocabulary_path(data);
+  if (!std::filesystem::exists(file)) {
+    std::fprintf(stderr, "note: no vocabulary file %s; prompts and output are token ids\n", file.c_str());
+    return nullptr;
+  }
+  return load_vocabulary(file);
+}
+
+std::vector<int32_t> parse_ids(const std::string& text, int64_t vocab) {
+  std::istringstream in(text);
+  std::vector<int32_t> ids;
+  for (std::string s; in >> s;) {
+    const int64_t id = to_int("token id", s);
+    if (id < 0 || id >= vocab)
+      throw UserError("token id " + s + " outside the vocabulary [0, " + std::to_string(vocab) + ")");
+    ids.push_back(int32_t(id));
+  }
+  return ids;
+}
+
+std::string join_ids(const std::vector<int32_t>& ids) {
+  std::string s;
+  for (int32_t id : ids) {
+    if (!s.empty()) s += ' ';
+    s += std::to_string(id);
+  }
+  return s;
+}
+
+int run(int argc, char** argv) {
+  const Args a = parse(argc, argv);
+  const std::string dir = step_dir(a.checkpoint);
+  CheckpointReader reader = [&] {
+    try {
+      return CheckpointReader::open(dir, CheckpointVerify::kSizes);
+    } catch (const CheckpointError& e) {
+      throw UserError(e.what());
+    }
+  }();
+  const JsonValue meta = parse_json(reader.meta());
+  const JsonValue* cfg_text = meta.find("config");
+  if (!cfg_text || !reader.has_blob("params")) throw UserError(dir + ": not a training checkpoint (no config or params)");
+  const Config cfg = load_config_text(cfg_text->as_string(), dir + " (config)", {});
+
+  const int gpus = cuda_device_count();
+  if (a.device == "cuda" && gpus == 0)
+    throw UserError(std::string("--device cuda but no CUDA device is available") +
+                    (built_with_cuda() ? "" : " (this build has no CUDA backend)"));
+  const bool gpu = a.device == "cuda" || (a.device == "auto" && gpus > 0);
+  const std::string precision = a.precision != "auto" ? a.precision : (gpu ? "bf16" : "fp32");
+  GPTConfig m;
+  m.vocab_size = cfg.model.vocab_size;
+  m.seq_len = cfg.model.seq_len;
+  m.n_layers = cfg.model.n_layers;
+  m.n_heads = cfg.model.n_heads;
+  m.d_model = cfg.model.d_model;
+  parse_dtype(precision, m.dtype);
+
+  std::unique_ptr<Tokenizer> tok = vocabulary(a, cfg);
+  if (tok && tok->vocab_size() > m.vocab_size)
+    throw UserError("the vocabulary has " + std::to_string(tok->vocab_size()) + " tokens, the model " +
+                    std::to_string(m.vocab_size));
+  std::vector<std::vector<int32_t>> prompts;
+  size_t longest = 0;
+  for (const std::string& p : a.prompts) {
+    try {
+      prompts.push_back(tok ? tok->encode(p) : parse_ids(p, m.vocab_size));
+    } catch (const UserError& e) {
+      throw UserError("--prompt \"" + p + "\": " + e.what());
+    }
+    if (prompts.back().empty()) throw UserError("--prompt \"" + p + "\" has no tokens");
+    longest = std::max(longest, prompts.back().size());
+  }
+  const int64_t max_len = int64_t(longest) + a.tokens - 1;
+  if (max_len > m.seq_len)
+    throw UserError("the longest prompt (" + std::to_string(longest) + " tokens) and --tokens " +
+                    std::to_string(a.tokens) + " need " + std::to_string(max_len) +
+                    " positions; the model has model.seq_len = " + std::to_string(m.seq_len));
+
+  RuntimeOptions ro;
+  ro.device = gpu ? Device::CUDA(0) : Device::CPU();
+  Runtime rt(ro);
+  GPTInference model(rt, m, int64_t(prompts.size()), max_len);
+  // The parameters, converted when the checkpoint holds another dtype.
+  const BlobInfo& info = reader.blob_info("params");
+  DType stored = DType::f32;
+  if (!parse_dtype(info.dtype, stored)) throw UserError(dir + ": params blob has dtype " + info.dtype);
+  Tensor values = model.params().flat_values();
+  if (info.bytes != uint64_t(values.numel()) * dtype_size(stored))
+    throw UserError(dir + ": params blob holds " + std::to_string(info.bytes) + " bytes; the model of its config needs " +
+                    std::to_string(uint64_t(values.numel()) * dtype_size(stored)));
+  std::vector<char> host(info.bytes);
+  try {
+    reader.read_blob("params", host.data(), host.size());
+  } catch (const CheckpointError& e) {
+    throw UserError(e.what());
+  }
+  Tensor src(host.data(), stored, Device::CPU(), values.shape);
+  if (stored == m.dtype) {
+    copy(rt, values, src);
+  } else {
+    Buffer staging(rt.allocator(), host.size(), "checkpoint params");
+    Tensor dev = staging.tensor(stored, values.shape);
+    copy(rt, dev, src);
+    cast(rt, values, dev);
+  }
+  rt.synchronize();
+
+  SamplingOptions so;
+  so.temperature = float(a.temperature);
+  so.top_k = a.top_k;
+  so.seed = a.seed;
+  so.vocab = tok ? tok->vocab_size() : 0;  // ids the vocabulary cannot decode are never drawn
+  const auto out = generate(model, prompts, a.tokens, so);
+  for (size_t b = 0; b < out.size(); ++b) {
+    std::printf("=== sample %zu ===\n", b);
+    if (tok) std::printf("%s%s\n", a.prompts[b].c_str(), tok->decode(out[b]).c_str());
+    else std::printf("prompt: %s\ngenerated: %s\n", join_ids(prompts[b]).c_str(), join_ids(out[b]).c_str());
+  }
+  std::fflush(stdout);
+  return 0;
+}
+
+}  // namespace
+}  // namespace trellis
+
+int main(int argc, char** argv) {
+  try {
+    return trellis::run(argc, argv);
+  } catch (const trellis::UserError& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# generate on a freshly trained tiny checkpoint: exit 0 and 10 generated tokens per prompt (two
+# prompts of different lengths); a bad checkpoint path gives one "error:" line and exit 1.
+# Usage: generate_test.sh TRAIN_GPT GENERATE TINY_TOML
+set -uo pipefail
+train_gpt=${1:?usage: generate_test.sh TRAIN_GPT GENERATE TINY_TOML}
+generate=${2:?usage: generate_test.sh TRAIN_GPT GENERATE TINY_TOML}
+config=${3:?usage: generate_test.sh TRAIN_GPT GENERATE TINY_TOML}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+"$train_gpt" "$config" --set train.device=cpu --set train.steps=20 --set checkpoint.dir="$tmp/ckpt" \
+  >"$tmp/train.log" 2>&1 || { cat "$tmp/train.log" >&2; fail "train_gpt exited $?"; }
+
+"$generate" "$tmp/ckpt" --prompt "1 2 3" --prompt "4 5" --tokens 10 --device cpu --seed 3 \
+  >"$tmp/out" 2>"$tmp/err" || { cat "$tmp/out" "$tmp/err" >&2; fail "generate exited non-zero"; }
+cat "$tmp/out"
+[[ $(grep -c '^generated:' "$tmp/out") == 2 ]] || fail "expected 2 generated lines"
+while read -r _ rest; do
+  n=$(wc -w <<<"$rest")
+  [[ $n == 10 ]] || fail "expected 10 generated tokens, got $n: $rest"
+done < <(grep '^generated:' "$tmp/out")
+# The same seed repeats.
+"$generate" "$tmp/ckpt" --prompt "1 2 3" --prompt "4 5" --tokens 10 --device cpu --seed 3 >"$tmp/out2" 2>/dev/null
+cmp -s "$tmp/out" "$tmp/out2" || fail "two runs with one seed differ"
+
+rc=0
+"$generate" "$tmp/nonexistent" --prompt "1" --tokens 10 >"$tmp/out" 2>"$tmp/err" || rc=$?
+[[ $rc == 1 ]] || fail "bad checkpoint path: exit $rc, expected 1"
+[[ $(wc -l <"$tmp/err") == 1 ]] && grep -q '^error: ' "$tmp/err" || { cat "$tmp/err" >&2; fail "bad checkpoint path: expected one error: line"; }
+echo "generate e2e: OK"

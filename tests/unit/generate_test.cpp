@@ -1,0 +1,193 @@
+// Generation on the CPU: the KV-cache ops against a float64 reference, GPTInference's logits
+// against the training forward (TransformerBlock) recomputed over the whole sequence, and
+// deterministic sampling.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "core/ops.h"
+#include "models/gpt.h"
+#include "models/gpt_inference.h"
+
+using namespace trellis;
+
+namespace {
+
+Tensor host(std::vector<float>& v, Shape s) { return Tensor(v.data(), DType::f32, Device::CPU(), s); }
+
+std::vector<float> random_vec(size_t n, uint32_t seed) {
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::vector<float> v(n);
+  for (float& x : v) x = u(gen);
+  return v;
+}
+
+GPTConfig tiny_config() {
+  GPTConfig c;
+  c.vocab_size = 50;  // padded to 128
+  c.seq_len = 12;
+  c.n_layers = 2;
+  c.n_heads = 2;
+  c.d_model = 16;
+  return c;
+}
+
+}  // namespace
+
+TEST(KvCacheOps, MatchFloat64Reference) {
+  Runtime rt(RuntimeOptions{});
+  const int64_t B = 2, n = 3, C = 8, H = 2, hd = C / H, Tmax = 9, pos = 4;
+  std::vector<float> qkv = random_vec(size_t(B * n * 3 * C), 1);
+  std::vector<float> kc = random_vec(size_t(B * Tmax * C), 2), vc = random_vec(size_t(B * Tmax * C), 3);
+  const std::vector<float> kc0 = kc, vc0 = vc;
+  kv_cache_append(rt, host(kc, {B, Tmax, C}), host(vc, {B, Tmax, C}), host(qkv, {B, n, 3 * C}), pos);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = 0; t < Tmax; ++t)
+      for (int64_t c = 0; c < C; ++c) {
+        const size_t at = size_t((b * Tmax + t) * C + c);
+        const bool new_row = t >= pos && t < pos + n;
+        const size_t src = size_t((b * n + (t - pos)) * 3 * C + c);
+        EXPECT_EQ(kc[at], new_row ? qkv[src + size_t(C)] : kc0[at]);
+        EXPECT_EQ(vc[at], new_row ? qkv[src + 2 * size_t(C)] : vc0[at]);
+      }
+  std::vector<float> out(size_t(B * n * C));
+  attention_with_cache(rt, host(out, {B, n, C}), host(qkv, {B, n, 3 * C}), host(kc, {B, Tmax, C}),
+                       host(vc, {B, Tmax, C}), pos, int(H));
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t i = 0; i < n; ++i) {
+        std::vector<double> s(size_t(pos + i + 1));
+        double mx = -1e300, sum = 0.0;
+        for (int64_t j = 0; j <= pos + i; ++j) {
+          double d = 0.0;
+          for (int64_t k = 0; k < hd; ++k)
+            d += double(qkv[size_t((b * n + i) * 3 * C + h * hd + k)]) * kc[size_t((b * Tmax + j) * C + h * hd + k)];
+          s[size_t(j)] = d / std::sqrt(double(hd));
+          mx = std::max(mx, s[size_t(j)]);
+        }
+        for (double& x : s) sum += x = std::exp(x - mx);
+        for (int64_t k = 0; k < hd; ++k) {
+          double o = 0.0;
+          for (int64_t j = 0; j <= pos + i; ++j) o += s[size_t(j)] / sum * vc[size_t((b * Tmax + j) * C + h * hd + k)];
+          EXPECT_NEAR(out[size_t((b * n + i) * C + h * hd + k)], o, 1e-5);
+        }
+      }
+}
+
+TEST(KvCacheOps, RejectRowsOutsideTheCache) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  Runtime rt(RuntimeOptions{});
+  std::vector<float> qkv(2 * 3 * 12), kc(4 * 4), vc(4 * 4);
+  EXPECT_DEATH(kv_cache_append(rt, host(kc, {1, 4, 4}), host(vc, {1, 4, 4}), host(qkv, {1, 2, 12}), 3),
+               "outside the cache");
+}
+
+// Logits of the last position through the training forward over the whole sequence (B, T).
+std::vector<float> reference_logits(Runtime& rt, const GPTConfig& cfg, const ParameterStore& ps,
+                                    const std::vector<int32_t>& tokens, int64_t B, int64_t T) {
+  const int64_t C = cfg.d_model, Vp = cfg.padded_vocab();
+  Arena keep(rt.allocator(), TransformerBlock::kept_bytes(cfg, B, T) * size_t(cfg.n_layers) + (1 << 20), "keep");
+  Arena temp(rt.allocator(), TransformerBlock::work_bytes(cfg, B, T) + (1 << 20), "temp");
+  std::vector<float> x(size_t(B * T * C)), y(x.size());
+  std::vector<int32_t> tok = tokens;
+  embedding_forward(rt, host(x, {B, T, C}), Tensor(tok.data(), DType::i32, Device::CPU(), {B, T}), ps.get("wte").value,
+                    ps.get("wpe").value);
+  std::vector<BlockSaved> saved(size_t(cfg.n_layers));
+  StepContext ctx;
+  ctx.training = false;
+  for (int l = 0; l < cfg.n_layers; ++l) {
+    const std::string p = "h." + std::to_string(l) + ".";
+    BlockParams bp{&ps.get(p + "ln1.w"),      &ps.get(p + "ln1.b"),      &ps.get(p + "attn.qkv.w"),
+                   &ps.get(p + "attn.qkv.b"), &ps.get(p + "attn.proj.w"), &ps.get(p + "attn.proj.b"),
+                   &ps.get(p + "ln2.w"),      &ps.get(p + "ln2.b"),      &ps.get(p + "mlp.fc.w"),
+                   &ps.get(p + "mlp.fc.b"),   &ps.get(p + "mlp.proj.w"), &ps.get(p + "mlp.proj.b")};
+    TransformerBlock block(cfg, l, bp);
+    block.forward(rt, ctx, host(x, {B, T, C}), host(y, {B, T, C}), saved[size_t(l)], keep, temp);
+    temp.reset();
+    x = y;
+  }
+  std::vector<float> ln(x.size()), mean(size_t(B * T)), rstd(size_t(B * T)), last(size_t(B * C)), logits(size_t(B * Vp));
+  layernorm_forward(rt, host(ln, {B * T, C}), host(mean, {B * T}), host(rstd, {B * T}), host(x, {B * T, C}),
+                    ps.get("lnf.w").value, ps.get("lnf.b").value);
+  for (int64_t b = 0; b < B; ++b)
+    std::copy_n(ln.begin() + (b * T + T - 1) * C, C, last.begin() + b * C);
+  MatmulOptions o;
+  o.trans_b = true;
+  matmul(rt, host(logits, {B, Vp}), host(last, {B, C}), ps.get("wte").value, o);
+  return logits;
+}
+
+TEST(GPTInference, CachedLogitsMatchTheTrainingForward) {
+  Runtime rt(RuntimeOptions{});
+  const GPTConfig cfg = tiny_config();
+  const int64_t B = 2, prompt = 4, steps = 5, Vp = cfg.padded_vocab();
+  GPTInference model(rt, cfg, B, prompt + steps);
+  model.params().initialize(7);
+  std::mt19937 gen(3);
+  std::vector<std::vector<int32_t>> seq(static_cast<size_t>(B));
+  for (auto& s : seq)
+    for (int64_t t = 0; t < prompt + steps; ++t) s.push_back(int32_t(gen() % uint32_t(cfg.vocab_size)));
+  // The first T tokens of every sequence, (B, T) row-major.
+  auto prefix = [&](int64_t T) {
+    std::vector<int32_t> out;
+    for (const auto& s : seq)
+      for (int64_t t = 0; t < T; ++t) out.push_back(s[size_t(t)]);
+    return out;
+  };
+  std::vector<float> logits = model.prefill(prefix(prompt), prompt);
+  for (int64_t T = prompt;; ++T) {
+    const std::vector<float> ref = reference_logits(rt, cfg, model.params(), prefix(T), B, T);
+    for (int64_t i = 0; i < B * Vp; ++i) ASSERT_NEAR(logits[size_t(i)], ref[size_t(i)], 1e-5) << "T " << T << " i " << i;
+    if (T == prompt + steps) break;
+    std::vector<int32_t> next;
+    for (auto& s : seq) next.push_back(s[size_t(T)]);
+    logits = model.step(next);
+  }
+  EXPECT_EQ(model.position(), prompt + steps);
+}
+
+TEST(GPTInference, GenerationIsDeterministicAndStaysInTheVocabulary) {
+  Runtime rt(RuntimeOptions{});
+  const GPTConfig cfg = tiny_config();
+  const std::vector<std::vector<int32_t>> prompts = {{1, 2, 3}, {4, 5}};  // different lengths
+  auto run = [&](const SamplingOptions& so) {
+    GPTInference model(rt, cfg, 2, cfg.seq_len);
+    model.params().initialize(11);
+    return generate(model, prompts, 8, so);
+  };
+  SamplingOptions greedy;
+  greedy.temperature = 0.0f;
+  const auto a = run(greedy), b = run(greedy);
+  EXPECT_EQ(a, b);
+  ASSERT_EQ(a.size(), 2u);
+  for (const auto& row : a) EXPECT_EQ(row.size(), 8u);
+  SamplingOptions k1;
+  k1.top_k = 1;
+  EXPECT_EQ(run(k1), a);  // top-k 1 is greedy
+  SamplingOptions sampled;
+  sampled.temperature = 1.5f;
+  sampled.seed = 5;
+  const auto s1 = run(sampled), s2 = run(sampled);
+  EXPECT_EQ(s1, s2);
+  for (const auto& row : s1)
+    for (int32_t id : row) EXPECT_TRUE(id >= 0 && id < cfg.vocab_size);
+}
+
+TEST(Sampling, PaddingIsNeverDrawnAndTopKIsRespected) {
+  std::vector<float> logits(128, 0.0f);
+  for (int i = 50; i < 128; ++i) logits[size_t(i)] = 100.0f;  // padded columns, huge logits
+  logits[7] = 3.0f;
+  logits[9] = 2.9f;
+  SamplingOptions so;
+  so.temperature = 1.0f;
+  so.top_k = 2;
+  for (uint64_t step = 0; step < 200; ++step) {
+    const int32_t id = sample_token(logits.data(), 50, so, step, 0);
+    EXPECT_TRUE(id == 7 || id == 9) << id;
+  }
+  so.temperature = 0.0f;
+  EXPECT_EQ(sample_token(logits.data(), 50, so, 0, 0), 7);
+}
