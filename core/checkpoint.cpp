@@ -558,9 +558,10 @@ std::optional<std::string> latest_valid_checkpoint(const std::string& root, std:
   return std::nullopt;
 }
 
-std::vector<std::string> prune_checkpoints(const std::string& root, int keep) {
+std::vector<std::string> prune_checkpoints(const std::string& root, int keep, int64_t up_to_step) {
   std::vector<std::string> temps, doomed;
-  const auto steps = list_step_dirs(root, &temps);
+  auto steps = list_step_dirs(root, &temps);
+  std::erase_if(steps, [&](const auto& s) { return s.first > up_to_step; });
   if (keep > 0) {
     int valid = 0;
     size_t i = 0;

@@ -17,6 +17,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <limits>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -129,6 +130,9 @@ std::optional<std::string> latest_valid_checkpoint(const std::string& root, std:
 // than the oldest kept one (corrupt dirs newer than that are left for inspection); keep <= 0
 // removes no step dir. Also removes .tmp.* dirs left by dead writers on this host. Touches
 // only names matching step_X and .tmp.[old.]step_X.<host>.<pid>. Returns the removed paths.
-std::vector<std::string> prune_checkpoints(const std::string& root, int keep);
+// Only checkpoints at or before `up_to_step` take part: newer ones (left by an abandoned run that
+// was resumed from an earlier step) are never counted or removed.
+std::vector<std::string> prune_checkpoints(const std::string& root, int keep,
+                                           int64_t up_to_step = std::numeric_limits<int64_t>::max());
 
 }  // namespace trellis

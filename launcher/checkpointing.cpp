@@ -127,9 +127,14 @@ bool save_training_checkpoint(Runtime& rt, const Config& cfg, TrainingState s, i
     meta.add("scaler", scaler).add("data", data).add("config", config_to_toml(cfg));
     w.set_meta(meta.str());
     const std::string where = w.commit();
-    prune_checkpoints(cfg.checkpoint.dir, int(cfg.checkpoint.keep));
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     std::printf("checkpoint: saved step %lld to %s (%.1f s)\n", (long long)step, where.c_str(), secs);
+    try {
+      prune_checkpoints(cfg.checkpoint.dir, int(cfg.checkpoint.keep), step);
+    } catch (const CheckpointError& e) {
+      std::printf("warning: checkpoint of step %lld saved, but removing older ones failed: %s\n", (long long)step,
+                  e.what());
+    }
     std::fflush(stdout);
     return true;
   } catch (const CheckpointError& e) {

@@ -175,6 +175,9 @@ void validate_relations(const Config& c) {
                     " is less than optimizer.min_lr = " + config_keys::toml_value(*min_lr, c) +
                     " (allowed: lr >= min_lr >= 0)");
   }
+  if (c.data.source == "file" && c.log.val_every > 0 && c.data.val_fraction == 0.0)
+    throw UserError(p + ": log.val_every = " + std::to_string(c.log.val_every) +
+                    " needs validation data, but data.val_fraction = 0 (set log.val_every = 0 or a fraction > 0)");
   if (c.data.source == "file" && c.data.path.empty())
     throw UserError(p + ": data.source = \"file\" needs data.path (a dataset made by prepare_data)");
   if (c.checkpoint.resume != "auto" && c.checkpoint.resume != "none" && c.checkpoint.resume.empty())

@@ -6,6 +6,7 @@
 #include <mpi.h>
 
 #include <chrono>
+#include <filesystem>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -20,6 +21,7 @@
 #include "core/comm.h"
 #include "core/process_groups.h"
 #include "launcher/batch_loader.h"
+#include "core/checkpoint.h"
 #include "launcher/checkpointing.h"
 #include "launcher/lr_schedule.h"
 #include "launcher/metrics.h"
@@ -100,7 +102,7 @@ std::string first_nonfinite_parameter(Runtime& rt, ParameterStore& ps, const Ten
     sum_squares_accumulate(rt, scratch, p.grad);
     if (!std::isfinite(read_scalar(rt, scratch))) return p.spec.name;
   }
-  return "(none: the overflow is in the loss itself)";
+  return "(none: every parameter's gradient is finite, so the loss or the f32 sum of squares overflowed)";
 }
 
 }  // namespace
@@ -239,8 +241,18 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
   TrainingState state{model, optimizer, scaler};
   int64_t start_step = 0;
   if (std::optional<std::string> from = choose_resume(cfg, MPI_COMM_WORLD)) {
-    start_step = load_training_checkpoint(rt, cfg, *from, state);
-    if (main_rank) std::printf("resumed from %s: continuing after step %lld\n", from->c_str(), (long long)start_step);
+    // Every rank reads the checkpoint; all must succeed before any goes on to a collective.
+    agree_on([&] { start_step = load_training_checkpoint(rt, cfg, *from, state); }, launch);
+    if (main_rank) {
+      std::printf("resumed from %s: continuing after step %lld\n", from->c_str(), (long long)start_step);
+      std::optional<std::string> newest =
+          cfg.checkpoint.dir.empty() ? std::nullopt : latest_valid_checkpoint(cfg.checkpoint.dir, nullptr, CheckpointVerify::kSizes);
+      std::optional<int64_t> newest_step = newest ? parse_checkpoint_dir_name(std::filesystem::path(*newest).filename().string()) : std::nullopt;
+      if (newest_step && *newest_step > start_step)
+        std::printf("warning: %s holds checkpoints up to step %lld from an earlier run; they are kept (resume = auto "
+                    "would pick them), and this run's checkpoints are pruned among steps <= its own\n",
+                    cfg.checkpoint.dir.c_str(), (long long)*newest_step);
+    }
   }
   const bool checkpoints = !cfg.checkpoint.dir.empty();
   if (cfg.train.stop_after > 0 && !checkpoints && main_rank)
@@ -285,6 +297,7 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
       throw UserError("step " + std::to_string(step) + ": non-finite " + (std::isfinite(loss) ? "gradient norm" : "loss") +
                       "; first non-finite gradient in " + first_nonfinite_parameter(rt, model.params(), probe) +
                       " (try a lower optimizer.lr, train.precision = \"fp32\", or a smaller optimizer.warmup_steps)");
+    const bool was_at_minimum = scaler.at_minimum();
     const bool apply = scaler.update(!finite);
     const double lr = learning_rate(step, cfg.train.steps, cfg.optimizer.warmup_steps, cfg.optimizer.lr, cfg.optimizer.min_lr);
     if (apply) {
@@ -297,10 +310,10 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
       h.weight_decay = float(cfg.optimizer.weight_decay);
       h.step = step - scaler.skipped();
       optimizer.step(h, float(clip / loss_scale));
-    } else if (main_rank && scaler.at_minimum()) {
-      std::printf("warning: step %lld overflowed with the loss scale at its minimum (%g): fp16 cannot represent "
-                  "these gradients; use train.precision = \"bf16\" or lower optimizer.lr\n",
-                  (long long)step, double(loss_scale));
+    } else if (main_rank && was_at_minimum) {
+      std::printf("warning: step %lld: non-finite %s with the loss scale at its minimum (%g): fp16 cannot represent "
+                  "it; use train.precision = \"bf16\" or lower optimizer.lr\n",
+                  (long long)step, std::isfinite(loss) ? "gradients" : "loss", double(loss_scale));
     }
     rt.synchronize();
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -360,7 +373,8 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
     const bool signalled = stop_requested(MPI_COMM_WORLD);
     const bool stop = signalled || step == cfg.train.stop_after;
     const bool save = checkpoints && (stop || step == cfg.train.steps || (cfg.checkpoint.every > 0 && step % cfg.checkpoint.every == 0));
-    if (save && main_rank) save_training_checkpoint(rt, cfg, state, step, loss, step * global_batch);
+    if (save && main_rank && !save_training_checkpoint(rt, cfg, state, step, loss, step * global_batch) && stop)
+      std::printf("warning: stopping WITHOUT a checkpoint of step %lld (the save failed, see above)\n", (long long)step);
     if (stop) {
       if (main_rank)
         std::printf("stopping after step %lld: %s\n", (long long)step,
@@ -406,6 +420,7 @@ void dump_gradients(const Config& cfg, const LaunchInfo& launch, const std::stri
   model.forward_backward(ctx, tokens, targets, float(1.0 / double(B * T)), loss_sum);
   const double loss = double(read_scalar(rt, loss_sum)) / double(B * T);
 
+  if (launch.rank != 0) return;  // every rank computed the same micro-batch; one writes it
   JsonObject batch, extra;
   batch.add("B", B).add("T", T);
   extra.add("batch", batch).add("loss", loss);
