@@ -77,7 +77,8 @@ std::optional<std::string> choose_resume(const Config& cfg, MPI_Comm world) {
   return msg.substr(1);
 }
 
-int64_t load_training_checkpoint(Runtime& rt, const Config& cfg, const std::string& dir, TrainingState s) {
+int64_t load_training_checkpoint(Runtime& rt, const Config& cfg, const std::string& dir, TrainingState s,
+                                 int64_t global_batch) {
   try {
     CheckpointReader reader = CheckpointReader::open(dir, CheckpointVerify::kSizes);
     JsonValue meta = parse_json(reader.meta());
@@ -100,7 +101,13 @@ int64_t load_training_checkpoint(Runtime& rt, const Config& cfg, const std::stri
     st.hysteresis_left = sc->find("hysteresis_left")->as_int();
     st.skipped = sc->find("skipped")->as_int();
     s.scaler.restore(st);
-    return meta.find("step")->as_int();
+    const int64_t step = meta.find("step")->as_int();
+    const int64_t seen = meta.find("data")->find("samples_seen")->as_int();
+    if (step > 0 && seen != step * global_batch)
+      throw UserError(cfg.path + ": checkpoint " + dir + " was trained with a global batch of " +
+                      std::to_string(seen / step) + " samples; this run has " + std::to_string(global_batch) +
+                      " (train.global_batch, train.micro_batch and the data-parallel size must give the same)");
+    return step;
   } catch (const CheckpointError& e) {
     throw UserError(cfg.path + ": cannot resume from " + dir + ": " + e.what());
   }

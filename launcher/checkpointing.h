@@ -26,8 +26,10 @@ struct TrainingState {
 std::optional<std::string> choose_resume(const Config& cfg, MPI_Comm world);
 
 // Restores the state from `dir`; returns the step it was saved after. Throws UserError when the
-// checkpoint does not fit this run (another model shape or precision) or is corrupt.
-int64_t load_training_checkpoint(Runtime& rt, const Config& cfg, const std::string& dir, TrainingState state);
+// checkpoint does not fit this run (another model shape or precision, or another global batch:
+// samples are keyed by step x global batch, so changing it would re-read or skip data) or is corrupt.
+int64_t load_training_checkpoint(Runtime& rt, const Config& cfg, const std::string& dir, TrainingState state,
+                                 int64_t global_batch);
 
 // Rank 0: saves the state after `step` into checkpoint.dir and prunes to checkpoint.keep. A failure
 // (no space, no permission) is printed as a warning and training goes on; returns success.

@@ -242,7 +242,7 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
   int64_t start_step = 0;
   if (std::optional<std::string> from = choose_resume(cfg, MPI_COMM_WORLD)) {
     // Every rank reads the checkpoint; all must succeed before any goes on to a collective.
-    agree_on([&] { start_step = load_training_checkpoint(rt, cfg, *from, state); }, launch);
+    agree_on([&] { start_step = load_training_checkpoint(rt, cfg, *from, state, global_batch); }, launch);
     if (main_rank) {
       std::printf("resumed from %s: continuing after step %lld\n", from->c_str(), (long long)start_step);
       std::optional<std::string> newest =
