@@ -3,8 +3,6 @@
 
 #include <cstdio>
 #include <cstdlib>
-#include <mutex>
-#include <unordered_map>
 
 namespace trellis {
 
@@ -16,6 +14,40 @@ std::string format_bytes(size_t bytes) {
   return s;
 }
 
+void AllocationLedger::add(void* p, size_t bytes) {
+  std::lock_guard<std::mutex> lock(mu_);
+  sizes_[p] = bytes;
+  stats_.current += bytes;
+  stats_.reserved = stats_.current;
+  if (stats_.current > stats_.peak) stats_.peak = stats_.current;
+}
+
+size_t AllocationLedger::remove(void* p, const char* owner) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = sizes_.find(p);
+  TRELLIS_CHECK(it != sizes_.end(), std::string("release of a pointer the ") + owner + " does not own");
+  const size_t bytes = it->second;
+  stats_.current -= bytes;
+  stats_.reserved = stats_.current;
+  sizes_.erase(it);
+  return bytes;
+}
+
+MemoryStats AllocationLedger::stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stats_;
+}
+
+void AllocationLedger::reset_peak() {
+  std::lock_guard<std::mutex> lock(mu_);
+  stats_.peak = stats_.current;
+}
+
+std::unordered_map<void*, size_t> AllocationLedger::live() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return sizes_;
+}
+
 namespace {
 
 class HostAllocator final : public Allocator {
@@ -23,34 +55,25 @@ class HostAllocator final : public Allocator {
   void* allocate(size_t bytes, const char* what) override {
     size_t rounded = (bytes + 63) / 64 * 64;
     void* p = rounded ? std::aligned_alloc(64, rounded) : nullptr;
-    if (rounded && !p)
-      TRELLIS_FATAL("out of host memory allocating " + format_bytes(rounded) + " for " + what +
-                    " (in use " + format_bytes(stats_.current) + ", peak " + format_bytes(stats_.peak) + ")");
-    std::lock_guard<std::mutex> lock(mu_);
-    sizes_[p] = rounded;
-    stats_.current += rounded;
-    stats_.reserved = stats_.current;
-    if (stats_.current > stats_.peak) stats_.peak = stats_.current;
+    if (rounded && !p) {
+      const MemoryStats st = ledger_.stats();
+      TRELLIS_FATAL("out of host memory allocating " + format_bytes(rounded) + " for " + what + " (in use " +
+                    format_bytes(st.current) + ", peak " + format_bytes(st.peak) + ")");
+    }
+    ledger_.add(p, rounded);
     return p;
   }
   void release(void* p) override {
     if (!p) return;
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = sizes_.find(p);
-    TRELLIS_CHECK(it != sizes_.end(), "release of a pointer this allocator does not own");
-    stats_.current -= it->second;
-    stats_.reserved = stats_.current;
-    sizes_.erase(it);
+    ledger_.remove(p, "host allocator");
     std::free(p);
   }
-  MemoryStats stats() const override { return stats_; }
-  void reset_peak() override { stats_.peak = stats_.current; }
+  MemoryStats stats() const override { return ledger_.stats(); }
+  void reset_peak() override { ledger_.reset_peak(); }
   Device device() const override { return Device::CPU(); }
 
  private:
-  std::mutex mu_;
-  std::unordered_map<void*, size_t> sizes_;
-  MemoryStats stats_;
+  AllocationLedger ledger_;
 };
 
 }  // namespace

@@ -3,6 +3,8 @@
 #pragma once
 #include <cstddef>
 #include <memory>
+#include <mutex>
+#include <unordered_map>
 #include <string>
 
 #include "core/tensor.h"
@@ -24,6 +26,24 @@ class Allocator {
   virtual MemoryStats stats() const = 0;
   virtual void reset_peak() = 0;
   virtual Device device() const = 0;
+};
+
+// Bookkeeping shared by the non-caching allocators (host, pinned): the size of every live block
+// and current/peak statistics. Thread-safe.
+class AllocationLedger {
+ public:
+  void add(void* p, size_t bytes);
+  // The size `p` was added with; fatal (naming `owner`) if it was never added.
+  size_t remove(void* p, const char* owner);
+  MemoryStats stats() const;
+  void reset_peak();
+  // Every live block, e.g. to free them all at shutdown.
+  std::unordered_map<void*, size_t> live() const;
+
+ private:
+  mutable std::mutex mu_;
+  std::unordered_map<void*, size_t> sizes_;
+  MemoryStats stats_;
 };
 
 // 64-byte aligned host memory, with statistics.

@@ -197,7 +197,7 @@ class CachingDeviceAllocator final : public Allocator {
 class PinnedAllocator final : public Allocator {
  public:
   ~PinnedAllocator() override {
-    for (auto& [p, size] : used_) cudaFreeHost(p);
+    for (auto& [p, size] : ledger_.live()) cudaFreeHost(p);  // at exit: errors ignored on purpose
   }
   void* allocate(size_t bytes, const char* what) override {
     size_t size = round_size(bytes);
@@ -205,41 +205,25 @@ class PinnedAllocator final : public Allocator {
     cudaError_t e = cudaMallocHost(&p, size);
     if (e != cudaSuccess) {
       (void)cudaGetLastError();
+      const MemoryStats st = ledger_.stats();
       TRELLIS_FATAL("cudaMallocHost: " + gpu_status_text(e) + " allocating " + format_bytes(size) +
-                    " of pinned host memory for " + what + " (in use " + format_bytes(stats_.current) +
-                    ", peak " + format_bytes(stats_.peak) + ")");
+                    " of pinned host memory for " + what + " (in use " + format_bytes(st.current) + ", peak " +
+                    format_bytes(st.peak) + ")");
     }
-    std::lock_guard<std::mutex> lock(mu_);
-    used_[p] = size;
-    stats_.current += size;
-    stats_.reserved = stats_.current;
-    if (stats_.current > stats_.peak) stats_.peak = stats_.current;
+    ledger_.add(p, size);
     return p;
   }
   void release(void* p) override {
     if (!p) return;
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = used_.find(p);
-    TRELLIS_CHECK(it != used_.end(), "release of a pointer this pinned allocator does not own");
-    stats_.current -= it->second;
-    stats_.reserved = stats_.current;
-    used_.erase(it);
+    ledger_.remove(p, "pinned allocator");
     CUDA_CHECK(cudaFreeHost(p));
   }
-  MemoryStats stats() const override {
-    std::lock_guard<std::mutex> lock(mu_);
-    return stats_;
-  }
-  void reset_peak() override {
-    std::lock_guard<std::mutex> lock(mu_);
-    stats_.peak = stats_.current;
-  }
+  MemoryStats stats() const override { return ledger_.stats(); }
+  void reset_peak() override { ledger_.reset_peak(); }
   Device device() const override { return Device::CPU(); }
 
  private:
-  mutable std::mutex mu_;
-  std::unordered_map<void*, size_t> used_;
-  MemoryStats stats_;
+  AllocationLedger ledger_;
 };
 
 }  // namespace
