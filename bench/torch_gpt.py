@@ -40,7 +40,7 @@ PRESETS = {  # name -> (n_layers, n_heads, d_model); vocab 50257, seq 1024
 class Attention(nn.Module):
     def __init__(self, cfg):
         super().__init__()
-        self.n_heads, self.impl = cfg.n_heads, cfg.attn
+        self.n_heads, self.impl, self.p = cfg.n_heads, cfg.attn, cfg.dropout  # dropout on the probabilities too
         self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model)  # W (3C, C): [q | k | v] along out
         self.proj = nn.Linear(cfg.d_model, cfg.d_model)
 
@@ -52,9 +52,9 @@ class Attention(nn.Module):
             att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
             causal = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()
             att = att.masked_fill(~causal, float("-inf")).softmax(dim=-1)
-            y = att @ v
+            y = F.dropout(att, self.p, self.training) @ v
         else:
-            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=self.p if self.training else 0.0)
         y = y.transpose(1, 2).contiguous().view(B, T, C)  # (B, T, C)
         return self.proj(y)
 
@@ -69,7 +69,7 @@ class MLP(nn.Module):
         return self.proj(F.gelu(self.fc(x), approximate="tanh"))
 
 
-class Block(nn.Module):  # pre-LN; dropout on each residual branch output
+class Block(nn.Module):  # pre-LN; dropout on each residual branch output (and in attention)
     def __init__(self, cfg):
         super().__init__()
         self.ln1 = nn.LayerNorm(cfg.d_model, eps=1e-5)

@@ -2,6 +2,9 @@
 // calls the CPU or CUDA implementation.
 #include "core/ops.h"
 
+#include <cmath>
+#include <initializer_list>
+
 #include "core/cpu/cpu_ops.h"
 #include "core/nvtx.h"
 #include "core/profiler.h"
@@ -166,21 +169,42 @@ void check_attention(Runtime& rt, const Tensor& out, const Tensor& lse, const Te
   TRELLIS_CHECK(out.numel() == B * T * C && out.dtype == qkv.dtype, std::string(op) + ": out " + out.str());
   TRELLIS_CHECK(lse.numel() == B * n_heads * T && lse.dtype == DType::f32, std::string(op) + ": lse " + lse.str());
 }
+
+// The backends' form of the dropout: the 16-bit threshold and the exact 1 / P(keep).
+AttentionDropoutKey resolve(const AttentionDropout& d, const Tensor& qkv, int n_heads, const char* op) {
+  TRELLIS_CHECK(d.p >= 0.0f && d.p < 1.0f, std::string(op) + ": dropout probability must be in [0, 1)");
+  AttentionDropoutKey k;
+  k.threshold = uint32_t(std::lround(double(d.p) * 65536.0));
+  TRELLIS_CHECK(k.threshold < 65536u, std::string(op) + ": dropout probability too close to 1");
+  k.scale = float(65536.0 / double(65536u - k.threshold));
+  k.seed = d.seed;
+  k.stream = d.stream;
+  k.sample_offset = d.sample_offset;
+  k.head_offset = d.head_offset;
+  k.global_heads = d.global_heads > 0 ? d.global_heads : n_heads;
+  k.seq_len = qkv.size(1);
+  TRELLIS_CHECK(k.head_offset >= 0 && k.head_offset + n_heads <= k.global_heads,
+                std::string(op) + ": dropout heads out of range");
+  return k;
+}
 }  // namespace
 
-void attention_forward(Runtime& rt, const Tensor& out, const Tensor& lse, const Tensor& qkv, int n_heads) {
+void attention_forward(Runtime& rt, const Tensor& out, const Tensor& lse, const Tensor& qkv, int n_heads,
+                       const AttentionDropout& drop) {
   check_attention(rt, out, lse, qkv, n_heads, "attention_forward");
-  TRELLIS_DISPATCH(rt, attention_forward, rt, out, lse, qkv, n_heads);
+  const AttentionDropoutKey key = resolve(drop, qkv, n_heads, "attention_forward");
+  TRELLIS_DISPATCH(rt, attention_forward, rt, out, lse, qkv, n_heads, key);
 }
 
 void attention_backward(Runtime& rt, const Tensor& dqkv, const Tensor& dout, const Tensor& qkv,
-                        const Tensor& out, const Tensor& lse, int n_heads) {
+                        const Tensor& out, const Tensor& lse, int n_heads, const AttentionDropout& drop) {
   check_attention(rt, out, lse, qkv, n_heads, "attention_backward");
+  const AttentionDropoutKey key = resolve(drop, qkv, n_heads, "attention_backward");
   check_device(rt, dqkv, "attention_backward"); check_device(rt, dout, "attention_backward");
   TRELLIS_CHECK(dqkv.numel() == qkv.numel() && dqkv.dtype == qkv.dtype && dout.numel() == out.numel() &&
                     dout.dtype == out.dtype,
                 "attention_backward: dqkv/dout shapes or dtypes");
-  TRELLIS_DISPATCH(rt, attention_backward, rt, dqkv, dout, qkv, out, lse, n_heads);
+  TRELLIS_DISPATCH(rt, attention_backward, rt, dqkv, dout, qkv, out, lse, n_heads, key);
 }
 
 namespace {
@@ -243,24 +267,118 @@ void softmax_cross_entropy_backward(Runtime& rt, const Tensor& dlogits, const Te
   TRELLIS_DISPATCH(rt, softmax_cross_entropy_backward, rt, dlogits, losses, logits, targets, vocab, dloss);
 }
 
-void embedding_forward(Runtime& rt, const Tensor& out, const Tensor& tokens, const Tensor& wte, const Tensor& wpe) {
-  for (const Tensor* t : {&out, &tokens, &wte, &wpe}) check_device(rt, *t, "embedding_forward");
-  check_dtype(tokens, DType::i32, "embedding_forward");
-  TRELLIS_CHECK(tokens.dim() == 2 && wte.dim() == 2 && wpe.dim() == 2 && wte.size(1) == wpe.size(1) &&
-                    wpe.size(0) >= tokens.size(1) && out.numel() == tokens.numel() * wte.size(1) &&
-                    out.dtype == wte.dtype && wpe.dtype == wte.dtype,
-                "embedding_forward: shapes or dtypes");
-  TRELLIS_DISPATCH(rt, embedding_forward, rt, out, tokens, wte, wpe);
+namespace {
+// The shard's columns [vocab_begin, vocab_begin + cols) of the global logits, and the row statistics.
+void check_vp_xent(Runtime& rt, const Tensor& logits, int64_t vocab, int64_t vocab_begin,
+                   std::initializer_list<const Tensor*> row_stats, const char* op) {
+  check_device(rt, logits, op);
+  check_float(logits, op);
+  TRELLIS_CHECK(logits.dim() == 2, std::string(op) + ": logits must be (N, cols): " + logits.str());
+  TRELLIS_CHECK(vocab > 0 && vocab_begin >= 0 && logits.size(1) < (int64_t(1) << 30),
+                std::string(op) + ": vocab " + std::to_string(vocab) + ", vocab_begin " +
+                    std::to_string(vocab_begin) + ", logits " + logits.str());
+  for (const Tensor* t : row_stats) {
+    TRELLIS_CHECK(t->defined() || logits.size(0) == 0, std::string(op) + ": a row statistic is undefined");
+    check_device(rt, *t, op);
+    check_dtype(*t, DType::f32, op);
+    TRELLIS_CHECK(t->numel() == logits.size(0), std::string(op) + ": " + t->str() + " does not match logits rows " +
+                                                    logits.str());
+  }
+}
+void check_vp_targets(Runtime& rt, const Tensor& targets, const Tensor& logits, const char* op) {
+  check_device(rt, targets, op);
+  check_dtype(targets, DType::i32, op);
+  TRELLIS_CHECK(targets.numel() == logits.size(0), std::string(op) + ": targets " + targets.str() +
+                                                       " do not match logits rows " + logits.str());
+}
+}  // namespace
+
+void vocab_parallel_xent_max(Runtime& rt, const Tensor& row_max, const Tensor& logits, int64_t vocab,
+                             int64_t vocab_begin) {
+  check_vp_xent(rt, logits, vocab, vocab_begin, {&row_max}, "vocab_parallel_xent_max");
+  TRELLIS_DISPATCH(rt, vocab_parallel_xent_max, rt, row_max, logits, vocab, vocab_begin);
 }
 
-void embedding_backward(Runtime& rt, const Tensor& dwte, const Tensor& dwpe, const Tensor& dout, const Tensor& tokens) {
+void vocab_parallel_xent_sum_exp(Runtime& rt, const Tensor& row_sum, const Tensor& target_logit,
+                                 const Tensor& logits, const Tensor& targets, const Tensor& row_max,
+                                 int64_t vocab, int64_t vocab_begin) {
+  const char* op = "vocab_parallel_xent_sum_exp";
+  check_vp_xent(rt, logits, vocab, vocab_begin, {&row_sum, &target_logit, &row_max}, op);
+  check_vp_targets(rt, targets, logits, op);
+  TRELLIS_DISPATCH(rt, vocab_parallel_xent_sum_exp, rt, row_sum, target_logit, logits, targets, row_max, vocab,
+                   vocab_begin);
+}
+
+void vocab_parallel_xent_loss_and_grad(Runtime& rt, const Tensor& losses, const Tensor& dlogits,
+                                       const Tensor& logits, const Tensor& targets, const Tensor& row_max,
+                                       const Tensor& row_sum, const Tensor& target_logit, int64_t vocab,
+                                       int64_t vocab_begin, float dloss) {
+  const char* op = "vocab_parallel_xent_loss_and_grad";
+  check_vp_xent(rt, logits, vocab, vocab_begin, {&losses, &row_max, &row_sum, &target_logit}, op);
+  check_vp_targets(rt, targets, logits, op);
+  if (dlogits.defined()) {
+    check_device(rt, dlogits, op);
+    TRELLIS_CHECK(dlogits.numel() == logits.numel() && dlogits.dtype == logits.dtype,
+                  std::string(op) + ": dlogits " + dlogits.str() + " vs logits " + logits.str());
+  }
+  TRELLIS_DISPATCH(rt, vocab_parallel_xent_loss_and_grad, rt, losses, dlogits, logits, targets, row_max, row_sum,
+                   target_logit, vocab, vocab_begin, dloss);
+}
+
+namespace {
+// The full table's row count: vocab_size, or the table's own rows when vocab_size is 0.
+int64_t resolve_vocab_size(int64_t vocab_begin, int64_t vocab_size, int64_t table_rows, const char* op) {
+  if (vocab_size == 0) {
+    TRELLIS_CHECK(vocab_begin == 0, std::string(op) + ": a vocabulary shard (vocab_begin " +
+                                        std::to_string(vocab_begin) + ") needs vocab_size, the full table's rows");
+    return table_rows;
+  }
+  TRELLIS_CHECK(vocab_begin >= 0 && table_rows >= 0 && vocab_begin + table_rows <= vocab_size &&
+                    vocab_size < (int64_t(1) << 31),
+                std::string(op) + ": shard rows [" + std::to_string(vocab_begin) + ", " +
+                    std::to_string(vocab_begin + table_rows) + ") outside a table of " + std::to_string(vocab_size));
+  return vocab_size;
+}
+}  // namespace
+
+void embedding_forward(Runtime& rt, const Tensor& out, const Tensor& tokens, const Tensor& wte, const Tensor& wpe,
+                       int64_t vocab_begin, int64_t vocab_size) {
+  for (const Tensor* t : {&out, &tokens, &wte, &wpe}) check_device(rt, *t, "embedding_forward");
+  check_dtype(tokens, DType::i32, "embedding_forward");
+  TRELLIS_CHECK(wte.defined() && tokens.dim() == 2 && wte.dim() == 2 && out.numel() == tokens.numel() * wte.size(1) &&
+                    out.dtype == wte.dtype,
+                "embedding_forward: shapes or dtypes");
+  check_float(wte, "embedding_forward");
+  if (wpe.defined())
+    TRELLIS_CHECK(wpe.dim() == 2 && wte.size(1) == wpe.size(1) && wpe.size(0) >= tokens.size(1) &&
+                      wpe.dtype == wte.dtype,
+                  "embedding_forward: wpe " + wpe.str() + " vs wte " + wte.str() + ", tokens " + tokens.str());
+  vocab_size = resolve_vocab_size(vocab_begin, vocab_size, wte.size(0), "embedding_forward");
+  TRELLIS_DISPATCH(rt, embedding_forward, rt, out, tokens, wte, wpe, vocab_begin, vocab_size);
+}
+
+void embedding_backward(Runtime& rt, const Tensor& dwte, const Tensor& dwpe, const Tensor& dout, const Tensor& tokens,
+                        int64_t vocab_begin, int64_t vocab_size) {
   for (const Tensor* t : {&dwte, &dwpe, &dout, &tokens}) check_device(rt, *t, "embedding_backward");
   check_dtype(tokens, DType::i32, "embedding_backward");
-  check_dtype(dwte, DType::f32, "embedding_backward"); check_dtype(dwpe, DType::f32, "embedding_backward");
-  TRELLIS_CHECK(tokens.dim() == 2 && dwte.dim() == 2 && dwpe.dim() == 2 && dwpe.size(0) >= tokens.size(1) &&
-                    dout.numel() == tokens.numel() * dwte.size(1),
-                "embedding_backward: shapes");
-  TRELLIS_DISPATCH(rt, embedding_backward, rt, dwte, dwpe, dout, tokens);
+  check_float(dout, "embedding_backward");
+  const int64_t C = dwte.defined()   ? dwte.cols()
+                    : dwpe.defined() ? dwpe.cols()
+                    : tokens.numel() ? dout.numel() / tokens.numel()
+                                     : 0;
+  TRELLIS_CHECK(tokens.dim() == 2 && dout.numel() == tokens.numel() * C,
+                "embedding_backward: dout " + dout.str() + " vs tokens " + tokens.str());
+  if (dwte.defined()) {
+    check_dtype(dwte, DType::f32, "embedding_backward");
+    TRELLIS_CHECK(dwte.dim() == 2 && dwte.size(1) == C, "embedding_backward: dwte " + dwte.str());
+  }
+  if (dwpe.defined()) {
+    check_dtype(dwpe, DType::f32, "embedding_backward");
+    TRELLIS_CHECK(dwpe.dim() == 2 && dwpe.size(1) == C && dwpe.size(0) >= tokens.size(1),
+                  "embedding_backward: dwpe " + dwpe.str());
+  }
+  vocab_size = resolve_vocab_size(vocab_begin, vocab_size, dwte.defined() ? dwte.size(0) : 0, "embedding_backward");
+  TRELLIS_DISPATCH(rt, embedding_backward, rt, dwte, dwpe, dout, tokens, vocab_begin, vocab_size);
 }
 
 void dropout_forward(Runtime& rt, const Tensor& out, const Tensor& x, float p, const DropoutKey& key) {

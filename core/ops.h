@@ -53,13 +53,24 @@ void gelu_forward(Runtime& rt, const Tensor& out, const Tensor& x);
 void gelu_backward(Runtime& rt, const Tensor& dx, const Tensor& dout, const Tensor& x);
 
 // ---- causal self-attention core ----
+// Dropout on the attention probabilities (after the softmax, before the product with v), with a
+// mask keyed by the global (sample, head, query, key) index (core/philox.h): the same on every
+// layout, in the recomputation of activation checkpointing, and between forward and backward.
+struct AttentionDropout {
+  float p = 0.0f;  // 0: none
+  uint64_t seed = 0, stream = 0;
+  int64_t sample_offset = 0;                  // global index of the micro-batch's first sample
+  int64_t head_offset = 0, global_heads = 0;  // this rank's heads among all (0: its own heads)
+};
 // qkv: (B, T, 3C), [q | k | v] along the last dim, head h at columns [h*hd, (h+1)*hd) of each.
-// out: (B, T, C) = softmax(q k^T / sqrt(hd), causal) v per head. lse: f32 (B, n_heads, T), the
-// log-sum-exp of each score row, kept for backward; the score matrix itself is not kept.
-void attention_forward(Runtime& rt, const Tensor& out, const Tensor& lse, const Tensor& qkv, int n_heads);
-// dqkv (B, T, 3C) is overwritten. out and lse are the forward's.
+// out: (B, T, C) = dropout(softmax(q k^T / sqrt(hd), causal)) v per head. lse: f32 (B, n_heads, T),
+// the log-sum-exp of each score row (before dropout), kept for backward; the score matrix itself
+// is not kept.
+void attention_forward(Runtime& rt, const Tensor& out, const Tensor& lse, const Tensor& qkv, int n_heads,
+                       const AttentionDropout& drop = {});
+// dqkv (B, T, 3C) is overwritten. out and lse are the forward's; drop must be the forward's.
 void attention_backward(Runtime& rt, const Tensor& dqkv, const Tensor& dout, const Tensor& qkv,
-                        const Tensor& out, const Tensor& lse, int n_heads);
+                        const Tensor& out, const Tensor& lse, int n_heads, const AttentionDropout& drop = {});
 
 // ---- inference with a KV cache (generation) ----
 // k_cache, v_cache: (B, Tmax, C); qkv: (B, n, 3C) as above, all one dtype. Rows [pos, pos + n)
@@ -82,14 +93,50 @@ void softmax_cross_entropy_backward(Runtime& rt, const Tensor& dlogits, const Te
                                     const Tensor& logits, const Tensor& targets, int64_t vocab,
                                     float dloss);
 
+// ---- vocabulary-parallel softmax cross-entropy (logits split by columns over the tensor group) ----
+// logits: (N, cols), this rank's shard: global columns [vocab_begin, vocab_begin + cols) of the
+// (N, Vp) logits; global columns >= vocab are padding, masked out. targets: i32 (N), global ids in
+// [-1, vocab), -1 = no target. Row statistics are f32 (N). The ops do no communication; the
+// caller reduces over the tensor group between the passes:
+//   1. vocab_parallel_xent_max            -> row_max                  all-reduce MAX
+//   2. vocab_parallel_xent_sum_exp        -> row_sum, target_logit    all-reduce SUM (row_sum and
+//      target_logit may be the two halves of one (2N) buffer: one all-reduce)
+//   3. vocab_parallel_xent_loss_and_grad  -> losses (and dlogits on the shard)
+// With one shard (vocab_begin 0, cols Vp) this is softmax_cross_entropy_forward/backward.
+//
+// row_max = max of the shard's real columns per row (-inf if the shard holds none).
+void vocab_parallel_xent_max(Runtime& rt, const Tensor& row_max, const Tensor& logits, int64_t vocab,
+                             int64_t vocab_begin);
+// row_max: the global one. row_sum = sum over the shard's real columns of exp(logit - row_max);
+// target_logit = the target's logit when the target lies in the shard, else 0 (so the SUM over the
+// group is the target's logit; 0 for rows without a target).
+void vocab_parallel_xent_sum_exp(Runtime& rt, const Tensor& row_sum, const Tensor& target_logit,
+                                 const Tensor& logits, const Tensor& targets, const Tensor& row_max,
+                                 int64_t vocab, int64_t vocab_begin);
+// From the global row_max, row_sum and target_logit: losses (f32, N) = log(row_sum) + row_max -
+// target_logit (0 for target -1), the same on every rank. If dlogits is defined, also the shard of
+// dlogits = dloss * (softmax - onehot): zeros in padded columns and in rows without a target.
+// dlogits may alias logits (in place). Undefined dlogits: losses only (logits not read).
+void vocab_parallel_xent_loss_and_grad(Runtime& rt, const Tensor& losses, const Tensor& dlogits,
+                                       const Tensor& logits, const Tensor& targets, const Tensor& row_max,
+                                       const Tensor& row_sum, const Tensor& target_logit, int64_t vocab,
+                                       int64_t vocab_begin, float dloss);
+
 // ---- embeddings ----
 // out (B, T, C) = wte[tokens[b, t]] + wpe[t]. tokens: i32 (B, T); wte (V, C); wpe (>= T, C).
+// Vocabulary shard: with vocab_size > 0, wte holds rows [vocab_begin, vocab_begin + V) of a
+// (vocab_size, C) table; tokens must lie in [0, vocab_size) and those outside the shard contribute
+// zero (the SUM over the shards is the full lookup). vocab_size 0: wte is the whole table
+// (vocab_begin must be 0). wpe may be undefined: no positions added (add them once, after the
+// reduction over the shards, e.g. with `add` per sample, or pass wpe on one shard only).
 void embedding_forward(Runtime& rt, const Tensor& out, const Tensor& tokens, const Tensor& wte,
-                       const Tensor& wpe);
+                       const Tensor& wpe, int64_t vocab_begin = 0, int64_t vocab_size = 0);
 // dwte (V, C, f32) += rows of dout scattered by token; dwpe (>= T, C, f32) += sum over the batch.
-// Deterministic: the rows that hit one token are summed in position order.
+// Deterministic: the rows that hit one token are summed in position order. The vocabulary shard
+// as in embedding_forward: only tokens in [vocab_begin, vocab_begin + V) scatter into dwte. Either
+// gradient may be undefined (not computed).
 void embedding_backward(Runtime& rt, const Tensor& dwte, const Tensor& dwpe, const Tensor& dout,
-                        const Tensor& tokens);
+                        const Tensor& tokens, int64_t vocab_begin = 0, int64_t vocab_size = 0);
 
 // ---- dropout with a counter-based RNG (Philox), so a recomputed forward draws the same mask ----
 // The local (rows, cols) tensor is a block of a global (global_rows, global_cols) activation; the

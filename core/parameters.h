@@ -1,6 +1,6 @@
 // The model's parameters as named views into one flat buffer (compute dtype), with gradients in
-// a second flat buffer (f32). Initialization is keyed by (seed, name, element index), so any
-// shard of a parameter is exactly the slice one rank would have drawn.
+// a second flat buffer (f32). Initialization is keyed by (seed, name, GLOBAL element index), so a
+// tensor-parallel shard of a parameter is exactly the slice of what one rank would have drawn.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -13,13 +13,38 @@ namespace trellis {
 
 enum class Init { normal, zeros, ones };
 
+// How a parameter is split over the tensor-parallel group. Dimension `dim` of the full tensor is
+// viewed as `groups` equal groups, each cut into `parts` equal pieces; rank `index` holds its piece
+// of every group, in group order. groups = 3 splits the fused qkv weight so that each rank holds
+// [q | k | v] of its own heads. parts = 1 is a replicated parameter.
+struct TensorSplit {
+  int dim = 0;  // 0 = rows (out features of a weight), 1 = columns (in features)
+  int parts = 1;
+  int index = 0;
+  int groups = 1;
+
+  bool replicated() const { return parts == 1; }
+  // The full tensor's shape, from a shard of shape `local`.
+  Shape global_shape(const Shape& local) const;
+  // The shard's shape, from the full tensor's (fatal unless groups * parts divides the dimension).
+  Shape local_shape(const Shape& global) const;
+  // Flat index in the full tensor of the shard's element `index`.
+  int64_t global_index(const Shape& local, int64_t local_index) const;
+};
+
 struct ParameterSpec {
   std::string name;  // "h.3.attn.qkv.w"
-  Shape shape;
+  Shape shape;       // this rank's (local) shape
   Init init = Init::normal;
   float std = 0.02f;
   bool decay = false;  // weight decay applies to 2-D weights only
+  TensorSplit split = {};  // default: replicated, shape is the full shape
+
+  Shape global_shape() const { return split.global_shape(shape); }
 };
+
+// `full` (shape = the full shape) as rank `index` of `parts` holds it, split along `dim`.
+ParameterSpec shard_spec(const ParameterSpec& full, int dim, int parts, int index, int groups = 1);
 
 struct Parameter {
   ParameterSpec spec;
@@ -54,7 +79,8 @@ class ParameterStore {
   Buffer grads_;
 };
 
-// The initial value of element `index` of parameter `name` (for tests and shards).
+// The initial value of LOCAL element `index` of a parameter: the full tensor's element at the
+// matching global index, whatever the split.
 float initial_value(uint64_t seed, const ParameterSpec& spec, int64_t index);
 
 }  // namespace trellis

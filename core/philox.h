@@ -43,4 +43,27 @@ TRELLIS_HD uint32_t philox_word(uint64_t seed, uint64_t stream, uint64_t index) 
   return r.v[0];
 }
 
+// Dropout on the attention probabilities: element (b, h, t, s) (query t, key s) of local sample b
+// and local head h is the element (sample_offset + b, head_offset + h, t, s) of the global
+// (samples, global_heads, T, T) probability tensor, so every layout and every recomputation draws
+// the same mask. One Philox block covers 8 keys of a row as 16-bit uniforms.
+struct AttentionDropoutKey {
+  uint64_t seed = 0, stream = 0;
+  uint32_t threshold = 0;  // dropped when the 16-bit draw < threshold = round(p * 65536); 0: no dropout
+  float scale = 1.0f;      // 65536 / (65536 - threshold): exactly 1 / P(keep)
+  int64_t sample_offset = 0, head_offset = 0, global_heads = 0, seq_len = 0;
+};
+
+// The factor probability (t, s) of (b, h) is multiplied by: 0 (dropped) or scale.
+TRELLIS_HD float attention_keep_scale(const AttentionDropoutKey& k, int64_t b, int64_t h, int64_t t, int64_t s) {
+  const uint64_t row = (uint64_t(k.sample_offset + b) * uint64_t(k.global_heads) + uint64_t(k.head_offset + h)) *
+                           uint64_t(k.seq_len) + uint64_t(t);
+  const uint64_t counter = row * uint64_t((k.seq_len + 7) / 8) + uint64_t(s >> 3);
+  const Philox4 r = philox4x32(uint32_t(counter), uint32_t(counter >> 32), uint32_t(k.stream),
+                               uint32_t(k.stream >> 32), uint32_t(k.seed), uint32_t(k.seed >> 32));
+  const uint32_t w = r.v[(s >> 1) & 3];
+  const uint32_t u = (s & 1) ? (w >> 16) : (w & 0xFFFFu);
+  return u >= k.threshold ? k.scale : 0.0f;
+}
+
 }  // namespace trellis

@@ -3,6 +3,9 @@
 
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
+#include <limits>
+#include <optional>
 #include <vector>
 
 #include "core/checkpoint.h"
@@ -113,27 +116,38 @@ int64_t load_training_checkpoint(Runtime& rt, const Config& cfg, const std::stri
   }
 }
 
+namespace {
+
+// Writes the whole training state into w and publishes it; returns the final directory.
+std::string write_state(Runtime& rt, const Config& cfg, TrainingState s, CheckpointWriter& w, int64_t step,
+                        double loss, int64_t samples_seen, std::optional<double> val_loss) {
+  for (auto& [name, t] : state_tensors(s)) {
+    std::vector<char> host = to_host(rt, t);
+    w.add_blob(name, host.data(), host.size(), std::string(dtype_name(t.dtype)), {t.numel()});
+  }
+  const LossScalerState st = s.scaler.state();
+  JsonObject scaler, data, meta;
+  scaler.add("scale", st.scale).add("clean_steps", st.clean_steps).add("hysteresis_left", st.hysteresis_left);
+  scaler.add("skipped", st.skipped);
+  data.add("samples_seen", samples_seen).add("source", cfg.data.source);
+  meta.add("step", step).add("loss", loss).add("version", kVersion);
+  meta.add("time", int64_t(std::chrono::duration_cast<std::chrono::seconds>(
+                               std::chrono::system_clock::now().time_since_epoch()).count()));
+  meta.add("model", model_signature(s.model.config())).add("seed", cfg.train.seed);
+  meta.add("scaler", scaler).add("data", data).add("config", config_to_toml(cfg));
+  if (val_loss) meta.add("val_loss", *val_loss);
+  w.set_meta(meta.str());
+  return w.commit();
+}
+
+}  // namespace
+
 bool save_training_checkpoint(Runtime& rt, const Config& cfg, TrainingState s, int64_t step, double loss,
                               int64_t samples_seen) {
   const auto t0 = std::chrono::steady_clock::now();
   try {
     CheckpointWriter w(cfg.checkpoint.dir, step);
-    for (auto& [name, t] : state_tensors(s)) {
-      std::vector<char> host = to_host(rt, t);
-      w.add_blob(name, host.data(), host.size(), std::string(dtype_name(t.dtype)), {t.numel()});
-    }
-    const LossScalerState st = s.scaler.state();
-    JsonObject scaler, data, meta;
-    scaler.add("scale", st.scale).add("clean_steps", st.clean_steps).add("hysteresis_left", st.hysteresis_left);
-    scaler.add("skipped", st.skipped);
-    data.add("samples_seen", samples_seen).add("source", cfg.data.source);
-    meta.add("step", step).add("loss", loss).add("version", kVersion);
-    meta.add("time", int64_t(std::chrono::duration_cast<std::chrono::seconds>(
-                                 std::chrono::system_clock::now().time_since_epoch()).count()));
-    meta.add("model", model_signature(s.model.config())).add("seed", cfg.train.seed);
-    meta.add("scaler", scaler).add("data", data).add("config", config_to_toml(cfg));
-    w.set_meta(meta.str());
-    const std::string where = w.commit();
+    const std::string where = write_state(rt, cfg, s, w, step, loss, samples_seen, std::nullopt);
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     std::printf("checkpoint: saved step %lld to %s (%.1f s)\n", (long long)step, where.c_str(), secs);
     try {
@@ -147,6 +161,36 @@ bool save_training_checkpoint(Runtime& rt, const Config& cfg, TrainingState s, i
   } catch (const CheckpointError& e) {
     std::printf("warning: checkpoint of step %lld NOT saved: %s; training goes on, the previous checkpoint is intact\n",
                 (long long)step, e.what());
+    std::fflush(stdout);
+    return false;
+  }
+}
+
+double best_checkpoint_val_loss(const Config& cfg) {
+  const std::string dir = (std::filesystem::path(cfg.checkpoint.dir) / "best").string();
+  if (cfg.checkpoint.dir.empty() || !std::filesystem::exists(dir)) return std::numeric_limits<double>::infinity();
+  try {
+    JsonValue meta = parse_json(CheckpointReader::open(dir, CheckpointVerify::kSizes).meta());
+    const JsonValue* v = meta.find("val_loss");
+    if (v) return v->as_double();
+  } catch (const std::exception& e) {
+    std::printf("warning: %s is not a readable checkpoint (%s); the next best validation replaces it\n", dir.c_str(),
+                e.what());
+  }
+  return std::numeric_limits<double>::infinity();
+}
+
+bool save_best_checkpoint(Runtime& rt, const Config& cfg, TrainingState s, int64_t step, double val_loss,
+                          int64_t samples_seen) {
+  try {
+    CheckpointWriter w = CheckpointWriter::at_path((std::filesystem::path(cfg.checkpoint.dir) / "best").string());
+    const std::string where = write_state(rt, cfg, s, w, step, val_loss, samples_seen, val_loss);
+    std::printf("checkpoint: best validation loss %.4f at step %lld, saved to %s\n", val_loss, (long long)step,
+                where.c_str());
+    std::fflush(stdout);
+    return true;
+  } catch (const CheckpointError& e) {
+    std::printf("warning: best checkpoint of step %lld NOT saved: %s; training goes on\n", (long long)step, e.what());
     std::fflush(stdout);
     return false;
   }

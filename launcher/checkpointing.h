@@ -36,4 +36,13 @@ int64_t load_training_checkpoint(Runtime& rt, const Config& cfg, const std::stri
 bool save_training_checkpoint(Runtime& rt, const Config& cfg, TrainingState state, int64_t step, double loss,
                               int64_t samples_seen);
 
+// The validation loss stored in checkpoint.dir/best, or +infinity when there is none readable (a
+// resumed run must not replace a better best with a worse one).
+double best_checkpoint_val_loss(const Config& cfg);
+
+// Rank 0: saves the state after `step`, whose validation loss `val_loss` is the best so far, to
+// checkpoint.dir/best, replacing the previous best atomically. Failures are warnings, as above.
+bool save_best_checkpoint(Runtime& rt, const Config& cfg, TrainingState state, int64_t step, double val_loss,
+                          int64_t samples_seen);
+
 }  // namespace trellis

@@ -35,7 +35,8 @@ const std::vector<KeySpec> kKeys = {
   {"model", "n_layers", T::Int, TRELLIS_FIELD(model, n_layers), "Number of transformer blocks.", {}, 1},
   {"model", "n_heads", T::Int, TRELLIS_FIELD(model, n_heads), "Attention heads per block; must divide d_model.", {}, 1},
   {"model", "d_model", T::Int, TRELLIS_FIELD(model, d_model), "Hidden size.", {}, 1},
-  {"model", "dropout", T::Float, TRELLIS_FIELD(model, dropout), "Residual and embedding dropout probability.", {}, 0, false, 1, true},
+  {"model", "dropout", T::Float, TRELLIS_FIELD(model, dropout), "Dropout probability of the embeddings, of each residual branch and (unless model.attention_dropout says otherwise) of the attention probabilities, as in nanoGPT and GPT-2.", {}, 0, false, 1, true},
+  {"model", "attention_dropout", T::Float, TRELLIS_FIELD(model, attention_dropout), "Dropout probability of the attention probabilities; -1 = model.dropout.", {}, -1, false, 1, true},
 
   {"parallel", "tensor", T::Int, TRELLIS_FIELD(parallel, tensor), "Tensor-parallel size (ranks that split each layer). Not built yet: must be 1.", {}, 1},
   {"parallel", "pipeline", T::Int, TRELLIS_FIELD(parallel, pipeline), "Pipeline-parallel size (stages). Not built yet: must be 1.", {}, 1},
@@ -85,6 +86,7 @@ const std::vector<KeySpec> kKeys = {
   {"checkpoint", "every", T::Int, TRELLIS_FIELD(checkpoint, every), "Save every N steps (and at the end, and when stopped by a signal); 0 = only then.", {}, 0},
   {"checkpoint", "keep", T::Int, TRELLIS_FIELD(checkpoint, keep), "Keep the newest K valid checkpoints; older ones are removed.", {}, 1},
   {"checkpoint", "resume", T::String, TRELLIS_FIELD(checkpoint, resume), "auto = the newest valid checkpoint in checkpoint.dir, if any; none = start fresh; or a checkpoint directory.", {}},
+  {"checkpoint", "keep_best", T::Bool, TRELLIS_FIELD(checkpoint, keep_best), "After each validation that beats the best so far, save the state to checkpoint.dir/best (replaced atomically; never pruned, never picked by resume = auto), as nanoGPT keeps its best model.", {}},
   {"log", "profile_ops", T::Bool, TRELLIS_FIELD(log, profile_ops), "Print a per-op time breakdown at the end (synchronizes after every op: slower; for diagnosis).", {}},
 };
 // clang-format on

@@ -53,7 +53,7 @@ void write_model_files(Runtime& rt, GPT& model, const std::string& dir, const Js
   JsonObject config;
   config.add("vocab_size", mc.vocab_size).add("padded_vocab", mc.padded_vocab()).add("seq_len", mc.seq_len);
   config.add("n_layers", mc.n_layers).add("n_heads", mc.n_heads).add("d_model", mc.d_model);
-  config.add("dropout", double(mc.dropout));
+  config.add("dropout", double(mc.dropout)).add("attention_dropout", double(mc.attention_dropout));
   std::string params = "[";
   for (const Parameter& p : model.params().all()) {
     JsonObject o;

@@ -14,7 +14,8 @@ struct ModelConfig {
   int64_t n_layers = 12;
   int64_t n_heads = 12;
   int64_t d_model = 768;
-  double dropout = 0.0;         // residual and embedding dropout probability
+  double dropout = 0.0;         // residual, embedding and (by default) attention dropout probability
+  double attention_dropout = -1.0;  // attention-probability dropout; -1 = the same as dropout
 };
 
 struct ParallelConfig {
@@ -82,6 +83,7 @@ struct CheckpointConfig {
   int64_t every = 0;               // save every N steps; 0 = only at the end / on stop
   int64_t keep = 3;
   std::string resume = "auto";     // auto | none | a checkpoint directory
+  bool keep_best = false;          // also keep the state of the lowest validation loss in dir/best
 };
 
 struct Config {

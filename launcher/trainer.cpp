@@ -68,6 +68,7 @@ Resolved resolve(const Config& cfg, const LaunchInfo& launch) {
   r.model.n_heads = cfg.model.n_heads;
   r.model.d_model = cfg.model.d_model;
   r.model.dropout = float(cfg.model.dropout);
+  r.model.attention_dropout = float(cfg.model.attention_dropout < 0 ? cfg.model.dropout : cfg.model.attention_dropout);
   r.model.dtype = r.dtype;
   r.model.checkpointing = cfg.train.checkpointing == "full"        ? Checkpointing::full
                           : cfg.train.checkpointing == "selective" ? Checkpointing::selective
@@ -255,6 +256,10 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
     }
   }
   const bool checkpoints = !cfg.checkpoint.dir.empty();
+  const bool keep_best = checkpoints && cfg.checkpoint.keep_best && cfg.log.val_every > 0;
+  if (cfg.checkpoint.keep_best && !keep_best && main_rank)
+    std::printf("warning: checkpoint.keep_best needs checkpoint.dir and log.val_every > 0; no best checkpoint is kept\n");
+  double best_val = keep_best && main_rank ? best_checkpoint_val_loss(cfg) : 0.0;
   if (cfg.train.stop_after > 0 && !checkpoints && main_rank)
     std::printf("warning: train.stop_after without checkpoint.dir: the run stops and nothing is saved\n");
 
@@ -367,6 +372,8 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
         tb->scalar("val/loss", step, val);
         std::printf("step %5lld/%lld | val loss %.4f\n", (long long)step, (long long)cfg.train.steps, val);
         std::fflush(stdout);
+        if (keep_best && val < best_val && save_best_checkpoint(rt, cfg, state, step, val, step * global_batch))
+          best_val = val;
       }
     }
     last_step = step;

@@ -16,7 +16,8 @@ struct GPTConfig {
   int64_t n_layers = 12;
   int64_t n_heads = 12;
   int64_t d_model = 768;
-  float dropout = 0.0f;
+  float dropout = 0.0f;            // embeddings and residual branches
+  float attention_dropout = 0.0f;  // attention probabilities
   DType dtype = DType::f32;  // parameters and activations; statistics and gradients are f32
   Checkpointing checkpointing = Checkpointing::none;
 

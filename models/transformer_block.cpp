@@ -50,21 +50,38 @@ void TransformerBlock::append_specs(const GPTConfig& cfg, int layer, std::vector
   out.push_back({p + "mlp.proj.b", {C}, Init::zeros, 0, false});
 }
 
+namespace {
+// Mask streams: (step, layer slot, site); sites 1 and 2 are the residual branches, 3 attention.
+uint64_t dropout_stream(const StepContext& ctx, int layer, int site) {
+  return (uint64_t(ctx.step) << 24) | (uint64_t(layer + 1) << 4) | uint64_t(site);
+}
+}  // namespace
+
 DropoutKey TransformerBlock::dropout_key(const StepContext& ctx, int site, int64_t T) const {
   DropoutKey k;
   k.seed = ctx.seed;
-  k.stream = (uint64_t(ctx.step) << 24) | (uint64_t(layer_ + 1) << 4) | uint64_t(site);
+  k.stream = dropout_stream(ctx, layer_, site);
   k.seq_local = T;
   k.seq_global = T;
   k.seq_offset = ctx.sample_offset * T;
   return k;
 }
 
-void TransformerBlock::attention_part(Runtime& rt, BlockSaved& s, Arena& a) const {
+AttentionDropout TransformerBlock::attention_dropout(const StepContext& ctx) const {
+  AttentionDropout d;
+  if (!ctx.training) return d;
+  d.p = cfg_.attention_dropout;
+  d.seed = ctx.seed;
+  d.stream = dropout_stream(ctx, layer_, 3);
+  d.sample_offset = ctx.sample_offset;
+  return d;
+}
+
+void TransformerBlock::attention_part(Runtime& rt, const StepContext& ctx, BlockSaved& s, Arena& a) const {
   const int64_t B = s.x.size(0), T = s.x.size(1), C = cfg_.d_model;
   s.att = a.take(cfg_.dtype, {B, T, C});
   s.lse = a.take(DType::f32, {B, cfg_.n_heads, T});
-  attention_forward(rt, s.att, s.lse, s.qkv, int(cfg_.n_heads));
+  attention_forward(rt, s.att, s.lse, s.qkv, int(cfg_.n_heads), attention_dropout(ctx));
 }
 
 void TransformerBlock::forward_into(Runtime& rt, const StepContext& ctx, const Tensor& x, const Tensor& y,
@@ -81,7 +98,7 @@ void TransformerBlock::forward_into(Runtime& rt, const StepContext& ctx, const T
   layernorm_forward(rt, s.ln1, s.ln1_mean, s.ln1_rstd, x, p_.ln1_w->value, p_.ln1_b->value);
   s.qkv = rest.take(dt, {B, T, 3 * C});
   linear_forward(rt, s.qkv, s.ln1, *p_.qkv_w, *p_.qkv_b);
-  attention_part(rt, s, keep_attention ? keep : temp);
+  attention_part(rt, ctx, s, keep_attention ? keep : temp);
   Tensor branch = temp.take(dt, {B, T, C});
   linear_forward(rt, branch, s.att, *p_.proj_w, *p_.proj_b);
   if (drop) dropout_forward(rt, branch, branch, cfg_.dropout, dropout_key(ctx, 1, T));
@@ -120,7 +137,7 @@ void TransformerBlock::backward(Runtime& rt, const StepContext& ctx, const Tenso
     forward_into(rt, ctx, s.x, y, s, work, work, false, false);
   } else if (cfg_.checkpointing == Checkpointing::selective) {
     NvtxRange rr("recompute_attention");
-    attention_part(rt, s, work);
+    attention_part(rt, ctx, s, work);
   }
   // MLP branch: y = r + drop(fc_proj(gelu(fc(ln2(r))))).
   Tensor dbranch = dres;
@@ -139,7 +156,7 @@ void TransformerBlock::backward(Runtime& rt, const StepContext& ctx, const Tenso
   Tensor datt = work.take(dt, {B, T, C});
   linear_backward(rt, datt, dbranch, s.att, *p_.proj_w, *p_.proj_b);
   Tensor dqkv = work.take(dt, {B, T, 3 * C});
-  attention_backward(rt, dqkv, datt, s.qkv, s.att, s.lse, int(cfg_.n_heads));
+  attention_backward(rt, dqkv, datt, s.qkv, s.att, s.lse, int(cfg_.n_heads), attention_dropout(ctx));
   linear_backward(rt, dln, dqkv, s.ln1, *p_.qkv_w, *p_.qkv_b);
   layernorm_backward(rt, dres, p_.ln1_w->grad, p_.ln1_b->grad, dln, s.x, p_.ln1_w->value, s.ln1_mean, s.ln1_rstd);
 }

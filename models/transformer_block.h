@@ -58,7 +58,8 @@ class TransformerBlock {
 
  private:
   DropoutKey dropout_key(const StepContext& ctx, int site, int64_t T) const;
-  void attention_part(Runtime& rt, BlockSaved& s, Arena& a) const;  // att, lse from qkv
+  AttentionDropout attention_dropout(const StepContext& ctx) const;
+  void attention_part(Runtime& rt, const StepContext& ctx, BlockSaved& s, Arena& a) const;  // att, lse from qkv
   void forward_into(Runtime& rt, const StepContext& ctx, const Tensor& x, const Tensor& y, BlockSaved& s,
                     Arena& keep, Arena& temp, bool keep_attention, bool keep_rest) const;
 

@@ -1,5 +1,5 @@
 // CPU causal self-attention: forward keeps only the log-sum-exp per score row; backward recomputes
-// the probabilities. Every output row is owned by one thread, so results do not depend on the
+// the probabilities (and the dropout mask, from its Philox key). Every output row is owned by one thread, so results do not depend on the
 // thread count. 16-bit tensors are staged in f32 scratch.
 #include <omp.h>
 
@@ -35,8 +35,13 @@ float dot(const float* a, const float* b, int64_t n) {
   return s;
 }
 
+// Dropout factor of probability (t, s) of head (b, h): 1 without dropout.
+float keep(const AttentionDropoutKey& k, int64_t b, int64_t h, int64_t t, int64_t s) {
+  return k.threshold == 0 ? 1.0f : attention_keep_scale(k, b, h, t, s);
+}
+
 // out (B, T, C) and lse (B, H, T) from f32 qkv; buf holds T floats per thread.
-void forward_f32(const Dims& d, const float* qkv, float* out, float* lse, float* buf) {
+void forward_f32(const Dims& d, const float* qkv, float* out, float* lse, float* buf, const AttentionDropoutKey& k) {
   const int64_t rows = d.B * d.H * d.T;
 #pragma omp parallel
   {
@@ -59,7 +64,7 @@ void forward_f32(const Dims& d, const float* qkv, float* out, float* lse, float*
       std::fill(o, o + d.hd, 0.0f);
       const float inv = 1.0f / sum;
       for (int64_t s = 0; s <= t; ++s) {
-        const float p = sc[s] * inv;
+        const float p = sc[s] * inv * keep(k, b, h, t, s);
         const float* v = qkv + d.qkv(b, s, 2, h);
         for (int64_t i = 0; i < d.hd; ++i) o[i] += p * v[i];
       }
@@ -70,14 +75,17 @@ void forward_f32(const Dims& d, const float* qkv, float* out, float* lse, float*
 
 // dqkv (f32, zeroed here) from f32 qkv, dout and D = rowsum(dout * out) (B, H, T).
 void backward_f32(const Dims& d, float* dqkv, const float* qkv, const float* dout, const float* lse,
-                  const float* D) {
+                  const float* D, const AttentionDropoutKey& k) {
   const int64_t rows = d.B * d.H * d.T;
   std::memset(dqkv, 0, sizeof(float) * size_t(d.B * d.T * 3 * d.C));
-  // Probability and score gradient of query t, key s (s <= t) of head (b, h).
-  auto grads = [&](int64_t b, int64_t h, int64_t t, int64_t s, float& p, float& ds) {
+  // Dropped probability and score gradient of query t, key s (s <= t) of head (b, h): with
+  // o = sum_s p_s m_s v_s, dL/dp_s = m_s (do . v_s) and sum_s p_s dL/dp_s = do . o = D.
+  auto grads = [&](int64_t b, int64_t h, int64_t t, int64_t s, float& pm, float& ds) {
     const int64_t r = (b * d.H + h) * d.T + t;
-    p = std::exp(dot(qkv + d.qkv(b, t, 0, h), qkv + d.qkv(b, s, 1, h), d.hd) * d.scale - lse[r]);
-    ds = p * (dot(dout + d.row(b, t, h), qkv + d.qkv(b, s, 2, h), d.hd) - D[r]);
+    const float p = std::exp(dot(qkv + d.qkv(b, t, 0, h), qkv + d.qkv(b, s, 1, h), d.hd) * d.scale - lse[r]);
+    const float m = keep(k, b, h, t, s);
+    pm = p * m;
+    ds = p * (m * dot(dout + d.row(b, t, h), qkv + d.qkv(b, s, 2, h), d.hd) - D[r]);
   };
   // dq: one query row per iteration, keys in order.
 #pragma omp parallel for schedule(dynamic, 8)
@@ -112,7 +120,8 @@ void backward_f32(const Dims& d, float* dqkv, const float* qkv, const float* dou
 
 }  // namespace
 
-void attention_forward(Runtime& rt, const Tensor& out, const Tensor& lse, const Tensor& qkv, int n_heads) {
+void attention_forward(Runtime& rt, const Tensor& out, const Tensor& lse, const Tensor& qkv, int n_heads,
+                       const AttentionDropoutKey& drop) {
   const Dims d = dims_of(qkv, n_heads);
   const bool f32 = qkv.dtype == DType::f32;
   const int64_t n_qkv = qkv.numel(), n_out = out.numel();
@@ -120,12 +129,12 @@ void attention_forward(Runtime& rt, const Tensor& out, const Tensor& lse, const 
   const float* q = f32 ? qkv.ptr<float>() : scratch.take(n_qkv);
   float* o = f32 ? out.ptr<float>() : scratch.take(n_out);
   if (!f32) to_f32(const_cast<float*>(q), qkv, n_qkv);
-  forward_f32(d, q, o, lse.ptr<float>(), scratch.take(int64_t(omp_get_max_threads()) * d.T));
+  forward_f32(d, q, o, lse.ptr<float>(), scratch.take(int64_t(omp_get_max_threads()) * d.T), drop);
   if (!f32) from_f32(out, o, n_out);
 }
 
 void attention_backward(Runtime& rt, const Tensor& dqkv, const Tensor& dout, const Tensor& qkv,
-                        const Tensor& out, const Tensor& lse, int n_heads) {
+                        const Tensor& out, const Tensor& lse, int n_heads, const AttentionDropoutKey& drop) {
   const Dims d = dims_of(qkv, n_heads);
   const bool f32 = qkv.dtype == DType::f32;
   const int64_t n_qkv = qkv.numel(), n_out = out.numel(), rows = d.B * d.H * d.T;
@@ -151,7 +160,7 @@ void attention_backward(Runtime& rt, const Tensor& dqkv, const Tensor& dout, con
       D[idx] = s;
     }
   });
-  backward_f32(d, dq, q, g, lse.ptr<float>(), D);
+  backward_f32(d, dq, q, g, lse.ptr<float>(), D, drop);
   if (!f32) from_f32(dqkv, dq, n_qkv);
 }
 

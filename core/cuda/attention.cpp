@@ -2,10 +2,11 @@
 // kernels of flash_attention.cu (no T x T matrix; backward scratch only D, B*H*T*4 bytes). Everything
 // else (f32, other head sizes) takes the unfused reference-speed version: heads permuted into scratch,
 // S = q k^T / sqrt(hd) and the products with P by cuBLAS strided-batched GEMMs (f32 compute), a
-// causal softmax kernel that keeps only the log-sum-exp for backward. Its scratch (bytes, es = dtype
-// size, 256-byte alignment of each piece aside):
+// causal softmax kernel that keeps only the log-sum-exp for backward. Attention dropout is applied
+// to the probabilities by the softmax kernels. Its scratch (bytes, es = dtype size, 256-byte
+// alignment of each piece aside):
 //   forward:  4*B*H*T*hd*es + B*H*T*T*(4 + es)
-//   backward: 7*B*H*T*hd*es + B*H*T*4 + B*H*T*T*(4 + es)
+//   backward: 7*B*H*T*hd*es + B*H*T*4 + B*H*T*T*(8 + es)
 #include <cmath>
 #include <cstdint>
 #include <initializer_list>
@@ -79,13 +80,14 @@ bool use_flash(const Dims& d, DType t, std::initializer_list<const void*> ptrs) 
 
 }  // namespace
 
-void attention_forward(Runtime& rt, const Tensor& out, const Tensor& lse, const Tensor& qkv, int n_heads) {
+void attention_forward(Runtime& rt, const Tensor& out, const Tensor& lse, const Tensor& qkv, int n_heads,
+                       const AttentionDropoutKey& drop) {
   CudaState& st = cuda_state(rt);
   Dims d = dims_of(qkv, n_heads);
   if (d.B * d.T == 0) return;
   DType t = qkv.dtype;
   if (use_flash(d, t, {qkv.data, out.data})) {
-    launch_flash_attention_forward(st.compute, out.data, lse.ptr<float>(), qkv.data, t, d.B, d.T, d.H, d.hd);
+    launch_flash_attention_forward(st.compute, out.data, lse.ptr<float>(), qkv.data, t, d.B, d.T, d.H, d.hd, drop);
     return;
   }
   size_t head_bytes = size_t(d.BH * d.T * d.hd) * d.es, score_cells = size_t(d.BH * d.T * d.T);
@@ -101,13 +103,13 @@ void attention_forward(Runtime& rt, const Tensor& out, const Tensor& lse, const 
   float scale = float(1.0 / std::sqrt(double(d.hd)));
   float* Sp = reinterpret_cast<float*>(base + S);
   scores(st, Sp, base + q, base + k, d, t, scale);                         // (B, H, T, T) f32
-  launch_causal_softmax(s, base + P, lse.ptr<float>(), Sp, t, d.BH, d.T);  // P (B, H, T, T), lse (B, H, T)
+  launch_causal_softmax(s, base + P, lse.ptr<float>(), Sp, t, d.B, d.H, d.T, drop);  // P (B, H, T, T), lse
   times_values(st, base + o, base + P, base + v, d, t, false);             // (B, H, T, hd)
   launch_from_heads(s, out.data, d.C, 0, base + o, t, d.B, d.T, d.H, d.hd);
 }
 
 void attention_backward(Runtime& rt, const Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
-                        const Tensor& lse, int n_heads) {
+                        const Tensor& lse, int n_heads, const AttentionDropoutKey& drop) {
   CudaState& st = cuda_state(rt);
   Dims d = dims_of(qkv, n_heads);
   if (d.B * d.T == 0) return;
@@ -116,7 +118,7 @@ void attention_backward(Runtime& rt, const Tensor& dqkv, const Tensor& dout, con
     float* Dp = static_cast<float*>(rt.scratch(size_t(d.BH * d.T) * 4));  // (B, H, T)
     launch_attention_rowdot(st.compute, Dp, dout.data, out.data, t, d.B, d.T, d.H, d.hd);  // D = rowsum(dO * O)
     launch_flash_attention_backward(st.compute, dqkv.data, dout.data, qkv.data, lse.ptr<float>(), Dp, t, d.B, d.T,
-                                    d.H, d.hd);
+                                    d.H, d.hd, drop);
     return;
   }
   size_t head_bytes = size_t(d.BH * d.T * d.hd) * d.es, score_cells = size_t(d.BH * d.T * d.T);
@@ -125,7 +127,7 @@ void attention_backward(Runtime& rt, const Tensor& dqkv, const Tensor& dout, con
   size_t dO = plan.take(head_bytes), dQ = plan.take(head_bytes), dK = plan.take(head_bytes),
          dV = plan.take(head_bytes);
   size_t D = plan.take(size_t(d.BH * d.T) * 4);
-  size_t S = plan.take(score_cells * 4), P = plan.take(score_cells * d.es);
+  size_t S = plan.take(score_cells * 4), dPs = plan.take(score_cells * 4), P = plan.take(score_cells * d.es);
   char* base = static_cast<char*>(rt.scratch(plan.total()));
   cudaStream_t s = st.compute;
   int64_t row3 = 3 * d.C;
@@ -138,10 +140,12 @@ void attention_backward(Runtime& rt, const Tensor& dqkv, const Tensor& dout, con
   float scale = float(1.0 / std::sqrt(double(d.hd)));
   float* Sp = reinterpret_cast<float*>(base + S);
   scores(st, Sp, base + q, base + k, d, t, scale);
-  launch_causal_probs(s, base + P, Sp, lse.ptr<float>(), t, d.BH, d.T);  // P = exp(S - lse), causal
-  times_values(st, base + dV, base + P, base + dO, d, t, true);           // dV = P^T dO
-  scores(st, Sp, base + dO, base + v, d, t, 1.0f);                        // dP = dO V^T (over S)
-  launch_softmax_backward(s, base + P, Sp, Dp, t, d.BH, d.T, scale);      // dS = P (dP - D) scale (over P)
+  float* dP = reinterpret_cast<float*>(base + dPs);
+  launch_causal_probs(s, base + P, Sp, lse.ptr<float>(), t, d.B, d.H, d.T, drop);  // P m, m the dropout factor
+  times_values(st, base + dV, base + P, base + dO, d, t, true);                    // dV = (P m)^T dO
+  scores(st, dP, base + dO, base + v, d, t, 1.0f);                                 // dP = dO V^T
+  launch_softmax_backward(s, base + P, Sp, lse.ptr<float>(), dP, Dp, t, d.B, d.H, d.T, scale,
+                          drop);  // dS = P (m dP - D) scale (over P m)
   times_values(st, base + dQ, base + P, base + k, d, t, false);           // dQ = dS K
   times_values(st, base + dK, base + P, base + q, d, t, true);            // dK = dS^T Q
   launch_from_heads(s, dqkv.data, row3, 0, base + dQ, t, d.B, d.T, d.H, d.hd);

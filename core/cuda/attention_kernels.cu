@@ -1,5 +1,6 @@
 // The kernels around attention's batched GEMMs (attention.cpp): head (un)permutes, the causal
-// softmax that writes the log-sum-exp, and the softmax backward.
+// softmax that writes the log-sum-exp, and the softmax backward, each applying the attention
+// dropout mask (core/philox.h) when it has one.
 #include "core/cuda/kernel_common.cuh"
 #include "core/cuda/launchers.h"
 
@@ -27,13 +28,19 @@ __global__ void from_heads_kernel(T* dst, int64_t row_stride, int64_t col_offset
   }
 }
 
+__device__ __forceinline__ float keep_factor(const AttentionDropoutKey& k, int64_t bh, int64_t H, int64_t i,
+                                            int64_t j) {
+  return k.threshold == 0 ? 1.0f : attention_keep_scale(k, bh / H, bh % H, i, j);
+}
+
 // One warp per score row r = (bh, i); only j <= i take part.
 template <typename T>
-__global__ void causal_softmax_kernel(T* P, float* lse, const float* S, int64_t rows, int64_t T_, bool write_lse) {
+__global__ void causal_softmax_kernel(T* P, float* lse, const float* S, int64_t rows, int64_t H, int64_t T_,
+                                      bool write_lse, AttentionDropoutKey drop) {
   int64_t r = int64_t(blockIdx.x) * kWarpsPerBlock + (threadIdx.x >> 5);
   int lane = threadIdx.x & 31;
   if (r >= rows) return;
-  int64_t i = r % T_;
+  int64_t i = r % T_, bh = r / T_;
   const float* s = S + r * T_;
   T* p = P + r * T_;
   float l;
@@ -48,7 +55,8 @@ __global__ void causal_softmax_kernel(T* P, float* lse, const float* S, int64_t 
   } else {
     l = lse[r];
   }
-  for (int64_t j = lane; j < T_; j += 32) p[j] = from_f32<T>(j <= i ? expf(s[j] - l) : 0.0f);
+  for (int64_t j = lane; j < T_; j += 32)
+    p[j] = from_f32<T>(j <= i ? expf(s[j] - l) * keep_factor(drop, bh, H, i, j) : 0.0f);
 }
 
 // One warp per (b, h, t): D = sum_d dout * out.
@@ -66,10 +74,12 @@ __global__ void rowdot_kernel(float* D, const T* dout, const T* out, int64_t B, 
 }
 
 template <typename T>
-__global__ void softmax_backward_kernel(T* P_dS, const float* dP, const float* D, int64_t n, int64_t T_, float scale) {
-  TRELLIS_GRID_STRIDE(i, n) {
-    float p = to_f32(P_dS[i]);
-    P_dS[i] = from_f32<T>(p * (dP[i] - D[i / T_]) * scale);
+__global__ void softmax_backward_kernel(T* dS, const float* S, const float* lse, const float* dP, const float* D,
+                                        int64_t n, int64_t H, int64_t T_, float scale, AttentionDropoutKey drop) {
+  TRELLIS_GRID_STRIDE(e, n) {
+    int64_t r = e / T_, i = r % T_, j = e % T_;
+    float p = j <= i ? expf(S[e] - lse[r]) : 0.0f;
+    dS[e] = from_f32<T>(p * (keep_factor(drop, r / T_, H, i, j) * dP[e] - D[r]) * scale);
   }
 }
 
@@ -97,20 +107,23 @@ void launch_from_heads(cudaStream_t s, void* dst, int64_t row_stride, int64_t co
   CUDA_CHECK_LAUNCH();
 }
 
-void launch_causal_softmax(cudaStream_t s, void* P, float* lse, const float* S, DType t, int64_t BH, int64_t T_) {
-  int64_t rows = BH * T_;
+void launch_causal_softmax(cudaStream_t s, void* P, float* lse, const float* S, DType t, int64_t B, int64_t H,
+                           int64_t T_, const AttentionDropoutKey& drop) {
+  int64_t rows = B * H * T_;
   if (rows == 0) return;
   TRELLIS_FLOAT_SWITCH(t, E,
-    causal_softmax_kernel<E><<<warp_rows_grid(rows), kThreads, 0, s>>>(static_cast<E*>(P), lse, S, rows, T_, true));
+    causal_softmax_kernel<E><<<warp_rows_grid(rows), kThreads, 0, s>>>(static_cast<E*>(P), lse, S, rows, H, T_,
+                                                                       true, drop));
   CUDA_CHECK_LAUNCH();
 }
 
-void launch_causal_probs(cudaStream_t s, void* P, const float* S, const float* lse, DType t, int64_t BH, int64_t T_) {
-  int64_t rows = BH * T_;
+void launch_causal_probs(cudaStream_t s, void* P, const float* S, const float* lse, DType t, int64_t B, int64_t H,
+                         int64_t T_, const AttentionDropoutKey& drop) {
+  int64_t rows = B * H * T_;
   if (rows == 0) return;
   TRELLIS_FLOAT_SWITCH(t, E,
     causal_softmax_kernel<E><<<warp_rows_grid(rows), kThreads, 0, s>>>(static_cast<E*>(P), const_cast<float*>(lse),
-                                                                       S, rows, T_, false));
+                                                                       S, rows, H, T_, false, drop));
   CUDA_CHECK_LAUNCH();
 }
 
@@ -124,12 +137,14 @@ void launch_attention_rowdot(cudaStream_t s, float* D, const void* dout, const v
   CUDA_CHECK_LAUNCH();
 }
 
-void launch_softmax_backward(cudaStream_t s, void* P_dS, const float* dP, const float* D, DType t, int64_t BH,
-                             int64_t T_, float scale) {
-  int64_t n = BH * T_ * T_;
+void launch_softmax_backward(cudaStream_t s, void* dS, const float* S, const float* lse, const float* dP,
+                             const float* D, DType t, int64_t B, int64_t H, int64_t T_, float scale,
+                             const AttentionDropoutKey& drop) {
+  int64_t n = B * H * T_ * T_;
   if (n == 0) return;
   TRELLIS_FLOAT_SWITCH(t, E,
-    softmax_backward_kernel<E><<<grid_for(n), kThreads, 0, s>>>(static_cast<E*>(P_dS), dP, D, n, T_, scale));
+    softmax_backward_kernel<E><<<grid_for(n), kThreads, 0, s>>>(static_cast<E*>(dS), S, lse, dP, D, n, H, T_,
+                                                                scale, drop));
   CUDA_CHECK_LAUNCH();
 }
 

@@ -3,6 +3,8 @@
 // ldmatrix, K/V (or Q/dO) tiles double-buffered in shared memory by cp.async, online softmax in f32
 // registers. The backward recomputes P: one kernel per key block accumulates dK, dV over the query
 // blocks, another per query block accumulates dQ. No atomics, so the results are bitwise repeatable.
+// Attention dropout (kDrop) multiplies each probability by its Philox factor (core/philox.h) after
+// the row sums are taken, in forward and in both backward kernels.
 #include <cmath>
 
 #include "core/cuda/kernel_common.cuh"
@@ -152,10 +154,10 @@ __device__ __forceinline__ void store_rows(E* g, int64_t stride, int row0, int T
 }
 
 // ---- forward: one block per (64-query block, b*H + h) ----
-template <typename E, int HD>
+template <typename E, int HD, bool kDrop>
 __global__ void __launch_bounds__(kFlashThreads) flash_fwd_kernel(E* __restrict__ out, float* __restrict__ lse,
                                                                   const E* __restrict__ qkv, int T_, int H, int C,
-                                                                  float sl2) {
+                                                                  float sl2, AttentionDropoutKey drop) {
   constexpr int BM = 64, BN = 64, LD = HD + kPad;
   extern __shared__ __align__(16) unsigned char smem[];
   E* sQ = reinterpret_cast<E*>(smem);
@@ -234,6 +236,14 @@ __global__ void __launch_bounds__(kFlashThreads) flash_fwd_kernel(E* __restrict_
         o[dt][2 * r + 1] *= alpha;
       }
     }
+    if constexpr (kDrop) {
+#pragma unroll
+      for (int nt = 0; nt < BN / 8; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          s[nt][e] *= attention_keep_scale(drop, b, h, row_lo + (e >> 1) * 8,
+                                           j * BN + nt * 8 + 2 * (lane & 3) + (e & 1));
+    }
     mma_pb<E, LD, BN / 8, HD / 8>(o, s, cV, lane);
     __syncthreads();  // this buffer is refilled two tiles on
   }
@@ -253,12 +263,13 @@ __global__ void __launch_bounds__(kFlashThreads) flash_fwd_kernel(E* __restrict_
 }
 
 // ---- backward, dK and dV: one block per (64-key block, b*H + h), query tiles of BM ----
-template <typename E, int HD, int BM>
+template <typename E, int HD, int BM, bool kDrop>
 __global__ void __launch_bounds__(kFlashThreads) flash_bwd_dkv_kernel(E* __restrict__ dqkv, const E* __restrict__ qkv,
                                                                       const E* __restrict__ dout,
                                                                       const float* __restrict__ lse,
                                                                       const float* __restrict__ Dsum, int T_, int H,
-                                                                      int C, float scale, float sl2) {
+                                                                      int C, float scale, float sl2,
+                                                                      AttentionDropoutKey drop) {
   constexpr int BN = 64, LD = HD + kPad;
   extern __shared__ __align__(16) unsigned char smem[];
   E* sK = reinterpret_cast<E*>(smem);
@@ -332,8 +343,9 @@ __global__ void __launch_bounds__(kFlashThreads) flash_bwd_dkv_kernel(E* __restr
         int qi = nt * 8 + 2 * (lane & 3) + (e & 1);
         float p = exp2f(fmaf(s[nt][e], sl2, -cL[qi]));
         if (diag && mi * BM + qi < key_lo + (e >> 1) * 8) p = 0.0f;
-        s[nt][e] = p;
-        dp[nt][e] = p * (dp[nt][e] - cD[qi]);  // dS^T (without the scale)
+        const float m = kDrop ? attention_keep_scale(drop, b, h, mi * BM + qi, key_lo + (e >> 1) * 8) : 1.0f;
+        s[nt][e] = p * m;                            // dropped P^T, for dV
+        dp[nt][e] = p * (m * dp[nt][e] - cD[qi]);  // dS^T (without the scale)
       }
     mma_pb<E, LD, BM / 8, HD / 8>(dv, s, cdO, lane);  // dV += P^T dO
     mma_pb<E, LD, BM / 8, HD / 8>(dk, dp, cQ, lane);  // dK += dS^T Q
@@ -346,12 +358,13 @@ __global__ void __launch_bounds__(kFlashThreads) flash_bwd_dkv_kernel(E* __restr
 }
 
 // ---- backward, dQ: one block per (64-query block, b*H + h), key tiles of BN ----
-template <typename E, int HD, int BN>
+template <typename E, int HD, int BN, bool kDrop>
 __global__ void __launch_bounds__(kFlashThreads) flash_bwd_dq_kernel(E* __restrict__ dqkv, const E* __restrict__ qkv,
                                                                      const E* __restrict__ dout,
                                                                      const float* __restrict__ lse,
                                                                      const float* __restrict__ Dsum, int T_, int H,
-                                                                     int C, float scale, float sl2) {
+                                                                     int C, float scale, float sl2,
+                                                                     AttentionDropoutKey drop) {
   constexpr int BM = 64, LD = HD + kPad;
   extern __shared__ __align__(16) unsigned char smem[];
   E* sQ = reinterpret_cast<E*>(smem);
@@ -418,7 +431,8 @@ __global__ void __launch_bounds__(kFlashThreads) flash_bwd_dq_kernel(E* __restri
         int r = e >> 1, key = j * BN + nt * 8 + 2 * (lane & 3) + (e & 1);
         float p = exp2f(fmaf(s[nt][e], sl2, -Lr[r]));
         if (diag && key > row_lo + 8 * r) p = 0.0f;
-        dp[nt][e] = p * (dp[nt][e] - Dv[r]);  // dS (without the scale)
+        const float mk = kDrop ? attention_keep_scale(drop, b, h, row_lo + 8 * r, key) : 1.0f;
+        dp[nt][e] = p * (mk * dp[nt][e] - Dv[r]);  // dS (without the scale)
       }
     mma_pb<E, LD, BN / 8, HD / 8>(dq, dp, cK, lane);  // dQ += dS K
     __syncthreads();  // this buffer is refilled two tiles on
@@ -432,34 +446,38 @@ template <typename K> void allow_smem(K kernel, size_t bytes) {
   if (bytes > 48 * 1024) CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
 }
 
-template <typename E, int HD> void flash_forward(cudaStream_t s, void* out, float* lse, const void* qkv, int B, int T_,
-                                                 int H, float sl2) {
+template <typename E, int HD, bool kDrop>
+void flash_forward(cudaStream_t s, void* out, float* lse, const void* qkv, int B, int T_, int H, float sl2,
+                   const AttentionDropoutKey& drop) {
   constexpr int BM = 64, BN = 64;
   size_t smem = size_t(BM + 4 * BN) * (HD + kPad) * sizeof(E);
-  auto kernel = flash_fwd_kernel<E, HD>;
+  auto kernel = flash_fwd_kernel<E, HD, kDrop>;
   allow_smem(kernel, smem);
   dim3 grid((T_ + BM - 1) / BM, B * H);
-  kernel<<<grid, kFlashThreads, smem, s>>>(static_cast<E*>(out), lse, static_cast<const E*>(qkv), T_, H, H * HD, sl2);
+  kernel<<<grid, kFlashThreads, smem, s>>>(static_cast<E*>(out), lse, static_cast<const E*>(qkv), T_, H, H * HD, sl2,
+                                           drop);
   CUDA_CHECK_LAUNCH();
 }
 
-template <typename E, int HD> void flash_backward(cudaStream_t s, void* dqkv, const void* dout, const void* qkv,
-                                                  const float* lse, const float* D, int B, int T_, int H, float scale,
-                                                  float sl2) {
+template <typename E, int HD, bool kDrop>
+void flash_backward(cudaStream_t s, void* dqkv, const void* dout, const void* qkv, const float* lse, const float* D,
+                    int B, int T_, int H, float scale, float sl2, const AttentionDropoutKey& drop) {
   // Query tiles (dK/dV) and key tiles (dQ) of 32 rows at head_dim 128 keep the accumulators in registers.
   constexpr int BT = HD <= 64 ? 64 : 32, BN = 64, BM = 64, LD = HD + kPad;
   const int C = H * HD;
   size_t smem_kv = size_t(2 * BN + 4 * BT) * LD * sizeof(E) + 4 * BT * sizeof(float);
-  auto kv = flash_bwd_dkv_kernel<E, HD, BT>;
+  auto kv = flash_bwd_dkv_kernel<E, HD, BT, kDrop>;
   allow_smem(kv, smem_kv);
   kv<<<dim3((T_ + BN - 1) / BN, B * H), kFlashThreads, smem_kv, s>>>(
-      static_cast<E*>(dqkv), static_cast<const E*>(qkv), static_cast<const E*>(dout), lse, D, T_, H, C, scale, sl2);
+      static_cast<E*>(dqkv), static_cast<const E*>(qkv), static_cast<const E*>(dout), lse, D, T_, H, C, scale, sl2,
+      drop);
   CUDA_CHECK_LAUNCH();
   size_t smem_q = size_t(2 * BM + 4 * BT) * LD * sizeof(E);
-  auto dq = flash_bwd_dq_kernel<E, HD, BT>;
+  auto dq = flash_bwd_dq_kernel<E, HD, BT, kDrop>;
   allow_smem(dq, smem_q);
   dq<<<dim3((T_ + BM - 1) / BM, B * H), kFlashThreads, smem_q, s>>>(
-      static_cast<E*>(dqkv), static_cast<const E*>(qkv), static_cast<const E*>(dout), lse, D, T_, H, C, scale, sl2);
+      static_cast<E*>(dqkv), static_cast<const E*>(qkv), static_cast<const E*>(dout), lse, D, T_, H, C, scale, sl2,
+      drop);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -479,18 +497,27 @@ bool flash_attention_supported(DType t, int64_t hd) {
 }
 
 void launch_flash_attention_forward(cudaStream_t s, void* out, float* lse, const void* qkv, DType t, int64_t B,
-                                    int64_t T_, int64_t H, int64_t hd) {
+                                    int64_t T_, int64_t H, int64_t hd, const AttentionDropoutKey& drop) {
   if (B * T_ * H == 0) return;
   float sl2 = float(kLog2e / std::sqrt(double(hd)));
-  TRELLIS_FLASH_SWITCH(t, hd, flash_forward<E, HD>(s, out, lse, qkv, int(B), int(T_), int(H), sl2));
+  if (drop.threshold != 0)
+    TRELLIS_FLASH_SWITCH(t, hd, flash_forward<E, HD, true>(s, out, lse, qkv, int(B), int(T_), int(H), sl2, drop));
+  else
+    TRELLIS_FLASH_SWITCH(t, hd, flash_forward<E, HD, false>(s, out, lse, qkv, int(B), int(T_), int(H), sl2, drop));
 }
 
 void launch_flash_attention_backward(cudaStream_t s, void* dqkv, const void* dout, const void* qkv, const float* lse,
-                                     const float* D, DType t, int64_t B, int64_t T_, int64_t H, int64_t hd) {
+                                     const float* D, DType t, int64_t B, int64_t T_, int64_t H, int64_t hd,
+                                     const AttentionDropoutKey& drop) {
   if (B * T_ * H == 0) return;
   float scale = float(1.0 / std::sqrt(double(hd)));
   float sl2 = float(kLog2e / std::sqrt(double(hd)));
-  TRELLIS_FLASH_SWITCH(t, hd, flash_backward<E, HD>(s, dqkv, dout, qkv, lse, D, int(B), int(T_), int(H), scale, sl2));
+  if (drop.threshold != 0)
+    TRELLIS_FLASH_SWITCH(t, hd, flash_backward<E, HD, true>(s, dqkv, dout, qkv, lse, D, int(B), int(T_), int(H),
+                                                            scale, sl2, drop));
+  else
+    TRELLIS_FLASH_SWITCH(t, hd, flash_backward<E, HD, false>(s, dqkv, dout, qkv, lse, D, int(B), int(T_), int(H),
+                                                             scale, sl2, drop));
 }
 
 }  // namespace trellis::gpu

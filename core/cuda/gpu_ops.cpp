@@ -2,6 +2,7 @@
 // pointers, dtypes and sizes, take scratch from the runtime, and call the kernel launchers.
 #include "core/cuda/gpu_ops.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/cuda/cuda_state.h"
@@ -87,19 +88,55 @@ void softmax_cross_entropy_backward(Runtime& rt, const Tensor& dlogits, const Te
                        logits.dtype, logits.size(0), logits.size(1), vocab, dloss);
 }
 
-void embedding_forward(Runtime& rt, const Tensor& out, const Tensor& tokens, const Tensor& wte, const Tensor& wpe) {
-  launch_embedding_forward(compute_stream(rt), out.data, tokens.ptr<int32_t>(), wte.data, wpe.data, wte.dtype,
-                           tokens.size(0), tokens.size(1), wte.size(1));
+namespace {
+int64_t vp_real_cols(const Tensor& logits, int64_t vocab, int64_t vocab_begin) {
+  return std::clamp<int64_t>(vocab - vocab_begin, 0, logits.size(1));
+}
+}  // namespace
+
+void vocab_parallel_xent_max(Runtime& rt, const Tensor& row_max, const Tensor& logits, int64_t vocab,
+                             int64_t vocab_begin) {
+  launch_vp_xent_max(compute_stream(rt), row_max.ptr<float>(), logits.data, logits.dtype, logits.size(0),
+                     logits.size(1), vp_real_cols(logits, vocab, vocab_begin));
 }
 
-void embedding_backward(Runtime& rt, const Tensor& dwte, const Tensor& dwpe, const Tensor& dout,
-                        const Tensor& tokens) {
-  int64_t B = tokens.size(0), T = tokens.size(1), C = dwte.size(1), V = dwte.size(0);
-  if (B * T == 0) return;
-  size_t bytes = embedding_backward_scratch_bytes(B * T, V);
-  void* scratch = rt.scratch(bytes);
-  launch_embedding_backward(compute_stream(rt), dwte.ptr<float>(), dwpe.ptr<float>(), dout.data,
-                            tokens.ptr<int32_t>(), dout.dtype, B, T, C, V, scratch, bytes);
+void vocab_parallel_xent_sum_exp(Runtime& rt, const Tensor& row_sum, const Tensor& target_logit, const Tensor& logits,
+                                 const Tensor& targets, const Tensor& row_max, int64_t vocab, int64_t vocab_begin) {
+  launch_vp_xent_sum_exp(compute_stream(rt), row_sum.ptr<float>(), target_logit.ptr<float>(), logits.data,
+                         targets.ptr<int32_t>(), row_max.ptr<float>(), logits.dtype, logits.size(0), logits.size(1),
+                         vp_real_cols(logits, vocab, vocab_begin), vocab_begin);
+}
+
+void vocab_parallel_xent_loss_and_grad(Runtime& rt, const Tensor& losses, const Tensor& dlogits, const Tensor& logits,
+                                       const Tensor& targets, const Tensor& row_max, const Tensor& row_sum,
+                                       const Tensor& target_logit, int64_t vocab, int64_t vocab_begin, float dloss) {
+  launch_vp_xent_loss_and_grad(compute_stream(rt), losses.ptr<float>(), dlogits.defined() ? dlogits.data : nullptr,
+                               logits.data, targets.ptr<int32_t>(), row_max.ptr<float>(), row_sum.ptr<float>(),
+                               target_logit.ptr<float>(), logits.dtype, logits.size(0), logits.size(1),
+                               vp_real_cols(logits, vocab, vocab_begin), vocab_begin, dloss);
+}
+
+void embedding_forward(Runtime& rt, const Tensor& out, const Tensor& tokens, const Tensor& wte, const Tensor& wpe,
+                       int64_t vocab_begin, int64_t /*vocab_size: tokens are not range-checked on the device*/) {
+  launch_embedding_forward(compute_stream(rt), out.data, tokens.ptr<int32_t>(), wte.data,
+                           wpe.defined() ? wpe.data : nullptr, wte.dtype, tokens.size(0), tokens.size(1), wte.size(1),
+                           vocab_begin, wte.size(0));
+}
+
+void embedding_backward(Runtime& rt, const Tensor& dwte, const Tensor& dwpe, const Tensor& dout, const Tensor& tokens,
+                        int64_t vocab_begin, int64_t vocab_size) {
+  const int64_t B = tokens.size(0), T = tokens.size(1);
+  const int64_t C = dwte.defined() ? dwte.size(1) : dwpe.defined() ? dwpe.size(1) : 0;
+  if (B * T * C == 0) return;
+  size_t bytes = 0;
+  void* scratch = nullptr;
+  if (dwte.defined()) {
+    bytes = embedding_backward_scratch_bytes(B * T, vocab_size);
+    scratch = rt.scratch(bytes);
+  }
+  launch_embedding_backward(compute_stream(rt), dwte.defined() ? dwte.ptr<float>() : nullptr,
+                            dwpe.defined() ? dwpe.ptr<float>() : nullptr, dout.data, tokens.ptr<int32_t>(), dout.dtype,
+                            B, T, C, vocab_begin, dwte.defined() ? dwte.size(0) : 0, vocab_size, scratch, bytes);
 }
 
 namespace {

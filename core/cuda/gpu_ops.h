@@ -3,6 +3,7 @@
 // Plain C++ declarations: no CUDA header leaks out of core/cuda.
 #pragma once
 #include "core/ops.h"
+#include "core/philox.h"
 
 namespace trellis::gpu {
 
@@ -21,9 +22,10 @@ void layernorm_backward(Runtime& rt, const Tensor& dx, const Tensor& dw, const T
                         const Tensor& rstd);
 void gelu_forward(Runtime& rt, const Tensor& out, const Tensor& x);
 void gelu_backward(Runtime& rt, const Tensor& dx, const Tensor& dout, const Tensor& x);
-void attention_forward(Runtime& rt, const Tensor& out, const Tensor& lse, const Tensor& qkv, int n_heads);
+void attention_forward(Runtime& rt, const Tensor& out, const Tensor& lse, const Tensor& qkv, int n_heads,
+                       const AttentionDropoutKey& drop);
 void attention_backward(Runtime& rt, const Tensor& dqkv, const Tensor& dout, const Tensor& qkv,
-                        const Tensor& out, const Tensor& lse, int n_heads);
+                        const Tensor& out, const Tensor& lse, int n_heads, const AttentionDropoutKey& drop);
 void kv_cache_append(Runtime& rt, const Tensor& k_cache, const Tensor& v_cache, const Tensor& qkv, int64_t pos);
 void attention_with_cache(Runtime& rt, const Tensor& out, const Tensor& qkv, const Tensor& k_cache,
                           const Tensor& v_cache, int64_t pos, int n_heads);
@@ -32,10 +34,20 @@ void softmax_cross_entropy_forward(Runtime& rt, const Tensor& losses, const Tens
 void softmax_cross_entropy_backward(Runtime& rt, const Tensor& dlogits, const Tensor& losses,
                                     const Tensor& logits, const Tensor& targets, int64_t vocab,
                                     float dloss);
+void vocab_parallel_xent_max(Runtime& rt, const Tensor& row_max, const Tensor& logits, int64_t vocab,
+                             int64_t vocab_begin);
+void vocab_parallel_xent_sum_exp(Runtime& rt, const Tensor& row_sum, const Tensor& target_logit,
+                                 const Tensor& logits, const Tensor& targets, const Tensor& row_max,
+                                 int64_t vocab, int64_t vocab_begin);
+void vocab_parallel_xent_loss_and_grad(Runtime& rt, const Tensor& losses, const Tensor& dlogits,
+                                       const Tensor& logits, const Tensor& targets, const Tensor& row_max,
+                                       const Tensor& row_sum, const Tensor& target_logit, int64_t vocab,
+                                       int64_t vocab_begin, float dloss);
+// vocab_size is resolved by ops.cpp (> 0: the full table's rows); wpe, dwte, dwpe may be undefined.
 void embedding_forward(Runtime& rt, const Tensor& out, const Tensor& tokens, const Tensor& wte,
-                       const Tensor& wpe);
+                       const Tensor& wpe, int64_t vocab_begin, int64_t vocab_size);
 void embedding_backward(Runtime& rt, const Tensor& dwte, const Tensor& dwpe, const Tensor& dout,
-                        const Tensor& tokens);
+                        const Tensor& tokens, int64_t vocab_begin, int64_t vocab_size);
 void dropout_forward(Runtime& rt, const Tensor& out, const Tensor& x, float p, const DropoutKey& key);
 void dropout_backward(Runtime& rt, const Tensor& dx, const Tensor& dout, float p, const DropoutKey& key);
 void adamw_step(Runtime& rt, const Tensor& master, const Tensor& m, const Tensor& v,

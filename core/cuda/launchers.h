@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "core/dtype.h"
+#include "core/philox.h"
 
 namespace trellis::gpu {
 
@@ -67,17 +68,22 @@ void launch_to_heads(cudaStream_t s, void* dst, const void* src, int64_t row_str
 // The inverse: columns [col_offset + h*hd, ...) of dst rows <- src (B, H, T, hd).
 void launch_from_heads(cudaStream_t s, void* dst, int64_t row_stride, int64_t col_offset, const void* src, DType t,
                        int64_t B, int64_t T, int64_t H, int64_t hd);
-// Forward: per row i of each (T, T) block of S (f32, already scaled), causal softmax over j <= i:
-// lse[i] and P (t, zeros above the diagonal).
-void launch_causal_softmax(cudaStream_t s, void* P, float* lse, const float* S, DType t, int64_t BH, int64_t T);
-// Backward: P = exp(S - lse) on j <= i, else 0.
-void launch_causal_probs(cudaStream_t s, void* P, const float* S, const float* lse, DType t, int64_t BH, int64_t T);
+// Forward: per row i of each (T, T) block of S (f32, already scaled; blocks ordered (b, h) with H
+// heads), causal softmax over j <= i: lse[i] (before dropout) and P (t, zeros above the diagonal)
+// times the dropout factor of `drop`.
+void launch_causal_softmax(cudaStream_t s, void* P, float* lse, const float* S, DType t, int64_t B, int64_t H,
+                           int64_t T, const AttentionDropoutKey& drop);
+// Backward: P = exp(S - lse) on j <= i, else 0, times the dropout factor.
+void launch_causal_probs(cudaStream_t s, void* P, const float* S, const float* lse, DType t, int64_t B, int64_t H,
+                         int64_t T, const AttentionDropoutKey& drop);
 // D (B, H, T) = rowsum(dout * out) per head; dout, out (B, T, H*hd).
 void launch_attention_rowdot(cudaStream_t s, float* D, const void* dout, const void* out, DType t, int64_t B,
                              int64_t T, int64_t H, int64_t hd);
-// dS = P * (dP - D) * scale, written over P (t); dP f32.
-void launch_softmax_backward(cudaStream_t s, void* P_dS, const float* dP, const float* D, DType t, int64_t BH,
-                             int64_t T, float scale);
+// dS = P * (m * dP - D) * scale into dS (t), with P = exp(S - lse) recomputed (causal) and m the
+// dropout factor; S, dP f32.
+void launch_softmax_backward(cudaStream_t s, void* dS, const float* S, const float* lse, const float* dP,
+                             const float* D, DType t, int64_t B, int64_t H, int64_t T, float scale,
+                             const AttentionDropoutKey& drop);
 
 // ---- flash_attention.cu: fused causal attention (FlashAttention-2 style) on the (B, T, 3C) qkv rows ----
 // True for the dtypes and head sizes the fused kernels cover (bf16/f16, head_dim 64 or 128); the
@@ -85,11 +91,12 @@ void launch_softmax_backward(cudaStream_t s, void* P_dS, const float* dP, const 
 bool flash_attention_supported(DType t, int64_t hd);
 // out (B, T, H*hd), lse (B, H, T) f32 natural log, from qkv (B, T, 3*H*hd).
 void launch_flash_attention_forward(cudaStream_t s, void* out, float* lse, const void* qkv, DType t, int64_t B,
-                                    int64_t T, int64_t H, int64_t hd);
+                                    int64_t T, int64_t H, int64_t hd, const AttentionDropoutKey& drop);
 // dqkv (B, T, 3*H*hd), every element written; D (B, H, T) = rowsum(dout * out) (launch_attention_rowdot).
 // Deterministic: no atomics, fixed summation order.
 void launch_flash_attention_backward(cudaStream_t s, void* dqkv, const void* dout, const void* qkv, const float* lse,
-                                     const float* D, DType t, int64_t B, int64_t T, int64_t H, int64_t hd);
+                                     const float* D, DType t, int64_t B, int64_t T, int64_t H, int64_t hd,
+                                     const AttentionDropoutKey& drop);
 
 // ---- kv_cache.cu: generation with a KV cache ----
 // Rows [pos, pos + n) of k_cache, v_cache (B, Tmax, C) <- the k, v parts of qkv (B, n, 3C).
@@ -106,11 +113,30 @@ void launch_attention_with_cache(cudaStream_t s, void* out, const void* qkv, con
 // dlogits may alias logits).
 void launch_cross_entropy(cudaStream_t s, float* losses, void* dlogits, const void* logits, const int32_t* targets,
                           DType t, int64_t N, int64_t Vp, int64_t vocab, float dloss);
+// Vocabulary-parallel cross entropy on a shard (N, cols) of the logits: global column vocab_begin + c;
+// the first n_real columns are real vocabulary, the rest padding. One block per row.
+// row_max = max over the real columns (-inf if none).
+void launch_vp_xent_max(cudaStream_t s, float* row_max, const void* logits, DType t, int64_t N, int64_t cols,
+                        int64_t n_real);
+// row_sum = sum over the real columns of exp(x - row_max); target_logit = x[target - vocab_begin] if in
+// the shard's real columns, else 0.
+void launch_vp_xent_sum_exp(cudaStream_t s, float* row_sum, float* target_logit, const void* logits,
+                            const int32_t* targets, const float* row_max, DType t, int64_t N, int64_t cols,
+                            int64_t n_real, int64_t vocab_begin);
+// losses = log(row_sum) + row_max - target_logit (0 without a target); when dlogits is non-null also
+// dlogits = dloss * (softmax - onehot) on the shard (padding and rows without a target 0; may alias logits).
+void launch_vp_xent_loss_and_grad(cudaStream_t s, float* losses, void* dlogits, const void* logits,
+                                  const int32_t* targets, const float* row_max, const float* row_sum,
+                                  const float* target_logit, DType t, int64_t N, int64_t cols, int64_t n_real,
+                                  int64_t vocab_begin, float dloss);
+// wte holds rows [vocab_begin, vocab_begin + V) of the table (tokens outside add 0); wpe may be null.
 void launch_embedding_forward(cudaStream_t s, void* out, const int32_t* tokens, const void* wte, const void* wpe,
-                              DType t, int64_t B, int64_t T, int64_t C);
-size_t embedding_backward_scratch_bytes(int64_t n_tokens, int64_t vocab);
+                              DType t, int64_t B, int64_t T, int64_t C, int64_t vocab_begin, int64_t V);
+// vocab_size: the full table's rows (tokens lie in [0, vocab_size)).
+size_t embedding_backward_scratch_bytes(int64_t n_tokens, int64_t vocab_size);
+// dwte (V rows from vocab_begin) and dwpe may each be null; scratch is needed only with dwte.
 void launch_embedding_backward(cudaStream_t s, float* dwte, float* dwpe, const void* dout, const int32_t* tokens,
-                               DType t, int64_t B, int64_t T, int64_t C, int64_t vocab, void* scratch,
-                               size_t scratch_bytes);
+                               DType t, int64_t B, int64_t T, int64_t C, int64_t vocab_begin, int64_t V,
+                               int64_t vocab_size, void* scratch, size_t scratch_bytes);
 
 }  // namespace trellis::gpu

@@ -361,7 +361,8 @@ TEST_P(Parity, LayerNormAndDeterminism) {
   for (int i = 0; i < 3; ++i) expect_bitwise(runs[0][i], runs[1][i], "layernorm_backward determinism");
 }
 
-void attention_case(Runtime& cpu, Runtime& gpu, DType dt, int64_t B, int64_t T, int64_t H, int64_t hd);
+void attention_case(Runtime& cpu, Runtime& gpu, DType dt, int64_t B, int64_t T, int64_t H, int64_t hd,
+                    float dropout = 0.0f);
 
 TEST_P(Parity, AttentionSmall) { attention_case(cpu(), gpu(), dt(), 2, 17, 2, 16); }
 TEST_P(Parity, AttentionBig) { attention_case(cpu(), gpu(), dt(), 2, 256, 4, 64); }
@@ -369,6 +370,10 @@ TEST_P(Parity, AttentionBig) { attention_case(cpu(), gpu(), dt(), 2, 256, 4, 64)
 // T = 100 is not a multiple of their 64-row tiles, T = 17 is shorter than one.
 TEST_P(Parity, AttentionHead128OddLength) { attention_case(cpu(), gpu(), dt(), 1, 100, 2, 128); }
 TEST_P(Parity, AttentionShort) { attention_case(cpu(), gpu(), dt(), 3, 17, 3, 64); }
+// Attention-probability dropout: the fused kernels (bf16/f16) and the unfused path (f32) draw the
+// CPU's mask.
+TEST_P(Parity, AttentionDropout) { attention_case(cpu(), gpu(), dt(), 2, 256, 4, 64, 0.2f); }
+TEST_P(Parity, AttentionDropoutHead128OddLength) { attention_case(cpu(), gpu(), dt(), 1, 100, 2, 128, 0.1f); }
 
 TEST_P(Parity, CrossEntropy) {
   const int64_t N = 10, Vp = 72, V = 65;
@@ -474,8 +479,14 @@ TEST_P(Parity, Sums) {
   }
 }
 
-void attention_case(Runtime& cpu, Runtime& gpu, DType dt, int64_t B, int64_t T, int64_t H, int64_t hd) {
+void attention_case(Runtime& cpu, Runtime& gpu, DType dt, int64_t B, int64_t T, int64_t H, int64_t hd,
+                    float dropout) {
   const int64_t C = H * hd;
+  AttentionDropout drop;
+  drop.p = dropout;
+  drop.seed = 99;
+  drop.stream = 5;
+  drop.sample_offset = 3;
   auto dev = [&](const HostTensor& h) {
     DeviceTensor d;
     d.buf = Buffer(gpu.allocator(), h.bytes.size(), "attention test");
@@ -492,19 +503,19 @@ void attention_case(Runtime& cpu, Runtime& gpu, DType dt, int64_t B, int64_t T, 
   HostTensor qkv = random_host(dt, {B, T, 3 * C}, 70), dout = random_host(dt, {B, T, C}, 71);
   HostTensor out(dt, {B, T, C}), lse(DType::f32, {B, H, T}), dqkv(dt, {B, T, 3 * C});
   DeviceTensor gqkv = dev(qkv), gdout = dev(dout), gout = dev(out), glse = dev(lse), gdqkv = dev(dqkv);
-  attention_forward(cpu, out.t, lse.t, qkv.t, int(H));
-  attention_forward(gpu, gout.t, glse.t, gqkv.t, int(H));
-  std::string tag = " B=" + std::to_string(B) + " T=" + std::to_string(T);
+  attention_forward(cpu, out.t, lse.t, qkv.t, int(H), drop);
+  attention_forward(gpu, gout.t, glse.t, gqkv.t, int(H), drop);
+  std::string tag = " B=" + std::to_string(B) + " T=" + std::to_string(T) + " dropout=" + std::to_string(dropout);
   expect_close(host(gout), out, tolerance(dt, 2.0f), "attention_forward out" + tag);
   expect_close(host(glse), lse, tolerance(dt == DType::f32 ? DType::f32 : DType::f16), "attention_forward lse" + tag);
-  attention_backward(cpu, dqkv.t, dout.t, qkv.t, out.t, lse.t, int(H));
-  attention_backward(gpu, gdqkv.t, gdout.t, gqkv.t, gout.t, glse.t, int(H));
+  attention_backward(cpu, dqkv.t, dout.t, qkv.t, out.t, lse.t, int(H), drop);
+  attention_backward(gpu, gdqkv.t, gdout.t, gqkv.t, gout.t, glse.t, int(H), drop);
   HostTensor first = host(gdqkv);
   expect_close(first, dqkv, tolerance(dt, 4.0f), "attention_backward dqkv" + tag);
   // Determinism (train.deterministic): a second run over a poisoned dqkv must match bitwise, which
   // also shows that every element of dqkv is written.
   fill(gpu, gdqkv.t, 7.0f);
-  attention_backward(gpu, gdqkv.t, gdout.t, gqkv.t, gout.t, glse.t, int(H));
+  attention_backward(gpu, gdqkv.t, gdout.t, gqkv.t, gout.t, glse.t, int(H), drop);
   expect_bitwise(host(gdqkv), first, "attention_backward determinism" + tag);
 }
 

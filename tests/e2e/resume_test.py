@@ -2,7 +2,7 @@
 """Checkpoint and resume, end to end on the CPU: 2N steps in one run and N + resume + N give
 bitwise-identical losses (dropout on); resume = "auto" skips a corrupt newest checkpoint; the
 resumed run logs only the steps after its checkpoint; a checkpoint directory that cannot be
-written gives a warning while training goes on. Usage: resume_test.py TRAIN_GPT CONFIG"""
+written gives a warning while training goes on; checkpoint.keep_best keeps the best validation state. Usage: resume_test.py TRAIN_GPT CONFIG"""
 import json
 import os
 import subprocess
@@ -62,6 +62,21 @@ def main():
         out4, fourth = train(binary, config, os.path.join(tmp, "d.jsonl"), "checkpoint.dir=" + blocker + "/ck",
                              "train.steps=30", "checkpoint.every=10", "checkpoint.resume=none")
         check("NOT saved" in out4 and len(fourth) == 30, "a failing save warns and training goes on")
+
+        # checkpoint.keep_best: dir/best holds the state of the lowest validation loss; resume = auto
+        # still takes the newest step checkpoint.
+        ck2, m5 = os.path.join(tmp, "ckbest"), os.path.join(tmp, "e.jsonl")
+        train(binary, config, m5, "checkpoint.dir=" + ck2, "checkpoint.keep_best=true", "log.val_every=5",
+              "log.val_batches=2", "checkpoint.resume=none")
+        vals = {r["step"]: r["loss"] for r in map(json.loads, open(m5)) if r.get("split") == "val"}
+        meta = json.load(open(os.path.join(ck2, "best", "manifest.json")))["meta"]
+        best_step = min(vals, key=lambda s: vals[s])
+        check(meta["step"] == best_step and abs(meta["val_loss"] - vals[best_step]) < 1e-9,
+              f"best/ holds step {best_step}, the lowest validation loss {vals[best_step]:.4f}")
+        check(sorted(os.listdir(ck2)) == ["best", "step_00000030"], "best/ sits beside the step checkpoints")
+        out6, sixth = train(binary, config, os.path.join(tmp, "f.jsonl"), "checkpoint.dir=" + ck2,
+                            "checkpoint.keep_best=true", "log.val_every=5", "log.val_batches=2", "train.steps=35")
+        check(min(sixth) == 31, "resume = auto picks step_00000030, not best/")
     print("PASS")
 
 

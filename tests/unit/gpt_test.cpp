@@ -152,6 +152,7 @@ TEST(GPT, CheckpointingGivesBitwiseEqualGradients) {
   for (Checkpointing mode : {Checkpointing::none, Checkpointing::full, Checkpointing::selective}) {
     GPTConfig c = tiny_config();
     c.dropout = 0.1f;
+    c.attention_dropout = 0.1f;  // recomputed attention must redraw the same mask
     c.checkpointing = mode;
     GPT model(rt, c, B);
     model.initialize(5);
@@ -181,6 +182,7 @@ TEST(GPT, DropoutDependsOnStepNotOnRepetition) {
   Runtime rt(RuntimeOptions{});
   GPTConfig c = tiny_config();
   c.dropout = 0.2f;
+  c.attention_dropout = 0.2f;
   GPT model(rt, c, 2);
   model.initialize(5);
   Batch batch = make_batch(c, 2);
@@ -201,6 +203,7 @@ TEST(GPT, MicroBatchSplitDoesNotChangeTheStep) {
   Runtime rt(RuntimeOptions{});
   GPTConfig c = tiny_config();
   c.dropout = 0.1f;
+  c.attention_dropout = 0.1f;
   GPT big(rt, c, 4);
   big.initialize(9);
   SyntheticDataset data("synthetic", c.vocab_size, c.seq_len, 3);

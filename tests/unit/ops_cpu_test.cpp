@@ -395,7 +395,11 @@ struct AttnDims { int64_t B, T, C, H; };
 // dqkv element, the sum of the magnitudes of its terms (for the 16-bit bound below).
 struct AttnRef { std::vector<double> out, lse, dqkv, mag; };
 
-AttnRef attention_ref(const HostTensor& qkv, const HostTensor& dout, const AttnDims& a) {
+// mask(b, h, t, s): the dropout factor of probability (t, s) (1 = no dropout).
+using AttnMask = std::function<double(int64_t, int64_t, int64_t, int64_t)>;
+
+AttnRef attention_ref(const HostTensor& qkv, const HostTensor& dout, const AttnDims& a, const AttnMask& mask = nullptr) {
+  auto m = [&](int64_t b, int64_t h, int64_t t, int64_t s) { return mask ? mask(b, h, t, s) : 1.0; };
   const int64_t hd = a.C / a.H, C3 = 3 * a.C;
   const double sc = 1.0 / std::sqrt(double(hd));
   AttnRef f{std::vector<double>(size_t(a.B * a.T * a.C)), std::vector<double>(size_t(a.B * a.H * a.T)),
@@ -418,15 +422,15 @@ AttnRef attention_ref(const HostTensor& qkv, const HostTensor& dout, const AttnD
         double D = 0, Dmag = 0;  // Dmag = sum |dout * out|, the scale of D's rounding error
         for (int64_t i = 0; i < hd; ++i) {
           double o = 0;
-          for (int64_t s = 0; s <= t; ++s) o += P[size_t(t)][size_t(s)] * qkv.get(at(b, s, 2, h, i));
+          for (int64_t s = 0; s <= t; ++s) o += P[size_t(t)][size_t(s)] * m(b, h, t, s) * qkv.get(at(b, s, 2, h, i));
           f.out[size_t((b * a.T + t) * a.C + h * hd + i)] = o;
           Dmag += std::fabs(o * dout.get((b * a.T + t) * a.C + h * hd + i));
         }
         for (int64_t s = 0; s <= t; ++s) {
           double d = 0;
           for (int64_t i = 0; i < hd; ++i) d += dout.get((b * a.T + t) * a.C + h * hd + i) * qkv.get(at(b, s, 2, h, i));
-          dP[size_t(t)][size_t(s)] = d;
-          D += P[size_t(t)][size_t(s)] * d;
+          dP[size_t(t)][size_t(s)] = m(b, h, t, s) * d;  // dL/dP through the dropped probability
+          D += P[size_t(t)][size_t(s)] * dP[size_t(t)][size_t(s)];
         }
         for (int64_t s = 0; s <= t; ++s) {
           const double p = P[size_t(t)][size_t(s)], ds = p * (dP[size_t(t)][size_t(s)] - D);
@@ -436,10 +440,10 @@ AttnRef attention_ref(const HostTensor& qkv, const HostTensor& dout, const AttnD
             const double q = qkv.get(at(b, t, 0, h, i)), k = qkv.get(at(b, s, 1, h, i));
             f.dqkv[size_t(at(b, t, 0, h, i))] += ds * sc * k;
             f.dqkv[size_t(at(b, s, 1, h, i))] += ds * sc * q;
-            f.dqkv[size_t(at(b, s, 2, h, i))] += p * g;
+            f.dqkv[size_t(at(b, s, 2, h, i))] += p * m(b, h, t, s) * g;
             f.mag[size_t(at(b, t, 0, h, i))] += ms * sc * std::fabs(k);
             f.mag[size_t(at(b, s, 1, h, i))] += ms * sc * std::fabs(q);
-            f.mag[size_t(at(b, s, 2, h, i))] += p * std::fabs(g);
+            f.mag[size_t(at(b, s, 2, h, i))] += p * m(b, h, t, s) * std::fabs(g);
           }
         }
       }
@@ -488,6 +492,97 @@ TEST(OpsCpu, AttentionBackwardFiniteDifferences) {
   loss();
   attention_backward(rt(), dqkv.t(), r.t(), qkv.t(), out.t(), lse.t(), int(a.H));
   check_fd(qkv, dqkv.values(), loss, "dqkv");
+}
+
+AttentionDropout test_attention_dropout(float p) {
+  AttentionDropout d;
+  d.p = p;
+  d.seed = 1234;
+  d.stream = 77;
+  return d;
+}
+
+// The mask the ops draw, as a reference function (p = 0.25: threshold 16384, scale 4/3).
+AttnMask reference_mask(const AttentionDropout& d, int64_t H, int64_t T) {
+  AttentionDropoutKey k;
+  k.seed = d.seed;
+  k.stream = d.stream;
+  k.threshold = uint32_t(std::lround(double(d.p) * 65536.0));
+  k.scale = float(65536.0 / double(65536u - k.threshold));
+  k.sample_offset = d.sample_offset;
+  k.head_offset = d.head_offset;
+  k.global_heads = d.global_heads > 0 ? d.global_heads : H;
+  k.seq_len = T;
+  return [k](int64_t b, int64_t h, int64_t t, int64_t s) { return double(attention_keep_scale(k, b, h, t, s)); };
+}
+
+TEST(OpsCpu, AttentionDropoutMatchesReference) {
+  std::mt19937 g(13);
+  const AttnDims a{2, 9, 12, 3};
+  const AttentionDropout drop = test_attention_dropout(0.25f);
+  const AttnMask mask = reference_mask(drop, a.H, a.T);
+  int64_t kept = 0, total = 0;
+  for (int64_t b = 0; b < 64; ++b)
+    for (int64_t t = 0; t < 64; ++t)
+      for (int64_t s = 0; s < 64; ++s, ++total) {
+        const double f = mask(b, 0, t, s);
+        ASSERT_TRUE(f == 0.0 || std::fabs(f - 4.0 / 3.0) < 1e-7);
+        kept += f > 0;
+      }
+  EXPECT_NEAR(double(kept) / double(total), 0.75, 0.01);  // 262144 draws: sd 0.001
+  HostTensor qkv(DType::f32, {a.B, a.T, 3 * a.C}), out(DType::f32, {a.B, a.T, a.C}), dout(DType::f32, {a.B, a.T, a.C});
+  HostTensor lse(DType::f32, {a.B, a.H, a.T}), dqkv(DType::f32, {a.B, a.T, 3 * a.C});
+  qkv.randomize(g, -2.0, 2.0);
+  dout.randomize(g);
+  AttnRef f = attention_ref(qkv, dout, a, mask);
+  attention_forward(rt(), out.t(), lse.t(), qkv.t(), int(a.H), drop);
+  attention_backward(rt(), dqkv.t(), dout.t(), qkv.t(), out.t(), lse.t(), int(a.H), drop);
+  expect_close(out.values(), f.out, 1e-5, 1e-5, "out");
+  expect_close(lse.values(), f.lse, 1e-5, 1e-6, "lse");
+  expect_close(dqkv.values(), f.dqkv, 1e-5, 1e-4, "dqkv");
+}
+
+TEST(OpsCpu, AttentionDropoutFiniteDifferences) {
+  std::mt19937 g(14);
+  const AttnDims a{1, 5, 6, 2};
+  const AttentionDropout drop = test_attention_dropout(0.3f);
+  HostTensor qkv(DType::f32, {a.B, a.T, 3 * a.C}), out(DType::f32, {a.B, a.T, a.C}), r(DType::f32, {a.B, a.T, a.C});
+  HostTensor lse(DType::f32, {a.B, a.H, a.T}), dqkv(DType::f32, {a.B, a.T, 3 * a.C});
+  qkv.randomize(g);
+  r.randomize(g);
+  auto loss = [&] {
+    attention_forward(rt(), out.t(), lse.t(), qkv.t(), int(a.H), drop);
+    return project(r, out);
+  };
+  loss();
+  attention_backward(rt(), dqkv.t(), r.t(), qkv.t(), out.t(), lse.t(), int(a.H), drop);
+  check_fd(qkv, dqkv.values(), loss, "dqkv");
+}
+
+// A rank holding only some heads and some samples (tensor and data parallelism) draws exactly
+// the matching part of the full mask: its output is the matching slice of the full output.
+TEST(OpsCpu, AttentionDropoutSliceOfFullMask) {
+  std::mt19937 g(15);
+  const int64_t B = 3, T = 8, H = 4, hd = 2, C = H * hd;
+  const AttentionDropout drop = test_attention_dropout(0.4f);
+  HostTensor qkv(DType::f32, {B, T, 3 * C}), out(DType::f32, {B, T, C}), lse(DType::f32, {B, H, T});
+  qkv.randomize(g);
+  attention_forward(rt(), out.t(), lse.t(), qkv.t(), int(H), drop);
+  // Sample 1, heads 2..3: the rank's qkv holds [q | k | v] of its heads only.
+  const int64_t h0 = 2, Hl = 2, Cl = Hl * hd;
+  HostTensor part(DType::f32, {1, T, 3 * Cl}), pout(DType::f32, {1, T, Cl}), plse(DType::f32, {1, Hl, T});
+  for (int64_t t = 0; t < T; ++t)
+    for (int which = 0; which < 3; ++which)
+      for (int64_t i = 0; i < Cl; ++i)
+        part.set(t * 3 * Cl + which * Cl + i, qkv.get((1 * T + t) * 3 * C + which * C + h0 * hd + i));
+  AttentionDropout local = drop;
+  local.sample_offset = 1;
+  local.head_offset = h0;
+  local.global_heads = H;
+  attention_forward(rt(), pout.t(), plse.t(), part.t(), int(Hl), local);
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t i = 0; i < Cl; ++i)
+      ASSERT_EQ(pout.get(t * Cl + i), out.get((1 * T + t) * C + h0 * hd + i)) << "t " << t << " i " << i;
 }
 
 // ---------------------------------------------------------------- cross-entropy

@@ -1,0 +1,247 @@
+// The schedule simulator: a dataflow execution of all stages' lists on per-stage clocks.
+#include "parallel/pipeline/schedule_sim.h"
+
+#include <algorithm>
+#include <map>
+#include <sstream>
+#include <tuple>
+#include <utility>
+
+namespace trellis {
+
+std::string SimResult::report() const {
+  std::string out;
+  for (const auto& e : errors) out += e + "\n";
+  for (const auto& s : stuck) out += "deadlock: " + s + "\n";
+  return out;
+}
+
+namespace {
+
+constexpr size_t kMaxErrors = 50;  // a broken schedule breaks many rules; the first ones say why
+
+struct StageState {
+  size_t pc = 0;        // next instruction
+  int64_t clock = 0;    // time at which the stage is free
+  int in_flight = 0;    // (mb, chunk) pairs forwarded, not yet backwarded
+  bool reduced = false, stepped = false;
+};
+
+class Sim {
+ public:
+  Sim(const std::vector<std::vector<Instruction>>& sched, int m, int v, const SimCosts& costs)
+      : sched_(sched), p_(int(sched.size())), m_(m), v_(v), S_(p_ * v), costs_(costs),
+        n_(size_t(S_) * size_t(m)), fwd_end_(n_, -1), bwd_end_(n_, -1), fwd_runs_(n_, 0),
+        bwd_runs_(n_, 0), sent_act_(n_, -1), sent_grad_(n_, -1), got_act_(n_, 0), got_grad_(n_, 0),
+        st_(size_t(p_)) {
+    res_.busy.assign(size_t(p_), 0);
+    res_.peak_activations.assign(size_t(p_), 0);
+  }
+
+  SimResult run() {
+    // Sweep the stages until nobody can move. Per-stage clocks make the result independent of
+    // the sweep order: a stage's times depend only on its own list and its senders' times.
+    for (bool progress = true; progress;) {
+      progress = false;
+      for (int r = 0; r < p_; ++r)
+        while (st_[size_t(r)].pc < sched_[size_t(r)].size() && step(r)) progress = true;
+    }
+    for (int r = 0; r < p_; ++r) {
+      const StageState& g = st_[size_t(r)];
+      if (g.pc < sched_[size_t(r)].size()) {
+        res_.deadlock = true;
+        res_.stuck.push_back(where(r, g.pc) + ": " + waiting_for(r, sched_[size_t(r)][g.pc]));
+      }
+      res_.makespan = std::max(res_.makespan, g.clock);
+    }
+    if (!res_.deadlock) final_checks();
+    check_channel_order();
+    for (int64_t b : res_.busy) res_.idle.push_back(res_.makespan - b);
+    return std::move(res_);
+  }
+
+ private:
+  size_t at(int s, int mb) const { return size_t(s) * size_t(m_) + size_t(mb); }
+  std::string where(int r, size_t pc) const {
+    return "stage " + std::to_string(r) + " #" + std::to_string(pc) + " " + to_string(sched_[size_t(r)][pc]);
+  }
+  void error(const std::string& what) {
+    if (res_.errors.size() < kMaxErrors) res_.errors.push_back(what);
+  }
+  static bool per_micro_batch(PipeOp op) { return op != PipeOp::reduce_grads && op != PipeOp::optimizer_step; }
+  std::string waiting_for(int r, const Instruction& in) const {
+    const int s = in.chunk * p_ + r;
+    if (in.op == PipeOp::recv_forward)
+      return "no send_forward from virtual stage " + std::to_string(s - 1) + " (stage " + std::to_string((s - 1) % p_) + ")";
+    return "no send_backward from virtual stage " + std::to_string(s + 1) + " (stage " + std::to_string((s + 1) % p_) + ")";
+  }
+  // A time `end` of a step this one depends on: it must have happened, no later than `start`.
+  bool before(int64_t end, int64_t start) const { return end >= 0 && end <= start; }
+
+  // Executes stage r's next instruction; false (and nothing changes) when it waits on a receive.
+  bool step(int r) {
+    StageState& g = st_[size_t(r)];
+    const Instruction& in = sched_[size_t(r)][g.pc];
+    // The message names the instruction; built only when a rule is broken.
+    auto fail = [&](const char* what) { error(where(r, g.pc) + ": " + what); };
+    const int mb = in.micro_batch, s = in.chunk * p_ + r;
+    if (per_micro_batch(in.op) && (mb < 0 || mb >= m_ || in.chunk < 0 || in.chunk >= v_)) {
+      fail("micro-batch or chunk out of range");
+      ++g.pc;
+      return true;
+    }
+    switch (in.op) {
+      case PipeOp::recv_forward:
+        if (s == 0) {
+          fail("the first virtual stage reads data and receives no activation");
+          break;
+        }
+        if (sent_act_[at(s, mb)] < 0) return false;
+        if (got_act_[at(s, mb)]++) fail("activation received twice");
+        g.clock = std::max(g.clock, sent_act_[at(s, mb)]);
+        break;
+      case PipeOp::recv_backward:
+        if (s == S_ - 1) {
+          fail("the last virtual stage computes the loss and receives no gradient");
+          break;
+        }
+        if (sent_grad_[at(s, mb)] < 0) return false;
+        if (got_grad_[at(s, mb)]++) fail("gradient received twice");
+        g.clock = std::max(g.clock, sent_grad_[at(s, mb)]);
+        break;
+      case PipeOp::forward:
+        if (s > 0 && !got_act_[at(s, mb)]) fail("its input activation was not received");
+        if (s > 0 && !before(fwd_end_[at(s - 1, mb)], g.clock))
+          fail("starts before the forward of the previous virtual stage ended");
+        if (fwd_runs_[at(s, mb)]++) fail("forward runs twice");
+        g.clock += costs_.forward;
+        res_.busy[size_t(r)] += costs_.forward;
+        fwd_end_[at(s, mb)] = g.clock;
+        res_.peak_activations[size_t(r)] = std::max(res_.peak_activations[size_t(r)], ++g.in_flight);
+        break;
+      case PipeOp::backward:
+        if (!before(fwd_end_[at(s, mb)], g.clock)) fail("runs before its own forward");
+        if (s < S_ - 1 && !got_grad_[at(s, mb)]) fail("its output gradient was not received");
+        if (s < S_ - 1 && !before(bwd_end_[at(s + 1, mb)], g.clock))
+          fail("starts before the backward of the next virtual stage ended");
+        if (bwd_runs_[at(s, mb)]++) fail("backward runs twice");
+        g.clock += costs_.backward;
+        res_.busy[size_t(r)] += costs_.backward;
+        bwd_end_[at(s, mb)] = g.clock;
+        --g.in_flight;
+        break;
+      case PipeOp::send_forward:
+        if (s == S_ - 1) {
+          fail("the last virtual stage computes the loss and sends no activation");
+          break;
+        }
+        if (fwd_end_[at(s, mb)] < 0) fail("sends before its forward ran");
+        if (sent_act_[at(s + 1, mb)] >= 0) fail("activation sent twice");
+        else sent_act_[at(s + 1, mb)] = g.clock;
+        break;
+      case PipeOp::send_backward:
+        if (s == 0) {
+          fail("the first virtual stage has no previous stage to send a gradient to");
+          break;
+        }
+        if (bwd_end_[at(s, mb)] < 0) fail("sends before its backward ran");
+        if (sent_grad_[at(s - 1, mb)] >= 0) fail("gradient sent twice");
+        else sent_grad_[at(s - 1, mb)] = g.clock;
+        break;
+      case PipeOp::reduce_grads:
+        if (const std::string missing = first_missing_backward(r); !missing.empty())
+          error(where(r, g.pc) + ": runs before " + missing);
+        if (g.reduced) fail("runs twice");
+        g.reduced = true;
+        break;
+      case PipeOp::optimizer_step:
+        if (!g.reduced) fail("runs before reduce_grads");
+        if (g.stepped) fail("runs twice");
+        if (g.pc + 1 != sched_[size_t(r)].size()) fail("is not the last instruction");
+        g.stepped = true;
+        break;
+    }
+    ++g.pc;
+    return true;
+  }
+
+  // The first backward of stage r not run yet, as text; "" when all have run.
+  std::string first_missing_backward(int r) const {
+    for (int c = 0; c < v_; ++c)
+      for (int mb = 0; mb < m_; ++mb)
+        if (bwd_runs_[at(c * p_ + r, mb)] == 0) return to_string(Instruction{PipeOp::backward, mb, c});
+    return "";
+  }
+
+  // Exactly once, every message consumed, every stage reduced and stepped.
+  void final_checks() {
+    for (int s = 0; s < S_; ++s)
+      for (int mb = 0; mb < m_; ++mb) {
+        const std::string what = "(mb " + std::to_string(mb) + ", chunk " + std::to_string(s / p_) + ") on stage " +
+                                 std::to_string(s % p_);
+        if (fwd_runs_[at(s, mb)] != 1)
+          error("forward" + what + " ran " + std::to_string(fwd_runs_[at(s, mb)]) + " times, not once");
+        if (bwd_runs_[at(s, mb)] != 1)
+          error("backward" + what + " ran " + std::to_string(bwd_runs_[at(s, mb)]) + " times, not once");
+        if (sent_act_[at(s, mb)] >= 0 && !got_act_[at(s, mb)]) error("activation for forward" + what + " never received");
+        if (sent_grad_[at(s, mb)] >= 0 && !got_grad_[at(s, mb)]) error("gradient for backward" + what + " never received");
+      }
+    for (int r = 0; r < p_; ++r) {
+      if (!st_[size_t(r)].reduced) error("stage " + std::to_string(r) + " never runs reduce_grads");
+      if (!st_[size_t(r)].stepped) error("stage " + std::to_string(r) + " never runs optimizer_step");
+    }
+  }
+
+  // Point-to-point messages between two ranks are matched in issue order (NCCL has no tags), so
+  // on every (sender, receiver) pair the receives must list the messages in the order sent.
+  void check_channel_order() {
+    using Msg = std::tuple<int, int, int>;  // (0 activation / 1 gradient, receiving virtual stage, mb)
+    std::map<std::pair<int, int>, std::pair<std::vector<Msg>, std::vector<Msg>>> channels;  // sends, recvs
+    for (int r = 0; r < p_; ++r)
+      for (const Instruction& in : sched_[size_t(r)]) {
+        const int s = in.chunk * p_ + r, mb = in.micro_batch;
+        if (!per_micro_batch(in.op) || mb < 0 || mb >= m_ || in.chunk < 0 || in.chunk >= v_) continue;
+        if (in.op == PipeOp::send_forward && s + 1 < S_) channels[{r, (s + 1) % p_}].first.push_back({0, s + 1, mb});
+        if (in.op == PipeOp::send_backward && s > 0) channels[{r, (s - 1) % p_}].first.push_back({1, s - 1, mb});
+        if (in.op == PipeOp::recv_forward && s > 0) channels[{(s - 1) % p_, r}].second.push_back({0, s, mb});
+        if (in.op == PipeOp::recv_backward && s + 1 < S_) channels[{(s + 1) % p_, r}].second.push_back({1, s, mb});
+      }
+    for (const auto& [pair, lists] : channels) {
+      const auto& [sends, recvs] = lists;
+      const size_t n = std::min(sends.size(), recvs.size());
+      for (size_t i = 0; i < n; ++i)
+        if (sends[i] != recvs[i]) {
+          error("stage " + std::to_string(pair.first) + " -> stage " + std::to_string(pair.second) + ": message " +
+                std::to_string(i) + " is sent as " + describe(sends[i]) + " but received as " + describe(recvs[i]));
+          break;
+        }
+    }
+  }
+  std::string describe(const std::tuple<int, int, int>& msg) const {
+    const auto [kind, s, mb] = msg;
+    return std::string(kind == 0 ? "activation" : "gradient") + " for (mb " + std::to_string(mb) + ", chunk " +
+           std::to_string(s / p_) + ")";
+  }
+
+  const std::vector<std::vector<Instruction>>& sched_;
+  const int p_, m_, v_, S_;  // S_: virtual stages
+  const SimCosts costs_;
+  const size_t n_;
+  // Indexed by (virtual stage, mb): end times (-1: not yet), run counts, and for each message
+  // addressed to that virtual stage its issue time (-1: not sent) and whether it was received.
+  std::vector<int64_t> fwd_end_, bwd_end_;
+  std::vector<int> fwd_runs_, bwd_runs_;
+  std::vector<int64_t> sent_act_, sent_grad_;
+  std::vector<int> got_act_, got_grad_;
+  std::vector<StageState> st_;
+  SimResult res_;
+};
+
+}  // namespace
+
+SimResult simulate_schedule(const std::vector<std::vector<Instruction>>& schedule, int m, int v,
+                            const SimCosts& costs) {
+  return Sim(schedule, m, v, costs).run();
+}
+
+}  // namespace trellis

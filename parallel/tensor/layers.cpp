@@ -1,0 +1,110 @@
+// Column- and row-parallel linear layers: GEMMs from core/ops, collectives from the mappings.
+#include "parallel/tensor/layers.h"
+
+#include <string>
+
+#include "core/ops.h"
+#include "parallel/tensor/mappings.h"
+
+namespace trellis {
+
+namespace {
+
+Tensor rows2d(const Tensor& t) { return t.view({t.rows(), t.cols()}); }
+
+// Fatal unless `p` is this rank's part of a split along `dim` over the group (dim < 0: replicated).
+void check_split(const Communicator& tensor, const Parameter& p, int dim, const char* layer) {
+  const TensorSplit& s = p.spec.split;
+  const bool ok = dim < 0 || tensor.size() == 1
+                      ? s.replicated()
+                      : s.dim == dim && s.parts == tensor.size() && s.index == tensor.rank();
+  TRELLIS_CHECK(ok, std::string(layer) + ": " + p.spec.name + " is split as part " + std::to_string(s.index) +
+                        " of " + std::to_string(s.parts) + " along dim " + std::to_string(s.dim) +
+                        ", the tensor group has " + std::to_string(tensor.size()) + " ranks");
+}
+
+// An (N, cols) tensor from `work` for the gathered rows of a token shard.
+Tensor full_rows(Arena& work, const Tensor& shard, int parts) {
+  return work.take(shard.dtype, {shard.rows() * parts, shard.cols()});
+}
+
+// grad += dy^T x, the weight gradient of y = x W^T (f32, accumulated).
+void weight_grad(Runtime& rt, const Parameter& w, const Tensor& dy, const Tensor& x) {
+  MatmulOptions acc;
+  acc.trans_a = true;
+  acc.accumulate = true;
+  matmul(rt, w.grad, rows2d(dy), rows2d(x), acc);
+}
+
+}  // namespace
+
+ColumnParallelLinear::ColumnParallelLinear(Communicator& tensor, const Parameter& w, const Parameter& b,
+                                           bool sequence_parallel)
+    : tensor_(&tensor), w_(&w), b_(&b), sp_(sequence_parallel) {
+  check_split(tensor, w, 0, "ColumnParallelLinear");
+  check_split(tensor, b, 0, "ColumnParallelLinear");
+  TRELLIS_CHECK(w.spec.split.groups == b.spec.split.groups, w.spec.name + " and its bias are grouped differently");
+}
+
+void ColumnParallelLinear::forward(Runtime& rt, const Tensor& y, const Tensor& x, Arena& work) const {
+  Tensor in = copy_to_tensor_region_forward(x);
+  if (sp_) {
+    in = full_rows(work, x, tensor_->size());
+    gather_from_token_shards_forward(*tensor_, in, x).wait();
+  }
+  MatmulOptions o;
+  o.trans_b = true;
+  o.bias = &b_->value;
+  matmul(rt, rows2d(y), rows2d(in), w_->value, o);
+}
+
+void ColumnParallelLinear::backward(Runtime& rt, const Tensor& dx, const Tensor& dy, const Tensor& x,
+                                    Arena& work) const {
+  // Order for overlap: [gather x] | dx GEMM, then [reduce dx] | weight-gradient GEMMs.
+  Tensor in = x, din = dx;
+  CommHandle gathered;
+  if (sp_) {
+    in = full_rows(work, x, tensor_->size());
+    din = full_rows(work, dx, tensor_->size());
+    gathered = gather_from_token_shards_forward(*tensor_, in, x);
+  }
+  matmul(rt, rows2d(din), rows2d(dy), w_->value);
+  gathered.wait();
+  CommHandle reduced = sp_ ? gather_from_token_shards_backward(*tensor_, dx, din)
+                           : copy_to_tensor_region_backward(*tensor_, dx);
+  weight_grad(rt, *w_, dy, in);
+  bias_backward(rt, b_->grad, rows2d(dy));
+  reduced.wait();
+}
+
+RowParallelLinear::RowParallelLinear(Communicator& tensor, const Parameter& w, const Parameter& b,
+                                     bool sequence_parallel)
+    : tensor_(&tensor), w_(&w), b_(&b), sp_(sequence_parallel) {
+  check_split(tensor, w, 1, "RowParallelLinear");
+  check_split(tensor, b, -1, "RowParallelLinear");
+}
+
+void RowParallelLinear::forward(Runtime& rt, const Tensor& y, const Tensor& x, Arena& work) const {
+  const Tensor partial = sp_ ? full_rows(work, y, tensor_->size()) : y;
+  MatmulOptions o;
+  o.trans_b = true;
+  // The bias must enter the sum once: rank 0 adds it in its GEMM epilogue (free), the others not.
+  if (tensor_->rank() == 0) o.bias = &b_->value;
+  matmul(rt, rows2d(partial), rows2d(x), w_->value, o);
+  if (sp_) reduce_scatter_to_token_shards_forward(*tensor_, y, partial).wait();
+  else reduce_from_tensor_region_forward(*tensor_, y).wait();
+}
+
+void RowParallelLinear::backward(Runtime& rt, const Tensor& dx, const Tensor& dy, const Tensor& x,
+                                 Arena& work) const {
+  Tensor dfull = reduce_from_tensor_region_backward(dy);
+  if (sp_) {
+    dfull = full_rows(work, dy, tensor_->size());
+    reduce_scatter_to_token_shards_backward(*tensor_, dfull, dy).wait();
+  }
+  matmul(rt, rows2d(dx), rows2d(dfull), w_->value);
+  weight_grad(rt, *w_, dfull, x);
+  bias_backward(rt, b_->grad, rows2d(dfull));
+}
+
+}  // namespace trellis

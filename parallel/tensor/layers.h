@@ -1,0 +1,63 @@
+// Megatron's tensor-parallel linear layers, y = x W^T + b with W stored (out, in), split over the
+// tensor group. Explicit forward and backward, no autograd: the caller owns the activations and
+// passes an Arena for the work tensors (gathered inputs, partial sums), so nothing allocates.
+// Activations are (rows, features) with any leading shape; N = rows of the full activation.
+//
+// A column-parallel layer followed by a row-parallel one (MLP: fc then proj; attention: qkv then
+// proj) needs one collective each way: the input is replicated (or gathered from token shards)
+// going in, the output partial sums are all-reduced (or reduce-scattered) coming out.
+#pragma once
+#include "core/alloc.h"
+#include "core/comm.h"
+#include "core/parameters.h"
+#include "core/runtime.h"
+
+namespace trellis {
+
+// W split by rows (output features): w (out/t, in) and b (out/t), both TensorSplit dim 0 with the
+// same groups (3 for the fused qkv, giving each rank [q | k | v] of its own heads). The output is
+// this rank's columns of the full output, in the same order.
+class ColumnParallelLinear {
+ public:
+  ColumnParallelLinear(Communicator& tensor, const Parameter& w, const Parameter& b, bool sequence_parallel);
+
+  // x: the full (N, in) input, or this rank's (N/t, in) token shard with sequence parallelism
+  // (gathered into an (N, in) tensor from `work`). y: (N, out/t).
+  void forward(Runtime& rt, const Tensor& y, const Tensor& x, Arena& work) const;
+  // dx (x's shape, written): the input gradient summed over the group, or with sequence
+  // parallelism reduce-scattered into this rank's token shard; that collective overlaps the
+  // weight-gradient GEMM. w.grad += dy^T x, b.grad += column sums of dy. x is the forward's input;
+  // with sequence parallelism it is gathered again (as Megatron does: only the shard is kept),
+  // overlapping the dx GEMM.
+  void backward(Runtime& rt, const Tensor& dx, const Tensor& dy, const Tensor& x, Arena& work) const;
+
+ private:
+  Communicator* tensor_;
+  const Parameter* w_;
+  const Parameter* b_;
+  bool sp_;
+};
+
+// W split by columns (input features): w (out, in/t), TensorSplit dim 1; b (out) replicated. The
+// input is this rank's columns of the full input (a column-parallel layer's output).
+class RowParallelLinear {
+ public:
+  RowParallelLinear(Communicator& tensor, const Parameter& w, const Parameter& b, bool sequence_parallel);
+
+  // x: (N, in/t). y: the full (N, out), summed over the group, or with sequence parallelism this
+  // rank's (N/t, out) token shard of the sum (reduce-scattered from an (N, out) tensor from `work`).
+  void forward(Runtime& rt, const Tensor& y, const Tensor& x, Arena& work) const;
+  // dy: (N, out), or this rank's (N/t, out) token shard with sequence parallelism (gathered into
+  // an (N, out) tensor from `work`). dx (N, in/t, written); w.grad += dy^T x; b.grad += column
+  // sums of the full dy, the same on every rank, so the replicated bias needs no reduction over
+  // the group even with sequence parallelism.
+  void backward(Runtime& rt, const Tensor& dx, const Tensor& dy, const Tensor& x, Arena& work) const;
+
+ private:
+  Communicator* tensor_;
+  const Parameter* w_;
+  const Parameter* b_;
+  bool sp_;
+};
+
+}  // namespace trellis

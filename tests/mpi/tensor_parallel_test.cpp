@@ -1,0 +1,251 @@
+// Tensor parallelism on the CPU under mpirun, f32. The mappings are checked on small integers
+// (exact). The layers are checked against the full layer: every rank builds the full parameters
+// from the same seed (replicated specs) and its shards (split specs), runs the full layer and the
+// parallel one forward and backward, and compares its outputs and gradients with the matching
+// slices of the full layer's. Not bitwise: the row-parallel output and the column-parallel input
+// gradient are sums of t partial GEMMs, added in another order than one GEMM over all of K adds.
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "core/ops.h"
+#include "core/parameters.h"
+#include "core/process_groups.h"
+#include "parallel/tensor/layers.h"
+#include "parallel/tensor/mappings.h"
+
+namespace trellis {
+namespace {
+
+int world_size() { int n = 1; MPI_Comm_size(MPI_COMM_WORLD, &n); return n; }
+int world_rank() { int r = 0; MPI_Comm_rank(MPI_COMM_WORLD, &r); return r; }
+
+// Owns host f32 memory behind a tensor.
+struct HostTensor {
+  std::vector<float> data;
+  Tensor t;
+  explicit HostTensor(Shape s) : data(size_t(s.numel())), t(data.data(), DType::f32, Device::CPU(), s) {}
+  float& operator[](int64_t i) { return data[size_t(i)]; }
+};
+
+// Rank `index`'s part of `full` split along `dim` into groups x parts (a 1-D tensor is one row),
+// in the order a shard stores it; written out directly, independently of TensorSplit.
+std::vector<float> slice_of(const Tensor& full, int dim, int parts, int index, int groups = 1) {
+  const int64_t rows = full.rows(), cols = full.cols();
+  const float* p = full.ptr<float>();
+  std::vector<float> out;
+  if (full.dim() > 1 && dim == 0) {
+    const int64_t piece = rows / (groups * parts);
+    for (int g = 0; g < groups; ++g)
+      for (int64_t i = (g * parts + index) * piece; i < (g * parts + index + 1) * piece; ++i)
+        out.insert(out.end(), p + i * cols, p + (i + 1) * cols);
+  } else {
+    const int64_t piece = cols / (groups * parts);
+    for (int64_t i = 0; i < rows; ++i)
+      for (int g = 0; g < groups; ++g) {
+        const float* row = p + i * cols + (g * parts + index) * piece;
+        out.insert(out.end(), row, row + piece);
+      }
+  }
+  return out;
+}
+
+// The part of a full parameter's tensor (value or gradient) that the shard `spec` holds.
+std::vector<float> slice_of(const Tensor& full, const ParameterSpec& spec) {
+  const TensorSplit& s = spec.split;
+  return slice_of(full, s.dim, s.parts, s.index, s.groups);
+}
+
+// |got - want| <= 1e-5 * max(|want|, largest |want|): relative to the element, but never tighter
+// than 1e-5 of the tensor's scale (an element near zero is a cancellation of larger terms).
+void expect_close(const Tensor& got, const std::vector<float>& want, const std::string& what) {
+  ASSERT_EQ(got.numel(), int64_t(want.size())) << what;
+  float scale = 0;
+  for (float w : want) scale = std::max(scale, std::abs(w));
+  int bad = 0;
+  for (int64_t i = 0; i < got.numel(); ++i) {
+    const float g = got.ptr<float>()[i], w = want[size_t(i)];
+    if (std::abs(g - w) <= 1e-5f * std::max(std::abs(w), scale)) continue;
+    if (++bad <= 3)
+      ADD_FAILURE() << "[rank " << world_rank() << "] " << what << " element " << i << ": got " << g << ", expected " << w;
+  }
+  EXPECT_EQ(bad, 0) << what;
+}
+
+void fill_normal(HostTensor& x, const std::string& name) {
+  const ParameterSpec s{name, x.t.shape, Init::normal, 1.0f};
+  for (int64_t i = 0; i < x.t.numel(); ++i) x[i] = initial_value(99, s, i);
+}
+
+// ---- mappings, on small integers ----
+
+TEST(TensorParallelMappings, ForwardAndBackwardOfEachPair) {
+  Runtime rt(RuntimeOptions{});
+  auto tp = Communicator::create(MPI_COMM_WORLD, rt, "tensor");
+  const int t = tp->size(), r = tp->rank();
+  const int64_t n = 3, cols = 5;  // rows of one shard
+  auto v = [](int rank, int64_t i) { return float((rank * 7 + i * 3) % 11 - 5); };
+  HostTensor full({n * t, cols}), shard({n, cols});
+
+  // copy_to_tensor_region: backward sums; reduce_from_tensor_region: forward sums.
+  for (int64_t i = 0; i < full.t.numel(); ++i) full[i] = v(r, i);
+  EXPECT_EQ(copy_to_tensor_region_forward(full.t).data, full.t.data);
+  copy_to_tensor_region_backward(*tp, full.t).wait();
+  for (int64_t i = 0; i < full.t.numel(); ++i) {
+    float sum = 0;
+    for (int k = 0; k < t; ++k) sum += v(k, i);
+    ASSERT_EQ(full[i], sum);
+  }
+  for (int64_t i = 0; i < full.t.numel(); ++i) full[i] = v(r, i);
+  reduce_from_tensor_region_forward(*tp, full.t).wait();
+  for (int64_t i = 0; i < full.t.numel(); ++i) {
+    float sum = 0;
+    for (int k = 0; k < t; ++k) sum += v(k, i);
+    ASSERT_EQ(full[i], sum);
+  }
+  EXPECT_EQ(reduce_from_tensor_region_backward(full.t).data, full.t.data);
+
+  // Forward gathers / scatters shards; reduce-scatter sums block r of every rank's full tensor.
+  for (int64_t i = 0; i < n * cols; ++i) shard[i] = v(r, i);
+  for (auto gather : {gather_from_token_shards_forward, scatter_to_token_shards_backward,
+                      reduce_scatter_to_token_shards_backward}) {
+    gather(*tp, full.t, shard.t).wait();
+    for (int64_t i = 0; i < full.t.numel(); ++i) ASSERT_EQ(full[i], v(int(i / (n * cols)), i % (n * cols)));
+  }
+  const Tensor own = scatter_to_token_shards_forward(*tp, full.t);
+  EXPECT_EQ(own.data, full.t.slice(r * n * cols, {n, cols}).data);
+  EXPECT_EQ(own.shape, (Shape{n, cols}));
+  for (auto reduce_scatter : {gather_from_token_shards_backward, reduce_scatter_to_token_shards_forward}) {
+    for (int64_t i = 0; i < full.t.numel(); ++i) full[i] = v(r, i);
+    reduce_scatter(*tp, shard.t, full.t).wait();
+    for (int64_t i = 0; i < n * cols; ++i) {
+      float sum = 0;
+      for (int k = 0; k < t; ++k) sum += v(k, r * n * cols + i);
+      ASSERT_EQ(shard[i], sum);
+    }
+  }
+}
+
+TEST(TensorParallelMappings, TokenRowsMustDivide) {
+  EXPECT_EQ(token_shard_rows(12, 4), 3);
+  try {
+    token_shard_rows(6, 4);
+    ADD_FAILURE() << "no UserError";
+  } catch (const UserError& e) {
+    EXPECT_STREQ(e.what(), "sequence parallelism needs the token rows (micro_batch x seq_len = 6) divisible by "
+                           "parallel.tensor = 4");
+  }
+}
+
+// ---- layers against the full layer ----
+
+constexpr int64_t B = 2, T = 6, C = 16, N = B * T;  // N divisible by t = 2 and 4
+
+// The full layers' parameters (replicated) and this rank's shards of them.
+std::vector<ParameterSpec> full_specs() {
+  // Biases drawn, not zero, so that a bias counted t times (or never) shows.
+  return {{"fc.w", {4 * C, C}, Init::normal, 0.3f, true},    {"fc.b", {4 * C}, Init::normal, 0.3f},
+          {"proj.w", {C, 4 * C}, Init::normal, 0.3f, true},  {"proj.b", {C}, Init::normal, 0.3f},
+          {"qkv.w", {3 * C, C}, Init::normal, 0.3f, true},   {"qkv.b", {3 * C}, Init::normal, 0.3f}};
+}
+std::vector<ParameterSpec> shard_specs(int t, int r) {
+  const std::vector<ParameterSpec> f = full_specs();
+  return {shard_spec(f[0], 0, t, r), shard_spec(f[1], 0, t, r), shard_spec(f[2], 1, t, r),
+          f[3],                      shard_spec(f[4], 0, t, r, 3), shard_spec(f[5], 0, t, r, 3)};
+}
+
+void linear_forward(Runtime& rt, const Tensor& y, const Tensor& x, const Parameter& w, const Parameter& b) {
+  MatmulOptions o;
+  o.trans_b = true;
+  o.bias = &b.value;
+  matmul(rt, y, x, w.value, o);
+}
+
+void linear_backward(Runtime& rt, const Tensor& dx, const Tensor& dy, const Tensor& x, const Parameter& w,
+                     const Parameter& b) {
+  MatmulOptions acc;
+  acc.trans_a = true;
+  acc.accumulate = true;
+  matmul(rt, w.grad, dy, x, acc);
+  bias_backward(rt, b.grad, dy);
+  matmul(rt, dx, dy, w.value);
+}
+
+// Runs the MLP (fc column-parallel, GELU, proj row-parallel) and the qkv projection
+// (column-parallel, groups = 3) both ways and compares every value this rank holds.
+void check_layers(Runtime& rt, Communicator& tp, bool sp) {
+  const int t = tp.size(), r = tp.rank();
+  SCOPED_TRACE("tensor " + std::to_string(t) + (sp ? " with" : " without") + " sequence parallelism");
+  Arena work(rt.allocator(), 1 << 20, "tensor parallel test");
+  ParameterStore full(rt, full_specs(), DType::f32), part(rt, shard_specs(t, r), DType::f32);
+  full.initialize(5);
+  part.initialize(5);
+  HostTensor x({N, C}), dy({N, C}), dqkv({N, 3 * C});
+  fill_normal(x, "x");
+  fill_normal(dy, "dy");
+  fill_normal(dqkv, "dqkv");
+
+  // The full layers.
+  HostTensor h({N, 4 * C}), g({N, 4 * C}), y({N, C}), dg({N, 4 * C}), dx({N, C});
+  HostTensor qkv({N, 3 * C}), dx_qkv({N, C});
+  linear_forward(rt, h.t, x.t, full[0], full[1]);
+  gelu_forward(rt, g.t, h.t);
+  linear_forward(rt, y.t, g.t, full[2], full[3]);
+  linear_backward(rt, dg.t, dy.t, g.t, full[2], full[3]);
+  gelu_backward(rt, dg.t, dg.t, h.t);
+  linear_backward(rt, dx.t, dg.t, x.t, full[0], full[1]);
+  linear_forward(rt, qkv.t, x.t, full[4], full[5]);
+  linear_backward(rt, dx_qkv.t, dqkv.t, x.t, full[4], full[5]);
+
+  // The parallel layers. With sequence parallelism the input, the output, their gradients and
+  // the input gradient are this rank's token rows; without, they are full.
+  const ColumnParallelLinear fc(tp, part[0], part[1], sp), qkv_proj(tp, part[4], part[5], sp);
+  const RowParallelLinear proj(tp, part[2], part[3], sp);
+  const int64_t rows = sp ? N / t : N;
+  const Tensor x_in = sp ? scatter_to_token_shards_forward(tp, x.t) : x.t;
+  const Tensor dy_in = sp ? scatter_to_token_shards_forward(tp, dy.t) : dy.t;
+  HostTensor h_l({N, 4 * C / t}), g_l({N, 4 * C / t}), y_l({rows, C}), dg_l({N, 4 * C / t}), dx_l({rows, C});
+  HostTensor qkv_l({N, 3 * C / t}), dqkv_part({N, 3 * C / t}), dx_qkv_l({rows, C});
+  fc.forward(rt, h_l.t, x_in, work);
+  gelu_forward(rt, g_l.t, h_l.t);
+  proj.forward(rt, y_l.t, g_l.t, work);
+  proj.backward(rt, dg_l.t, dy_in, g_l.t, work);
+  gelu_backward(rt, dg_l.t, dg_l.t, h_l.t);
+  fc.backward(rt, dx_l.t, dg_l.t, x_in, work);
+  qkv_proj.forward(rt, qkv_l.t, x_in, work);
+  const std::vector<float> dqkv_mine = slice_of(dqkv.t, 1, t, r, 3);  // this rank's heads' gradient
+  std::copy(dqkv_mine.begin(), dqkv_mine.end(), dqkv_part.data.begin());
+  qkv_proj.backward(rt, dx_qkv_l.t, dqkv_part.t, x_in, work);
+
+  // Activations: column outputs are column slices, row outputs and input gradients token rows.
+  const int rows_index = sp ? r : 0, rows_parts = sp ? t : 1;
+  expect_close(h_l.t, slice_of(h.t, 1, t, r), "fc output");
+  expect_close(qkv_l.t, slice_of(qkv.t, 1, t, r, 3), "qkv output");
+  expect_close(y_l.t, slice_of(y.t, 0, rows_parts, rows_index), "proj output");
+  expect_close(dg_l.t, slice_of(dg.t, 1, t, r), "fc output gradient");
+  expect_close(dx_l.t, slice_of(dx.t, 0, rows_parts, rows_index), "fc input gradient");
+  expect_close(dx_qkv_l.t, slice_of(dx_qkv.t, 0, rows_parts, rows_index), "qkv input gradient");
+  for (size_t i = 0; i < part.size(); ++i) {
+    expect_close(part[i].value, slice_of(full[i].value, part[i].spec), part[i].spec.name + " value");
+    expect_close(part[i].grad, slice_of(full[i].grad, part[i].spec), part[i].spec.name + " gradient");
+  }
+}
+
+TEST(TensorParallelLayers, MatchTheFullLayers) {
+  RuntimeOptions opt;
+  opt.cpu_threads = 1;
+  Runtime rt(opt);
+  const int W = world_size();
+  for (int t = 2; t <= W; t *= 2) {
+    if (W % t != 0) continue;
+    ProcessGroups pg(MPI_COMM_WORLD, make_layout(W, t, 1), rt);  // tensor x data when t < W
+    for (bool sp : {false, true}) check_layers(rt, pg.tensor(), sp);
+  }
+}
+
+}  // namespace
+}  // namespace trellis
