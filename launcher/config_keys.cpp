@@ -67,6 +67,7 @@ const std::vector<KeySpec> kKeys = {
   {"zero", "stage", T::Int, TRELLIS_FIELD(zero, stage), "0 = replicate; 1 = shard optimizer state; 2 = + gradients; 3 = + parameters. Not built yet: must be 0.", {}, 0, false, 3},
   {"zero", "bucket_mb", T::Int, TRELLIS_FIELD(zero, bucket_mb), "Data-parallel gradient buckets of about this many MiB, reduced as soon as backward completes them.", {}, 1},
   {"zero", "overlap", T::Bool, TRELLIS_FIELD(zero, overlap), "Reduce gradient buckets during backward; false = all after backward (for comparison).", {}},
+  {"zero", "reduce_dtype", T::String, TRELLIS_FIELD(zero, reduce_dtype), "Dtype of the data-parallel gradient all-reduce: f32 (exact, as accumulated) or bf16/f16 (half the bytes; each rank's gradient rounded once, like Megatron without grad_reduce_in_fp32).", {"f32", "bf16", "f16"}},
 
   {"fp16", "initial_scale_power", T::Int, TRELLIS_FIELD(fp16, initial_scale_power), "Initial loss scale = 2^this.", {}, 0, false, 64},
   {"fp16", "loss_scale_window", T::Int, TRELLIS_FIELD(fp16, loss_scale_window), "Overflow-free steps before the scale doubles.", {}, 1},

@@ -54,6 +54,7 @@ struct ZeroConfig {
   int64_t stage = 0;
   int64_t bucket_mb = 25;          // gradient all-reduce bucket size
   bool overlap = true;             // reduce buckets during backward (false: after it)
+  std::string reduce_dtype = "f32";  // f32 | bf16 | f16: the dtype gradients are all-reduced in
 };
 
 struct Fp16Config {

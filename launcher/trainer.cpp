@@ -196,7 +196,10 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
 
   std::vector<std::pair<int64_t, int64_t>> ranges;
   for (const Parameter& p : model.params().all()) ranges.emplace_back(p.offset, p.offset + p.spec.shape.numel());
-  GradientSync grad_sync(data_group, model.params().flat_grads(), ranges, size_t(cfg.zero.bucket_mb) << 20);
+  DType reduce_dtype = DType::f32;
+  parse_dtype(cfg.zero.reduce_dtype, reduce_dtype);
+  GradientSync grad_sync(rt, data_group, model.params().flat_grads(), ranges, size_t(cfg.zero.bucket_mb) << 20,
+                         reduce_dtype);
   const bool reduce = data_size > 1;
   GPT::GradsReady on_ready = nullptr;
   if (reduce && cfg.zero.overlap) on_ready = [&](int64_t b, int64_t e) { grad_sync.ready(b, e); };
@@ -224,8 +227,9 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
                 format_bytes(optimizer.state_bytes()).c_str(), format_bytes(act.kept).c_str(),
                 format_bytes(act.work).c_str(), cfg.train.checkpointing.c_str());
     if (reduce)
-      std::printf("data parallel: gradients in %zu buckets of ~%lld MiB, %s\n", grad_sync.bucket_count(),
-                  (long long)cfg.zero.bucket_mb, cfg.zero.overlap ? "reduced during backward" : "reduced after backward");
+      std::printf("data parallel: gradients in %zu buckets of ~%lld MiB, %s, reduced in %s\n", grad_sync.bucket_count(),
+                  (long long)cfg.zero.bucket_mb, cfg.zero.overlap ? "reduced during backward" : "reduced after backward",
+                  cfg.zero.reduce_dtype.c_str());
     std::fflush(stdout);
     JsonObject lay;
     lay.add("tensor", layout.tensor).add("pipeline", layout.pipeline).add("data", layout.data);

@@ -4,13 +4,19 @@
 #include <algorithm>
 
 #include "core/nvtx.h"
+#include "core/ops.h"
 
 namespace trellis {
 
-GradientSync::GradientSync(Communicator& data_group, const Tensor& flat_grads,
-                           const std::vector<std::pair<int64_t, int64_t>>& param_ranges, size_t bucket_bytes)
-    : comm_(data_group), grads_(flat_grads) {
-  const int64_t target = std::max<int64_t>(1, int64_t(bucket_bytes / dtype_size(flat_grads.dtype)));
+GradientSync::GradientSync(Runtime& rt, Communicator& data_group, const Tensor& flat_grads,
+                           const std::vector<std::pair<int64_t, int64_t>>& param_ranges, size_t bucket_bytes,
+                           DType reduce_dtype)
+    : rt_(rt), comm_(data_group), grads_(flat_grads) {
+  if (reduce_dtype != flat_grads.dtype && data_group.size() > 1) {
+    wire_buf_ = Buffer(rt.allocator(), size_t(flat_grads.numel()) * dtype_size(reduce_dtype), "gradient reduce copy");
+    wire_ = wire_buf_.tensor(reduce_dtype, {flat_grads.numel()});
+  }
+  const int64_t target = std::max<int64_t>(1, int64_t(bucket_bytes / dtype_size(wire_.defined() ? wire_.dtype : flat_grads.dtype)));
   int64_t end = -1;
   for (size_t i = param_ranges.size(); i-- > 0;) {  // backward order: from the end of the buffer
     auto [b, e] = param_ranges[i];
@@ -35,7 +41,14 @@ void GradientSync::begin() {
 void GradientSync::start(Bucket& b) {
   NvtxRange r("gradient_all_reduce");
   b.started = true;
-  b.handle = comm_.all_reduce_async(grads_.slice(b.begin, {b.end - b.begin}), ReduceOp::sum);
+  const Tensor grads = grads_.slice(b.begin, {b.end - b.begin});
+  if (!wire_.defined()) {
+    b.handle = comm_.all_reduce_async(grads, ReduceOp::sum);
+    return;
+  }
+  const Tensor wire = wire_.slice(b.begin, {b.end - b.begin});
+  cast(rt_, wire, grads);  // on the compute stream, after the backward that completed the bucket
+  b.handle = comm_.all_reduce_async(wire, ReduceOp::sum);
 }
 
 void GradientSync::ready(int64_t begin, int64_t end) {
@@ -50,7 +63,10 @@ void GradientSync::ready(int64_t begin, int64_t end) {
 void GradientSync::finish() {
   for (Bucket& b : buckets_)
     if (!b.started) start(b);
-  for (Bucket& b : buckets_) b.handle.wait();
+  for (Bucket& b : buckets_) {
+    b.handle.wait();
+    if (wire_.defined()) cast(rt_, grads_.slice(b.begin, {b.end - b.begin}), wire_.slice(b.begin, {b.end - b.begin}));
+  }
 }
 
 }  // namespace trellis
