@@ -28,7 +28,7 @@ struct TensorSplit {
   Shape global_shape(const Shape& local) const;
   // The shard's shape, from the full tensor's (fatal unless groups * parts divides the dimension).
   Shape local_shape(const Shape& global) const;
-  // Flat index in the full tensor of the shard's element `index`.
+  // Flat index in the full tensor of the shard's element `local_index`.
   int64_t global_index(const Shape& local, int64_t local_index) const;
 };
 
