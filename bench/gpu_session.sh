@@ -23,19 +23,22 @@ if [[ ${1:-tests} == tests ]]; then
    build/prepare_data --input .data/tinyshakespeare.txt --output .data/shakespeare --tokenizer char --format llmc
    t0=$SECONDS
    build/train_gpt examples/configs/shakespeare_char.toml \
-     --set data.path=.data/shakespeare.tok --set log.metrics_file="$out/shakespeare.jsonl" --set log.val_batches=16
+     --set data.path=.data/shakespeare.tok --set log.metrics_file="$out/shakespeare.jsonl" --set log.val_batches=16 \
+     --set checkpoint.dir=/tmp/shakespeare_ckpt --set checkpoint.keep_best=true --set checkpoint.resume=none
    echo "trellis wall $((SECONDS - t0)) s"
+   build/generate /tmp/shakespeare_ckpt/best --prompt "ROMEO:" --tokens 300 --temperature 0.8 --top-k 40 --seed 7
    python3 bench/shakespeare_torch.py --data .data/shakespeare.tok --steps 5000 --device cuda --compile \
      --out "$out/shakespeare_torch.json") > "$out/shakespeare.log" 2>&1 &
   shakes=$!
   stage "bench 124m on GPU 0"
-  CUDA_VISIBLE_DEVICES=0 timeout 400 python3 bench/bench_gpt.py --models 124m --micro-batch 32 --steps 15 --warmup 5 \
+  CUDA_VISIBLE_DEVICES=0 timeout 400 python3 bench/bench_gpt.py --models 124m --micro-batch 32 --steps 15 --warmup 5 --skip-torch \
     --trellis build/train_gpt --out "$out/bench124.md" --json "$out/bench124.json" > "$out/bench124.log" 2>&1
   tail -6 "$out/bench124.log"
   CUDA_VISIBLE_DEVICES=0 build/train_gpt bench/profile_124m.toml --set log.profile_ops=true > "$out/profile124.log" 2>&1
   grep -A12 "per-op" "$out/profile124.log"
   stage ctest
   (cd build && timeout 400 ctest -j8 --output-on-failure > "$out/ctest.log" 2>&1); echo "ctest rc=$?"
+  (cd build && ctest -R preemption -V > "$out/preemption.log" 2>&1); echo "preemption rc=$?"
   grep -E "tests passed|tests failed|\(Failed\)|Timeout" "$out/ctest.log" | head -20
   stage nccl
   timeout 60 mpirun -np 2 -x NCCL_NVLS_ENABLE -x LD_LIBRARY_PATH build/tests/comm_test \
@@ -45,9 +48,27 @@ if [[ ${1:-tests} == tests ]]; then
   grep -E "step +(1|5000)/|val loss|trellis wall|error" "$out/shakespeare.log" | tail -6
   tail -3 "$out/shakespeare.log"
 else
+  # Trellis (f32 reduction) and PyTorch DDP, then Trellis variants that change what the gradient
+  # all-reduce costs the overlapped backward: bf16 reduction (half the bytes), fewer NCCL CTAs
+  # (fewer SMs taken from the GEMMs), larger buckets.
   stage "data-parallel scaling"
-  timeout 560 python3 bench/bench_gpt.py --models 350m --micro-batch 16 --data-parallel 2 --steps 15 --warmup 5 \
-    --trellis build/train_gpt --out "$out/scaling.md" --json "$out/scaling.json" > "$out/scaling.log" 2>&1
-  tail -15 "$out/scaling.log"
+  dp() { timeout 300 python3 bench/bench_gpt.py --models 350m --micro-batch 16 --data-parallel 2 --steps 20 \
+           --warmup 5 --trellis build/train_gpt "$@"; }
+  dp --out "$out/scaling.md" --json "$out/scaling.json" > "$out/scaling.log" 2>&1
+  tail -12 "$out/scaling.log"
+  stage "variant: zero.reduce_dtype=bf16"
+  dp --skip-torch --trellis-set zero.reduce_dtype=bf16 --json "$out/scaling_bf16.json" > "$out/scaling_bf16.log" 2>&1
+  tail -6 "$out/scaling_bf16.log"
+  for ctas in 4 8 16; do
+    stage "variant: NCCL_MAX_CTAS=$ctas"
+    dp --skip-torch --mpirun "mpirun --allow-run-as-root --bind-to none -x NCCL_MAX_CTAS=$ctas" \
+      --json "$out/scaling_ctas$ctas.json" > "$out/scaling_ctas$ctas.log" 2>&1
+    tail -4 "$out/scaling_ctas$ctas.log"
+  done
+  stage "variant: bf16 + NCCL_MAX_CTAS=8 + 100 MiB buckets"
+  dp --skip-torch --trellis-set zero.reduce_dtype=bf16 --trellis-set zero.bucket_mb=100 \
+    --mpirun "mpirun --allow-run-as-root --bind-to none -x NCCL_MAX_CTAS=8" \
+    --json "$out/scaling_combo.json" > "$out/scaling_combo.log" 2>&1
+  tail -4 "$out/scaling_combo.log"
 fi
 stage done
