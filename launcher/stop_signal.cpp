@@ -1,6 +1,8 @@
 // Stop-signal handlers and the per-step agreement.
 #include "launcher/stop_signal.h"
 
+#include <pthread.h>
+
 #include <csignal>
 
 #include "core/error.h"
@@ -15,6 +17,13 @@ extern "C" void on_stop_signal(int sig) { received = sig; }
 void install_stop_handlers() {
   std::signal(SIGUSR1, on_stop_signal);
   std::signal(SIGTERM, on_stop_signal);
+  // A launcher may start us with these signals blocked (the mask is inherited across exec); a
+  // blocked stop signal would never arrive, so the run could not stop cleanly.
+  sigset_t stop;
+  sigemptyset(&stop);
+  sigaddset(&stop, SIGUSR1);
+  sigaddset(&stop, SIGTERM);
+  pthread_sigmask(SIG_UNBLOCK, &stop, nullptr);
 }
 
 bool stop_requested(MPI_Comm comm) {
