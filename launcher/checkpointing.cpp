@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <limits>
 #include <optional>
 #include <vector>
@@ -17,18 +18,6 @@ namespace trellis {
 namespace {
 
 constexpr const char* kVersion = "trellis 0.1";
-
-std::vector<char> to_host(Runtime& rt, const Tensor& t) {
-  std::vector<char> host(t.nbytes());
-  copy(rt, Tensor(host.data(), t.dtype, Device::CPU(), t.shape), t);
-  rt.synchronize();
-  return host;
-}
-
-void from_host(Runtime& rt, const Tensor& t, const std::vector<char>& host) {
-  copy(rt, t, Tensor(const_cast<char*>(host.data()), t.dtype, Device::CPU(), t.shape));
-  rt.synchronize();
-}
 
 // The blobs of the state, by name.
 std::vector<std::pair<std::string, Tensor>> state_tensors(TrainingState s) {
@@ -93,9 +82,12 @@ int64_t load_training_checkpoint(Runtime& rt, const Config& cfg, const std::stri
     for (auto& [name, t] : state_tensors(s)) {
       if (!reader.has_blob(name))
         throw UserError(cfg.path + ": checkpoint " + dir + " has no " + name + " (written with another precision?)");
-      std::vector<char> host(t.nbytes());
+      std::vector<char> host(size_t(s.layout.whole_numel()) * dtype_size(t.dtype));
+      if (reader.blob_size(name) != host.size())
+        throw UserError(cfg.path + ": checkpoint " + dir + ": " + name + " holds " + std::to_string(reader.blob_size(name)) +
+                        " bytes; this model needs " + std::to_string(host.size()));
       reader.read_blob(name, host.data(), host.size());
-      from_host(rt, t, host);
+      scatter_whole(rt, s.layout, s.pipeline_rank(), host, t);
     }
     const JsonValue* sc = meta.find("scaler");
     LossScalerState st;
@@ -118,26 +110,47 @@ int64_t load_training_checkpoint(Runtime& rt, const Config& cfg, const std::stri
 
 namespace {
 
-// Writes the whole training state into w and publishes it; returns the final directory.
-std::string write_state(Runtime& rt, const Config& cfg, TrainingState s, CheckpointWriter& w, int64_t step,
-                        double loss, int64_t samples_seen, std::optional<double> val_loss) {
-  for (auto& [name, t] : state_tensors(s)) {
-    std::vector<char> host = to_host(rt, t);
-    w.add_blob(name, host.data(), host.size(), std::string(dtype_name(t.dtype)), {t.numel()});
+// Gathers the state on pipeline rank 0, which writes it into the writer made by `open` and commits
+// it. Returns the final directory on rank 0 ("" elsewhere). On rank 0 a failure throws
+// CheckpointError, but only after every stage's part has been received (no rank is left waiting).
+std::string write_state(Runtime& rt, const Config& cfg, TrainingState s, const std::function<CheckpointWriter()>& open,
+                        int64_t step, double loss, int64_t samples_seen, std::optional<double> val_loss) {
+  const bool root = s.pipeline_rank() == 0;
+  std::optional<CheckpointWriter> w;
+  std::string error;
+  if (root) {
+    try {
+      w.emplace(open());
+    } catch (const CheckpointError& e) {
+      error = e.what();
+    }
   }
+  for (auto& [name, t] : state_tensors(s)) {
+    std::vector<char> host = gather_whole(rt, s.pipeline, s.layout, t);
+    if (!root || !error.empty()) continue;
+    try {
+      w->add_blob(name, host.data(), host.size(), std::string(dtype_name(t.dtype)), {s.layout.whole_numel()});
+    } catch (const CheckpointError& e) {
+      error = e.what();
+    }
+  }
+  if (!root) return "";
+  if (!error.empty()) throw CheckpointError(error);
   const LossScalerState st = s.scaler.state();
-  JsonObject scaler, data, meta;
+  JsonObject scaler, data, layout, meta;
   scaler.add("scale", st.scale).add("clean_steps", st.clean_steps).add("hysteresis_left", st.hysteresis_left);
   scaler.add("skipped", st.skipped);
   data.add("samples_seen", samples_seen).add("source", cfg.data.source);
+  layout.add("pipeline", int64_t(s.layout.pipeline())).add("virtual_stages", cfg.parallel.virtual_stages);
   meta.add("step", step).add("loss", loss).add("version", kVersion);
   meta.add("time", int64_t(std::chrono::duration_cast<std::chrono::seconds>(
                                std::chrono::system_clock::now().time_since_epoch()).count()));
   meta.add("model", model_signature(s.model.config())).add("seed", cfg.train.seed);
+  meta.add("written_by_layout", layout);  // informative: the blobs are in the whole model's layout
   meta.add("scaler", scaler).add("data", data).add("config", config_to_toml(cfg));
   if (val_loss) meta.add("val_loss", *val_loss);
-  w.set_meta(meta.str());
-  return w.commit();
+  w->set_meta(meta.str());
+  return w->commit();
 }
 
 }  // namespace
@@ -146,8 +159,9 @@ bool save_training_checkpoint(Runtime& rt, const Config& cfg, TrainingState s, i
                               int64_t samples_seen) {
   const auto t0 = std::chrono::steady_clock::now();
   try {
-    CheckpointWriter w(cfg.checkpoint.dir, step);
-    const std::string where = write_state(rt, cfg, s, w, step, loss, samples_seen, std::nullopt);
+    const std::string where = write_state(
+        rt, cfg, s, [&] { return CheckpointWriter(cfg.checkpoint.dir, step); }, step, loss, samples_seen, std::nullopt);
+    if (s.pipeline_rank() != 0) return true;
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     std::printf("checkpoint: saved step %lld to %s (%.1f s)\n", (long long)step, where.c_str(), secs);
     try {
@@ -183,8 +197,11 @@ double best_checkpoint_val_loss(const Config& cfg) {
 bool save_best_checkpoint(Runtime& rt, const Config& cfg, TrainingState s, int64_t step, double val_loss,
                           int64_t samples_seen) {
   try {
-    CheckpointWriter w = CheckpointWriter::at_path((std::filesystem::path(cfg.checkpoint.dir) / "best").string());
-    const std::string where = write_state(rt, cfg, s, w, step, val_loss, samples_seen, val_loss);
+    const std::string where = write_state(
+        rt, cfg, s,
+        [&] { return CheckpointWriter::at_path((std::filesystem::path(cfg.checkpoint.dir) / "best").string()); }, step,
+        val_loss, samples_seen, val_loss);
+    if (s.pipeline_rank() != 0) return true;
     std::printf("checkpoint: best validation loss %.4f at step %lld, saved to %s\n", val_loss, (long long)step,
                 where.c_str());
     std::fflush(stdout);

@@ -1,6 +1,9 @@
 // The training state in checkpoints (core/checkpoint.h does the atomic, checksummed storage):
 // parameters, fp32 master weights, Adam moments, loss scaler, step, data position, seed, the
-// resolved config and metadata. Data-parallel ranks hold identical state, so rank 0 writes.
+// resolved config and metadata, always in the whole model's layout (launcher/whole_model.h), so a
+// checkpoint does not depend on the pipeline size. Data-parallel ranks hold identical state; the
+// first data-parallel rank of each pipeline stage sends its part to rank 0, which writes the one
+// checkpoint and commits it atomically (so it is valid only with every stage's part in it).
 #pragma once
 #include <mpi.h>
 
@@ -9,6 +12,7 @@
 
 #include "core/runtime.h"
 #include "launcher/train_config.h"
+#include "launcher/whole_model.h"
 #include "models/gpt.h"
 #include "parallel/zero/loss_scaler.h"
 #include "parallel/zero/optimizer.h"
@@ -19,6 +23,9 @@ struct TrainingState {
   GPT& model;
   ZeroOptimizer& optimizer;
   LossScaler& scaler;
+  const WholeModelLayout& layout;    // how each pipeline rank's part maps to the whole model
+  Communicator* pipeline = nullptr;  // this rank's pipeline group; null with one stage
+  int pipeline_rank() const { return pipeline ? pipeline->rank() : 0; }
 };
 
 // The checkpoint to resume from as checkpoint.resume says (decided by rank 0 and broadcast, so
@@ -31,8 +38,10 @@ std::optional<std::string> choose_resume(const Config& cfg, MPI_Comm world);
 int64_t load_training_checkpoint(Runtime& rt, const Config& cfg, const std::string& dir, TrainingState state,
                                  int64_t global_batch);
 
-// Rank 0: saves the state after `step` into checkpoint.dir and prunes to checkpoint.keep. A failure
-// (no space, no permission) is printed as a warning and training goes on; returns success.
+// Called by the first data-parallel rank of every pipeline stage (collective over the pipeline
+// group); rank 0 saves the state after `step` into checkpoint.dir and prunes to checkpoint.keep. A
+// failure (no space, no permission) is printed as a warning and training goes on; returns success
+// (on rank 0; true elsewhere).
 bool save_training_checkpoint(Runtime& rt, const Config& cfg, TrainingState state, int64_t step, double loss,
                               int64_t samples_seen);
 
@@ -40,8 +49,8 @@ bool save_training_checkpoint(Runtime& rt, const Config& cfg, TrainingState stat
 // resumed run must not replace a better best with a worse one).
 double best_checkpoint_val_loss(const Config& cfg);
 
-// Rank 0: saves the state after `step`, whose validation loss `val_loss` is the best so far, to
-// checkpoint.dir/best, replacing the previous best atomically. Failures are warnings, as above.
+// As save_training_checkpoint, for the state after `step`, whose validation loss `val_loss` is the
+// best so far, to checkpoint.dir/best, replacing the previous best atomically.
 bool save_best_checkpoint(Runtime& rt, const Config& cfg, TrainingState state, int64_t step, double val_loss,
                           int64_t samples_seen);
 

@@ -39,10 +39,10 @@ const std::vector<KeySpec> kKeys = {
   {"model", "attention_dropout", T::Float, TRELLIS_FIELD(model, attention_dropout), "Dropout probability of the attention probabilities; -1 = model.dropout.", {}, -1, false, 1, true},
 
   {"parallel", "tensor", T::Int, TRELLIS_FIELD(parallel, tensor), "Tensor-parallel size (ranks that split each layer). Not built yet: must be 1.", {}, 1},
-  {"parallel", "pipeline", T::Int, TRELLIS_FIELD(parallel, pipeline), "Pipeline-parallel size (stages). Not built yet: must be 1.", {}, 1},
+  {"parallel", "pipeline", T::Int, TRELLIS_FIELD(parallel, pipeline), "Pipeline-parallel size (stages). The blocks are split over the stages balanced by compute cost (the embedding counts on the first, final LayerNorm, head and loss on the last); micro-batches per step = train.global_batch / (train.micro_batch x data-parallel size).", {}, 1},
   {"parallel", "sequence_parallel", T::Bool, TRELLIS_FIELD(parallel, sequence_parallel), "Split layernorm/dropout activations along the sequence over the tensor group. Not built yet.", {}},
-  {"parallel", "schedule", T::String, TRELLIS_FIELD(parallel, schedule), "Pipeline schedule.", {"gpipe", "1f1b", "interleaved"}},
-  {"parallel", "virtual_stages", T::Int, TRELLIS_FIELD(parallel, virtual_stages), "Model chunks per pipeline rank (interleaved schedule). Not built yet: must be 1.", {}, 1},
+  {"parallel", "schedule", T::String, TRELLIS_FIELD(parallel, schedule), "Pipeline schedule: gpipe (all forwards, then all backwards), 1f1b (PipeDream-flush: holds at most pipeline - stage micro-batches) or interleaved (Megatron's interleaved 1F1B over parallel.virtual_stages chunks per rank; micro-batches per step a multiple of parallel.pipeline).", {"gpipe", "1f1b", "interleaved"}},
+  {"parallel", "virtual_stages", T::Int, TRELLIS_FIELD(parallel, virtual_stages), "Model chunks per pipeline rank (interleaved schedule only; chunk c of rank r is virtual stage c x pipeline + r). model.n_layers must be at least pipeline x virtual_stages.", {}, 1},
 
   {"train", "device", T::String, TRELLIS_FIELD(train, device), "auto = the GPU when there is one, else the CPU.", {"auto", "cpu", "cuda"}},
   {"train", "precision", T::String, TRELLIS_FIELD(train, precision), "Compute precision; auto = bf16 on a GPU, fp32 on the CPU.", {"auto", "fp32", "bf16", "fp16"}},

@@ -45,20 +45,26 @@ void write_tensor_i32(Runtime& rt, const Tensor& t, const std::string& path) {
   write_raw(path, host.data(), host.size() * 4);
 }
 
-void write_model_files(Runtime& rt, GPT& model, const std::string& dir, const JsonObject& extra) {
+namespace {
+
+// model.json: the config, `extra` merged in at the top level, and each parameter's name, shape
+// and offset in params.f32.
+void write_model_json(const GPTConfig& mc, const std::vector<ParameterSpec>& specs, const std::string& dir,
+                      const JsonObject& extra) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) throw UserError(dir + ": cannot create directory: " + ec.message());
-  const GPTConfig& mc = model.config();
   JsonObject config;
   config.add("vocab_size", mc.vocab_size).add("padded_vocab", mc.padded_vocab()).add("seq_len", mc.seq_len);
   config.add("n_layers", mc.n_layers).add("n_heads", mc.n_heads).add("d_model", mc.d_model);
   config.add("dropout", double(mc.dropout)).add("attention_dropout", double(mc.attention_dropout));
   std::string params = "[";
-  for (const Parameter& p : model.params().all()) {
+  int64_t offset = 0;
+  for (const ParameterSpec& s : specs) {
     JsonObject o;
-    std::vector<int64_t> shape(p.spec.shape.dims.begin(), p.spec.shape.dims.begin() + p.spec.shape.rank);
-    o.add("name", p.spec.name).add("shape", shape).add("offset", p.offset);
+    std::vector<int64_t> shape(s.shape.dims.begin(), s.shape.dims.begin() + s.shape.rank);
+    o.add("name", s.name).add("shape", shape).add("offset", offset);
+    offset += s.shape.numel();
     if (params.size() > 1) params += ',';
     params += o.str();
   }
@@ -76,7 +82,26 @@ void write_model_files(Runtime& rt, GPT& model, const std::string& dir, const Js
   text += params;
   text += "}\n";
   write_raw(dir + "/model.json", text.data(), text.size());
+}
+
+}  // namespace
+
+void write_model_files(Runtime& rt, GPT& model, const std::string& dir, const JsonObject& extra) {
+  std::vector<ParameterSpec> specs;
+  for (const Parameter& p : model.params().all()) {
+    TRELLIS_CHECK(p.offset == (specs.empty() ? 0 : model.params().all()[specs.size() - 1].offset +
+                                                        specs.back().shape.numel()),
+                  "parameters are not laid out back to back");
+    specs.push_back(p.spec);
+  }
+  write_model_json(model.config(), specs, dir, extra);
   write_tensor_f32(rt, model.params().flat_values(), dir + "/params.f32");
+}
+
+void write_model_files(const GPTConfig& mc, const std::vector<ParameterSpec>& specs, const std::vector<float>& values,
+                       const std::string& dir, const JsonObject& extra) {
+  write_model_json(mc, specs, dir, extra);
+  write_raw(dir + "/params.f32", values.data(), values.size() * 4);
 }
 
 }  // namespace trellis

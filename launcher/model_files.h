@@ -3,6 +3,7 @@
 // the weights export (--export-weights) and the parity dump (--dump-grads).
 #pragma once
 #include <string>
+#include <vector>
 
 #include "core/runtime.h"
 #include "launcher/metrics.h"
@@ -13,6 +14,10 @@ namespace trellis {
 // Writes model.json (with `extra` merged in at the top level) and params.f32. Throws UserError
 // naming the path if it cannot write.
 void write_model_files(Runtime& rt, GPT& model, const std::string& dir, const JsonObject& extra);
+// The same from the whole model's parameter specs (buffer order) and their values as host f32
+// (what a pipeline run gathers on its first rank).
+void write_model_files(const GPTConfig& mc, const std::vector<ParameterSpec>& specs, const std::vector<float>& values,
+                       const std::string& dir, const JsonObject& extra);
 // Any float tensor as raw f32 / an i32 tensor as raw i32, from any device.
 void write_tensor_f32(Runtime& rt, const Tensor& t, const std::string& path);
 void write_tensor_i32(Runtime& rt, const Tensor& t, const std::string& path);

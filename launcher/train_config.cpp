@@ -2,6 +2,8 @@
 // the file, the key and what is allowed; plus the resolved config as TOML and docs/config.md.
 #include "launcher/train_config.h"
 
+#include "parallel/pipeline/schedule.h"
+
 #include <cerrno>
 #include <charconv>
 #include <cmath>
@@ -218,13 +220,17 @@ Config load_config_text(const std::string& text, const std::string& path, const 
 void validate_for_world(const Config& c, int world_size) {
   const auto& par = c.parallel;
   if (par.tensor != 1) throw UserError(not_built(c, "parallel.tensor", std::to_string(par.tensor), "1"));
-  if (par.pipeline != 1) throw UserError(not_built(c, "parallel.pipeline", std::to_string(par.pipeline), "1"));
   if (par.sequence_parallel) throw UserError(not_built(c, "parallel.sequence_parallel", "true", "false"));
-  if (par.virtual_stages != 1)
-    throw UserError(not_built(c, "parallel.virtual_stages", std::to_string(par.virtual_stages), "1"));
   if (c.zero.stage != 0) throw UserError(not_built(c, "zero.stage", std::to_string(c.zero.stage), "0"));
 
-  resolve_batch(c, world_size);  // checks the layout and batch arithmetic
+  const BatchLayout b = resolve_batch(c, world_size);  // checks the layout and batch arithmetic
+  // The pipeline schedule must fit the stages, micro-batches per step, chunks and layers.
+  try {
+    validate_schedule_shape(parse_schedule_kind(par.schedule), int(par.pipeline), int(b.accumulation),
+                            int(par.virtual_stages), int(c.model.n_layers));
+  } catch (const UserError& e) {
+    throw UserError(c.path + ": " + e.what());
+  }
 }
 
 BatchLayout resolve_batch(const Config& c, int world_size) {

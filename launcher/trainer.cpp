@@ -1,6 +1,6 @@
-// The training loop of train_gpt on one device: micro-batches with gradient accumulation, one
-// host synchronization per step (loss and gradient norm), clipping, AdamW, fp16 loss scaling,
-// validation, log lines and JSON metrics.
+// The training loop of train_gpt: each step runs this rank's pipeline schedule through the engine
+// (with one stage: gradient accumulation over micro-batches), then one host synchronization (loss
+// and gradient norm), clipping, AdamW, fp16 loss scaling, validation, log lines and JSON metrics.
 #include "launcher/trainer.h"
 
 #include <mpi.h>
@@ -13,6 +13,7 @@
 #include <thread>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <vector>
 
 #include "core/error.h"
@@ -30,7 +31,11 @@
 #include "launcher/tensorboard.h"
 #include "data/blended_dataset.h"
 #include "data/synthetic_dataset.h"
+#include "launcher/whole_model.h"
 #include "models/gpt.h"
+#include "models/gpt_stage.h"
+#include "parallel/pipeline/engine.h"
+#include "parallel/pipeline/schedule.h"
 #include "parallel/data/gradient_sync.h"
 #include "parallel/zero/loss_scaler.h"
 #include "parallel/zero/optimizer.h"
@@ -60,6 +65,9 @@ Resolved resolve(const Config& cfg, const LaunchInfo& launch) {
                     process_identity().host + " but only " + std::to_string(gpus) +
                     " GPU(s); start at most one rank per GPU on each node");
   r.device = use_gpu ? Device::CUDA(launch.local_rank) : Device::CPU();
+  if (use_gpu && cfg.parallel.pipeline > 1 && cfg.parallel.schedule == "interleaved")
+    throw UserError(cfg.path + ": parallel.schedule = interleaved is not supported on the GPU yet (NCCL runs "
+                    "point-to-point transfers in order on one stream, where its lists can deadlock); use 1f1b");
   r.precision = cfg.train.precision == "auto" ? (use_gpu ? "bf16" : "fp32") : cfg.train.precision;
   parse_dtype(r.precision, r.dtype);
   r.model.vocab_size = cfg.model.vocab_size;
@@ -96,14 +104,48 @@ float read_scalar(Runtime& rt, const Tensor& t) {
   return v;
 }
 
-// For a non-finite gradient: the first parameter (in forward order) whose gradient is not finite.
-std::string first_nonfinite_parameter(Runtime& rt, ParameterStore& ps, const Tensor& scratch) {
+// For a non-finite gradient: the first parameter (in forward order, over the pipeline stages)
+// whose gradient is not finite. Collective over `pipeline` (null with one stage).
+std::string first_nonfinite_parameter(Runtime& rt, ParameterStore& ps, const Tensor& scratch, Communicator* pipeline) {
+  std::string name;
   for (const Parameter& p : ps.all()) {
     fill(rt, scratch, 0.0f);
     sum_squares_accumulate(rt, scratch, p.grad);
-    if (!std::isfinite(read_scalar(rt, scratch))) return p.spec.name;
+    if (!std::isfinite(read_scalar(rt, scratch))) {
+      name = p.spec.name;
+      break;
+    }
   }
+  if (pipeline) {  // the earliest stage that found one tells the others
+    const int p = pipeline->size();
+    int first = name.empty() ? p : pipeline->rank();
+    TRELLIS_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &first, 1, MPI_INT, MPI_MIN, pipeline->mpi_comm()));
+    if (first == p) {
+      name.clear();
+    } else {
+      int len = int(name.size());
+      TRELLIS_MPI_CHECK(MPI_Bcast(&len, 1, MPI_INT, first, pipeline->mpi_comm()));
+      name.resize(size_t(len));
+      TRELLIS_MPI_CHECK(MPI_Bcast(name.data(), len, MPI_CHAR, first, pipeline->mpi_comm()));
+    }
+  }
+  if (!name.empty()) return name;
   return "(none: every parameter's gradient is finite, so the loss or the f32 sum of squares overflowed)";
+}
+
+// Host f32 copy of whole-model values gathered in `dtype`.
+std::vector<float> to_f32(const std::vector<char>& bytes, DType dtype) {
+  const size_t n = bytes.size() / dtype_size(dtype);
+  std::vector<float> out(n);
+  for (size_t i = 0; i < n; ++i) {
+    switch (dtype) {
+      case DType::f32: std::memcpy(&out[i], bytes.data() + 4 * i, 4); break;
+      case DType::bf16: { bf16_t b; std::memcpy(&b, bytes.data() + 2 * i, 2); out[i] = to_float(b); break; }
+      case DType::f16: { f16_t h; std::memcpy(&h, bytes.data() + 2 * i, 2); out[i] = to_float(h); break; }
+      default: TRELLIS_FATAL("to_f32: not a float dtype");
+    }
+  }
+  return out;
 }
 
 }  // namespace
@@ -180,10 +222,23 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
   Communicator& data_group = groups.data();
   const int data_rank = groups.coords().data, data_size = layout.data;
 
+  // This rank's stage of the pipeline (the whole model when there is one stage) and its schedule.
   const GPTConfig& mc = res.model;
   const int64_t B = cfg.train.micro_batch, T = mc.seq_len;
-  GPT model(rt, mc, B);
+  const int p = layout.pipeline, stage = groups.coords().pipeline, v = int(cfg.parallel.virtual_stages);
+  const int m = int(res.accumulation);  // micro-batches per step through the pipeline
+  const ScheduleKind kind = parse_schedule_kind(cfg.parallel.schedule);
+  validate_schedule_shape(kind, p, m, v, int(mc.n_layers));  // validate_for_world checked it already
+  const std::vector<Instruction> schedule = build_schedule(kind, p, m, v)[size_t(stage)];
+  const GPTPart part = GPTPart::of_rank(mc, p, v, stage);
+  const int slots = PipelineEngine::peak_in_flight(schedule);
+  Communicator* pipeline_group = p > 1 ? &groups.pipeline() : nullptr;
+  // The first data-parallel rank of each stage takes part in checkpoints and weight exports.
+  const bool saver = groups.coords().data == 0 && groups.coords().tensor == 0;
+
+  GPT model(rt, mc, B, part, slots);
   model.initialize(uint64_t(cfg.train.seed));
+  const WholeModelLayout whole(mc, p, v);
   ZeroOptimizer optimizer(rt, model.params());
   LossScalerConfig lsc;
   lsc.enabled = res.dtype == DType::f16;
@@ -195,19 +250,25 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
   BatchLoader loader(rt, *data, B, T);
 
   std::vector<std::pair<int64_t, int64_t>> ranges;
-  for (const Parameter& p : model.params().all()) ranges.emplace_back(p.offset, p.offset + p.spec.shape.numel());
+  for (const Parameter& prm : model.params().all()) ranges.emplace_back(prm.offset, prm.offset + prm.spec.shape.numel());
   DType reduce_dtype = DType::f32;
   parse_dtype(cfg.zero.reduce_dtype, reduce_dtype);
   GradientSync grad_sync(rt, data_group, model.params().flat_grads(), ranges, size_t(cfg.zero.bucket_mb) << 20,
                          reduce_dtype);
   const bool reduce = data_size > 1;
-  GPT::GradsReady on_ready = nullptr;
-  if (reduce && cfg.zero.overlap) on_ready = [&](int64_t b, int64_t e) { grad_sync.ready(b, e); };
+  PipelineEngine engine(rt, groups.pipeline(), v, {B, T, mc.d_model}, mc.dtype);
+  PipelineReduction reduction;
+  reduction.data = reduce ? &grad_sync : nullptr;
+  reduction.overlap = cfg.zero.overlap;
+  if (p > 1 && groups.in_embedding_group()) {  // the tied embedding on the first and last stage
+    reduction.tied = &groups.embedding();
+    reduction.tied_grads = {model.tied_embedding_grad()};
+  }
 
   const int64_t stored = model.params().numel();
   const size_t param_bytes = size_t(stored) * dtype_size(mc.dtype), grad_bytes = size_t(stored) * 4;
   const size_t state_bytes = param_bytes + grad_bytes + optimizer.state_bytes();
-  const ActivationBytes act = GPT::activation_bytes(mc, B, T);
+  const ActivationBytes act = GPT::activation_bytes(mc, part, B, T);
   const int64_t global_batch = B * res.accumulation * data_size;
   const double tokens_per_step = double(global_batch * T);
   if (main_rank) {
@@ -216,34 +277,56 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
     std::printf("model: %lld layers, %lld heads, d_model %lld, seq %lld, vocab %lld (padded to %lld)\n",
                 (long long)mc.n_layers, (long long)mc.n_heads, (long long)mc.d_model, (long long)T,
                 (long long)mc.vocab_size, (long long)mc.padded_vocab());
-    std::printf("parameters: %s (vocabulary padding adds %s; %s stored)\n", with_commas(mc.parameter_count()).c_str(),
-                with_commas((mc.padded_vocab() - mc.vocab_size) * mc.d_model).c_str(), with_commas(stored).c_str());
-    std::printf("batch: global %lld = micro %lld x accumulation %lld x data %d; %lld tokens per step\n",
-                (long long)global_batch, (long long)B, (long long)res.accumulation, data_size,
+    std::printf("parameters: %s (vocabulary padding adds %s; %s stored%s)\n", with_commas(mc.parameter_count()).c_str(),
+                with_commas((mc.padded_vocab() - mc.vocab_size) * mc.d_model).c_str(), with_commas(stored).c_str(),
+                p > 1 ? " on pipeline stage 0" : "");
+    std::printf("batch: global %lld = micro %lld x %s %lld x data %d; %lld tokens per step\n", (long long)global_batch,
+                (long long)B, p > 1 ? "micro-batches" : "accumulation", (long long)res.accumulation, data_size,
                 (long long)tokens_per_step);
-    std::printf("memory per rank: model state %s (params %s + grads %s + optimizer %s), activations %s kept + %s "
-                "workspace (checkpointing %s)\n",
-                format_bytes(state_bytes).c_str(), format_bytes(param_bytes).c_str(), format_bytes(grad_bytes).c_str(),
-                format_bytes(optimizer.state_bytes()).c_str(), format_bytes(act.kept).c_str(),
-                format_bytes(act.work).c_str(), cfg.train.checkpointing.c_str());
+    if (p > 1) {
+      std::string chunks;
+      for (const LayerRange& r : GPT::pipeline_partition(mc, p * v))
+      {
+        if (!chunks.empty()) chunks += ' ';
+        chunks += std::to_string(r.second - r.first);
+      }
+      std::printf("pipeline: %s, %d stages x %d chunk(s); layers per virtual stage: %s (+ embedding first, head "
+                  "last); bubble (p-1)/(m v) = %.1f%%; stage 0 holds up to %d micro-batch chunks\n",
+                  schedule_kind_name(kind), p, v, chunks.c_str(), 100.0 * double(p - 1) / double(m * v), slots);
+    }
+    std::printf("memory per rank%s: model state %s (params %s + grads %s + optimizer %s), activations %d x %s kept + "
+                "%s workspace (checkpointing %s)\n",
+                p > 1 ? " (stage 0)" : "", format_bytes(state_bytes).c_str(), format_bytes(param_bytes).c_str(),
+                format_bytes(grad_bytes).c_str(), format_bytes(optimizer.state_bytes()).c_str(), slots,
+                format_bytes(act.kept).c_str(), format_bytes(act.work).c_str(), cfg.train.checkpointing.c_str());
     if (reduce)
       std::printf("data parallel: gradients in %zu buckets of ~%lld MiB, %s, reduced in %s\n", grad_sync.bucket_count(),
                   (long long)cfg.zero.bucket_mb, cfg.zero.overlap ? "reduced during backward" : "reduced after backward",
                   cfg.zero.reduce_dtype.c_str());
     std::fflush(stdout);
+    // Per world rank: its stage's parameters and model state (params + f32 grads + AdamW state:
+    // m and v, and an f32 master copy for 16-bit parameters).
+    const size_t per_param = dtype_size(mc.dtype) + 4 + 8 + (mc.dtype == DType::f32 ? 0 : 4);
+    std::vector<int64_t> params_per_rank, state_per_rank;
+    for (int w = 0; w < launch.world; ++w) {
+      const int64_t n = whole.stage_numel(coords_of(w, layout).pipeline);
+      params_per_rank.push_back(n);
+      state_per_rank.push_back(n * int64_t(per_param));
+    }
     JsonObject lay;
     lay.add("tensor", layout.tensor).add("pipeline", layout.pipeline).add("data", layout.data);
     JsonObject start;
     start.add("event", "start").add("layout", lay).add("zero_stage", int64_t(0));
-    start.add("params_per_rank", std::vector<int64_t>(size_t(launch.world), stored));
-    start.add("model_state_bytes_per_rank", std::vector<int64_t>(size_t(launch.world), int64_t(state_bytes)));
+    start.add("schedule", schedule_kind_name(kind)).add("virtual_stages", int64_t(v));
+    start.add("params_per_rank", params_per_rank);
+    start.add("model_state_bytes_per_rank", state_per_rank);
     start.add("parameters", mc.parameter_count()).add("device", rt.device_name()).add("precision", res.precision);
     start.add("global_batch", global_batch).add("seq_len", T).add("steps", cfg.train.steps);
-    start.add("activation_bytes_planned", int64_t(act.total()));
+    start.add("activation_bytes_planned", int64_t(act.kept * size_t(slots) + act.work));
     metrics->write(start);
   }
 
-  TrainingState state{model, optimizer, scaler};
+  TrainingState state{model, optimizer, scaler, whole, pipeline_group};
   int64_t start_step = 0;
   if (std::optional<std::string> from = choose_resume(cfg, MPI_COMM_WORLD)) {
     // Every rank reads the checkpoint; all must succeed before any goes on to a collective.
@@ -280,22 +363,25 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
     fill(rt, loss_sum, 0.0f);
     const float loss_scale = scaler.scale();
     const float dloss = float(loss_scale / tokens_per_step);
-    for (int64_t m = 0; m < res.accumulation; ++m) {
-      StepContext ctx;
-      ctx.seed = uint64_t(cfg.train.seed);
-      ctx.step = step;
-      ctx.sample_offset = (step - 1) * global_batch + (m * data_size + data_rank) * B;
-      auto [tokens, targets] = loader.load(Split::train, ctx.sample_offset);
-      const bool last = m == res.accumulation - 1;  // gradient accumulation communicates only once
-      if (reduce && last) grad_sync.begin();
-      model.forward_backward(ctx, tokens, targets, dloss, loss_sum, last ? on_ready : nullptr);
-    }
-    if (reduce) {
-      grad_sync.finish();
-      data_group.all_reduce(loss_sum);
-    }
+    // Micro-batch mb of this data rank: global samples [(step-1) G + (mb D + d) B, + B).
+    auto first_sample = [&](int mb) { return (step - 1) * global_batch + (int64_t(mb) * data_size + data_rank) * B; };
+    GPTStage stage_model(
+        model,
+        [&](int mb) {
+          StepContext ctx;
+          ctx.seed = uint64_t(cfg.train.seed);
+          ctx.step = step;
+          ctx.sample_offset = first_sample(mb);
+          return ctx;
+        },
+        [&](int mb) { return loader.load(Split::train, first_sample(mb)); }, dloss, loss_sum);
+    engine.run_step(schedule, stage_model, reduction);
+    if (reduce) data_group.all_reduce(loss_sum);
     fill(rt, norm_sq, 0.0f);
-    sum_squares_accumulate(rt, norm_sq, model.params().flat_grads());
+    sum_squares_accumulate(rt, norm_sq, model.grads_counted_once());
+    // The loss is known on the last stage, each stage has its own squares: sum both over stages
+    // (a non-finite value anywhere makes both global).
+    if (pipeline_group) pipeline_group->all_reduce(scalars.tensor(DType::f32, {2}));
     float host[2];
     copy(rt, Tensor(host, DType::f32, Device::CPU(), {2}), scalars.tensor(DType::f32, {2}));
     rt.synchronize();
@@ -304,7 +390,8 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
     const bool finite = std::isfinite(loss) && std::isfinite(norm);
     if (!finite && !lsc.enabled)
       throw UserError("step " + std::to_string(step) + ": non-finite " + (std::isfinite(loss) ? "gradient norm" : "loss") +
-                      "; first non-finite gradient in " + first_nonfinite_parameter(rt, model.params(), probe) +
+                      "; first non-finite gradient in " +
+                      first_nonfinite_parameter(rt, model.params(), probe, pipeline_group) +
                       " (try a lower optimizer.lr, train.precision = \"fp32\", or a smaller optimizer.warmup_steps)");
     const bool was_at_minimum = scaler.at_minimum();
     const bool apply = scaler.update(!finite);
@@ -358,16 +445,20 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
     if (cfg.log.val_every > 0 && (step % cfg.log.val_every == 0 || step == cfg.train.steps)) {
       NvtxRange r("validation");
       fill(rt, loss_sum, 0.0f);
-      for (int64_t v = 0; v < cfg.log.val_batches; ++v) {
-        StepContext ctx;
-        ctx.seed = uint64_t(cfg.train.seed);
-        ctx.step = step;
-        ctx.sample_offset = (v * data_size + data_rank) * B;
-        ctx.training = false;
-        auto [tokens, targets] = loader.load(Split::val, ctx.sample_offset);
-        model.forward_loss(ctx, tokens, targets, loss_sum);
-      }
+      auto val_sample = [&](int vb) { return (int64_t(vb) * data_size + data_rank) * B; };
+      GPTStage val_model(
+          model,
+          [&](int vb) {
+            StepContext ctx;
+            ctx.seed = uint64_t(cfg.train.seed);
+            ctx.step = step;
+            ctx.sample_offset = val_sample(vb);
+            return ctx;
+          },
+          [&](int vb) { return loader.load(Split::val, val_sample(vb)); }, 0.0f, loss_sum);
+      engine.run_forward(int(cfg.log.val_batches), val_model);
       if (reduce) data_group.all_reduce(loss_sum);
+      if (pipeline_group) pipeline_group->all_reduce(loss_sum);  // known on the last stage
       const double val = double(read_scalar(rt, loss_sum)) / double(cfg.log.val_batches * B * T * data_size);
       if (main_rank) {
         JsonObject rec;
@@ -376,7 +467,11 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
         tb->scalar("val/loss", step, val);
         std::printf("step %5lld/%lld | val loss %.4f\n", (long long)step, (long long)cfg.train.steps, val);
         std::fflush(stdout);
-        if (keep_best && val < best_val && save_best_checkpoint(rt, cfg, state, step, val, step * global_batch))
+      }
+      if (keep_best) {
+        int better = main_rank && val < best_val ? 1 : 0;  // rank 0 knows the best so far
+        TRELLIS_MPI_CHECK(MPI_Bcast(&better, 1, MPI_INT, 0, MPI_COMM_WORLD));
+        if (better && saver && save_best_checkpoint(rt, cfg, state, step, val, step * global_batch) && main_rank)
           best_val = val;
       }
     }
@@ -384,7 +479,7 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
     const bool signalled = stop_requested(MPI_COMM_WORLD);
     const bool stop = signalled || step == cfg.train.stop_after;
     const bool save = checkpoints && (stop || step == cfg.train.steps || (cfg.checkpoint.every > 0 && step % cfg.checkpoint.every == 0));
-    if (save && main_rank && !save_training_checkpoint(rt, cfg, state, step, loss, step * global_batch) && stop)
+    if (save && saver && !save_training_checkpoint(rt, cfg, state, step, loss, step * global_batch) && stop)
       std::printf("warning: stopping WITHOUT a checkpoint of step %lld (the save failed, see above)\n", (long long)step);
     if (stop) {
       if (main_rank)
@@ -401,11 +496,15 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
     if (rt.profiler()) std::printf("per-op time over all steps (log.profile_ops):\n%s", rt.profiler()->report().c_str());
     std::fflush(stdout);
   }
-  if (!opts.export_weights_dir.empty() && main_rank) {
-    JsonObject extra;
-    extra.add("step", last_step);
-    write_model_files(rt, model, opts.export_weights_dir, extra);
-    std::printf("exported weights to %s\n", opts.export_weights_dir.c_str());
+  if (!opts.export_weights_dir.empty() && saver) {
+    // The whole model, gathered from the stages on rank 0.
+    const std::vector<char> values = gather_whole(rt, pipeline_group, whole, model.params().flat_values());
+    if (main_rank) {
+      JsonObject extra;
+      extra.add("step", last_step);
+      write_model_files(mc, whole.whole, to_f32(values, mc.dtype), opts.export_weights_dir, extra);
+      std::printf("exported weights to %s\n", opts.export_weights_dir.c_str());
+    }
   }
 }
 

@@ -1,13 +1,18 @@
 // GPT-2: token + position embedding -> n_layers pre-LN blocks -> final LayerNorm -> LM head tied
 // to the token embedding, with a cross-entropy loss over the padded vocabulary (padding masked).
+// A GPT object holds the whole model or, under pipeline parallelism, one rank's part of it: one or
+// more chunks of consecutive blocks, the first possibly starting with the embedding and the last
+// possibly ending with the head. Parameter names keep global layer indices ("h.7.attn.qkv.w"), so
+// initialization, dropout masks and checkpoints do not depend on the split.
 #pragma once
 #include <functional>
 #include <memory>
 #include <vector>
 
-#include "models/gpt_config.h"
 #include "core/parameters.h"
+#include "models/gpt_config.h"
 #include "models/transformer_block.h"
+#include "parallel/pipeline/partition.h"
 
 namespace trellis {
 
@@ -18,38 +23,106 @@ struct ActivationBytes {
   size_t total() const { return kept + work; }
 };
 
+// Which part of the model a rank holds.
+struct GPTPart {
+  std::vector<LayerRange> chunks;  // blocks [begin, end) of each model chunk, in chunk order
+  bool embedding = true;           // the first chunk starts with the embeddings (first stage)
+  bool head = true;                // the last chunk ends with final LayerNorm, head, loss (last stage)
+
+  static GPTPart whole(const GPTConfig& cfg) { return GPTPart{{{0, int(cfg.n_layers)}}, true, true}; }
+  // Pipeline rank `rank` of p with v chunks each: chunk c is virtual stage c * p + rank of the
+  // p * v chunks of GPT::pipeline_partition.
+  static GPTPart of_rank(const GPTConfig& cfg, int p, int v, int rank);
+  bool has_embedding(int chunk) const { return embedding && chunk == 0; }
+  bool has_head(int chunk) const { return head && chunk == int(chunks.size()) - 1; }
+};
+
 class GPT {
  public:
-  // Builds the parameter store and the activation arenas for micro-batches of (B, T).
-  GPT(Runtime& rt, const GPTConfig& cfg, int64_t micro_batch);
+  // Builds the parameter store of `part` and activation memory for `slots` micro-batch chunks in
+  // flight (the pipeline schedule's peak; 1 without pipelining), each of (micro_batch, seq_len).
+  GPT(Runtime& rt, const GPTConfig& cfg, int64_t micro_batch, const GPTPart& part, int slots = 1);
+  GPT(Runtime& rt, const GPTConfig& cfg, int64_t micro_batch) : GPT(rt, cfg, micro_batch, GPTPart::whole(cfg)) {}
 
-  static std::vector<ParameterSpec> parameter_specs(const GPTConfig& cfg);
+  static std::vector<ParameterSpec> parameter_specs(const GPTConfig& cfg, const GPTPart& part);
+  static std::vector<ParameterSpec> parameter_specs(const GPTConfig& cfg) {
+    return parameter_specs(cfg, GPTPart::whole(cfg));
+  }
+  // Whole model: kept activations of one micro-batch and the workspace.
   static ActivationBytes activation_bytes(const GPTConfig& cfg, int64_t B, int64_t T);
+  // `part`: kept activations of one slot (its largest chunk) and the workspace.
+  static ActivationBytes activation_bytes(const GPTConfig& cfg, const GPTPart& part, int64_t B, int64_t T);
+  // Blocks over `chunks` virtual stages, balanced by compute cost (stage_costs, partition_layers).
+  static std::vector<LayerRange> pipeline_partition(const GPTConfig& cfg, int chunks);
+  // Cost model of the partition, in FLOPs per token of forward + backward (backward = 2 forward):
+  // a block 72 C^2 + 12 T C (its GEMMs and attention, as in 6N + 12 L C T); the head 6 C V
+  // (V = padded vocabulary; the logits GEMM and its two gradients) plus 8 C for the final
+  // LayerNorm; the embedding 8 C (no GEMM: a gather, dropout and a scatter-add, a few passes
+  // over C numbers per token, i.e. negligible, as on the GPU).
+  struct StageCosts {
+    int64_t block = 0, embedding = 0, head = 0;
+  };
+  static StageCosts stage_costs(const GPTConfig& cfg);
 
   void initialize(uint64_t seed) { params_.initialize(seed); }
   ParameterStore& params() { return params_; }
   const GPTConfig& config() const { return cfg_; }
+  const GPTPart& part() const { return part_; }
+  int slots() const { return int(slots_.size()); }
 
   // Called during backward with [begin, end) element ranges of the flat gradient buffer whose
   // gradients are final for this micro-batch (data-parallel reduction can start on them).
   using GradsReady = std::function<void(int64_t begin, int64_t end)>;
 
-  // Forward, loss and backward of one micro-batch. tokens, targets: i32 (B, T) on the device.
-  // Gradients of dloss * sum(losses) are added to the gradient buffer; sum(losses) is added to
-  // loss_sum (f32 scalar on the device). No host synchronization.
+  // Whole model, one micro-batch at a time (no pipeline). tokens, targets: i32 (B, T) on the
+  // device. Gradients of dloss * sum(losses) are added to the gradient buffer; sum(losses) is
+  // added to loss_sum (f32 scalar on the device). No host synchronization.
   void forward_backward(const StepContext& ctx, const Tensor& tokens, const Tensor& targets, float dloss,
                         const Tensor& loss_sum, const GradsReady& grads_ready = nullptr);
   // Forward and loss only (validation): adds sum(losses) to loss_sum.
   void forward_loss(const StepContext& ctx, const Tensor& tokens, const Tensor& targets, const Tensor& loss_sum);
 
+  // One chunk of one micro-batch at a time (the pipeline). A slot holds what backward needs.
+  // Takes a free slot for `chunk` and micro-batches of (B, T) (default: the full size); fatal when
+  // every slot is in use.
+  int acquire_slot(int chunk, int64_t B = -1, int64_t T = -1);
+  // Where the slot's input activation (B, T, C) goes, for a chunk without the embedding.
+  Tensor slot_input(int slot) const;
+  // Forward of the slot's chunk with the micro-batch of `ctx`. A chunk with the embedding reads
+  // `tokens` (kept in the slot for backward); a chunk with the head reads `targets`, adds
+  // sum(losses) to loss_sum and, if `backward`, also computes the head's gradient with scale dloss
+  // (fused with the loss, so the logits are never kept). Returns the chunk's output (B, T, C),
+  // valid until the slot is released, or an undefined tensor for a chunk with the head.
+  Tensor forward_chunk(int slot, const StepContext& ctx, const Tensor& tokens, const Tensor& targets, float dloss,
+                       const Tensor& loss_sum, bool backward);
+  // dres: dL/d(output) on entry (ignored for a chunk with the head), dL/d(input) on return (for a
+  // chunk with the embedding: the embeddings' gradients are added instead). Releases the slot.
+  void backward_chunk(int slot, const Tensor& dres, const GradsReady& grads_ready = nullptr);
+  void release_slot(int slot);
+
+  // The gradients that the global gradient norm counts on this rank: all of them, except the
+  // token embedding on a rank that holds it only for the head (the first stage counts it).
+  Tensor grads_counted_once() const;
+  // The token embedding's gradient when this rank holds it, else an undefined tensor.
+  Tensor tied_embedding_grad() const;
+
   // Peak bytes used in the activation arenas so far.
-  size_t activation_peak() const { return acts_.peak() + work_.peak(); }
+  size_t activation_peak() const;
 
  private:
-  // Runs embedding and blocks; returns the final LayerNorm output (B*T, C).
-  Tensor forward_trunk(const StepContext& ctx, const Tensor& tokens);
-  // Head over row chunks: logits, loss (and, if backward, dlogits -> dwte, dlnf).
-  void head(const Tensor& targets, float dloss, const Tensor& loss_sum, bool backward);
+  struct Slot {
+    Arena acts;
+    std::vector<BlockSaved> blocks;  // of the slot's chunk
+    int chunk = -1;                  // -1: free
+    StepContext ctx;
+    Tensor input;                    // chunk input: the received activation or the embeddings
+    Tensor tokens;                   // chunk with the embedding: the micro-batch's tokens
+    Tensor out;                      // the last block's output
+    Tensor lnf, lnf_mean, lnf_rstd;  // chunk with the head; lnf becomes dL/dlnf in place
+  };
+  // Head over row chunks of s.lnf: logits, loss (and, if backward, dlogits -> dwte, and dlnf
+  // written over lnf).
+  void head(Slot& s, const Tensor& targets, float dloss, const Tensor& loss_sum, bool backward);
   DropoutKey embedding_dropout_key(const StepContext& ctx, int64_t T) const;
   // [begin, end) of the parameters whose names start with `prefix` (contiguous by construction).
   std::pair<int64_t, int64_t> range_of(const std::string& prefix) const;
@@ -57,17 +130,16 @@ class GPT {
   Runtime& rt_;
   GPTConfig cfg_;
   int64_t micro_batch_;
+  GPTPart part_;
   ParameterStore params_;
-  std::vector<TransformerBlock> blocks_;
-  std::vector<BlockSaved> saved_;
-  Arena acts_;   // kept activations of the micro-batch in flight
-  Arena work_;   // temporaries, reset after each block
-  Buffer dres_buf_;  // gradient of the residual stream (B, T, C)
-  // Kept by the trunk for the head and its backward.
-  Tensor lnf_out_, lnf_mean_, lnf_rstd_, final_x_, dlnf_;
-  // Gradient ranges reported to GradsReady: blocks by layer, then lnf, wte, wpe.
+  std::vector<TransformerBlock> blocks_;  // every block of every chunk, in chunk order
+  std::vector<size_t> chunk_begin_;       // index into blocks_ of each chunk's first block
+  std::vector<Slot> slots_;
+  Arena work_;       // temporaries, reset after each block
+  Buffer dres_buf_;  // gradient of the residual stream for forward_backward
+  // Gradient ranges reported to GradsReady: blocks (as in blocks_), then lnf, wte, wpe.
   std::vector<std::pair<int64_t, int64_t>> block_ranges_;
-  std::pair<int64_t, int64_t> lnf_range_, wte_range_, wpe_range_;
+  std::pair<int64_t, int64_t> lnf_range_{-1, -1}, wte_range_{-1, -1}, wpe_range_{-1, -1};
 };
 
 }  // namespace trellis

@@ -2,8 +2,10 @@
 #include "models/transformer_block.h"
 
 #include <cmath>
+#include <string>
 
 #include "core/nvtx.h"
+#include "parallel/tensor/mappings.h"
 
 namespace trellis {
 
@@ -30,24 +32,79 @@ void linear_backward(Runtime& rt, const Tensor& dx, const Tensor& dy, const Tens
   if (dx.defined()) matmul(rt, rows2d(dx), rows2d(dy), w.value);
 }
 
+// Through the column- or row-parallel layer when there is one (t > 1), else the plain linear.
+template <class Parallel>
+void linear_forward(Runtime& rt, const std::optional<Parallel>& par, const Tensor& y, const Tensor& x,
+                    const Parameter& w, const Parameter& b, Arena& work) {
+  if (par) par->forward(rt, y, x, work);
+  else linear_forward(rt, y, x, w, b);
+}
+
+template <class Parallel>
+void linear_backward(Runtime& rt, const std::optional<Parallel>& par, const Tensor& dx, const Tensor& dy,
+                     const Tensor& x, const Parameter& w, const Parameter& b, Arena& work) {
+  if (par) par->backward(rt, dx, dy, x, work);
+  else linear_backward(rt, dx, dy, x, w, b);
+}
+
 }  // namespace
 
-void TransformerBlock::append_specs(const GPTConfig& cfg, int layer, std::vector<ParameterSpec>& out) {
+void TransformerBlock::check_tensor_parallel(const GPTConfig& cfg, int tensor) {
+  if (tensor < 1) throw UserError("parallel.tensor = " + std::to_string(tensor) + " must be at least 1");
+  if (cfg.n_heads % tensor != 0)
+    throw UserError("tensor parallelism splits the attention heads: model.n_heads = " + std::to_string(cfg.n_heads) +
+                    " must be divisible by parallel.tensor = " + std::to_string(tensor));
+  if (4 * cfg.d_model % tensor != 0)
+    throw UserError("tensor parallelism splits the MLP: 4 * model.d_model = " + std::to_string(4 * cfg.d_model) +
+                    " must be divisible by parallel.tensor = " + std::to_string(tensor));
+}
+
+void TransformerBlock::append_specs(const GPTConfig& cfg, int layer, std::vector<ParameterSpec>& out,
+                                    const TensorParallelContext& tp) {
   const int64_t C = cfg.d_model;
   const std::string p = "h." + std::to_string(layer) + ".";
   const float resid_std = 0.02f / std::sqrt(2.0f * float(cfg.n_layers));  // GPT-2's scaled projections
+  // The full parameters; under tensor parallelism each split one is replaced by this rank's shard
+  // (initialized as the matching slice of the full tensor: keyed by name and global index).
+  const int t = tp.size, r = tp.rank;
+  if (t > 1) check_tensor_parallel(cfg, t);
+  auto column = [&](ParameterSpec s, int groups = 1) { return t > 1 ? shard_spec(s, 0, t, r, groups) : s; };
+  auto row = [&](ParameterSpec s) { return t > 1 ? shard_spec(s, 1, t, r) : s; };
   out.push_back({p + "ln1.w", {C}, Init::ones, 0, false});
   out.push_back({p + "ln1.b", {C}, Init::zeros, 0, false});
-  out.push_back({p + "attn.qkv.w", {3 * C, C}, Init::normal, 0.02f, true});
-  out.push_back({p + "attn.qkv.b", {3 * C}, Init::zeros, 0, false});
-  out.push_back({p + "attn.proj.w", {C, C}, Init::normal, resid_std, true});
+  out.push_back(column({p + "attn.qkv.w", {3 * C, C}, Init::normal, 0.02f, true}, 3));
+  out.push_back(column({p + "attn.qkv.b", {3 * C}, Init::zeros, 0, false}, 3));
+  out.push_back(row({p + "attn.proj.w", {C, C}, Init::normal, resid_std, true}));
   out.push_back({p + "attn.proj.b", {C}, Init::zeros, 0, false});
   out.push_back({p + "ln2.w", {C}, Init::ones, 0, false});
   out.push_back({p + "ln2.b", {C}, Init::zeros, 0, false});
-  out.push_back({p + "mlp.fc.w", {4 * C, C}, Init::normal, 0.02f, true});
-  out.push_back({p + "mlp.fc.b", {4 * C}, Init::zeros, 0, false});
-  out.push_back({p + "mlp.proj.w", {C, 4 * C}, Init::normal, resid_std, true});
+  out.push_back(column({p + "mlp.fc.w", {4 * C, C}, Init::normal, 0.02f, true}));
+  out.push_back(column({p + "mlp.fc.b", {4 * C}, Init::zeros, 0, false}));
+  out.push_back(row({p + "mlp.proj.w", {C, 4 * C}, Init::normal, resid_std, true}));
   out.push_back({p + "mlp.proj.b", {C}, Init::zeros, 0, false});
+}
+
+TransformerBlock::TransformerBlock(const GPTConfig& cfg, int layer, const BlockParams& p,
+                                   const TensorParallelContext& tp)
+    : cfg_(cfg), layer_(layer), p_(p), tp_(tp) {
+  if (!tp_.active()) return;
+  TRELLIS_CHECK(tp_.group != nullptr && tp_.group->size() == tp_.size && tp_.group->rank() == tp_.rank,
+                "TransformerBlock: the tensor-parallel context's group does not match its size " +
+                    std::to_string(tp_.size) + " and rank " + std::to_string(tp_.rank));
+  check_tensor_parallel(cfg, tp_.size);
+  // The layers check that each parameter is this rank's part of the split they expect.
+  Communicator& g = *tp_.group;
+  const bool sp = tp_.sequence_parallel;
+  qkv_.emplace(g, *p_.qkv_w, *p_.qkv_b, sp);
+  TRELLIS_CHECK(p_.qkv_w->spec.split.groups == 3, p_.qkv_w->spec.name + " must be split in 3 groups (q, k, v)");
+  proj_.emplace(g, *p_.proj_w, *p_.proj_b, sp);
+  fc_.emplace(g, *p_.fc_w, *p_.fc_b, sp);
+  fc_proj_.emplace(g, *p_.fc_proj_w, *p_.fc_proj_b, sp);
+}
+
+std::vector<const Parameter*> TransformerBlock::tensor_partial_grads() const {
+  if (!tp_.sharded_tokens()) return {};
+  return {p_.ln1_w, p_.ln1_b, p_.ln2_w, p_.ln2_b};
 }
 
 namespace {
@@ -57,13 +114,30 @@ uint64_t dropout_stream(const StepContext& ctx, int layer, int site) {
 }
 }  // namespace
 
-DropoutKey TransformerBlock::dropout_key(const StepContext& ctx, int site, int64_t T) const {
+TransformerBlock::Tokens TransformerBlock::tokens_of(const StepContext& ctx, const Tensor& x) const {
+  const int64_t C = cfg_.d_model;
+  if (!tp_.sharded_tokens()) {
+    TRELLIS_CHECK(x.dim() == 3 && x.size(2) == C, "TransformerBlock: input " + x.str() + " is not (B, T, " +
+                                                      std::to_string(C) + ")");
+    return {x.size(0), x.size(1), x.size(0) * x.size(1), 0};
+  }
+  TRELLIS_CHECK(ctx.seq_len > 0, "TransformerBlock: with sequence parallelism StepContext::seq_len must be set");
+  const int64_t rows = x.rows(), N = rows * tp_.size;
+  TRELLIS_CHECK(x.cols() == C && N % ctx.seq_len == 0,
+                "TransformerBlock: input " + x.str() + " is not one of " + std::to_string(tp_.size) +
+                    " token shards of (B * " + std::to_string(ctx.seq_len) + ", " + std::to_string(C) + ")");
+  return {N / ctx.seq_len, ctx.seq_len, rows, tp_.rank * rows};
+}
+
+// The global row of local row i is sample_offset * T + row_offset + i (DropoutKey with
+// seq_local = seq_global = T reduces to i + seq_offset): the full layout's mask, or its rows.
+DropoutKey TransformerBlock::dropout_key(const StepContext& ctx, int site, const Tokens& n) const {
   DropoutKey k;
   k.seed = ctx.seed;
   k.stream = dropout_stream(ctx, layer_, site);
-  k.seq_local = T;
-  k.seq_global = T;
-  k.seq_offset = ctx.sample_offset * T;
+  k.seq_local = n.T;
+  k.seq_global = n.T;
+  k.seq_offset = ctx.sample_offset * n.T + n.row_offset;
   return k;
 }
 
@@ -74,52 +148,62 @@ AttentionDropout TransformerBlock::attention_dropout(const StepContext& ctx) con
   d.seed = ctx.seed;
   d.stream = dropout_stream(ctx, layer_, 3);
   d.sample_offset = ctx.sample_offset;
+  if (tp_.active()) {
+    d.head_offset = int64_t(tp_.rank) * (cfg_.n_heads / tp_.size);
+    d.global_heads = cfg_.n_heads;
+  }
   return d;
 }
 
 void TransformerBlock::attention_part(Runtime& rt, const StepContext& ctx, BlockSaved& s, Arena& a) const {
-  const int64_t B = s.x.size(0), T = s.x.size(1), C = cfg_.d_model;
+  // qkv holds this rank's heads: (B, T, 3C/t).
+  const int64_t B = s.qkv.size(0), T = s.qkv.size(1), t = tp_.size, C = cfg_.d_model / t, H = cfg_.n_heads / t;
   s.att = a.take(cfg_.dtype, {B, T, C});
-  s.lse = a.take(DType::f32, {B, cfg_.n_heads, T});
-  attention_forward(rt, s.att, s.lse, s.qkv, int(cfg_.n_heads), attention_dropout(ctx));
+  s.lse = a.take(DType::f32, {B, H, T});
+  attention_forward(rt, s.att, s.lse, s.qkv, int(H), attention_dropout(ctx));
 }
 
 void TransformerBlock::forward_into(Runtime& rt, const StepContext& ctx, const Tensor& x, const Tensor& y,
                                     BlockSaved& s, Arena& keep, Arena& temp, bool keep_attention,
                                     bool keep_rest) const {
-  const int64_t B = x.size(0), T = x.size(1), C = cfg_.d_model;
+  const Tokens n = tokens_of(ctx, x);
+  const int64_t B = n.B, T = n.T, C = cfg_.d_model, Cl = C / tp_.size;
+  // The block's own activations: (B, T, C), or this rank's token rows.
+  const Shape act = tp_.sharded_tokens() ? Shape{n.rows, C} : Shape{B, T, C};
   const DType dt = cfg_.dtype;
   const bool drop = ctx.training && cfg_.dropout > 0.0f;
   Arena& rest = keep_rest ? keep : temp;
   s.x = x;
-  s.ln1 = rest.take(dt, {B, T, C});
-  s.ln1_mean = rest.take(DType::f32, {B * T});
-  s.ln1_rstd = rest.take(DType::f32, {B * T});
+  s.ln1 = rest.take(dt, act);
+  s.ln1_mean = rest.take(DType::f32, {n.rows});
+  s.ln1_rstd = rest.take(DType::f32, {n.rows});
   layernorm_forward(rt, s.ln1, s.ln1_mean, s.ln1_rstd, x, p_.ln1_w->value, p_.ln1_b->value);
-  s.qkv = rest.take(dt, {B, T, 3 * C});
-  linear_forward(rt, s.qkv, s.ln1, *p_.qkv_w, *p_.qkv_b);
+  s.qkv = rest.take(dt, {B, T, 3 * Cl});
+  linear_forward(rt, qkv_, s.qkv, s.ln1, *p_.qkv_w, *p_.qkv_b, temp);
   attention_part(rt, ctx, s, keep_attention ? keep : temp);
-  Tensor branch = temp.take(dt, {B, T, C});
-  linear_forward(rt, branch, s.att, *p_.proj_w, *p_.proj_b);
-  if (drop) dropout_forward(rt, branch, branch, cfg_.dropout, dropout_key(ctx, 1, T));
-  s.r = rest.take(dt, {B, T, C});
+  Tensor branch = temp.take(dt, act);
+  linear_forward(rt, proj_, branch, s.att, *p_.proj_w, *p_.proj_b, temp);
+  if (drop) dropout_forward(rt, branch, branch, cfg_.dropout, dropout_key(ctx, 1, n));
+  s.r = rest.take(dt, act);
   add(rt, s.r, x, branch);
-  s.ln2 = rest.take(dt, {B, T, C});
-  s.ln2_mean = rest.take(DType::f32, {B * T});
-  s.ln2_rstd = rest.take(DType::f32, {B * T});
+  s.ln2 = rest.take(dt, act);
+  s.ln2_mean = rest.take(DType::f32, {n.rows});
+  s.ln2_rstd = rest.take(DType::f32, {n.rows});
   layernorm_forward(rt, s.ln2, s.ln2_mean, s.ln2_rstd, s.r, p_.ln2_w->value, p_.ln2_b->value);
-  s.h = rest.take(dt, {B, T, 4 * C});
-  linear_forward(rt, s.h, s.ln2, *p_.fc_w, *p_.fc_b);
-  s.g = rest.take(dt, {B, T, 4 * C});
+  s.h = rest.take(dt, {B, T, 4 * Cl});
+  linear_forward(rt, fc_, s.h, s.ln2, *p_.fc_w, *p_.fc_b, temp);
+  s.g = rest.take(dt, {B, T, 4 * Cl});
   gelu_forward(rt, s.g, s.h);
-  linear_forward(rt, branch, s.g, *p_.fc_proj_w, *p_.fc_proj_b);
-  if (drop) dropout_forward(rt, branch, branch, cfg_.dropout, dropout_key(ctx, 2, T));
+  if (!y.defined()) return;
+  linear_forward(rt, fc_proj_, branch, s.g, *p_.fc_proj_w, *p_.fc_proj_b, temp);
+  if (drop) dropout_forward(rt, branch, branch, cfg_.dropout, dropout_key(ctx, 2, n));
   add(rt, y, s.r, branch);
 }
 
 void TransformerBlock::forward(Runtime& rt, const StepContext& ctx, const Tensor& x, const Tensor& y,
                                BlockSaved& s, Arena& keep, Arena& temp) const {
   NvtxRange r("block_forward");
+  TRELLIS_CHECK(y.defined(), "TransformerBlock::forward: no output tensor");
   const bool keep_all = cfg_.checkpointing == Checkpointing::none;
   const bool keep_rest = cfg_.checkpointing != Checkpointing::full;
   forward_into(rt, ctx, x, y, s, keep, temp, keep_all, keep_rest);
@@ -128,13 +212,16 @@ void TransformerBlock::forward(Runtime& rt, const StepContext& ctx, const Tensor
 void TransformerBlock::backward(Runtime& rt, const StepContext& ctx, const Tensor& dres, BlockSaved& s,
                                 Arena& work) const {
   NvtxRange r("block_backward");
-  const int64_t B = s.x.size(0), T = s.x.size(1), C = cfg_.d_model;
+  const Tokens n = tokens_of(ctx, s.x);
+  const int64_t B = n.B, T = n.T, C = cfg_.d_model, Cl = C / tp_.size;
+  const Shape act = tp_.sharded_tokens() ? Shape{n.rows, C} : Shape{B, T, C};
   const DType dt = cfg_.dtype;
   const bool drop = ctx.training && cfg_.dropout > 0.0f;
   if (cfg_.checkpointing == Checkpointing::full) {
+    // Re-runs the forward up to g (not y, which backward does not need); under tensor parallelism
+    // with the same parallel layers, so with sequence parallelism the all-gathers run again.
     NvtxRange rr("recompute_block");
-    Tensor y = work.take(dt, {B, T, C});
-    forward_into(rt, ctx, s.x, y, s, work, work, false, false);
+    forward_into(rt, ctx, s.x, Tensor{}, s, work, work, false, false);
   } else if (cfg_.checkpointing == Checkpointing::selective) {
     NvtxRange rr("recompute_attention");
     attention_part(rt, ctx, s, work);
@@ -142,22 +229,22 @@ void TransformerBlock::backward(Runtime& rt, const StepContext& ctx, const Tenso
   // MLP branch: y = r + drop(fc_proj(gelu(fc(ln2(r))))).
   Tensor dbranch = dres;
   if (drop) {
-    dbranch = work.take(dt, {B, T, C});
-    dropout_backward(rt, dbranch, dres, cfg_.dropout, dropout_key(ctx, 2, T));
+    dbranch = work.take(dt, act);
+    dropout_backward(rt, dbranch, dres, cfg_.dropout, dropout_key(ctx, 2, n));
   }
-  Tensor dg = work.take(dt, {B, T, 4 * C});
-  linear_backward(rt, dg, dbranch, s.g, *p_.fc_proj_w, *p_.fc_proj_b);
+  Tensor dg = work.take(dt, {B, T, 4 * Cl});
+  linear_backward(rt, fc_proj_, dg, dbranch, s.g, *p_.fc_proj_w, *p_.fc_proj_b, work);
   gelu_backward(rt, dg, dg, s.h);
-  Tensor dln = work.take(dt, {B, T, C});
-  linear_backward(rt, dln, dg, s.ln2, *p_.fc_w, *p_.fc_b);
+  Tensor dln = work.take(dt, act);
+  linear_backward(rt, fc_, dln, dg, s.ln2, *p_.fc_w, *p_.fc_b, work);
   layernorm_backward(rt, dres, p_.ln2_w->grad, p_.ln2_b->grad, dln, s.r, p_.ln2_w->value, s.ln2_mean, s.ln2_rstd);
   // Attention branch: r = x + drop(proj(attn(ln1(x)))). dres now holds dL/dr.
-  if (drop) dropout_backward(rt, dbranch, dres, cfg_.dropout, dropout_key(ctx, 1, T));
-  Tensor datt = work.take(dt, {B, T, C});
-  linear_backward(rt, datt, dbranch, s.att, *p_.proj_w, *p_.proj_b);
-  Tensor dqkv = work.take(dt, {B, T, 3 * C});
-  attention_backward(rt, dqkv, datt, s.qkv, s.att, s.lse, int(cfg_.n_heads), attention_dropout(ctx));
-  linear_backward(rt, dln, dqkv, s.ln1, *p_.qkv_w, *p_.qkv_b);
+  if (drop) dropout_backward(rt, dbranch, dres, cfg_.dropout, dropout_key(ctx, 1, n));
+  Tensor datt = work.take(dt, {B, T, Cl});
+  linear_backward(rt, proj_, datt, dbranch, s.att, *p_.proj_w, *p_.proj_b, work);
+  Tensor dqkv = work.take(dt, {B, T, 3 * Cl});
+  attention_backward(rt, dqkv, datt, s.qkv, s.att, s.lse, int(cfg_.n_heads / tp_.size), attention_dropout(ctx));
+  linear_backward(rt, qkv_, dln, dqkv, s.ln1, *p_.qkv_w, *p_.qkv_b, work);
   layernorm_backward(rt, dres, p_.ln1_w->grad, p_.ln1_b->grad, dln, s.x, p_.ln1_w->value, s.ln1_mean, s.ln1_rstd);
 }
 
@@ -166,11 +253,15 @@ constexpr size_t kAlign = 256;
 size_t aligned(size_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; }
 }  // namespace
 
-size_t TransformerBlock::kept_bytes(const GPTConfig& cfg, int64_t B, int64_t T) {
-  const size_t e = dtype_size(cfg.dtype), btc = size_t(B * T * cfg.d_model) * e, bt = size_t(B * T) * 4;
-  const size_t attention = aligned(btc) + aligned(size_t(B * cfg.n_heads * T) * 4);
+size_t TransformerBlock::kept_bytes(const GPTConfig& cfg, int64_t B, int64_t T, const TensorParallelContext& tp) {
+  const int64_t t = tp.size, N = B * T, rows = tp.sharded_tokens() ? token_shard_rows(N, t) : N;
+  const size_t e = dtype_size(cfg.dtype);
+  const size_t btc = size_t(rows * cfg.d_model) * e;         // the block's own (token-row) activations
+  const size_t local = size_t(N * (cfg.d_model / t)) * e;    // (B, T, C/t) in the tensor-parallel region
+  const size_t bt = size_t(rows) * 4;
+  const size_t attention = aligned(local) + aligned(size_t(B * (cfg.n_heads / t) * T) * 4);
   // ln1 + stats, qkv, r, ln2 + stats, h, g
-  const size_t rest = aligned(btc) * 3 + aligned(3 * btc) + aligned(4 * btc) * 2 + aligned(bt) * 4;
+  const size_t rest = aligned(btc) * 3 + aligned(3 * local) + aligned(4 * local) * 2 + aligned(bt) * 4;
   switch (cfg.checkpointing) {
     case Checkpointing::none: return attention + rest;
     case Checkpointing::selective: return rest;
@@ -179,12 +270,21 @@ size_t TransformerBlock::kept_bytes(const GPTConfig& cfg, int64_t B, int64_t T) 
   return 0;
 }
 
-size_t TransformerBlock::work_bytes(const GPTConfig& cfg, int64_t B, int64_t T) {
-  const size_t e = dtype_size(cfg.dtype), btc = size_t(B * T * cfg.d_model) * e;
+size_t TransformerBlock::work_bytes(const GPTConfig& cfg, int64_t B, int64_t T, const TensorParallelContext& tp) {
+  const int64_t t = tp.size, N = B * T, rows = tp.sharded_tokens() ? token_shard_rows(N, t) : N;
+  const size_t e = dtype_size(cfg.dtype);
+  const size_t btc = size_t(rows * cfg.d_model) * e, local = size_t(N * (cfg.d_model / t)) * e;
+  // With sequence parallelism each parallel linear takes full (N, C) tensors from the workspace:
+  // forward, the gathered inputs of qkv and fc and the partial sums of the two projections;
+  // backward, the gathered output gradients of the projections and the gathered input and its
+  // gradient for qkv and fc.
+  const size_t gathered = tp.sharded_tokens() ? aligned(size_t(N * cfg.d_model) * e) : 0;
   GPTConfig everything = cfg;
   everything.checkpointing = Checkpointing::none;
-  const size_t forward = kept_bytes(everything, B, T) + 2 * aligned(btc);  // recompute, branch, y
-  const size_t backward = aligned(btc) * 3 + aligned(4 * btc) + aligned(3 * btc);
+  // recompute, branch, y
+  const size_t forward = kept_bytes(everything, B, T, tp) + 2 * aligned(btc) + 4 * gathered;
+  // dbranch, dln, datt, dg, dqkv
+  const size_t backward = aligned(btc) * 2 + aligned(local) + aligned(4 * local) + aligned(3 * local) + 6 * gathered;
   return forward + backward;
 }
 

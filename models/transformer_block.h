@@ -2,13 +2,25 @@
 //   r = x + drop(proj(attn(ln1(x))));  y = r + drop(fc2(gelu(fc1(ln2(r)))))
 // What backward needs is kept in BlockSaved; with activation checkpointing part of it is dropped
 // after forward and recomputed in backward.
+//
+// Tensor parallelism (Megatron's intra-layer split over a group of t ranks): qkv and fc are
+// column-parallel (rank r holds heads [r*H/t, (r+1)*H/t) and columns [r*4C/t, (r+1)*4C/t) of the
+// MLP), attn.proj and mlp.proj row-parallel; attention runs on the local heads. Without sequence
+// parallelism the block's input and output are the full (B, T, C) activation on every rank; with
+// it they are this rank's token shard, rows [r*N/t, (r+1)*N/t) of the flattened (N = B*T, C)
+// activation, and LayerNorm, dropout and the residual adds run on the shard. Dropout masks are the
+// matching part of the full layout's masks, so the results do not depend on t.
 #pragma once
 #include <cstdint>
+#include <optional>
+#include <vector>
 
 #include "core/alloc.h"
 #include "core/ops.h"
-#include "models/gpt_config.h"
 #include "core/parameters.h"
+#include "models/gpt_config.h"
+#include "parallel/tensor/context.h"
+#include "parallel/tensor/layers.h"
 
 namespace trellis {
 
@@ -18,6 +30,9 @@ struct StepContext {
   int64_t step = 0;           // optimizer step (1-based)
   int64_t sample_offset = 0;  // global index of the micro-batch's first sample
   bool training = true;       // dropout only while training
+  // Tokens per sample of the micro-batch. Needed (> 0) when the block's activations are token
+  // shards (sequence parallelism), which do not show the (B, T) split; otherwise x's shape gives it.
+  int64_t seq_len = 0;
 };
 
 // The parameters of block `layer`, as views into the store.
@@ -26,7 +41,10 @@ struct BlockParams {
   const Parameter *ln2_w, *ln2_b, *fc_w, *fc_b, *fc_proj_w, *fc_proj_b;
 };
 
-// Activations of one block for one micro-batch. Shapes: (B, T, C) unless noted.
+// Activations of one block for one micro-batch. Shapes: (B, T, C) unless noted; under tensor
+// parallelism C, 3C, 4C and H of the tensor-parallel region (qkv, att, lse, h, g) are the local
+// C/t, 3C/t, 4C/t and H/t, and with sequence parallelism x, ln1, r, ln2 and the stats are this
+// rank's (N/t, C) token shard.
 struct BlockSaved {
   Tensor x;                      // block input (always kept; the previous block's output)
   Tensor ln1, ln1_mean, ln1_rstd;  // stats f32 (B*T)
@@ -39,33 +57,58 @@ struct BlockSaved {
 
 class TransformerBlock {
  public:
-  TransformerBlock(const GPTConfig& cfg, int layer, const BlockParams& p) : cfg_(cfg), layer_(layer), p_(p) {}
+  // `p` are this rank's parameters, made by append_specs with the same `tp` (checked).
+  TransformerBlock(const GPTConfig& cfg, int layer, const BlockParams& p, const TensorParallelContext& tp = {});
 
-  // The parameter specs of block `layer`, in buffer order.
-  static void append_specs(const GPTConfig& cfg, int layer, std::vector<ParameterSpec>& out);
+  // The parameter specs of block `layer`, in buffer order; with tp.size > 1 this rank's shards
+  // (qkv.w/b column-split in 3 groups, attn.proj.w row-split, mlp.fc.w/b column-split,
+  // mlp.proj.w row-split; LayerNorms and the two proj biases replicated). Only tp.size and
+  // tp.rank are used.
+  static void append_specs(const GPTConfig& cfg, int layer, std::vector<ParameterSpec>& out,
+                           const TensorParallelContext& tp = {});
+  // UserError unless a tensor group of `tensor` ranks can split the block (n_heads and 4*d_model).
+  static void check_tensor_parallel(const GPTConfig& cfg, int tensor);
 
   // y = block(x). Kept activations are taken from `keep`, the rest from `temp` (which the caller
-  // may reset once forward returns).
+  // may reset once forward returns). With sequence parallelism x and y are this rank's (N/t, C)
+  // token shards and ctx.seq_len must be set.
   void forward(Runtime& rt, const StepContext& ctx, const Tensor& x, const Tensor& y, BlockSaved& s,
                Arena& keep, Arena& temp) const;
   // dres holds dL/dy on entry and dL/dx on return (accumulated in place). Parameter gradients are
   // added into the store's gradient buffer. `work` is reset by the caller after each block.
   void backward(Runtime& rt, const StepContext& ctx, const Tensor& dres, BlockSaved& s, Arena& work) const;
 
-  // Elements of activations kept per block (B*T*C units and f32 extras), for arena sizing.
-  static size_t kept_bytes(const GPTConfig& cfg, int64_t B, int64_t T);
-  static size_t work_bytes(const GPTConfig& cfg, int64_t B, int64_t T);
+  // The parameters whose gradients are partial sums on each tensor rank after backward and must
+  // be all-reduced (summed) over the tensor group once per step, after the last micro-batch's
+  // backward and before the gradient norm: the LayerNorms under sequence parallelism (applied to
+  // token shards). Empty otherwise: every other replicated gradient is already equal on all ranks.
+  std::vector<const Parameter*> tensor_partial_grads() const;
+
+  // Bytes of activations kept per block and of its temporaries, for arena sizing (local sizes
+  // under tensor parallelism; with sequence parallelism the temporaries include the gathered
+  // full-size (N, C) inputs and partial sums of the parallel linears).
+  static size_t kept_bytes(const GPTConfig& cfg, int64_t B, int64_t T, const TensorParallelContext& tp = {});
+  static size_t work_bytes(const GPTConfig& cfg, int64_t B, int64_t T, const TensorParallelContext& tp = {});
 
  private:
-  DropoutKey dropout_key(const StepContext& ctx, int site, int64_t T) const;
+  struct Tokens {
+    int64_t B, T, rows, row_offset;  // rows: this rank's token rows; row_offset: the first's global row
+  };
+  Tokens tokens_of(const StepContext& ctx, const Tensor& x) const;
+  DropoutKey dropout_key(const StepContext& ctx, int site, const Tokens& n) const;
   AttentionDropout attention_dropout(const StepContext& ctx) const;
   void attention_part(Runtime& rt, const StepContext& ctx, BlockSaved& s, Arena& a) const;  // att, lse from qkv
+  // y undefined: stop once what backward needs is computed (the recomputation of full checkpointing).
   void forward_into(Runtime& rt, const StepContext& ctx, const Tensor& x, const Tensor& y, BlockSaved& s,
                     Arena& keep, Arena& temp, bool keep_attention, bool keep_rest) const;
 
   const GPTConfig& cfg_;
   int layer_;
   BlockParams p_;
+  TensorParallelContext tp_;
+  // Set when tp_.size > 1.
+  std::optional<ColumnParallelLinear> qkv_, fc_;
+  std::optional<RowParallelLinear> proj_, fc_proj_;
 };
 
 }  // namespace trellis

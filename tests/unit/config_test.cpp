@@ -199,11 +199,28 @@ TEST_F(ConfigTest, WorldLayoutAndBatch) {
 TEST_F(ConfigTest, FeaturesNotBuiltYet) {
   EXPECT_HAS(world_error_of("[parallel]\ntensor = 2\n", 2),
              "tiny.toml: parallel.tensor = 2: not implemented yet in this build (allowed: 1)");
-  EXPECT_HAS(world_error_of("[parallel]\npipeline = 2\n", 2), "parallel.pipeline = 2: not implemented yet");
   EXPECT_HAS(world_error_of("[parallel]\nsequence_parallel = true\n", 1),
              "parallel.sequence_parallel = true: not implemented yet in this build (allowed: false)");
-  EXPECT_HAS(world_error_of("[parallel]\nvirtual_stages = 2\n", 1), "parallel.virtual_stages = 2: not implemented yet");
   EXPECT_HAS(world_error_of("[zero]\nstage = 1\n", 1), "zero.stage = 1: not implemented yet in this build (allowed: 0)");
+}
+
+// Pipeline parallelism is built; shapes the schedule cannot run are one line naming the keys.
+TEST_F(ConfigTest, PipelineShapes) {
+  EXPECT_NO_THROW(validate_for_world(load_config(write("[parallel]\npipeline = 2\n"), {}), 2));
+  EXPECT_NO_THROW(validate_for_world(
+      load_config(write("[parallel]\npipeline = 2\nschedule = \"interleaved\"\nvirtual_stages = 2\n"
+                        "[train]\nmicro_batch = 4\nglobal_batch = 16\n"),
+                  {}),
+      4));
+  EXPECT_HAS(world_error_of("[parallel]\npipeline = 2\nschedule = \"interleaved\"\nvirtual_stages = 2\n"
+                            "[train]\nmicro_batch = 8\nglobal_batch = 24\n",
+                            2),
+             "tiny.toml: parallel.schedule = interleaved needs the micro-batches per step (3 = train.global_batch / "
+             "(train.micro_batch x data-parallel size)) to be a multiple of parallel.pipeline = 2");
+  EXPECT_HAS(world_error_of("[model]\nn_layers = 3\n[parallel]\npipeline = 4\n", 4),
+             "tiny.toml: model.n_layers = 3 is less than parallel.pipeline (4) x parallel.virtual_stages (1) = 4");
+  EXPECT_HAS(world_error_of("[parallel]\nvirtual_stages = 2\n", 1),
+             "tiny.toml: parallel.virtual_stages = 2 needs parallel.schedule = interleaved (it is 1f1b)");
 }
 
 TEST_F(ConfigTest, DataParallelIsAllowed) {

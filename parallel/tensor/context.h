@@ -1,0 +1,24 @@
+// This rank's place in the tensor-parallel group, passed explicitly to the model code built on it
+// (no globals). The default, size 1, is no tensor parallelism: layers take their plain paths.
+#pragma once
+#include "core/comm.h"
+
+namespace trellis {
+
+struct TensorParallelContext {
+  Communicator* group = nullptr;   // the tensor group (ProcessGroups::tensor()); may be null when size == 1
+  int size = 1;                    // t
+  int rank = 0;                    // this rank's index in the group
+  bool sequence_parallel = false;  // activations outside the tensor-parallel regions are token shards
+
+  bool active() const { return size > 1; }
+  // Whether activations between the tensor-parallel regions are this rank's token shard (rows
+  // [rank*N/t, (rank+1)*N/t) of the flattened (N, C) activation); with t = 1 they never are.
+  bool sharded_tokens() const { return sequence_parallel && size > 1; }
+
+  static TensorParallelContext of(Communicator& group, bool sequence_parallel) {
+    return {&group, group.size(), group.rank(), sequence_parallel};
+  }
+};
+
+}  // namespace trellis

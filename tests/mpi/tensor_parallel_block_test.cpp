@@ -1,0 +1,314 @@
+// A tensor-parallel TransformerBlock against the full block, on the CPU under mpirun, f32, with
+// residual and attention dropout on. Every rank builds the full block (t = 1) and its shard of the
+// tensor-parallel block from the same seed, runs both forward and backward on the same input and
+// output gradient, and compares the output, the input gradient and every parameter gradient it
+// holds with the matching slice of the full block's: the full activation without sequence
+// parallelism, its own token rows with it (after summing the LayerNorm gradients over the tensor
+// group, as the trainer does once per step). Checkpointing none, selective and full; tensor 2, and
+// on 4 ranks tensor 4 and tensor 2 x data 2.
+//
+// Not bitwise: the row-parallel outputs and the column-parallel input gradients are sums of t
+// partial GEMMs over K/t, added in another order than one GEMM over all of K; with sequence
+// parallelism the LayerNorm gradients are sums of t partial column sums. Everything else (the
+// per-head attention, the dropout masks, the elementwise ops) is the same arithmetic, so the
+// differences stay at f32 rounding, well inside the tolerance of tensor_parallel_test; a wrong
+// dropout mask, head or shard would be off by O(1).
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "core/ops.h"
+#include "core/parameters.h"
+#include "core/process_groups.h"
+#include "models/transformer_block.h"
+
+namespace trellis {
+namespace {
+
+int world_size() { int n = 1; MPI_Comm_size(MPI_COMM_WORLD, &n); return n; }
+int world_rank() { int r = 0; MPI_Comm_rank(MPI_COMM_WORLD, &r); return r; }
+
+// Owns host f32 memory behind a tensor.
+struct HostTensor {
+  std::vector<float> data;
+  Tensor t;
+  explicit HostTensor(Shape s) : data(size_t(s.numel())), t(data.data(), DType::f32, Device::CPU(), s) {}
+  HostTensor(Shape s, const std::vector<float>& v) : HostTensor(s) {
+    EXPECT_EQ(v.size(), data.size());
+    std::copy_n(v.begin(), std::min(v.size(), data.size()), data.begin());
+  }
+};
+
+std::vector<float> values(const Tensor& t) { return {t.ptr<float>(), t.ptr<float>() + t.numel()}; }
+
+// Rank `index`'s part of `full` split along `dim` into groups x parts (a 1-D tensor is one row),
+// in the order a shard stores it; written out directly, independently of TensorSplit.
+std::vector<float> slice_of(const Tensor& full, int dim, int parts, int index, int groups = 1) {
+  const int64_t rows = full.rows(), cols = full.cols();
+  const float* p = full.ptr<float>();
+  std::vector<float> out;
+  if (full.dim() > 1 && dim == 0) {
+    const int64_t piece = rows / (groups * parts);
+    for (int g = 0; g < groups; ++g)
+      for (int64_t i = (g * parts + index) * piece; i < (g * parts + index + 1) * piece; ++i)
+        out.insert(out.end(), p + i * cols, p + (i + 1) * cols);
+  } else {
+    const int64_t piece = cols / (groups * parts);
+    for (int64_t i = 0; i < rows; ++i)
+      for (int g = 0; g < groups; ++g) {
+        const float* row = p + i * cols + (g * parts + index) * piece;
+        out.insert(out.end(), row, row + piece);
+      }
+  }
+  return out;
+}
+
+std::vector<float> slice_of(const Tensor& full, const ParameterSpec& spec) {
+  const TensorSplit& s = spec.split;
+  return slice_of(full, s.dim, s.parts, s.index, s.groups);
+}
+
+// |got - want| <= tol * max(|want|, largest |want|): relative to the element, but never tighter
+// than tol of the tensor's scale (an element near zero is a cancellation of larger terms).
+void expect_close(const Tensor& got, const std::vector<float>& want, const std::string& what, float tol = 1e-5f) {
+  ASSERT_EQ(got.numel(), int64_t(want.size())) << what;
+  float scale = 0;
+  for (float w : want) scale = std::max(scale, std::abs(w));
+  ASSERT_GT(scale, 0.0f) << what << " is all zeros: the comparison would prove nothing";
+  int bad = 0;
+  for (int64_t i = 0; i < got.numel(); ++i) {
+    const float g = got.ptr<float>()[i], w = want[size_t(i)];
+    if (std::abs(g - w) <= tol * std::max(std::abs(w), scale)) continue;
+    if (++bad <= 3)
+      ADD_FAILURE() << "[rank " << world_rank() << "] " << what << " element " << i << ": got " << g
+                    << ", expected " << w;
+  }
+  EXPECT_EQ(bad, 0) << what;
+}
+
+constexpr int64_t B = 3, T = 8, C = 16, H = 4, N = B * T;  // N = 24: token shards cross samples
+constexpr int kLayer = 1;
+
+GPTConfig test_config(Checkpointing ck) {
+  GPTConfig cfg;
+  cfg.vocab_size = 64;
+  cfg.seq_len = T;
+  cfg.n_layers = 2;
+  cfg.n_heads = H;
+  cfg.d_model = C;
+  cfg.dropout = 0.1f;
+  cfg.attention_dropout = 0.1f;
+  cfg.dtype = DType::f32;
+  cfg.checkpointing = ck;
+  return cfg;
+}
+
+// Every parameter drawn (biases and LayerNorms too, so that a bias added t times, or a LayerNorm
+// gradient not summed, shows): keyed by (seed, name, global index), so a shard is the matching
+// slice of the full parameter.
+void draw_parameters(ParameterStore& ps) {
+  for (const Parameter& p : ps.all()) {
+    ParameterSpec s = p.spec;
+    s.init = Init::normal;
+    s.std = 0.2f;
+    const bool ln_weight = s.name.find(".ln") != std::string::npos && s.name.back() == 'w';
+    for (int64_t i = 0; i < p.value.numel(); ++i)
+      p.value.ptr<float>()[i] = initial_value(17, s, i) + (ln_weight ? 1.0f : 0.0f);
+  }
+  ps.zero_grads();
+}
+
+std::vector<float> normal(const std::string& name, int64_t n, int data_rank) {
+  const ParameterSpec s{name + "." + std::to_string(data_rank), {n}, Init::normal, 1.0f};
+  std::vector<float> v(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) v[size_t(i)] = initial_value(99, s, i);
+  return v;
+}
+
+BlockParams block_params(const ParameterStore& ps, int layer) {
+  const std::string p = "h." + std::to_string(layer) + ".";
+  return BlockParams{&ps.get(p + "ln1.w"),      &ps.get(p + "ln1.b"),      &ps.get(p + "attn.qkv.w"),
+                     &ps.get(p + "attn.qkv.b"), &ps.get(p + "attn.proj.w"), &ps.get(p + "attn.proj.b"),
+                     &ps.get(p + "ln2.w"),      &ps.get(p + "ln2.b"),      &ps.get(p + "mlp.fc.w"),
+                     &ps.get(p + "mlp.fc.b"),   &ps.get(p + "mlp.proj.w"), &ps.get(p + "mlp.proj.b")};
+}
+
+// Block output, input gradient and the parameter store, after one forward and backward.
+struct Run {
+  Run(Runtime& rt, const std::vector<ParameterSpec>& specs) : params(rt, specs, DType::f32) {}
+  ParameterStore params;
+  std::vector<float> y, dx;
+  size_t keep_peak = 0, work_peak = 0;
+};
+
+// Runs `block` on x (full or a token shard) with output gradient dy. The arenas have exactly the
+// sizes kept_bytes / work_bytes claim, so an under-estimate fails (fatally: Arena::take).
+void run_block(Runtime& rt, const GPTConfig& cfg, const TensorParallelContext& tp, const StepContext& ctx,
+               const std::vector<float>& x_in, const std::vector<float>& dy_in, Shape act, Run& out) {
+  const TransformerBlock block(cfg, kLayer, block_params(out.params, kLayer), tp);
+  Arena keep(rt.allocator(), std::max<size_t>(TransformerBlock::kept_bytes(cfg, B, T, tp), 256), "kept");
+  Arena work(rt.allocator(), TransformerBlock::work_bytes(cfg, B, T, tp), "work");
+  HostTensor x(act, x_in), y(act), dres(act, dy_in);
+  BlockSaved saved;
+  block.forward(rt, ctx, x.t, y.t, saved, keep, work);
+  work.reset();
+  block.backward(rt, ctx, dres.t, saved, work);
+  out.y = values(y.t);
+  out.dx = values(dres.t);
+  out.keep_peak = keep.peak();
+  out.work_peak = work.peak();
+}
+
+void check_block(Runtime& rt, ProcessGroups& pg, Checkpointing ck, bool sp) {
+  Communicator& tensor = pg.tensor();
+  const int t = tensor.size(), r = tensor.rank(), d = pg.coords().data;
+  const char* ck_name = ck == Checkpointing::none ? "none" : ck == Checkpointing::full ? "full" : "selective";
+  SCOPED_TRACE("tensor " + std::to_string(t) + " x data " + std::to_string(pg.layout().data) +
+               (sp ? " with" : " without") + " sequence parallelism, checkpointing " + ck_name);
+  const GPTConfig cfg = test_config(ck);
+  StepContext ctx;
+  ctx.seed = 1234;
+  ctx.step = 3;
+  ctx.sample_offset = 5 + d * B;  // data ranks: other samples, other masks
+  ctx.training = true;
+  ctx.seq_len = T;
+  const std::vector<float> x = normal("x", N * C, d), dy = normal("dy", N * C, d);
+
+  // The full block (checkpointing none: the reference for every mode).
+  std::vector<ParameterSpec> full_specs;
+  TransformerBlock::append_specs(cfg, kLayer, full_specs);
+  Run full(rt, full_specs);
+  draw_parameters(full.params);
+  run_block(rt, test_config(Checkpointing::none), {}, ctx, x, dy, {B, T, C}, full);
+
+  // This rank's part of the tensor-parallel block.
+  const TensorParallelContext tp = TensorParallelContext::of(tensor, sp);
+  std::vector<ParameterSpec> specs;
+  TransformerBlock::append_specs(cfg, kLayer, specs, tp);
+  Run part(rt, specs);
+  draw_parameters(part.params);
+  const int64_t rows = sp ? N / t : N;
+  auto mine = [&](const std::vector<float>& v) {  // this rank's token rows of a full activation
+    return std::vector<float>(v.begin() + (sp ? r * rows * C : 0), v.begin() + (sp ? r * rows * C : 0) + rows * C);
+  };
+  const Shape act = sp ? Shape{rows, C} : Shape{B, T, C};
+  run_block(rt, cfg, tp, ctx, mine(x), mine(dy), act, part);
+  EXPECT_LE(part.keep_peak, TransformerBlock::kept_bytes(cfg, B, T, tp));
+  EXPECT_LE(part.work_peak, TransformerBlock::work_bytes(cfg, B, T, tp));
+
+  // Under sequence parallelism the LayerNorm gradients are partial: sum them over the group.
+  const TransformerBlock block(cfg, kLayer, block_params(part.params, kLayer), tp);
+  const std::vector<const Parameter*> partial = block.tensor_partial_grads();
+  EXPECT_EQ(partial.size(), sp ? 4u : 0u);
+  for (const Parameter* p : partial) {
+    EXPECT_NE(p->spec.name.find(".ln"), std::string::npos) << p->spec.name;
+    tensor.all_reduce(p->grad);
+  }
+
+  expect_close(HostTensor(act, part.y).t, mine(full.y), "block output");
+  expect_close(HostTensor(act, part.dx).t, mine(full.dx), "block input gradient");
+  ASSERT_EQ(part.params.size(), full.params.size());
+  for (size_t i = 0; i < part.params.size(); ++i) {
+    const Parameter &p = part.params[i], &f = full.params[i];
+    ASSERT_EQ(p.spec.name, f.spec.name);
+    ASSERT_EQ(p.spec.global_shape(), f.spec.shape) << p.spec.name;
+    EXPECT_EQ(values(p.value), slice_of(f.value, p.spec)) << p.spec.name << " value";
+    expect_close(p.grad, slice_of(f.grad, p.spec), p.spec.name + " gradient");
+  }
+}
+
+TEST(TensorParallelBlock, SpecsAreTheShardsOfTheFullBlock) {
+  const GPTConfig cfg = test_config(Checkpointing::none);
+  std::vector<ParameterSpec> full;
+  TransformerBlock::append_specs(cfg, kLayer, full);
+  const int t = 2, r = 1;
+  std::vector<ParameterSpec> part;
+  TransformerBlock::append_specs(cfg, kLayer, part, TensorParallelContext{nullptr, t, r, false});
+  ASSERT_EQ(part.size(), full.size());
+  auto split_of = [](const std::string& name) -> TensorSplit {
+    if (name.ends_with("qkv.w") || name.ends_with("qkv.b")) return {0, 2, 1, 3};
+    if (name.ends_with("fc.w") || name.ends_with("fc.b")) return {0, 2, 1, 1};
+    if (name.ends_with("attn.proj.w") || name.ends_with("mlp.proj.w")) return {1, 2, 1, 1};
+    return {};
+  };
+  for (size_t i = 0; i < full.size(); ++i) {
+    const TensorSplit want = split_of(full[i].name), got = part[i].split;
+    EXPECT_EQ(part[i].name, full[i].name);
+    EXPECT_EQ(part[i].global_shape(), full[i].shape) << full[i].name;
+    EXPECT_TRUE(got.dim == want.dim && got.parts == want.parts && got.index == want.index &&
+                got.groups == want.groups)
+        << full[i].name;
+    EXPECT_EQ(part[i].init, full[i].init) << full[i].name;
+    EXPECT_EQ(part[i].std, full[i].std) << full[i].name;
+  }
+}
+
+TEST(TensorParallelBlock, HeadsMustDivide) {
+  GPTConfig cfg = test_config(Checkpointing::none);
+  std::vector<ParameterSpec> specs;
+  try {
+    TransformerBlock::append_specs(cfg, 0, specs, TensorParallelContext{nullptr, 3, 0, false});
+    ADD_FAILURE() << "no UserError";
+  } catch (const UserError& e) {
+    EXPECT_STREQ(e.what(), "tensor parallelism splits the attention heads: model.n_heads = 4 must be divisible by "
+                           "parallel.tensor = 3");
+  }
+  cfg.n_heads = 16;
+  cfg.d_model = 18;  // not a multiple of the heads: only the MLP check catches it
+  try {
+    TransformerBlock::check_tensor_parallel(cfg, 16);
+    ADD_FAILURE() << "no UserError";
+  } catch (const UserError& e) {
+    EXPECT_STREQ(e.what(), "tensor parallelism splits the MLP: 4 * model.d_model = 72 must be divisible by "
+                           "parallel.tensor = 16");
+  }
+}
+
+TEST(TensorParallelBlock, DropoutIsOn) {
+  // The masks this test relies on are really drawn: the training output differs from inference.
+  RuntimeOptions opt;
+  opt.cpu_threads = 1;
+  Runtime rt(opt);
+  const GPTConfig cfg = test_config(Checkpointing::none);
+  std::vector<ParameterSpec> specs;
+  TransformerBlock::append_specs(cfg, kLayer, specs);
+  ParameterStore ps(rt, specs, DType::f32);
+  draw_parameters(ps);
+  const TransformerBlock block(cfg, kLayer, block_params(ps, kLayer));
+  Arena keep(rt.allocator(), TransformerBlock::kept_bytes(cfg, B, T), "kept");
+  Arena work(rt.allocator(), TransformerBlock::work_bytes(cfg, B, T), "work");
+  HostTensor x({B, T, C}, normal("x", N * C, 0)), y_train({B, T, C}), y_eval({B, T, C});
+  BlockSaved s;
+  StepContext ctx;
+  ctx.seed = 1234;
+  ctx.step = 3;
+  block.forward(rt, ctx, x.t, y_train.t, s, keep, work);
+  keep.reset();
+  work.reset();
+  ctx.training = false;
+  block.forward(rt, ctx, x.t, y_eval.t, s, keep, work);
+  int differ = 0;
+  for (size_t i = 0; i < y_train.data.size(); ++i) differ += y_train.data[i] != y_eval.data[i];
+  EXPECT_GT(differ, int(y_train.data.size()) / 2);
+}
+
+TEST(TensorParallelBlock, MatchesTheFullBlock) {
+  RuntimeOptions opt;
+  opt.cpu_threads = 1;
+  Runtime rt(opt);
+  const int W = world_size();
+  for (int t = 2; t <= W; t *= 2) {
+    if (W % t != 0) continue;
+    ProcessGroups pg(MPI_COMM_WORLD, make_layout(W, t, 1), rt);  // tensor x data when t < W
+    for (bool sp : {false, true})
+      for (Checkpointing ck : {Checkpointing::none, Checkpointing::selective, Checkpointing::full})
+        check_block(rt, pg, ck, sp);
+  }
+}
+
+}  // namespace
+}  // namespace trellis
