@@ -233,4 +233,22 @@ std::unique_ptr<Allocator> make_device_allocator(int device) {
 }
 std::unique_ptr<Allocator> make_pinned_allocator() { return std::make_unique<PinnedAllocator>(); }
 
+void* create_timing_event() {
+  cudaEvent_t e = nullptr;
+  CUDA_CHECK(cudaEventCreate(&e));
+  return e;
+}
+
+void record_on_compute(CudaState* s, void* event) {
+  CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(event), s->compute));
+}
+
+float event_ms(void* from, void* to) {
+  float ms = 0.0f;
+  CUDA_CHECK(cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(from), static_cast<cudaEvent_t>(to)));
+  return ms;
+}
+
+void destroy_timing_event(void* event) { cudaEventDestroy(static_cast<cudaEvent_t>(event)); }
+
 }  // namespace trellis::gpu

@@ -22,5 +22,11 @@ std::unique_ptr<Allocator> make_pinned_allocator();
 void synchronize(CudaState* s);
 std::string device_name(CudaState* s);
 double peak_flops(CudaState* s);  // dense bf16/fp16 FLOP/s; 0 if the GPU is not in our table
+// Timing events on the compute stream (PhaseMarks): create, record, milliseconds between two
+// recorded events (both must have completed), destroy.
+void* create_timing_event();
+void record_on_compute(CudaState* s, void* event);
+float event_ms(void* from, void* to);
+void destroy_timing_event(void* event);
 
 }  // namespace trellis::gpu
