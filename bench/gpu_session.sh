@@ -4,6 +4,8 @@
 #                                bandwidth; GPT-2 124M vs PyTorch on GPU 0 while tinyshakespeare
 #                                (Trellis, then the PyTorch reference) trains on GPU 1
 #   bench/gpu_session.sh scaling data-parallel scaling, 1 vs 2 GPUs, Trellis and PyTorch DDP
+#   bench/gpu_session.sh pipeline  GPT-2 1.3B, pipeline 2 (1f1b, interleaved v = 2) at m = 8, 16, 32
+#                                against pipeline 1 and the bubble formula (bench/pipeline_bench.sh)
 # Needs .device-deps (../shared/device/prepare-deps.sh) and .data/tinyshakespeare.txt carried.
 set -uo pipefail
 out=${OUT:-$PWD/gpu-out}; mkdir -p "$out"
@@ -48,6 +50,9 @@ if [[ ${1:-tests} == tests ]]; then
   wait $shakes
   grep -E "step +(1|5000)/|val loss|trellis wall|error" "$out/shakespeare.log" | tail -6
   tail -3 "$out/shakespeare.log"
+elif [[ $1 == pipeline ]]; then
+  stage "pipeline parallelism (bench/pipeline_bench.sh)"
+  OUT=$out bench/pipeline_bench.sh build/train_gpt
 else
   # Trellis (f32 reduction) and PyTorch DDP, then Trellis variants that change what the gradient
   # all-reduce costs the overlapped backward: bf16 reduction (half the bytes), fewer NCCL CTAs

@@ -268,6 +268,36 @@ CommHandle Communicator::send_recv_async(const Tensor& send, int dst, const Tens
   return h;
 }
 
+CommHandle Communicator::batch_p2p_async(std::span<const P2POp> ops) {
+  CommHandle h;
+  if (ops.empty()) return h;
+  const bool dev = on_device(ops[0].tensor, "batch_p2p");
+  for (const P2POp& op : ops) {
+    if (op.peer < 0 || op.peer >= size_) fail("batch_p2p", "peer " + std::to_string(op.peer) + " out of range");
+    if (op.kind != P2POp::send && op.kind != P2POp::recv) fail("batch_p2p", "op is neither send nor recv");
+    if (on_device(op.tensor, "batch_p2p") != dev)
+      fail("batch_p2p", "mixed host/device: " + pair_text(ops[0].tensor, op.tensor));
+  }
+  if (dev) {
+#if TRELLIS_HAVE_CUDA
+    h.nccl_ = nccl_;
+    h.event_ = gpu::nccl_batch_p2p(nccl_, ops);
+#endif
+    return h;
+  }
+  h.requests_.resize(ops.size());
+  for (size_t i = 0; i < ops.size(); ++i) {
+    const P2POp& op = ops[i];
+    if (op.kind == P2POp::recv)
+      TRELLIS_MPI_CHECK(MPI_Irecv(op.tensor.data, as_int(op.tensor.numel(), "batch_p2p recv count", *this),
+                                  mpi_type(op.tensor.dtype), op.peer, 0, comm_, &h.requests_[i]));
+    else
+      TRELLIS_MPI_CHECK(MPI_Isend(op.tensor.data, as_int(op.tensor.numel(), "batch_p2p send count", *this),
+                                  mpi_type(op.tensor.dtype), op.peer, 0, comm_, &h.requests_[i]));
+  }
+  return h;
+}
+
 CommHandle Communicator::all_to_all_async(const Tensor& out, const Tensor& in) {
   if (out.dtype != in.dtype || out.numel() != in.numel() || in.numel() % size_ != 0)
     fail("all_to_all", "in and out need the same dtype and element count, a multiple of size() = " +

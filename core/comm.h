@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -16,6 +17,14 @@ class Runtime;
 struct NcclComm;  // the NCCL half (core/cuda/nccl_comm.cpp); opaque here
 
 enum class ReduceOp { sum, max };
+
+// One point-to-point operation of a batch (Communicator::batch_p2p_async): send `tensor` to
+// `peer`, or receive into it from `peer`.
+struct P2POp {
+  enum Kind { send, recv } kind;
+  Tensor tensor;
+  int peer;
+};
 
 // A pending operation. Host tensors: wait() completes the MPI requests (the data is then in
 // place). Device tensors: the operation runs on the runtime's comm stream, and wait() makes the
@@ -87,6 +96,13 @@ class Communicator {
   // Sends `send` to `dst` and receives `recv` from `src`, posted as one operation.
   void send_recv(const Tensor& send, int dst, const Tensor& recv, int src) { send_recv_async(send, dst, recv, src).wait(); }
   CommHandle send_recv_async(const Tensor& send, int dst, const Tensor& recv, int src);
+  // Every op of `ops` posted as one operation: on device tensors one NCCL group (ncclGroupStart /
+  // ncclGroupEnd) on the comm stream, which completes once every op in it has been matched; on
+  // host tensors MPI_Irecv / MPI_Isend each, completed by one waitall. All tensors on the host or
+  // all on this runtime's device. Between two ranks, sends and receives match in the order posted
+  // (also within a batch), whatever the batch boundaries. An empty batch is a no-op.
+  void batch_p2p(std::span<const P2POp> ops) { batch_p2p_async(ops).wait(); }
+  CommHandle batch_p2p_async(std::span<const P2POp> ops);
   // Block j of in (n / size() elements) goes to rank j; out's block j comes from rank j.
   void all_to_all(const Tensor& out, const Tensor& in) { all_to_all_async(out, in).wait(); }
   CommHandle all_to_all_async(const Tensor& out, const Tensor& in);

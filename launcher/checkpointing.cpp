@@ -87,7 +87,7 @@ int64_t load_training_checkpoint(Runtime& rt, const Config& cfg, const std::stri
         throw UserError(cfg.path + ": checkpoint " + dir + ": " + name + " holds " + std::to_string(reader.blob_size(name)) +
                         " bytes; this model needs " + std::to_string(host.size()));
       reader.read_blob(name, host.data(), host.size());
-      scatter_whole(rt, s.layout, s.pipeline_rank(), host, t);
+      scatter_whole(rt, s.layout, s.pipeline_rank(), s.tensor_rank(), host, t);
     }
     const JsonValue* sc = meta.find("scaler");
     LossScalerState st;
@@ -110,12 +110,12 @@ int64_t load_training_checkpoint(Runtime& rt, const Config& cfg, const std::stri
 
 namespace {
 
-// Gathers the state on pipeline rank 0, which writes it into the writer made by `open` and commits
-// it. Returns the final directory on rank 0 ("" elsewhere). On rank 0 a failure throws
+// Gathers the state on rank 0 (pipeline and tensor rank 0), which writes it into the writer made
+// by `open` and commits it. Returns the final directory on rank 0 ("" elsewhere). On rank 0 a failure throws
 // CheckpointError, but only after every stage's part has been received (no rank is left waiting).
 std::string write_state(Runtime& rt, const Config& cfg, TrainingState s, const std::function<CheckpointWriter()>& open,
                         int64_t step, double loss, int64_t samples_seen, std::optional<double> val_loss) {
-  const bool root = s.pipeline_rank() == 0;
+  const bool root = s.writer();
   std::optional<CheckpointWriter> w;
   std::string error;
   if (root) {
@@ -126,7 +126,7 @@ std::string write_state(Runtime& rt, const Config& cfg, TrainingState s, const s
     }
   }
   for (auto& [name, t] : state_tensors(s)) {
-    std::vector<char> host = gather_whole(rt, s.pipeline, s.layout, t);
+    std::vector<char> host = gather_whole(rt, s.tensor, s.pipeline, s.layout, t);
     if (!root || !error.empty()) continue;
     try {
       w->add_blob(name, host.data(), host.size(), std::string(dtype_name(t.dtype)), {s.layout.whole_numel()});
@@ -141,7 +141,8 @@ std::string write_state(Runtime& rt, const Config& cfg, TrainingState s, const s
   scaler.add("scale", st.scale).add("clean_steps", st.clean_steps).add("hysteresis_left", st.hysteresis_left);
   scaler.add("skipped", st.skipped);
   data.add("samples_seen", samples_seen).add("source", cfg.data.source);
-  layout.add("pipeline", int64_t(s.layout.pipeline())).add("virtual_stages", cfg.parallel.virtual_stages);
+  layout.add("tensor", int64_t(s.layout.tensor())).add("pipeline", int64_t(s.layout.pipeline()));
+  layout.add("virtual_stages", cfg.parallel.virtual_stages);
   meta.add("step", step).add("loss", loss).add("version", kVersion);
   meta.add("time", int64_t(std::chrono::duration_cast<std::chrono::seconds>(
                                std::chrono::system_clock::now().time_since_epoch()).count()));
@@ -161,7 +162,7 @@ bool save_training_checkpoint(Runtime& rt, const Config& cfg, TrainingState s, i
   try {
     const std::string where = write_state(
         rt, cfg, s, [&] { return CheckpointWriter(cfg.checkpoint.dir, step); }, step, loss, samples_seen, std::nullopt);
-    if (s.pipeline_rank() != 0) return true;
+    if (!s.writer()) return true;
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     std::printf("checkpoint: saved step %lld to %s (%.1f s)\n", (long long)step, where.c_str(), secs);
     try {
@@ -201,7 +202,7 @@ bool save_best_checkpoint(Runtime& rt, const Config& cfg, TrainingState s, int64
         rt, cfg, s,
         [&] { return CheckpointWriter::at_path((std::filesystem::path(cfg.checkpoint.dir) / "best").string()); }, step,
         val_loss, samples_seen, val_loss);
-    if (s.pipeline_rank() != 0) return true;
+    if (!s.writer()) return true;
     std::printf("checkpoint: best validation loss %.4f at step %lld, saved to %s\n", val_loss, (long long)step,
                 where.c_str());
     std::fflush(stdout);

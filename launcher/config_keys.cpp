@@ -38,9 +38,9 @@ const std::vector<KeySpec> kKeys = {
   {"model", "dropout", T::Float, TRELLIS_FIELD(model, dropout), "Dropout probability of the embeddings, of each residual branch and (unless model.attention_dropout says otherwise) of the attention probabilities, as in nanoGPT and GPT-2.", {}, 0, false, 1, true},
   {"model", "attention_dropout", T::Float, TRELLIS_FIELD(model, attention_dropout), "Dropout probability of the attention probabilities; -1 = model.dropout.", {}, -1, false, 1, true},
 
-  {"parallel", "tensor", T::Int, TRELLIS_FIELD(parallel, tensor), "Tensor-parallel size (ranks that split each layer). Not built yet: must be 1.", {}, 1},
+  {"parallel", "tensor", T::Int, TRELLIS_FIELD(parallel, tensor), "Tensor-parallel size: ranks that split each layer (attention heads, MLP columns, vocabulary rows). Must divide model.n_heads, 4 x model.d_model and the padded vocabulary (model.vocab_size rounded up to a multiple of 128).", {}, 1},
   {"parallel", "pipeline", T::Int, TRELLIS_FIELD(parallel, pipeline), "Pipeline-parallel size (stages). The blocks are split over the stages balanced by compute cost (the embedding counts on the first, final LayerNorm, head and loss on the last); micro-batches per step = train.global_batch / (train.micro_batch x data-parallel size).", {}, 1},
-  {"parallel", "sequence_parallel", T::Bool, TRELLIS_FIELD(parallel, sequence_parallel), "Split layernorm/dropout activations along the sequence over the tensor group. Not built yet.", {}},
+  {"parallel", "sequence_parallel", T::Bool, TRELLIS_FIELD(parallel, sequence_parallel), "Sequence parallelism: LayerNorm, dropout and residual activations are split by token over the tensor group (Megatron). Needs parallel.tensor to divide train.micro_batch x model.seq_len; no effect with parallel.tensor = 1.", {}},
   {"parallel", "schedule", T::String, TRELLIS_FIELD(parallel, schedule), "Pipeline schedule: gpipe (all forwards, then all backwards), 1f1b (PipeDream-flush: holds at most pipeline - stage micro-batches) or interleaved (Megatron's interleaved 1F1B over parallel.virtual_stages chunks per rank; micro-batches per step a multiple of parallel.pipeline).", {"gpipe", "1f1b", "interleaved"}},
   {"parallel", "virtual_stages", T::Int, TRELLIS_FIELD(parallel, virtual_stages), "Model chunks per pipeline rank (interleaved schedule only; chunk c of rank r is virtual stage c x pipeline + r). model.n_layers must be at least pipeline x virtual_stages.", {}, 1},
 
@@ -79,7 +79,7 @@ const std::vector<KeySpec> kKeys = {
   {"data", "val_fraction", T::Float, TRELLIS_FIELD(data, val_fraction), "For source = file: the last fraction of the tokens is the validation split.", {}, 0, true, 1, true},
 
   {"log", "every", T::Int, TRELLIS_FIELD(log, every), "A log line every N steps.", {}, 1},
-  {"log", "metrics_file", T::String, TRELLIS_FIELD(log, metrics_file), "Write metrics as JSON lines to this file (rank 0); empty = none.", {}},
+  {"log", "metrics_file", T::String, TRELLIS_FIELD(log, metrics_file), "Write metrics as JSON lines to this file (rank 0); empty = none. One start record (layout, memory plan), then per step: loss, lr, grad_norm, tokens_per_s, step_ms, peak_mem_bytes, mfu and phase_ms (device time of the schedule, the loss/norm reductions and the optimizer), and validation records.", {}},
   {"log", "tensorboard_dir", T::String, TRELLIS_FIELD(log, tensorboard_dir), "Write TensorBoard event files (scalars) to this directory (rank 0); empty = none.", {}},
   {"log", "val_every", T::Int, TRELLIS_FIELD(log, val_every), "Validate every N steps; 0 = off.", {}, 0},
   {"log", "val_batches", T::Int, TRELLIS_FIELD(log, val_batches), "Micro-batches per validation.", {}, 1},

@@ -1,6 +1,7 @@
 // Loading a run's config: TOML file -> --set overrides -> validation, each error one line naming
 // the file, the key and what is allowed; plus the resolved config as TOML and docs/config.md.
 #include "launcher/train_config.h"
+#include "models/gpt.h"
 
 #include "parallel/pipeline/schedule.h"
 
@@ -219,9 +220,23 @@ Config load_config_text(const std::string& text, const std::string& path, const 
 
 void validate_for_world(const Config& c, int world_size) {
   const auto& par = c.parallel;
-  if (par.tensor != 1) throw UserError(not_built(c, "parallel.tensor", std::to_string(par.tensor), "1"));
-  if (par.sequence_parallel) throw UserError(not_built(c, "parallel.sequence_parallel", "true", "false"));
   if (c.zero.stage != 0) throw UserError(not_built(c, "zero.stage", std::to_string(c.zero.stage), "0"));
+  // The model must split over the tensor group: heads, d_ffn, the padded vocabulary; with sequence
+  // parallelism the tokens of a micro-batch too.
+  try {
+    GPTConfig m;
+    m.vocab_size = c.model.vocab_size;
+    m.n_heads = c.model.n_heads;
+    m.d_model = c.model.d_model;
+    GPT::check_tensor_parallel(m, int(par.tensor));
+  } catch (const UserError& e) {
+    throw UserError(c.path + ": " + e.what());
+  }
+  if (par.sequence_parallel && (c.train.micro_batch * c.model.seq_len) % par.tensor != 0)
+    throw UserError(c.path + ": parallel.sequence_parallel splits the train.micro_batch x model.seq_len = " +
+                    std::to_string(c.train.micro_batch * c.model.seq_len) +
+                    " tokens of a micro-batch into parallel.tensor = " + std::to_string(par.tensor) +
+                    " shards: it must be divisible");
 
   const BatchLayout b = resolve_batch(c, world_size);  // checks the layout and batch arithmetic
   // The pipeline schedule must fit the stages, micro-batches per step, chunks and layers.

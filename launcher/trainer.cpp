@@ -19,6 +19,7 @@
 #include "core/error.h"
 #include "core/nvtx.h"
 #include "core/ops.h"
+#include "core/phase_marks.h"
 #include "core/comm.h"
 #include "core/process_groups.h"
 #include "launcher/batch_loader.h"
@@ -36,6 +37,7 @@
 #include "models/gpt_stage.h"
 #include "parallel/pipeline/engine.h"
 #include "parallel/pipeline/schedule.h"
+#include "parallel/tensor/mappings.h"
 #include "parallel/data/gradient_sync.h"
 #include "parallel/zero/loss_scaler.h"
 #include "parallel/zero/optimizer.h"
@@ -65,9 +67,6 @@ Resolved resolve(const Config& cfg, const LaunchInfo& launch) {
                     process_identity().host + " but only " + std::to_string(gpus) +
                     " GPU(s); start at most one rank per GPU on each node");
   r.device = use_gpu ? Device::CUDA(launch.local_rank) : Device::CPU();
-  if (use_gpu && cfg.parallel.pipeline > 1 && cfg.parallel.schedule == "interleaved")
-    throw UserError(cfg.path + ": parallel.schedule = interleaved is not supported on the GPU yet (NCCL runs "
-                    "point-to-point transfers in order on one stream, where its lists can deadlock); use 1f1b");
   r.precision = cfg.train.precision == "auto" ? (use_gpu ? "bf16" : "fp32") : cfg.train.precision;
   parse_dtype(r.precision, r.dtype);
   r.model.vocab_size = cfg.model.vocab_size;
@@ -233,12 +232,14 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
   const GPTPart part = GPTPart::of_rank(mc, p, v, stage);
   const int slots = PipelineEngine::peak_in_flight(schedule);
   Communicator* pipeline_group = p > 1 ? &groups.pipeline() : nullptr;
-  // The first data-parallel rank of each stage takes part in checkpoints and weight exports.
-  const bool saver = groups.coords().data == 0 && groups.coords().tensor == 0;
+  Communicator* tensor_group = layout.tensor > 1 ? &groups.tensor() : nullptr;
+  const TensorParallelContext tp = TensorParallelContext::of(groups.tensor(), cfg.parallel.sequence_parallel);
+  // The first data-parallel rank of each stage and tensor rank takes part in checkpoints and weight exports.
+  const bool saver = groups.coords().data == 0;
 
-  GPT model(rt, mc, B, part, slots);
+  GPT model(rt, mc, B, part, slots, tp);
   model.initialize(uint64_t(cfg.train.seed));
-  const WholeModelLayout whole(mc, p, v);
+  const WholeModelLayout whole(mc, p, v, layout.tensor);
   ZeroOptimizer optimizer(rt, model.params());
   LossScalerConfig lsc;
   lsc.enabled = res.dtype == DType::f16;
@@ -256,7 +257,9 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
   GradientSync grad_sync(rt, data_group, model.params().flat_grads(), ranges, size_t(cfg.zero.bucket_mb) << 20,
                          reduce_dtype);
   const bool reduce = data_size > 1;
-  PipelineEngine engine(rt, groups.pipeline(), v, {B, T, mc.d_model}, mc.dtype);
+  // Activations cross stages as (B, T, C), or as this rank's token rows with sequence parallelism.
+  const Shape boundary = tp.sharded_tokens() ? Shape{token_shard_rows(B * T, tp.size), mc.d_model} : Shape{B, T, mc.d_model};
+  PipelineEngine engine(rt, groups.pipeline(), v, boundary, mc.dtype);
   PipelineReduction reduction;
   reduction.data = reduce ? &grad_sync : nullptr;
   reduction.overlap = cfg.zero.overlap;
@@ -268,7 +271,8 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
   const int64_t stored = model.params().numel();
   const size_t param_bytes = size_t(stored) * dtype_size(mc.dtype), grad_bytes = size_t(stored) * 4;
   const size_t state_bytes = param_bytes + grad_bytes + optimizer.state_bytes();
-  const ActivationBytes act = GPT::activation_bytes(mc, part, B, T);
+  const ActivationBytes act = GPT::activation_bytes(mc, part, B, T, tp);
+  const std::vector<Tensor> counted_grads = model.grads_counted_once(), partial_grads = model.tensor_partial_grads();
   const int64_t global_batch = B * res.accumulation * data_size;
   const double tokens_per_step = double(global_batch * T);
   if (main_rank) {
@@ -279,7 +283,7 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
                 (long long)mc.vocab_size, (long long)mc.padded_vocab());
     std::printf("parameters: %s (vocabulary padding adds %s; %s stored%s)\n", with_commas(mc.parameter_count()).c_str(),
                 with_commas((mc.padded_vocab() - mc.vocab_size) * mc.d_model).c_str(), with_commas(stored).c_str(),
-                p > 1 ? " on pipeline stage 0" : "");
+                p > 1 || tp.active() ? " on rank 0" : "");
     std::printf("batch: global %lld = micro %lld x %s %lld x data %d; %lld tokens per step\n", (long long)global_batch,
                 (long long)B, p > 1 ? "micro-batches" : "accumulation", (long long)res.accumulation, data_size,
                 (long long)tokens_per_step);
@@ -299,17 +303,20 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
                 p > 1 ? " (stage 0)" : "", format_bytes(state_bytes).c_str(), format_bytes(param_bytes).c_str(),
                 format_bytes(grad_bytes).c_str(), format_bytes(optimizer.state_bytes()).c_str(), slots,
                 format_bytes(act.kept).c_str(), format_bytes(act.work).c_str(), cfg.train.checkpointing.c_str());
+    if (tp.active())
+      std::printf("tensor parallel: %d ranks split each layer (heads, MLP, vocabulary), sequence parallelism %s\n",
+                  tp.size, tp.sequence_parallel ? "on" : "off");
     if (reduce)
       std::printf("data parallel: gradients in %zu buckets of ~%lld MiB, %s, reduced in %s\n", grad_sync.bucket_count(),
                   (long long)cfg.zero.bucket_mb, cfg.zero.overlap ? "reduced during backward" : "reduced after backward",
                   cfg.zero.reduce_dtype.c_str());
     std::fflush(stdout);
-    // Per world rank: its stage's parameters and model state (params + f32 grads + AdamW state:
-    // m and v, and an f32 master copy for 16-bit parameters).
+    // Per world rank: its stage's parameters (its tensor shards) and model state (params + f32
+    // grads + AdamW state: m and v, and an f32 master copy for 16-bit parameters).
     const size_t per_param = dtype_size(mc.dtype) + 4 + 8 + (mc.dtype == DType::f32 ? 0 : 4);
     std::vector<int64_t> params_per_rank, state_per_rank;
     for (int w = 0; w < launch.world; ++w) {
-      const int64_t n = whole.stage_numel(coords_of(w, layout).pipeline);
+      const int64_t n = whole.shard_numel(coords_of(w, layout).pipeline, coords_of(w, layout).tensor);
       params_per_rank.push_back(n);
       state_per_rank.push_back(n * int64_t(per_param));
     }
@@ -326,7 +333,7 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
     metrics->write(start);
   }
 
-  TrainingState state{model, optimizer, scaler, whole, pipeline_group};
+  TrainingState state{model, optimizer, scaler, whole, pipeline_group, tensor_group};
   int64_t start_step = 0;
   if (std::optional<std::string> from = choose_resume(cfg, MPI_COMM_WORLD)) {
     // Every rank reads the checkpoint; all must succeed before any goes on to a collective.
@@ -356,9 +363,13 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
   const double peak = rt.peak_flops();
   rt.allocator().reset_peak();
   int64_t last_step = start_step;
+  // Where a step's device time goes: 0 start, 1 schedule done (forward, backward and the wait for
+  // gradient reduction), 2 loss/norm reductions queued, 3 optimizer done.
+  PhaseMarks marks(rt, 4);
   for (int64_t step = start_step + 1; step <= cfg.train.steps; ++step) {
     NvtxRange step_range("train_step");
     const auto t0 = std::chrono::steady_clock::now();
+    marks.mark(0);
     model.params().zero_grads();
     fill(rt, loss_sum, 0.0f);
     const float loss_scale = scaler.scale();
@@ -376,12 +387,21 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
         },
         [&](int mb) { return loader.load(Split::train, first_sample(mb)); }, dloss, loss_sum);
     engine.run_step(schedule, stage_model, reduction);
+    marks.mark(1);
+    // Sequence parallelism leaves the LayerNorm gradients as partial sums over the tensor group.
+    std::vector<CommHandle> partial;
+    for (const Tensor& g : partial_grads) partial.push_back(tensor_group->all_reduce_async(g));
+    for (CommHandle& h : partial) h.wait();
     if (reduce) data_group.all_reduce(loss_sum);
     fill(rt, norm_sq, 0.0f);
-    sum_squares_accumulate(rt, norm_sq, model.grads_counted_once());
+    for (const Tensor& g : counted_grads) sum_squares_accumulate(rt, norm_sq, g);
+    // Each tensor rank counts its shards (and rank 0 the replicated parameters): sum the squares
+    // over the tensor group; the loss is the same on every tensor rank.
+    if (tensor_group) tensor_group->all_reduce(norm_sq);
     // The loss is known on the last stage, each stage has its own squares: sum both over stages
     // (a non-finite value anywhere makes both global).
     if (pipeline_group) pipeline_group->all_reduce(scalars.tensor(DType::f32, {2}));
+    marks.mark(2);
     float host[2];
     copy(rt, Tensor(host, DType::f32, Device::CPU(), {2}), scalars.tensor(DType::f32, {2}));
     rt.synchronize();
@@ -411,6 +431,7 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
                   "it; use train.precision = \"bf16\" or lower optimizer.lr\n",
                   (long long)step, std::isfinite(loss) ? "gradients" : "loss", double(loss_scale));
     }
+    marks.mark(3);
     rt.synchronize();
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     const double tokens_per_s = tokens_per_step / seconds;
@@ -421,6 +442,9 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
       rec.add("step", step).add("loss", loss).add("lr", lr).add("grad_norm", norm);
       if (lsc.enabled) rec.add("loss_scale", double(loss_scale)).add("skipped", !apply);
       rec.add("tokens_per_s", tokens_per_s).add("step_ms", seconds * 1e3).add("peak_mem_bytes", int64_t(peak_mem));
+      JsonObject phases;  // device time (compute stream), ms; the rest of step_ms is host time
+      phases.add("schedule", marks.ms(0, 1)).add("reductions", marks.ms(1, 2)).add("optimizer", marks.ms(2, 3));
+      rec.add("phase_ms", phases);
       if (peak > 0) rec.add("mfu", mfu);
       metrics->write(rec);
       if (tb->enabled()) {
@@ -497,8 +521,8 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
     std::fflush(stdout);
   }
   if (!opts.export_weights_dir.empty() && saver) {
-    // The whole model, gathered from the stages on rank 0.
-    const std::vector<char> values = gather_whole(rt, pipeline_group, whole, model.params().flat_values());
+    // The whole model, gathered from the stages and tensor shards on rank 0.
+    const std::vector<char> values = gather_whole(rt, tensor_group, pipeline_group, whole, model.params().flat_values());
     if (main_rank) {
       JsonObject extra;
       extra.add("step", last_step);

@@ -1,4 +1,5 @@
-// Gathering stage tensors into the whole-model layout and back, parameter by parameter by name.
+// Gathering stage tensors (and their tensor-parallel shards) into the whole-model layout and back,
+// parameter by parameter by name.
 #include "launcher/whole_model.h"
 
 #include <cstring>
@@ -35,22 +36,80 @@ std::vector<char> to_host(Runtime& rt, const Tensor& t) {
   return host;
 }
 
+// Calls f(local index, global index, n) for runs of n elements of the shard `s` that are
+// contiguous in the whole tensor too: a piece of the split dimension times what lies inside it.
+template <class F>
+void for_each_run(const ParameterSpec& s, F f) {
+  const int64_t numel = s.shape.numel();
+  int64_t run = numel;
+  if (!s.split.replicated()) {
+    run = s.shape[s.split.dim] / s.split.groups;
+    for (int d = s.split.dim + 1; d < s.shape.rank; ++d) run *= s.shape[d];
+  }
+  for (int64_t i = 0; i < numel; i += run) f(i, s.split.global_index(s.shape, i), run);
+}
+
+// Tensor rank 0 gets the whole tensors of pipeline rank `pr`'s stage from every tensor rank's
+// shards `mine` (replicated ones from its own); the others send theirs and get nothing.
+std::vector<char> gather_stage(Communicator* tensor, const WholeModelLayout& layout, int pr, std::vector<char> mine,
+                               DType dtype) {
+  const int t = layout.tensor(), tr = tensor ? tensor->rank() : 0;
+  if (t == 1) return mine;
+  if (tr != 0) {
+    tensor->send(Tensor(mine.data(), dtype, Device::CPU(), {layout.shard_numel(pr, tr)}), 0);
+    return {};
+  }
+  const size_t e = dtype_size(dtype);
+  const auto whole = offsets(layout.stage[size_t(pr)]);
+  std::vector<char> out(size_t(layout.stage_numel(pr)) * e);
+  for (int j = 0; j < t; ++j) {
+    std::vector<char> theirs;
+    if (j > 0) {
+      theirs.resize(size_t(layout.shard_numel(pr, j)) * e);
+      tensor->recv(Tensor(theirs.data(), dtype, Device::CPU(), {layout.shard_numel(pr, j)}), j);
+    }
+    const char* src = j == 0 ? mine.data() : theirs.data();
+    for (const ParameterSpec& s : layout.shard_of(pr, j)) {
+      char* dst = out.data() + size_t(whole.at(s.name).first) * e;
+      if (j == 0 || !s.split.replicated())
+        for_each_run(s, [&](int64_t i, int64_t g, int64_t n) {
+          std::memcpy(dst + size_t(g) * e, src + size_t(i) * e, size_t(n) * e);
+        });
+      src += size_t(s.shape.numel()) * e;
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
-WholeModelLayout::WholeModelLayout(const GPTConfig& cfg, int p, int v) : whole(GPT::parameter_specs(cfg)) {
-  for (int r = 0; r < p; ++r) stage.push_back(GPT::parameter_specs(cfg, GPTPart::of_rank(cfg, p, v, r)));
+WholeModelLayout::WholeModelLayout(const GPTConfig& cfg, int p, int v, int t) : whole(GPT::parameter_specs(cfg)) {
+  for (int r = 0; r < p; ++r) {
+    const GPTPart part = GPTPart::of_rank(cfg, p, v, r);
+    stage.push_back(GPT::parameter_specs(cfg, part));
+    for (int j = 0; j < t; ++j) shard.push_back(GPT::parameter_specs(cfg, part, TensorParallelContext{nullptr, t, j}));
+  }
 }
 
 int64_t WholeModelLayout::whole_numel() const { return numel_of(whole); }
 int64_t WholeModelLayout::stage_numel(int rank) const { return numel_of(stage.at(size_t(rank))); }
+int64_t WholeModelLayout::shard_numel(int pipeline_rank, int tensor_rank) const {
+  return numel_of(shard_of(pipeline_rank, tensor_rank));
+}
+const std::vector<ParameterSpec>& WholeModelLayout::shard_of(int pipeline_rank, int tensor_rank) const {
+  return shard.at(size_t(pipeline_rank * tensor() + tensor_rank));
+}
 
-std::vector<char> gather_whole(Runtime& rt, Communicator* pipeline, const WholeModelLayout& layout, const Tensor& t) {
+std::vector<char> gather_whole(Runtime& rt, Communicator* tensor, Communicator* pipeline, const WholeModelLayout& layout,
+                               const Tensor& t) {
   const int rank = pipeline ? pipeline->rank() : 0, p = layout.pipeline();
-  TRELLIS_CHECK(t.numel() == layout.stage_numel(rank), "gather_whole: tensor does not match this stage");
-  std::vector<char> mine = to_host(rt, t);
+  TRELLIS_CHECK(t.numel() == layout.shard_numel(rank, tensor ? tensor->rank() : 0),
+                "gather_whole: tensor does not match this rank's part");
+  std::vector<char> mine = gather_stage(tensor, layout, rank, to_host(rt, t), t.dtype);
+  if (tensor && tensor->rank() != 0) return {};
   if (p == 1) return mine;
   if (rank != 0) {
-    pipeline->send(Tensor(mine.data(), t.dtype, Device::CPU(), {t.numel()}), 0);
+    pipeline->send(Tensor(mine.data(), t.dtype, Device::CPU(), {layout.stage_numel(rank)}), 0);
     return {};
   }
   const size_t e = dtype_size(t.dtype);
@@ -78,15 +137,22 @@ std::vector<char> gather_whole(Runtime& rt, Communicator* pipeline, const WholeM
   return out;
 }
 
-void scatter_whole(Runtime& rt, const WholeModelLayout& layout, int rank, const std::vector<char>& whole,
-                   const Tensor& t) {
-  TRELLIS_CHECK(t.numel() == layout.stage_numel(rank), "scatter_whole: tensor does not match this stage");
+void scatter_whole(Runtime& rt, const WholeModelLayout& layout, int pipeline_rank, int tensor_rank,
+                   const std::vector<char>& whole, const Tensor& t) {
+  TRELLIS_CHECK(t.numel() == layout.shard_numel(pipeline_rank, tensor_rank),
+                "scatter_whole: tensor does not match this rank's part");
   const size_t e = dtype_size(t.dtype);
   TRELLIS_CHECK(whole.size() == size_t(layout.whole_numel()) * e, "scatter_whole: whole-model copy has the wrong size");
   const auto from = offsets(layout.whole);
   std::vector<char> mine(t.nbytes());
-  for (const auto& [name, at] : offsets(layout.stage[size_t(rank)]))
-    std::memcpy(mine.data() + size_t(at.first) * e, whole.data() + size_t(from.at(name).first) * e, size_t(at.second) * e);
+  char* dst = mine.data();
+  for (const ParameterSpec& s : layout.shard_of(pipeline_rank, tensor_rank)) {
+    const char* src = whole.data() + size_t(from.at(s.name).first) * e;
+    for_each_run(s, [&](int64_t i, int64_t g, int64_t n) {
+      std::memcpy(dst + size_t(i) * e, src + size_t(g) * e, size_t(n) * e);
+    });
+    dst += size_t(s.shape.numel()) * e;
+  }
   copy(rt, t, Tensor(mine.data(), t.dtype, Device::CPU(), t.shape));
   rt.synchronize();
 }

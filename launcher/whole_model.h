@@ -1,7 +1,7 @@
 // The whole model's flat layout (one rank's parameter order: wte, wpe, h.0 ... h.L-1, lnf) and
-// moving pipeline stages' flat tensors (parameters, master weights, Adam moments) to and from it.
-// Checkpoints and weight exports are written in this layout, so they do not depend on the
-// pipeline size: a run can resume with another one.
+// moving the flat tensors (parameters, master weights, Adam moments) of pipeline stages and of
+// their tensor-parallel shards to and from it. Checkpoints and weight exports are written in this
+// layout, so they do not depend on the pipeline size: a run can resume with another one.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -15,24 +15,33 @@
 namespace trellis {
 
 struct WholeModelLayout {
-  // p pipeline ranks with v chunks each (p = 1: the whole model on one rank).
-  WholeModelLayout(const GPTConfig& cfg, int p, int v);
+  // p pipeline ranks with v chunks each, each stage split over t tensor ranks (p = t = 1: the
+  // whole model on one rank).
+  WholeModelLayout(const GPTConfig& cfg, int p, int v, int t = 1);
 
   std::vector<ParameterSpec> whole;               // the whole model's parameters, in buffer order
-  std::vector<std::vector<ParameterSpec>> stage;  // each pipeline rank's parameters, in buffer order
+  std::vector<std::vector<ParameterSpec>> stage;  // each pipeline rank's parameters (whole tensors), in buffer order
+  std::vector<std::vector<ParameterSpec>> shard;  // [pipeline rank * t + tensor rank]: its shards, in buffer order
   int64_t whole_numel() const;
   int64_t stage_numel(int rank) const;
+  int64_t shard_numel(int pipeline_rank, int tensor_rank) const;
+  const std::vector<ParameterSpec>& shard_of(int pipeline_rank, int tensor_rank) const;
   int pipeline() const { return int(stage.size()); }
+  int tensor() const { return int(shard.size() / stage.size()); }
 };
 
-// Pipeline rank 0 gets the whole-model host copy (bytes, in t's dtype) of the flat tensors `t` of
-// every rank of `pipeline`; every other rank sends its `t` and gets an empty vector. The token
-// embedding is taken from the first stage (the last one holds an identical copy). Collective over
-// `pipeline` (which may be null when there is one stage).
-std::vector<char> gather_whole(Runtime& rt, Communicator* pipeline, const WholeModelLayout& layout, const Tensor& t);
+// Pipeline rank 0 of tensor rank 0 gets the whole-model host copy (bytes, in t's dtype) of the
+// flat tensors `t` of every rank of `tensor` x `pipeline`; every other rank sends its `t` and gets
+// an empty vector. Each stage is first assembled on its tensor rank 0 from the shards (replicated
+// parameters from that rank), then the stages on pipeline rank 0; the token embedding is taken
+// from the first stage (the last one holds an identical copy). Collective over `tensor`, then over
+// the `pipeline` group of tensor rank 0 (either may be null when of size 1).
+std::vector<char> gather_whole(Runtime& rt, Communicator* tensor, Communicator* pipeline, const WholeModelLayout& layout,
+                               const Tensor& t);
 
-// Fills this pipeline rank's flat tensor `t` from a whole-model host copy (bytes in t's dtype).
-void scatter_whole(Runtime& rt, const WholeModelLayout& layout, int rank, const std::vector<char>& whole,
-                   const Tensor& t);
+// Fills the flat tensor `t` of (pipeline rank, tensor rank) from a whole-model host copy (bytes in
+// t's dtype): each shard is the matching slice of the whole tensor.
+void scatter_whole(Runtime& rt, const WholeModelLayout& layout, int pipeline_rank, int tensor_rank,
+                   const std::vector<char>& whole, const Tensor& t);
 
 }  // namespace trellis

@@ -6,6 +6,7 @@
 
 #include "core/nvtx.h"
 #include "core/ops.h"
+#include "parallel/tensor/mappings.h"
 
 namespace trellis {
 
@@ -48,14 +49,27 @@ std::vector<LayerRange> GPT::pipeline_partition(const GPTConfig& cfg, int chunks
   return partition_layers(std::vector<int64_t>(size_t(cfg.n_layers), s.block), chunks, s.embedding, s.head);
 }
 
-std::vector<ParameterSpec> GPT::parameter_specs(const GPTConfig& cfg, const GPTPart& part) {
+void GPT::check_tensor_parallel(const GPTConfig& cfg, int tensor) {
+  TransformerBlock::check_tensor_parallel(cfg, tensor);
+  if (cfg.padded_vocab() % tensor != 0)
+    throw UserError("tensor parallelism splits the vocabulary: model.vocab_size = " + std::to_string(cfg.vocab_size) +
+                    ", padded to " + std::to_string(cfg.padded_vocab()) + " (a multiple of " +
+                    std::to_string(kVocabPadMultiple) + "), must be divisible by parallel.tensor = " +
+                    std::to_string(tensor));
+}
+
+std::vector<ParameterSpec> GPT::parameter_specs(const GPTConfig& cfg, const GPTPart& part,
+                                                const TensorParallelContext& tp) {
   const int64_t C = cfg.d_model;
+  if (tp.active()) check_tensor_parallel(cfg, tp.size);
   std::vector<ParameterSpec> specs;
-  // The head reads the token embedding too (tied), so the last stage holds a copy.
-  if (part.embedding || part.head) specs.push_back({"wte", {cfg.padded_vocab(), C}, Init::normal, 0.02f, true});
+  // The head reads the token embedding too (tied), so the last stage holds a copy (of the same
+  // vocabulary shard).
+  const ParameterSpec wte{"wte", {cfg.padded_vocab(), C}, Init::normal, 0.02f, true};
+  if (part.embedding || part.head) specs.push_back(tp.active() ? shard_spec(wte, 0, tp.size, tp.rank) : wte);
   if (part.embedding) specs.push_back({"wpe", {cfg.seq_len, C}, Init::normal, 0.01f, true});
   for (const LayerRange& r : part.chunks)
-    for (int l = r.first; l < r.second; ++l) TransformerBlock::append_specs(cfg, l, specs);
+    for (int l = r.first; l < r.second; ++l) TransformerBlock::append_specs(cfg, l, specs, tp);
   if (part.head) {
     specs.push_back({"lnf.w", {C}, Init::ones, 0, false});
     specs.push_back({"lnf.b", {C}, Init::zeros, 0, false});
@@ -63,22 +77,29 @@ std::vector<ParameterSpec> GPT::parameter_specs(const GPTConfig& cfg, const GPTP
   return specs;
 }
 
-ActivationBytes GPT::activation_bytes(const GPTConfig& cfg, const GPTPart& part, int64_t B, int64_t T) {
-  const size_t e = dtype_size(cfg.dtype), btc = aligned(size_t(B * T * cfg.d_model) * e);
-  const size_t bt4 = aligned(size_t(B * T) * 4);
+ActivationBytes GPT::activation_bytes(const GPTConfig& cfg, const GPTPart& part, int64_t B, int64_t T,
+                                      const TensorParallelContext& tp) {
+  // rows: this rank's token rows (all of them unless sequence parallel); full: one (B*T, C) tensor.
+  const int64_t N = B * T, rows = tp.sharded_tokens() ? token_shard_rows(N, tp.size) : N;
+  const size_t e = dtype_size(cfg.dtype), btc = aligned(size_t(rows * cfg.d_model) * e);
+  const size_t full = tp.sharded_tokens() ? aligned(size_t(N * cfg.d_model) * e) : 0;
+  const size_t bt4 = aligned(size_t(N) * 4), rows4 = aligned(size_t(rows) * 4);
   ActivationBytes a;
   for (size_t c = 0; c < part.chunks.size(); ++c) {
     const size_t layers = size_t(part.chunks[c].second - part.chunks[c].first);
     // Chunk input, the blocks' outputs and kept tensors; tokens (embedding); final LayerNorm
     // output and statistics (head).
-    size_t kept = btc * (layers + 1) + TransformerBlock::kept_bytes(cfg, B, T) * layers;
+    size_t kept = btc * (layers + 1) + TransformerBlock::kept_bytes(cfg, B, T, tp) * layers;
     if (part.has_embedding(int(c))) kept += bt4;
-    if (part.has_head(int(c))) kept += btc + 2 * bt4;
+    if (part.has_head(int(c))) kept += btc + 2 * rows4;
     a.kept = std::max(a.kept, kept);
   }
-  const int64_t chunk = std::min<int64_t>(kHeadChunkRows, B * T);
-  const size_t head = aligned(size_t(chunk * cfg.padded_vocab()) * e) + aligned(size_t(chunk) * 4) * 2;
-  a.work = std::max(TransformerBlock::work_bytes(cfg, B, T), part.head ? head : size_t(0)) + btc;  // + dropout copy
+  // The head: logits of one row chunk (this rank's vocabulary columns), losses, the
+  // cross-entropy's row statistics, and with sequence parallelism the gathered LayerNorm output.
+  const int64_t chunk = std::min<int64_t>(kHeadChunkRows, N);
+  const size_t head = aligned(size_t(chunk * (cfg.padded_vocab() / tp.size)) * e) + aligned(size_t(chunk) * 4) * 4 + full;
+  // + the embedding's dropout copy and, with sequence parallelism, its full (B*T, C) sum.
+  a.work = std::max(TransformerBlock::work_bytes(cfg, B, T, tp), part.head ? head : size_t(0)) + btc + full;
   return a;
 }
 
@@ -86,14 +107,16 @@ ActivationBytes GPT::activation_bytes(const GPTConfig& cfg, int64_t B, int64_t T
   return activation_bytes(cfg, GPTPart::whole(cfg), B, T);
 }
 
-GPT::GPT(Runtime& rt, const GPTConfig& cfg, int64_t micro_batch, const GPTPart& part, int slots)
-    : rt_(rt), cfg_(cfg), micro_batch_(micro_batch), part_(part), params_(rt, parameter_specs(cfg, part), cfg.dtype) {
+GPT::GPT(Runtime& rt, const GPTConfig& cfg, int64_t micro_batch, const GPTPart& part, int slots,
+         const TensorParallelContext& tp)
+    : rt_(rt), cfg_(cfg), micro_batch_(micro_batch), part_(part), tp_(tp),
+      params_(rt, parameter_specs(cfg, part, tp), cfg.dtype) {
   TRELLIS_CHECK(!part.chunks.empty() && slots >= 1, "GPT: no chunk or no slot");
   for (const LayerRange& r : part.chunks) {
     TRELLIS_CHECK(r.first < r.second && r.second <= cfg.n_layers, "GPT: bad layer range");
     chunk_begin_.push_back(blocks_.size());
     for (int l = r.first; l < r.second; ++l) {
-      blocks_.emplace_back(cfg_, l, block_params(params_, l));
+      blocks_.emplace_back(cfg_, l, block_params(params_, l), tp_);
       block_ranges_.push_back(range_of("h." + std::to_string(l) + "."));
     }
   }
@@ -101,7 +124,7 @@ GPT::GPT(Runtime& rt, const GPTConfig& cfg, int64_t micro_batch, const GPTPart& 
   if (part.head) lnf_range_ = range_of("lnf.");
   if (part.embedding || part.head) wte_range_ = range_of("wte");
   if (part.embedding) wpe_range_ = range_of("wpe");
-  const ActivationBytes a = activation_bytes(cfg, part, micro_batch, cfg.seq_len);
+  const ActivationBytes a = activation_bytes(cfg, part, micro_batch, cfg.seq_len, tp_);
   slots_.resize(size_t(slots));
   for (Slot& s : slots_) s.acts = Arena(rt.allocator(), a.kept, "activations (kept for backward)");
   work_ = Arena(rt.allocator(), a.work, "activation workspace");
@@ -113,14 +136,26 @@ size_t GPT::activation_peak() const {
   return sum;
 }
 
-DropoutKey GPT::embedding_dropout_key(const StepContext& ctx, int64_t T) const {
+int64_t GPT::rows_of(int64_t B, int64_t T) const {
+  return tp_.sharded_tokens() ? token_shard_rows(B * T, tp_.size) : B * T;
+}
+
+int64_t GPT::vocab_begin() const { return tp_.rank * (cfg_.padded_vocab() / tp_.size); }
+
+// Keyed by global token row, as the blocks' masks: with sequence parallelism this rank's rows
+// start at rank * rows.
+DropoutKey GPT::embedding_dropout_key(const StepContext& ctx, int64_t rows) const {
   DropoutKey k;
   k.seed = ctx.seed;
   k.stream = uint64_t(ctx.step) << 24;  // layer slot 0: the embedding
-  k.seq_local = T;
-  k.seq_global = T;
-  k.seq_offset = ctx.sample_offset * T;
+  k.seq_local = ctx.seq_len;
+  k.seq_global = ctx.seq_len;
+  k.seq_offset = ctx.sample_offset * ctx.seq_len + (tp_.sharded_tokens() ? tp_.rank * rows : 0);
   return k;
+}
+
+Shape GPT::activation_shape(int64_t B, int64_t T) const {
+  return tp_.sharded_tokens() ? Shape{rows_of(B, T), cfg_.d_model} : Shape{B, T, cfg_.d_model};
 }
 
 int GPT::acquire_slot(int chunk, int64_t B, int64_t T) {
@@ -135,8 +170,10 @@ int GPT::acquire_slot(int chunk, int64_t B, int64_t T) {
     s.acts.reset();
     s.blocks.assign(chunk_begin_[size_t(chunk) + 1] - chunk_begin_[size_t(chunk)], BlockSaved{});
     s.tokens = part_.has_embedding(chunk) ? s.acts.take(DType::i32, {B, T}) : Tensor();
-    s.input = s.acts.take(cfg_.dtype, {B, T, cfg_.d_model});
+    s.input = s.acts.take(cfg_.dtype, activation_shape(B, T));
     s.out = s.lnf = s.lnf_mean = s.lnf_rstd = Tensor();
+    s.B = B;
+    s.T = T;
     return int(i);
   }
   TRELLIS_FATAL("GPT: all " + std::to_string(slots_.size()) + " activation slots are in use");
@@ -150,57 +187,107 @@ Tensor GPT::forward_chunk(int slot, const StepContext& ctx, const Tensor& tokens
                           const Tensor& loss_sum, bool backward) {
   Slot& s = slots_.at(size_t(slot));
   TRELLIS_CHECK(s.chunk >= 0, "forward_chunk on a free slot");
-  const int64_t B = s.input.size(0), T = s.input.size(1), C = cfg_.d_model;
+  const int64_t B = s.B, T = s.T, C = cfg_.d_model, rows = rows_of(B, T);
   const DType dt = cfg_.dtype;
   s.ctx = ctx;
+  s.ctx.seq_len = T;  // the blocks' token shards do not show it
   work_.reset();
   Tensor x = s.input;
   if (part_.has_embedding(s.chunk)) {
     NvtxRange r("embedding_forward");
     TRELLIS_CHECK(tokens.size(0) == B && tokens.size(1) == T, "tokens do not match the slot's micro-batch");
     copy(rt_, s.tokens, tokens);
-    embedding_forward(rt_, x, s.tokens, params_.get("wte").value, params_.get("wpe").value);
-    if (ctx.training && cfg_.dropout > 0.0f) dropout_forward(rt_, x, x, cfg_.dropout, embedding_dropout_key(ctx, T));
+    embed(s.tokens, x);
+    if (ctx.training && cfg_.dropout > 0.0f)
+      dropout_forward(rt_, x, x, cfg_.dropout, embedding_dropout_key(s.ctx, rows));
   }
   const size_t first = chunk_begin_[size_t(s.chunk)];
   for (size_t i = 0; i < s.blocks.size(); ++i) {
-    Tensor y = s.acts.take(dt, {B, T, C});
-    blocks_[first + i].forward(rt_, ctx, x, y, s.blocks[i], s.acts, work_);
+    Tensor y = s.acts.take(dt, activation_shape(B, T));
+    blocks_[first + i].forward(rt_, s.ctx, x, y, s.blocks[i], s.acts, work_);
     work_.reset();
     x = y;
   }
   s.out = x;
   if (!part_.has_head(s.chunk)) return s.out;
-  s.lnf = s.acts.take(dt, {B * T, C});
-  s.lnf_mean = s.acts.take(DType::f32, {B * T});
-  s.lnf_rstd = s.acts.take(DType::f32, {B * T});
+  s.lnf = s.acts.take(dt, {rows, C});
+  s.lnf_mean = s.acts.take(DType::f32, {rows});
+  s.lnf_rstd = s.acts.take(DType::f32, {rows});
   layernorm_forward(rt_, s.lnf, s.lnf_mean, s.lnf_rstd, x, params_.get("lnf.w").value, params_.get("lnf.b").value);
-  head(s, targets, dloss, loss_sum, backward);
+  // The head needs every token row: with sequence parallelism the shards are gathered, and this
+  // rank's part of dL/d(lnf) is reduce-scattered back (the shards' sum); without, the parts are
+  // summed over the tensor group (copy_to_tensor_region's backward).
+  Tensor full = s.lnf;
+  if (tp_.sharded_tokens()) {
+    full = work_.take(dt, {B * T, C});
+    gather_from_token_shards_forward(*tp_.group, full, s.lnf).wait();
+  }
+  head(full, targets, dloss, loss_sum, backward);
+  if (backward && tp_.sharded_tokens()) gather_from_token_shards_backward(*tp_.group, s.lnf, full).wait();
+  else if (backward && tp_.active()) copy_to_tensor_region_backward(*tp_.group, s.lnf).wait();
+  work_.reset();
   return Tensor();
 }
 
-void GPT::head(Slot& s, const Tensor& targets, float dloss, const Tensor& loss_sum, bool backward) {
-  NvtxRange r(backward ? "head_forward_backward" : "head_forward");
-  const int64_t N = s.lnf.size(0), C = cfg_.d_model, Vp = cfg_.padded_vocab();
+void GPT::embed(const Tensor& tokens, const Tensor& x) {
   const Parameter& wte = params_.get("wte");
+  // Each rank looks up the tokens of its vocabulary shard (zeros for the others); the positions
+  // are added on tensor rank 0 only, so the sum over the group holds them once.
+  const Tensor wpe = tp_.rank == 0 ? params_.get("wpe").value : Tensor();
+  const int64_t Vp = cfg_.padded_vocab();
+  if (!tp_.active()) {
+    embedding_forward(rt_, x, tokens, wte.value, wpe);
+  } else if (!tp_.sharded_tokens()) {
+    embedding_forward(rt_, x, tokens, wte.value, wpe, vocab_begin(), Vp);
+    reduce_from_tensor_region_forward(*tp_.group, x).wait();
+  } else {
+    Tensor full = work_.take(cfg_.dtype, {tokens.size(0), tokens.size(1), cfg_.d_model});
+    embedding_forward(rt_, full, tokens, wte.value, wpe, vocab_begin(), Vp);
+    reduce_scatter_to_token_shards_forward(*tp_.group, x, full).wait();
+  }
+}
+
+void GPT::cross_entropy(const Tensor& losses, const Tensor& logits, const Tensor& targets, const Tensor& stats,
+                        float dloss, bool backward) {
+  const int64_t V = cfg_.vocab_size;
+  if (!tp_.active()) {
+    if (backward) softmax_cross_entropy_backward(rt_, logits, losses, logits, targets, V, dloss);  // in place
+    else softmax_cross_entropy_forward(rt_, losses, logits, targets, V);
+    return;
+  }
+  // Vocabulary-parallel: the global row max, then the global sums of exp and the target's logit
+  // (one all-reduce for both); the losses come out the same on every rank.
+  const int64_t n = logits.size(0), begin = vocab_begin();
+  const Tensor row_max = stats.slice(0, {n}), sums = stats.slice(n, {2 * n});
+  const Tensor row_sum = sums.slice(0, {n}), target_logit = sums.slice(n, {n});
+  vocab_parallel_xent_max(rt_, row_max, logits, V, begin);
+  tp_.group->all_reduce(row_max, ReduceOp::max);
+  vocab_parallel_xent_sum_exp(rt_, row_sum, target_logit, logits, targets, row_max, V, begin);
+  tp_.group->all_reduce(sums);
+  vocab_parallel_xent_loss_and_grad(rt_, losses, backward ? logits : Tensor(), logits, targets, row_max, row_sum,
+                                    target_logit, V, begin, dloss);
+}
+
+void GPT::head(const Tensor& lnf, const Tensor& targets, float dloss, const Tensor& loss_sum, bool backward) {
+  NvtxRange r(backward ? "head_forward_backward" : "head_forward");
+  const Parameter& wte = params_.get("wte");
+  const int64_t N = lnf.size(0), C = cfg_.d_model, Vl = wte.value.size(0);  // Vl: this rank's vocabulary columns
   const int64_t chunk = std::min<int64_t>(kHeadChunkRows, N);
-  work_.reset();
-  Tensor logits_buf = work_.take(cfg_.dtype, {chunk, Vp});
+  Tensor logits_buf = work_.take(cfg_.dtype, {chunk, Vl});
   Tensor losses_buf = work_.take(DType::f32, {chunk});
+  Tensor stats_buf = work_.take(DType::f32, {3 * chunk});
   Tensor flat_targets = targets.view({N});
   for (int64_t r0 = 0; r0 < N; r0 += chunk) {
     const int64_t rows = std::min(chunk, N - r0);
-    Tensor x = s.lnf.slice(r0 * C, {rows, C});
-    Tensor logits = logits_buf.slice(0, {rows, Vp});
+    Tensor x = lnf.slice(r0 * C, {rows, C});
+    Tensor logits = logits_buf.slice(0, {rows, Vl});
     Tensor losses = losses_buf.slice(0, {rows});
     Tensor tgt = flat_targets.slice(r0, {rows});
     MatmulOptions o;
     o.trans_b = true;
     matmul(rt_, logits, x, wte.value, o);
-    if (!backward) {
-      softmax_cross_entropy_forward(rt_, losses, logits, tgt, cfg_.vocab_size);
-    } else {
-      softmax_cross_entropy_backward(rt_, logits, losses, logits, tgt, cfg_.vocab_size, dloss);  // in place
+    cross_entropy(losses, logits, tgt, stats_buf.slice(0, {3 * rows}), dloss, backward);
+    if (backward) {
       MatmulOptions acc;
       acc.trans_a = true;
       acc.accumulate = true;
@@ -209,7 +296,6 @@ void GPT::head(Slot& s, const Tensor& targets, float dloss, const Tensor& loss_s
     }
     sum_accumulate(rt_, loss_sum, losses);
   }
-  work_.reset();
 }
 
 std::pair<int64_t, int64_t> GPT::range_of(const std::string& prefix) const {
@@ -223,15 +309,16 @@ std::pair<int64_t, int64_t> GPT::range_of(const std::string& prefix) const {
   return {begin, end};
 }
 
-void GPT::backward_chunk(int slot, const Tensor& dres, const GradsReady& grads_ready) {
+void GPT::backward_chunk(int slot, const Tensor& dres_in, const GradsReady& grads_ready) {
   Slot& s = slots_.at(size_t(slot));
   TRELLIS_CHECK(s.chunk >= 0, "backward_chunk on a free slot");
   auto ready = [&](const std::pair<int64_t, int64_t>& r) {
     if (grads_ready) grads_ready(r.first, r.second);
   };
   const StepContext& ctx = s.ctx;
-  const int64_t B = s.input.size(0), T = s.input.size(1), C = cfg_.d_model;
-  TRELLIS_CHECK(dres.numel() == B * T * C, "residual gradient does not match the slot's micro-batch");
+  const int64_t B = s.B, T = s.T, C = cfg_.d_model, rows = rows_of(B, T);
+  TRELLIS_CHECK(dres_in.numel() == rows * C, "residual gradient does not match the slot's micro-batch");
+  const Tensor dres = dres_in.view(activation_shape(B, T));
   if (part_.has_head(s.chunk)) {
     fill(rt_, dres, 0.0f);
     layernorm_backward(rt_, dres, params_.get("lnf.w").grad, params_.get("lnf.b").grad, s.lnf, s.out,
@@ -249,10 +336,17 @@ void GPT::backward_chunk(int slot, const Tensor& dres, const GradsReady& grads_r
     NvtxRange r("embedding_backward");
     Tensor demb = dres;
     if (ctx.training && cfg_.dropout > 0.0f) {
-      demb = work_.take(cfg_.dtype, {B, T, C});
-      dropout_backward(rt_, demb, dres, cfg_.dropout, embedding_dropout_key(ctx, T));
+      demb = work_.take(cfg_.dtype, dres.shape);
+      dropout_backward(rt_, demb, dres, cfg_.dropout, embedding_dropout_key(ctx, rows));
     }
-    embedding_backward(rt_, params_.get("wte").grad, params_.get("wpe").grad, demb, s.tokens);
+    if (tp_.sharded_tokens()) {  // every rank's lookups need the gradient of every token row
+      Tensor dfull = work_.take(cfg_.dtype, {B, T, C});
+      reduce_scatter_to_token_shards_backward(*tp_.group, dfull, demb).wait();
+      demb = dfull;
+    }
+    // wpe's gradient is the same on every rank (from the full gradient), so it needs no reduction.
+    embedding_backward(rt_, params_.get("wte").grad, params_.get("wpe").grad, demb, s.tokens, vocab_begin(),
+                       cfg_.padded_vocab());
     ready(wte_range_);
     ready(wpe_range_);
   } else if (part_.has_head(s.chunk)) {
@@ -264,12 +358,13 @@ void GPT::backward_chunk(int slot, const Tensor& dres, const GradsReady& grads_r
 void GPT::forward_backward(const StepContext& ctx, const Tensor& tokens, const Tensor& targets, float dloss,
                            const Tensor& loss_sum, const GradsReady& grads_ready) {
   TRELLIS_CHECK(part_.chunks.size() == 1 && part_.embedding && part_.head, "forward_backward needs the whole model");
-  const int64_t B = tokens.size(0), T = tokens.size(1), C = cfg_.d_model;
+  const int64_t B = tokens.size(0), T = tokens.size(1);
   const int slot = acquire_slot(0, B, T);
   forward_chunk(slot, ctx, tokens, targets, dloss, loss_sum, true);
-  const size_t bytes = size_t(micro_batch_ * cfg_.seq_len * C) * dtype_size(cfg_.dtype);
+  const Shape shape = activation_shape(B, T);
+  const size_t bytes = size_t(shape.numel()) * dtype_size(cfg_.dtype);
   if (dres_buf_.bytes() < bytes) dres_buf_ = Buffer(rt_.allocator(), bytes, "residual gradient");
-  backward_chunk(slot, dres_buf_.tensor(cfg_.dtype, {B, T, C}), grads_ready);
+  backward_chunk(slot, dres_buf_.tensor(cfg_.dtype, shape), grads_ready);
 }
 
 void GPT::forward_loss(const StepContext& ctx, const Tensor& tokens, const Tensor& targets, const Tensor& loss_sum) {
@@ -279,11 +374,35 @@ void GPT::forward_loss(const StepContext& ctx, const Tensor& tokens, const Tenso
   release_slot(slot);
 }
 
-Tensor GPT::grads_counted_once() const {
+std::vector<Tensor> GPT::grads_counted_once() const {
   const Tensor all = params_.flat_grads();
-  if (part_.embedding || !part_.head) return all;
-  // wte comes first in this part's buffer (parameter_specs), so the rest is contiguous.
-  return all.slice(wte_range_.second, {all.numel() - wte_range_.second});
+  std::vector<Tensor> runs;  // maximal runs of consecutive counted parameters
+  int64_t begin = 0, end = 0;
+  auto flush = [&] {
+    if (end > begin) runs.push_back(all.slice(begin, {end - begin}));
+  };
+  for (const Parameter& p : params_.all()) {
+    const bool head_copy = p.spec.name == "wte" && !part_.embedding;
+    if (head_copy || (tp_.rank != 0 && p.spec.split.replicated())) continue;
+    if (p.offset != end) {
+      flush();
+      begin = p.offset;
+    }
+    end = p.offset + p.spec.shape.numel();
+  }
+  flush();
+  return runs;
+}
+
+std::vector<Tensor> GPT::tensor_partial_grads() const {
+  std::vector<Tensor> out;
+  for (const TransformerBlock& b : blocks_)
+    for (const Parameter* p : b.tensor_partial_grads()) out.push_back(p->grad);
+  if (part_.head && tp_.sharded_tokens()) {  // the final LayerNorm runs on token shards too
+    out.push_back(params_.get("lnf.w").grad);
+    out.push_back(params_.get("lnf.b").grad);
+  }
+  return out;
 }
 
 Tensor GPT::tied_embedding_grad() const {

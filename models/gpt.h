@@ -4,6 +4,14 @@
 // more chunks of consecutive blocks, the first possibly starting with the embedding and the last
 // possibly ending with the head. Parameter names keep global layer indices ("h.7.attn.qkv.w"), so
 // initialization, dropout masks and checkpoints do not depend on the split.
+//
+// Under tensor parallelism (a TensorParallelContext) the blocks are split as transformer_block.h
+// says, and the token embedding wte (Vp, C) by rows: rank r holds the vocabulary shard
+// [r*Vp/t, (r+1)*Vp/t). The embedding sums the shards' lookups over the tensor group (all-reduce,
+// or reduce-scatter into token shards with sequence parallelism); the tied head computes the
+// logits of its own vocabulary shard only and the vocabulary-parallel cross-entropy, so the full
+// logits never exist on any rank. With sequence parallelism the activations between the
+// embedding and the head, the final LayerNorm included, are this rank's token rows.
 #pragma once
 #include <functional>
 #include <memory>
@@ -41,17 +49,25 @@ class GPT {
  public:
   // Builds the parameter store of `part` and activation memory for `slots` micro-batch chunks in
   // flight (the pipeline schedule's peak; 1 without pipelining), each of (micro_batch, seq_len).
-  GPT(Runtime& rt, const GPTConfig& cfg, int64_t micro_batch, const GPTPart& part, int slots = 1);
+  // `tp`: this rank's place in the tensor group (default: none).
+  GPT(Runtime& rt, const GPTConfig& cfg, int64_t micro_batch, const GPTPart& part, int slots = 1,
+      const TensorParallelContext& tp = {});
   GPT(Runtime& rt, const GPTConfig& cfg, int64_t micro_batch) : GPT(rt, cfg, micro_batch, GPTPart::whole(cfg)) {}
 
-  static std::vector<ParameterSpec> parameter_specs(const GPTConfig& cfg, const GPTPart& part);
+  // This rank's parameters: the shards of tensor rank tp.rank of tp.size (only those two are used).
+  static std::vector<ParameterSpec> parameter_specs(const GPTConfig& cfg, const GPTPart& part,
+                                                    const TensorParallelContext& tp = {});
+  // UserError unless a tensor group of `tensor` ranks can split the model (heads, d_ffn, the padded
+  // vocabulary).
+  static void check_tensor_parallel(const GPTConfig& cfg, int tensor);
   static std::vector<ParameterSpec> parameter_specs(const GPTConfig& cfg) {
     return parameter_specs(cfg, GPTPart::whole(cfg));
   }
   // Whole model: kept activations of one micro-batch and the workspace.
   static ActivationBytes activation_bytes(const GPTConfig& cfg, int64_t B, int64_t T);
-  // `part`: kept activations of one slot (its largest chunk) and the workspace.
-  static ActivationBytes activation_bytes(const GPTConfig& cfg, const GPTPart& part, int64_t B, int64_t T);
+  // `part`: kept activations of one slot (its largest chunk) and the workspace, on one rank of `tp`.
+  static ActivationBytes activation_bytes(const GPTConfig& cfg, const GPTPart& part, int64_t B, int64_t T,
+                                          const TensorParallelContext& tp = {});
   // Blocks over `chunks` virtual stages, balanced by compute cost (stage_costs, partition_layers).
   static std::vector<LayerRange> pipeline_partition(const GPTConfig& cfg, int chunks);
   // Cost model of the partition, in FLOPs per token of forward + backward (backward = 2 forward):
@@ -86,7 +102,8 @@ class GPT {
   // Takes a free slot for `chunk` and micro-batches of (B, T) (default: the full size); fatal when
   // every slot is in use.
   int acquire_slot(int chunk, int64_t B = -1, int64_t T = -1);
-  // Where the slot's input activation (B, T, C) goes, for a chunk without the embedding.
+  // Where the slot's input activation (B, T, C) goes, for a chunk without the embedding (with
+  // sequence parallelism: this rank's (B*T/t, C) token rows).
   Tensor slot_input(int slot) const;
   // Forward of the slot's chunk with the micro-batch of `ctx`. A chunk with the embedding reads
   // `tokens` (kept in the slot for backward); a chunk with the head reads `targets`, adds
@@ -100,9 +117,14 @@ class GPT {
   void backward_chunk(int slot, const Tensor& dres, const GradsReady& grads_ready = nullptr);
   void release_slot(int slot);
 
-  // The gradients that the global gradient norm counts on this rank: all of them, except the
-  // token embedding on a rank that holds it only for the head (the first stage counts it).
-  Tensor grads_counted_once() const;
+  // The gradients that the global gradient norm counts on this rank, as runs of the flat buffer:
+  // all of them, except the token embedding on a rank that holds it only for the head (the first
+  // stage counts it) and, on tensor ranks other than 0, the replicated parameters (rank 0 counts
+  // them), so summing the squares over the tensor and pipeline groups counts each element once.
+  std::vector<Tensor> grads_counted_once() const;
+  // Gradients that are partial sums over the tensor group after backward (sequence parallelism:
+  // the LayerNorms, applied to token shards); the trainer all-reduces them once per step.
+  std::vector<Tensor> tensor_partial_grads() const;
   // The token embedding's gradient when this rank holds it, else an undefined tensor.
   Tensor tied_embedding_grad() const;
 
@@ -119,11 +141,22 @@ class GPT {
     Tensor tokens;                   // chunk with the embedding: the micro-batch's tokens
     Tensor out;                      // the last block's output
     Tensor lnf, lnf_mean, lnf_rstd;  // chunk with the head; lnf becomes dL/dlnf in place
+    int64_t B = 0, T = 0;            // the micro-batch's shape
   };
-  // Head over row chunks of s.lnf: logits, loss (and, if backward, dlogits -> dwte, and dlnf
-  // written over lnf).
-  void head(Slot& s, const Tensor& targets, float dloss, const Tensor& loss_sum, bool backward);
-  DropoutKey embedding_dropout_key(const StepContext& ctx, int64_t T) const;
+  // Head over row chunks of x, the full (B*T, C) final LayerNorm output: logits of this rank's
+  // vocabulary shard, loss (and, if backward, dlogits -> dwte, and this rank's part of dL/dx
+  // written over x, to be summed over the tensor group by the caller).
+  void head(const Tensor& x, const Tensor& targets, float dloss, const Tensor& loss_sum, bool backward);
+  // The cross-entropy of one row chunk of logits (this rank's vocabulary columns); dlogits
+  // written over the logits if backward. stats: f32 (3 * rows) scratch for the row statistics.
+  void cross_entropy(const Tensor& losses, const Tensor& logits, const Tensor& targets, const Tensor& stats,
+                     float dloss, bool backward);
+  // x (the slot's input) = the embeddings of `tokens`, summed over the vocabulary shards.
+  void embed(const Tensor& tokens, const Tensor& x);
+  int64_t rows_of(int64_t B, int64_t T) const;      // this rank's token rows of a (B, T) micro-batch
+  Shape activation_shape(int64_t B, int64_t T) const;  // (B, T, C), or (rows, C) for token shards
+  int64_t vocab_begin() const;                     // the first row of this rank's wte shard
+  DropoutKey embedding_dropout_key(const StepContext& ctx, int64_t rows) const;
   // [begin, end) of the parameters whose names start with `prefix` (contiguous by construction).
   std::pair<int64_t, int64_t> range_of(const std::string& prefix) const;
 
@@ -131,6 +164,7 @@ class GPT {
   GPTConfig cfg_;
   int64_t micro_batch_;
   GPTPart part_;
+  TensorParallelContext tp_;
   ParameterStore params_;
   std::vector<TransformerBlock> blocks_;  // every block of every chunk, in chunk order
   std::vector<size_t> chunk_begin_;       // index into blocks_ of each chunk's first block

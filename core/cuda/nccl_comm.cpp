@@ -110,6 +110,19 @@ void* nccl_send_recv(NcclComm* c, const Tensor* send, int dst, const Tensor* rec
   });
 }
 
+void* nccl_batch_p2p(NcclComm* c, std::span<const P2POp> ops) {
+  return run_on_comm_stream(c, [&](ncclComm_t comm, cudaStream_t s) {
+    NCCL_CHECK(ncclGroupStart());
+    for (const P2POp& op : ops) {
+      if (op.kind == P2POp::send)
+        NCCL_CHECK(ncclSend(op.tensor.data, size_t(op.tensor.numel()), nccl_type(op.tensor.dtype), op.peer, comm, s));
+      else
+        NCCL_CHECK(ncclRecv(op.tensor.data, size_t(op.tensor.numel()), nccl_type(op.tensor.dtype), op.peer, comm, s));
+    }
+    NCCL_CHECK(ncclGroupEnd());
+  });
+}
+
 void* nccl_all_to_allv(NcclComm* c, const Tensor& out, const Tensor& in, const int64_t* send_counts,
                        const int64_t* send_displs, const int64_t* recv_counts, const int64_t* recv_displs) {
   const size_t esize = dtype_size(in.dtype);

@@ -5,6 +5,7 @@
 #include <mpi.h>
 
 #include <cstdint>
+#include <span>
 
 #include "core/comm.h"
 
@@ -26,6 +27,8 @@ void* nccl_all_gather(NcclComm* c, const Tensor& out, const Tensor& in);
 void* nccl_broadcast(NcclComm* c, const Tensor& x, int root);
 // Either side may be null (a plain send or recv); both are posted in one NCCL group.
 void* nccl_send_recv(NcclComm* c, const Tensor* send, int dst, const Tensor* recv, int src);
+// Every op in one NCCL group, in the order given.
+void* nccl_batch_p2p(NcclComm* c, std::span<const P2POp> ops);
 // Counts and displacements in elements, `size` entries each (grouped sends and receives).
 void* nccl_all_to_allv(NcclComm* c, const Tensor& out, const Tensor& in, const int64_t* send_counts,
                        const int64_t* send_displs, const int64_t* recv_counts, const int64_t* recv_displs);

@@ -3,9 +3,11 @@
 #include "parallel/pipeline/engine.h"
 
 #include <algorithm>
+#include <utility>
 
 #include "core/error.h"
 #include "core/nvtx.h"
+#include "core/ops.h"
 #include "parallel/data/gradient_sync.h"
 
 namespace trellis {
@@ -18,6 +20,39 @@ PipelineEngine::PipelineEngine(Runtime& rt, Communicator& pipeline, int v, const
 }
 
 PipelineEngine::~PipelineEngine() { release_all_sends(); }
+
+namespace {
+
+bool is_comm(PipeOp op) {
+  return op == PipeOp::recv_forward || op == PipeOp::send_forward || op == PipeOp::recv_backward ||
+         op == PipeOp::send_backward;
+}
+
+}  // namespace
+
+StepPlan PipelineEngine::plan_for(const std::vector<Instruction>& list, int p, int r, int v) {
+  int forwards = 0;
+  for (const Instruction& in : list) forwards += in.op == PipeOp::forward;
+  const int m = v > 0 ? forwards / v : 0;
+  for (ScheduleKind kind : {ScheduleKind::one_f_one_b, ScheduleKind::interleaved, ScheduleKind::gpipe}) {
+    try {
+      auto all = build_schedule(kind, p, m, v);
+      if (all[size_t(r)] == list) return plan_communication(all, m, v)[size_t(r)];
+    } catch (const UserError&) {
+      // not a shape of this kind
+    }
+  }
+  // A list of no built-in schedule: one batch per run of consecutive transfers, in list order
+  // (not checked against deadlock on the GPU).
+  StepPlan plan;
+  for (const Instruction& in : list) {
+    if (is_comm(in.op) && !plan.empty() && is_comm(plan.back()[0].op))
+      plan.back().push_back(in);
+    else
+      plan.push_back({in});
+  }
+  return plan;
+}
 
 int PipelineEngine::peak_in_flight(const std::vector<Instruction>& list) {
   int now = 0, peak = 0;
@@ -55,76 +90,84 @@ void PipelineEngine::release_all_sends() {
 
 void PipelineEngine::run_step(const std::vector<Instruction>& list, StageModel& model,
                               const PipelineReduction& reduction) {
+  if (list != planned_list_) {
+    plan_ = plan_for(list, p_, r_, v_);
+    planned_list_ = list;
+  }
+  const StepPlan& plan = plan_;
   // The last backward of each chunk makes its gradients final for the step: the data-parallel
   // reduction of that chunk's buckets can start during it.
   std::vector<int> final_backward(size_t(v_), -1);
-  for (size_t i = 0; i < list.size(); ++i)
-    if (list[i].op == PipeOp::backward) final_backward[size_t(list[i].chunk)] = int(i);
-  int first_final = int(list.size());
+  for (size_t i = 0; i < plan.size(); ++i)
+    if (plan[i][0].op == PipeOp::backward) final_backward[size_t(plan[i][0].chunk)] = int(i);
+  int first_final = int(plan.size());
   for (int i : final_backward)
     if (i >= 0) first_final = std::min(first_final, i);
 
-  auto is_recv = [](PipeOp op) { return op == PipeOp::recv_forward || op == PipeOp::recv_backward; };
-  // Where a receive goes and from whom: a forward input into the model's saved state, a gradient
-  // into a buffer of ours.
-  auto recv_target = [&](const Instruction& r) -> std::pair<Tensor, int> {
-    if (r.op == PipeOp::recv_forward) return {model.input(r.micro_batch, r.chunk), prev_};
-    GradBuffer* g = acquire_grad();
-    grads_[key(r.micro_batch, r.chunk)] = g;
-    return {g->t, next_};
-  };
-  auto note_recv = [&](const Instruction& r, const Handle& h) {
-    (r.op == PipeOp::recv_forward ? recv_fwd_ : recv_bwd_)[key(r.micro_batch, r.chunk)] = h;
-  };
-
-  for (size_t i = 0; i < list.size(); ++i) {
-    const Instruction& in = list[i];
+  std::vector<P2POp> batch;
+  for (size_t i = 0; i < plan.size(); ++i) {
+    const Instruction& in = plan[i][0];
     const int k = in.micro_batch >= 0 ? key(in.micro_batch, in.chunk) : -1;
-    switch (in.op) {
-      case PipeOp::recv_forward:
-      case PipeOp::recv_backward: {
-        auto [t, peer] = recv_target(in);
-        note_recv(in, std::make_shared<CommHandle>(comm_.recv_async(t, peer)));
-        break;
+    if (is_comm(in.op)) {
+      // One batch: every transfer in it posted as one operation (one NCCL group on the GPU).
+      batch.clear();
+      for (const Instruction& c : plan[i]) {
+        const int ck = key(c.micro_batch, c.chunk);
+        switch (c.op) {
+          case PipeOp::recv_forward: {
+            // Into a buffer of ours, copied into the model's saved state at the forward: the plan
+            // may post this receive before an earlier backward has freed a saved state.
+            GradBuffer* g = acquire_grad();
+            inputs_[ck] = g;
+            batch.push_back({P2POp::recv, g->t, prev_});
+            break;
+          }
+          case PipeOp::recv_backward: {
+            GradBuffer* g = acquire_grad();
+            grads_[ck] = g;
+            batch.push_back({P2POp::recv, g->t, next_});
+            break;
+          }
+          case PipeOp::send_forward: {
+            auto it = outputs_.find(ck);
+            TRELLIS_CHECK(it != outputs_.end(), "send_forward before forward: " + to_string(c));
+            batch.push_back({P2POp::send, it->second, next_});
+            outputs_.erase(it);
+            break;
+          }
+          default: {  // send_backward
+            auto it = grads_.find(ck);
+            TRELLIS_CHECK(it != grads_.end(), "send_backward before backward: " + to_string(c));
+            batch.push_back({P2POp::send, it->second->t, prev_});
+            break;
+          }
+        }
       }
+      Handle h = std::make_shared<CommHandle>(comm_.batch_p2p_async(batch));
+      for (const Instruction& c : plan[i]) {
+        const int ck = key(c.micro_batch, c.chunk);
+        if (c.op == PipeOp::recv_forward) recv_fwd_[ck] = h;
+        if (c.op == PipeOp::recv_backward) recv_bwd_[ck] = h;
+        if (c.op == PipeOp::send_forward) send_fwd_[ck] = h;  // waited by this (mb, chunk)'s backward
+        if (c.op == PipeOp::send_backward) {
+          grads_.at(ck)->send = h;  // waited by release_all_sends
+          grads_.erase(ck);
+        }
+      }
+      continue;
+    }
+    switch (in.op) {
       case PipeOp::forward: {
         if (auto it = recv_fwd_.find(k); it != recv_fwd_.end()) {
           it->second->wait();
           recv_fwd_.erase(it);
+          GradBuffer* g = inputs_.at(k);
+          copy(rt_, model.input(in.micro_batch, in.chunk), g->t);
+          g->busy = false;  // a later receive into it is ordered after this copy (comm stream waits)
+          inputs_.erase(k);
         }
         Tensor out = model.forward(in.micro_batch, in.chunk, true);
         if (out.defined()) outputs_[k] = out;
-        break;
-      }
-      case PipeOp::send_forward:
-      case PipeOp::send_backward: {
-        const bool fwd = in.op == PipeOp::send_forward;
-        Tensor t;
-        if (fwd) {
-          auto it = outputs_.find(k);
-          TRELLIS_CHECK(it != outputs_.end(), "send_forward before forward: " + to_string(in));
-          t = it->second;
-          outputs_.erase(it);
-        } else {
-          auto it = grads_.find(k);
-          TRELLIS_CHECK(it != grads_.end(), "send_backward before backward: " + to_string(in));
-          t = it->second->t;
-        }
-        const int peer = fwd ? next_ : prev_;
-        Handle h;
-        if (!t.device.is_cpu() && i + 1 < list.size() && is_recv(list[i + 1].op)) {  // see run_step's comment
-          auto [rtarget, rpeer] = recv_target(list[i + 1]);
-          h = std::make_shared<CommHandle>(comm_.send_recv_async(t, peer, rtarget, rpeer));
-          note_recv(list[++i], h);
-        } else {
-          h = std::make_shared<CommHandle>(comm_.send_async(t, peer));
-        }
-        if (fwd) {
-          send_fwd_[k] = h;  // waited by this (mb, chunk)'s backward
-        } else {
-          grads_.at(k)->send = h;  // waited by release_all_sends
-          grads_.erase(k);
-        }
         break;
       }
       case PipeOp::backward: {
@@ -157,7 +200,10 @@ void PipelineEngine::run_step(const std::vector<Instruction>& list, StageModel& 
       case PipeOp::reduce_grads: {
         NvtxRange r("pipeline_reduce_grads");
         release_all_sends();
-        TRELLIS_CHECK(recv_fwd_.empty() && recv_bwd_.empty() && send_fwd_.empty() && outputs_.empty() && grads_.empty(),
+        // Every receive was waited by its compute; handles of sends only (send_fwd_ of the last
+        // backward's pairs) are gone too.
+        TRELLIS_CHECK(recv_fwd_.empty() && recv_bwd_.empty() && send_fwd_.empty() && outputs_.empty() && grads_.empty() &&
+                          inputs_.empty(),
                       "pipeline step ended with transfers or activations in flight");
         if (reduction.data) reduction.data->finish();
         // After the data-parallel sum: each stage's copy then holds its stage's full gradient.
@@ -167,6 +213,8 @@ void PipelineEngine::run_step(const std::vector<Instruction>& list, StageModel& 
       }
       case PipeOp::optimizer_step:
         return;  // the caller steps the optimizer (it needs the global gradient norm first)
+      default:
+        TRELLIS_FATAL("pipeline plan: unexpected " + to_string(in));
     }
   }
 }

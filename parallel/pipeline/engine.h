@@ -2,7 +2,7 @@
 // activations and their gradients between ranks of the pipeline group and calls into the stage
 // model through StageModel, so it knows nothing of GPT. Sends are posted asynchronously and
 // waited only when their buffer is to be reused (the schedules deadlock with blocking sends).
-// On the GPU a send immediately followed by a receive is posted as one group (see run_step).
+// Transfers are posted in batches that cannot deadlock on an in-order NCCL stream (see run_step).
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -14,6 +14,7 @@
 #include "core/comm.h"
 #include "core/runtime.h"
 #include "parallel/pipeline/schedule.h"
+#include "parallel/pipeline/schedule_sim.h"
 
 namespace trellis {
 
@@ -59,14 +60,12 @@ class PipelineEngine {
 
   // Runs `list` (this rank's instructions for one training step) up to optimizer_step, which is
   // left to the caller (it needs the global gradient norm). reduce_grads waits for the data-parallel
-  // reduction and then sums the tied gradients over their group. On the GPU, point-to-point
-  // operations run in order on one communication stream and a send there completes only once
-  // its receiver's recv runs, so a send directly followed by a receive is posted as one group (as
-  // Megatron's batched p2p): without it both neighbours of 1F1B's steady state send first and
-  // wait for each other. This is enough for GPipe and 1F1B but not for the interleaved lists
-  // (a stream-level model of the schedules deadlocks when m > p), which the trainer refuses on
-  // the GPU. On the CPU (MPI) sends never block and nothing is grouped: grouping would make the
-  // receive's wait also wait for the send, which deadlocks the interleaved lists there too.
+  // reduction and then sums the tied gradients over their group. Transfers are posted in batches,
+  // each one operation (Communicator::batch_p2p_async: one NCCL group on the GPU), in the order of
+  // plan_for(list): on the GPU point-to-point operations run in order on one communication stream
+  // and a send completes only once its receiver's batch runs, and that plan is checked free of
+  // deadlock under exactly this model (check_batches, tests/unit/pipeline_schedule_test.cpp). The
+  // same plan runs on the CPU (MPI), where it cannot deadlock either (the host model is weaker).
   void run_step(const std::vector<Instruction>& list, StageModel& model, const PipelineReduction& reduction);
   // Forward only (validation) over m micro-batches, one at a time through every chunk.
   void run_forward(int m, StageModel& model);
@@ -74,6 +73,10 @@ class PipelineEngine {
   // The most (micro-batch, chunk) pairs whose forward is done and backward is not, over `list`:
   // how many saved states the model needs.
   static int peak_in_flight(const std::vector<Instruction>& list);
+  // How the engine runs `list` on rank r of p with v chunks: when `list` is rank r's list of a
+  // built-in schedule (build_schedule of some kind, m = forwards / v), that schedule's
+  // plan_communication; otherwise one batch per run of consecutive transfers, in list order.
+  static StepPlan plan_for(const std::vector<Instruction>& list, int p, int r, int v);
 
  private:
   struct GradBuffer {
@@ -100,6 +103,9 @@ class PipelineEngine {
   std::map<int, Handle> recv_fwd_, recv_bwd_, send_fwd_;
   std::map<int, Tensor> outputs_;
   std::map<int, GradBuffer*> grads_;
+  std::map<int, GradBuffer*> inputs_;  // received activations, copied into the model at forward
+  std::vector<Instruction> planned_list_;  // the list plan_ was made for
+  StepPlan plan_;
 };
 
 }  // namespace trellis

@@ -1,7 +1,10 @@
 // The schedule simulator: a dataflow execution of all stages' lists on per-stage clocks.
 #include "parallel/pipeline/schedule_sim.h"
 
+#include "core/error.h"
+
 #include <algorithm>
+#include <limits>
 #include <map>
 #include <sstream>
 #include <tuple>
@@ -36,6 +39,7 @@ class Sim {
         st_(size_t(p_)) {
     res_.busy.assign(size_t(p_), 0);
     res_.peak_activations.assign(size_t(p_), 0);
+    for (const auto& list : sched_) res_.event_time.emplace_back(list.size(), -1);
   }
 
   SimResult run() {
@@ -161,6 +165,10 @@ class Sim {
         g.stepped = true;
         break;
     }
+    int64_t ev = g.clock;
+    if (in.op == PipeOp::recv_forward) ev = sent_act_[at(s, mb)];
+    if (in.op == PipeOp::recv_backward) ev = sent_grad_[at(s, mb)];
+    res_.event_time[size_t(r)][g.pc] = ev;
     ++g.pc;
     return true;
   }
@@ -242,6 +250,271 @@ class Sim {
 SimResult simulate_schedule(const std::vector<std::vector<Instruction>>& schedule, int m, int v,
                             const SimCosts& costs) {
   return Sim(schedule, m, v, costs).run();
+}
+
+// ---- communication batches ----
+
+namespace {
+
+bool is_comm(PipeOp op) {
+  return op == PipeOp::recv_forward || op == PipeOp::send_forward || op == PipeOp::recv_backward ||
+         op == PipeOp::send_backward;
+}
+
+// The message a point-to-point instruction of stage r moves: (0 activation / 1 gradient, the
+// virtual stage it is addressed to, micro-batch), the same on both sides.
+std::tuple<int, int, int> message_of(const Instruction& in, int p, int r) {
+  const int s = in.chunk * p + r;
+  switch (in.op) {
+    case PipeOp::send_forward: return {0, s + 1, in.micro_batch};
+    case PipeOp::recv_forward: return {0, s, in.micro_batch};
+    case PipeOp::send_backward: return {1, s - 1, in.micro_batch};
+    default: return {1, s, in.micro_batch};  // recv_backward
+  }
+}
+
+bool is_send(PipeOp op) { return op == PipeOp::send_forward || op == PipeOp::send_backward; }
+
+}  // namespace
+
+std::vector<StepPlan> plan_communication(const std::vector<std::vector<Instruction>>& schedule, int m, int v,
+                                         const SimCosts& costs) {
+  TRELLIS_CHECK(costs.forward > 0 && costs.backward > 0, "plan_communication: costs must be positive");
+  const SimResult sim = simulate_schedule(schedule, m, v, costs);
+  if (!sim.ok()) throw UserError("pipeline schedule does not run: " + sim.report());
+  const int p = int(schedule.size());
+  std::vector<StepPlan> plans(schedule.size());
+  for (int r = 0; r < p; ++r) {
+    const auto& list = schedule[size_t(r)];
+    const auto& times = sim.event_time[size_t(r)];
+    using Key = std::tuple<int64_t, int, int, int>;  // (time, kind, virtual stage, micro-batch)
+    std::vector<std::pair<Key, size_t>> comms;
+    std::vector<size_t> computes;
+    for (size_t i = 0; i < list.size(); ++i) {
+      if (is_comm(list[i].op)) {
+        const auto [kind, s, mb] = message_of(list[i], p, r);
+        comms.push_back({Key{times[i], kind, s, mb}, i});
+      } else {
+        computes.push_back(i);
+      }
+    }
+    std::sort(comms.begin(), comms.end());
+    // A batch goes before the first compute ending after its time (reduce_grads and
+    // optimizer_step come after every batch).
+    auto end_of = [&](size_t i) {
+      const PipeOp op = list[i].op;
+      return op == PipeOp::forward || op == PipeOp::backward ? times[i] : std::numeric_limits<int64_t>::max();
+    };
+    StepPlan& plan = plans[size_t(r)];
+    size_t c = 0, k = 0;
+    while (c < comms.size() || k < computes.size()) {
+      const int64_t t = c < comms.size() ? std::get<0>(comms[c].first) : 0;
+      if (c < comms.size() && (k == computes.size() || end_of(computes[k]) > t)) {
+        std::vector<Instruction> batch;
+        for (; c < comms.size() && std::get<0>(comms[c].first) == t; ++c) batch.push_back(list[comms[c].second]);
+        plan.push_back(std::move(batch));
+      } else {
+        plan.push_back({list[computes[k++]]});
+      }
+    }
+  }
+  return plans;
+}
+
+std::string BatchCheck::report() const {
+  std::string out;
+  for (const auto& e : errors) out += e + "\n";
+  for (const auto& s : stuck) out += "deadlock: " + s + "\n";
+  return out;
+}
+
+BatchCheck check_batches(const std::vector<std::vector<Instruction>>& schedule, const std::vector<StepPlan>& plans,
+                         int m, int v, bool device) {
+  (void)m;
+  (void)v;
+  BatchCheck res;
+  const int p = int(schedule.size());
+  auto error = [&](const std::string& e) {
+    if (res.errors.size() < kMaxErrors) res.errors.push_back(e);
+  };
+  if (plans.size() != schedule.size()) {
+    error("plans for " + std::to_string(plans.size()) + " stages, schedule has " + std::to_string(p));
+    return res;
+  }
+  struct Batch {
+    size_t after = 0;  // computes posted before it
+    std::vector<Instruction> ops;
+    std::vector<std::pair<int, size_t>> counterpart;  // (rank, batch) per op
+  };
+  std::vector<std::vector<Batch>> batches(size_t(p), std::vector<Batch>{});
+  std::vector<std::vector<Instruction>> computes(static_cast<size_t>(p));
+  using Loc = std::tuple<int, int, int, int>;  // (rank, op, mb, chunk)
+  std::map<Loc, size_t> where;                  // point-to-point instruction -> its batch
+  auto loc = [](int r, const Instruction& in) { return Loc{r, int(in.op), in.micro_batch, in.chunk}; };
+  using Msg = std::tuple<int, int, int>;
+  std::map<std::pair<int, int>, std::pair<std::vector<Msg>, std::vector<Msg>>> channels;  // sends, recvs
+  for (int r = 0; r < p; ++r) {
+    const std::string stage = "stage " + std::to_string(r);
+    std::vector<Instruction> listed_comms, planned_comms;
+    for (const Instruction& in : schedule[size_t(r)])
+      if (is_comm(in.op)) listed_comms.push_back(in);
+    for (const auto& step : plans[size_t(r)]) {
+      if (step.empty()) {
+        error(stage + ": empty step");
+        continue;
+      }
+      if (!is_comm(step[0].op)) {
+        if (step.size() != 1) error(stage + ": a compute step holds more than one instruction");
+        computes[size_t(r)].push_back(step[0]);
+        continue;
+      }
+      Batch b;
+      b.after = computes[size_t(r)].size();
+      for (const Instruction& in : step) {
+        if (!is_comm(in.op)) {
+          error(stage + ": " + to_string(in) + " inside a communication batch");
+          continue;
+        }
+        if (!where.emplace(loc(r, in), batches[size_t(r)].size()).second) error(stage + ": " + to_string(in) + " twice");
+        const auto [kind, s, mb] = message_of(in, p, r);
+        const int from = is_send(in.op) ? r : ((kind == 0 ? s - 1 : s + 1) % p + p) % p;
+        const int to = is_send(in.op) ? ((s % p) + p) % p : r;
+        auto& ch = channels[{from, to}];
+        (is_send(in.op) ? ch.first : ch.second).push_back({kind, s, mb});
+        b.ops.push_back(in);
+        planned_comms.push_back(in);
+      }
+      batches[size_t(r)].push_back(std::move(b));
+    }
+    std::vector<Instruction> listed_computes;
+    for (const Instruction& in : schedule[size_t(r)])
+      if (!is_comm(in.op)) listed_computes.push_back(in);
+    if (listed_computes != computes[size_t(r)]) error(stage + ": computes not those of its list, in order");
+    auto by_value = [](const Instruction& a, const Instruction& b) {
+      return std::tuple(int(a.op), a.micro_batch, a.chunk) < std::tuple(int(b.op), b.micro_batch, b.chunk);
+    };
+    std::sort(listed_comms.begin(), listed_comms.end(), by_value);
+    std::sort(planned_comms.begin(), planned_comms.end(), by_value);
+    if (listed_comms != planned_comms) error(stage + ": point-to-point instructions not exactly those of its list");
+  }
+  for (const auto& [pair, lists] : channels) {
+    const auto& [sends, recvs] = lists;
+    if (sends != recvs)
+      error("stage " + std::to_string(pair.first) + " -> stage " + std::to_string(pair.second) + ": " +
+            std::to_string(sends.size()) + " sends and " + std::to_string(recvs.size()) +
+            " receives do not match in order");
+  }
+  // Sends posted after the compute that produced their data, receives before the one consuming it.
+  for (int r = 0; r < p; ++r) {
+    std::map<std::tuple<int, int, int>, size_t> index;  // (op, mb, chunk) -> position among computes
+    for (size_t i = 0; i < computes[size_t(r)].size(); ++i) {
+      const Instruction& in = computes[size_t(r)][i];
+      index[{int(in.op), in.micro_batch, in.chunk}] = i;
+    }
+    for (const Batch& b : batches[size_t(r)])
+      for (const Instruction& in : b.ops) {
+        const bool fwd = in.op == PipeOp::send_forward || in.op == PipeOp::recv_forward;
+        auto it = index.find({int(fwd ? PipeOp::forward : PipeOp::backward), in.micro_batch, in.chunk});
+        if (it == index.end()) continue;  // reported above (not the list's computes)
+        if (is_send(in.op) && b.after <= it->second)
+          error("stage " + std::to_string(r) + ": " + to_string(in) + " posted before its compute");
+        if (!is_send(in.op) && b.after > it->second)
+          error("stage " + std::to_string(r) + ": " + to_string(in) + " posted after the compute that needs it");
+      }
+  }
+  if (!res.errors.empty()) return res;
+  // Counterparts.
+  for (int r = 0; r < p; ++r)
+    for (Batch& b : batches[size_t(r)])
+      for (const Instruction& in : b.ops) {
+        const auto [kind, s, mb] = message_of(in, p, r);
+        // The other side: the sender's (or receiver's) virtual stage and op.
+        int other_s;
+        PipeOp other_op;
+        if (in.op == PipeOp::send_forward) other_s = s, other_op = PipeOp::recv_forward;
+        else if (in.op == PipeOp::recv_forward) other_s = s - 1, other_op = PipeOp::send_forward;
+        else if (in.op == PipeOp::send_backward) other_s = s, other_op = PipeOp::recv_backward;
+        else other_s = s + 1, other_op = PipeOp::send_backward;
+        const int other_r = other_s % p;
+        auto it = where.find(Loc{other_r, int(other_op), mb, other_s / p});
+        if (it == where.end()) {
+          error("stage " + std::to_string(r) + ": " + to_string(in) + " has no counterpart on stage " +
+                std::to_string(other_r));
+          continue;
+        }
+        b.counterpart.push_back({other_r, it->second});
+      }
+  if (!res.errors.empty()) return res;
+
+  // The fixed point of the model: run whatever can run until nothing can.
+  std::vector<std::vector<char>> done(static_cast<size_t>(p));
+  std::vector<size_t> batches_done(size_t(p), 0), computes_done(size_t(p), 0);
+  for (int r = 0; r < p; ++r) done[size_t(r)].assign(batches[size_t(r)].size(), 0);
+  // Device: started = at the head of the stream with its computes done; host: posted.
+  auto started = [&](int r, size_t j) {
+    const bool posted = computes_done[size_t(r)] >= batches[size_t(r)][j].after;
+    if (!device) return posted;
+    return posted && (j == 0 || done[size_t(r)][j - 1]);
+  };
+  auto waits = [&](int r, const Instruction& in, std::vector<size_t>& out) {
+    out.clear();
+    auto add = [&](PipeOp op) {
+      auto it = where.find(Loc{r, int(op), in.micro_batch, in.chunk});
+      if (it != where.end()) out.push_back(it->second);
+    };
+    if (in.op == PipeOp::forward) add(PipeOp::recv_forward);
+    if (in.op == PipeOp::backward) {
+      add(PipeOp::recv_backward);
+      add(PipeOp::send_forward);
+    }
+    if (in.op == PipeOp::reduce_grads)
+      for (size_t j = 0; j < batches[size_t(r)].size(); ++j) out.push_back(j);
+  };
+  std::vector<size_t> w;
+  for (bool progress = true; progress;) {
+    progress = false;
+    for (int r = 0; r < p; ++r) {
+      auto& bl = batches[size_t(r)];
+      for (size_t j = 0; j < bl.size(); ++j) {
+        if (done[size_t(r)][j]) continue;
+        bool can = started(r, j);
+        for (const auto& [o, ob] : bl[j].counterpart) can = can && started(o, ob);
+        if (can) {
+          done[size_t(r)][j] = 1;
+          ++batches_done[size_t(r)];
+          progress = true;
+        } else if (device) {
+          break;  // in order
+        }
+      }
+      while (computes_done[size_t(r)] < computes[size_t(r)].size()) {
+        waits(r, computes[size_t(r)][computes_done[size_t(r)]], w);
+        bool can = true;
+        for (size_t j : w) can = can && done[size_t(r)][j];
+        if (!can) break;
+        ++computes_done[size_t(r)];
+        progress = true;
+      }
+    }
+  }
+  for (int r = 0; r < p; ++r) {
+    if (batches_done[size_t(r)] == batches[size_t(r)].size() && computes_done[size_t(r)] == computes[size_t(r)].size())
+      continue;
+    res.deadlock = true;
+    std::string s = "stage " + std::to_string(r) + ":";
+    const auto& bl = batches[size_t(r)];
+    for (size_t j = 0; j < bl.size(); ++j)
+      if (!done[size_t(r)][j]) {
+        s += " batch #" + std::to_string(j) + " [";
+        for (size_t i = 0; i < bl[j].ops.size(); ++i) s += (i ? ", " : "") + to_string(bl[j].ops[i]);
+        s += "] waits;";
+        break;
+      }
+    if (computes_done[size_t(r)] < computes[size_t(r)].size())
+      s += " " + to_string(computes[size_t(r)][computes_done[size_t(r)]]) + " waits";
+    res.stuck.push_back(s);
+  }
+  return res;
 }
 
 }  // namespace trellis

@@ -296,12 +296,84 @@ void check_all_to_allv(Backend& b, Communicator& c) {
     }
 }
 
+// A ring exchange in both directions at once, as one batch: each rank sends two tensors to its
+// next rank and one to its previous rank and receives the counterparts, all posted together (every
+// rank would block in a cycle with blocking sends, and on NCCL a send completes only with its
+// receive). Two sends on the same pair in one batch arrive in the order posted. Large enough
+// (4 MiB f32) for MPI's rendezvous protocol. Then two batches in flight at once, waited in
+// reverse order, and an empty batch.
+void check_batch_p2p(Backend& b, Communicator& c) {
+  const int R = c.rank(), N = c.size();
+  const int next = (R + 1) % N, prev = (R + N - 1) % N;
+  for (DType t : {DType::f32, DType::bf16})
+    for (int64_t n : {int64_t(4099), int64_t(1) << 20}) {
+      for (bool async : {false, true}) {
+        Staged to_next1(b, t, n), to_next2(b, t, n), to_prev(b, t, n);
+        Staged from_prev1(b, t, n), from_prev2(b, t, n), from_next(b, t, n);
+        to_next1.fill([&](int64_t i) { return val(t, 40, R, i); });
+        to_next2.fill([&](int64_t i) { return val(t, 41, R, i); });
+        to_prev.fill([&](int64_t i) { return val(t, 42, R, i); });
+        for (Staged* s : {&from_prev1, &from_prev2, &from_next}) s->fill([](int64_t) { return 0; });
+        // Each rank lists its ops in a different order (receives first on odd ranks).
+        std::vector<P2POp> ops;
+        auto sends = [&] {
+          ops.push_back({P2POp::send, to_next1.t(), next});
+          ops.push_back({P2POp::send, to_prev.t(), prev});
+          ops.push_back({P2POp::send, to_next2.t(), next});
+        };
+        auto recvs = [&] {
+          ops.push_back({P2POp::recv, from_next.t(), next});
+          ops.push_back({P2POp::recv, from_prev1.t(), prev});
+          ops.push_back({P2POp::recv, from_prev2.t(), prev});
+        };
+        if (R % 2) {
+          recvs();
+          sends();
+        } else {
+          sends();
+          recvs();
+        }
+        if (async) c.batch_p2p_async(ops).wait();
+        else c.batch_p2p(ops);
+        const std::string what = std::string(async ? "batch_p2p async" : "batch_p2p") + " n=" + std::to_string(n);
+        if (N <= 2) {
+          // Every message comes from one rank (the other, or this one when alone), in its post
+          // order next1 (40), prev (42), next2 (41); the receives here are posted in the order
+          // from_next, from_prev1, from_prev2 on even and odd ranks alike.
+          const int peer = next;
+          from_next.count_errors([&](int64_t i) { return val(t, 40, peer, i); }, what + " 1st");
+          from_prev1.count_errors([&](int64_t i) { return val(t, 42, peer, i); }, what + " 2nd");
+          from_prev2.count_errors([&](int64_t i) { return val(t, 41, peer, i); }, what + " 3rd");
+        } else if (N > 2) {
+          from_prev1.count_errors([&](int64_t i) { return val(t, 40, prev, i); }, what + " from prev, 1st");
+          from_prev2.count_errors([&](int64_t i) { return val(t, 41, prev, i); }, what + " from prev, 2nd");
+          from_next.count_errors([&](int64_t i) { return val(t, 42, next, i); }, what + " from next");
+        }
+      }
+      // Two batches in flight, waited in reverse order: forward ring, then backward ring.
+      Staged a(b, t, n), ra(b, t, n), bb(b, t, n), rb(b, t, n);
+      a.fill([&](int64_t i) { return val(t, 43, R, i); });
+      bb.fill([&](int64_t i) { return val(t, 44, R, i); });
+      const P2POp first[] = {{P2POp::send, a.t(), next}, {P2POp::recv, ra.t(), prev}};
+      const P2POp second[] = {{P2POp::recv, rb.t(), next}, {P2POp::send, bb.t(), prev}};
+      CommHandle h1 = c.batch_p2p_async(first);
+      CommHandle h2 = c.batch_p2p_async(second);
+      h2.wait();
+      h1.wait();
+      ra.count_errors([&](int64_t i) { return val(t, 43, prev, i); }, "batch_p2p two in flight, forward");
+      rb.count_errors([&](int64_t i) { return val(t, 44, next, i); }, "batch_p2p two in flight, backward");
+    }
+  CommHandle none = c.batch_p2p_async({});
+  EXPECT_FALSE(none.pending());
+}
+
 void check_all_operations(Backend& b, Communicator& c) {
   check_all_reduce(b, c);
   check_reduce_scatter(b, c);
   check_all_gather(b, c);
   check_broadcast(b, c);
   check_send_recv(b, c);
+  check_batch_p2p(b, c);
   check_all_to_all(b, c);
   check_all_to_allv(b, c);
   c.barrier();

@@ -197,11 +197,22 @@ TEST_F(ConfigTest, WorldLayoutAndBatch) {
 }
 
 TEST_F(ConfigTest, FeaturesNotBuiltYet) {
-  EXPECT_HAS(world_error_of("[parallel]\ntensor = 2\n", 2),
-             "tiny.toml: parallel.tensor = 2: not implemented yet in this build (allowed: 1)");
-  EXPECT_HAS(world_error_of("[parallel]\nsequence_parallel = true\n", 1),
-             "parallel.sequence_parallel = true: not implemented yet in this build (allowed: false)");
   EXPECT_HAS(world_error_of("[zero]\nstage = 1\n", 1), "zero.stage = 1: not implemented yet in this build (allowed: 0)");
+}
+
+// Tensor parallelism: the model must split over the group (heads, d_ffn, padded vocabulary), and
+// with sequence parallelism the tokens of a micro-batch.
+TEST_F(ConfigTest, TensorShapes) {
+  EXPECT_NO_THROW(validate_for_world(load_config(write("[parallel]\ntensor = 2\nsequence_parallel = true\n"), {}), 2));
+  EXPECT_HAS(world_error_of("[parallel]\ntensor = 5\n", 5),
+             "tiny.toml: tensor parallelism splits the attention heads: model.n_heads = 12 must be divisible by "
+             "parallel.tensor = 5");
+  EXPECT_HAS(world_error_of("[model]\nn_heads = 256\nd_model = 256\n[parallel]\ntensor = 256\n", 256),
+             "model.vocab_size = 50257, padded to 50304 (a multiple of 128), must be divisible by parallel.tensor = 256");
+  EXPECT_HAS(world_error_of("[model]\nseq_len = 30\n[train]\nmicro_batch = 1\n[parallel]\ntensor = 4\n"
+                            "sequence_parallel = true\n", 4),
+             "parallel.sequence_parallel splits the train.micro_batch x model.seq_len = 30 tokens of a micro-batch "
+             "into parallel.tensor = 4 shards: it must be divisible");
 }
 
 // Pipeline parallelism is built; shapes the schedule cannot run are one line naming the keys.
