@@ -83,6 +83,23 @@ void CommHandle::wait() {
   }
 }
 
+bool CommHandle::test() {
+  if (!requests_.empty()) {
+    int done = 0;
+    TRELLIS_MPI_CHECK(MPI_Testall(int(requests_.size()), requests_.data(), &done, MPI_STATUSES_IGNORE));
+    if (!done) return false;
+    requests_.clear();
+    counts_.clear();
+  }
+  if (event_) {
+#if TRELLIS_HAVE_CUDA
+    if (!gpu::nccl_query(nccl_, event_)) return false;
+#endif
+    event_ = nullptr;
+  }
+  return true;
+}
+
 // ---- construction ----
 
 std::unique_ptr<Communicator> Communicator::create(MPI_Comm comm, Runtime& rt, const std::string& name) {
@@ -193,9 +210,11 @@ CommHandle Communicator::all_gather_async(const Tensor& out, const Tensor& in) {
     return h;
   }
   int n = as_int(in.numel(), "all_gather count", *this);
+  // In place (as NCCL allows): `in` is this rank's block of `out`.
+  const bool in_place = in.data == static_cast<char*>(out.data) + size_t(rank_) * size_t(n) * dtype_size(in.dtype);
   h.requests_.resize(1);
-  TRELLIS_MPI_CHECK(MPI_Iallgather(in.data, n, mpi_type(in.dtype), out.data, n, mpi_type(in.dtype), comm_,
-                                   &h.requests_[0]));
+  TRELLIS_MPI_CHECK(MPI_Iallgather(in_place ? MPI_IN_PLACE : in.data, n, mpi_type(in.dtype), out.data, n,
+                                   mpi_type(in.dtype), comm_, &h.requests_[0]));
   return h;
 }
 

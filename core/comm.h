@@ -40,6 +40,10 @@ class CommHandle {
   CommHandle& operator=(const CommHandle&) = delete;
 
   void wait();
+  // Never blocks: true once the operation has completed, and then nothing is pending (as after
+  // wait()). Host tensors: MPI_Testall. Device tensors: the op's event on the comm stream has
+  // passed (cudaEventQuery), so its buffers may be reused by any stream without a wait.
+  bool test();
   bool pending() const { return !requests_.empty() || event_ != nullptr; }
 
  private:
@@ -82,6 +86,7 @@ class Communicator {
   }
   CommHandle reduce_scatter_async(const Tensor& out, const Tensor& in, ReduceOp op = ReduceOp::sum);
   // out (size() * n elements) = concatenation over ranks of in (n elements).
+  // `in` may be this rank's block of `out` (in place).
   void all_gather(const Tensor& out, const Tensor& in) { all_gather_async(out, in).wait(); }
   CommHandle all_gather_async(const Tensor& out, const Tensor& in);
   // x = x of `root`, on every rank.

@@ -83,7 +83,8 @@ float initial_value(uint64_t seed, const ParameterSpec& spec, int64_t local_inde
   return float(z * spec.std);
 }
 
-ParameterStore::ParameterStore(Runtime& rt, const std::vector<ParameterSpec>& specs, DType dtype)
+ParameterStore::ParameterStore(Runtime& rt, const std::vector<ParameterSpec>& specs, DType dtype,
+                               int64_t pad_multiple)
     : rt_(rt), dtype_(dtype) {
   for (const ParameterSpec& s : specs) {
     s.global_shape();  // validates the split
@@ -93,8 +94,10 @@ ParameterStore::ParameterStore(Runtime& rt, const std::vector<ParameterSpec>& sp
     numel_ += s.shape.numel();
     params_.push_back(p);
   }
-  values_ = Buffer(rt.allocator(), size_t(numel_) * dtype_size(dtype), "parameters");
-  grads_ = Buffer(rt.allocator(), size_t(numel_) * 4, "gradients");
+  padded_numel_ = (numel_ + pad_multiple - 1) / pad_multiple * pad_multiple;
+  values_ = Buffer(rt.allocator(), size_t(padded_numel_) * dtype_size(dtype), "parameters");
+  grads_ = Buffer(rt.allocator(), size_t(padded_numel_) * 4, "gradients");
+  fill(rt, padded_values().slice(numel_, {padded_numel_ - numel_}), 0.0f);
   for (Parameter& p : params_) {
     p.value = values_.tensor(dtype, p.spec.shape, size_t(p.offset) * dtype_size(dtype));
     p.grad = grads_.tensor(DType::f32, p.spec.shape, size_t(p.offset) * 4);
@@ -125,6 +128,6 @@ void ParameterStore::initialize(uint64_t seed) {
   zero_grads();
 }
 
-void ParameterStore::zero_grads() { fill(rt_, flat_grads(), 0.0f); }
+void ParameterStore::zero_grads() { fill(rt_, padded_grads(), 0.0f); }
 
 }  // namespace trellis

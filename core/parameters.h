@@ -55,7 +55,9 @@ struct Parameter {
 
 class ParameterStore {
  public:
-  ParameterStore(Runtime& rt, const std::vector<ParameterSpec>& specs, DType dtype);
+  // The flat buffers hold numel() elements, followed by zeros up to a multiple of pad_multiple
+  // (ZeRO stages >= 1 split them evenly over the data group: padded_numel() / data size each).
+  ParameterStore(Runtime& rt, const std::vector<ParameterSpec>& specs, DType dtype, int64_t pad_multiple = 1);
 
   // Draws every parameter from (seed, name, index) on the host and copies it to the device.
   void initialize(uint64_t seed);
@@ -69,11 +71,14 @@ class ParameterStore {
   DType dtype() const { return dtype_; }
   Tensor flat_values() const { return values_.tensor(dtype_, {numel_}); }
   Tensor flat_grads() const { return grads_.tensor(DType::f32, {numel_}); }
+  int64_t padded_numel() const { return padded_numel_; }
+  Tensor padded_values() const { return values_.tensor(dtype_, {padded_numel_}); }
+  Tensor padded_grads() const { return grads_.tensor(DType::f32, {padded_numel_}); }
 
  private:
   Runtime& rt_;
   DType dtype_;
-  int64_t numel_ = 0;
+  int64_t numel_ = 0, padded_numel_ = 0;
   std::vector<Parameter> params_;
   Buffer values_;
   Buffer grads_;

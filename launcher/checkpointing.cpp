@@ -19,7 +19,8 @@ namespace {
 
 constexpr const char* kVersion = "trellis 0.1";
 
-// The blobs of the state, by name.
+// The blobs of the state, by name: the parameters, then the optimizer state (this rank's slice at
+// ZeRO stage 1, see ZeroOptimizer::gather / scatter).
 std::vector<std::pair<std::string, Tensor>> state_tensors(TrainingState s) {
   std::vector<std::pair<std::string, Tensor>> t;
   t.emplace_back("params", s.model.params().flat_values());
@@ -87,7 +88,13 @@ int64_t load_training_checkpoint(Runtime& rt, const Config& cfg, const std::stri
         throw UserError(cfg.path + ": checkpoint " + dir + ": " + name + " holds " + std::to_string(reader.blob_size(name)) +
                         " bytes; this model needs " + std::to_string(host.size()));
       reader.read_blob(name, host.data(), host.size());
-      scatter_whole(rt, s.layout, s.pipeline_rank(), s.tensor_rank(), host, t);
+      // A sharded optimizer tensor takes its slice of this stage's whole buffer.
+      const bool sharded = name != "params" && s.optimizer.sharded();
+      Buffer scratch;
+      if (sharded) scratch = Buffer(rt.allocator(), size_t(s.model.params().numel()) * 4, "checkpoint load");
+      const Tensor target = sharded ? scratch.tensor(DType::f32, {s.model.params().numel()}) : t;
+      scatter_whole(rt, s.layout, s.pipeline_rank(), s.tensor_rank(), host, target);
+      if (sharded) s.optimizer.scatter(target, t);
     }
     const JsonValue* sc = meta.find("scaler");
     LossScalerState st;
@@ -126,7 +133,10 @@ std::string write_state(Runtime& rt, const Config& cfg, TrainingState s, const s
     }
   }
   for (auto& [name, t] : state_tensors(s)) {
-    std::vector<char> host = gather_whole(rt, s.tensor, s.pipeline, s.layout, t);
+    Buffer scratch;
+    const Tensor whole = name == "params" ? t : s.optimizer.gather(t, scratch);
+    if (!s.saver()) continue;
+    std::vector<char> host = gather_whole(rt, s.tensor, s.pipeline, s.layout, whole);
     if (!root || !error.empty()) continue;
     try {
       w->add_blob(name, host.data(), host.size(), std::string(dtype_name(t.dtype)), {s.layout.whole_numel()});

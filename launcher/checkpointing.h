@@ -1,7 +1,8 @@
 // The training state in checkpoints (core/checkpoint.h does the atomic, checksummed storage):
 // parameters, fp32 master weights, Adam moments, loss scaler, step, data position, seed, the
 // resolved config and metadata, always in the whole model's layout (launcher/whole_model.h), so a
-// checkpoint does not depend on the pipeline size. Data-parallel ranks hold identical state; the
+// checkpoint does not depend on the pipeline size. Data-parallel ranks hold identical state (at
+// ZeRO stage 1 once the optimizer's slices are all-gathered over the data group); the
 // first data-parallel rank of each (tensor rank, pipeline stage) sends its part to rank 0 (through
 // its stage's tensor rank 0), which writes the one checkpoint and commits it atomically (so it is
 // valid only with every part in it). On load each rank takes its own slice of the whole tensors.
@@ -27,9 +28,11 @@ struct TrainingState {
   const WholeModelLayout& layout;    // how each (pipeline, tensor) rank's part maps to the whole model
   Communicator* pipeline = nullptr;  // this rank's pipeline group; null with one stage
   Communicator* tensor = nullptr;    // this rank's tensor group; null without tensor parallelism
+  int data_rank = 0;                 // this rank's place in the data group
   int pipeline_rank() const { return pipeline ? pipeline->rank() : 0; }
   int tensor_rank() const { return tensor ? tensor->rank() : 0; }
-  bool writer() const { return pipeline_rank() == 0 && tensor_rank() == 0; }  // gathers and writes
+  bool saver() const { return data_rank == 0; }  // sends its (pipeline, tensor) part to the writer
+  bool writer() const { return saver() && pipeline_rank() == 0 && tensor_rank() == 0; }  // gathers and writes
 };
 
 // The checkpoint to resume from as checkpoint.resume says (decided by rank 0 and broadcast, so
@@ -42,8 +45,9 @@ std::optional<std::string> choose_resume(const Config& cfg, MPI_Comm world);
 int64_t load_training_checkpoint(Runtime& rt, const Config& cfg, const std::string& dir, TrainingState state,
                                  int64_t global_batch);
 
-// Called by the first data-parallel rank of every pipeline stage and tensor rank (collective over
-// the tensor and pipeline groups); rank 0 saves the state after `step` into checkpoint.dir and prunes to checkpoint.keep. A
+// Called by every rank: at ZeRO stage 1 the optimizer state is first all-gathered over the data
+// group; then the first data-parallel rank of every pipeline stage and tensor rank sends its part
+// (collective over the tensor and pipeline groups); rank 0 saves the state after `step` into checkpoint.dir and prunes to checkpoint.keep. A
 // failure (no space, no permission) is printed as a warning and training goes on; returns success
 // (on rank 0; true elsewhere).
 bool save_training_checkpoint(Runtime& rt, const Config& cfg, TrainingState state, int64_t step, double loss,

@@ -39,10 +39,11 @@ const std::vector<KeySpec> kKeys = {
   {"model", "attention_dropout", T::Float, TRELLIS_FIELD(model, attention_dropout), "Dropout probability of the attention probabilities; -1 = model.dropout.", {}, -1, false, 1, true},
 
   {"parallel", "tensor", T::Int, TRELLIS_FIELD(parallel, tensor), "Tensor-parallel size: ranks that split each layer (attention heads, MLP columns, vocabulary rows). Must divide model.n_heads, 4 x model.d_model and the padded vocabulary (model.vocab_size rounded up to a multiple of 128).", {}, 1},
-  {"parallel", "pipeline", T::Int, TRELLIS_FIELD(parallel, pipeline), "Pipeline-parallel size (stages). The blocks are split over the stages balanced by compute cost (the embedding counts on the first, final LayerNorm, head and loss on the last); micro-batches per step = train.global_batch / (train.micro_batch x data-parallel size).", {}, 1},
+  {"parallel", "pipeline", T::Int, TRELLIS_FIELD(parallel, pipeline), "Pipeline-parallel size (stages). The blocks are split over the stages balanced by compute cost (the embedding counts on the first, final LayerNorm, head and loss on the last) unless parallel.stage_layers lists them; micro-batches per step = train.global_batch / (train.micro_batch x data-parallel size).", {}, 1},
   {"parallel", "sequence_parallel", T::Bool, TRELLIS_FIELD(parallel, sequence_parallel), "Sequence parallelism: LayerNorm, dropout and residual activations are split by token over the tensor group (Megatron). Needs parallel.tensor to divide train.micro_batch x model.seq_len; no effect with parallel.tensor = 1.", {}},
   {"parallel", "schedule", T::String, TRELLIS_FIELD(parallel, schedule), "Pipeline schedule: gpipe (all forwards, then all backwards), 1f1b (PipeDream-flush: holds at most pipeline - stage micro-batches) or interleaved (Megatron's interleaved 1F1B over parallel.virtual_stages chunks per rank; micro-batches per step a multiple of parallel.pipeline).", {"gpipe", "1f1b", "interleaved"}},
   {"parallel", "virtual_stages", T::Int, TRELLIS_FIELD(parallel, virtual_stages), "Model chunks per pipeline rank (interleaved schedule only; chunk c of rank r is virtual stage c x pipeline + r). model.n_layers must be at least pipeline x virtual_stages.", {}, 1},
+  {"parallel", "stage_layers", T::String, TRELLIS_FIELD(parallel, stage_layers), "Transformer blocks per virtual pipeline stage, e.g. \"3,4,4,1\": pipeline x virtual_stages comma-separated integers >= 1 in virtual-stage order (chunk c of rank r is entry c x pipeline + r), summing to model.n_layers. Empty = balanced by compute cost.", {}},
 
   {"train", "device", T::String, TRELLIS_FIELD(train, device), "auto = the GPU when there is one, else the CPU.", {"auto", "cpu", "cuda"}},
   {"train", "precision", T::String, TRELLIS_FIELD(train, precision), "Compute precision; auto = bf16 on a GPU, fp32 on the CPU.", {"auto", "fp32", "bf16", "fp16"}},
@@ -64,7 +65,7 @@ const std::vector<KeySpec> kKeys = {
   {"optimizer", "eps", T::Float, TRELLIS_FIELD(optimizer, eps), "AdamW epsilon.", {}, 0, true},
   {"optimizer", "weight_decay", T::Float, TRELLIS_FIELD(optimizer, weight_decay), "AdamW decoupled weight decay.", {}, 0},
 
-  {"zero", "stage", T::Int, TRELLIS_FIELD(zero, stage), "0 = replicate; 1 = shard optimizer state; 2 = + gradients; 3 = + parameters. Not built yet: must be 0.", {}, 0, false, 3},
+  {"zero", "stage", T::Int, TRELLIS_FIELD(zero, stage), "0 = replicate; 1 = shard the fp32 master weights and Adam moments over the data group (gradients reduce-scattered, parameters all-gathered); 2 = + gradients; 3 = + parameters. Built: 0 and 1.", {}, 0, false, 3},
   {"zero", "bucket_mb", T::Int, TRELLIS_FIELD(zero, bucket_mb), "Data-parallel gradient buckets of about this many MiB, reduced as soon as backward completes them.", {}, 1},
   {"zero", "overlap", T::Bool, TRELLIS_FIELD(zero, overlap), "Reduce gradient buckets during backward; false = all after backward (for comparison).", {}},
   {"zero", "reduce_dtype", T::String, TRELLIS_FIELD(zero, reduce_dtype), "Dtype of the data-parallel gradient all-reduce: f32 (exact, as accumulated) or bf16/f16 (half the bytes; each rank's gradient rounded once, like Megatron without grad_reduce_in_fp32).", {"f32", "bf16", "f16"}},

@@ -5,6 +5,7 @@
 
 #include "parallel/pipeline/schedule.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <cmath>
@@ -185,6 +186,7 @@ void validate_relations(const Config& c) {
     throw UserError(p + ": data.source = \"file\" needs data.path (a dataset made by prepare_data)");
   if (c.checkpoint.resume != "auto" && c.checkpoint.resume != "none" && c.checkpoint.resume.empty())
     throw UserError(p + ": checkpoint.resume is empty (allowed: auto, none, or a checkpoint directory)");
+  parse_stage_layers(c);
 }
 
 std::string not_built(const Config& c, const std::string& key, const std::string& value,
@@ -194,6 +196,38 @@ std::string not_built(const Config& c, const std::string& key, const std::string
 }
 
 }  // namespace
+
+std::vector<int> parse_stage_layers(const Config& c) {
+  const std::string& text = c.parallel.stage_layers;
+  const int64_t parts = c.parallel.pipeline * c.parallel.virtual_stages;
+  auto bad = [&](const std::string& why) {
+    return UserError(c.path + ": parallel.stage_layers = \"" + text + "\" " + why + " (allowed: empty = balanced " +
+                     "by cost, or parallel.pipeline x parallel.virtual_stages = " + std::to_string(parts) +
+                     " comma-separated integers >= 1, blocks per virtual stage, summing to model.n_layers = " +
+                     std::to_string(c.model.n_layers) + ")");
+  };
+  std::vector<int> out;
+  if (text.find_first_not_of(" \t") == std::string::npos) return out;
+  int64_t sum = 0;
+  size_t pos = 0;
+  while (true) {
+    const size_t comma = std::min(text.find(',', pos), text.size());
+    size_t b = pos, e = comma;
+    while (b < e && (text[b] == ' ' || text[b] == '\t')) ++b;
+    while (e > b && (text[e - 1] == ' ' || text[e - 1] == '\t')) --e;
+    int v = 0;
+    const auto r = std::from_chars(text.data() + b, text.data() + e, v);
+    if (b == e || r.ec != std::errc() || r.ptr != text.data() + e) throw bad("is not a list of integers");
+    if (v < 1) throw bad("has a stage with " + std::to_string(v) + " blocks");
+    out.push_back(v);
+    sum += v;
+    if (comma == text.size()) break;
+    pos = comma + 1;
+  }
+  if (int64_t(out.size()) != parts) throw bad("has " + std::to_string(out.size()) + " entries");
+  if (sum != c.model.n_layers) throw bad("sums to " + std::to_string(sum));
+  return out;
+}
 
 Config load_config(const std::string& path, const std::vector<std::string>& overrides) {
   return load_config_text(read_file(path), path, overrides);
@@ -220,7 +254,10 @@ Config load_config_text(const std::string& text, const std::string& path, const 
 
 void validate_for_world(const Config& c, int world_size) {
   const auto& par = c.parallel;
-  if (c.zero.stage != 0) throw UserError(not_built(c, "zero.stage", std::to_string(c.zero.stage), "0"));
+  if (c.zero.stage > 1) throw UserError(not_built(c, "zero.stage", std::to_string(c.zero.stage), "0, 1"));
+  if (c.zero.stage == 1 && c.zero.reduce_dtype != "f32")
+    throw UserError(c.path + ": zero.reduce_dtype = " + c.zero.reduce_dtype +
+                    ": ZeRO stage 1 reduce-scatters gradients in f32 only (allowed with zero.stage = 1: f32)");
   // The model must split over the tensor group: heads, d_ffn, the padded vocabulary; with sequence
   // parallelism the tokens of a micro-batch too.
   try {

@@ -24,6 +24,7 @@ struct ParallelConfig {
   bool sequence_parallel = false;
   std::string schedule = "1f1b";   // gpipe | 1f1b | interleaved
   int64_t virtual_stages = 1;
+  std::string stage_layers;        // "6,6,6,6": blocks per virtual stage; empty = balanced by cost
 };
 
 struct TrainConfig {
@@ -108,6 +109,11 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
 // file in messages.
 Config load_config_text(const std::string& toml_text, const std::string& name,
                         const std::vector<std::string>& overrides);
+// parallel.stage_layers as blocks per virtual stage (global virtual-stage order); empty when the
+// key is empty (the balanced partition). Throws UserError (one line naming the file and the key)
+// unless it lists parallel.pipeline x parallel.virtual_stages integers >= 1 summing to
+// model.n_layers. load_config checks it already.
+std::vector<int> parse_stage_layers(const Config& c);
 // Checks that need the world size (batch arithmetic, layout) and features not built yet.
 void validate_for_world(const Config& c, int world_size);
 

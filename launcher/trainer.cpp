@@ -77,6 +77,7 @@ Resolved resolve(const Config& cfg, const LaunchInfo& launch) {
   r.model.dropout = float(cfg.model.dropout);
   r.model.attention_dropout = float(cfg.model.attention_dropout < 0 ? cfg.model.dropout : cfg.model.attention_dropout);
   r.model.dtype = r.dtype;
+  r.model.stage_layers = parse_stage_layers(cfg);
   r.model.checkpointing = cfg.train.checkpointing == "full"        ? Checkpointing::full
                           : cfg.train.checkpointing == "selective" ? Checkpointing::selective
                                                                    : Checkpointing::none;
@@ -234,13 +235,15 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
   Communicator* pipeline_group = p > 1 ? &groups.pipeline() : nullptr;
   Communicator* tensor_group = layout.tensor > 1 ? &groups.tensor() : nullptr;
   const TensorParallelContext tp = TensorParallelContext::of(groups.tensor(), cfg.parallel.sequence_parallel);
-  // The first data-parallel rank of each stage and tensor rank takes part in checkpoints and weight exports.
+  // The first data-parallel rank of each stage and tensor rank takes part in weight exports.
   const bool saver = groups.coords().data == 0;
 
-  GPT model(rt, mc, B, part, slots, tp);
+  // ZeRO stage 1 splits the flat buffers evenly over the data group: pad them to a multiple of it.
+  const int zero_stage = int(cfg.zero.stage);
+  GPT model(rt, mc, B, part, slots, tp, zero_stage >= 1 ? data_size : 1);
   model.initialize(uint64_t(cfg.train.seed));
   const WholeModelLayout whole(mc, p, v, layout.tensor);
-  ZeroOptimizer optimizer(rt, model.params());
+  ZeroOptimizer optimizer(rt, model.params(), &data_group, zero_stage);
   LossScalerConfig lsc;
   lsc.enabled = res.dtype == DType::f16;
   lsc.initial_scale = std::ldexp(1.0, int(cfg.fp16.initial_scale_power));
@@ -261,7 +264,7 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
   const Shape boundary = tp.sharded_tokens() ? Shape{token_shard_rows(B * T, tp.size), mc.d_model} : Shape{B, T, mc.d_model};
   PipelineEngine engine(rt, groups.pipeline(), v, boundary, mc.dtype);
   PipelineReduction reduction;
-  reduction.data = reduce ? &grad_sync : nullptr;
+  reduction.data = reduce && !optimizer.sharded() ? &grad_sync : nullptr;  // stage 1 reduce-scatters after the step's schedule
   reduction.overlap = cfg.zero.overlap;
   if (p > 1 && groups.in_embedding_group()) {  // the tied embedding on the first and last stage
     reduction.tied = &groups.embedding();
@@ -269,15 +272,18 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
   }
 
   const int64_t stored = model.params().numel();
-  const size_t param_bytes = size_t(stored) * dtype_size(mc.dtype), grad_bytes = size_t(stored) * 4;
+  const size_t param_bytes = size_t(model.params().padded_numel()) * dtype_size(mc.dtype);
+  const size_t grad_bytes = size_t(model.params().padded_numel()) * 4;
   const size_t state_bytes = param_bytes + grad_bytes + optimizer.state_bytes();
   const ActivationBytes act = GPT::activation_bytes(mc, part, B, T, tp);
-  const std::vector<Tensor> counted_grads = model.grads_counted_once(), partial_grads = model.tensor_partial_grads();
+  // The gradient norm's squares: of the reduced gradients this rank holds (its slice at stage 1).
+  const std::vector<Tensor> counted_grads = optimizer.owned_grads(model.grads_counted_once());
+  const std::vector<Tensor> partial_grads = model.tensor_partial_grads();
   const int64_t global_batch = B * res.accumulation * data_size;
   const double tokens_per_step = double(global_batch * T);
   if (main_rank) {
-    std::printf("trellis: %s, %s, layout tensor %d x pipeline %d x data %d, ZeRO stage 0\n", rt.device_name().c_str(),
-                res.precision.c_str(), layout.tensor, layout.pipeline, layout.data);
+    std::printf("trellis: %s, %s, layout tensor %d x pipeline %d x data %d, ZeRO stage %d\n", rt.device_name().c_str(),
+                res.precision.c_str(), layout.tensor, layout.pipeline, layout.data, zero_stage);
     std::printf("model: %lld layers, %lld heads, d_model %lld, seq %lld, vocab %lld (padded to %lld)\n",
                 (long long)mc.n_layers, (long long)mc.n_heads, (long long)mc.d_model, (long long)T,
                 (long long)mc.vocab_size, (long long)mc.padded_vocab());
@@ -306,24 +312,29 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
     if (tp.active())
       std::printf("tensor parallel: %d ranks split each layer (heads, MLP, vocabulary), sequence parallelism %s\n",
                   tp.size, tp.sequence_parallel ? "on" : "off");
-    if (reduce)
+    if (optimizer.sharded())
+      std::printf("data parallel: ZeRO stage 1: gradients reduce-scattered (f32) after the step's backward; each rank "
+                  "owns %lld of %lld elements (padded from %lld) of master weights, Adam moments and reduced "
+                  "gradients, updates them and all-gathers the parameters\n",
+                  (long long)optimizer.shard().size, (long long)model.params().padded_numel(), (long long)stored);
+    else if (reduce)
       std::printf("data parallel: gradients in %zu buckets of ~%lld MiB, %s, reduced in %s\n", grad_sync.bucket_count(),
                   (long long)cfg.zero.bucket_mb, cfg.zero.overlap ? "reduced during backward" : "reduced after backward",
                   cfg.zero.reduce_dtype.c_str());
     std::fflush(stdout);
     // Per world rank: its stage's parameters (its tensor shards) and model state (params + f32
-    // grads + AdamW state: m and v, and an f32 master copy for 16-bit parameters).
-    const size_t per_param = dtype_size(mc.dtype) + 4 + 8 + (mc.dtype == DType::f32 ? 0 : 4);
+    // grads + AdamW state: m and v, and an f32 master copy for 16-bit parameters; at stage 1 the
+    // AdamW state and a reduced gradient slice for 1/data of the padded buffers).
     std::vector<int64_t> params_per_rank, state_per_rank;
     for (int w = 0; w < launch.world; ++w) {
       const int64_t n = whole.shard_numel(coords_of(w, layout).pipeline, coords_of(w, layout).tensor);
       params_per_rank.push_back(n);
-      state_per_rank.push_back(n * int64_t(per_param));
+      state_per_rank.push_back(ZeroOptimizer::model_state_bytes(n, mc.dtype, zero_stage, data_size));
     }
     JsonObject lay;
     lay.add("tensor", layout.tensor).add("pipeline", layout.pipeline).add("data", layout.data);
     JsonObject start;
-    start.add("event", "start").add("layout", lay).add("zero_stage", int64_t(0));
+    start.add("event", "start").add("layout", lay).add("zero_stage", int64_t(zero_stage));
     start.add("schedule", schedule_kind_name(kind)).add("virtual_stages", int64_t(v));
     start.add("params_per_rank", params_per_rank);
     start.add("model_state_bytes_per_rank", state_per_rank);
@@ -333,7 +344,7 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
     metrics->write(start);
   }
 
-  TrainingState state{model, optimizer, scaler, whole, pipeline_group, tensor_group};
+  TrainingState state{model, optimizer, scaler, whole, pipeline_group, tensor_group, data_rank};
   int64_t start_step = 0;
   if (std::optional<std::string> from = choose_resume(cfg, MPI_COMM_WORLD)) {
     // Every rank reads the checkpoint; all must succeed before any goes on to a collective.
@@ -392,9 +403,11 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
     std::vector<CommHandle> partial;
     for (const Tensor& g : partial_grads) partial.push_back(tensor_group->all_reduce_async(g));
     for (CommHandle& h : partial) h.wait();
-    if (reduce) data_group.all_reduce(loss_sum);
+    if (optimizer.sharded()) optimizer.reduce_gradients();
     fill(rt, norm_sq, 0.0f);
     for (const Tensor& g : counted_grads) sum_squares_accumulate(rt, norm_sq, g);
+    // The loss over the data group, and at stage 1 the squares of each rank's gradient slice.
+    if (reduce) data_group.all_reduce(optimizer.sharded() ? scalars.tensor(DType::f32, {2}) : loss_sum);
     // Each tensor rank counts its shards (and rank 0 the replicated parameters): sum the squares
     // over the tensor group; the loss is the same on every tensor rank.
     if (tensor_group) tensor_group->all_reduce(norm_sq);
@@ -495,7 +508,7 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
       if (keep_best) {
         int better = main_rank && val < best_val ? 1 : 0;  // rank 0 knows the best so far
         TRELLIS_MPI_CHECK(MPI_Bcast(&better, 1, MPI_INT, 0, MPI_COMM_WORLD));
-        if (better && saver && save_best_checkpoint(rt, cfg, state, step, val, step * global_batch) && main_rank)
+        if (better && save_best_checkpoint(rt, cfg, state, step, val, step * global_batch) && main_rank)
           best_val = val;
       }
     }
@@ -503,7 +516,7 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
     const bool signalled = stop_requested(MPI_COMM_WORLD);
     const bool stop = signalled || step == cfg.train.stop_after;
     const bool save = checkpoints && (stop || step == cfg.train.steps || (cfg.checkpoint.every > 0 && step % cfg.checkpoint.every == 0));
-    if (save && saver && !save_training_checkpoint(rt, cfg, state, step, loss, step * global_batch) && stop)
+    if (save && !save_training_checkpoint(rt, cfg, state, step, loss, step * global_batch) && stop)
       std::printf("warning: stopping WITHOUT a checkpoint of step %lld (the save failed, see above)\n", (long long)step);
     if (stop) {
       if (main_rank)

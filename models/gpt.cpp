@@ -45,6 +45,21 @@ GPT::StageCosts GPT::stage_costs(const GPTConfig& cfg) {
 }
 
 std::vector<LayerRange> GPT::pipeline_partition(const GPTConfig& cfg, int chunks) {
+  if (!cfg.stage_layers.empty()) {  // listed by the config (validated there: parse_stage_layers)
+    TRELLIS_CHECK(int(cfg.stage_layers.size()) == chunks, "pipeline_partition: stage_layers has " +
+                                                               std::to_string(cfg.stage_layers.size()) +
+                                                               " entries for " + std::to_string(chunks) + " chunks");
+    std::vector<LayerRange> out;
+    int begin = 0;
+    for (int n : cfg.stage_layers) {
+      TRELLIS_CHECK(n >= 1, "pipeline_partition: an empty stage in stage_layers");
+      out.emplace_back(begin, begin + n);
+      begin += n;
+    }
+    TRELLIS_CHECK(begin == int(cfg.n_layers), "pipeline_partition: stage_layers sums to " + std::to_string(begin) +
+                                                  ", not model.n_layers = " + std::to_string(cfg.n_layers));
+    return out;
+  }
   const StageCosts s = stage_costs(cfg);
   return partition_layers(std::vector<int64_t>(size_t(cfg.n_layers), s.block), chunks, s.embedding, s.head);
 }
@@ -108,9 +123,9 @@ ActivationBytes GPT::activation_bytes(const GPTConfig& cfg, int64_t B, int64_t T
 }
 
 GPT::GPT(Runtime& rt, const GPTConfig& cfg, int64_t micro_batch, const GPTPart& part, int slots,
-         const TensorParallelContext& tp)
+         const TensorParallelContext& tp, int64_t pad_multiple)
     : rt_(rt), cfg_(cfg), micro_batch_(micro_batch), part_(part), tp_(tp),
-      params_(rt, parameter_specs(cfg, part, tp), cfg.dtype) {
+      params_(rt, parameter_specs(cfg, part, tp), cfg.dtype, pad_multiple) {
   TRELLIS_CHECK(!part.chunks.empty() && slots >= 1, "GPT: no chunk or no slot");
   for (const LayerRange& r : part.chunks) {
     TRELLIS_CHECK(r.first < r.second && r.second <= cfg.n_layers, "GPT: bad layer range");

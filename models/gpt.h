@@ -49,9 +49,10 @@ class GPT {
  public:
   // Builds the parameter store of `part` and activation memory for `slots` micro-batch chunks in
   // flight (the pipeline schedule's peak; 1 without pipelining), each of (micro_batch, seq_len).
-  // `tp`: this rank's place in the tensor group (default: none).
+  // `tp`: this rank's place in the tensor group (default: none). The flat parameter and gradient
+  // buffers are padded to a multiple of `pad_multiple` (ParameterStore).
   GPT(Runtime& rt, const GPTConfig& cfg, int64_t micro_batch, const GPTPart& part, int slots = 1,
-      const TensorParallelContext& tp = {});
+      const TensorParallelContext& tp = {}, int64_t pad_multiple = 1);
   GPT(Runtime& rt, const GPTConfig& cfg, int64_t micro_batch) : GPT(rt, cfg, micro_batch, GPTPart::whole(cfg)) {}
 
   // This rank's parameters: the shards of tensor rank tp.rank of tp.size (only those two are used).
@@ -68,7 +69,8 @@ class GPT {
   // `part`: kept activations of one slot (its largest chunk) and the workspace, on one rank of `tp`.
   static ActivationBytes activation_bytes(const GPTConfig& cfg, const GPTPart& part, int64_t B, int64_t T,
                                           const TensorParallelContext& tp = {});
-  // Blocks over `chunks` virtual stages, balanced by compute cost (stage_costs, partition_layers).
+  // Blocks over `chunks` virtual stages: as cfg.stage_layers lists them, or (empty) balanced by
+  // compute cost (stage_costs, partition_layers).
   static std::vector<LayerRange> pipeline_partition(const GPTConfig& cfg, int chunks);
   // Cost model of the partition, in FLOPs per token of forward + backward (backward = 2 forward):
   // a block 72 C^2 + 12 T C (its GEMMs and attention, as in 6N + 12 L C T); the head 6 C V

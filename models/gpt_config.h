@@ -1,6 +1,7 @@
 // The shape of a GPT-2 model and how it runs (compute dtype, dropout, activation checkpointing).
 #pragma once
 #include <cstdint>
+#include <vector>
 
 #include "core/dtype.h"
 
@@ -20,6 +21,9 @@ struct GPTConfig {
   float attention_dropout = 0.0f;  // attention probabilities
   DType dtype = DType::f32;  // parameters and activations; statistics and gradients are f32
   Checkpointing checkpointing = Checkpointing::none;
+  // Blocks per virtual pipeline stage, in virtual-stage order (parallel.stage_layers); empty = the
+  // balanced partition of GPT::pipeline_partition. Does not change the model, only its split.
+  std::vector<int> stage_layers;
 
   int64_t padded_vocab() const { return (vocab_size + kVocabPadMultiple - 1) / kVocabPadMultiple * kVocabPadMultiple; }
   int64_t head_dim() const { return d_model / n_heads; }

@@ -148,5 +148,14 @@ void nccl_wait(NcclComm* c, void* event) {
   c->free_events.push_back(e);  // safe to re-record: the wait above captured this recording
 }
 
+bool nccl_query(NcclComm* c, void* event) {
+  auto e = static_cast<cudaEvent_t>(event);
+  const cudaError_t st = cudaEventQuery(e);
+  if (st == cudaErrorNotReady) return false;
+  CUDA_CHECK(st);
+  c->free_events.push_back(e);  // passed: nothing can still depend on this recording
+  return true;
+}
+
 }  // namespace gpu
 }  // namespace trellis

@@ -34,5 +34,7 @@ void* nccl_all_to_allv(NcclComm* c, const Tensor& out, const Tensor& in, const i
                        const int64_t* send_displs, const int64_t* recv_counts, const int64_t* recv_displs);
 // The compute stream waits for `event` (no host wait); the event goes back to the pool.
 void nccl_wait(NcclComm* c, void* event);
+// True (and the event recycled) once `event` has passed; never blocks.
+bool nccl_query(NcclComm* c, void* event);
 
 }  // namespace trellis::gpu

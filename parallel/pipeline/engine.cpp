@@ -64,11 +64,14 @@ int PipelineEngine::peak_in_flight(const std::vector<Instruction>& list) {
 }
 
 PipelineEngine::GradBuffer* PipelineEngine::acquire_grad() {
-  for (auto& g : grad_bufs_)
-    if (!g->busy) {
-      g->busy = true;
-      return g.get();
-    }
+  for (int pass = 0; pass < 2; ++pass) {
+    for (auto& g : grad_bufs_)
+      if (!g->busy) {
+        g->busy = true;
+        return g.get();
+      }
+    if (pass == 0) reclaim_sent();
+  }
   // None free: the ones not in use wait for sends still in flight. Another buffer is cheaper than
   // waiting here (a send completes only when its receiver gets to it, and that may depend on us).
   auto g = std::make_unique<GradBuffer>();
@@ -77,6 +80,17 @@ PipelineEngine::GradBuffer* PipelineEngine::acquire_grad() {
   g->busy = true;
   grad_bufs_.push_back(std::move(g));
   return grad_bufs_.back().get();
+}
+
+void PipelineEngine::reclaim_sent() {
+  // test() never blocks: MPI_Testall on the host, cudaEventQuery of the batch's event on the GPU (an
+  // event that has passed needs no stream wait before any stream reuses the buffer). A handle shared
+  // by several buffers of one batch is complete for all of them once one test succeeds.
+  for (auto& g : grad_bufs_)
+    if (g->send && g->send->test()) {
+      g->send.reset();
+      g->busy = false;
+    }
 }
 
 void PipelineEngine::release_all_sends() {
@@ -110,6 +124,7 @@ void PipelineEngine::run_step(const std::vector<Instruction>& list, StageModel& 
     const int k = in.micro_batch >= 0 ? key(in.micro_batch, in.chunk) : -1;
     if (is_comm(in.op)) {
       // One batch: every transfer in it posted as one operation (one NCCL group on the GPU).
+      reclaim_sent();  // sends completed since the last batch free their buffers for this one
       batch.clear();
       for (const Instruction& c : plan[i]) {
         const int ck = key(c.micro_batch, c.chunk);
@@ -150,7 +165,7 @@ void PipelineEngine::run_step(const std::vector<Instruction>& list, StageModel& 
         if (c.op == PipeOp::recv_backward) recv_bwd_[ck] = h;
         if (c.op == PipeOp::send_forward) send_fwd_[ck] = h;  // waited by this (mb, chunk)'s backward
         if (c.op == PipeOp::send_backward) {
-          grads_.at(ck)->send = h;  // waited by release_all_sends
+          grads_.at(ck)->send = h;  // freed by reclaim_sent once complete, at the latest by release_all_sends
           grads_.erase(ck);
         }
       }

@@ -1,7 +1,8 @@
 // The pipeline engine: runs one stage's instruction list (schedule.h) for one step. It moves
 // activations and their gradients between ranks of the pipeline group and calls into the stage
-// model through StageModel, so it knows nothing of GPT. Sends are posted asynchronously and
-// waited only when their buffer is to be reused (the schedules deadlock with blocking sends).
+// model through StageModel, so it knows nothing of GPT. Sends are posted asynchronously (the
+// schedules deadlock with blocking sends); a gradient buffer goes back to the pool as soon as its
+// send is seen complete (CommHandle::test at each batch and before the pool grows; no host wait).
 // Transfers are posted in batches that cannot deadlock on an in-order NCCL stream (see run_step).
 #pragma once
 #include <cstdint>
@@ -78,18 +79,23 @@ class PipelineEngine {
   // plan_communication; otherwise one batch per run of consecutive transfers, in list order.
   static StepPlan plan_for(const std::vector<Instruction>& list, int p, int r, int v);
 
+  // Transfer buffers (received activations, gradients) allocated so far, each of `shape`: the pool
+  // only grows, so this is its peak over all steps run.
+  int buffer_count() const { return int(grad_bufs_.size()); }
+
  private:
   struct GradBuffer {
     Buffer buf;
     Tensor t;
     bool busy = false;
-    std::shared_ptr<CommHandle> send;  // pending send of this buffer, waited before reuse
+    std::shared_ptr<CommHandle> send;  // pending send of this buffer: free once it is complete
   };
   using Handle = std::shared_ptr<CommHandle>;  // shared when a send and a recv were posted together
   int key(int mb, int chunk) const { return mb * v_ + chunk; }
   bool first_virtual(int chunk) const { return chunk * p_ + r_ == 0; }
   bool last_virtual(int chunk) const { return chunk * p_ + r_ == p_ * v_ - 1; }
   GradBuffer* acquire_grad();
+  void reclaim_sent();  // buffers whose send has completed back to the pool; never blocks
   void release_all_sends();
 
   Runtime& rt_;

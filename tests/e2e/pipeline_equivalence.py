@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Pipeline layout equivalence (DESIGN.md section 4) on the CPU in fp32: a tiny 8-layer GPT with
 dropout trained for K steps on 1 rank and with pipeline = 2 and 4 (1f1b and gpipe), interleaved
-(v = 2 at p = 2 and p = 4), pipeline 2 x data 2, and with activation checkpointing, gives the same losses, validation losses and
+(v = 2 at p = 2 and p = 4), pipeline 2 x data 2, with activation checkpointing, and with uneven stages listed by
+parallel.stage_layers (reported in the start log), gives the same losses, validation losses and
 exported weights (gathered from the stages) up to fp32 reduction-order rounding. Checkpoints: a
 pipeline run stopped and resumed continues bitwise, and its checkpoint (always in the whole
 model's layout) resumes on one rank too. Bad shapes fail on every rank with one clear line.
@@ -31,13 +32,15 @@ def launch(binary, mpiexec, config, ranks, sets, extra=()):
     return cmd, subprocess.run(cmd, capture_output=True, text=True, timeout=300)
 
 
-def run(binary, mpiexec, config, tmp, ranks, tag, *sets):
+def run(binary, mpiexec, config, tmp, ranks, tag, *sets, stdout=None):
     metrics = os.path.join(tmp, tag + ".jsonl")
     weights = os.path.join(tmp, tag + "_weights")
     cmd, p = launch(binary, mpiexec, config, ranks, ["log.metrics_file=" + metrics, *sets],
                     ["--export-weights", weights])
     if p.returncode != 0:
         sys.exit(f"FAIL: {' '.join(cmd)}\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}")
+    if stdout is not None:
+        stdout.append(p.stdout)
     records = [json.loads(line) for line in open(metrics)]
     losses = [r["loss"] for r in records if "step" in r and r.get("split") != "val"]
     val = [r["loss"] for r in records if r.get("split") == "val"]
@@ -81,6 +84,23 @@ def main():
                   f"{start['layout']}, max loss rel diff {dl:.2e}, val {dv:.2e}, weights: rel L2 diff {l2:.2e}, "
                   f"max abs diff {dw:.2e}")
 
+        # Stages listed by hand (parallel.stage_layers, virtual-stage order), uneven on purpose.
+        for pp, sched, v, split in [(2, "1f1b", 1, "1,7"), (2, "interleaved", 2, "1,3,2,2")]:
+            out = []
+            _, loss, val, w, names = run(binary, mpiexec, config, tmp, pp, f"split_{sched}_{split}",
+                                         f"parallel.pipeline={pp}", f"parallel.schedule={sched}",
+                                         f"parallel.virtual_stages={v}", f"parallel.stage_layers={split}", stdout=out)
+            dl, dw, l2 = compare(loss, ref_loss, w, ref_w)
+            dv = max(abs(a - b) / abs(b) for a, b in zip(val, ref_val))
+            want = "layers per virtual stage: " + split.replace(",", " ") + " "
+            ok = (want in out[0] and names == ref_names and len(loss) == STEPS and len(w) == len(ref_w)
+                  and dl <= LOSS_TOL and dw <= WEIGHT_MAX_TOL and l2 <= WEIGHT_L2_TOL and len(val) == len(ref_val)
+                  and dv <= LOSS_TOL)
+            failed |= not ok
+            print(f"{'ok  ' if ok else 'FAIL'} pipeline={pp} schedule={sched} v={v} stage_layers={split}: "
+                  f"split {'reported' if want in out[0] else 'NOT reported'}, max loss rel diff {dl:.2e}, "
+                  f"val {dv:.2e}, weights: rel L2 diff {l2:.2e}, max abs diff {dw:.2e}")
+
         # Checkpoints: stop a pipeline = 2 run after step 4, resume it with pipeline = 2 (bitwise the
         # uninterrupted run) and with one rank (the same run up to rounding).
         ck = os.path.join(tmp, "ck")
@@ -108,7 +128,10 @@ def main():
                (4, ["parallel.pipeline=4", "model.n_layers=3"],
                 "model.n_layers = 3 is less than parallel.pipeline (4) x parallel.virtual_stages (1) = 4"),
                (2, ["parallel.pipeline=2", "parallel.schedule=interleaved", "parallel.virtual_stages=5"],
-                "model.n_layers = 8 is less than parallel.pipeline (2) x parallel.virtual_stages (5) = 10")]
+                "model.n_layers = 8 is less than parallel.pipeline (2) x parallel.virtual_stages (5) = 10"),
+               (2, ["parallel.pipeline=2", "parallel.stage_layers=4,3"],
+                'parallel.stage_layers = "4,3" sums to 7 (allowed: empty = balanced by cost, or parallel.pipeline x '
+                'parallel.virtual_stages = 2 comma-separated integers >= 1')]
         for ranks, sets, want in bad:
             cmd, p = launch(binary, mpiexec, config, ranks, sets)
             errors = [line for line in p.stderr.splitlines() if line.startswith("error")]

@@ -2,12 +2,15 @@
 // for p = world size, m <= 8, v <= 3 runs without deadlock; each forward gets exactly the
 // activation its previous virtual stage produced for that micro-batch, each backward the gradient
 // its next virtual stage produced; every (micro-batch, chunk) runs forward and backward once, and
-// never more are in flight than the list's peak. Also with messages above MPI's eager limit, and
-// forward-only (validation) runs.
+// never more are in flight than the list's peak; under 1F1B the engine's buffer pool stays within
+// that peak + 2 (sent gradients return to it as soon as their send completes). Also with messages
+// above MPI's eager limit, and forward-only (validation) runs.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <memory>
 #include <set>
@@ -106,6 +109,13 @@ void run_all(int64_t n, int max_m) {
           EXPECT_EQ(stage.backwards, stage.forwards);
           EXPECT_LE(stage.peak, PipelineEngine::peak_in_flight(list));
         }
+        // A gradient buffer returns to the pool once its send is complete, not at reduce_grads:
+        // under 1F1B the pool stays within the activations in flight + 2 (not m gradients sent).
+        if (kind == ScheduleKind::one_f_one_b)
+          EXPECT_LE(engine.buffer_count(), PipelineEngine::peak_in_flight(list) + 2) << "rank " << r;
+        if (std::getenv("TRELLIS_PRINT_POOL"))
+          std::printf("pool %s p=%d r=%d m=%d v=%d n=%lld: %d buffers, %d in flight\n", schedule_kind_name(kind), p, r,
+                      m, v, (long long)n, engine.buffer_count(), PipelineEngine::peak_in_flight(list));
         ToyStage val(rt, p, r, v, n);
         engine.run_forward(m, val);
         EXPECT_EQ(int(val.forwards.size()), m * v);

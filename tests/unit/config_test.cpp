@@ -197,7 +197,8 @@ TEST_F(ConfigTest, WorldLayoutAndBatch) {
 }
 
 TEST_F(ConfigTest, FeaturesNotBuiltYet) {
-  EXPECT_HAS(world_error_of("[zero]\nstage = 1\n", 1), "zero.stage = 1: not implemented yet in this build (allowed: 0)");
+  EXPECT_HAS(world_error_of("[zero]\nstage = 3\n", 1), "zero.stage = 3: not implemented yet in this build (allowed: 0, 1)");
+  EXPECT_HAS(world_error_of("[zero]\nstage = 1\nreduce_dtype = \"bf16\"\n", 2), "ZeRO stage 1 reduce-scatters gradients in f32 only");
 }
 
 // Tensor parallelism: the model must split over the group (heads, d_ffn, padded vocabulary), and
@@ -241,6 +242,34 @@ TEST_F(ConfigTest, DataParallelIsAllowed) {
   EXPECT_NO_THROW(validate_for_world(c, 4));
   EXPECT_EQ(resolve_batch(c, 2).accumulation, 2);
   EXPECT_HAS(world_error_of("[train]\nmicro_batch = 4\nglobal_batch = 16\n", 8), "train.global_batch = 16");
+}
+
+TEST_F(ConfigTest, StageLayers) {
+  // Empty: the balanced partition. Otherwise blocks per virtual stage, in virtual-stage order.
+  EXPECT_TRUE(parse_stage_layers(load_config(write(""), {})).empty());
+  const std::string model = "[model]\nn_layers = 8\n";
+  Config c = load_config(write(model + "[parallel]\npipeline = 2\nstage_layers = \"3,5\"\n"), {});
+  EXPECT_EQ(parse_stage_layers(c), (std::vector<int>{3, 5}));
+  c = load_config(write(model), {"parallel.pipeline=2", "parallel.schedule=interleaved", "parallel.virtual_stages=2",
+                                 "parallel.stage_layers= 1, 3 ,2,2 "});
+  EXPECT_EQ(parse_stage_layers(c), (std::vector<int>{1, 3, 2, 2}));
+  c = load_config(write(model), {"parallel.stage_layers=8"});  // one stage: the whole model
+  EXPECT_EQ(parse_stage_layers(c), (std::vector<int>{8}));
+  EXPECT_NO_THROW(validate_for_world(c, 1));
+
+  // One line naming the file, the key, the value and what is allowed.
+  const std::string path = (dir_ / "tiny.toml").string();
+  std::string e = error_of(model, {"parallel.pipeline=2", "parallel.stage_layers=3,4"});
+  EXPECT_HAS(e, path + ": parallel.stage_layers = \"3,4\" sums to 7 (allowed: empty = balanced by cost, or "
+                "parallel.pipeline x parallel.virtual_stages = 2 comma-separated integers >= 1, blocks per virtual "
+                "stage, summing to model.n_layers = 8)");
+  EXPECT_HAS(error_of(model, {"parallel.pipeline=2", "parallel.stage_layers=2,2,4"}), "\"2,2,4\" has 3 entries");
+  EXPECT_HAS(error_of(model, {"parallel.pipeline=2", "parallel.stage_layers=0,8"}), "has a stage with 0 blocks");
+  EXPECT_HAS(error_of(model, {"parallel.pipeline=2", "parallel.stage_layers=-1,9"}), "has a stage with -1 blocks");
+  for (const char* bad : {"4;4", "4,,4", "4,", "4.0,4", "a,b", "4 4", "99999999999,4"})
+    EXPECT_HAS(error_of(model, {"parallel.pipeline=2", std::string("parallel.stage_layers=") + bad}),
+               "is not a list of integers");
+  EXPECT_HAS(error_of(model + "[parallel]\nstage_layers = [4, 4]\n"), "parallel.stage_layers must be a string");
 }
 
 TEST_F(ConfigTest, ToTomlRoundTrips) {

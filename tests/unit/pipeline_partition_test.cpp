@@ -114,5 +114,17 @@ TEST(PipelinePartition, GptCostModel) {
   EXPECT_TRUE(r1.head);
 }
 
+TEST(PipelinePartition, ListedByTheConfig) {
+  GPTConfig c;  // 12 blocks
+  c.stage_layers = {1, 3, 6, 2};
+  EXPECT_EQ(GPT::pipeline_partition(c, 4), (std::vector<LayerRange>{{0, 1}, {1, 4}, {4, 10}, {10, 12}}));
+  // Interleaved p = 2, v = 2: rank 0 holds virtual stages 0 and 2, rank 1 stages 1 and 3.
+  const GPTPart r0 = GPTPart::of_rank(c, 2, 2, 0), r1 = GPTPart::of_rank(c, 2, 2, 1);
+  EXPECT_EQ(r0.chunks, (std::vector<LayerRange>{{0, 1}, {4, 10}}));
+  EXPECT_EQ(r1.chunks, (std::vector<LayerRange>{{1, 4}, {10, 12}}));
+  c.stage_layers = {12};
+  EXPECT_EQ(GPT::pipeline_partition(c, 1), (std::vector<LayerRange>{{0, 12}}));
+}
+
 }  // namespace
 }  // namespace trellis
