@@ -7,53 +7,27 @@ exported weights (gathered from the stages) up to fp32 reduction-order rounding.
 pipeline run stopped and resumed continues bitwise, and its checkpoint (always in the whole
 model's layout) resumes on one rank too. Bad shapes fail on every rank with one clear line.
 Usage: pipeline_equivalence.py TRAIN_GPT MPIEXEC CONFIG"""
-import json
 import os
-import struct
-import subprocess
 import sys
 import tempfile
 
+import equivalence
+from equivalence import LOSS_TOL, WEIGHT_L2_TOL, WEIGHT_MAX_TOL, compare
+
 STEPS = 8
-# The tolerances of layout_equivalence.py (see there).
-LOSS_TOL = 2e-5
-WEIGHT_L2_TOL = 1e-5
-WEIGHT_MAX_TOL = 1e-4
 BASE = ["train.device=cpu", f"train.steps={STEPS}", "model.n_layers=8", "train.micro_batch=2", "train.global_batch=8",
         "model.dropout=0.1", "log.val_every=4", "log.val_batches=2"]
 
 
 def launch(binary, mpiexec, config, ranks, sets, extra=()):
-    cmd = [mpiexec, "--allow-run-as-root", "--oversubscribe", "-np", str(ranks), "-x", "OMP_NUM_THREADS=1", binary,
-           config]
-    for s in BASE + list(sets):
-        cmd += ["--set", s]
-    cmd += list(extra)
-    return cmd, subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    return equivalence.launch(binary, mpiexec, config, ranks, BASE + list(sets), extra)
 
 
 def run(binary, mpiexec, config, tmp, ranks, tag, *sets, stdout=None):
-    metrics = os.path.join(tmp, tag + ".jsonl")
-    weights = os.path.join(tmp, tag + "_weights")
-    cmd, p = launch(binary, mpiexec, config, ranks, ["log.metrics_file=" + metrics, *sets],
-                    ["--export-weights", weights])
-    if p.returncode != 0:
-        sys.exit(f"FAIL: {' '.join(cmd)}\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}")
+    start, losses, val, w, names, _, out = equivalence.run(binary, mpiexec, config, tmp, ranks, tag, BASE + list(sets))
     if stdout is not None:
-        stdout.append(p.stdout)
-    records = [json.loads(line) for line in open(metrics)]
-    losses = [r["loss"] for r in records if "step" in r and r.get("split") != "val"]
-    val = [r["loss"] for r in records if r.get("split") == "val"]
-    raw = open(os.path.join(weights, "params.f32"), "rb").read()
-    names = [q["name"] for q in json.load(open(os.path.join(weights, "model.json")))["params"]]
-    return records[0], losses, val, struct.unpack(f"<{len(raw) // 4}f", raw), names
-
-
-def compare(loss, ref_loss, w, ref_w):
-    dl = max(abs(a - b) / abs(b) for a, b in zip(loss, ref_loss))
-    dw = max(abs(a - b) for a, b in zip(w, ref_w))
-    l2 = (sum((a - b) ** 2 for a, b in zip(w, ref_w)) / sum(b * b for b in ref_w)) ** 0.5
-    return dl, dw, l2
+        stdout.append(out)
+    return start, losses, val, w, names
 
 
 def main():

@@ -8,38 +8,21 @@ start record's model_state_bytes_per_rank follows the formula: params + f32 grad
 buffer in full, AdamW moments and the reduced gradient slice over the data size. A stage-1 run
 stopped after step 3 and resumed from its checkpoint continues bitwise.
 Usage: zero_equivalence.py TRAIN_GPT MPIEXEC CONFIG"""
-import json
 import os
-import struct
-import subprocess
 import sys
 import tempfile
 
+import equivalence
+from equivalence import LOSS_TOL, NORM_TOL, WEIGHT_L2_TOL, WEIGHT_MAX_TOL
+
 STEPS = 6
-# The tolerances of layout_equivalence.py (see there).
-LOSS_TOL = 2e-5
-WEIGHT_L2_TOL = 1e-5
-WEIGHT_MAX_TOL = 1e-4
-NORM_TOL = 1e-4
 BASE = ["train.device=cpu", f"train.steps={STEPS}", "train.micro_batch=2", "train.global_batch=8",
         "model.dropout=0.1", "train.grad_clip=0.5", "log.val_every=0"]
 
 
 def run(binary, mpiexec, config, tmp, ranks, tag, *sets):
-    metrics = os.path.join(tmp, tag + ".jsonl")
-    weights = os.path.join(tmp, tag + "_weights")
-    cmd = [mpiexec, "--allow-run-as-root", "--oversubscribe", "-np", str(ranks), "-x", "OMP_NUM_THREADS=1", binary,
-           config, "--export-weights", weights]
-    for s in BASE + ["log.metrics_file=" + metrics] + list(sets):
-        cmd += ["--set", s]
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-    if p.returncode != 0:
-        sys.exit(f"FAIL: {' '.join(cmd)}\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}")
-    records = [json.loads(line) for line in open(metrics)]
-    losses = [r["loss"] for r in records if "step" in r and r.get("split") != "val"]
-    norms = [r["grad_norm"] for r in records if "grad_norm" in r]
-    raw = open(os.path.join(weights, "params.f32"), "rb").read()
-    return records[0], losses, norms, struct.unpack(f"<{len(raw) // 4}f", raw), p.stdout
+    start, losses, _, w, _, norms, out = equivalence.run(binary, mpiexec, config, tmp, ranks, tag, BASE + list(sets))
+    return start, losses, norms, w, out
 
 
 def rel(a, b):

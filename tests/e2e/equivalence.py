@@ -1,0 +1,49 @@
+"""What the layout-equivalence tests share: train_gpt under mpirun on the CPU (one OpenMP thread
+per rank), the metrics and exported weights a run wrote, and the comparison with the one-rank run.
+Tolerances are those of layout_equivalence.py (see there)."""
+import json
+import os
+import struct
+import subprocess
+import sys
+
+LOSS_TOL = 2e-5
+WEIGHT_L2_TOL = 1e-5
+WEIGHT_MAX_TOL = 1e-4
+NORM_TOL = 1e-4
+
+
+def launch(binary, mpiexec, config, ranks, sets, extra=()):
+    """Runs train_gpt on `ranks` ranks with --set for each of `sets`; returns (cmd, result)."""
+    cmd = [mpiexec, "--allow-run-as-root", "--oversubscribe", "-np", str(ranks), "-x", "OMP_NUM_THREADS=1", binary,
+           config]
+    for s in sets:
+        cmd += ["--set", s]
+    cmd += list(extra)
+    return cmd, subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+
+
+def run(binary, mpiexec, config, tmp, ranks, tag, sets):
+    """A run that must succeed: (start record, losses, validation losses, exported weights,
+    parameter names, gradient norms, stdout)."""
+    metrics = os.path.join(tmp, tag + ".jsonl")
+    weights = os.path.join(tmp, tag + "_weights")
+    cmd, p = launch(binary, mpiexec, config, ranks, ["log.metrics_file=" + metrics, *sets],
+                    ["--export-weights", weights])
+    if p.returncode != 0:
+        sys.exit(f"FAIL: {' '.join(cmd)}\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}")
+    records = [json.loads(line) for line in open(metrics)]
+    losses = [r["loss"] for r in records if "step" in r and r.get("split") != "val"]
+    norms = [r["grad_norm"] for r in records if "grad_norm" in r]
+    val = [r["loss"] for r in records if r.get("split") == "val"]
+    raw = open(os.path.join(weights, "params.f32"), "rb").read()
+    names = [q["name"] for q in json.load(open(os.path.join(weights, "model.json")))["params"]]
+    return records[0], losses, val, struct.unpack(f"<{len(raw) // 4}f", raw), names, norms, p.stdout
+
+
+def compare(loss, ref_loss, w, ref_w):
+    """Max relative loss difference, max absolute and relative L2 weight differences."""
+    dl = max(abs(a - b) / abs(b) for a, b in zip(loss, ref_loss))
+    dw = max(abs(a - b) for a, b in zip(w, ref_w))
+    l2 = (sum((a - b) ** 2 for a, b in zip(w, ref_w)) / sum(b * b for b in ref_w)) ** 0.5
+    return dl, dw, l2
