@@ -293,13 +293,12 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
     std::printf("batch: global %lld = micro %lld x %s %lld x data %d; %lld tokens per step\n", (long long)global_batch,
                 (long long)B, p > 1 ? "micro-batches" : "accumulation", (long long)res.accumulation, data_size,
                 (long long)tokens_per_step);
+    // Blocks per virtual stage (virtual stage c*p + r is chunk c of pipeline rank r).
+    std::vector<int64_t> stage_layers;
+    for (const LayerRange& r : GPT::pipeline_partition(mc, p * v)) stage_layers.push_back(r.second - r.first);
     if (p > 1) {
       std::string chunks;
-      for (const LayerRange& r : GPT::pipeline_partition(mc, p * v))
-      {
-        if (!chunks.empty()) chunks += ' ';
-        chunks += std::to_string(r.second - r.first);
-      }
+      for (int64_t n : stage_layers) chunks += (chunks.empty() ? "" : " ") + std::to_string(n);
       std::printf("pipeline: %s, %d stages x %d chunk(s); layers per virtual stage: %s (+ embedding first, head "
                   "last); bubble (p-1)/(m v) = %.1f%%; stage 0 holds up to %d micro-batch chunks\n",
                   schedule_kind_name(kind), p, v, chunks.c_str(), 100.0 * double(p - 1) / double(m * v), slots);
@@ -335,7 +334,7 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
     lay.add("tensor", layout.tensor).add("pipeline", layout.pipeline).add("data", layout.data);
     JsonObject start;
     start.add("event", "start").add("layout", lay).add("zero_stage", int64_t(zero_stage));
-    start.add("schedule", schedule_kind_name(kind)).add("virtual_stages", int64_t(v));
+    start.add("schedule", schedule_kind_name(kind)).add("virtual_stages", int64_t(v)).add("stage_layers", stage_layers);
     start.add("params_per_rank", params_per_rank);
     start.add("model_state_bytes_per_rank", state_per_rank);
     start.add("parameters", mc.parameter_count()).add("device", rt.device_name()).add("precision", res.precision);

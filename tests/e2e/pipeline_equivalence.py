@@ -2,7 +2,7 @@
 """Pipeline layout equivalence (DESIGN.md section 4) on the CPU in fp32: a tiny 8-layer GPT with
 dropout trained for K steps on 1 rank and with pipeline = 2 and 4 (1f1b and gpipe), interleaved
 (v = 2 at p = 2 and p = 4), pipeline 2 x data 2, with activation checkpointing, and with uneven stages listed by
-parallel.stage_layers (reported in the start log), gives the same losses, validation losses and
+parallel.stage_layers (reported in the start log and the metrics start record), gives the same losses, validation losses and
 exported weights (gathered from the stages) up to fp32 reduction-order rounding. Checkpoints: a
 pipeline run stopped and resumed continues bitwise, and its checkpoint (always in the whole
 model's layout) resumes on one rank too. Bad shapes fail on every rank with one clear line.
@@ -61,18 +61,19 @@ def main():
         # Stages listed by hand (parallel.stage_layers, virtual-stage order), uneven on purpose.
         for pp, sched, v, split in [(2, "1f1b", 1, "1,7"), (2, "interleaved", 2, "1,3,2,2")]:
             out = []
-            _, loss, val, w, names = run(binary, mpiexec, config, tmp, pp, f"split_{sched}_{split}",
+            start, loss, val, w, names = run(binary, mpiexec, config, tmp, pp, f"split_{sched}_{split}",
                                          f"parallel.pipeline={pp}", f"parallel.schedule={sched}",
                                          f"parallel.virtual_stages={v}", f"parallel.stage_layers={split}", stdout=out)
             dl, dw, l2 = compare(loss, ref_loss, w, ref_w)
             dv = max(abs(a - b) / abs(b) for a, b in zip(val, ref_val))
             want = "layers per virtual stage: " + split.replace(",", " ") + " "
-            ok = (want in out[0] and names == ref_names and len(loss) == STEPS and len(w) == len(ref_w)
+            reported = want in out[0] and start["stage_layers"] == [int(n) for n in split.split(",")]
+            ok = (reported and names == ref_names and len(loss) == STEPS and len(w) == len(ref_w)
                   and dl <= LOSS_TOL and dw <= WEIGHT_MAX_TOL and l2 <= WEIGHT_L2_TOL and len(val) == len(ref_val)
                   and dv <= LOSS_TOL)
             failed |= not ok
             print(f"{'ok  ' if ok else 'FAIL'} pipeline={pp} schedule={sched} v={v} stage_layers={split}: "
-                  f"split {'reported' if want in out[0] else 'NOT reported'}, max loss rel diff {dl:.2e}, "
+                  f"split {'reported (log, start record)' if reported else 'NOT reported'}, max loss rel diff {dl:.2e}, "
                   f"val {dv:.2e}, weights: rel L2 diff {l2:.2e}, max abs diff {dw:.2e}")
 
         # Checkpoints: stop a pipeline = 2 run after step 4, resume it with pipeline = 2 (bitwise the
