@@ -21,6 +21,18 @@ template <typename T> float row_lse(const T* x, int64_t vocab) {
   return float(double(mx) + std::log(s));
 }
 
+// dx = dloss * (softmax - onehot(t)) over the n real columns of a row of `cols`, zeros in the
+// padding; t outside [0, n) puts no one-hot in this row (a target in another shard). dx may alias x:
+// every element is read before it is written.
+template <typename T>
+void write_xent_grad(T* dx, const T* x, int64_t n, int64_t cols, float lse, int64_t t, float dloss) {
+  for (int64_t c = 0; c < n; ++c) {
+    const float p = std::exp(load(x, c) - lse);
+    store(dx, c, dloss * (c == t ? p - 1.0f : p));
+  }
+  for (int64_t c = n; c < cols; ++c) store(dx, c, 0.0f);
+}
+
 void check_target(int32_t t, int64_t vocab) {
   if (t < -1 || t >= vocab)
     TRELLIS_FATAL("softmax_cross_entropy: target " + std::to_string(t) + " outside [-1, " +
@@ -59,7 +71,7 @@ void softmax_cross_entropy_backward(Runtime&, const Tensor& dlogits, const Tenso
 #pragma omp parallel for schedule(static) if (N * vocab > kParallelMin)
     for (int64_t r = 0; r < N; ++r) {
       const T* x = px + r * Vp;
-      T* dx = pd + r * Vp;  // may be x itself: every element is read before it is written
+      T* dx = pd + r * Vp;  // may be x itself
       const int32_t t = tg[r];
       if (t < 0) {
         lo[r] = 0.0f;
@@ -68,11 +80,7 @@ void softmax_cross_entropy_backward(Runtime&, const Tensor& dlogits, const Tenso
       }
       const float lse = row_lse(x, vocab);
       lo[r] = lse - load(x, t);
-      for (int64_t c = 0; c < vocab; ++c) {
-        const float p = std::exp(load(x, c) - lse);
-        store(dx, c, dloss * (c == t ? p - 1.0f : p));
-      }
-      for (int64_t c = vocab; c < Vp; ++c) store(dx, c, 0.0f);
+      write_xent_grad(dx, x, vocab, Vp, lse, t, dloss);
     }
   });
 }
@@ -146,18 +154,13 @@ void vocab_parallel_xent_loss_and_grad(Runtime&, const Tensor& losses, const Ten
 #pragma omp parallel for schedule(static) if (N * cols > kParallelMin)
     for (int64_t r = 0; r < N; ++r) {
       const T* x = px + r * cols;
-      T* dx = pd + r * cols;  // may be x itself: every element is read before it is written
+      T* dx = pd + r * cols;  // may be x itself
       if (tg[r] < 0) {
         for (int64_t c = 0; c < cols; ++c) store(dx, c, 0.0f);
         continue;
       }
-      const float lse = lse_of(r);
-      const int64_t t = int64_t(tg[r]) - vocab_begin;  // the target's column in the shard, if there
-      for (int64_t c = 0; c < n; ++c) {
-        const float p = std::exp(load(x, c) - lse);
-        store(dx, c, dloss * (c == t ? p - 1.0f : p));
-      }
-      for (int64_t c = n; c < cols; ++c) store(dx, c, 0.0f);
+      // The target's column in the shard, if it is there.
+      write_xent_grad(dx, x, n, cols, lse_of(r), int64_t(tg[r]) - vocab_begin, dloss);
     }
   });
 }
