@@ -1,6 +1,7 @@
 // Flat parameter/gradient buffers and layout-independent initialization.
 #include "core/parameters.h"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -84,24 +85,118 @@ float initial_value(uint64_t seed, const ParameterSpec& spec, int64_t local_inde
 }
 
 ParameterStore::ParameterStore(Runtime& rt, const std::vector<ParameterSpec>& specs, DType dtype,
-                               int64_t pad_multiple)
-    : rt_(rt), dtype_(dtype) {
-  for (const ParameterSpec& s : specs) {
+                               const StoreSharding& sharding)
+    : rt_(rt), dtype_(dtype), sharding_(sharding) {
+  TRELLIS_CHECK(sharding.shards >= 1 && sharding.shard >= 0 && sharding.shard < sharding.shards,
+                "ParameterStore: bad shard " + std::to_string(sharding.shard) + " of " + std::to_string(sharding.shards));
+  TRELLIS_CHECK(!sharding.stream_values || sharding.stream_grads, "ParameterStore: streamed values need streamed gradients");
+  for (size_t i = 0; i < specs.size(); ++i) {
+    const ParameterSpec& s = specs[i];
     s.global_shape();  // validates the split
+    // A block's parameters are one bucket; every other parameter is a bucket of its own.
+    if (buckets_.empty() || s.bucket != specs[i - 1].bucket) {
+      if (!buckets_.empty()) {
+        ParameterBucket& last = buckets_.back();
+        last.padded = (last.numel + sharding.shards - 1) / sharding.shards * sharding.shards;
+        padded_numel_ += last.padded;
+      }
+      ParameterBucket b;
+      b.first = i;
+      b.offset = padded_numel_;
+      b.block = s.bucket >= 0 ? s.bucket : -1;
+      for (const ParameterBucket& o : buckets_)
+        TRELLIS_CHECK(b.block < 0 || o.block != b.block, "ParameterStore: block " + std::to_string(b.block) + " is not contiguous");
+      buckets_.push_back(b);
+    }
+    ParameterBucket& b = buckets_.back();
     Parameter p;
     p.spec = s;
-    p.offset = numel_;
+    p.offset = b.offset + b.numel;
+    b.numel += s.shape.numel();
+    b.end = i + 1;
     numel_ += s.shape.numel();
     params_.push_back(p);
   }
-  padded_numel_ = (numel_ + pad_multiple - 1) / pad_multiple * pad_multiple;
-  values_ = Buffer(rt.allocator(), size_t(padded_numel_) * dtype_size(dtype), "parameters");
-  grads_ = Buffer(rt.allocator(), size_t(padded_numel_) * 4, "gradients");
-  fill(rt, padded_values().slice(numel_, {padded_numel_ - numel_}), 0.0f);
-  for (Parameter& p : params_) {
-    p.value = values_.tensor(dtype, p.spec.shape, size_t(p.offset) * dtype_size(dtype));
-    p.grad = grads_.tensor(DType::f32, p.spec.shape, size_t(p.offset) * 4);
+  if (!buckets_.empty()) {
+    ParameterBucket& last = buckets_.back();
+    last.padded = (last.numel + sharding.shards - 1) / sharding.shards * sharding.shards;
+    padded_numel_ += last.padded;
   }
+  // Storage: the whole padded layout, less what is streamed (a stage-3 bucket keeps its piece).
+  int64_t value_elems = 0, grad_elems = 0;
+  for (ParameterBucket& b : buckets_) {
+    b.piece = b.padded / sharding.shards;
+    b.grads_streamed = sharding.stream_grads && b.block >= 0;
+    b.values_streamed = sharding.stream_values && b.block >= 0;
+    value_at_.push_back(value_elems);
+    value_elems += b.values_streamed ? b.piece : b.padded;
+    grad_at_.push_back(b.grads_streamed ? -1 : grad_elems);
+    grad_elems += b.grads_streamed ? 0 : b.padded;
+  }
+  values_ = Buffer(rt.allocator(), size_t(value_elems) * dtype_size(dtype), "parameters");
+  grads_ = Buffer(rt.allocator(), size_t(grad_elems) * 4, "gradients");
+  fill(rt, values_.tensor(dtype, {value_elems}), 0.0f);  // the buckets' padding stays zero
+  bound_values_.assign(buckets_.size(), Tensor());
+  bound_grads_.assign(buckets_.size(), Tensor());
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    if (!buckets_[b].values_streamed) bind_values_unchecked(int(b), values_.tensor(dtype, {buckets_[b].padded}, size_t(value_at_[b]) * dtype_size(dtype)));
+    if (!buckets_[b].grads_streamed) bind_grads_unchecked(int(b), grads_.tensor(DType::f32, {buckets_[b].padded}, size_t(grad_at_[b]) * 4));
+  }
+}
+
+void ParameterStore::bind_values_unchecked(int b, const Tensor& slot) {
+  const ParameterBucket& k = buckets_.at(size_t(b));
+  for (size_t i = k.first; i < k.end; ++i) {
+    Parameter& p = params_[i];
+    p.value = slot.defined() ? slot.slice(p.offset - k.offset, p.spec.shape) : Tensor();
+  }
+  bound_values_.at(size_t(b)) = slot.defined() ? slot.slice(0, {k.padded}) : Tensor();
+}
+
+void ParameterStore::bind_grads_unchecked(int b, const Tensor& slot) {
+  const ParameterBucket& k = buckets_.at(size_t(b));
+  for (size_t i = k.first; i < k.end; ++i) {
+    Parameter& p = params_[i];
+    p.grad = slot.defined() ? slot.slice(p.offset - k.offset, p.spec.shape) : Tensor();
+  }
+  bound_grads_.at(size_t(b)) = slot.defined() ? slot.slice(0, {k.padded}) : Tensor();
+}
+
+void ParameterStore::bind_values(int b, const Tensor& slot) {
+  TRELLIS_CHECK(buckets_.at(size_t(b)).values_streamed, "bind_values: bucket " + std::to_string(b) + " is not streamed");
+  TRELLIS_CHECK(!slot.defined() || (slot.dtype == dtype_ && slot.numel() >= buckets_[size_t(b)].padded), "bind_values: slot too small");
+  bind_values_unchecked(b, slot);
+}
+
+void ParameterStore::bind_grads(int b, const Tensor& slot) {
+  TRELLIS_CHECK(buckets_.at(size_t(b)).grads_streamed, "bind_grads: bucket " + std::to_string(b) + " is not streamed");
+  TRELLIS_CHECK(!slot.defined() || (slot.dtype == DType::f32 && slot.numel() >= buckets_[size_t(b)].padded), "bind_grads: slot too small");
+  bind_grads_unchecked(b, slot);
+}
+
+int ParameterStore::bucket_of_block(int layer) const {
+  for (size_t b = 0; b < buckets_.size(); ++b)
+    if (buckets_[b].block == layer) return int(b);
+  TRELLIS_FATAL("ParameterStore: no bucket of block " + std::to_string(layer));
+}
+
+Tensor ParameterStore::bucket_grads(int b) const { return bound_grads_.at(size_t(b)); }
+Tensor ParameterStore::bucket_values(int b) const { return bound_values_.at(size_t(b)); }
+
+Tensor ParameterStore::owned_values(int b) const {
+  const ParameterBucket& k = buckets_.at(size_t(b));
+  const int64_t at = value_at_[size_t(b)] + (k.values_streamed ? 0 : int64_t(sharding_.shard) * k.piece);
+  return values_.tensor(dtype_, {k.piece}, size_t(at) * dtype_size(dtype_));
+}
+
+Tensor ParameterStore::flat_values() const {
+  TRELLIS_CHECK(!sharding_.stream_values, "flat_values: the values are streamed (ZeRO stage 3)");
+  return values_.tensor(dtype_, {padded_numel_});
+}
+
+Tensor ParameterStore::flat_grads() const {
+  TRELLIS_CHECK(!sharding_.stream_grads, "flat_grads: the gradients are streamed (ZeRO stage >= 2)");
+  return grads_.tensor(DType::f32, {padded_numel_});
 }
 
 const Parameter& ParameterStore::get(const std::string& name) const {
@@ -111,23 +206,34 @@ const Parameter& ParameterStore::get(const std::string& name) const {
 }
 
 void ParameterStore::initialize(uint64_t seed) {
-  std::vector<float> host(static_cast<size_t>(numel_));
-  for (const Parameter& p : params_) {
-    int64_t n = p.spec.shape.numel();
-    float* dst = host.data() + p.offset;
+  // Host values of the storage: each bucket whole, or this rank's piece of a streamed one.
+  const int64_t total = int64_t(values_.bytes() / dtype_size(dtype_));
+  std::vector<float> host(size_t(total), 0.0f);
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    const ParameterBucket& k = buckets_[b];
+    const int64_t lo = k.values_streamed ? int64_t(sharding_.shard) * k.piece : 0;  // bucket-relative
+    const int64_t hi = k.values_streamed ? lo + k.piece : k.padded;
+    float* dst = host.data() + value_at_[b] - lo;  // bucket-relative element e goes to dst[e]
+    for (size_t i = k.first; i < k.end; ++i) {
+      const Parameter& p = params_[i];
+      const int64_t begin = std::max(lo, p.offset - k.offset), end = std::min(hi, p.offset - k.offset + p.spec.shape.numel());
+      const int64_t base = p.offset - k.offset;
 #pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < n; ++i) dst[i] = initial_value(seed, p.spec, i);
+      for (int64_t e = begin; e < end; ++e) dst[e] = initial_value(seed, p.spec, e - base);
+    }
   }
-  Buffer staging(rt_.host_allocator(), size_t(numel_) * dtype_size(dtype_), "parameter staging");
-  Tensor host_f32(host.data(), DType::f32, Device::CPU(), {numel_});
-  Tensor stage = staging.tensor(dtype_, {numel_});
+  Buffer staging(rt_.host_allocator(), size_t(total) * dtype_size(dtype_), "parameter staging");
+  Tensor host_f32(host.data(), DType::f32, Device::CPU(), {total});
+  Tensor stage = staging.tensor(dtype_, {total});
   Runtime host_rt(RuntimeOptions{});
   cast(host_rt, stage, host_f32);
-  copy(rt_, flat_values(), stage);
+  copy(rt_, values_.tensor(dtype_, {total}), stage);
   rt_.synchronize();
   zero_grads();
 }
 
-void ParameterStore::zero_grads() { fill(rt_, padded_grads(), 0.0f); }
+void ParameterStore::zero_grads() {
+  if (grads_.bytes() > 0) fill(rt_, grads_.tensor(DType::f32, {int64_t(grads_.bytes() / 4)}), 0.0f);
+}
 
 }  // namespace trellis

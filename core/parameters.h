@@ -1,6 +1,12 @@
 // The model's parameters as named views into one flat buffer (compute dtype), with gradients in
 // a second flat buffer (f32). Initialization is keyed by (seed, name, GLOBAL element index), so a
 // tensor-parallel shard of a parameter is exactly the slice of what one rank would have drawn.
+//
+// The flat layout is cut into buckets (a transformer block's parameters, or a few others),
+// each padded to a multiple of the ZeRO shard count so that every data rank owns one equal piece
+// of every bucket. ZeRO stages 2 and 3 stream the blocks' buckets: their gradients (stage 2), and
+// their values too (stage 3), exist only while bound to a slot (bind_grads / bind_values); at
+// stage 3 this rank keeps only its piece of each streamed bucket's values.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -39,6 +45,10 @@ struct ParameterSpec {
   float std = 0.02f;
   bool decay = false;  // weight decay applies to 2-D weights only
   TensorSplit split = {};  // default: replicated, shape is the full shape
+  // Its bucket: consecutive parameters with the same id form one; an id >= 0 is a transformer
+  // block's (which ZeRO stages 2 and 3 stream), negative ids are other parameters' (kept whole).
+  int bucket = -1;
+
 
   Shape global_shape() const { return split.global_shape(shape); }
 };
@@ -53,33 +63,72 @@ struct Parameter {
   Tensor grad;         // view into the gradient buffer (f32)
 };
 
+// How the buffers are split over the data group (ZeRO) and what is streamed.
+struct StoreSharding {
+  int shards = 1, shard = 0;   // each bucket padded to a multiple of `shards`; this rank owns piece `shard`
+  bool stream_grads = false;   // stage >= 2: blocks' gradients only in bound slots
+  bool stream_values = false;  // stage 3: blocks' values only in bound slots and this rank's piece
+};
+
+// Parameters [first, end) at [offset, offset + numel) of the flat layout, padded to `padded`.
+struct ParameterBucket {
+  size_t first = 0, end = 0;
+  int64_t offset = 0, numel = 0, padded = 0;
+  int block = -1;                  // the transformer block (the specs' bucket id), or -1
+  bool grads_streamed = false, values_streamed = false;
+  int64_t piece = 0;               // padded / shards: what each data rank owns
+};
+
 class ParameterStore {
  public:
-  // The flat buffers hold numel() elements, followed by zeros up to a multiple of pad_multiple
-  // (ZeRO stages >= 1 split them evenly over the data group: padded_numel() / data size each).
-  ParameterStore(Runtime& rt, const std::vector<ParameterSpec>& specs, DType dtype, int64_t pad_multiple = 1);
+  ParameterStore(Runtime& rt, const std::vector<ParameterSpec>& specs, DType dtype, const StoreSharding& sharding = {});
 
-  // Draws every parameter from (seed, name, index) on the host and copies it to the device.
+  // Draws every parameter from (seed, name, index) on the host and copies it to the device (at
+  // stage 3 only this rank's piece of the streamed buckets).
   void initialize(uint64_t seed);
+  // Zeroes the gradients held in the store (the streamed ones are zeroed when bound).
   void zero_grads();
+
+  const StoreSharding& sharding() const { return sharding_; }
+  const std::vector<ParameterBucket>& buckets() const { return buckets_; }
+  // The bucket of block `layer`; fatal if this store has none.
+  int bucket_of_block(int layer) const;
+  // Bucket b's padded gradients / values (`padded` elements): in the store, or the bound slot
+  // (undefined while a streamed bucket is unbound).
+  Tensor bucket_grads(int b) const;
+  Tensor bucket_values(int b) const;
+  // This rank's piece of bucket b's values (`piece` elements).
+  Tensor owned_values(int b) const;
+  // Points bucket b's parameters' gradient / value views into `slot` (>= padded elements), or
+  // unbinds them (undefined slot). Only for streamed buckets.
+  void bind_grads(int b, const Tensor& slot);
+  void bind_values(int b, const Tensor& slot);
 
   const Parameter& operator[](size_t i) const { return params_[i]; }
   const Parameter& get(const std::string& name) const;
   size_t size() const { return params_.size(); }
   const std::vector<Parameter>& all() const { return params_; }
-  int64_t numel() const { return numel_; }
+  int64_t numel() const { return numel_; }         // real elements
+  int64_t padded_numel() const { return padded_numel_; }  // of the flat layout, with the buckets' padding
   DType dtype() const { return dtype_; }
-  Tensor flat_values() const { return values_.tensor(dtype_, {numel_}); }
-  Tensor flat_grads() const { return grads_.tensor(DType::f32, {numel_}); }
-  int64_t padded_numel() const { return padded_numel_; }
-  Tensor padded_values() const { return values_.tensor(dtype_, {padded_numel_}); }
-  Tensor padded_grads() const { return grads_.tensor(DType::f32, {padded_numel_}); }
+  // The whole flat layout (padded_numel elements; its padding is zeros). Fatal when streaming.
+  Tensor flat_values() const;
+  Tensor flat_grads() const;
+  // Bytes the store holds on the device: values and gradients.
+  size_t value_bytes() const { return values_.bytes(); }
+  size_t grad_bytes() const { return grads_.bytes(); }
 
  private:
   Runtime& rt_;
   DType dtype_;
+  StoreSharding sharding_;
   int64_t numel_ = 0, padded_numel_ = 0;
   std::vector<Parameter> params_;
+  std::vector<ParameterBucket> buckets_;
+  std::vector<int64_t> value_at_, grad_at_;  // per bucket: where its storage starts (-1: none)
+  std::vector<Tensor> bound_values_, bound_grads_;  // per bucket: its padded values / gradients, or undefined
+  void bind_values_unchecked(int b, const Tensor& slot);
+  void bind_grads_unchecked(int b, const Tensor& slot);
   Buffer values_;
   Buffer grads_;
 };

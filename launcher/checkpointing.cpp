@@ -19,11 +19,12 @@ namespace {
 
 constexpr const char* kVersion = "trellis 0.1";
 
-// The blobs of the state, by name: the parameters, then the optimizer state (this rank's slice at
-// ZeRO stage 1, see ZeroOptimizer::gather / scatter).
+// The blobs of the state, by name: the parameters (undefined here: ZeroOptimizer::whole_values /
+// set_values), then the optimizer state (this rank's pieces at ZeRO stages >= 1, see
+// ZeroOptimizer::gather / scatter).
 std::vector<std::pair<std::string, Tensor>> state_tensors(TrainingState s) {
   std::vector<std::pair<std::string, Tensor>> t;
-  t.emplace_back("params", s.model.params().flat_values());
+  t.emplace_back("params", Tensor());
   if (s.optimizer.has_separate_master()) t.emplace_back("master", s.optimizer.master());
   t.emplace_back("adam_m", s.optimizer.first_moments());
   t.emplace_back("adam_v", s.optimizer.second_moments());
@@ -83,18 +84,19 @@ int64_t load_training_checkpoint(Runtime& rt, const Config& cfg, const std::stri
     for (auto& [name, t] : state_tensors(s)) {
       if (!reader.has_blob(name))
         throw UserError(cfg.path + ": checkpoint " + dir + " has no " + name + " (written with another precision?)");
-      std::vector<char> host(size_t(s.layout.whole_numel()) * dtype_size(t.dtype));
+      const DType dtype = t.defined() ? t.dtype : s.model.params().dtype();
+      std::vector<char> host(size_t(s.layout.whole_numel()) * dtype_size(dtype));
       if (reader.blob_size(name) != host.size())
         throw UserError(cfg.path + ": checkpoint " + dir + ": " + name + " holds " + std::to_string(reader.blob_size(name)) +
                         " bytes; this model needs " + std::to_string(host.size()));
       reader.read_blob(name, host.data(), host.size());
-      // A sharded optimizer tensor takes its slice of this stage's whole buffer.
-      const bool sharded = name != "params" && s.optimizer.sharded();
-      Buffer scratch;
-      if (sharded) scratch = Buffer(rt.allocator(), size_t(s.model.params().numel()) * 4, "checkpoint load");
-      const Tensor target = sharded ? scratch.tensor(DType::f32, {s.model.params().numel()}) : t;
-      scatter_whole(rt, s.layout, s.pipeline_rank(), s.tensor_rank(), host, target);
-      if (sharded) s.optimizer.scatter(target, t);
+      // This stage's whole copy, from which each rank takes what it holds.
+      const int64_t n = s.model.params().numel();
+      Buffer scratch(rt.allocator(), size_t(n) * dtype_size(dtype), "checkpoint load");
+      const Tensor stage_whole = scratch.tensor(dtype, {n});
+      scatter_whole(rt, s.layout, s.pipeline_rank(), s.tensor_rank(), host, stage_whole);
+      if (!t.defined()) s.optimizer.set_values(stage_whole);
+      else s.optimizer.scatter(stage_whole, t);
     }
     const JsonValue* sc = meta.find("scaler");
     LossScalerState st;
@@ -134,12 +136,12 @@ std::string write_state(Runtime& rt, const Config& cfg, TrainingState s, const s
   }
   for (auto& [name, t] : state_tensors(s)) {
     Buffer scratch;
-    const Tensor whole = name == "params" ? t : s.optimizer.gather(t, scratch);
+    const Tensor whole = t.defined() ? s.optimizer.gather(t, scratch) : s.optimizer.whole_values(scratch);
     if (!s.saver()) continue;
     std::vector<char> host = gather_whole(rt, s.tensor, s.pipeline, s.layout, whole);
     if (!root || !error.empty()) continue;
     try {
-      w->add_blob(name, host.data(), host.size(), std::string(dtype_name(t.dtype)), {s.layout.whole_numel()});
+      w->add_blob(name, host.data(), host.size(), std::string(dtype_name(whole.dtype)), {s.layout.whole_numel()});
     } catch (const CheckpointError& e) {
       error = e.what();
     }

@@ -65,9 +65,9 @@ const std::vector<KeySpec> kKeys = {
   {"optimizer", "eps", T::Float, TRELLIS_FIELD(optimizer, eps), "AdamW epsilon.", {}, 0, true},
   {"optimizer", "weight_decay", T::Float, TRELLIS_FIELD(optimizer, weight_decay), "AdamW decoupled weight decay.", {}, 0},
 
-  {"zero", "stage", T::Int, TRELLIS_FIELD(zero, stage), "0 = replicate; 1 = shard the fp32 master weights and Adam moments over the data group (gradients reduce-scattered, parameters all-gathered); 2 = + gradients; 3 = + parameters. Built: 0 and 1.", {}, 0, false, 3},
+  {"zero", "stage", T::Int, TRELLIS_FIELD(zero, stage), "0 = replicate; 1 = shard the fp32 master weights and Adam moments over the data group (gradients reduce-scattered, parameters all-gathered); 2 = + gradients (no full gradient buffer: each block's reduce-scattered after its backward, every micro-batch); 3 = + parameters (each block's all-gathered just before use). Embeddings and the final LayerNorm stay whole at every stage.", {}, 0, false, 3},
   {"zero", "bucket_mb", T::Int, TRELLIS_FIELD(zero, bucket_mb), "Data-parallel gradient buckets of about this many MiB, reduced as soon as backward completes them.", {}, 1},
-  {"zero", "overlap", T::Bool, TRELLIS_FIELD(zero, overlap), "Reduce gradient buckets during backward; false = all after backward (for comparison).", {}},
+  {"zero", "overlap", T::Bool, TRELLIS_FIELD(zero, overlap), "Reduce gradient buckets during backward; false = all after backward (for comparison; stages 2-3 always reduce each block during backward).", {}},
   {"zero", "reduce_dtype", T::String, TRELLIS_FIELD(zero, reduce_dtype), "Dtype of the data-parallel gradient all-reduce: f32 (exact, as accumulated) or bf16/f16 (half the bytes; each rank's gradient rounded once, like Megatron without grad_reduce_in_fp32).", {"f32", "bf16", "f16"}},
 
   {"fp16", "initial_scale_power", T::Int, TRELLIS_FIELD(fp16, initial_scale_power), "Initial loss scale = 2^this.", {}, 0, false, 64},
@@ -80,7 +80,7 @@ const std::vector<KeySpec> kKeys = {
   {"data", "val_fraction", T::Float, TRELLIS_FIELD(data, val_fraction), "For source = file: the last fraction of the tokens is the validation split.", {}, 0, true, 1, true},
 
   {"log", "every", T::Int, TRELLIS_FIELD(log, every), "A log line every N steps.", {}, 1},
-  {"log", "metrics_file", T::String, TRELLIS_FIELD(log, metrics_file), "Write metrics as JSON lines to this file (rank 0); empty = none. One start record (layout, memory plan), then per step: loss, lr, grad_norm, tokens_per_s, step_ms, peak_mem_bytes, mfu and phase_ms (device time of the schedule, the loss/norm reductions and the optimizer), and validation records.", {}},
+  {"log", "metrics_file", T::String, TRELLIS_FIELD(log, metrics_file), "Write metrics as JSON lines to this file (rank 0); empty = none. One start record (layout, memory plan), then per step: loss, lr, grad_norm, tokens_per_s, step_ms, peak_mem_bytes, mfu, phase_ms (device time of the schedule, the loss/norm reductions and the optimizer) and stage_timing (per virtual pipeline stage, the compute time of the step's forwards and of its backwards, over micro_batches), and validation records.", {}},
   {"log", "tensorboard_dir", T::String, TRELLIS_FIELD(log, tensorboard_dir), "Write TensorBoard event files (scalars) to this directory (rank 0); empty = none.", {}},
   {"log", "val_every", T::Int, TRELLIS_FIELD(log, val_every), "Validate every N steps; 0 = off.", {}, 0},
   {"log", "val_batches", T::Int, TRELLIS_FIELD(log, val_batches), "Micro-batches per validation.", {}, 1},

@@ -189,12 +189,6 @@ void validate_relations(const Config& c) {
   parse_stage_layers(c);
 }
 
-std::string not_built(const Config& c, const std::string& key, const std::string& value,
-                      const std::string& allowed) {
-  return c.path + ": " + key + " = " + value + ": not implemented yet in this build (allowed: " +
-         allowed + ")";
-}
-
 }  // namespace
 
 std::vector<int> parse_stage_layers(const Config& c) {
@@ -254,10 +248,9 @@ Config load_config_text(const std::string& text, const std::string& path, const 
 
 void validate_for_world(const Config& c, int world_size) {
   const auto& par = c.parallel;
-  if (c.zero.stage > 1) throw UserError(not_built(c, "zero.stage", std::to_string(c.zero.stage), "0, 1"));
-  if (c.zero.stage == 1 && c.zero.reduce_dtype != "f32")
-    throw UserError(c.path + ": zero.reduce_dtype = " + c.zero.reduce_dtype +
-                    ": ZeRO stage 1 reduce-scatters gradients in f32 only (allowed with zero.stage = 1: f32)");
+  if (c.zero.stage >= 1 && c.zero.reduce_dtype != "f32")
+    throw UserError(c.path + ": zero.reduce_dtype = " + c.zero.reduce_dtype + ": ZeRO stage " +
+                    std::to_string(c.zero.stage) + " reduce-scatters gradients in f32 only (allowed with zero.stage >= 1: f32)");
   // The model must split over the tensor group: heads, d_ffn, the padded vocabulary; with sequence
   // parallelism the tokens of a micro-batch too.
   try {

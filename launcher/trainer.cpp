@@ -41,6 +41,7 @@
 #include "parallel/data/gradient_sync.h"
 #include "parallel/zero/loss_scaler.h"
 #include "parallel/zero/optimizer.h"
+#include "parallel/zero/streaming.h"
 
 namespace trellis {
 
@@ -105,17 +106,19 @@ float read_scalar(Runtime& rt, const Tensor& t) {
 }
 
 // For a non-finite gradient: the first parameter (in forward order, over the pipeline stages)
-// whose gradient is not finite. Collective over `pipeline` (null with one stage).
-std::string first_nonfinite_parameter(Runtime& rt, ParameterStore& ps, const Tensor& scratch, Communicator* pipeline) {
-  std::string name;
-  for (const Parameter& p : ps.all()) {
+// whose reduced gradient is not finite. Collective over the data group when the optimizer is
+// sharded (each rank checks its pieces) and over `pipeline` (null with one stage).
+std::string first_nonfinite_parameter(Runtime& rt, ParameterStore& ps, const ZeroOptimizer& opt, const Tensor& scratch,
+                                      Communicator* data, Communicator* pipeline) {
+  int index = int(ps.size());
+  for (size_t i = 0; i < ps.size() && index == int(ps.size()); ++i) {
+    const Parameter& p = ps[i];
     fill(rt, scratch, 0.0f);
-    sum_squares_accumulate(rt, scratch, p.grad);
-    if (!std::isfinite(read_scalar(rt, scratch))) {
-      name = p.spec.name;
-      break;
-    }
+    for (const Tensor& g : opt.owned_grads({{p.offset, p.offset + p.spec.shape.numel()}})) sum_squares_accumulate(rt, scratch, g);
+    if (!std::isfinite(read_scalar(rt, scratch))) index = int(i);
   }
+  if (opt.sharded()) TRELLIS_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &index, 1, MPI_INT, MPI_MIN, data->mpi_comm()));
+  std::string name = index < int(ps.size()) ? ps[size_t(index)].spec.name : "";
   if (pipeline) {  // the earliest stage that found one tells the others
     const int p = pipeline->size();
     int first = name.empty() ? p : pipeline->rank();
@@ -238,12 +241,23 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
   // The first data-parallel rank of each stage and tensor rank takes part in weight exports.
   const bool saver = groups.coords().data == 0;
 
-  // ZeRO stage 1 splits the flat buffers evenly over the data group: pad them to a multiple of it.
-  const int zero_stage = int(cfg.zero.stage);
-  GPT model(rt, mc, B, part, slots, tp, zero_stage >= 1 ? data_size : 1);
+  // ZeRO stages >= 1 split every bucket of the flat buffers evenly over the data group (with one
+  // data rank there is nothing to shard: stage 0).
+  const int zero_stage = data_size > 1 ? int(cfg.zero.stage) : 0;
+  StoreSharding sharding;
+  if (zero_stage >= 1) {
+    sharding.shards = data_size;
+    sharding.shard = data_rank;
+    sharding.stream_grads = zero_stage >= 2;
+    sharding.stream_values = zero_stage >= 3;
+  }
+  GPT model(rt, mc, B, part, slots, tp, sharding);
   model.initialize(uint64_t(cfg.train.seed));
   const WholeModelLayout whole(mc, p, v, layout.tensor);
   ZeroOptimizer optimizer(rt, model.params(), &data_group, zero_stage);
+  std::unique_ptr<ZeroStreaming> streaming;
+  if (optimizer.sharded()) streaming = std::make_unique<ZeroStreaming>(rt, model.params(), optimizer, data_group);
+  if (zero_stage >= 2) model.set_block_hooks(streaming.get());
   LossScalerConfig lsc;
   lsc.enabled = res.dtype == DType::f16;
   lsc.initial_scale = std::ldexp(1.0, int(cfg.fp16.initial_scale_power));
@@ -253,32 +267,37 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
   LossScaler scaler(lsc);
   BatchLoader loader(rt, *data, B, T);
 
-  std::vector<std::pair<int64_t, int64_t>> ranges;
-  for (const Parameter& prm : model.params().all()) ranges.emplace_back(prm.offset, prm.offset + prm.spec.shape.numel());
-  DType reduce_dtype = DType::f32;
-  parse_dtype(cfg.zero.reduce_dtype, reduce_dtype);
-  GradientSync grad_sync(rt, data_group, model.params().flat_grads(), ranges, size_t(cfg.zero.bucket_mb) << 20,
-                         reduce_dtype);
   const bool reduce = data_size > 1;
+  std::unique_ptr<GradientSync> grad_sync;  // stage 0: all-reduce in buckets of zero.bucket_mb
+  if (reduce && !optimizer.sharded()) {
+    std::vector<std::pair<int64_t, int64_t>> ranges;
+    for (const Parameter& prm : model.params().all()) ranges.emplace_back(prm.offset, prm.offset + prm.spec.shape.numel());
+    DType reduce_dtype = DType::f32;
+    parse_dtype(cfg.zero.reduce_dtype, reduce_dtype);
+    grad_sync = std::make_unique<GradientSync>(rt, data_group, model.params().flat_grads(), ranges,
+                                               size_t(cfg.zero.bucket_mb) << 20, reduce_dtype);
+  }
   // Activations cross stages as (B, T, C), or as this rank's token rows with sequence parallelism.
   const Shape boundary = tp.sharded_tokens() ? Shape{token_shard_rows(B * T, tp.size), mc.d_model} : Shape{B, T, mc.d_model};
   PipelineEngine engine(rt, groups.pipeline(), v, boundary, mc.dtype);
   PipelineReduction reduction;
-  reduction.data = reduce && !optimizer.sharded() ? &grad_sync : nullptr;  // stage 1 reduce-scatters after the step's schedule
+  if (streaming) reduction.data = streaming.get();
+  else reduction.data = grad_sync.get();
   reduction.overlap = cfg.zero.overlap;
   if (p > 1 && groups.in_embedding_group()) {  // the tied embedding on the first and last stage
     reduction.tied = &groups.embedding();
-    reduction.tied_grads = {model.tied_embedding_grad()};
+    reduction.tied_grads = optimizer.owned_grads(model.tied_embedding());  // reduced over the data group first
   }
 
   const int64_t stored = model.params().numel();
-  const size_t param_bytes = size_t(model.params().padded_numel()) * dtype_size(mc.dtype);
-  const size_t grad_bytes = size_t(model.params().padded_numel()) * 4;
+  const size_t param_bytes = model.params().value_bytes(), grad_bytes = model.params().grad_bytes();
   const size_t state_bytes = param_bytes + grad_bytes + optimizer.state_bytes();
+  const size_t slot_bytes = streaming ? streaming->buffer_bytes() : 0;
   const ActivationBytes act = GPT::activation_bytes(mc, part, B, T, tp);
-  // The gradient norm's squares: of the reduced gradients this rank holds (its slice at stage 1).
+  // The gradient norm's squares: of the reduced gradients this rank holds (its pieces at stages
+  // >= 1, where the tensor group's partial sums are completed too).
   const std::vector<Tensor> counted_grads = optimizer.owned_grads(model.grads_counted_once());
-  const std::vector<Tensor> partial_grads = model.tensor_partial_grads();
+  const std::vector<Tensor> partial_grads = optimizer.owned_grads(model.tensor_partial_grads());
   const int64_t global_batch = B * res.accumulation * data_size;
   const double tokens_per_step = double(global_batch * T);
   if (main_rank) {
@@ -303,21 +322,26 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
                   "last); bubble (p-1)/(m v) = %.1f%%; stage 0 holds up to %d micro-batch chunks\n",
                   schedule_kind_name(kind), p, v, chunks.c_str(), 100.0 * double(p - 1) / double(m * v), slots);
     }
-    std::printf("memory per rank%s: model state %s (params %s + grads %s + optimizer %s), activations %d x %s kept + "
+    std::printf("memory per rank%s: model state %s (params %s + grads %s + optimizer %s)%s, activations %d x %s kept + "
                 "%s workspace (checkpointing %s)\n",
                 p > 1 ? " (stage 0)" : "", format_bytes(state_bytes).c_str(), format_bytes(param_bytes).c_str(),
-                format_bytes(grad_bytes).c_str(), format_bytes(optimizer.state_bytes()).c_str(), slots,
+                format_bytes(grad_bytes).c_str(), format_bytes(optimizer.state_bytes()).c_str(),
+                slot_bytes ? (" + ZeRO slots " + format_bytes(slot_bytes)).c_str() : "", slots,
                 format_bytes(act.kept).c_str(), format_bytes(act.work).c_str(), cfg.train.checkpointing.c_str());
     if (tp.active())
       std::printf("tensor parallel: %d ranks split each layer (heads, MLP, vocabulary), sequence parallelism %s\n",
                   tp.size, tp.sequence_parallel ? "on" : "off");
     if (optimizer.sharded())
-      std::printf("data parallel: ZeRO stage 1: gradients reduce-scattered (f32) after the step's backward; each rank "
-                  "owns %lld of %lld elements (padded from %lld) of master weights, Adam moments and reduced "
-                  "gradients, updates them and all-gathers the parameters\n",
-                  (long long)optimizer.shard().size, (long long)model.params().padded_numel(), (long long)stored);
+      std::printf("data parallel: ZeRO stage %d: each rank owns %lld of %lld elements (padded from %lld) of master "
+                  "weights, Adam moments and reduced gradients; gradients reduce-scattered (f32) per bucket %s%s\n",
+                  zero_stage, (long long)optimizer.owned_numel(), (long long)model.params().padded_numel(),
+                  (long long)stored,
+                  zero_stage >= 2 ? "after each block's backward on every micro-batch (no full gradient buffer)"
+                                  : "as soon as final in the step's backward",
+                  zero_stage >= 3 ? "; each block's parameters all-gathered just before its forward and backward"
+                                  : "; updated parameters all-gathered");
     else if (reduce)
-      std::printf("data parallel: gradients in %zu buckets of ~%lld MiB, %s, reduced in %s\n", grad_sync.bucket_count(),
+      std::printf("data parallel: gradients in %zu buckets of ~%lld MiB, %s, reduced in %s\n", grad_sync->bucket_count(),
                   (long long)cfg.zero.bucket_mb, cfg.zero.overlap ? "reduced during backward" : "reduced after backward",
                   cfg.zero.reduce_dtype.c_str());
     std::fflush(stdout);
@@ -337,6 +361,9 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
     start.add("schedule", schedule_kind_name(kind)).add("virtual_stages", int64_t(v)).add("stage_layers", stage_layers);
     start.add("params_per_rank", params_per_rank);
     start.add("model_state_bytes_per_rank", state_per_rank);
+    // What rank 0 allocated: its store and optimizer state (with the padding and the buckets kept
+    // whole), and the ZeRO slots.
+    start.add("model_state_bytes_allocated", int64_t(state_bytes)).add("zero_slot_bytes", int64_t(slot_bytes));
     start.add("parameters", mc.parameter_count()).add("device", rt.device_name()).add("precision", res.precision);
     start.add("global_batch", global_batch).add("seq_len", T).add("steps", cfg.train.steps);
     start.add("activation_bytes_planned", int64_t(act.kept * size_t(slots) + act.work));
@@ -402,7 +429,6 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
     std::vector<CommHandle> partial;
     for (const Tensor& g : partial_grads) partial.push_back(tensor_group->all_reduce_async(g));
     for (CommHandle& h : partial) h.wait();
-    if (optimizer.sharded()) optimizer.reduce_gradients();
     fill(rt, norm_sq, 0.0f);
     for (const Tensor& g : counted_grads) sum_squares_accumulate(rt, norm_sq, g);
     // The loss over the data group, and at stage 1 the squares of each rank's gradient slice.
@@ -423,7 +449,7 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
     if (!finite && !lsc.enabled)
       throw UserError("step " + std::to_string(step) + ": non-finite " + (std::isfinite(loss) ? "gradient norm" : "loss") +
                       "; first non-finite gradient in " +
-                      first_nonfinite_parameter(rt, model.params(), probe, pipeline_group) +
+                      first_nonfinite_parameter(rt, model.params(), optimizer, probe, &data_group, pipeline_group) +
                       " (try a lower optimizer.lr, train.precision = \"fp32\", or a smaller optimizer.warmup_steps)");
     const bool was_at_minimum = scaler.at_minimum();
     const bool apply = scaler.update(!finite);
@@ -438,6 +464,7 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
       h.weight_decay = float(cfg.optimizer.weight_decay);
       h.step = step - scaler.skipped();
       optimizer.step(h, float(clip / loss_scale));
+      if (streaming) streaming->parameters_changed();
     } else if (main_rank && was_at_minimum) {
       std::printf("warning: step %lld: non-finite %s with the loss scale at its minimum (%g): fp16 cannot represent "
                   "it; use train.precision = \"bf16\" or lower optimizer.lr\n",
@@ -532,14 +559,18 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
     if (rt.profiler()) std::printf("per-op time over all steps (log.profile_ops):\n%s", rt.profiler()->report().c_str());
     std::fflush(stdout);
   }
-  if (!opts.export_weights_dir.empty() && saver) {
-    // The whole model, gathered from the stages and tensor shards on rank 0.
-    const std::vector<char> values = gather_whole(rt, tensor_group, pipeline_group, whole, model.params().flat_values());
-    if (main_rank) {
-      JsonObject extra;
-      extra.add("step", last_step);
-      write_model_files(mc, whole.whole, to_f32(values, mc.dtype), opts.export_weights_dir, extra);
-      std::printf("exported weights to %s\n", opts.export_weights_dir.c_str());
+  if (!opts.export_weights_dir.empty()) {
+    // The whole model, gathered from the data ranks' pieces (stage 3), the stages and tensor shards on rank 0.
+    Buffer scratch;
+    const Tensor stage_values = optimizer.whole_values(scratch);
+    if (saver) {
+      const std::vector<char> values = gather_whole(rt, tensor_group, pipeline_group, whole, stage_values);
+      if (main_rank) {
+        JsonObject extra;
+        extra.add("step", last_step);
+        write_model_files(mc, whole.whole, to_f32(values, mc.dtype), opts.export_weights_dir, extra);
+        std::printf("exported weights to %s\n", opts.export_weights_dir.c_str());
+      }
     }
   }
 }

@@ -80,14 +80,25 @@ std::vector<ParameterSpec> GPT::parameter_specs(const GPTConfig& cfg, const GPTP
   std::vector<ParameterSpec> specs;
   // The head reads the token embedding too (tied), so the last stage holds a copy (of the same
   // vocabulary shard).
-  const ParameterSpec wte{"wte", {cfg.padded_vocab(), C}, Init::normal, 0.02f, true};
+  // ZeRO buckets of their own (kept whole at every stage): wte (the same bucket on the first and
+  // last stage, so their pieces match for the tied sum), wpe, and the final LayerNorm.
+  ParameterSpec wte{"wte", {cfg.padded_vocab(), C}, Init::normal, 0.02f, true};
+  wte.bucket = -1;
   if (part.embedding || part.head) specs.push_back(tp.active() ? shard_spec(wte, 0, tp.size, tp.rank) : wte);
-  if (part.embedding) specs.push_back({"wpe", {cfg.seq_len, C}, Init::normal, 0.01f, true});
+  if (part.embedding) {
+    specs.push_back({"wpe", {cfg.seq_len, C}, Init::normal, 0.01f, true});
+    specs.back().bucket = -2;
+  }
   for (const LayerRange& r : part.chunks)
-    for (int l = r.first; l < r.second; ++l) TransformerBlock::append_specs(cfg, l, specs, tp);
+    for (int l = r.first; l < r.second; ++l) {
+      const size_t first = specs.size();
+      TransformerBlock::append_specs(cfg, l, specs, tp);
+      for (size_t i = first; i < specs.size(); ++i) specs[i].bucket = l;  // one ZeRO bucket, streamable
+    }
   if (part.head) {
     specs.push_back({"lnf.w", {C}, Init::ones, 0, false});
     specs.push_back({"lnf.b", {C}, Init::zeros, 0, false});
+    specs[specs.size() - 2].bucket = specs.back().bucket = -3;
   }
   return specs;
 }
@@ -123,9 +134,9 @@ ActivationBytes GPT::activation_bytes(const GPTConfig& cfg, int64_t B, int64_t T
 }
 
 GPT::GPT(Runtime& rt, const GPTConfig& cfg, int64_t micro_batch, const GPTPart& part, int slots,
-         const TensorParallelContext& tp, int64_t pad_multiple)
+         const TensorParallelContext& tp, const StoreSharding& sharding)
     : rt_(rt), cfg_(cfg), micro_batch_(micro_batch), part_(part), tp_(tp),
-      params_(rt, parameter_specs(cfg, part, tp), cfg.dtype, pad_multiple) {
+      params_(rt, parameter_specs(cfg, part, tp), cfg.dtype, sharding) {
   TRELLIS_CHECK(!part.chunks.empty() && slots >= 1, "GPT: no chunk or no slot");
   for (const LayerRange& r : part.chunks) {
     TRELLIS_CHECK(r.first < r.second && r.second <= cfg.n_layers, "GPT: bad layer range");
@@ -133,6 +144,7 @@ GPT::GPT(Runtime& rt, const GPTConfig& cfg, int64_t micro_batch, const GPTPart& 
     for (int l = r.first; l < r.second; ++l) {
       blocks_.emplace_back(cfg_, l, block_params(params_, l), tp_);
       block_ranges_.push_back(range_of("h." + std::to_string(l) + "."));
+      block_buckets_.push_back(params_.bucket_of_block(l));
     }
   }
   chunk_begin_.push_back(blocks_.size());
@@ -219,7 +231,10 @@ Tensor GPT::forward_chunk(int slot, const StepContext& ctx, const Tensor& tokens
   const size_t first = chunk_begin_[size_t(s.chunk)];
   for (size_t i = 0; i < s.blocks.size(); ++i) {
     Tensor y = s.acts.take(dt, activation_shape(B, T));
+    const int bucket = block_buckets_[first + i];
+    if (hooks_) hooks_->before_forward(bucket, i + 1 < s.blocks.size() ? block_buckets_[first + i + 1] : -1);
     blocks_[first + i].forward(rt_, s.ctx, x, y, s.blocks[i], s.acts, work_);
+    if (hooks_) hooks_->after_forward(bucket);
     work_.reset();
     x = y;
   }
@@ -343,8 +358,11 @@ void GPT::backward_chunk(int slot, const Tensor& dres_in, const GradsReady& grad
   const size_t first = chunk_begin_[size_t(s.chunk)];
   for (size_t i = s.blocks.size(); i-- > 0;) {
     work_.reset();
+    const int bucket = block_buckets_[first + i];
+    if (hooks_) hooks_->before_backward(bucket, i > 0 ? block_buckets_[first + i - 1] : -1);
     blocks_[first + i].backward(rt_, ctx, dres, s.blocks[i], work_);
     ready(block_ranges_[first + i]);
+    if (hooks_) hooks_->after_backward(bucket);
   }
   work_.reset();
   if (part_.has_embedding(s.chunk)) {
@@ -389,39 +407,29 @@ void GPT::forward_loss(const StepContext& ctx, const Tensor& tokens, const Tenso
   release_slot(slot);
 }
 
-std::vector<Tensor> GPT::grads_counted_once() const {
-  const Tensor all = params_.flat_grads();
-  std::vector<Tensor> runs;  // maximal runs of consecutive counted parameters
-  int64_t begin = 0, end = 0;
-  auto flush = [&] {
-    if (end > begin) runs.push_back(all.slice(begin, {end - begin}));
-  };
+GPT::Ranges GPT::grads_counted_once() const {
+  Ranges runs;  // maximal runs of consecutive counted parameters
   for (const Parameter& p : params_.all()) {
     const bool head_copy = p.spec.name == "wte" && !part_.embedding;
     if (head_copy || (tp_.rank != 0 && p.spec.split.replicated())) continue;
-    if (p.offset != end) {
-      flush();
-      begin = p.offset;
-    }
-    end = p.offset + p.spec.shape.numel();
+    const int64_t end = p.offset + p.spec.shape.numel();
+    if (!runs.empty() && runs.back().second == p.offset) runs.back().second = end;
+    else runs.emplace_back(p.offset, end);
   }
-  flush();
   return runs;
 }
 
-std::vector<Tensor> GPT::tensor_partial_grads() const {
-  std::vector<Tensor> out;
+GPT::Ranges GPT::tensor_partial_grads() const {
+  Ranges out;
   for (const TransformerBlock& b : blocks_)
-    for (const Parameter* p : b.tensor_partial_grads()) out.push_back(p->grad);
-  if (part_.head && tp_.sharded_tokens()) {  // the final LayerNorm runs on token shards too
-    out.push_back(params_.get("lnf.w").grad);
-    out.push_back(params_.get("lnf.b").grad);
-  }
+    for (const Parameter* p : b.tensor_partial_grads()) out.emplace_back(p->offset, p->offset + p->spec.shape.numel());
+  if (part_.head && tp_.sharded_tokens()) out.push_back(lnf_range_);  // the final LayerNorm runs on token shards too
   return out;
 }
 
-Tensor GPT::tied_embedding_grad() const {
-  return part_.embedding || part_.head ? params_.get("wte").grad : Tensor();
+GPT::Ranges GPT::tied_embedding() const {
+  if (!part_.embedding && !part_.head) return {};
+  return {wte_range_};
 }
 
 }  // namespace trellis

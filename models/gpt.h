@@ -21,6 +21,7 @@
 #include "models/gpt_config.h"
 #include "models/transformer_block.h"
 #include "parallel/pipeline/partition.h"
+#include "parallel/zero/block_hooks.h"
 
 namespace trellis {
 
@@ -50,9 +51,9 @@ class GPT {
   // Builds the parameter store of `part` and activation memory for `slots` micro-batch chunks in
   // flight (the pipeline schedule's peak; 1 without pipelining), each of (micro_batch, seq_len).
   // `tp`: this rank's place in the tensor group (default: none). The flat parameter and gradient
-  // buffers are padded to a multiple of `pad_multiple` (ParameterStore).
+  // buffers are bucketed and sharded as `sharding` says (ParameterStore).
   GPT(Runtime& rt, const GPTConfig& cfg, int64_t micro_batch, const GPTPart& part, int slots = 1,
-      const TensorParallelContext& tp = {}, int64_t pad_multiple = 1);
+      const TensorParallelContext& tp = {}, const StoreSharding& sharding = {});
   GPT(Runtime& rt, const GPTConfig& cfg, int64_t micro_batch) : GPT(rt, cfg, micro_batch, GPTPart::whole(cfg)) {}
 
   // This rank's parameters: the shards of tensor rank tp.rank of tp.size (only those two are used).
@@ -83,6 +84,8 @@ class GPT {
   static StageCosts stage_costs(const GPTConfig& cfg);
 
   void initialize(uint64_t seed) { params_.initialize(seed); }
+  // Called around every block's forward and backward from now on (null: none).
+  void set_block_hooks(BlockHooks* hooks) { hooks_ = hooks; }
   ParameterStore& params() { return params_; }
   const GPTConfig& config() const { return cfg_; }
   const GPTPart& part() const { return part_; }
@@ -119,16 +122,18 @@ class GPT {
   void backward_chunk(int slot, const Tensor& dres, const GradsReady& grads_ready = nullptr);
   void release_slot(int slot);
 
-  // The gradients that the global gradient norm counts on this rank, as runs of the flat buffer:
-  // all of them, except the token embedding on a rank that holds it only for the head (the first
-  // stage counts it) and, on tensor ranks other than 0, the replicated parameters (rank 0 counts
-  // them), so summing the squares over the tensor and pipeline groups counts each element once.
-  std::vector<Tensor> grads_counted_once() const;
+  // Element ranges [begin, end) of the flat layout.
+  using Ranges = std::vector<std::pair<int64_t, int64_t>>;
+  // The gradients that the global gradient norm counts on this rank, as maximal runs: all of
+  // them, except the token embedding on a rank that holds it only for the head (the first stage
+  // counts it) and, on tensor ranks other than 0, the replicated parameters (rank 0 counts them),
+  // so summing the squares over the tensor and pipeline groups counts each element once.
+  Ranges grads_counted_once() const;
   // Gradients that are partial sums over the tensor group after backward (sequence parallelism:
   // the LayerNorms, applied to token shards); the trainer all-reduces them once per step.
-  std::vector<Tensor> tensor_partial_grads() const;
-  // The token embedding's gradient when this rank holds it, else an undefined tensor.
-  Tensor tied_embedding_grad() const;
+  Ranges tensor_partial_grads() const;
+  // The token embedding's range when this rank holds it, else none.
+  Ranges tied_embedding() const;
 
   // Peak bytes used in the activation arenas so far.
   size_t activation_peak() const;
@@ -176,6 +181,8 @@ class GPT {
   // Gradient ranges reported to GradsReady: blocks (as in blocks_), then lnf, wte, wpe.
   std::vector<std::pair<int64_t, int64_t>> block_ranges_;
   std::pair<int64_t, int64_t> lnf_range_{-1, -1}, wte_range_{-1, -1}, wpe_range_{-1, -1};
+  std::vector<int> block_buckets_;  // the store's bucket of each block (as in blocks_)
+  BlockHooks* hooks_ = nullptr;
 };
 
 }  // namespace trellis

@@ -51,7 +51,7 @@ void GradientSync::start(Bucket& b) {
   b.handle = comm_.all_reduce_async(wire, ReduceOp::sum);
 }
 
-void GradientSync::ready(int64_t begin, int64_t end) {
+void GradientSync::ready(int64_t begin, int64_t end, bool /*final: always, see every_micro_batch*/) {
   for (Bucket& b : buckets_) {
     const int64_t lo = std::max(begin, b.begin), hi = std::min(end, b.end);
     if (lo >= hi) continue;

@@ -16,7 +16,24 @@
 
 namespace trellis {
 
-class GradientSync {
+// What the pipeline engine drives during a step's backward: a reduction of the gradients over the
+// data group (GradientSync here; ZeRO stages 1-3 in parallel/zero/streaming.h).
+class GradientReduction {
+ public:
+  virtual ~GradientReduction() = default;
+  // True: ready() after every micro-batch's backward (gradients that live in streamed slots);
+  // false: only after the last one of each chunk, when the gradients are final for the step.
+  virtual bool every_micro_batch() const { return false; }
+  // Before the first backward that reports.
+  virtual void begin() = 0;
+  // Gradients in [begin, end) of the flat layout are complete for this micro-batch; `final`: for
+  // the step (the chunk's last backward).
+  virtual void ready(int64_t begin, int64_t end, bool final) = 0;
+  // Starts what is left and waits for all of it (on the device: the compute stream waits).
+  virtual void finish() = 0;
+};
+
+class GradientSync final : public GradientReduction {
  public:
   // param_ranges: [begin, end) element ranges of the parameters, in buffer order.
   // reduce_dtype: the gradients' own dtype, or bf16/f16 to reduce in a 16-bit copy.
@@ -25,11 +42,11 @@ class GradientSync {
                DType reduce_dtype);
 
   // Call before the backward whose gradients are to be reduced (the last micro-batch of a step).
-  void begin();
+  void begin() override;
   // Gradients in [begin, end) are final: start the reduction of buckets that became complete.
-  void ready(int64_t begin, int64_t end);
+  void ready(int64_t begin, int64_t end, bool final = true) override;
   // Starts what is left and waits for all buckets (on the device: the compute stream waits).
-  void finish();
+  void finish() override;
 
   size_t bucket_count() const { return buckets_.size(); }
 

@@ -114,9 +114,14 @@ void PipelineEngine::run_step(const std::vector<Instruction>& list, StageModel& 
   std::vector<int> final_backward(size_t(v_), -1);
   for (size_t i = 0; i < plan.size(); ++i)
     if (plan[i][0].op == PipeOp::backward) final_backward[size_t(plan[i][0].chunk)] = int(i);
-  int first_final = int(plan.size());
+  int first_final = int(plan.size()), first_backward = int(plan.size());
   for (int i : final_backward)
     if (i >= 0) first_final = std::min(first_final, i);
+  for (size_t i = 0; i < plan.size() && first_backward == int(plan.size()); ++i)
+    if (plan[i][0].op == PipeOp::backward) first_backward = int(i);
+  // ZeRO stages 2-3 reduce after every micro-batch's backward, the others once per step.
+  const bool every = reduction.data && reduction.data->every_micro_batch();
+  const int begin_at = every ? first_backward : first_final;
 
   std::vector<P2POp> batch;
   for (size_t i = 0; i < plan.size(); ++i) {
@@ -186,7 +191,7 @@ void PipelineEngine::run_step(const std::vector<Instruction>& list, StageModel& 
         break;
       }
       case PipeOp::backward: {
-        if (reduction.data && int(i) == first_final) reduction.data->begin();
+        if (reduction.data && int(i) == begin_at) reduction.data->begin();
         GradBuffer* g = nullptr;
         if (auto it = grads_.find(k); it != grads_.end()) {
           g = it->second;
@@ -203,8 +208,9 @@ void PipelineEngine::run_step(const std::vector<Instruction>& list, StageModel& 
           send_fwd_.erase(it);
         }
         StageModel::GradsReady ready = nullptr;
-        if (reduction.data && reduction.overlap && int(i) == final_backward[size_t(in.chunk)])
-          ready = [&reduction](int64_t b, int64_t e) { reduction.data->ready(b, e); };
+        const bool final = int(i) == final_backward[size_t(in.chunk)];
+        if (reduction.data && (every || (reduction.overlap && final)))
+          ready = [&reduction, final](int64_t b, int64_t e) { reduction.data->ready(b, e, final); };
         model.backward(in.micro_batch, in.chunk, g->t, ready);
         if (first_virtual(in.chunk)) {  // nothing to send: the buffer is free again
           g->busy = false;

@@ -19,7 +19,7 @@
 
 namespace trellis {
 
-class GradientSync;
+class GradientReduction;  // parallel/data/gradient_sync.h
 
 // One rank's share of the model as the engine sees it: v chunks, each run on one micro-batch at a
 // time. Between forward and backward of a (micro-batch, chunk) the model keeps what backward needs.
@@ -46,8 +46,8 @@ class StageModel {
 
 // Gradient reduction at the end of a step (reduce_grads).
 struct PipelineReduction {
-  GradientSync* data = nullptr;  // data-parallel all-reduce; null when the data group is one rank
-  bool overlap = true;           // start buckets during the last backward of each chunk
+  GradientReduction* data = nullptr;  // over the data group; null when it is one rank
+  bool overlap = true;  // start buckets during the last backward of each chunk (always when every_micro_batch)
   Communicator* tied = nullptr;  // group summing tied parameters' gradients (embedding group)
   std::vector<Tensor> tied_grads;  // e.g. the word embedding's gradient on the first and last stage
 };

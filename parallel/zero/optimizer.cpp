@@ -1,5 +1,4 @@
-// AdamW over contiguous runs of the flat buffers (a handful of launches per step), on the whole
-// buffer (stage 0) or this data rank's slice (stage 1).
+// AdamW over contiguous runs of the owned pieces (a handful of launches per bucket and step).
 #include "parallel/zero/optimizer.h"
 
 #include <algorithm>
@@ -9,29 +8,26 @@
 
 namespace trellis {
 
-ShardRange shard_range(int64_t n, int ranks, int rank) {
-  ShardRange r;
-  r.size = (n + ranks - 1) / ranks;
-  r.begin = std::min(n, rank * r.size);
-  r.end = std::min(n, (rank + 1) * r.size);
-  return r;
-}
-
 ZeroOptimizer::ZeroOptimizer(Runtime& rt, ParameterStore& params, Communicator* data, int stage)
-    : rt_(rt), params_(params), data_(stage >= 1 && data && data->size() > 1 ? data : nullptr) {
-  const int64_t n = params.numel();
-  shard_ = data_ ? shard_range(n, data_->size(), data_->rank()) : ShardRange{n, 0, n};
-  const int64_t s = shard_.size;
-  if (data_)
-    TRELLIS_CHECK(params.padded_numel() == s * data_->size(), "ZeroOptimizer: parameters not padded to the data size");
-  // This rank's slice of the (padded) parameters: from element rank·s.
-  const Tensor values = params.padded_values().slice(data_ ? data_->rank() * s : 0, {s});
-  if (params.dtype() == DType::f32) {
-    master_ = values;
-  } else {
+    : rt_(rt), params_(params), data_(stage >= 1 && data && data->size() > 1 ? data : nullptr), stage_(data_ ? stage : 0) {
+  const StoreSharding& sh = params.sharding();
+  TRELLIS_CHECK(sh.shards == (data_ ? data_->size() : 1) && sh.shard == (data_ ? data_->rank() : 0),
+                "ZeroOptimizer: the parameter store is not sharded over the data group");
+  TRELLIS_CHECK(sh.stream_grads == (stage_ >= 2) && sh.stream_values == (stage_ >= 3),
+                "ZeroOptimizer: the parameter store does not stream what ZeRO stage " + std::to_string(stage_) + " streams");
+  const std::vector<ParameterBucket>& buckets = params.buckets();
+  int64_t whole = 0;
+  for (const ParameterBucket& b : buckets) {
+    owned_at_.push_back(owned_numel_);
+    owned_numel_ += b.piece;
+    whole_at_.push_back(whole);
+    whole += b.numel;
+  }
+  const int64_t s = owned_numel_;
+  if (params.dtype() != DType::f32) {
     master_buf_ = Buffer(rt.allocator(), size_t(s) * 4, "fp32 master weights");
     master_ = master_buf_.tensor(DType::f32, {s});
-    cast(rt, master_, values);
+    for (size_t b = 0; b < buckets.size(); ++b) cast(rt, master_.slice(owned_at_[b], {buckets[b].piece}), params.owned_values(int(b)));
   }
   m_buf_ = Buffer(rt.allocator(), size_t(s) * 4, "Adam first moments");
   v_buf_ = Buffer(rt.allocator(), size_t(s) * 4, "Adam second moments");
@@ -40,54 +36,69 @@ ZeroOptimizer::ZeroOptimizer(Runtime& rt, ParameterStore& params, Communicator* 
   fill(rt, m_, 0.0f);
   fill(rt, v_, 0.0f);
   if (data_) {
-    grad_buf_ = Buffer(rt.allocator(), size_t(s) * 4, "reduced gradient slice");
+    grad_buf_ = Buffer(rt.allocator(), size_t(s) * 4, "reduced gradient pieces");
     grads_ = grad_buf_.tensor(DType::f32, {s});
+    fill(rt, grads_, 0.0f);
   } else {
-    grads_ = params.flat_grads();
+    grads_ = params.flat_grads();  // unsharded: the pieces are the buckets, in place
   }
-  for (const Parameter& p : params.all()) {  // runs of one decay flag, cut to the slice
-    const int64_t lo = std::max(p.offset, shard_.begin) - shard_.begin;
-    const int64_t hi = std::min(p.offset + p.spec.shape.numel(), shard_.end) - shard_.begin;
-    if (lo >= hi) continue;
-    if (!runs_.empty() && runs_.back().decay == p.spec.decay && runs_.back().offset + runs_.back().numel == lo)
-      runs_.back().numel += hi - lo;
-    else
-      runs_.push_back({lo, hi - lo, p.spec.decay});
+  const int64_t first = data_ ? data_->rank() : 0;
+  for (size_t b = 0; b < buckets.size(); ++b) {  // runs of one decay flag, cut to the piece
+    const ParameterBucket& k = buckets[b];
+    const int64_t lo_b = first * k.piece, hi_b = lo_b + k.piece;  // bucket-relative
+    for (size_t i = k.first; i < k.end; ++i) {
+      const Parameter& p = params.all()[i];
+      const int64_t at = p.offset - k.offset;
+      const int64_t lo = std::max(at, lo_b) - lo_b, hi = std::min(at + p.spec.shape.numel(), hi_b) - lo_b;
+      if (lo >= hi) continue;
+      Run* last = runs_.empty() ? nullptr : &runs_.back();
+      if (last && last->bucket == int(b) && last->decay == p.spec.decay && last->offset + last->numel == lo)
+        last->numel += hi - lo;
+      else
+        runs_.push_back({int(b), lo, hi - lo, p.spec.decay});
+    }
   }
 }
 
-void ZeroOptimizer::reduce_gradients() {
-  NvtxRange r("gradient_reduce_scatter");
-  data_->reduce_scatter(grads_, params_.padded_grads());
+Tensor ZeroOptimizer::owned_grads(int b) const {
+  return grads_.slice(owned_at_[size_t(b)], {params_.buckets()[size_t(b)].piece});
 }
 
-std::vector<Tensor> ZeroOptimizer::owned_grads(const std::vector<Tensor>& grads) const {
-  if (!data_) return grads;
+std::vector<Tensor> ZeroOptimizer::owned_grads(const std::vector<std::pair<int64_t, int64_t>>& ranges) const {
   std::vector<Tensor> out;
-  const float* flat = params_.flat_grads().ptr<float>();
-  for (const Tensor& g : grads) {
-    const int64_t offset = g.ptr<float>() - flat;
-    const int64_t lo = std::max(offset, shard_.begin), hi = std::min(offset + g.numel(), shard_.end);
-    if (lo < hi) out.push_back(grads_.slice(lo - shard_.begin, {hi - lo}));
+  const int64_t rank = data_ ? data_->rank() : 0;
+  for (auto [begin, end] : ranges) {
+    for (size_t b = 0; b < params_.buckets().size(); ++b) {
+      const ParameterBucket& k = params_.buckets()[b];
+      const int64_t lo_piece = k.offset + rank * k.piece;  // the piece in the flat layout
+      const int64_t lo = std::max(begin, lo_piece), hi = std::min({end, lo_piece + k.piece, k.offset + k.numel});
+      if (lo < hi) out.push_back(grads_.slice(owned_at_[b] + lo - lo_piece, {hi - lo}));
+    }
   }
   return out;
 }
 
+void ZeroOptimizer::zero_owned_grads() {
+  if (data_) fill(rt_, grads_, 0.0f);
+}
+
 void ZeroOptimizer::step(const AdamWHyper& h, float grad_scale) {
-  const bool separate_master = params_.dtype() != DType::f32;
-  const Tensor values = params_.padded_values();
-  const int64_t first = data_ ? data_->rank() * shard_.size : 0;  // the slice's first element
   for (const Run& r : runs_) {
     AdamWHyper hr = h;
     if (!r.decay) hr.weight_decay = 0.0f;
-    Tensor out = separate_master ? values.slice(first + r.offset, {r.numel}) : Tensor();
-    adamw_step(rt_, master_.slice(r.offset, {r.numel}), m_.slice(r.offset, {r.numel}), v_.slice(r.offset, {r.numel}),
-               grads_.slice(r.offset, {r.numel}), out, hr, grad_scale);
+    const Tensor values = params_.owned_values(r.bucket).slice(r.offset, {r.numel});
+    const int64_t at = owned_at_[size_t(r.bucket)] + r.offset;
+    adamw_step(rt_, master_.defined() ? master_.slice(at, {r.numel}) : values, m_.slice(at, {r.numel}),
+               v_.slice(at, {r.numel}), grads_.slice(at, {r.numel}), master_.defined() ? values : Tensor(), hr,
+               grad_scale);
   }
-  if (data_) {
-    NvtxRange r("parameter_all_gather");
-    data_->all_gather(values, values.slice(first, {shard_.size}));
-  }
+  if (!data_) return;
+  NvtxRange r("parameter_all_gather");
+  std::vector<CommHandle> pending;
+  for (size_t b = 0; b < params_.buckets().size(); ++b)
+    if (!params_.buckets()[b].values_streamed)
+      pending.push_back(data_->all_gather_async(params_.bucket_values(int(b)), params_.owned_values(int(b))));
+  for (CommHandle& p : pending) p.wait();
 }
 
 size_t ZeroOptimizer::state_bytes() const {
@@ -95,22 +106,78 @@ size_t ZeroOptimizer::state_bytes() const {
 }
 
 int64_t ZeroOptimizer::model_state_bytes(int64_t n, DType dtype, int stage, int data_size) {
-  const int ranks = stage >= 1 ? data_size : 1;
-  const int64_t s = shard_range(n, ranks, 0).size, master = dtype == DType::f32 ? 0 : 4;
-  return s * ranks * int64_t(dtype_size(dtype) + 4) + s * (master + 8 + (ranks > 1 ? 4 : 0));
+  const int64_t N = stage >= 1 ? data_size : 1;
+  const int64_t e = int64_t(dtype_size(dtype)), master = dtype == DType::f32 ? 0 : 4;
+  const int64_t params = stage >= 3 ? n * e / N : n * e;
+  const int64_t grads = stage >= 2 ? n * 4 / N : n * 4 + (N > 1 ? n * 4 / N : 0);  // + the reduced pieces
+  return params + grads + n * (master + 8) / N;
+}
+
+int64_t ZeroOptimizer::owned_real(int b) const {
+  const ParameterBucket& k = params_.buckets()[size_t(b)];
+  const int64_t rank = data_ ? data_->rank() : 0;
+  return std::clamp<int64_t>(k.numel - rank * k.piece, 0, k.piece);
 }
 
 Tensor ZeroOptimizer::gather(const Tensor& owned, Buffer& scratch) const {
-  if (!data_) return owned;
-  scratch = Buffer(rt_.allocator(), size_t(params_.padded_numel()) * 4, "optimizer state gather");
-  const Tensor whole = scratch.tensor(DType::f32, {params_.padded_numel()});
-  data_->all_gather(whole, owned);
-  return whole.slice(0, {params_.numel()});
+  const int64_t n = params_.numel();
+  if (!data_) return owned.slice(0, {n});  // unsharded buckets have no padding: the whole copy itself
+  int64_t largest = 0;
+  for (const ParameterBucket& k : params_.buckets()) largest = std::max(largest, k.padded);
+  scratch = Buffer(rt_.allocator(), size_t(n + largest) * dtype_size(owned.dtype), "optimizer state gather");
+  const Tensor whole = scratch.tensor(owned.dtype, {n});
+  const Tensor bucket = scratch.tensor(owned.dtype, {largest}, size_t(n) * dtype_size(owned.dtype));
+  for (size_t b = 0; b < params_.buckets().size(); ++b) {
+    const ParameterBucket& k = params_.buckets()[b];
+    data_->all_gather(bucket.slice(0, {k.padded}), owned.slice(owned_at_[b], {k.piece}));
+    copy(rt_, whole.slice(whole_at_[b], {k.numel}), bucket.slice(0, {k.numel}));
+  }
+  return whole;
 }
 
 void ZeroOptimizer::scatter(const Tensor& whole, const Tensor& owned) const {
-  TRELLIS_CHECK(data_ && whole.numel() == params_.numel(), "ZeroOptimizer::scatter: not sharded or not the whole buffer");
-  if (shard_.numel() > 0) copy(rt_, owned.slice(0, {shard_.numel()}), whole.slice(shard_.begin, {shard_.numel()}));
+  TRELLIS_CHECK(whole.numel() == params_.numel(), "ZeroOptimizer::scatter: not the whole stage's copy");
+  const int64_t rank = data_ ? data_->rank() : 0;
+  for (size_t b = 0; b < params_.buckets().size(); ++b) {
+    const int64_t real = owned_real(int(b));
+    if (real > 0)
+      copy(rt_, owned.slice(owned_at_[b], {real}), whole.slice(whole_at_[b] + rank * params_.buckets()[b].piece, {real}));
+  }
+}
+
+Tensor ZeroOptimizer::whole_values(Buffer& scratch) const {
+  const StoreSharding& sh = params_.sharding();
+  if (sh.shards == 1 && !sh.stream_values) return params_.flat_values().slice(0, {params_.numel()});
+  const DType dt = params_.dtype();
+  const int64_t n = params_.numel();
+  int64_t largest = 0;
+  for (const ParameterBucket& k : params_.buckets()) largest = std::max(largest, k.padded);
+  scratch = Buffer(rt_.allocator(), size_t(n + largest) * dtype_size(dt), "parameter gather");
+  const Tensor whole = scratch.tensor(dt, {n});
+  const Tensor bucket = scratch.tensor(dt, {largest}, size_t(n) * dtype_size(dt));
+  for (size_t b = 0; b < params_.buckets().size(); ++b) {
+    const ParameterBucket& k = params_.buckets()[b];
+    Tensor src = params_.bucket_values(int(b));
+    if (k.values_streamed) {
+      data_->all_gather(bucket.slice(0, {k.padded}), params_.owned_values(int(b)));
+      src = bucket;
+    }
+    copy(rt_, whole.slice(whole_at_[b], {k.numel}), src.slice(0, {k.numel}));
+  }
+  return whole;
+}
+
+void ZeroOptimizer::set_values(const Tensor& whole) {
+  TRELLIS_CHECK(whole.numel() == params_.numel() && whole.dtype == params_.dtype(), "ZeroOptimizer::set_values: not the whole stage's parameters");
+  const int64_t rank = data_ ? data_->rank() : 0;
+  for (size_t b = 0; b < params_.buckets().size(); ++b) {
+    const ParameterBucket& k = params_.buckets()[b];
+    if (!k.values_streamed) {
+      copy(rt_, params_.bucket_values(int(b)).slice(0, {k.numel}), whole.slice(whole_at_[b], {k.numel}));
+    } else if (const int64_t real = owned_real(int(b)); real > 0) {
+      copy(rt_, params_.owned_values(int(b)).slice(0, {real}), whole.slice(whole_at_[b] + rank * k.piece, {real}));
+    }
+  }
 }
 
 }  // namespace trellis

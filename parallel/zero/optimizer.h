@@ -1,11 +1,14 @@
-// The mixed-precision AdamW optimizer over a flat parameter buffer. Stage 0: every rank holds the
-// full fp32 master weights and moments. Stage 1 (over a data group of N > 1 ranks): the flat
-// buffers are padded with zeros to N·s elements (ParameterStore's pad_multiple = N) and data rank r
-// owns the contiguous slice [r·s, (r+1)·s): its fp32 master weights (16-bit parameters; fp32
-// parameters are their own master), Adam moments and reduced gradients. Gradients are
-// reduce-scattered (summed) into the slice once per step, each rank updates its slice, and the
-// updated parameters are all-gathered into every rank's full buffer.
+// The mixed-precision AdamW optimizer over the parameter store's buckets (core/parameters.h).
+// Stage 0: every rank holds the full fp32 master weights and moments. Stages 1-3 (over a data
+// group of N > 1 ranks): every bucket is padded to a multiple of N and data rank r owns piece r of
+// each: its fp32 master weights (16-bit parameters; fp32 parameters are their own master), Adam
+// moments and reduced gradients, concatenated bucket after bucket ("owned" buffers of
+// owned_numel() elements). The reductions (parallel/data/gradient_sync.h at stage 0,
+// parallel/zero/streaming.h at stages 1-3) leave the summed gradients there; each rank updates
+// its pieces, and the updated parameters are all-gathered into every rank's buckets, except the
+// buckets that stage 3 streams (gathered just in time before each use).
 #pragma once
+#include <utility>
 #include <vector>
 
 #include "core/alloc.h"
@@ -15,59 +18,65 @@
 
 namespace trellis {
 
-// The slice of a flat buffer of n elements that rank `rank` of `ranks` owns: the buffer padded to
-// ranks·size elements, size = ceil(n / ranks); [begin, end) = [rank·size, (rank+1)·size) ∩ [0, n)
-// are its real elements (the last ranks' slices may end in padding, or be all padding).
-struct ShardRange {
-  int64_t size = 0, begin = 0, end = 0;
-  int64_t numel() const { return end - begin; }
-};
-ShardRange shard_range(int64_t n, int ranks, int rank);
-
 class ZeroOptimizer {
  public:
-  // `data`: the data group the state is sharded over when stage >= 1 (stage 1 with one data rank
-  // is stage 0). The parameter store must be padded to a multiple of the data size then.
+  // `data`: the data group the state is sharded over when stage >= 1 (stage >= 1 with one data
+  // rank is stage 0). The store must then be sharded over it (StoreSharding: shards = its size).
   ZeroOptimizer(Runtime& rt, ParameterStore& params, Communicator* data = nullptr, int stage = 0);
 
+  int stage() const { return stage_; }
   bool sharded() const { return data_ != nullptr; }
-  const ShardRange& shard() const { return shard_; }
-  // Stage 1: reduce-scatters (sums) the full gradient buffer over the data group into this rank's
-  // slice. Call once per step, after backward and every other gradient reduction.
-  void reduce_gradients();
-  // The reduced gradients of this rank's slice: of the whole buffer at stage 0, else the
-  // intersections of the views `grads` (into the flat gradient buffer) with the slice.
-  std::vector<Tensor> owned_grads(const std::vector<Tensor>& grads) const;
+  int64_t owned_numel() const { return owned_numel_; }
+  // Where bucket b's piece starts in the owned buffers.
+  int64_t owned_offset(int b) const { return owned_at_[size_t(b)]; }
+  // The reduced gradients of bucket b's piece (f32): where the reductions leave them.
+  Tensor owned_grads(int b) const;
+  // The reduced gradients of element ranges of the flat layout this rank holds: the ranges
+  // themselves at stage 0, else their intersections with this rank's pieces.
+  std::vector<Tensor> owned_grads(const std::vector<std::pair<int64_t, int64_t>>& ranges) const;
+  // Stages >= 1: zeroes the reduced gradients (a step's reductions accumulate into them).
+  void zero_owned_grads();
 
-  // One AdamW step on the owned slice; grads are multiplied by grad_scale first (loss-scale and
+  // One AdamW step on the owned pieces; grads are multiplied by grad_scale first (loss-scale and
   // clipping factor). Weight decay applies only to parameters whose spec says decay (the 2-D
-  // weights). Stage 1 then all-gathers the parameters.
+  // weights). Sharded: then all-gathers the buckets every rank keeps whole.
   void step(const AdamWHyper& h, float grad_scale);
 
-  // Bytes of optimizer state (master copy if any, m, v, and the reduced gradient slice) held here.
+  // Bytes of optimizer state (master copy if any, m, v, and the reduced gradient pieces) held here.
   size_t state_bytes() const;
-  // Model-state bytes (parameters, f32 gradients, optimizer state) that a rank holding n parameters
-  // of `dtype` keeps at `stage` over `data_size` ranks: what the store and this class allocate.
+  // Model-state bytes a rank holding n parameters of `dtype` keeps at `stage` over `data_size`
+  // ranks by the ZeRO accounting, with f32 gradients: parameters 2 or 4 bytes (stage 3: / N),
+  // gradients 4 (stages 2-3: / N), master (16-bit) 4 + moments 8 (stages 1-3: / N); padding and
+  // the buckets that stay whole and the streaming slots are not in it.
   static int64_t model_state_bytes(int64_t n, DType dtype, int stage, int data_size);
-  // Optimizer state of the owned slice: shard().size elements each (whole buffers at stage 0).
+  // Optimizer state of the owned pieces (owned_numel elements each); master only if separate.
   Tensor master() const { return master_; }
   bool has_separate_master() const { return master_buf_.bytes() > 0; }
   Tensor first_moments() const { return m_; }
   Tensor second_moments() const { return v_; }
-  // The whole-buffer copy (numel elements) of a state tensor above: at stage 1 all-gathered into
-  // `scratch` (collective over the data group), else the tensor itself.
+  // The whole stage's copy (params.numel() elements, the parameters in order without padding) of
+  // an owned state tensor above: all-gathered into `scratch` when sharded (collective over the
+  // data group).
   Tensor gather(const Tensor& owned, Buffer& scratch) const;
-  // Sets a state tensor above from its whole-buffer copy (numel elements).
+  // Sets an owned state tensor above from its whole copy.
   void scatter(const Tensor& whole, const Tensor& owned) const;
+  // The parameters, as gather() lays them out (stage 3: collective), and setting them from that.
+  Tensor whole_values(Buffer& scratch) const;
+  void set_values(const Tensor& whole);
 
  private:
-  struct Run { int64_t offset, numel; bool decay; };  // contiguous parameters with one decay flag, in the slice
+  struct Run { int bucket; int64_t offset, numel; bool decay; };  // piece-relative, one decay flag
+  // Real elements of bucket b's piece: [0, n) of it.
+  int64_t owned_real(int b) const;
   Runtime& rt_;
   ParameterStore& params_;
   Communicator* data_;
-  ShardRange shard_;
+  int stage_;
+  int64_t owned_numel_ = 0;
+  std::vector<int64_t> owned_at_;   // per bucket
+  std::vector<int64_t> whole_at_;   // per bucket: where its real elements start in a whole copy
   Buffer master_buf_, m_buf_, v_buf_, grad_buf_;
-  Tensor master_, m_, v_, grads_;
+  Tensor master_, m_, v_, grads_;   // master_ undefined for f32 parameters (their own master)
   std::vector<Run> runs_;
 };
 

@@ -72,7 +72,8 @@ write batch.toml "$good
 global_batch = 6"
 write zero.toml "$good
 [zero]
-stage = 3"
+stage = 2
+reduce_dtype = \"bf16\""
 write good.toml "$good"
 
 check missing_file "nope.toml" "cannot read config file" -- "$train_gpt" "$tmp/nope.toml"
@@ -80,7 +81,7 @@ check unknown_key "unknown_key.toml" "optimizer.learning_rate" -- "$train_gpt" "
 check wrong_type "wrong_type.toml" "model.n_layers must be an integer" -- "$train_gpt" "$tmp/wrong_type.toml"
 check heads_divide "heads.toml" "model.n_heads = 5 does not divide model.d_model = 32" -- "$train_gpt" "$tmp/heads.toml"
 check global_batch "batch.toml" "train.global_batch = 6 is not a multiple of train.micro_batch (4)" -- "$train_gpt" "$tmp/batch.toml"
-check feature_not_built "zero.toml" "zero.stage = 3" "not implemented" -- "$train_gpt" "$tmp/zero.toml"
+check zero_reduce_dtype "zero.toml" "zero.reduce_dtype = bf16" "f32 only" -- "$train_gpt" "$tmp/zero.toml"
 check bad_set "--set train.steps=abc" "not an integer" -- "$train_gpt" "$tmp/good.toml" --set train.steps=abc
 check bad_option "unknown option --bogus" -- "$train_gpt" "$tmp/good.toml" --bogus
 
@@ -99,8 +100,8 @@ grep -qF "heads.toml: model.n_heads = 5 does not divide model.d_model = 32" "$tm
 report "mpirun_np2_heads_divide" "${problems[@]+"${problems[@]}"}"
 
 # Failures only some ranks meet must not hang the others: a config that differs between ranks
-# (MPMD launch with different --set values), a file missing on one rank, and a feature not built
-# yet under 3 ranks. One line, every rank exits non-zero, no hang.
+# (MPMD launch with different --set values), a file missing on one rank, and a combination of
+# keys that is not allowed, under 3 ranks. One line, every rank exits non-zero, no hang.
 mpi_case() {
   local name=$1 want=$2
   shift 2
@@ -119,7 +120,7 @@ mpi_case mpirun_config_differs "the resolved config differs between ranks" \
   -np 1 "$train_gpt" "$tmp/good.toml" --set train.steps=5 : -np 1 "$train_gpt" "$tmp/good.toml" --set train.steps=6
 mpi_case mpirun_file_missing_on_one_rank "cannot read config file" \
   -np 1 "$train_gpt" "$tmp/good.toml" : -np 1 "$train_gpt" "$tmp/nope.toml"
-mpi_case mpirun_np3_feature_not_built "zero.stage = 3" -np 3 "$train_gpt" "$tmp/zero.toml"
+mpi_case mpirun_np3_zero_reduce_dtype "zero.reduce_dtype = bf16" -np 3 "$train_gpt" "$tmp/zero.toml"
 
 if ((failures > 0)); then
   echo "$failures case(s) failed"

@@ -196,9 +196,12 @@ TEST_F(ConfigTest, WorldLayoutAndBatch) {
   EXPECT_NO_THROW(validate_for_world(c, 1));
 }
 
-TEST_F(ConfigTest, FeaturesNotBuiltYet) {
-  EXPECT_HAS(world_error_of("[zero]\nstage = 3\n", 1), "zero.stage = 3: not implemented yet in this build (allowed: 0, 1)");
-  EXPECT_HAS(world_error_of("[zero]\nstage = 1\nreduce_dtype = \"bf16\"\n", 2), "ZeRO stage 1 reduce-scatters gradients in f32 only");
+TEST_F(ConfigTest, ZeroStages) {
+  for (int stage = 0; stage <= 3; ++stage)
+    EXPECT_NO_THROW(validate_for_world(load_config(write("[zero]\nstage = " + std::to_string(stage) + "\n"), {}), 2));
+  EXPECT_HAS(error_of("[zero]\nstage = 4\n"), "zero.stage");
+  EXPECT_HAS(world_error_of("[zero]\nstage = 3\nreduce_dtype = \"bf16\"\n", 2),
+             "zero.reduce_dtype = bf16: ZeRO stage 3 reduce-scatters gradients in f32 only");
 }
 
 // Tensor parallelism: the model must split over the group (heads, d_ffn, padded vocabulary), and

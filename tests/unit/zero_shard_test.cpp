@@ -1,6 +1,8 @@
-// ZeRO stage 1 bookkeeping: the slices of the padded flat buffer tile it exactly, and the
-// model-state bytes per rank follow the formula (params + f32 grads in full, the rest over N).
+// ZeRO bookkeeping on one process: the store's buckets and their padding, the pieces each data
+// rank owns, what stages 2 and 3 keep in the store, and the model-state bytes per rank.
 #include <gtest/gtest.h>
+
+#include <vector>
 
 #include "core/parameters.h"
 #include "parallel/zero/optimizer.h"
@@ -8,54 +10,126 @@
 namespace trellis {
 namespace {
 
-TEST(ZeroShard, SlicesTileThePaddedBuffer) {
-  for (int64_t n : {1, 7, 8, 9, 1000, 1001}) {
-    for (int ranks = 1; ranks <= 9; ++ranks) {
-      int64_t next = 0;
-      for (int r = 0; r < ranks; ++r) {
-        const ShardRange s = shard_range(n, ranks, r);
-        EXPECT_EQ(s.size, (n + ranks - 1) / ranks);
-        EXPECT_EQ(s.begin, next) << n << " " << ranks << " " << r;
-        EXPECT_LE(s.numel(), s.size);
-        EXPECT_GE(s.numel(), 0);
-        if (s.end < n) EXPECT_EQ(s.numel(), s.size);  // only the tail holds padding
-        next = s.end;
-      }
-      EXPECT_EQ(next, n);
+// Two stand-alone parameters, then two blocks of two, then one more: buckets {a}, {b}, block 0,
+// block 1, {c} (sizes 70, 5, 13 + 3, 13 + 3, 2).
+std::vector<ParameterSpec> specs() {
+  auto spec = [](const char* name, Shape shape, int bucket) {
+    ParameterSpec s;
+    s.name = name;
+    s.shape = shape;
+    s.bucket = bucket;
+    s.decay = shape.rank == 2;
+    return s;
+  };
+  return {spec("a", {10, 7}, -1), spec("b", {5}, -2),      spec("h.0.w", {13, 1}, 0), spec("h.0.b", {3}, 0),
+          spec("h.1.w", {13, 1}, 1), spec("h.1.b", {3}, 1), spec("c", {2}, -3)};
+}
+
+TEST(ZeroShard, BucketsArePaddedToTheShardCount) {
+  Runtime rt(RuntimeOptions{});
+  for (int shards : {1, 2, 3, 4, 8}) {
+    StoreSharding sh;
+    sh.shards = shards;
+    ParameterStore store(rt, specs(), DType::f32, sh);
+    ASSERT_EQ(store.buckets().size(), 5u);
+    int64_t offset = 0, numel = 0;
+    const std::vector<int64_t> sizes = {70, 5, 16, 16, 2};
+    for (size_t b = 0; b < 5; ++b) {
+      const ParameterBucket& k = store.buckets()[b];
+      EXPECT_EQ(k.offset, offset);
+      EXPECT_EQ(k.numel, sizes[b]);
+      EXPECT_EQ(k.padded % shards, 0);
+      EXPECT_LT(k.padded - k.numel, shards);
+      EXPECT_EQ(k.piece * shards, k.padded);
+      offset += k.padded;
+      numel += k.numel;
     }
+    EXPECT_EQ(store.buckets()[2].block, 0);
+    EXPECT_EQ(store.buckets()[0].block, -1);
+    EXPECT_EQ(store.padded_numel(), offset);
+    EXPECT_EQ(store.numel(), numel);
+    EXPECT_EQ(store.bucket_of_block(1), 3);
+    // Parameters sit inside their bucket, in order.
+    EXPECT_EQ(store.get("h.0.b").offset, store.buckets()[2].offset + 13);
+  }
+}
+
+TEST(ZeroShard, PaddingIsZeroAndPiecesTileEachBucket) {
+  Runtime rt(RuntimeOptions{});
+  StoreSharding sh;
+  sh.shards = 4;
+  sh.shard = 2;
+  ParameterStore store(rt, specs(), DType::f32, sh);
+  store.initialize(7);
+  const float* flat = store.flat_values().ptr<float>();
+  for (const ParameterBucket& k : store.buckets())
+    for (int64_t i = k.numel; i < k.padded; ++i) EXPECT_EQ(flat[k.offset + i], 0.0f);
+  for (size_t b = 0; b < store.buckets().size(); ++b) {  // piece 2 of each bucket, in place
+    const ParameterBucket& k = store.buckets()[b];
+    EXPECT_EQ(store.owned_values(int(b)).ptr<float>(), flat + k.offset + 2 * k.piece);
+  }
+}
+
+// Stage 3 keeps only this rank's piece of each block's values, drawn as the whole store draws them.
+TEST(ZeroShard, StreamedStoreHoldsPiecesOfTheSameInitialValues) {
+  Runtime rt(RuntimeOptions{});
+  StoreSharding whole_sh;
+  whole_sh.shards = 3;
+  ParameterStore whole(rt, specs(), DType::f32, whole_sh);
+  whole.initialize(11);
+  for (int shard = 0; shard < 3; ++shard) {
+    StoreSharding sh = whole_sh;
+    sh.shard = shard;
+    sh.stream_grads = sh.stream_values = true;
+    ParameterStore part(rt, specs(), DType::f32, sh);
+    part.initialize(11);
+    for (size_t b = 0; b < part.buckets().size(); ++b) {
+      const ParameterBucket& k = part.buckets()[b];
+      EXPECT_EQ(k.values_streamed, k.block >= 0);
+      EXPECT_EQ(k.grads_streamed, k.block >= 0);
+      const Tensor mine = part.owned_values(int(b));
+      const float* want = whole.flat_values().ptr<float>() + k.offset + shard * k.piece;
+      for (int64_t i = 0; i < k.piece; ++i) EXPECT_EQ(mine.ptr<float>()[i], want[i]) << b << " " << i;
+      EXPECT_EQ(part.bucket_values(int(b)).defined(), !k.values_streamed);
+      EXPECT_EQ(part.bucket_grads(int(b)).defined(), !k.grads_streamed);
+    }
+    // Storage: the kept buckets whole (70+1... padded), the blocks' pieces; no block gradients.
+    EXPECT_EQ(part.value_bytes(), size_t(72 + 6 + 2 * 6 + 3) * 4);
+    EXPECT_EQ(part.grad_bytes(), size_t(72 + 6 + 3) * 4);
+    // Binding a slot points the block's parameters into it.
+    std::vector<float> slot(18, 0.0f);
+    const int b = part.bucket_of_block(1);
+    part.bind_values(b, Tensor(slot.data(), DType::f32, Device::CPU(), {18}));
+    EXPECT_EQ(part.get("h.1.b").value.ptr<float>(), slot.data() + 13);
+    part.bind_values(b, Tensor());
+    EXPECT_FALSE(part.get("h.1.b").value.defined());
   }
 }
 
 TEST(ZeroShard, ModelStateBytes) {
-  const int64_t n = 1000;  // divides by 4 and 8
+  const int64_t n = 1000;  // divides by 2, 4 and 8
   // Stage 0 (or one data rank): params + 4 (grads) + 8 (m, v) + 4 (master, 16-bit only) per parameter.
   EXPECT_EQ(ZeroOptimizer::model_state_bytes(n, DType::f32, 0, 4), n * (4 + 4 + 8));
   EXPECT_EQ(ZeroOptimizer::model_state_bytes(n, DType::bf16, 0, 4), n * (2 + 4 + 12));
   EXPECT_EQ(ZeroOptimizer::model_state_bytes(n, DType::bf16, 1, 1), n * (2 + 4 + 12));
-  // Stage 1 over N: params and grads in full; m, v, master and the reduced gradient slice over N.
   for (int N : {2, 4, 8}) {
-    EXPECT_EQ(ZeroOptimizer::model_state_bytes(n, DType::f32, 1, N), n * (4 + 4) + n * (8 + 4) / N);
+    // Stage 1: params and grads in full; m, v, master and the reduced gradient pieces over N.
     EXPECT_EQ(ZeroOptimizer::model_state_bytes(n, DType::bf16, 1, N), n * (2 + 4) + n * (12 + 4) / N);
+    // Stage 2: the gradients only as pieces; stage 3: the parameters too (2 + 16 = 18 bytes / N).
+    EXPECT_EQ(ZeroOptimizer::model_state_bytes(n, DType::bf16, 2, N), n * 2 + n * (12 + 4) / N);
+    EXPECT_EQ(ZeroOptimizer::model_state_bytes(n, DType::bf16, 3, N), n * 18 / N);
+    EXPECT_EQ(ZeroOptimizer::model_state_bytes(n, DType::f32, 3, N), n * 16 / N);
   }
-  // Padding: 1001 over 4 is held as 4 x 251.
-  EXPECT_EQ(ZeroOptimizer::model_state_bytes(1001, DType::f32, 1, 4), 1004 * 8 + 251 * 12);
 }
 
-TEST(ZeroShard, PaddedStoreAndStageZeroBytes) {
+TEST(ZeroShard, UnshardedOptimizerBytesMatchTheFormula) {
   Runtime rt(RuntimeOptions{});
-  ParameterSpec w;
-  w.name = "w";
-  w.shape = {10, 7};
-  ParameterStore padded(rt, {w}, DType::f32, 4);  // 70 elements held as 72, the tail zero
-  padded.initialize(1);
-  EXPECT_EQ(padded.numel(), 70);
-  EXPECT_EQ(padded.padded_numel(), 72);
-  EXPECT_EQ(padded.padded_values().ptr<float>()[70], 0.0f);
-  EXPECT_EQ(padded.padded_values().ptr<float>()[71], 0.0f);
-  ParameterStore store(rt, {w}, DType::f32);
+  ParameterStore store(rt, specs(), DType::f32);
   ZeroOptimizer opt(rt, store);
   EXPECT_FALSE(opt.sharded());
-  EXPECT_EQ(store.padded_numel() * 8 + int64_t(opt.state_bytes()), ZeroOptimizer::model_state_bytes(70, DType::f32, 0, 4));
+  EXPECT_EQ(opt.owned_numel(), store.numel());
+  EXPECT_EQ(int64_t(store.value_bytes() + store.grad_bytes() + opt.state_bytes()),
+            ZeroOptimizer::model_state_bytes(store.numel(), DType::f32, 0, 4));
 }
 
 }  // namespace

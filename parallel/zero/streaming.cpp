@@ -1,0 +1,191 @@
+// Reduce-scatter of the buckets into the pieces, and the stage 2-3 slots.
+#include "parallel/zero/streaming.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+#include "core/nvtx.h"
+#include "core/ops.h"
+
+namespace trellis {
+
+namespace {
+constexpr int kSlots = 2;  // the block in use and the next one (its reduction or its gather)
+}
+
+ZeroStreaming::ZeroStreaming(Runtime& rt, ParameterStore& params, ZeroOptimizer& optimizer, Communicator& data)
+    : rt_(rt), params_(params), optimizer_(optimizer), data_(data), stage_(optimizer.stage()) {
+  TRELLIS_CHECK(optimizer.sharded() && stage_ >= 1, "ZeroStreaming: needs a sharded optimizer (ZeRO stage >= 1)");
+  progress_.resize(params.buckets().size());
+  int64_t padded = 0, piece = 0;  // the largest streamed bucket
+  for (const ParameterBucket& b : params.buckets())
+    if (b.grads_streamed) {
+      padded = std::max(padded, b.padded);
+      piece = std::max(piece, b.piece);
+    }
+  if (padded == 0) return;
+  if (stage_ >= 2) {
+    grad_slots_.resize(kSlots);
+    for (GradSlot& s : grad_slots_) {
+      s.buf = Buffer(rt.allocator(), size_t(padded) * 4, "ZeRO gradient slot");
+      s.recv_buf = Buffer(rt.allocator(), size_t(piece) * 4, "ZeRO gradient slot piece");
+      s.grads = s.buf.tensor(DType::f32, {padded});
+      s.recv = s.recv_buf.tensor(DType::f32, {piece});
+    }
+  }
+  if (stage_ >= 3) {
+    value_slots_.resize(kSlots);
+    for (ValueSlot& s : value_slots_) {
+      s.buf = Buffer(rt.allocator(), size_t(padded) * dtype_size(params.dtype()), "ZeRO parameter slot");
+      s.values = s.buf.tensor(params.dtype(), {padded});
+    }
+  }
+}
+
+size_t ZeroStreaming::buffer_bytes() const {
+  size_t n = 0;
+  for (const GradSlot& s : grad_slots_) n += s.buf.bytes() + s.recv_buf.bytes();
+  for (const ValueSlot& s : value_slots_) n += s.buf.bytes();
+  return n;
+}
+
+void ZeroStreaming::begin() {
+  optimizer_.zero_owned_grads();
+  for (Progress& p : progress_) {
+    p.ready = 0;
+    p.started = false;
+  }
+}
+
+void ZeroStreaming::start_whole(int b) {
+  NvtxRange r("gradient_reduce_scatter");
+  Progress& p = progress_[size_t(b)];
+  p.started = true;
+  p.handle = data_.reduce_scatter_async(optimizer_.owned_grads(b), params_.bucket_grads(b));
+}
+
+void ZeroStreaming::ready(int64_t begin, int64_t end, bool final) {
+  const std::vector<ParameterBucket>& buckets = params_.buckets();
+  for (size_t b = 0; b < buckets.size(); ++b) {
+    const ParameterBucket& k = buckets[b];
+    const int64_t lo = std::max(begin, k.offset), hi = std::min(end, k.offset + k.numel);
+    if (lo >= hi) continue;
+    Progress& p = progress_[b];
+    p.ready += hi - lo;
+    if (p.ready < k.numel) continue;
+    p.ready = 0;
+    if (!k.grads_streamed) {  // kept whole: accumulates until the step's last backward
+      if (final && !p.started) start_whole(int(b));
+      continue;
+    }
+    auto slot = std::find_if(grad_slots_.begin(), grad_slots_.end(), [&](const GradSlot& s) { return s.bound == int(b); });
+    TRELLIS_CHECK(slot != grad_slots_.end(), "ZeroStreaming: gradients of bucket " + std::to_string(b) + " ready but not bound");
+    NvtxRange r("gradient_reduce_scatter");
+    slot->reducing = int(b);
+    slot->started = ++clock_;
+    slot->handle = data_.reduce_scatter_async(slot->recv.slice(0, {k.piece}), slot->grads.slice(0, {k.padded}));
+  }
+}
+
+void ZeroStreaming::retire(GradSlot& s) {
+  if (s.reducing < 0) return;
+  s.handle.wait();
+  accumulate(rt_, optimizer_.owned_grads(s.reducing), s.recv.slice(0, {params_.buckets()[size_t(s.reducing)].piece}));
+  s.reducing = -1;
+}
+
+void ZeroStreaming::finish() {
+  for (size_t b = 0; b < progress_.size(); ++b)
+    if (!params_.buckets()[b].grads_streamed && !progress_[b].started) start_whole(int(b));
+  for (Progress& p : progress_) p.handle.wait();
+  for (GradSlot& s : grad_slots_) {
+    TRELLIS_CHECK(s.bound < 0, "ZeroStreaming: a gradient slot is still bound at the end of backward");
+    retire(s);
+  }
+}
+
+void ZeroStreaming::before_backward(int bucket, int next) {
+  if (params_.buckets().at(size_t(bucket)).grads_streamed) {
+    // The free slot, else the one whose reduction started first (it had the longest to finish).
+    GradSlot* pick = nullptr;
+    for (GradSlot& s : grad_slots_) {
+      TRELLIS_CHECK(s.bound < 0, "ZeroStreaming: two blocks' backward at once");
+      if (!pick || (pick->reducing >= 0 && (s.reducing < 0 || s.started < pick->started))) pick = &s;
+    }
+    retire(*pick);
+    fill(rt_, pick->grads, 0.0f);
+    params_.bind_grads(bucket, pick->grads);
+    pick->bound = bucket;
+  }
+  acquire_values(bucket, next);
+}
+
+void ZeroStreaming::after_backward(int bucket) {
+  for (GradSlot& s : grad_slots_)
+    if (s.bound == bucket) {
+      TRELLIS_CHECK(s.reducing == bucket, "ZeroStreaming: bucket " + std::to_string(bucket) + "'s gradients were not reported ready");
+      params_.bind_grads(bucket, Tensor());
+      s.bound = -1;
+    }
+  release_values(bucket);
+}
+
+void ZeroStreaming::before_forward(int bucket, int next) { acquire_values(bucket, next); }
+void ZeroStreaming::after_forward(int bucket) { release_values(bucket); }
+
+ZeroStreaming::ValueSlot* ZeroStreaming::value_slot_of(int bucket) {
+  for (ValueSlot& s : value_slots_)
+    if (s.bucket == bucket) return &s;
+  return nullptr;
+}
+
+// A slot not in use: one holding nothing, else one not holding `keep`, else any.
+ZeroStreaming::ValueSlot* ZeroStreaming::free_value_slot(int keep) {
+  ValueSlot* pick = nullptr;
+  auto rank = [keep](const ValueSlot& s) { return s.bucket < 0 ? 0 : s.bucket != keep ? 1 : 2; };
+  for (ValueSlot& s : value_slots_)
+    if (!s.in_use && (!pick || rank(s) < rank(*pick))) pick = &s;
+  return pick;
+}
+
+void ZeroStreaming::start_gather(ValueSlot& s, int bucket) {
+  NvtxRange r("parameter_gather");
+  s.gather.wait();  // a gather still pending into it (on the device: ordered anyway)
+  const ParameterBucket& k = params_.buckets()[size_t(bucket)];
+  s.bucket = bucket;
+  s.gather = data_.all_gather_async(s.values.slice(0, {k.padded}), params_.owned_values(bucket));
+}
+
+void ZeroStreaming::acquire_values(int bucket, int next) {
+  if (!params_.buckets().at(size_t(bucket)).values_streamed) return;
+  ValueSlot* s = value_slot_of(bucket);
+  if (!s) {
+    s = free_value_slot(next);
+    TRELLIS_CHECK(s, "ZeroStreaming: no free parameter slot");
+    start_gather(*s, bucket);
+  }
+  TRELLIS_CHECK(!s->in_use, "ZeroStreaming: bucket " + std::to_string(bucket) + " is in use twice");
+  s->gather.wait();
+  s->in_use = true;
+  params_.bind_values(bucket, s->values);
+  if (next >= 0 && params_.buckets().at(size_t(next)).values_streamed && !value_slot_of(next))
+    if (ValueSlot* p = free_value_slot(bucket)) start_gather(*p, next);  // prefetch
+}
+
+void ZeroStreaming::release_values(int bucket) {
+  if (!params_.buckets().at(size_t(bucket)).values_streamed) return;
+  ValueSlot* s = value_slot_of(bucket);
+  TRELLIS_CHECK(s && s->in_use, "ZeroStreaming: released bucket " + std::to_string(bucket) + " was not acquired");
+  s->in_use = false;  // keeps its values: the same block's backward may follow
+  params_.bind_values(bucket, Tensor());
+}
+
+void ZeroStreaming::parameters_changed() {
+  for (ValueSlot& s : value_slots_) {
+    TRELLIS_CHECK(!s.in_use, "ZeroStreaming: parameters changed while a block uses them");
+    s.gather.wait();
+    s.bucket = -1;
+  }
+}
+
+}  // namespace trellis
