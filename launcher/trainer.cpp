@@ -28,6 +28,7 @@
 #include "launcher/lr_schedule.h"
 #include "launcher/metrics.h"
 #include "launcher/model_files.h"
+#include "launcher/stage_timing_report.h"
 #include "launcher/stop_signal.h"
 #include "launcher/tensorboard.h"
 #include "data/blended_dataset.h"
@@ -37,6 +38,7 @@
 #include "models/gpt_stage.h"
 #include "parallel/pipeline/engine.h"
 #include "parallel/pipeline/schedule.h"
+#include "parallel/pipeline/stage_timing.h"
 #include "parallel/tensor/mappings.h"
 #include "parallel/data/gradient_sync.h"
 #include "parallel/zero/loss_scaler.h"
@@ -317,7 +319,10 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
     for (const LayerRange& r : GPT::pipeline_partition(mc, p * v)) stage_layers.push_back(r.second - r.first);
     if (p > 1) {
       std::string chunks;
-      for (int64_t n : stage_layers) chunks += (chunks.empty() ? "" : " ") + std::to_string(n);
+      for (int64_t n : stage_layers) {
+        if (!chunks.empty()) chunks += ' ';
+        chunks += std::to_string(n);
+      }
       std::printf("pipeline: %s, %d stages x %d chunk(s); layers per virtual stage: %s (+ embedding first, head "
                   "last); bubble (p-1)/(m v) = %.1f%%; stage 0 holds up to %d micro-batch chunks\n",
                   schedule_kind_name(kind), p, v, chunks.c_str(), 100.0 * double(p - 1) / double(m * v), slots);
@@ -403,6 +408,7 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
   // Where a step's device time goes: 0 start, 1 schedule done (forward, backward and the wait for
   // gradient reduction), 2 loss/norm reductions queued, 3 optimizer done.
   PhaseMarks marks(rt, 4);
+  StageTimer stage_timer(rt, m, v);  // the compute time of each forward and backward, per chunk
   for (int64_t step = start_step + 1; step <= cfg.train.steps; ++step) {
     NvtxRange step_range("train_step");
     const auto t0 = std::chrono::steady_clock::now();
@@ -422,7 +428,7 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
           ctx.sample_offset = first_sample(mb);
           return ctx;
         },
-        [&](int mb) { return loader.load(Split::train, first_sample(mb)); }, dloss, loss_sum);
+        [&](int mb) { return loader.load(Split::train, first_sample(mb)); }, dloss, loss_sum, &stage_timer);
     engine.run_step(schedule, stage_model, reduction);
     marks.mark(1);
     // Sequence parallelism leaves the LayerNorm gradients as partial sums over the tensor group.
@@ -476,6 +482,8 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
     const double tokens_per_s = tokens_per_step / seconds;
     const double mfu = peak > 0 ? tokens_per_s * mc.flops_per_token() / (peak * launch.world) : 0.0;
     const size_t peak_mem = rt.allocator().stats().peak;
+    // Every pipeline rank's stage times, by virtual stage, on rank 0 (collective over the group).
+    const JsonObject stage_timing = gather_stage_timing(stage_timer.timing(), groups.pipeline());
     if (main_rank) {
       JsonObject rec;
       rec.add("step", step).add("loss", loss).add("lr", lr).add("grad_norm", norm);
@@ -484,6 +492,7 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
       JsonObject phases;  // device time (compute stream), ms; the rest of step_ms is host time
       phases.add("schedule", marks.ms(0, 1)).add("reductions", marks.ms(1, 2)).add("optimizer", marks.ms(2, 3));
       rec.add("phase_ms", phases);
+      rec.add("stage_timing", stage_timing);
       if (peak > 0) rec.add("mfu", mfu);
       metrics->write(rec);
       if (tb->enabled()) {

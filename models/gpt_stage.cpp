@@ -2,10 +2,17 @@
 #include "models/gpt_stage.h"
 
 #include <tuple>
+#include <utility>
 
 #include "core/error.h"
 
 namespace trellis {
+
+GPTStage::GPTStage(GPT& model, Context context, Data data, float dloss, const Tensor& loss_sum, StageTimer* timer)
+    : model_(model), context_(std::move(context)), data_(std::move(data)), dloss_(dloss), loss_sum_(loss_sum),
+      timer_(timer) {
+  if (timer_) timer_->clear();
+}
 
 int GPTStage::slot(int mb, int chunk, bool create) {
   auto it = slots_.find({mb, chunk});
@@ -25,13 +32,18 @@ Tensor GPTStage::forward(int mb, int chunk, bool training) {
   const GPTPart& part = model_.part();
   Tensor tokens, targets;
   if (part.has_embedding(chunk) || part.has_head(chunk)) std::tie(tokens, targets) = data_(mb);
-  return model_.forward_chunk(s, ctx, tokens, targets, dloss_, loss_sum_, training);
+  if (timer_) timer_->start(PipeOp::forward, mb, chunk);
+  Tensor out = model_.forward_chunk(s, ctx, tokens, targets, dloss_, loss_sum_, training);
+  if (timer_) timer_->stop(PipeOp::forward, mb, chunk);
+  return out;
 }
 
 void GPTStage::backward(int mb, int chunk, const Tensor& grad, const GradsReady& ready) {
   const int s = slot(mb, chunk, false);
   slots_.erase({mb, chunk});
+  if (timer_) timer_->start(PipeOp::backward, mb, chunk);
   model_.backward_chunk(s, grad, ready);
+  if (timer_) timer_->stop(PipeOp::backward, mb, chunk);
 }
 
 void GPTStage::discard(int mb, int chunk) {

@@ -7,6 +7,7 @@
 
 #include "models/gpt.h"
 #include "parallel/pipeline/engine.h"
+#include "parallel/pipeline/stage_timing.h"
 
 namespace trellis {
 
@@ -18,9 +19,9 @@ class GPTStage final : public StageModel {
   using Data = std::function<std::pair<Tensor, Tensor>(int mb)>;
 
   // dloss: the loss gradient scale (loss scale / global tokens); loss_sum: f32 scalar that the
-  // last stage adds sum(losses) to.
-  GPTStage(GPT& model, Context context, Data data, float dloss, const Tensor& loss_sum)
-      : model_(model), context_(std::move(context)), data_(std::move(data)), dloss_(dloss), loss_sum_(loss_sum) {}
+  // last stage adds sum(losses) to. timer: when given, times the model's compute of each forward
+  // and backward of this step (cleared here: one GPTStage per step); the data fetch is not timed.
+  GPTStage(GPT& model, Context context, Data data, float dloss, const Tensor& loss_sum, StageTimer* timer = nullptr);
 
   Tensor input(int mb, int chunk) override;
   Tensor forward(int mb, int chunk, bool training) override;
@@ -35,6 +36,7 @@ class GPTStage final : public StageModel {
   Data data_;
   float dloss_;
   Tensor loss_sum_;
+  StageTimer* timer_;
   std::map<std::pair<int, int>, int> slots_;  // (mb, chunk) -> model slot
 };
 

@@ -118,8 +118,8 @@ class Sim {
         if (s > 0 && !before(fwd_end_[at(s - 1, mb)], g.clock))
           fail("starts before the forward of the previous virtual stage ended");
         if (fwd_runs_[at(s, mb)]++) fail("forward runs twice");
-        g.clock += costs_.forward;
-        res_.busy[size_t(r)] += costs_.forward;
+        g.clock += costs_.forward_of(s);
+        res_.busy[size_t(r)] += costs_.forward_of(s);
         fwd_end_[at(s, mb)] = g.clock;
         res_.peak_activations[size_t(r)] = std::max(res_.peak_activations[size_t(r)], ++g.in_flight);
         break;
@@ -129,8 +129,8 @@ class Sim {
         if (s < S_ - 1 && !before(bwd_end_[at(s + 1, mb)], g.clock))
           fail("starts before the backward of the next virtual stage ended");
         if (bwd_runs_[at(s, mb)]++) fail("backward runs twice");
-        g.clock += costs_.backward;
-        res_.busy[size_t(r)] += costs_.backward;
+        g.clock += costs_.backward_of(s);
+        res_.busy[size_t(r)] += costs_.backward_of(s);
         bwd_end_[at(s, mb)] = g.clock;
         --g.in_flight;
         break;
@@ -249,6 +249,10 @@ class Sim {
 
 SimResult simulate_schedule(const std::vector<std::vector<Instruction>>& schedule, int m, int v,
                             const SimCosts& costs) {
+  const size_t stages = schedule.size() * size_t(v);
+  TRELLIS_CHECK(costs.stage_forward.size() == costs.stage_backward.size() &&
+                    (costs.stage_forward.empty() || costs.stage_forward.size() == stages),
+                "simulate_schedule: per-virtual-stage costs need p*v = " + std::to_string(stages) + " entries each");
   return Sim(schedule, m, v, costs).run();
 }
 

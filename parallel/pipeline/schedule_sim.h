@@ -1,9 +1,10 @@
 // Runs every stage's instruction list of a pipeline schedule together on a simulated clock, with
 // no communication, and reports deadlock, violated dependencies, makespan, idle time and how
 // many activations each stage holds. Model: each stage executes its list in order; forward and
-// backward take fixed times (per model chunk); a send never blocks (the engine posts it
-// asynchronously) and is issued when the stage reaches it; a receive completes once the matching
-// send has been issued, and the stage waits for it otherwise. Transfers take no time.
+// backward take fixed times (the same for every chunk, or given per virtual stage); a send never
+// blocks (the engine posts it asynchronously) and is issued when the stage reaches it; a receive
+// completes once the matching send has been issued, and the stage waits for it otherwise.
+// Transfers take no time.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -14,8 +15,21 @@
 namespace trellis {
 
 struct SimCosts {
+  SimCosts() = default;
+  SimCosts(int64_t f, int64_t b) : forward(f), backward(b) {}
+
   int64_t forward = 1;   // time units of one forward of one chunk
   int64_t backward = 2;  // time units of one backward of one chunk
+  // Per virtual stage (c*p + r for chunk c of stage r), e.g. measured times: when not empty (both
+  // then hold p*v entries), they replace forward and backward, so imbalanced stages can be timed.
+  std::vector<int64_t> stage_forward, stage_backward;
+
+  int64_t forward_of(int virtual_stage) const {
+    return stage_forward.empty() ? forward : stage_forward[size_t(virtual_stage)];
+  }
+  int64_t backward_of(int virtual_stage) const {
+    return stage_backward.empty() ? backward : stage_backward[size_t(virtual_stage)];
+  }
 };
 
 struct SimResult {

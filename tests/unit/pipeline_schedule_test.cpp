@@ -2,8 +2,8 @@
 // p = 1..8 stages, m = 1..32 micro-batches and v = 1..4 chunks runs in the simulator without
 // deadlock, with every dependency met and every forward/backward once; the makespan equals the
 // theoretical bubble exactly and the activations held equal the warm-up bound. Also: the shape
-// rules and their messages, exact lists for small cases, and that the simulator catches broken
-// schedules.
+// rules and their messages, exact lists for small cases, per-virtual-stage costs (an imbalanced
+// case by hand), and that the simulator catches broken schedules.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -251,6 +251,44 @@ TEST(PipelineSimulator, HandTimedCase) {
   EXPECT_EQ(r.busy, (std::vector<int64_t>{3, 3}));
   EXPECT_EQ(r.idle, (std::vector<int64_t>{3, 3}));
   EXPECT_EQ(r.peak_activations, (std::vector<int>{1, 1}));
+}
+
+// Per-virtual-stage costs, imbalanced: 1F1B, p = 2, m = 4, stage 0 f = 1, b = 2, stage 1 (the
+// bottleneck) f = 2, b = 4. Stage 1 runs F B per micro-batch back to back from t = 1 (F0 [1,3],
+// B0 [3,7], F1 [7,9], ...; each input is ready in time), so its last backward ends at 1 + 4 x 6 =
+// 25, and stage 0's B3 runs [25,27]: the first micro-batch's path f0 + f1 + b1 + b0 = 9 plus
+// (m - 1) x the bottleneck's f1 + b1 = 18.
+TEST(PipelineSimulator, PerStageCostsBottleneckSetsThePace) {
+  SimCosts c;
+  c.stage_forward = {1, 2};
+  c.stage_backward = {2, 4};
+  const SimResult r = simulate_schedule(build_schedule(ScheduleKind::one_f_one_b, 2, 4, 1), 4, 1, c);
+  ASSERT_TRUE(r.ok()) << r.report();
+  EXPECT_EQ(r.makespan, 27);
+  EXPECT_EQ(r.busy, (std::vector<int64_t>{12, 24}));
+  EXPECT_EQ(r.idle, (std::vector<int64_t>{15, 3}));
+}
+
+// Equal per-virtual-stage costs are the uniform costs: the same timeline for every shape.
+TEST(PipelineSimulator, EqualPerStageCostsMatchUniformCosts) {
+  for (ScheduleKind k : kKinds)
+    for (int p = 1; p <= 4; ++p)
+      for (int m = 1; m <= 8; ++m)
+        for (int v = 1; v <= 3; ++v) {
+          if (!allowed(k, p, m, v)) continue;
+          SCOPED_TRACE(shape_name(k, p, m, v));
+          const Lists lists = build_schedule(k, p, m, v);
+          const SimCosts uniform{3, 5};
+          SimCosts per_stage;
+          per_stage.stage_forward.assign(size_t(p * v), 3);
+          per_stage.stage_backward.assign(size_t(p * v), 5);
+          const SimResult a = simulate_schedule(lists, m, v, uniform), b = simulate_schedule(lists, m, v, per_stage);
+          ASSERT_TRUE(b.ok()) << b.report();
+          ASSERT_EQ(b.makespan, a.makespan);
+          ASSERT_EQ(b.busy, a.busy);
+          ASSERT_EQ(b.peak_activations, a.peak_activations);
+          ASSERT_EQ(b.event_time, a.event_time);
+        }
 }
 
 // The simulator must reject broken schedules; each case breaks one rule.
