@@ -68,20 +68,38 @@ ParameterSpec shard_spec(const ParameterSpec& full, int dim, int parts, int inde
   return s;
 }
 
+namespace {
+
+// The normal draw of GLOBAL element `index` of a parameter whose name hashed (with the seed) to `key`.
+float normal_draw(uint64_t key, float std, int64_t index) {
+  Philox4 r = philox4x32(uint32_t(index), uint32_t(uint64_t(index) >> 32), 0, 0, uint32_t(key), uint32_t(key >> 32));
+  // Box-Muller on two 24-bit uniforms; u1 in (0, 1] so the log is finite.
+  double u1 = (double(r.v[0] >> 8) + 1.0) / 16777216.0;
+  double u2 = double(r.v[1] >> 8) / 16777216.0;
+  double z = std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
+  return float(z * std);
+}
+
+// dst[i] = initial_value(seed, spec, begin + i) for i < end - begin, on every core.
+void initial_values(uint64_t seed, const ParameterSpec& spec, int64_t begin, int64_t end, float* dst) {
+  if (spec.init != Init::normal) {
+    std::fill(dst, dst + (end - begin), spec.init == Init::ones ? 1.0f : 0.0f);
+    return;
+  }
+  const uint64_t key = hash_name(seed, spec.name);  // once per parameter, not per element
+#pragma omp parallel for schedule(static)
+  for (int64_t i = begin; i < end; ++i) dst[i - begin] = normal_draw(key, spec.std, spec.split.global_index(spec.shape, i));
+}
+
+}  // namespace
+
 float initial_value(uint64_t seed, const ParameterSpec& spec, int64_t local_index) {
   switch (spec.init) {
     case Init::zeros: return 0.0f;
     case Init::ones: return 1.0f;
     case Init::normal: break;
   }
-  const int64_t index = spec.split.global_index(spec.shape, local_index);
-  uint64_t key = hash_name(seed, spec.name);
-  Philox4 r = philox4x32(uint32_t(index), uint32_t(uint64_t(index) >> 32), 0, 0, uint32_t(key), uint32_t(key >> 32));
-  // Box-Muller on two 24-bit uniforms; u1 in (0, 1] so the log is finite.
-  double u1 = (double(r.v[0] >> 8) + 1.0) / 16777216.0;
-  double u2 = double(r.v[1] >> 8) / 16777216.0;
-  double z = std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
-  return float(z * spec.std);
+  return normal_draw(hash_name(seed, spec.name), spec.std, spec.split.global_index(spec.shape, local_index));
 }
 
 ParameterStore::ParameterStore(Runtime& rt, const std::vector<ParameterSpec>& specs, DType dtype,
@@ -218,8 +236,7 @@ void ParameterStore::initialize(uint64_t seed) {
       const Parameter& p = params_[i];
       const int64_t begin = std::max(lo, p.offset - k.offset), end = std::min(hi, p.offset - k.offset + p.spec.shape.numel());
       const int64_t base = p.offset - k.offset;
-#pragma omp parallel for schedule(static)
-      for (int64_t e = begin; e < end; ++e) dst[e] = initial_value(seed, p.spec, e - base);
+      if (begin < end) initial_values(seed, p.spec, begin - base, end - base, dst + begin);
     }
   }
   Buffer staging(rt_.host_allocator(), size_t(total) * dtype_size(dtype_), "parameter staging");
