@@ -1,10 +1,10 @@
 // The model's parameters as named views into one flat buffer (compute dtype), with gradients in
-// a second flat buffer (f32). Initialization is keyed by (seed, name, GLOBAL element index), so a
+// a second flat buffer (f32; at ZeRO stages >= 2 only for the buckets kept whole). Initialization is keyed by (seed, name, GLOBAL element index), so a
 // tensor-parallel shard of a parameter is exactly the slice of what one rank would have drawn.
 //
 // The flat layout is cut into buckets (a transformer block's parameters, or a few others),
-// each padded to a multiple of the ZeRO shard count so that every data rank owns one equal piece
-// of every bucket. ZeRO stages 2 and 3 stream the blocks' buckets: their gradients (stage 2), and
+// each padded (with zeros) to a multiple of 64 x the ZeRO shard count so that every data rank
+// owns one equal, aligned piece of every bucket. ZeRO stages 2 and 3 stream the blocks' buckets: their gradients (stage 2), and
 // their values too (stage 3), exist only while bound to a slot (bind_grads / bind_values); at
 // stage 3 this rank keeps only its piece of each streamed bucket's values.
 #pragma once
@@ -65,7 +65,7 @@ struct Parameter {
 
 // How the buffers are split over the data group (ZeRO) and what is streamed.
 struct StoreSharding {
-  int shards = 1, shard = 0;   // each bucket padded to a multiple of `shards`; this rank owns piece `shard`
+  int shards = 1, shard = 0;   // each bucket cut into `shards` equal pieces; this rank owns piece `shard`
   bool stream_grads = false;   // stage >= 2: blocks' gradients only in bound slots
   bool stream_values = false;  // stage 3: blocks' values only in bound slots and this rank's piece
 };

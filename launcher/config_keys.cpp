@@ -66,8 +66,8 @@ const std::vector<KeySpec> kKeys = {
   {"optimizer", "weight_decay", T::Float, TRELLIS_FIELD(optimizer, weight_decay), "AdamW decoupled weight decay.", {}, 0},
 
   {"zero", "stage", T::Int, TRELLIS_FIELD(zero, stage), "0 = replicate; 1 = shard the fp32 master weights and Adam moments over the data group (gradients reduce-scattered, parameters all-gathered); 2 = + gradients (no full gradient buffer: each block's reduce-scattered after its backward, every micro-batch); 3 = + parameters (each block's all-gathered just before use). Embeddings and the final LayerNorm stay whole at every stage.", {}, 0, false, 3},
-  {"zero", "bucket_mb", T::Int, TRELLIS_FIELD(zero, bucket_mb), "Data-parallel gradient buckets of about this many MiB, reduced as soon as backward completes them.", {}, 1},
-  {"zero", "overlap", T::Bool, TRELLIS_FIELD(zero, overlap), "Reduce gradient buckets during backward; false = all after backward (for comparison; stages 2-3 always reduce each block during backward).", {}},
+  {"zero", "bucket_mb", T::Int, TRELLIS_FIELD(zero, bucket_mb), "ZeRO stage 0: data-parallel gradient buckets of about this many MiB, all-reduced as soon as backward completes them. Stages 1-3 reduce-scatter the parameter store's buckets instead (one per transformer block, one each for wte, wpe and the final LayerNorm) and ignore it.", {}, 1},
+  {"zero", "overlap", T::Bool, TRELLIS_FIELD(zero, overlap), "Reduce gradient buckets during backward; false = all after backward (for comparison; stages 2-3 ignore it and always reduce during backward).", {}},
   {"zero", "reduce_dtype", T::String, TRELLIS_FIELD(zero, reduce_dtype), "Dtype of the data-parallel gradient all-reduce: f32 (exact, as accumulated) or bf16/f16 (half the bytes; each rank's gradient rounded once, like Megatron without grad_reduce_in_fp32).", {"f32", "bf16", "f16"}},
 
   {"fp16", "initial_scale_power", T::Int, TRELLIS_FIELD(fp16, initial_scale_power), "Initial loss scale = 2^this.", {}, 0, false, 64},

@@ -38,8 +38,11 @@ TEST(ZeroShard, BucketsArePaddedToTheShardCount) {
       const ParameterBucket& k = store.buckets()[b];
       EXPECT_EQ(k.offset, offset);
       EXPECT_EQ(k.numel, sizes[b]);
-      EXPECT_EQ(k.padded % shards, 0);
-      EXPECT_LT(k.padded - k.numel, shards);
+      // Sharded: to a multiple of shards x 64 (aligned pieces); one rank: no padding.
+      const int64_t multiple = shards > 1 ? shards * 64 : 1;
+      EXPECT_EQ(k.padded % multiple, 0);
+      EXPECT_LT(k.padded - k.numel, multiple);
+      EXPECT_EQ(k.piece % (shards > 1 ? 64 : 1), 0);
       EXPECT_EQ(k.piece * shards, k.padded);
       offset += k.padded;
       numel += k.numel;
@@ -93,13 +96,13 @@ TEST(ZeroShard, StreamedStoreHoldsPiecesOfTheSameInitialValues) {
       EXPECT_EQ(part.bucket_values(int(b)).defined(), !k.values_streamed);
       EXPECT_EQ(part.bucket_grads(int(b)).defined(), !k.grads_streamed);
     }
-    // Storage: the kept buckets whole (70+1... padded), the blocks' pieces; no block gradients.
-    EXPECT_EQ(part.value_bytes(), size_t(72 + 6 + 2 * 6 + 3) * 4);
-    EXPECT_EQ(part.grad_bytes(), size_t(72 + 6 + 3) * 4);
+    // Storage: the kept buckets whole (each padded to 3 x 64), the blocks' pieces; no block gradients.
+    EXPECT_EQ(part.value_bytes(), size_t(3 * 192 + 2 * 64) * 4);
+    EXPECT_EQ(part.grad_bytes(), size_t(3 * 192) * 4);
     // Binding a slot points the block's parameters into it.
-    std::vector<float> slot(18, 0.0f);
+    std::vector<float> slot(192, 0.0f);
     const int b = part.bucket_of_block(1);
-    part.bind_values(b, Tensor(slot.data(), DType::f32, Device::CPU(), {18}));
+    part.bind_values(b, Tensor(slot.data(), DType::f32, Device::CPU(), {192}));
     EXPECT_EQ(part.get("h.1.b").value.ptr<float>(), slot.data() + 13);
     part.bind_values(b, Tensor());
     EXPECT_FALSE(part.get("h.1.b").value.defined());
