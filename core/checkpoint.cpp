@@ -180,12 +180,15 @@ std::optional<int64_t> parse_checkpoint_dir_name(std::string_view name) {
 
 // --- writer --------------------------------------------------------------------------------
 
-struct CheckpointWriter::State {
-  std::string root, final_dir, tmp_dir, base;
-  std::string meta = "{}";
+namespace {
+
+// Blob files under one directory: names checked, subdirectories created, each blob buffered,
+// checksummed while written and fsynced when it ends. CheckpointWriter writes its own temporary
+// directory with one; CheckpointPartWriter writes into another writer's.
+struct BlobFiles {
+  std::string dir;
   std::vector<BlobInfo> blobs;
-  std::vector<std::string> subdirs;  // created under tmp_dir, relative
-  bool done = false;                 // committed or failed: no further calls
+  std::vector<std::string> subdirs;  // under dir, relative
   // The blob being written.
   bool open = false;
   Fd fd;
@@ -194,16 +197,90 @@ struct CheckpointWriter::State {
   std::vector<char> buf;
   size_t buf_used = 0;
 
-  void cleanup() noexcept {
-    done = true;
+  // A valid name not used yet; returns the subdirectories it implies ("rank00003").
+  std::vector<std::string> check_new_name(const std::string& name) const {
+    if (!valid_blob_name(name)) fail("bad blob name '" + name + "' (use [A-Za-z0-9._-] components joined by '/')");
+    for (const BlobInfo& b : blobs)
+      if (b.name == name) fail("blob " + name + " added twice");
+    std::vector<std::string> parents;
+    for (size_t slash = name.find('/'); slash != std::string::npos; slash = name.find('/', slash + 1))
+      parents.push_back(name.substr(0, slash));
+    return parents;
+  }
+  void begin(const std::string& name, std::string dtype, std::vector<int64_t> shape) {
+    if (open) fail("begin_blob(" + name + ") while blob " + cur.name + " is still open");
+    for (const std::string& rel : check_new_name(name)) {
+      if (std::find(subdirs.begin(), subdirs.end(), rel) != subdirs.end()) continue;
+      const std::string sub = join(dir, rel);
+      if (::mkdir(sub.c_str(), 0755) != 0) fail_errno("cannot create directory", sub, errno);
+      subdirs.push_back(rel);
+    }
+    path = join(dir, name);
+    fd = Fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644));
+    if (fd.get() < 0) fail_errno("cannot create", path, errno);
+    cur = BlobInfo{name, 0, std::move(dtype), std::move(shape), 0};
+    if (buf.size() != kIoChunk) buf.resize(kIoChunk);
+    buf_used = 0;
+    open = true;
+  }
+  void write(const void* data, size_t bytes) {
+    if (!open) fail("write() with no open blob");
+    if (bytes > 0 && data == nullptr) fail("write() of " + std::to_string(bytes) + " bytes from nullptr");
+    const char* p = static_cast<const char*>(data);
+    cur.bytes += bytes;
+    while (bytes > 0) {
+      // Checksum each piece just before it is written or buffered, while it is in cache.
+      if (buf_used == 0 && bytes >= kIoChunk) {
+        cur.crc32c = crc32c_update(cur.crc32c, p, kIoChunk);
+        write_all(fd.get(), p, kIoChunk, path);
+        p += kIoChunk;
+        bytes -= kIoChunk;
+        continue;
+      }
+      const size_t take = std::min(bytes, kIoChunk - buf_used);
+      cur.crc32c = crc32c_update(cur.crc32c, p, take);
+      std::memcpy(buf.data() + buf_used, p, take);
+      buf_used += take;
+      p += take;
+      bytes -= take;
+      if (buf_used == kIoChunk) flush();
+    }
+  }
+  void end() {
+    if (!open) fail("end_blob() with no open blob");
+    flush();
+    if (::fsync(fd.get()) != 0) fail_errno("cannot fsync", path, errno);
+    fd.close(path);
     open = false;
-    fd = Fd();
-    std::error_code ec;
-    fs::remove_all(tmp_dir, ec);
+    blobs.push_back(std::move(cur));
   }
   void flush() {
     write_all(fd.get(), buf.data(), buf_used, path);
     buf_used = 0;
+  }
+  // The subdirectories' entries, deepest first (the caller fsyncs dir itself).
+  void fsync_subdirs() const {
+    for (auto it = subdirs.rbegin(); it != subdirs.rend(); ++it) fsync_dir(join(dir, *it));
+  }
+  void close_quietly() noexcept {
+    open = false;
+    fd = Fd();
+  }
+};
+
+}  // namespace
+
+struct CheckpointWriter::State {
+  std::string root, final_dir, tmp_dir, base;
+  std::string meta = "{}";
+  BlobFiles files;    // in tmp_dir
+  bool done = false;  // committed or failed: no further calls
+
+  void cleanup() noexcept {
+    done = true;
+    files.close_quietly();
+    std::error_code ec;
+    fs::remove_all(tmp_dir, ec);
   }
   // Runs f; any exception removes the temporary directory first.
   template <class F>
@@ -233,6 +310,7 @@ std::unique_ptr<CheckpointWriter::State> make_writer_state(const std::string& fi
   if (ec) fail("cannot create directory " + s->root + ": " + ec.message());
   fs::remove_all(s->tmp_dir, ec);  // left by a dead writer that had our pid
   if (::mkdir(s->tmp_dir.c_str(), 0755) != 0) fail_errno("cannot create directory", s->tmp_dir, errno);
+  s->files.dir = s->tmp_dir;
   return s;
 }
 }  // namespace
@@ -259,69 +337,17 @@ const std::string& CheckpointWriter::temp_dir() const { return s_->tmp_dir; }
 
 void CheckpointWriter::begin_blob(const std::string& name, std::string dtype, std::vector<int64_t> shape) {
   if (!s_) fail("use of a moved-from writer");
-  State& s = *s_;
-  s.guarded([&] {
-    if (s.open) fail("begin_blob(" + name + ") while blob " + s.cur.name + " is still open");
-    if (!valid_blob_name(name)) fail("bad blob name '" + name + "' (use [A-Za-z0-9._-] components joined by '/')");
-    for (const BlobInfo& b : s.blobs)
-      if (b.name == name) fail("blob " + name + " added twice");
-    // Subdirectories of the name ("rank00003/params.bin").
-    for (size_t slash = name.find('/'); slash != std::string::npos; slash = name.find('/', slash + 1)) {
-      const std::string rel = name.substr(0, slash);
-      if (std::find(s.subdirs.begin(), s.subdirs.end(), rel) != s.subdirs.end()) continue;
-      const std::string dir = join(s.tmp_dir, rel);
-      if (::mkdir(dir.c_str(), 0755) != 0) fail_errno("cannot create directory", dir, errno);
-      s.subdirs.push_back(rel);
-    }
-    s.path = join(s.tmp_dir, name);
-    s.fd = Fd(::open(s.path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644));
-    if (s.fd.get() < 0) fail_errno("cannot create", s.path, errno);
-    s.cur = BlobInfo{name, 0, std::move(dtype), std::move(shape), 0};
-    if (s.buf.size() != kIoChunk) s.buf.resize(kIoChunk);
-    s.buf_used = 0;
-    s.open = true;
-  });
+  s_->guarded([&] { s_->files.begin(name, std::move(dtype), std::move(shape)); });
 }
 
 void CheckpointWriter::write(const void* data, size_t bytes) {
   if (!s_) fail("use of a moved-from writer");
-  State& s = *s_;
-  s.guarded([&] {
-    if (!s.open) fail("write() with no open blob");
-    if (bytes > 0 && data == nullptr) fail("write() of " + std::to_string(bytes) + " bytes from nullptr");
-    const char* p = static_cast<const char*>(data);
-    s.cur.bytes += bytes;
-    while (bytes > 0) {
-      // Checksum each piece just before it is written or buffered, while it is in cache.
-      if (s.buf_used == 0 && bytes >= kIoChunk) {
-        s.cur.crc32c = crc32c_update(s.cur.crc32c, p, kIoChunk);
-        write_all(s.fd.get(), p, kIoChunk, s.path);
-        p += kIoChunk;
-        bytes -= kIoChunk;
-        continue;
-      }
-      const size_t take = std::min(bytes, kIoChunk - s.buf_used);
-      s.cur.crc32c = crc32c_update(s.cur.crc32c, p, take);
-      std::memcpy(s.buf.data() + s.buf_used, p, take);
-      s.buf_used += take;
-      p += take;
-      bytes -= take;
-      if (s.buf_used == kIoChunk) s.flush();
-    }
-  });
+  s_->guarded([&] { s_->files.write(data, bytes); });
 }
 
 void CheckpointWriter::end_blob() {
   if (!s_) fail("use of a moved-from writer");
-  State& s = *s_;
-  s.guarded([&] {
-    if (!s.open) fail("end_blob() with no open blob");
-    s.flush();
-    if (::fsync(s.fd.get()) != 0) fail_errno("cannot fsync", s.path, errno);
-    s.fd.close(s.path);
-    s.open = false;
-    s.blobs.push_back(std::move(s.cur));
-  });
+  s_->guarded([&] { s_->files.end(); });
 }
 
 void CheckpointWriter::add_blob(const std::string& name, const void* data, size_t bytes, std::string dtype,
@@ -329,6 +355,26 @@ void CheckpointWriter::add_blob(const std::string& name, const void* data, size_
   begin_blob(name, std::move(dtype), std::move(shape));
   write(data, bytes);
   end_blob();
+}
+
+void CheckpointWriter::add_written_blob(const BlobInfo& blob) {
+  if (!s_) fail("use of a moved-from writer");
+  State& s = *s_;
+  s.guarded([&] {
+    if (s.files.open) fail("add_written_blob(" + blob.name + ") while blob " + s.files.cur.name + " is still open");
+    const std::vector<std::string> parents = s.files.check_new_name(blob.name);
+    // Sizes only: its writer checksummed it, and reading it back here would serialize the save.
+    const std::string path = join(s.tmp_dir, blob.name);
+    struct stat st;
+    if (::stat(path.c_str(), &st) != 0) fail_errno("cannot stat", path, errno);
+    if (!S_ISREG(st.st_mode)) fail(path + ": not a regular file");
+    if (static_cast<uint64_t>(st.st_size) != blob.bytes)
+      fail(path + ": size " + std::to_string(st.st_size) + " bytes, its writer reported " + std::to_string(blob.bytes));
+    for (const std::string& rel : parents)  // fsynced again by commit()
+      if (std::find(s.files.subdirs.begin(), s.files.subdirs.end(), rel) == s.files.subdirs.end())
+        s.files.subdirs.push_back(rel);
+    s.files.blobs.push_back(blob);
+  });
 }
 
 void CheckpointWriter::set_meta(std::string json_object_text) {
@@ -350,18 +396,18 @@ std::string CheckpointWriter::commit() {
   if (!s_) fail("use of a moved-from writer");
   State& s = *s_;
   return s.guarded([&] {
-    if (s.open) fail("commit() while blob " + s.cur.name + " is still open");
+    if (s.files.open) fail("commit() while blob " + s.files.cur.name + " is still open");
     std::string m = "{\n  \"format\": \"" + std::string(kFormat) + "\",\n  \"format_version\": " +
                     std::to_string(kCheckpointFormatVersion) + ",\n  \"checksum\": \"crc32c\",\n  \"blobs\": [";
-    for (size_t i = 0; i < s.blobs.size(); ++i) {
-      const BlobInfo& b = s.blobs[i];
+    for (size_t i = 0; i < s.files.blobs.size(); ++i) {
+      const BlobInfo& b = s.files.blobs[i];
       m += i ? ",\n    " : "\n    ";
       m += "{\"name\": " + json_quote(b.name) + ", \"bytes\": " + std::to_string(b.bytes) +
            ", \"dtype\": " + json_quote(b.dtype) + ", \"shape\": [";
       for (size_t d = 0; d < b.shape.size(); ++d) m += (d ? ", " : "") + std::to_string(b.shape[d]);
       m += "], \"crc32c\": \"" + crc32c_hex(b.crc32c) + "\"}";
     }
-    m += s.blobs.empty() ? "],\n" : "\n  ],\n";
+    m += s.files.blobs.empty() ? "],\n" : "\n  ],\n";
     m += "  \"meta_crc32c\": \"" + crc32c_hex(crc32c(s.meta.data(), s.meta.size())) + "\",\n  \"meta\": " + s.meta +
          "\n}\n";
     const std::string mpath = join(s.tmp_dir, kManifest);
@@ -370,7 +416,7 @@ std::string CheckpointWriter::commit() {
     write_all(fd.get(), m.data(), m.size(), mpath);
     if (::fsync(fd.get()) != 0) fail_errno("cannot fsync", mpath, errno);
     fd.close(mpath);
-    for (auto it = s.subdirs.rbegin(); it != s.subdirs.rend(); ++it) fsync_dir(join(s.tmp_dir, *it));
+    s.files.fsync_subdirs();
     fsync_dir(s.tmp_dir);
 
     // Publish. Over an existing checkpoint, swap atomically (RENAME_EXCHANGE) so there is never
@@ -400,6 +446,62 @@ std::string CheckpointWriter::commit() {
     fsync_dir(s.root);
     s.cleanup();  // the temporary path now holds the replaced checkpoint, if any
     return s.final_dir;
+  });
+}
+
+// --- part writer ---------------------------------------------------------------------------
+
+struct CheckpointPartWriter::State {
+  BlobFiles files;
+  bool done = false;  // finished or failed: no further calls
+
+  template <class F>
+  auto guarded(F&& f) {
+    if (done) fail("part writer for " + files.dir + " was already finished or failed");
+    try {
+      return f();
+    } catch (...) {
+      done = true;
+      files.close_quietly();  // the files go with the owner's temporary directory
+      throw;
+    }
+  }
+};
+
+CheckpointPartWriter::CheckpointPartWriter(const std::string& temp_dir) : s_(std::make_unique<State>()) {
+  s_->files.dir = strip_trailing_slashes(temp_dir);
+}
+
+CheckpointPartWriter::~CheckpointPartWriter() = default;
+
+void CheckpointPartWriter::begin_blob(const std::string& name, std::string dtype, std::vector<int64_t> shape) {
+  s_->guarded([&] { s_->files.begin(name, std::move(dtype), std::move(shape)); });
+}
+
+void CheckpointPartWriter::write(const void* data, size_t bytes) {
+  s_->guarded([&] { s_->files.write(data, bytes); });
+}
+
+void CheckpointPartWriter::end_blob() {
+  s_->guarded([&] { s_->files.end(); });
+}
+
+void CheckpointPartWriter::add_blob(const std::string& name, const void* data, size_t bytes, std::string dtype,
+                                    std::vector<int64_t> shape) {
+  begin_blob(name, std::move(dtype), std::move(shape));
+  write(data, bytes);
+  end_blob();
+}
+
+std::vector<BlobInfo> CheckpointPartWriter::finish() {
+  return s_->guarded([&] {
+    if (s_->files.open) fail("finish() while blob " + s_->files.cur.name + " is still open");
+    // The entries this process created, from here (on a shared filesystem the owner's fsyncs at
+    // commit may not cover another client's creations).
+    s_->files.fsync_subdirs();
+    fsync_dir(s_->files.dir);
+    s_->done = true;
+    return std::move(s_->files.blobs);
   });
 }
 

@@ -44,6 +44,14 @@ std::string checkpoint_dir_name(int64_t step);
 std::optional<int64_t> parse_checkpoint_dir_name(std::string_view name);
 // Manifests and meta are read with JsonValue / parse_json from core/json.h (included above).
 
+struct BlobInfo {
+  std::string name;
+  uint64_t bytes = 0;
+  std::string dtype;
+  std::vector<int64_t> shape;
+  uint32_t crc32c = 0;
+};
+
 // Writes one checkpoint. Blobs go to <root>/.tmp.step_X.<host>.<pid>/; commit() writes the
 // manifest, fsyncs every file and directory and renames the temporary directory to
 // <root>/step_X, atomically replacing an existing one. Any failure throws CheckpointError and
@@ -67,6 +75,10 @@ class CheckpointWriter {
   void begin_blob(const std::string& name, std::string dtype = "bytes", std::vector<int64_t> shape = {});
   void write(const void* data, size_t bytes);
   void end_blob();
+  // A blob another writer put in temp_dir() (a CheckpointPartWriter, e.g. on another rank):
+  // recorded in the manifest as `blob` says, after checking that its file is there with that size
+  // (the checksum is the other writer's: verifying it would read the blob here).
+  void add_written_blob(const BlobInfo& blob);
   // The caller's metadata: the text of one JSON object, stored verbatim (default "{}").
   void set_meta(std::string json_object_text);
   // Publishes the checkpoint; returns the final directory. The writer is done afterwards.
@@ -88,12 +100,31 @@ enum class CheckpointVerify {
   kFull,   // ...and every blob's CRC32C matches (reads every byte)
 };
 
-struct BlobInfo {
-  std::string name;
-  uint64_t bytes = 0;
-  std::string dtype;
-  std::vector<int64_t> shape;
-  uint32_t crc32c = 0;
+// Writes blobs into the temporary directory of a CheckpointWriter that another process owns: with
+// sharded state every rank writes its own blobs ("rank00003/adam_m.bin") into one checkpoint, so
+// the directory must be on a filesystem all of them see. Each blob is checksummed while written
+// and fsynced; finish() fsyncs the directories and returns what was written, for the owner to pass
+// to add_written_blob before commit() (which it must do only once every part has finished). A
+// failure throws CheckpointError; files already written go with the owner's temporary directory.
+class CheckpointPartWriter {
+ public:
+  explicit CheckpointPartWriter(const std::string& temp_dir);
+  ~CheckpointPartWriter();
+  CheckpointPartWriter(const CheckpointPartWriter&) = delete;
+  CheckpointPartWriter& operator=(const CheckpointPartWriter&) = delete;
+
+  // As CheckpointWriter's (names are relative to temp_dir).
+  void add_blob(const std::string& name, const void* data, size_t bytes, std::string dtype = "bytes",
+                std::vector<int64_t> shape = {});
+  void begin_blob(const std::string& name, std::string dtype = "bytes", std::vector<int64_t> shape = {});
+  void write(const void* data, size_t bytes);
+  void end_blob();
+  // The blobs written, in order. The writer is done afterwards.
+  std::vector<BlobInfo> finish();
+
+ private:
+  struct State;
+  std::unique_ptr<State> s_;
 };
 
 class CheckpointReader {

@@ -7,9 +7,11 @@
 #include <functional>
 #include <limits>
 #include <optional>
+#include <sstream>
 #include <vector>
 
 #include "core/checkpoint.h"
+#include "core/crc32c.h"
 #include "core/ops.h"
 #include "launcher/metrics.h"
 
@@ -18,10 +20,14 @@ namespace trellis {
 namespace {
 
 constexpr const char* kVersion = "trellis 0.1";
+// meta "optimizer_state": each rank's own pieces, or the whole model's layout (also what a
+// checkpoint without the key holds: it predates the choice).
+constexpr const char* kPerRank = "per_rank";
+constexpr const char* kWhole = "whole";
 
 // The blobs of the state, by name: the parameters (undefined here: ZeroOptimizer::whole_values /
-// set_values), then the optimizer state (this rank's pieces at ZeRO stages >= 1, see
-// ZeroOptimizer::gather / scatter).
+// set_values), then the optimizer state (this rank's pieces at ZeRO stages >= 1: written as they
+// are, or see ZeroOptimizer::gather / scatter for the whole layout).
 std::vector<std::pair<std::string, Tensor>> state_tensors(TrainingState s) {
   std::vector<std::pair<std::string, Tensor>> t;
   t.emplace_back("params", Tensor());
@@ -35,6 +41,129 @@ std::string model_signature(const GPTConfig& m) {
   return "vocab_size " + std::to_string(m.vocab_size) + ", seq_len " + std::to_string(m.seq_len) + ", n_layers " +
          std::to_string(m.n_layers) + ", n_heads " + std::to_string(m.n_heads) + ", d_model " +
          std::to_string(m.d_model) + ", precision " + std::string(dtype_name(m.dtype));
+}
+
+// The layout that decides which pieces of the optimizer state each rank holds: a checkpoint with
+// per-rank optimizer state records it and resumes only on the same one.
+struct ShardLayout {
+  int64_t tensor = 1, pipeline = 1, data = 1, virtual_stages = 1, zero_stage = 0;
+  bool operator==(const ShardLayout&) const = default;
+
+  static ShardLayout of(const Config& cfg, const TrainingState& s) {
+    return {s.layout.tensor(), s.layout.pipeline(), s.data_size, cfg.parallel.virtual_stages, s.optimizer.stage()};
+  }
+  // From the meta's written_by_layout; throws CheckpointError when it lacks a field.
+  static ShardLayout written_in(const JsonValue& meta) {
+    const JsonValue* l = meta.find("written_by_layout");
+    auto field = [&](const char* key) {
+      const JsonValue* v = l ? l->find(key) : nullptr;
+      if (!v) throw CheckpointError(std::string("meta has no written_by_layout.") + key);
+      return v->as_int();
+    };
+    return {field("tensor"), field("pipeline"), field("data"), field("virtual_stages"), field("zero_stage")};
+  }
+  JsonObject json() const {
+    JsonObject o;
+    o.add("tensor", tensor).add("pipeline", pipeline).add("data", data).add("virtual_stages", virtual_stages);
+    o.add("zero_stage", zero_stage).add("world", tensor * pipeline * data);
+    return o;
+  }
+  std::string str() const {
+    return "tensor " + std::to_string(tensor) + " x pipeline " + std::to_string(pipeline) +
+           (virtual_stages > 1 ? " (" + std::to_string(virtual_stages) + " virtual stages)" : "") + " x data " +
+           std::to_string(data) + ", ZeRO stage " + std::to_string(zero_stage);
+  }
+};
+
+int world_rank() {
+  int rank = 0;
+  TRELLIS_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
+  return rank;
+}
+
+// A rank's own blob of the optimizer tensor `name`: "rank00005/adam_m.bin" (world rank).
+std::string rank_blob_name(int rank, const std::string& name) {
+  char dir[32];
+  std::snprintf(dir, sizeof dir, "rank%05d/", rank);
+  return dir + name + ".bin";
+}
+
+// Rank 0's `text`, on every rank of `comm`.
+std::string broadcast_string(std::string text, MPI_Comm comm) {
+  int len = int(text.size());
+  TRELLIS_MPI_CHECK(MPI_Bcast(&len, 1, MPI_INT, 0, comm));
+  text.resize(size_t(len));
+  TRELLIS_MPI_CHECK(MPI_Bcast(text.data(), len, MPI_CHAR, 0, comm));
+  return text;
+}
+
+// Every rank's `text`, in rank order, on rank 0 (empty elsewhere).
+std::vector<std::string> gather_strings(const std::string& text, MPI_Comm comm) {
+  int rank = 0, size = 1;
+  TRELLIS_MPI_CHECK(MPI_Comm_rank(comm, &rank));
+  TRELLIS_MPI_CHECK(MPI_Comm_size(comm, &size));
+  int len = int(text.size());
+  std::vector<int> lens(rank == 0 ? size_t(size) : 0), at(lens.size());
+  TRELLIS_MPI_CHECK(MPI_Gather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, 0, comm));
+  int total = 0;
+  for (size_t i = 0; i < lens.size(); ++i) {
+    at[i] = total;
+    total += lens[i];
+  }
+  std::string all(size_t(total), '\0');
+  TRELLIS_MPI_CHECK(
+      MPI_Gatherv(text.data(), len, MPI_CHAR, all.data(), lens.data(), at.data(), MPI_CHAR, 0, comm));
+  std::vector<std::string> texts;
+  for (size_t i = 0; i < lens.size(); ++i) texts.push_back(all.substr(size_t(at[i]), size_t(lens[i])));
+  return texts;
+}
+
+// A rank's report to rank 0 on the blobs it wrote: one line each (name, bytes, dtype, CRC32C,
+// shape), or "!" and why it could not write them.
+std::string blob_report(const std::vector<BlobInfo>& blobs) {
+  std::string report;
+  for (const BlobInfo& b : blobs) {
+    report += b.name + ' ' + std::to_string(b.bytes) + ' ' + b.dtype + ' ' + crc32c_hex(b.crc32c);
+    for (int64_t d : b.shape) report += ' ' + std::to_string(d);
+    report += '\n';
+  }
+  return report;
+}
+
+std::vector<BlobInfo> parse_blob_report(const std::string& report) {
+  std::vector<BlobInfo> blobs;
+  std::istringstream lines(report);
+  for (std::string line; std::getline(lines, line);) {
+    std::istringstream fields(line);
+    BlobInfo b;
+    std::string crc;
+    fields >> b.name >> b.bytes >> b.dtype >> crc;
+    b.crc32c = uint32_t(std::stoul(crc, nullptr, 16));
+    for (int64_t d; fields >> d;) b.shape.push_back(d);
+    blobs.push_back(std::move(b));
+  }
+  return blobs;
+}
+
+// Writes this rank's optimizer state, as it holds it, into the checkpoint's temporary directory
+// `temp_dir`; returns its report for rank 0.
+std::string write_rank_state(Runtime& rt, TrainingState s, const std::string& temp_dir, int rank) {
+  try {
+    CheckpointPartWriter part(temp_dir);
+    for (auto& [name, t] : state_tensors(s)) {
+      if (!t.defined()) continue;  // the parameters: in the whole model's layout, by rank 0
+      std::vector<char> host(t.nbytes());
+      copy(rt, Tensor(host.data(), t.dtype, Device::CPU(), t.shape), t);
+      rt.synchronize();
+      part.add_blob(rank_blob_name(rank, name), host.data(), host.size(), std::string(dtype_name(t.dtype)),
+                    {t.numel()});
+    }
+    return blob_report(part.finish());
+  } catch (const CheckpointError& e) {
+    return "!rank " + std::to_string(rank) +
+           " could not write its optimizer state (every rank writes its own into checkpoint.dir, which must be on a "
+           "filesystem all ranks see): " + e.what();
+  }
 }
 
 }  // namespace
@@ -60,12 +189,8 @@ std::optional<std::string> choose_resume(const Config& cfg, MPI_Comm world) {
       error = cfg.path + ": checkpoint.resume = " + r + ": " + e.what();
     }
   }
-  // Broadcast "error flag + text" from rank 0.
-  std::string msg = error.empty() ? "+" + chosen : "!" + error;
-  int len = int(msg.size());
-  TRELLIS_MPI_CHECK(MPI_Bcast(&len, 1, MPI_INT, 0, world));
-  msg.resize(size_t(len));
-  TRELLIS_MPI_CHECK(MPI_Bcast(msg.data(), len, MPI_CHAR, 0, world));
+  // Rank 0's "error flag + text".
+  const std::string msg = broadcast_string(error.empty() ? "+" + chosen : "!" + error, world);
   if (msg[0] == '!') throw UserError(msg.substr(1));
   if (msg.size() == 1) return std::nullopt;
   return msg.substr(1);
@@ -81,7 +206,26 @@ int64_t load_training_checkpoint(Runtime& rt, const Config& cfg, const std::stri
     if (!sig || sig->as_string() != expected)
       throw UserError(cfg.path + ": checkpoint " + dir + " was written for " + (sig ? sig->as_string() : "?") +
                       "; this run has " + expected);
+    const JsonValue* optimizer_state = meta.find("optimizer_state");
+    const bool per_rank = optimizer_state && optimizer_state->as_string() == kPerRank;
+    if (per_rank) {
+      const ShardLayout written = ShardLayout::written_in(meta), here = ShardLayout::of(cfg, s);
+      if (written != here)
+        throw UserError(cfg.path + ": checkpoint " + dir + " was written with " + written.str() + "; this run has " +
+                        here.str() + "; its optimizer state is saved per rank and resharding is not supported yet");
+    }
     for (auto& [name, t] : state_tensors(s)) {
+      if (per_rank && t.defined()) {  // this rank's own pieces, as it holds them
+        const std::string blob = rank_blob_name(world_rank(), name);
+        if (!reader.has_blob(blob) || reader.blob_size(blob) != t.nbytes())
+          throw UserError(cfg.path + ": checkpoint " + dir + " has no " + blob + " of " + std::to_string(t.nbytes()) +
+                          " bytes (written with another precision?)");
+        std::vector<char> host(t.nbytes());
+        reader.read_blob(blob, host.data(), host.size());
+        copy(rt, t, Tensor(host.data(), t.dtype, Device::CPU(), t.shape));
+        rt.synchronize();
+        continue;
+      }
       if (!reader.has_blob(name))
         throw UserError(cfg.path + ": checkpoint " + dir + " has no " + name + " (written with another precision?)");
       const DType dtype = t.defined() ? t.dtype : s.model.params().dtype();
@@ -119,12 +263,16 @@ int64_t load_training_checkpoint(Runtime& rt, const Config& cfg, const std::stri
 
 namespace {
 
-// Gathers the state on rank 0 (pipeline and tensor rank 0), which writes it into the writer made
-// by `open` and commits it. Returns the final directory on rank 0 ("" elsewhere). On rank 0 a failure throws
-// CheckpointError, but only after every stage's part has been received (no rank is left waiting).
+// Gathers the parameters (and the optimizer state unless it is sharded) on rank 0 (pipeline and
+// tensor rank 0), which writes them into the writer made by `open`; with a sharded optimizer every
+// rank then writes its own state into that writer's temporary directory. Rank 0 commits. Returns
+// the final directory on rank 0 ("" elsewhere). On rank 0 a failure on any rank throws
+// CheckpointError, but only after every rank is done (no rank is left waiting, and nobody writes
+// into the temporary directory once it is removed).
 std::string write_state(Runtime& rt, const Config& cfg, TrainingState s, const std::function<CheckpointWriter()>& open,
                         int64_t step, double loss, int64_t samples_seen, std::optional<double> val_loss) {
   const bool root = s.writer();
+  const bool per_rank = s.optimizer.sharded();
   std::optional<CheckpointWriter> w;
   std::string error;
   if (root) {
@@ -135,6 +283,7 @@ std::string write_state(Runtime& rt, const Config& cfg, TrainingState s, const s
     }
   }
   for (auto& [name, t] : state_tensors(s)) {
+    if (per_rank && t.defined()) continue;  // every rank writes its own below
     Buffer scratch;
     const Tensor whole = t.defined() ? s.optimizer.gather(t, scratch) : s.optimizer.whole_values(scratch);
     if (!s.saver()) continue;
@@ -146,20 +295,32 @@ std::string write_state(Runtime& rt, const Config& cfg, TrainingState s, const s
       error = e.what();
     }
   }
+  if (per_rank) {
+    // "" when rank 0 has failed already: then nobody writes. The gather of the reports tells rank
+    // 0 that every rank is done with the directory, or why one failed.
+    const std::string temp_dir = broadcast_string(error.empty() && w ? w->temp_dir() : "", MPI_COMM_WORLD);
+    const std::string report = temp_dir.empty() ? "" : write_rank_state(rt, s, temp_dir, world_rank());
+    const std::vector<std::string> reports = gather_strings(report, MPI_COMM_WORLD);
+    for (const std::string& r : reports)
+      if (error.empty() && r.starts_with('!')) error = r.substr(1);
+    if (root && error.empty())
+      for (const std::string& r : reports)
+        for (const BlobInfo& b : parse_blob_report(r)) w->add_written_blob(b);
+  }
   if (!root) return "";
   if (!error.empty()) throw CheckpointError(error);
   const LossScalerState st = s.scaler.state();
-  JsonObject scaler, data, layout, meta;
+  JsonObject scaler, data, meta;
   scaler.add("scale", st.scale).add("clean_steps", st.clean_steps).add("hysteresis_left", st.hysteresis_left);
   scaler.add("skipped", st.skipped);
   data.add("samples_seen", samples_seen).add("source", cfg.data.source);
-  layout.add("tensor", int64_t(s.layout.tensor())).add("pipeline", int64_t(s.layout.pipeline()));
-  layout.add("virtual_stages", cfg.parallel.virtual_stages);
   meta.add("step", step).add("loss", loss).add("version", kVersion);
   meta.add("time", int64_t(std::chrono::duration_cast<std::chrono::seconds>(
                                std::chrono::system_clock::now().time_since_epoch()).count()));
   meta.add("model", model_signature(s.model.config())).add("seed", cfg.train.seed);
-  meta.add("written_by_layout", layout);  // informative: the blobs are in the whole model's layout
+  // Binding for per-rank optimizer state (it resumes only on this layout), else informative.
+  meta.add("written_by_layout", ShardLayout::of(cfg, s).json());
+  meta.add("optimizer_state", per_rank ? kPerRank : kWhole);
   meta.add("scaler", scaler).add("data", data).add("config", config_to_toml(cfg));
   if (val_loss) meta.add("val_loss", *val_loss);
   w->set_meta(meta.str());

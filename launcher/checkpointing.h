@@ -1,11 +1,14 @@
 // The training state in checkpoints (core/checkpoint.h does the atomic, checksummed storage):
 // parameters, fp32 master weights, Adam moments, loss scaler, step, data position, seed, the
-// resolved config and metadata, always in the whole model's layout (launcher/whole_model.h), so a
-// checkpoint does not depend on the pipeline size. Data-parallel ranks hold identical state (at
-// ZeRO stage 1 once the optimizer's slices are all-gathered over the data group); the
-// first data-parallel rank of each (tensor rank, pipeline stage) sends its part to rank 0 (through
-// its stage's tensor rank 0), which writes the one checkpoint and commits it atomically (so it is
-// valid only with every part in it). On load each rank takes its own slice of the whole tensors.
+// resolved config and metadata. The parameters are in the whole model's layout
+// (launcher/whole_model.h), so they do not depend on the layout: the first data-parallel rank of
+// each (tensor rank, pipeline stage) sends its part to rank 0 (through its stage's tensor rank 0),
+// which writes them. The optimizer state is in that layout too when the optimizer is not sharded
+// (ZeRO stage 0: data-parallel ranks hold identical state); when it is (ZeRO stages >= 1), every
+// rank writes its own pieces ("rank00005/adam_m.bin") into rank 0's temporary directory, and such a
+// checkpoint resumes only on the layout that wrote it. Rank 0 commits atomically once every rank
+// has written its part (so a checkpoint is valid only with every part in it). On load each rank
+// takes its own slice of the whole tensors, or reads its own pieces.
 #pragma once
 #include <mpi.h>
 
@@ -29,6 +32,7 @@ struct TrainingState {
   Communicator* pipeline = nullptr;  // this rank's pipeline group; null with one stage
   Communicator* tensor = nullptr;    // this rank's tensor group; null without tensor parallelism
   int data_rank = 0;                 // this rank's place in the data group
+  int data_size = 1;                 // the data group's size
   int pipeline_rank() const { return pipeline ? pipeline->rank() : 0; }
   int tensor_rank() const { return tensor ? tensor->rank() : 0; }
   bool saver() const { return data_rank == 0; }  // sends its (pipeline, tensor) part to the writer
@@ -45,11 +49,14 @@ std::optional<std::string> choose_resume(const Config& cfg, MPI_Comm world);
 int64_t load_training_checkpoint(Runtime& rt, const Config& cfg, const std::string& dir, TrainingState state,
                                  int64_t global_batch);
 
-// Called by every rank: at ZeRO stage 1 the optimizer state is first all-gathered over the data
-// group; then the first data-parallel rank of every pipeline stage and tensor rank sends its part
-// (collective over the tensor and pipeline groups); rank 0 saves the state after `step` into checkpoint.dir and prunes to checkpoint.keep. A
-// failure (no space, no permission) is printed as a warning and training goes on; returns success
-// (on rank 0; true elsewhere).
+// Called by every rank (collective over the world): the first data-parallel rank of every
+// pipeline stage and tensor rank sends its part of the parameters (at ZeRO stage 3 first
+// all-gathered over the data group) and, unless the optimizer is sharded, of the optimizer state
+// to rank 0; with a sharded optimizer every rank writes its own optimizer state into the
+// checkpoint's temporary directory. Rank 0 saves the state after `step` into checkpoint.dir and
+// prunes to checkpoint.keep. A failure on any rank (no space, no permission, a directory this rank
+// cannot see) is printed by rank 0 as a warning and training goes on; returns success (on rank 0;
+// true elsewhere).
 bool save_training_checkpoint(Runtime& rt, const Config& cfg, TrainingState state, int64_t step, double loss,
                               int64_t samples_seen);
 

@@ -84,7 +84,7 @@ const std::vector<KeySpec> kKeys = {
   {"log", "tensorboard_dir", T::String, TRELLIS_FIELD(log, tensorboard_dir), "Write TensorBoard event files (scalars) to this directory (rank 0); empty = none.", {}},
   {"log", "val_every", T::Int, TRELLIS_FIELD(log, val_every), "Validate every N steps; 0 = off.", {}, 0},
   {"log", "val_batches", T::Int, TRELLIS_FIELD(log, val_batches), "Micro-batches per validation.", {}, 1},
-  {"checkpoint", "dir", T::String, TRELLIS_FIELD(checkpoint, dir), "Directory of the run's checkpoints (step_NNNNNNNN/ each); empty = no checkpoints.", {}},
+  {"checkpoint", "dir", T::String, TRELLIS_FIELD(checkpoint, dir), "Directory of the run's checkpoints (step_NNNNNNNN/ each); empty = no checkpoints. At ZeRO stages >= 1 every rank writes its own optimizer state into it, so it must be on a filesystem all ranks see.", {}},
   {"checkpoint", "every", T::Int, TRELLIS_FIELD(checkpoint, every), "Save every N steps (and at the end, and when stopped by a signal); 0 = only then.", {}, 0},
   {"checkpoint", "keep", T::Int, TRELLIS_FIELD(checkpoint, keep), "Keep the newest K valid checkpoints; older ones are removed.", {}, 1},
   {"checkpoint", "resume", T::String, TRELLIS_FIELD(checkpoint, resume), "auto = the newest valid checkpoint in checkpoint.dir, if any; none = start fresh; or a checkpoint directory.", {}},

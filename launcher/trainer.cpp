@@ -158,8 +158,9 @@ std::vector<float> to_f32(const std::vector<char>& bytes, DType dtype) {
 void check_devices(const Config& cfg, const LaunchInfo& launch) { resolve(cfg, launch); }
 
 // Runs `open` on every rank and agrees on the outcome before any rank goes on, so a file that is
-// missing on one node cannot leave the others waiting in a collective. A rank that failed prints
-// its own message; every rank then throws.
+// missing on one node cannot leave the others waiting in a collective. The lowest failing rank's
+// message is shown (so ranks that all fail alike, on a checkpoint that does not fit the run, say,
+// give one line); every rank then throws.
 void agree_on(const std::function<void()>& open, const LaunchInfo& launch) {
   std::string error;
   try {
@@ -167,11 +168,14 @@ void agree_on(const std::function<void()>& open, const LaunchInfo& launch) {
   } catch (const UserError& e) {
     error = e.what();
   }
-  int failed = error.empty() ? 0 : 1;
-  TRELLIS_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &failed, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD));
-  if (!failed) return;
-  if (!error.empty() && launch.rank != 0) std::fprintf(stderr, "error (rank %d): %s\n", launch.rank, error.c_str());
-  throw UserError(error.empty() ? "another rank could not open its input (see its message above)" : error);
+  int first_failed = error.empty() ? launch.world : launch.rank;
+  TRELLIS_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &first_failed, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
+  if (first_failed == launch.world) return;
+  if (first_failed == launch.rank && launch.rank != 0)
+    std::fprintf(stderr, "error (rank %d): %s\n", launch.rank, error.c_str());
+  throw UserError(first_failed == launch.rank
+                      ? error
+                      : "rank " + std::to_string(first_failed) + " could not open its input (see its message above)");
 }
 
 // The training samples as the config says.
@@ -375,7 +379,7 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
     metrics->write(start);
   }
 
-  TrainingState state{model, optimizer, scaler, whole, pipeline_group, tensor_group, data_rank};
+  TrainingState state{model, optimizer, scaler, whole, pipeline_group, tensor_group, data_rank, data_size};
   int64_t start_step = 0;
   if (std::optional<std::string> from = choose_resume(cfg, MPI_COMM_WORLD)) {
     // Every rank reads the checkpoint; all must succeed before any goes on to a collective.

@@ -1,6 +1,7 @@
 // Checkpoint storage: CRC32C and JSON basics, blob and meta round trips, corruption and
-// truncation detection naming the file, latest-valid lookup, pruning, and that failed or
-// abandoned writes leave no partial step directory.
+// truncation detection naming the file, latest-valid lookup, pruning, that failed or abandoned
+// writes leave no partial step directory, and blobs written into a writer's temporary directory
+// by others (per-rank state) registered, verified, pruned and cleaned up like its own.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/resource.h>
@@ -12,6 +13,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <numeric>
 #include <string>
 #include <vector>
@@ -430,6 +432,117 @@ TEST(Checkpoint, WeightsOnlyExportAtPath) {
   r.read_blob("params.bin", got.data(), got.size());
   EXPECT_TRUE(got == p);
   EXPECT_EQ(entries(tmp.sub("exports")), std::vector<std::string>{"model_final"});
+}
+
+// Writes `data` as `name` under dir with plain file I/O, as another process would; its BlobInfo.
+BlobInfo write_outside(const std::string& dir, const std::string& name, const std::vector<char>& data) {
+  fs::create_directories((fs::path(dir) / name).parent_path());
+  std::ofstream(fs::path(dir) / name, std::ios::binary).write(data.data(), static_cast<std::streamsize>(data.size()));
+  return BlobInfo{name, data.size(), "f32", {static_cast<int64_t>(data.size() / 4)}, crc32c(data.data(), data.size())};
+}
+
+TEST(Checkpoint, BlobsWrittenByOthersAreRegisteredVerifiedAndPruned) {
+  TempDir tmp;
+  const std::vector<char> params = pattern(4000, 1), m1 = pattern((size_t{9} << 20) + 4, 2), v1 = pattern(400, 3),
+                          m2 = pattern(804, 4);
+  for (int64_t step : {1, 2}) {
+    CheckpointWriter w(tmp.str(), step);
+    w.add_blob("params", params.data(), params.size(), "f32", {1000});
+    CheckpointPartWriter part(w.temp_dir());  // as rank 1 would, into rank 0's directory
+    part.add_blob("rank00001/adam_m.bin", m1.data(), m1.size(), "f32", {static_cast<int64_t>(m1.size() / 4)});
+    part.begin_blob("rank00001/adam_v.bin", "f32", {100});
+    for (size_t off = 0; off < v1.size(); off += 7) part.write(v1.data() + off, std::min<size_t>(7, v1.size() - off));
+    part.end_blob();
+    const std::vector<BlobInfo> written = part.finish();
+    ASSERT_EQ(written.size(), 2u);
+    EXPECT_EQ(written[0].crc32c, crc32c(m1.data(), m1.size()));
+    EXPECT_EQ(written[1].crc32c, crc32c(v1.data(), v1.size()));
+    for (const BlobInfo& b : written) w.add_written_blob(b);
+    w.add_written_blob(write_outside(w.temp_dir(), "rank00002/adam_m.bin", m2));
+    w.set_meta(R"({"optimizer_state": "per_rank"})");
+    w.commit();
+  }
+  const std::string dir = tmp.sub("step_00000002");
+  const CheckpointReader r = CheckpointReader::open(dir, CheckpointVerify::kFull);
+  EXPECT_EQ(r.blob_names(), (std::vector<std::string>{"params", "rank00001/adam_m.bin", "rank00001/adam_v.bin",
+                                                      "rank00002/adam_m.bin"}));
+  EXPECT_EQ(r.blob_info("rank00002/adam_m.bin").crc32c, crc32c(m2.data(), m2.size()));
+  EXPECT_EQ(r.blob_info("rank00002/adam_m.bin").shape, std::vector<int64_t>{201});
+  std::ifstream manifest(dir + "/manifest.json");
+  const std::string text((std::istreambuf_iterator<char>(manifest)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("\"rank00002/adam_m.bin\", \"bytes\": 804, \"dtype\": \"f32\", \"shape\": [201], \"crc32c\": \"" +
+                      crc32c_hex(crc32c(m2.data(), m2.size())) + "\""),
+            std::string::npos)
+      << text;
+  for (const auto& [name, want] : std::vector<std::pair<std::string, const std::vector<char>*>>{
+           {"rank00001/adam_m.bin", &m1}, {"rank00001/adam_v.bin", &v1}, {"rank00002/adam_m.bin", &m2}}) {
+    std::vector<char> got(want->size());
+    r.read_blob(name, got.data(), got.size());
+    EXPECT_TRUE(got == *want) << name;
+  }
+  EXPECT_EQ(entries(dir), (std::vector<std::string>{"manifest.json", "params", "rank00001", "rank00002"}));
+  // A damaged per-rank blob fails the full check, naming it.
+  flip_byte(tmp.sub("step_00000001/rank00001/adam_v.bin"), 10);
+  expect_error([&] { CheckpointReader::open(tmp.sub("step_00000001")); }, {"rank00001/adam_v.bin", "checksum mismatch"});
+  // Pruning removes a checkpoint with its rank directories.
+  EXPECT_EQ(prune_checkpoints(tmp.str(), 1), std::vector<std::string>{tmp.sub("step_00000001")});
+  EXPECT_EQ(entries(tmp.str()), std::vector<std::string>{"step_00000002"});
+}
+
+TEST(Checkpoint, RegisteringAMissingOrWrongSizeBlobThrowsAndCleansUp) {
+  TempDir tmp;
+  const std::vector<char> data = pattern(100, 1);
+  {
+    CheckpointWriter w(tmp.str(), 1);
+    BlobInfo missing{"rank00001/adam_m.bin", 100, "f32", {25}, 0};
+    expect_error([&] { w.add_written_blob(missing); }, {w.temp_dir() + "/rank00001/adam_m.bin", "No such file"});
+    EXPECT_FALSE(fs::exists(w.temp_dir()));
+    expect_error([&] { w.commit(); }, {"already committed or failed"});
+  }
+  {
+    CheckpointWriter w(tmp.str(), 1);
+    BlobInfo short_one = write_outside(w.temp_dir(), "rank00001/adam_m.bin", data);
+    short_one.bytes = 99;
+    expect_error([&] { w.add_written_blob(short_one); }, {"rank00001/adam_m.bin", "size 100 bytes", "reported 99"});
+    EXPECT_FALSE(fs::exists(w.temp_dir()));
+  }
+  {
+    CheckpointWriter w(tmp.str(), 1);
+    const BlobInfo b = write_outside(w.temp_dir(), "rank00001/adam_m.bin", data);
+    w.add_written_blob(b);
+    expect_error([&] { w.add_written_blob(b); }, {"rank00001/adam_m.bin", "twice"});
+  }
+  {
+    CheckpointWriter w(tmp.str(), 1);
+    expect_error([&] { w.add_written_blob(BlobInfo{"../escape.bin", 0, "f32", {}, 0}); }, {"bad blob name"});
+  }
+  EXPECT_TRUE(entries(tmp.str()).empty());
+}
+
+TEST(Checkpoint, UncommittedWriterRemovesBlobsWrittenByOthers) {
+  TempDir tmp;
+  const std::vector<char> data = pattern(1000, 1);
+  write_simple(tmp.str(), 1);
+  {
+    CheckpointWriter w(tmp.str(), 2);
+    CheckpointPartWriter part(w.temp_dir());
+    part.add_blob("rank00003/adam_m.bin", data.data(), data.size());
+    w.add_written_blob(part.finish().at(0));
+    write_outside(w.temp_dir(), "rank00004/adam_m.bin", data);  // written, never registered
+    EXPECT_TRUE(fs::exists(w.temp_dir() + "/rank00003/adam_m.bin"));
+  }
+  EXPECT_EQ(entries(tmp.str()), std::vector<std::string>{"step_00000001"});
+}
+
+TEST(Checkpoint, PartWriterOutsideTheSharedDirectoryThrows) {
+  // A rank that does not see the owner's temporary directory (not on a shared filesystem).
+  TempDir tmp;
+  const char x = 1;
+  CheckpointPartWriter part(tmp.sub(".tmp.step_00000001.otherhost.123"));
+  expect_error([&] { part.add_blob("rank00001/adam_m.bin", &x, 1); },
+               {"cannot create directory", "rank00001", "No such file or directory"});
+  expect_error([&] { part.finish(); }, {"already finished or failed"});
+  EXPECT_TRUE(entries(tmp.str()).empty());
 }
 
 }  // namespace
