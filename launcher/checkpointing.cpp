@@ -26,8 +26,8 @@ constexpr const char* kPerRank = "per_rank";
 constexpr const char* kWhole = "whole";
 
 // The blobs of the state, by name: the parameters (undefined here: ZeroOptimizer::whole_values /
-// set_values), then the optimizer state (this rank's pieces at ZeRO stages >= 1: written as they
-// are, or see ZeroOptimizer::gather / scatter for the whole layout).
+// set_values), then the optimizer state (this rank's pieces at ZeRO stages >= 1, written as they
+// are; ZeroOptimizer::scatter takes them from a whole-layout checkpoint).
 std::vector<std::pair<std::string, Tensor>> state_tensors(TrainingState s) {
   std::vector<std::pair<std::string, Tensor>> t;
   t.emplace_back("params", Tensor());
@@ -236,8 +236,8 @@ int64_t load_training_checkpoint(Runtime& rt, const Config& cfg, const std::stri
       reader.read_blob(name, host.data(), host.size());
       // This stage's whole copy, from which each rank takes what it holds.
       const int64_t n = s.model.params().numel();
-      Buffer scratch(rt.allocator(), size_t(n) * dtype_size(dtype), "checkpoint load");
-      const Tensor stage_whole = scratch.tensor(dtype, {n});
+      std::vector<char> stage_host(size_t(n) * dtype_size(dtype));  // host memory: no whole-stage device buffer
+      const Tensor stage_whole(stage_host.data(), dtype, Device::CPU(), {n});
       scatter_whole(rt, s.layout, s.pipeline_rank(), s.tensor_rank(), host, stage_whole);
       if (!t.defined()) s.optimizer.set_values(stage_whole);
       else s.optimizer.scatter(stage_whole, t);
@@ -284,8 +284,9 @@ std::string write_state(Runtime& rt, const Config& cfg, TrainingState s, const s
   }
   for (auto& [name, t] : state_tensors(s)) {
     if (per_rank && t.defined()) continue;  // every rank writes its own below
-    Buffer scratch;
-    const Tensor whole = t.defined() ? s.optimizer.gather(t, scratch) : s.optimizer.whole_values(scratch);
+    // Unsharded, the optimizer's state is the whole stage's copy itself.
+    std::vector<char> scratch;
+    const Tensor whole = t.defined() ? t.slice(0, {s.model.params().numel()}) : s.optimizer.whole_values(scratch);
     if (!s.saver()) continue;
     std::vector<char> host = gather_whole(rt, s.tensor, s.pipeline, s.layout, whole);
     if (!root || !error.empty()) continue;

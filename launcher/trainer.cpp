@@ -574,7 +574,7 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
   }
   if (!opts.export_weights_dir.empty()) {
     // The whole model, gathered from the data ranks' pieces (stage 3), the stages and tensor shards on rank 0.
-    Buffer scratch;
+    std::vector<char> scratch;
     const Tensor stage_values = optimizer.whole_values(scratch);
     if (saver) {
       const std::vector<char> values = gather_whole(rt, tensor_group, pipeline_group, whole, stage_values);

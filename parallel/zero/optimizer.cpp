@@ -119,22 +119,6 @@ int64_t ZeroOptimizer::owned_real(int b) const {
   return std::clamp<int64_t>(k.numel - rank * k.piece, 0, k.piece);
 }
 
-Tensor ZeroOptimizer::gather(const Tensor& owned, Buffer& scratch) const {
-  const int64_t n = params_.numel();
-  if (!data_) return owned.slice(0, {n});  // unsharded buckets have no padding: the whole copy itself
-  int64_t largest = 0;
-  for (const ParameterBucket& k : params_.buckets()) largest = std::max(largest, k.padded);
-  scratch = Buffer(rt_.allocator(), size_t(n + largest) * dtype_size(owned.dtype), "optimizer state gather");
-  const Tensor whole = scratch.tensor(owned.dtype, {n});
-  const Tensor bucket = scratch.tensor(owned.dtype, {largest}, size_t(n) * dtype_size(owned.dtype));
-  for (size_t b = 0; b < params_.buckets().size(); ++b) {
-    const ParameterBucket& k = params_.buckets()[b];
-    data_->all_gather(bucket.slice(0, {k.padded}), owned.slice(owned_at_[b], {k.piece}));
-    copy(rt_, whole.slice(whole_at_[b], {k.numel}), bucket.slice(0, {k.numel}));
-  }
-  return whole;
-}
-
 void ZeroOptimizer::scatter(const Tensor& whole, const Tensor& owned) const {
   TRELLIS_CHECK(whole.numel() == params_.numel(), "ZeroOptimizer::scatter: not the whole stage's copy");
   const int64_t rank = data_ ? data_->rank() : 0;
@@ -143,27 +127,32 @@ void ZeroOptimizer::scatter(const Tensor& whole, const Tensor& owned) const {
     if (real > 0)
       copy(rt_, owned.slice(owned_at_[b], {real}), whole.slice(whole_at_[b] + rank * params_.buckets()[b].piece, {real}));
   }
+  rt_.synchronize();  // `whole` may be host memory that the caller frees next
 }
 
-Tensor ZeroOptimizer::whole_values(Buffer& scratch) const {
+Tensor ZeroOptimizer::whole_values(std::vector<char>& host) const {
   const StoreSharding& sh = params_.sharding();
   if (sh.shards == 1 && !sh.stream_values) return params_.flat_values().slice(0, {params_.numel()});
   const DType dt = params_.dtype();
-  const int64_t n = params_.numel();
-  int64_t largest = 0;
-  for (const ParameterBucket& k : params_.buckets()) largest = std::max(largest, k.padded);
-  scratch = Buffer(rt_.allocator(), size_t(n + largest) * dtype_size(dt), "parameter gather");
-  const Tensor whole = scratch.tensor(dt, {n});
-  const Tensor bucket = scratch.tensor(dt, {largest}, size_t(n) * dtype_size(dt));
+  const size_t e = dtype_size(dt);
+  host.resize(size_t(params_.numel()) * e);
+  const Tensor whole(host.data(), dt, Device::CPU(), {params_.numel()});
+  Buffer gathered;  // one streamed bucket at a time (stage 3)
   for (size_t b = 0; b < params_.buckets().size(); ++b) {
     const ParameterBucket& k = params_.buckets()[b];
     Tensor src = params_.bucket_values(int(b));
     if (k.values_streamed) {
-      data_->all_gather(bucket.slice(0, {k.padded}), params_.owned_values(int(b)));
-      src = bucket;
+      if (gathered.bytes() == 0) {
+        int64_t largest = 0;
+        for (const ParameterBucket& o : params_.buckets()) largest = std::max(largest, o.padded);
+        gathered = Buffer(rt_.allocator(), size_t(largest) * e, "parameter gather");
+      }
+      src = gathered.tensor(dt, {k.padded});
+      data_->all_gather(src, params_.owned_values(int(b)));
     }
     copy(rt_, whole.slice(whole_at_[b], {k.numel}), src.slice(0, {k.numel}));
   }
+  rt_.synchronize();  // the host copy is complete before the bucket buffer goes
   return whole;
 }
 
@@ -178,6 +167,7 @@ void ZeroOptimizer::set_values(const Tensor& whole) {
       copy(rt_, params_.owned_values(int(b)).slice(0, {real}), whole.slice(whole_at_[b] + rank * k.piece, {real}));
     }
   }
+  rt_.synchronize();  // `whole` may be host memory that the caller frees next
 }
 
 }  // namespace trellis

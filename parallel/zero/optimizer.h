@@ -54,14 +54,15 @@ class ZeroOptimizer {
   bool has_separate_master() const { return master_buf_.bytes() > 0; }
   Tensor first_moments() const { return m_; }
   Tensor second_moments() const { return v_; }
-  // The whole stage's copy (params.numel() elements, the parameters in order without padding) of
-  // an owned state tensor above: all-gathered into `scratch` when sharded (collective over the
-  // data group).
-  Tensor gather(const Tensor& owned, Buffer& scratch) const;
-  // Sets an owned state tensor above from its whole copy.
+  // The whole stage's copy (params.numel() elements, the parameters in order without padding) is
+  // what checkpoints and weight exports hold. Sets an owned state tensor above from it (host or
+  // device memory).
   void scatter(const Tensor& whole, const Tensor& owned) const;
-  // The parameters, as gather() lays them out (stage 3: collective), and setting them from that.
-  Tensor whole_values(Buffer& scratch) const;
+  // The parameters as that copy: a view of the store when it is neither sharded nor streamed,
+  // else assembled bucket by bucket in `host` (stage 3: all-gathered over the data group, a
+  // collective), so no whole-stage buffer is ever allocated on the device.
+  Tensor whole_values(std::vector<char>& host) const;
+  // Sets the parameters from that copy (host or device memory): each rank takes what it holds.
   void set_values(const Tensor& whole);
 
  private:
