@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """ZeRO layout equivalence on the CPU in fp32: a tiny GPT with dropout trained for K steps with
 ZeRO stages 0, 1, 2 and 3 at (tensor, pipeline, data) = (1,1,4), (2,1,2), (1,2,2) and (2,2,2) (and
-stages 1 and 3 on buckets that need padding), with gradient accumulation (2 micro-batches per data
+stages 1 and 3 on buckets that need padding; stages 2 and 3 also under sequence parallelism, the
+interleaved schedule and full activation checkpointing), with gradient accumulation (2 micro-batches per data
 rank and step), gives the same losses, gradient norms (clipping active: the norm of the gradient
 pieces summed over the data group must be exact) and exported weights as one rank (the reference:
 with one data rank every stage is stage 0), up to fp32 reduction-order rounding. The start
@@ -72,7 +73,27 @@ def main():
                       f"model state on rank 0 {start['model_state_bytes_per_rank'][0]} bytes "
                       f"({'as' if ok_bytes else 'NOT as'} the formula: {want[0]}), "
                       f"{start['model_state_bytes_allocated']} allocated + {start['zero_slot_bytes']} in slots")
-        # A buffer that does not divide by the data size: 63,822 parameters over 4 ranks (padded by 2).
+        # Streaming under sequence parallelism (LayerNorm gradients summed over the tensor group on
+        # the pieces), under the interleaved schedule (blocks of two chunks per rank), and with
+        # full activation checkpointing (backward recomputes each block's forward from its slot).
+        four = ["model.n_layers=4"]  # two chunks of one layer on each of two stages
+        _, ref4_loss, ref4_norms, ref4_w, _ = run(binary, mpiexec, config, tmp, 1, "ref4", *four)
+        refs = {False: (ref_loss, ref_norms, ref_w), True: (ref4_loss, ref4_norms, ref4_w)}
+        for tag, ranks, sets in [
+                ("sp_t2_d2_z2", 4, ["parallel.tensor=2", "parallel.sequence_parallel=true", "zero.stage=2"]),
+                ("sp_t2_d2_z3", 4, ["parallel.tensor=2", "parallel.sequence_parallel=true", "zero.stage=3"]),
+                ("vp_p2_d2_z3", 4, four + ["parallel.pipeline=2", "parallel.schedule=interleaved",
+                                           "parallel.virtual_stages=2", "zero.stage=3"]),
+                ("ckpt_d2_z3", 2, ["train.checkpointing=full", "zero.stage=3"])]:
+            _, loss, norms, w, _ = run(binary, mpiexec, config, tmp, ranks, tag, *sets)
+            r_loss, r_norms, r_w = refs[sets[0] == four[0]]
+            dl, dn = rel(loss, r_loss), rel(norms, r_norms)
+            dw = max(abs(a - b) for a, b in zip(w, r_w))
+            ok = len(loss) == STEPS and dl <= LOSS_TOL and dn <= NORM_TOL and dw <= WEIGHT_MAX_TOL
+            failed |= not ok
+            print(f"{'ok  ' if ok else 'FAIL'} {' '.join(sets)}: max loss rel diff {dl:.2e}, grad norm {dn:.2e}, "
+                  f"weights max abs diff {dw:.2e}")
+        # Buckets that do not divide by the data size: 63,822 parameters over 4 ranks (each bucket padded).
         odd = ["model.d_model=66", "model.n_heads=3", "model.n_layers=1"]
         _, odd_loss, odd_norms, odd_w, _ = run(binary, mpiexec, config, tmp, 1, "odd_ref", *odd)
         for stage in (1, 3):
@@ -84,7 +105,7 @@ def main():
                   and len(w) == len(odd_w) and dl <= LOSS_TOL and dn <= NORM_TOL and dw <= WEIGHT_MAX_TOL)
             failed |= not ok
             print(f"{'ok  ' if ok else 'FAIL'} data=4 zero={stage} with {n} parameters (buckets padded to multiples "
-                  f"of 4): max loss rel diff {dl:.2e}, grad norm {dn:.2e}, weights max abs diff {dw:.2e}")
+                  f"of 4 x 64): max loss rel diff {dl:.2e}, grad norm {dn:.2e}, weights max abs diff {dw:.2e}")
         # Resume under stages 1 and 3: stop after step 3, resume with the same layout, bitwise. Each
         # rank saved its own optimizer state; keep = 1 on resuming prunes step 3 with its rank dirs.
         for stage in (1, 3):
