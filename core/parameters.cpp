@@ -231,15 +231,17 @@ const Parameter& ParameterStore::get(const std::string& name) const {
   TRELLIS_FATAL("no parameter named " + name);
 }
 
-void ParameterStore::initialize(uint64_t seed) {
-  // Host values of the storage: each bucket whole, or this rank's piece of a streamed one.
+void ParameterStore::initialize(uint64_t seed, bool own_pieces_only) {
+  // Host values of the storage: each bucket whole, or only this rank's piece of it (a streamed
+  // bucket keeps nothing else; with own_pieces_only the rest stays zero).
   const int64_t total = int64_t(values_.bytes() / dtype_size(dtype_));
   std::vector<float> host(size_t(total), 0.0f);
   for (size_t b = 0; b < buckets_.size(); ++b) {
     const ParameterBucket& k = buckets_[b];
-    const int64_t lo = k.values_streamed ? int64_t(sharding_.shard) * k.piece : 0;  // bucket-relative
-    const int64_t hi = k.values_streamed ? lo + k.piece : k.padded;
-    float* dst = host.data() + value_at_[b];  // bucket-relative element lo goes to dst[0]
+    const bool piece = k.values_streamed || own_pieces_only;
+    const int64_t lo = piece ? int64_t(sharding_.shard) * k.piece : 0;  // bucket-relative
+    const int64_t hi = piece ? lo + k.piece : k.padded;
+    float* dst = host.data() + value_at_[b] + (k.values_streamed ? 0 : lo);  // bucket-relative element lo goes to dst[0]
     for (size_t i = k.first; i < k.end; ++i) {
       const Parameter& p = params_[i];
       const int64_t begin = std::max(lo, p.offset - k.offset), end = std::min(hi, p.offset - k.offset + p.spec.shape.numel());

@@ -84,8 +84,10 @@ class ParameterStore {
   ParameterStore(Runtime& rt, const std::vector<ParameterSpec>& specs, DType dtype, const StoreSharding& sharding = {});
 
   // Draws every parameter from (seed, name, index) on the host and copies it to the device (at
-  // stage 3 only this rank's piece of the streamed buckets).
-  void initialize(uint64_t seed);
+  // stage 3 only this rank's piece of the streamed buckets). own_pieces_only: only this rank's
+  // piece of every bucket, the rest left zero, for a caller that all-gathers the buckets next
+  // (ZeroOptimizer does): each data rank then draws 1/N of the model.
+  void initialize(uint64_t seed, bool own_pieces_only = false);
   // Zeroes the gradients held in the store (the streamed ones are zeroed when bound).
   void zero_grads();
 

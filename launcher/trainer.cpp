@@ -258,7 +258,8 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
     sharding.stream_values = zero_stage >= 3;
   }
   GPT model(rt, mc, B, part, slots, tp, sharding);
-  model.initialize(uint64_t(cfg.train.seed));
+  // Sharded, each data rank draws only its pieces; the optimizer all-gathers the rest.
+  model.initialize(uint64_t(cfg.train.seed), zero_stage >= 1);
   const WholeModelLayout whole(mc, p, v, layout.tensor);
   ZeroOptimizer optimizer(rt, model.params(), &data_group, zero_stage);
   std::unique_ptr<ZeroStreaming> streaming;

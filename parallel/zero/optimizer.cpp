@@ -24,6 +24,9 @@ ZeroOptimizer::ZeroOptimizer(Runtime& rt, ParameterStore& params, Communicator* 
     whole += b.numel;
   }
   const int64_t s = owned_numel_;
+  // Every rank may have drawn only its pieces (ParameterStore::initialize): complete the buckets
+  // kept whole as after a step.
+  all_gather_whole_buckets();
   if (params.dtype() != DType::f32) {
     master_buf_ = Buffer(rt.allocator(), size_t(s) * 4, "fp32 master weights");
     master_ = master_buf_.tensor(DType::f32, {s});
@@ -92,6 +95,10 @@ void ZeroOptimizer::step(const AdamWHyper& h, float grad_scale) {
                v_.slice(at, {r.numel}), grads_.slice(at, {r.numel}), master_.defined() ? values : Tensor(), hr,
                grad_scale);
   }
+  all_gather_whole_buckets();
+}
+
+void ZeroOptimizer::all_gather_whole_buckets() {
   if (!data_) return;
   NvtxRange r("parameter_all_gather");
   std::vector<CommHandle> pending;

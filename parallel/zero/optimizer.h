@@ -21,7 +21,9 @@ namespace trellis {
 class ZeroOptimizer {
  public:
   // `data`: the data group the state is sharded over when stage >= 1 (stage >= 1 with one data
-  // rank is stage 0). The store must then be sharded over it (StoreSharding: shards = its size).
+  // rank is stage 0). The store must then be sharded over it (StoreSharding: shards = its size),
+  // and initialized at least in this rank's pieces: the constructor all-gathers the buckets kept
+  // whole (collective over the data group).
   ZeroOptimizer(Runtime& rt, ParameterStore& params, Communicator* data = nullptr, int stage = 0);
 
   int stage() const { return stage_; }
@@ -67,6 +69,8 @@ class ZeroOptimizer {
 
  private:
   struct Run { int bucket; int64_t offset, numel; bool decay; };  // piece-relative, one decay flag
+  // Sharded: every rank's pieces of the buckets it keeps whole, into those buckets.
+  void all_gather_whole_buckets();
   // Real elements of bucket b's piece: [0, n) of it.
   int64_t owned_real(int b) const;
   Runtime& rt_;
