@@ -355,9 +355,8 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
                   (long long)cfg.zero.bucket_mb, cfg.zero.overlap ? "reduced during backward" : "reduced after backward",
                   cfg.zero.reduce_dtype.c_str());
     std::fflush(stdout);
-    // Per world rank: its stage's parameters (its tensor shards) and model state (params + f32
-    // grads + AdamW state: m and v, and an f32 master copy for 16-bit parameters; at stage 1 the
-    // AdamW state and a reduced gradient slice for 1/data of the padded buffers).
+    // Per world rank: its stage's parameters (its tensor shards) and its model state by the ZeRO
+    // formula of ZeroOptimizer::model_state_bytes (what is kept whole and the slots come on top).
     std::vector<int64_t> params_per_rank, state_per_rank;
     for (int w = 0; w < launch.world; ++w) {
       const int64_t n = whole.shard_numel(coords_of(w, layout).pipeline, coords_of(w, layout).tensor);
@@ -442,7 +441,7 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
     for (CommHandle& h : partial) h.wait();
     fill(rt, norm_sq, 0.0f);
     for (const Tensor& g : counted_grads) sum_squares_accumulate(rt, norm_sq, g);
-    // The loss over the data group, and at stage 1 the squares of each rank's gradient slice.
+    // The loss over the data group, and at stages >= 1 the squares of each rank's gradient pieces.
     if (reduce) data_group.all_reduce(optimizer.sharded() ? scalars.tensor(DType::f32, {2}) : loss_sum);
     // Each tensor rank counts its shards (and rank 0 the replicated parameters): sum the squares
     // over the tensor group; the loss is the same on every tensor rank.
