@@ -40,6 +40,7 @@
 #include "parallel/pipeline/schedule.h"
 #include "parallel/pipeline/stage_timing.h"
 #include "parallel/tensor/mappings.h"
+#include "parallel/tensor/packed_all_reduce.h"
 #include "parallel/data/gradient_sync.h"
 #include "parallel/zero/loss_scaler.h"
 #include "parallel/zero/optimizer.h"
@@ -304,7 +305,7 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
   // The gradient norm's squares: of the reduced gradients this rank holds (its pieces at stages
   // >= 1, where the tensor group's partial sums are completed too).
   const std::vector<Tensor> counted_grads = optimizer.owned_grads(model.grads_counted_once());
-  const std::vector<Tensor> partial_grads = optimizer.owned_grads(model.tensor_partial_grads());
+  PackedAllReduce partial_grads(rt, tensor_group, optimizer.owned_grads(model.tensor_partial_grads()));
   const int64_t global_batch = B * res.accumulation * data_size;
   const double tokens_per_step = double(global_batch * T);
   if (main_rank) {
@@ -436,9 +437,7 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
     engine.run_step(schedule, stage_model, reduction);
     marks.mark(1);
     // Sequence parallelism leaves the LayerNorm gradients as partial sums over the tensor group.
-    std::vector<CommHandle> partial;
-    for (const Tensor& g : partial_grads) partial.push_back(tensor_group->all_reduce_async(g));
-    for (CommHandle& h : partial) h.wait();
+    partial_grads.run();
     fill(rt, norm_sq, 0.0f);
     for (const Tensor& g : counted_grads) sum_squares_accumulate(rt, norm_sq, g);
     // The loss over the data group, and at stages >= 1 the squares of each rank's gradient pieces.
