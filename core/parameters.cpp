@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "core/comm.h"
 #include "core/ops.h"
 #include "core/philox.h"
 
@@ -231,22 +232,32 @@ const Parameter& ParameterStore::get(const std::string& name) const {
   TRELLIS_FATAL("no parameter named " + name);
 }
 
-void ParameterStore::initialize(uint64_t seed, bool own_pieces_only) {
-  // Host values of the storage: each bucket whole, or only this rank's piece of it (a streamed
-  // bucket keeps nothing else; with own_pieces_only the rest stays zero).
+void ParameterStore::initialize(uint64_t seed, Communicator* data) {
+  const bool split = data && data->size() > 1;
+  const bool sharded = sharding_.shards > 1;
+  TRELLIS_CHECK(!split || !sharded || (data->size() == sharding_.shards && data->rank() == sharding_.shard),
+                "ParameterStore::initialize: the data group is not the one the store is sharded over");
+  // Unsharded and split: this rank draws storage elements [begin, end) of `total`.
   const int64_t total = int64_t(values_.bytes() / dtype_size(dtype_));
+  const int64_t range = split ? (total + data->size() - 1) / data->size() : total;
+  const int64_t begin_all = split && !sharded ? std::min(total, data->rank() * range) : 0;
+  const int64_t end_all = split && !sharded ? std::min(total, begin_all + range) : total;
   std::vector<float> host(size_t(total), 0.0f);
   for (size_t b = 0; b < buckets_.size(); ++b) {
     const ParameterBucket& k = buckets_[b];
-    const bool piece = k.values_streamed || own_pieces_only;
-    const int64_t lo = piece ? int64_t(sharding_.shard) * k.piece : 0;  // bucket-relative
-    const int64_t hi = piece ? lo + k.piece : k.padded;
-    float* dst = host.data() + value_at_[b] + (k.values_streamed ? 0 : lo);  // bucket-relative element lo goes to dst[0]
-    for (size_t i = k.first; i < k.end; ++i) {
+    // Bucket-relative [lo, hi) drawn here: a streamed bucket keeps only this rank's piece; split,
+    // a sharded store draws its pieces and an unsharded one its range of the storage.
+    const bool piece = k.values_streamed || (split && sharded);
+    int64_t lo = piece ? int64_t(sharding_.shard) * k.piece : 0;
+    int64_t hi = piece ? lo + k.piece : k.padded;
+    const int64_t at = value_at_[b] - (k.values_streamed ? lo : 0);  // storage index of bucket element 0
+    lo = std::max(lo, begin_all - at);
+    hi = std::min(hi, end_all - at);
+    for (size_t i = k.first; i < k.end && lo < hi; ++i) {
       const Parameter& p = params_[i];
-      const int64_t begin = std::max(lo, p.offset - k.offset), end = std::min(hi, p.offset - k.offset + p.spec.shape.numel());
-      const int64_t base = p.offset - k.offset;
-      if (begin < end) initial_values(seed, p.spec, begin - base, end - base, dst + (begin - lo));
+      const int64_t base = p.offset - k.offset;  // the parameter's first element, bucket-relative
+      const int64_t begin = std::max(lo, base), end = std::min(hi, base + p.spec.shape.numel());
+      if (begin < end) initial_values(seed, p.spec, begin - base, end - base, host.data() + (at + begin));
     }
   }
   Buffer staging(rt_.host_allocator(), size_t(total) * dtype_size(dtype_), "parameter staging");
@@ -255,6 +266,19 @@ void ParameterStore::initialize(uint64_t seed, bool own_pieces_only) {
   Runtime host_rt(RuntimeOptions{});
   cast(host_rt, stage, host_f32);
   copy(rt_, values_.tensor(dtype_, {total}), stage);
+  if (split) {  // the rest from the other data ranks, which hold the same parameters
+    std::vector<CommHandle> pending;
+    if (sharded) {
+      for (size_t b = 0; b < buckets_.size(); ++b)
+        if (!buckets_[b].values_streamed) pending.push_back(data->all_gather_async(bucket_values(int(b)), owned_values(int(b))));
+    } else {
+      for (int r = 0; r < data->size(); ++r) {
+        const int64_t from = std::min(total, r * range), n = std::min(total, from + range) - from;
+        if (n > 0) pending.push_back(data->broadcast_async(values_.tensor(dtype_, {n}, size_t(from) * dtype_size(dtype_)), r));
+      }
+    }
+    for (CommHandle& h : pending) h.wait();
+  }
   rt_.synchronize();
   zero_grads();
 }

@@ -17,6 +17,8 @@
 
 namespace trellis {
 
+class Communicator;
+
 enum class Init { normal, zeros, ones };
 
 // How a parameter is split over the tensor-parallel group. Dimension `dim` of the full tensor is
@@ -84,10 +86,11 @@ class ParameterStore {
   ParameterStore(Runtime& rt, const std::vector<ParameterSpec>& specs, DType dtype, const StoreSharding& sharding = {});
 
   // Draws every parameter from (seed, name, index) on the host and copies it to the device (at
-  // stage 3 only this rank's piece of the streamed buckets). own_pieces_only: only this rank's
-  // piece of every bucket, the rest left zero, for a caller that all-gathers the buckets next
-  // (ZeroOptimizer does): each data rank then draws 1/N of the model.
-  void initialize(uint64_t seed, bool own_pieces_only = false);
+  // stage 3 only this rank's piece of the streamed buckets). With `data`, a group of N > 1 ranks
+  // whose stores hold the same parameters, each draws 1/N and the group completes the rest
+  // (collective): a sharded store draws its pieces and all-gathers the buckets it keeps whole, an
+  // unsharded one draws its 1/N of the storage and broadcasts it.
+  void initialize(uint64_t seed, Communicator* data = nullptr);
   // Zeroes the gradients held in the store (the streamed ones are zeroed when bound).
   void zero_grads();
 

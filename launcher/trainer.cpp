@@ -259,8 +259,8 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
     sharding.stream_values = zero_stage >= 3;
   }
   GPT model(rt, mc, B, part, slots, tp, sharding);
-  // Sharded, each data rank draws only its pieces; the optimizer all-gathers the rest.
-  model.initialize(uint64_t(cfg.train.seed), zero_stage >= 1);
+  // Each data rank draws 1/N of the parameters; the data group completes them.
+  model.initialize(uint64_t(cfg.train.seed), &data_group);
   const WholeModelLayout whole(mc, p, v, layout.tensor);
   ZeroOptimizer optimizer(rt, model.params(), &data_group, zero_stage);
   std::unique_ptr<ZeroStreaming> streaming;

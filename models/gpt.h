@@ -83,7 +83,8 @@ class GPT {
   };
   static StageCosts stage_costs(const GPTConfig& cfg);
 
-  void initialize(uint64_t seed, bool own_pieces_only = false) { params_.initialize(seed, own_pieces_only); }
+  // ParameterStore::initialize: with `data`, each data rank draws 1/N of the parameters.
+  void initialize(uint64_t seed, Communicator* data = nullptr) { params_.initialize(seed, data); }
   // Called around every block's forward and backward from now on (null: none).
   void set_block_hooks(BlockHooks* hooks) { hooks_ = hooks; }
   ParameterStore& params() { return params_; }

@@ -24,9 +24,6 @@ ZeroOptimizer::ZeroOptimizer(Runtime& rt, ParameterStore& params, Communicator* 
     whole += b.numel;
   }
   const int64_t s = owned_numel_;
-  // Every rank may have drawn only its pieces (ParameterStore::initialize): complete the buckets
-  // kept whole as after a step.
-  all_gather_whole_buckets();
   if (params.dtype() != DType::f32) {
     master_buf_ = Buffer(rt.allocator(), size_t(s) * 4, "fp32 master weights");
     master_ = master_buf_.tensor(DType::f32, {s});

@@ -21,9 +21,7 @@ namespace trellis {
 class ZeroOptimizer {
  public:
   // `data`: the data group the state is sharded over when stage >= 1 (stage >= 1 with one data
-  // rank is stage 0). The store must then be sharded over it (StoreSharding: shards = its size),
-  // and initialized at least in this rank's pieces: the constructor all-gathers the buckets kept
-  // whole (collective over the data group).
+  // rank is stage 0). The store must then be sharded over it (StoreSharding: shards = its size).
   ZeroOptimizer(Runtime& rt, ParameterStore& params, Communicator* data = nullptr, int stage = 0);
 
   int stage() const { return stage_; }

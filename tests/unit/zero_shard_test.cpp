@@ -109,26 +109,6 @@ TEST(ZeroShard, StreamedStoreHoldsPiecesOfTheSameInitialValues) {
   }
 }
 
-// Sharded runs draw only their pieces of every bucket (the optimizer all-gathers the rest): the
-// same values as the whole draw there, zeros elsewhere.
-TEST(ZeroShard, OwnPiecesOnlyDrawsThisRanksPieces) {
-  Runtime rt(RuntimeOptions{});
-  StoreSharding sh;
-  sh.shards = 2;
-  ParameterStore whole(rt, specs(), DType::f32, sh);
-  whole.initialize(5);
-  sh.shard = 1;
-  ParameterStore part(rt, specs(), DType::f32, sh);
-  part.initialize(5, true);
-  const float* w = whole.flat_values().ptr<float>();
-  const float* p = part.flat_values().ptr<float>();
-  for (const ParameterBucket& k : part.buckets())
-    for (int64_t i = 0; i < k.padded; ++i) {
-      const bool mine = i >= k.piece;
-      ASSERT_EQ(p[k.offset + i], mine ? w[k.offset + i] : 0.0f) << k.offset << " " << i;
-    }
-}
-
 TEST(ZeroShard, ModelStateBytes) {
   const int64_t n = 1000;  // divides by 2, 4 and 8
   // Stage 0 (or one data rank): params + 4 (grads) + 8 (m, v) + 4 (master, 16-bit only) per parameter.
