@@ -424,15 +424,16 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
     const float dloss = float(loss_scale / tokens_per_step);
     // Micro-batch mb of this data rank: global samples [(step-1) G + (mb D + d) B, + B).
     auto first_sample = [&](int mb) { return (step - 1) * global_batch + (int64_t(mb) * data_size + data_rank) * B; };
+    // Dropout masks are keyed by (seed, step, global sample index).
+    auto context_at = [&](int64_t sample_offset) {
+      StepContext ctx;
+      ctx.seed = uint64_t(cfg.train.seed);
+      ctx.step = step;
+      ctx.sample_offset = sample_offset;
+      return ctx;
+    };
     GPTStage stage_model(
-        model,
-        [&](int mb) {
-          StepContext ctx;
-          ctx.seed = uint64_t(cfg.train.seed);
-          ctx.step = step;
-          ctx.sample_offset = first_sample(mb);
-          return ctx;
-        },
+        model, [&](int mb) { return context_at(first_sample(mb)); },
         [&](int mb) { return loader.load(Split::train, first_sample(mb)); }, dloss, loss_sum, &stage_timer);
     engine.run_step(schedule, stage_model, reduction);
     marks.mark(1);
@@ -522,14 +523,7 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
       fill(rt, loss_sum, 0.0f);
       auto val_sample = [&](int vb) { return (int64_t(vb) * data_size + data_rank) * B; };
       GPTStage val_model(
-          model,
-          [&](int vb) {
-            StepContext ctx;
-            ctx.seed = uint64_t(cfg.train.seed);
-            ctx.step = step;
-            ctx.sample_offset = val_sample(vb);
-            return ctx;
-          },
+          model, [&](int vb) { return context_at(val_sample(vb)); },
           [&](int vb) { return loader.load(Split::val, val_sample(vb)); }, 0.0f, loss_sum);
       engine.run_forward(int(cfg.log.val_batches), val_model);
       if (reduce) data_group.all_reduce(loss_sum);

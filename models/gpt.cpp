@@ -16,14 +16,6 @@ constexpr int64_t kHeadChunkRows = 8192;
 constexpr size_t kAlign = 256;
 size_t aligned(size_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; }
 
-BlockParams block_params(const ParameterStore& ps, int layer) {
-  const std::string p = "h." + std::to_string(layer) + ".";
-  return BlockParams{&ps.get(p + "ln1.w"),      &ps.get(p + "ln1.b"),      &ps.get(p + "attn.qkv.w"),
-                     &ps.get(p + "attn.qkv.b"), &ps.get(p + "attn.proj.w"), &ps.get(p + "attn.proj.b"),
-                     &ps.get(p + "ln2.w"),      &ps.get(p + "ln2.b"),      &ps.get(p + "mlp.fc.w"),
-                     &ps.get(p + "mlp.fc.b"),   &ps.get(p + "mlp.proj.w"), &ps.get(p + "mlp.proj.b")};
-}
-
 }  // namespace
 
 GPTPart GPTPart::of_rank(const GPTConfig& cfg, int p, int v, int rank) {
@@ -142,7 +134,7 @@ GPT::GPT(Runtime& rt, const GPTConfig& cfg, int64_t micro_batch, const GPTPart& 
     TRELLIS_CHECK(r.first < r.second && r.second <= cfg.n_layers, "GPT: bad layer range");
     chunk_begin_.push_back(blocks_.size());
     for (int l = r.first; l < r.second; ++l) {
-      blocks_.emplace_back(cfg_, l, block_params(params_, l), tp_);
+      blocks_.emplace_back(cfg_, l, BlockParams::of(params_, l), tp_);
       block_ranges_.push_back(range_of("h." + std::to_string(l) + "."));
       block_buckets_.push_back(params_.bucket_of_block(l));
     }

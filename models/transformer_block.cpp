@@ -59,6 +59,14 @@ void TransformerBlock::check_tensor_parallel(const GPTConfig& cfg, int tensor) {
                     " must be divisible by parallel.tensor = " + std::to_string(tensor));
 }
 
+BlockParams BlockParams::of(const ParameterStore& ps, int layer) {
+  const std::string p = "h." + std::to_string(layer) + ".";
+  return BlockParams{&ps.get(p + "ln1.w"),      &ps.get(p + "ln1.b"),      &ps.get(p + "attn.qkv.w"),
+                     &ps.get(p + "attn.qkv.b"), &ps.get(p + "attn.proj.w"), &ps.get(p + "attn.proj.b"),
+                     &ps.get(p + "ln2.w"),      &ps.get(p + "ln2.b"),      &ps.get(p + "mlp.fc.w"),
+                     &ps.get(p + "mlp.fc.b"),   &ps.get(p + "mlp.proj.w"), &ps.get(p + "mlp.proj.b")};
+}
+
 void TransformerBlock::append_specs(const GPTConfig& cfg, int layer, std::vector<ParameterSpec>& out,
                                     const TensorParallelContext& tp) {
   const int64_t C = cfg.d_model;

@@ -39,6 +39,9 @@ struct StepContext {
 struct BlockParams {
   const Parameter *ln1_w, *ln1_b, *qkv_w, *qkv_b, *proj_w, *proj_b;
   const Parameter *ln2_w, *ln2_b, *fc_w, *fc_b, *fc_proj_w, *fc_proj_b;
+
+  // Block `layer`'s parameters in `store`, by the names TransformerBlock::append_specs gives them.
+  static BlockParams of(const ParameterStore& store, int layer);
 };
 
 // Activations of one block for one micro-batch. Shapes: (B, T, C) unless noted; under tensor

@@ -71,14 +71,6 @@ std::vector<float> normal(const std::string& name, int64_t n, int data_rank) {
   return v;
 }
 
-BlockParams block_params(const ParameterStore& ps, int layer) {
-  const std::string p = "h." + std::to_string(layer) + ".";
-  return BlockParams{&ps.get(p + "ln1.w"),      &ps.get(p + "ln1.b"),      &ps.get(p + "attn.qkv.w"),
-                     &ps.get(p + "attn.qkv.b"), &ps.get(p + "attn.proj.w"), &ps.get(p + "attn.proj.b"),
-                     &ps.get(p + "ln2.w"),      &ps.get(p + "ln2.b"),      &ps.get(p + "mlp.fc.w"),
-                     &ps.get(p + "mlp.fc.b"),   &ps.get(p + "mlp.proj.w"), &ps.get(p + "mlp.proj.b")};
-}
-
 // Block output, input gradient and the parameter store, after one forward and backward.
 struct Run {
   Run(Runtime& rt, const std::vector<ParameterSpec>& specs) : params(rt, specs, DType::f32) {}
@@ -91,7 +83,7 @@ struct Run {
 // sizes kept_bytes / work_bytes claim, so an under-estimate fails (fatally: Arena::take).
 void run_block(Runtime& rt, const GPTConfig& cfg, const TensorParallelContext& tp, const StepContext& ctx,
                const std::vector<float>& x_in, const std::vector<float>& dy_in, Shape act, Run& out) {
-  const TransformerBlock block(cfg, kLayer, block_params(out.params, kLayer), tp);
+  const TransformerBlock block(cfg, kLayer, BlockParams::of(out.params, kLayer), tp);
   Arena keep(rt.allocator(), std::max<size_t>(TransformerBlock::kept_bytes(cfg, B, T, tp), 256), "kept");
   Arena work(rt.allocator(), TransformerBlock::work_bytes(cfg, B, T, tp), "work");
   HostTensor x(act, x_in), y(act), dres(act, dy_in);
@@ -143,7 +135,7 @@ void check_block(Runtime& rt, ProcessGroups& pg, Checkpointing ck, bool sp) {
   EXPECT_LE(part.work_peak, TransformerBlock::work_bytes(cfg, B, T, tp));
 
   // Under sequence parallelism the LayerNorm gradients are partial: sum them over the group.
-  const TransformerBlock block(cfg, kLayer, block_params(part.params, kLayer), tp);
+  const TransformerBlock block(cfg, kLayer, BlockParams::of(part.params, kLayer), tp);
   const std::vector<const Parameter*> partial = block.tensor_partial_grads();
   EXPECT_EQ(partial.size(), sp ? 4u : 0u);
   for (const Parameter* p : partial) {
@@ -220,7 +212,7 @@ TEST(TensorParallelBlock, DropoutIsOn) {
   TransformerBlock::append_specs(cfg, kLayer, specs);
   ParameterStore ps(rt, specs, DType::f32);
   draw_parameters(ps);
-  const TransformerBlock block(cfg, kLayer, block_params(ps, kLayer));
+  const TransformerBlock block(cfg, kLayer, BlockParams::of(ps, kLayer));
   Arena keep(rt.allocator(), TransformerBlock::kept_bytes(cfg, B, T), "kept");
   Arena work(rt.allocator(), TransformerBlock::work_bytes(cfg, B, T), "work");
   HostTensor x({B, T, C}, normal("x", N * C, 0)), y_train({B, T, C}), y_eval({B, T, C});

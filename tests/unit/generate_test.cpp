@@ -99,12 +99,7 @@ std::vector<float> reference_logits(Runtime& rt, const GPTConfig& cfg, const Par
   StepContext ctx;
   ctx.training = false;
   for (int l = 0; l < cfg.n_layers; ++l) {
-    const std::string p = "h." + std::to_string(l) + ".";
-    BlockParams bp{&ps.get(p + "ln1.w"),      &ps.get(p + "ln1.b"),      &ps.get(p + "attn.qkv.w"),
-                   &ps.get(p + "attn.qkv.b"), &ps.get(p + "attn.proj.w"), &ps.get(p + "attn.proj.b"),
-                   &ps.get(p + "ln2.w"),      &ps.get(p + "ln2.b"),      &ps.get(p + "mlp.fc.w"),
-                   &ps.get(p + "mlp.fc.b"),   &ps.get(p + "mlp.proj.w"), &ps.get(p + "mlp.proj.b")};
-    TransformerBlock block(cfg, l, bp);
+    TransformerBlock block(cfg, l, BlockParams::of(ps, l));
     block.forward(rt, ctx, host(x, {B, T, C}), host(y, {B, T, C}), saved[size_t(l)], keep, temp);
     temp.reset();
     x = y;
