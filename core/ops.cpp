@@ -33,23 +33,25 @@ void check_dtype(const Tensor& t, DType d, const char* op) {
 
 }  // namespace
 
+// TRELLIS_DISPATCH_TIMED names the profiler's row with a detail (a problem shape) and its FLOPs.
 #if TRELLIS_HAVE_CUDA
-#define TRELLIS_DISPATCH(rt, name, ...)                  \
-  do {                                                   \
-    NvtxRange nvtx_range_(#name);                        \
-    OpTimer op_timer_(rt, #name);                        \
-    if ((rt).device().is_cuda()) gpu::name(__VA_ARGS__); \
-    else cpu::name(__VA_ARGS__);                         \
+#define TRELLIS_DISPATCH_TIMED(rt, detail, flops, name, ...) \
+  do {                                                       \
+    NvtxRange nvtx_range_(#name);                            \
+    OpTimer op_timer_(rt, detail, #name, flops);             \
+    if ((rt).device().is_cuda()) gpu::name(__VA_ARGS__);     \
+    else cpu::name(__VA_ARGS__);                             \
   } while (0)
 #else
-#define TRELLIS_DISPATCH(rt, name, ...)                                            \
+#define TRELLIS_DISPATCH_TIMED(rt, detail, flops, name, ...)                       \
   do {                                                                             \
     NvtxRange nvtx_range_(#name);                                                  \
-    OpTimer op_timer_(rt, #name);                                                  \
+    OpTimer op_timer_(rt, detail, #name, flops);                                   \
     TRELLIS_CHECK(!(rt).device().is_cuda(), "this build has no CUDA backend");     \
     cpu::name(__VA_ARGS__);                                                        \
   } while (0)
 #endif
+#define TRELLIS_DISPATCH(rt, name, ...) TRELLIS_DISPATCH_TIMED(rt, std::string(), 0.0, name, __VA_ARGS__)
 
 void fill(Runtime& rt, const Tensor& x, float value) {
   check_device(rt, x, "fill");
@@ -112,7 +114,12 @@ void matmul(Runtime& rt, const Tensor& out, const Tensor& a, const Tensor& b, co
     check_device(rt, *opt.bias, "matmul");
     TRELLIS_CHECK(opt.bias->numel() == N && opt.bias->dtype == a.dtype, "matmul: bias " + opt.bias->str());
   }
-  TRELLIS_DISPATCH(rt, matmul, rt, out, a, b, opt);
+  std::string shape;  // the profiler's row: one per problem
+  if (rt.profiler())
+    shape = std::to_string(M) + "x" + std::to_string(N) + "x" + std::to_string(K) + (opt.trans_a ? " tA" : "") +
+            (opt.trans_b ? " tB" : "") + (opt.accumulate ? " +=" : "") + (opt.bias ? " +bias" : "") + " -> " +
+            std::string(dtype_name(out.dtype));
+  TRELLIS_DISPATCH_TIMED(rt, shape, 2.0 * double(M) * double(N) * double(K), matmul, rt, out, a, b, opt);
 }
 
 void bias_backward(Runtime& rt, const Tensor& db, const Tensor& dy) {

@@ -21,7 +21,7 @@ int cuda_device_count() {
 
 Runtime::Runtime(const RuntimeOptions& opt) : opt_(opt) {
   if (opt_.cpu_threads > 0) omp_set_num_threads(opt_.cpu_threads);
-  if (opt_.profile_ops) profiler_ = std::make_unique<OpProfiler>();
+  if (opt_.profile_ops) profiler_ = std::make_unique<OpProfiler>(*this);
   if (opt_.device.is_cpu()) {
     device_alloc_ = make_host_allocator();
     host_alloc_ = make_host_allocator();
@@ -38,6 +38,7 @@ Runtime::Runtime(const RuntimeOptions& opt) : opt_(opt) {
 
 Runtime::~Runtime() {
   synchronize();
+  profiler_.reset();  // returns its CUDA events while the device state exists
   scratch_ = Buffer();
 #if TRELLIS_HAVE_CUDA
   if (cuda_) {

@@ -17,7 +17,7 @@ struct RuntimeOptions {
   Device device = Device::CPU();
   bool deterministic = false;  // GPU: choose only bitwise-reproducible algorithms
   int cpu_threads = 0;         // OpenMP threads for the CPU backend; 0 = leave the default
-  bool profile_ops = false;    // time every op (synchronizing around it) into an OpProfiler
+  bool profile_ops = false;    // time every op (CUDA events on the compute stream) into an OpProfiler
 };
 
 class Runtime {
