@@ -64,22 +64,28 @@ void OpProfiler::collect() {
 #endif
 }
 
-std::string OpProfiler::report() {
+void OpProfiler::reset() {
   collect();
+  entries_.clear();
+}
+
+std::string OpProfiler::report(int64_t steps) {
+  collect();
+  const double per = steps > 0 ? double(steps) : 1.0;
   std::vector<std::pair<std::string, Entry>> rows(entries_.begin(), entries_.end());
   std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.second.seconds > b.second.seconds; });
   double total = 0;
   for (const auto& r : rows) total += r.second.seconds;
-  std::string out = "op                                                      calls     total ms   share  TFLOP/s\n";
+  std::string out = "op                                                   calls/step  ms/step   share  TFLOP/s\n";
   char line[200];
   for (const auto& [name, e] : rows) {
     char tflops[16] = "";
     if (e.flops > 0 && e.seconds > 0) std::snprintf(tflops, sizeof tflops, "%8.1f", e.flops / e.seconds * 1e-12);
-    std::snprintf(line, sizeof line, "%-52s %8lld %12.2f %6.1f%% %s\n", name.c_str(), (long long)e.calls,
-                  e.seconds * 1e3, total > 0 ? 100.0 * e.seconds / total : 0.0, tflops);
+    std::snprintf(line, sizeof line, "%-52s %8.1f %10.3f %6.1f%% %s\n", name.c_str(), double(e.calls) / per,
+                  e.seconds * 1e3 / per, total > 0 ? 100.0 * e.seconds / total : 0.0, tflops);
     out += line;
   }
-  std::snprintf(line, sizeof line, "%-52s %8s %12.2f\n", "total", "", total * 1e3);
+  std::snprintf(line, sizeof line, "%-52s %8s %10.3f\n", "total", "", total * 1e3 / per);
   return out + line;
 }
 

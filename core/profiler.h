@@ -24,8 +24,11 @@ class OpProfiler {
   // GPU: an op bracketed by two events recorded on the compute stream; resolved by collect().
   void add_pending(std::string name, void* start, void* end, double flops);
   void* take_event();
-  // "op  calls  total ms  share  TFLOP/s" rows, largest first (synchronizes to resolve events).
-  std::string report();
+  // Forgets what was timed so far (the first step's one-time setup: plans, library loading).
+  void reset();
+  // "op  calls  ms per step  share  TFLOP/s" rows, largest first, over `steps` steps
+  // (synchronizes to resolve events).
+  std::string report(int64_t steps);
 
  private:
   void collect();  // synchronizes, then turns the pending event pairs into times

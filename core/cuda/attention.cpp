@@ -1,5 +1,6 @@
-// CUDA causal self-attention. bf16/f16 with head_dim 64 or 128 take the fused FlashAttention-2 style
-// kernels of flash_attention.cu (no T x T matrix; backward scratch only D, B*H*T*4 bytes). Everything
+// CUDA causal self-attention. bf16/f16 with head_dim 64 or 128 take cuDNN's fused flash attention
+// where cudnn_attention() accepts the problem (no attention dropout, not deterministic, built with
+// the cuDNN frontend), else the fused FlashAttention-2 style kernels of flash_attention.cu (no T x T matrix; backward scratch only D, B*H*T*4 bytes). Everything
 // else (f32, other head sizes) takes the unfused reference-speed version: heads permuted into scratch,
 // S = q k^T / sqrt(hd) and the products with P by cuBLAS strided-batched GEMMs (f32 compute), a
 // causal softmax kernel that keeps only the log-sum-exp for backward. Attention dropout is applied
@@ -15,6 +16,9 @@
 #include "core/cuda/gpu_ops.h"
 #include "core/cuda/kernel_scratch.h"
 #include "core/cuda/launchers.h"
+#if TRELLIS_HAVE_CUDNN
+#include "core/cuda/cudnn_attention.h"
+#endif
 
 namespace trellis::gpu {
 
@@ -86,6 +90,12 @@ void attention_forward(Runtime& rt, const Tensor& out, const Tensor& lse, const 
   Dims d = dims_of(qkv, n_heads);
   if (d.B * d.T == 0) return;
   DType t = qkv.dtype;
+#if TRELLIS_HAVE_CUDNN
+  if (use_flash(d, t, {qkv.data, out.data}) && cudnn_attention(rt, d.B, d.T, d.H, d.hd, t, drop.threshold != 0)) {
+    cudnn_attention_forward(rt, out.data, lse.ptr<float>(), qkv.data, d.B, d.T, d.H, d.hd, t);
+    return;
+  }
+#endif
   if (use_flash(d, t, {qkv.data, out.data})) {
     launch_flash_attention_forward(st.compute, out.data, lse.ptr<float>(), qkv.data, t, d.B, d.T, d.H, d.hd, drop);
     return;
@@ -114,6 +124,12 @@ void attention_backward(Runtime& rt, const Tensor& dqkv, const Tensor& dout, con
   Dims d = dims_of(qkv, n_heads);
   if (d.B * d.T == 0) return;
   DType t = qkv.dtype;
+#if TRELLIS_HAVE_CUDNN
+  if (use_flash(d, t, {qkv.data, out.data, dout.data, dqkv.data}) && cudnn_attention(rt, d.B, d.T, d.H, d.hd, t, drop.threshold != 0)) {
+    cudnn_attention_backward(rt, dqkv.data, dout.data, qkv.data, out.data, lse.ptr<float>(), d.B, d.T, d.H, d.hd, t);
+    return;
+  }
+#endif
   if (use_flash(d, t, {qkv.data, out.data, dout.data, dqkv.data})) {
     float* Dp = static_cast<float*>(rt.scratch(size_t(d.BH * d.T) * 4));  // (B, H, T)
     launch_attention_rowdot(st.compute, Dp, dout.data, out.data, t, d.B, d.T, d.H, d.hd);  // D = rowsum(dO * O)

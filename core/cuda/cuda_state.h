@@ -11,6 +11,7 @@
 namespace trellis {
 
 struct MatmulPlanCache;  // cuBLASLt descriptors and algorithms keyed by problem (matmul.cpp)
+struct CudnnAttention;   // cuDNN handle and attention graphs (cudnn_attention.cpp), made on first use
 
 struct CudaState {
   int device = 0;
@@ -27,6 +28,7 @@ struct CudaState {
   size_t total_memory = 0;
   bool deterministic = false;
   MatmulPlanCache* matmul_plans = nullptr;
+  CudnnAttention* cudnn = nullptr;
 };
 
 namespace gpu {

@@ -2,6 +2,10 @@
 // device allocator and pinned host allocator.
 #include "core/cuda/device_runtime.h"
 
+#if TRELLIS_HAVE_CUDNN
+#include "core/cuda/cudnn_attention.h"
+#endif
+
 #include <map>
 #include <mutex>
 #include <unordered_map>
@@ -59,6 +63,10 @@ void destroy_state(CudaState* s) {
   CUDA_CHECK(cudaDeviceSynchronize());
   destroy_matmul_plans(s->matmul_plans);
   s->matmul_plans = nullptr;
+#if TRELLIS_HAVE_CUDNN
+  destroy_cudnn_attention(s->cudnn);
+  s->cudnn = nullptr;
+#endif
   CUDA_CHECK(cudaFree(s->lt_workspace));
   CUBLAS_CHECK(cublasDestroy(s->blas));
   CUBLAS_CHECK(cublasLtDestroy(s->lt));

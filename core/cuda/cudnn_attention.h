@@ -1,0 +1,27 @@
+// cuDNN's fused flash attention for the CUDA backend's causal self-attention (cudnn_attention.cpp).
+// Built only when the cuDNN frontend headers were found (TRELLIS_HAVE_CUDNN).
+#pragma once
+#include <cstdint>
+
+#include "core/dtype.h"
+
+namespace trellis {
+class Runtime;
+struct CudnnAttention;  // the cuDNN handle and the graphs built per problem
+}
+
+namespace trellis::gpu {
+
+// Whether cuDNN takes this problem: bf16/f16, head size 64 or 128, no attention dropout, not in
+// deterministic mode, TRELLIS_CUDNN_ATTENTION not "0", and cuDNN supports the graphs (built here,
+// once per problem). The forward and backward of one problem always take the same path.
+bool cudnn_attention(Runtime& rt, int64_t B, int64_t T, int64_t H, int64_t hd, DType t, bool dropout);
+// out (B, T, C), lse (B, H, T) f32 natural-log log-sum-exp of the scaled scores; qkv (B, T, 3C).
+void cudnn_attention_forward(Runtime& rt, void* out, float* lse, const void* qkv, int64_t B, int64_t T, int64_t H,
+                             int64_t hd, DType t);
+// dqkv (B, T, 3C) written from dout (B, T, C) and the forward's qkv, out and lse.
+void cudnn_attention_backward(Runtime& rt, void* dqkv, const void* dout, const void* qkv, const void* out,
+                              const float* lse, int64_t B, int64_t T, int64_t H, int64_t hd, DType t);
+void destroy_cudnn_attention(CudnnAttention* c);
+
+}  // namespace trellis::gpu
