@@ -114,10 +114,21 @@ void matmul(Runtime& rt, const Tensor& out, const Tensor& a, const Tensor& b, co
     check_device(rt, *opt.bias, "matmul");
     TRELLIS_CHECK(opt.bias->numel() == N && opt.bias->dtype == a.dtype, "matmul: bias " + opt.bias->str());
   }
+  if (const Tensor* g = opt.gelu_input ? opt.gelu_input : opt.gelu_grad_of) {
+    const char* name = opt.gelu_input ? "gelu_input" : "gelu_grad_of";
+    TRELLIS_CHECK(!(opt.gelu_input && opt.gelu_grad_of), "matmul: gelu_input and gelu_grad_of are exclusive");
+    TRELLIS_CHECK(!opt.accumulate, std::string("matmul: ") + name + " does not combine with accumulate");
+    TRELLIS_CHECK(!(opt.gelu_grad_of && opt.bias), "matmul: gelu_grad_of does not combine with bias");
+    check_device(rt, *g, "matmul");
+    TRELLIS_CHECK((g->defined() || out.numel() == 0) && g->numel() == out.numel() && g->dtype == out.dtype,
+                  std::string("matmul: ") + name + " " + g->str() + " must have out's size and dtype, " + out.str());
+    TRELLIS_CHECK(g->data != out.data || out.numel() == 0, std::string("matmul: ") + name + " must not alias out");
+  }
   std::string shape;  // the profiler's row: one per problem
   if (rt.profiler())
     shape = std::to_string(M) + "x" + std::to_string(N) + "x" + std::to_string(K) + (opt.trans_a ? " tA" : "") +
-            (opt.trans_b ? " tB" : "") + (opt.accumulate ? " +=" : "") + (opt.bias ? " +bias" : "") + " -> " +
+            (opt.trans_b ? " tB" : "") + (opt.accumulate ? " +=" : "") + (opt.bias ? " +bias" : "") +
+            (opt.gelu_input ? " gelu" : "") + (opt.gelu_grad_of ? " *gelu'" : "") + " -> " +
             std::string(dtype_name(out.dtype));
   TRELLIS_DISPATCH_TIMED(rt, shape, 2.0 * double(M) * double(N) * double(K), matmul, rt, out, a, b, opt);
 }

@@ -30,9 +30,18 @@ struct MatmulOptions {
   bool accumulate = false;     // out += result (out read first)
   const Tensor* bias = nullptr;  // (N), a's dtype, added to every row
   float alpha = 1.0f;
+  // GELU (GPT-2's tanh form) fused into the GEMM, cuBLASLt epilogues on CUDA; at most one of the two,
+  // neither with accumulate. The tensor has out's element count and dtype and does not alias out.
+  // Forward: *gelu_input = alpha * op(a) @ op(b) [+ bias] (the pre-activation, kept for backward),
+  // out = gelu(*gelu_input).
+  const Tensor* gelu_input = nullptr;
+  // Backward: out = alpha * op(a) @ op(b) * gelu'(*gelu_grad_of), *gelu_grad_of being the forward's
+  // pre-activation (no bias).
+  const Tensor* gelu_grad_of = nullptr;
 };
-// out (M, N) = alpha * op(a) @ op(b) [+ bias] [+ out]. a, b: 2-D, same float dtype; out: a's dtype
-// or f32 (weight gradients accumulate in f32). Accumulation in f32 on every backend.
+// out (M, N) = alpha * op(a) @ op(b) [+ bias] [+ out], or with GELU fused as above. a, b: 2-D, same
+// float dtype; out: a's dtype or f32 (weight gradients accumulate in f32). Accumulation in f32 on
+// every backend.
 void matmul(Runtime& rt, const Tensor& out, const Tensor& a, const Tensor& b, const MatmulOptions& opt = {});
 // db (N, f32) += column sums of dy (rows, N).
 void bias_backward(Runtime& rt, const Tensor& db, const Tensor& dy);

@@ -13,23 +13,28 @@ namespace {
 
 Tensor rows2d(const Tensor& t) { return t.view({t.rows(), t.cols()}); }
 
-// y = x W^T + b, for x (N, in), W (out, in).
-void linear_forward(Runtime& rt, const Tensor& y, const Tensor& x, const Parameter& w, const Parameter& b) {
+// y = x W^T + b, for x (N, in), W (out, in). With gelu_input: y = gelu(x W^T + b), *gelu_input = x W^T + b.
+void linear_forward(Runtime& rt, const Tensor& y, const Tensor& x, const Parameter& w, const Parameter& b,
+                    const Tensor* gelu_input = nullptr) {
   MatmulOptions o;
   o.trans_b = true;
   o.bias = &b.value;
+  o.gelu_input = gelu_input;
   matmul(rt, rows2d(y), rows2d(x), w.value, o);
 }
 
-// dx = dy W (written), dW += dy^T x, db += column sums of dy.
+// dx = dy W (written), dW += dy^T x, db += column sums of dy. With gelu_grad_of = &h where x = gelu(h):
+// dx = (dy W) * gelu'(h).
 void linear_backward(Runtime& rt, const Tensor& dx, const Tensor& dy, const Tensor& x, const Parameter& w,
-                     const Parameter& b) {
+                     const Parameter& b, const Tensor* gelu_grad_of = nullptr) {
   MatmulOptions acc;
   acc.trans_a = true;
   acc.accumulate = true;
   matmul(rt, w.grad, rows2d(dy), rows2d(x), acc);
   bias_backward(rt, b.grad, rows2d(dy));
-  if (dx.defined()) matmul(rt, rows2d(dx), rows2d(dy), w.value);
+  MatmulOptions o;
+  o.gelu_grad_of = gelu_grad_of;
+  if (dx.defined()) matmul(rt, rows2d(dx), rows2d(dy), w.value, o);
 }
 
 // Through the column- or row-parallel layer when there is one (t > 1), else the plain linear.
@@ -198,10 +203,11 @@ void TransformerBlock::forward_into(Runtime& rt, const StepContext& ctx, const T
   s.ln2_mean = rest.take(DType::f32, {n.rows});
   s.ln2_rstd = rest.take(DType::f32, {n.rows});
   layernorm_forward(rt, s.ln2, s.ln2_mean, s.ln2_rstd, s.r, p_.ln2_w->value, p_.ln2_b->value);
+  // g = gelu(h), h = fc(ln2): one GEMM with the GELU as its epilogue, writing both (h for backward).
   s.h = rest.take(dt, {B, T, 4 * Cl});
-  linear_forward(rt, fc_, s.h, s.ln2, *p_.fc_w, *p_.fc_b, temp);
   s.g = rest.take(dt, {B, T, 4 * Cl});
-  gelu_forward(rt, s.g, s.h);
+  if (fc_) fc_->forward(rt, s.g, s.ln2, temp, &s.h);
+  else linear_forward(rt, s.g, s.ln2, *p_.fc_w, *p_.fc_b, &s.h);
   if (!y.defined()) return;
   linear_forward(rt, fc_proj_, branch, s.g, *p_.fc_proj_w, *p_.fc_proj_b, temp);
   if (drop) dropout_forward(rt, branch, branch, cfg_.dropout, dropout_key(ctx, 2, n));
@@ -240,11 +246,12 @@ void TransformerBlock::backward(Runtime& rt, const StepContext& ctx, const Tenso
     dbranch = work.take(dt, act);
     dropout_backward(rt, dbranch, dres, cfg_.dropout, dropout_key(ctx, 2, n));
   }
-  Tensor dg = work.take(dt, {B, T, 4 * Cl});
-  linear_backward(rt, fc_proj_, dg, dbranch, s.g, *p_.fc_proj_w, *p_.fc_proj_b, work);
-  gelu_backward(rt, dg, dg, s.h);
+  // dh = (dbranch W_proj) * gelu'(h): fc_proj's input-gradient GEMM with GELU's backward as its epilogue.
+  Tensor dh = work.take(dt, {B, T, 4 * Cl});
+  if (fc_proj_) fc_proj_->backward(rt, dh, dbranch, s.g, work, &s.h);
+  else linear_backward(rt, dh, dbranch, s.g, *p_.fc_proj_w, *p_.fc_proj_b, &s.h);
   Tensor dln = work.take(dt, act);
-  linear_backward(rt, fc_, dln, dg, s.ln2, *p_.fc_w, *p_.fc_b, work);
+  linear_backward(rt, fc_, dln, dh, s.ln2, *p_.fc_w, *p_.fc_b, work);
   layernorm_backward(rt, dres, p_.ln2_w->grad, p_.ln2_b->grad, dln, s.r, p_.ln2_w->value, s.ln2_mean, s.ln2_rstd);
   // Attention branch: r = x + drop(proj(attn(ln1(x)))). dres now holds dL/dr.
   if (drop) dropout_backward(rt, dbranch, dres, cfg_.dropout, dropout_key(ctx, 1, n));
@@ -291,7 +298,7 @@ size_t TransformerBlock::work_bytes(const GPTConfig& cfg, int64_t B, int64_t T, 
   everything.checkpointing = Checkpointing::none;
   // recompute, branch, y
   const size_t forward = kept_bytes(everything, B, T, tp) + 2 * aligned(btc) + 4 * gathered;
-  // dbranch, dln, datt, dg, dqkv
+  // dbranch, dln, datt, dh, dqkv
   const size_t backward = aligned(btc) * 2 + aligned(local) + aligned(4 * local) + aligned(3 * local) + 6 * gathered;
   return forward + backward;
 }

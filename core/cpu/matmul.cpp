@@ -1,4 +1,5 @@
-// CPU GEMM through OpenBLAS sgemm (16-bit inputs staged in f32), and the bias gradient.
+// CPU GEMM through OpenBLAS sgemm (16-bit inputs staged in f32), with the GELU options as the GEMM
+// followed by the GELU op, and the bias gradient.
 #include <cblas.h>
 
 #include <algorithm>
@@ -36,6 +37,20 @@ void sgemm_into(float* c, const float* a, const float* b, const Tensor* bias, in
 }  // namespace
 
 void matmul(Runtime& rt, const Tensor& out, const Tensor& a, const Tensor& b, const MatmulOptions& opt) {
+  // The fused GELU is the plain GEMM followed by the GELU op, as the separate ops would run.
+  if (opt.gelu_input || opt.gelu_grad_of) {
+    MatmulOptions plain = opt;
+    plain.gelu_input = plain.gelu_grad_of = nullptr;
+    if (opt.gelu_input) {
+      const Tensor pre = opt.gelu_input->view(out.shape);
+      cpu::matmul(rt, pre, a, b, plain);
+      cpu::gelu_forward(rt, out, pre);
+    } else {
+      cpu::matmul(rt, out, a, b, plain);
+      cpu::gelu_backward(rt, out, out, *opt.gelu_grad_of);
+    }
+    return;
+  }
   const int64_t M = out.size(0), N = out.size(1);
   const int64_t K = opt.trans_a ? a.size(0) : a.size(1);
   if (M == 0 || N == 0) return;

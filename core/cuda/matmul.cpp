@@ -1,7 +1,10 @@
 // CUDA GEMM through cuBLASLt: row-major out = op(a) @ op(b) computed as the column-major
-// out^T = op(b)^T @ op(a)^T; f32 compute (no TF32), bias fused as an epilogue when cuBLASLt offers
-// it, descriptors and the chosen algorithm cached per problem so steady-state steps query nothing.
-// TRELLIS_MATMUL_LOG=1 prints each plan once, when it is made (problem, algorithm, fused bias).
+// out^T = op(b)^T @ op(a)^T; f32 compute (no TF32), bias and GELU (forward, or its gradient) fused as
+// epilogues when cuBLASLt offers them, descriptors and the chosen algorithm cached per problem so
+// steady-state steps query nothing. Unless deterministic, the algorithm is the fastest of the
+// heuristic's candidates, timed once when the plan is made (TRELLIS_MATMUL_TUNE=0: the first one).
+// TRELLIS_MATMUL_LOG=1 prints each plan once, when it is made (problem, algorithm, fusions, timing).
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -34,13 +37,17 @@ uint32_t alignment_of(const void* p) {
   return al;
 }
 
+enum class Gelu : uint8_t { none, forward, backward };  // MatmulOptions::gelu_input, gelu_grad_of
+
 struct PlanKey {
   int64_t m, n, k;
   bool trans_a, trans_b, accumulate, bias;
+  Gelu gelu;
   DType ab, out;
-  uint32_t align_a, align_b, align_c, align_bias;
+  uint32_t align_a, align_b, align_c, align_bias, align_aux;
   auto tie() const {
-    return std::tie(m, n, k, trans_a, trans_b, accumulate, bias, ab, out, align_a, align_b, align_c, align_bias);
+    return std::tie(m, n, k, trans_a, trans_b, accumulate, bias, gelu, ab, out, align_a, align_b, align_c, align_bias,
+                    align_aux);
   }
   bool operator<(const PlanKey& o) const { return tie() < o.tie(); }
 };
@@ -50,13 +57,28 @@ struct Plan {
   cublasLtMatrixLayout_t la = nullptr, lb = nullptr, lc = nullptr;
   cublasLtMatmulAlgo_t algo{};
   bool bias_fused = false;  // false: bias (if any) is added by a separate kernel
-  // For TRELLIS_MATMUL_LOG: heuristic results returned, index taken, its workspace and waves.
+  bool gelu_fused = false;  // false: GELU (if any) runs as the separate gelu kernel
+  // For TRELLIS_MATMUL_LOG: heuristic results returned, index taken, its workspace and waves; whether
+  // the candidates were timed, and the taken one's and the heuristic's first one's time.
   int candidates = 0, chosen = -1;
   size_t workspace = 0;
   float waves = 0.0f;
+  bool tuned = false;
+  float chosen_us = 0.0f, first_us = 0.0f;
 };
 
-constexpr int kHeuristicAlgos = 8;  // candidates asked of the heuristic; the first usable one is taken
+// The pointers of the call that makes a plan: the heuristic reads the bias and aux pointers'
+// alignment from the descriptor, and tuning runs the candidates on the real inputs.
+struct Operands {
+  const void* a;
+  const void* b;
+  const void* bias;
+  const void* aux;  // the GELU's pre-activation: written by the forward, read by the backward
+  float alpha;
+};
+
+constexpr int kHeuristicAlgos = 8;  // candidates asked of the heuristic
+constexpr int kTimedRuns = 3;       // per candidate when tuning, after one warm-up run
 
 bool matmul_log_enabled() {
   static const bool on = [] {
@@ -64,6 +86,23 @@ bool matmul_log_enabled() {
     return v != nullptr && *v != '\0' && std::strcmp(v, "0") != 0;
   }();
   return on;
+}
+
+// cuBLASLt's heuristic ranks its candidates with a model, and its first pick is not always the
+// fastest (on the H200 some fused-bias shapes ran at 66-365 TFLOP/s where similar ones reach 650-790).
+// So, once per plan, every usable candidate is timed and the fastest kept: a one-time cost when the
+// plan is made, nothing per step. Not in deterministic mode: timing noise could pick different
+// algorithms (summation orders) from one run to the next.
+bool tuning_enabled(const CudaState& st) {
+  static const bool env_on = [] {
+    const char* v = std::getenv("TRELLIS_MATMUL_TUNE");
+    return v == nullptr || std::strcmp(v, "0") != 0;
+  }();
+  return env_on && !st.deterministic;
+}
+
+bool usable(const cublasLtMatmulHeuristicResult_t& r, const CudaState& st) {
+  return r.state == CUBLAS_STATUS_SUCCESS && r.workspaceSize <= st.lt_workspace_bytes;
 }
 
 }  // namespace
@@ -95,10 +134,69 @@ void destroy_plan(Plan& p) {
   p = Plan{};
 }
 
-// Builds descriptors for the column-major problem D (n_lt x m_lt) and asks the heuristic for up to
-// kHeuristicAlgos algorithms, best first; takes the first whose state is usable and whose workspace
-// fits. Returns false when there is none (then the caller retries without the fused bias).
-bool try_make_plan(CudaState& st, const PlanKey& key, bool fuse_bias, Plan& p) {
+void set_pointer(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t attr, const void* ptr) {
+  CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, attr, &ptr, sizeof ptr));
+}
+
+// Runs every usable candidate on the compute stream (one warm-up, then kTimedRuns between two events)
+// and returns the fastest one's index. The output (and the forward GELU's pre-activation) goes to
+// scratch buffers, so an accumulating output or one aliasing an input is never touched; without the
+// memory for them, returns `first`, the heuristic's pick.
+int fastest_candidate(CudaState& st, const PlanKey& key, Plan& p, const Operands& ops,
+                      const cublasLtMatmulHeuristicResult_t* results, int found, int first) {
+  const size_t bytes = size_t(key.m) * size_t(key.n) * dtype_size(key.out);
+  const bool aux_out = p.gelu_fused && key.gelu == Gelu::forward;
+  void* d = nullptr;
+  void* aux = nullptr;
+  if (cudaMallocAsync(&d, bytes, st.compute) != cudaSuccess ||
+      (aux_out && cudaMallocAsync(&aux, bytes, st.compute) != cudaSuccess)) {
+    (void)cudaGetLastError();  // out of memory: clear the error, keep the heuristic's pick
+    if (d) CUDA_CHECK(cudaFreeAsync(d, st.compute));
+    return first;
+  }
+  CUDA_CHECK(cudaMemsetAsync(d, 0, bytes, st.compute));  // finite values for beta = 1 to read
+  if (aux_out) set_pointer(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, aux);
+  cudaEvent_t start = nullptr, stop = nullptr;
+  CUDA_CHECK(cudaEventCreate(&start));
+  CUDA_CHECK(cudaEventCreate(&stop));
+  const float beta = key.accumulate ? 1.0f : 0.0f;
+  auto run = [&](const cublasLtMatmulAlgo_t& algo) {
+    return cublasLtMatmul(st.lt, p.desc, &ops.alpha, ops.b, p.la, ops.a, p.lb, &beta, d, p.lc, d, p.lc, &algo,
+                          st.lt_workspace, st.lt_workspace_bytes, st.compute);
+  };
+  int best = -1;
+  for (int i = 0; i < found && i < kHeuristicAlgos; ++i) {
+    if (!usable(results[i], st)) continue;
+    if (run(results[i].algo) != CUBLAS_STATUS_SUCCESS) continue;  // warm-up; a candidate that fails is skipped
+    CUDA_CHECK(cudaEventRecord(start, st.compute));
+    for (int r = 0; r < kTimedRuns; ++r) CUBLAS_CHECK(run(results[i].algo));
+    CUDA_CHECK(cudaEventRecord(stop, st.compute));
+    CUDA_CHECK(cudaEventSynchronize(stop));
+    float ms = 0.0f;
+    CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+    const float us = 1000.0f * ms / float(kTimedRuns);
+    if (i == first) p.first_us = us;
+    if (best < 0 || us < p.chosen_us) {
+      best = i;
+      p.chosen_us = us;
+    }
+  }
+  CUDA_CHECK(cudaEventDestroy(start));
+  CUDA_CHECK(cudaEventDestroy(stop));
+  CUDA_CHECK(cudaFreeAsync(d, st.compute));
+  if (aux) CUDA_CHECK(cudaFreeAsync(aux, st.compute));
+  if (aux_out) set_pointer(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, ops.aux);
+  p.tuned = best >= 0;
+  return best >= 0 ? best : first;
+}
+
+// Builds descriptors for the column-major problem D (n_lt x m_lt) with the requested epilogues and
+// asks the heuristic for up to kHeuristicAlgos algorithms, best first; takes the first whose state is
+// usable and whose workspace fits, or with tuning the fastest of those. Returns false when there is
+// none (then the caller retries with fewer fused epilogues).
+bool try_make_plan(CudaState& st, const PlanKey& key, bool fuse_bias, bool fuse_gelu, const Operands& ops,
+                   Plan& p) {
+  if (fuse_gelu && key.n % 8 != 0) return false;  // cuBLASLt wants the aux leading dimension divisible by 8
   // Column-major view: A_lt = b (m_lt = N rows of D), B_lt = a (n_lt = M columns of D).
   const int64_t M = key.m, N = key.n, K = key.k;
   cublasOperation_t op_a = key.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -106,12 +204,25 @@ bool try_make_plan(CudaState& st, const PlanKey& key, bool fuse_bias, Plan& p) {
   CUBLAS_CHECK(cublasLtMatmulDescCreate(&p.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof op_a));
   CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof op_b));
+  cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_DEFAULT;
+  if (fuse_gelu && key.gelu == Gelu::backward) epi = CUBLASLT_EPILOGUE_DGELU;  // ops.cpp: no bias here
+  else if (fuse_gelu) epi = fuse_bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
+  else if (fuse_bias) epi = CUBLASLT_EPILOGUE_BIAS;
+  CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
   if (fuse_bias) {
-    cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
     cudaDataType_t bias_t = cuda_type(key.ab);
-    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_t, sizeof bias_t));
+    set_pointer(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, ops.bias);
   }
+  if (fuse_gelu) {
+    // The pre-activation is laid out as D (leading dimension N); its data type defaults to D's, which
+    // ops.cpp requires of it.
+    int64_t ld = N;
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld, sizeof ld));
+    set_pointer(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, ops.aux);
+  }
+  p.bias_fused = fuse_bias;
+  p.gelu_fused = fuse_gelu;
   cudaDataType_t ab = cuda_type(key.ab), ct = cuda_type(key.out);
   // Stored shapes (rows, cols, ld) in column-major terms.
   if (key.trans_b) CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.la, ab, uint64_t(K), uint64_t(N), K));
@@ -149,18 +260,14 @@ bool try_make_plan(CudaState& st, const PlanKey& key, bool fuse_bias, Plan& p) {
   }
   CUBLAS_CHECK(rc);
   int chosen = -1;
-  for (int i = 0; i < found && i < kHeuristicAlgos; ++i) {
-    if (results[i].state == CUBLAS_STATUS_SUCCESS && results[i].workspaceSize <= st.lt_workspace_bytes) {
-      chosen = i;
-      break;
-    }
-  }
+  for (int i = 0; i < found && i < kHeuristicAlgos && chosen < 0; ++i)
+    if (usable(results[i], st)) chosen = i;
   if (chosen < 0) {
     destroy_plan(p);
     return false;
   }
+  if (tuning_enabled(st)) chosen = fastest_candidate(st, key, p, ops, results, found, chosen);
   p.algo = results[chosen].algo;
-  p.bias_fused = fuse_bias;
   p.candidates = found;
   p.chosen = chosen;
   p.workspace = results[chosen].workspaceSize;
@@ -170,24 +277,35 @@ bool try_make_plan(CudaState& st, const PlanKey& key, bool fuse_bias, Plan& p) {
 
 void log_plan(const CudaState& st, const PlanKey& key, const Plan& p) {
   const std::string ab(dtype_name(key.ab)), out(dtype_name(key.out));
+  const char* gelu = key.gelu == Gelu::forward ? "forward" : key.gelu == Gelu::backward ? "backward" : "none";
+  char timing[96] = ", not tuned";
+  if (p.tuned)
+    std::snprintf(timing, sizeof timing, ", tuned: %.1f us (heuristic's first %.1f us)", double(p.chosen_us),
+                  double(p.first_us));
   std::fprintf(stderr,
                "[trellis matmul] plan #%zu: M=%lld N=%lld K=%lld %s x %s -> %s trans_a=%d trans_b=%d accumulate=%d "
-               "bias=%s align(a,b,out,bias)=%u,%u,%u,%u | algo %d of %d candidates, workspace %zu B, waves %.2f%s\n",
+               "bias=%s gelu=%s%s align(a,b,out,bias,aux)=%u,%u,%u,%u,%u | algo %d of %d candidates, workspace %zu B, "
+               "waves %.2f%s%s\n",
                st.matmul_plans->plans.size() + 1, static_cast<long long>(key.m), static_cast<long long>(key.n),
                static_cast<long long>(key.k), ab.c_str(), ab.c_str(), out.c_str(),
                int(key.trans_a), int(key.trans_b), int(key.accumulate),
-               !key.bias ? "none" : (p.bias_fused ? "fused-epilogue" : "SEPARATE-KERNEL"), key.align_a, key.align_b,
-               key.align_c, key.align_bias, p.chosen, p.candidates, p.workspace, double(p.waves),
-               st.deterministic ? ", deterministic (no split-K reduction)" : "");
+               !key.bias ? "none" : (p.bias_fused ? "fused-epilogue" : "SEPARATE-KERNEL"), gelu,
+               key.gelu == Gelu::none ? "" : (p.gelu_fused ? " (fused-epilogue)" : " (SEPARATE-KERNEL)"), key.align_a,
+               key.align_b, key.align_c, key.align_bias, key.align_aux, p.chosen, p.candidates, p.workspace,
+               double(p.waves), timing, st.deterministic ? ", deterministic (no split-K reduction)" : "");
 }
 
-Plan& get_plan(CudaState& st, const PlanKey& key) {
+Plan& get_plan(CudaState& st, const PlanKey& key, const Operands& ops) {
   if (!st.matmul_plans) st.matmul_plans = new MatmulPlanCache();
   auto it = st.matmul_plans->plans.find(key);
   if (it != st.matmul_plans->plans.end()) return it->second;
   Plan p;
-  bool ok = key.bias && try_make_plan(st, key, true, p);
-  if (!ok && !try_make_plan(st, key, false, p))
+  // All requested epilogues fused first; then without the GELU, then without the bias, where cuBLASLt
+  // has no algorithm for them (a fused GELU thus always comes with the fused bias).
+  const bool ok = (key.gelu != Gelu::none && try_make_plan(st, key, key.bias, true, ops, p)) ||
+                  (key.bias && try_make_plan(st, key, true, false, ops, p)) ||
+                  try_make_plan(st, key, false, false, ops, p);
+  if (!ok)
     TRELLIS_FATAL("matmul: cuBLASLt has no algorithm for M=" + std::to_string(key.m) + " N=" + std::to_string(key.n) +
                   " K=" + std::to_string(key.k) + " " + std::string(dtype_name(key.ab)) + " -> " +
                   std::string(dtype_name(key.out)));
@@ -201,28 +319,34 @@ void matmul(Runtime& rt, const Tensor& out, const Tensor& a, const Tensor& b, co
   CudaState& st = cuda_state(rt);
   int64_t M = out.size(0), N = out.size(1), K = opt.trans_a ? a.size(0) : a.size(1);
   if (M == 0 || N == 0) return;
-  if (K == 0) {  // cuBLASLt wants k > 0: the product is empty
-    if (opt.accumulate) {
-      // out unchanged by the product
-    } else {
-      launch_fill(st.compute, out.data, out.dtype, out.numel(), 0.0f);
-    }
-    if (opt.bias) launch_bias_add(st.compute, out.data, out.dtype, opt.bias->data, opt.bias->dtype, M, N);
-    return;
+  const Gelu gelu = opt.gelu_input ? Gelu::forward : opt.gelu_grad_of ? Gelu::backward : Gelu::none;
+  const Tensor* aux = opt.gelu_input ? opt.gelu_input : opt.gelu_grad_of;
+  // Where the product (+ bias) lands unless the GELU is fused: the forward's pre-activation, or out.
+  void* result = opt.gelu_input ? opt.gelu_input->data : out.data;
+  bool bias_done = false, gelu_done = false;
+  if (K == 0) {  // cuBLASLt wants k > 0: the product is empty (accumulating: out unchanged by it)
+    if (!opt.accumulate) launch_fill(st.compute, result, out.dtype, out.numel(), 0.0f);
+  } else {
+    // The plan's output is out or, with the forward GELU not fused, gelu_input: it must suit both.
+    const uint32_t align_out = std::min(alignment_of(out.data), alignment_of(result));
+    PlanKey key{M, N, K, opt.trans_a, opt.trans_b, opt.accumulate, opt.bias != nullptr, gelu, a.dtype, out.dtype,
+                alignment_of(a.data), alignment_of(b.data), align_out,
+                opt.bias ? alignment_of(opt.bias->data) : 256u, aux ? alignment_of(aux->data) : 256u};
+    const float alpha = opt.alpha, beta = opt.accumulate ? 1.0f : 0.0f;
+    Plan& p = get_plan(st, key, Operands{a.data, b.data, opt.bias ? opt.bias->data : nullptr,
+                                         aux ? aux->data : nullptr, alpha});
+    if (p.bias_fused) set_pointer(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, opt.bias->data);
+    if (p.gelu_fused) set_pointer(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, aux->data);
+    void* d = p.gelu_fused ? out.data : result;
+    CUBLAS_CHECK(cublasLtMatmul(st.lt, p.desc, &alpha, b.data, p.la, a.data, p.lb, &beta, d, p.lc, d, p.lc, &p.algo,
+                                st.lt_workspace, st.lt_workspace_bytes, st.compute));
+    bias_done = p.bias_fused;
+    gelu_done = p.gelu_fused;  // and then so is the bias (get_plan)
   }
-  PlanKey key{M, N, K, opt.trans_a, opt.trans_b, opt.accumulate, opt.bias != nullptr, a.dtype, out.dtype,
-              alignment_of(a.data), alignment_of(b.data), alignment_of(out.data),
-              opt.bias ? alignment_of(opt.bias->data) : 256u};
-  Plan& p = get_plan(st, key);
-  if (p.bias_fused) {
-    const void* bias = opt.bias->data;
-    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
-  }
-  float alpha = opt.alpha, beta = opt.accumulate ? 1.0f : 0.0f;
-  CUBLAS_CHECK(cublasLtMatmul(st.lt, p.desc, &alpha, b.data, p.la, a.data, p.lb, &beta, out.data, p.lc, out.data,
-                              p.lc, &p.algo, st.lt_workspace, st.lt_workspace_bytes, st.compute));
-  if (opt.bias && !p.bias_fused)
-    launch_bias_add(st.compute, out.data, out.dtype, opt.bias->data, opt.bias->dtype, M, N);
+  if (opt.bias && !bias_done) launch_bias_add(st.compute, result, out.dtype, opt.bias->data, opt.bias->dtype, M, N);
+  if (gelu == Gelu::forward && !gelu_done) launch_gelu_forward(st.compute, out.data, result, out.dtype, out.numel());
+  if (gelu == Gelu::backward && !gelu_done)
+    launch_gelu_backward(st.compute, out.data, out.data, aux->data, out.dtype, out.numel());
 }
 
 }  // namespace gpu

@@ -153,168 +153,149 @@ __global__ void layernorm_backward_dx_kernel(T* dx, const T* dout, const T* x, c
   }
 }
 
-// Fallback partials of one chunk of rows, one thread per column, rows in order:
-// p_dw[chunk][c] = sum dout * xhat (when x is given), p_db[chunk][c] = sum dout.
-template <typename T>
-__global__ void column_partials_kernel(float* p_dw, float* p_db, const T* dout, const T* x, const float* mean,
-                                       const float* rstd, int64_t rows, int64_t cols, int64_t rows_per_chunk) {
-  int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  int64_t chunk = blockIdx.y;
-  if (c >= cols) return;
-  int64_t r0 = chunk * rows_per_chunk, r1 = r0 + rows_per_chunk < rows ? r0 + rows_per_chunk : rows;
-  float sw = 0.0f, sb = 0.0f;
-  for (int64_t r = r0; r < r1; ++r) {
-    float d = to_f32(dout[r * cols + c]);
-    sb += d;
-    if (x) sw += d * (to_f32(x[r * cols + c]) - mean[r]) * rstd[r];
-  }
-  p_db[chunk * cols + c] = sb;
-  if (x) p_dw[chunk * cols + c] = sw;
-}
-
-// Fused backward: CTA `chunk` owns rows [chunk * rows_per_chunk, ...) (a shape-only split); warp k
-// of it takes rows k, k + 8, ... of the chunk, one row at a time in registers (16-byte loads),
-// writes dx += ... and keeps its columns' dw/db sums in registers (w is reread from L1 per row). The 8 warps' sums are then
-// added in warp order in shared memory and written as the chunk's partials (p_dw, p_db: chunks x cols).
-// Requires cols % Pack<T>::N == 0 and 16-byte aligned dx, dout, x, w. Dynamic shared: 2 * cols floats.
+// Row pass (16-byte vectors): one warp per row, the row's dout and x in registers, w reread from
+// L1; dx += rstd * (dnorm - mean(dnorm) - xhat * mean(dnorm * xhat)). No column sums here: they
+// take a separate column pass (column_partials_vec_kernel), which keeps this kernel's registers
+// few and its occupancy high (a fused version holding per-column sums in registers ran at a third
+// of the memory bandwidth). Requires cols % Pack<T>::N == 0 and 16-byte aligned dx, dout, x, w.
 template <typename T, int ITERS>
-__global__ void __launch_bounds__(kThreads, ITERS <= 3 ? 2 : 1)
-    layernorm_backward_vec_kernel(T* dx, float* p_dw, float* p_db, const T* dout, const T* x, const T* w,
-                                  const float* mean, const float* rstd, int64_t rows, int cols,
-                                  int64_t rows_per_chunk) {
+__global__ void __launch_bounds__(kThreads)
+    layernorm_backward_dx_vec_kernel(T* dx, const T* dout, const T* x, const T* w, const float* mean,
+                                     const float* rstd, int64_t rows, int cols) {
   constexpr int N = Pack<T>::N;
-  extern __shared__ float ln_smem[];
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int lane = threadIdx.x & 31;
+  const int64_t r = int64_t(blockIdx.x) * kWarpsPerBlock + (threadIdx.x >> 5);
+  if (r >= rows) return;
   const int nvec = cols / N;
-  const float inv_cols = 1.0f / float(cols);
-  float aw[ITERS][N], ab[ITERS][N];
+  const T* xr = x + r * cols;
+  const T* dr = dout + r * cols;
+  T* dxr = dx + r * cols;
+  Pack<T> xv[ITERS], dv[ITERS];
 #pragma unroll
   for (int i = 0; i < ITERS; ++i) {
-#pragma unroll
-    for (int j = 0; j < N; ++j) aw[i][j] = ab[i][j] = 0.0f;
+    int v = lane + 32 * i;
+    if (v < nvec) {
+      xv[i] = ld16(xr + v * N);
+      dv[i] = ld16(dr + v * N);
+    }
   }
-  const int64_t r0 = int64_t(blockIdx.x) * rows_per_chunk;
-  const int64_t r1 = r0 + rows_per_chunk < rows ? r0 + rows_per_chunk : rows;
-  for (int64_t r = r0 + warp; r < r1; r += kWarpsPerBlock) {
-    const T* xr = x + r * cols;
-    const T* dr = dout + r * cols;
-    T* dxr = dx + r * cols;
-    Pack<T> xv[ITERS], dv[ITERS], gv[ITERS];
+  const float m = mean[r], rs = rstd[r];
+  float sd = 0.0f, sdx = 0.0f;
 #pragma unroll
-    for (int i = 0; i < ITERS; ++i) {
-      int v = lane + 32 * i;
-      if (v < nvec) {
-        xv[i] = ld16(xr + v * N);
-        dv[i] = ld16(dr + v * N);
-        gv[i] = ld16(dxr + v * N);
-      }
-    }
-    const float m = mean[r], rs = rstd[r];
-    float sd = 0.0f, sdx = 0.0f;
+  for (int i = 0; i < ITERS; ++i) {
+    if (lane + 32 * i < nvec) {
+      const Pack<T> wv = ld16(w + (lane + 32 * i) * N);
 #pragma unroll
-    for (int i = 0; i < ITERS; ++i) {
-      if (lane + 32 * i < nvec) {
-        const Pack<T> wv = ld16(w + (lane + 32 * i) * N);  // w stays in L1: not held in registers
-#pragma unroll
-        for (int j = 0; j < N; ++j) {
-          float d = to_f32(dv[i].e[j]);
-          float dn = d * to_f32(wv.e[j]);
-          float xh = (to_f32(xv[i].e[j]) - m) * rs;
-          sd += dn;
-          sdx += dn * xh;
-          ab[i][j] += d;
-          aw[i][j] += d * xh;
-        }
-      }
-    }
-    const float mean_d = warp_sum(sd) * inv_cols;
-    const float mean_dx = warp_sum(sdx) * inv_cols;
-#pragma unroll
-    for (int i = 0; i < ITERS; ++i) {
-      int v = lane + 32 * i;
-      if (v < nvec) {
-        const Pack<T> wv = ld16(w + v * N);
-#pragma unroll
-        for (int j = 0; j < N; ++j) {
-          float dn = to_f32(dv[i].e[j]) * to_f32(wv.e[j]);
-          float xh = (to_f32(xv[i].e[j]) - m) * rs;
-          gv[i].e[j] = from_f32<T>(to_f32(gv[i].e[j]) + (dn - mean_d - xh * mean_dx) * rs);
-        }
-        st16(dxr + v * N, gv[i]);
+      for (int j = 0; j < N; ++j) {
+        float dn = to_f32(dv[i].e[j]) * to_f32(wv.e[j]);
+        sd += dn;
+        sdx += dn * (to_f32(xv[i].e[j]) - m) * rs;
       }
     }
   }
-  // Warp sums into shared memory in warp order: ((w0 + w1) + w2) + ...
-  float* s_dw = ln_smem;
-  float* s_db = ln_smem + cols;
-  for (int k = 0; k < kWarpsPerBlock; ++k) {
-    if (warp == k) {
+  const float inv_cols = 1.0f / float(cols);
+  const float mean_d = warp_sum(sd) * inv_cols;
+  const float mean_dx = warp_sum(sdx) * inv_cols;
 #pragma unroll
-      for (int i = 0; i < ITERS; ++i) {
-        int v = lane + 32 * i;
-        if (v < nvec) {
+  for (int i = 0; i < ITERS; ++i) {
+    int v = lane + 32 * i;
+    if (v < nvec) {
+      const Pack<T> wv = ld16(w + v * N);
+      Pack<T> gv = ld16(dxr + v * N);
 #pragma unroll
-          for (int j = 0; j < N; ++j) {
-            int c = v * N + j;
-            s_dw[c] = k == 0 ? aw[i][j] : s_dw[c] + aw[i][j];
-            s_db[c] = k == 0 ? ab[i][j] : s_db[c] + ab[i][j];
-          }
-        }
+      for (int j = 0; j < N; ++j) {
+        float dn = to_f32(dv[i].e[j]) * to_f32(wv.e[j]);
+        float xh = (to_f32(xv[i].e[j]) - m) * rs;
+        gv.e[j] = from_f32<T>(to_f32(gv.e[j]) + (dn - mean_d - xh * mean_dx) * rs);
       }
+      st16(dxr + v * N, gv);
     }
-    __syncthreads();
-  }
-  float* pw = p_dw + int64_t(blockIdx.x) * cols;
-  float* pb = p_db + int64_t(blockIdx.x) * cols;
-  for (int c = threadIdx.x; c < cols; c += blockDim.x) {
-    pw[c] = s_dw[c];
-    pb[c] = s_db[c];
   }
 }
 
-// ---- bias gradient partials ----
+// ---- column partials (bias gradient; layer-norm weight and bias gradients) ----
 
 // Partials of one chunk of rows (blockIdx.y) for 32 * V columns (blockIdx.x): thread (g, t), g =
 // threadIdx.x / 32, sums V adjacent columns over rows g, g + 8, ... of the chunk; the 8 groups are
-// then added in group order. Vector loads when V > 1 (then cols % V == 0 and dy 16-byte aligned).
+// then added in group order. p_db gets the sums of dy; with x given (layer norm), p_dw gets the
+// sums of dy * xhat, xhat = (x - mean) * rstd per row. Vector loads when V > 1 (then cols % V == 0
+// and dy, x 16-byte aligned).
 template <typename T, int V>
 __global__ void __launch_bounds__(kThreads)
-    bias_partials_kernel(float* partials, const T* dy, int64_t rows, int64_t cols, int64_t rows_per_chunk) {
+    column_partials_vec_kernel(float* p_db, float* p_dw, const T* dy, const T* x, const float* mean,
+                               const float* rstd, int64_t rows, int64_t cols, int64_t rows_per_chunk) {
   constexpr int kGroups = kThreads / 32;
-  __shared__ float sm[kGroups][V * 32];
+  __shared__ float sb[kGroups][V * 32];
+  __shared__ float sw[kGroups][V * 32];
   const int t = threadIdx.x & 31, g = threadIdx.x >> 5;
   const int64_t c0 = (int64_t(blockIdx.x) * 32 + t) * V;
   const int64_t chunk = blockIdx.y;
   const int64_t r0 = chunk * rows_per_chunk;
   const int64_t r1 = r0 + rows_per_chunk < rows ? r0 + rows_per_chunk : rows;
-  float acc[V];
+  float ab[V], aw[V];
 #pragma unroll
-  for (int j = 0; j < V; ++j) acc[j] = 0.0f;
+  for (int j = 0; j < V; ++j) ab[j] = aw[j] = 0.0f;
   if (c0 < cols) {
-    const T* p = dy + c0;
 #pragma unroll 4
     for (int64_t r = r0 + g; r < r1; r += kGroups) {
+      float d[V], xv[V];
       if constexpr (V == 1) {
-        acc[0] += to_f32(p[r * cols]);
+        d[0] = to_f32(dy[r * cols + c0]);
+        if (x) xv[0] = to_f32(x[r * cols + c0]);
       } else {
-        Pack<T> v = ld16(p + r * cols);
+        Pack<T> dp = ld16(dy + r * cols + c0);
 #pragma unroll
-        for (int j = 0; j < V; ++j) acc[j] += to_f32(v.e[j]);
+        for (int j = 0; j < V; ++j) d[j] = to_f32(dp.e[j]);
+        if (x) {
+          Pack<T> xp = ld16(x + r * cols + c0);
+#pragma unroll
+          for (int j = 0; j < V; ++j) xv[j] = to_f32(xp.e[j]);
+        }
+      }
+#pragma unroll
+      for (int j = 0; j < V; ++j) ab[j] += d[j];
+      if (x) {
+        const float m = mean[r], rs = rstd[r];
+#pragma unroll
+        for (int j = 0; j < V; ++j) aw[j] += d[j] * (xv[j] - m) * rs;
       }
     }
   }
 #pragma unroll
-  for (int j = 0; j < V; ++j) sm[g][j * 32 + t] = acc[j];  // column c0 + j at [j * 32 + t]: no bank conflicts
+  for (int j = 0; j < V; ++j) {  // column c0 + j at [j * 32 + t]: no bank conflicts
+    sb[g][j * 32 + t] = ab[j];
+    sw[g][j * 32 + t] = aw[j];
+  }
   __syncthreads();
   // Each of the 8 * 32 threads finishes V * 32 / 256 (or fewer) of the tile's columns.
   for (int q = threadIdx.x; q < V * 32; q += kThreads) {
     int j = q >> 5, tt = q & 31;
     int64_t c = (int64_t(blockIdx.x) * 32 + tt) * V + j;
-    float s = sm[0][q];
+    float b = sb[0][q], w = sw[0][q];
 #pragma unroll
-    for (int k = 1; k < kGroups; ++k) s += sm[k][q];
-    if (c < cols) partials[chunk * cols + c] = s;
+    for (int k = 1; k < kGroups; ++k) {
+      b += sb[k][q];
+      w += sw[k][q];
+    }
+    if (c < cols) {
+      p_db[chunk * cols + c] = b;
+      if (x) p_dw[chunk * cols + c] = w;
+    }
   }
+}
+
+template <typename T>
+void launch_column_partials(cudaStream_t s, float* p_db, float* p_dw, const T* dy, const T* x, const float* mean,
+                            const float* rstd, int64_t rows, int64_t cols, int64_t chunks, int64_t rows_per_chunk) {
+  constexpr int N = Pack<T>::N;
+  if (cols % N == 0 && aligned16(dy) && (!x || aligned16(x))) {
+    dim3 grid(unsigned((cols / N + 31) / 32), unsigned(chunks));
+    column_partials_vec_kernel<T, N><<<grid, kThreads, 0, s>>>(p_db, p_dw, dy, x, mean, rstd, rows, cols, rows_per_chunk);
+  } else {
+    dim3 grid(unsigned((cols + 31) / 32), unsigned(chunks));
+    column_partials_vec_kernel<T, 1><<<grid, kThreads, 0, s>>>(p_db, p_dw, dy, x, mean, rstd, rows, cols, rows_per_chunk);
+  }
+  CUDA_CHECK_LAUNCH();
 }
 
 // out[c] += sum over chunks of partials[chunk][c] (blockIdx.y picks out0/p0 or out1/p1). Thread
@@ -405,12 +386,10 @@ void layernorm_forward_impl(cudaStream_t s, T* out, float* mean, float* rstd, co
 }
 
 template <typename T, int ITERS>
-void layernorm_backward_vec(cudaStream_t s, int64_t chunks, T* dx, float* p_dw, float* p_db, const T* dout,
-                            const T* x, const T* w, const float* mean, const float* rstd, int64_t rows, int64_t cols,
-                            int64_t rows_per_chunk) {
-  size_t smem = size_t(2 * cols) * sizeof(float);
-  layernorm_backward_vec_kernel<T, ITERS><<<unsigned(chunks), kThreads, smem, s>>>(
-      dx, p_dw, p_db, dout, x, w, mean, rstd, rows, int(cols), rows_per_chunk);
+void layernorm_backward_dx_vec(cudaStream_t s, T* dx, const T* dout, const T* x, const T* w, const float* mean,
+                               const float* rstd, int64_t rows, int64_t cols) {
+  layernorm_backward_dx_vec_kernel<T, ITERS>
+      <<<row_blocks(rows), kThreads, 0, s>>>(dx, dout, x, w, mean, rstd, rows, int(cols));
 }
 
 template <typename T>
@@ -422,46 +401,35 @@ void layernorm_backward_impl(cudaStream_t s, T* dx, float* dw, float* db, const 
   float* p_db = scratch;
   float* p_dw = scratch + chunks * cols;
   int iters = row_iters<T>(cols);
-  bool vec = cols % N == 0 && iters <= kMaxRowIters && 2 * cols * sizeof(float) <= 48 * 1024 && aligned16(dx) &&
-             aligned16(dout) && aligned16(x) && aligned16(w);
+  bool vec = cols % N == 0 && iters <= kMaxRowIters && aligned16(dx) && aligned16(dout) && aligned16(x) &&
+             aligned16(w);
   if (vec) {
     switch (iters) {
-      case 1: layernorm_backward_vec<T, 1>(s, chunks, dx, p_dw, p_db, dout, x, w, mean, rstd, rows, cols, rows_per_chunk); break;
-      case 2: layernorm_backward_vec<T, 2>(s, chunks, dx, p_dw, p_db, dout, x, w, mean, rstd, rows, cols, rows_per_chunk); break;
-      case 3: layernorm_backward_vec<T, 3>(s, chunks, dx, p_dw, p_db, dout, x, w, mean, rstd, rows, cols, rows_per_chunk); break;
-      case 4: layernorm_backward_vec<T, 4>(s, chunks, dx, p_dw, p_db, dout, x, w, mean, rstd, rows, cols, rows_per_chunk); break;
-      case 5: layernorm_backward_vec<T, 5>(s, chunks, dx, p_dw, p_db, dout, x, w, mean, rstd, rows, cols, rows_per_chunk); break;
-      case 6: layernorm_backward_vec<T, 6>(s, chunks, dx, p_dw, p_db, dout, x, w, mean, rstd, rows, cols, rows_per_chunk); break;
-      case 7: layernorm_backward_vec<T, 7>(s, chunks, dx, p_dw, p_db, dout, x, w, mean, rstd, rows, cols, rows_per_chunk); break;
-      default: layernorm_backward_vec<T, 8>(s, chunks, dx, p_dw, p_db, dout, x, w, mean, rstd, rows, cols, rows_per_chunk); break;
+      case 1: layernorm_backward_dx_vec<T, 1>(s, dx, dout, x, w, mean, rstd, rows, cols); break;
+      case 2: layernorm_backward_dx_vec<T, 2>(s, dx, dout, x, w, mean, rstd, rows, cols); break;
+      case 3: layernorm_backward_dx_vec<T, 3>(s, dx, dout, x, w, mean, rstd, rows, cols); break;
+      case 4: layernorm_backward_dx_vec<T, 4>(s, dx, dout, x, w, mean, rstd, rows, cols); break;
+      case 5: layernorm_backward_dx_vec<T, 5>(s, dx, dout, x, w, mean, rstd, rows, cols); break;
+      case 6: layernorm_backward_dx_vec<T, 6>(s, dx, dout, x, w, mean, rstd, rows, cols); break;
+      case 7: layernorm_backward_dx_vec<T, 7>(s, dx, dout, x, w, mean, rstd, rows, cols); break;
+      default: layernorm_backward_dx_vec<T, 8>(s, dx, dout, x, w, mean, rstd, rows, cols); break;
     }
-    CUDA_CHECK_LAUNCH();
   } else {
     layernorm_backward_dx_kernel<T><<<row_blocks(rows), kThreads, 0, s>>>(dx, dout, x, w, mean, rstd, rows, cols);
-    CUDA_CHECK_LAUNCH();
-    dim3 grid(unsigned((cols + kThreads - 1) / kThreads), unsigned(chunks));
-    column_partials_kernel<T><<<grid, kThreads, 0, s>>>(p_dw, p_db, dout, x, mean, rstd, rows, cols, rows_per_chunk);
-    CUDA_CHECK_LAUNCH();
   }
+  CUDA_CHECK_LAUNCH();
+  launch_column_partials<T>(s, p_db, p_dw, dout, x, mean, rstd, rows, cols, chunks, rows_per_chunk);
   finalize_columns(s, dw, p_dw, db, p_db, chunks, cols);
 }
 
 template <typename T>
 void bias_backward_impl(cudaStream_t s, float* db, const T* dy, int64_t rows, int64_t cols, float* scratch) {
-  constexpr int N = Pack<T>::N;
   const int64_t chunks = colsum_chunks(rows);
   const int64_t rows_per_chunk = (rows + chunks - 1) / chunks;
-  if (cols % N == 0 && aligned16(dy)) {
-    dim3 grid(unsigned((cols / N + 31) / 32), unsigned(chunks));
-    bias_partials_kernel<T, N><<<grid, kThreads, 0, s>>>(scratch, dy, rows, cols, rows_per_chunk);
-  } else {
-    dim3 grid(unsigned((cols + 31) / 32), unsigned(chunks));
-    bias_partials_kernel<T, 1><<<grid, kThreads, 0, s>>>(scratch, dy, rows, cols, rows_per_chunk);
-  }
-  CUDA_CHECK_LAUNCH();
+  launch_column_partials<T>(s, scratch, nullptr, dy, static_cast<const T*>(nullptr), nullptr, nullptr, rows, cols,
+                            chunks, rows_per_chunk);
   finalize_columns(s, db, scratch, nullptr, nullptr, chunks, cols);
 }
-
 }  // namespace
 
 void launch_layernorm_forward(cudaStream_t s, void* out, float* mean, float* rstd, const void* x, const void* w,

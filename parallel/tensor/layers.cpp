@@ -46,7 +46,8 @@ ColumnParallelLinear::ColumnParallelLinear(Communicator& tensor, const Parameter
   TRELLIS_CHECK(w.spec.split.groups == b.spec.split.groups, w.spec.name + " and its bias are grouped differently");
 }
 
-void ColumnParallelLinear::forward(Runtime& rt, const Tensor& y, const Tensor& x, Arena& work) const {
+void ColumnParallelLinear::forward(Runtime& rt, const Tensor& y, const Tensor& x, Arena& work,
+                                   const Tensor* gelu_input) const {
   Tensor in = copy_to_tensor_region_forward(x);
   if (sp_) {
     in = full_rows(work, x, tensor_->size());
@@ -55,6 +56,7 @@ void ColumnParallelLinear::forward(Runtime& rt, const Tensor& y, const Tensor& x
   MatmulOptions o;
   o.trans_b = true;
   o.bias = &b_->value;
+  o.gelu_input = gelu_input;
   matmul(rt, rows2d(y), rows2d(in), w_->value, o);
 }
 
@@ -95,14 +97,16 @@ void RowParallelLinear::forward(Runtime& rt, const Tensor& y, const Tensor& x, A
   else reduce_from_tensor_region_forward(*tensor_, y).wait();
 }
 
-void RowParallelLinear::backward(Runtime& rt, const Tensor& dx, const Tensor& dy, const Tensor& x,
-                                 Arena& work) const {
+void RowParallelLinear::backward(Runtime& rt, const Tensor& dx, const Tensor& dy, const Tensor& x, Arena& work,
+                                 const Tensor* gelu_grad_of) const {
   Tensor dfull = reduce_from_tensor_region_backward(dy);
   if (sp_) {
     dfull = full_rows(work, dy, tensor_->size());
     reduce_scatter_to_token_shards_backward(*tensor_, dfull, dy).wait();
   }
-  matmul(rt, rows2d(dx), rows2d(dfull), w_->value);
+  MatmulOptions o;
+  o.gelu_grad_of = gelu_grad_of;
+  matmul(rt, rows2d(dx), rows2d(dfull), w_->value, o);
   weight_grad(rt, *w_, dfull, x);
   bias_backward(rt, b_->grad, rows2d(dfull));
 }

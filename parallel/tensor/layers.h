@@ -22,8 +22,10 @@ class ColumnParallelLinear {
   ColumnParallelLinear(Communicator& tensor, const Parameter& w, const Parameter& b, bool sequence_parallel);
 
   // x: the full (N, in) input, or this rank's (N/t, in) token shard with sequence parallelism
-  // (gathered into an (N, in) tensor from `work`). y: (N, out/t).
-  void forward(Runtime& rt, const Tensor& y, const Tensor& x, Arena& work) const;
+  // (gathered into an (N, in) tensor from `work`). y: (N, out/t). With gelu_input (y's size and
+  // dtype): y = gelu(x W^T + b) and *gelu_input = x W^T + b, GELU fused into the GEMM (the output is
+  // local, so it fuses as in the plain layer).
+  void forward(Runtime& rt, const Tensor& y, const Tensor& x, Arena& work, const Tensor* gelu_input = nullptr) const;
   // dx (x's shape, written): the input gradient summed over the group, or with sequence
   // parallelism reduce-scattered into this rank's token shard; that collective overlaps the
   // weight-gradient GEMM. w.grad += dy^T x, b.grad += column sums of dy. x is the forward's input;
@@ -50,8 +52,10 @@ class RowParallelLinear {
   // dy: (N, out), or this rank's (N/t, out) token shard with sequence parallelism (gathered into
   // an (N, out) tensor from `work`). dx (N, in/t, written); w.grad += dy^T x; b.grad += column
   // sums of the full dy, the same on every rank, so the replicated bias needs no reduction over
-  // the group even with sequence parallelism.
-  void backward(Runtime& rt, const Tensor& dx, const Tensor& dy, const Tensor& x, Arena& work) const;
+  // the group even with sequence parallelism. With gelu_grad_of = &h where x = gelu(h) (dx's size):
+  // dx = (dy W) * gelu'(h), GELU's backward fused into the dx GEMM (its output is local).
+  void backward(Runtime& rt, const Tensor& dx, const Tensor& dy, const Tensor& x, Arena& work,
+                const Tensor* gelu_grad_of = nullptr) const;
 
  private:
   Communicator* tensor_;

@@ -4,6 +4,8 @@
 // Attention tolerances: out 2x and dqkv 4x the dtype's (bf16 2e-2 / 4e-2, f16 4e-3 / 8e-3, relative
 // and absolute against max(1, max|cpu|)); lse as f16's 2e-3 (f32: 1e-4); the fused kernels round P
 // and dS to the input dtype before their tensor-core products, as FlashAttention does.
+// The GEMM with GELU fused uses 2x (16-bit) or 10x (f32) the dtype's tolerance for its GELU output;
+// a runtime that tunes its GEMM algorithms must write every output once.
 // Every test skips itself when no CUDA device is visible.
 #include <gtest/gtest.h>
 
@@ -318,6 +320,111 @@ TEST_P(Parity, Matmul) {
       expect_close(to_host(gaccb), accb, tolerance(dt()), "matmul accumulate + bias" + tag);
     }
   }
+}
+
+// The fused GELU's output against the CPU's: 2x the dtype's tolerance for 16-bit (the GPU applies
+// GELU to the f32 pre-activation, the CPU to the rounded one), 10x for f32 (an epilogue may evaluate
+// tanh with a fast approximation, ~1e-3 absolute at worst).
+Tolerance gelu_tolerance(DType d) { return tolerance(d, d == DType::f32 ? 10.0f : 2.0f); }
+
+// GELU fused into the GEMM (cuBLASLt epilogues GELU_AUX[_BIAS] and DGELU, or the separate kernels
+// where cuBLASLt offers none: N = 13 is not a multiple of 8) against the CPU's matmul + gelu: the
+// forward with and without bias and the pre-activation it keeps, and the backward. M, N, K include
+// values that are not multiples of 16.
+TEST_P(Parity, MatmulFusedGelu) {
+  struct Case { int64_t M, N, K; bool ta, tb; };
+  const Case cases[] = {{64, 48, 96, false, true}, {37, 40, 29, false, true}, {50, 13, 23, true, false},
+                        {33, 24, 45, false, false}, {19, 56, 70, true, true}};
+  uint32_t seed = 70;
+  for (const Case& c : cases) {
+    const int64_t M = c.M, N = c.N, K = c.K;
+    const std::string tag = " M=" + std::to_string(M) + " N=" + std::to_string(N) + " K=" + std::to_string(K) +
+                            " trans_a=" + std::to_string(c.ta) + " trans_b=" + std::to_string(c.tb);
+    // Pre-activations of a few units: GELU's curved part.
+    HostTensor a = random_host(dt(), c.ta ? Shape{K, M} : Shape{M, K}, seed++);
+    HostTensor b = random_host(dt(), c.tb ? Shape{N, K} : Shape{K, N}, seed++, -0.5f, 0.5f);
+    HostTensor bias = random_host(dt(), {N}, seed++);
+    DeviceTensor ga = to_device(a), gb = to_device(b), gbias = to_device(bias);
+    MatmulOptions plain;
+    plain.trans_a = c.ta;
+    plain.trans_b = c.tb;
+    for (bool with_bias : {false, true}) {
+      const std::string what = tag + (with_bias ? " +bias" : "");
+      HostTensor h(dt(), {M, N}), g(dt(), {M, N});
+      DeviceTensor gh = device_empty(dt(), {M, N}), gg = device_empty(dt(), {M, N});
+      MatmulOptions o = plain;
+      o.bias = with_bias ? &bias.t : nullptr;
+      o.gelu_input = &h.t;
+      matmul(cpu(), g.t, a.t, b.t, o);
+      o.bias = with_bias ? &gbias.t : nullptr;
+      o.gelu_input = &gh.t;
+      matmul(gpu(), gg.t, ga.t, gb.t, o);
+      expect_close(to_host(gh), h, tolerance(dt()), "fused gelu: pre-activation" + what);
+      expect_close(to_host(gg), g, gelu_tolerance(dt()), "fused gelu: output" + what);
+      if (dt() == DType::f32) {
+        // The model's GELU is the tanh form; cuBLASLt does not document which it computes. On the
+        // GPU's own pre-activations its output must lie closer to the tanh form than to erf's.
+        HostTensor ph = to_host(gh), pg = to_host(gg);
+        double off_tanh = 0, off_erf = 0;
+        for (int64_t i = 0; i < ph.t.numel(); ++i) {
+          const double x = ph.get(i), y = pg.get(i);
+          off_tanh += std::fabs(y - 0.5 * x * (1.0 + std::tanh(0.7978845608028654 * (x + 0.044715 * x * x * x))));
+          off_erf += std::fabs(y - 0.5 * x * (1.0 + std::erf(x / std::sqrt(2.0))));
+        }
+        EXPECT_LT(off_tanh, off_erf) << "the fused GELU is not the tanh form" << what;
+      }
+    }
+    // Backward: dh = op(a) op(b) * gelu'(h), h the same saved pre-activation on both.
+    HostTensor h = random_host(dt(), {M, N}, seed++, -4.0f, 4.0f);
+    DeviceTensor gh = to_device(h);
+    HostTensor dh(dt(), {M, N});
+    DeviceTensor gdh = device_empty(dt(), {M, N});
+    MatmulOptions o = plain;
+    o.alpha = 0.5f;
+    o.gelu_grad_of = &h.t;
+    matmul(cpu(), dh.t, a.t, b.t, o);
+    o.gelu_grad_of = &gh.t;
+    matmul(gpu(), gdh.t, ga.t, gb.t, o);
+    expect_close(to_host(gdh), dh, gelu_tolerance(dt()), "fused gelu backward" + tag);
+  }
+}
+
+// Tuning (a runtime that is not deterministic times the heuristic's candidates when a plan is made)
+// must leave outputs as one run writes them: the product accumulated once, the pre-activation and
+// GELU written once, into the real tensors.
+TEST_P(Parity, MatmulTunedWritesOnce) {
+  RuntimeOptions ro;
+  ro.device = Device::CUDA(0);
+  ro.deterministic = false;
+  Runtime tuned(ro);
+  const int64_t M = 70, N = 56, K = 100;
+  HostTensor x = random_host(dt(), {M, K}, 80), w = random_host(dt(), {N, K}, 81, -0.5f, 0.5f);
+  HostTensor bias = random_host(dt(), {N}, 82), dy = random_host(dt(), {M, N}, 83);
+  HostTensor dw = random_host(DType::f32, {N, K}, 84);
+  DeviceTensor gx = to_device(x), gw = to_device(w), gbias = to_device(bias), gdy = to_device(dy);
+  DeviceTensor gdw = to_device(dw);
+  HostTensor h(dt(), {M, N}), g(dt(), {M, N});
+  DeviceTensor gh = device_empty(dt(), {M, N}), gg = device_empty(dt(), {M, N});
+  gpu().synchronize();  // uploaded on the other runtime's streams
+  // weight gradient: dW (N, K, f32) += dy^T x
+  MatmulOptions oa;
+  oa.trans_a = true;
+  oa.accumulate = true;
+  matmul(cpu(), dw.t, dy.t, x.t, oa);
+  matmul(tuned, gdw.t, gdy.t, gx.t, oa);
+  // fc forward: h = x W^T + b, g = gelu(h)
+  MatmulOptions of;
+  of.trans_b = true;
+  of.bias = &bias.t;
+  of.gelu_input = &h.t;
+  matmul(cpu(), g.t, x.t, w.t, of);
+  of.bias = &gbias.t;
+  of.gelu_input = &gh.t;
+  matmul(tuned, gg.t, gx.t, gw.t, of);
+  tuned.synchronize();
+  expect_close(to_host(gdw), dw, tolerance(dt() == DType::f32 ? DType::f32 : DType::f16), "tuned: accumulate");
+  expect_close(to_host(gh), h, tolerance(dt()), "tuned: pre-activation");
+  expect_close(to_host(gg), g, gelu_tolerance(dt()), "tuned: gelu");
 }
 
 TEST_P(Parity, BiasBackward) {

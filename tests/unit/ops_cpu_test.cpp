@@ -387,6 +387,75 @@ TEST(OpsCpu, GeluBackwardFiniteDifferences) {
   check_fd(x, dx.values(), [&] { gelu_forward(rt(), out.t(), x.t()); return project(r, out); }, "dx");
 }
 
+// MatmulOptions::gelu_input / gelu_grad_of are, on the CPU, exactly matmul followed by gelu_forward
+// or gelu_backward (bitwise), for every dtype, transposes, with and without bias.
+TEST(OpsCpu, MatmulFusedGeluEqualsSeparateOps) {
+  std::mt19937 g(10);
+  const int64_t M = 13, N = 24, K = 17;
+  for (DType dt : kFloatTypes)
+    for (int t = 0; t < 4; ++t)
+      for (bool with_bias : {false, true}) {
+        const bool ta = t & 1, tb = t & 2;
+        SCOPED_TRACE(std::string(dtype_name(dt)) + " ta " + std::to_string(ta) + " tb " + std::to_string(tb) +
+                     " bias " + std::to_string(with_bias));
+        HostTensor a(dt, ta ? Shape{K, M} : Shape{M, K}), b(dt, tb ? Shape{N, K} : Shape{K, N}), bias(dt, {N});
+        a.randomize(g, -2.0, 2.0);
+        b.randomize(g);
+        bias.randomize(g);
+        Tensor bt = bias.t();
+        MatmulOptions plain;
+        plain.trans_a = ta;
+        plain.trans_b = tb;
+        plain.alpha = 0.75f;
+        plain.bias = with_bias ? &bt : nullptr;
+        // forward: h = alpha op(a) op(b) [+ bias], g = gelu(h); h as a 3-D view of out's size
+        HostTensor h_ref(dt, {M, N}), g_ref(dt, {M, N}), h(dt, {1, M, N}), gl(dt, {M, N});
+        matmul(rt(), h_ref.t(), a.t(), b.t(), plain);
+        gelu_forward(rt(), g_ref.t(), h_ref.t());
+        MatmulOptions fwd = plain;
+        Tensor ht = h.t();
+        fwd.gelu_input = &ht;
+        matmul(rt(), gl.t(), a.t(), b.t(), fwd);
+        EXPECT_TRUE(h.bitwise_equal(h_ref)) << "pre-activation";
+        EXPECT_TRUE(gl.bitwise_equal(g_ref)) << "gelu";
+        // backward: dh = alpha op(a) op(b) * gelu'(h) (no bias)
+        MatmulOptions bwd = plain;
+        bwd.bias = nullptr;
+        HostTensor dh_ref(dt, {M, N}), dh(dt, {M, N});
+        matmul(rt(), dh_ref.t(), a.t(), b.t(), bwd);
+        gelu_backward(rt(), dh_ref.t(), dh_ref.t(), h_ref.t());
+        bwd.gelu_grad_of = &ht;
+        matmul(rt(), dh.t(), a.t(), b.t(), bwd);
+        EXPECT_TRUE(dh.bitwise_equal(dh_ref)) << "gelu'";
+      }
+}
+
+TEST(OpsCpu, MatmulFusedGeluRejectsBadArguments) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  HostTensor a(DType::f32, {4, 8}), b(DType::f32, {8, 8}), out(DType::f32, {4, 8}), h(DType::f32, {4, 8});
+  HostTensor small(DType::f32, {4, 4}), half(DType::bf16, {4, 8}), bias(DType::f32, {8});
+  Tensor ht = h.t(), st = small.t(), bt = half.t(), ot = out.t(), biast = bias.t();
+  MatmulOptions acc;
+  acc.accumulate = true;
+  acc.gelu_input = &ht;
+  EXPECT_DEATH(matmul(rt(), out.t(), a.t(), b.t(), acc), "does not combine with accumulate");
+  MatmulOptions both;
+  both.gelu_input = &ht;
+  both.gelu_grad_of = &ht;
+  EXPECT_DEATH(matmul(rt(), out.t(), a.t(), b.t(), both), "exclusive");
+  MatmulOptions biased;
+  biased.gelu_grad_of = &ht;
+  biased.bias = &biast;
+  EXPECT_DEATH(matmul(rt(), out.t(), a.t(), b.t(), biased), "gelu_grad_of does not combine with bias");
+  MatmulOptions wrong;
+  wrong.gelu_input = &st;
+  EXPECT_DEATH(matmul(rt(), out.t(), a.t(), b.t(), wrong), "must have out's size and dtype");
+  wrong.gelu_input = &bt;
+  EXPECT_DEATH(matmul(rt(), out.t(), a.t(), b.t(), wrong), "must have out's size and dtype");
+  wrong.gelu_input = &ot;
+  EXPECT_DEATH(matmul(rt(), out.t(), a.t(), b.t(), wrong), "must not alias out");
+}
+
 // ---------------------------------------------------------------- attention
 
 struct AttnDims { int64_t B, T, C, H; };
