@@ -41,13 +41,13 @@ enum class Gelu : uint8_t { none, forward, backward };  // MatmulOptions::gelu_i
 
 struct PlanKey {
   int64_t m, n, k;
-  bool trans_a, trans_b, accumulate, bias;
+  bool trans_a, trans_b, accumulate, bias, bias_grad;
   Gelu gelu;
   DType ab, out;
   uint32_t align_a, align_b, align_c, align_bias, align_aux;
   auto tie() const {
-    return std::tie(m, n, k, trans_a, trans_b, accumulate, bias, gelu, ab, out, align_a, align_b, align_c, align_bias,
-                    align_aux);
+    return std::tie(m, n, k, trans_a, trans_b, accumulate, bias, bias_grad, gelu, ab, out, align_a, align_b, align_c,
+                    align_bias, align_aux);
   }
   bool operator<(const PlanKey& o) const { return tie() < o.tie(); }
 };
@@ -58,6 +58,9 @@ struct Plan {
   cublasLtMatmulAlgo_t algo{};
   bool bias_fused = false;  // false: bias (if any) is added by a separate kernel
   bool gelu_fused = false;  // false: GELU (if any) runs as the separate gelu kernel
+  // BGRADB fused: the epilogue writes the bias gradient (M floats) here; it is then added to the
+  // caller's. Null: the separate bias_backward runs.
+  float* bias_grad_out = nullptr;
   // For TRELLIS_MATMUL_LOG: heuristic results returned, index taken, its workspace and waves; whether
   // the candidates were timed, and the taken one's and the heuristic's first one's time.
   int candidates = 0, chosen = -1;
@@ -114,6 +117,7 @@ namespace gpu {
 void destroy_matmul_plans(MatmulPlanCache* c) {
   if (!c) return;
   for (auto& [key, p] : c->plans) {
+    cudaFree(p.bias_grad_out);
     cublasLtMatrixLayoutDestroy(p.la);
     cublasLtMatrixLayoutDestroy(p.lb);
     cublasLtMatrixLayoutDestroy(p.lc);
@@ -125,6 +129,7 @@ void destroy_matmul_plans(MatmulPlanCache* c) {
 namespace {
 
 void destroy_plan(Plan& p) {
+  if (p.bias_grad_out) CUDA_CHECK(cudaFree(p.bias_grad_out));
   if (p.la) CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(p.la));
   if (p.lb) CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(p.lb));
   if (p.lc) CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(p.lc));
@@ -192,8 +197,8 @@ int fastest_candidate(CudaState& st, const PlanKey& key, Plan& p, const Operands
 // asks the heuristic for up to kHeuristicAlgos algorithms, best first; takes the first whose state is
 // usable and whose workspace fits, or with tuning the fastest of those. Returns false when there is
 // none (then the caller retries with fewer fused epilogues).
-bool try_make_plan(CudaState& st, const PlanKey& key, bool fuse_bias, bool fuse_gelu, const Operands& ops,
-                   Plan& p) {
+bool try_make_plan(CudaState& st, const PlanKey& key, bool fuse_bias, bool fuse_gelu, bool fuse_bias_grad,
+                   const Operands& ops, Plan& p) {
   if (fuse_gelu && key.n % 8 != 0) return false;  // cuBLASLt wants the aux leading dimension divisible by 8
   // Column-major view: A_lt = b (m_lt = N rows of D), B_lt = a (n_lt = M columns of D).
   const int64_t M = key.m, N = key.n, K = key.k;
@@ -206,11 +211,18 @@ bool try_make_plan(CudaState& st, const PlanKey& key, bool fuse_bias, bool fuse_
   if (fuse_gelu && key.gelu == Gelu::backward) epi = CUBLASLT_EPILOGUE_DGELU;  // ops.cpp: no bias here
   else if (fuse_gelu) epi = fuse_bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
   else if (fuse_bias) epi = CUBLASLT_EPILOGUE_BIAS;
+  else if (fuse_bias_grad) epi = CUBLASLT_EPILOGUE_BGRADB;  // column sums of a (B_lt) over k: M floats
   CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
   if (fuse_bias) {
     cudaDataType_t bias_t = cuda_type(key.ab);
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_t, sizeof bias_t));
     set_pointer(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, ops.bias);
+  }
+  if (fuse_bias_grad) {
+    cudaDataType_t bias_t = CUDA_R_32F;
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_t, sizeof bias_t));
+    CUDA_CHECK(cudaMalloc(&p.bias_grad_out, size_t(M) * sizeof(float)));
+    set_pointer(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, p.bias_grad_out);
   }
   if (fuse_gelu) {
     // The pre-activation is laid out as D (leading dimension N); its data type defaults to D's, which
@@ -282,12 +294,13 @@ void log_plan(const CudaState& st, const PlanKey& key, const Plan& p) {
                   double(p.first_us));
   std::fprintf(stderr,
                "[trellis matmul] plan #%zu: M=%lld N=%lld K=%lld %s x %s -> %s trans_a=%d trans_b=%d accumulate=%d "
-               "bias=%s gelu=%s%s align(a,b,out,bias,aux)=%u,%u,%u,%u,%u | algo %d of %d candidates, workspace %zu B, "
+               "bias=%s bias_grad=%s gelu=%s%s align(a,b,out,bias,aux)=%u,%u,%u,%u,%u | algo %d of %d candidates, workspace %zu B, "
                "waves %.2f%s%s\n",
                st.matmul_plans->plans.size() + 1, static_cast<long long>(key.m), static_cast<long long>(key.n),
                static_cast<long long>(key.k), ab.c_str(), ab.c_str(), out.c_str(),
                int(key.trans_a), int(key.trans_b), int(key.accumulate),
-               !key.bias ? "none" : (p.bias_fused ? "fused-epilogue" : "SEPARATE-KERNEL"), gelu,
+               !key.bias ? "none" : (p.bias_fused ? "fused-epilogue" : "SEPARATE-KERNEL"),
+               !key.bias_grad ? "none" : (p.bias_grad_out ? "fused-epilogue" : "SEPARATE-KERNEL"), gelu,
                key.gelu == Gelu::none ? "" : (p.gelu_fused ? " (fused-epilogue)" : " (SEPARATE-KERNEL)"), key.align_a,
                key.align_b, key.align_c, key.align_bias, key.align_aux, p.chosen, p.candidates, p.workspace,
                double(p.waves), timing, st.deterministic ? ", deterministic (no split-K reduction)" : "");
@@ -298,11 +311,13 @@ Plan& get_plan(CudaState& st, const PlanKey& key, const Operands& ops) {
   auto it = st.matmul_plans->plans.find(key);
   if (it != st.matmul_plans->plans.end()) return it->second;
   Plan p;
-  // All requested epilogues fused first; then without the GELU, then without the bias, where cuBLASLt
-  // has no algorithm for them (a fused GELU thus always comes with the fused bias).
-  const bool ok = (key.gelu != Gelu::none && try_make_plan(st, key, key.bias, true, ops, p)) ||
-                  (key.bias && try_make_plan(st, key, true, false, ops, p)) ||
-                  try_make_plan(st, key, false, false, ops, p);
+  // All requested epilogues fused first; then without the GELU, then without the bias (or the bias
+  // gradient), where cuBLASLt has no algorithm for them (a fused GELU thus always comes with the
+  // fused bias).
+  const bool ok = (key.gelu != Gelu::none && try_make_plan(st, key, key.bias, true, false, ops, p)) ||
+                  (key.bias && try_make_plan(st, key, true, false, false, ops, p)) ||
+                  (key.bias_grad && try_make_plan(st, key, false, false, true, ops, p)) ||
+                  try_make_plan(st, key, false, false, false, ops, p);
   if (!ok)
     TRELLIS_FATAL("matmul: cuBLASLt has no algorithm for M=" + std::to_string(key.m) + " N=" + std::to_string(key.n) +
                   " K=" + std::to_string(key.k) + " " + std::string(dtype_name(key.ab)) + " -> " +
@@ -321,13 +336,14 @@ void matmul(Runtime& rt, const Tensor& out, const Tensor& a, const Tensor& b, co
   const Tensor* aux = opt.gelu_input ? opt.gelu_input : opt.gelu_grad_of;
   // Where the product (+ bias) lands unless the GELU is fused: the forward's pre-activation, or out.
   void* result = opt.gelu_input ? opt.gelu_input->data : out.data;
-  bool bias_done = false, gelu_done = false;
+  bool bias_done = false, gelu_done = false, bias_grad_done = false;
   if (K == 0) {  // cuBLASLt wants k > 0: the product is empty (accumulating: out unchanged by it)
     if (!opt.accumulate) launch_fill(st.compute, result, out.dtype, out.numel(), 0.0f);
   } else {
     // The plan's output is out or, with the forward GELU not fused, gelu_input: it must suit both.
     const uint32_t align_out = std::min(alignment_of(out.data), alignment_of(result));
-    PlanKey key{M, N, K, opt.trans_a, opt.trans_b, opt.accumulate, opt.bias != nullptr, gelu, a.dtype, out.dtype,
+    PlanKey key{M, N, K, opt.trans_a, opt.trans_b, opt.accumulate, opt.bias != nullptr, opt.bias_grad != nullptr,
+                gelu, a.dtype, out.dtype,
                 alignment_of(a.data), alignment_of(b.data), align_out,
                 opt.bias ? alignment_of(opt.bias->data) : 256u, aux ? alignment_of(aux->data) : 256u};
     const float alpha = opt.alpha, beta = opt.accumulate ? 1.0f : 0.0f;
@@ -340,7 +356,12 @@ void matmul(Runtime& rt, const Tensor& out, const Tensor& a, const Tensor& b, co
                                 st.lt_workspace, st.lt_workspace_bytes, st.compute));
     bias_done = p.bias_fused;
     gelu_done = p.gelu_fused;  // and then so is the bias (get_plan)
+    if (p.bias_grad_out) {
+      launch_add(st.compute, opt.bias_grad->data, opt.bias_grad->data, p.bias_grad_out, DType::f32, M);
+      bias_grad_done = true;
+    }
   }
+  if (opt.bias_grad && !bias_grad_done) gpu::bias_backward(rt, *opt.bias_grad, a);
   if (opt.bias && !bias_done) launch_bias_add(st.compute, result, out.dtype, opt.bias->data, opt.bias->dtype, M, N);
   if (gelu == Gelu::forward && !gelu_done) launch_gelu_forward(st.compute, out.data, result, out.dtype, out.numel());
   if (gelu == Gelu::backward && !gelu_done)

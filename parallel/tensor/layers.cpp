@@ -29,10 +29,12 @@ Tensor full_rows(Arena& work, const Tensor& shard, int parts) {
 }
 
 // grad += dy^T x, the weight gradient of y = x W^T (f32, accumulated).
-void weight_grad(Runtime& rt, const Parameter& w, const Tensor& dy, const Tensor& x) {
+// dW += dy^T x and db += column sums of dy, in one GEMM (the bias gradient as its epilogue).
+void weight_and_bias_grad(Runtime& rt, const Parameter& w, const Parameter& b, const Tensor& dy, const Tensor& x) {
   MatmulOptions acc;
   acc.trans_a = true;
   acc.accumulate = true;
+  acc.bias_grad = &b.grad;
   matmul(rt, w.grad, rows2d(dy), rows2d(x), acc);
 }
 
@@ -74,8 +76,7 @@ void ColumnParallelLinear::backward(Runtime& rt, const Tensor& dx, const Tensor&
   gathered.wait();
   CommHandle reduced = sp_ ? gather_from_token_shards_backward(*tensor_, dx, din)
                            : copy_to_tensor_region_backward(*tensor_, dx);
-  weight_grad(rt, *w_, dy, in);
-  bias_backward(rt, b_->grad, rows2d(dy));
+  weight_and_bias_grad(rt, *w_, *b_, dy, in);
   reduced.wait();
 }
 
@@ -107,8 +108,7 @@ void RowParallelLinear::backward(Runtime& rt, const Tensor& dx, const Tensor& dy
   MatmulOptions o;
   o.gelu_grad_of = gelu_grad_of;
   matmul(rt, rows2d(dx), rows2d(dfull), w_->value, o);
-  weight_grad(rt, *w_, dfull, x);
-  bias_backward(rt, b_->grad, rows2d(dfull));
+  weight_and_bias_grad(rt, *w_, *b_, dfull, x);
 }
 
 }  // namespace trellis

@@ -430,6 +430,52 @@ TEST(OpsCpu, MatmulFusedGeluEqualsSeparateOps) {
       }
 }
 
+// The weight gradient's bias gradient from the same call (MatmulOptions::bias_grad) is the GEMM plus
+// bias_backward, accumulating into what db held.
+TEST(OpsCpu, MatmulBiasGradEqualsSeparateOps) {
+  std::mt19937 g(11);
+  const int64_t M = 13, N = 24, K = 17;
+  for (DType dt : kFloatTypes)
+    for (bool tb : {false, true}) {
+      SCOPED_TRACE(std::string(dtype_name(dt)) + " tb " + std::to_string(tb));
+      HostTensor dy(dt, {K, M}), x(dt, tb ? Shape{N, K} : Shape{K, N});
+      dy.randomize(g);
+      x.randomize(g);
+      HostTensor dw_ref(DType::f32, {M, N}), db_ref(DType::f32, {M}), dw(DType::f32, {M, N}), db(DType::f32, {M});
+      dw_ref.randomize(g);
+      db_ref.randomize(g);
+      std::memcpy(dw.t().data, dw_ref.t().data, size_t(M * N) * 4);
+      std::memcpy(db.t().data, db_ref.t().data, size_t(M) * 4);
+      MatmulOptions o;
+      o.trans_a = true;
+      o.trans_b = tb;
+      o.accumulate = true;
+      matmul(rt(), dw_ref.t(), dy.t(), x.t(), o);
+      bias_backward(rt(), db_ref.t(), dy.t());
+      Tensor dbt = db.t();
+      o.bias_grad = &dbt;
+      matmul(rt(), dw.t(), dy.t(), x.t(), o);
+      EXPECT_TRUE(dw.bitwise_equal(dw_ref)) << "weight gradient";
+      EXPECT_TRUE(db.bitwise_equal(db_ref)) << "bias gradient";
+    }
+  HostTensor a(DType::f32, {4, 8}), b(DType::f32, {4, 6}), out(DType::f32, {8, 6}), db(DType::f32, {8});
+  HostTensor wrong(DType::f32, {6}), bias(DType::f32, {6}), plain_a(DType::f32, {8, 4});
+  Tensor dbt = db.t(), wt = wrong.t(), biast = bias.t();
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  MatmulOptions plain;
+  plain.bias_grad = &dbt;
+  EXPECT_DEATH(matmul(rt(), out.t(), plain_a.t(), b.t(), plain), "bias_grad needs trans_a");
+  MatmulOptions sized;
+  sized.trans_a = true;
+  sized.bias_grad = &wt;
+  EXPECT_DEATH(matmul(rt(), out.t(), a.t(), b.t(), sized), "bias_grad must be f32 with M = 8");
+  MatmulOptions biased;
+  biased.trans_a = true;
+  biased.bias_grad = &dbt;
+  biased.bias = &biast;
+  EXPECT_DEATH(matmul(rt(), out.t(), a.t(), b.t(), biased), "does not combine with bias");
+}
+
 TEST(OpsCpu, MatmulFusedGeluRejectsBadArguments) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   HostTensor a(DType::f32, {4, 8}), b(DType::f32, {8, 8}), out(DType::f32, {4, 8}), h(DType::f32, {4, 8});
