@@ -423,14 +423,21 @@ void dropout_backward(Runtime& rt, const Tensor& dx, const Tensor& dout, float p
 }
 
 void adamw_step(Runtime& rt, const Tensor& master, const Tensor& m, const Tensor& v, const Tensor& grad,
-                const Tensor& params_out, const AdamWHyper& h, float grad_scale) {
+                const Tensor& params_out, const AdamWHyper& h, float grad_scale, const AdamWRuns* runs) {
   for (const Tensor* t : {&master, &m, &v, &grad, &params_out}) check_device(rt, *t, "adamw_step");
   for (const Tensor* t : {&master, &m, &v, &grad}) {
     check_dtype(*t, DType::f32, "adamw_step");
     check_same_numel(*t, master, "adamw_step");
   }
   if (params_out.defined()) check_same_numel(params_out, master, "adamw_step");
-  TRELLIS_DISPATCH(rt, adamw_step, rt, master, m, v, grad, params_out, h, grad_scale);
+  if (runs) {
+    TRELLIS_CHECK(!runs->ends.empty() && runs->ends.size() == runs->decays.size() &&
+                      runs->ends.back() == master.numel(),
+                  "adamw_step: runs must end at the tensors' length " + std::to_string(master.numel()));
+    for (size_t i = 0; i < runs->ends.size(); ++i)
+      TRELLIS_CHECK(runs->ends[i] > (i == 0 ? 0 : runs->ends[i - 1]), "adamw_step: runs must be non-empty and in order");
+  }
+  TRELLIS_DISPATCH(rt, adamw_step, rt, master, m, v, grad, params_out, h, grad_scale, runs);
 }
 
 void sum_accumulate(Runtime& rt, const Tensor& out, const Tensor& x) {

@@ -4,6 +4,7 @@
 // Float dtypes: f32, bf16, f16; reductions and statistics are computed in f32.
 #pragma once
 #include <cstdint>
+#include <vector>
 
 #include "core/runtime.h"
 #include "core/tensor.h"
@@ -173,11 +174,20 @@ struct AdamWHyper {
   float lr = 0, beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f, weight_decay = 0;
   int64_t step = 1;  // 1-based, for bias correction
 };
+// Consecutive runs of the tensors with and without weight decay: run i covers elements
+// [i == 0 ? 0 : ends[i - 1], ends[i]) and is decayed (h.weight_decay) when decays[i]; ends.back() is
+// the tensors' length. One step over all of them is one launch on CUDA (per 16 runs).
+struct AdamWRuns {
+  std::vector<int64_t> ends;
+  std::vector<bool> decays;
+};
 // One AdamW step on fp32 master weights: g = grad * grad_scale (unscaling and clipping folded in),
-// m, v updated, master -= lr * (m_hat / (sqrt(v_hat) + eps) + weight_decay * master).
-// If params_out is defined, the updated master is also written to it (cast to its dtype).
+// m, v updated, master -= lr * (m_hat / (sqrt(v_hat) + eps) + weight_decay * master), weight_decay
+// being h.weight_decay, or per run with runs. If params_out is defined, the updated master is also
+// written to it (cast to its dtype).
 void adamw_step(Runtime& rt, const Tensor& master, const Tensor& m, const Tensor& v,
-                const Tensor& grad, const Tensor& params_out, const AdamWHyper& h, float grad_scale);
+                const Tensor& grad, const Tensor& params_out, const AdamWHyper& h, float grad_scale,
+                const AdamWRuns* runs = nullptr);
 
 // ---- reductions (deterministic: a fixed order on every backend) ----
 // out (f32 scalar on x's device) += sum(x) / += sum(x^2).

@@ -6,8 +6,21 @@
 
 namespace trellis::cpu {
 
-void adamw_step(Runtime&, const Tensor& master, const Tensor& m, const Tensor& v, const Tensor& grad,
-                const Tensor& params_out, const AdamWHyper& h, float grad_scale) {
+void adamw_step(Runtime& rt, const Tensor& master, const Tensor& m, const Tensor& v, const Tensor& grad,
+                const Tensor& params_out, const AdamWHyper& h, float grad_scale, const AdamWRuns* runs) {
+  if (runs) {  // run by run, each with or without weight decay
+    int64_t begin = 0;
+    for (size_t i = 0; i < runs->ends.size(); ++i) {
+      const int64_t n = runs->ends[i] - begin;
+      AdamWHyper hr = h;
+      if (!runs->decays[i]) hr.weight_decay = 0.0f;
+      cpu::adamw_step(rt, master.slice(begin, {n}), m.slice(begin, {n}), v.slice(begin, {n}),
+                      grad.slice(begin, {n}), params_out.defined() ? params_out.slice(begin, {n}) : Tensor(), hr,
+                      grad_scale, nullptr);
+      begin = runs->ends[i];
+    }
+    return;
+  }
   const int64_t n = master.numel();
   float *pw = master.ptr<float>(), *pm = m.ptr<float>(), *pv = v.ptr<float>();
   const float* pg = grad.ptr<float>();

@@ -180,7 +180,8 @@ __global__ void dropout_kernel(T* out, const T* x, DropoutIndex k, int64_t n) {
   TRELLIS_GRID_STRIDE(i, n) out[i] = dropout_keep(k, i) ? from_f32<T>(to_f32(x[i]) * k.inv_keep) : from_f32<T>(0.0f);
 }
 
-__device__ __forceinline__ float adamw_update(float& master, float& m, float& v, float grad, const AdamWArgs& a) {
+__device__ __forceinline__ float adamw_update(float& master, float& m, float& v, float grad, float weight_decay,
+                                              const AdamWArgs& a) {
   float g = grad * a.grad_scale;
   float mi = a.beta1 * m + (1.0f - a.beta1) * g;
   float vi = a.beta2 * v + (1.0f - a.beta2) * g * g;
@@ -188,28 +189,40 @@ __device__ __forceinline__ float adamw_update(float& master, float& m, float& v,
   v = vi;
   float mhat = mi / a.bc1, vhat = vi / a.bc2;
   float w = master;
-  w -= a.lr * (mhat / (sqrtf(vhat) + a.eps) + a.weight_decay * w);
+  w -= a.lr * (mhat / (sqrtf(vhat) + a.eps) + weight_decay * w);
   master = w;
   return w;
 }
 
-// f32 state, V floats per vector (V = 4: 16-byte accesses); params_out (Tp) may be null.
+// Element i's run in the table, starting the search at run r (elements are visited in order).
+__device__ __forceinline__ int adamw_run_of(const AdamWRunTable& t, int64_t i, int r) {
+  while (r + 1 < t.count && i >= t.end[r]) ++r;
+  return r;
+}
+
+// f32 state, V floats per vector (V = 4: 16-byte accesses); params_out (Tp) may be null. Runs with
+// and without weight decay share the launch (one per parameter bucket instead of one per run).
 template <typename Tp, int V>
 __global__ void adamw_kernel(float* master, float* m, float* v, const float* grad, Tp* params_out, AdamWArgs a,
-                             int64_t n) {
+                             AdamWRunTable runs, int64_t n) {
+  auto decay_of = [&](int r) { return (runs.decay >> r) & 1u ? a.weight_decay : 0.0f; };
   vec_loop<V>(n, [&](int64_t i0) {
     Vec<float, V> w = vload<float, V>(master + i0), mv = vload<float, V>(m + i0), vv = vload<float, V>(v + i0),
                   g = vload<float, V>(grad + i0);
     Vec<Tp, V> p;
+    int r = adamw_run_of(runs, i0, 0);
 #pragma unroll
-    for (int j = 0; j < V; ++j) p.e[j] = from_f32<Tp>(adamw_update(w.e[j], mv.e[j], vv.e[j], g.e[j], a));
+    for (int j = 0; j < V; ++j) {
+      r = adamw_run_of(runs, i0 + j, r);
+      p.e[j] = from_f32<Tp>(adamw_update(w.e[j], mv.e[j], vv.e[j], g.e[j], decay_of(r), a));
+    }
     vstore<float, V>(master + i0, w);
     vstore<float, V>(m + i0, mv);
     vstore<float, V>(v + i0, vv);
     if (params_out) vstore<Tp, V>(params_out + i0, p);
   }, [&](int64_t i) {
     float w = master[i], mi = m[i], vi = v[i];
-    float r = adamw_update(w, mi, vi, grad[i], a);
+    float r = adamw_update(w, mi, vi, grad[i], decay_of(adamw_run_of(runs, i, 0)), a);
     master[i] = w;
     m[i] = mi;
     v[i] = vi;
@@ -335,17 +348,17 @@ void launch_dropout(cudaStream_t s, void* out, const void* x, DType t, int64_t n
 }
 
 void launch_adamw(cudaStream_t s, float* master, float* m, float* v, const float* grad, void* params_out,
-                  DType params_t, int64_t n, const AdamWArgs& a) {
+                  DType params_t, int64_t n, const AdamWArgs& a, const AdamWRunTable& runs) {
   if (n == 0) return;
   const bool vec = all_aligned(master, m, v, grad) && (!params_out || aligned16(params_out));
   if (!params_out) {
-    if (vec) adamw_kernel<float, 4><<<grid_for(n / 4), kThreads, 0, s>>>(master, m, v, grad, nullptr, a, n);
-    else adamw_kernel<float, 1><<<grid_for(n), kThreads, 0, s>>>(master, m, v, grad, nullptr, a, n);
+    if (vec) adamw_kernel<float, 4><<<grid_for(n / 4), kThreads, 0, s>>>(master, m, v, grad, nullptr, a, runs, n);
+    else adamw_kernel<float, 1><<<grid_for(n), kThreads, 0, s>>>(master, m, v, grad, nullptr, a, runs, n);
   } else {
     TRELLIS_FLOAT_SWITCH(params_t, T,
       auto* p = static_cast<T*>(params_out);
-      if (vec) adamw_kernel<T, 4><<<grid_for(n / 4), kThreads, 0, s>>>(master, m, v, grad, p, a, n);
-      else adamw_kernel<T, 1><<<grid_for(n), kThreads, 0, s>>>(master, m, v, grad, p, a, n));
+      if (vec) adamw_kernel<T, 4><<<grid_for(n / 4), kThreads, 0, s>>>(master, m, v, grad, p, a, runs, n);
+      else adamw_kernel<T, 1><<<grid_for(n), kThreads, 0, s>>>(master, m, v, grad, p, a, runs, n));
   }
   CUDA_CHECK_LAUNCH();
 }

@@ -165,7 +165,7 @@ void dropout_backward(Runtime& rt, const Tensor& dx, const Tensor& dout, float p
 }
 
 void adamw_step(Runtime& rt, const Tensor& master, const Tensor& m, const Tensor& v, const Tensor& grad,
-                const Tensor& params_out, const AdamWHyper& h, float grad_scale) {
+                const Tensor& params_out, const AdamWHyper& h, float grad_scale, const AdamWRuns* runs) {
   AdamWArgs a{};
   a.lr = h.lr;
   a.beta1 = h.beta1;
@@ -175,8 +175,32 @@ void adamw_step(Runtime& rt, const Tensor& master, const Tensor& m, const Tensor
   a.bc1 = float(1.0 - std::pow(double(h.beta1), double(h.step)));
   a.bc2 = float(1.0 - std::pow(double(h.beta2), double(h.step)));
   a.grad_scale = grad_scale;
-  launch_adamw(compute_stream(rt), master.ptr<float>(), m.ptr<float>(), v.ptr<float>(), grad.ptr<float>(),
-               params_out.defined() ? params_out.data : nullptr, params_out.dtype, master.numel(), a);
+  const size_t es = params_out.defined() ? dtype_size(params_out.dtype) : 0;
+  auto launch = [&](int64_t begin, int64_t n, const AdamWRunTable& t) {
+    launch_adamw(compute_stream(rt), master.ptr<float>() + begin, m.ptr<float>() + begin, v.ptr<float>() + begin,
+                 grad.ptr<float>() + begin,
+                 params_out.defined() ? static_cast<char*>(params_out.data) + size_t(begin) * es : nullptr,
+                 params_out.dtype, n, a, t);
+  };
+  if (!runs) {
+    AdamWRunTable t{};
+    t.end[0] = master.numel();
+    t.decay = 1;
+    t.count = 1;
+    launch(0, master.numel(), t);
+    return;
+  }
+  // Up to kAdamWRunsPerLaunch runs per launch, each launch on its own span.
+  for (size_t first = 0; first < runs->ends.size(); first += kAdamWRunsPerLaunch) {
+    const int64_t begin = first == 0 ? 0 : runs->ends[first - 1];
+    AdamWRunTable t{};
+    t.count = int(std::min<size_t>(kAdamWRunsPerLaunch, runs->ends.size() - first));
+    for (int r = 0; r < t.count; ++r) {
+      t.end[r] = runs->ends[first + size_t(r)] - begin;
+      if (runs->decays[first + size_t(r)]) t.decay |= 1u << r;
+    }
+    launch(begin, t.end[t.count - 1], t);
+  }
 }
 
 void sum_accumulate(Runtime& rt, const Tensor& out, const Tensor& x) {

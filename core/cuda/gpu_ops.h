@@ -51,7 +51,8 @@ void embedding_backward(Runtime& rt, const Tensor& dwte, const Tensor& dwpe, con
 void dropout_forward(Runtime& rt, const Tensor& out, const Tensor& x, float p, const DropoutKey& key);
 void dropout_backward(Runtime& rt, const Tensor& dx, const Tensor& dout, float p, const DropoutKey& key);
 void adamw_step(Runtime& rt, const Tensor& master, const Tensor& m, const Tensor& v,
-                const Tensor& grad, const Tensor& params_out, const AdamWHyper& h, float grad_scale);
+                const Tensor& grad, const Tensor& params_out, const AdamWHyper& h, float grad_scale,
+                const AdamWRuns* runs);
 void sum_accumulate(Runtime& rt, const Tensor& out, const Tensor& x);
 void sum_squares_accumulate(Runtime& rt, const Tensor& out, const Tensor& x);
 

@@ -36,9 +36,17 @@ void launch_dropout(cudaStream_t s, void* out, const void* x, DType t, int64_t n
 struct AdamWArgs {
   float lr, beta1, beta2, eps, weight_decay, bc1, bc2, grad_scale;
 };
+// The runs of one AdamW launch: run r covers [r == 0 ? 0 : end[r - 1], end[r]) and takes
+// AdamWArgs::weight_decay when bit r of `decay` is set, else none.
+constexpr int kAdamWRunsPerLaunch = 16;
+struct AdamWRunTable {
+  int64_t end[kAdamWRunsPerLaunch];
+  uint32_t decay;
+  int count;
+};
 // params_out may be null.
 void launch_adamw(cudaStream_t s, float* master, float* m, float* v, const float* grad, void* params_out,
-                  DType params_t, int64_t n, const AdamWArgs& a);
+                  DType params_t, int64_t n, const AdamWArgs& a, const AdamWRunTable& runs);
 
 // ---- norm.cu ----
 // Column reductions (dw, db, bias grads) sum fixed row chunks into f32 partials, then the chunks

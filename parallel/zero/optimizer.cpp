@@ -43,7 +43,7 @@ ZeroOptimizer::ZeroOptimizer(Runtime& rt, ParameterStore& params, Communicator* 
     grads_ = params.flat_grads();  // unsharded: the pieces are the buckets, in place
   }
   const int64_t first = data_ ? data_->rank() : 0;
-  for (size_t b = 0; b < buckets.size(); ++b) {  // runs of one decay flag, cut to the piece
+  for (size_t b = 0; b < buckets.size(); ++b) {  // spans of runs of one decay flag, cut to the piece
     const ParameterBucket& k = buckets[b];
     const int64_t lo_b = first * k.piece, hi_b = lo_b + k.piece;  // bucket-relative
     for (size_t i = k.first; i < k.end; ++i) {
@@ -51,11 +51,18 @@ ZeroOptimizer::ZeroOptimizer(Runtime& rt, ParameterStore& params, Communicator* 
       const int64_t at = p.offset - k.offset;
       const int64_t lo = std::max(at, lo_b) - lo_b, hi = std::min(at + p.spec.shape.numel(), hi_b) - lo_b;
       if (lo >= hi) continue;
-      Run* last = runs_.empty() ? nullptr : &runs_.back();
-      if (last && last->bucket == int(b) && last->decay == p.spec.decay && last->offset + last->numel == lo)
-        last->numel += hi - lo;
-      else
-        runs_.push_back({int(b), lo, hi - lo, p.spec.decay});
+      Span* span = spans_.empty() ? nullptr : &spans_.back();
+      if (!span || span->bucket != int(b) || span->offset + span->numel != lo) {
+        spans_.push_back({int(b), lo, 0, {}});
+        span = &spans_.back();
+      }
+      span->numel += hi - lo;
+      AdamWRuns& runs = span->runs;
+      if (!runs.decays.empty() && runs.decays.back() == p.spec.decay) runs.ends.back() = span->numel;
+      else {
+        runs.ends.push_back(span->numel);
+        runs.decays.push_back(p.spec.decay);
+      }
     }
   }
 }
@@ -83,14 +90,12 @@ void ZeroOptimizer::zero_owned_grads() {
 }
 
 void ZeroOptimizer::step(const AdamWHyper& h, float grad_scale) {
-  for (const Run& r : runs_) {
-    AdamWHyper hr = h;
-    if (!r.decay) hr.weight_decay = 0.0f;
+  for (const Span& r : spans_) {
     const Tensor values = params_.owned_values(r.bucket).slice(r.offset, {r.numel});
     const int64_t at = owned_at_[size_t(r.bucket)] + r.offset;
     adamw_step(rt_, master_.defined() ? master_.slice(at, {r.numel}) : values, m_.slice(at, {r.numel}),
-               v_.slice(at, {r.numel}), grads_.slice(at, {r.numel}), master_.defined() ? values : Tensor(), hr,
-               grad_scale);
+               v_.slice(at, {r.numel}), grads_.slice(at, {r.numel}), master_.defined() ? values : Tensor(), h,
+               grad_scale, &r.runs);
   }
   all_gather_whole_buckets();
 }

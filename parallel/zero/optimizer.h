@@ -66,7 +66,9 @@ class ZeroOptimizer {
   void set_values(const Tensor& whole);
 
  private:
-  struct Run { int bucket; int64_t offset, numel; bool decay; };  // piece-relative, one decay flag
+  // A contiguous part of one bucket's piece (piece-relative) and its runs of one decay flag: one
+  // AdamW launch.
+  struct Span { int bucket; int64_t offset, numel; AdamWRuns runs; };
   // Sharded: every rank's pieces of the buckets it keeps whole, into those buckets.
   void all_gather_whole_buckets();
   // Real elements of bucket b's piece: [0, n) of it.
@@ -80,7 +82,7 @@ class ZeroOptimizer {
   std::vector<int64_t> whole_at_;   // per bucket: where its real elements start in a whole copy
   Buffer master_buf_, m_buf_, v_buf_, grad_buf_;
   Tensor master_, m_, v_, grads_;   // master_ undefined for f32 parameters (their own master)
-  std::vector<Run> runs_;
+  std::vector<Span> spans_;
 };
 
 }  // namespace trellis

@@ -614,6 +614,33 @@ TEST_P(Parity, AdamW) {
   expect_close(to_host(gmaster), master, tolerance(DType::f32), "adamw master (no params_out)");
 }
 
+// Runs with and without weight decay in one call (one launch per 16 runs on CUDA): 20 runs of uneven
+// lengths, so a vector of four can straddle a run's end and two launches are needed.
+TEST_P(Parity, AdamWRuns) {
+  AdamWRuns runs;
+  int64_t n = 0;
+  for (int r = 0; r < 20; ++r) {
+    n += 1 + (r * 37) % 53;
+    runs.ends.push_back(n);
+    runs.decays.push_back(r % 3 != 1);
+  }
+  HostTensor master = random_host(DType::f32, {n}, 104), m = random_host(DType::f32, {n}, 105, -0.1f, 0.1f);
+  HostTensor v = random_host(DType::f32, {n}, 106, 0.0f, 0.01f), grad = random_host(DType::f32, {n}, 107);
+  DeviceTensor gmaster = to_device(master), gm = to_device(m), gv = to_device(v), ggrad = to_device(grad);
+  HostTensor params(dt(), {n});
+  DeviceTensor gparams = device_empty(dt(), {n});
+  AdamWHyper h;
+  h.lr = 1e-2f;
+  h.weight_decay = 0.5f;
+  h.step = 2;
+  adamw_step(cpu(), master.t, m.t, v.t, grad.t, params.t, h, 0.5f, &runs);
+  adamw_step(gpu(), gmaster.t, gm.t, gv.t, ggrad.t, gparams.t, h, 0.5f, &runs);
+  expect_close(to_host(gmaster), master, tolerance(DType::f32), "adamw runs master");
+  expect_close(to_host(gm), m, tolerance(DType::f32), "adamw runs m");
+  expect_close(to_host(gv), v, tolerance(DType::f32), "adamw runs v");
+  expect_close(to_host(gparams), params, tolerance(dt()), "adamw runs params_out");
+}
+
 TEST_P(Parity, Sums) {
   HostTensor x = random_host(dt(), {5003}, 110);
   DeviceTensor gx = to_device(x);

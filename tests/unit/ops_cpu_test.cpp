@@ -906,6 +906,42 @@ TEST(OpsCpu, DropoutMaskProperties) {
 
 // ---------------------------------------------------------------- adamw, reductions
 
+// Runs with and without weight decay in one call equal one call per run.
+TEST(OpsCpu, AdamWRunsEqualOneCallPerRun) {
+  std::mt19937 g(19);
+  const AdamWHyper h{1e-2f, 0.9f, 0.95f, 1e-8f, 0.3f, 2};
+  AdamWRuns runs;
+  runs.ends = {5, 6, 40, 41, 43, 100};
+  runs.decays = {false, true, true, false, false, true};
+  const int64_t n = runs.ends.back();
+  HostTensor w(DType::f32, {n}), m(DType::f32, {n}), v(DType::f32, {n}), gr(DType::f32, {n}), po(DType::bf16, {n});
+  w.randomize(g);
+  m.randomize(g, -0.1, 0.1);
+  v.randomize(g, 0.0, 0.01);
+  gr.randomize(g);
+  HostTensor w2 = w, m2 = m, v2 = v, po2(DType::bf16, {n});
+  int64_t begin = 0;
+  for (size_t r = 0; r < runs.ends.size(); ++r) {
+    const int64_t k = runs.ends[r] - begin;
+    AdamWHyper hr = h;
+    if (!runs.decays[r]) hr.weight_decay = 0.0f;
+    adamw_step(rt(), w2.t().slice(begin, {k}), m2.t().slice(begin, {k}), v2.t().slice(begin, {k}),
+               gr.t().slice(begin, {k}), po2.t().slice(begin, {k}), hr, 0.5f);
+    begin = runs.ends[r];
+  }
+  adamw_step(rt(), w.t(), m.t(), v.t(), gr.t(), po.t(), h, 0.5f, &runs);
+  EXPECT_TRUE(w.bitwise_equal(w2));
+  EXPECT_TRUE(m.bitwise_equal(m2));
+  EXPECT_TRUE(v.bitwise_equal(v2));
+  EXPECT_TRUE(po.bitwise_equal(po2));
+  AdamWRuns short_runs;
+  short_runs.ends = {5, 99};
+  short_runs.decays = {true, false};
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_DEATH(adamw_step(rt(), w.t(), m.t(), v.t(), gr.t(), Tensor(), h, 1.0f, &short_runs),
+               "runs must end at the tensors' length 100");
+}
+
 TEST(OpsCpu, AdamWMatchesReference) {
   std::mt19937 g(18);
   const int64_t n = 257;
