@@ -42,7 +42,7 @@ DP_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1"}
 PEAK_FLOPS = 989e12  # H100/H200 SXM dense BF16
 VOCAB, SEQ = 50257, 1024
 PRESETS = {"tiny": (2, 2, 64), "124m": (12, 12, 768), "350m": (24, 16, 1024),
-           "1.3b": (24, 16, 2048)}  # (n_layers, n_heads, d_model); kept in step with torch_gpt
+           "1.3b": (24, 16, 2048), "7b": (32, 32, 4096)}  # (n_layers, n_heads, d_model); kept in step with torch_gpt
 
 
 def num_params(L, C, V=VOCAB, T=SEQ):
@@ -86,16 +86,25 @@ def torch_worker(args):
     torch.backends.cudnn.allow_tf32 = True
     model = GPT(GPTConfig(VOCAB, SEQ, L, H, C, dropout=0.0)).to(dev)
     assert model.num_params() == num_params(L, C)
+    net = model
+    if world > 1 and args.torch_parallel == "fsdp":
+        # FSDP2: each block and then the root sharded over the ranks (parameters, gradients and
+        # optimizer state: ZeRO-3), bf16 compute, gradients reduced in f32.
+        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+        mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+        for block in model.h:
+            fully_shard(block, mp_policy=mp)
+        fully_shard(model, mp_policy=mp)
+    elif world > 1:
+        from torch.nn.parallel import DistributedDataParallel as DDP
+        net = DDP(model, device_ids=[local_rank] if cuda else None, bucket_cap_mb=25,
+                  gradient_as_bucket_view=True)
+    # After the wrapping: FSDP replaces the parameters by sharded ones.
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
                              {"params": no_decay, "weight_decay": 0.0}],
                             lr=6e-4, betas=(0.9, 0.95), eps=1e-8, fused=True)
-    net = model
-    if world > 1:
-        from torch.nn.parallel import DistributedDataParallel as DDP
-        net = DDP(model, device_ids=[local_rank] if cuda else None, bucket_cap_mb=25,
-                  gradient_as_bucket_view=True)
     # torch.compile of the DDP module: Dynamo's DDPOptimizer splits the graph at the buckets, so
     # the all-reduces still overlap the backward.
     cmodel = torch.compile(net, mode=args.compile_mode) if args.compile_mode != "none" else net
@@ -164,7 +173,7 @@ def run_torch(args, preset, mb, dp=1):
     worker = [os.path.abspath(__file__), "--torch-worker", preset,
               "--micro-batch", str(mb), "--steps", str(args.steps), "--warmup", str(args.warmup),
               "--sdpa", args.sdpa, "--compile-mode", args.compile_mode,
-              "--torch-device", args.torch_device]
+              "--torch-device", args.torch_device, "--torch-parallel", args.torch_parallel]
     env = None
     if dp == 1:
         cmd = [sys.executable] + worker
@@ -209,7 +218,7 @@ every = 1
 
 def parse_metrics(path, warmup, dp=1):
     """Median over the step records after the first `warmup` ones. With dp > 1, the start record's
-    layout must say data = dp."""
+    layout must say data = dp (the data-parallel size, the GPUs over tensor x pipeline)."""
     records, start = [], None
     with open(path) as f:
         for line in f:
@@ -253,11 +262,15 @@ def run_trellis(args, preset, mb, workdir, dp=1):
             if var in env:
                 prefix += ["-x", var]
     cmd = prefix + [args.trellis, cfg_path, "--set", f"log.metrics_file={metrics}"]
-    if dp > 1:
-        cmd += ["--set", f"train.global_batch={dp * mb}"]
+    data = dp
+    if dp > 1:  # the global batch of dp x micro-batch sequences, over (tensor, pipeline, data)
+        tp, pp = args.trellis_layout
+        data = dp // (tp * pp)
+        cmd += ["--set", f"train.global_batch={dp * mb}", "--set", f"parallel.tensor={tp}",
+                "--set", f"parallel.pipeline={pp}"]
     for s in args.trellis_set:
         cmd += ["--set", s]
-    return run_child(cmd, args.timeout, parse=lambda out: parse_metrics(metrics, args.warmup, dp),
+    return run_child(cmd, args.timeout, parse=lambda out: parse_metrics(metrics, args.warmup, data),
                      env=env)
 
 
@@ -373,6 +386,10 @@ def main():
     ap.add_argument("--data-parallel", type=int, default=1, metavar="N",
                     help="also run each model / micro-batch data-parallel on N GPUs (PyTorch DDP "
                          "via torch.distributed.run, Trellis via mpirun), next to the 1-GPU runs")
+    ap.add_argument("--torch-parallel", default="ddp", choices=["ddp", "fsdp"],
+                    help="PyTorch on N GPUs: DistributedDataParallel or FSDP2 (fully_shard per block)")
+    ap.add_argument("--trellis-layout", default="1,1", metavar="T,P",
+                    help="Trellis on N GPUs: tensor and pipeline sizes (data = N / (T x P))")
     ap.add_argument("--mpirun", default="mpirun --allow-run-as-root --bind-to none",
                     help="launcher for the Trellis data-parallel runs; -np N and -x VAR follow")
     ap.add_argument("--skip-torch", action="store_true")
@@ -397,6 +414,14 @@ def main():
     if args.data_parallel < 1:
         ap.error("--data-parallel must be >= 1")
     dps = [1] if args.data_parallel == 1 else [1, args.data_parallel]
+    try:
+        args.trellis_layout = tuple(int(x) for x in args.trellis_layout.split(","))
+        assert len(args.trellis_layout) == 2 and min(args.trellis_layout) >= 1
+    except (ValueError, AssertionError):
+        ap.error("--trellis-layout must be T,P with T, P >= 1")
+    if args.data_parallel % (args.trellis_layout[0] * args.trellis_layout[1]) != 0:
+        ap.error(f"--data-parallel {args.data_parallel} is not a multiple of T x P = "
+                 f"{args.trellis_layout[0] * args.trellis_layout[1]}")
     if not args.skip_trellis and not os.path.exists(args.trellis):
         ap.error(f"{args.trellis} not found (build it, or --skip-trellis)")
 
@@ -461,10 +486,15 @@ def main():
               f"fused AdamW. MFU = tokens/s x (6N + 12 L C T) / 989e12, N with the tied embedding "
               f"once and no vocabulary padding. Ratio = Trellis tokens/s / PyTorch tokens/s.\n")
     if len(dps) > 1:
+        torch_side = ("FSDP2 (fully_shard per block and the root, bf16 parameters, f32 gradient "
+                      "reduction, torch.compile, torchrun)" if args.torch_parallel == "fsdp" else
+                      "DistributedDataParallel (NCCL, bucket_cap_mb 25, gradient_as_bucket_view, "
+                      "torch.compile of the DDP module, torchrun)")
+        tp, pp = args.trellis_layout
         header += (f"\nRows with GPUs = {args.data_parallel} (DP) are data-parallel: PyTorch "
-                   f"DistributedDataParallel (NCCL, bucket_cap_mb 25, gradient_as_bucket_view, "
-                   f"torch.compile of the DDP module, torchrun), Trellis under `{args.mpirun} -np "
-                   f"{args.data_parallel}` (ZeRO stage 0); NCCL_NVLS_ENABLE=0. Global batch = "
+                   f"{torch_side}, Trellis under `{args.mpirun} -np "
+                   f"{args.data_parallel}` at (tensor, pipeline, data) = ({tp}, {pp}, "
+                   f"{args.data_parallel // (tp * pp)}); NCCL_NVLS_ENABLE=0. Global batch = "
                    f"GPUs x micro-batch sequences; tokens/s are for the global batch, MFU is per "
                    f"GPU, step ms and peak memory are rank 0's. Scaling eff. = tokens/s per GPU / "
                    f"tokens/s of the same framework on 1 GPU (the GPUs = 1 rows of this call).\n")
