@@ -9,6 +9,7 @@
 #include "core/cuda/cudnn_attention.h"
 
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -142,15 +143,24 @@ void destroy_cudnn_attention(CudnnAttention* c) {
 
 namespace {
 
+// The problem's graphs, built on first use; unsupported ones (no handle: cuDNN could not start on
+// this machine, e.g. a runtime library older than the build's) take the own kernels.
 const Graphs* graphs_for(CudaState& st, const Problem& p) {
   if (!st.cudnn) {
     auto* c = new CudnnAttention();
-    check(cudnnCreate(&c->handle), "cudnnCreate");
-    check(cudnnSetStream(c->handle, st.compute), "cudnnSetStream");
+    const cudnnStatus_t s = cudnnCreate(&c->handle);
+    if (s != CUDNN_STATUS_SUCCESS) {
+      std::fprintf(stderr, "trellis: cuDNN is unavailable (%s); attention uses Trellis's own kernels\n",
+                   cudnnGetErrorString(s));
+      c->handle = nullptr;
+    } else {
+      check(cudnnSetStream(c->handle, st.compute), "cudnnSetStream");
+    }
     st.cudnn = c;
   }
   auto it = st.cudnn->graphs.find(p);
-  if (it == st.cudnn->graphs.end()) it = st.cudnn->graphs.emplace(p, build(st.cudnn->handle, p)).first;
+  if (it == st.cudnn->graphs.end())
+    it = st.cudnn->graphs.emplace(p, st.cudnn->handle ? build(st.cudnn->handle, p) : Graphs{}).first;
   return &it->second;
 }
 
