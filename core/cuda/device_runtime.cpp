@@ -257,6 +257,8 @@ float event_ms(void* from, void* to) {
   return ms;
 }
 
+void event_synchronize(void* event) { CUDA_CHECK(cudaEventSynchronize(static_cast<cudaEvent_t>(event))); }
+
 void destroy_timing_event(void* event) { cudaEventDestroy(static_cast<cudaEvent_t>(event)); }
 
 }  // namespace trellis::gpu

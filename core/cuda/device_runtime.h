@@ -27,6 +27,7 @@ double peak_flops(CudaState* s);  // dense bf16/fp16 FLOP/s; 0 if the GPU is not
 void* create_timing_event();
 void record_on_compute(CudaState* s, void* event);
 float event_ms(void* from, void* to);
+void event_synchronize(void* event);  // blocks the host until the recorded work is done
 void destroy_timing_event(void* event);
 
 }  // namespace trellis::gpu
