@@ -8,6 +8,7 @@
 // takes the own kernels, forward and backward alike.
 #include "core/cuda/cudnn_attention.h"
 
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -15,7 +16,8 @@
 #include <map>
 #include <memory>
 #include <tuple>
-#include <unordered_map>
+#include <utility>
+#include <vector>
 
 #include <cudnn_frontend.h>
 
@@ -27,8 +29,9 @@ namespace fe = cudnn_frontend;
 
 namespace {
 
-// Tensor ids of the variant packs.
-enum : int64_t { kQ = 1, kK, kV, kO, kStats, kdO, kdQ, kdK, kdV };
+// Tensor ids of the variant packs; a call's pointers are an array indexed by them.
+enum : int64_t { kQ = 1, kK, kV, kO, kStats, kdO, kdQ, kdK, kdV, kIds };
+using Pointers = std::array<void*, kIds>;
 
 struct Problem {
   int64_t B, H, T, hd;
@@ -36,10 +39,16 @@ struct Problem {
   bool operator<(const Problem& o) const { return std::tie(B, H, T, hd, t) < std::tie(o.B, o.H, o.T, o.hd, o.t); }
 };
 
+// A built graph, its workspace and its tensor ids in the order execute() takes their pointers.
+struct Built {
+  std::shared_ptr<fe::graph::Graph> graph;
+  int64_t workspace = 0;
+  std::vector<int64_t> ids;
+};
+
 struct Graphs {
   bool supported = false;
-  std::shared_ptr<fe::graph::Graph> forward, backward;
-  int64_t forward_workspace = 0, backward_workspace = 0;
+  Built forward, backward;
 };
 
 void check(cudnnStatus_t s, const char* what) {
@@ -83,13 +92,16 @@ std::shared_ptr<fe::graph::Tensor_attributes> stats_view(fe::graph::Graph& g, co
                       .set_data_type(fe::DataType_t::FLOAT));
 }
 
-// Builds a graph's plans; false (with nothing thrown) when cuDNN cannot run it.
-bool finish(fe::graph::Graph& g, cudnnHandle_t h, int64_t& workspace) {
-  if (g.validate().is_bad() || g.build_operation_graph(h).is_bad() ||
-      g.create_execution_plans({fe::HeurMode_t::A}).is_bad() || g.check_support(h).is_bad() ||
-      g.build_plans(h).is_bad())
+// Builds a graph's plans into `out`; false (with nothing thrown) when cuDNN cannot run it.
+bool finish(std::shared_ptr<fe::graph::Graph> g, cudnnHandle_t h, Built& out) {
+  if (g->validate().is_bad() || g->build_operation_graph(h).is_bad() ||
+      g->create_execution_plans({fe::HeurMode_t::A}).is_bad() || g->check_support(h).is_bad() ||
+      g->build_plans(h).is_bad() || g->get_workspace_size(out.workspace).is_bad())
     return false;
-  return !g.get_workspace_size(workspace).is_bad();
+  out.ids = g->get_variant_pack_uids_sorted();
+  for (int64_t id : out.ids) TRELLIS_CHECK(id > 0 && id < kIds, "cuDNN attention: unexpected tensor id");
+  out.graph = std::move(g);
+  return true;
 }
 
 Graphs build(cudnnHandle_t h, const Problem& p) {
@@ -105,8 +117,7 @@ Graphs build(cudnnHandle_t h, const Problem& p) {
     o->set_output(true).set_uid(kO).set_dim({p.B, p.H, p.T, p.hd}).set_stride({p.T * C, p.hd, C, 1});
     stats->set_output(true).set_uid(kStats).set_data_type(fe::DataType_t::FLOAT).set_dim({p.B, p.H, p.T, 1})
         .set_stride({p.H * p.T, p.T, 1, 1});
-    if (!finish(*g, h, out.forward_workspace)) return out;
-    out.forward = g;
+    if (!finish(g, h, out.forward)) return out;
   }
   {
     auto g = new_graph(p.t);
@@ -118,8 +129,7 @@ Graphs build(cudnnHandle_t h, const Problem& p) {
     auto [dq, dk, dv] = g->sdpa_backward(q, k, v, o, d_o, stats, opt);
     for (auto [t, uid] : {std::pair{dq, kdQ}, std::pair{dk, kdK}, std::pair{dv, kdV}})
       t->set_output(true).set_uid(uid).set_dim({p.B, p.H, p.T, p.hd}).set_stride({p.T * 3 * C, p.hd, 3 * C, 1});
-    if (!finish(*g, h, out.backward_workspace)) return out;
-    out.backward = g;
+    if (!finish(g, h, out.backward)) return out;
   }
   out.supported = true;
   return out;
@@ -164,10 +174,11 @@ const Graphs* graphs_for(CudaState& st, const Problem& p) {
   return &it->second;
 }
 
-void run(Runtime& rt, CudaState& st, const fe::graph::Graph& g, int64_t workspace,
-         std::unordered_map<int64_t, void*>& pack) {
-  void* ws = workspace > 0 ? rt.scratch(size_t(workspace)) : nullptr;
-  auto status = g.execute(st.cudnn->handle, pack, ws);
+void run(Runtime& rt, CudaState& st, const Built& b, const Pointers& by_id) {
+  void* ws = b.workspace > 0 ? rt.scratch(size_t(b.workspace)) : nullptr;
+  Pointers ordered{};
+  for (size_t i = 0; i < b.ids.size(); ++i) ordered[i] = by_id[size_t(b.ids[i])];
+  auto status = b.graph->execute(st.cudnn->handle, ordered.data(), int(b.ids.size()), ws);
   if (status.is_bad()) TRELLIS_FATAL("cuDNN attention: " + status.get_message());
 }
 
@@ -186,9 +197,13 @@ void cudnn_attention_forward(Runtime& rt, void* out, float* lse, const void* qkv
   const Graphs& g = *graphs_for(st, Problem{B, H, T, hd, t});
   const int64_t C = H * hd, es = int64_t(dtype_size(t));
   char* base = static_cast<char*>(const_cast<void*>(qkv));
-  std::unordered_map<int64_t, void*> pack = {
-      {kQ, base}, {kK, base + C * es}, {kV, base + 2 * C * es}, {kO, out}, {kStats, lse}};
-  run(rt, st, *g.forward, g.forward_workspace, pack);
+  Pointers p{};
+  p[kQ] = base;
+  p[kK] = base + C * es;
+  p[kV] = base + 2 * C * es;
+  p[kO] = out;
+  p[kStats] = lse;
+  run(rt, st, g.forward, p);
 }
 
 void cudnn_attention_backward(Runtime& rt, void* dqkv, const void* dout, const void* qkv, const void* out,
@@ -198,11 +213,17 @@ void cudnn_attention_backward(Runtime& rt, void* dqkv, const void* dout, const v
   const int64_t C = H * hd, es = int64_t(dtype_size(t));
   char* in = static_cast<char*>(const_cast<void*>(qkv));
   char* grad = static_cast<char*>(dqkv);
-  std::unordered_map<int64_t, void*> pack = {
-      {kQ, in},           {kK, in + C * es},          {kV, in + 2 * C * es},
-      {kO, const_cast<void*>(out)}, {kdO, const_cast<void*>(dout)}, {kStats, const_cast<float*>(lse)},
-      {kdQ, grad},        {kdK, grad + C * es},       {kdV, grad + 2 * C * es}};
-  run(rt, st, *g.backward, g.backward_workspace, pack);
+  Pointers p{};
+  p[kQ] = in;
+  p[kK] = in + C * es;
+  p[kV] = in + 2 * C * es;
+  p[kO] = const_cast<void*>(out);
+  p[kdO] = const_cast<void*>(dout);
+  p[kStats] = const_cast<float*>(lse);
+  p[kdQ] = grad;
+  p[kdK] = grad + C * es;
+  p[kdV] = grad + 2 * C * es;
+  run(rt, st, g.backward, p);
 }
 
 }  // namespace gpu
