@@ -37,17 +37,10 @@ void sgemm_into(float* c, const float* a, const float* b, const Tensor* bias, in
 }  // namespace
 
 void matmul(Runtime& rt, const Tensor& out, const Tensor& a, const Tensor& b, const MatmulOptions& opt) {
-  if (opt.bias_grad) {  // the GEMM, then the bias gradient as the separate op computes it
-    MatmulOptions plain = opt;
-    plain.bias_grad = nullptr;
-    cpu::matmul(rt, out, a, b, plain);
-    cpu::bias_backward(rt, *opt.bias_grad, a);
-    return;
-  }
   // The fused GELU is the plain GEMM followed by the GELU op, as the separate ops would run.
   if (opt.gelu_input || opt.gelu_grad_of) {
     MatmulOptions plain = opt;
-    plain.gelu_input = plain.gelu_grad_of = nullptr;
+    plain.gelu_input = plain.gelu_grad_of = plain.gelu_bias_grad = nullptr;
     if (opt.gelu_input) {
       const Tensor pre = opt.gelu_input->view(out.shape);
       cpu::matmul(rt, pre, a, b, plain);
@@ -55,6 +48,7 @@ void matmul(Runtime& rt, const Tensor& out, const Tensor& a, const Tensor& b, co
     } else {
       cpu::matmul(rt, out, a, b, plain);
       cpu::gelu_backward(rt, out, out, *opt.gelu_grad_of);
+      if (opt.gelu_bias_grad) cpu::bias_backward(rt, *opt.gelu_bias_grad, out);
     }
     return;
   }

@@ -41,12 +41,12 @@ enum class Gelu : uint8_t { none, forward, backward };  // MatmulOptions::gelu_i
 
 struct PlanKey {
   int64_t m, n, k;
-  bool trans_a, trans_b, accumulate, bias, bias_grad;
+  bool trans_a, trans_b, accumulate, bias, gelu_bias_grad;
   Gelu gelu;
   DType ab, out;
   uint32_t align_a, align_b, align_c, align_bias, align_aux;
   auto tie() const {
-    return std::tie(m, n, k, trans_a, trans_b, accumulate, bias, bias_grad, gelu, ab, out, align_a, align_b, align_c,
+    return std::tie(m, n, k, trans_a, trans_b, accumulate, bias, gelu_bias_grad, gelu, ab, out, align_a, align_b, align_c,
                     align_bias, align_aux);
   }
   bool operator<(const PlanKey& o) const { return tie() < o.tie(); }
@@ -58,8 +58,8 @@ struct Plan {
   cublasLtMatmulAlgo_t algo{};
   bool bias_fused = false;  // false: bias (if any) is added by a separate kernel
   bool gelu_fused = false;  // false: GELU (if any) runs as the separate gelu kernel
-  // BGRADB fused: the epilogue writes the bias gradient (M floats) here; it is then added to the
-  // caller's. Null: the separate bias_backward runs.
+  // DGELU_BGRAD fused: the epilogue writes the bias gradient (N floats) here; it is then added to
+  // the caller's. Null: the separate bias_backward runs.
   float* bias_grad_out = nullptr;
   // For TRELLIS_MATMUL_LOG: heuristic results returned, index taken, its workspace and waves; whether
   // the candidates were timed, and the taken one's and the heuristic's first one's time.
@@ -208,10 +208,13 @@ bool try_make_plan(CudaState& st, const PlanKey& key, bool fuse_bias, bool fuse_
   CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof op_a));
   CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof op_b));
   cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_DEFAULT;
-  if (fuse_gelu && key.gelu == Gelu::backward) epi = CUBLASLT_EPILOGUE_DGELU;  // ops.cpp: no bias here
+  // ops.cpp: the GELU's backward comes without bias. Its bias gradient (DGELU_BGRAD) sums D over its
+  // n_lt = M columns, in the epilogue. (The weight-gradient GEMM's BGRADB, which sums an input in the
+  // main loop, made those GEMMs 15-40% slower on the H200 than the separate kernel costs.)
+  if (fuse_gelu && key.gelu == Gelu::backward)
+    epi = fuse_bias_grad ? CUBLASLT_EPILOGUE_DGELU_BGRAD : CUBLASLT_EPILOGUE_DGELU;
   else if (fuse_gelu) epi = fuse_bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
   else if (fuse_bias) epi = CUBLASLT_EPILOGUE_BIAS;
-  else if (fuse_bias_grad) epi = CUBLASLT_EPILOGUE_BGRADB;  // column sums of a (B_lt) over k: M floats
   CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
   if (fuse_bias) {
     cudaDataType_t bias_t = cuda_type(key.ab);
@@ -221,7 +224,7 @@ bool try_make_plan(CudaState& st, const PlanKey& key, bool fuse_bias, bool fuse_
   if (fuse_bias_grad) {
     cudaDataType_t bias_t = CUDA_R_32F;
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_t, sizeof bias_t));
-    CUDA_CHECK(cudaMalloc(&p.bias_grad_out, size_t(M) * sizeof(float)));
+    CUDA_CHECK(cudaMalloc(&p.bias_grad_out, size_t(N) * sizeof(float)));
     set_pointer(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, p.bias_grad_out);
   }
   if (fuse_gelu) {
@@ -294,14 +297,14 @@ void log_plan(const CudaState& st, const PlanKey& key, const Plan& p) {
                   double(p.first_us));
   std::fprintf(stderr,
                "[trellis matmul] plan #%zu: M=%lld N=%lld K=%lld %s x %s -> %s trans_a=%d trans_b=%d accumulate=%d "
-               "bias=%s bias_grad=%s gelu=%s%s align(a,b,out,bias,aux)=%u,%u,%u,%u,%u | algo %d of %d candidates, workspace %zu B, "
+               "bias=%s gelu=%s%s gelu_bias_grad=%s align(a,b,out,bias,aux)=%u,%u,%u,%u,%u | algo %d of %d candidates, workspace %zu B, "
                "waves %.2f%s%s\n",
                st.matmul_plans->plans.size() + 1, static_cast<long long>(key.m), static_cast<long long>(key.n),
                static_cast<long long>(key.k), ab.c_str(), ab.c_str(), out.c_str(),
                int(key.trans_a), int(key.trans_b), int(key.accumulate),
                !key.bias ? "none" : (p.bias_fused ? "fused-epilogue" : "SEPARATE-KERNEL"),
-               !key.bias_grad ? "none" : (p.bias_grad_out ? "fused-epilogue" : "SEPARATE-KERNEL"), gelu,
-               key.gelu == Gelu::none ? "" : (p.gelu_fused ? " (fused-epilogue)" : " (SEPARATE-KERNEL)"), key.align_a,
+               gelu, key.gelu == Gelu::none ? "" : (p.gelu_fused ? " (fused-epilogue)" : " (SEPARATE-KERNEL)"),
+               !key.gelu_bias_grad ? "none" : (p.bias_grad_out ? "fused-epilogue" : "SEPARATE-KERNEL"), key.align_a,
                key.align_b, key.align_c, key.align_bias, key.align_aux, p.chosen, p.candidates, p.workspace,
                double(p.waves), timing, st.deterministic ? ", deterministic (no split-K reduction)" : "");
 }
@@ -311,12 +314,14 @@ Plan& get_plan(CudaState& st, const PlanKey& key, const Operands& ops) {
   auto it = st.matmul_plans->plans.find(key);
   if (it != st.matmul_plans->plans.end()) return it->second;
   Plan p;
-  // All requested epilogues fused first; then without the GELU, then without the bias (or the bias
-  // gradient), where cuBLASLt has no algorithm for them (a fused GELU thus always comes with the
-  // fused bias).
-  const bool ok = (key.gelu != Gelu::none && try_make_plan(st, key, key.bias, true, false, ops, p)) ||
+  // All requested epilogues fused first; then without the GELU's bias gradient, without the GELU,
+  // without the bias, where cuBLASLt has no algorithm for them (a fused GELU thus always comes with
+  // the fused bias). Deterministic mode keeps the bias gradient in the separate kernel, whose
+  // summation order is fixed; the epilogue's across thread blocks is not documented.
+  const bool gelu = key.gelu != Gelu::none;
+  const bool ok = (gelu && key.gelu_bias_grad && !st.deterministic && try_make_plan(st, key, false, true, true, ops, p)) ||
+                  (gelu && try_make_plan(st, key, key.bias, true, false, ops, p)) ||
                   (key.bias && try_make_plan(st, key, true, false, false, ops, p)) ||
-                  (key.bias_grad && try_make_plan(st, key, false, false, true, ops, p)) ||
                   try_make_plan(st, key, false, false, false, ops, p);
   if (!ok)
     TRELLIS_FATAL("matmul: cuBLASLt has no algorithm for M=" + std::to_string(key.m) + " N=" + std::to_string(key.n) +
@@ -337,12 +342,13 @@ void matmul(Runtime& rt, const Tensor& out, const Tensor& a, const Tensor& b, co
   // Where the product (+ bias) lands unless the GELU is fused: the forward's pre-activation, or out.
   void* result = opt.gelu_input ? opt.gelu_input->data : out.data;
   bool bias_done = false, gelu_done = false, bias_grad_done = false;
+  const Tensor* bias_grad = opt.gelu_bias_grad;
   if (K == 0) {  // cuBLASLt wants k > 0: the product is empty (accumulating: out unchanged by it)
     if (!opt.accumulate) launch_fill(st.compute, result, out.dtype, out.numel(), 0.0f);
   } else {
     // The plan's output is out or, with the forward GELU not fused, gelu_input: it must suit both.
     const uint32_t align_out = std::min(alignment_of(out.data), alignment_of(result));
-    PlanKey key{M, N, K, opt.trans_a, opt.trans_b, opt.accumulate, opt.bias != nullptr, opt.bias_grad != nullptr,
+    PlanKey key{M, N, K, opt.trans_a, opt.trans_b, opt.accumulate, opt.bias != nullptr, bias_grad != nullptr,
                 gelu, a.dtype, out.dtype,
                 alignment_of(a.data), alignment_of(b.data), align_out,
                 opt.bias ? alignment_of(opt.bias->data) : 256u, aux ? alignment_of(aux->data) : 256u};
@@ -357,15 +363,15 @@ void matmul(Runtime& rt, const Tensor& out, const Tensor& a, const Tensor& b, co
     bias_done = p.bias_fused;
     gelu_done = p.gelu_fused;  // and then so is the bias (get_plan)
     if (p.bias_grad_out) {
-      launch_add(st.compute, opt.bias_grad->data, opt.bias_grad->data, p.bias_grad_out, DType::f32, M);
+      launch_add(st.compute, bias_grad->data, bias_grad->data, p.bias_grad_out, DType::f32, N);
       bias_grad_done = true;
     }
   }
-  if (opt.bias_grad && !bias_grad_done) gpu::bias_backward(rt, *opt.bias_grad, a);
   if (opt.bias && !bias_done) launch_bias_add(st.compute, result, out.dtype, opt.bias->data, opt.bias->dtype, M, N);
   if (gelu == Gelu::forward && !gelu_done) launch_gelu_forward(st.compute, out.data, result, out.dtype, out.numel());
   if (gelu == Gelu::backward && !gelu_done)
     launch_gelu_backward(st.compute, out.data, out.data, aux->data, out.dtype, out.numel());
+  if (bias_grad && !bias_grad_done) gpu::bias_backward(rt, *bias_grad, out);
 }
 
 }  // namespace gpu

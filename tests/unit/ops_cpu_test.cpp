@@ -430,50 +430,44 @@ TEST(OpsCpu, MatmulFusedGeluEqualsSeparateOps) {
       }
 }
 
-// The weight gradient's bias gradient from the same call (MatmulOptions::bias_grad) is the GEMM plus
-// bias_backward, accumulating into what db held.
-TEST(OpsCpu, MatmulBiasGradEqualsSeparateOps) {
+// The GELU backward's bias gradient from the same call (MatmulOptions::gelu_bias_grad) is the GEMM,
+// gelu_backward and bias_backward of its output, accumulating into what db held.
+TEST(OpsCpu, MatmulGeluBiasGradEqualsSeparateOps) {
   std::mt19937 g(11);
   const int64_t M = 13, N = 24, K = 17;
   for (DType dt : kFloatTypes)
     for (bool tb : {false, true}) {
       SCOPED_TRACE(std::string(dtype_name(dt)) + " tb " + std::to_string(tb));
-      HostTensor dy(dt, {K, M}), x(dt, tb ? Shape{N, K} : Shape{K, N});
+      HostTensor dy(dt, {M, K}), w(dt, tb ? Shape{N, K} : Shape{K, N}), h(dt, {M, N});
       dy.randomize(g);
-      x.randomize(g);
-      HostTensor dw_ref(DType::f32, {M, N}), db_ref(DType::f32, {M}), dw(DType::f32, {M, N}), db(DType::f32, {M});
-      dw_ref.randomize(g);
+      w.randomize(g);
+      h.randomize(g, -3.0, 3.0);
+      HostTensor dh_ref(dt, {M, N}), dh(dt, {M, N}), db_ref(DType::f32, {N}), db(DType::f32, {N});
       db_ref.randomize(g);
-      std::memcpy(dw.t().data, dw_ref.t().data, size_t(M * N) * 4);
-      std::memcpy(db.t().data, db_ref.t().data, size_t(M) * 4);
+      std::memcpy(db.t().data, db_ref.t().data, size_t(N) * 4);
       MatmulOptions o;
-      o.trans_a = true;
       o.trans_b = tb;
-      o.accumulate = true;
-      matmul(rt(), dw_ref.t(), dy.t(), x.t(), o);
-      bias_backward(rt(), db_ref.t(), dy.t());
-      Tensor dbt = db.t();
-      o.bias_grad = &dbt;
-      matmul(rt(), dw.t(), dy.t(), x.t(), o);
-      EXPECT_TRUE(dw.bitwise_equal(dw_ref)) << "weight gradient";
+      matmul(rt(), dh_ref.t(), dy.t(), w.t(), o);
+      gelu_backward(rt(), dh_ref.t(), dh_ref.t(), h.t());
+      bias_backward(rt(), db_ref.t(), dh_ref.t());
+      Tensor ht = h.t(), dbt = db.t();
+      o.gelu_grad_of = &ht;
+      o.gelu_bias_grad = &dbt;
+      matmul(rt(), dh.t(), dy.t(), w.t(), o);
+      EXPECT_TRUE(dh.bitwise_equal(dh_ref)) << "gelu'";
       EXPECT_TRUE(db.bitwise_equal(db_ref)) << "bias gradient";
     }
-  HostTensor a(DType::f32, {4, 8}), b(DType::f32, {4, 6}), out(DType::f32, {8, 6}), db(DType::f32, {8});
-  HostTensor wrong(DType::f32, {6}), bias(DType::f32, {6}), plain_a(DType::f32, {8, 4});
-  Tensor dbt = db.t(), wt = wrong.t(), biast = bias.t();
+  HostTensor a(DType::f32, {4, 8}), b(DType::f32, {8, 6}), out(DType::f32, {4, 6}), h(DType::f32, {4, 6});
+  HostTensor db(DType::f32, {6}), wrong(DType::f32, {4});
+  Tensor dbt = db.t(), wt = wrong.t(), ht = h.t();
   GTEST_FLAG_SET(death_test_style, "threadsafe");
-  MatmulOptions plain;
-  plain.bias_grad = &dbt;
-  EXPECT_DEATH(matmul(rt(), out.t(), plain_a.t(), b.t(), plain), "bias_grad needs trans_a");
+  MatmulOptions no_gelu;
+  no_gelu.gelu_bias_grad = &dbt;
+  EXPECT_DEATH(matmul(rt(), out.t(), a.t(), b.t(), no_gelu), "gelu_bias_grad needs gelu_grad_of");
   MatmulOptions sized;
-  sized.trans_a = true;
-  sized.bias_grad = &wt;
-  EXPECT_DEATH(matmul(rt(), out.t(), a.t(), b.t(), sized), "bias_grad must be f32 with M = 8");
-  MatmulOptions biased;
-  biased.trans_a = true;
-  biased.bias_grad = &dbt;
-  biased.bias = &biast;
-  EXPECT_DEATH(matmul(rt(), out.t(), a.t(), b.t(), biased), "does not combine with bias");
+  sized.gelu_grad_of = &ht;
+  sized.gelu_bias_grad = &wt;
+  EXPECT_DEATH(matmul(rt(), out.t(), a.t(), b.t(), sized), "gelu_bias_grad must be f32 with N = 6");
 }
 
 TEST(OpsCpu, MatmulFusedGeluRejectsBadArguments) {
