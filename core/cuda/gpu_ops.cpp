@@ -52,7 +52,7 @@ void layernorm_backward(Runtime& rt, const Tensor& dx, const Tensor& dw, const T
                         const Tensor& x, const Tensor& w, const Tensor& mean, const Tensor& rstd) {
   int64_t rows = x.rows(), cols = x.cols();
   if (rows == 0 || cols == 0) return;
-  auto* scratch = static_cast<float*>(rt.scratch(size_t(2 * colsum_chunks(rows) * cols) * sizeof(float)));
+  auto* scratch = static_cast<float*>(rt.scratch(size_t(layernorm_backward_scratch(rows, cols)) * sizeof(float)));
   launch_layernorm_backward(compute_stream(rt), dx.data, dw.ptr<float>(), db.ptr<float>(), dout.data, x.data, w.data,
                             mean.ptr<float>(), rstd.ptr<float>(), x.dtype, rows, cols, scratch);
 }

@@ -56,9 +56,20 @@ inline int64_t colsum_chunks(int64_t rows) {
   if (c > 256) c = 256;          // ... and at most 256 chunks
   return c < 1 ? 1 : c;
 }
+// The fused layer-norm backward's chunks: one thread block each, 32 rows, at most 1024 chunks.
+inline int64_t layernorm_chunks(int64_t rows) {
+  int64_t c = (rows + 31) / 32;
+  if (c > 1024) c = 1024;
+  return c < 1 ? 1 : c;
+}
+// Floats of scratch launch_layernorm_backward takes.
+inline int64_t layernorm_backward_scratch(int64_t rows, int64_t cols) {
+  const int64_t a = colsum_chunks(rows), b = layernorm_chunks(rows);
+  return 2 * (a > b ? a : b) * cols;
+}
 void launch_layernorm_forward(cudaStream_t s, void* out, float* mean, float* rstd, const void* x, const void* w,
                               const void* b, DType t, int64_t rows, int64_t cols, float eps);
-// dx += ..., dw += ..., db += ...; scratch: 2 * colsum_chunks(rows) * cols floats.
+// dx += ..., dw += ..., db += ...; scratch: layernorm_backward_scratch(rows, cols) floats.
 void launch_layernorm_backward(cudaStream_t s, void* dx, float* dw, float* db, const void* dout, const void* x,
                                const void* w, const float* mean, const float* rstd, DType t, int64_t rows,
                                int64_t cols, float* scratch);

@@ -153,62 +153,113 @@ __global__ void layernorm_backward_dx_kernel(T* dx, const T* dout, const T* x, c
   }
 }
 
-// Row pass (16-byte vectors): one warp per row, the row's dout and x in registers, w reread from
-// L1; dx += rstd * (dnorm - mean(dnorm) - xhat * mean(dnorm * xhat)). No column sums here: they
-// take a separate column pass (column_partials_vec_kernel), which keeps this kernel's registers
-// few and its occupancy high (a fused version holding per-column sums in registers ran at a third
-// of the memory bandwidth). Requires cols % Pack<T>::N == 0 and 16-byte aligned dx, dout, x, w.
+// Fused pass (16-byte vectors): one thread block per chunk of rows (layernorm_chunks), its threads
+// splitting each row's vectors (thread t holds vectors t, t + blockDim.x, ...). A thread's columns
+// are thus the same for every row, so its dw and db sums stay in a few registers, and the block
+// writes one partial per column for its chunk (summed in chunk order by column_finalize_kernel:
+// deterministic). The row sums of dnorm and dnorm * xhat go through a block reduction whose
+// shared slots alternate with the row's parity, so one barrier per row suffices; the next row's
+// loads are issued before it. dx += rstd * (dnorm - mean(dnorm) - xhat * mean(dnorm * xhat)),
+// dnorm = dout * w. Requires cols % Pack<T>::N == 0, 16-byte aligned dx, dout, x, w, and
+// blockDim.x a multiple of 32 with blockDim.x * ITERS >= cols / Pack<T>::N.
+// (Earlier forms: one warp per row holding the row's column sums in registers ran at a third of
+// the memory bandwidth, one CTA per SM; a warp-per-row pass plus a separate column pass read dout
+// and x twice.)
 template <typename T, int ITERS>
-__global__ void __launch_bounds__(kThreads)
-    layernorm_backward_dx_vec_kernel(T* dx, const T* dout, const T* x, const T* w, const float* mean,
-                                     const float* rstd, int64_t rows, int cols) {
+// One vector per thread: at most 64 registers (4 blocks of 256 threads per SM; without the bound it
+// took 95, 2 blocks). More vectors per thread would spill under that bound.
+__global__ void __launch_bounds__(512, ITERS == 1 ? 2 : 1)
+    layernorm_backward_fused_kernel(T* dx, float* p_dw, float* p_db, const T* dout, const T* x, const T* w,
+                                    const float* mean, const float* rstd, int64_t rows, int cols,
+                                    int64_t rows_per_chunk) {
   constexpr int N = Pack<T>::N;
-  const int lane = threadIdx.x & 31;
-  const int64_t r = int64_t(blockIdx.x) * kWarpsPerBlock + (threadIdx.x >> 5);
-  if (r >= rows) return;
+  __shared__ float2 sums[2][16];  // per warp (sum dnorm, sum dnorm * xhat), by row parity
   const int nvec = cols / N;
-  const T* xr = x + r * cols;
-  const T* dr = dout + r * cols;
-  T* dxr = dx + r * cols;
-  Pack<T> xv[ITERS], dv[ITERS];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+  const int64_t r0 = int64_t(blockIdx.x) * rows_per_chunk;
+  const int64_t r1 = r0 + rows_per_chunk < rows ? r0 + rows_per_chunk : rows;
+  Pack<T> wv[ITERS];
+  float aw[ITERS][N], ab[ITERS][N];
 #pragma unroll
   for (int i = 0; i < ITERS; ++i) {
-    int v = lane + 32 * i;
-    if (v < nvec) {
-      xv[i] = ld16(xr + v * N);
-      dv[i] = ld16(dr + v * N);
-    }
+    const int v = threadIdx.x + i * blockDim.x;
+    if (v < nvec) wv[i] = ld16(w + v * N);
+#pragma unroll
+    for (int j = 0; j < N; ++j) aw[i][j] = ab[i][j] = 0.0f;
   }
-  const float m = mean[r], rs = rstd[r];
-  float sd = 0.0f, sdx = 0.0f;
+  Pack<T> xv[ITERS], dv[ITERS], gv[ITERS];
+  auto load = [&](int64_t r) {
 #pragma unroll
-  for (int i = 0; i < ITERS; ++i) {
-    if (lane + 32 * i < nvec) {
-      const Pack<T> wv = ld16(w + (lane + 32 * i) * N);
-#pragma unroll
-      for (int j = 0; j < N; ++j) {
-        float dn = to_f32(dv[i].e[j]) * to_f32(wv.e[j]);
-        sd += dn;
-        sdx += dn * (to_f32(xv[i].e[j]) - m) * rs;
+    for (int i = 0; i < ITERS; ++i) {
+      const int v = threadIdx.x + i * blockDim.x;
+      if (v < nvec && r < r1) {
+        xv[i] = ld16(x + r * cols + v * N);
+        dv[i] = ld16(dout + r * cols + v * N);
+        gv[i] = ld16(dx + r * cols + v * N);
       }
     }
-  }
+  };
+  load(r0);
   const float inv_cols = 1.0f / float(cols);
-  const float mean_d = warp_sum(sd) * inv_cols;
-  const float mean_dx = warp_sum(sdx) * inv_cols;
+  for (int64_t r = r0; r < r1; ++r) {
+    Pack<T> xc[ITERS], dc[ITERS], g[ITERS];  // this row's; the next row's loads go into xv, dv, gv
+#pragma unroll
+    for (int i = 0; i < ITERS; ++i) {
+      xc[i] = xv[i];
+      dc[i] = dv[i];
+      g[i] = gv[i];
+    }
+    load(r + 1);  // in flight during the reduction and the update below
+    const float m = mean[r], rs = rstd[r];
+    float sd = 0.0f, sdx = 0.0f;
+#pragma unroll
+    for (int i = 0; i < ITERS; ++i) {
+      if (threadIdx.x + i * blockDim.x < nvec) {
+#pragma unroll
+        for (int j = 0; j < N; ++j) {
+          const float dn = to_f32(dc[i].e[j]) * to_f32(wv[i].e[j]);
+          sd += dn;
+          sdx += dn * (to_f32(xc[i].e[j]) - m) * rs;
+        }
+      }
+    }
+    sd = warp_sum(sd);
+    sdx = warp_sum(sdx);
+    const int parity = int(r & 1);
+    if (lane == 0) sums[parity][warp] = make_float2(sd, sdx);
+    __syncthreads();
+    float2 tot = sums[parity][0];
+    for (int k = 1; k < nwarps; ++k) {
+      tot.x += sums[parity][k].x;
+      tot.y += sums[parity][k].y;
+    }
+    const float mean_d = tot.x * inv_cols, mean_dx = tot.y * inv_cols;
+#pragma unroll
+    for (int i = 0; i < ITERS; ++i) {
+      const int v = threadIdx.x + i * blockDim.x;
+      if (v < nvec) {
+#pragma unroll
+        for (int j = 0; j < N; ++j) {
+          const float dy = to_f32(dc[i].e[j]), xh = (to_f32(xc[i].e[j]) - m) * rs;
+          const float dn = dy * to_f32(wv[i].e[j]);
+          g[i].e[j] = from_f32<T>(to_f32(g[i].e[j]) + (dn - mean_d - xh * mean_dx) * rs);
+          ab[i][j] += dy;
+          aw[i][j] += dy * xh;
+        }
+        st16(dx + r * cols + v * N, g[i]);
+      }
+    }
+  }
+  const int64_t chunk = blockIdx.x;
 #pragma unroll
   for (int i = 0; i < ITERS; ++i) {
-    int v = lane + 32 * i;
+    const int v = threadIdx.x + i * blockDim.x;
     if (v < nvec) {
-      const Pack<T> wv = ld16(w + v * N);
-      Pack<T> gv = ld16(dxr + v * N);
 #pragma unroll
       for (int j = 0; j < N; ++j) {
-        float dn = to_f32(dv[i].e[j]) * to_f32(wv.e[j]);
-        float xh = (to_f32(xv[i].e[j]) - m) * rs;
-        gv.e[j] = from_f32<T>(to_f32(gv.e[j]) + (dn - mean_d - xh * mean_dx) * rs);
+        p_db[chunk * cols + v * N + j] = ab[i][j];
+        p_dw[chunk * cols + v * N + j] = aw[i][j];
       }
-      st16(dxr + v * N, gv);
     }
   }
 }
@@ -385,38 +436,46 @@ void layernorm_forward_impl(cudaStream_t s, T* out, float* mean, float* rstd, co
   CUDA_CHECK_LAUNCH();
 }
 
+// The fused kernel's block: ITERS = ceil(nvec / 512) vectors per thread, the threads as few as cover
+// the row (a multiple of 32). ITERS <= kMaxFusedIters, else the two-pass form.
+constexpr int kMaxFusedIters = 4;
 template <typename T, int ITERS>
-void layernorm_backward_dx_vec(cudaStream_t s, T* dx, const T* dout, const T* x, const T* w, const float* mean,
-                               const float* rstd, int64_t rows, int64_t cols) {
-  layernorm_backward_dx_vec_kernel<T, ITERS>
-      <<<row_blocks(rows), kThreads, 0, s>>>(dx, dout, x, w, mean, rstd, rows, int(cols));
+void layernorm_backward_fused(cudaStream_t s, T* dx, float* p_dw, float* p_db, const T* dout, const T* x, const T* w,
+                              const float* mean, const float* rstd, int64_t rows, int64_t cols, int64_t chunks) {
+  const int nvec = int(cols / Pack<T>::N);
+  const int threads = ((nvec + ITERS - 1) / ITERS + 31) / 32 * 32;
+  const int64_t rows_per_chunk = (rows + chunks - 1) / chunks;
+  layernorm_backward_fused_kernel<T, ITERS><<<unsigned(chunks), threads, 0, s>>>(
+      dx, p_dw, p_db, dout, x, w, mean, rstd, rows, int(cols), rows_per_chunk);
 }
 
 template <typename T>
 void layernorm_backward_impl(cudaStream_t s, T* dx, float* dw, float* db, const T* dout, const T* x, const T* w,
                              const float* mean, const float* rstd, int64_t rows, int64_t cols, float* scratch) {
   constexpr int N = Pack<T>::N;
+  const int64_t nvec = cols / N, iters = (nvec + 511) / 512;
+  const bool fused = cols % N == 0 && iters <= kMaxFusedIters && aligned16(dx) && aligned16(dout) &&
+                     aligned16(x) && aligned16(w);
+  if (fused) {
+    const int64_t chunks = layernorm_chunks(rows);
+    float* p_db = scratch;
+    float* p_dw = scratch + chunks * cols;
+    switch (iters) {
+      case 1: layernorm_backward_fused<T, 1>(s, dx, p_dw, p_db, dout, x, w, mean, rstd, rows, cols, chunks); break;
+      case 2: layernorm_backward_fused<T, 2>(s, dx, p_dw, p_db, dout, x, w, mean, rstd, rows, cols, chunks); break;
+      case 3: layernorm_backward_fused<T, 3>(s, dx, p_dw, p_db, dout, x, w, mean, rstd, rows, cols, chunks); break;
+      default: layernorm_backward_fused<T, 4>(s, dx, p_dw, p_db, dout, x, w, mean, rstd, rows, cols, chunks); break;
+    }
+    CUDA_CHECK_LAUNCH();
+    finalize_columns(s, dw, p_dw, db, p_db, chunks, cols);
+    return;
+  }
+  // Any shape or alignment: a warp per row for dx, then the column pass for dw and db.
   const int64_t chunks = colsum_chunks(rows);
   const int64_t rows_per_chunk = (rows + chunks - 1) / chunks;
   float* p_db = scratch;
   float* p_dw = scratch + chunks * cols;
-  int iters = row_iters<T>(cols);
-  bool vec = cols % N == 0 && iters <= kMaxRowIters && aligned16(dx) && aligned16(dout) && aligned16(x) &&
-             aligned16(w);
-  if (vec) {
-    switch (iters) {
-      case 1: layernorm_backward_dx_vec<T, 1>(s, dx, dout, x, w, mean, rstd, rows, cols); break;
-      case 2: layernorm_backward_dx_vec<T, 2>(s, dx, dout, x, w, mean, rstd, rows, cols); break;
-      case 3: layernorm_backward_dx_vec<T, 3>(s, dx, dout, x, w, mean, rstd, rows, cols); break;
-      case 4: layernorm_backward_dx_vec<T, 4>(s, dx, dout, x, w, mean, rstd, rows, cols); break;
-      case 5: layernorm_backward_dx_vec<T, 5>(s, dx, dout, x, w, mean, rstd, rows, cols); break;
-      case 6: layernorm_backward_dx_vec<T, 6>(s, dx, dout, x, w, mean, rstd, rows, cols); break;
-      case 7: layernorm_backward_dx_vec<T, 7>(s, dx, dout, x, w, mean, rstd, rows, cols); break;
-      default: layernorm_backward_dx_vec<T, 8>(s, dx, dout, x, w, mean, rstd, rows, cols); break;
-    }
-  } else {
-    layernorm_backward_dx_kernel<T><<<row_blocks(rows), kThreads, 0, s>>>(dx, dout, x, w, mean, rstd, rows, cols);
-  }
+  layernorm_backward_dx_kernel<T><<<row_blocks(rows), kThreads, 0, s>>>(dx, dout, x, w, mean, rstd, rows, cols);
   CUDA_CHECK_LAUNCH();
   launch_column_partials<T>(s, p_db, p_dw, dout, x, mean, rstd, rows, cols, chunks, rows_per_chunk);
   finalize_columns(s, dw, p_dw, db, p_db, chunks, cols);
