@@ -58,9 +58,9 @@ struct Plan {
   cublasLtMatmulAlgo_t algo{};
   bool bias_fused = false;  // false: bias (if any) is added by a separate kernel
   bool gelu_fused = false;  // false: GELU (if any) runs as the separate gelu kernel
-  // DGELU_BGRAD fused: the epilogue writes the bias gradient (N floats) here; it is then added to
-  // the caller's. Null: the separate bias_backward runs.
-  float* bias_grad_out = nullptr;
+  // DGELU_BGRAD fused: the epilogue writes the bias gradient (N values of out's dtype) here; it is
+  // then added to the caller's f32 one. Null: the separate bias_backward runs.
+  void* bias_grad_out = nullptr;
   // For TRELLIS_MATMUL_LOG: heuristic results returned, index taken, its workspace and waves; whether
   // the candidates were timed, and the taken one's and the heuristic's first one's time.
   int candidates = 0, chosen = -1;
@@ -222,9 +222,11 @@ bool try_make_plan(CudaState& st, const PlanKey& key, bool fuse_bias, bool fuse_
     set_pointer(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, ops.bias);
   }
   if (fuse_bias_grad) {
-    cudaDataType_t bias_t = CUDA_R_32F;
+    // In out's dtype: cuBLASLt 13 rejects an f32 bias gradient for a bf16 D (INVALID_VALUE, H200).
+    // The sum over M is taken in f32 and rounded once, as Megatron's and Apex's bias gradients are.
+    cudaDataType_t bias_t = cuda_type(key.out);
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_t, sizeof bias_t));
-    CUDA_CHECK(cudaMalloc(&p.bias_grad_out, size_t(N) * sizeof(float)));
+    CUDA_CHECK(cudaMalloc(&p.bias_grad_out, size_t(N) * dtype_size(key.out)));
     set_pointer(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, p.bias_grad_out);
   }
   if (fuse_gelu) {
@@ -267,7 +269,11 @@ bool try_make_plan(CudaState& st, const PlanKey& key, bool fuse_bias, bool fuse_
   cublasStatus_t rc = cublasLtMatmulAlgoGetHeuristic(st.lt, p.desc, p.la, p.lb, p.lc, p.lc, pref, kHeuristicAlgos,
                                                      results, &found);
   CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(pref));
-  if (rc == CUBLAS_STATUS_NOT_SUPPORTED || (rc == CUBLAS_STATUS_SUCCESS && found == 0)) {
+  // An epilogue cuBLASLt does not take for these types may come back as INVALID_VALUE rather than
+  // NOT_SUPPORTED (DGELU_BGRAD with an f32 bias gradient did): the caller retries without it.
+  const bool fused = fuse_bias || fuse_gelu || fuse_bias_grad;
+  if (rc == CUBLAS_STATUS_NOT_SUPPORTED || (fused && rc == CUBLAS_STATUS_INVALID_VALUE) ||
+      (rc == CUBLAS_STATUS_SUCCESS && found == 0)) {
     destroy_plan(p);
     return false;
   }
@@ -363,7 +369,7 @@ void matmul(Runtime& rt, const Tensor& out, const Tensor& a, const Tensor& b, co
     bias_done = p.bias_fused;
     gelu_done = p.gelu_fused;  // and then so is the bias (get_plan)
     if (p.bias_grad_out) {
-      launch_add(st.compute, bias_grad->data, bias_grad->data, p.bias_grad_out, DType::f32, N);
+      launch_accumulate(st.compute, bias_grad->data, DType::f32, p.bias_grad_out, out.dtype, N);
       bias_grad_done = true;
     }
   }
