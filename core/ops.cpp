@@ -124,19 +124,11 @@ void matmul(Runtime& rt, const Tensor& out, const Tensor& a, const Tensor& b, co
                   std::string("matmul: ") + name + " " + g->str() + " must have out's size and dtype, " + out.str());
     TRELLIS_CHECK(g->data != out.data || out.numel() == 0, std::string("matmul: ") + name + " must not alias out");
   }
-  if (opt.gelu_bias_grad) {
-    TRELLIS_CHECK(opt.gelu_grad_of, "matmul: gelu_bias_grad needs gelu_grad_of");
-    check_device(rt, *opt.gelu_bias_grad, "matmul");
-    TRELLIS_CHECK(opt.gelu_bias_grad->dtype == DType::f32 && opt.gelu_bias_grad->numel() == N,
-                  "matmul: gelu_bias_grad must be f32 with N = " + std::to_string(N) + " elements, got " +
-                      opt.gelu_bias_grad->str());
-  }
   std::string shape;  // the profiler's row: one per problem
   if (rt.profiler())
     shape = std::to_string(M) + "x" + std::to_string(N) + "x" + std::to_string(K) + (opt.trans_a ? " tA" : "") +
             (opt.trans_b ? " tB" : "") + (opt.accumulate ? " +=" : "") + (opt.bias ? " +bias" : "") +
-            (opt.gelu_input ? " gelu" : "") + (opt.gelu_grad_of ? " *gelu'" : "") +
-            (opt.gelu_bias_grad ? " +bgrad" : "") + " -> " +
+            (opt.gelu_input ? " gelu" : "") + (opt.gelu_grad_of ? " *gelu'" : "") + " -> " +
             std::string(dtype_name(out.dtype));
   TRELLIS_DISPATCH_TIMED(rt, shape, 2.0 * double(M) * double(N) * double(K), matmul, rt, out, a, b, opt);
 }

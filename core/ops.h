@@ -39,11 +39,6 @@ struct MatmulOptions {
   // Backward: out = alpha * op(a) @ op(b) * gelu'(*gelu_grad_of), *gelu_grad_of being the forward's
   // pre-activation (no bias).
   const Tensor* gelu_grad_of = nullptr;
-  // With gelu_grad_of: *gelu_bias_grad (N, f32) += column sums of out, the bias gradient of the layer
-  // whose output went into the GELU. cuBLASLt's DGELU_BGRAD epilogue on CUDA outside deterministic
-  // mode, its sum rounded once to out's dtype before it is added (the separate bias_backward on out
-  // otherwise, and on the CPU).
-  const Tensor* gelu_bias_grad = nullptr;
 };
 // out (M, N) = alpha * op(a) @ op(b) [+ bias] [+ out], or with GELU fused as above. a, b: 2-D, same
 // float dtype; out: a's dtype or f32 (weight gradients accumulate in f32). Accumulation in f32 on

@@ -23,21 +23,17 @@ void linear_forward(Runtime& rt, const Tensor& y, const Tensor& x, const Paramet
   matmul(rt, rows2d(y), rows2d(x), w.value, o);
 }
 
-// dx = dy W (written), dW += dy^T x and, unless the next layer's GELU backward already added it
-// (bias_grad_done), db += column sums of dy. With gelu_grad_of = &h where x = gelu(h) and h the
-// previous layer's output: dx = (dy W) * gelu'(h), and *gelu_bias_grad (that layer's bias gradient)
-// += column sums of dx, fused into the same GEMM.
+// dx = dy W (written), dW += dy^T x, db += column sums of dy. With gelu_grad_of = &h where
+// x = gelu(h): dx = (dy W) * gelu'(h).
 void linear_backward(Runtime& rt, const Tensor& dx, const Tensor& dy, const Tensor& x, const Parameter& w,
-                     const Parameter& b, const Tensor* gelu_grad_of = nullptr, const Tensor* gelu_bias_grad = nullptr,
-                     bool bias_grad_done = false) {
+                     const Parameter& b, const Tensor* gelu_grad_of = nullptr) {
   MatmulOptions acc;
   acc.trans_a = true;
   acc.accumulate = true;
   matmul(rt, w.grad, rows2d(dy), rows2d(x), acc);
-  if (!bias_grad_done) bias_backward(rt, b.grad, rows2d(dy));
+  bias_backward(rt, b.grad, rows2d(dy));
   MatmulOptions o;
   o.gelu_grad_of = gelu_grad_of;
-  o.gelu_bias_grad = gelu_bias_grad;
   if (dx.defined()) matmul(rt, rows2d(dx), rows2d(dy), w.value, o);
 }
 
@@ -250,14 +246,12 @@ void TransformerBlock::backward(Runtime& rt, const StepContext& ctx, const Tenso
     dbranch = work.take(dt, act);
     dropout_backward(rt, dbranch, dres, cfg_.dropout, dropout_key(ctx, 2, n));
   }
-  // dh = (dbranch W_proj) * gelu'(h): fc_proj's input-gradient GEMM with GELU's backward, and fc's
-  // bias gradient (the column sums of dh), as its epilogue.
+  // dh = (dbranch W_proj) * gelu'(h): fc_proj's input-gradient GEMM with GELU's backward as its epilogue.
   Tensor dh = work.take(dt, {B, T, 4 * Cl});
-  if (fc_proj_) fc_proj_->backward(rt, dh, dbranch, s.g, work, &s.h, &p_.fc_b->grad);
-  else linear_backward(rt, dh, dbranch, s.g, *p_.fc_proj_w, *p_.fc_proj_b, &s.h, &p_.fc_b->grad);
+  if (fc_proj_) fc_proj_->backward(rt, dh, dbranch, s.g, work, &s.h);
+  else linear_backward(rt, dh, dbranch, s.g, *p_.fc_proj_w, *p_.fc_proj_b, &s.h);
   Tensor dln = work.take(dt, act);
-  if (fc_) fc_->backward(rt, dln, dh, s.ln2, work, /*bias_grad_done=*/true);
-  else linear_backward(rt, dln, dh, s.ln2, *p_.fc_w, *p_.fc_b, nullptr, nullptr, /*bias_grad_done=*/true);
+  linear_backward(rt, fc_, dln, dh, s.ln2, *p_.fc_w, *p_.fc_b, work);
   layernorm_backward(rt, dres, p_.ln2_w->grad, p_.ln2_b->grad, dln, s.r, p_.ln2_w->value, s.ln2_mean, s.ln2_rstd);
   // Attention branch: r = x + drop(proj(attn(ln1(x)))). dres now holds dL/dr.
   if (drop) dropout_backward(rt, dbranch, dres, cfg_.dropout, dropout_key(ctx, 1, n));

@@ -40,7 +40,7 @@ void matmul(Runtime& rt, const Tensor& out, const Tensor& a, const Tensor& b, co
   // The fused GELU is the plain GEMM followed by the GELU op, as the separate ops would run.
   if (opt.gelu_input || opt.gelu_grad_of) {
     MatmulOptions plain = opt;
-    plain.gelu_input = plain.gelu_grad_of = plain.gelu_bias_grad = nullptr;
+    plain.gelu_input = plain.gelu_grad_of = nullptr;
     if (opt.gelu_input) {
       const Tensor pre = opt.gelu_input->view(out.shape);
       cpu::matmul(rt, pre, a, b, plain);
@@ -48,7 +48,6 @@ void matmul(Runtime& rt, const Tensor& out, const Tensor& a, const Tensor& b, co
     } else {
       cpu::matmul(rt, out, a, b, plain);
       cpu::gelu_backward(rt, out, out, *opt.gelu_grad_of);
-      if (opt.gelu_bias_grad) cpu::bias_backward(rt, *opt.gelu_bias_grad, out);
     }
     return;
   }

@@ -41,12 +41,12 @@ enum class Gelu : uint8_t { none, forward, backward };  // MatmulOptions::gelu_i
 
 struct PlanKey {
   int64_t m, n, k;
-  bool trans_a, trans_b, accumulate, bias, gelu_bias_grad;
+  bool trans_a, trans_b, accumulate, bias;
   Gelu gelu;
   DType ab, out;
   uint32_t align_a, align_b, align_c, align_bias, align_aux;
   auto tie() const {
-    return std::tie(m, n, k, trans_a, trans_b, accumulate, bias, gelu_bias_grad, gelu, ab, out, align_a, align_b, align_c,
+    return std::tie(m, n, k, trans_a, trans_b, accumulate, bias, gelu, ab, out, align_a, align_b, align_c,
                     align_bias, align_aux);
   }
   bool operator<(const PlanKey& o) const { return tie() < o.tie(); }
@@ -58,9 +58,6 @@ struct Plan {
   cublasLtMatmulAlgo_t algo{};
   bool bias_fused = false;  // false: bias (if any) is added by a separate kernel
   bool gelu_fused = false;  // false: GELU (if any) runs as the separate gelu kernel
-  // DGELU_BGRAD fused: the epilogue writes the bias gradient (N values of out's dtype) here; it is
-  // then added to the caller's f32 one. Null: the separate bias_backward runs.
-  void* bias_grad_out = nullptr;
   // For TRELLIS_MATMUL_LOG: heuristic results returned, index taken, its workspace and waves; whether
   // the candidates were timed, and the taken one's and the heuristic's first one's time.
   int candidates = 0, chosen = -1;
@@ -117,7 +114,6 @@ namespace gpu {
 void destroy_matmul_plans(MatmulPlanCache* c) {
   if (!c) return;
   for (auto& [key, p] : c->plans) {
-    cudaFree(p.bias_grad_out);
     cublasLtMatrixLayoutDestroy(p.la);
     cublasLtMatrixLayoutDestroy(p.lb);
     cublasLtMatrixLayoutDestroy(p.lc);
@@ -129,7 +125,6 @@ void destroy_matmul_plans(MatmulPlanCache* c) {
 namespace {
 
 void destroy_plan(Plan& p) {
-  if (p.bias_grad_out) CUDA_CHECK(cudaFree(p.bias_grad_out));
   if (p.la) CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(p.la));
   if (p.lb) CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(p.lb));
   if (p.lc) CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(p.lc));
@@ -197,7 +192,7 @@ int fastest_candidate(CudaState& st, const PlanKey& key, Plan& p, const Operands
 // asks the heuristic for up to kHeuristicAlgos algorithms, best first; takes the first whose state is
 // usable and whose workspace fits, or with tuning the fastest of those. Returns false when there is
 // none (then the caller retries with fewer fused epilogues).
-bool try_make_plan(CudaState& st, const PlanKey& key, bool fuse_bias, bool fuse_gelu, bool fuse_bias_grad,
+bool try_make_plan(CudaState& st, const PlanKey& key, bool fuse_bias, bool fuse_gelu,
                    const Operands& ops, Plan& p) {
   if (fuse_gelu && key.n % 8 != 0) return false;  // cuBLASLt wants the aux leading dimension divisible by 8
   // Column-major view: A_lt = b (m_lt = N rows of D), B_lt = a (n_lt = M columns of D).
@@ -208,11 +203,10 @@ bool try_make_plan(CudaState& st, const PlanKey& key, bool fuse_bias, bool fuse_
   CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof op_a));
   CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof op_b));
   cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_DEFAULT;
-  // ops.cpp: the GELU's backward comes without bias. Its bias gradient (DGELU_BGRAD) sums D over its
-  // n_lt = M columns, in the epilogue. (The weight-gradient GEMM's BGRADB, which sums an input in the
-  // main loop, made those GEMMs 15-40% slower on the H200 than the separate kernel costs.)
-  if (fuse_gelu && key.gelu == Gelu::backward)
-    epi = fuse_bias_grad ? CUBLASLT_EPILOGUE_DGELU_BGRAD : CUBLASLT_EPILOGUE_DGELU;
+  // ops.cpp: the GELU's backward comes without bias. No bias-gradient epilogues: on the H200 the
+  // weight-gradient GEMMs with BGRADB ran 15-40% slower, and the DGELU GEMM with DGELU_BGRAD at less
+  // than half its speed, than the separate bias_backward costs (bench/sessions/2026-11-30b, calls 2-3).
+  if (fuse_gelu && key.gelu == Gelu::backward) epi = CUBLASLT_EPILOGUE_DGELU;
   else if (fuse_gelu) epi = fuse_bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
   else if (fuse_bias) epi = CUBLASLT_EPILOGUE_BIAS;
   CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
@@ -220,14 +214,6 @@ bool try_make_plan(CudaState& st, const PlanKey& key, bool fuse_bias, bool fuse_
     cudaDataType_t bias_t = cuda_type(key.ab);
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_t, sizeof bias_t));
     set_pointer(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, ops.bias);
-  }
-  if (fuse_bias_grad) {
-    // In out's dtype: cuBLASLt 13 rejects an f32 bias gradient for a bf16 D (INVALID_VALUE, H200).
-    // The sum over M is taken in f32 and rounded once, as Megatron's and Apex's bias gradients are.
-    cudaDataType_t bias_t = cuda_type(key.out);
-    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_t, sizeof bias_t));
-    CUDA_CHECK(cudaMalloc(&p.bias_grad_out, size_t(N) * dtype_size(key.out)));
-    set_pointer(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, p.bias_grad_out);
   }
   if (fuse_gelu) {
     // The pre-activation is laid out as D (leading dimension N); its data type defaults to D's, which
@@ -270,8 +256,9 @@ bool try_make_plan(CudaState& st, const PlanKey& key, bool fuse_bias, bool fuse_
                                                      results, &found);
   CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(pref));
   // An epilogue cuBLASLt does not take for these types may come back as INVALID_VALUE rather than
-  // NOT_SUPPORTED (DGELU_BGRAD with an f32 bias gradient did): the caller retries without it.
-  const bool fused = fuse_bias || fuse_gelu || fuse_bias_grad;
+  // NOT_SUPPORTED (DGELU_BGRAD with an f32 bias gradient for a bf16 D did): the caller retries
+  // without it.
+  const bool fused = fuse_bias || fuse_gelu;
   if (rc == CUBLAS_STATUS_NOT_SUPPORTED || (fused && rc == CUBLAS_STATUS_INVALID_VALUE) ||
       (rc == CUBLAS_STATUS_SUCCESS && found == 0)) {
     destroy_plan(p);
@@ -303,14 +290,13 @@ void log_plan(const CudaState& st, const PlanKey& key, const Plan& p) {
                   double(p.first_us));
   std::fprintf(stderr,
                "[trellis matmul] plan #%zu: M=%lld N=%lld K=%lld %s x %s -> %s trans_a=%d trans_b=%d accumulate=%d "
-               "bias=%s gelu=%s%s gelu_bias_grad=%s align(a,b,out,bias,aux)=%u,%u,%u,%u,%u | algo %d of %d candidates, workspace %zu B, "
+               "bias=%s gelu=%s%s align(a,b,out,bias,aux)=%u,%u,%u,%u,%u | algo %d of %d candidates, workspace %zu B, "
                "waves %.2f%s%s\n",
                st.matmul_plans->plans.size() + 1, static_cast<long long>(key.m), static_cast<long long>(key.n),
                static_cast<long long>(key.k), ab.c_str(), ab.c_str(), out.c_str(),
                int(key.trans_a), int(key.trans_b), int(key.accumulate),
                !key.bias ? "none" : (p.bias_fused ? "fused-epilogue" : "SEPARATE-KERNEL"),
-               gelu, key.gelu == Gelu::none ? "" : (p.gelu_fused ? " (fused-epilogue)" : " (SEPARATE-KERNEL)"),
-               !key.gelu_bias_grad ? "none" : (p.bias_grad_out ? "fused-epilogue" : "SEPARATE-KERNEL"), key.align_a,
+               gelu, key.gelu == Gelu::none ? "" : (p.gelu_fused ? " (fused-epilogue)" : " (SEPARATE-KERNEL)"), key.align_a,
                key.align_b, key.align_c, key.align_bias, key.align_aux, p.chosen, p.candidates, p.workspace,
                double(p.waves), timing, st.deterministic ? ", deterministic (no split-K reduction)" : "");
 }
@@ -320,15 +306,10 @@ Plan& get_plan(CudaState& st, const PlanKey& key, const Operands& ops) {
   auto it = st.matmul_plans->plans.find(key);
   if (it != st.matmul_plans->plans.end()) return it->second;
   Plan p;
-  // All requested epilogues fused first; then without the GELU's bias gradient, without the GELU,
-  // without the bias, where cuBLASLt has no algorithm for them (a fused GELU thus always comes with
-  // the fused bias). Deterministic mode keeps the bias gradient in the separate kernel, whose
-  // summation order is fixed; the epilogue's across thread blocks is not documented.
-  const bool gelu = key.gelu != Gelu::none;
-  const bool ok = (gelu && key.gelu_bias_grad && !st.deterministic && try_make_plan(st, key, false, true, true, ops, p)) ||
-                  (gelu && try_make_plan(st, key, key.bias, true, false, ops, p)) ||
-                  (key.bias && try_make_plan(st, key, true, false, false, ops, p)) ||
-                  try_make_plan(st, key, false, false, false, ops, p);
+  // All requested epilogues fused first; then without the GELU, then without the bias, where
+  // cuBLASLt has no algorithm for them (a fused GELU thus always comes with the fused bias).
+  const bool ok = (key.gelu != Gelu::none && try_make_plan(st, key, key.bias, true, ops, p)) ||
+                  (key.bias && try_make_plan(st, key, true, false, ops, p)) || try_make_plan(st, key, false, false, ops, p);
   if (!ok)
     TRELLIS_FATAL("matmul: cuBLASLt has no algorithm for M=" + std::to_string(key.m) + " N=" + std::to_string(key.n) +
                   " K=" + std::to_string(key.k) + " " + std::string(dtype_name(key.ab)) + " -> " +
@@ -347,15 +328,13 @@ void matmul(Runtime& rt, const Tensor& out, const Tensor& a, const Tensor& b, co
   const Tensor* aux = opt.gelu_input ? opt.gelu_input : opt.gelu_grad_of;
   // Where the product (+ bias) lands unless the GELU is fused: the forward's pre-activation, or out.
   void* result = opt.gelu_input ? opt.gelu_input->data : out.data;
-  bool bias_done = false, gelu_done = false, bias_grad_done = false;
-  const Tensor* bias_grad = opt.gelu_bias_grad;
+  bool bias_done = false, gelu_done = false;
   if (K == 0) {  // cuBLASLt wants k > 0: the product is empty (accumulating: out unchanged by it)
     if (!opt.accumulate) launch_fill(st.compute, result, out.dtype, out.numel(), 0.0f);
   } else {
     // The plan's output is out or, with the forward GELU not fused, gelu_input: it must suit both.
     const uint32_t align_out = std::min(alignment_of(out.data), alignment_of(result));
-    PlanKey key{M, N, K, opt.trans_a, opt.trans_b, opt.accumulate, opt.bias != nullptr, bias_grad != nullptr,
-                gelu, a.dtype, out.dtype,
+    PlanKey key{M, N, K, opt.trans_a, opt.trans_b, opt.accumulate, opt.bias != nullptr, gelu, a.dtype, out.dtype,
                 alignment_of(a.data), alignment_of(b.data), align_out,
                 opt.bias ? alignment_of(opt.bias->data) : 256u, aux ? alignment_of(aux->data) : 256u};
     const float alpha = opt.alpha, beta = opt.accumulate ? 1.0f : 0.0f;
@@ -368,16 +347,11 @@ void matmul(Runtime& rt, const Tensor& out, const Tensor& a, const Tensor& b, co
                                 st.lt_workspace, st.lt_workspace_bytes, st.compute));
     bias_done = p.bias_fused;
     gelu_done = p.gelu_fused;  // and then so is the bias (get_plan)
-    if (p.bias_grad_out) {
-      launch_accumulate(st.compute, bias_grad->data, DType::f32, p.bias_grad_out, out.dtype, N);
-      bias_grad_done = true;
-    }
   }
   if (opt.bias && !bias_done) launch_bias_add(st.compute, result, out.dtype, opt.bias->data, opt.bias->dtype, M, N);
   if (gelu == Gelu::forward && !gelu_done) launch_gelu_forward(st.compute, out.data, result, out.dtype, out.numel());
   if (gelu == Gelu::backward && !gelu_done)
     launch_gelu_backward(st.compute, out.data, out.data, aux->data, out.dtype, out.numel());
-  if (bias_grad && !bias_grad_done) gpu::bias_backward(rt, *bias_grad, out);
 }
 
 }  // namespace gpu

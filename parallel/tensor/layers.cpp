@@ -28,14 +28,13 @@ Tensor full_rows(Arena& work, const Tensor& shard, int parts) {
   return work.take(shard.dtype, {shard.rows() * parts, shard.cols()});
 }
 
-// dW += dy^T x (f32, accumulated) and, unless bias_grad_done, db += column sums of dy.
-void weight_and_bias_grad(Runtime& rt, const Parameter& w, const Parameter& b, const Tensor& dy, const Tensor& x,
-                          bool bias_grad_done = false) {
+// dW += dy^T x (f32, accumulated) and db += column sums of dy.
+void weight_and_bias_grad(Runtime& rt, const Parameter& w, const Parameter& b, const Tensor& dy, const Tensor& x) {
   MatmulOptions acc;
   acc.trans_a = true;
   acc.accumulate = true;
   matmul(rt, w.grad, rows2d(dy), rows2d(x), acc);
-  if (!bias_grad_done) bias_backward(rt, b.grad, rows2d(dy));
+  bias_backward(rt, b.grad, rows2d(dy));
 }
 
 }  // namespace
@@ -62,8 +61,8 @@ void ColumnParallelLinear::forward(Runtime& rt, const Tensor& y, const Tensor& x
   matmul(rt, rows2d(y), rows2d(in), w_->value, o);
 }
 
-void ColumnParallelLinear::backward(Runtime& rt, const Tensor& dx, const Tensor& dy, const Tensor& x, Arena& work,
-                                    bool bias_grad_done) const {
+void ColumnParallelLinear::backward(Runtime& rt, const Tensor& dx, const Tensor& dy, const Tensor& x,
+                                    Arena& work) const {
   // Order for overlap: [gather x] | dx GEMM, then [reduce dx] | weight-gradient GEMMs.
   Tensor in = x, din = dx;
   CommHandle gathered;
@@ -76,7 +75,7 @@ void ColumnParallelLinear::backward(Runtime& rt, const Tensor& dx, const Tensor&
   gathered.wait();
   CommHandle reduced = sp_ ? gather_from_token_shards_backward(*tensor_, dx, din)
                            : copy_to_tensor_region_backward(*tensor_, dx);
-  weight_and_bias_grad(rt, *w_, *b_, dy, in, bias_grad_done);
+  weight_and_bias_grad(rt, *w_, *b_, dy, in);
   reduced.wait();
 }
 
@@ -99,7 +98,7 @@ void RowParallelLinear::forward(Runtime& rt, const Tensor& y, const Tensor& x, A
 }
 
 void RowParallelLinear::backward(Runtime& rt, const Tensor& dx, const Tensor& dy, const Tensor& x, Arena& work,
-                                 const Tensor* gelu_grad_of, const Tensor* gelu_bias_grad) const {
+                                 const Tensor* gelu_grad_of) const {
   Tensor dfull = reduce_from_tensor_region_backward(dy);
   if (sp_) {
     dfull = full_rows(work, dy, tensor_->size());
@@ -107,7 +106,6 @@ void RowParallelLinear::backward(Runtime& rt, const Tensor& dx, const Tensor& dy
   }
   MatmulOptions o;
   o.gelu_grad_of = gelu_grad_of;
-  o.gelu_bias_grad = gelu_bias_grad;
   matmul(rt, rows2d(dx), rows2d(dfull), w_->value, o);
   weight_and_bias_grad(rt, *w_, *b_, dfull, x);
 }

@@ -28,12 +28,10 @@ class ColumnParallelLinear {
   void forward(Runtime& rt, const Tensor& y, const Tensor& x, Arena& work, const Tensor* gelu_input = nullptr) const;
   // dx (x's shape, written): the input gradient summed over the group, or with sequence
   // parallelism reduce-scattered into this rank's token shard; that collective overlaps the
-  // weight-gradient GEMM. w.grad += dy^T x, b.grad += column sums of dy unless bias_grad_done (the
-  // next layer's GELU backward added them: RowParallelLinear::backward's gelu_bias_grad). x is the
-  // forward's input; with sequence parallelism it is gathered again (as Megatron does: only the
-  // shard is kept), overlapping the dx GEMM.
-  void backward(Runtime& rt, const Tensor& dx, const Tensor& dy, const Tensor& x, Arena& work,
-                bool bias_grad_done = false) const;
+  // weight-gradient GEMM. w.grad += dy^T x, b.grad += column sums of dy. x is the forward's input;
+  // with sequence parallelism it is gathered again (as Megatron does: only the shard is kept),
+  // overlapping the dx GEMM.
+  void backward(Runtime& rt, const Tensor& dx, const Tensor& dy, const Tensor& x, Arena& work) const;
 
  private:
   Communicator* tensor_;
@@ -55,10 +53,9 @@ class RowParallelLinear {
   // an (N, out) tensor from `work`). dx (N, in/t, written); w.grad += dy^T x; b.grad += column
   // sums of the full dy, the same on every rank, so the replicated bias needs no reduction over
   // the group even with sequence parallelism. With gelu_grad_of = &h where x = gelu(h) (dx's size):
-  // dx = (dy W) * gelu'(h), GELU's backward fused into the dx GEMM (its output is local), and with
-  // gelu_bias_grad the previous layer's bias gradient += column sums of dx, in the same epilogue.
+  // dx = (dy W) * gelu'(h), GELU's backward fused into the dx GEMM (its output is local).
   void backward(Runtime& rt, const Tensor& dx, const Tensor& dy, const Tensor& x, Arena& work,
-                const Tensor* gelu_grad_of = nullptr, const Tensor* gelu_bias_grad = nullptr) const;
+                const Tensor* gelu_grad_of = nullptr) const;
 
  private:
   Communicator* tensor_;

@@ -430,46 +430,6 @@ TEST(OpsCpu, MatmulFusedGeluEqualsSeparateOps) {
       }
 }
 
-// The GELU backward's bias gradient from the same call (MatmulOptions::gelu_bias_grad) is the GEMM,
-// gelu_backward and bias_backward of its output, accumulating into what db held.
-TEST(OpsCpu, MatmulGeluBiasGradEqualsSeparateOps) {
-  std::mt19937 g(11);
-  const int64_t M = 13, N = 24, K = 17;
-  for (DType dt : kFloatTypes)
-    for (bool tb : {false, true}) {
-      SCOPED_TRACE(std::string(dtype_name(dt)) + " tb " + std::to_string(tb));
-      HostTensor dy(dt, {M, K}), w(dt, tb ? Shape{N, K} : Shape{K, N}), h(dt, {M, N});
-      dy.randomize(g);
-      w.randomize(g);
-      h.randomize(g, -3.0, 3.0);
-      HostTensor dh_ref(dt, {M, N}), dh(dt, {M, N}), db_ref(DType::f32, {N}), db(DType::f32, {N});
-      db_ref.randomize(g);
-      std::memcpy(db.t().data, db_ref.t().data, size_t(N) * 4);
-      MatmulOptions o;
-      o.trans_b = tb;
-      matmul(rt(), dh_ref.t(), dy.t(), w.t(), o);
-      gelu_backward(rt(), dh_ref.t(), dh_ref.t(), h.t());
-      bias_backward(rt(), db_ref.t(), dh_ref.t());
-      Tensor ht = h.t(), dbt = db.t();
-      o.gelu_grad_of = &ht;
-      o.gelu_bias_grad = &dbt;
-      matmul(rt(), dh.t(), dy.t(), w.t(), o);
-      EXPECT_TRUE(dh.bitwise_equal(dh_ref)) << "gelu'";
-      EXPECT_TRUE(db.bitwise_equal(db_ref)) << "bias gradient";
-    }
-  HostTensor a(DType::f32, {4, 8}), b(DType::f32, {8, 6}), out(DType::f32, {4, 6}), h(DType::f32, {4, 6});
-  HostTensor db(DType::f32, {6}), wrong(DType::f32, {4});
-  Tensor dbt = db.t(), wt = wrong.t(), ht = h.t();
-  GTEST_FLAG_SET(death_test_style, "threadsafe");
-  MatmulOptions no_gelu;
-  no_gelu.gelu_bias_grad = &dbt;
-  EXPECT_DEATH(matmul(rt(), out.t(), a.t(), b.t(), no_gelu), "gelu_bias_grad needs gelu_grad_of");
-  MatmulOptions sized;
-  sized.gelu_grad_of = &ht;
-  sized.gelu_bias_grad = &wt;
-  EXPECT_DEATH(matmul(rt(), out.t(), a.t(), b.t(), sized), "gelu_bias_grad must be f32 with N = 6");
-}
-
 TEST(OpsCpu, MatmulFusedGeluRejectsBadArguments) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   HostTensor a(DType::f32, {4, 8}), b(DType::f32, {8, 8}), out(DType::f32, {4, 8}), h(DType::f32, {4, 8});
