@@ -159,7 +159,7 @@ __global__ void layernorm_backward_dx_kernel(T* dx, const T* dout, const T* x, c
 // writes one partial per column for its chunk (summed in chunk order by column_finalize_kernel:
 // deterministic). The row sums of dnorm and dnorm * xhat go through a block reduction whose
 // shared slots alternate with the row's parity, so one barrier per row suffices; the next row's
-// loads are issued before it. dx += rstd * (dnorm - mean(dnorm) - xhat * mean(dnorm * xhat)),
+// loads (its mean and rstd too) are issued before it. dx += rstd * (dnorm - mean(dnorm) - xhat * mean(dnorm * xhat)),
 // dnorm = dout * w. Requires cols % Pack<T>::N == 0, 16-byte aligned dx, dout, x, w, and
 // blockDim.x a multiple of 32 with blockDim.x * ITERS >= cols / Pack<T>::N.
 // (Earlier forms: one warp per row holding the row's column sums in registers ran at a third of
@@ -188,7 +188,12 @@ __global__ void __launch_bounds__(512, ITERS == 1 ? 2 : 1)
     for (int j = 0; j < N; ++j) aw[i][j] = ab[i][j] = 0.0f;
   }
   Pack<T> xv[ITERS], dv[ITERS], gv[ITERS];
+  float mv = 0.0f, rv = 0.0f;
   auto load = [&](int64_t r) {
+    if (r < r1) {
+      mv = mean[r];
+      rv = rstd[r];
+    }
 #pragma unroll
     for (int i = 0; i < ITERS; ++i) {
       const int v = threadIdx.x + i * blockDim.x;
@@ -209,8 +214,8 @@ __global__ void __launch_bounds__(512, ITERS == 1 ? 2 : 1)
       dc[i] = dv[i];
       g[i] = gv[i];
     }
+    const float m = mv, rs = rv;
     load(r + 1);  // in flight during the reduction and the update below
-    const float m = mean[r], rs = rstd[r];
     float sd = 0.0f, sdx = 0.0f;
 #pragma unroll
     for (int i = 0; i < ITERS; ++i) {
@@ -287,7 +292,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
   for (int j = 0; j < V; ++j) ab[j] = aw[j] = 0.0f;
   if (c0 < cols) {
-#pragma unroll 4
+#pragma unroll 8  // a chunk's 64 rows are 8 per group: all their loads in flight at once
     for (int64_t r = r0 + g; r < r1; r += kGroups) {
       float d[V], xv[V];
       if constexpr (V == 1) {
