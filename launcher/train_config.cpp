@@ -268,6 +268,14 @@ void validate_for_world(const Config& c, int world_size) {
                     " tokens of a micro-batch into parallel.tensor = " + std::to_string(par.tensor) +
                     " shards: it must be divisible");
 
+  if (par.tensor_comm_chunks > 1 && par.sequence_parallel)
+    throw UserError(c.path + ": parallel.tensor_comm_chunks = " + std::to_string(par.tensor_comm_chunks) +
+                    " applies only without parallel.sequence_parallel (set one of them back)");
+  if (par.tensor_comm_chunks > c.train.micro_batch * c.model.seq_len)
+    throw UserError(c.path + ": parallel.tensor_comm_chunks = " + std::to_string(par.tensor_comm_chunks) +
+                    " exceeds the train.micro_batch x model.seq_len = " +
+                    std::to_string(c.train.micro_batch * c.model.seq_len) + " token rows of a micro-batch");
+
   const BatchLayout b = resolve_batch(c, world_size);  // checks the layout and batch arithmetic
   // The pipeline schedule must fit the stages, micro-batches per step, chunks and layers.
   try {

@@ -244,7 +244,8 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
   const int slots = PipelineEngine::peak_in_flight(schedule);
   Communicator* pipeline_group = p > 1 ? &groups.pipeline() : nullptr;
   Communicator* tensor_group = layout.tensor > 1 ? &groups.tensor() : nullptr;
-  const TensorParallelContext tp = TensorParallelContext::of(groups.tensor(), cfg.parallel.sequence_parallel);
+  const TensorParallelContext tp = TensorParallelContext::of(groups.tensor(), cfg.parallel.sequence_parallel,
+                                                             int(cfg.parallel.tensor_comm_chunks));
   // The first data-parallel rank of each stage and tensor rank takes part in weight exports.
   const bool saver = groups.coords().data == 0;
 
@@ -340,8 +341,9 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
                 slot_bytes ? (" + ZeRO slots " + format_bytes(slot_bytes)).c_str() : "", slots,
                 format_bytes(act.kept).c_str(), format_bytes(act.work).c_str(), cfg.train.checkpointing.c_str());
     if (tp.active())
-      std::printf("tensor parallel: %d ranks split each layer (heads, MLP, vocabulary), sequence parallelism %s\n",
-                  tp.size, tp.sequence_parallel ? "on" : "off");
+      std::printf("tensor parallel: %d ranks split each layer (heads, MLP, vocabulary), sequence parallelism %s, "
+                  "row-parallel forward in %d communication chunk%s\n",
+                  tp.size, tp.sequence_parallel ? "on" : "off", tp.comm_chunks, tp.comm_chunks == 1 ? "" : "s");
     if (optimizer.sharded())
       std::printf("data parallel: ZeRO stage %d: each rank owns %lld of %lld elements (padded from %lld) of master "
                   "weights, Adam moments and reduced gradients; gradients reduce-scattered (f32) per bucket %s%s\n",

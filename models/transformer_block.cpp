@@ -110,9 +110,9 @@ TransformerBlock::TransformerBlock(const GPTConfig& cfg, int layer, const BlockP
   const bool sp = tp_.sequence_parallel;
   qkv_.emplace(g, *p_.qkv_w, *p_.qkv_b, sp);
   TRELLIS_CHECK(p_.qkv_w->spec.split.groups == 3, p_.qkv_w->spec.name + " must be split in 3 groups (q, k, v)");
-  proj_.emplace(g, *p_.proj_w, *p_.proj_b, sp);
+  proj_.emplace(g, *p_.proj_w, *p_.proj_b, sp, tp_.comm_chunks);
   fc_.emplace(g, *p_.fc_w, *p_.fc_b, sp);
-  fc_proj_.emplace(g, *p_.fc_proj_w, *p_.fc_proj_b, sp);
+  fc_proj_.emplace(g, *p_.fc_proj_w, *p_.fc_proj_b, sp, tp_.comm_chunks);
 }
 
 std::vector<const Parameter*> TransformerBlock::tensor_partial_grads() const {

@@ -10,14 +10,17 @@ struct TensorParallelContext {
   int size = 1;                    // t
   int rank = 0;                    // this rank's index in the group
   bool sequence_parallel = false;  // activations outside the tensor-parallel regions are token shards
+  // Row-parallel forwards without sequence parallelism run their GEMM and all-reduce in this many
+  // row chunks, each chunk's all-reduce overlapping the next chunk's GEMM (parallel.tensor_comm_chunks).
+  int comm_chunks = 1;
 
   bool active() const { return size > 1; }
   // Whether activations between the tensor-parallel regions are this rank's token shard (rows
   // [rank*N/t, (rank+1)*N/t) of the flattened (N, C) activation); with t = 1 they never are.
   bool sharded_tokens() const { return sequence_parallel && size > 1; }
 
-  static TensorParallelContext of(Communicator& group, bool sequence_parallel) {
-    return {&group, group.size(), group.rank(), sequence_parallel};
+  static TensorParallelContext of(Communicator& group, bool sequence_parallel, int comm_chunks = 1) {
+    return {&group, group.size(), group.rank(), sequence_parallel, comm_chunks};
   }
 };
 

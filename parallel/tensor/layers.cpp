@@ -1,7 +1,9 @@
 // Column- and row-parallel linear layers: GEMMs from core/ops, collectives from the mappings.
 #include "parallel/tensor/layers.h"
 
+#include <algorithm>
 #include <string>
+#include <vector>
 
 #include "core/ops.h"
 #include "parallel/tensor/mappings.h"
@@ -80,10 +82,11 @@ void ColumnParallelLinear::backward(Runtime& rt, const Tensor& dx, const Tensor&
 }
 
 RowParallelLinear::RowParallelLinear(Communicator& tensor, const Parameter& w, const Parameter& b,
-                                     bool sequence_parallel)
-    : tensor_(&tensor), w_(&w), b_(&b), sp_(sequence_parallel) {
+                                     bool sequence_parallel, int comm_chunks)
+    : tensor_(&tensor), w_(&w), b_(&b), sp_(sequence_parallel), comm_chunks_(comm_chunks) {
   check_split(tensor, w, 1, "RowParallelLinear");
   check_split(tensor, b, -1, "RowParallelLinear");
+  TRELLIS_CHECK(comm_chunks >= 1, "RowParallelLinear: comm_chunks must be at least 1");
 }
 
 void RowParallelLinear::forward(Runtime& rt, const Tensor& y, const Tensor& x, Arena& work) const {
@@ -92,9 +95,24 @@ void RowParallelLinear::forward(Runtime& rt, const Tensor& y, const Tensor& x, A
   o.trans_b = true;
   // The bias must enter the sum once: rank 0 adds it in its GEMM epilogue (free), the others not.
   if (tensor_->rank() == 0) o.bias = &b_->value;
-  matmul(rt, rows2d(partial), rows2d(x), w_->value, o);
-  if (sp_) reduce_scatter_to_token_shards_forward(*tensor_, y, partial).wait();
-  else reduce_from_tensor_region_forward(*tensor_, y).wait();
+  const Tensor y2 = rows2d(partial), x2 = rows2d(x);
+  const int64_t N = y2.rows(), chunks = sp_ ? 1 : std::min<int64_t>(comm_chunks_, std::max<int64_t>(N, 1));
+  if (chunks == 1) {
+    matmul(rt, y2, x2, w_->value, o);
+    if (sp_) reduce_scatter_to_token_shards_forward(*tensor_, y, partial).wait();
+    else reduce_from_tensor_region_forward(*tensor_, y).wait();
+    return;
+  }
+  // Every rank cuts the same row blocks, so the all-reduces pair up in the same order.
+  std::vector<CommHandle> reduced;
+  reduced.reserve(size_t(chunks));
+  for (int64_t i = 0; i < chunks; ++i) {
+    const int64_t r0 = N * i / chunks, r1 = N * (i + 1) / chunks;
+    const Tensor yi = y2.slice(r0 * y2.cols(), {r1 - r0, y2.cols()});
+    matmul(rt, yi, x2.slice(r0 * x2.cols(), {r1 - r0, x2.cols()}), w_->value, o);
+    reduced.push_back(reduce_from_tensor_region_forward(*tensor_, yi));
+  }
+  for (CommHandle& h : reduced) h.wait();
 }
 
 void RowParallelLinear::backward(Runtime& rt, const Tensor& dx, const Tensor& dy, const Tensor& x, Arena& work,

@@ -44,7 +44,11 @@ class ColumnParallelLinear {
 // input is this rank's columns of the full input (a column-parallel layer's output).
 class RowParallelLinear {
  public:
-  RowParallelLinear(Communicator& tensor, const Parameter& w, const Parameter& b, bool sequence_parallel);
+  // comm_chunks > 1 (without sequence parallelism): forward computes and all-reduces y in that many
+  // blocks of rows, each block's all-reduce in flight while the next block's GEMM runs, so only the
+  // last block's is exposed.
+  RowParallelLinear(Communicator& tensor, const Parameter& w, const Parameter& b, bool sequence_parallel,
+                    int comm_chunks = 1);
 
   // x: (N, in/t). y: the full (N, out), summed over the group, or with sequence parallelism this
   // rank's (N/t, out) token shard of the sum (reduce-scattered from an (N, out) tensor from `work`).
@@ -62,6 +66,7 @@ class RowParallelLinear {
   const Parameter* w_;
   const Parameter* b_;
   bool sp_;
+  int comm_chunks_;
 };
 
 }  // namespace trellis

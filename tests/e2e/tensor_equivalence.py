@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Tensor layout equivalence (DESIGN.md section 4) on the CPU in fp32: a tiny GPT with dropout (residual,
 embedding and attention) trained for K steps on 1 rank and with tensor = 2 and 4 (each with and
-without sequence parallelism), tensor 2 x data 2, tensor 2 x pipeline 2 and tensor 2 x pipeline 2 x
-data 2 gives the same losses, validation losses and exported weights (gathered from the shards) up
+without sequence parallelism), tensor 2 x data 2 (also with the row-parallel forward in 3 communication
+chunks), tensor 2 x pipeline 2 and tensor 2 x pipeline 2 x data 2 gives the same losses, validation losses and exported weights (gathered from the shards) up
 to fp32 reduction-order rounding. A tensor = 2 run stopped and resumed from its checkpoint
 continues bitwise, and the checkpoint (in the whole model's layout) resumes on one rank. Bad shapes fail on every rank with one clear line.
 Usage: tensor_equivalence.py TRAIN_GPT MPIEXEC CONFIG"""
@@ -32,14 +32,15 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         ref_start, ref_loss, ref_val, ref_w, ref_names, ref_norms = run(binary, mpiexec, config, tmp, 1, "t1")
         results = {}
-        # (tensor, pipeline, data, sequence parallel)
-        cases = [(2, 1, 1, False), (2, 1, 1, True), (4, 1, 1, False), (4, 1, 1, True), (2, 1, 2, True),
-                 (2, 2, 1, False), (2, 2, 1, True), (2, 2, 2, True)]
-        for tp, pp, data, sp in cases:
+        # (tensor, pipeline, data, sequence parallel, row-parallel communication chunks)
+        cases = [(2, 1, 1, False, 1), (2, 1, 1, True, 1), (4, 1, 1, False, 1), (4, 1, 1, True, 1), (2, 1, 2, True, 1),
+                 (2, 2, 1, False, 1), (2, 2, 1, True, 1), (2, 2, 2, True, 1), (2, 1, 2, False, 3)]
+        for tp, pp, data, sp, chunks in cases:
             ranks = tp * pp * data
-            tag = f"t{tp}_p{pp}_d{data}_sp{int(sp)}"
+            tag = f"t{tp}_p{pp}_d{data}_sp{int(sp)}" + (f"_c{chunks}" if chunks > 1 else "")
             start, loss, val, w, names, norms = run(binary, mpiexec, config, tmp, ranks, tag, f"parallel.tensor={tp}",
-                                             f"parallel.pipeline={pp}", f"parallel.sequence_parallel={str(sp).lower()}")
+                                             f"parallel.pipeline={pp}", f"parallel.sequence_parallel={str(sp).lower()}",
+                                             f"parallel.tensor_comm_chunks={chunks}")
             results[tag] = (loss, w)
             dl, dw, l2 = compare(loss, ref_loss, w, ref_w)
             ok_layout = start["layout"] == {"tensor": tp, "pipeline": pp, "data": data}
@@ -54,7 +55,8 @@ def main():
             dn = max(abs(a - b) / abs(b) for a, b in zip(norms, ref_norms))
             ok = ok and len(norms) == STEPS and dn <= NORM_TOL
             failed |= not ok
-            print(f"{'ok  ' if ok else 'FAIL'} tensor={tp} pipeline={pp} data={data} sequence_parallel={sp}: "
+            print(f"{'ok  ' if ok else 'FAIL'} tensor={tp} pipeline={pp} data={data} sequence_parallel={sp} "
+                  f"comm_chunks={chunks}: "
                   f"layout reported {start['layout']}, params on rank 0 {start['params_per_rank'][0]}, "
                   f"max loss rel diff {dl:.2e}, val {dv:.2e}, grad norm {dn:.2e}, weights: rel L2 diff {l2:.2e}, max abs diff {dw:.2e}")
 
@@ -83,7 +85,9 @@ def main():
         # Shapes that do not fit: one "error:" line, every rank exits non-zero, no crash banner.
         bad = [(3, ["parallel.tensor=3"], "model.n_heads = 4 must be divisible by parallel.tensor = 3"),
                (4, ["parallel.tensor=4", "parallel.sequence_parallel=true", "train.micro_batch=1",
-                    "model.seq_len=30"], "tokens of a micro-batch into parallel.tensor = 4 shards")]
+                    "model.seq_len=30"], "tokens of a micro-batch into parallel.tensor = 4 shards"),
+               (2, ["parallel.tensor=2", "parallel.sequence_parallel=true", "parallel.tensor_comm_chunks=2"],
+                "parallel.tensor_comm_chunks = 2 applies only without parallel.sequence_parallel")]
         for ranks, sets, want in bad:
             cmd, p = launch(binary, mpiexec, config, ranks, sets)
             errors = [line for line in p.stderr.splitlines() if line.startswith("error")]

@@ -125,9 +125,11 @@ void linear_backward(Runtime& rt, const Tensor& dx, const Tensor& dy, const Tens
 
 // Runs the MLP (fc column-parallel, GELU, proj row-parallel) and the qkv projection
 // (column-parallel, groups = 3) both ways and compares every value this rank holds.
-void check_layers(Runtime& rt, Communicator& tp, bool sp) {
+// comm_chunks > 1: proj's forward computes and all-reduces its output in that many row blocks.
+void check_layers(Runtime& rt, Communicator& tp, bool sp, int comm_chunks = 1) {
   const int t = tp.size(), r = tp.rank();
-  SCOPED_TRACE("tensor " + std::to_string(t) + (sp ? " with" : " without") + " sequence parallelism");
+  SCOPED_TRACE("tensor " + std::to_string(t) + (sp ? " with" : " without") + " sequence parallelism, " +
+               std::to_string(comm_chunks) + " communication chunks");
   Arena work(rt.allocator(), 1 << 20, "tensor parallel test");
   ParameterStore full(rt, full_specs(), DType::f32), part(rt, shard_specs(t, r), DType::f32);
   full.initialize(5);
@@ -152,7 +154,7 @@ void check_layers(Runtime& rt, Communicator& tp, bool sp) {
   // The parallel layers. With sequence parallelism the input, the output, their gradients and
   // the input gradient are this rank's token rows; without, they are full.
   const ColumnParallelLinear fc(tp, part[0], part[1], sp), qkv_proj(tp, part[4], part[5], sp);
-  const RowParallelLinear proj(tp, part[2], part[3], sp);
+  const RowParallelLinear proj(tp, part[2], part[3], sp, comm_chunks);
   const int64_t rows = sp ? N / t : N;
   const Tensor x_in = sp ? scatter_to_token_shards_forward(tp, x.t) : x.t;
   const Tensor dy_in = sp ? scatter_to_token_shards_forward(tp, dy.t) : dy.t;
@@ -192,6 +194,7 @@ TEST(TensorParallelLayers, MatchTheFullLayers) {
     if (W % t != 0) continue;
     ProcessGroups pg(MPI_COMM_WORLD, make_layout(W, t, 1), rt);  // tensor x data when t < W
     for (bool sp : {false, true}) check_layers(rt, pg.tensor(), sp);
+    check_layers(rt, pg.tensor(), false, 3);  // N = 12 rows: blocks of 4
   }
 }
 

@@ -217,6 +217,13 @@ TEST_F(ConfigTest, TensorShapes) {
                             "sequence_parallel = true\n", 4),
              "parallel.sequence_parallel splits the train.micro_batch x model.seq_len = 30 tokens of a micro-batch "
              "into parallel.tensor = 4 shards: it must be divisible");
+  EXPECT_NO_THROW(validate_for_world(load_config(write("[parallel]\ntensor = 2\ntensor_comm_chunks = 4\n"), {}), 2));
+  EXPECT_HAS(world_error_of("[model]\nseq_len = 4\n[train]\nmicro_batch = 2\n[parallel]\ntensor = 2\n"
+                            "tensor_comm_chunks = 9\n", 2),
+             "parallel.tensor_comm_chunks = 9 exceeds the train.micro_batch x model.seq_len = 8 token rows");
+  EXPECT_HAS(world_error_of("[parallel]\ntensor = 2\nsequence_parallel = true\ntensor_comm_chunks = 2\n", 2),
+             "parallel.tensor_comm_chunks = 2 applies only without parallel.sequence_parallel");
+  EXPECT_HAS(error_of("[parallel]\ntensor_comm_chunks = 0\n"), "tensor_comm_chunks");
 }
 
 // Pipeline parallelism is built; shapes the schedule cannot run are one line naming the keys.
