@@ -355,27 +355,29 @@ void launch_column_partials(cudaStream_t s, float* p_db, float* p_dw, const T* d
 }
 
 // out[c] += sum over chunks of partials[chunk][c] (blockIdx.y picks out0/p0 or out1/p1). Thread
-// (g, t): g = threadIdx.x / 32 sums chunks g, g + 8, ... in order; the 8 sums are added in g order.
-__global__ void __launch_bounds__(kThreads)
+// (g, t), g = threadIdx.x / 32 of kFinalizeGroups: sums chunks g, g + kFinalizeGroups, ... in order,
+// with up to 16 of its loads in flight; the groups' sums are then added in g order. (With 8 groups
+// a thread ran 64 dependent rounds of loads at 512 chunks, and only cols / 32 blocks are there.)
+constexpr int kFinalizeGroups = 32;
+__global__ void __launch_bounds__(kFinalizeGroups * 32)
     column_finalize_kernel(float* out0, const float* p0, float* out1, const float* p1, int64_t chunks,
                            int64_t cols) {
-  constexpr int kGroups = kThreads / 32;
-  __shared__ float sm[kGroups][32];
+  __shared__ float sm[kFinalizeGroups][32];
   float* out = blockIdx.y == 0 ? out0 : out1;
   const float* partials = blockIdx.y == 0 ? p0 : p1;
   const int t = threadIdx.x & 31, g = threadIdx.x >> 5;
   const int64_t c = int64_t(blockIdx.x) * 32 + t;
   float s = 0.0f;
   if (c < cols) {
-#pragma unroll 4
-    for (int64_t k = g; k < chunks; k += kGroups) s += partials[k * cols + c];
+#pragma unroll 16
+    for (int64_t k = g; k < chunks; k += kFinalizeGroups) s += partials[k * cols + c];
   }
   sm[g][t] = s;
   __syncthreads();
   if (g == 0 && c < cols) {
     float tot = sm[0][t];
 #pragma unroll
-    for (int k = 1; k < kGroups; ++k) tot += sm[k][t];
+    for (int k = 1; k < kFinalizeGroups; ++k) tot += sm[k][t];
     out[c] += tot;
   }
 }
@@ -383,7 +385,7 @@ __global__ void __launch_bounds__(kThreads)
 void finalize_columns(cudaStream_t s, float* out0, const float* p0, float* out1, const float* p1, int64_t chunks,
                       int64_t cols) {
   dim3 grid(unsigned((cols + 31) / 32), out1 ? 2u : 1u);
-  column_finalize_kernel<<<grid, kThreads, 0, s>>>(out0, p0, out1, p1, chunks, cols);
+  column_finalize_kernel<<<grid, kFinalizeGroups * 32, 0, s>>>(out0, p0, out1, p1, chunks, cols);
   CUDA_CHECK_LAUNCH();
 }
 
