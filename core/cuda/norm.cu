@@ -159,7 +159,9 @@ __global__ void layernorm_backward_dx_kernel(T* dx, const T* dout, const T* x, c
 // writes one partial per column for its chunk (summed in chunk order by column_finalize_kernel:
 // deterministic). The row sums of dnorm and dnorm * xhat go through a block reduction whose
 // shared slots alternate with the row's parity, so one barrier per row suffices; the next row's
-// loads (its mean and rstd too) are issued before it. dx += rstd * (dnorm - mean(dnorm) - xhat * mean(dnorm * xhat)),
+// loads (its mean and rstd too) are issued before it, and the row after that is prefetched into L2
+// (in call 3 of bench/sessions/2026-11-30b, with one row in flight per block, the kernel moved only
+// ~2.2 TB/s at GPT-2 1.3B's shapes: latency-bound). dx += rstd * (dnorm - mean(dnorm) - xhat * mean(dnorm * xhat)),
 // dnorm = dout * w. Requires cols % Pack<T>::N == 0, 16-byte aligned dx, dout, x, w, and
 // blockDim.x a multiple of 32 with blockDim.x * ITERS >= cols / Pack<T>::N.
 // (Earlier forms: one warp per row holding the row's column sums in registers ran at a third of
@@ -204,6 +206,19 @@ __global__ void __launch_bounds__(512, ITERS == 1 ? 2 : 1)
       }
     }
   };
+  // Rows further ahead go to L2 only (no registers): thread k < lines prefetches the k-th 128-byte
+  // line of row r of x, dout and dx.
+  const int lines = int((int64_t(cols) * int64_t(sizeof(T)) + 127) / 128);
+  auto prefetch_l2 = [&](int64_t r) {
+    if (r >= r1) return;
+    for (int k = threadIdx.x; k < lines; k += blockDim.x) {
+      const int64_t off = r * cols + int64_t(k) * (128 / int(sizeof(T)));
+      asm volatile("prefetch.global.L2 [%0];" ::"l"(x + off));
+      asm volatile("prefetch.global.L2 [%0];" ::"l"(dout + off));
+      asm volatile("prefetch.global.L2 [%0];" ::"l"(dx + off));
+    }
+  };
+  prefetch_l2(r0 + 1);
   load(r0);
   const float inv_cols = 1.0f / float(cols);
   for (int64_t r = r0; r < r1; ++r) {
@@ -215,7 +230,8 @@ __global__ void __launch_bounds__(512, ITERS == 1 ? 2 : 1)
       g[i] = gv[i];
     }
     const float m = mv, rs = rv;
-    load(r + 1);  // in flight during the reduction and the update below
+    load(r + 1);  // in flight during the reduction and the update below (from L2, prefetched)
+    prefetch_l2(r + 2);
     float sd = 0.0f, sdx = 0.0f;
 #pragma unroll
     for (int i = 0; i < ITERS; ++i) {
