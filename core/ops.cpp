@@ -151,6 +151,20 @@ void layernorm_forward(Runtime& rt, const Tensor& out, const Tensor& mean, const
   TRELLIS_DISPATCH(rt, layernorm_forward, rt, out, mean, rstd, x, w, b, eps);
 }
 
+void add_layernorm_forward(Runtime& rt, const Tensor& r, const Tensor& out, const Tensor& mean, const Tensor& rstd,
+                           const Tensor& x, const Tensor& branch, const Tensor& w, const Tensor& b, float eps) {
+  for (const Tensor* t : {&r, &out, &mean, &rstd, &x, &branch, &w, &b}) check_device(rt, *t, "add_layernorm_forward");
+  check_float(x, "add_layernorm_forward");
+  check_same_numel(out, x, "add_layernorm_forward"); check_same_numel(r, x, "add_layernorm_forward");
+  check_same_numel(branch, x, "add_layernorm_forward");
+  check_dtype(mean, DType::f32, "add_layernorm_forward"); check_dtype(rstd, DType::f32, "add_layernorm_forward");
+  TRELLIS_CHECK(mean.numel() == x.rows() && rstd.numel() == x.rows() && w.numel() == x.cols() &&
+                    b.numel() == x.cols() && w.dtype == x.dtype && b.dtype == x.dtype && out.dtype == x.dtype &&
+                    r.dtype == x.dtype && branch.dtype == x.dtype,
+                "add_layernorm_forward: shapes or dtypes");
+  TRELLIS_DISPATCH(rt, add_layernorm_forward, rt, r, out, mean, rstd, x, branch, w, b, eps);
+}
+
 void layernorm_backward(Runtime& rt, const Tensor& dx, const Tensor& dw, const Tensor& db,
                         const Tensor& dout, const Tensor& x, const Tensor& w, const Tensor& mean,
                         const Tensor& rstd) {

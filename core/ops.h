@@ -51,6 +51,11 @@ void bias_backward(Runtime& rt, const Tensor& db, const Tensor& dy);
 // out = (x - mean) * rstd * w + b. mean, rstd: f32 (rows). w, b: (C), x's dtype.
 void layernorm_forward(Runtime& rt, const Tensor& out, const Tensor& mean, const Tensor& rstd,
                        const Tensor& x, const Tensor& w, const Tensor& b, float eps = 1e-5f);
+// The residual add fused with the layer norm that follows it: r = x + branch (rounded to x's dtype,
+// as add writes it), then layernorm_forward of r into out, mean, rstd. r, out: x's shape and dtype.
+void add_layernorm_forward(Runtime& rt, const Tensor& r, const Tensor& out, const Tensor& mean, const Tensor& rstd,
+                           const Tensor& x, const Tensor& branch, const Tensor& w, const Tensor& b,
+                           float eps = 1e-5f);
 // dx += d/dx (x's dtype; accumulating lets the residual gradient pass through), dw += and db +=
 // (f32, C). mean and rstd are the forward's.
 void layernorm_backward(Runtime& rt, const Tensor& dx, const Tensor& dw, const Tensor& db,

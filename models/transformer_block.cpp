@@ -198,11 +198,11 @@ void TransformerBlock::forward_into(Runtime& rt, const StepContext& ctx, const T
   linear_forward(rt, proj_, branch, s.att, *p_.proj_w, *p_.proj_b, temp);
   if (drop) dropout_forward(rt, branch, branch, cfg_.dropout, dropout_key(ctx, 1, n));
   s.r = rest.take(dt, act);
-  add(rt, s.r, x, branch);
   s.ln2 = rest.take(dt, act);
   s.ln2_mean = rest.take(DType::f32, {n.rows});
   s.ln2_rstd = rest.take(DType::f32, {n.rows});
-  layernorm_forward(rt, s.ln2, s.ln2_mean, s.ln2_rstd, s.r, p_.ln2_w->value, p_.ln2_b->value);
+  // r = x + branch and ln2 = LN(r) in one pass over the rows.
+  add_layernorm_forward(rt, s.r, s.ln2, s.ln2_mean, s.ln2_rstd, x, branch, p_.ln2_w->value, p_.ln2_b->value);
   // g = gelu(h), h = fc(ln2): one GEMM with the GELU as its epilogue, writing both (h for backward).
   s.h = rest.take(dt, {B, T, 4 * Cl});
   s.g = rest.take(dt, {B, T, 4 * Cl});

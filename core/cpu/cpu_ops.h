@@ -16,6 +16,8 @@ void matmul(Runtime& rt, const Tensor& out, const Tensor& a, const Tensor& b, co
 void bias_backward(Runtime& rt, const Tensor& db, const Tensor& dy);
 void layernorm_forward(Runtime& rt, const Tensor& out, const Tensor& mean, const Tensor& rstd,
                        const Tensor& x, const Tensor& w, const Tensor& b, float eps);
+void add_layernorm_forward(Runtime& rt, const Tensor& r, const Tensor& out, const Tensor& mean, const Tensor& rstd,
+                           const Tensor& x, const Tensor& branch, const Tensor& w, const Tensor& b, float eps);
 void layernorm_backward(Runtime& rt, const Tensor& dx, const Tensor& dw, const Tensor& db,
                         const Tensor& dout, const Tensor& x, const Tensor& w, const Tensor& mean,
                         const Tensor& rstd);

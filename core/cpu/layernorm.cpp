@@ -34,6 +34,13 @@ void layernorm_forward(Runtime&, const Tensor& out, const Tensor& mean, const Te
   });
 }
 
+// The separate ops in turn: bitwise what add then layernorm_forward write.
+void add_layernorm_forward(Runtime& rt, const Tensor& r, const Tensor& out, const Tensor& mean, const Tensor& rstd,
+                           const Tensor& x, const Tensor& branch, const Tensor& w, const Tensor& b, float eps) {
+  cpu::add(rt, r, x, branch);
+  cpu::layernorm_forward(rt, out, mean, rstd, r, w, b, eps);
+}
+
 void layernorm_backward(Runtime&, const Tensor& dx, const Tensor& dw, const Tensor& db, const Tensor& dout,
                         const Tensor& x, const Tensor& w, const Tensor& mean, const Tensor& rstd) {
   const int64_t R = outer_dim(x), C = inner_dim(x);

@@ -48,6 +48,12 @@ void layernorm_forward(Runtime& rt, const Tensor& out, const Tensor& mean, const
                            x.dtype, x.rows(), x.cols(), eps);
 }
 
+void add_layernorm_forward(Runtime& rt, const Tensor& r, const Tensor& out, const Tensor& mean, const Tensor& rstd,
+                           const Tensor& x, const Tensor& branch, const Tensor& w, const Tensor& b, float eps) {
+  launch_add_layernorm_forward(compute_stream(rt), r.data, out.data, mean.ptr<float>(), rstd.ptr<float>(), x.data,
+                               branch.data, w.data, b.data, x.dtype, x.rows(), x.cols(), eps);
+}
+
 void layernorm_backward(Runtime& rt, const Tensor& dx, const Tensor& dw, const Tensor& db, const Tensor& dout,
                         const Tensor& x, const Tensor& w, const Tensor& mean, const Tensor& rstd) {
   int64_t rows = x.rows(), cols = x.cols();

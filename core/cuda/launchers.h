@@ -69,6 +69,10 @@ inline int64_t layernorm_backward_scratch(int64_t rows, int64_t cols) {
 }
 void launch_layernorm_forward(cudaStream_t s, void* out, float* mean, float* rstd, const void* x, const void* w,
                               const void* b, DType t, int64_t rows, int64_t cols, float eps);
+// r = x + branch, out = layer norm of r (one pass where the row fits the vectorized kernel).
+void launch_add_layernorm_forward(cudaStream_t s, void* r, void* out, float* mean, float* rstd, const void* x,
+                                  const void* branch, const void* w, const void* b, DType t, int64_t rows,
+                                  int64_t cols, float eps);
 // dx += ..., dw += ..., db += ...; scratch: layernorm_backward_scratch(rows, cols) floats.
 void launch_layernorm_backward(cudaStream_t s, void* dx, float* dw, float* db, const void* dout, const void* x,
                                const void* w, const float* mean, const float* rstd, DType t, int64_t rows,

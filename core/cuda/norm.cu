@@ -1,6 +1,8 @@
 // CUDA layer norm (forward, backward), bias gradient and the scalar reductions, all deterministic:
 // column sums go through per-chunk partials summed in a fixed order, never through atomics. The
 // chunking (colsum_chunks) depends on the shape only, so results are bitwise repeatable on any GPU.
+#include <type_traits>
+
 #include "core/cuda/kernel_common.cuh"
 #include "core/cuda/launchers.h"
 
@@ -27,6 +29,13 @@ __device__ __forceinline__ void st16(T* p, const Pack<T>& v) {
   *reinterpret_cast<int4*>(p) = *reinterpret_cast<const int4*>(v.e);
 }
 inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
+
+template <typename T>
+constexpr DType dtype_of() {
+  if constexpr (std::is_same_v<T, float>) return DType::f32;
+  else if constexpr (std::is_same_v<T, __nv_bfloat16>) return DType::bf16;
+  else return DType::f16;
+}
 
 // The vectorized row kernels keep a row in registers: lane l holds vectors l, l + 32, ... of the
 // row, at most kMaxRowIters of them (bf16: cols <= 2048, f32: cols <= 1024).
@@ -66,12 +75,14 @@ __global__ void layernorm_forward_kernel(T* out, float* mean, float* rstd, const
   }
 }
 
-// The same with the row held in registers (one read of x), 16-byte loads and stores.
+// The same with the row held in registers (one read of x), 16-byte loads and stores. With ADD, the
+// row is first x + branch, rounded to T and written to r_out (the residual add fused in: the stats
+// are those of the rounded sum, so it is bitwise add then layer norm).
 // Requires cols % Pack<T>::N == 0 and 16-byte aligned pointers.
-template <typename T, int ITERS>
+template <typename T, int ITERS, bool ADD>
 __global__ void __launch_bounds__(kThreads)
     layernorm_forward_vec_kernel(T* out, float* mean, float* rstd, const T* x, const T* w, const T* b, int64_t rows,
-                                 int cols, float eps) {
+                                 int cols, float eps, const T* branch, T* r_out) {
   constexpr int N = Pack<T>::N;
   int64_t row = int64_t(blockIdx.x) * kWarpsPerBlock + (threadIdx.x >> 5);
   int lane = threadIdx.x & 31;
@@ -82,7 +93,15 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
   for (int i = 0; i < ITERS; ++i) {
     int v = lane + 32 * i;
-    if (v < nvec) xv[i] = ld16(xr + v * N);
+    if (v < nvec) {
+      xv[i] = ld16(xr + v * N);
+      if constexpr (ADD) {
+        const Pack<T> bv = ld16(branch + row * cols + v * N);
+#pragma unroll
+        for (int j = 0; j < N; ++j) xv[i].e[j] = from_f32<T>(to_f32(xv[i].e[j]) + to_f32(bv.e[j]));
+        st16(r_out + row * cols + v * N, xv[i]);
+      }
+    }
   }
   float s = 0.0f;
 #pragma unroll
@@ -429,32 +448,42 @@ unsigned row_blocks(int64_t rows) { return unsigned((rows + kWarpsPerBlock - 1) 
 
 template <typename T, int ITERS>
 void layernorm_forward_vec(cudaStream_t s, T* out, float* mean, float* rstd, const T* x, const T* w, const T* b,
-                           int64_t rows, int64_t cols, float eps) {
-  layernorm_forward_vec_kernel<T, ITERS><<<row_blocks(rows), kThreads, 0, s>>>(out, mean, rstd, x, w, b, rows,
-                                                                               int(cols), eps);
+                           int64_t rows, int64_t cols, float eps, const T* branch, T* r_out) {
+  if (branch)
+    layernorm_forward_vec_kernel<T, ITERS, true>
+        <<<row_blocks(rows), kThreads, 0, s>>>(out, mean, rstd, x, w, b, rows, int(cols), eps, branch, r_out);
+  else
+    layernorm_forward_vec_kernel<T, ITERS, false>
+        <<<row_blocks(rows), kThreads, 0, s>>>(out, mean, rstd, x, w, b, rows, int(cols), eps, nullptr, nullptr);
 }
 
+// With branch: r_out = x + branch first (fused where the vectorized kernel applies, else the add
+// kernel, then the layer norm of r_out).
 template <typename T>
 void layernorm_forward_impl(cudaStream_t s, T* out, float* mean, float* rstd, const T* x, const T* w, const T* b,
-                            int64_t rows, int64_t cols, float eps) {
+                            int64_t rows, int64_t cols, float eps, const T* branch = nullptr, T* r_out = nullptr) {
   constexpr int N = Pack<T>::N;
   int iters = row_iters<T>(cols);
   bool vec = cols % N == 0 && iters <= kMaxRowIters && aligned16(out) && aligned16(x) && aligned16(w) &&
-             aligned16(b);
+             aligned16(b) && (!branch || (aligned16(branch) && aligned16(r_out)));
   if (!vec) {
+    if (branch) {
+      launch_add(s, r_out, x, branch, dtype_of<T>(), rows * cols);
+      x = r_out;
+    }
     layernorm_forward_kernel<T><<<row_blocks(rows), kThreads, 0, s>>>(out, mean, rstd, x, w, b, rows, cols, eps);
     CUDA_CHECK_LAUNCH();
     return;
   }
   switch (iters) {
-    case 1: layernorm_forward_vec<T, 1>(s, out, mean, rstd, x, w, b, rows, cols, eps); break;
-    case 2: layernorm_forward_vec<T, 2>(s, out, mean, rstd, x, w, b, rows, cols, eps); break;
-    case 3: layernorm_forward_vec<T, 3>(s, out, mean, rstd, x, w, b, rows, cols, eps); break;
-    case 4: layernorm_forward_vec<T, 4>(s, out, mean, rstd, x, w, b, rows, cols, eps); break;
-    case 5: layernorm_forward_vec<T, 5>(s, out, mean, rstd, x, w, b, rows, cols, eps); break;
-    case 6: layernorm_forward_vec<T, 6>(s, out, mean, rstd, x, w, b, rows, cols, eps); break;
-    case 7: layernorm_forward_vec<T, 7>(s, out, mean, rstd, x, w, b, rows, cols, eps); break;
-    default: layernorm_forward_vec<T, 8>(s, out, mean, rstd, x, w, b, rows, cols, eps); break;
+    case 1: layernorm_forward_vec<T, 1>(s, out, mean, rstd, x, w, b, rows, cols, eps, branch, r_out); break;
+    case 2: layernorm_forward_vec<T, 2>(s, out, mean, rstd, x, w, b, rows, cols, eps, branch, r_out); break;
+    case 3: layernorm_forward_vec<T, 3>(s, out, mean, rstd, x, w, b, rows, cols, eps, branch, r_out); break;
+    case 4: layernorm_forward_vec<T, 4>(s, out, mean, rstd, x, w, b, rows, cols, eps, branch, r_out); break;
+    case 5: layernorm_forward_vec<T, 5>(s, out, mean, rstd, x, w, b, rows, cols, eps, branch, r_out); break;
+    case 6: layernorm_forward_vec<T, 6>(s, out, mean, rstd, x, w, b, rows, cols, eps, branch, r_out); break;
+    case 7: layernorm_forward_vec<T, 7>(s, out, mean, rstd, x, w, b, rows, cols, eps, branch, r_out); break;
+    default: layernorm_forward_vec<T, 8>(s, out, mean, rstd, x, w, b, rows, cols, eps, branch, r_out); break;
   }
   CUDA_CHECK_LAUNCH();
 }
@@ -520,6 +549,16 @@ void launch_layernorm_forward(cudaStream_t s, void* out, float* mean, float* rst
   TRELLIS_FLOAT_SWITCH(t, T,
     layernorm_forward_impl<T>(s, static_cast<T*>(out), mean, rstd, static_cast<const T*>(x),
                               static_cast<const T*>(w), static_cast<const T*>(b), rows, cols, eps));
+}
+
+void launch_add_layernorm_forward(cudaStream_t s, void* r, void* out, float* mean, float* rstd, const void* x,
+                                  const void* branch, const void* w, const void* b, DType t, int64_t rows,
+                                  int64_t cols, float eps) {
+  if (rows == 0) return;
+  TRELLIS_FLOAT_SWITCH(t, T,
+    layernorm_forward_impl<T>(s, static_cast<T*>(out), mean, rstd, static_cast<const T*>(x),
+                              static_cast<const T*>(w), static_cast<const T*>(b), rows, cols, eps,
+                              static_cast<const T*>(branch), static_cast<T*>(r)));
 }
 
 void launch_layernorm_backward(cudaStream_t s, void* dx, float* dw, float* db, const void* dout, const void* x,

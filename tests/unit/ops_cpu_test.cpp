@@ -326,6 +326,32 @@ TEST(OpsCpu, LayernormMatchesReference) {
   }
 }
 
+// add_layernorm_forward is add then layernorm_forward (r, out, mean and rstd bitwise), every dtype.
+TEST(OpsCpu, AddLayernormEqualsSeparateOps) {
+  std::mt19937 g(12);
+  const int64_t R = 7, C = 40;
+  for (DType dt : kFloatTypes) {
+    SCOPED_TRACE(dtype_name(dt));
+    HostTensor x(dt, {R, C}), br(dt, {R, C}), w(dt, {C}), b(dt, {C});
+    x.randomize(g, -2.0, 2.0);
+    br.randomize(g);
+    w.randomize(g);
+    b.randomize(g);
+    HostTensor r_ref(dt, {R, C}), y_ref(dt, {R, C}), m_ref(DType::f32, {R}), s_ref(DType::f32, {R});
+    HostTensor r(dt, {R, C}), y(dt, {R, C}), m(DType::f32, {R}), s(DType::f32, {R});
+    add(rt(), r_ref.t(), x.t(), br.t());
+    layernorm_forward(rt(), y_ref.t(), m_ref.t(), s_ref.t(), r_ref.t(), w.t(), b.t());
+    add_layernorm_forward(rt(), r.t(), y.t(), m.t(), s.t(), x.t(), br.t(), w.t(), b.t());
+    EXPECT_TRUE(r.bitwise_equal(r_ref)) << "r";
+    EXPECT_TRUE(y.bitwise_equal(y_ref)) << "out";
+    EXPECT_TRUE(m.bitwise_equal(m_ref) && s.bitwise_equal(s_ref)) << "mean, rstd";
+  }
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  HostTensor x(DType::f32, {4, 8}), small(DType::f32, {4, 4}), w(DType::f32, {8}), m(DType::f32, {4});
+  EXPECT_DEATH(add_layernorm_forward(rt(), x.t(), x.t(), m.t(), m.t(), x.t(), small.t(), w.t(), w.t()),
+               "add_layernorm_forward");
+}
+
 TEST(OpsCpu, LayernormBackwardFiniteDifferences) {
   std::mt19937 g(7);
   const int64_t R = 3, C = 6;
