@@ -268,7 +268,7 @@ void validate_for_world(const Config& c, int world_size) {
                     " tokens of a micro-batch into parallel.tensor = " + std::to_string(par.tensor) +
                     " shards: it must be divisible");
 
-  if (par.tensor_comm_chunks > 1 && par.sequence_parallel)
+  if (par.tensor_comm_chunks > 1 && par.sequence_parallel && par.tensor > 1)
     throw UserError(c.path + ": parallel.tensor_comm_chunks = " + std::to_string(par.tensor_comm_chunks) +
                     " applies only without parallel.sequence_parallel (set one of them back)");
   if (par.tensor_comm_chunks > c.train.micro_batch * c.model.seq_len)

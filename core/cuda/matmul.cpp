@@ -256,8 +256,8 @@ bool try_make_plan(CudaState& st, const PlanKey& key, bool fuse_bias, bool fuse_
                                                      results, &found);
   CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(pref));
   // An epilogue cuBLASLt does not take for these types may come back as INVALID_VALUE rather than
-  // NOT_SUPPORTED (DGELU_BGRAD with an f32 bias gradient for a bf16 D did): the caller retries
-  // without it.
+  // NOT_SUPPORTED (as a bias-gradient epilogue did, bench/sessions/2026-11-30b call 3): the caller
+  // retries without it. The plain plan still fails on INVALID_VALUE, a real argument error.
   const bool fused = fuse_bias || fuse_gelu;
   if (rc == CUBLAS_STATUS_NOT_SUPPORTED || (fused && rc == CUBLAS_STATUS_INVALID_VALUE) ||
       (rc == CUBLAS_STATUS_SUCCESS && found == 0)) {

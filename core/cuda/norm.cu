@@ -1,6 +1,8 @@
 // CUDA layer norm (forward, backward), bias gradient and the scalar reductions, all deterministic:
 // column sums go through per-chunk partials summed in a fixed order, never through atomics. The
-// chunking (colsum_chunks) depends on the shape only, so results are bitwise repeatable on any GPU.
+// chunking (colsum_chunks, layernorm_chunks) depends on the shape only, so results are bitwise
+// repeatable on any GPU; which kernel runs (vectorized or not) also depends on the tensors'
+// 16-byte alignment, the same from run to run for the same model and layout.
 #include <type_traits>
 
 #include "core/cuda/kernel_common.cuh"
@@ -466,11 +468,12 @@ void layernorm_forward_impl(cudaStream_t s, T* out, float* mean, float* rstd, co
   int iters = row_iters<T>(cols);
   bool vec = cols % N == 0 && iters <= kMaxRowIters && aligned16(out) && aligned16(x) && aligned16(w) &&
              aligned16(b) && (!branch || (aligned16(branch) && aligned16(r_out)));
+  if (!vec && branch) {  // the two ops in turn, the layer norm choosing its kernel by r_out as alone
+    launch_add(s, r_out, x, branch, dtype_of<T>(), rows * cols);
+    layernorm_forward_impl<T>(s, out, mean, rstd, r_out, w, b, rows, cols, eps);
+    return;
+  }
   if (!vec) {
-    if (branch) {
-      launch_add(s, r_out, x, branch, dtype_of<T>(), rows * cols);
-      x = r_out;
-    }
     layernorm_forward_kernel<T><<<row_blocks(rows), kThreads, 0, s>>>(out, mean, rstd, x, w, b, rows, cols, eps);
     CUDA_CHECK_LAUNCH();
     return;
@@ -489,8 +492,9 @@ void layernorm_forward_impl(cudaStream_t s, T* out, float* mean, float* rstd, co
 }
 
 // The fused kernel's block: ITERS = ceil(nvec / 512) vectors per thread, the threads as few as cover
-// the row (a multiple of 32). ITERS <= kMaxFusedIters, else the two-pass form.
-constexpr int kMaxFusedIters = 4;
+// the row (a multiple of 32). ITERS <= kMaxFusedIters (bf16 cols <= 8192, f32 <= 4096), else the
+// two-pass form: at 3 and 4 the kernel spilled registers.
+constexpr int kMaxFusedIters = 2;
 template <typename T, int ITERS>
 void layernorm_backward_fused(cudaStream_t s, T* dx, float* p_dw, float* p_db, const T* dout, const T* x, const T* w,
                               const float* mean, const float* rstd, int64_t rows, int64_t cols, int64_t chunks) {
@@ -514,9 +518,7 @@ void layernorm_backward_impl(cudaStream_t s, T* dx, float* dw, float* db, const 
     float* p_dw = scratch + chunks * cols;
     switch (iters) {
       case 1: layernorm_backward_fused<T, 1>(s, dx, p_dw, p_db, dout, x, w, mean, rstd, rows, cols, chunks); break;
-      case 2: layernorm_backward_fused<T, 2>(s, dx, p_dw, p_db, dout, x, w, mean, rstd, rows, cols, chunks); break;
-      case 3: layernorm_backward_fused<T, 3>(s, dx, p_dw, p_db, dout, x, w, mean, rstd, rows, cols, chunks); break;
-      default: layernorm_backward_fused<T, 4>(s, dx, p_dw, p_db, dout, x, w, mean, rstd, rows, cols, chunks); break;
+      default: layernorm_backward_fused<T, 2>(s, dx, p_dw, p_db, dout, x, w, mean, rstd, rows, cols, chunks); break;
     }
     CUDA_CHECK_LAUNCH();
     finalize_columns(s, dw, p_dw, db, p_db, chunks, cols);

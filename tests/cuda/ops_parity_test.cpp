@@ -440,8 +440,10 @@ TEST_P(Parity, BiasBackward) {
 }
 
 // Shapes: C = 96 and 1000 take the fused backward with one vector per thread, C = 4104 with two
-// (bf16, f16) or three (f32) and a thread count that is no power of two; C = 98 is no multiple of the
-// vector width (the two-pass fallback); 1200 rows make 38 chunks of rows.
+// and a thread count that is no power of two (bf16, f16; f32 needs three and takes the two-pass
+// form); C = 98 is no multiple of the vector width (the two-pass fallback); 1200 rows make 38
+// chunks of rows. The fused add + layer norm is also run on an x one element off 16-byte alignment
+// (its add-then-layer-norm fallback).
 TEST_P(Parity, LayerNormAndDeterminism) {
   struct Case { int64_t B, T, C; };
   uint32_t seed = 60;
@@ -473,6 +475,16 @@ TEST_P(Parity, LayerNormAndDeterminism) {
       expect_bitwise(to_host(gy2), to_host(gy), "add_layernorm_forward out vs add + layernorm_forward" + tag);
       expect_bitwise(to_host(gm2), to_host(gmean), "add_layernorm_forward mean" + tag);
       expect_bitwise(to_host(gs2), to_host(grstd), "add_layernorm_forward rstd" + tag);
+      // x one element past a 16-byte boundary: the fused kernel does not apply.
+      Buffer shifted(gpu().allocator(), size_t(B * T * C + 1) * dtype_size(dt()), "parity test tensor");
+      const Tensor gxs = shifted.tensor(dt(), {B, T, C}, dtype_size(dt()));
+      copy(gpu(), gxs, gx.t);
+      add(gpu(), gr.t, gxs, gbr.t);
+      layernorm_forward(gpu(), gy.t, gmean.t, grstd.t, gr.t, gw.t, gb.t);
+      add_layernorm_forward(gpu(), gr2.t, gy2.t, gm2.t, gs2.t, gxs, gbr.t, gw.t, gb.t);
+      expect_bitwise(to_host(gr2), to_host(gr), "add_layernorm_forward r, misaligned x" + tag);
+      expect_bitwise(to_host(gy2), to_host(gy), "add_layernorm_forward out, misaligned x" + tag);
+      expect_bitwise(to_host(gs2), to_host(grstd), "add_layernorm_forward rstd, misaligned x" + tag);
       layernorm_forward(gpu(), gy.t, gmean.t, grstd.t, gx.t, gw.t, gb.t);  // back to LN(x) for the backward below
     }
 
