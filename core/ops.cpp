@@ -140,28 +140,33 @@ void bias_backward(Runtime& rt, const Tensor& db, const Tensor& dy) {
   TRELLIS_DISPATCH(rt, bias_backward, rt, db, dy);
 }
 
-void layernorm_forward(Runtime& rt, const Tensor& out, const Tensor& mean, const Tensor& rstd,
-                       const Tensor& x, const Tensor& w, const Tensor& b, float eps) {
-  for (const Tensor* t : {&out, &mean, &rstd, &x, &w, &b}) check_device(rt, *t, "layernorm_forward");
-  check_float(x, "layernorm_forward"); check_same_numel(out, x, "layernorm_forward");
-  check_dtype(mean, DType::f32, "layernorm_forward"); check_dtype(rstd, DType::f32, "layernorm_forward");
+namespace {
+// The layer norm forward's arguments, for `op`: out like x, f32 mean and rstd per row, w and b per column.
+void check_layernorm_forward(Runtime& rt, const char* op, const Tensor& out, const Tensor& mean, const Tensor& rstd,
+                             const Tensor& x, const Tensor& w, const Tensor& b) {
+  for (const Tensor* t : {&out, &mean, &rstd, &x, &w, &b}) check_device(rt, *t, op);
+  check_float(x, op); check_same_numel(out, x, op);
+  check_dtype(mean, DType::f32, op); check_dtype(rstd, DType::f32, op);
   TRELLIS_CHECK(mean.numel() == x.rows() && rstd.numel() == x.rows() && w.numel() == x.cols() &&
                     b.numel() == x.cols() && w.dtype == x.dtype && b.dtype == x.dtype && out.dtype == x.dtype,
-                "layernorm_forward: shapes or dtypes");
+                std::string(op) + ": shapes or dtypes");
+}
+}  // namespace
+
+void layernorm_forward(Runtime& rt, const Tensor& out, const Tensor& mean, const Tensor& rstd,
+                       const Tensor& x, const Tensor& w, const Tensor& b, float eps) {
+  check_layernorm_forward(rt, "layernorm_forward", out, mean, rstd, x, w, b);
   TRELLIS_DISPATCH(rt, layernorm_forward, rt, out, mean, rstd, x, w, b, eps);
 }
 
 void add_layernorm_forward(Runtime& rt, const Tensor& r, const Tensor& out, const Tensor& mean, const Tensor& rstd,
                            const Tensor& x, const Tensor& branch, const Tensor& w, const Tensor& b, float eps) {
-  for (const Tensor* t : {&r, &out, &mean, &rstd, &x, &branch, &w, &b}) check_device(rt, *t, "add_layernorm_forward");
-  check_float(x, "add_layernorm_forward");
-  check_same_numel(out, x, "add_layernorm_forward"); check_same_numel(r, x, "add_layernorm_forward");
-  check_same_numel(branch, x, "add_layernorm_forward");
-  check_dtype(mean, DType::f32, "add_layernorm_forward"); check_dtype(rstd, DType::f32, "add_layernorm_forward");
-  TRELLIS_CHECK(mean.numel() == x.rows() && rstd.numel() == x.rows() && w.numel() == x.cols() &&
-                    b.numel() == x.cols() && w.dtype == x.dtype && b.dtype == x.dtype && out.dtype == x.dtype &&
-                    r.dtype == x.dtype && branch.dtype == x.dtype,
-                "add_layernorm_forward: shapes or dtypes");
+  check_layernorm_forward(rt, "add_layernorm_forward", out, mean, rstd, x, w, b);
+  for (const Tensor* t : {&r, &branch}) {
+    check_device(rt, *t, "add_layernorm_forward");
+    check_same_numel(*t, x, "add_layernorm_forward");
+    TRELLIS_CHECK(t->dtype == x.dtype, "add_layernorm_forward: shapes or dtypes");
+  }
   TRELLIS_DISPATCH(rt, add_layernorm_forward, rt, r, out, mean, rstd, x, branch, w, b, eps);
 }
 

@@ -1,7 +1,7 @@
 // CUDA causal self-attention. bf16/f16 with head_dim 64 or 128 take cuDNN's fused flash attention
 // where cudnn_attention() accepts the problem (no attention dropout, not deterministic, built with
-// the cuDNN frontend), else the fused FlashAttention-2 style kernels of flash_attention.cu (no T x T matrix; backward scratch only D, B*H*T*4 bytes). Everything
-// else (f32, other head sizes) takes the unfused reference-speed version: heads permuted into scratch,
+// the cuDNN frontend), else the fused FlashAttention-2 style kernels of flash_attention.cu (no T x T
+// matrix; backward scratch only D, B*H*T*4 bytes). Everything else (f32, other head sizes) takes the unfused reference-speed version: heads permuted into scratch,
 // S = q k^T / sqrt(hd) and the products with P by cuBLAS strided-batched GEMMs (f32 compute), a
 // causal softmax kernel that keeps only the log-sum-exp for backward. Attention dropout is applied
 // to the probabilities by the softmax kernels. Its scratch (bytes, es = dtype size, 256-byte
@@ -90,13 +90,14 @@ void attention_forward(Runtime& rt, const Tensor& out, const Tensor& lse, const 
   Dims d = dims_of(qkv, n_heads);
   if (d.B * d.T == 0) return;
   DType t = qkv.dtype;
+  const bool flash = use_flash(d, t, {qkv.data, out.data});
 #if TRELLIS_HAVE_CUDNN
-  if (use_flash(d, t, {qkv.data, out.data}) && cudnn_attention(rt, d.B, d.T, d.H, d.hd, t, drop.threshold != 0)) {
+  if (flash && cudnn_attention(rt, d.B, d.T, d.H, d.hd, t, drop.threshold != 0)) {
     cudnn_attention_forward(rt, out.data, lse.ptr<float>(), qkv.data, d.B, d.T, d.H, d.hd, t);
     return;
   }
 #endif
-  if (use_flash(d, t, {qkv.data, out.data})) {
+  if (flash) {
     launch_flash_attention_forward(st.compute, out.data, lse.ptr<float>(), qkv.data, t, d.B, d.T, d.H, d.hd, drop);
     return;
   }
@@ -124,13 +125,14 @@ void attention_backward(Runtime& rt, const Tensor& dqkv, const Tensor& dout, con
   Dims d = dims_of(qkv, n_heads);
   if (d.B * d.T == 0) return;
   DType t = qkv.dtype;
+  const bool flash = use_flash(d, t, {qkv.data, out.data, dout.data, dqkv.data});
 #if TRELLIS_HAVE_CUDNN
-  if (use_flash(d, t, {qkv.data, out.data, dout.data, dqkv.data}) && cudnn_attention(rt, d.B, d.T, d.H, d.hd, t, drop.threshold != 0)) {
+  if (flash && cudnn_attention(rt, d.B, d.T, d.H, d.hd, t, drop.threshold != 0)) {
     cudnn_attention_backward(rt, dqkv.data, dout.data, qkv.data, out.data, lse.ptr<float>(), d.B, d.T, d.H, d.hd, t);
     return;
   }
 #endif
-  if (use_flash(d, t, {qkv.data, out.data, dout.data, dqkv.data})) {
+  if (flash) {
     float* Dp = static_cast<float*>(rt.scratch(size_t(d.BH * d.T) * 4));  // (B, H, T)
     launch_attention_rowdot(st.compute, Dp, dout.data, out.data, t, d.B, d.T, d.H, d.hd);  // D = rowsum(dO * O)
     launch_flash_attention_backward(st.compute, dqkv.data, dout.data, qkv.data, lse.ptr<float>(), Dp, t, d.B, d.T,

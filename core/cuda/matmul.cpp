@@ -296,8 +296,8 @@ void log_plan(const CudaState& st, const PlanKey& key, const Plan& p) {
                static_cast<long long>(key.k), ab.c_str(), ab.c_str(), out.c_str(),
                int(key.trans_a), int(key.trans_b), int(key.accumulate),
                !key.bias ? "none" : (p.bias_fused ? "fused-epilogue" : "SEPARATE-KERNEL"),
-               gelu, key.gelu == Gelu::none ? "" : (p.gelu_fused ? " (fused-epilogue)" : " (SEPARATE-KERNEL)"), key.align_a,
-               key.align_b, key.align_c, key.align_bias, key.align_aux, p.chosen, p.candidates, p.workspace,
+               gelu, key.gelu == Gelu::none ? "" : (p.gelu_fused ? " (fused-epilogue)" : " (SEPARATE-KERNEL)"),
+               key.align_a, key.align_b, key.align_c, key.align_bias, key.align_aux, p.chosen, p.candidates, p.workspace,
                double(p.waves), timing, st.deterministic ? ", deterministic (no split-K reduction)" : "");
 }
 
@@ -309,7 +309,8 @@ Plan& get_plan(CudaState& st, const PlanKey& key, const Operands& ops) {
   // All requested epilogues fused first; then without the GELU, then without the bias, where
   // cuBLASLt has no algorithm for them (a fused GELU thus always comes with the fused bias).
   const bool ok = (key.gelu != Gelu::none && try_make_plan(st, key, key.bias, true, ops, p)) ||
-                  (key.bias && try_make_plan(st, key, true, false, ops, p)) || try_make_plan(st, key, false, false, ops, p);
+                  (key.bias && try_make_plan(st, key, true, false, ops, p)) ||
+                  try_make_plan(st, key, false, false, ops, p);
   if (!ok)
     TRELLIS_FATAL("matmul: cuBLASLt has no algorithm for M=" + std::to_string(key.m) + " N=" + std::to_string(key.n) +
                   " K=" + std::to_string(key.k) + " " + std::string(dtype_name(key.ab)) + " -> " +

@@ -182,15 +182,15 @@ __global__ void layernorm_backward_dx_kernel(T* dx, const T* dout, const T* x, c
 // shared slots alternate with the row's parity, so one barrier per row suffices; the next row's
 // loads (its mean and rstd too) are issued before it, and the row after that is prefetched into L2
 // (in call 3 of bench/sessions/2026-11-30b, with one row in flight per block, the kernel moved only
-// ~2.2 TB/s at GPT-2 1.3B's shapes: latency-bound). dx += rstd * (dnorm - mean(dnorm) - xhat * mean(dnorm * xhat)),
-// dnorm = dout * w. Requires cols % Pack<T>::N == 0, 16-byte aligned dx, dout, x, w, and
-// blockDim.x a multiple of 32 with blockDim.x * ITERS >= cols / Pack<T>::N.
+// ~2.2 TB/s at GPT-2 1.3B's shapes: latency-bound).
+// dx += rstd * (dnorm - mean(dnorm) - xhat * mean(dnorm * xhat)), dnorm = dout * w. Requires
+// cols % Pack<T>::N == 0, 16-byte aligned dx, dout, x, w, and blockDim.x a multiple of 32 with
+// blockDim.x * ITERS >= cols / Pack<T>::N. One vector per thread is bounded to 64 registers (4
+// blocks of 256 threads per SM; unbounded it took 95, 2 blocks); more vectors would spill under it.
 // (Earlier forms: one warp per row holding the row's column sums in registers ran at a third of
 // the memory bandwidth, one CTA per SM; a warp-per-row pass plus a separate column pass read dout
 // and x twice.)
 template <typename T, int ITERS>
-// One vector per thread: at most 64 registers (4 blocks of 256 threads per SM; without the bound it
-// took 95, 2 blocks). More vectors per thread would spill under that bound.
 __global__ void __launch_bounds__(512, ITERS == 1 ? 2 : 1)
     layernorm_backward_fused_kernel(T* dx, float* p_dw, float* p_db, const T* dout, const T* x, const T* w,
                                     const float* mean, const float* rstd, int64_t rows, int cols,

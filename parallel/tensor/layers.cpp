@@ -96,14 +96,14 @@ void RowParallelLinear::forward(Runtime& rt, const Tensor& y, const Tensor& x, A
   // The bias must enter the sum once: rank 0 adds it in its GEMM epilogue (free), the others not.
   if (tensor_->rank() == 0) o.bias = &b_->value;
   const Tensor y2 = rows2d(partial), x2 = rows2d(x);
-  const int64_t N = y2.rows(), chunks = sp_ ? 1 : std::min<int64_t>(comm_chunks_, std::max<int64_t>(N, 1));
-  if (chunks == 1) {
+  if (sp_) {
     matmul(rt, y2, x2, w_->value, o);
-    if (sp_) reduce_scatter_to_token_shards_forward(*tensor_, y, partial).wait();
-    else reduce_from_tensor_region_forward(*tensor_, y).wait();
+    reduce_scatter_to_token_shards_forward(*tensor_, y, partial).wait();
     return;
   }
-  // Every rank cuts the same row blocks, so the all-reduces pair up in the same order.
+  // Every rank cuts the same row blocks (one with comm_chunks = 1), so the all-reduces pair up in
+  // the same order.
+  const int64_t N = y2.rows(), chunks = std::min<int64_t>(comm_chunks_, std::max<int64_t>(N, 1));
   std::vector<CommHandle> reduced;
   reduced.reserve(size_t(chunks));
   for (int64_t i = 0; i < chunks; ++i) {
