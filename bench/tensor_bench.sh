@@ -13,20 +13,8 @@ MB=${MB:-8}; WARMUP=${WARMUP:-3}; STEPS=${STEPS:-8}; TIMEOUT=${TIMEOUT:-200}; CH
 export NCCL_NVLS_ENABLE=0 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 [[ -x $bin ]] || { echo "no $bin: build first"; exit 1; }
 source "$(dirname "$0")/gpt_toml.sh"
+source "$(dirname "$0")/layout_runs.sh"
 gpt_toml bench/tensor_bench.sh 24 2048 16 "$MB" $((WARMUP + STEPS)) > "$out/base.toml"
-
-# run NAME RANKS SET...: metrics in $out/NAME.jsonl
-run() {
-  local name=$1 ranks=$2; shift 2
-  local sets=() s
-  for s in "$@" ${EXTRA_SETS:-}; do sets+=(--set "$s"); done
-  echo "--- $name: ${sets[*]}"
-  local cmd=("$bin")
-  [[ $ranks -gt 1 ]] && cmd=(mpirun --allow-run-as-root --bind-to none -np "$ranks" -x NCCL_NVLS_ENABLE -x LD_LIBRARY_PATH "$bin")
-  CUDA_VISIBLE_DEVICES=$([[ $ranks -gt 1 ]] && echo 0,1 || echo 0) timeout "$TIMEOUT" "${cmd[@]}" "$out/base.toml" \
-    --set log.metrics_file="$out/$name.jsonl" "${sets[@]}" > "$out/$name.log" 2>&1 ||
-    { echo "    FAILED (exit $?)"; grep -iE "error|fatal" "$out/$name.log" | head -3 | sed 's/^/    | /'; }
-}
 
 names=(one)
 run one 1
@@ -36,23 +24,4 @@ for c in $CHUNKS; do
 done
 run t2_sp 2 parallel.tensor=2 parallel.sequence_parallel=true
 names+=(t2_sp)
-
-python3 - "$out" "$WARMUP" "${names[@]}" <<'PY'
-import json, statistics as st, sys
-out, warm, names = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
-print("| run | tokens/s | step ms | peak GiB (rank 0) | of linear scaling |")
-print("|---|---|---|---|---|")
-base = None
-for name in names:
-    try:
-        steps = [r for r in map(json.loads, open(f"{out}/{name}.jsonl")) if "tokens_per_s" in r and r["step"] > warm]
-    except OSError:
-        steps = []
-    if not steps:
-        print(f"| {name} | failed | | | |"); continue
-    tps = st.median(r["tokens_per_s"] for r in steps)
-    base = tps if name == "one" else base
-    eff = f"{tps / (2 * base):.1%}" if base and name != "one" else ""
-    print(f"| {name} | {tps:,.0f} | {st.median(r['step_ms'] for r in steps):.1f} | "
-          f"{max(r['peak_mem_bytes'] for r in steps) / 2**30:.1f} | {eff} |")
-PY
+summary "$WARMUP" "${names[@]}"
