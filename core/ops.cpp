@@ -114,6 +114,13 @@ void matmul(Runtime& rt, const Tensor& out, const Tensor& a, const Tensor& b, co
     check_device(rt, *opt.bias, "matmul");
     TRELLIS_CHECK(opt.bias->numel() == N && opt.bias->dtype == a.dtype, "matmul: bias " + opt.bias->str());
   }
+  if (opt.residual) {
+    check_device(rt, *opt.residual, "matmul");
+    TRELLIS_CHECK(!opt.accumulate && !opt.gelu_input && !opt.gelu_grad_of,
+                  "matmul: residual does not combine with accumulate or GELU");
+    TRELLIS_CHECK(opt.residual->numel() == out.numel() && opt.residual->dtype == out.dtype,
+                  "matmul: residual " + opt.residual->str() + " must have out's size and dtype, " + out.str());
+  }
   if (const Tensor* g = opt.gelu_input ? opt.gelu_input : opt.gelu_grad_of) {
     const char* name = opt.gelu_input ? "gelu_input" : "gelu_grad_of";
     TRELLIS_CHECK(!(opt.gelu_input && opt.gelu_grad_of), "matmul: gelu_input and gelu_grad_of are exclusive");
@@ -127,7 +134,7 @@ void matmul(Runtime& rt, const Tensor& out, const Tensor& a, const Tensor& b, co
   std::string shape;  // the profiler's row: one per problem
   if (rt.profiler())
     shape = std::to_string(M) + "x" + std::to_string(N) + "x" + std::to_string(K) + (opt.trans_a ? " tA" : "") +
-            (opt.trans_b ? " tB" : "") + (opt.accumulate ? " +=" : "") + (opt.bias ? " +bias" : "") +
+            (opt.trans_b ? " tB" : "") + (opt.accumulate ? " +=" : "") + (opt.bias ? " +bias" : "") + (opt.residual ? " +residual" : "") +
             (opt.gelu_input ? " gelu" : "") + (opt.gelu_grad_of ? " *gelu'" : "") + " -> " +
             std::string(dtype_name(out.dtype));
   TRELLIS_DISPATCH_TIMED(rt, shape, 2.0 * double(M) * double(N) * double(K), matmul, rt, out, a, b, opt);

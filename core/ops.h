@@ -39,8 +39,12 @@ struct MatmulOptions {
   // Backward: out = alpha * op(a) @ op(b) * gelu'(*gelu_grad_of), *gelu_grad_of being the forward's
   // pre-activation (no bias).
   const Tensor* gelu_grad_of = nullptr;
+  // out = alpha * op(a) @ op(b) [+ bias] + *residual, rounded once (the residual add of a block fused
+  // into the GEMM's epilogue on CUDA). out's shape and dtype; may be out itself; not with accumulate or
+  // GELU.
+  const Tensor* residual = nullptr;
 };
-// out (M, N) = alpha * op(a) @ op(b) [+ bias] [+ out], or with GELU fused as above. a, b: 2-D, same
+// out (M, N) = alpha * op(a) @ op(b) [+ bias] [+ out or residual], or with GELU fused as above. a, b: 2-D, same
 // float dtype; out: a's dtype or f32 (weight gradients accumulate in f32). Accumulation in f32 on
 // every backend.
 void matmul(Runtime& rt, const Tensor& out, const Tensor& a, const Tensor& b, const MatmulOptions& opt = {});

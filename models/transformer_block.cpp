@@ -14,12 +14,15 @@ namespace {
 Tensor rows2d(const Tensor& t) { return t.view({t.rows(), t.cols()}); }
 
 // y = x W^T + b, for x (N, in), W (out, in). With gelu_input: y = gelu(x W^T + b), *gelu_input = x W^T + b.
+// With residual: y = residual + x W^T + b, rounded once.
 void linear_forward(Runtime& rt, const Tensor& y, const Tensor& x, const Parameter& w, const Parameter& b,
-                    const Tensor* gelu_input = nullptr) {
+                    const Tensor* gelu_input = nullptr, const Tensor* residual = nullptr) {
   MatmulOptions o;
   o.trans_b = true;
   o.bias = &b.value;
   o.gelu_input = gelu_input;
+  const Tensor res = residual ? rows2d(*residual) : Tensor();
+  o.residual = residual ? &res : nullptr;
   matmul(rt, rows2d(y), rows2d(x), w.value, o);
 }
 
@@ -194,21 +197,33 @@ void TransformerBlock::forward_into(Runtime& rt, const StepContext& ctx, const T
   s.qkv = rest.take(dt, {B, T, 3 * Cl});
   linear_forward(rt, qkv_, s.qkv, s.ln1, *p_.qkv_w, *p_.qkv_b, temp);
   attention_part(rt, ctx, s, keep_attention ? keep : temp);
-  Tensor branch = temp.take(dt, act);
-  linear_forward(rt, proj_, branch, s.att, *p_.proj_w, *p_.proj_b, temp);
-  if (drop) dropout_forward(rt, branch, branch, cfg_.dropout, dropout_key(ctx, 1, n));
+  // Without tensor parallelism (whose row-parallel output is reduced first) and dropout, each residual
+  // add is the output projection's GEMM epilogue; else branch = projection, then the add.
+  const bool residual_in_gemm = !proj_ && !fc_proj_ && !drop;
   s.r = rest.take(dt, act);
   s.ln2 = rest.take(dt, act);
   s.ln2_mean = rest.take(DType::f32, {n.rows});
   s.ln2_rstd = rest.take(DType::f32, {n.rows});
-  // r = x + branch and ln2 = LN(r) in one pass over the rows.
-  add_layernorm_forward(rt, s.r, s.ln2, s.ln2_mean, s.ln2_rstd, x, branch, p_.ln2_w->value, p_.ln2_b->value);
+  Tensor branch = residual_in_gemm ? Tensor() : temp.take(dt, act);
+  if (residual_in_gemm) {
+    linear_forward(rt, s.r, s.att, *p_.proj_w, *p_.proj_b, nullptr, &x);  // r = x + proj(att)
+    layernorm_forward(rt, s.ln2, s.ln2_mean, s.ln2_rstd, s.r, p_.ln2_w->value, p_.ln2_b->value);
+  } else {
+    linear_forward(rt, proj_, branch, s.att, *p_.proj_w, *p_.proj_b, temp);
+    if (drop) dropout_forward(rt, branch, branch, cfg_.dropout, dropout_key(ctx, 1, n));
+    // r = x + branch and ln2 = LN(r) in one pass over the rows.
+    add_layernorm_forward(rt, s.r, s.ln2, s.ln2_mean, s.ln2_rstd, x, branch, p_.ln2_w->value, p_.ln2_b->value);
+  }
   // g = gelu(h), h = fc(ln2): one GEMM with the GELU as its epilogue, writing both (h for backward).
   s.h = rest.take(dt, {B, T, 4 * Cl});
   s.g = rest.take(dt, {B, T, 4 * Cl});
   if (fc_) fc_->forward(rt, s.g, s.ln2, temp, &s.h);
   else linear_forward(rt, s.g, s.ln2, *p_.fc_w, *p_.fc_b, &s.h);
   if (!y.defined()) return;
+  if (residual_in_gemm) {
+    linear_forward(rt, y, s.g, *p_.fc_proj_w, *p_.fc_proj_b, nullptr, &s.r);  // y = r + fc_proj(g)
+    return;
+  }
   linear_forward(rt, fc_proj_, branch, s.g, *p_.fc_proj_w, *p_.fc_proj_b, temp);
   if (drop) dropout_forward(rt, branch, branch, cfg_.dropout, dropout_key(ctx, 2, n));
   add(rt, y, s.r, branch);

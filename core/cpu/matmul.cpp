@@ -3,6 +3,7 @@
 #include <cblas.h>
 
 #include <algorithm>
+#include <cstring>
 
 #include "core/cpu/cpu_ops.h"
 #include "core/cpu/cpu_util.h"
@@ -66,14 +67,17 @@ void matmul(Runtime& rt, const Tensor& out, const Tensor& a, const Tensor& b, co
     pa = ta;
     pb = tb;
   }
+  // What the product is added to: out (accumulate), the residual, or nothing.
+  const Tensor* base = opt.residual ? opt.residual : opt.accumulate ? &out : nullptr;
   if (out_f32) {
-    sgemm_into(out.ptr<float>(), pa, pb, opt.bias, M, N, K, opt, opt.accumulate);
+    if (base && base->data != out.data) std::memcpy(out.data, base->data, size_t(M * N) * sizeof(float));
+    sgemm_into(out.ptr<float>(), pa, pb, opt.bias, M, N, K, opt, base != nullptr);
     return;
   }
   // 16-bit out: compute in f32, round once at the end.
   float* c = scratch.take(M * N);
-  if (opt.accumulate) to_f32(c, out, M * N);
-  sgemm_into(c, pa, pb, opt.bias, M, N, K, opt, opt.accumulate);
+  if (base) to_f32(c, *base, M * N);
+  sgemm_into(c, pa, pb, opt.bias, M, N, K, opt, base != nullptr);
   from_f32(out, c, M * N);
 }
 

@@ -330,21 +330,29 @@ void matmul(Runtime& rt, const Tensor& out, const Tensor& a, const Tensor& b, co
   // Where the product (+ bias) lands unless the GELU is fused: the forward's pre-activation, or out.
   void* result = opt.gelu_input ? opt.gelu_input->data : out.data;
   bool bias_done = false, gelu_done = false;
+  // C, which beta = 1 adds: out when accumulating, else the residual (the same layout as out).
+  const bool add_c = opt.accumulate || opt.residual;
+  const void* c = opt.residual ? opt.residual->data : out.data;
   if (K == 0) {  // cuBLASLt wants k > 0: the product is empty (accumulating: out unchanged by it)
-    if (!opt.accumulate) launch_fill(st.compute, result, out.dtype, out.numel(), 0.0f);
+    if (!add_c) launch_fill(st.compute, result, out.dtype, out.numel(), 0.0f);
+    else if (c != out.data)
+      CUDA_CHECK(cudaMemcpyAsync(out.data, c, size_t(out.numel()) * dtype_size(out.dtype), cudaMemcpyDeviceToDevice,
+                                 st.compute));
   } else {
-    // The plan's output is out or, with the forward GELU not fused, gelu_input: it must suit both.
-    const uint32_t align_out = std::min(alignment_of(out.data), alignment_of(result));
-    PlanKey key{M, N, K, opt.trans_a, opt.trans_b, opt.accumulate, opt.bias != nullptr, gelu, a.dtype, out.dtype,
+    // The plan's output is out or, with the forward GELU not fused, gelu_input: it must suit both
+    // (and C, the residual's alignment).
+    const uint32_t align_out = std::min({alignment_of(out.data), alignment_of(result), alignment_of(c)});
+    PlanKey key{M, N, K, opt.trans_a, opt.trans_b, add_c, opt.bias != nullptr, gelu, a.dtype, out.dtype,
                 alignment_of(a.data), alignment_of(b.data), align_out,
                 opt.bias ? alignment_of(opt.bias->data) : 256u, aux ? alignment_of(aux->data) : 256u};
-    const float alpha = opt.alpha, beta = opt.accumulate ? 1.0f : 0.0f;
+    const float alpha = opt.alpha, beta = add_c ? 1.0f : 0.0f;
     Plan& p = get_plan(st, key, Operands{a.data, b.data, opt.bias ? opt.bias->data : nullptr,
                                          aux ? aux->data : nullptr, alpha});
     if (p.bias_fused) set_pointer(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, opt.bias->data);
     if (p.gelu_fused) set_pointer(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, aux->data);
     void* d = p.gelu_fused ? out.data : result;
-    CUBLAS_CHECK(cublasLtMatmul(st.lt, p.desc, &alpha, b.data, p.la, a.data, p.lb, &beta, d, p.lc, d, p.lc, &p.algo,
+    CUBLAS_CHECK(cublasLtMatmul(st.lt, p.desc, &alpha, b.data, p.la, a.data, p.lb, &beta, opt.residual ? c : d, p.lc, d,
+                                p.lc, &p.algo,
                                 st.lt_workspace, st.lt_workspace_bytes, st.compute));
     bias_done = p.bias_fused;
     gelu_done = p.gelu_fused;  // and then so is the bias (get_plan)

@@ -174,89 +174,115 @@ __global__ void layernorm_backward_dx_kernel(T* dx, const T* dout, const T* x, c
   }
 }
 
+// Asynchronous copies global -> shared (cp.async, sm_80 and later; before that plain copies, which
+// is still correct: a thread only ever reads the shared slots it filled itself).
+__device__ __forceinline__ void copy_async16(void* smem, const void* gmem) {
+#if __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(unsigned(__cvta_generic_to_shared(smem))), "l"(gmem));
+#else
+  *static_cast<int4*>(smem) = *static_cast<const int4*>(gmem);
+#endif
+}
+__device__ __forceinline__ void copy_async4(void* smem, const void* gmem) {
+#if __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(unsigned(__cvta_generic_to_shared(smem))), "l"(gmem));
+#else
+  *static_cast<float*>(smem) = *static_cast<const float*>(gmem);
+#endif
+}
+__device__ __forceinline__ void copy_async_commit() {
+#if __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.commit_group;");
+#endif
+}
+template <int PENDING>  // waits until at most PENDING of this thread's newest groups are in flight
+__device__ __forceinline__ void copy_async_wait() {
+#if __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.wait_group %0;" ::"n"(PENDING));
+#endif
+}
+
 // Fused pass (16-byte vectors): one thread block per chunk of rows (layernorm_chunks), its threads
 // splitting each row's vectors (thread t holds vectors t, t + blockDim.x, ...). A thread's columns
 // are thus the same for every row, so its dw and db sums stay in a few registers, and the block
 // writes one partial per column for its chunk (summed in chunk order by column_finalize_kernel:
-// deterministic). The row sums of dnorm and dnorm * xhat go through a block reduction whose
-// shared slots alternate with the row's parity, so one barrier per row suffices; the next row's
-// loads (its mean and rstd too) are issued before it, and the row after that is prefetched into L2
-// (in call 3 of bench/sessions/2026-11-30b, with one row in flight per block, the kernel moved only
-// ~2.2 TB/s at GPT-2 1.3B's shapes: latency-bound).
+// deterministic). Rows stream through a ring of STAGES shared-memory slots filled by cp.async, so
+// STAGES - 1 rows of x, dout and dx (and their mean and rstd) are in flight while one is computed;
+// each thread copies and reads only its own vectors, so the ring needs no barrier. (With one row
+// in flight per block, in registers, the kernel moved ~2 TB/s at GPT-2 1.3B's shapes: latency-bound.)
+// The row sums of dnorm and dnorm * xhat go through a block reduction whose shared slots alternate
+// with the row's parity, so one barrier per row suffices.
 // dx += rstd * (dnorm - mean(dnorm) - xhat * mean(dnorm * xhat)), dnorm = dout * w. Requires
 // cols % Pack<T>::N == 0, 16-byte aligned dx, dout, x, w, and blockDim.x a multiple of 32 with
-// blockDim.x * ITERS >= cols / Pack<T>::N. One vector per thread is bounded to 64 registers (4
-// blocks of 256 threads per SM; unbounded it took 95, 2 blocks); more vectors would spill under it.
+// blockDim.x * ITERS >= cols / Pack<T>::N; dynamic shared memory of fused_ring_bytes.
 // (Earlier forms: one warp per row holding the row's column sums in registers ran at a third of
 // the memory bandwidth, one CTA per SM; a warp-per-row pass plus a separate column pass read dout
 // and x twice.)
-template <typename T, int ITERS>
-__global__ void __launch_bounds__(512, ITERS == 1 ? 2 : 1)
+template <int ITERS, int STAGES>
+size_t fused_ring_bytes(int threads) {
+  return size_t(STAGES) * size_t(threads) * (3 * ITERS * sizeof(int4) + sizeof(float2));
+}
+
+template <typename T, int ITERS, int STAGES>
+__global__ void __launch_bounds__(512)
     layernorm_backward_fused_kernel(T* dx, float* p_dw, float* p_db, const T* dout, const T* x, const T* w,
                                     const float* mean, const float* rstd, int64_t rows, int cols,
                                     int64_t rows_per_chunk) {
   constexpr int N = Pack<T>::N;
+  extern __shared__ int4 ring[];  // [STAGES][x, dout, dx][ITERS][blockDim.x], then [STAGES][blockDim.x] stats
   __shared__ float2 sums[2][16];  // per warp (sum dnorm, sum dnorm * xhat), by row parity
-  const int nvec = cols / N;
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+  const int nvec = cols / N, nt = int(blockDim.x);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = nt >> 5;
   const int64_t r0 = int64_t(blockIdx.x) * rows_per_chunk;
   const int64_t r1 = r0 + rows_per_chunk < rows ? r0 + rows_per_chunk : rows;
+  float2* stats = reinterpret_cast<float2*>(ring + STAGES * 3 * ITERS * nt);
+  auto slot = [&](int stage, int array, int i) { return ring + ((stage * 3 + array) * ITERS + i) * nt + threadIdx.x; };
+  auto fetch = [&](int64_t r, int stage) {  // row r into the ring's slot `stage` (one commit group)
+    if (r < r1) {
+      float2* st = stats + stage * nt + threadIdx.x;
+      copy_async4(&st->x, mean + r);
+      copy_async4(&st->y, rstd + r);
+#pragma unroll
+      for (int i = 0; i < ITERS; ++i) {
+        const int v = threadIdx.x + i * nt;
+        if (v < nvec) {
+          copy_async16(slot(stage, 0, i), x + r * cols + v * N);
+          copy_async16(slot(stage, 1, i), dout + r * cols + v * N);
+          copy_async16(slot(stage, 2, i), dx + r * cols + v * N);
+        }
+      }
+    }
+    copy_async_commit();
+  };
   Pack<T> wv[ITERS];
   float aw[ITERS][N], ab[ITERS][N];
 #pragma unroll
   for (int i = 0; i < ITERS; ++i) {
-    const int v = threadIdx.x + i * blockDim.x;
+    const int v = threadIdx.x + i * nt;
     if (v < nvec) wv[i] = ld16(w + v * N);
 #pragma unroll
     for (int j = 0; j < N; ++j) aw[i][j] = ab[i][j] = 0.0f;
   }
-  Pack<T> xv[ITERS], dv[ITERS], gv[ITERS];
-  float mv = 0.0f, rv = 0.0f;
-  auto load = [&](int64_t r) {
-    if (r < r1) {
-      mv = mean[r];
-      rv = rstd[r];
-    }
 #pragma unroll
-    for (int i = 0; i < ITERS; ++i) {
-      const int v = threadIdx.x + i * blockDim.x;
-      if (v < nvec && r < r1) {
-        xv[i] = ld16(x + r * cols + v * N);
-        dv[i] = ld16(dout + r * cols + v * N);
-        gv[i] = ld16(dx + r * cols + v * N);
-      }
-    }
-  };
-  // Rows further ahead go to L2 only (no registers): thread k < lines prefetches the k-th 128-byte
-  // line of row r of x, dout and dx.
-  const int lines = int((int64_t(cols) * int64_t(sizeof(T)) + 127) / 128);
-  auto prefetch_l2 = [&](int64_t r) {
-    if (r >= r1) return;
-    for (int k = threadIdx.x; k < lines; k += blockDim.x) {
-      const int64_t off = r * cols + int64_t(k) * (128 / int(sizeof(T)));
-      asm volatile("prefetch.global.L2 [%0];" ::"l"(x + off));
-      asm volatile("prefetch.global.L2 [%0];" ::"l"(dout + off));
-      asm volatile("prefetch.global.L2 [%0];" ::"l"(dx + off));
-    }
-  };
-  prefetch_l2(r0 + 1);
-  load(r0);
+  for (int k = 0; k < STAGES - 1; ++k) fetch(r0 + k, k);
   const float inv_cols = 1.0f / float(cols);
   for (int64_t r = r0; r < r1; ++r) {
-    Pack<T> xc[ITERS], dc[ITERS], g[ITERS];  // this row's; the next row's loads go into xv, dv, gv
+    const int k = int(r - r0), stage = k % STAGES;
+    fetch(r + STAGES - 1, (k + STAGES - 1) % STAGES);  // into the slot this thread emptied last row
+    copy_async_wait<STAGES - 1>();                      // row r has landed
+    Pack<T> xc[ITERS], dc[ITERS], g[ITERS];
 #pragma unroll
     for (int i = 0; i < ITERS; ++i) {
-      xc[i] = xv[i];
-      dc[i] = dv[i];
-      g[i] = gv[i];
+      *reinterpret_cast<int4*>(xc[i].e) = *slot(stage, 0, i);
+      *reinterpret_cast<int4*>(dc[i].e) = *slot(stage, 1, i);
+      *reinterpret_cast<int4*>(g[i].e) = *slot(stage, 2, i);
     }
-    const float m = mv, rs = rv;
-    load(r + 1);  // in flight during the reduction and the update below (from L2, prefetched)
-    prefetch_l2(r + 2);
+    const float2 st = stats[stage * nt + threadIdx.x];
+    const float m = st.x, rs = st.y;
     float sd = 0.0f, sdx = 0.0f;
 #pragma unroll
     for (int i = 0; i < ITERS; ++i) {
-      if (threadIdx.x + i * blockDim.x < nvec) {
+      if (threadIdx.x + i * nt < nvec) {
 #pragma unroll
         for (int j = 0; j < N; ++j) {
           const float dn = to_f32(dc[i].e[j]) * to_f32(wv[i].e[j]);
@@ -271,14 +297,14 @@ __global__ void __launch_bounds__(512, ITERS == 1 ? 2 : 1)
     if (lane == 0) sums[parity][warp] = make_float2(sd, sdx);
     __syncthreads();
     float2 tot = sums[parity][0];
-    for (int k = 1; k < nwarps; ++k) {
-      tot.x += sums[parity][k].x;
-      tot.y += sums[parity][k].y;
+    for (int q = 1; q < nwarps; ++q) {
+      tot.x += sums[parity][q].x;
+      tot.y += sums[parity][q].y;
     }
     const float mean_d = tot.x * inv_cols, mean_dx = tot.y * inv_cols;
 #pragma unroll
     for (int i = 0; i < ITERS; ++i) {
-      const int v = threadIdx.x + i * blockDim.x;
+      const int v = threadIdx.x + i * nt;
       if (v < nvec) {
 #pragma unroll
         for (int j = 0; j < N; ++j) {
@@ -292,10 +318,11 @@ __global__ void __launch_bounds__(512, ITERS == 1 ? 2 : 1)
       }
     }
   }
+  copy_async_wait<0>();  // nothing may be in flight into shared memory when the block exits
   const int64_t chunk = blockIdx.x;
 #pragma unroll
   for (int i = 0; i < ITERS; ++i) {
-    const int v = threadIdx.x + i * blockDim.x;
+    const int v = threadIdx.x + i * nt;
     if (v < nvec) {
 #pragma unroll
       for (int j = 0; j < N; ++j) {
@@ -493,16 +520,21 @@ void layernorm_forward_impl(cudaStream_t s, T* out, float* mean, float* rstd, co
 
 // The fused kernel's block: ITERS = ceil(nvec / 512) vectors per thread, the threads as few as cover
 // the row (a multiple of 32). ITERS <= kMaxFusedIters (bf16 cols <= 8192, f32 <= 4096), else the
-// two-pass form: at 3 and 4 the kernel spilled registers.
+// two-pass form. The ring: 3 slots (2 rows ahead) at one vector per thread (bf16 cols <= 4096:
+// <= 86 KB a block), 2 at two (<= 107 KB).
 constexpr int kMaxFusedIters = 2;
 template <typename T, int ITERS>
 void layernorm_backward_fused(cudaStream_t s, T* dx, float* p_dw, float* p_db, const T* dout, const T* x, const T* w,
                               const float* mean, const float* rstd, int64_t rows, int64_t cols, int64_t chunks) {
+  constexpr int STAGES = ITERS == 1 ? 3 : 2;
   const int nvec = int(cols / Pack<T>::N);
   const int threads = ((nvec + ITERS - 1) / ITERS + 31) / 32 * 32;
   const int64_t rows_per_chunk = (rows + chunks - 1) / chunks;
-  layernorm_backward_fused_kernel<T, ITERS><<<unsigned(chunks), threads, 0, s>>>(
-      dx, p_dw, p_db, dout, x, w, mean, rstd, rows, int(cols), rows_per_chunk);
+  const size_t bytes = fused_ring_bytes<ITERS, STAGES>(threads);
+  auto kernel = layernorm_backward_fused_kernel<T, ITERS, STAGES>;
+  if (bytes > 48 * 1024) CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
+  kernel<<<unsigned(chunks), threads, bytes, s>>>(dx, p_dw, p_db, dout, x, w, mean, rstd, rows, int(cols),
+                                                  rows_per_chunk);
 }
 
 template <typename T>

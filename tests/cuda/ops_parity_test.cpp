@@ -319,6 +319,18 @@ TEST_P(Parity, Matmul) {
       oa.bias = &gbias.t;
       matmul(gpu(), gaccb.t, ga.t, gb.t, oa);
       expect_close(to_host(gaccb), accb, tolerance(dt()), "matmul accumulate + bias" + tag);
+      // + bias + a residual (the block's residual add in the epilogue: C = residual, D = out)
+      MatmulOptions orr = opt;
+      orr.bias = &bias.t;
+      HostTensor res = random_host(dt(), {M, N}, 42), cr(dt(), {M, N});
+      DeviceTensor gres = to_device(res), gcr = device_empty(dt(), {M, N});
+      orr.residual = &res.t;
+      matmul(cpu(), cr.t, a.t, b.t, orr);
+      orr.bias = &gbias.t;
+      orr.residual = &gres.t;
+      matmul(gpu(), gcr.t, ga.t, gb.t, orr);
+      expect_close(to_host(gcr), cr, tolerance(dt()), "matmul + bias + residual" + tag);
+      expect_close(to_host(gres), res, tolerance(DType::f32), "matmul's residual left unchanged" + tag);
     }
   }
 }

@@ -456,6 +456,46 @@ TEST(OpsCpu, MatmulFusedGeluEqualsSeparateOps) {
       }
 }
 
+// MatmulOptions::residual: out = op(a) op(b) + bias + residual in f32, rounded once; for f32 exactly
+// the accumulate form on a copy of the residual, which itself is left as it was; in place (residual
+// = out) as well.
+TEST(OpsCpu, MatmulResidualIsAccumulateOnTheResidual) {
+  std::mt19937 g(12);
+  const int64_t M = 9, N = 20, K = 11;
+  for (DType dt : kFloatTypes) {
+    SCOPED_TRACE(dtype_name(dt));
+    HostTensor a(dt, {M, K}), b(dt, {N, K}), bias(dt, {N}), res(dt, {M, N});
+    a.randomize(g);
+    b.randomize(g);
+    bias.randomize(g);
+    res.randomize(g);
+    Tensor bt = bias.t(), rt_ = res.t();
+    MatmulOptions o;
+    o.trans_b = true;
+    o.bias = &bt;
+    HostTensor ref = res, out(dt, {M, N});
+    MatmulOptions acc = o;
+    acc.accumulate = true;
+    matmul(rt(), ref.t(), a.t(), b.t(), acc);
+    const HostTensor before = res;
+    o.residual = &rt_;
+    matmul(rt(), out.t(), a.t(), b.t(), o);
+    EXPECT_TRUE(out.bitwise_equal(ref));
+    EXPECT_TRUE(res.bitwise_equal(before)) << "the residual was written";
+    matmul(rt(), res.t(), a.t(), b.t(), o);  // in place
+    EXPECT_TRUE(res.bitwise_equal(ref)) << "in place";
+  }
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  HostTensor a(DType::f32, {4, 8}), b(DType::f32, {8, 8}), out(DType::f32, {4, 8}), small(DType::f32, {4, 4});
+  Tensor st = small.t(), ot = out.t();
+  MatmulOptions bad;
+  bad.residual = &st;
+  EXPECT_DEATH(matmul(rt(), out.t(), a.t(), b.t(), bad), "must have out's size and dtype");
+  bad.residual = &ot;
+  bad.accumulate = true;
+  EXPECT_DEATH(matmul(rt(), out.t(), a.t(), b.t(), bad), "does not combine with accumulate");
+}
+
 TEST(OpsCpu, MatmulFusedGeluRejectsBadArguments) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   HostTensor a(DType::f32, {4, 8}), b(DType::f32, {8, 8}), out(DType::f32, {4, 8}), h(DType::f32, {4, 8});
