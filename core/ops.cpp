@@ -140,11 +140,15 @@ void matmul(Runtime& rt, const Tensor& out, const Tensor& a, const Tensor& b, co
   TRELLIS_DISPATCH_TIMED(rt, shape, 2.0 * double(M) * double(N) * double(K), matmul, rt, out, a, b, opt);
 }
 
-void bias_backward(Runtime& rt, const Tensor& db, const Tensor& dy) {
+void bias_backward(Runtime& rt, const Tensor& db, const Tensor& dy, bool accumulate) {
   check_device(rt, db, "bias_backward"); check_device(rt, dy, "bias_backward");
   check_dtype(db, DType::f32, "bias_backward");
   TRELLIS_CHECK(db.numel() == dy.cols(), "bias_backward: " + db.str() + " vs " + dy.str());
-  TRELLIS_DISPATCH(rt, bias_backward, rt, db, dy);
+  if (dy.rows() == 0) {  // no rows: the sums are 0
+    if (!accumulate) fill(rt, db, 0.0f);
+    return;
+  }
+  TRELLIS_DISPATCH(rt, bias_backward, rt, db, dy, accumulate);
 }
 
 namespace {
@@ -179,14 +183,21 @@ void add_layernorm_forward(Runtime& rt, const Tensor& r, const Tensor& out, cons
 
 void layernorm_backward(Runtime& rt, const Tensor& dx, const Tensor& dw, const Tensor& db,
                         const Tensor& dout, const Tensor& x, const Tensor& w, const Tensor& mean,
-                        const Tensor& rstd) {
+                        const Tensor& rstd, bool accumulate_params) {
   for (const Tensor* t : {&dx, &dw, &db, &dout, &x, &w, &mean, &rstd}) check_device(rt, *t, "layernorm_backward");
   check_same_numel(dx, x, "layernorm_backward"); check_same_numel(dout, x, "layernorm_backward");
   check_dtype(dw, DType::f32, "layernorm_backward"); check_dtype(db, DType::f32, "layernorm_backward");
   TRELLIS_CHECK(dw.numel() == x.cols() && db.numel() == x.cols() && mean.numel() == x.rows() &&
                     dx.dtype == x.dtype && dout.dtype == x.dtype,
                 "layernorm_backward: shapes or dtypes");
-  TRELLIS_DISPATCH(rt, layernorm_backward, rt, dx, dw, db, dout, x, w, mean, rstd);
+  if (x.rows() == 0) {  // no rows: dx is empty, the parameter sums are 0
+    if (!accumulate_params) {
+      fill(rt, dw, 0.0f);
+      fill(rt, db, 0.0f);
+    }
+    return;
+  }
+  TRELLIS_DISPATCH(rt, layernorm_backward, rt, dx, dw, db, dout, x, w, mean, rstd, accumulate_params);
 }
 
 void gelu_forward(Runtime& rt, const Tensor& out, const Tensor& x) {

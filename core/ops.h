@@ -48,8 +48,9 @@ struct MatmulOptions {
 // float dtype; out: a's dtype or f32 (weight gradients accumulate in f32). Accumulation in f32 on
 // every backend.
 void matmul(Runtime& rt, const Tensor& out, const Tensor& a, const Tensor& b, const MatmulOptions& opt = {});
-// db (N, f32) += column sums of dy (rows, N).
-void bias_backward(Runtime& rt, const Tensor& db, const Tensor& dy);
+// db (N, f32) += column sums of dy (rows, N); accumulate = false: db = the sums (db is not read, so
+// it may hold anything: a gradient's first write of a step).
+void bias_backward(Runtime& rt, const Tensor& db, const Tensor& dy, bool accumulate = true);
 
 // ---- layer norm over the last dimension C ----
 // out = (x - mean) * rstd * w + b. mean, rstd: f32 (rows). w, b: (C), x's dtype.
@@ -61,10 +62,10 @@ void add_layernorm_forward(Runtime& rt, const Tensor& r, const Tensor& out, cons
                            const Tensor& x, const Tensor& branch, const Tensor& w, const Tensor& b,
                            float eps = 1e-5f);
 // dx += d/dx (x's dtype; accumulating lets the residual gradient pass through), dw += and db +=
-// (f32, C). mean and rstd are the forward's.
+// (f32, C; with accumulate_params = false written, not read). mean and rstd are the forward's.
 void layernorm_backward(Runtime& rt, const Tensor& dx, const Tensor& dw, const Tensor& db,
                         const Tensor& dout, const Tensor& x, const Tensor& w, const Tensor& mean,
-                        const Tensor& rstd);
+                        const Tensor& rstd, bool accumulate_params = true);
 
 // ---- GELU, GPT-2's tanh approximation ----
 void gelu_forward(Runtime& rt, const Tensor& out, const Tensor& x);

@@ -284,7 +284,48 @@ void ParameterStore::initialize(uint64_t seed, Communicator* data) {
 }
 
 void ParameterStore::zero_grads() {
-  if (grads_.bytes() > 0) fill(rt_, grads_.tensor(DType::f32, {int64_t(grads_.bytes() / 4)}), 0.0f);
+  bool any_first_write = false;
+  for (Parameter& p : params_) {
+    p.grad_fresh = p.first_write;
+    any_first_write = any_first_write || p.first_write;
+  }
+  if (grads_.bytes() == 0) return;
+  if (!any_first_write) {
+    fill(rt_, grads_.tensor(DType::f32, {int64_t(grads_.bytes() / 4)}), 0.0f);
+    return;
+  }
+  // The other gradients in the store, contiguous runs in one fill each (the buckets' padding stays
+  // zero from the constructor's fill: no op writes it).
+  float* run = nullptr;
+  int64_t run_n = 0;
+  auto flush = [&] {
+    if (run_n > 0) fill(rt_, Tensor(run, DType::f32, rt_.device(), {run_n}), 0.0f);
+    run_n = 0;
+  };
+  for (const ParameterBucket& b : buckets_) {
+    if (b.grads_streamed) continue;
+    for (size_t i = b.first; i < b.end; ++i) {
+      const Parameter& p = params_[i];
+      if (p.first_write) continue;
+      float* at = p.grad.ptr<float>();
+      if (run_n > 0 && at != run + run_n) flush();
+      if (run_n == 0) run = at;
+      run_n += p.grad.numel();
+    }
+  }
+  flush();
+}
+
+void ParameterStore::write_first(const Parameter& p) {
+  const ptrdiff_t i = &p - params_.data();
+  TRELLIS_CHECK(i >= 0 && size_t(i) < params_.size(), "write_first: " + p.spec.name + " is not in this store");
+  params_[size_t(i)].first_write = true;
+}
+
+void ParameterStore::check_grads_written() const {
+  for (const Parameter& p : params_)
+    TRELLIS_CHECK(!p.grad_fresh, "internal: the gradient of " + p.spec.name +
+                                     " was not written in this step (a write_first parameter must be)");
 }
 
 }  // namespace trellis

@@ -63,7 +63,19 @@ struct Parameter {
   int64_t offset = 0;  // in elements, within the flat buffers
   Tensor value;        // view into the parameter buffer (compute dtype)
   Tensor grad;         // view into the gradient buffer (f32)
+  // ParameterStore::write_first: zero_grads leaves this gradient as it is and marks it fresh; the
+  // first op that writes it in the step overwrites it (grad_accumulates), saving the zero fill.
+  bool first_write = false;
+  mutable bool grad_fresh = false;
 };
+
+// Whether an op writing p's gradient must add to it: false for the first write of a step into a
+// fresh (unzeroed) gradient, which must overwrite it. Marks the gradient written.
+inline bool grad_accumulates(const Parameter& p) {
+  const bool accumulate = !p.grad_fresh;
+  p.grad_fresh = false;
+  return accumulate;
+}
 
 // How the buffers are split over the data group (ZeRO) and what is streamed.
 struct StoreSharding {
@@ -91,8 +103,13 @@ class ParameterStore {
   // (collective): a sharded store draws its pieces and all-gathers the buckets it keeps whole, an
   // unsharded one draws its 1/N of the storage and broadcasts it.
   void initialize(uint64_t seed, Communicator* data = nullptr);
-  // Zeroes the gradients held in the store (the streamed ones are zeroed when bound).
+  // Zeroes the gradients held in the store (the streamed ones are zeroed when bound), except those of
+  // write_first parameters, which are only marked fresh.
   void zero_grads();
+  // p's gradient is written by ops that ask grad_accumulates first, every step (the model's promise).
+  void write_first(const Parameter& p);
+  // Fatal if a write_first gradient was not written since zero_grads (it would hold stale values).
+  void check_grads_written() const;
 
   const StoreSharding& sharding() const { return sharding_; }
   const std::vector<ParameterBucket>& buckets() const { return buckets_; }

@@ -439,6 +439,7 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
         model, [&](int mb) { return context_at(first_sample(mb)); },
         [&](int mb) { return loader.load(Split::train, first_sample(mb)); }, dloss, loss_sum, &stage_timer);
     engine.run_step(schedule, stage_model, reduction);
+    model.params().check_grads_written();
     marks.mark(1);
     // Sequence parallelism leaves the LayerNorm gradients as partial sums over the tensor group.
     partial_grads.run();

@@ -140,6 +140,8 @@ GPT::GPT(Runtime& rt, const GPTConfig& cfg, int64_t micro_batch, const GPTPart& 
     }
   }
   chunk_begin_.push_back(blocks_.size());
+  for (const TransformerBlock& b : blocks_)
+    for (const Parameter* p : b.first_written_grads()) params_.write_first(*p);
   if (part.head) lnf_range_ = range_of("lnf.");
   if (part.embedding || part.head) wte_range_ = range_of("wte");
   if (part.embedding) wpe_range_ = range_of("wpe");

@@ -26,18 +26,25 @@ void linear_forward(Runtime& rt, const Tensor& y, const Tensor& x, const Paramet
   matmul(rt, rows2d(y), rows2d(x), w.value, o);
 }
 
-// dx = dy W (written), dW += dy^T x, db += column sums of dy. With gelu_grad_of = &h where
-// x = gelu(h): dx = (dy W) * gelu'(h).
+// dx = dy W (written), dW += dy^T x, db += column sums of dy (written instead where the gradients
+// are fresh, grad_accumulates). With gelu_grad_of = &h where x = gelu(h): dx = (dy W) * gelu'(h).
 void linear_backward(Runtime& rt, const Tensor& dx, const Tensor& dy, const Tensor& x, const Parameter& w,
                      const Parameter& b, const Tensor* gelu_grad_of = nullptr) {
   MatmulOptions acc;
   acc.trans_a = true;
-  acc.accumulate = true;
+  acc.accumulate = grad_accumulates(w);
   matmul(rt, w.grad, rows2d(dy), rows2d(x), acc);
-  bias_backward(rt, b.grad, rows2d(dy));
+  bias_backward(rt, b.grad, rows2d(dy), grad_accumulates(b));
   MatmulOptions o;
   o.gelu_grad_of = gelu_grad_of;
   if (dx.defined()) matmul(rt, rows2d(dx), rows2d(dy), w.value, o);
+}
+
+// grad_accumulates for a layer norm's weight and bias, which one op writes together.
+bool layernorm_grads_accumulate(const Parameter& w, const Parameter& b) {
+  const bool aw = grad_accumulates(w), ab = grad_accumulates(b);
+  TRELLIS_CHECK(aw == ab, "internal: " + w.spec.name + " and " + b.spec.name + " differ in freshness");
+  return aw;
 }
 
 // Through the column- or row-parallel layer when there is one (t > 1), else the plain linear.
@@ -116,6 +123,14 @@ TransformerBlock::TransformerBlock(const GPTConfig& cfg, int layer, const BlockP
   proj_.emplace(g, *p_.proj_w, *p_.proj_b, sp, tp_.comm_chunks);
   fc_.emplace(g, *p_.fc_w, *p_.fc_b, sp);
   fc_proj_.emplace(g, *p_.fc_proj_w, *p_.fc_proj_b, sp, tp_.comm_chunks);
+}
+
+std::vector<const Parameter*> TransformerBlock::first_written_grads() const {
+  std::vector<const Parameter*> out = {p_.ln1_w, p_.ln1_b, p_.ln2_w, p_.ln2_b};
+  if (!tp_.active())  // the tensor-parallel layers accumulate into zeroed gradients
+    for (const Parameter* p : {p_.qkv_w, p_.qkv_b, p_.proj_w, p_.proj_b, p_.fc_w, p_.fc_b, p_.fc_proj_w, p_.fc_proj_b})
+      out.push_back(p);
+  return out;
 }
 
 std::vector<const Parameter*> TransformerBlock::tensor_partial_grads() const {
@@ -267,7 +282,8 @@ void TransformerBlock::backward(Runtime& rt, const StepContext& ctx, const Tenso
   else linear_backward(rt, dh, dbranch, s.g, *p_.fc_proj_w, *p_.fc_proj_b, &s.h);
   Tensor dln = work.take(dt, act);
   linear_backward(rt, fc_, dln, dh, s.ln2, *p_.fc_w, *p_.fc_b, work);
-  layernorm_backward(rt, dres, p_.ln2_w->grad, p_.ln2_b->grad, dln, s.r, p_.ln2_w->value, s.ln2_mean, s.ln2_rstd);
+  layernorm_backward(rt, dres, p_.ln2_w->grad, p_.ln2_b->grad, dln, s.r, p_.ln2_w->value, s.ln2_mean, s.ln2_rstd,
+                     layernorm_grads_accumulate(*p_.ln2_w, *p_.ln2_b));
   // Attention branch: r = x + drop(proj(attn(ln1(x)))). dres now holds dL/dr.
   if (drop) dropout_backward(rt, dbranch, dres, cfg_.dropout, dropout_key(ctx, 1, n));
   Tensor datt = work.take(dt, {B, T, Cl});
@@ -275,7 +291,8 @@ void TransformerBlock::backward(Runtime& rt, const StepContext& ctx, const Tenso
   Tensor dqkv = work.take(dt, {B, T, 3 * Cl});
   attention_backward(rt, dqkv, datt, s.qkv, s.att, s.lse, int(cfg_.n_heads / tp_.size), attention_dropout(ctx));
   linear_backward(rt, qkv_, dln, dqkv, s.ln1, *p_.qkv_w, *p_.qkv_b, work);
-  layernorm_backward(rt, dres, p_.ln1_w->grad, p_.ln1_b->grad, dln, s.x, p_.ln1_w->value, s.ln1_mean, s.ln1_rstd);
+  layernorm_backward(rt, dres, p_.ln1_w->grad, p_.ln1_b->grad, dln, s.x, p_.ln1_w->value, s.ln1_mean, s.ln1_rstd,
+                     layernorm_grads_accumulate(*p_.ln1_w, *p_.ln1_b));
 }
 
 namespace {

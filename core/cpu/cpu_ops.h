@@ -13,14 +13,14 @@ void add(Runtime& rt, const Tensor& out, const Tensor& a, const Tensor& b);
 void accumulate(Runtime& rt, const Tensor& out, const Tensor& a);
 void scale(Runtime& rt, const Tensor& x, float s);
 void matmul(Runtime& rt, const Tensor& out, const Tensor& a, const Tensor& b, const MatmulOptions& opt);
-void bias_backward(Runtime& rt, const Tensor& db, const Tensor& dy);
+void bias_backward(Runtime& rt, const Tensor& db, const Tensor& dy, bool accumulate);
 void layernorm_forward(Runtime& rt, const Tensor& out, const Tensor& mean, const Tensor& rstd,
                        const Tensor& x, const Tensor& w, const Tensor& b, float eps);
 void add_layernorm_forward(Runtime& rt, const Tensor& r, const Tensor& out, const Tensor& mean, const Tensor& rstd,
                            const Tensor& x, const Tensor& branch, const Tensor& w, const Tensor& b, float eps);
 void layernorm_backward(Runtime& rt, const Tensor& dx, const Tensor& dw, const Tensor& db,
                         const Tensor& dout, const Tensor& x, const Tensor& w, const Tensor& mean,
-                        const Tensor& rstd);
+                        const Tensor& rstd, bool accumulate_params);
 void gelu_forward(Runtime& rt, const Tensor& out, const Tensor& x);
 void gelu_backward(Runtime& rt, const Tensor& dx, const Tensor& dout, const Tensor& x);
 void attention_forward(Runtime& rt, const Tensor& out, const Tensor& lse, const Tensor& qkv, int n_heads,

@@ -42,7 +42,8 @@ void add_layernorm_forward(Runtime& rt, const Tensor& r, const Tensor& out, cons
 }
 
 void layernorm_backward(Runtime&, const Tensor& dx, const Tensor& dw, const Tensor& db, const Tensor& dout,
-                        const Tensor& x, const Tensor& w, const Tensor& mean, const Tensor& rstd) {
+                        const Tensor& x, const Tensor& w, const Tensor& mean, const Tensor& rstd,
+                        bool accumulate_params) {
   const int64_t R = outer_dim(x), C = inner_dim(x);
   dispatch_float(x.dtype, "layernorm_backward", [&](auto tag) {
     using T = decltype(tag);
@@ -84,8 +85,8 @@ void layernorm_backward(Runtime&, const Tensor& dx, const Tensor& dw, const Tens
         }
       }
       for (int64_t c = c0; c < c1; ++c) {
-        pdw[c] = float(double(pdw[c]) + aw[c - c0]);
-        pdb[c] = float(double(pdb[c]) + ab[c - c0]);
+        pdw[c] = float((accumulate_params ? double(pdw[c]) : 0.0) + aw[c - c0]);
+        pdb[c] = float((accumulate_params ? double(pdb[c]) : 0.0) + ab[c - c0]);
       }
     }
   });

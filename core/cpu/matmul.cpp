@@ -81,7 +81,7 @@ void matmul(Runtime& rt, const Tensor& out, const Tensor& a, const Tensor& b, co
   from_f32(out, c, M * N);
 }
 
-void bias_backward(Runtime&, const Tensor& db, const Tensor& dy) {
+void bias_backward(Runtime&, const Tensor& db, const Tensor& dy, bool accumulate) {
   // Parallel over column blocks; each column is summed over all rows in row order (in double),
   // so the result does not depend on the number of threads.
   const int64_t R = outer_dim(dy), N = inner_dim(dy);
@@ -97,7 +97,7 @@ void bias_backward(Runtime&, const Tensor& db, const Tensor& dy) {
       double acc[kBlock] = {};
       for (int64_t r = 0; r < R; ++r)
         for (int64_t c = c0; c < c1; ++c) acc[c - c0] += load(p, r * N + c);
-      for (int64_t c = c0; c < c1; ++c) out[c] = float(double(out[c]) + acc[c - c0]);
+      for (int64_t c = c0; c < c1; ++c) out[c] = float((accumulate ? double(out[c]) : 0.0) + acc[c - c0]);
     }
   });
 }

@@ -35,11 +35,11 @@ void accumulate(Runtime& rt, const Tensor& out, const Tensor& a) {
 
 void scale(Runtime& rt, const Tensor& x, float s) { launch_scale(compute_stream(rt), x.data, x.dtype, x.numel(), s); }
 
-void bias_backward(Runtime& rt, const Tensor& db, const Tensor& dy) {
+void bias_backward(Runtime& rt, const Tensor& db, const Tensor& dy, bool accumulate) {
   int64_t rows = dy.rows(), cols = dy.cols();
   if (rows == 0 || cols == 0) return;
   auto* scratch = static_cast<float*>(rt.scratch(size_t(colsum_chunks(rows) * cols) * sizeof(float)));
-  launch_bias_backward(compute_stream(rt), db.ptr<float>(), dy.data, dy.dtype, rows, cols, scratch);
+  launch_bias_backward(compute_stream(rt), db.ptr<float>(), dy.data, dy.dtype, rows, cols, scratch, accumulate);
 }
 
 void layernorm_forward(Runtime& rt, const Tensor& out, const Tensor& mean, const Tensor& rstd, const Tensor& x,
@@ -55,12 +55,13 @@ void add_layernorm_forward(Runtime& rt, const Tensor& r, const Tensor& out, cons
 }
 
 void layernorm_backward(Runtime& rt, const Tensor& dx, const Tensor& dw, const Tensor& db, const Tensor& dout,
-                        const Tensor& x, const Tensor& w, const Tensor& mean, const Tensor& rstd) {
+                        const Tensor& x, const Tensor& w, const Tensor& mean, const Tensor& rstd,
+                        bool accumulate_params) {
   int64_t rows = x.rows(), cols = x.cols();
   if (rows == 0 || cols == 0) return;
   auto* scratch = static_cast<float*>(rt.scratch(size_t(layernorm_backward_scratch(rows, cols)) * sizeof(float)));
   launch_layernorm_backward(compute_stream(rt), dx.data, dw.ptr<float>(), db.ptr<float>(), dout.data, x.data, w.data,
-                            mean.ptr<float>(), rstd.ptr<float>(), x.dtype, rows, cols, scratch);
+                            mean.ptr<float>(), rstd.ptr<float>(), x.dtype, rows, cols, scratch, accumulate_params);
 }
 
 void gelu_forward(Runtime& rt, const Tensor& out, const Tensor& x) {

@@ -73,13 +73,13 @@ void launch_layernorm_forward(cudaStream_t s, void* out, float* mean, float* rst
 void launch_add_layernorm_forward(cudaStream_t s, void* r, void* out, float* mean, float* rstd, const void* x,
                                   const void* branch, const void* w, const void* b, DType t, int64_t rows,
                                   int64_t cols, float eps);
-// dx += ..., dw += ..., db += ...; scratch: layernorm_backward_scratch(rows, cols) floats.
+// dx += ..., dw += ..., db += ... (dw, db = ... without accumulate_params); scratch: layernorm_backward_scratch(rows, cols) floats.
 void launch_layernorm_backward(cudaStream_t s, void* dx, float* dw, float* db, const void* dout, const void* x,
                                const void* w, const float* mean, const float* rstd, DType t, int64_t rows,
-                               int64_t cols, float* scratch);
-// db += column sums of dy; scratch: colsum_chunks(rows) * cols floats.
+                               int64_t cols, float* scratch, bool accumulate_params);
+// db += column sums of dy (db = without accumulate); scratch: colsum_chunks(rows) * cols floats.
 void launch_bias_backward(cudaStream_t s, float* db, const void* dy, DType t, int64_t rows, int64_t cols,
-                          float* scratch);
+                          float* scratch, bool accumulate);
 // out[0] += sum(x) or sum(x^2), in a fixed order; scratch: kSumPartials floats.
 constexpr int kSumPartials = 512;
 void launch_sum(cudaStream_t s, float* out, const void* x, DType t, int64_t n, bool squares, float* scratch);

@@ -418,14 +418,15 @@ void launch_column_partials(cudaStream_t s, float* p_db, float* p_dw, const T* d
   CUDA_CHECK_LAUNCH();
 }
 
-// out[c] += sum over chunks of partials[chunk][c] (blockIdx.y picks out0/p0 or out1/p1). Thread
+// out[c] += sum over chunks of partials[chunk][c], or = without accumulate (out not read) (blockIdx.y
+// picks out0/p0 or out1/p1). Thread
 // (g, t), g = threadIdx.x / 32 of kFinalizeGroups: sums chunks g, g + kFinalizeGroups, ... in order,
 // with up to 16 of its loads in flight; the groups' sums are then added in g order. (With 8 groups
 // a thread ran 64 dependent rounds of loads at 512 chunks, and only cols / 32 blocks are there.)
 constexpr int kFinalizeGroups = 32;
 __global__ void __launch_bounds__(kFinalizeGroups * 32)
     column_finalize_kernel(float* out0, const float* p0, float* out1, const float* p1, int64_t chunks,
-                           int64_t cols) {
+                           int64_t cols, bool accumulate) {
   __shared__ float sm[kFinalizeGroups][32];
   float* out = blockIdx.y == 0 ? out0 : out1;
   const float* partials = blockIdx.y == 0 ? p0 : p1;
@@ -442,14 +443,14 @@ __global__ void __launch_bounds__(kFinalizeGroups * 32)
     float tot = sm[0][t];
 #pragma unroll
     for (int k = 1; k < kFinalizeGroups; ++k) tot += sm[k][t];
-    out[c] += tot;
+    out[c] = accumulate ? out[c] + tot : tot;
   }
 }
 
 void finalize_columns(cudaStream_t s, float* out0, const float* p0, float* out1, const float* p1, int64_t chunks,
-                      int64_t cols) {
+                      int64_t cols, bool accumulate) {
   dim3 grid(unsigned((cols + 31) / 32), out1 ? 2u : 1u);
-  column_finalize_kernel<<<grid, kFinalizeGroups * 32, 0, s>>>(out0, p0, out1, p1, chunks, cols);
+  column_finalize_kernel<<<grid, kFinalizeGroups * 32, 0, s>>>(out0, p0, out1, p1, chunks, cols, accumulate);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -539,7 +540,8 @@ void layernorm_backward_fused(cudaStream_t s, T* dx, float* p_dw, float* p_db, c
 
 template <typename T>
 void layernorm_backward_impl(cudaStream_t s, T* dx, float* dw, float* db, const T* dout, const T* x, const T* w,
-                             const float* mean, const float* rstd, int64_t rows, int64_t cols, float* scratch) {
+                             const float* mean, const float* rstd, int64_t rows, int64_t cols, float* scratch,
+                             bool accumulate) {
   constexpr int N = Pack<T>::N;
   const int64_t nvec = cols / N, iters = (nvec + 511) / 512;
   const bool fused = cols % N == 0 && iters <= kMaxFusedIters && aligned16(dx) && aligned16(dout) &&
@@ -553,7 +555,7 @@ void layernorm_backward_impl(cudaStream_t s, T* dx, float* dw, float* db, const 
       default: layernorm_backward_fused<T, 2>(s, dx, p_dw, p_db, dout, x, w, mean, rstd, rows, cols, chunks); break;
     }
     CUDA_CHECK_LAUNCH();
-    finalize_columns(s, dw, p_dw, db, p_db, chunks, cols);
+    finalize_columns(s, dw, p_dw, db, p_db, chunks, cols, accumulate);
     return;
   }
   // Any shape or alignment: a warp per row for dx, then the column pass for dw and db.
@@ -564,16 +566,17 @@ void layernorm_backward_impl(cudaStream_t s, T* dx, float* dw, float* db, const 
   layernorm_backward_dx_kernel<T><<<row_blocks(rows), kThreads, 0, s>>>(dx, dout, x, w, mean, rstd, rows, cols);
   CUDA_CHECK_LAUNCH();
   launch_column_partials<T>(s, p_db, p_dw, dout, x, mean, rstd, rows, cols, chunks, rows_per_chunk);
-  finalize_columns(s, dw, p_dw, db, p_db, chunks, cols);
+  finalize_columns(s, dw, p_dw, db, p_db, chunks, cols, accumulate);
 }
 
 template <typename T>
-void bias_backward_impl(cudaStream_t s, float* db, const T* dy, int64_t rows, int64_t cols, float* scratch) {
+void bias_backward_impl(cudaStream_t s, float* db, const T* dy, int64_t rows, int64_t cols, float* scratch,
+                        bool accumulate) {
   const int64_t chunks = colsum_chunks(rows);
   const int64_t rows_per_chunk = (rows + chunks - 1) / chunks;
   launch_column_partials<T>(s, scratch, nullptr, dy, static_cast<const T*>(nullptr), nullptr, nullptr, rows, cols,
                             chunks, rows_per_chunk);
-  finalize_columns(s, db, scratch, nullptr, nullptr, chunks, cols);
+  finalize_columns(s, db, scratch, nullptr, nullptr, chunks, cols, accumulate);
 }
 }  // namespace
 
@@ -597,18 +600,18 @@ void launch_add_layernorm_forward(cudaStream_t s, void* r, void* out, float* mea
 
 void launch_layernorm_backward(cudaStream_t s, void* dx, float* dw, float* db, const void* dout, const void* x,
                                const void* w, const float* mean, const float* rstd, DType t, int64_t rows,
-                               int64_t cols, float* scratch) {
+                               int64_t cols, float* scratch, bool accumulate_params) {
   if (rows == 0 || cols == 0) return;
   TRELLIS_FLOAT_SWITCH(t, T,
     layernorm_backward_impl<T>(s, static_cast<T*>(dx), dw, db, static_cast<const T*>(dout),
                                static_cast<const T*>(x), static_cast<const T*>(w), mean, rstd, rows, cols,
-                               scratch));
+                               scratch, accumulate_params));
 }
 
 void launch_bias_backward(cudaStream_t s, float* db, const void* dy, DType t, int64_t rows, int64_t cols,
-                          float* scratch) {
+                          float* scratch, bool accumulate) {
   if (rows == 0 || cols == 0) return;
-  TRELLIS_FLOAT_SWITCH(t, T, bias_backward_impl<T>(s, db, static_cast<const T*>(dy), rows, cols, scratch));
+  TRELLIS_FLOAT_SWITCH(t, T, bias_backward_impl<T>(s, db, static_cast<const T*>(dy), rows, cols, scratch, accumulate));
 }
 
 void launch_sum(cudaStream_t s, float* out, const void* x, DType t, int64_t n, bool squares, float* scratch) {

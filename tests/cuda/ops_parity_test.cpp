@@ -449,6 +449,12 @@ TEST_P(Parity, BiasBackward) {
   bias_backward(cpu(), db.t, dy.t);
   bias_backward(gpu(), gdb.t, gdy.t);
   expect_close(to_host(gdb), db, tolerance(DType::f32, 2.0f), "bias_backward");
+  // Without accumulate the sums overwrite db, whatever it held (NaN here).
+  HostTensor fresh(DType::f32, {70});
+  bias_backward(cpu(), fresh.t, dy.t, false);
+  fill(gpu(), gdb.t, std::nanf(""));
+  bias_backward(gpu(), gdb.t, gdy.t, false);
+  expect_close(to_host(gdb), fresh, tolerance(DType::f32, 2.0f), "bias_backward, overwriting");
 }
 
 // Shapes: C = 96 and 1000 take the fused backward with one vector per thread, C = 4104 with two
@@ -520,6 +526,16 @@ TEST_P(Parity, LayerNormAndDeterminism) {
     expect_close(runs[0][1], dw, sums, "layernorm_backward dw" + tag);
     expect_close(runs[0][2], db, sums, "layernorm_backward db" + tag);
     for (int i = 0; i < 3; ++i) expect_bitwise(runs[0][i], runs[1][i], "layernorm_backward determinism" + tag);
+    // accumulate_params = false: dw and db overwritten (they hold NaN before), dx still accumulated.
+    HostTensor dx2 = clone(dx0), dw2(DType::f32, {C}), db2(DType::f32, {C});
+    layernorm_backward(cpu(), dx2.t, dw2.t, db2.t, dy.t, x.t, w.t, mean.t, rstd.t, false);
+    DeviceTensor gdx = to_device(dx0), gdw = device_empty(DType::f32, {C}), gdb = device_empty(DType::f32, {C});
+    fill(gpu(), gdw.t, std::nanf(""));
+    fill(gpu(), gdb.t, std::nanf(""));
+    layernorm_backward(gpu(), gdx.t, gdw.t, gdb.t, gdy.t, gx.t, gw.t, gmean.t, grstd.t, false);
+    expect_bitwise(to_host(gdx), runs[0][0], "layernorm_backward dx, parameters overwritten" + tag);
+    expect_close(to_host(gdw), dw2, sums, "layernorm_backward dw, overwritten" + tag);
+    expect_close(to_host(gdb), db2, sums, "layernorm_backward db, overwritten" + tag);
   }
 }
 

@@ -2,7 +2,9 @@
 // activation checkpointing (bitwise-equal gradients), dropout determinism, layout-independent init.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "core/ops.h"
@@ -142,6 +144,31 @@ TEST(GPT, PaddedVocabularyGetsNoGradient) {
   model.initialize(3);
   Result r = run(rt, model, make_batch(c, 2), 2, StepContext{});
   for (int64_t i = c.vocab_size * c.d_model; i < c.padded_vocab() * c.d_model; ++i) ASSERT_EQ(r.grads[size_t(i)], 0.0f);
+}
+
+// The blocks' gradients are not zeroed between steps but overwritten by their first write
+// (ParameterStore::write_first): with every gradient poisoned (NaN) after a step, the next step's
+// gradients are bitwise those of a fresh model, the others zeroed as before; a backward that skipped
+// a fresh gradient would be caught by check_grads_written.
+TEST(GPT, FreshGradientsAreOverwrittenNotAccumulated) {
+  Runtime rt(RuntimeOptions{});
+  GPTConfig c = tiny_config();
+  GPT model(rt, c, 2);
+  model.initialize(3);
+  const Batch batch = make_batch(c, 2);
+  const Result first = run(rt, model, batch, 2, StepContext{});
+  model.params().check_grads_written();
+  int first_written = 0;
+  for (const Parameter& p : model.params().all()) first_written += p.first_write ? 1 : 0;
+  EXPECT_EQ(first_written, 12 * c.n_layers);  // each block's linears and LayerNorms
+  Tensor g = model.params().flat_grads();
+  std::fill(g.ptr<float>(), g.ptr<float>() + g.numel(), std::nanf(""));
+  const Result again = run(rt, model, batch, 2, StepContext{});
+  ASSERT_EQ(again.grads.size(), first.grads.size());
+  EXPECT_EQ(0, std::memcmp(again.grads.data(), first.grads.data(), first.grads.size() * 4));
+  model.params().zero_grads();
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_DEATH(model.params().check_grads_written(), "was not written in this step");
 }
 
 // Activation checkpointing must not change a single bit of the gradients on the CPU, with dropout on.
