@@ -54,7 +54,7 @@ struct OptimizerConfig {
 
 struct ZeroConfig {
   int64_t stage = 0;
-  int64_t bucket_mb = 25;          // gradient all-reduce bucket size
+  int64_t bucket_mb = 200;         // gradient all-reduce bucket size (MiB)
   bool overlap = true;             // reduce buckets during backward (false: after it)
   std::string reduce_dtype = "f32";  // f32 | bf16 | f16: the dtype gradients are all-reduced in
 };

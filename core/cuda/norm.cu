@@ -254,14 +254,17 @@ __global__ void __launch_bounds__(512)
     }
     copy_async_commit();
   };
-  Pack<T> wv[ITERS];
-  float aw[ITERS][N], ab[ITERS][N];
+  float wf[ITERS][N], aw[ITERS][N], ab[ITERS][N];  // w in f32 once, not per row
 #pragma unroll
   for (int i = 0; i < ITERS; ++i) {
     const int v = threadIdx.x + i * nt;
-    if (v < nvec) wv[i] = ld16(w + v * N);
+    Pack<T> wv{};
+    if (v < nvec) wv = ld16(w + v * N);
 #pragma unroll
-    for (int j = 0; j < N; ++j) aw[i][j] = ab[i][j] = 0.0f;
+    for (int j = 0; j < N; ++j) {
+      wf[i][j] = v < nvec ? to_f32(wv.e[j]) : 0.0f;
+      aw[i][j] = ab[i][j] = 0.0f;
+    }
   }
 #pragma unroll
   for (int k = 0; k < STAGES - 1; ++k) fetch(r0 + k, k);
@@ -270,25 +273,26 @@ __global__ void __launch_bounds__(512)
     const int k = int(r - r0), stage = k % STAGES;
     fetch(r + STAGES - 1, (k + STAGES - 1) % STAGES);  // into the slot this thread emptied last row
     copy_async_wait<STAGES - 1>();                      // row r has landed
-    Pack<T> xc[ITERS], dc[ITERS], g[ITERS];
-#pragma unroll
-    for (int i = 0; i < ITERS; ++i) {
-      *reinterpret_cast<int4*>(xc[i].e) = *slot(stage, 0, i);
-      *reinterpret_cast<int4*>(dc[i].e) = *slot(stage, 1, i);
-      *reinterpret_cast<int4*>(g[i].e) = *slot(stage, 2, i);
-    }
     const float2 st = stats[stage * nt + threadIdx.x];
     const float m = st.x, rs = st.y;
+    // dy and xhat in f32, computed once per element and kept for the update below; 0 past the row
+    // (v >= nvec, whose slots were never filled).
+    float dy[ITERS][N], xh[ITERS][N];
     float sd = 0.0f, sdx = 0.0f;
 #pragma unroll
     for (int i = 0; i < ITERS; ++i) {
+      Pack<T> xc{}, dc{};
       if (threadIdx.x + i * nt < nvec) {
+        *reinterpret_cast<int4*>(xc.e) = *slot(stage, 0, i);
+        *reinterpret_cast<int4*>(dc.e) = *slot(stage, 1, i);
+      }
 #pragma unroll
-        for (int j = 0; j < N; ++j) {
-          const float dn = to_f32(dc[i].e[j]) * to_f32(wv[i].e[j]);
-          sd += dn;
-          sdx += dn * (to_f32(xc[i].e[j]) - m) * rs;
-        }
+      for (int j = 0; j < N; ++j) {
+        dy[i][j] = to_f32(dc.e[j]);
+        xh[i][j] = (to_f32(xc.e[j]) - m) * rs;
+        const float dn = dy[i][j] * wf[i][j];
+        sd += dn;
+        sdx = fmaf(dn, xh[i][j], sdx);
       }
     }
     sd = warp_sum(sd);
@@ -306,15 +310,16 @@ __global__ void __launch_bounds__(512)
     for (int i = 0; i < ITERS; ++i) {
       const int v = threadIdx.x + i * nt;
       if (v < nvec) {
+        Pack<T> g;
+        *reinterpret_cast<int4*>(g.e) = *slot(stage, 2, i);
 #pragma unroll
         for (int j = 0; j < N; ++j) {
-          const float dy = to_f32(dc[i].e[j]), xh = (to_f32(xc[i].e[j]) - m) * rs;
-          const float dn = dy * to_f32(wv[i].e[j]);
-          g[i].e[j] = from_f32<T>(to_f32(g[i].e[j]) + (dn - mean_d - xh * mean_dx) * rs);
-          ab[i][j] += dy;
-          aw[i][j] += dy * xh;
+          const float dn = dy[i][j] * wf[i][j];
+          g.e[j] = from_f32<T>(to_f32(g.e[j]) + (dn - mean_d - xh[i][j] * mean_dx) * rs);
+          ab[i][j] += dy[i][j];
+          aw[i][j] = fmaf(dy[i][j], xh[i][j], aw[i][j]);
         }
-        st16(dx + r * cols + v * N, g[i]);
+        st16(dx + r * cols + v * N, g);
       }
     }
   }
@@ -456,14 +461,36 @@ void finalize_columns(cudaStream_t s, float* out0, const float* p0, float* out1,
 
 // ---- scalar sums ----
 
+// With x 16-byte aligned, 16-byte loads four at a time (64 bytes in flight per thread: a grid of
+// scalar loads kept too few bytes in flight to reach the memory bandwidth), the tail scalar.
 template <typename T>
-__global__ void sum_partials_kernel(float* partials, const T* x, int64_t n, bool squares) {
+__global__ void sum_partials_kernel(float* partials, const T* x, int64_t n, bool squares, bool vec) {
+  constexpr int N = Pack<T>::N, UNROLL = 4;
   __shared__ float shared[32];
   float s = 0.0f;
-  TRELLIS_GRID_STRIDE(i, n) {
-    float v = to_f32(x[i]);
-    s += squares ? v * v : v;
+  auto add = [&](float v) { s += squares ? v * v : v; };
+  int64_t done = 0;
+  if (vec) {
+    const int64_t nvec = n / N, stride = int64_t(gridDim.x) * blockDim.x;
+    int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+    for (; i + (UNROLL - 1) * stride < nvec; i += UNROLL * stride) {
+      Pack<T> v[UNROLL];
+#pragma unroll
+      for (int u = 0; u < UNROLL; ++u) v[u] = ld16(x + (i + u * stride) * N);
+#pragma unroll
+      for (int u = 0; u < UNROLL; ++u)
+#pragma unroll
+        for (int j = 0; j < N; ++j) add(to_f32(v[u].e[j]));
+    }
+    for (; i < nvec; i += stride) {
+      const Pack<T> v = ld16(x + i * N);
+#pragma unroll
+      for (int j = 0; j < N; ++j) add(to_f32(v.e[j]));
+    }
+    done = nvec * N;
   }
+  for (int64_t i = done + int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    add(to_f32(x[i]));
   s = block_sum(s, shared);
   if (threadIdx.x == 0) partials[blockIdx.x] = s;
 }
@@ -617,7 +644,7 @@ void launch_bias_backward(cudaStream_t s, float* db, const void* dy, DType t, in
 void launch_sum(cudaStream_t s, float* out, const void* x, DType t, int64_t n, bool squares, float* scratch) {
   // A fixed grid (not sized by the GPU), so the summation order is the same everywhere.
   TRELLIS_FLOAT_SWITCH(t, T,
-    sum_partials_kernel<T><<<kSumPartials, kThreads, 0, s>>>(scratch, static_cast<const T*>(x), n, squares));
+    sum_partials_kernel<T><<<kSumPartials, kThreads, 0, s>>>(scratch, static_cast<const T*>(x), n, squares, aligned16(x)));
   CUDA_CHECK_LAUNCH();
   sum_finalize_kernel<<<1, kSumPartials, 0, s>>>(out, scratch);
   CUDA_CHECK_LAUNCH();
