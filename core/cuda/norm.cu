@@ -79,81 +79,70 @@ __global__ void layernorm_forward_kernel(T* out, float* mean, float* rstd, const
 
 // The same with the row held in registers (one read of x), 16-byte loads and stores. With ADD, the
 // row is first x + branch, rounded to T and written to r_out (the residual add fused in: the stats
-// are those of the rounded sum, so it is bitwise add then layer norm). Each block stages w and b in
-// shared memory once and each of its warps then takes kForwardRowsPerWarp rows (with w and b read
-// from L2 by every row's warp, the L2 traffic was three times the row's own and capped the kernel
-// near 3 TB/s at GPT-2 1.3B's shapes).
+// are those of the rounded sum, so it is bitwise add then layer norm). (Staging w and b in shared
+// memory, each warp then taking 4 rows, changed nothing measurable: ~3 TB/s either way at GPT-2
+// 1.3B's shapes, bench/sessions/2026-11-30c call 5.)
 // Requires cols % Pack<T>::N == 0 and 16-byte aligned pointers.
-constexpr int kForwardRowsPerWarp = 4;
-constexpr int kForwardRowsPerBlock = kWarpsPerBlock * kForwardRowsPerWarp;
 template <typename T, int ITERS, bool ADD>
 __global__ void __launch_bounds__(kThreads)
     layernorm_forward_vec_kernel(T* out, float* mean, float* rstd, const T* x, const T* w, const T* b, int64_t rows,
                                  int cols, float eps, const T* branch, T* r_out) {
   constexpr int N = Pack<T>::N;
-  __shared__ Pack<T> ws[ITERS * 32], bs[ITERS * 32];
-  const int nvec = cols / N, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  for (int v = threadIdx.x; v < nvec; v += blockDim.x) {
-    ws[v] = ld16(w + v * N);
-    bs[v] = ld16(b + v * N);
+  int64_t row = int64_t(blockIdx.x) * kWarpsPerBlock + (threadIdx.x >> 5);
+  int lane = threadIdx.x & 31;
+  if (row >= rows) return;
+  const int nvec = cols / N;
+  const T* xr = x + row * cols;
+  Pack<T> xv[ITERS];
+#pragma unroll
+  for (int i = 0; i < ITERS; ++i) {
+    int v = lane + 32 * i;
+    if (v < nvec) {
+      xv[i] = ld16(xr + v * N);
+      if constexpr (ADD) {
+        const Pack<T> bv = ld16(branch + row * cols + v * N);
+#pragma unroll
+        for (int j = 0; j < N; ++j) xv[i].e[j] = from_f32<T>(to_f32(xv[i].e[j]) + to_f32(bv.e[j]));
+        st16(r_out + row * cols + v * N, xv[i]);
+      }
+    }
   }
-  __syncthreads();
-  for (int k = 0; k < kForwardRowsPerWarp; ++k) {
-    const int64_t row = int64_t(blockIdx.x) * kForwardRowsPerBlock + int64_t(k) * kWarpsPerBlock + warp;
-    if (row >= rows) return;
-    const T* xr = x + row * cols;
-    Pack<T> xv[ITERS];
+  float s = 0.0f;
 #pragma unroll
-    for (int i = 0; i < ITERS; ++i) {
-      int v = lane + 32 * i;
-      if (v < nvec) {
-        xv[i] = ld16(xr + v * N);
-        if constexpr (ADD) {
-          const Pack<T> bv = ld16(branch + row * cols + v * N);
+  for (int i = 0; i < ITERS; ++i) {
+    if (lane + 32 * i < nvec) {
 #pragma unroll
-          for (int j = 0; j < N; ++j) xv[i].e[j] = from_f32<T>(to_f32(xv[i].e[j]) + to_f32(bv.e[j]));
-          st16(r_out + row * cols + v * N, xv[i]);
-        }
+      for (int j = 0; j < N; ++j) s += to_f32(xv[i].e[j]);
+    }
+  }
+  float m = warp_sum(s) / float(cols);
+  float var = 0.0f;
+#pragma unroll
+  for (int i = 0; i < ITERS; ++i) {
+    if (lane + 32 * i < nvec) {
+#pragma unroll
+      for (int j = 0; j < N; ++j) {
+        float d = to_f32(xv[i].e[j]) - m;
+        var += d * d;
       }
     }
-    float s = 0.0f;
+  }
+  float r = 1.0f / sqrtf(warp_sum(var) / float(cols) + eps);
+  T* orow = out + row * cols;
 #pragma unroll
-    for (int i = 0; i < ITERS; ++i) {
-      if (lane + 32 * i < nvec) {
+  for (int i = 0; i < ITERS; ++i) {
+    int v = lane + 32 * i;
+    if (v < nvec) {
+      Pack<T> wv = ld16(w + v * N), bv = ld16(b + v * N), o;
 #pragma unroll
-        for (int j = 0; j < N; ++j) s += to_f32(xv[i].e[j]);
-      }
+      for (int j = 0; j < N; ++j)
+        o.e[j] = from_f32<T>((to_f32(xv[i].e[j]) - m) * r * to_f32(wv.e[j]) + to_f32(bv.e[j]));
+      st16(orow + v * N, o);
     }
-    float m = warp_sum(s) / float(cols);
-    float var = 0.0f;
-#pragma unroll
-    for (int i = 0; i < ITERS; ++i) {
-      if (lane + 32 * i < nvec) {
-#pragma unroll
-        for (int j = 0; j < N; ++j) {
-          float d = to_f32(xv[i].e[j]) - m;
-          var += d * d;
-        }
-      }
-    }
-    float r = 1.0f / sqrtf(warp_sum(var) / float(cols) + eps);
-    T* orow = out + row * cols;
-#pragma unroll
-    for (int i = 0; i < ITERS; ++i) {
-      int v = lane + 32 * i;
-      if (v < nvec) {
-        const Pack<T> wv = ws[v], bv = bs[v];
-        Pack<T> o;
-#pragma unroll
-        for (int j = 0; j < N; ++j)
-          o.e[j] = from_f32<T>((to_f32(xv[i].e[j]) - m) * r * to_f32(wv.e[j]) + to_f32(bv.e[j]));
-        st16(orow + v * N, o);
-      }
-    }
-    if (lane == 0) {
-      mean[row] = m;
-      rstd[row] = r;
-    }
+  }
+  if (lane == 0) {
+    mean[row] = m;
+    rstd[row] = r;
   }
 }
 
@@ -519,13 +508,12 @@ unsigned row_blocks(int64_t rows) { return unsigned((rows + kWarpsPerBlock - 1) 
 template <typename T, int ITERS>
 void layernorm_forward_vec(cudaStream_t s, T* out, float* mean, float* rstd, const T* x, const T* w, const T* b,
                            int64_t rows, int64_t cols, float eps, const T* branch, T* r_out) {
-  const unsigned blocks = unsigned((rows + kForwardRowsPerBlock - 1) / kForwardRowsPerBlock);
   if (branch)
     layernorm_forward_vec_kernel<T, ITERS, true>
-        <<<blocks, kThreads, 0, s>>>(out, mean, rstd, x, w, b, rows, int(cols), eps, branch, r_out);
+        <<<row_blocks(rows), kThreads, 0, s>>>(out, mean, rstd, x, w, b, rows, int(cols), eps, branch, r_out);
   else
     layernorm_forward_vec_kernel<T, ITERS, false>
-        <<<blocks, kThreads, 0, s>>>(out, mean, rstd, x, w, b, rows, int(cols), eps, nullptr, nullptr);
+        <<<row_blocks(rows), kThreads, 0, s>>>(out, mean, rstd, x, w, b, rows, int(cols), eps, nullptr, nullptr);
 }
 
 // With branch: r_out = x + branch first (fused where the vectorized kernel applies, else the add
