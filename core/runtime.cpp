@@ -4,6 +4,7 @@
 #include <omp.h>
 
 #if TRELLIS_HAVE_CUDA
+#include "core/cuda/cuda_state.h"
 #include "core/cuda/device_runtime.h"
 #endif
 
@@ -21,7 +22,7 @@ int cuda_device_count() {
 
 Runtime::Runtime(const RuntimeOptions& opt) : opt_(opt) {
   if (opt_.cpu_threads > 0) omp_set_num_threads(opt_.cpu_threads);
-  if (opt_.profile_ops) profiler_ = std::make_unique<OpProfiler>(*this);
+  if (opt_.profile_ops || opt_.trace) profiler_ = std::make_unique<OpProfiler>(*this, opt_.profile_ops);
   if (opt_.device.is_cpu()) {
     device_alloc_ = make_host_allocator();
     host_alloc_ = make_host_allocator();
@@ -29,6 +30,7 @@ Runtime::Runtime(const RuntimeOptions& opt) : opt_(opt) {
   }
 #if TRELLIS_HAVE_CUDA
   cuda_ = gpu::create_state(opt_.device.index, opt_.deterministic);
+  cuda_->profiler = profiler_.get();
   device_alloc_ = gpu::make_device_allocator(opt_.device.index);
   host_alloc_ = gpu::make_pinned_allocator();
 #else
@@ -38,6 +40,9 @@ Runtime::Runtime(const RuntimeOptions& opt) : opt_(opt) {
 
 Runtime::~Runtime() {
   synchronize();
+#if TRELLIS_HAVE_CUDA
+  if (cuda_) cuda_->profiler = nullptr;
+#endif
   profiler_.reset();  // returns its CUDA events while the device state exists
   scratch_ = Buffer();
 #if TRELLIS_HAVE_CUDA

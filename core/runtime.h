@@ -18,6 +18,7 @@ struct RuntimeOptions {
   bool deterministic = false;  // GPU: choose only bitwise-reproducible algorithms
   int cpu_threads = 0;         // OpenMP threads for the CPU backend; 0 = leave the default
   bool profile_ops = false;    // time every op (CUDA events on the compute stream) into an OpProfiler
+  bool trace = false;          // an OpProfiler for one-step traces (OpProfiler::begin_trace) without profile_ops
 };
 
 class Runtime {
@@ -44,7 +45,7 @@ class Runtime {
   // Dense 16-bit tensor-core peak in FLOP/s for MFU; 0 when unknown (CPU, unlisted GPU).
   double peak_flops() const;
   CudaState* cuda() const { return cuda_; }
-  // Non-null when RuntimeOptions::profile_ops is set.
+  // Non-null when RuntimeOptions::profile_ops or trace is set.
   OpProfiler* profiler() { return profiler_.get(); }
 
  private:

@@ -79,6 +79,8 @@ struct LogConfig {
   int64_t val_every = 0;           // validation every N steps; 0 = off
   int64_t val_batches = 4;         // micro-batches per validation
   bool profile_ops = false;        // per-op time breakdown (synchronizes after every op)
+  int64_t trace_step = 0;          // write a Chrome trace of this step; 0 = none
+  std::string trace_file = "trace.json";  // where (with .rankN before .json when world > 1)
 };
 
 struct CheckpointConfig {

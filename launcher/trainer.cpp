@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -209,12 +210,40 @@ std::unique_ptr<MetricsFile> open_metrics(const Config& cfg, const LaunchInfo& l
   return m;
 }
 
+// log.trace_file for `rank`: the name itself with one rank, else ".rankR" inserted before ".json"
+// (appended otherwise); rank -1 gives the pattern, ".rankN", for messages.
+std::string trace_path(const std::string& file, int rank, int world) {
+  if (world <= 1) return file;
+  const std::string tag = ".rank" + (rank < 0 ? std::string("N") : std::to_string(rank));
+  const size_t dot = file.size() >= 5 ? file.rfind(".json") : std::string::npos;
+  if (dot != std::string::npos && dot + 5 == file.size()) return file.substr(0, dot) + tag + ".json";
+  return file + tag;
+}
+
+// With log.trace_step: every rank checks that it can write its trace file (created empty now), and
+// every rank learns whether all could, so a bad path fails at the start on all ranks, not after
+// the traced step on some.
+void check_trace_file(const Config& cfg, const LaunchInfo& launch) {
+  if (cfg.log.trace_step <= 0) return;
+  const std::string path = trace_path(cfg.log.trace_file, launch.rank, launch.world);
+  int failed = std::ofstream(path, std::ios::binary | std::ios::trunc) ? 0 : 1;
+  const int mine = failed;
+  TRELLIS_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &failed, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD));
+  if (failed)
+    throw UserError("log.trace_file: " + (mine ? "cannot write " + path : "another rank cannot write its trace file") +
+                    " (a writable path, e.g. \"runs/trace.json\")");
+  if (cfg.log.trace_step > cfg.train.steps && launch.rank == 0)
+    std::printf("warning: log.trace_step = %lld is beyond train.steps = %lld: nothing will be traced\n",
+                (long long)cfg.log.trace_step, (long long)cfg.train.steps);
+}
+
 void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions& opts) {
   const Resolved res = resolve(cfg, launch);
   const bool main_rank = launch.rank == 0;
   install_stop_handlers();
   std::unique_ptr<TensorBoardWriter> tb;
   std::unique_ptr<MetricsFile> metrics = open_metrics(cfg, launch, tb);
+  check_trace_file(cfg, launch);
   std::unique_ptr<SampleSource> data;
   agree_on([&] { data = open_samples(cfg, res.model); }, launch);
   RuntimeOptions ro;
@@ -226,6 +255,7 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
     ro.cpu_threads = std::max(1, int(std::thread::hardware_concurrency()) / launch.local_size);
   }
   ro.profile_ops = cfg.log.profile_ops;
+  ro.trace = cfg.log.trace_step > 0;
   Runtime rt(ro);
   const Layout layout = make_layout(launch.world, int(cfg.parallel.tensor), int(cfg.parallel.pipeline));
   ProcessGroups groups(MPI_COMM_WORLD, layout, rt);
@@ -418,7 +448,9 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
   StageTimer stage_timer(rt, m, v);  // the compute time of each forward and backward, per chunk
   for (int64_t step = start_step + 1; step <= cfg.train.steps; ++step) {
     NvtxRange step_range("train_step");
-    if (rt.profiler() && step == start_step + 2) rt.profiler()->reset();  // leave the first step's setup out
+    if (cfg.log.profile_ops && step == start_step + 2) rt.profiler()->reset();  // leave the first step's setup out
+    const bool traced = step == cfg.log.trace_step;
+    if (traced) rt.profiler()->begin_trace();
     const auto t0 = std::chrono::steady_clock::now();
     marks.mark(0);
     model.params().zero_grads();
@@ -487,6 +519,13 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
     marks.mark(3);
     rt.synchronize();
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (traced) {
+      const std::string path = trace_path(cfg.log.trace_file, launch.rank, launch.world);
+      rt.profiler()->end_trace(path, launch.rank);
+      if (main_rank)
+        std::printf("step %lld traced to %s (open in ui.perfetto.dev)\n", (long long)step,
+                    launch.world > 1 ? trace_path(cfg.log.trace_file, -1, launch.world).c_str() : path.c_str());
+    }
     const double tokens_per_s = tokens_per_step / seconds;
     const double mfu = peak > 0 ? tokens_per_s * mc.flops_per_token() / (peak * launch.world) : 0.0;
     const size_t peak_mem = rt.allocator().stats().peak;
@@ -566,7 +605,7 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
   if (main_rank) {
     std::printf("done: %lld steps; activation arenas peaked at %s; device memory peak %s\n", (long long)last_step,
                 format_bytes(model.activation_peak()).c_str(), format_bytes(rt.allocator().stats().peak).c_str());
-    if (rt.profiler()) {
+    if (cfg.log.profile_ops) {
       const int64_t ran = last_step - start_step, timed = ran >= 2 ? ran - 1 : ran;  // the first is left out
       std::printf("per-op device time per step over the last %lld steps (log.profile_ops):\n%s", (long long)timed,
                   rt.profiler()->report(timed).c_str());

@@ -12,6 +12,7 @@ namespace trellis {
 
 struct MatmulPlanCache;  // cuBLASLt descriptors and algorithms keyed by problem (matmul.cpp)
 struct CudnnAttention;   // cuDNN handle and attention graphs (cudnn_attention.cpp), made on first use
+class OpProfiler;         // the runtime's op timer and tracer (core/profiler.h)
 
 struct CudaState {
   int device = 0;
@@ -29,6 +30,7 @@ struct CudaState {
   bool deterministic = false;
   MatmulPlanCache* matmul_plans = nullptr;
   CudnnAttention* cudnn = nullptr;
+  OpProfiler* profiler = nullptr;  // the runtime's, for tracing collectives (nccl_comm.cpp)
 };
 
 namespace gpu {

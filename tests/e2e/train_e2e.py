@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """End-to-end checks of train_gpt on the CPU: the tiny config trains (the loss falls), runs are
 bitwise repeatable, activation checkpointing leaves the loss curve bit-identical, the metrics file
-has the contract's records, and bf16/fp16 runs work.
+has the contract's records, bf16/fp16 runs work, and log.trace_step writes a Chrome trace of the
+step that runs the ops the step runs.
 Usage: train_e2e.py TRAIN_GPT CONFIG_TOML"""
 import json
 import math
@@ -73,6 +74,18 @@ def main():
             if precision == "fp16":
                 check(all("loss_scale" in x for x in r if "step" in x and x.get("split") != "val"),
                       "fp16 records carry the loss scale")
+        trace = os.path.join(tmp, "trace.json")
+        out, _ = train(binary, config, tmp, "trace", "train.steps=3", "log.trace_step=2", "log.trace_file=" + trace)
+        with open(trace) as f:
+            events = json.load(f)["traceEvents"]
+        ops = [e for e in events if e["ph"] == "X"]
+        names = {e["name"].split()[0] for e in ops}
+        check({"matmul", "attention_forward", "attention_backward", "adamw_step"} <= names
+              and all(e["ts"] >= 0 and e["dur"] >= 0 and e["tid"] == 0 for e in ops)
+              and sum(e["name"] == "adamw_step" for e in ops) >= 1 and "traced to" in out,
+              f"log.trace_step writes the step's ops as a Chrome trace ({len(ops)} ops)")
+        check(all(ops[i]["ts"] <= ops[i + 1]["ts"] for i in range(len(ops) - 1)),
+              "the traced ops are in the order they ran")
     print("PASS")
 
 
