@@ -126,11 +126,8 @@ TransformerBlock::TransformerBlock(const GPTConfig& cfg, int layer, const BlockP
 }
 
 std::vector<const Parameter*> TransformerBlock::first_written_grads() const {
-  std::vector<const Parameter*> out = {p_.ln1_w, p_.ln1_b, p_.ln2_w, p_.ln2_b};
-  if (!tp_.active())  // the tensor-parallel layers accumulate into zeroed gradients
-    for (const Parameter* p : {p_.qkv_w, p_.qkv_b, p_.proj_w, p_.proj_b, p_.fc_w, p_.fc_b, p_.fc_proj_w, p_.fc_proj_b})
-      out.push_back(p);
-  return out;
+  return {p_.ln1_w, p_.ln1_b,  p_.qkv_w, p_.qkv_b, p_.proj_w,    p_.proj_b,
+          p_.ln2_w, p_.ln2_b,  p_.fc_w,  p_.fc_b,  p_.fc_proj_w, p_.fc_proj_b};
 }
 
 std::vector<const Parameter*> TransformerBlock::tensor_partial_grads() const {

@@ -87,7 +87,8 @@ class TransformerBlock {
   // token shards). Empty otherwise: every other replicated gradient is already equal on all ranks.
   std::vector<const Parameter*> tensor_partial_grads() const;
   // The parameters whose gradients backward writes through grad_accumulates (so the store can leave
-  // them unzeroed, ParameterStore::write_first): the LayerNorms', and all without tensor parallelism.
+  // them unzeroed, ParameterStore::write_first): all of the block's, here or in the tensor-parallel
+  // layers.
   std::vector<const Parameter*> first_written_grads() const;
 
   // Bytes of activations kept per block and of its temporaries, for arena sizing (local sizes

@@ -30,13 +30,14 @@ Tensor full_rows(Arena& work, const Tensor& shard, int parts) {
   return work.take(shard.dtype, {shard.rows() * parts, shard.cols()});
 }
 
-// dW += dy^T x (f32, accumulated) and db += column sums of dy.
+// dW += dy^T x (f32) and db += column sums of dy, or written where the gradients are fresh
+// (grad_accumulates: their first write in the step).
 void weight_and_bias_grad(Runtime& rt, const Parameter& w, const Parameter& b, const Tensor& dy, const Tensor& x) {
   MatmulOptions acc;
   acc.trans_a = true;
-  acc.accumulate = true;
+  acc.accumulate = grad_accumulates(w);
   matmul(rt, w.grad, rows2d(dy), rows2d(x), acc);
-  bias_backward(rt, b.grad, rows2d(dy));
+  bias_backward(rt, b.grad, rows2d(dy), grad_accumulates(b));
 }
 
 }  // namespace
