@@ -12,9 +12,6 @@ set -uo pipefail
 bin=${1:-build/train_gpt}
 out=${OUT:-$PWD/gpu-out}/data; mkdir -p "$out"
 MB=${MB:-16}; WARMUP=${WARMUP:-5}; STEPS=${STEPS:-15}; TIMEOUT=${TIMEOUT:-200}; CTAS=${CTAS:-"4 8 16"}
-export NCCL_NVLS_ENABLE=0 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-[[ -x $bin ]] || { echo "no $bin: build first"; exit 1; }
-source "$(dirname "$0")/gpt_toml.sh"
 source "$(dirname "$0")/layout_runs.sh"
 gpt_toml bench/data_bench.sh 24 1024 16 "$MB" $((WARMUP + STEPS)) > "$out/base.toml"
 

@@ -1,10 +1,15 @@
 # Sourced by tensor_bench.sh and data_bench.sh: one- and two-GPU runs of one base config, and their
-# table. Needs $bin (train_gpt), $out (a folder holding base.toml) and $TIMEOUT.
+# table. Needs $bin (train_gpt, checked here), $out (a folder holding base.toml) and $TIMEOUT; sets
+# the NCCL/MPI environment and brings in gpt_toml (gpt_toml.sh).
 #   run NAME RANKS SET...  one run; metrics in $out/NAME.jsonl. $RUN_ENV ("VAR=value ...") is set
 #                          for it (and passed to the ranks by mpirun -x); EXTRA_SETS apply to all.
 #   summary WARMUP NAME... a markdown row per run: medians over steps after WARMUP of rank 0's
 #                          tokens/s and step ms, its largest peak memory, and the share of linear
 #                          scaling against the run named "one" (tokens/s / (ranks x one's)).
+export NCCL_NVLS_ENABLE=0 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+[[ -x $bin ]] || { echo "no $bin: build first"; exit 1; }
+source "$(dirname "${BASH_SOURCE[0]}")/gpt_toml.sh"
+
 run() {
   local name=$1 ranks=$2; shift 2
   local sets=() s env=() xs=()

@@ -10,9 +10,6 @@ set -uo pipefail
 bin=${1:-build/train_gpt}
 out=${OUT:-$PWD/gpu-out}/tensor; mkdir -p "$out"
 MB=${MB:-8}; WARMUP=${WARMUP:-3}; STEPS=${STEPS:-8}; TIMEOUT=${TIMEOUT:-200}; CHUNKS=${CHUNKS:-"1 2 4 8"}
-export NCCL_NVLS_ENABLE=0 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-[[ -x $bin ]] || { echo "no $bin: build first"; exit 1; }
-source "$(dirname "$0")/gpt_toml.sh"
 source "$(dirname "$0")/layout_runs.sh"
 gpt_toml bench/tensor_bench.sh 24 2048 16 "$MB" $((WARMUP + STEPS)) > "$out/base.toml"
 

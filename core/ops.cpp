@@ -131,12 +131,12 @@ void matmul(Runtime& rt, const Tensor& out, const Tensor& a, const Tensor& b, co
                   std::string("matmul: ") + name + " " + g->str() + " must have out's size and dtype, " + out.str());
     TRELLIS_CHECK(g->data != out.data || out.numel() == 0, std::string("matmul: ") + name + " must not alias out");
   }
-  std::string shape;  // the profiler's row: one per problem
-  if (rt.profiler())
+  std::string shape;  // the profiler's row: one per problem (built only while ops are timed)
+  if (rt.profiler() && rt.profiler()->timing())
     shape = std::to_string(M) + "x" + std::to_string(N) + "x" + std::to_string(K) + (opt.trans_a ? " tA" : "") +
-            (opt.trans_b ? " tB" : "") + (opt.accumulate ? " +=" : "") + (opt.bias ? " +bias" : "") + (opt.residual ? " +residual" : "") +
-            (opt.gelu_input ? " gelu" : "") + (opt.gelu_grad_of ? " *gelu'" : "") + " -> " +
-            std::string(dtype_name(out.dtype));
+            (opt.trans_b ? " tB" : "") + (opt.accumulate ? " +=" : "") + (opt.bias ? " +bias" : "") +
+            (opt.residual ? " +residual" : "") + (opt.gelu_input ? " gelu" : "") +
+            (opt.gelu_grad_of ? " *gelu'" : "") + " -> " + std::string(dtype_name(out.dtype));
   TRELLIS_DISPATCH_TIMED(rt, shape, 2.0 * double(M) * double(N) * double(K), matmul, rt, out, a, b, opt);
 }
 

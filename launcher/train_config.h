@@ -78,7 +78,7 @@ struct LogConfig {
   std::string tensorboard_dir;     // TensorBoard event files; empty = none
   int64_t val_every = 0;           // validation every N steps; 0 = off
   int64_t val_batches = 4;         // micro-batches per validation
-  bool profile_ops = false;        // per-op time breakdown (synchronizes after every op)
+  bool profile_ops = false;        // per-op time breakdown (events around every op, no synchronization)
   int64_t trace_step = 0;          // write a Chrome trace of this step; 0 = none
   std::string trace_file = "trace.json";  // where (with .rankN before .json when world > 1)
 };

@@ -26,15 +26,11 @@ void linear_forward(Runtime& rt, const Tensor& y, const Tensor& x, const Paramet
   matmul(rt, rows2d(y), rows2d(x), w.value, o);
 }
 
-// dx = dy W (written), dW += dy^T x, db += column sums of dy (written instead where the gradients
-// are fresh, grad_accumulates). With gelu_grad_of = &h where x = gelu(h): dx = (dy W) * gelu'(h).
+// dx = dy W (written) and the parameter gradients (weight_and_bias_grad). With gelu_grad_of = &h
+// where x = gelu(h): dx = (dy W) * gelu'(h).
 void linear_backward(Runtime& rt, const Tensor& dx, const Tensor& dy, const Tensor& x, const Parameter& w,
                      const Parameter& b, const Tensor* gelu_grad_of = nullptr) {
-  MatmulOptions acc;
-  acc.trans_a = true;
-  acc.accumulate = grad_accumulates(w);
-  matmul(rt, w.grad, rows2d(dy), rows2d(x), acc);
-  bias_backward(rt, b.grad, rows2d(dy), grad_accumulates(b));
+  weight_and_bias_grad(rt, w, b, dy, x);
   MatmulOptions o;
   o.gelu_grad_of = gelu_grad_of;
   if (dx.defined()) matmul(rt, rows2d(dx), rows2d(dy), w.value, o);

@@ -1,7 +1,8 @@
 // CUDA causal self-attention. bf16/f16 with head_dim 64 or 128 take cuDNN's fused flash attention
 // where cudnn_attention() accepts the problem (no attention dropout, not deterministic, built with
 // the cuDNN frontend), else the fused FlashAttention-2 style kernels of flash_attention.cu (no T x T
-// matrix; backward scratch only D, B*H*T*4 bytes). Everything else (f32, other head sizes) takes the unfused reference-speed version: heads permuted into scratch,
+// matrix; backward scratch only D, B*H*T*4 bytes). Everything else (f32, other head sizes) takes
+// the unfused reference-speed version: heads permuted into scratch,
 // S = q k^T / sqrt(hd) and the products with P by cuBLAS strided-batched GEMMs (f32 compute), a
 // causal softmax kernel that keeps only the log-sum-exp for backward. Attention dropout is applied
 // to the probabilities by the softmax kernels. Its scratch (bytes, es = dtype size, 256-byte

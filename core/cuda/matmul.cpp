@@ -351,9 +351,8 @@ void matmul(Runtime& rt, const Tensor& out, const Tensor& a, const Tensor& b, co
     if (p.bias_fused) set_pointer(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, opt.bias->data);
     if (p.gelu_fused) set_pointer(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, aux->data);
     void* d = p.gelu_fused ? out.data : result;
-    CUBLAS_CHECK(cublasLtMatmul(st.lt, p.desc, &alpha, b.data, p.la, a.data, p.lb, &beta, opt.residual ? c : d, p.lc, d,
-                                p.lc, &p.algo,
-                                st.lt_workspace, st.lt_workspace_bytes, st.compute));
+    CUBLAS_CHECK(cublasLtMatmul(st.lt, p.desc, &alpha, b.data, p.la, a.data, p.lb, &beta, opt.residual ? c : d, p.lc,
+                                d, p.lc, &p.algo, st.lt_workspace, st.lt_workspace_bytes, st.compute));
     bias_done = p.bias_fused;
     gelu_done = p.gelu_fused;  // and then so is the bias (get_plan)
   }

@@ -116,7 +116,8 @@ void* nccl_broadcast(NcclComm* c, const Tensor& x, int root) {
 }
 
 void* nccl_send_recv(NcclComm* c, const Tensor* send, int dst, const Tensor* recv, int src) {
-  return run_on_comm_stream(c, "send_recv", send ? send->nbytes() : recv->nbytes(), [&](ncclComm_t comm, cudaStream_t s) {
+  const size_t bytes = send ? send->nbytes() : recv->nbytes();
+  return run_on_comm_stream(c, "send_recv", bytes, [&](ncclComm_t comm, cudaStream_t s) {
     NCCL_CHECK(ncclGroupStart());
     if (send) NCCL_CHECK(ncclSend(send->data, size_t(send->numel()), nccl_type(send->dtype), dst, comm, s));
     if (recv) NCCL_CHECK(ncclRecv(recv->data, size_t(recv->numel()), nccl_type(recv->dtype), src, comm, s));

@@ -30,8 +30,8 @@ Tensor full_rows(Arena& work, const Tensor& shard, int parts) {
   return work.take(shard.dtype, {shard.rows() * parts, shard.cols()});
 }
 
-// dW += dy^T x (f32) and db += column sums of dy, or written where the gradients are fresh
-// (grad_accumulates: their first write in the step).
+}  // namespace
+
 void weight_and_bias_grad(Runtime& rt, const Parameter& w, const Parameter& b, const Tensor& dy, const Tensor& x) {
   MatmulOptions acc;
   acc.trans_a = true;
@@ -39,8 +39,6 @@ void weight_and_bias_grad(Runtime& rt, const Parameter& w, const Parameter& b, c
   matmul(rt, w.grad, rows2d(dy), rows2d(x), acc);
   bias_backward(rt, b.grad, rows2d(dy), grad_accumulates(b));
 }
-
-}  // namespace
 
 ColumnParallelLinear::ColumnParallelLinear(Communicator& tensor, const Parameter& w, const Parameter& b,
                                            bool sequence_parallel)
