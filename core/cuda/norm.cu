@@ -327,15 +327,20 @@ __global__ void __launch_bounds__(512)
     }
   }
   copy_async_wait<0>();  // nothing may be in flight into shared memory when the block exits
+  // The partials as 16-byte stores (a thread's N columns are adjacent; N floats per store scattered
+  // each warp's stores over N times the sectors).
+  static_assert(N % 4 == 0, "partials are stored as float4");
   const int64_t chunk = blockIdx.x;
 #pragma unroll
   for (int i = 0; i < ITERS; ++i) {
     const int v = threadIdx.x + i * nt;
     if (v < nvec) {
+      float4* db = reinterpret_cast<float4*>(p_db + chunk * cols + v * N);
+      float4* dw = reinterpret_cast<float4*>(p_dw + chunk * cols + v * N);
 #pragma unroll
-      for (int j = 0; j < N; ++j) {
-        p_db[chunk * cols + v * N + j] = ab[i][j];
-        p_dw[chunk * cols + v * N + j] = aw[i][j];
+      for (int q = 0; q < N / 4; ++q) {
+        db[q] = make_float4(ab[i][4 * q], ab[i][4 * q + 1], ab[i][4 * q + 2], ab[i][4 * q + 3]);
+        dw[q] = make_float4(aw[i][4 * q], aw[i][4 * q + 1], aw[i][4 * q + 2], aw[i][4 * q + 3]);
       }
     }
   }
