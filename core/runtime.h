@@ -19,10 +19,6 @@ struct RuntimeOptions {
   int cpu_threads = 0;         // OpenMP threads for the CPU backend; 0 = leave the default
   bool profile_ops = false;    // time every op (CUDA events on the compute stream) into an OpProfiler
   bool trace = false;          // an OpProfiler for one-step traces (OpProfiler::begin_trace) without profile_ops
-  // GPU: while a collective (all-reduce, reduce-scatter, all-gather, broadcast) is in flight beside
-  // the compute stream, GEMMs target all SMs but these (cuBLASLt's SM count target), so a GEMM's
-  // thread blocks do not queue behind SMs that the NCCL kernels hold. 0: always all SMs.
-  int gemm_sm_reserve = 0;
 };
 
 class Runtime {

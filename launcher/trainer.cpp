@@ -256,7 +256,6 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
   }
   ro.profile_ops = cfg.log.profile_ops;
   ro.trace = cfg.log.trace_step > 0;
-  ro.gemm_sm_reserve = int(cfg.parallel.gemm_sm_reserve);
   Runtime rt(ro);
   const Layout layout = make_layout(launch.world, int(cfg.parallel.tensor), int(cfg.parallel.pipeline));
   ProcessGroups groups(MPI_COMM_WORLD, layout, rt);

@@ -51,6 +51,13 @@ void linear_forward(Runtime& rt, const std::optional<Parallel>& par, const Tenso
   else linear_forward(rt, y, x, w, b);
 }
 
+template <class Parallel>
+void linear_backward(Runtime& rt, const std::optional<Parallel>& par, const Tensor& dx, const Tensor& dy,
+                     const Tensor& x, const Parameter& w, const Parameter& b, Arena& work) {
+  if (par) par->backward(rt, dx, dy, x, work);
+  else linear_backward(rt, dx, dy, x, w, b);
+}
+
 }  // namespace
 
 void TransformerBlock::check_tensor_parallel(const GPTConfig& cfg, int tensor) {
@@ -263,26 +270,20 @@ void TransformerBlock::backward(Runtime& rt, const StepContext& ctx, const Tenso
     dropout_backward(rt, dbranch, dres, cfg_.dropout, dropout_key(ctx, 2, n));
   }
   // dh = (dbranch W_proj) * gelu'(h): fc_proj's input-gradient GEMM with GELU's backward as its epilogue.
-  // Under tensor parallelism each row-parallel layer's weight gradients wait for the column-parallel
-  // layer below it, to run beside that layer's input-gradient collective.
   Tensor dh = work.take(dt, {B, T, 4 * Cl});
-  DeferredWeightGrad deferred;
-  if (fc_proj_) fc_proj_->backward(rt, dh, dbranch, s.g, work, &s.h, &deferred);
+  if (fc_proj_) fc_proj_->backward(rt, dh, dbranch, s.g, work, &s.h);
   else linear_backward(rt, dh, dbranch, s.g, *p_.fc_proj_w, *p_.fc_proj_b, &s.h);
   Tensor dln = work.take(dt, act);
-  if (fc_) fc_->backward(rt, dln, dh, s.ln2, work, &deferred);
-  else linear_backward(rt, dln, dh, s.ln2, *p_.fc_w, *p_.fc_b);
+  linear_backward(rt, fc_, dln, dh, s.ln2, *p_.fc_w, *p_.fc_b, work);
   layernorm_backward(rt, dres, p_.ln2_w->grad, p_.ln2_b->grad, dln, s.r, p_.ln2_w->value, s.ln2_mean, s.ln2_rstd,
                      layernorm_grads_accumulate(*p_.ln2_w, *p_.ln2_b));
   // Attention branch: r = x + drop(proj(attn(ln1(x)))). dres now holds dL/dr.
   if (drop) dropout_backward(rt, dbranch, dres, cfg_.dropout, dropout_key(ctx, 1, n));
   Tensor datt = work.take(dt, {B, T, Cl});
-  if (proj_) proj_->backward(rt, datt, dbranch, s.att, work, nullptr, &deferred);
-  else linear_backward(rt, datt, dbranch, s.att, *p_.proj_w, *p_.proj_b);
+  linear_backward(rt, proj_, datt, dbranch, s.att, *p_.proj_w, *p_.proj_b, work);
   Tensor dqkv = work.take(dt, {B, T, 3 * Cl});
   attention_backward(rt, dqkv, datt, s.qkv, s.att, s.lse, int(cfg_.n_heads / tp_.size), attention_dropout(ctx));
-  if (qkv_) qkv_->backward(rt, dln, dqkv, s.ln1, work, &deferred);
-  else linear_backward(rt, dln, dqkv, s.ln1, *p_.qkv_w, *p_.qkv_b);
+  linear_backward(rt, qkv_, dln, dqkv, s.ln1, *p_.qkv_w, *p_.qkv_b, work);
   layernorm_backward(rt, dres, p_.ln1_w->grad, p_.ln1_b->grad, dln, s.x, p_.ln1_w->value, s.ln1_mean, s.ln1_rstd,
                      layernorm_grads_accumulate(*p_.ln1_w, *p_.ln1_b));
 }

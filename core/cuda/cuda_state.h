@@ -28,8 +28,6 @@ struct CudaState {
   int cc_major = 0, cc_minor = 0;
   size_t total_memory = 0;
   bool deterministic = false;
-  int gemm_sm_reserve = 0;        // RuntimeOptions::gemm_sm_reserve
-  int collectives_in_flight = 0;  // launched on the comm stream, not yet waited for (nccl_comm.cpp)
   MatmulPlanCache* matmul_plans = nullptr;
   CudnnAttention* cudnn = nullptr;
   OpProfiler* profiler = nullptr;  // the runtime's, for tracing collectives (nccl_comm.cpp)

@@ -15,9 +15,7 @@
 #include <cstring>
 #include <map>
 #include <memory>
-#include <algorithm>
 #include <tuple>
-#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -46,7 +44,6 @@ struct Built {
   std::shared_ptr<fe::graph::Graph> graph;
   int64_t workspace = 0;
   std::vector<int64_t> ids;
-  bool tuned = false;  // TRELLIS_CUDNN_TUNE: the fastest plan picked, on first use
 };
 
 struct Graphs {
@@ -62,17 +59,6 @@ bool enabled_by_environment() {
   static const bool on = [] {
     const char* v = std::getenv("TRELLIS_CUDNN_ATTENTION");
     return v == nullptr || std::strcmp(v, "0") != 0;
-  }();
-  return on;
-}
-
-// TRELLIS_CUDNN_TUNE=1 (outside deterministic mode, like TRELLIS_MATMUL_TUNE): every plan cuDNN
-// offers is built and, on first use, timed on the real inputs (the frontend's autotune); the
-// fastest is kept. Off: the heuristic's first plan.
-bool tuning_by_environment() {
-  static const bool on = [] {
-    const char* v = std::getenv("TRELLIS_CUDNN_TUNE");
-    return v != nullptr && std::strcmp(v, "1") == 0;
   }();
   return on;
 }
@@ -110,9 +96,7 @@ std::shared_ptr<fe::graph::Tensor_attributes> stats_view(fe::graph::Graph& g, co
 bool finish(std::shared_ptr<fe::graph::Graph> g, cudnnHandle_t h, Built& out) {
   if (g->validate().is_bad() || g->build_operation_graph(h).is_bad() ||
       g->create_execution_plans({fe::HeurMode_t::A}).is_bad() || g->check_support(h).is_bad() ||
-      g->build_plans(h, tuning_by_environment() ? fe::BuildPlanPolicy_t::ALL : fe::BuildPlanPolicy_t::HEURISTICS_CHOICE)
-          .is_bad() ||
-      g->get_workspace_size(out.workspace).is_bad())
+      g->build_plans(h).is_bad() || g->get_workspace_size(out.workspace).is_bad())
     return false;
   out.ids = g->get_variant_pack_uids_sorted();
   for (int64_t id : out.ids) TRELLIS_CHECK(id > 0 && id < kIds, "cuDNN attention: unexpected tensor id");
@@ -171,7 +155,7 @@ namespace {
 
 // The problem's graphs, built on first use; unsupported ones (no handle: cuDNN could not start on
 // this machine, e.g. a runtime library older than the build's) take the own kernels.
-Graphs* graphs_for(CudaState& st, const Problem& p) {
+const Graphs* graphs_for(CudaState& st, const Problem& p) {
   if (!st.cudnn) {
     auto* c = new CudnnAttention();
     const cudnnStatus_t s = cudnnCreate(&c->handle);
@@ -190,19 +174,7 @@ Graphs* graphs_for(CudaState& st, const Problem& p) {
   return &it->second;
 }
 
-void run(Runtime& rt, CudaState& st, Built& b, const Pointers& by_id) {
-  if (tuning_by_environment() && !b.tuned) {
-    std::unordered_map<int64_t, void*> by_uid;
-    for (int64_t id : b.ids) by_uid[id] = by_id[size_t(id)];
-    const int64_t plans = b.graph->get_execution_plan_count();
-    void* tune_ws = rt.scratch(size_t(std::max<int64_t>(b.graph->get_autotune_workspace_size(), 1)));
-    auto status = b.graph->autotune(st.cudnn->handle, by_uid, tune_ws);
-    if (status.is_bad()) TRELLIS_FATAL("cuDNN attention autotune: " + status.get_message());
-    if (b.graph->get_workspace_size(b.workspace).is_bad()) TRELLIS_FATAL("cuDNN attention: workspace size");
-    std::fprintf(stderr, "[trellis cudnn] tuned %s over %lld plans\n", b.ids.size() > 6 ? "backward" : "forward",
-                 static_cast<long long>(plans));
-    b.tuned = true;
-  }
+void run(Runtime& rt, CudaState& st, const Built& b, const Pointers& by_id) {
   void* ws = b.workspace > 0 ? rt.scratch(size_t(b.workspace)) : nullptr;
   Pointers ordered{};
   for (size_t i = 0; i < b.ids.size(); ++i) ordered[i] = by_id[size_t(b.ids[i])];
@@ -222,7 +194,7 @@ bool cudnn_attention(Runtime& rt, int64_t B, int64_t T, int64_t H, int64_t hd, D
 void cudnn_attention_forward(Runtime& rt, void* out, float* lse, const void* qkv, int64_t B, int64_t T, int64_t H,
                              int64_t hd, DType t) {
   CudaState& st = cuda_state(rt);
-  Graphs& g = *graphs_for(st, Problem{B, H, T, hd, t});
+  const Graphs& g = *graphs_for(st, Problem{B, H, T, hd, t});
   const int64_t C = H * hd, es = int64_t(dtype_size(t));
   char* base = static_cast<char*>(const_cast<void*>(qkv));
   Pointers p{};
@@ -237,7 +209,7 @@ void cudnn_attention_forward(Runtime& rt, void* out, float* lse, const void* qkv
 void cudnn_attention_backward(Runtime& rt, void* dqkv, const void* dout, const void* qkv, const void* out,
                               const float* lse, int64_t B, int64_t T, int64_t H, int64_t hd, DType t) {
   CudaState& st = cuda_state(rt);
-  Graphs& g = *graphs_for(st, Problem{B, H, T, hd, t});
+  const Graphs& g = *graphs_for(st, Problem{B, H, T, hd, t});
   const int64_t C = H * hd, es = int64_t(dtype_size(t));
   char* in = static_cast<char*>(const_cast<void*>(qkv));
   char* grad = static_cast<char*>(dqkv);

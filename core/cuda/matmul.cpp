@@ -45,10 +45,9 @@ struct PlanKey {
   Gelu gelu;
   DType ab, out;
   uint32_t align_a, align_b, align_c, align_bias, align_aux;
-  int sm_target;  // 0: all SMs; else fewer, beside a collective (CudaState::gemm_sm_reserve)
   auto tie() const {
     return std::tie(m, n, k, trans_a, trans_b, accumulate, bias, gelu, ab, out, align_a, align_b, align_c,
-                    align_bias, align_aux, sm_target);
+                    align_bias, align_aux);
   }
   bool operator<(const PlanKey& o) const { return tie() < o.tie(); }
 };
@@ -203,10 +202,6 @@ bool try_make_plan(CudaState& st, const PlanKey& key, bool fuse_bias, bool fuse_
   CUBLAS_CHECK(cublasLtMatmulDescCreate(&p.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof op_a));
   CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof op_b));
-  if (key.sm_target > 0) {
-    const int32_t sms = key.sm_target;
-    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET, &sms, sizeof sms));
-  }
   cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_DEFAULT;
   // ops.cpp: the GELU's backward comes without bias. No bias-gradient epilogues: on the H200 the
   // weight-gradient GEMMs with BGRADB ran 15-40% slower, and the DGELU GEMM with DGELU_BGRAD at less
@@ -296,14 +291,14 @@ void log_plan(const CudaState& st, const PlanKey& key, const Plan& p) {
   std::fprintf(stderr,
                "[trellis matmul] plan #%zu: M=%lld N=%lld K=%lld %s x %s -> %s trans_a=%d trans_b=%d accumulate=%d "
                "bias=%s gelu=%s%s align(a,b,out,bias,aux)=%u,%u,%u,%u,%u | algo %d of %d candidates, workspace %zu B, "
-               "waves %.2f, SM target %d%s%s\n",
+               "waves %.2f%s%s\n",
                st.matmul_plans->plans.size() + 1, static_cast<long long>(key.m), static_cast<long long>(key.n),
                static_cast<long long>(key.k), ab.c_str(), ab.c_str(), out.c_str(),
                int(key.trans_a), int(key.trans_b), int(key.accumulate),
                !key.bias ? "none" : (p.bias_fused ? "fused-epilogue" : "SEPARATE-KERNEL"),
                gelu, key.gelu == Gelu::none ? "" : (p.gelu_fused ? " (fused-epilogue)" : " (SEPARATE-KERNEL)"),
                key.align_a, key.align_b, key.align_c, key.align_bias, key.align_aux, p.chosen, p.candidates, p.workspace,
-               double(p.waves), key.sm_target, timing, st.deterministic ? ", deterministic (no split-K reduction)" : "");
+               double(p.waves), timing, st.deterministic ? ", deterministic (no split-K reduction)" : "");
 }
 
 Plan& get_plan(CudaState& st, const PlanKey& key, const Operands& ops) {
@@ -349,8 +344,7 @@ void matmul(Runtime& rt, const Tensor& out, const Tensor& a, const Tensor& b, co
     const uint32_t align_out = std::min({alignment_of(out.data), alignment_of(result), alignment_of(c)});
     PlanKey key{M, N, K, opt.trans_a, opt.trans_b, add_c, opt.bias != nullptr, gelu, a.dtype, out.dtype,
                 alignment_of(a.data), alignment_of(b.data), align_out,
-                opt.bias ? alignment_of(opt.bias->data) : 256u, aux ? alignment_of(aux->data) : 256u,
-                st.gemm_sm_reserve > 0 && st.collectives_in_flight > 0 ? std::max(1, st.sm_count - st.gemm_sm_reserve) : 0};
+                opt.bias ? alignment_of(opt.bias->data) : 256u, aux ? alignment_of(aux->data) : 256u};
     const float alpha = opt.alpha, beta = add_c ? 1.0f : 0.0f;
     Plan& p = get_plan(st, key, Operands{a.data, b.data, opt.bias ? opt.bias->data : nullptr,
                                          aux ? aux->data : nullptr, alpha});

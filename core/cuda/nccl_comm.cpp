@@ -2,7 +2,6 @@
 // after the compute stream's current work, and ordered back into the compute stream by events.
 #include "core/cuda/nccl_comm.h"
 
-#include <cstddef>
 #include <cstdio>
 #include <vector>
 
@@ -17,7 +16,6 @@ struct NcclComm {
   int rank = 0, size = 1;
   cudaEvent_t ready = nullptr;            // recorded on compute before each op
   std::vector<cudaEvent_t> free_events;   // completion events not held by a handle
-  std::vector<cudaEvent_t> collectives;   // completion events of collectives in flight (gemm_sm_reserve)
 };
 
 namespace gpu {
@@ -41,12 +39,8 @@ ncclRedOp_t nccl_op(ReduceOp op) { return op == ReduceOp::sum ? ncclSum : ncclMa
 // Orders the comm stream after the compute stream, runs `enqueue`, returns the completion event.
 // Inside a trace (log.trace_step) the collective is bracketed by two events on the comm stream and
 // recorded as "nccl OP MB" (the bytes this rank sends or contributes).
-// A collective (not point-to-point: those hold few SMs) counts as in flight until its handle is
-// waited for or found complete (release).
-enum class Kind : bool { point_to_point, collective };
-
 template <typename F>
-void* run_on_comm_stream(NcclComm* c, const char* op, size_t bytes, Kind kind, F&& enqueue) {
+void* run_on_comm_stream(NcclComm* c, const char* op, size_t bytes, F&& enqueue) {
   CUDA_CHECK(cudaEventRecord(c->ready, c->cs->compute));
   CUDA_CHECK(cudaStreamWaitEvent(c->cs->comm, c->ready, 0));
   OpProfiler* tracer = c->cs->profiler && c->cs->profiler->tracing() ? c->cs->profiler : nullptr;
@@ -68,22 +62,7 @@ void* run_on_comm_stream(NcclComm* c, const char* op, size_t bytes, Kind kind, F
     c->free_events.pop_back();
   }
   CUDA_CHECK(cudaEventRecord(done, c->cs->comm));
-  if (kind == Kind::collective) {
-    c->collectives.push_back(done);
-    ++c->cs->collectives_in_flight;
-  }
   return done;
-}
-
-// The handle's event is done with: back to the free list, and no longer a collective in flight.
-void release(NcclComm* c, cudaEvent_t e) {
-  for (size_t i = 0; i < c->collectives.size(); ++i) {
-    if (c->collectives[i] != e) continue;
-    c->collectives.erase(c->collectives.begin() + std::ptrdiff_t(i));
-    --c->cs->collectives_in_flight;
-    break;
-  }
-  c->free_events.push_back(e);
 }
 
 }  // namespace
@@ -113,32 +92,32 @@ void nccl_destroy(NcclComm* c) {
 }
 
 void* nccl_all_reduce(NcclComm* c, const Tensor& x, ReduceOp op) {
-  return run_on_comm_stream(c, "all_reduce", x.nbytes(), Kind::collective, [&](ncclComm_t comm, cudaStream_t s) {
+  return run_on_comm_stream(c, "all_reduce", x.nbytes(), [&](ncclComm_t comm, cudaStream_t s) {
     NCCL_CHECK(ncclAllReduce(x.data, x.data, size_t(x.numel()), nccl_type(x.dtype), nccl_op(op), comm, s));
   });
 }
 
 void* nccl_reduce_scatter(NcclComm* c, const Tensor& out, const Tensor& in, ReduceOp op) {
-  return run_on_comm_stream(c, "reduce_scatter", in.nbytes(), Kind::collective, [&](ncclComm_t comm, cudaStream_t s) {
+  return run_on_comm_stream(c, "reduce_scatter", in.nbytes(), [&](ncclComm_t comm, cudaStream_t s) {
     NCCL_CHECK(ncclReduceScatter(in.data, out.data, size_t(out.numel()), nccl_type(in.dtype), nccl_op(op), comm, s));
   });
 }
 
 void* nccl_all_gather(NcclComm* c, const Tensor& out, const Tensor& in) {
-  return run_on_comm_stream(c, "all_gather", in.nbytes(), Kind::collective, [&](ncclComm_t comm, cudaStream_t s) {
+  return run_on_comm_stream(c, "all_gather", in.nbytes(), [&](ncclComm_t comm, cudaStream_t s) {
     NCCL_CHECK(ncclAllGather(in.data, out.data, size_t(in.numel()), nccl_type(in.dtype), comm, s));
   });
 }
 
 void* nccl_broadcast(NcclComm* c, const Tensor& x, int root) {
-  return run_on_comm_stream(c, "broadcast", x.nbytes(), Kind::collective, [&](ncclComm_t comm, cudaStream_t s) {
+  return run_on_comm_stream(c, "broadcast", x.nbytes(), [&](ncclComm_t comm, cudaStream_t s) {
     NCCL_CHECK(ncclBroadcast(x.data, x.data, size_t(x.numel()), nccl_type(x.dtype), root, comm, s));
   });
 }
 
 void* nccl_send_recv(NcclComm* c, const Tensor* send, int dst, const Tensor* recv, int src) {
   const size_t bytes = send ? send->nbytes() : recv->nbytes();
-  return run_on_comm_stream(c, "send_recv", bytes, Kind::point_to_point, [&](ncclComm_t comm, cudaStream_t s) {
+  return run_on_comm_stream(c, "send_recv", bytes, [&](ncclComm_t comm, cudaStream_t s) {
     NCCL_CHECK(ncclGroupStart());
     if (send) NCCL_CHECK(ncclSend(send->data, size_t(send->numel()), nccl_type(send->dtype), dst, comm, s));
     if (recv) NCCL_CHECK(ncclRecv(recv->data, size_t(recv->numel()), nccl_type(recv->dtype), src, comm, s));
@@ -149,7 +128,7 @@ void* nccl_send_recv(NcclComm* c, const Tensor* send, int dst, const Tensor* rec
 void* nccl_batch_p2p(NcclComm* c, std::span<const P2POp> ops) {
   size_t bytes = 0;
   for (const P2POp& op : ops) bytes += op.kind == P2POp::send ? op.tensor.nbytes() : 0;
-  return run_on_comm_stream(c, "p2p", bytes, Kind::point_to_point, [&](ncclComm_t comm, cudaStream_t s) {
+  return run_on_comm_stream(c, "p2p", bytes, [&](ncclComm_t comm, cudaStream_t s) {
     NCCL_CHECK(ncclGroupStart());
     for (const P2POp& op : ops) {
       if (op.kind == P2POp::send)
@@ -167,7 +146,7 @@ void* nccl_all_to_allv(NcclComm* c, const Tensor& out, const Tensor& in, const i
   const ncclDataType_t t = nccl_type(in.dtype);
   size_t bytes = 0;
   for (int peer = 0; peer < c->size; ++peer) bytes += size_t(send_counts[peer]) * esize;
-  return run_on_comm_stream(c, "all_to_allv", bytes, Kind::point_to_point, [&](ncclComm_t comm, cudaStream_t s) {
+  return run_on_comm_stream(c, "all_to_allv", bytes, [&](ncclComm_t comm, cudaStream_t s) {
     NCCL_CHECK(ncclGroupStart());
     for (int peer = 0; peer < c->size; ++peer) {
       // Zero counts are legal in NCCL, but skipping them saves a connection setup.
@@ -185,7 +164,7 @@ void* nccl_all_to_allv(NcclComm* c, const Tensor& out, const Tensor& in, const i
 void nccl_wait(NcclComm* c, void* event) {
   auto e = static_cast<cudaEvent_t>(event);
   CUDA_CHECK(cudaStreamWaitEvent(c->cs->compute, e, 0));
-  release(c, e);  // safe to re-record: the wait above captured this recording
+  c->free_events.push_back(e);  // safe to re-record: the wait above captured this recording
 }
 
 bool nccl_query(NcclComm* c, void* event) {
@@ -193,7 +172,7 @@ bool nccl_query(NcclComm* c, void* event) {
   const cudaError_t st = cudaEventQuery(e);
   if (st == cudaErrorNotReady) return false;
   CUDA_CHECK(st);
-  release(c, e);  // passed: nothing can still depend on this recording
+  c->free_events.push_back(e);  // passed: nothing can still depend on this recording
   return true;
 }
 

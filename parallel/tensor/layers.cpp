@@ -62,10 +62,9 @@ void ColumnParallelLinear::forward(Runtime& rt, const Tensor& y, const Tensor& x
   matmul(rt, rows2d(y), rows2d(in), w_->value, o);
 }
 
-void ColumnParallelLinear::backward(Runtime& rt, const Tensor& dx, const Tensor& dy, const Tensor& x, Arena& work,
-                                    const DeferredWeightGrad* beside) const {
-  // Order for overlap: [gather x] | dx GEMM, then [reduce dx] | weight-gradient GEMMs (the deferred
-  // ones too).
+void ColumnParallelLinear::backward(Runtime& rt, const Tensor& dx, const Tensor& dy, const Tensor& x,
+                                    Arena& work) const {
+  // Order for overlap: [gather x] | dx GEMM, then [reduce dx] | weight-gradient GEMMs.
   Tensor in = x, din = dx;
   CommHandle gathered;
   if (sp_) {
@@ -77,7 +76,6 @@ void ColumnParallelLinear::backward(Runtime& rt, const Tensor& dx, const Tensor&
   gathered.wait();
   CommHandle reduced = sp_ ? gather_from_token_shards_backward(*tensor_, dx, din)
                            : copy_to_tensor_region_backward(*tensor_, dx);
-  if (beside) weight_and_bias_grad(rt, *beside->w, *beside->b, beside->dy, beside->x);
   weight_and_bias_grad(rt, *w_, *b_, dy, in);
   reduced.wait();
 }
@@ -117,7 +115,7 @@ void RowParallelLinear::forward(Runtime& rt, const Tensor& y, const Tensor& x, A
 }
 
 void RowParallelLinear::backward(Runtime& rt, const Tensor& dx, const Tensor& dy, const Tensor& x, Arena& work,
-                                 const Tensor* gelu_grad_of, DeferredWeightGrad* defer) const {
+                                 const Tensor* gelu_grad_of) const {
   Tensor dfull = reduce_from_tensor_region_backward(dy);
   if (sp_) {
     dfull = full_rows(work, dy, tensor_->size());
@@ -126,8 +124,7 @@ void RowParallelLinear::backward(Runtime& rt, const Tensor& dx, const Tensor& dy
   MatmulOptions o;
   o.gelu_grad_of = gelu_grad_of;
   matmul(rt, rows2d(dx), rows2d(dfull), w_->value, o);
-  if (defer) *defer = DeferredWeightGrad{w_, b_, dfull, x};
-  else weight_and_bias_grad(rt, *w_, *b_, dfull, x);
+  weight_and_bias_grad(rt, *w_, *b_, dfull, x);
 }
 
 }  // namespace trellis

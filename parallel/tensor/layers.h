@@ -19,16 +19,6 @@ namespace trellis {
 // write in the step). The tensor-parallel layers' and the plain linear's (t = 1).
 void weight_and_bias_grad(Runtime& rt, const Parameter& w, const Parameter& b, const Tensor& dy, const Tensor& x);
 
-// A row-parallel layer's weight gradients put off until the next column-parallel backward, which
-// computes them while its input-gradient collective is in flight: that collective then has both
-// layers' weight-gradient GEMMs beside it instead of one (Megatron's delayed weight gradients).
-// dy and x must stay unchanged until then.
-struct DeferredWeightGrad {
-  const Parameter* w = nullptr;
-  const Parameter* b = nullptr;
-  Tensor dy, x;
-};
-
 // W split by rows (output features): w (out/t, in) and b (out/t), both TensorSplit dim 0 with the
 // same groups (3 for the fused qkv, giving each rank [q | k | v] of its own heads). The output is
 // this rank's columns of the full output, in the same order.
@@ -45,10 +35,8 @@ class ColumnParallelLinear {
   // parallelism reduce-scattered into this rank's token shard; that collective overlaps the
   // weight-gradient GEMM. w.grad += dy^T x, b.grad += column sums of dy. x is the forward's input;
   // with sequence parallelism it is gathered again (as Megatron does: only the shard is kept),
-  // overlapping the dx GEMM. `beside`: a row-parallel layer's deferred weight gradients, computed
-  // here while the collective is in flight.
-  void backward(Runtime& rt, const Tensor& dx, const Tensor& dy, const Tensor& x, Arena& work,
-                const DeferredWeightGrad* beside = nullptr) const;
+  // overlapping the dx GEMM.
+  void backward(Runtime& rt, const Tensor& dx, const Tensor& dy, const Tensor& x, Arena& work) const;
 
  private:
   Communicator* tensor_;
@@ -74,11 +62,9 @@ class RowParallelLinear {
   // an (N, out) tensor from `work`). dx (N, in/t, written); w.grad += dy^T x; b.grad += column
   // sums of the full dy, the same on every rank, so the replicated bias needs no reduction over
   // the group even with sequence parallelism. With gelu_grad_of = &h where x = gelu(h) (dx's size):
-  // dx = (dy W) * gelu'(h), GELU's backward fused into the dx GEMM (its output is local). With
-  // `defer`, the weight gradients are not computed but described there, for a later
-  // ColumnParallelLinear::backward to compute.
+  // dx = (dy W) * gelu'(h), GELU's backward fused into the dx GEMM (its output is local).
   void backward(Runtime& rt, const Tensor& dx, const Tensor& dy, const Tensor& x, Arena& work,
-                const Tensor* gelu_grad_of = nullptr, DeferredWeightGrad* defer = nullptr) const;
+                const Tensor* gelu_grad_of = nullptr) const;
 
  private:
   Communicator* tensor_;
