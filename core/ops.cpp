@@ -183,8 +183,15 @@ void add_layernorm_forward(Runtime& rt, const Tensor& r, const Tensor& out, cons
 
 void layernorm_backward(Runtime& rt, const Tensor& dx, const Tensor& dw, const Tensor& db,
                         const Tensor& dout, const Tensor& x, const Tensor& w, const Tensor& mean,
-                        const Tensor& rstd, bool accumulate_params) {
+                        const Tensor& rstd, bool accumulate_params, const ResidualColumnSums* sums) {
   for (const Tensor* t : {&dx, &dw, &db, &dout, &x, &w, &mean, &rstd}) check_device(rt, *t, "layernorm_backward");
+  if (sums) {
+    for (const Tensor* t : {&sums->before, &sums->after}) {
+      check_device(rt, *t, "layernorm_backward");
+      check_dtype(*t, DType::f32, "layernorm_backward");
+      TRELLIS_CHECK(t->numel() == x.cols(), "layernorm_backward: residual column sums " + t->str());
+    }
+  }
   check_same_numel(dx, x, "layernorm_backward"); check_same_numel(dout, x, "layernorm_backward");
   check_dtype(dw, DType::f32, "layernorm_backward"); check_dtype(db, DType::f32, "layernorm_backward");
   TRELLIS_CHECK(dw.numel() == x.cols() && db.numel() == x.cols() && mean.numel() == x.rows() &&
@@ -195,9 +202,11 @@ void layernorm_backward(Runtime& rt, const Tensor& dx, const Tensor& dw, const T
       fill(rt, dw, 0.0f);
       fill(rt, db, 0.0f);
     }
+    if (sums && !sums->accumulate_before) fill(rt, sums->before, 0.0f);
+    if (sums && !sums->accumulate_after) fill(rt, sums->after, 0.0f);
     return;
   }
-  TRELLIS_DISPATCH(rt, layernorm_backward, rt, dx, dw, db, dout, x, w, mean, rstd, accumulate_params);
+  TRELLIS_DISPATCH(rt, layernorm_backward, rt, dx, dw, db, dout, x, w, mean, rstd, accumulate_params, sums);
 }
 
 void gelu_forward(Runtime& rt, const Tensor& out, const Tensor& x) {

@@ -61,11 +61,23 @@ void layernorm_forward(Runtime& rt, const Tensor& out, const Tensor& mean, const
 void add_layernorm_forward(Runtime& rt, const Tensor& r, const Tensor& out, const Tensor& mean, const Tensor& rstd,
                            const Tensor& x, const Tensor& branch, const Tensor& w, const Tensor& b,
                            float eps = 1e-5f);
+// The column sums of the residual-stream gradient that a layer norm's backward updates: of dx as it
+// comes in (`before`) and as it leaves (`after`), f32 (C), each added to, or written where its flag
+// says so. In a pre-LN block they are the bias gradients of the two projections whose outputs join
+// the residual stream on either side of ln2 (the MLP's below it, the attention's above), summed
+// while the layer norm reads and writes those rows anyway instead of by two more passes.
+struct ResidualColumnSums {
+  Tensor before, after;
+  bool accumulate_before = true, accumulate_after = true;
+};
+
 // dx += d/dx (x's dtype; accumulating lets the residual gradient pass through), dw += and db +=
 // (f32, C; with accumulate_params = false written, not read). mean and rstd are the forward's.
+// With sums: also the column sums of dx before and after (ResidualColumnSums).
 void layernorm_backward(Runtime& rt, const Tensor& dx, const Tensor& dw, const Tensor& db,
                         const Tensor& dout, const Tensor& x, const Tensor& w, const Tensor& mean,
-                        const Tensor& rstd, bool accumulate_params = true);
+                        const Tensor& rstd, bool accumulate_params = true,
+                        const ResidualColumnSums* sums = nullptr);
 
 // ---- GELU, GPT-2's tanh approximation ----
 void gelu_forward(Runtime& rt, const Tensor& out, const Tensor& x);

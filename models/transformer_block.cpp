@@ -26,11 +26,12 @@ void linear_forward(Runtime& rt, const Tensor& y, const Tensor& x, const Paramet
   matmul(rt, rows2d(y), rows2d(x), w.value, o);
 }
 
-// dx = dy W (written) and the parameter gradients (weight_and_bias_grad). With gelu_grad_of = &h
-// where x = gelu(h): dx = (dy W) * gelu'(h).
+// dx = dy W (written) and the parameter gradients (weight_and_bias_grad; without the bias's with
+// bias_elsewhere). With gelu_grad_of = &h where x = gelu(h): dx = (dy W) * gelu'(h).
 void linear_backward(Runtime& rt, const Tensor& dx, const Tensor& dy, const Tensor& x, const Parameter& w,
-                     const Parameter& b, const Tensor* gelu_grad_of = nullptr) {
-  weight_and_bias_grad(rt, w, b, dy, x);
+                     const Parameter& b, const Tensor* gelu_grad_of = nullptr, bool bias_elsewhere = false) {
+  if (bias_elsewhere) weight_grad(rt, w, dy, x);
+  else weight_and_bias_grad(rt, w, b, dy, x);
   MatmulOptions o;
   o.gelu_grad_of = gelu_grad_of;
   if (dx.defined()) matmul(rt, rows2d(dx), rows2d(dy), w.value, o);
@@ -269,18 +270,25 @@ void TransformerBlock::backward(Runtime& rt, const StepContext& ctx, const Tenso
     dbranch = work.take(dt, act);
     dropout_backward(rt, dbranch, dres, cfg_.dropout, dropout_key(ctx, 2, n));
   }
+  // Without tensor parallelism and dropout, the two projections' output gradients are dres as ln2's
+  // backward reads it (fc_proj's) and as it writes it (proj's): their bias gradients are summed there.
+  const bool bias_sums_in_ln2 = !proj_ && !fc_proj_ && !drop;
   // dh = (dbranch W_proj) * gelu'(h): fc_proj's input-gradient GEMM with GELU's backward as its epilogue.
   Tensor dh = work.take(dt, {B, T, 4 * Cl});
   if (fc_proj_) fc_proj_->backward(rt, dh, dbranch, s.g, work, &s.h);
-  else linear_backward(rt, dh, dbranch, s.g, *p_.fc_proj_w, *p_.fc_proj_b, &s.h);
+  else linear_backward(rt, dh, dbranch, s.g, *p_.fc_proj_w, *p_.fc_proj_b, &s.h, bias_sums_in_ln2);
   Tensor dln = work.take(dt, act);
   linear_backward(rt, fc_, dln, dh, s.ln2, *p_.fc_w, *p_.fc_b, work);
+  ResidualColumnSums bias_sums;
+  if (bias_sums_in_ln2)
+    bias_sums = {p_.fc_proj_b->grad, p_.proj_b->grad, grad_accumulates(*p_.fc_proj_b), grad_accumulates(*p_.proj_b)};
   layernorm_backward(rt, dres, p_.ln2_w->grad, p_.ln2_b->grad, dln, s.r, p_.ln2_w->value, s.ln2_mean, s.ln2_rstd,
-                     layernorm_grads_accumulate(*p_.ln2_w, *p_.ln2_b));
+                     layernorm_grads_accumulate(*p_.ln2_w, *p_.ln2_b), bias_sums_in_ln2 ? &bias_sums : nullptr);
   // Attention branch: r = x + drop(proj(attn(ln1(x)))). dres now holds dL/dr.
   if (drop) dropout_backward(rt, dbranch, dres, cfg_.dropout, dropout_key(ctx, 1, n));
   Tensor datt = work.take(dt, {B, T, Cl});
-  linear_backward(rt, proj_, datt, dbranch, s.att, *p_.proj_w, *p_.proj_b, work);
+  if (proj_) proj_->backward(rt, datt, dbranch, s.att, work);
+  else linear_backward(rt, datt, dbranch, s.att, *p_.proj_w, *p_.proj_b, nullptr, bias_sums_in_ln2);
   Tensor dqkv = work.take(dt, {B, T, 3 * Cl});
   attention_backward(rt, dqkv, datt, s.qkv, s.att, s.lse, int(cfg_.n_heads / tp_.size), attention_dropout(ctx));
   linear_backward(rt, qkv_, dln, dqkv, s.ln1, *p_.qkv_w, *p_.qkv_b, work);

@@ -41,10 +41,12 @@ void add_layernorm_forward(Runtime& rt, const Tensor& r, const Tensor& out, cons
   cpu::layernorm_forward(rt, out, mean, rstd, r, w, b, eps);
 }
 
-void layernorm_backward(Runtime&, const Tensor& dx, const Tensor& dw, const Tensor& db, const Tensor& dout,
+void layernorm_backward(Runtime& rt, const Tensor& dx, const Tensor& dw, const Tensor& db, const Tensor& dout,
                         const Tensor& x, const Tensor& w, const Tensor& mean, const Tensor& rstd,
-                        bool accumulate_params) {
+                        bool accumulate_params, const ResidualColumnSums* sums) {
   const int64_t R = outer_dim(x), C = inner_dim(x);
+  const Tensor dx2d = dx.view({R, C});
+  if (sums) cpu::bias_backward(rt, sums->before, dx2d, sums->accumulate_before);
   dispatch_float(x.dtype, "layernorm_backward", [&](auto tag) {
     using T = decltype(tag);
     const T *px = x.ptr<T>(), *pw = w.ptr<T>(), *pd = dout.ptr<T>();
@@ -90,6 +92,7 @@ void layernorm_backward(Runtime&, const Tensor& dx, const Tensor& dw, const Tens
       }
     }
   });
+  if (sums) cpu::bias_backward(rt, sums->after, dx2d, sums->accumulate_after);
 }
 
 }  // namespace trellis::cpu

@@ -56,12 +56,14 @@ void add_layernorm_forward(Runtime& rt, const Tensor& r, const Tensor& out, cons
 
 void layernorm_backward(Runtime& rt, const Tensor& dx, const Tensor& dw, const Tensor& db, const Tensor& dout,
                         const Tensor& x, const Tensor& w, const Tensor& mean, const Tensor& rstd,
-                        bool accumulate_params) {
+                        bool accumulate_params, const ResidualColumnSums* sums) {
   int64_t rows = x.rows(), cols = x.cols();
   if (rows == 0 || cols == 0) return;
   auto* scratch = static_cast<float*>(rt.scratch(size_t(layernorm_backward_scratch(rows, cols)) * sizeof(float)));
+  ColumnSumOutputs extra;
+  if (sums) extra = {sums->before.ptr<float>(), sums->after.ptr<float>(), sums->accumulate_before, sums->accumulate_after};
   launch_layernorm_backward(compute_stream(rt), dx.data, dw.ptr<float>(), db.ptr<float>(), dout.data, x.data, w.data,
-                            mean.ptr<float>(), rstd.ptr<float>(), x.dtype, rows, cols, scratch, accumulate_params);
+                            mean.ptr<float>(), rstd.ptr<float>(), x.dtype, rows, cols, scratch, accumulate_params, extra);
 }
 
 void gelu_forward(Runtime& rt, const Tensor& out, const Tensor& x) {

@@ -21,7 +21,7 @@ void add_layernorm_forward(Runtime& rt, const Tensor& r, const Tensor& out, cons
                            const Tensor& x, const Tensor& branch, const Tensor& w, const Tensor& b, float eps);
 void layernorm_backward(Runtime& rt, const Tensor& dx, const Tensor& dw, const Tensor& db,
                         const Tensor& dout, const Tensor& x, const Tensor& w, const Tensor& mean,
-                        const Tensor& rstd, bool accumulate_params);
+                        const Tensor& rstd, bool accumulate_params, const ResidualColumnSums* sums);
 void gelu_forward(Runtime& rt, const Tensor& out, const Tensor& x);
 void gelu_backward(Runtime& rt, const Tensor& dx, const Tensor& dout, const Tensor& x);
 void attention_forward(Runtime& rt, const Tensor& out, const Tensor& lse, const Tensor& qkv, int n_heads,

@@ -62,11 +62,18 @@ inline int64_t layernorm_chunks(int64_t rows) {
   if (c > 1024) c = 1024;
   return c < 1 ? 1 : c;
 }
-// Floats of scratch launch_layernorm_backward takes.
+// Floats of scratch launch_layernorm_backward takes (partials of dw, db and the two dx sums).
 inline int64_t layernorm_backward_scratch(int64_t rows, int64_t cols) {
   const int64_t a = colsum_chunks(rows), b = layernorm_chunks(rows);
-  return 2 * (a > b ? a : b) * cols;
+  return 4 * (a > b ? a : b) * cols;
 }
+// ResidualColumnSums for launch_layernorm_backward: the column sums of dx before and after its
+// update (+= or, without accumulate, =); null pointers: not asked for.
+struct ColumnSumOutputs {
+  float* before = nullptr;
+  float* after = nullptr;
+  bool accumulate_before = true, accumulate_after = true;
+};
 void launch_layernorm_forward(cudaStream_t s, void* out, float* mean, float* rstd, const void* x, const void* w,
                               const void* b, DType t, int64_t rows, int64_t cols, float eps);
 // r = x + branch, out = layer norm of r (one pass where the row fits the vectorized kernel).
@@ -76,7 +83,8 @@ void launch_add_layernorm_forward(cudaStream_t s, void* r, void* out, float* mea
 // dx += ..., dw += ..., db += ... (dw, db = ... without accumulate_params); scratch: layernorm_backward_scratch(rows, cols) floats.
 void launch_layernorm_backward(cudaStream_t s, void* dx, float* dw, float* db, const void* dout, const void* x,
                                const void* w, const float* mean, const float* rstd, DType t, int64_t rows,
-                               int64_t cols, float* scratch, bool accumulate_params);
+                               int64_t cols, float* scratch, bool accumulate_params,
+                               const ColumnSumOutputs& sums = {});
 // db += column sums of dy (db = without accumulate); scratch: colsum_chunks(rows) * cols floats.
 void launch_bias_backward(cudaStream_t s, float* db, const void* dy, DType t, int64_t rows, int64_t cols,
                           float* scratch, bool accumulate);

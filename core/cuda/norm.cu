@@ -226,11 +226,12 @@ size_t fused_ring_bytes(int threads) {
   return size_t(STAGES) * size_t(threads) * (3 * ITERS * sizeof(int4) + sizeof(float2));
 }
 
-template <typename T, int ITERS, int STAGES>
+// With SUMS, p_before and p_after get the chunk's column sums of dx as read and as written.
+template <typename T, int ITERS, int STAGES, bool SUMS>
 __global__ void __launch_bounds__(512)
-    layernorm_backward_fused_kernel(T* dx, float* p_dw, float* p_db, const T* dout, const T* x, const T* w,
-                                    const float* mean, const float* rstd, int64_t rows, int cols,
-                                    int64_t rows_per_chunk) {
+    layernorm_backward_fused_kernel(T* dx, float* p_dw, float* p_db, float* p_before, float* p_after,
+                                    const T* dout, const T* x, const T* w, const float* mean, const float* rstd,
+                                    int64_t rows, int cols, int64_t rows_per_chunk) {
   constexpr int N = Pack<T>::N;
   extern __shared__ int4 ring[];  // [STAGES][x, dout, dx][ITERS][blockDim.x], then [STAGES][blockDim.x] stats
   __shared__ float2 sums[2][16];  // per warp (sum dnorm, sum dnorm * xhat), by row parity
@@ -258,6 +259,7 @@ __global__ void __launch_bounds__(512)
     copy_async_commit();
   };
   float wf[ITERS][N], aw[ITERS][N], ab[ITERS][N];  // w in f32 once, not per row
+  float sb[SUMS ? ITERS : 1][N], sa[SUMS ? ITERS : 1][N];  // dx column sums before / after (SUMS)
 #pragma unroll
   for (int i = 0; i < ITERS; ++i) {
     const int v = threadIdx.x + i * nt;
@@ -267,6 +269,7 @@ __global__ void __launch_bounds__(512)
     for (int j = 0; j < N; ++j) {
       wf[i][j] = v < nvec ? to_f32(wv.e[j]) : 0.0f;
       aw[i][j] = ab[i][j] = 0.0f;
+      if constexpr (SUMS) sb[i][j] = sa[i][j] = 0.0f;
     }
   }
 #pragma unroll
@@ -317,8 +320,12 @@ __global__ void __launch_bounds__(512)
         *reinterpret_cast<int4*>(g.e) = *slot(stage, 2, i);
 #pragma unroll
         for (int j = 0; j < N; ++j) {
-          const float dn = dy[i][j] * wf[i][j];
-          g.e[j] = from_f32<T>(to_f32(g.e[j]) + (dn - mean_d - xh[i][j] * mean_dx) * rs);
+          const float dn = dy[i][j] * wf[i][j], old = to_f32(g.e[j]);
+          g.e[j] = from_f32<T>(old + (dn - mean_d - xh[i][j] * mean_dx) * rs);
+          if constexpr (SUMS) {
+            sb[i][j] += old;
+            sa[i][j] += to_f32(g.e[j]);  // as stored (rounded), as a later pass would read it
+          }
           ab[i][j] += dy[i][j];
           aw[i][j] = fmaf(dy[i][j], xh[i][j], aw[i][j]);
         }
@@ -341,6 +348,15 @@ __global__ void __launch_bounds__(512)
       for (int q = 0; q < N / 4; ++q) {
         db[q] = make_float4(ab[i][4 * q], ab[i][4 * q + 1], ab[i][4 * q + 2], ab[i][4 * q + 3]);
         dw[q] = make_float4(aw[i][4 * q], aw[i][4 * q + 1], aw[i][4 * q + 2], aw[i][4 * q + 3]);
+      }
+      if constexpr (SUMS) {
+        float4* before = reinterpret_cast<float4*>(p_before + chunk * cols + v * N);
+        float4* after = reinterpret_cast<float4*>(p_after + chunk * cols + v * N);
+#pragma unroll
+        for (int q = 0; q < N / 4; ++q) {
+          before[q] = make_float4(sb[i][4 * q], sb[i][4 * q + 1], sb[i][4 * q + 2], sb[i][4 * q + 3]);
+          after[q] = make_float4(sa[i][4 * q], sa[i][4 * q + 1], sa[i][4 * q + 2], sa[i][4 * q + 3]);
+        }
       }
     }
   }
@@ -431,18 +447,31 @@ void launch_column_partials(cudaStream_t s, float* p_db, float* p_dw, const T* d
   CUDA_CHECK_LAUNCH();
 }
 
-// out[c] += sum over chunks of partials[chunk][c], or = without accumulate (out not read) (blockIdx.y
-// picks out0/p0 or out1/p1). Thread
+// Up to 4 column reductions in one launch (blockIdx.y picks one): out[c] += sum over chunks of
+// partials[chunk][c], or = without its accumulate flag (out not read).
+struct FinalizeJobs {
+  float* out[4];
+  const float* partials[4];
+  bool accumulate[4];
+  unsigned count = 0;
+  void add(float* o, const float* p, bool acc) {
+    out[count] = o;
+    partials[count] = p;
+    accumulate[count] = acc;
+    ++count;
+  }
+};
+// Thread
 // (g, t), g = threadIdx.x / 32 of kFinalizeGroups: sums chunks g, g + kFinalizeGroups, ... in order,
 // with up to 16 of its loads in flight; the groups' sums are then added in g order. (With 8 groups
 // a thread ran 64 dependent rounds of loads at 512 chunks, and only cols / 32 blocks are there.)
 constexpr int kFinalizeGroups = 32;
 __global__ void __launch_bounds__(kFinalizeGroups * 32)
-    column_finalize_kernel(float* out0, const float* p0, float* out1, const float* p1, int64_t chunks,
-                           int64_t cols, bool accumulate) {
+    column_finalize_kernel(FinalizeJobs jobs, int64_t chunks, int64_t cols) {
   __shared__ float sm[kFinalizeGroups][32];
-  float* out = blockIdx.y == 0 ? out0 : out1;
-  const float* partials = blockIdx.y == 0 ? p0 : p1;
+  float* out = jobs.out[blockIdx.y];
+  const float* partials = jobs.partials[blockIdx.y];
+  const bool accumulate = jobs.accumulate[blockIdx.y];
   const int t = threadIdx.x & 31, g = threadIdx.x >> 5;
   const int64_t c = int64_t(blockIdx.x) * 32 + t;
   float s = 0.0f;
@@ -460,10 +489,9 @@ __global__ void __launch_bounds__(kFinalizeGroups * 32)
   }
 }
 
-void finalize_columns(cudaStream_t s, float* out0, const float* p0, float* out1, const float* p1, int64_t chunks,
-                      int64_t cols, bool accumulate) {
-  dim3 grid(unsigned((cols + 31) / 32), out1 ? 2u : 1u);
-  column_finalize_kernel<<<grid, kFinalizeGroups * 32, 0, s>>>(out0, p0, out1, p1, chunks, cols, accumulate);
+void finalize_columns(cudaStream_t s, const FinalizeJobs& jobs, int64_t chunks, int64_t cols) {
+  dim3 grid(unsigned((cols + 31) / 32), jobs.count);
+  column_finalize_kernel<<<grid, kFinalizeGroups * 32, 0, s>>>(jobs, chunks, cols);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -559,49 +587,19 @@ void layernorm_forward_impl(cudaStream_t s, T* out, float* mean, float* rstd, co
 // two-pass form. The ring: 3 slots (2 rows ahead) at one vector per thread (bf16 cols <= 4096:
 // <= 86 KB a block), 2 at two (<= 107 KB).
 constexpr int kMaxFusedIters = 2;
-template <typename T, int ITERS>
-void layernorm_backward_fused(cudaStream_t s, T* dx, float* p_dw, float* p_db, const T* dout, const T* x, const T* w,
-                              const float* mean, const float* rstd, int64_t rows, int64_t cols, int64_t chunks) {
+template <typename T, int ITERS, bool SUMS>
+void layernorm_backward_fused(cudaStream_t s, T* dx, float* p_dw, float* p_db, float* p_before, float* p_after,
+                              const T* dout, const T* x, const T* w, const float* mean, const float* rstd,
+                              int64_t rows, int64_t cols, int64_t chunks) {
   constexpr int STAGES = ITERS == 1 ? 3 : 2;
   const int nvec = int(cols / Pack<T>::N);
   const int threads = ((nvec + ITERS - 1) / ITERS + 31) / 32 * 32;
   const int64_t rows_per_chunk = (rows + chunks - 1) / chunks;
   const size_t bytes = fused_ring_bytes<ITERS, STAGES>(threads);
-  auto kernel = layernorm_backward_fused_kernel<T, ITERS, STAGES>;
+  auto kernel = layernorm_backward_fused_kernel<T, ITERS, STAGES, SUMS>;
   if (bytes > 48 * 1024) CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
-  kernel<<<unsigned(chunks), threads, bytes, s>>>(dx, p_dw, p_db, dout, x, w, mean, rstd, rows, int(cols),
-                                                  rows_per_chunk);
-}
-
-template <typename T>
-void layernorm_backward_impl(cudaStream_t s, T* dx, float* dw, float* db, const T* dout, const T* x, const T* w,
-                             const float* mean, const float* rstd, int64_t rows, int64_t cols, float* scratch,
-                             bool accumulate) {
-  constexpr int N = Pack<T>::N;
-  const int64_t nvec = cols / N, iters = (nvec + 511) / 512;
-  const bool fused = cols % N == 0 && iters <= kMaxFusedIters && aligned16(dx) && aligned16(dout) &&
-                     aligned16(x) && aligned16(w);
-  if (fused) {
-    const int64_t chunks = layernorm_chunks(rows);
-    float* p_db = scratch;
-    float* p_dw = scratch + chunks * cols;
-    switch (iters) {
-      case 1: layernorm_backward_fused<T, 1>(s, dx, p_dw, p_db, dout, x, w, mean, rstd, rows, cols, chunks); break;
-      default: layernorm_backward_fused<T, 2>(s, dx, p_dw, p_db, dout, x, w, mean, rstd, rows, cols, chunks); break;
-    }
-    CUDA_CHECK_LAUNCH();
-    finalize_columns(s, dw, p_dw, db, p_db, chunks, cols, accumulate);
-    return;
-  }
-  // Any shape or alignment: a warp per row for dx, then the column pass for dw and db.
-  const int64_t chunks = colsum_chunks(rows);
-  const int64_t rows_per_chunk = (rows + chunks - 1) / chunks;
-  float* p_db = scratch;
-  float* p_dw = scratch + chunks * cols;
-  layernorm_backward_dx_kernel<T><<<row_blocks(rows), kThreads, 0, s>>>(dx, dout, x, w, mean, rstd, rows, cols);
-  CUDA_CHECK_LAUNCH();
-  launch_column_partials<T>(s, p_db, p_dw, dout, x, mean, rstd, rows, cols, chunks, rows_per_chunk);
-  finalize_columns(s, dw, p_dw, db, p_db, chunks, cols, accumulate);
+  kernel<<<unsigned(chunks), threads, bytes, s>>>(dx, p_dw, p_db, p_before, p_after, dout, x, w, mean, rstd, rows,
+                                                  int(cols), rows_per_chunk);
 }
 
 template <typename T>
@@ -611,8 +609,65 @@ void bias_backward_impl(cudaStream_t s, float* db, const T* dy, int64_t rows, in
   const int64_t rows_per_chunk = (rows + chunks - 1) / chunks;
   launch_column_partials<T>(s, scratch, nullptr, dy, static_cast<const T*>(nullptr), nullptr, nullptr, rows, cols,
                             chunks, rows_per_chunk);
-  finalize_columns(s, db, scratch, nullptr, nullptr, chunks, cols, accumulate);
+  FinalizeJobs jobs;
+  jobs.add(db, scratch, accumulate);
+  finalize_columns(s, jobs, chunks, cols);
 }
+
+template <typename T>
+void layernorm_backward_impl(cudaStream_t s, T* dx, float* dw, float* db, const T* dout, const T* x, const T* w,
+                             const float* mean, const float* rstd, int64_t rows, int64_t cols, float* scratch,
+                             bool accumulate, const ColumnSumOutputs& sums) {
+  constexpr int N = Pack<T>::N;
+  const bool with_sums = sums.before != nullptr;
+  const int64_t nvec = cols / N, iters = (nvec + 511) / 512;
+  const bool fused = cols % N == 0 && iters <= kMaxFusedIters && aligned16(dx) && aligned16(dout) &&
+                     aligned16(x) && aligned16(w);
+  if (fused) {
+    const int64_t chunks = layernorm_chunks(rows);
+    float* p_db = scratch;
+    float* p_dw = scratch + chunks * cols;
+    float* p_before = scratch + 2 * chunks * cols;
+    float* p_after = scratch + 3 * chunks * cols;
+    if (with_sums) {
+      if (iters == 1)
+        layernorm_backward_fused<T, 1, true>(s, dx, p_dw, p_db, p_before, p_after, dout, x, w, mean, rstd, rows, cols, chunks);
+      else
+        layernorm_backward_fused<T, 2, true>(s, dx, p_dw, p_db, p_before, p_after, dout, x, w, mean, rstd, rows, cols, chunks);
+    } else {
+      if (iters == 1)
+        layernorm_backward_fused<T, 1, false>(s, dx, p_dw, p_db, nullptr, nullptr, dout, x, w, mean, rstd, rows, cols, chunks);
+      else
+        layernorm_backward_fused<T, 2, false>(s, dx, p_dw, p_db, nullptr, nullptr, dout, x, w, mean, rstd, rows, cols, chunks);
+    }
+    CUDA_CHECK_LAUNCH();
+    FinalizeJobs jobs;
+    jobs.add(dw, p_dw, accumulate);
+    jobs.add(db, p_db, accumulate);
+    if (with_sums) {
+      jobs.add(sums.before, p_before, sums.accumulate_before);
+      jobs.add(sums.after, p_after, sums.accumulate_after);
+    }
+    finalize_columns(s, jobs, chunks, cols);
+    return;
+  }
+  // Any shape or alignment: the dx sums by the bias-gradient pass, before and after.
+  if (with_sums) bias_backward_impl<T>(s, sums.before, dx, rows, cols, scratch, sums.accumulate_before);
+  // Any shape or alignment: a warp per row for dx, then the column pass for dw and db.
+  const int64_t chunks = colsum_chunks(rows);
+  const int64_t rows_per_chunk = (rows + chunks - 1) / chunks;
+  float* p_db = scratch;
+  float* p_dw = scratch + chunks * cols;
+  layernorm_backward_dx_kernel<T><<<row_blocks(rows), kThreads, 0, s>>>(dx, dout, x, w, mean, rstd, rows, cols);
+  CUDA_CHECK_LAUNCH();
+  launch_column_partials<T>(s, p_db, p_dw, dout, x, mean, rstd, rows, cols, chunks, rows_per_chunk);
+  FinalizeJobs jobs;
+  jobs.add(dw, p_dw, accumulate);
+  jobs.add(db, p_db, accumulate);
+  finalize_columns(s, jobs, chunks, cols);
+  if (with_sums) bias_backward_impl<T>(s, sums.after, dx, rows, cols, scratch, sums.accumulate_after);
+}
+
 }  // namespace
 
 void launch_layernorm_forward(cudaStream_t s, void* out, float* mean, float* rstd, const void* x, const void* w,
@@ -635,12 +690,13 @@ void launch_add_layernorm_forward(cudaStream_t s, void* r, void* out, float* mea
 
 void launch_layernorm_backward(cudaStream_t s, void* dx, float* dw, float* db, const void* dout, const void* x,
                                const void* w, const float* mean, const float* rstd, DType t, int64_t rows,
-                               int64_t cols, float* scratch, bool accumulate_params) {
+                               int64_t cols, float* scratch, bool accumulate_params,
+                               const ColumnSumOutputs& sums) {
   if (rows == 0 || cols == 0) return;
   TRELLIS_FLOAT_SWITCH(t, T,
     layernorm_backward_impl<T>(s, static_cast<T*>(dx), dw, db, static_cast<const T*>(dout),
                                static_cast<const T*>(x), static_cast<const T*>(w), mean, rstd, rows, cols,
-                               scratch, accumulate_params));
+                               scratch, accumulate_params, sums));
 }
 
 void launch_bias_backward(cudaStream_t s, float* db, const void* dy, DType t, int64_t rows, int64_t cols,

@@ -32,11 +32,15 @@ Tensor full_rows(Arena& work, const Tensor& shard, int parts) {
 
 }  // namespace
 
-void weight_and_bias_grad(Runtime& rt, const Parameter& w, const Parameter& b, const Tensor& dy, const Tensor& x) {
+void weight_grad(Runtime& rt, const Parameter& w, const Tensor& dy, const Tensor& x) {
   MatmulOptions acc;
   acc.trans_a = true;
   acc.accumulate = grad_accumulates(w);
   matmul(rt, w.grad, rows2d(dy), rows2d(x), acc);
+}
+
+void weight_and_bias_grad(Runtime& rt, const Parameter& w, const Parameter& b, const Tensor& dy, const Tensor& x) {
+  weight_grad(rt, w, dy, x);
   bias_backward(rt, b.grad, rows2d(dy), grad_accumulates(b));
 }
 

@@ -18,6 +18,8 @@ namespace trellis {
 // b.grad += column sums of dy, each written instead where it is fresh (grad_accumulates: its first
 // write in the step). The tensor-parallel layers' and the plain linear's (t = 1).
 void weight_and_bias_grad(Runtime& rt, const Parameter& w, const Parameter& b, const Tensor& dy, const Tensor& x);
+// The weight's part alone, for a bias whose gradient is summed elsewhere.
+void weight_grad(Runtime& rt, const Parameter& w, const Tensor& dy, const Tensor& x);
 
 // W split by rows (output features): w (out/t, in) and b (out/t), both TensorSplit dim 0 with the
 // same groups (3 for the fused qkv, giving each rank [q | k | v] of its own heads). The output is

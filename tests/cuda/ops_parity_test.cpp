@@ -536,6 +536,23 @@ TEST_P(Parity, LayerNormAndDeterminism) {
     expect_bitwise(to_host(gdx), runs[0][0], "layernorm_backward dx, parameters overwritten" + tag);
     expect_close(to_host(gdw), dw2, sums, "layernorm_backward dw, overwritten" + tag);
     expect_close(to_host(gdb), db2, sums, "layernorm_backward db, overwritten" + tag);
+    {  // With the residual-stream column sums of dx as read (written over NaN) and as written (added
+       // to): dx, dw, db as without them; the sums those of bias_backward over dx before and after.
+      DeviceTensor gdx3 = to_device(dx0), gdw3 = to_device(dw0), gdb3 = to_device(db0);
+      DeviceTensor gbefore = device_empty(DType::f32, {C}), gafter = to_device(db0);
+      fill(gpu(), gbefore.t, std::nanf(""));
+      const ResidualColumnSums cs{gbefore.t, gafter.t, false, true};
+      layernorm_backward(gpu(), gdx3.t, gdw3.t, gdb3.t, gdy.t, gx.t, gw.t, gmean.t, grstd.t, true, &cs);
+      expect_bitwise(to_host(gdx3), runs[0][0], "layernorm_backward dx with column sums" + tag);
+      expect_bitwise(to_host(gdw3), runs[0][1], "layernorm_backward dw with column sums" + tag);
+      expect_bitwise(to_host(gdb3), runs[0][2], "layernorm_backward db with column sums" + tag);
+      DeviceTensor ebefore = device_empty(DType::f32, {C}), eafter = to_device(db0), gdx0 = to_device(dx0);
+      bias_backward(gpu(), ebefore.t, gdx0.t.view({B * T, C}), false);
+      bias_backward(gpu(), eafter.t, gdx3.t.view({B * T, C}), true);
+      const Tolerance order = tolerance(DType::f32, 4.0f);  // the same values, summed in another order
+      expect_close(to_host(gbefore), to_host(ebefore), order, "layernorm_backward sum of dx before" + tag);
+      expect_close(to_host(gafter), to_host(eafter), order, "layernorm_backward sum of dx after" + tag);
+    }
   }
 }
 

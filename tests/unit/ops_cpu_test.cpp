@@ -314,7 +314,17 @@ TEST(OpsCpu, LayernormMatchesReference) {
       f.db[size_t(c)] += db.get(c);
     }
     layernorm_forward(rt(), out.t(), mean.t(), rstd.t(), x.t(), w.t(), b.t(), 1e-5f);
-    layernorm_backward(rt(), dx.t(), dw.t(), db.t(), dout.t(), x.t(), w.t(), mean.t(), rstd.t());
+    // With the residual-stream column sums: of dx as it comes in (written) and as it leaves (added to).
+    HostTensor before(DType::f32, {C}), after(DType::f32, {C});
+    after.randomize(g);
+    std::vector<double> want_before(size_t(C), 0.0), want_after(size_t(C), 0.0);
+    for (int64_t c = 0; c < C; ++c) want_after[size_t(c)] = after.get(c);
+    for (int64_t i = 0; i < R * C; ++i) want_before[size_t(i % C)] += dx.get(i);
+    const ResidualColumnSums sums{before.t(), after.t(), false, true};
+    layernorm_backward(rt(), dx.t(), dw.t(), db.t(), dout.t(), x.t(), w.t(), mean.t(), rstd.t(), true, &sums);
+    for (int64_t i = 0; i < R * C; ++i) want_after[size_t(i % C)] += dx.get(i);
+    expect_close(before.values(), want_before, 1e-5, 1e-6, "column sums of dx before");
+    expect_close(after.values(), want_after, 1e-5, 1e-6, "column sums of dx after");
     // Values are O(1..10) (rstd of uniform [1,3) is ~1.7): a handful of f32 roundings on terms of
     // that size gives < 2e-5; 16-bit outputs add one rounding of the result.
     expect_close(out.values(), f.out, 2e-5, out_rtol(dt), "out");
