@@ -228,7 +228,7 @@ size_t fused_ring_bytes(int threads) {
 
 // With SUMS, p_before and p_after get the chunk's column sums of dx as read and as written.
 template <typename T, int ITERS, int STAGES, bool SUMS>
-__global__ void __launch_bounds__(512)
+__global__ void __launch_bounds__(512, ITERS == 1 ? 2 : 1)  // ITERS 1: <= 64 registers, 4 blocks of 256 an SM
     layernorm_backward_fused_kernel(T* dx, float* p_dw, float* p_db, float* p_before, float* p_after,
                                     const T* dout, const T* x, const T* w, const float* mean, const float* rstd,
                                     int64_t rows, int cols, int64_t rows_per_chunk) {
@@ -318,6 +318,16 @@ __global__ void __launch_bounds__(512)
       if (v < nvec) {
         Pack<T> g;
         *reinterpret_cast<int4*>(g.e) = *slot(stage, 2, i);
+        if constexpr (SUMS) {  // dy and xhat again from the ring: registers for the two sums instead
+          Pack<T> xc, dc;
+          *reinterpret_cast<int4*>(xc.e) = *slot(stage, 0, i);
+          *reinterpret_cast<int4*>(dc.e) = *slot(stage, 1, i);
+#pragma unroll
+          for (int j = 0; j < N; ++j) {
+            dy[i][j] = to_f32(dc.e[j]);
+            xh[i][j] = (to_f32(xc.e[j]) - m) * rs;
+          }
+        }
 #pragma unroll
         for (int j = 0; j < N; ++j) {
           const float dn = dy[i][j] * wf[i][j], old = to_f32(g.e[j]);
