@@ -226,6 +226,14 @@ size_t fused_ring_bytes(int threads) {
   return size_t(STAGES) * size_t(threads) * (3 * ITERS * sizeof(int4) + sizeof(float2));
 }
 
+// N floats (N % 4 == 0) to 16-byte aligned dst as N / 4 vector stores.
+template <int N>
+__device__ __forceinline__ void store_float4s(float* dst, const float (&v)[N]) {
+#pragma unroll
+  for (int q = 0; q < N / 4; ++q)
+    reinterpret_cast<float4*>(dst)[q] = make_float4(v[4 * q], v[4 * q + 1], v[4 * q + 2], v[4 * q + 3]);
+}
+
 // With SUMS, p_before and p_after get the chunk's column sums of dx as read and as written.
 template <typename T, int ITERS, int STAGES, bool SUMS>
 __global__ void __launch_bounds__(512, ITERS == 1 ? 2 : 1)  // ITERS 1: <= 64 registers, 4 blocks of 256 an SM
@@ -352,21 +360,12 @@ __global__ void __launch_bounds__(512, ITERS == 1 ? 2 : 1)  // ITERS 1: <= 64 re
   for (int i = 0; i < ITERS; ++i) {
     const int v = threadIdx.x + i * nt;
     if (v < nvec) {
-      float4* db = reinterpret_cast<float4*>(p_db + chunk * cols + v * N);
-      float4* dw = reinterpret_cast<float4*>(p_dw + chunk * cols + v * N);
-#pragma unroll
-      for (int q = 0; q < N / 4; ++q) {
-        db[q] = make_float4(ab[i][4 * q], ab[i][4 * q + 1], ab[i][4 * q + 2], ab[i][4 * q + 3]);
-        dw[q] = make_float4(aw[i][4 * q], aw[i][4 * q + 1], aw[i][4 * q + 2], aw[i][4 * q + 3]);
-      }
+      const int64_t at = chunk * cols + v * N;
+      store_float4s(p_db + at, ab[i]);
+      store_float4s(p_dw + at, aw[i]);
       if constexpr (SUMS) {
-        float4* before = reinterpret_cast<float4*>(p_before + chunk * cols + v * N);
-        float4* after = reinterpret_cast<float4*>(p_after + chunk * cols + v * N);
-#pragma unroll
-        for (int q = 0; q < N / 4; ++q) {
-          before[q] = make_float4(sb[i][4 * q], sb[i][4 * q + 1], sb[i][4 * q + 2], sb[i][4 * q + 3]);
-          after[q] = make_float4(sa[i][4 * q], sa[i][4 * q + 1], sa[i][4 * q + 2], sa[i][4 * q + 3]);
-        }
+        store_float4s(p_before + at, sb[i]);
+        store_float4s(p_after + at, sa[i]);
       }
     }
   }
