@@ -71,6 +71,8 @@ const std::vector<KeySpec> kKeys = {
   {"zero", "overlap", T::Bool, TRELLIS_FIELD(zero, overlap), "Reduce gradient buckets during backward; false = all after backward (for comparison; stages 2-3 ignore it and always reduce during backward).", {}},
   {"zero", "reduce_dtype", T::String, TRELLIS_FIELD(zero, reduce_dtype), "Dtype of the data-parallel gradient all-reduce: f32 (exact, as accumulated) or bf16/f16 (half the bytes; each rank's gradient rounded once, like Megatron without grad_reduce_in_fp32).", {"f32", "bf16", "f16"}},
 
+  {"zero", "embedding_grad", T::String, TRELLIS_FIELD(zero, embedding_grad), "Stage 0 with data ranks > 1, one pipeline stage and no tensor parallelism: gather_rows = all-reduce the token embedding's gradient as backward begins (the classifier's part is final since the forward) and gather every data rank's rows of the last micro-batch's embedding backward, scattering them all into it, instead of all-reducing the whole (vocabulary x d_model) gradient after the embedding backward, the last op of backward, with nothing left to overlap it. auto = gather_rows where the gathered rows are fewer bytes (GPT-2 at a few data ranks), else all_reduce.", {"auto", "gather_rows", "all_reduce"}},
+
   {"fp16", "initial_scale_power", T::Int, TRELLIS_FIELD(fp16, initial_scale_power), "Initial loss scale = 2^this.", {}, 0, false, 64},
   {"fp16", "loss_scale_window", T::Int, TRELLIS_FIELD(fp16, loss_scale_window), "Overflow-free steps before the scale doubles.", {}, 1},
   {"fp16", "hysteresis", T::Int, TRELLIS_FIELD(fp16, hysteresis), "Overflows tolerated before the scale halves.", {}, 1},

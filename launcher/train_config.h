@@ -57,6 +57,7 @@ struct ZeroConfig {
   int64_t bucket_mb = 200;         // gradient all-reduce bucket size (MiB)
   bool overlap = true;             // reduce buckets during backward (false: after it)
   std::string reduce_dtype = "f32";  // f32 | bf16 | f16: the dtype gradients are all-reduced in
+  std::string embedding_grad = "auto";  // auto | gather_rows | all_reduce (EmbeddingRowExchange)
 };
 
 struct Fp16Config {

@@ -32,6 +32,7 @@
 #include "launcher/stage_timing_report.h"
 #include "launcher/stop_signal.h"
 #include "launcher/tensorboard.h"
+#include "parallel/data/embedding_rows.h"
 #include "data/blended_dataset.h"
 #include "data/synthetic_dataset.h"
 #include "launcher/whole_model.h"
@@ -220,6 +221,22 @@ std::string trace_path(const std::string& file, int rank, int world) {
   return file + tag;
 }
 
+// zero.embedding_grad with data ranks > 1 at ZeRO stage 0: whether the token embedding's gradient is
+// reduced as backward begins and the last micro-batch's embedding rows gathered (EmbeddingRowExchange).
+// It needs the embedding and the head in one chunk of one rank's model (pipeline 1, tensor 1) and
+// the reduction during backward; `auto` takes it where the gathered rows are the fewer bytes.
+bool use_embedding_row_exchange(const Config& cfg, int data_ranks, int64_t B, int64_t T, const GPTConfig& mc) {
+  const std::string& mode = cfg.zero.embedding_grad;
+  if (mode == "all_reduce") return false;
+  const bool possible = cfg.parallel.pipeline == 1 && cfg.parallel.tensor == 1 && cfg.zero.overlap;
+  if (mode == "gather_rows" && !possible)
+    throw UserError(cfg.path + ": zero.embedding_grad = gather_rows needs parallel.pipeline = 1, parallel.tensor = 1 "
+                    "and zero.overlap = true (or use auto / all_reduce)");
+  return possible &&
+         (mode == "gather_rows" ||
+          EmbeddingRowExchange::pays(data_ranks, B, T, mc.d_model, mc.dtype, mc.padded_vocab()));
+}
+
 // With log.trace_step: every rank checks that it can write its trace file (created empty now), and
 // every rank learns whether all could, so a bad path fails at the start on all ranks, not after
 // the traced step on some.
@@ -308,13 +325,25 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
 
   const bool reduce = data_size > 1;
   std::unique_ptr<GradientSync> grad_sync;  // stage 0: all-reduce in buckets of zero.bucket_mb
+  std::unique_ptr<EmbeddingRowExchange> embedding_rows;  // zero.embedding_grad = gather_rows
   if (reduce && !optimizer.sharded()) {
     std::vector<std::pair<int64_t, int64_t>> ranges;
-    for (const Parameter& prm : model.params().all()) ranges.emplace_back(prm.offset, prm.offset + prm.spec.shape.numel());
+    std::pair<int64_t, int64_t> wte_range{0, 0};
+    for (const Parameter& prm : model.params().all()) {
+      ranges.emplace_back(prm.offset, prm.offset + prm.spec.shape.numel());
+      if (prm.spec.name == "wte") wte_range = ranges.back();
+    }
+    const bool gather_rows = use_embedding_row_exchange(cfg, data_size, B, T, mc);
     DType reduce_dtype = DType::f32;
     parse_dtype(cfg.zero.reduce_dtype, reduce_dtype);
     grad_sync = std::make_unique<GradientSync>(rt, data_group, model.params().flat_grads(), ranges,
-                                               size_t(cfg.zero.bucket_mb) << 20, reduce_dtype);
+                                               size_t(cfg.zero.bucket_mb) << 20, reduce_dtype,
+                                               gather_rows ? wte_range : std::pair<int64_t, int64_t>{0, 0});
+    if (gather_rows) {
+      embedding_rows = std::make_unique<EmbeddingRowExchange>(rt, data_group, *grad_sync, wte_range, B, T, mc.d_model,
+                                                              mc.dtype);
+      model.set_embedding_exchange(embedding_rows.get());
+    }
   }
   // Activations cross stages as (B, T, C), or as this rank's token rows with sequence parallelism.
   const Shape boundary = tp.sharded_tokens() ? Shape{token_shard_rows(B * T, tp.size), mc.d_model} : Shape{B, T, mc.d_model};
@@ -384,9 +413,10 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
                   zero_stage >= 3 ? "; each block's parameters all-gathered just before its forward and backward"
                                   : "; updated parameters all-gathered");
     else if (reduce)
-      std::printf("data parallel: gradients in %zu buckets of ~%lld MiB, %s, reduced in %s\n", grad_sync->bucket_count(),
-                  (long long)cfg.zero.bucket_mb, cfg.zero.overlap ? "reduced during backward" : "reduced after backward",
-                  cfg.zero.reduce_dtype.c_str());
+      std::printf("data parallel: gradients in %zu buckets of ~%lld MiB, %s, reduced in %s%s\n",
+                  grad_sync->bucket_count(), (long long)cfg.zero.bucket_mb,
+                  cfg.zero.overlap ? "reduced during backward" : "reduced after backward", cfg.zero.reduce_dtype.c_str(),
+                  embedding_rows ? "; token embedding reduced as backward begins, its last rows gathered" : "");
     std::fflush(stdout);
     // Per world rank: its stage's parameters (its tensor shards) and its model state by the ZeRO
     // formula of ZeroOptimizer::model_state_bytes (what is kept whole and the slots come on top).

@@ -343,6 +343,9 @@ void GPT::backward_chunk(int slot, const Tensor& dres_in, const GradsReady& grad
   const int64_t B = s.B, T = s.T, C = cfg_.d_model, rows = rows_of(B, T);
   TRELLIS_CHECK(dres_in.numel() == rows * C, "residual gradient does not match the slot's micro-batch");
   const Tensor dres = dres_in.view(activation_shape(B, T));
+  // The token embedding's reduction starts now and the embedding rows are exchanged (set_embedding_exchange).
+  const bool exchange = embedding_exchange_ && grads_ready && part_.has_head(s.chunk) && part_.has_embedding(s.chunk);
+  if (exchange) ready(wte_range_);
   if (part_.has_head(s.chunk)) {
     fill(rt_, dres, 0.0f);
     layernorm_backward(rt_, dres, params_.get("lnf.w").grad, params_.get("lnf.b").grad, s.lnf, s.out,
@@ -372,9 +375,14 @@ void GPT::backward_chunk(int slot, const Tensor& dres_in, const GradsReady& grad
       demb = dfull;
     }
     // wpe's gradient is the same on every rank (from the full gradient), so it needs no reduction.
-    embedding_backward(rt_, params_.get("wte").grad, params_.get("wpe").grad, demb, s.tokens, vocab_begin(),
-                       cfg_.padded_vocab());
-    ready(wte_range_);
+    if (exchange) {
+      embedding_backward(rt_, Tensor(), params_.get("wpe").grad, demb, s.tokens);
+      embedding_exchange_->add_rows(params_.get("wte").grad, demb, s.tokens, vocab_begin(), cfg_.padded_vocab());
+    } else {
+      embedding_backward(rt_, params_.get("wte").grad, params_.get("wpe").grad, demb, s.tokens, vocab_begin(),
+                         cfg_.padded_vocab());
+      ready(wte_range_);
+    }
     ready(wpe_range_);
   } else if (part_.has_head(s.chunk)) {
     ready(wte_range_);  // the head's copy: final since this micro-batch's forward

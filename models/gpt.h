@@ -20,6 +20,7 @@
 #include "core/parameters.h"
 #include "models/gpt_config.h"
 #include "models/transformer_block.h"
+#include "parallel/data/embedding_rows.h"
 #include "parallel/pipeline/partition.h"
 #include "parallel/zero/block_hooks.h"
 
@@ -87,6 +88,10 @@ class GPT {
   void initialize(uint64_t seed, Communicator* data = nullptr) { params_.initialize(seed, data); }
   // Called around every block's forward and backward from now on (null: none).
   void set_block_hooks(BlockHooks* hooks) { hooks_ = hooks; }
+  // With a chunk holding both the embedding and the head: the backward that reports ready
+  // gradients reports wte's first (its classifier part is final since the forward) and hands the
+  // embedding's rows to `x` instead of scattering them (null: the plain embedding backward).
+  void set_embedding_exchange(EmbeddingRowExchange* x) { embedding_exchange_ = x; }
   ParameterStore& params() { return params_; }
   const GPTConfig& config() const { return cfg_; }
   const GPTPart& part() const { return part_; }
@@ -184,6 +189,7 @@ class GPT {
   std::pair<int64_t, int64_t> lnf_range_{-1, -1}, wte_range_{-1, -1}, wpe_range_{-1, -1};
   std::vector<int> block_buckets_;  // the store's bucket of each block (as in blocks_)
   BlockHooks* hooks_ = nullptr;
+  EmbeddingRowExchange* embedding_exchange_ = nullptr;
 };
 
 }  // namespace trellis

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "core/error.h"
 #include "core/nvtx.h"
 #include "core/ops.h"
 
@@ -10,7 +11,7 @@ namespace trellis {
 
 GradientSync::GradientSync(Runtime& rt, Communicator& data_group, const Tensor& flat_grads,
                            const std::vector<std::pair<int64_t, int64_t>>& param_ranges, size_t bucket_bytes,
-                           DType reduce_dtype)
+                           DType reduce_dtype, std::pair<int64_t, int64_t> own_bucket)
     : rt_(rt), comm_(data_group), grads_(flat_grads) {
   if (reduce_dtype != flat_grads.dtype && data_group.size() > 1) {
     wire_buf_ = Buffer(rt.allocator(), size_t(flat_grads.numel()) * dtype_size(reduce_dtype), "gradient reduce copy");
@@ -18,16 +19,24 @@ GradientSync::GradientSync(Runtime& rt, Communicator& data_group, const Tensor& 
   }
   const int64_t target = std::max<int64_t>(1, int64_t(bucket_bytes / dtype_size(wire_.defined() ? wire_.dtype : flat_grads.dtype)));
   int64_t end = -1;
+  auto close = [&](int64_t b) {
+    Bucket bucket;
+    bucket.begin = b;
+    bucket.end = end;
+    buckets_.push_back(std::move(bucket));
+    end = -1;
+  };
+  const bool isolate = own_bucket.second > own_bucket.first;
   for (size_t i = param_ranges.size(); i-- > 0;) {  // backward order: from the end of the buffer
     auto [b, e] = param_ranges[i];
-    if (end < 0) end = e;
-    if (end - b >= target || i == 0) {
-      Bucket bucket;
-      bucket.begin = b;
-      bucket.end = end;
-      buckets_.push_back(std::move(bucket));
-      end = -1;
+    if (isolate && param_ranges[i] == own_bucket) {
+      if (end >= 0) close(e);  // what came before it (in backward order) ends at its end
+      end = e;
+      close(b);
+      continue;
     }
+    if (end < 0) end = e;
+    if (end - b >= target || i == 0) close(b);
   }
 }
 
@@ -60,13 +69,26 @@ void GradientSync::ready(int64_t begin, int64_t end, bool /*final: always, see e
   }
 }
 
+void GradientSync::complete(Bucket& b) {
+  if (!b.handle.pending()) return;  // waited for already (wait_for)
+  b.handle.wait();
+  if (wire_.defined()) cast(rt_, grads_.slice(b.begin, {b.end - b.begin}), wire_.slice(b.begin, {b.end - b.begin}));
+}
+
 void GradientSync::finish() {
   for (Bucket& b : buckets_)
     if (!b.started) start(b);
+  for (Bucket& b : buckets_) complete(b);
+}
+
+void GradientSync::wait_for(int64_t begin, int64_t end) {
   for (Bucket& b : buckets_) {
-    b.handle.wait();
-    if (wire_.defined()) cast(rt_, grads_.slice(b.begin, {b.end - b.begin}), wire_.slice(b.begin, {b.end - b.begin}));
+    if (b.begin != begin || b.end != end) continue;
+    TRELLIS_CHECK(b.started, "GradientSync::wait_for: the bucket's reduction has not started");
+    complete(b);
+    return;
   }
+  TRELLIS_FATAL("GradientSync::wait_for: no bucket is exactly that range");
 }
 
 }  // namespace trellis

@@ -37,9 +37,11 @@ class GradientSync final : public GradientReduction {
  public:
   // param_ranges: [begin, end) element ranges of the parameters, in buffer order.
   // reduce_dtype: the gradients' own dtype, or bf16/f16 to reduce in a 16-bit copy.
+  // own_bucket: one parameter's range that gets a bucket to itself (none when empty), so it can be
+  // reduced apart from its neighbours (EmbeddingRowExchange's token embedding).
   GradientSync(Runtime& rt, Communicator& data_group, const Tensor& flat_grads,
                const std::vector<std::pair<int64_t, int64_t>>& param_ranges, size_t bucket_bytes,
-               DType reduce_dtype);
+               DType reduce_dtype, std::pair<int64_t, int64_t> own_bucket = {0, 0});
 
   // Call before the backward whose gradients are to be reduced (the last micro-batch of a step).
   void begin() override;
@@ -47,6 +49,8 @@ class GradientSync final : public GradientReduction {
   void ready(int64_t begin, int64_t end, bool final = true) override;
   // Starts what is left and waits for all buckets (on the device: the compute stream waits).
   void finish() override;
+  // Waits for the bucket of exactly [begin, end) (started by ready()), as finish() would.
+  void wait_for(int64_t begin, int64_t end);
 
   size_t bucket_count() const { return buckets_.size(); }
 
@@ -58,6 +62,7 @@ class GradientSync final : public GradientReduction {
     CommHandle handle;
   };
   void start(Bucket& b);
+  void complete(Bucket& b);  // waits for b's reduction, cast back from the 16-bit copy
 
   Runtime& rt_;
   Communicator& comm_;

@@ -35,20 +35,25 @@ def run(binary, mpiexec, config, tmp, ranks, micro, tag, *sets):
     start = records[0]
     losses = [r["loss"] for r in records if "step" in r and r.get("split") != "val"]
     raw = open(os.path.join(weights, "params.f32"), "rb").read()
-    return start, losses, struct.unpack(f"<{len(raw) // 4}f", raw)
+    return start, losses, struct.unpack(f"<{len(raw) // 4}f", raw), p.stdout
 
 
 def main():
     binary, mpiexec, config = sys.argv[1:4]
     failed = False
     with tempfile.TemporaryDirectory() as tmp:
-        _, ref_loss, ref_w = run(binary, mpiexec, config, tmp, 1, 8, "d1")
-        # The last case reduces gradients in bf16: each rank's gradient is rounded once (8 bits of
-        # mantissa), so only closeness is expected, to about bf16 precision.
-        cases = [(1, 4, "f32"), (2, 4, "f32"), (2, 2, "f32"), (4, 2, "f32"), (2, 4, "bf16")]
-        for ranks, micro, reduce in cases:
-            tag = f"d{ranks}_mb{micro}_{reduce}"
-            start, loss, w = run(binary, mpiexec, config, tmp, ranks, micro, tag, "zero.reduce_dtype=" + reduce)
+        _, ref_loss, ref_w, _ = run(binary, mpiexec, config, tmp, 1, 8, "d1")
+        # The bf16 case reduces gradients in bf16: each rank's gradient is rounded once (8 bits of
+        # mantissa), so only closeness is expected, to about bf16 precision. The gather_rows cases
+        # reduce the token embedding's gradient as backward begins and gather the embedding rows
+        # (zero.embedding_grad; auto leaves this tiny model on all_reduce).
+        cases = [(1, 4, "f32", "auto"), (2, 4, "f32", "auto"), (2, 2, "f32", "auto"), (4, 2, "f32", "auto"),
+                 (2, 4, "bf16", "auto"), (2, 2, "f32", "gather_rows"), (4, 2, "f32", "gather_rows"),
+                 (2, 4, "bf16", "gather_rows")]
+        for ranks, micro, reduce, emb in cases:
+            tag = f"d{ranks}_mb{micro}_{reduce}_{emb}"
+            start, loss, w, out = run(binary, mpiexec, config, tmp, ranks, micro, tag, "zero.reduce_dtype=" + reduce,
+                                      "zero.embedding_grad=" + emb)
             loss_tol, l2_tol, max_tol = (LOSS_TOL, WEIGHT_L2_TOL, WEIGHT_MAX_TOL) if reduce == "f32" else (1e-4, 2e-3, 2e-3)
             ok_layout = start["layout"] == {"tensor": 1, "pipeline": 1, "data": ranks}
             dl = max(abs(a - b) / abs(b) for a, b in zip(loss, ref_loss))
@@ -57,9 +62,11 @@ def main():
             ok = ok_layout and len(loss) == STEPS and dl <= loss_tol and dw <= max_tol and l2 <= l2_tol
             if reduce != "f32":  # and it must really have rounded (else the option did nothing)
                 ok = ok and l2 > 10 * WEIGHT_L2_TOL
+            gathered = "its last rows gathered" in out
+            ok = ok and gathered == (emb == "gather_rows")  # the rows were gathered exactly when asked
             failed |= not ok
             print(f"{'ok  ' if ok else 'FAIL'} data={ranks} micro={micro} accumulation={8 // (ranks * micro)} "
-                  f"reduce={reduce}: "
+                  f"reduce={reduce} embedding_grad={emb} (rows gathered: {gathered}): "
                   f"layout reported {start['layout']}, max loss rel diff {dl:.2e}, weights: rel L2 diff {l2:.2e}, "
                   f"max abs diff {dw:.2e}")
     print("FAIL" if failed else "PASS")
