@@ -221,17 +221,18 @@ std::string trace_path(const std::string& file, int rank, int world) {
   return file + tag;
 }
 
-// zero.embedding_grad with data ranks > 1 at ZeRO stage 0: whether the token embedding's gradient is
-// reduced as backward begins and the last micro-batch's embedding rows gathered (EmbeddingRowExchange).
-// It needs the embedding and the head in one chunk of one rank's model (pipeline 1, tensor 1) and
-// the reduction during backward; `auto` takes it where the gathered rows are the fewer bytes.
+// zero.embedding_grad with data ranks > 1: whether the token embedding's gradient is reduced as
+// backward begins and the last micro-batch's embedding rows gathered (EmbeddingRowExchange). It needs
+// ZeRO stage 0's reduction during backward and the embedding and the head in one chunk of one
+// rank's model (pipeline 1, tensor 1); `auto` takes it where the gathered rows are the fewer bytes.
 bool use_embedding_row_exchange(const Config& cfg, int data_ranks, int64_t B, int64_t T, const GPTConfig& mc) {
   const std::string& mode = cfg.zero.embedding_grad;
   if (mode == "all_reduce") return false;
-  const bool possible = cfg.parallel.pipeline == 1 && cfg.parallel.tensor == 1 && cfg.zero.overlap;
+  const bool possible =
+      cfg.zero.stage == 0 && cfg.parallel.pipeline == 1 && cfg.parallel.tensor == 1 && cfg.zero.overlap;
   if (mode == "gather_rows" && !possible)
-    throw UserError(cfg.path + ": zero.embedding_grad = gather_rows needs parallel.pipeline = 1, parallel.tensor = 1 "
-                    "and zero.overlap = true (or use auto / all_reduce)");
+    throw UserError(cfg.path + ": zero.embedding_grad = gather_rows needs zero.stage = 0, parallel.pipeline = 1, "
+                    "parallel.tensor = 1 and zero.overlap = true (or use auto / all_reduce)");
   return possible &&
          (mode == "gather_rows" ||
           EmbeddingRowExchange::pays(data_ranks, B, T, mc.d_model, mc.dtype, mc.padded_vocab()));
@@ -326,6 +327,7 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
   const bool reduce = data_size > 1;
   std::unique_ptr<GradientSync> grad_sync;  // stage 0: all-reduce in buckets of zero.bucket_mb
   std::unique_ptr<EmbeddingRowExchange> embedding_rows;  // zero.embedding_grad = gather_rows
+  const bool gather_rows = reduce && use_embedding_row_exchange(cfg, data_size, B, T, mc);
   if (reduce && !optimizer.sharded()) {
     std::vector<std::pair<int64_t, int64_t>> ranges;
     std::pair<int64_t, int64_t> wte_range{0, 0};
@@ -333,7 +335,6 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
       ranges.emplace_back(prm.offset, prm.offset + prm.spec.shape.numel());
       if (prm.spec.name == "wte") wte_range = ranges.back();
     }
-    const bool gather_rows = use_embedding_row_exchange(cfg, data_size, B, T, mc);
     DType reduce_dtype = DType::f32;
     parse_dtype(cfg.zero.reduce_dtype, reduce_dtype);
     grad_sync = std::make_unique<GradientSync>(rt, data_group, model.params().flat_grads(), ranges,

@@ -59,7 +59,8 @@ void layernorm_backward(Runtime& rt, const Tensor& dx, const Tensor& dw, const T
                         bool accumulate_params, const ResidualColumnSums* sums) {
   int64_t rows = x.rows(), cols = x.cols();
   if (rows == 0 || cols == 0) return;
-  auto* scratch = static_cast<float*>(rt.scratch(size_t(layernorm_backward_scratch(rows, cols)) * sizeof(float)));
+  const int64_t floats = layernorm_backward_scratch(rows, cols, sums != nullptr);
+  auto* scratch = static_cast<float*>(rt.scratch(size_t(floats) * sizeof(float)));
   ColumnSumOutputs extra;
   if (sums) extra = {sums->before.ptr<float>(), sums->after.ptr<float>(), sums->accumulate_before, sums->accumulate_after};
   launch_layernorm_backward(compute_stream(rt), dx.data, dw.ptr<float>(), db.ptr<float>(), dout.data, x.data, w.data,

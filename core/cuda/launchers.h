@@ -62,10 +62,11 @@ inline int64_t layernorm_chunks(int64_t rows) {
   if (c > 1024) c = 1024;
   return c < 1 ? 1 : c;
 }
-// Floats of scratch launch_layernorm_backward takes (partials of dw, db and the two dx sums).
-inline int64_t layernorm_backward_scratch(int64_t rows, int64_t cols) {
+// Floats of scratch launch_layernorm_backward takes: partials of dw and db, and with `sums` of the
+// two dx sums (ColumnSumOutputs).
+inline int64_t layernorm_backward_scratch(int64_t rows, int64_t cols, bool sums) {
   const int64_t a = colsum_chunks(rows), b = layernorm_chunks(rows);
-  return 4 * (a > b ? a : b) * cols;
+  return (sums ? 4 : 2) * (a > b ? a : b) * cols;
 }
 // ResidualColumnSums for launch_layernorm_backward: the column sums of dx before and after its
 // update (+= or, without accumulate, =); null pointers: not asked for.

@@ -44,6 +44,7 @@ void GradientSync::begin() {
   for (Bucket& b : buckets_) {
     b.ready = 0;
     b.started = false;
+    b.completed = false;
   }
 }
 
@@ -70,7 +71,8 @@ void GradientSync::ready(int64_t begin, int64_t end, bool /*final: always, see e
 }
 
 void GradientSync::complete(Bucket& b) {
-  if (!b.handle.pending()) return;  // waited for already (wait_for)
+  if (b.completed) return;  // by wait_for already
+  b.completed = true;
   b.handle.wait();
   if (wire_.defined()) cast(rt_, grads_.slice(b.begin, {b.end - b.begin}), wire_.slice(b.begin, {b.end - b.begin}));
 }

@@ -59,6 +59,7 @@ class GradientSync final : public GradientReduction {
     int64_t begin = 0, end = 0;
     int64_t ready = 0;
     bool started = false;
+    bool completed = false;  // waited for (and cast back) this step
     CommHandle handle;
   };
   void start(Bucket& b);

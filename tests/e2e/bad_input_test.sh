@@ -123,6 +123,8 @@ mpi_case mpirun_file_missing_on_one_rank "cannot read config file" \
 mpi_case mpirun_np3_zero_reduce_dtype "zero.reduce_dtype = bf16" -np 3 "$train_gpt" "$tmp/zero.toml"
 mpi_case mpirun_np2_embedding_grad "zero.embedding_grad = gather_rows needs" \
   -np 2 "$train_gpt" "$tmp/good.toml" --set zero.embedding_grad=gather_rows --set zero.overlap=false
+mpi_case mpirun_np2_embedding_grad_zero1 "zero.embedding_grad = gather_rows needs zero.stage = 0" \
+  -np 2 "$train_gpt" "$tmp/good.toml" --set zero.embedding_grad=gather_rows --set zero.stage=1
 
 if ((failures > 0)); then
   echo "$failures case(s) failed"
