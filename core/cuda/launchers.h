@@ -81,7 +81,8 @@ void launch_layernorm_forward(cudaStream_t s, void* out, float* mean, float* rst
 void launch_add_layernorm_forward(cudaStream_t s, void* r, void* out, float* mean, float* rstd, const void* x,
                                   const void* branch, const void* w, const void* b, DType t, int64_t rows,
                                   int64_t cols, float eps);
-// dx += ..., dw += ..., db += ... (dw, db = ... without accumulate_params); scratch: layernorm_backward_scratch(rows, cols) floats.
+// dx += ..., dw += ..., db += ... (dw, db = ... without accumulate_params), and the dx column sums
+// `sums` asks for; scratch: layernorm_backward_scratch(rows, cols, sums asked) floats.
 void launch_layernorm_backward(cudaStream_t s, void* dx, float* dw, float* db, const void* dout, const void* x,
                                const void* w, const float* mean, const float* rstd, DType t, int64_t rows,
                                int64_t cols, float* scratch, bool accumulate_params,
