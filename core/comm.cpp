@@ -133,6 +133,14 @@ Communicator::~Communicator() {
   if (comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
 }
 
+bool Communicator::peer_all_reduce_active() const {
+#if TRELLIS_HAVE_CUDA
+  return nccl_ && gpu::nccl_uses_peer(nccl_);
+#else
+  return false;
+#endif
+}
+
 // ---- checks ----
 
 void Communicator::fail(const char* op, const std::string& what) const {

@@ -23,6 +23,7 @@ struct ParallelConfig {
   int64_t pipeline = 1;
   bool sequence_parallel = false;
   int64_t tensor_comm_chunks = 1;  // row blocks of a row-parallel forward's GEMM + all-reduce
+  bool peer_all_reduce = true;     // two ranks of one node: sum all-reduces through peer memory
   std::string schedule = "1f1b";   // gpipe | 1f1b | interleaved
   int64_t virtual_stages = 1;
   std::string stage_layers;        // "6,6,6,6": blocks per virtual stage; empty = balanced by cost

@@ -274,6 +274,7 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
   }
   ro.profile_ops = cfg.log.profile_ops;
   ro.trace = cfg.log.trace_step > 0;
+  ro.peer_all_reduce = cfg.parallel.peer_all_reduce;
   Runtime rt(ro);
   const Layout layout = make_layout(launch.world, int(cfg.parallel.tensor), int(cfg.parallel.pipeline));
   ProcessGroups groups(MPI_COMM_WORLD, layout, rt);

@@ -6,13 +6,17 @@
 #include <vector>
 
 #include "core/cuda/cuda_state.h"
+#include "core/cuda/peer_all_reduce.h"
 #include "core/profiler.h"
 
 namespace trellis {
 
 struct NcclComm {
   ncclComm_t comm = nullptr;
+  MPI_Comm mpi = MPI_COMM_NULL;           // the Communicator's, for setting up the peer all-reduce
   CudaState* cs = nullptr;
+  gpu::PeerAllReduce* peer = nullptr;     // two ranks of one node: sums without NCCL (peer_all_reduce.h)
+  bool peer_checked = false;              // peer set up (or found impossible) on the first all-reduce
   int rank = 0, size = 1;
   cudaEvent_t ready = nullptr;            // recorded on compute before each op
   std::vector<cudaEvent_t> free_events;   // completion events not held by a handle
@@ -69,6 +73,7 @@ void* run_on_comm_stream(NcclComm* c, const char* op, size_t bytes, F&& enqueue)
 
 NcclComm* nccl_create(MPI_Comm comm, Runtime& rt) {
   auto* c = new NcclComm();
+  c->mpi = comm;
   c->cs = &cuda_state(rt);
   TRELLIS_MPI_CHECK(MPI_Comm_rank(comm, &c->rank));
   TRELLIS_MPI_CHECK(MPI_Comm_size(comm, &c->size));
@@ -85,13 +90,24 @@ void nccl_destroy(NcclComm* c) {
   if (!c) return;
   CUDA_CHECK(cudaSetDevice(c->cs->device));
   CUDA_CHECK(cudaStreamSynchronize(c->cs->comm));
+  peer_all_reduce_destroy(c->peer);
   NCCL_CHECK(ncclCommDestroy(c->comm));
   for (cudaEvent_t e : c->free_events) CUDA_CHECK(cudaEventDestroy(e));
   CUDA_CHECK(cudaEventDestroy(c->ready));
   delete c;
 }
 
+bool nccl_uses_peer(const NcclComm* c) { return c->peer != nullptr; }
+
 void* nccl_all_reduce(NcclComm* c, const Tensor& x, ReduceOp op) {
+  if (!c->peer_checked) {  // the first device all-reduce, reached by every rank of the group together
+    c->peer_checked = true;
+    if (c->cs->peer_all_reduce) c->peer = peer_all_reduce_create(c->mpi, *c->cs);
+  }
+  if (c->peer && peer_all_reduce_handles(x, op == ReduceOp::sum))
+    return run_on_comm_stream(c, "all_reduce (peer)", x.nbytes(), [&](ncclComm_t, cudaStream_t s) {
+      peer_all_reduce(c->peer, x, s);
+    });
   return run_on_comm_stream(c, "all_reduce", x.nbytes(), [&](ncclComm_t comm, cudaStream_t s) {
     NCCL_CHECK(ncclAllReduce(x.data, x.data, size_t(x.numel()), nccl_type(x.dtype), nccl_op(op), comm, s));
   });

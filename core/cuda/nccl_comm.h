@@ -18,6 +18,8 @@ namespace trellis::gpu {
 // Collective over `comm` (rank 0 makes the NCCL unique id and broadcasts it over MPI).
 NcclComm* nccl_create(MPI_Comm comm, Runtime& rt);
 void nccl_destroy(NcclComm* c);  // waits for the comm stream first
+// Whether sum all-reduces of float tensors go through peer memory (set up on the first all-reduce).
+bool nccl_uses_peer(const NcclComm* c);
 
 // Each op: the comm stream waits for the compute stream's current work, the op is enqueued on
 // the comm stream, and an event recorded after it is returned.

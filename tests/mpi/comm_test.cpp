@@ -1,8 +1,8 @@
 // Communicator and ProcessGroups under mpirun, nccl-tests style: inputs are derived from
 // (seed, rank, index), so every rank computes every expected value itself. Each operation runs
 // sync and async on host tensors (MPI) and, when every local rank has a GPU, on device tensors
-// (NCCL; otherwise those tests skip and say why). NcclBandwidth.AllReduce256MiB prints the
-// all-reduce bus bandwidth (not asserted).
+// (NCCL, or for sums at two ranks the peer path; otherwise those tests skip and say why).
+// NcclBandwidth.AllReduce256MiB prints the all-reduce bus bandwidth (not asserted).
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
@@ -481,34 +482,103 @@ TEST(NcclProcessGroups, EveryLayoutOfTheWorld) {
   check_process_groups(b);
 }
 
-TEST(NcclBandwidth, AllReduce256MiB) {
+// Random values in [-1, 1) from (seed, rank, index), rounded to `t`, as raw bytes.
+std::vector<unsigned char> random_values(DType t, int seed, int rank, int64_t n) {
+  std::vector<unsigned char> out(size_t(n) * dtype_size(t));
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = float(val(DType::i64, seed, rank, i * 7919 + 13) + 8) / 8.0f - 1.0f +
+                    float(val(DType::i64, seed + 1, rank, i) + 8) / 1024.0f;
+    if (t == DType::f32) std::memcpy(&out[size_t(i) * 4], &v, 4);
+    if (t == DType::bf16) { bf16_t h = to_bf16(v); std::memcpy(&out[size_t(i) * 2], &h, 2); }
+    if (t == DType::f16) { f16_t h = to_f16(v); std::memcpy(&out[size_t(i) * 2], &h, 2); }
+  }
+  return out;
+}
+
+// The two-rank peer path (core/cuda/peer_all_reduce.h) against NCCL on the same random inputs:
+// tensors of several copy chunks (each receive slot used more than once, a partial last chunk),
+// two rounds, f32/bf16/f16; the results must be bitwise equal. Ranks pair up (0-1, 2-3, ...).
+TEST(PeerAllReduce, BitwiseEqualToNccl) {
   SKIP_WITHOUT_GPUS();
-  Backend b = make_backend(true);
-  auto c = Communicator::create(MPI_COMM_WORLD, *b.rt, "world");
+  Backend peer = make_backend(true);
+  Backend nccl = make_backend(true);
+  MPI_Comm pair;
+  MPI_Comm_split(MPI_COMM_WORLD, world_rank() / 2, world_rank(), &pair);
+  // make_backend leaves RuntimeOptions::peer_all_reduce on; the second runtime turns it off.
+  RuntimeOptions off;
+  off.device = nccl.rt->device();
+  off.peer_all_reduce = false;
+  nccl.rt = std::make_unique<Runtime>(off);
+  auto cp = Communicator::create(pair, *peer.rt, "pair (peer)");
+  auto cn = Communicator::create(pair, *nccl.rt, "pair (nccl)");
+  MPI_Comm_free(&pair);
+  if (cp->size() < 2) GTEST_SKIP() << "this rank has no partner (odd world size)";
+  for (DType t : {DType::f32, DType::bf16, DType::f16})
+    for (int round = 0; round < 2; ++round) {
+      const int64_t n = (int64_t(100) << 20) / int64_t(dtype_size(t)) + 3;
+      std::vector<unsigned char> in = random_values(t, 10 + round, cp->rank(), n), a(in.size()), b(in.size());
+      Tensor host_in(in.data(), t, Device::CPU(), Shape{n});
+      Buffer xa(peer.rt->allocator(), in.size(), "peer"), xb(nccl.rt->allocator(), in.size(), "nccl");
+      copy(*peer.rt, xa.tensor(t, Shape{n}), host_in);
+      copy(*nccl.rt, xb.tensor(t, Shape{n}), host_in);
+      cp->all_reduce(xa.tensor(t, Shape{n}));
+      cn->all_reduce(xb.tensor(t, Shape{n}));
+      copy(*peer.rt, Tensor(a.data(), t, Device::CPU(), Shape{n}), xa.tensor(t, Shape{n}));
+      copy(*nccl.rt, Tensor(b.data(), t, Device::CPU(), Shape{n}), xb.tensor(t, Shape{n}));
+      peer.rt->synchronize();
+      nccl.rt->synchronize();
+      ASSERT_TRUE(cp->peer_all_reduce_active()) << "no peer access between this pair's GPUs";
+      EXPECT_FALSE(cn->peer_all_reduce_active());
+      EXPECT_TRUE(a == b) << dtype_name(t) << " round " << round << ": peer and NCCL sums differ";
+      EXPECT_FALSE(a == in) << dtype_name(t) << ": nothing was summed";
+    }
+}
+
+// All-reduce bus bandwidth at 256 MiB (printed, not asserted): NCCL, and at two ranks of one node
+// also the peer path.
+void report_all_reduce_bandwidth(bool peer_all_reduce) {
+  RuntimeOptions opt;
+  int local = 0;
+  std::string why;
+  gpus_for_every_local_rank(&local, &why);
+  opt.device = Device::CUDA(local);
+  opt.peer_all_reduce = peer_all_reduce;
+  Runtime rt(opt);
+  auto c = Communicator::create(MPI_COMM_WORLD, rt, "world");
   const int64_t n = (int64_t(256) << 20) / 4;
-  Buffer buf(b.rt->allocator(), size_t(n) * 4, "bandwidth test");
+  Buffer buf(rt.allocator(), size_t(n) * 4, "bandwidth test");
   Tensor x = buf.tensor(DType::f32, Shape{n});
-  fill(*b.rt, x, 1.0f);
+  fill(rt, x, 1.0f);
   c->all_reduce(x);
   float first[4] = {};
-  copy(*b.rt, Tensor(first, DType::f32, Device::CPU(), Shape{4}), x.slice(n - 4, Shape{4}));
-  b.rt->synchronize();
+  copy(rt, Tensor(first, DType::f32, Device::CPU(), Shape{4}), x.slice(n - 4, Shape{4}));
+  rt.synchronize();
   for (float v : first) EXPECT_EQ(v, float(c->size()));
+  if (peer_all_reduce && !c->peer_all_reduce_active()) {
+    if (world_rank() == 0) std::printf("[ PEER     ] not available on these ranks (not two GPUs with peer access)\n");
+    return;
+  }
   for (int i = 0; i < 4; ++i) c->all_reduce(x);  // warm-up
   const int iters = 20;
-  b.rt->synchronize();
+  rt.synchronize();
   c->barrier();
   auto t0 = std::chrono::steady_clock::now();
   for (int i = 0; i < iters; ++i) c->all_reduce(x);  // each orders the compute stream after it
-  b.rt->synchronize();
+  rt.synchronize();
   double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / iters;
   double worst = 0;
   MPI_Allreduce(&s, &worst, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
   const double bytes = double(n) * 4, algbw = bytes / worst / 1e9;
   const double busbw = algbw * 2.0 * (c->size() - 1) / c->size();
   if (world_rank() == 0)
-    std::printf("[ NCCL     ] all_reduce f32 256 MiB on %d ranks (%s): %.3f ms, algbw %.1f GB/s, busbw %.1f GB/s\n",
-                c->size(), b.rt->device_name().c_str(), worst * 1e3, algbw, busbw);
+    std::printf("[ %s ] all_reduce f32 256 MiB on %d ranks (%s): %.3f ms, algbw %.1f GB/s, busbw %.1f GB/s\n",
+                peer_all_reduce ? "PEER    " : "NCCL    ", c->size(), rt.device_name().c_str(), worst * 1e3, algbw, busbw);
+}
+
+TEST(NcclBandwidth, AllReduce256MiB) {
+  SKIP_WITHOUT_GPUS();
+  report_all_reduce_bandwidth(false);
+  report_all_reduce_bandwidth(true);
 }
 
 }  // namespace

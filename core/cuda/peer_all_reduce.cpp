@@ -1,0 +1,173 @@
+// Two-rank sum all-reduce over peer memory. Each rank owns one device allocation, exported by
+// CUDA IPC: kSlots receive slots of kSlotBytes, then the flags its peer writes. A tensor goes in
+// chunks of one slot, chunk number `seq` (counted per communicator, the same on both ranks) into
+// slot seq % kSlots:
+//   copy stream: wait until the peer has freed its slot (freed[slot] >= seq - kSlots),
+//                copy the chunk into the peer's slot (copy engine), then write the peer's ready[slot] = seq;
+//   op stream:   wait for that copy (it reads x before the add overwrites it) and for the peer's
+//                chunk (ready[slot] >= seq), add the slot into x, then write the peer's freed[slot] = seq.
+// The flags are 32-bit stream memory operations (cuStreamWaitValue32 / cuStreamWriteValue32, taken
+// from the driver at run time so that nothing links libcuda); a write orders all earlier writes of
+// its stream before it (the driver's default memory barrier). The copy of chunk seq + 1 overlaps
+// the add of chunk seq.
+#include "core/cuda/peer_all_reduce.h"
+
+#include <cuda.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <string>
+
+#include "core/cuda/cuda_state.h"
+#include "core/cuda/launchers.h"
+
+namespace trellis {
+namespace gpu {
+
+namespace {
+
+constexpr int kSlots = 4;
+constexpr size_t kSlotBytes = size_t(16) << 20;
+constexpr size_t kRegionBytes = kSlots * kSlotBytes + 2 * kSlots * 64;  // slots, then ready[] and freed[] 64 bytes apart
+
+using WaitValueFn = CUresult (*)(CUstream, CUdeviceptr, cuuint32_t, unsigned int);
+using WriteValueFn = CUresult (*)(CUstream, CUdeviceptr, cuuint32_t, unsigned int);
+
+template <typename Fn>
+Fn driver_function(const char* name) {
+  void* fn = nullptr;
+  cudaDriverEntryPointQueryResult found{};
+  if (cudaGetDriverEntryPointByVersion(name, &fn, 12000, cudaEnableDefault, &found) != cudaSuccess ||
+      found != cudaDriverEntryPointSuccess) {
+    (void)cudaGetLastError();
+    return nullptr;
+  }
+  return reinterpret_cast<Fn>(fn);
+}
+
+void driver_check(CUresult r, const char* what) {
+  if (r != CUDA_SUCCESS) TRELLIS_FATAL(std::string("peer all-reduce: ") + what + " failed (CUresult " + std::to_string(int(r)) + ")");
+}
+
+}  // namespace
+}  // namespace gpu
+
+struct gpu::PeerAllReduce {
+  CudaState* cs = nullptr;
+  cudaStream_t copy = nullptr;        // the copy engine's pushes
+  cudaEvent_t forked = nullptr;       // the op stream's position, for the copy stream to start after
+  cudaEvent_t pushed[kSlots] = {};    // a chunk's push done (this rank's x read)
+  char* mine = nullptr;               // this rank's slots and flags
+  char* peer = nullptr;               // the peer's, mapped here
+  uint32_t seq = 0;                   // chunks sent so far
+  uint32_t last_seq[kSlots] = {};     // last chunk through each slot
+  WaitValueFn wait_value = nullptr;
+  WriteValueFn write_value = nullptr;
+
+  char* slot(char* base, int s) const { return base + size_t(s) * kSlotBytes; }
+  CUdeviceptr ready(char* base, int s) const { return CUdeviceptr(base + kSlots * kSlotBytes + size_t(s) * 64); }
+  CUdeviceptr freed(char* base, int s) const { return CUdeviceptr(base + kSlots * kSlotBytes + size_t(kSlots + s) * 64); }
+};
+
+namespace gpu {
+
+PeerAllReduce* peer_all_reduce_create(MPI_Comm comm, CudaState& cs) {
+  int size = 0, rank = 0;
+  TRELLIS_MPI_CHECK(MPI_Comm_size(comm, &size));
+  TRELLIS_MPI_CHECK(MPI_Comm_rank(comm, &rank));
+  if (size != 2) return nullptr;
+  MPI_Comm node = MPI_COMM_NULL;
+  TRELLIS_MPI_CHECK(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node));
+  int node_size = 0;
+  TRELLIS_MPI_CHECK(MPI_Comm_size(node, &node_size));
+  TRELLIS_MPI_CHECK(MPI_Comm_free(&node));
+
+  // The peer's GPU by PCI bus id: launchers may give each rank its own CUDA_VISIBLE_DEVICES.
+  char bus[2][64] = {};
+  CUDA_CHECK(cudaDeviceGetPCIBusId(bus[rank], sizeof bus[rank], cs.device));
+  TRELLIS_MPI_CHECK(MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, bus, int(sizeof bus[0]), MPI_CHAR, comm));
+  int peer_device = -1, can_access = 0;
+  if (node_size == 2 && cudaDeviceGetByPCIBusId(&peer_device, bus[1 - rank]) == cudaSuccess && peer_device != cs.device)
+    CUDA_CHECK(cudaDeviceCanAccessPeer(&can_access, cs.device, peer_device));
+  (void)cudaGetLastError();  // a peer GPU this process cannot see is not an error
+  auto wait_value = driver_function<WaitValueFn>("cuStreamWaitValue32");
+  auto write_value = driver_function<WriteValueFn>("cuStreamWriteValue32");
+  int ok = can_access && wait_value && write_value ? 1 : 0, all_ok = 0;
+  TRELLIS_MPI_CHECK(MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, comm));
+  if (!all_ok) return nullptr;
+
+  auto* p = new PeerAllReduce();
+  p->cs = &cs;
+  p->wait_value = wait_value;
+  p->write_value = write_value;
+  CUDA_CHECK(cudaSetDevice(cs.device));
+  CUDA_CHECK(cudaStreamCreateWithFlags(&p->copy, cudaStreamNonBlocking));
+  CUDA_CHECK(cudaEventCreateWithFlags(&p->forked, cudaEventDisableTiming));
+  for (cudaEvent_t& e : p->pushed) CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  CUDA_CHECK(cudaMalloc(&p->mine, kRegionBytes));
+  CUDA_CHECK(cudaMemset(p->mine, 0, kRegionBytes));
+  CUDA_CHECK(cudaDeviceSynchronize());  // flags are zero before the peer may write them
+  cudaIpcMemHandle_t handles[2];
+  CUDA_CHECK(cudaIpcGetMemHandle(&handles[rank], p->mine));
+  TRELLIS_MPI_CHECK(MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, handles, int(sizeof handles[0]), MPI_BYTE, comm));
+  void* peer = nullptr;
+  CUDA_CHECK(cudaIpcOpenMemHandle(&peer, handles[1 - rank], cudaIpcMemLazyEnablePeerAccess));
+  p->peer = static_cast<char*>(peer);
+  TRELLIS_MPI_CHECK(MPI_Barrier(comm));  // both regions zeroed and mapped before the first write
+  return p;
+}
+
+void peer_all_reduce_destroy(PeerAllReduce* p) {
+  if (!p) return;
+  CUDA_CHECK(cudaSetDevice(p->cs->device));
+  // The peer frees a slot after reading it; once every slot is freed, the peer has no writes into
+  // this rank's region in flight and its copies have read what they needed.
+  for (int s = 0; s < kSlots; ++s)
+    if (p->last_seq[s] > 0)
+      driver_check(p->wait_value(CUstream(p->copy), p->freed(p->mine, s), p->last_seq[s], CU_STREAM_WAIT_VALUE_GEQ),
+                   "cuStreamWaitValue32");
+  CUDA_CHECK(cudaStreamSynchronize(p->copy));
+  CUDA_CHECK(cudaStreamSynchronize(p->cs->comm));
+  CUDA_CHECK(cudaIpcCloseMemHandle(p->peer));
+  CUDA_CHECK(cudaFree(p->mine));
+  for (cudaEvent_t e : p->pushed) CUDA_CHECK(cudaEventDestroy(e));
+  CUDA_CHECK(cudaEventDestroy(p->forked));
+  CUDA_CHECK(cudaStreamDestroy(p->copy));
+  delete p;
+}
+
+bool peer_all_reduce_handles(const Tensor& x, bool sum) {
+  return sum && (x.dtype == DType::f32 || x.dtype == DType::bf16 || x.dtype == DType::f16);
+}
+
+void peer_all_reduce(PeerAllReduce* p, const Tensor& x, cudaStream_t stream) {
+  const size_t esize = dtype_size(x.dtype), total = x.nbytes();
+  if (total == 0) return;
+  CUDA_CHECK(cudaEventRecord(p->forked, stream));
+  CUDA_CHECK(cudaStreamWaitEvent(p->copy, p->forked, 0));
+  char* data = static_cast<char*>(x.data);
+  for (size_t off = 0; off < total; off += kSlotBytes) {
+    const size_t bytes = std::min(kSlotBytes, total - off);
+    const uint32_t seq = ++p->seq;
+    const int s = int(seq % kSlots);
+    if (seq > kSlots)
+      driver_check(p->wait_value(CUstream(p->copy), p->freed(p->mine, s), seq - kSlots, CU_STREAM_WAIT_VALUE_GEQ),
+                   "cuStreamWaitValue32");
+    CUDA_CHECK(cudaMemcpyAsync(p->slot(p->peer, s), data + off, bytes, cudaMemcpyDeviceToDevice, p->copy));
+    driver_check(p->write_value(CUstream(p->copy), p->ready(p->peer, s), seq, CU_STREAM_WRITE_VALUE_DEFAULT),
+                 "cuStreamWriteValue32");
+    CUDA_CHECK(cudaEventRecord(p->pushed[s], p->copy));
+
+    CUDA_CHECK(cudaStreamWaitEvent(stream, p->pushed[s], 0));
+    driver_check(p->wait_value(CUstream(stream), p->ready(p->mine, s), seq, CU_STREAM_WAIT_VALUE_GEQ),
+                 "cuStreamWaitValue32");
+    launch_add(stream, data + off, data + off, p->slot(p->mine, s), x.dtype, int64_t(bytes / esize));
+    driver_check(p->write_value(CUstream(stream), p->freed(p->peer, s), seq, CU_STREAM_WRITE_VALUE_DEFAULT),
+                 "cuStreamWriteValue32");
+    p->last_seq[s] = seq;
+  }
+}
+
+}  // namespace gpu
+}  // namespace trellis
