@@ -577,7 +577,7 @@ void report_all_reduce_bandwidth(bool peer_all_reduce) {
     const double busbw = algbw * 2.0 * (c->size() - 1) / c->size();
     if (world_rank() == 0)
       std::printf("[ %s ] all_reduce %s %zu MiB on %d ranks (%s): %.1f us, algbw %.1f GB/s, busbw %.1f GB/s\n",
-                  peer_all_reduce ? "PEER    " : "NCCL    ", dtype_name(t), bytes >> 20, c->size(),
+                  peer_all_reduce ? "PEER    " : "NCCL    ", std::string(dtype_name(t)).c_str(), bytes >> 20, c->size(),
                   rt.device_name().c_str(), worst * 1e6, algbw, busbw);
   }
 }
