@@ -58,15 +58,18 @@ echo "=== data = 2, 350M micro-batch 16 $(date +%T)"
   bin=build/train_gpt; out=$out/data; mkdir -p "$out"; TIMEOUT=60
   source bench/layout_runs.sh
   gpt_toml call2 24 1024 16 16 15 > "$out/base.toml"
-  run one 1
-  RUN_ENV="$P" run d2 2
-  run d2_nccl 2 parallel.peer_all_reduce=false
+  T="log.trace_step=10"
+  run one 1 $T log.trace_file=$out/../traces/d_one.json
+  RUN_ENV="$P" run d2 2 $T log.trace_file=$out/../traces/d2.json
+  run d2_nccl 2 parallel.peer_all_reduce=false $T log.trace_file=$out/../traces/d2_nccl.json
   summary 5 one d2 d2_nccl
 )
 echo "=== traces $(date +%T)"
 S="python3 bench/trace_summary.py --top 8"
 $S "$out/traces/t2.rank0.json"
 $S "$out/traces/t2_c2.rank0.json"
+$S "$out/traces/d2.rank0.json" --base "$out/traces/d_one.json" --top 12
+$S "$out/traces/d2_nccl.rank0.json" --base "$out/traces/d_one.json" --top 12
 tar czf "$out/traces.tgz" -C "$out" traces && rm -rf "$out/traces"
 tar czf "$out/logs.tgz" -C "$out" data tensor comm_test.log && rm -rf "$out/data" "$out/tensor"
 echo "=== done $(date +%T)"
