@@ -1,22 +1,26 @@
 // Two-rank sum all-reduce over peer memory. Each rank owns one device allocation, exported by
-// CUDA IPC: kSlots receive slots of chunk bytes, then the flags its peer writes. A tensor goes in
+// CUDA IPC: kSlots receive slots of kSlotBytes, then the flags its peer writes. A tensor goes in
 // chunks of one slot, chunk number `seq` (counted per communicator, the same on both ranks) into
-// slot seq % kSlots, through copy stream seq % copy streams:
-//   copy stream: wait until the peer has freed its slot (freed[slot] >= seq - kSlots),
-//                copy the chunk into the peer's slot (copy engine), then write the peer's ready[slot] = seq;
+// slot seq % kSlots:
+//   copy stream: wait until the peer has freed the slot (freed[slot] >= seq - kSlots), copy the
+//                chunk into the peer's slot (copy engine), then write the peer's ready[slot] = seq;
 //   op stream:   wait for that copy (it reads x before the add overwrites it) and for the peer's
 //                chunk (ready[slot] >= seq), add the slot into x, then write the peer's freed[slot] = seq.
-// The flags are 32-bit stream memory operations (cuStreamWaitValue32 / cuStreamWriteValue32, taken
-// from the driver at run time so that nothing links libcuda); a write orders all earlier writes of
-// its stream before it (the driver's default memory barrier). The copy of one chunk overlaps the
-// add of the one before, and with two copy streams one stream's flag write overlaps the other's copy.
+// The peer frees slots in seq order, so one wait on the last chunk's slot covers every chunk before
+// it: a tensor of at most kSlots chunks waits once. The flags are 32-bit stream memory operations
+// (cuStreamWaitValue32 / cuStreamWriteValue32, fetched from the driver at run time so that nothing
+// links libcuda); a write orders all earlier writes of its stream before it (the driver's default
+// memory barrier). The copy of one chunk overlaps the add of the one before.
+// Chunk size, measured on two H200s (bench/sessions/2026-11-30e, call 2): each chunk costs ~10 us of
+// stream operations beside its copy (a copy ~2.5 us, a flag write ~3, a flag wait ~2; memop_probe.cu),
+// so 1, 2, 4 and 8 MiB chunks took 457, 229, 169 and 149 us for 32 MiB of bf16 and 3.6, 1.7, 1.2 and
+// 0.98 ms for 256 MiB of f32; a second or third copy stream gained nothing.
 #include "core/cuda/peer_all_reduce.h"
 
 #include <cuda.h>
 
 #include <algorithm>
 #include <cstdint>
-#include <cstdlib>
 #include <cstring>
 #include <string>
 
@@ -29,15 +33,8 @@ namespace gpu {
 namespace {
 
 constexpr int kSlots = 8;
-constexpr int kMaxCopyStreams = 4;
-constexpr size_t kRegionBytes = size_t(64) << 20;  // kSlots slots, then ready[] and freed[] 64 bytes apart
-constexpr size_t kFlagArea = 2 * kSlots * 64;
-
-// Session probe knobs (TRELLIS_PEER_CHUNK_KB, TRELLIS_PEER_COPY_STREAMS); defaults after measurement.
-int env_int(const char* name, int fallback) {
-  const char* v = std::getenv(name);
-  return v && *v ? std::atoi(v) : fallback;
-}
+constexpr size_t kSlotBytes = size_t(8) << 20;
+constexpr size_t kRegionBytes = kSlots * kSlotBytes + 2 * kSlots * 64;  // slots, then ready[] and freed[] 64 bytes apart
 
 using WaitValueFn = CUresult (*)(CUstream, CUdeviceptr, cuuint32_t, unsigned int);
 using WriteValueFn = CUresult (*)(CUstream, CUdeviceptr, cuuint32_t, unsigned int);
@@ -63,10 +60,8 @@ void driver_check(CUresult r, const char* what) {
 
 struct gpu::PeerAllReduce {
   CudaState* cs = nullptr;
-  cudaStream_t copy[kMaxCopyStreams] = {};  // the copy engines' pushes, chunk seq on copy[seq % copies]
-  int copies = 2;
-  size_t slot_bytes = 0;
-  cudaEvent_t forked = nullptr;       // the op stream's position, for the copy streams to start after
+  cudaStream_t copy = nullptr;        // the copy engine's pushes
+  cudaEvent_t forked = nullptr;       // the op stream's position, for the copy stream to start after
   cudaEvent_t pushed[kSlots] = {};    // a chunk's push done (this rank's x read)
   char* mine = nullptr;               // this rank's slots and flags
   char* peer = nullptr;               // the peer's, mapped here
@@ -75,9 +70,9 @@ struct gpu::PeerAllReduce {
   WaitValueFn wait_value = nullptr;
   WriteValueFn write_value = nullptr;
 
-  char* slot(char* base, int s) const { return base + size_t(s) * slot_bytes; }
-  CUdeviceptr ready(char* base, int s) const { return CUdeviceptr(base + kSlots * slot_bytes + size_t(s) * 64); }
-  CUdeviceptr freed(char* base, int s) const { return CUdeviceptr(base + kSlots * slot_bytes + size_t(kSlots + s) * 64); }
+  char* slot(char* base, int s) const { return base + size_t(s) * kSlotBytes; }
+  CUdeviceptr ready(char* base, int s) const { return CUdeviceptr(base + kSlots * kSlotBytes + size_t(s) * 64); }
+  CUdeviceptr freed(char* base, int s) const { return CUdeviceptr(base + kSlots * kSlotBytes + size_t(kSlots + s) * 64); }
 };
 
 namespace gpu {
@@ -112,10 +107,7 @@ PeerAllReduce* peer_all_reduce_create(MPI_Comm comm, CudaState& cs) {
   p->wait_value = wait_value;
   p->write_value = write_value;
   CUDA_CHECK(cudaSetDevice(cs.device));
-  p->copies = std::clamp(env_int("TRELLIS_PEER_COPY_STREAMS", 2), 1, kMaxCopyStreams);
-  p->slot_bytes = std::clamp(size_t(env_int("TRELLIS_PEER_CHUNK_KB", 4096)) << 10, size_t(64) << 10,
-                             (kRegionBytes - kFlagArea) / kSlots) / 256 * 256;
-  for (int i = 0; i < p->copies; ++i) CUDA_CHECK(cudaStreamCreateWithFlags(&p->copy[i], cudaStreamNonBlocking));
+  CUDA_CHECK(cudaStreamCreateWithFlags(&p->copy, cudaStreamNonBlocking));
   CUDA_CHECK(cudaEventCreateWithFlags(&p->forked, cudaEventDisableTiming));
   for (cudaEvent_t& e : p->pushed) CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
   CUDA_CHECK(cudaMalloc(&p->mine, kRegionBytes));
@@ -138,15 +130,15 @@ void peer_all_reduce_destroy(PeerAllReduce* p) {
   // this rank's region in flight and its copies have read what they needed.
   for (int s = 0; s < kSlots; ++s)
     if (p->last_seq[s] > 0)
-      driver_check(p->wait_value(CUstream(p->copy[0]), p->freed(p->mine, s), p->last_seq[s], CU_STREAM_WAIT_VALUE_GEQ),
+      driver_check(p->wait_value(CUstream(p->copy), p->freed(p->mine, s), p->last_seq[s], CU_STREAM_WAIT_VALUE_GEQ),
                    "cuStreamWaitValue32");
-  for (int i = 0; i < p->copies; ++i) CUDA_CHECK(cudaStreamSynchronize(p->copy[i]));
+  CUDA_CHECK(cudaStreamSynchronize(p->copy));
   CUDA_CHECK(cudaStreamSynchronize(p->cs->comm));
   CUDA_CHECK(cudaIpcCloseMemHandle(p->peer));
   CUDA_CHECK(cudaFree(p->mine));
   for (cudaEvent_t e : p->pushed) CUDA_CHECK(cudaEventDestroy(e));
   CUDA_CHECK(cudaEventDestroy(p->forked));
-  for (int i = 0; i < p->copies; ++i) CUDA_CHECK(cudaStreamDestroy(p->copy[i]));
+  CUDA_CHECK(cudaStreamDestroy(p->copy));
   delete p;
 }
 
@@ -158,21 +150,25 @@ void peer_all_reduce(PeerAllReduce* p, const Tensor& x, cudaStream_t stream) {
   const size_t esize = dtype_size(x.dtype), total = x.nbytes();
   if (total == 0) return;
   CUDA_CHECK(cudaEventRecord(p->forked, stream));
-  const int used = int(std::min<size_t>(size_t(p->copies), (total + p->slot_bytes - 1) / p->slot_bytes));
-  for (int i = 0; i < used; ++i) CUDA_CHECK(cudaStreamWaitEvent(p->copy[(p->seq + 1 + i) % p->copies], p->forked, 0));
+  CUDA_CHECK(cudaStreamWaitEvent(p->copy, p->forked, 0));
   char* data = static_cast<char*>(x.data);
-  for (size_t off = 0; off < total; off += p->slot_bytes) {
-    const size_t bytes = std::min(p->slot_bytes, total - off);
+  uint32_t freed_up_to = 0;  // the copy stream has waited until the peer freed every chunk <= this
+  for (size_t off = 0; off < total; off += kSlotBytes) {
+    const size_t bytes = std::min(kSlotBytes, total - off);
     const uint32_t seq = ++p->seq;
     const int s = int(seq % kSlots);
-    cudaStream_t copy = p->copy[seq % p->copies];
-    if (seq > kSlots)
-      driver_check(p->wait_value(CUstream(copy), p->freed(p->mine, s), seq - kSlots, CU_STREAM_WAIT_VALUE_GEQ),
+    if (seq > kSlots && seq - kSlots > freed_up_to) {
+      // Wait once for the slot of the last chunk this wait can cover (kSlots chunks ahead at most).
+      const uint32_t last = std::min<uint32_t>(seq + kSlots - 1, p->seq - 1 + uint32_t((total - off + kSlotBytes - 1) / kSlotBytes));
+      freed_up_to = last - kSlots;
+      driver_check(p->wait_value(CUstream(p->copy), p->freed(p->mine, int(last % kSlots)), freed_up_to,
+                                 CU_STREAM_WAIT_VALUE_GEQ),
                    "cuStreamWaitValue32");
-    CUDA_CHECK(cudaMemcpyAsync(p->slot(p->peer, s), data + off, bytes, cudaMemcpyDeviceToDevice, copy));
-    driver_check(p->write_value(CUstream(copy), p->ready(p->peer, s), seq, CU_STREAM_WRITE_VALUE_DEFAULT),
+    }
+    CUDA_CHECK(cudaMemcpyAsync(p->slot(p->peer, s), data + off, bytes, cudaMemcpyDeviceToDevice, p->copy));
+    driver_check(p->write_value(CUstream(p->copy), p->ready(p->peer, s), seq, CU_STREAM_WRITE_VALUE_DEFAULT),
                  "cuStreamWriteValue32");
-    CUDA_CHECK(cudaEventRecord(p->pushed[s], copy));
+    CUDA_CHECK(cudaEventRecord(p->pushed[s], p->copy));
 
     CUDA_CHECK(cudaStreamWaitEvent(stream, p->pushed[s], 0));
     driver_check(p->wait_value(CUstream(stream), p->ready(p->mine, s), seq, CU_STREAM_WAIT_VALUE_GEQ),
