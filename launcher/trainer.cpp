@@ -294,7 +294,7 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
   Communicator* pipeline_group = p > 1 ? &groups.pipeline() : nullptr;
   Communicator* tensor_group = layout.tensor > 1 ? &groups.tensor() : nullptr;
   const TensorParallelContext tp = TensorParallelContext::of(groups.tensor(), cfg.parallel.sequence_parallel,
-                                                             int(cfg.parallel.tensor_comm_chunks));
+                                                             resolved_tensor_comm_chunks(cfg, res.device.is_cuda()));
   // The first data-parallel rank of each stage and tensor rank takes part in weight exports.
   const bool saver = groups.coords().data == 0;
 

@@ -14,8 +14,10 @@
 // memory barrier). The copy of one chunk overlaps the add of the one before.
 // Chunk size, measured on two H200s (bench/sessions/2026-11-30e, call 2): each chunk costs ~10 us of
 // stream operations beside its copy (a copy ~2.5 us, a flag write ~3, a flag wait ~2; memop_probe.cu),
-// so 1, 2, 4 and 8 MiB chunks took 457, 229, 169 and 149 us for 32 MiB of bf16 and 3.6, 1.7, 1.2 and
-// 0.98 ms for 256 MiB of f32; a second or third copy stream gained nothing.
+// so 1, 2, 4 and ~8 MiB chunks took 457, 229, 169 and 149 us for 32 MiB of bf16 and 3.6, 1.7, 1.2 and
+// 0.98 ms for 256 MiB of f32; a second or third copy stream gained nothing. (Calls 3-5 timed 8 MiB
+// and 8000 KiB chunks alike: 165-174 us and 1.23-1.25 ms. NCCL: 136 us and 0.90 ms. The peer path is
+// slower alone; it wins beside GEMMs, which keep all their SMs.)
 #include "core/cuda/peer_all_reduce.h"
 
 #include <cuda.h>
@@ -34,7 +36,7 @@ namespace gpu {
 namespace {
 
 constexpr int kSlots = 8;
-constexpr size_t kSlotBytes = size_t(8000) << 10;  // 8000 KiB: call 2 measured it; see call 5 for 8 MiB
+constexpr size_t kSlotBytes = size_t(8) << 20;
 constexpr size_t kRegionBytes = kSlots * kSlotBytes + 2 * kSlots * 64;  // slots, then ready[] and freed[] 64 bytes apart
 
 using WaitValueFn = CUresult (*)(CUstream, CUdeviceptr, cuuint32_t, unsigned int);

@@ -223,7 +223,17 @@ TEST_F(ConfigTest, TensorShapes) {
              "parallel.tensor_comm_chunks = 9 exceeds the train.micro_batch x model.seq_len = 8 token rows");
   EXPECT_HAS(world_error_of("[parallel]\ntensor = 2\nsequence_parallel = true\ntensor_comm_chunks = 2\n", 2),
              "parallel.tensor_comm_chunks = 2 applies only without parallel.sequence_parallel");
-  EXPECT_HAS(error_of("[parallel]\ntensor_comm_chunks = 0\n"), "tensor_comm_chunks");
+  EXPECT_HAS(error_of("[parallel]\ntensor_comm_chunks = -1\n"), "tensor_comm_chunks");
+}
+
+TEST_F(ConfigTest, TensorCommChunksAutoIsTwoOnlyWithThePeerAllReduce) {
+  auto chunks = [&](const std::string& text, bool gpu) { return resolved_tensor_comm_chunks(load_config(write(text), {}), gpu); };
+  EXPECT_EQ(chunks("[parallel]\ntensor = 2\n", true), 2);
+  EXPECT_EQ(chunks("[parallel]\ntensor = 2\n", false), 1);  // the CPU
+  EXPECT_EQ(chunks("[parallel]\ntensor = 4\n", true), 1);
+  EXPECT_EQ(chunks("[parallel]\ntensor = 2\npeer_all_reduce = false\n", true), 1);
+  EXPECT_EQ(chunks("[parallel]\ntensor = 2\nsequence_parallel = true\n", true), 1);
+  EXPECT_EQ(chunks("[parallel]\ntensor = 2\ntensor_comm_chunks = 3\n", false), 3);
 }
 
 // Pipeline parallelism is built; shapes the schedule cannot run are one line naming the keys.
