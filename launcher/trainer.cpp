@@ -583,6 +583,13 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
         if (peak > 0) v.emplace_back("train/mfu", mfu);
         tb->scalars(step, v);
       }
+      if (step == start_step + 1) {
+        // Set up on a group's first device all-reduce (core/cuda/peer_all_reduce.h), so known only now.
+        for (Communicator* g : {tensor_group, layout.data > 1 ? &data_group : nullptr})
+          if (g && g->size() == 2 && res.device.is_cuda())
+            std::printf("%s group: all-reduces through %s\n", g->name().c_str(),
+                        g->peer_all_reduce_active() ? "peer memory (copy engines, parallel.peer_all_reduce)" : "NCCL");
+      }
       if (step % cfg.log.every == 0 || step == 1 || step == cfg.train.steps) {
         std::printf("step %5lld/%lld | loss %.4f | lr %.2e | norm %.3f |", (long long)step, (long long)cfg.train.steps,
                     loss, lr, norm);

@@ -68,8 +68,9 @@ struct gpu::PeerAllReduce {
   cudaEvent_t pushed[kSlots] = {};    // a chunk's push done (this rank's x read)
   char* mine = nullptr;               // this rank's slots and flags
   char* peer = nullptr;               // the peer's, mapped here
-  uint32_t seq = 0;                   // chunks sent so far
-  uint32_t last_seq[kSlots] = {};     // last chunk through each slot
+  uint64_t seq = 0;                   // chunks sent so far (flags hold its low 32 bits)
+  uint64_t last_seq[kSlots] = {};     // last chunk through each slot
+  unsigned ready_wait = CU_STREAM_WAIT_VALUE_GEQ;  // with FLUSH where the device offers it
   WaitValueFn wait_value = nullptr;
   WriteValueFn write_value = nullptr;
 
@@ -91,14 +92,19 @@ PeerAllReduce* peer_all_reduce_create(MPI_Comm comm, CudaState& cs) {
   TRELLIS_MPI_CHECK(MPI_Comm_size(node, &node_size));
   TRELLIS_MPI_CHECK(MPI_Comm_free(&node));
 
-  // The peer's GPU by PCI bus id: launchers may give each rank its own CUDA_VISIBLE_DEVICES.
+  // The peer's GPU by PCI bus id, so the ranks may number the GPUs differently; a rank that cannot
+  // see the peer's GPU (its own CUDA_VISIBLE_DEVICES) leaves the pair on NCCL.
   char bus[2][64] = {};
   CUDA_CHECK(cudaDeviceGetPCIBusId(bus[rank], sizeof bus[rank], cs.device));
   TRELLIS_MPI_CHECK(MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, bus, int(sizeof bus[0]), MPI_CHAR, comm));
   int peer_device = -1, can_access = 0;
-  if (node_size == 2 && cudaDeviceGetByPCIBusId(&peer_device, bus[1 - rank]) == cudaSuccess && peer_device != cs.device)
-    CUDA_CHECK(cudaDeviceCanAccessPeer(&can_access, cs.device, peer_device));
-  (void)cudaGetLastError();  // a peer GPU this process cannot see is not an error
+  if (node_size == 2) {
+    if (cudaDeviceGetByPCIBusId(&peer_device, bus[1 - rank]) != cudaSuccess) {
+      (void)cudaGetLastError();  // a peer GPU this process cannot see is not an error
+      peer_device = -1;
+    }
+    if (peer_device >= 0 && peer_device != cs.device) CUDA_CHECK(cudaDeviceCanAccessPeer(&can_access, cs.device, peer_device));
+  }
   auto wait_value = driver_function<WaitValueFn>("cuStreamWaitValue32");
   auto write_value = driver_function<WriteValueFn>("cuStreamWriteValue32");
   int ok = can_access && wait_value && write_value ? 1 : 0, all_ok = 0;
@@ -114,8 +120,11 @@ PeerAllReduce* peer_all_reduce_create(MPI_Comm comm, CudaState& cs) {
   CUDA_CHECK(cudaEventCreateWithFlags(&p->forked, cudaEventDisableTiming));
   for (cudaEvent_t& e : p->pushed) CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
   CUDA_CHECK(cudaMalloc(&p->mine, kRegionBytes));
-  CUDA_CHECK(cudaMemset(p->mine, 0, kRegionBytes));
-  CUDA_CHECK(cudaDeviceSynchronize());  // flags are zero before the peer may write them
+  CUDA_CHECK(cudaMemsetAsync(p->mine, 0, kRegionBytes, p->copy));
+  CUDA_CHECK(cudaStreamSynchronize(p->copy));  // flags are zero before the peer may write them
+  int flush = 0;
+  CUDA_CHECK(cudaDeviceGetAttribute(&flush, cudaDevAttrCanFlushRemoteWrites, cs.device));
+  if (flush) p->ready_wait |= CU_STREAM_WAIT_VALUE_FLUSH;  // the peer's earlier writes visible after the flag
   cudaIpcMemHandle_t handles[2];
   CUDA_CHECK(cudaIpcGetMemHandle(&handles[rank], p->mine));
   TRELLIS_MPI_CHECK(MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, handles, int(sizeof handles[0]), MPI_BYTE, comm));
@@ -133,7 +142,7 @@ void peer_all_reduce_destroy(PeerAllReduce* p) {
   // this rank's region in flight and its copies have read what they needed.
   for (int s = 0; s < kSlots; ++s)
     if (p->last_seq[s] > 0)
-      driver_check(p->wait_value(CUstream(p->copy), p->freed(p->mine, s), p->last_seq[s], CU_STREAM_WAIT_VALUE_GEQ),
+      driver_check(p->wait_value(CUstream(p->copy), p->freed(p->mine, s), uint32_t(p->last_seq[s]), CU_STREAM_WAIT_VALUE_GEQ),
                    "cuStreamWaitValue32");
   CUDA_CHECK(cudaStreamSynchronize(p->copy));
   CUDA_CHECK(cudaStreamSynchronize(p->cs->comm));
@@ -158,29 +167,32 @@ void peer_all_reduce(PeerAllReduce* p, const Tensor& x, cudaStream_t stream) {
   // The first kSlots / 2 chunks wait once, on the slot of the last of them: its previous chunk is
   // the newest one they need freed, and half the slots stay in flight between back-to-back tensors.
   // Later chunks each wait for the chunk kSlots before them.
-  const uint32_t chunks = uint32_t((total + kSlotBytes - 1) / kSlotBytes);
-  const uint32_t covered = p->seq + std::min<uint32_t>(chunks, kSlots / 2);
+  // (Host counts are 64-bit; the flags' 32-bit GEQ compares cyclically, fine while fewer than 2^31
+  // chunks separate the two values.)
+  const uint64_t chunks = (total + kSlotBytes - 1) / kSlotBytes;
+  const uint64_t covered = p->seq + std::min<uint64_t>(chunks, kSlots / 2);
   if (covered > kSlots)
-    driver_check(p->wait_value(CUstream(p->copy), p->freed(p->mine, int(covered % kSlots)), covered - kSlots,
+    driver_check(p->wait_value(CUstream(p->copy), p->freed(p->mine, int(covered % kSlots)), uint32_t(covered - kSlots),
                                CU_STREAM_WAIT_VALUE_GEQ),
                  "cuStreamWaitValue32");
   for (size_t off = 0; off < total; off += kSlotBytes) {
     const size_t bytes = std::min(kSlotBytes, total - off);
-    const uint32_t seq = ++p->seq;
+    const uint64_t seq = ++p->seq;
+    const uint32_t flag = uint32_t(seq);
     const int s = int(seq % kSlots);
-    if (seq > covered)
-      driver_check(p->wait_value(CUstream(p->copy), p->freed(p->mine, s), seq - kSlots, CU_STREAM_WAIT_VALUE_GEQ),
+    if (seq > covered && seq > kSlots)
+      driver_check(p->wait_value(CUstream(p->copy), p->freed(p->mine, s), uint32_t(seq - kSlots), CU_STREAM_WAIT_VALUE_GEQ),
                    "cuStreamWaitValue32");
     CUDA_CHECK(cudaMemcpyAsync(p->slot(p->peer, s), data + off, bytes, cudaMemcpyDeviceToDevice, p->copy));
-    driver_check(p->write_value(CUstream(p->copy), p->ready(p->peer, s), seq, CU_STREAM_WRITE_VALUE_DEFAULT),
+    driver_check(p->write_value(CUstream(p->copy), p->ready(p->peer, s), flag, CU_STREAM_WRITE_VALUE_DEFAULT),
                  "cuStreamWriteValue32");
     CUDA_CHECK(cudaEventRecord(p->pushed[s], p->copy));
 
     CUDA_CHECK(cudaStreamWaitEvent(stream, p->pushed[s], 0));
-    driver_check(p->wait_value(CUstream(stream), p->ready(p->mine, s), seq, CU_STREAM_WAIT_VALUE_GEQ),
+    driver_check(p->wait_value(CUstream(stream), p->ready(p->mine, s), flag, p->ready_wait),
                  "cuStreamWaitValue32");
     launch_add(stream, data + off, data + off, p->slot(p->mine, s), x.dtype, int64_t(bytes / esize));
-    driver_check(p->write_value(CUstream(stream), p->freed(p->peer, s), seq, CU_STREAM_WRITE_VALUE_DEFAULT),
+    driver_check(p->write_value(CUstream(stream), p->freed(p->peer, s), flag, CU_STREAM_WRITE_VALUE_DEFAULT),
                  "cuStreamWriteValue32");
     p->last_seq[s] = seq;
   }
