@@ -24,6 +24,8 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 
@@ -124,7 +126,10 @@ PeerAllReduce* peer_all_reduce_create(MPI_Comm comm, CudaState& cs) {
   CUDA_CHECK(cudaStreamSynchronize(p->copy));  // flags are zero before the peer may write them
   int flush = 0;
   CUDA_CHECK(cudaDeviceGetAttribute(&flush, cudaDevAttrCanFlushRemoteWrites, cs.device));
+  const char* no_flush = std::getenv("TRELLIS_PEER_NO_FLUSH");  // session A/B only (call 7)
+  if (no_flush && *no_flush == '1') flush = 0;
   if (flush) p->ready_wait |= CU_STREAM_WAIT_VALUE_FLUSH;  // the peer's earlier writes visible after the flag
+  if (rank == 0) std::fprintf(stderr, "peer all-reduce: ready waits %s\n", flush ? "flush remote writes" : "without flush");
   cudaIpcMemHandle_t handles[2];
   CUDA_CHECK(cudaIpcGetMemHandle(&handles[rank], p->mine));
   TRELLIS_MPI_CHECK(MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, handles, int(sizeof handles[0]), MPI_BYTE, comm));
