@@ -24,8 +24,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <string>
 
@@ -126,10 +124,11 @@ PeerAllReduce* peer_all_reduce_create(MPI_Comm comm, CudaState& cs) {
   CUDA_CHECK(cudaStreamSynchronize(p->copy));  // flags are zero before the peer may write them
   int flush = 0;
   CUDA_CHECK(cudaDeviceGetAttribute(&flush, cudaDevAttrCanFlushRemoteWrites, cs.device));
-  const char* no_flush = std::getenv("TRELLIS_PEER_NO_FLUSH");  // session A/B only (call 7)
-  if (no_flush && *no_flush == '1') flush = 0;
-  if (flush) p->ready_wait |= CU_STREAM_WAIT_VALUE_FLUSH;  // the peer's earlier writes visible after the flag
-  if (rank == 0) std::fprintf(stderr, "peer all-reduce: ready waits %s\n", flush ? "flush remote writes" : "without flush");
+  // Where the device offers it (not the H200s of bench/sessions/2026-11-30e, call 7), the ready
+  // wait also flushes remote writes, CUDA's documented guarantee that the peer's earlier writes are
+  // visible after its flag; on the H200 the writer's barrier alone is relied on (comm_test checks the
+  // sums bitwise).
+  if (flush) p->ready_wait |= CU_STREAM_WAIT_VALUE_FLUSH;
   cudaIpcMemHandle_t handles[2];
   CUDA_CHECK(cudaIpcGetMemHandle(&handles[rank], p->mine));
   TRELLIS_MPI_CHECK(MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, handles, int(sizeof handles[0]), MPI_BYTE, comm));

@@ -38,25 +38,6 @@ GradientSync::GradientSync(Runtime& rt, Communicator& data_group, const Tensor& 
     if (end < 0) end = e;
     if (end - b >= target || i == 0) close(b);
   }
-  // The bucket holding the buffer's first parameters (the position embedding, the first block) is
-  // completed last, and its reduction runs after backward, exposed: GPT-2 350M at data = 2 waited
-  // 0.45 ms for a 122 MB one (bench/sessions/2026-11-30e, call 2). Its first parameters, at least
-  // 1/64 of a bucket, go into a bucket of their own, so the rest is reduced beside the embedding's
-  // backward and only that small tail after it.
-  auto last = buckets_.end();
-  for (auto it = buckets_.begin(); it != buckets_.end(); ++it)
-    if (!(isolate && it->begin == own_bucket.first) && (last == buckets_.end() || it->begin < last->begin)) last = it;
-  if (last == buckets_.end()) return;
-  for (const auto& [b, e] : param_ranges) {
-    if (b < last->begin || e >= last->end) continue;
-    if (e - last->begin < std::max<int64_t>(1, target / 64)) continue;
-    Bucket tail;
-    tail.begin = last->begin;
-    tail.end = e;
-    last->begin = e;
-    buckets_.insert(last + 1, std::move(tail));
-    break;
-  }
 }
 
 void GradientSync::begin() {

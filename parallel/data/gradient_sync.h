@@ -1,6 +1,5 @@
 // Data-parallel gradient reduction (ZeRO stage 0): the flat gradient buffer is cut into buckets
-// at parameter boundaries, in backward order (the bucket completed last split so that its first
-// parameters, reduced after backward, are few); a bucket is all-reduced (summed) over the data group
+// at parameter boundaries, in backward order; a bucket is all-reduced (summed) over the data group
 // as soon as every gradient in it is final, overlapping the rest of backward. Gradients are
 // already scaled by 1/(global tokens), so the sum is the exact global mean. With a 16-bit reduce
 // dtype a bucket is cast into a 16-bit copy, reduced in that copy (half the bytes on the wire) and

@@ -42,10 +42,9 @@ struct Fixture {
 TEST(GradientSync, BucketsAtParameterBoundariesSumOverRanks) {
   Fixture f;
   // 40-byte buckets (10 floats): from the end, [30, 36) + [28, 30) = 8 < 10, + [12, 28) closes at
-  // 24; then [4, 12) + [0, 4) at i == 0, completed last, so its first parameter [0, 4) is split off
-  // (at least 10 / 64, so one element, rounded up to a parameter): three buckets.
+  // 24; then [4, 12) + [0, 4) at i == 0: two buckets.
   GradientSync sync(f.rt, *f.world, f.grads, f.ranges, 40, DType::f32);
-  EXPECT_EQ(sync.bucket_count(), 3u);
+  EXPECT_EQ(sync.bucket_count(), 2u);
   for (int step = 0; step < 2; ++step) {  // a second step reuses the buckets
     f.fill_grads();
     sync.begin();
@@ -55,30 +54,9 @@ TEST(GradientSync, BucketsAtParameterBoundariesSumOverRanks) {
   }
 }
 
-TEST(GradientSync, TheBucketCompletedLastKeepsOnlyItsFirstParameters) {
-  Fixture f;
-  // 1 MiB buckets: one bucket; its tail would need 1/64 of a bucket (4096 floats), which no
-  // parameter boundary inside it reaches: nothing splits.
-  GradientSync whole(f.rt, *f.world, f.grads, f.ranges, 1 << 20, DType::f32);
-  EXPECT_EQ(whole.bucket_count(), 1u);
-  // 64 floats a bucket: one bucket [0, 36); its tail needs >= 1 element: [0, 4) alone, reduced
-  // only once [0, 4) is ready, while [4, 36) is reduced as soon as it is complete.
-  GradientSync sync(f.rt, *f.world, f.grads, f.ranges, 64 * sizeof(float), DType::f32);
-  EXPECT_EQ(sync.bucket_count(), 2u);
-  f.fill_grads();
-  sync.begin();
-  for (size_t i = f.ranges.size(); i-- > 1;) sync.ready(f.ranges[i].first, f.ranges[i].second);
-  sync.wait_for(4, 36);  // started by ready() without [0, 4)
-  f.expect_reduced(4, 36, "the split bucket before the tail is ready");
-  sync.ready(0, 4);
-  sync.finish();
-  f.expect_reduced(0, 36, "after finish");
-}
-
 TEST(GradientSync, OwnBucketReducedAloneAndWaitedForEarly) {
   Fixture f;
-  // Parameter [4, 12) alone: [12, 36) closes at its boundary, then [4, 12), then [0, 4) (one
-  // parameter: nothing to split off).
+  // Parameter [4, 12) alone: [12, 36) closes at its boundary, then [4, 12), then [0, 4).
   GradientSync sync(f.rt, *f.world, f.grads, f.ranges, 1 << 20, DType::f32, {4, 12});
   EXPECT_EQ(sync.bucket_count(), 3u);
   f.fill_grads();
