@@ -8,7 +8,7 @@
 //                chunk (ready[slot] >= seq), add the slot into x, then write the peer's freed[slot] = seq.
 // The peer frees slots in seq order, so a wait for chunk c's slot covers every chunk before c: the
 // first kSlots / 2 chunks of a tensor (a tensor-parallel activation of GPT-2 1.3B at micro-batch 8)
-// wait once. The flags are 32-bit stream memory operations
+// wait once (peer_slot_waits.h). The flags are 32-bit stream memory operations
 // (cuStreamWaitValue32 / cuStreamWriteValue32, fetched from the driver at run time so that nothing
 // links libcuda); a write orders all earlier writes of its stream before it (the driver's default
 // memory barrier). The copy of one chunk overlaps the add of the one before.
@@ -29,6 +29,7 @@
 
 #include "core/cuda/cuda_state.h"
 #include "core/cuda/launchers.h"
+#include "core/cuda/peer_slot_waits.h"
 
 namespace trellis {
 namespace gpu {
@@ -168,24 +169,17 @@ void peer_all_reduce(PeerAllReduce* p, const Tensor& x, cudaStream_t stream) {
   CUDA_CHECK(cudaEventRecord(p->forked, stream));
   CUDA_CHECK(cudaStreamWaitEvent(p->copy, p->forked, 0));
   char* data = static_cast<char*>(x.data);
-  // The first kSlots / 2 chunks wait once, on the slot of the last of them: its previous chunk is
-  // the newest one they need freed, and half the slots stay in flight between back-to-back tensors.
-  // Later chunks each wait for the chunk kSlots before them.
-  // (Host counts are 64-bit; the flags' 32-bit GEQ compares cyclically, fine while fewer than 2^31
-  // chunks separate the two values.)
-  const uint64_t chunks = (total + kSlotBytes - 1) / kSlotBytes;
-  const uint64_t covered = p->seq + std::min<uint64_t>(chunks, kSlots / 2);
-  if (covered > kSlots)
-    driver_check(p->wait_value(CUstream(p->copy), p->freed(p->mine, int(covered % kSlots)), uint32_t(covered - kSlots),
-                               CU_STREAM_WAIT_VALUE_GEQ),
-                 "cuStreamWaitValue32");
+  // Host counts are 64-bit; the flags' 32-bit GEQ compares cyclically, fine while fewer than 2^31
+  // chunks separate the two values.
+  const uint64_t first = p->seq + 1, chunks = (total + kSlotBytes - 1) / kSlotBytes;
   for (size_t off = 0; off < total; off += kSlotBytes) {
     const size_t bytes = std::min(kSlotBytes, total - off);
     const uint64_t seq = ++p->seq;
     const uint32_t flag = uint32_t(seq);
     const int s = int(seq % kSlots);
-    if (seq > covered && seq > kSlots)
-      driver_check(p->wait_value(CUstream(p->copy), p->freed(p->mine, s), uint32_t(seq - kSlots), CU_STREAM_WAIT_VALUE_GEQ),
+    if (const auto w = slot_wait_before(seq, first, chunks, kSlots))
+      driver_check(p->wait_value(CUstream(p->copy), p->freed(p->mine, int(w->slot_of % kSlots)), uint32_t(w->freed),
+                                 CU_STREAM_WAIT_VALUE_GEQ),
                    "cuStreamWaitValue32");
     CUDA_CHECK(cudaMemcpyAsync(p->slot(p->peer, s), data + off, bytes, cudaMemcpyDeviceToDevice, p->copy));
     driver_check(p->write_value(CUstream(p->copy), p->ready(p->peer, s), flag, CU_STREAM_WRITE_VALUE_DEFAULT),
