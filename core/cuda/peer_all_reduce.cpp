@@ -12,12 +12,9 @@
 // (cuStreamWaitValue32 / cuStreamWriteValue32, fetched from the driver at run time so that nothing
 // links libcuda); a write orders all earlier writes of its stream before it (the driver's default
 // memory barrier). The copy of one chunk overlaps the add of the one before.
-// Chunk size, measured on two H200s (bench/sessions/2026-11-30e, call 2): each chunk costs ~10 us of
-// stream operations beside its copy (a copy ~2.5 us, a flag write ~3, a flag wait ~2; memop_probe.cu),
-// so 1, 2, 4 and ~8 MiB chunks took 457, 229, 169 and 149 us for 32 MiB of bf16 and 3.6, 1.7, 1.2 and
-// 0.98 ms for 256 MiB of f32; a second or third copy stream gained nothing. (Calls 3-5 timed 8 MiB
-// and 8000 KiB chunks alike: 165-174 us and 1.23-1.25 ms. NCCL: 136 us and 0.90 ms. The peer path is
-// slower alone; it wins beside GEMMs, which keep all their SMs.)
+// Chunks of 8 MiB, one copy stream: each chunk costs ~10 us of stream operations beside its copy
+// (memop_probe.cu), so smaller chunks were slower and more copy streams gained nothing
+// (docs/benchmarks.md, eighth session). Alone the path is slower than NCCL; beside GEMMs it wins.
 #include "core/cuda/peer_all_reduce.h"
 
 #include <cuda.h>
