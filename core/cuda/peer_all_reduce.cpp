@@ -21,7 +21,7 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <cstring>
+#include <cstdio>
 #include <string>
 
 #include "core/cuda/cuda_state.h"
@@ -106,18 +106,36 @@ PeerAllReduce* peer_all_reduce_create(MPI_Comm comm, CudaState& cs) {
   auto wait_value = driver_function<WaitValueFn>("cuStreamWaitValue32");
   auto write_value = driver_function<WriteValueFn>("cuStreamWriteValue32");
   int ok = can_access && wait_value && write_value ? 1 : 0, all_ok = 0;
+  // Made on the first all-reduce, often with the GPU nearly full: without room for the slots the
+  // pair stays on NCCL rather than failing the run.
+  void* region = nullptr;
+  if (ok) {
+    CUDA_CHECK(cudaSetDevice(cs.device));
+    const cudaError_t e = cudaMalloc(&region, kRegionBytes);
+    if (e == cudaErrorMemoryAllocation) {
+      (void)cudaGetLastError();
+      region = nullptr;
+      ok = 0;
+      std::fprintf(stderr, "warning: peer all-reduce: no room for its %zu MiB of receive slots on cuda:%d; this "
+                           "group all-reduces through NCCL\n", kRegionBytes >> 20, cs.device);
+    } else {
+      CUDA_CHECK(e);
+    }
+  }
   TRELLIS_MPI_CHECK(MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, comm));
-  if (!all_ok) return nullptr;
+  if (!all_ok) {
+    if (region) CUDA_CHECK(cudaFree(region));
+    return nullptr;
+  }
 
   auto* p = new PeerAllReduce();
   p->cs = &cs;
   p->wait_value = wait_value;
   p->write_value = write_value;
-  CUDA_CHECK(cudaSetDevice(cs.device));
+  p->mine = static_cast<char*>(region);
   CUDA_CHECK(cudaStreamCreateWithFlags(&p->copy, cudaStreamNonBlocking));
   CUDA_CHECK(cudaEventCreateWithFlags(&p->forked, cudaEventDisableTiming));
   for (cudaEvent_t& e : p->pushed) CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
-  CUDA_CHECK(cudaMalloc(&p->mine, kRegionBytes));
   CUDA_CHECK(cudaMemsetAsync(p->mine, 0, kRegionBytes, p->copy));
   CUDA_CHECK(cudaStreamSynchronize(p->copy));  // flags are zero before the peer may write them
   int flush = 0;
