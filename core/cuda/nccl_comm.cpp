@@ -42,7 +42,8 @@ ncclRedOp_t nccl_op(ReduceOp op) { return op == ReduceOp::sum ? ncclSum : ncclMa
 
 // Orders the comm stream after the compute stream, runs `enqueue`, returns the completion event.
 // Inside a trace (log.trace_step) the collective is bracketed by two events on the comm stream and
-// recorded as "nccl OP MB" (the bytes this rank sends or contributes).
+// recorded as "OP MB" ("nccl all_gather 33.6 MB", "peer all_reduce 16.8 MB": the bytes this rank
+// sends or contributes).
 template <typename F>
 void* run_on_comm_stream(NcclComm* c, const char* op, size_t bytes, F&& enqueue) {
   CUDA_CHECK(cudaEventRecord(c->ready, c->cs->compute));
@@ -55,7 +56,7 @@ void* run_on_comm_stream(NcclComm* c, const char* op, size_t bytes, F&& enqueue)
     void* traced_end = tracer->take_event();
     CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(traced_end), c->cs->comm));
     char label[96];
-    std::snprintf(label, sizeof label, "nccl %s %.1f MB", op, double(bytes) / 1e6);
+    std::snprintf(label, sizeof label, "%s %.1f MB", op, double(bytes) / 1e6);
     tracer->add_comm(label, traced_start, traced_end);
   }
   cudaEvent_t done = nullptr;
@@ -105,35 +106,35 @@ void* nccl_all_reduce(NcclComm* c, const Tensor& x, ReduceOp op) {
     if (c->cs->peer_all_reduce) c->peer = peer_all_reduce_create(c->mpi, *c->cs);
   }
   if (c->peer && peer_all_reduce_handles(x, op == ReduceOp::sum))
-    return run_on_comm_stream(c, "all_reduce (peer)", x.nbytes(), [&](ncclComm_t, cudaStream_t s) {
+    return run_on_comm_stream(c, "peer all_reduce", x.nbytes(), [&](ncclComm_t, cudaStream_t s) {
       peer_all_reduce(c->peer, x, s);
     });
-  return run_on_comm_stream(c, "all_reduce", x.nbytes(), [&](ncclComm_t comm, cudaStream_t s) {
+  return run_on_comm_stream(c, "nccl all_reduce", x.nbytes(), [&](ncclComm_t comm, cudaStream_t s) {
     NCCL_CHECK(ncclAllReduce(x.data, x.data, size_t(x.numel()), nccl_type(x.dtype), nccl_op(op), comm, s));
   });
 }
 
 void* nccl_reduce_scatter(NcclComm* c, const Tensor& out, const Tensor& in, ReduceOp op) {
-  return run_on_comm_stream(c, "reduce_scatter", in.nbytes(), [&](ncclComm_t comm, cudaStream_t s) {
+  return run_on_comm_stream(c, "nccl reduce_scatter", in.nbytes(), [&](ncclComm_t comm, cudaStream_t s) {
     NCCL_CHECK(ncclReduceScatter(in.data, out.data, size_t(out.numel()), nccl_type(in.dtype), nccl_op(op), comm, s));
   });
 }
 
 void* nccl_all_gather(NcclComm* c, const Tensor& out, const Tensor& in) {
-  return run_on_comm_stream(c, "all_gather", in.nbytes(), [&](ncclComm_t comm, cudaStream_t s) {
+  return run_on_comm_stream(c, "nccl all_gather", in.nbytes(), [&](ncclComm_t comm, cudaStream_t s) {
     NCCL_CHECK(ncclAllGather(in.data, out.data, size_t(in.numel()), nccl_type(in.dtype), comm, s));
   });
 }
 
 void* nccl_broadcast(NcclComm* c, const Tensor& x, int root) {
-  return run_on_comm_stream(c, "broadcast", x.nbytes(), [&](ncclComm_t comm, cudaStream_t s) {
+  return run_on_comm_stream(c, "nccl broadcast", x.nbytes(), [&](ncclComm_t comm, cudaStream_t s) {
     NCCL_CHECK(ncclBroadcast(x.data, x.data, size_t(x.numel()), nccl_type(x.dtype), root, comm, s));
   });
 }
 
 void* nccl_send_recv(NcclComm* c, const Tensor* send, int dst, const Tensor* recv, int src) {
   const size_t bytes = send ? send->nbytes() : recv->nbytes();
-  return run_on_comm_stream(c, "send_recv", bytes, [&](ncclComm_t comm, cudaStream_t s) {
+  return run_on_comm_stream(c, "nccl send_recv", bytes, [&](ncclComm_t comm, cudaStream_t s) {
     NCCL_CHECK(ncclGroupStart());
     if (send) NCCL_CHECK(ncclSend(send->data, size_t(send->numel()), nccl_type(send->dtype), dst, comm, s));
     if (recv) NCCL_CHECK(ncclRecv(recv->data, size_t(recv->numel()), nccl_type(recv->dtype), src, comm, s));
@@ -144,7 +145,7 @@ void* nccl_send_recv(NcclComm* c, const Tensor* send, int dst, const Tensor* rec
 void* nccl_batch_p2p(NcclComm* c, std::span<const P2POp> ops) {
   size_t bytes = 0;
   for (const P2POp& op : ops) bytes += op.kind == P2POp::send ? op.tensor.nbytes() : 0;
-  return run_on_comm_stream(c, "p2p", bytes, [&](ncclComm_t comm, cudaStream_t s) {
+  return run_on_comm_stream(c, "nccl p2p", bytes, [&](ncclComm_t comm, cudaStream_t s) {
     NCCL_CHECK(ncclGroupStart());
     for (const P2POp& op : ops) {
       if (op.kind == P2POp::send)
@@ -162,7 +163,7 @@ void* nccl_all_to_allv(NcclComm* c, const Tensor& out, const Tensor& in, const i
   const ncclDataType_t t = nccl_type(in.dtype);
   size_t bytes = 0;
   for (int peer = 0; peer < c->size; ++peer) bytes += size_t(send_counts[peer]) * esize;
-  return run_on_comm_stream(c, "all_to_allv", bytes, [&](ncclComm_t comm, cudaStream_t s) {
+  return run_on_comm_stream(c, "nccl all_to_allv", bytes, [&](ncclComm_t comm, cudaStream_t s) {
     NCCL_CHECK(ncclGroupStart());
     for (int peer = 0; peer < c->size; ++peer) {
       // Zero counts are legal in NCCL, but skipping them saves a connection setup.
