@@ -596,7 +596,8 @@ void layernorm_forward_impl(cudaStream_t s, T* out, float* mean, float* rstd, co
 // two-pass form. The ring: 3 slots (2 rows ahead) at one vector per thread (bf16 cols <= 4096:
 // <= 86 KB a block), 2 at two (<= 107 KB).
 constexpr int kMaxFusedIters = 2;
-template <typename T, int ITERS, bool SUMS>
+// p_before and p_after non-null: the variant that also sums dx's columns.
+template <typename T, int ITERS>
 void layernorm_backward_fused(cudaStream_t s, T* dx, float* p_dw, float* p_db, float* p_before, float* p_after,
                               const T* dout, const T* x, const T* w, const float* mean, const float* rstd,
                               int64_t rows, int64_t cols, int64_t chunks) {
@@ -605,7 +606,8 @@ void layernorm_backward_fused(cudaStream_t s, T* dx, float* p_dw, float* p_db, f
   const int threads = ((nvec + ITERS - 1) / ITERS + 31) / 32 * 32;
   const int64_t rows_per_chunk = (rows + chunks - 1) / chunks;
   const size_t bytes = fused_ring_bytes<ITERS, STAGES>(threads);
-  auto kernel = layernorm_backward_fused_kernel<T, ITERS, STAGES, SUMS>;
+  auto kernel = p_before ? layernorm_backward_fused_kernel<T, ITERS, STAGES, true>
+                         : layernorm_backward_fused_kernel<T, ITERS, STAGES, false>;
   if (bytes > 48 * 1024) CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
   kernel<<<unsigned(chunks), threads, bytes, s>>>(dx, p_dw, p_db, p_before, p_after, dout, x, w, mean, rstd, rows,
                                                   int(cols), rows_per_chunk);
@@ -636,19 +638,10 @@ void layernorm_backward_impl(cudaStream_t s, T* dx, float* dw, float* db, const 
     const int64_t chunks = layernorm_chunks(rows);
     float* p_db = scratch;
     float* p_dw = scratch + chunks * cols;
-    float* p_before = scratch + 2 * chunks * cols;
-    float* p_after = scratch + 3 * chunks * cols;
-    if (with_sums) {
-      if (iters == 1)
-        layernorm_backward_fused<T, 1, true>(s, dx, p_dw, p_db, p_before, p_after, dout, x, w, mean, rstd, rows, cols, chunks);
-      else
-        layernorm_backward_fused<T, 2, true>(s, dx, p_dw, p_db, p_before, p_after, dout, x, w, mean, rstd, rows, cols, chunks);
-    } else {
-      if (iters == 1)
-        layernorm_backward_fused<T, 1, false>(s, dx, p_dw, p_db, nullptr, nullptr, dout, x, w, mean, rstd, rows, cols, chunks);
-      else
-        layernorm_backward_fused<T, 2, false>(s, dx, p_dw, p_db, nullptr, nullptr, dout, x, w, mean, rstd, rows, cols, chunks);
-    }
+    float* p_before = with_sums ? scratch + 2 * chunks * cols : nullptr;
+    float* p_after = with_sums ? scratch + 3 * chunks * cols : nullptr;
+    auto fused_launch = iters == 1 ? &layernorm_backward_fused<T, 1> : &layernorm_backward_fused<T, 2>;
+    fused_launch(s, dx, p_dw, p_db, p_before, p_after, dout, x, w, mean, rstd, rows, cols, chunks);
     CUDA_CHECK_LAUNCH();
     FinalizeJobs jobs;
     jobs.add(dw, p_dw, accumulate);

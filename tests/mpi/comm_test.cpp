@@ -62,11 +62,13 @@ bool gpus_for_every_local_rank(int* local_rank, std::string* why) {
   return all_ok != 0;
 }
 
-Backend make_backend(bool device) {
+// peer_all_reduce: RuntimeOptions::peer_all_reduce (device sums at two ranks through peer memory).
+Backend make_backend(bool device, bool peer_all_reduce = true) {
   Backend b;
   b.device = device;
   RuntimeOptions opt;
   opt.cpu_threads = 1;
+  opt.peer_all_reduce = peer_all_reduce;
   if (device) {
     int local = 0;
     std::string why;
@@ -501,14 +503,9 @@ std::vector<unsigned char> random_values(DType t, int seed, int rank, int64_t n)
 TEST(PeerAllReduce, BitwiseEqualToNccl) {
   SKIP_WITHOUT_GPUS();
   Backend peer = make_backend(true);
-  Backend nccl = make_backend(true);
+  Backend nccl = make_backend(true, false);
   MPI_Comm pair;
   ASSERT_EQ(MPI_Comm_split(MPI_COMM_WORLD, world_rank() / 2, world_rank(), &pair), MPI_SUCCESS);
-  // make_backend leaves RuntimeOptions::peer_all_reduce on; the second runtime turns it off.
-  RuntimeOptions off;
-  off.device = nccl.rt->device();
-  off.peer_all_reduce = false;
-  nccl.rt = std::make_unique<Runtime>(off);
   auto cp = Communicator::create(pair, *peer.rt, "pair (peer)");
   auto cn = Communicator::create(pair, *nccl.rt, "pair (nccl)");
   MPI_Comm_free(&pair);
@@ -538,27 +535,24 @@ TEST(PeerAllReduce, BitwiseEqualToNccl) {
 // of bf16 (a tensor-parallel activation of GPT-2 1.3B at micro-batch 8): NCCL, and at two ranks of
 // one node also the peer path.
 void report_all_reduce_bandwidth(bool peer_all_reduce) {
-  RuntimeOptions opt;
-  int local = 0;
-  std::string why;
-  gpus_for_every_local_rank(&local, &why);
-  opt.device = Device::CUDA(local);
-  opt.peer_all_reduce = peer_all_reduce;
-  Runtime rt(opt);
+  Backend b = make_backend(true, peer_all_reduce);
+  Runtime& rt = *b.rt;
   auto c = Communicator::create(MPI_COMM_WORLD, rt, "world");
   for (DType t : {DType::f32, DType::bf16}) {
     const size_t bytes = t == DType::f32 ? size_t(256) << 20 : size_t(32) << 20;
     const int64_t n = int64_t(bytes / dtype_size(t));
     Buffer buf(rt.allocator(), bytes, "bandwidth test");
     Tensor x = buf.tensor(t, Shape{n});
+    auto last = [&] {  // x's last element (f32 or bf16), after everything queued
+      float f = 0;
+      bf16_t h{};
+      copy(rt, Tensor(t == DType::f32 ? static_cast<void*>(&f) : &h, t, Device::CPU(), Shape{1}), x.slice(n - 1, Shape{1}));
+      rt.synchronize();
+      return t == DType::f32 ? f : to_float(h);
+    };
     fill(rt, x, 1.0f);
     c->all_reduce(x);
-    float last = 0;
-    bf16_t last16{};
-    copy(rt, Tensor(t == DType::f32 ? static_cast<void*>(&last) : &last16, t, Device::CPU(), Shape{1}),
-         x.slice(n - 1, Shape{1}));
-    rt.synchronize();
-    EXPECT_EQ(t == DType::f32 ? last : to_float(last16), float(c->size()));
+    EXPECT_EQ(last(), float(c->size()));
     if (peer_all_reduce && !c->peer_all_reduce_active()) {
       if (world_rank() == 0) std::printf("[ PEER     ] not available on these ranks (not two GPUs with peer access)\n");
       return;
@@ -572,11 +566,9 @@ void report_all_reduce_bandwidth(bool peer_all_reduce) {
     rt.synchronize();
     double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / iters;
     // 25 sums of the ones at two ranks: 2^25, exact in f32 and bf16 (every back-to-back one checked).
-    copy(rt, Tensor(t == DType::f32 ? static_cast<void*>(&last) : &last16, t, Device::CPU(), Shape{1}),
-         x.slice(n - 1, Shape{1}));
-    rt.synchronize();
+    const float after = last();
     if (c->size() == 2) {
-      EXPECT_EQ(t == DType::f32 ? last : to_float(last16), float(1 << 25));
+      EXPECT_EQ(after, float(1 << 25));
     }
     double worst = 0;
     MPI_Allreduce(&s, &worst, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
