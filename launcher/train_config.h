@@ -24,6 +24,7 @@ struct ParallelConfig {
   bool sequence_parallel = false;
   int64_t tensor_comm_chunks = 0;  // row blocks of a row-parallel forward's GEMM + all-reduce; 0 = auto
   bool peer_all_reduce = true;     // two ranks of one node: sum all-reduces through peer memory
+  bool tensor_split_batch = true;  // tensor-parallel forward in two halves of the micro-batch
   std::string schedule = "1f1b";   // gpipe | 1f1b | interleaved
   int64_t virtual_stages = 1;
   std::string stage_layers;        // "6,6,6,6": blocks per virtual stage; empty = balanced by cost
@@ -121,8 +122,11 @@ Config load_config_text(const std::string& toml_text, const std::string& name,
 std::vector<int> parse_stage_layers(const Config& c);
 // Checks that need the world size (batch arithmetic, layout) and features not built yet.
 void validate_for_world(const Config& c, int world_size);
+// Whether tensor-parallel blocks run their forward in two halves of the micro-batch
+// (parallel.tensor_split_batch, applicable: tensor > 1, no sequence parallelism, an even micro-batch).
+bool tensor_splits_batch(const Config& c);
 // parallel.tensor_comm_chunks with 0 (auto) resolved: 2 where two GPU ranks of the tensor group sum
-// through the peer all-reduce, else 1.
+// through the peer all-reduce and the batch is not split, else 1.
 int resolved_tensor_comm_chunks(const Config& c, bool on_gpu);
 
 // The batch arithmetic for a world size: global = micro_batch x accumulation x data.

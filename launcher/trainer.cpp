@@ -294,7 +294,8 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
   Communicator* pipeline_group = p > 1 ? &groups.pipeline() : nullptr;
   Communicator* tensor_group = layout.tensor > 1 ? &groups.tensor() : nullptr;
   const TensorParallelContext tp = TensorParallelContext::of(groups.tensor(), cfg.parallel.sequence_parallel,
-                                                             resolved_tensor_comm_chunks(cfg, res.device.is_cuda()));
+                                                             resolved_tensor_comm_chunks(cfg, res.device.is_cuda()),
+                                                             tensor_splits_batch(cfg));
   // The first data-parallel rank of each stage and tensor rank takes part in weight exports.
   const bool saver = groups.coords().data == 0;
 
@@ -403,8 +404,10 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
                 format_bytes(act.kept).c_str(), format_bytes(act.work).c_str(), cfg.train.checkpointing.c_str());
     if (tp.active())
       std::printf("tensor parallel: %d ranks split each layer (heads, MLP, vocabulary), sequence parallelism %s, "
-                  "row-parallel forward in %d communication chunk%s\n",
-                  tp.size, tp.sequence_parallel ? "on" : "off", tp.comm_chunks, tp.comm_chunks == 1 ? "" : "s");
+                  "forward %s, row-parallel forward in %d communication chunk%s\n",
+                  tp.size, tp.sequence_parallel ? "on" : "off",
+                  tp.split_batch ? "in two interleaved halves of the micro-batch" : "on the whole micro-batch",
+                  tp.comm_chunks, tp.comm_chunks == 1 ? "" : "s");
     if (optimizer.sharded())
       std::printf("data parallel: ZeRO stage %d: each rank owns %lld of %lld elements (padded from %lld) of master "
                   "weights, Adam moments and reduced gradients; gradients reduce-scattered (f32) per bucket %s%s\n",

@@ -223,15 +223,17 @@ Tensor GPT::forward_chunk(int slot, const StepContext& ctx, const Tensor& tokens
       dropout_forward(rt_, x, x, cfg_.dropout, embedding_dropout_key(s.ctx, rows));
   }
   const size_t first = chunk_begin_[size_t(s.chunk)];
+  PendingOutput pending;  // each block's output all-reduces, waited for by the next as it goes
   for (size_t i = 0; i < s.blocks.size(); ++i) {
     Tensor y = s.acts.take(dt, activation_shape(B, T));
     const int bucket = block_buckets_[first + i];
     if (hooks_) hooks_->before_forward(bucket, i + 1 < s.blocks.size() ? block_buckets_[first + i + 1] : -1);
-    blocks_[first + i].forward(rt_, s.ctx, x, y, s.blocks[i], s.acts, work_);
+    blocks_[first + i].forward(rt_, s.ctx, x, y, s.blocks[i], s.acts, work_, &pending);
     if (hooks_) hooks_->after_forward(bucket);
     work_.reset();
     x = y;
   }
+  pending.wait();
   s.out = x;
   if (!part_.has_head(s.chunk)) return s.out;
   s.lnf = s.acts.take(dt, {rows, C});

@@ -180,71 +180,153 @@ AttentionDropout TransformerBlock::attention_dropout(const StepContext& ctx) con
   return d;
 }
 
+namespace {
+// Part i of `parts` equal parts of a batch-major tensor's leading dimension (B, or the B*T token rows
+// of the LayerNorm statistics): the rows of those samples, a view.
+Tensor part_of(const Tensor& t, int i, int parts) {
+  if (parts == 1 || !t.defined()) return t;
+  Shape s = t.shape;
+  s.dims[0] /= parts;
+  return t.slice(i * s.numel(), s);
+}
+
+// Through the row-parallel layer when there is one (its all-reduce in flight), else the plain linear.
+CommHandle row_forward(Runtime& rt, const std::optional<RowParallelLinear>& par, const Tensor& y, const Tensor& x,
+                       const Parameter& w, const Parameter& b, Arena& work, const Tensor* residual) {
+  if (par) return par->forward(rt, y, x, work, residual);
+  linear_forward(rt, y, x, w, b, nullptr, residual);
+  return {};
+}
+}  // namespace
+
+BlockSaved BlockSaved::part(int i, int parts) const {
+  auto p = [&](const Tensor& t) { return part_of(t, i, parts); };
+  return {p(x), p(ln1), p(ln1_mean), p(ln1_rstd), p(qkv), p(att), p(lse), p(r), p(ln2), p(ln2_mean), p(ln2_rstd),
+          p(h),  p(g)};
+}
+
+int TransformerBlock::batch_parts(const Tokens& n) const {
+  return tp_.active() && tp_.split_batch && !tp_.sharded_tokens() && n.B % 2 == 0 ? 2 : 1;
+}
+
+StepContext TransformerBlock::part_context(const StepContext& ctx, const Tokens& n, int i, int parts) {
+  StepContext c = ctx;
+  c.sample_offset += i * n.B / parts;
+  return c;
+}
+
+bool TransformerBlock::residual_in_gemm(const StepContext& ctx) const {
+  // Dropout applies to the branch before the add; sequence parallelism adds on token shards, while
+  // the row-parallel GEMM writes all rows.
+  return !(ctx.training && cfg_.dropout > 0.0f) && !tp_.sharded_tokens();
+}
+
 void TransformerBlock::attention_part(Runtime& rt, const StepContext& ctx, BlockSaved& s, Arena& a) const {
   // qkv holds this rank's heads: (B, T, 3C/t).
   const int64_t B = s.qkv.size(0), T = s.qkv.size(1), t = tp_.size, C = cfg_.d_model / t, H = cfg_.n_heads / t;
   s.att = a.take(cfg_.dtype, {B, T, C});
   s.lse = a.take(DType::f32, {B, H, T});
-  attention_forward(rt, s.att, s.lse, s.qkv, int(H), attention_dropout(ctx));
+  // In the parts forward ran in, so a recomputation repeats its arithmetic exactly.
+  const Tokens n = tokens_of(ctx, s.x);
+  const int parts = batch_parts(n);
+  for (int i = 0; i < parts; ++i) {
+    const BlockSaved p = s.part(i, parts);
+    attention_forward(rt, p.att, p.lse, p.qkv, int(H), attention_dropout(part_context(ctx, n, i, parts)));
+  }
+}
+
+CommHandle TransformerBlock::attention_half(Runtime& rt, const StepContext& ctx, BlockSaved& s, const Tensor& branch,
+                                            Arena& temp) const {
+  layernorm_forward(rt, s.ln1, s.ln1_mean, s.ln1_rstd, s.x, p_.ln1_w->value, p_.ln1_b->value);
+  linear_forward(rt, qkv_, s.qkv, s.ln1, *p_.qkv_w, *p_.qkv_b, temp);
+  attention_forward(rt, s.att, s.lse, s.qkv, int(cfg_.n_heads / tp_.size), attention_dropout(ctx));
+  if (residual_in_gemm(ctx))  // r = x + proj(att)
+    return row_forward(rt, proj_, s.r, s.att, *p_.proj_w, *p_.proj_b, temp, &s.x);
+  return row_forward(rt, proj_, branch, s.att, *p_.proj_w, *p_.proj_b, temp, nullptr);
+}
+
+CommHandle TransformerBlock::mlp_half(Runtime& rt, const StepContext& ctx, BlockSaved& s, const Tensor& branch,
+                                      const Tensor& y, Arena& temp) const {
+  if (residual_in_gemm(ctx)) {
+    layernorm_forward(rt, s.ln2, s.ln2_mean, s.ln2_rstd, s.r, p_.ln2_w->value, p_.ln2_b->value);
+  } else {
+    if (ctx.training && cfg_.dropout > 0.0f)
+      dropout_forward(rt, branch, branch, cfg_.dropout, dropout_key(ctx, 1, tokens_of(ctx, s.x)));
+    // r = x + branch and ln2 = LN(r) in one pass over the rows.
+    add_layernorm_forward(rt, s.r, s.ln2, s.ln2_mean, s.ln2_rstd, s.x, branch, p_.ln2_w->value, p_.ln2_b->value);
+  }
+  // g = gelu(h), h = fc(ln2): one GEMM with the GELU as its epilogue, writing both (h for backward).
+  if (fc_) fc_->forward(rt, s.g, s.ln2, temp, &s.h);
+  else linear_forward(rt, s.g, s.ln2, *p_.fc_w, *p_.fc_b, &s.h);
+  if (!y.defined()) return {};
+  if (residual_in_gemm(ctx))  // y = r + fc_proj(g)
+    return row_forward(rt, fc_proj_, y, s.g, *p_.fc_proj_w, *p_.fc_proj_b, temp, &s.r);
+  return row_forward(rt, fc_proj_, branch, s.g, *p_.fc_proj_w, *p_.fc_proj_b, temp, nullptr);
 }
 
 void TransformerBlock::forward_into(Runtime& rt, const StepContext& ctx, const Tensor& x, const Tensor& y,
-                                    BlockSaved& s, Arena& keep, Arena& temp, bool keep_attention,
-                                    bool keep_rest) const {
+                                    BlockSaved& s, Arena& keep, Arena& temp, bool keep_attention, bool keep_rest,
+                                    PendingOutput* pending) const {
   const Tokens n = tokens_of(ctx, x);
-  const int64_t B = n.B, T = n.T, C = cfg_.d_model, Cl = C / tp_.size;
+  const int64_t B = n.B, T = n.T, C = cfg_.d_model, t = tp_.size, Cl = C / t, H = cfg_.n_heads / t;
   // The block's own activations: (B, T, C), or this rank's token rows.
   const Shape act = tp_.sharded_tokens() ? Shape{n.rows, C} : Shape{B, T, C};
   const DType dt = cfg_.dtype;
-  const bool drop = ctx.training && cfg_.dropout > 0.0f;
   Arena& rest = keep_rest ? keep : temp;
+  Arena& attention = keep_attention ? keep : temp;
   s.x = x;
   s.ln1 = rest.take(dt, act);
   s.ln1_mean = rest.take(DType::f32, {n.rows});
   s.ln1_rstd = rest.take(DType::f32, {n.rows});
-  layernorm_forward(rt, s.ln1, s.ln1_mean, s.ln1_rstd, x, p_.ln1_w->value, p_.ln1_b->value);
   s.qkv = rest.take(dt, {B, T, 3 * Cl});
-  linear_forward(rt, qkv_, s.qkv, s.ln1, *p_.qkv_w, *p_.qkv_b, temp);
-  attention_part(rt, ctx, s, keep_attention ? keep : temp);
-  // Without tensor parallelism (whose row-parallel output is reduced first) and dropout, each residual
-  // add is the output projection's GEMM epilogue; else branch = projection, then the add.
-  const bool residual_in_gemm = !proj_ && !fc_proj_ && !drop;
+  s.att = attention.take(dt, {B, T, Cl});
+  s.lse = attention.take(DType::f32, {B, H, T});
   s.r = rest.take(dt, act);
   s.ln2 = rest.take(dt, act);
   s.ln2_mean = rest.take(DType::f32, {n.rows});
   s.ln2_rstd = rest.take(DType::f32, {n.rows});
-  Tensor branch = residual_in_gemm ? Tensor() : temp.take(dt, act);
-  if (residual_in_gemm) {
-    linear_forward(rt, s.r, s.att, *p_.proj_w, *p_.proj_b, nullptr, &x);  // r = x + proj(att)
-    layernorm_forward(rt, s.ln2, s.ln2_mean, s.ln2_rstd, s.r, p_.ln2_w->value, p_.ln2_b->value);
-  } else {
-    linear_forward(rt, proj_, branch, s.att, *p_.proj_w, *p_.proj_b, temp);
-    if (drop) dropout_forward(rt, branch, branch, cfg_.dropout, dropout_key(ctx, 1, n));
-    // r = x + branch and ln2 = LN(r) in one pass over the rows.
-    add_layernorm_forward(rt, s.r, s.ln2, s.ln2_mean, s.ln2_rstd, x, branch, p_.ln2_w->value, p_.ln2_b->value);
-  }
-  // g = gelu(h), h = fc(ln2): one GEMM with the GELU as its epilogue, writing both (h for backward).
   s.h = rest.take(dt, {B, T, 4 * Cl});
   s.g = rest.take(dt, {B, T, 4 * Cl});
-  if (fc_) fc_->forward(rt, s.g, s.ln2, temp, &s.h);
-  else linear_forward(rt, s.g, s.ln2, *p_.fc_w, *p_.fc_b, &s.h);
-  if (!y.defined()) return;
-  if (residual_in_gemm) {
-    linear_forward(rt, y, s.g, *p_.fc_proj_w, *p_.fc_proj_b, nullptr, &s.r);  // y = r + fc_proj(g)
-    return;
+  // Without dropout (and sequence parallelism) each residual add is its projection's GEMM epilogue
+  // (rank 0's under tensor parallelism, before the all-reduce); else branch = projection, then the add.
+  const bool in_gemm = residual_in_gemm(ctx);
+  const Tensor branch = in_gemm ? Tensor() : temp.take(dt, act);
+  // Under the batch split the halves interleave: each all-reduce runs while the other half computes.
+  const int parts = batch_parts(n);
+  if (pending && parts == 1) pending->wait();
+  CommHandle attention_done[2], mlp_done[2];
+  for (int i = 0; i < parts; ++i) {
+    if (pending) pending->half[i].wait();
+    BlockSaved p = s.part(i, parts);
+    attention_done[i] = attention_half(rt, part_context(ctx, n, i, parts), p, part_of(branch, i, parts), temp);
   }
-  linear_forward(rt, fc_proj_, branch, s.g, *p_.fc_proj_w, *p_.fc_proj_b, temp);
-  if (drop) dropout_forward(rt, branch, branch, cfg_.dropout, dropout_key(ctx, 2, n));
-  add(rt, y, s.r, branch);
+  for (int i = 0; i < parts; ++i) {
+    attention_done[i].wait();
+    BlockSaved p = s.part(i, parts);
+    mlp_done[i] = mlp_half(rt, part_context(ctx, n, i, parts), p, part_of(branch, i, parts), part_of(y, i, parts), temp);
+  }
+  if (!y.defined()) return;
+  for (int i = 0; i < parts; ++i) {
+    if (in_gemm) {
+      if (pending) pending->half[i] = std::move(mlp_done[i]);  // else waited for as it goes
+      continue;
+    }
+    mlp_done[i].wait();
+    const StepContext c = part_context(ctx, n, i, parts);
+    const Tensor bi = part_of(branch, i, parts), yi = part_of(y, i, parts), ri = part_of(s.r, i, parts);
+    if (ctx.training && cfg_.dropout > 0.0f)
+      dropout_forward(rt, bi, bi, cfg_.dropout, dropout_key(c, 2, tokens_of(c, part_of(x, i, parts))));
+    add(rt, yi, ri, bi);
+  }
 }
 
 void TransformerBlock::forward(Runtime& rt, const StepContext& ctx, const Tensor& x, const Tensor& y,
-                               BlockSaved& s, Arena& keep, Arena& temp) const {
+                               BlockSaved& s, Arena& keep, Arena& temp, PendingOutput* pending) const {
   NvtxRange r("block_forward");
   TRELLIS_CHECK(y.defined(), "TransformerBlock::forward: no output tensor");
   const bool keep_all = cfg_.checkpointing == Checkpointing::none;
   const bool keep_rest = cfg_.checkpointing != Checkpointing::full;
-  forward_into(rt, ctx, x, y, s, keep, temp, keep_all, keep_rest);
+  forward_into(rt, ctx, x, y, s, keep, temp, keep_all, keep_rest, pending);
 }
 
 void TransformerBlock::backward(Runtime& rt, const StepContext& ctx, const Tensor& dres, BlockSaved& s,

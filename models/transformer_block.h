@@ -56,6 +56,20 @@ struct BlockSaved {
   Tensor r;                      // residual after attention
   Tensor ln2, ln2_mean, ln2_rstd;
   Tensor h, g;                   // (B, T, 4C): fc output and its GELU
+
+  // Part `i` of `parts` equal parts of the samples (views): what the batch split runs on.
+  BlockSaved part(int i, int parts) const;
+};
+
+// Under the batch split (TensorParallelContext::split_batch) the all-reduces that finish each half
+// of a block's output are still in flight when forward returns. Passed from block to block, the
+// next block waits for each half just before reading it, so one half's reduction runs while the
+// other half computes; whoever reads the last block's output calls wait().
+struct PendingOutput {
+  CommHandle half[2];
+  void wait() {
+    for (CommHandle& h : half) h.wait();
+  }
 };
 
 class TransformerBlock {
@@ -74,9 +88,10 @@ class TransformerBlock {
 
   // y = block(x). Kept activations are taken from `keep`, the rest from `temp` (which the caller
   // may reset once forward returns). With sequence parallelism x and y are this rank's (N/t, C)
-  // token shards and ctx.seq_len must be set.
+  // token shards and ctx.seq_len must be set. With `pending`, x's halves are waited for on it as
+  // they are needed and it returns holding y's (see PendingOutput); without, y is complete.
   void forward(Runtime& rt, const StepContext& ctx, const Tensor& x, const Tensor& y, BlockSaved& s,
-               Arena& keep, Arena& temp) const;
+               Arena& keep, Arena& temp, PendingOutput* pending = nullptr) const;
   // dres holds dL/dy on entry and dL/dx on return (accumulated in place). Parameter gradients are
   // added into the store's gradient buffer. `work` is reset by the caller after each block.
   void backward(Runtime& rt, const StepContext& ctx, const Tensor& dres, BlockSaved& s, Arena& work) const;
@@ -104,10 +119,25 @@ class TransformerBlock {
   Tokens tokens_of(const StepContext& ctx, const Tensor& x) const;
   DropoutKey dropout_key(const StepContext& ctx, int site, const Tokens& n) const;
   AttentionDropout attention_dropout(const StepContext& ctx) const;
+  // How many parts of the samples forward runs in: 2 under the batch split (an even micro-batch
+  // without sequence parallelism), else 1.
+  int batch_parts(const Tokens& n) const;
+  // ctx for part i of `parts` of the micro-batch (its first sample's global index).
+  static StepContext part_context(const StepContext& ctx, const Tokens& n, int i, int parts);
   void attention_part(Runtime& rt, const StepContext& ctx, BlockSaved& s, Arena& a) const;  // att, lse from qkv
+  // The two halves of forward on one part of the samples: ln1 .. the attention projection, whose
+  // all-reduce the returned handle is (into s.r, or `branch` with dropout or sequence parallelism);
+  // and ln2 .. the MLP projection (into y, or `branch`; nothing with y undefined).
+  CommHandle attention_half(Runtime& rt, const StepContext& ctx, BlockSaved& s, const Tensor& branch,
+                            Arena& temp) const;
+  CommHandle mlp_half(Runtime& rt, const StepContext& ctx, BlockSaved& s, const Tensor& branch, const Tensor& y,
+                      Arena& temp) const;
+  // Dropout on the residual branches, or the residual adds as the projections' GEMM epilogues.
+  bool residual_in_gemm(const StepContext& ctx) const;
   // y undefined: stop once what backward needs is computed (the recomputation of full checkpointing).
   void forward_into(Runtime& rt, const StepContext& ctx, const Tensor& x, const Tensor& y, BlockSaved& s,
-                    Arena& keep, Arena& temp, bool keep_attention, bool keep_rest) const;
+                    Arena& keep, Arena& temp, bool keep_attention, bool keep_rest,
+                    PendingOutput* pending = nullptr) const;
 
   const GPTConfig& cfg_;
   int layer_;

@@ -92,17 +92,20 @@ RowParallelLinear::RowParallelLinear(Communicator& tensor, const Parameter& w, c
   TRELLIS_CHECK(comm_chunks >= 1, "RowParallelLinear: comm_chunks must be at least 1");
 }
 
-void RowParallelLinear::forward(Runtime& rt, const Tensor& y, const Tensor& x, Arena& work) const {
+CommHandle RowParallelLinear::forward(Runtime& rt, const Tensor& y, const Tensor& x, Arena& work,
+                                      const Tensor* residual) const {
+  TRELLIS_CHECK(!(residual && sp_), "RowParallelLinear: a residual needs the full rows (no sequence parallelism)");
   const Tensor partial = sp_ ? full_rows(work, y, tensor_->size()) : y;
   MatmulOptions o;
   o.trans_b = true;
-  // The bias must enter the sum once: rank 0 adds it in its GEMM epilogue (free), the others not.
-  if (tensor_->rank() == 0) o.bias = &b_->value;
-  const Tensor y2 = rows2d(partial), x2 = rows2d(x);
+  // The bias (and the residual) must enter the sum once: rank 0 adds them in its GEMM epilogue (free),
+  // the others not.
+  const bool first = tensor_->rank() == 0;
+  if (first) o.bias = &b_->value;
+  const Tensor y2 = rows2d(partial), x2 = rows2d(x), res2 = residual && first ? rows2d(*residual) : Tensor();
   if (sp_) {
     matmul(rt, y2, x2, w_->value, o);
-    reduce_scatter_to_token_shards_forward(*tensor_, y, partial).wait();
-    return;
+    return reduce_scatter_to_token_shards_forward(*tensor_, y, partial);
   }
   // Every rank cuts the same row blocks (one with comm_chunks = 1), so the all-reduces pair up in
   // the same order.
@@ -112,10 +115,13 @@ void RowParallelLinear::forward(Runtime& rt, const Tensor& y, const Tensor& x, A
   for (int64_t i = 0; i < chunks; ++i) {
     const int64_t r0 = N * i / chunks, r1 = N * (i + 1) / chunks;
     const Tensor yi = y2.slice(r0 * y2.cols(), {r1 - r0, y2.cols()});
+    const Tensor ri = res2.defined() ? res2.slice(r0 * y2.cols(), {r1 - r0, y2.cols()}) : Tensor();
+    o.residual = ri.defined() ? &ri : nullptr;
     matmul(rt, yi, x2.slice(r0 * x2.cols(), {r1 - r0, x2.cols()}), w_->value, o);
     reduced.push_back(reduce_from_tensor_region_forward(*tensor_, yi));
   }
-  for (CommHandle& h : reduced) h.wait();
+  for (size_t i = 0; i + 1 < reduced.size(); ++i) reduced[i].wait();
+  return std::move(reduced.back());
 }
 
 void RowParallelLinear::backward(Runtime& rt, const Tensor& dx, const Tensor& dy, const Tensor& x, Arena& work,

@@ -59,7 +59,12 @@ class RowParallelLinear {
 
   // x: (N, in/t). y: the full (N, out), summed over the group, or with sequence parallelism this
   // rank's (N/t, out) token shard of the sum (reduce-scattered from an (N, out) tensor from `work`).
-  void forward(Runtime& rt, const Tensor& y, const Tensor& x, Arena& work) const;
+  // The returned handle is the collective that completes y (of the last row block): wait on it
+  // before reading y; the earlier blocks' are waited for here. With residual (y's shape, not with
+  // sequence parallelism): y = residual + the sum, the residual entering once, through rank 0's
+  // GEMM epilogue.
+  CommHandle forward(Runtime& rt, const Tensor& y, const Tensor& x, Arena& work,
+                     const Tensor* residual = nullptr) const;
   // dy: (N, out), or this rank's (N/t, out) token shard with sequence parallelism (gathered into
   // an (N, out) tensor from `work`). dx (N, in/t, written); w.grad += dy^T x; b.grad += column
   // sums of the full dy, the same on every rank, so the replicated bias needs no reduction over

@@ -3,7 +3,8 @@
 embedding and attention) trained for K steps on 1 rank and with tensor = 2 and 4 (each with and
 without sequence parallelism), tensor 2 x data 2 (also with the row-parallel forward in 3 communication
 chunks), tensor 2 x pipeline 2 and tensor 2 x pipeline 2 x data 2 gives the same losses, validation losses and exported weights (gathered from the shards) up
-to fp32 reduction-order rounding. A tensor = 2 run stopped and resumed from its checkpoint
+to fp32 reduction-order rounding; so do tensor = 2 runs without dropout (the residual adds in rank 0's GEMM
+epilogues), with the batch split (each block's forward in two halves of the micro-batch, the default) and without. A tensor = 2 run stopped and resumed from its checkpoint
 continues bitwise, and the checkpoint (in the whole model's layout) resumes on one rank. Bad shapes fail on every rank with one clear line.
 Usage: tensor_equivalence.py TRAIN_GPT MPIEXEC CONFIG"""
 import os
@@ -59,6 +60,21 @@ def main():
                   f"comm_chunks={chunks}: "
                   f"layout reported {start['layout']}, params on rank 0 {start['params_per_rank'][0]}, "
                   f"max loss rel diff {dl:.2e}, val {dv:.2e}, grad norm {dn:.2e}, weights: rel L2 diff {l2:.2e}, max abs diff {dw:.2e}")
+
+        # Without dropout the residual adds are rank 0's GEMM epilogues; the batch split (on by default:
+        # micro-batch 2 runs as two halves of one sample) against the whole micro-batch, and against
+        # one rank without dropout.
+        nodrop = ["model.dropout=0", "model.attention_dropout=0"]
+        _, ref0_loss, _, ref0_w, _, _ = run(binary, mpiexec, config, tmp, 1, "t1_nodrop", *nodrop)
+        for ranks, sets in [(2, ["parallel.tensor=2"]), (2, ["parallel.tensor=2", "parallel.tensor_split_batch=false"]),
+                            (4, ["parallel.tensor=2"]), (4, ["parallel.tensor=2", "parallel.pipeline=2"])]:
+            tag = "nodrop_" + "_".join(x.split(".")[1].replace("=", "") for x in sets) + f"_n{ranks}"
+            _, loss, _, w, _, _ = run(binary, mpiexec, config, tmp, ranks, tag, *nodrop, *sets)
+            dl, dw, l2 = compare(loss, ref0_loss, w, ref0_w)
+            ok = len(loss) == STEPS and dl <= LOSS_TOL and dw <= WEIGHT_MAX_TOL and l2 <= WEIGHT_L2_TOL
+            failed |= not ok
+            print(f"{'ok  ' if ok else 'FAIL'} no dropout, {ranks} ranks, {' '.join(sets)}: max loss rel diff {dl:.2e}, "
+                  f"weights: rel L2 diff {l2:.2e}, max abs diff {dw:.2e}")
 
         # Checkpoints: stop a tensor = 2 run (sequence parallel) after step 3 and resume it with the
         # same layout: bitwise the uninterrupted run.

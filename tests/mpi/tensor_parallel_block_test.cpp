@@ -1,5 +1,6 @@
 // A tensor-parallel TransformerBlock against the full block, on the CPU under mpirun, f32, with
-// residual and attention dropout on. Every rank builds the full block (t = 1) and its shard of the
+// residual and attention dropout on and off, the forward whole and in two halves of the samples
+// (the batch split). Every rank builds the full block (t = 1) and its shard of the
 // tensor-parallel block from the same seed, runs both forward and backward on the same input and
 // output gradient, and compares the output, the input gradient and every parameter gradient it
 // holds with the matching slice of the full block's: the full activation without sequence
@@ -32,18 +33,20 @@ namespace {
 
 using namespace tp_test;
 
-constexpr int64_t B = 3, T = 8, C = 16, H = 4, N = B * T;  // N = 24: token shards cross samples
+// B = 3 (N = 24: token shards cross samples) runs each block's forward whole, B = 4 in two halves of
+// the samples (the batch split).
+constexpr int64_t T = 8, C = 16, H = 4;
 constexpr int kLayer = 1;
 
-GPTConfig test_config(Checkpointing ck) {
+GPTConfig test_config(Checkpointing ck, float dropout = 0.1f) {
   GPTConfig cfg;
   cfg.vocab_size = 64;
   cfg.seq_len = T;
   cfg.n_layers = 2;
   cfg.n_heads = H;
   cfg.d_model = C;
-  cfg.dropout = 0.1f;
-  cfg.attention_dropout = 0.1f;
+  cfg.dropout = dropout;
+  cfg.attention_dropout = dropout;
   cfg.dtype = DType::f32;
   cfg.checkpointing = ck;
   return cfg;
@@ -81,7 +84,7 @@ struct Run {
 
 // Runs `block` on x (full or a token shard) with output gradient dy. The arenas have exactly the
 // sizes kept_bytes / work_bytes claim, so an under-estimate fails (fatally: Arena::take).
-void run_block(Runtime& rt, const GPTConfig& cfg, const TensorParallelContext& tp, const StepContext& ctx,
+void run_block(Runtime& rt, const GPTConfig& cfg, const TensorParallelContext& tp, const StepContext& ctx, int64_t B,
                const std::vector<float>& x_in, const std::vector<float>& dy_in, Shape act, Run& out) {
   const TransformerBlock block(cfg, kLayer, BlockParams::of(out.params, kLayer), tp);
   Arena keep(rt.allocator(), std::max<size_t>(TransformerBlock::kept_bytes(cfg, B, T, tp), 256), "kept");
@@ -97,13 +100,16 @@ void run_block(Runtime& rt, const GPTConfig& cfg, const TensorParallelContext& t
   out.work_peak = work.peak();
 }
 
-void check_block(Runtime& rt, ProcessGroups& pg, Checkpointing ck, bool sp) {
+// Without dropout the residual adds are the projections' GEMM epilogues (rank 0's, before the all-reduce).
+void check_block(Runtime& rt, ProcessGroups& pg, Checkpointing ck, bool sp, int64_t B, float dropout) {
+  const int64_t N = B * T;
   Communicator& tensor = pg.tensor();
   const int t = tensor.size(), r = tensor.rank(), d = pg.coords().data;
   const char* ck_name = ck == Checkpointing::none ? "none" : ck == Checkpointing::full ? "full" : "selective";
   SCOPED_TRACE("tensor " + std::to_string(t) + " x data " + std::to_string(pg.layout().data) +
-               (sp ? " with" : " without") + " sequence parallelism, checkpointing " + ck_name);
-  const GPTConfig cfg = test_config(ck);
+               (sp ? " with" : " without") + " sequence parallelism, checkpointing " + ck_name + ", micro-batch " +
+               std::to_string(B) + ", dropout " + std::to_string(dropout));
+  const GPTConfig cfg = test_config(ck, dropout);
   StepContext ctx;
   ctx.seed = 1234;
   ctx.step = 3;
@@ -117,10 +123,10 @@ void check_block(Runtime& rt, ProcessGroups& pg, Checkpointing ck, bool sp) {
   TransformerBlock::append_specs(cfg, kLayer, full_specs);
   Run full(rt, full_specs);
   draw_parameters(full.params);
-  run_block(rt, test_config(Checkpointing::none), {}, ctx, x, dy, {B, T, C}, full);
+  run_block(rt, test_config(Checkpointing::none, dropout), {}, ctx, B, x, dy, {B, T, C}, full);
 
   // This rank's part of the tensor-parallel block.
-  const TensorParallelContext tp = TensorParallelContext::of(tensor, sp);
+  const TensorParallelContext tp = TensorParallelContext::of(tensor, sp, 1, /*split_batch=*/true);
   std::vector<ParameterSpec> specs;
   TransformerBlock::append_specs(cfg, kLayer, specs, tp);
   Run part(rt, specs);
@@ -130,7 +136,7 @@ void check_block(Runtime& rt, ProcessGroups& pg, Checkpointing ck, bool sp) {
     return std::vector<float>(v.begin() + (sp ? r * rows * C : 0), v.begin() + (sp ? r * rows * C : 0) + rows * C);
   };
   const Shape act = sp ? Shape{rows, C} : Shape{B, T, C};
-  run_block(rt, cfg, tp, ctx, mine(x), mine(dy), act, part);
+  run_block(rt, cfg, tp, ctx, B, mine(x), mine(dy), act, part);
   EXPECT_LE(part.keep_peak, TransformerBlock::kept_bytes(cfg, B, T, tp));
   EXPECT_LE(part.work_peak, TransformerBlock::work_bytes(cfg, B, T, tp));
 
@@ -208,6 +214,7 @@ TEST(TensorParallelBlock, DropoutIsOn) {
   opt.cpu_threads = 1;
   Runtime rt(opt);
   const GPTConfig cfg = test_config(Checkpointing::none);
+  const int64_t B = 3, N = B * T;
   std::vector<ParameterSpec> specs;
   TransformerBlock::append_specs(cfg, kLayer, specs);
   ParameterStore ps(rt, specs, DType::f32);
@@ -240,7 +247,8 @@ TEST(TensorParallelBlock, MatchesTheFullBlock) {
     ProcessGroups pg(MPI_COMM_WORLD, make_layout(W, t, 1), rt);  // tensor x data when t < W
     for (bool sp : {false, true})
       for (Checkpointing ck : {Checkpointing::none, Checkpointing::selective, Checkpointing::full})
-        check_block(rt, pg, ck, sp);
+        for (int64_t B : {2, 3, 4})
+          for (float dropout : {0.1f, 0.0f}) check_block(rt, pg, ck, sp, B, dropout);
   }
 }
 

@@ -226,14 +226,26 @@ TEST_F(ConfigTest, TensorShapes) {
   EXPECT_HAS(error_of("[parallel]\ntensor_comm_chunks = -1\n"), "tensor_comm_chunks");
 }
 
-TEST_F(ConfigTest, TensorCommChunksAutoIsTwoOnlyWithThePeerAllReduce) {
+TEST_F(ConfigTest, TensorCommChunksAutoIsTwoOnlyWithThePeerAllReduceAndAWholeBatch) {
   auto chunks = [&](const std::string& text, bool gpu) { return resolved_tensor_comm_chunks(load_config(write(text), {}), gpu); };
-  EXPECT_EQ(chunks("[parallel]\ntensor = 2\n", true), 2);
-  EXPECT_EQ(chunks("[parallel]\ntensor = 2\n", false), 1);  // the CPU
-  EXPECT_EQ(chunks("[parallel]\ntensor = 4\n", true), 1);
-  EXPECT_EQ(chunks("[parallel]\ntensor = 2\npeer_all_reduce = false\n", true), 1);
-  EXPECT_EQ(chunks("[parallel]\ntensor = 2\nsequence_parallel = true\n", true), 1);
+  const std::string odd = "[train]\nmicro_batch = 3\n";  // no batch split
+  EXPECT_EQ(chunks(odd + "[parallel]\ntensor = 2\n", true), 2);
+  EXPECT_EQ(chunks("[parallel]\ntensor = 2\ntensor_split_batch = false\n", true), 2);
+  EXPECT_EQ(chunks("[train]\nmicro_batch = 4\n[parallel]\ntensor = 2\n", true), 1);  // split: no chunks
+  EXPECT_EQ(chunks(odd + "[parallel]\ntensor = 2\n", false), 1);  // the CPU
+  EXPECT_EQ(chunks(odd + "[parallel]\ntensor = 4\n", true), 1);
+  EXPECT_EQ(chunks(odd + "[parallel]\ntensor = 2\npeer_all_reduce = false\n", true), 1);
+  EXPECT_EQ(chunks(odd + "[parallel]\ntensor = 2\nsequence_parallel = true\n", true), 1);
   EXPECT_EQ(chunks("[parallel]\ntensor = 2\ntensor_comm_chunks = 3\n", false), 3);
+}
+
+TEST_F(ConfigTest, TensorSplitsTheBatchWhenItCan) {
+  auto splits = [&](const std::string& text) { return tensor_splits_batch(load_config(write(text), {})); };
+  EXPECT_TRUE(splits("[train]\nmicro_batch = 2\n[parallel]\ntensor = 2\n"));
+  EXPECT_FALSE(splits("[train]\nmicro_batch = 3\n[parallel]\ntensor = 2\n"));  // odd
+  EXPECT_FALSE(splits("[train]\nmicro_batch = 2\n[parallel]\ntensor = 1\n"));
+  EXPECT_FALSE(splits("[train]\nmicro_batch = 2\n[parallel]\ntensor = 2\nsequence_parallel = true\n"));
+  EXPECT_FALSE(splits("[train]\nmicro_batch = 2\n[parallel]\ntensor = 2\ntensor_split_batch = false\n"));
 }
 
 // Pipeline parallelism is built; shapes the schedule cannot run are one line naming the keys.
