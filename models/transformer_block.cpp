@@ -352,12 +352,13 @@ void TransformerBlock::backward(Runtime& rt, const StepContext& ctx, const Tenso
     dbranch = work.take(dt, act);
     dropout_backward(rt, dbranch, dres, cfg_.dropout, dropout_key(ctx, 2, n));
   }
-  // Without tensor parallelism and dropout, the two projections' output gradients are dres as ln2's
-  // backward reads it (fc_proj's) and as it writes it (proj's): their bias gradients are summed there.
-  const bool bias_sums_in_ln2 = !proj_ && !fc_proj_ && !drop;
+  // Without dropout (and sequence parallelism, whose dres is a token shard), the two projections' output
+  // gradients are dres as ln2's backward reads it (fc_proj's) and as it writes it (proj's): their bias
+  // gradients (replicated under tensor parallelism) are summed there.
+  const bool bias_sums_in_ln2 = !drop && !tp_.sharded_tokens();
   // dh = (dbranch W_proj) * gelu'(h): fc_proj's input-gradient GEMM with GELU's backward as its epilogue.
   Tensor dh = work.take(dt, {B, T, 4 * Cl});
-  if (fc_proj_) fc_proj_->backward(rt, dh, dbranch, s.g, work, &s.h);
+  if (fc_proj_) fc_proj_->backward(rt, dh, dbranch, s.g, work, &s.h, bias_sums_in_ln2);
   else linear_backward(rt, dh, dbranch, s.g, *p_.fc_proj_w, *p_.fc_proj_b, &s.h, bias_sums_in_ln2);
   Tensor dln = work.take(dt, act);
   linear_backward(rt, fc_, dln, dh, s.ln2, *p_.fc_w, *p_.fc_b, work);
@@ -369,7 +370,7 @@ void TransformerBlock::backward(Runtime& rt, const StepContext& ctx, const Tenso
   // Attention branch: r = x + drop(proj(attn(ln1(x)))). dres now holds dL/dr.
   if (drop) dropout_backward(rt, dbranch, dres, cfg_.dropout, dropout_key(ctx, 1, n));
   Tensor datt = work.take(dt, {B, T, Cl});
-  if (proj_) proj_->backward(rt, datt, dbranch, s.att, work);
+  if (proj_) proj_->backward(rt, datt, dbranch, s.att, work, nullptr, bias_sums_in_ln2);
   else linear_backward(rt, datt, dbranch, s.att, *p_.proj_w, *p_.proj_b, nullptr, bias_sums_in_ln2);
   Tensor dqkv = work.take(dt, {B, T, 3 * Cl});
   attention_backward(rt, dqkv, datt, s.qkv, s.att, s.lse, int(cfg_.n_heads / tp_.size), attention_dropout(ctx));

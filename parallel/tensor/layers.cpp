@@ -125,7 +125,7 @@ CommHandle RowParallelLinear::forward(Runtime& rt, const Tensor& y, const Tensor
 }
 
 void RowParallelLinear::backward(Runtime& rt, const Tensor& dx, const Tensor& dy, const Tensor& x, Arena& work,
-                                 const Tensor* gelu_grad_of) const {
+                                 const Tensor* gelu_grad_of, bool bias_elsewhere) const {
   Tensor dfull = reduce_from_tensor_region_backward(dy);
   if (sp_) {
     dfull = full_rows(work, dy, tensor_->size());
@@ -134,7 +134,8 @@ void RowParallelLinear::backward(Runtime& rt, const Tensor& dx, const Tensor& dy
   MatmulOptions o;
   o.gelu_grad_of = gelu_grad_of;
   matmul(rt, rows2d(dx), rows2d(dfull), w_->value, o);
-  weight_and_bias_grad(rt, *w_, *b_, dfull, x);
+  if (bias_elsewhere) weight_grad(rt, *w_, dfull, x);
+  else weight_and_bias_grad(rt, *w_, *b_, dfull, x);
 }
 
 }  // namespace trellis

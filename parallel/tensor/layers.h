@@ -69,9 +69,10 @@ class RowParallelLinear {
   // an (N, out) tensor from `work`). dx (N, in/t, written); w.grad += dy^T x; b.grad += column
   // sums of the full dy, the same on every rank, so the replicated bias needs no reduction over
   // the group even with sequence parallelism. With gelu_grad_of = &h where x = gelu(h) (dx's size):
-  // dx = (dy W) * gelu'(h), GELU's backward fused into the dx GEMM (its output is local).
+  // dx = (dy W) * gelu'(h), GELU's backward fused into the dx GEMM (its output is local). With
+  // bias_elsewhere the bias gradient is left to the caller (a layer norm's backward sums it).
   void backward(Runtime& rt, const Tensor& dx, const Tensor& dy, const Tensor& x, Arena& work,
-                const Tensor* gelu_grad_of = nullptr) const;
+                const Tensor* gelu_grad_of = nullptr, bool bias_elsewhere = false) const;
 
  private:
   Communicator* tensor_;
