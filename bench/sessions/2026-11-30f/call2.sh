@@ -2,7 +2,7 @@
 # Session call 2 (2×H200): tensor = 2 with the batch split and ln2's backward summing the row-parallel
 # projections' bias gradients. One GPU against tensor = 2 in deterministic mode (losses close); GPT-2
 # 1.3B at micro-batch 8 (one GPU twice, tensor = 2 three times, the whole-batch path once, one traced
-# step) and micro-batch 16 (tensor = 2 twice).
+# step) and micro-batch 16 (tensor = 2 twice). Data = 2 at GPT-2 350M with f32 and bf16 gradient sums.
 set -uo pipefail
 cd "$(dirname "$0")/../../.."
 source bench/device_env.sh
@@ -49,5 +49,15 @@ echo "=== tensor = 2, 1.3B micro-batch 16 $(date +%T)"
   REPEAT=2 run t2 2 parallel.tensor=2
   summary 3 one t2
 )
-tar czf "$out/logs.tgz" -C "$out" det tensor tensor16 && rm -rf "$out/det" "$out/tensor" "$out/tensor16"
+echo "=== data = 2, 350M micro-batch 16: gradients summed in f32 (default) and bf16 $(date +%T)"
+(
+  bin=build/train_gpt; out=$out/data; mkdir -p "$out"; TIMEOUT=60
+  source bench/layout_runs.sh
+  gpt_toml call2 24 1024 16 16 15 > "$out/base.toml"
+  run one 1
+  REPEAT=2 run d2 2
+  REPEAT=2 run d2_bf16 2 zero.reduce_dtype=bf16
+  summary 5 one d2 d2_bf16
+)
+tar czf "$out/logs.tgz" -C "$out" det tensor tensor16 data && rm -rf "$out/det" "$out/tensor" "$out/tensor16" "$out/data"
 echo "=== done $(date +%T)"
