@@ -2,6 +2,7 @@
 #include "models/transformer_block.h"
 
 #include <cmath>
+#include <cstdlib>
 #include <string>
 
 #include "core/nvtx.h"
@@ -356,12 +357,21 @@ void TransformerBlock::backward(Runtime& rt, const StepContext& ctx, const Tenso
   // gradients are dres as ln2's backward reads it (fc_proj's) and as it writes it (proj's): their bias
   // gradients (replicated under tensor parallelism) are summed there.
   const bool bias_sums_in_ln2 = !drop && !tp_.sharded_tokens();
+  // Under tensor parallelism without sequence parallelism each row-parallel layer's weight gradients
+  // run beside the next column-parallel layer's input-gradient all-reduce, with that layer's own.
+  static const bool no_defer = std::getenv("TRELLIS_NO_DEFER") != nullptr;  // TEMPORARY: A/B on the GPUs
+  const bool defer = fc_proj_ && !tp_.sharded_tokens() && !no_defer;
   // dh = (dbranch W_proj) * gelu'(h): fc_proj's input-gradient GEMM with GELU's backward as its epilogue.
   Tensor dh = work.take(dt, {B, T, 4 * Cl});
-  if (fc_proj_) fc_proj_->backward(rt, dh, dbranch, s.g, work, &s.h, bias_sums_in_ln2);
-  else linear_backward(rt, dh, dbranch, s.g, *p_.fc_proj_w, *p_.fc_proj_b, &s.h, bias_sums_in_ln2);
   Tensor dln = work.take(dt, act);
-  linear_backward(rt, fc_, dln, dh, s.ln2, *p_.fc_w, *p_.fc_b, work);
+  if (defer) {
+    fc_proj_->backward_input(rt, dh, dbranch, &s.h);
+    fc_->backward(rt, dln, dh, s.ln2, work, [&] { fc_proj_->weight_grads(rt, dbranch, s.g, bias_sums_in_ln2); });
+  } else {
+    if (fc_proj_) fc_proj_->backward(rt, dh, dbranch, s.g, work, &s.h, bias_sums_in_ln2);
+    else linear_backward(rt, dh, dbranch, s.g, *p_.fc_proj_w, *p_.fc_proj_b, &s.h, bias_sums_in_ln2);
+    linear_backward(rt, fc_, dln, dh, s.ln2, *p_.fc_w, *p_.fc_b, work);
+  }
   ResidualColumnSums bias_sums;
   if (bias_sums_in_ln2)
     bias_sums = {p_.fc_proj_b->grad, p_.proj_b->grad, grad_accumulates(*p_.fc_proj_b), grad_accumulates(*p_.proj_b)};
@@ -370,11 +380,18 @@ void TransformerBlock::backward(Runtime& rt, const StepContext& ctx, const Tenso
   // Attention branch: r = x + drop(proj(attn(ln1(x)))). dres now holds dL/dr.
   if (drop) dropout_backward(rt, dbranch, dres, cfg_.dropout, dropout_key(ctx, 1, n));
   Tensor datt = work.take(dt, {B, T, Cl});
-  if (proj_) proj_->backward(rt, datt, dbranch, s.att, work, nullptr, bias_sums_in_ln2);
-  else linear_backward(rt, datt, dbranch, s.att, *p_.proj_w, *p_.proj_b, nullptr, bias_sums_in_ln2);
   Tensor dqkv = work.take(dt, {B, T, 3 * Cl});
-  attention_backward(rt, dqkv, datt, s.qkv, s.att, s.lse, int(cfg_.n_heads / tp_.size), attention_dropout(ctx));
-  linear_backward(rt, qkv_, dln, dqkv, s.ln1, *p_.qkv_w, *p_.qkv_b, work);
+  const int H = int(cfg_.n_heads / tp_.size);
+  if (defer) {
+    proj_->backward_input(rt, datt, dbranch);
+    attention_backward(rt, dqkv, datt, s.qkv, s.att, s.lse, H, attention_dropout(ctx));
+    qkv_->backward(rt, dln, dqkv, s.ln1, work, [&] { proj_->weight_grads(rt, dbranch, s.att, bias_sums_in_ln2); });
+  } else {
+    if (proj_) proj_->backward(rt, datt, dbranch, s.att, work, nullptr, bias_sums_in_ln2);
+    else linear_backward(rt, datt, dbranch, s.att, *p_.proj_w, *p_.proj_b, nullptr, bias_sums_in_ln2);
+    attention_backward(rt, dqkv, datt, s.qkv, s.att, s.lse, H, attention_dropout(ctx));
+    linear_backward(rt, qkv_, dln, dqkv, s.ln1, *p_.qkv_w, *p_.qkv_b, work);
+  }
   layernorm_backward(rt, dres, p_.ln1_w->grad, p_.ln1_b->grad, dln, s.x, p_.ln1_w->value, s.ln1_mean, s.ln1_rstd,
                      layernorm_grads_accumulate(*p_.ln1_w, *p_.ln1_b));
 }

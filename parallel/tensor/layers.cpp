@@ -66,8 +66,8 @@ void ColumnParallelLinear::forward(Runtime& rt, const Tensor& y, const Tensor& x
   matmul(rt, rows2d(y), rows2d(in), w_->value, o);
 }
 
-void ColumnParallelLinear::backward(Runtime& rt, const Tensor& dx, const Tensor& dy, const Tensor& x,
-                                    Arena& work) const {
+void ColumnParallelLinear::backward(Runtime& rt, const Tensor& dx, const Tensor& dy, const Tensor& x, Arena& work,
+                                    const std::function<void()>& beside) const {
   // Order for overlap: [gather x] | dx GEMM, then [reduce dx] | weight-gradient GEMMs.
   Tensor in = x, din = dx;
   CommHandle gathered;
@@ -80,6 +80,7 @@ void ColumnParallelLinear::backward(Runtime& rt, const Tensor& dx, const Tensor&
   gathered.wait();
   CommHandle reduced = sp_ ? gather_from_token_shards_backward(*tensor_, dx, din)
                            : copy_to_tensor_region_backward(*tensor_, dx);
+  if (beside) beside();
   weight_and_bias_grad(rt, *w_, *b_, dy, in);
   reduced.wait();
 }
@@ -136,6 +137,20 @@ void RowParallelLinear::backward(Runtime& rt, const Tensor& dx, const Tensor& dy
   matmul(rt, rows2d(dx), rows2d(dfull), w_->value, o);
   if (bias_elsewhere) weight_grad(rt, *w_, dfull, x);
   else weight_and_bias_grad(rt, *w_, *b_, dfull, x);
+}
+
+void RowParallelLinear::backward_input(Runtime& rt, const Tensor& dx, const Tensor& dy,
+                                       const Tensor* gelu_grad_of) const {
+  TRELLIS_CHECK(!sp_, "RowParallelLinear::backward_input: only without sequence parallelism");
+  MatmulOptions o;
+  o.gelu_grad_of = gelu_grad_of;
+  matmul(rt, rows2d(dx), rows2d(dy), w_->value, o);
+}
+
+void RowParallelLinear::weight_grads(Runtime& rt, const Tensor& dy, const Tensor& x, bool bias_elsewhere) const {
+  TRELLIS_CHECK(!sp_, "RowParallelLinear::weight_grads: only without sequence parallelism");
+  if (bias_elsewhere) weight_grad(rt, *w_, dy, x);
+  else weight_and_bias_grad(rt, *w_, *b_, dy, x);
 }
 
 }  // namespace trellis

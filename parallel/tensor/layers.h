@@ -7,6 +7,8 @@
 // proj) needs one collective each way: the input is replicated (or gathered from token shards)
 // going in, the output partial sums are all-reduced (or reduce-scattered) coming out.
 #pragma once
+#include <functional>
+
 #include "core/alloc.h"
 #include "core/comm.h"
 #include "core/parameters.h"
@@ -37,8 +39,10 @@ class ColumnParallelLinear {
   // parallelism reduce-scattered into this rank's token shard; that collective overlaps the
   // weight-gradient GEMM. w.grad += dy^T x, b.grad += column sums of dy. x is the forward's input;
   // with sequence parallelism it is gathered again (as Megatron does: only the shard is kept),
-  // overlapping the dx GEMM.
-  void backward(Runtime& rt, const Tensor& dx, const Tensor& dy, const Tensor& x, Arena& work) const;
+  // overlapping the dx GEMM. `beside` (optional) is more work to run beside that collective, before
+  // this layer's weight gradients (another layer's deferred weight gradients).
+  void backward(Runtime& rt, const Tensor& dx, const Tensor& dy, const Tensor& x, Arena& work,
+                const std::function<void()>& beside = {}) const;
 
  private:
   Communicator* tensor_;
@@ -73,6 +77,10 @@ class RowParallelLinear {
   // bias_elsewhere the bias gradient is left to the caller (a layer norm's backward sums it).
   void backward(Runtime& rt, const Tensor& dx, const Tensor& dy, const Tensor& x, Arena& work,
                 const Tensor* gelu_grad_of = nullptr, bool bias_elsewhere = false) const;
+  // backward in two parts, without sequence parallelism: the dx GEMM, and the parameter gradients,
+  // which the caller may defer to run beside the next column-parallel layer's all-reduce.
+  void backward_input(Runtime& rt, const Tensor& dx, const Tensor& dy, const Tensor* gelu_grad_of = nullptr) const;
+  void weight_grads(Runtime& rt, const Tensor& dy, const Tensor& x, bool bias_elsewhere = false) const;
 
  private:
   Communicator* tensor_;
