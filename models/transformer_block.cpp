@@ -2,7 +2,6 @@
 #include "models/transformer_block.h"
 
 #include <cmath>
-#include <cstdlib>
 #include <string>
 
 #include "core/nvtx.h"
@@ -359,8 +358,7 @@ void TransformerBlock::backward(Runtime& rt, const StepContext& ctx, const Tenso
   const bool bias_sums_in_ln2 = !drop && !tp_.sharded_tokens();
   // Under tensor parallelism without sequence parallelism each row-parallel layer's weight gradients
   // run beside the next column-parallel layer's input-gradient all-reduce, with that layer's own.
-  static const bool no_defer = std::getenv("TRELLIS_NO_DEFER") != nullptr;  // TEMPORARY: A/B on the GPUs
-  const bool defer = fc_proj_ && !tp_.sharded_tokens() && !no_defer;
+  const bool defer = fc_proj_ && !tp_.sharded_tokens();
   // dh = (dbranch W_proj) * gelu'(h): fc_proj's input-gradient GEMM with GELU's backward as its epilogue.
   Tensor dh = work.take(dt, {B, T, 4 * Cl});
   Tensor dln = work.take(dt, act);
