@@ -1,5 +1,4 @@
 // CUDA elementwise ops: fill, copy, cast, add, accumulate, scale, bias add, GELU, dropout, AdamW.
-#include <algorithm>
 #include <cmath>
 
 #include "core/cuda/kernel_common.cuh"
@@ -256,18 +255,17 @@ void launch_cast(cudaStream_t s, void* out, DType out_t, const void* in, DType i
   CUDA_CHECK_LAUNCH();
 }
 
-void launch_add(cudaStream_t s, void* out, const void* a, const void* b, DType t, int64_t n, unsigned max_blocks) {
+void launch_add(cudaStream_t s, void* out, const void* a, const void* b, DType t, int64_t n) {
   if (n == 0) return;
-  auto grid = [&](int64_t items) { return max_blocks ? std::min(grid_for(items), max_blocks) : grid_for(items); };
   TRELLIS_FLOAT_SWITCH(t, T,
     auto* o = static_cast<T*>(out);
     auto* pa = static_cast<const T*>(a);
     auto* pb = static_cast<const T*>(b);
     if (all_aligned(o, pa, pb)) {
       constexpr int V = vec_width<T>();
-      add_kernel<T, V><<<grid(n / V), kThreads, 0, s>>>(o, pa, pb, n);
+      add_kernel<T, V><<<grid_for(n / V), kThreads, 0, s>>>(o, pa, pb, n);
     } else {
-      add_kernel<T, 1><<<grid(n), kThreads, 0, s>>>(o, pa, pb, n);
+      add_kernel<T, 1><<<grid_for(n), kThreads, 0, s>>>(o, pa, pb, n);
     });
   CUDA_CHECK_LAUNCH();
 }

@@ -15,8 +15,7 @@ namespace trellis::gpu {
 // ---- elementwise.cu ----
 void launch_fill(cudaStream_t s, void* x, DType t, int64_t n, float value);  // float and integer dtypes
 void launch_cast(cudaStream_t s, void* out, DType out_t, const void* in, DType in_t, int64_t n);
-// max_blocks > 0 caps the grid (the threads stride over the rest), to leave SMs to kernels beside it.
-void launch_add(cudaStream_t s, void* out, const void* a, const void* b, DType t, int64_t n, unsigned max_blocks = 0);
+void launch_add(cudaStream_t s, void* out, const void* a, const void* b, DType t, int64_t n);
 void launch_accumulate(cudaStream_t s, void* out, DType out_t, const void* a, DType a_t, int64_t n);
 void launch_scale(cudaStream_t s, void* x, DType t, int64_t n, float factor);
 // out (rows, cols) += bias (cols); sum in f32.

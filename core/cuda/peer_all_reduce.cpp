@@ -22,7 +22,6 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
-#include <cstdlib>
 #include <string>
 
 #include "core/cuda/cuda_state.h"
@@ -205,11 +204,7 @@ void peer_all_reduce(PeerAllReduce* p, const Tensor& x, cudaStream_t stream) {
     CUDA_CHECK(cudaStreamWaitEvent(stream, p->pushed[s], 0));
     driver_check(p->wait_value(CUstream(stream), p->ready(p->mine, s), flag, p->ready_wait),
                  "cuStreamWaitValue32");
-    static const unsigned add_blocks = [] {  // TEMPORARY: A/B of the add's grid on the GPUs
-      const char* e = std::getenv("TRELLIS_PEER_ADD_BLOCKS");
-      return e ? unsigned(std::atoi(e)) : 0u;
-    }();
-    launch_add(stream, data + off, data + off, p->slot(p->mine, s), x.dtype, int64_t(bytes / esize), add_blocks);
+    launch_add(stream, data + off, data + off, p->slot(p->mine, s), x.dtype, int64_t(bytes / esize));
     driver_check(p->write_value(CUstream(stream), p->freed(p->peer, s), flag, CU_STREAM_WRITE_VALUE_DEFAULT),
                  "cuStreamWriteValue32");
     p->last_seq[s] = seq;
