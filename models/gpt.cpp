@@ -378,14 +378,18 @@ void GPT::backward_chunk(int slot, const Tensor& dres_in, const GradsReady& grad
     }
     // wpe's gradient is the same on every rank (from the full gradient), so it needs no reduction.
     if (exchange) {
+      // The rows' gather goes first, then the last bucket's reduction (its wpe now final), which
+      // runs while the gathered rows are added into wte's gradient.
       embedding_backward(rt_, Tensor(), params_.get("wpe").grad, demb, s.tokens);
-      embedding_exchange_->add_rows(params_.get("wte").grad, demb, s.tokens, vocab_begin(), cfg_.padded_vocab());
+      embedding_exchange_->gather(demb, s.tokens);
+      ready(wpe_range_);
+      embedding_exchange_->add_rows(params_.get("wte").grad, vocab_begin(), cfg_.padded_vocab());
     } else {
       embedding_backward(rt_, params_.get("wte").grad, params_.get("wpe").grad, demb, s.tokens, vocab_begin(),
                          cfg_.padded_vocab());
       ready(wte_range_);
+      ready(wpe_range_);
     }
-    ready(wpe_range_);
   } else if (part_.has_head(s.chunk)) {
     ready(wte_range_);  // the head's copy: final since this micro-batch's forward
   }

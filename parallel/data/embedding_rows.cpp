@@ -23,16 +23,21 @@ bool EmbeddingRowExchange::pays(int data_ranks, int64_t B, int64_t T, int64_t C,
   return data_ranks > 1 && gathered < double(vocab) * double(C) * 4.0;
 }
 
-void EmbeddingRowExchange::add_rows(const Tensor& wte_grad, const Tensor& demb, const Tensor& tokens,
-                                    int64_t vocab_begin, int64_t vocab_size) {
-  NvtxRange r("embedding_row_exchange");
+void EmbeddingRowExchange::gather(const Tensor& demb, const Tensor& tokens) {
   TRELLIS_CHECK(demb.numel() * comm_.size() == rows_.numel() && tokens.numel() * comm_.size() == tokens_.numel() &&
                     demb.dtype == rows_.dtype && tokens.dtype == DType::i32,
                 "EmbeddingRowExchange: rows " + demb.str() + " or tokens " + tokens.str() + " do not match its buffers");
-  CommHandle rows = comm_.all_gather_async(rows_.view({rows_.numel()}), demb.view({demb.numel()}));
-  CommHandle toks = comm_.all_gather_async(tokens_.view({tokens_.numel()}), tokens.view({tokens.numel()}));
-  rows.wait();
-  toks.wait();
+  rows_gathered_ = comm_.all_gather_async(rows_.view({rows_.numel()}), demb.view({demb.numel()}));
+  tokens_gathered_ = comm_.all_gather_async(tokens_.view({tokens_.numel()}), tokens.view({tokens.numel()}));
+  gathering_ = true;
+}
+
+void EmbeddingRowExchange::add_rows(const Tensor& wte_grad, int64_t vocab_begin, int64_t vocab_size) {
+  NvtxRange r("embedding_row_exchange");
+  TRELLIS_CHECK(gathering_, "EmbeddingRowExchange::add_rows before gather");
+  gathering_ = false;
+  rows_gathered_.wait();
+  tokens_gathered_.wait();
   sync_.wait_for(wte_range_.first, wte_range_.second);
   embedding_backward(rt_, wte_grad, Tensor(), rows_, tokens_, vocab_begin, vocab_size);
 }

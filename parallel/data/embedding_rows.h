@@ -28,11 +28,13 @@ class EmbeddingRowExchange {
   // Whether gathering the rows moves fewer bytes than all-reducing the gradient (vocab x C f32).
   static bool pays(int data_ranks, int64_t B, int64_t T, int64_t C, DType dtype, int64_t vocab);
 
-  // wte_grad += the embedding backward of every data rank's (demb, tokens), in rank order, after
-  // the gradient's own reduction (started by the caller's ready() of wte_range). The vocabulary
-  // shard as in embedding_backward.
-  void add_rows(const Tensor& wte_grad, const Tensor& demb, const Tensor& tokens, int64_t vocab_begin,
-                int64_t vocab_size);
+  // Starts gathering every data rank's (demb, tokens). Called before the reductions of the buckets
+  // that complete after it, so the gather does not queue behind them on the comm stream.
+  void gather(const Tensor& demb, const Tensor& tokens);
+  // wte_grad += the embedding backward of the gathered rows, in rank order, after the gradient's own
+  // reduction (started by the caller's ready() of wte_range). The vocabulary shard as in
+  // embedding_backward.
+  void add_rows(const Tensor& wte_grad, int64_t vocab_begin, int64_t vocab_size);
 
  private:
   Runtime& rt_;
@@ -41,6 +43,8 @@ class EmbeddingRowExchange {
   std::pair<int64_t, int64_t> wte_range_;
   Buffer rows_buf_, tokens_buf_;
   Tensor rows_, tokens_;  // all ranks' rows (N B, T, C) and tokens (N B, T)
+  CommHandle rows_gathered_, tokens_gathered_;
+  bool gathering_ = false;
 };
 
 }  // namespace trellis
