@@ -145,6 +145,9 @@ GPT::GPT(Runtime& rt, const GPTConfig& cfg, int64_t micro_batch, const GPTPart& 
   if (part.head) lnf_range_ = range_of("lnf.");
   if (part.embedding || part.head) wte_range_ = range_of("wte");
   if (part.embedding) wpe_range_ = range_of("wpe");
+  if (part.embedding && tp_.active())
+    vocab_embedding_.emplace(*tp_.group, params_.get("wte"), params_.get("wpe"), cfg_.padded_vocab(),
+                             tp_.sequence_parallel);
   const ActivationBytes a = activation_bytes(cfg, part, micro_batch, cfg.seq_len, tp_);
   slots_.resize(size_t(slots));
   for (Slot& s : slots_) s.acts = Arena(rt.allocator(), a.kept, "activations (kept for backward)");
@@ -256,42 +259,20 @@ Tensor GPT::forward_chunk(int slot, const StepContext& ctx, const Tensor& tokens
 }
 
 void GPT::embed(const Tensor& tokens, const Tensor& x) {
-  const Parameter& wte = params_.get("wte");
-  // Each rank looks up the tokens of its vocabulary shard (zeros for the others); the positions
-  // are added on tensor rank 0 only, so the sum over the group holds them once.
-  const Tensor wpe = tp_.rank == 0 ? params_.get("wpe").value : Tensor();
-  const int64_t Vp = cfg_.padded_vocab();
-  if (!tp_.active()) {
-    embedding_forward(rt_, x, tokens, wte.value, wpe);
-  } else if (!tp_.sharded_tokens()) {
-    embedding_forward(rt_, x, tokens, wte.value, wpe, vocab_begin(), Vp);
-    reduce_from_tensor_region_forward(*tp_.group, x).wait();
-  } else {
-    Tensor full = work_.take(cfg_.dtype, {tokens.size(0), tokens.size(1), cfg_.d_model});
-    embedding_forward(rt_, full, tokens, wte.value, wpe, vocab_begin(), Vp);
-    reduce_scatter_to_token_shards_forward(*tp_.group, x, full).wait();
-  }
+  if (vocab_embedding_) vocab_embedding_->forward(rt_, x, tokens, work_);
+  else embedding_forward(rt_, x, tokens, params_.get("wte").value, params_.get("wpe").value);
 }
 
 void GPT::cross_entropy(const Tensor& losses, const Tensor& logits, const Tensor& targets, const Tensor& stats,
                         float dloss, bool backward) {
   const int64_t V = cfg_.vocab_size;
-  if (!tp_.active()) {
-    if (backward) softmax_cross_entropy_backward(rt_, logits, losses, logits, targets, V, dloss);  // in place
-    else softmax_cross_entropy_forward(rt_, losses, logits, targets, V);
-    return;
+  if (tp_.active()) {
+    vocab_parallel_cross_entropy(rt_, *tp_.group, losses, logits, targets, stats, V, vocab_begin(), dloss, backward);
+  } else if (backward) {
+    softmax_cross_entropy_backward(rt_, logits, losses, logits, targets, V, dloss);  // in place
+  } else {
+    softmax_cross_entropy_forward(rt_, losses, logits, targets, V);
   }
-  // Vocabulary-parallel: the global row max, then the global sums of exp and the target's logit
-  // (one all-reduce for both); the losses come out the same on every rank.
-  const int64_t n = logits.size(0), begin = vocab_begin();
-  const Tensor row_max = stats.slice(0, {n}), sums = stats.slice(n, {2 * n});
-  const Tensor row_sum = sums.slice(0, {n}), target_logit = sums.slice(n, {n});
-  vocab_parallel_xent_max(rt_, row_max, logits, V, begin);
-  tp_.group->all_reduce(row_max, ReduceOp::max);
-  vocab_parallel_xent_sum_exp(rt_, row_sum, target_logit, logits, targets, row_max, V, begin);
-  tp_.group->all_reduce(sums);
-  vocab_parallel_xent_loss_and_grad(rt_, losses, backward ? logits : Tensor(), logits, targets, row_max, row_sum,
-                                    target_logit, V, begin, dloss);
 }
 
 void GPT::head(const Tensor& lnf, const Tensor& targets, float dloss, const Tensor& loss_sum, bool backward) {
@@ -371,13 +352,11 @@ void GPT::backward_chunk(int slot, const Tensor& dres_in, const GradsReady& grad
       demb = work_.take(cfg_.dtype, dres.shape);
       dropout_backward(rt_, demb, dres, cfg_.dropout, embedding_dropout_key(ctx, rows));
     }
-    if (tp_.sharded_tokens()) {  // every rank's lookups need the gradient of every token row
-      Tensor dfull = work_.take(cfg_.dtype, {B, T, C});
-      reduce_scatter_to_token_shards_backward(*tp_.group, dfull, demb).wait();
-      demb = dfull;
-    }
-    // wpe's gradient is the same on every rank (from the full gradient), so it needs no reduction.
-    if (exchange) {
+    if (vocab_embedding_) {
+      vocab_embedding_->backward(rt_, demb, s.tokens, work_);
+      ready(wte_range_);
+      ready(wpe_range_);
+    } else if (exchange) {
       // The rows' gather goes first, then the last bucket's reduction (its wpe now final), which
       // runs while the gathered rows are added into wte's gradient.
       embedding_backward(rt_, Tensor(), params_.get("wpe").grad, demb, s.tokens);

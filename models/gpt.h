@@ -15,6 +15,7 @@
 #pragma once
 #include <functional>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "core/parameters.h"
@@ -22,6 +23,7 @@
 #include "models/transformer_block.h"
 #include "parallel/data/embedding_rows.h"
 #include "parallel/pipeline/partition.h"
+#include "parallel/tensor/vocab_parallel.h"
 #include "parallel/zero/block_hooks.h"
 
 namespace trellis {
@@ -190,6 +192,7 @@ class GPT {
   std::vector<int> block_buckets_;  // the store's bucket of each block (as in blocks_)
   BlockHooks* hooks_ = nullptr;
   EmbeddingRowExchange* embedding_exchange_ = nullptr;
+  std::optional<VocabParallelEmbedding> vocab_embedding_;  // under tensor parallelism, with the embedding
 };
 
 }  // namespace trellis

@@ -1,5 +1,6 @@
 // Tensor parallelism on the CPU under mpirun, f32. The mappings are checked on small integers
-// (exact). The layers are checked against the full layer: every rank builds the full parameters
+// (exact). The layers (the linear ones, the vocabulary-parallel embedding and cross-entropy) are
+// checked against the full layer: every rank builds the full parameters
 // from the same seed (replicated specs) and its shards (split specs), runs the full layer and the
 // parallel one forward and backward, and compares its outputs and gradients with the matching
 // slices of the full layer's. Not bitwise: the row-parallel output and the column-parallel input
@@ -18,6 +19,7 @@
 #include "tests/mpi/tensor_parallel_util.h"
 #include "parallel/tensor/layers.h"
 #include "parallel/tensor/mappings.h"
+#include "parallel/tensor/vocab_parallel.h"
 
 namespace trellis {
 namespace {
@@ -195,6 +197,78 @@ TEST(TensorParallelLayers, MatchTheFullLayers) {
     ProcessGroups pg(MPI_COMM_WORLD, make_layout(W, t, 1), rt);  // tensor x data when t < W
     for (bool sp : {false, true}) check_layers(rt, pg.tensor(), sp);
     check_layers(rt, pg.tensor(), false, 3);  // N = 12 rows: blocks of 4
+  }
+}
+
+// ---- the vocabulary-parallel embedding and cross-entropy against the full ones ----
+
+constexpr int64_t kVocab = 50, kPadded = 64;  // the table's last 14 rows belong to no token
+
+std::vector<int32_t> tokens_of(int64_t n) {  // every shard gets some
+  std::vector<int32_t> v(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) v[size_t(i)] = int32_t((i * 13 + 5) % kVocab);  // 12 tokens: 48 among them
+  return v;
+}
+
+void check_vocab_embedding(Runtime& rt, Communicator& tp, bool sp) {
+  const int t = tp.size(), r = tp.rank();
+  SCOPED_TRACE("tensor " + std::to_string(t) + (sp ? " with" : " without") + " sequence parallelism");
+  Arena work(rt.allocator(), 1 << 20, "vocab parallel test");
+  const ParameterSpec wte{"wte", {kPadded, C}, Init::normal, 0.3f, true}, wpe{"wpe", {T, C}, Init::normal, 0.3f};
+  ParameterStore full(rt, {wte, wpe}, DType::f32), part(rt, {shard_spec(wte, 0, t, r), wpe}, DType::f32);
+  full.initialize(7);
+  part.initialize(7);
+  full.zero_grads();
+  part.zero_grads();
+  std::vector<int32_t> tok = tokens_of(N);
+  const Tensor tokens(tok.data(), DType::i32, Device::CPU(), {B, T});
+  HostTensor x({B, T, C}), dy({B, T, C});
+  fill_normal(dy, "dy");
+  embedding_forward(rt, x.t, tokens, full[0].value, full[1].value);
+  embedding_backward(rt, full[0].grad, full[1].grad, dy.t, tokens);
+
+  const VocabParallelEmbedding emb(tp, part[0], part[1], kPadded, sp);
+  EXPECT_EQ(emb.vocab_begin(), r * kPadded / t);
+  const int64_t rows = sp ? N / t : N;
+  const Shape act = sp ? Shape{rows, C} : Shape{B, T, C};
+  HostTensor x_l(act), dy_l(act, std::vector<float>(dy.data.begin() + (sp ? r * rows * C : 0),
+                                                    dy.data.begin() + (sp ? r * rows * C : 0) + rows * C));
+  emb.forward(rt, x_l.t, tokens, work);
+  emb.backward(rt, dy_l.t, tokens, work);
+  expect_close(x_l.t, slice_of(x.t.view({N, C}), 0, sp ? t : 1, sp ? r : 0), "embedding output");
+  expect_close(part[0].grad, slice_of(full[0].grad, part[0].spec), "wte gradient (this rank's rows)");
+  expect_close(part[1].grad, values(full[1].grad), "wpe gradient");
+}
+
+void check_vocab_cross_entropy(Runtime& rt, Communicator& tp, bool backward) {
+  const int t = tp.size(), r = tp.rank();
+  SCOPED_TRACE("tensor " + std::to_string(t) + (backward ? ", forward and backward" : ", forward"));
+  const float dloss = 0.25f;
+  HostTensor logits({N, kPadded}), losses({N});
+  fill_normal(logits, "logits");
+  std::vector<int32_t> tgt = tokens_of(N);
+  const Tensor targets(tgt.data(), DType::i32, Device::CPU(), {N});
+  HostTensor logits_l({N, kPadded / t}, slice_of(logits.t, 1, t, r)), losses_l({N}), stats({3 * N});
+  const std::vector<float> mine = logits_l.data;
+  if (backward) softmax_cross_entropy_backward(rt, logits.t, losses.t, logits.t, targets, kVocab, dloss);
+  else softmax_cross_entropy_forward(rt, losses.t, logits.t, targets, kVocab);
+  vocab_parallel_cross_entropy(rt, tp, losses_l.t, logits_l.t, targets, stats.t, kVocab, r * kPadded / t, dloss,
+                               backward);
+  expect_close(losses_l.t, losses.data, "losses");
+  if (backward) expect_close(logits_l.t, slice_of(logits.t, 1, t, r), "dlogits (this rank's columns)");
+  else EXPECT_EQ(logits_l.data, mine) << "forward alone must leave the logits";
+}
+
+TEST(TensorParallelVocab, MatchesTheFullEmbeddingAndCrossEntropy) {
+  RuntimeOptions opt;
+  opt.cpu_threads = 1;
+  Runtime rt(opt);
+  const int W = world_size();
+  for (int t = 2; t <= W; t *= 2) {
+    if (W % t != 0) continue;
+    ProcessGroups pg(MPI_COMM_WORLD, make_layout(W, t, 1), rt);  // tensor x data when t < W
+    for (bool sp : {false, true}) check_vocab_embedding(rt, pg.tensor(), sp);
+    for (bool backward : {false, true}) check_vocab_cross_entropy(rt, pg.tensor(), backward);
   }
 }
 
