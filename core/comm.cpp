@@ -83,6 +83,21 @@ void CommHandle::wait() {
   }
 }
 
+void CommHandle::absorb(CommHandle&& later) {
+  TRELLIS_CHECK(this != &later && counts_.empty() && later.counts_.empty(),
+                "CommHandle::absorb: not for itself or all_to_allv (MPI reads its counts until completion)");
+  requests_.insert(requests_.end(), later.requests_.begin(), later.requests_.end());
+  later.requests_.clear();
+  if (later.event_) {
+#if TRELLIS_HAVE_CUDA
+    if (event_) gpu::nccl_release(nccl_, event_);
+#endif
+    event_ = later.event_;
+    nccl_ = later.nccl_;
+    later.event_ = nullptr;
+  }
+}
+
 bool CommHandle::test() {
   if (!requests_.empty()) {
     int done = 0;

@@ -45,6 +45,10 @@ class CommHandle {
   // passed (cudaEventQuery), so its buffers may be reused by any stream without a wait.
   bool test();
   bool pending() const { return !requests_.empty() || event_ != nullptr; }
+  // Takes over `later` (an operation issued after this one, without all_to_allv's counts), so that
+  // one wait() completes both. On the device the later op's completion implies this one's (the one
+  // comm stream runs them in issue order), so the compute stream waits once.
+  void absorb(CommHandle&& later);
 
  private:
   friend class Communicator;

@@ -193,5 +193,7 @@ bool nccl_query(NcclComm* c, void* event) {
   return true;
 }
 
+void nccl_release(NcclComm* c, void* event) { c->free_events.push_back(static_cast<cudaEvent_t>(event)); }
+
 }  // namespace gpu
 }  // namespace trellis

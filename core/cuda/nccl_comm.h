@@ -38,5 +38,8 @@ void* nccl_all_to_allv(NcclComm* c, const Tensor& out, const Tensor& in, const i
 void nccl_wait(NcclComm* c, void* event);
 // True (and the event recycled) once `event` has passed; never blocks.
 bool nccl_query(NcclComm* c, void* event);
+// Returns an op's event to c's pool without waiting on it: for a handle whose completion a later
+// op's implies (every device collective runs on the one comm stream, in issue order).
+void nccl_release(NcclComm* c, void* event);
 
 }  // namespace trellis::gpu

@@ -3,7 +3,6 @@
 
 #include <algorithm>
 #include <string>
-#include <vector>
 
 #include "core/ops.h"
 #include "parallel/tensor/mappings.h"
@@ -111,18 +110,16 @@ CommHandle RowParallelLinear::forward(Runtime& rt, const Tensor& y, const Tensor
   // Every rank cuts the same row blocks (one with comm_chunks = 1), so the all-reduces pair up in
   // the same order.
   const int64_t N = y2.rows(), chunks = std::min<int64_t>(comm_chunks_, std::max<int64_t>(N, 1));
-  std::vector<CommHandle> reduced;
-  reduced.reserve(size_t(chunks));
+  CommHandle reduced;  // every block's all-reduce, completed by one wait
   for (int64_t i = 0; i < chunks; ++i) {
     const int64_t r0 = N * i / chunks, r1 = N * (i + 1) / chunks;
     const Tensor yi = y2.slice(r0 * y2.cols(), {r1 - r0, y2.cols()});
     const Tensor ri = res2.defined() ? res2.slice(r0 * y2.cols(), {r1 - r0, y2.cols()}) : Tensor();
     o.residual = ri.defined() ? &ri : nullptr;
     matmul(rt, yi, x2.slice(r0 * x2.cols(), {r1 - r0, x2.cols()}), w_->value, o);
-    reduced.push_back(reduce_from_tensor_region_forward(*tensor_, yi));
+    reduced.absorb(reduce_from_tensor_region_forward(*tensor_, yi));
   }
-  for (size_t i = 0; i + 1 < reduced.size(); ++i) reduced[i].wait();
-  return std::move(reduced.back());
+  return reduced;
 }
 
 void RowParallelLinear::backward(Runtime& rt, const Tensor& dx, const Tensor& dy, const Tensor& x, Arena& work,

@@ -63,8 +63,7 @@ class RowParallelLinear {
 
   // x: (N, in/t). y: the full (N, out), summed over the group, or with sequence parallelism this
   // rank's (N/t, out) token shard of the sum (reduce-scattered from an (N, out) tensor from `work`).
-  // The returned handle is the collective that completes y (of the last row block): wait on it
-  // before reading y; the earlier blocks' are waited for here. With residual (y's shape, not with
+  // The returned handle completes y (every row block's collective): wait on it before reading y. With residual (y's shape, not with
   // sequence parallelism): y = residual + the sum, the residual entering once, through rank 0's
   // GEMM epilogue.
   CommHandle forward(Runtime& rt, const Tensor& y, const Tensor& x, Arena& work,

@@ -13,6 +13,7 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/alloc.h"
@@ -155,14 +156,19 @@ void check_all_reduce(Backend& b, Communicator& c) {
   const int n = 1031, R = c.rank(), N = c.size();
   for (DType t : kAllDtypes)
     for (ReduceOp op : {ReduceOp::sum, ReduceOp::max})
-      for (bool async : {false, true}) {
-        // Two in flight at once in the async case, waited in reverse order.
+      for (int mode : {0, 1, 2}) {
+        // 1, 2: two in flight at once, waited in reverse order (1) or absorbed into one handle (2).
+        const bool async = mode > 0;
         Staged x(b, t, n), y(b, t, n);
         x.fill([&](int64_t i) { return val(t, 1, R, i); });
         y.fill([&](int64_t i) { return val(t, 2, R, i); });
         if (async) {
           CommHandle hx = c.all_reduce_async(x.t(), op);
           CommHandle hy = c.all_reduce_async(y.t(), op);
+          if (mode == 2) {
+            hx.absorb(std::move(hy));
+            EXPECT_FALSE(hy.pending());
+          }
           hy.wait();
           hx.wait();
         } else {
@@ -170,7 +176,7 @@ void check_all_reduce(Backend& b, Communicator& c) {
           c.all_reduce(y.t(), op);
         }
         const std::string what = std::string("all_reduce ") + (op == ReduceOp::sum ? "sum" : "max") +
-                                 (async ? " async" : "");
+                                 (mode == 1 ? " async" : mode == 2 ? " async, absorbed" : "");
         x.count_errors([&](int64_t i) { return reduce_over(N, op, [&](int r) { return val(t, 1, r, i); }); }, what);
         y.count_errors([&](int64_t i) { return reduce_over(N, op, [&](int r) { return val(t, 2, r, i); }); }, what);
       }

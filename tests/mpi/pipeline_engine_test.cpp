@@ -111,8 +111,9 @@ void run_all(int64_t n, int max_m) {
         }
         // A gradient buffer returns to the pool once its send is complete, not at reduce_grads:
         // under 1F1B the pool stays within the activations in flight + 2 (not m gradients sent).
-        if (kind == ScheduleKind::one_f_one_b)
+        if (kind == ScheduleKind::one_f_one_b) {
           EXPECT_LE(engine.buffer_count(), PipelineEngine::peak_in_flight(list) + 2) << "rank " << r;
+        }
         if (std::getenv("TRELLIS_PRINT_POOL"))
           std::printf("pool %s p=%d r=%d m=%d v=%d n=%lld: %d buffers, %d in flight\n", schedule_kind_name(kind), p, r,
                       m, v, (long long)n, engine.buffer_count(), PipelineEngine::peak_in_flight(list));
