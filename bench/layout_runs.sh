@@ -9,6 +9,8 @@
 #                          tokens/s and step ms, its largest peak memory, and the share of linear
 #                          scaling against the run named "one" (tokens/s / (ranks x one's)); over
 #                          repeated runs the median run, and the range of the scaling.
+#   losses NAME...         each run's losses at steps 1, 6 and the last, and the largest relative
+#                          difference of its losses to the first run's (layouts that must agree).
 export NCCL_NVLS_ENABLE=0 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 [[ -x $bin ]] || { echo "no $bin: build first"; exit 1; }
 source "$(dirname "${BASH_SOURCE[0]}")/gpt_toml.sh"
@@ -72,3 +74,26 @@ for name in names:
     print(f"| {name} | {ranks} | {tps:,.0f}{count} | {ms:.1f} | {max(r[2] for r in runs) / 2**30:.1f} | {eff} |")
 PY
 }
+
+losses() {
+  python3 - "$out" "$@" <<'PY'
+import json, sys
+out, names = sys.argv[1], sys.argv[2:]
+runs = {}
+for n in names:
+    try:
+        runs[n] = [json.loads(x)["loss"] for x in open(f"{out}/{n}.jsonl") if '"step"' in x and '"loss"' in x]
+    except OSError:
+        runs[n] = []
+ref = runs[names[0]]
+for n in names:
+    r = runs[n]
+    if len(r) < 6 or len(r) != len(ref):
+        print(f"{n}: {len(r)} steps (against {len(ref)}): not compared")
+        continue
+    d = max(abs(a - b) / abs(b) for a, b in zip(r, ref))
+    print(f"{n}: losses of steps 1, 6, {len(r)}: {r[0]:.6f} {r[5]:.6f} {r[-1]:.6f}; "
+          f"largest relative difference to {names[0]} {d:.2e}")
+PY
+}
+
