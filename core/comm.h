@@ -45,9 +45,10 @@ class CommHandle {
   // passed (cudaEventQuery), so its buffers may be reused by any stream without a wait.
   bool test();
   bool pending() const { return !requests_.empty() || event_ != nullptr; }
-  // Takes over `later` (an operation issued after this one, without all_to_allv's counts), so that
-  // one wait() completes both. On the device the later op's completion implies this one's (the one
-  // comm stream runs them in issue order), so the compute stream waits once.
+  // Takes over `later`, so that one wait() completes both. `later` must have been issued after this
+  // handle's operation (and not be all_to_allv's, whose counts MPI reads): on the device the later
+  // op's completion implies this one's (the one comm stream runs them in issue order), so only its
+  // event is kept and the compute stream waits once.
   void absorb(CommHandle&& later);
 
  private:

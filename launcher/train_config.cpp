@@ -246,14 +246,15 @@ Config load_config_text(const std::string& text, const std::string& path, const 
   return c;
 }
 
-// Auto: the copy engines move one block while the GEMM of the next runs (0.7-1.5% faster at GPT-2
-// 1.3B on two H200s, bench/sessions/2026-11-30e); NCCL's kernels slow that GEMM as much as they hide,
-// and MPI's non-blocking all-reduce makes little progress meanwhile.
 bool tensor_splits_batch(const Config& c) {
   return c.parallel.tensor > 1 && c.parallel.tensor_split_batch && !c.parallel.sequence_parallel &&
          c.train.micro_batch % 2 == 0;
 }
 
+// Auto: the copy engines move one block while the GEMM of the next runs (0.7-1.5% faster at GPT-2
+// 1.3B on two H200s, bench/sessions/2026-11-30e); NCCL's kernels slow that GEMM as much as they hide,
+// and MPI's non-blocking all-reduce makes little progress meanwhile. The batch split hides those
+// all-reduces better, so with it auto is 1.
 int resolved_tensor_comm_chunks(const Config& c, bool on_gpu) {
   if (c.parallel.tensor_comm_chunks > 0) return int(c.parallel.tensor_comm_chunks);
   const bool peer = on_gpu && c.parallel.tensor == 2 && c.parallel.peer_all_reduce && !c.parallel.sequence_parallel &&

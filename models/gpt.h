@@ -93,7 +93,10 @@ class GPT {
   // With a chunk holding both the embedding and the head: the backward that reports ready
   // gradients reports wte's first (its classifier part is final since the forward) and hands the
   // embedding's rows to `x` instead of scattering them (null: the plain embedding backward).
-  void set_embedding_exchange(EmbeddingRowExchange* x) { embedding_exchange_ = x; }
+  void set_embedding_exchange(EmbeddingRowExchange* x) {
+    TRELLIS_CHECK(!x || !tp_.active(), "GPT: the embedding row exchange needs tensor = 1");
+    embedding_exchange_ = x;
+  }
   ParameterStore& params() { return params_; }
   const GPTConfig& config() const { return cfg_; }
   const GPTPart& part() const { return part_; }

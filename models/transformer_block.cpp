@@ -308,7 +308,7 @@ void TransformerBlock::forward_into(Runtime& rt, const StepContext& ctx, const T
   if (!y.defined()) return;
   for (int i = 0; i < parts; ++i) {
     if (in_gemm) {
-      if (pending) pending->half[i] = std::move(mlp_done[i]);  // else waited for as it goes
+      if (pending) pending->half[i] = std::move(mlp_done[i]);  // else waited for on return
       continue;
     }
     mlp_done[i].wait();
@@ -366,7 +366,7 @@ void TransformerBlock::backward(Runtime& rt, const StepContext& ctx, const Tenso
     fc_proj_->backward_input(rt, dh, dbranch, &s.h);
     fc_->backward(rt, dln, dh, s.ln2, work, [&] { fc_proj_->weight_grads(rt, dbranch, s.g, bias_sums_in_ln2); });
   } else {
-    if (fc_proj_) fc_proj_->backward(rt, dh, dbranch, s.g, work, &s.h, bias_sums_in_ln2);
+    if (fc_proj_) fc_proj_->backward(rt, dh, dbranch, s.g, work, &s.h);  // sequence parallel: no bias sums
     else linear_backward(rt, dh, dbranch, s.g, *p_.fc_proj_w, *p_.fc_proj_b, &s.h, bias_sums_in_ln2);
     linear_backward(rt, fc_, dln, dh, s.ln2, *p_.fc_w, *p_.fc_b, work);
   }
@@ -385,7 +385,7 @@ void TransformerBlock::backward(Runtime& rt, const StepContext& ctx, const Tenso
     attention_backward(rt, dqkv, datt, s.qkv, s.att, s.lse, H, attention_dropout(ctx));
     qkv_->backward(rt, dln, dqkv, s.ln1, work, [&] { proj_->weight_grads(rt, dbranch, s.att, bias_sums_in_ln2); });
   } else {
-    if (proj_) proj_->backward(rt, datt, dbranch, s.att, work, nullptr, bias_sums_in_ln2);
+    if (proj_) proj_->backward(rt, datt, dbranch, s.att, work);
     else linear_backward(rt, datt, dbranch, s.att, *p_.proj_w, *p_.proj_b, nullptr, bias_sums_in_ln2);
     attention_backward(rt, dqkv, datt, s.qkv, s.att, s.lse, H, attention_dropout(ctx));
     linear_backward(rt, qkv_, dln, dqkv, s.ln1, *p_.qkv_w, *p_.qkv_b, work);

@@ -95,6 +95,8 @@ RowParallelLinear::RowParallelLinear(Communicator& tensor, const Parameter& w, c
 CommHandle RowParallelLinear::forward(Runtime& rt, const Tensor& y, const Tensor& x, Arena& work,
                                       const Tensor* residual) const {
   TRELLIS_CHECK(!(residual && sp_), "RowParallelLinear: a residual needs the full rows (no sequence parallelism)");
+  TRELLIS_CHECK(!residual || residual->numel() == y.numel(),
+                "RowParallelLinear: residual " + (residual ? residual->str() : std::string()) + " is not y's size " + y.str());
   const Tensor partial = sp_ ? full_rows(work, y, tensor_->size()) : y;
   MatmulOptions o;
   o.trans_b = true;
@@ -123,7 +125,7 @@ CommHandle RowParallelLinear::forward(Runtime& rt, const Tensor& y, const Tensor
 }
 
 void RowParallelLinear::backward(Runtime& rt, const Tensor& dx, const Tensor& dy, const Tensor& x, Arena& work,
-                                 const Tensor* gelu_grad_of, bool bias_elsewhere) const {
+                                 const Tensor* gelu_grad_of) const {
   Tensor dfull = reduce_from_tensor_region_backward(dy);
   if (sp_) {
     dfull = full_rows(work, dy, tensor_->size());
@@ -132,8 +134,7 @@ void RowParallelLinear::backward(Runtime& rt, const Tensor& dx, const Tensor& dy
   MatmulOptions o;
   o.gelu_grad_of = gelu_grad_of;
   matmul(rt, rows2d(dx), rows2d(dfull), w_->value, o);
-  if (bias_elsewhere) weight_grad(rt, *w_, dfull, x);
-  else weight_and_bias_grad(rt, *w_, *b_, dfull, x);
+  weight_and_bias_grad(rt, *w_, *b_, dfull, x);
 }
 
 void RowParallelLinear::backward_input(Runtime& rt, const Tensor& dx, const Tensor& dy,

@@ -63,21 +63,21 @@ class RowParallelLinear {
 
   // x: (N, in/t). y: the full (N, out), summed over the group, or with sequence parallelism this
   // rank's (N/t, out) token shard of the sum (reduce-scattered from an (N, out) tensor from `work`).
-  // The returned handle completes y (every row block's collective): wait on it before reading y. With residual (y's shape, not with
-  // sequence parallelism): y = residual + the sum, the residual entering once, through rank 0's
-  // GEMM epilogue.
+  // The returned handle completes y (every row block's collective): wait on it before reading y.
+  // With residual (y's shape, not with sequence parallelism): y = residual + the sum, the residual
+  // entering once, through rank 0's GEMM epilogue.
   CommHandle forward(Runtime& rt, const Tensor& y, const Tensor& x, Arena& work,
                      const Tensor* residual = nullptr) const;
   // dy: (N, out), or this rank's (N/t, out) token shard with sequence parallelism (gathered into
   // an (N, out) tensor from `work`). dx (N, in/t, written); w.grad += dy^T x; b.grad += column
   // sums of the full dy, the same on every rank, so the replicated bias needs no reduction over
   // the group even with sequence parallelism. With gelu_grad_of = &h where x = gelu(h) (dx's size):
-  // dx = (dy W) * gelu'(h), GELU's backward fused into the dx GEMM (its output is local). With
-  // bias_elsewhere the bias gradient is left to the caller (a layer norm's backward sums it).
+  // dx = (dy W) * gelu'(h), GELU's backward fused into the dx GEMM (its output is local).
   void backward(Runtime& rt, const Tensor& dx, const Tensor& dy, const Tensor& x, Arena& work,
-                const Tensor* gelu_grad_of = nullptr, bool bias_elsewhere = false) const;
+                const Tensor* gelu_grad_of = nullptr) const;
   // backward in two parts, without sequence parallelism: the dx GEMM, and the parameter gradients,
-  // which the caller may defer to run beside the next column-parallel layer's all-reduce.
+  // which the caller may defer to run beside the next column-parallel layer's all-reduce. With
+  // bias_elsewhere the bias gradient is left to the caller (a layer norm's backward sums it).
   void backward_input(Runtime& rt, const Tensor& dx, const Tensor& dy, const Tensor* gelu_grad_of = nullptr) const;
   void weight_grads(Runtime& rt, const Tensor& dy, const Tensor& x, bool bias_elsewhere = false) const;
 
