@@ -164,7 +164,7 @@ int64_t GPT::rows_of(int64_t B, int64_t T) const {
   return tp_.sharded_tokens() ? token_shard_rows(B * T, tp_.size) : B * T;
 }
 
-int64_t GPT::vocab_begin() const { return tp_.rank * (cfg_.padded_vocab() / tp_.size); }
+int64_t GPT::vocab_begin() const { return vocab_shard_begin(tp_.rank, tp_.size, cfg_.padded_vocab()); }
 
 // Keyed by global token row, as the blocks' masks: with sequence parallelism this rank's rows
 // start at rank * rows.

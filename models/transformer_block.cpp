@@ -44,7 +44,8 @@ bool layernorm_grads_accumulate(const Parameter& w, const Parameter& b) {
   return aw;
 }
 
-// Through the column- or row-parallel layer when there is one (t > 1), else the plain linear.
+// Through the column-parallel layer when there is one (t > 1), else the plain linear (row-parallel
+// forwards: row_forward below, which returns the all-reduce in flight).
 template <class Parallel>
 void linear_forward(Runtime& rt, const std::optional<Parallel>& par, const Tensor& y, const Tensor& x,
                     const Parameter& w, const Parameter& b, Arena& work) {
@@ -218,7 +219,7 @@ StepContext TransformerBlock::part_context(const StepContext& ctx, const Tokens&
 bool TransformerBlock::residual_in_gemm(const StepContext& ctx) const {
   // Dropout applies to the branch before the add; sequence parallelism adds on token shards, while
   // the row-parallel GEMM writes all rows.
-  return !(ctx.training && cfg_.dropout > 0.0f) && !tp_.sharded_tokens();
+  return !dropout_on(ctx) && !tp_.sharded_tokens();
 }
 
 void TransformerBlock::attention_part(Runtime& rt, const StepContext& ctx, BlockSaved& s, Arena& a) const {
@@ -250,7 +251,7 @@ CommHandle TransformerBlock::mlp_half(Runtime& rt, const StepContext& ctx, Block
   if (residual_in_gemm(ctx)) {
     layernorm_forward(rt, s.ln2, s.ln2_mean, s.ln2_rstd, s.r, p_.ln2_w->value, p_.ln2_b->value);
   } else {
-    if (ctx.training && cfg_.dropout > 0.0f)
+    if (dropout_on(ctx))
       dropout_forward(rt, branch, branch, cfg_.dropout, dropout_key(ctx, 1, tokens_of(ctx, s.x)));
     // r = x + branch and ln2 = LN(r) in one pass over the rows.
     add_layernorm_forward(rt, s.r, s.ln2, s.ln2_mean, s.ln2_rstd, s.x, branch, p_.ln2_w->value, p_.ln2_b->value);
@@ -314,7 +315,7 @@ void TransformerBlock::forward_into(Runtime& rt, const StepContext& ctx, const T
     mlp_done[i].wait();
     const StepContext c = part_context(ctx, n, i, parts);
     const Tensor bi = part_of(branch, i, parts), yi = part_of(y, i, parts), ri = part_of(s.r, i, parts);
-    if (ctx.training && cfg_.dropout > 0.0f)
+    if (dropout_on(ctx))
       dropout_forward(rt, bi, bi, cfg_.dropout, dropout_key(c, 2, tokens_of(c, part_of(x, i, parts))));
     add(rt, yi, ri, bi);
   }
@@ -336,7 +337,7 @@ void TransformerBlock::backward(Runtime& rt, const StepContext& ctx, const Tenso
   const int64_t B = n.B, T = n.T, C = cfg_.d_model, Cl = C / tp_.size;
   const Shape act = tp_.sharded_tokens() ? Shape{n.rows, C} : Shape{B, T, C};
   const DType dt = cfg_.dtype;
-  const bool drop = ctx.training && cfg_.dropout > 0.0f;
+  const bool drop = dropout_on(ctx);
   if (cfg_.checkpointing == Checkpointing::full) {
     // Re-runs the forward up to g (not y, which backward does not need); under tensor parallelism
     // with the same parallel layers, so with sequence parallelism the all-gathers run again.

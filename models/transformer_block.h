@@ -132,6 +132,8 @@ class TransformerBlock {
                             Arena& temp) const;
   CommHandle mlp_half(Runtime& rt, const StepContext& ctx, BlockSaved& s, const Tensor& branch, const Tensor& y,
                       Arena& temp) const;
+  // Whether the residual branches drop out in this forward: training with model.dropout.
+  bool dropout_on(const StepContext& ctx) const { return ctx.training && cfg_.dropout > 0.0f; }
   // Dropout on the residual branches, or the residual adds as the projections' GEMM epilogues.
   bool residual_in_gemm(const StepContext& ctx) const;
   // y undefined: stop once what backward needs is computed (the recomputation of full checkpointing).

@@ -11,6 +11,9 @@
 
 namespace trellis {
 
+// The first row of rank `rank`'s shard of a `padded_vocab`-row table split over `parts` ranks.
+inline int64_t vocab_shard_begin(int rank, int parts, int64_t padded_vocab) { return rank * (padded_vocab / parts); }
+
 // wte (Vp/t, C), TensorSplit dim 0: rank r holds the rows of vocabulary [r Vp/t, (r+1) Vp/t) of the
 // padded vocabulary Vp. wpe (T_max, C) replicated.
 class VocabParallelEmbedding {
@@ -18,7 +21,7 @@ class VocabParallelEmbedding {
   VocabParallelEmbedding(Communicator& tensor, const Parameter& wte, const Parameter& wpe, int64_t padded_vocab,
                          bool sequence_parallel);
 
-  int64_t vocab_begin() const { return tensor_->rank() * (padded_vocab_ / tensor_->size()); }
+  int64_t vocab_begin() const { return vocab_shard_begin(tensor_->rank(), tensor_->size(), padded_vocab_); }
 
   // x = wte[tokens] + wpe[positions], tokens (B, T) i32. Each rank looks up the tokens of its shard
   // (zeros for the others) and rank 0 adds the positions, so the sum over the group holds them once:
