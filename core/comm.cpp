@@ -148,7 +148,7 @@ Communicator::~Communicator() {
   if (comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
 }
 
-bool Communicator::peer_all_reduce_active() const {
+bool Communicator::peer_path_active() const {
 #if TRELLIS_HAVE_CUDA
   return nccl_ && gpu::nccl_uses_peer(nccl_);
 #else

@@ -81,9 +81,9 @@ class Communicator {
   MPI_Comm mpi_comm() const { return comm_; }
   const std::string& name() const { return name_; }
   bool has_nccl() const { return nccl_ != nullptr; }
-  // True once the first device all-reduce has set up the two-rank peer path (core/cuda/
-  // peer_all_reduce.h): sums of float tensors then bypass NCCL.
-  bool peer_all_reduce_active() const;
+  // True once the first device all-reduce, reduce-scatter or all-gather has set up the two-rank
+  // peer path (core/cuda/peer_collectives.h): sums of float tensors and gathers then bypass NCCL.
+  bool peer_path_active() const;
 
   // x = op over ranks of x, in place.
   void all_reduce(const Tensor& x, ReduceOp op = ReduceOp::sum) { all_reduce_async(x, op).wait(); }

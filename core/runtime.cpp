@@ -31,7 +31,7 @@ Runtime::Runtime(const RuntimeOptions& opt) : opt_(opt) {
 #if TRELLIS_HAVE_CUDA
   cuda_ = gpu::create_state(opt_.device.index, opt_.deterministic);
   cuda_->profiler = profiler_.get();
-  cuda_->peer_all_reduce = opt_.peer_all_reduce;
+  cuda_->peer_collectives = opt_.peer_collectives;
   device_alloc_ = gpu::make_device_allocator(opt_.device.index);
   host_alloc_ = gpu::make_pinned_allocator();
 #else

@@ -19,7 +19,7 @@ struct RuntimeOptions {
   int cpu_threads = 0;         // OpenMP threads for the CPU backend; 0 = leave the default
   bool profile_ops = false;    // time every op (CUDA events on the compute stream) into an OpProfiler
   bool trace = false;          // an OpProfiler for one-step traces (OpProfiler::begin_trace) without profile_ops
-  bool peer_all_reduce = true; // GPU: two ranks of one node sum through peer memory, not NCCL (parallel.peer_all_reduce)
+  bool peer_collectives = true; // GPU: two ranks of one node sum and gather through peer memory, not NCCL (parallel.peer_all_reduce)
 };
 
 class Runtime {

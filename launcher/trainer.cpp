@@ -274,7 +274,7 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
   }
   ro.profile_ops = cfg.log.profile_ops;
   ro.trace = cfg.log.trace_step > 0;
-  ro.peer_all_reduce = cfg.parallel.peer_all_reduce;
+  ro.peer_collectives = cfg.parallel.peer_all_reduce;
   Runtime rt(ro);
   const Layout layout = make_layout(launch.world, int(cfg.parallel.tensor), int(cfg.parallel.pipeline));
   ProcessGroups groups(MPI_COMM_WORLD, layout, rt);
@@ -587,11 +587,11 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
         tb->scalars(step, v);
       }
       if (step == start_step + 1) {
-        // Set up on a group's first device all-reduce (core/cuda/peer_all_reduce.h), so known only now.
+        // Set up on a group's first device collective (core/cuda/peer_collectives.h), so known only now.
         for (Communicator* g : {tensor_group, layout.data > 1 ? &data_group : nullptr})
           if (g && g->size() == 2 && res.device.is_cuda())
-            std::printf("%s group: all-reduces through %s\n", g->name().c_str(),
-                        g->peer_all_reduce_active() ? "peer memory (copy engines, parallel.peer_all_reduce)" : "NCCL");
+            std::printf("%s group: sums and gathers through %s\n", g->name().c_str(),
+                        g->peer_path_active() ? "peer memory (copy engines, parallel.peer_all_reduce)" : "NCCL");
       }
       if (step % cfg.log.every == 0 || step == 1 || step == cfg.train.steps) {
         std::printf("step %5lld/%lld | loss %.4f | lr %.2e | norm %.3f |", (long long)step, (long long)cfg.train.steps,

@@ -28,7 +28,7 @@ struct CudaState {
   int cc_major = 0, cc_minor = 0;
   size_t total_memory = 0;
   bool deterministic = false;
-  bool peer_all_reduce = true;     // two-rank sum all-reduces through peer memory (peer_all_reduce.h)
+  bool peer_collectives = true;    // two-rank sums and gathers through peer memory (peer_collectives.h)
   MatmulPlanCache* matmul_plans = nullptr;
   CudnnAttention* cudnn = nullptr;
   OpProfiler* profiler = nullptr;  // the runtime's, for tracing collectives (nccl_comm.cpp)

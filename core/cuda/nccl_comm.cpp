@@ -6,17 +6,17 @@
 #include <vector>
 
 #include "core/cuda/cuda_state.h"
-#include "core/cuda/peer_all_reduce.h"
+#include "core/cuda/peer_collectives.h"
 #include "core/profiler.h"
 
 namespace trellis {
 
 struct NcclComm {
   ncclComm_t comm = nullptr;
-  MPI_Comm mpi = MPI_COMM_NULL;           // the Communicator's, for setting up the peer all-reduce
+  MPI_Comm mpi = MPI_COMM_NULL;           // the Communicator's, for setting up the peer path
   CudaState* cs = nullptr;
-  gpu::PeerAllReduce* peer = nullptr;     // two ranks of one node: sums without NCCL (peer_all_reduce.h)
-  bool peer_checked = false;              // peer set up (or found impossible) on the first all-reduce
+  gpu::PeerCollectives* peer = nullptr;   // two ranks of one node: without NCCL (peer_collectives.h)
+  bool peer_checked = false;              // peer set up (or found impossible) on the first collective
   int rank = 0, size = 1;
   cudaEvent_t ready = nullptr;            // recorded on compute before each op
   std::vector<cudaEvent_t> free_events;   // completion events not held by a handle
@@ -91,7 +91,7 @@ void nccl_destroy(NcclComm* c) {
   if (!c) return;
   CUDA_CHECK(cudaSetDevice(c->cs->device));
   CUDA_CHECK(cudaStreamSynchronize(c->cs->comm));
-  peer_all_reduce_destroy(c->peer);
+  peer_collectives_destroy(c->peer);
   NCCL_CHECK(ncclCommDestroy(c->comm));
   for (cudaEvent_t e : c->free_events) CUDA_CHECK(cudaEventDestroy(e));
   CUDA_CHECK(cudaEventDestroy(c->ready));
@@ -100,14 +100,24 @@ void nccl_destroy(NcclComm* c) {
 
 bool nccl_uses_peer(const NcclComm* c) { return c->peer != nullptr; }
 
-void* nccl_all_reduce(NcclComm* c, const Tensor& x, ReduceOp op) {
-  if (!c->peer_checked) {  // the first device all-reduce, reached by every rank of the group together
+namespace {
+
+// The pair's peer path, set up on the group's first all-reduce, reduce-scatter or all-gather: every
+// rank of the group reaches that op together.
+PeerCollectives* peer_of(NcclComm* c) {
+  if (!c->peer_checked) {
     c->peer_checked = true;
-    if (c->cs->peer_all_reduce) c->peer = peer_all_reduce_create(c->mpi, *c->cs);
+    if (c->cs->peer_collectives) c->peer = peer_collectives_create(c->mpi, *c->cs);
   }
-  if (c->peer && peer_all_reduce_handles(x, op == ReduceOp::sum))
+  return c->peer;
+}
+
+}  // namespace
+
+void* nccl_all_reduce(NcclComm* c, const Tensor& x, ReduceOp op) {
+  if (PeerCollectives* peer = peer_of(c); peer && peer_sums(x.dtype, op == ReduceOp::sum))
     return run_on_comm_stream(c, "peer all_reduce", x.nbytes(), [&](ncclComm_t, cudaStream_t s) {
-      peer_all_reduce(c->peer, x, s);
+      peer_all_reduce(peer, x, s);
     });
   return run_on_comm_stream(c, "nccl all_reduce", x.nbytes(), [&](ncclComm_t comm, cudaStream_t s) {
     NCCL_CHECK(ncclAllReduce(x.data, x.data, size_t(x.numel()), nccl_type(x.dtype), nccl_op(op), comm, s));
@@ -115,12 +125,20 @@ void* nccl_all_reduce(NcclComm* c, const Tensor& x, ReduceOp op) {
 }
 
 void* nccl_reduce_scatter(NcclComm* c, const Tensor& out, const Tensor& in, ReduceOp op) {
+  if (PeerCollectives* peer = peer_of(c); peer && peer_sums(in.dtype, op == ReduceOp::sum))
+    return run_on_comm_stream(c, "peer reduce_scatter", in.nbytes(), [&](ncclComm_t, cudaStream_t s) {
+      peer_reduce_scatter(peer, out, in, s);
+    });
   return run_on_comm_stream(c, "nccl reduce_scatter", in.nbytes(), [&](ncclComm_t comm, cudaStream_t s) {
     NCCL_CHECK(ncclReduceScatter(in.data, out.data, size_t(out.numel()), nccl_type(in.dtype), nccl_op(op), comm, s));
   });
 }
 
 void* nccl_all_gather(NcclComm* c, const Tensor& out, const Tensor& in) {
+  if (PeerCollectives* peer = peer_of(c))
+    return run_on_comm_stream(c, "peer all_gather", in.nbytes(), [&](ncclComm_t, cudaStream_t s) {
+      peer_all_gather(peer, out, in, s);
+    });
   return run_on_comm_stream(c, "nccl all_gather", in.nbytes(), [&](ncclComm_t comm, cudaStream_t s) {
     NCCL_CHECK(ncclAllGather(in.data, out.data, size_t(in.numel()), nccl_type(in.dtype), comm, s));
   });

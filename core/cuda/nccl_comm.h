@@ -18,7 +18,7 @@ namespace trellis::gpu {
 // Collective over `comm` (rank 0 makes the NCCL unique id and broadcasts it over MPI).
 NcclComm* nccl_create(MPI_Comm comm, Runtime& rt);
 void nccl_destroy(NcclComm* c);  // waits for the comm stream first
-// Whether sum all-reduces of float tensors go through peer memory (set up on the first all-reduce).
+// Whether sums of float tensors and gathers go through peer memory (set up on the first of them).
 bool nccl_uses_peer(const NcclComm* c);
 
 // Each op: the comm stream waits for the compute stream's current work, the op is enqueued on

@@ -86,28 +86,31 @@ std::vector<Tensor> ZeroOptimizer::owned_grads(const std::vector<std::pair<int64
 }
 
 void ZeroOptimizer::zero_owned_grads() {
-  if (data_) fill(rt_, grads_, 0.0f);
+  if (data_ && stage_ >= 2) fill(rt_, grads_, 0.0f);
 }
 
 void ZeroOptimizer::step(const AdamWHyper& h, float grad_scale) {
-  for (const Span& r : spans_) {
-    const Tensor values = params_.owned_values(r.bucket).slice(r.offset, {r.numel});
-    const int64_t at = owned_at_[size_t(r.bucket)] + r.offset;
-    adamw_step(rt_, master_.defined() ? master_.slice(at, {r.numel}) : values, m_.slice(at, {r.numel}),
-               v_.slice(at, {r.numel}), grads_.slice(at, {r.numel}), master_.defined() ? values : Tensor(), h,
-               grad_scale, &r.runs);
+  // Sharded, each bucket's updated piece is all-gathered as soon as its spans are done, while the
+  // next buckets update: the gathers (copy engines at two ranks) hide behind AdamW. Every rank
+  // issues them for every bucket in order, also for a piece that is only padding (no spans).
+  std::vector<CommHandle> gathers;
+  size_t next = 0;
+  for (size_t b = 0; b < params_.buckets().size(); ++b) {
+    for (; next < spans_.size() && spans_[next].bucket == int(b); ++next) {
+      const Span& r = spans_[next];
+      const Tensor values = params_.owned_values(r.bucket).slice(r.offset, {r.numel});
+      const int64_t at = owned_at_[size_t(r.bucket)] + r.offset;
+      adamw_step(rt_, master_.defined() ? master_.slice(at, {r.numel}) : values, m_.slice(at, {r.numel}),
+                 v_.slice(at, {r.numel}), grads_.slice(at, {r.numel}), master_.defined() ? values : Tensor(), h,
+                 grad_scale, &r.runs);
+    }
+    if (data_ && !params_.buckets()[b].values_streamed) {
+      NvtxRange r("parameter_all_gather");
+      gathers.push_back(data_->all_gather_async(params_.bucket_values(int(b)), params_.owned_values(int(b))));
+    }
   }
-  all_gather_whole_buckets();
-}
-
-void ZeroOptimizer::all_gather_whole_buckets() {
-  if (!data_) return;
-  NvtxRange r("parameter_all_gather");
-  std::vector<CommHandle> pending;
-  for (size_t b = 0; b < params_.buckets().size(); ++b)
-    if (!params_.buckets()[b].values_streamed)
-      pending.push_back(data_->all_gather_async(params_.bucket_values(int(b)), params_.owned_values(int(b))));
-  for (CommHandle& p : pending) p.wait();
+  TRELLIS_CHECK(next == spans_.size(), "ZeroOptimizer: AdamW spans out of bucket order");
+  for (CommHandle& g : gathers) g.wait();
 }
 
 size_t ZeroOptimizer::state_bytes() const {

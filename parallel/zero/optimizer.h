@@ -34,12 +34,14 @@ class ZeroOptimizer {
   // The reduced gradients of element ranges of the flat layout this rank holds: the ranges
   // themselves at stage 0, else their intersections with this rank's pieces.
   std::vector<Tensor> owned_grads(const std::vector<std::pair<int64_t, int64_t>>& ranges) const;
-  // Stages >= 1: zeroes the reduced gradients (a step's reductions accumulate into them).
+  // Stages >= 2: zeroes the reduced gradients (a step's reductions of streamed blocks accumulate
+  // into them). At stage 1 each bucket's one reduce-scatter a step overwrites its piece.
   void zero_owned_grads();
 
   // One AdamW step on the owned pieces; grads are multiplied by grad_scale first (loss-scale and
   // clipping factor). Weight decay applies only to parameters whose spec says decay (the 2-D
-  // weights). Sharded: then all-gathers the buckets every rank keeps whole.
+  // weights). Sharded: each bucket every rank keeps whole is all-gathered as soon as its piece is
+  // updated, while the next buckets update.
   void step(const AdamWHyper& h, float grad_scale);
 
   // Bytes of optimizer state (master copy if any, m, v, and the reduced gradient pieces) held here.
@@ -69,8 +71,6 @@ class ZeroOptimizer {
   // A contiguous part of one bucket's piece (piece-relative) and its runs of one decay flag: one
   // AdamW launch.
   struct Span { int bucket; int64_t offset, numel; AdamWRuns runs; };
-  // Sharded: every rank's pieces of the buckets it keeps whole, into those buckets.
-  void all_gather_whole_buckets();
   // Real elements of bucket b's piece: [0, n) of it.
   int64_t owned_real(int b) const;
   Runtime& rt_;

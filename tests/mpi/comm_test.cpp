@@ -63,13 +63,13 @@ bool gpus_for_every_local_rank(int* local_rank, std::string* why) {
   return all_ok != 0;
 }
 
-// peer_all_reduce: RuntimeOptions::peer_all_reduce (device sums at two ranks through peer memory).
-Backend make_backend(bool device, bool peer_all_reduce = true) {
+// peer: RuntimeOptions::peer_collectives (device sums and gathers at two ranks through peer memory).
+Backend make_backend(bool device, bool peer = true) {
   Backend b;
   b.device = device;
   RuntimeOptions opt;
   opt.cpu_threads = 1;
-  opt.peer_all_reduce = peer_all_reduce;
+  opt.peer_collectives = peer;
   if (device) {
     int local = 0;
     std::string why;
@@ -503,10 +503,51 @@ std::vector<unsigned char> random_values(DType t, int seed, int rank, int64_t n)
   return out;
 }
 
-// The two-rank peer path (core/cuda/peer_all_reduce.h) against NCCL on the same random inputs:
-// tensors of several copy chunks (each receive slot used more than once, a partial last chunk),
-// two rounds, f32/bf16/f16; the results must be bitwise equal. Ranks pair up (0-1, 2-3, ...).
-TEST(PeerAllReduce, BitwiseEqualToNccl) {
+enum class PairOp { all_reduce, reduce_scatter, reduce_scatter_in_place, all_gather, all_gather_in_place };
+
+const char* pair_op_name(PairOp op) {
+  switch (op) {
+    case PairOp::all_reduce: return "all_reduce";
+    case PairOp::reduce_scatter: return "reduce_scatter";
+    case PairOp::reduce_scatter_in_place: return "reduce_scatter (in place)";
+    case PairOp::all_gather: return "all_gather";
+    case PairOp::all_gather_in_place: return "all_gather (in place)";
+  }
+  return "?";
+}
+
+// `op` over `c` on a device copy of `in` (n elements of t; a gather's input is its first n / 2);
+// returns the output's bytes.
+std::vector<unsigned char> run_pair_op(Communicator& c, Runtime& rt, PairOp op, DType t, const std::vector<unsigned char>& in,
+                                       int64_t n) {
+  const size_t e = dtype_size(t), half = size_t(n / 2);
+  const Tensor host_in(const_cast<unsigned char*>(in.data()), t, Device::CPU(), Shape{n});
+  Buffer buf(rt.allocator(), size_t(n) * e, "pair op"), side(rt.allocator(), half * e, "pair op side");
+  const Tensor x = buf.tensor(t, Shape{n}), mine = x.slice(int64_t(half) * c.rank(), Shape{int64_t(half)});
+  const Tensor other = side.tensor(t, Shape{int64_t(half)});
+  Tensor result = x;
+  switch (op) {
+    case PairOp::all_reduce: copy(rt, x, host_in); c.all_reduce(x); break;
+    case PairOp::reduce_scatter: copy(rt, x, host_in); c.reduce_scatter(other, x); result = other; break;
+    case PairOp::reduce_scatter_in_place: copy(rt, x, host_in); c.reduce_scatter(mine, x); result = mine; break;
+    case PairOp::all_gather: copy(rt, other, host_in.slice(0, Shape{int64_t(half)})); c.all_gather(x, other); break;
+    case PairOp::all_gather_in_place:
+      copy(rt, x, host_in);  // the peer's block holds stale values until the gather overwrites it
+      copy(rt, mine, host_in.slice(0, Shape{int64_t(half)}));
+      c.all_gather(x, mine);
+      break;
+  }
+  std::vector<unsigned char> out(result.nbytes());
+  copy(rt, Tensor(out.data(), t, Device::CPU(), result.shape), result);
+  rt.synchronize();
+  return out;
+}
+
+// The two-rank peer path (core/cuda/peer_collectives.h) against NCCL on the same random inputs, for
+// every op it takes: tensors of several copy chunks (each receive slot used more than once, a
+// partial last chunk), two rounds, f32/bf16/f16; the results must be bitwise equal, and a gather
+// must hold each rank's input. Ranks pair up (0-1, 2-3, ...).
+TEST(PeerCollectives, BitwiseEqualToNccl) {
   SKIP_WITHOUT_GPUS();
   Backend peer = make_backend(true);
   Backend nccl = make_backend(true, false);
@@ -516,25 +557,30 @@ TEST(PeerAllReduce, BitwiseEqualToNccl) {
   auto cn = Communicator::create(pair, *nccl.rt, "pair (nccl)");
   MPI_Comm_free(&pair);
   if (cp->size() < 2) GTEST_SKIP() << "this rank has no partner (odd world size)";
-  for (DType t : {DType::f32, DType::bf16, DType::f16})
-    for (int round = 0; round < 2; ++round) {
-      const int64_t n = (int64_t(100) << 20) / int64_t(dtype_size(t)) + 3;
-      std::vector<unsigned char> in = random_values(t, 10 + round, cp->rank(), n), a(in.size()), b(in.size());
-      Tensor host_in(in.data(), t, Device::CPU(), Shape{n});
-      Buffer xa(peer.rt->allocator(), in.size(), "peer"), xb(nccl.rt->allocator(), in.size(), "nccl");
-      copy(*peer.rt, xa.tensor(t, Shape{n}), host_in);
-      copy(*nccl.rt, xb.tensor(t, Shape{n}), host_in);
-      cp->all_reduce(xa.tensor(t, Shape{n}));
-      cn->all_reduce(xb.tensor(t, Shape{n}));
-      copy(*peer.rt, Tensor(a.data(), t, Device::CPU(), Shape{n}), xa.tensor(t, Shape{n}));
-      copy(*nccl.rt, Tensor(b.data(), t, Device::CPU(), Shape{n}), xb.tensor(t, Shape{n}));
-      peer.rt->synchronize();
-      nccl.rt->synchronize();
-      if (!cp->peer_all_reduce_active()) GTEST_SKIP() << "the pair's GPUs have no peer access: NCCL only";
-      EXPECT_FALSE(cn->peer_all_reduce_active());
-      EXPECT_TRUE(a == b) << dtype_name(t) << " round " << round << ": peer and NCCL sums differ";
-      EXPECT_FALSE(a == in) << dtype_name(t) << ": nothing was summed";
-    }
+  for (PairOp op : {PairOp::all_reduce, PairOp::reduce_scatter, PairOp::reduce_scatter_in_place, PairOp::all_gather,
+                    PairOp::all_gather_in_place})
+    for (DType t : {DType::f32, DType::bf16, DType::f16})
+      for (int round = 0; round < 2; ++round) {
+        const int64_t n = (int64_t(100) << 20) / int64_t(dtype_size(t)) + 6;
+        const std::vector<unsigned char> in = random_values(t, 10 + round, cp->rank(), n);
+        const std::vector<unsigned char> a = run_pair_op(*cp, *peer.rt, op, t, in, n);
+        const std::vector<unsigned char> b = run_pair_op(*cn, *nccl.rt, op, t, in, n);
+        if (!cp->peer_path_active()) GTEST_SKIP() << "the pair's GPUs have no peer access: NCCL only";
+        EXPECT_FALSE(cn->peer_path_active());
+        const std::string what = std::string(pair_op_name(op)) + " " + std::string(dtype_name(t)) + " round " +
+                                 std::to_string(round);
+        EXPECT_TRUE(a == b) << what << ": peer and NCCL results differ";
+        if (op == PairOp::all_gather || op == PairOp::all_gather_in_place) {
+          const size_t block = size_t(n / 2) * dtype_size(t);
+          for (int r = 0; r < 2; ++r) {
+            const std::vector<unsigned char> want = random_values(t, 10 + round, r, n);
+            EXPECT_TRUE(std::equal(want.begin(), want.begin() + std::ptrdiff_t(block), a.begin() + std::ptrdiff_t(r * block)))
+                << what << ": block " << r << " is not rank " << r << "'s input";
+          }
+        } else {
+          EXPECT_FALSE(std::equal(a.begin(), a.end(), in.begin())) << what << ": nothing was summed";
+        }
+      }
 }
 
 // All-reduce bus bandwidth (printed, not asserted) of 256 MiB of f32 (gradient buckets) and 32 MiB
@@ -559,7 +605,7 @@ void report_all_reduce_bandwidth(bool peer_all_reduce) {
     fill(rt, x, 1.0f);
     c->all_reduce(x);
     EXPECT_EQ(last(), float(c->size()));
-    if (peer_all_reduce && !c->peer_all_reduce_active()) {
+    if (peer_all_reduce && !c->peer_path_active()) {
       if (world_rank() == 0) std::printf("[ PEER     ] not available on these ranks (not two GPUs with peer access)\n");
       return;
     }

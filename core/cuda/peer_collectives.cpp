@@ -1,21 +1,24 @@
-// Two-rank sum all-reduce over peer memory. Each rank owns one device allocation, exported by
-// CUDA IPC: kSlots receive slots of kSlotBytes, then the flags its peer writes. A tensor goes in
-// chunks of one slot, chunk number `seq` (counted per communicator, the same on both ranks) into
-// slot seq % kSlots:
+// Two-rank collectives over peer memory. Each rank owns one device allocation, exported by CUDA
+// IPC: kSlots receive slots of kSlotBytes, then the flags its peer writes. Every op sends the peer
+// the same number of bytes the peer sends it (all-reduce: the tensor; reduce-scatter: the peer's
+// block; all-gather: this rank's block), in chunks of one slot, chunk number `seq` (counted per
+// pair, the same on both ranks) into slot seq % kSlots:
 //   copy stream: wait until the peer has freed the slot (freed[slot] >= seq - kSlots), copy the
 //                chunk into the peer's slot (copy engine), then write the peer's ready[slot] = seq;
-//   op stream:   wait for that copy (it reads x before the add overwrites it) and for the peer's
-//                chunk (ready[slot] >= seq), add the slot into x, then write the peer's freed[slot] = seq.
+//   op stream:   wait for that copy (an all-reduce's add overwrites what it reads; and once the op
+//                stream has passed an op, its inputs are free) and for the peer's chunk
+//                (ready[slot] >= seq), consume the slot (add it into place, or copy it out), then
+//                write the peer's freed[slot] = seq.
 // The peer frees slots in seq order, so a wait for chunk c's slot covers every chunk before c: the
 // first kSlots / 2 chunks of a tensor (a tensor-parallel activation of GPT-2 1.3B at micro-batch 8)
 // wait once (peer_slot_waits.h). The flags are 32-bit stream memory operations
 // (cuStreamWaitValue32 / cuStreamWriteValue32, fetched from the driver at run time so that nothing
 // links libcuda); a write orders all earlier writes of its stream before it (the driver's default
-// memory barrier). The copy of one chunk overlaps the add of the one before.
+// memory barrier). The copy of one chunk overlaps the consumption of the one before.
 // Chunks of 8 MiB, one copy stream: each chunk costs ~10 us of stream operations beside its copy
 // (memop_probe.cu), so smaller chunks were slower and more copy streams gained nothing
 // (docs/benchmarks.md, eighth session). Alone the path is slower than NCCL; beside GEMMs it wins.
-#include "core/cuda/peer_all_reduce.h"
+#include "core/cuda/peer_collectives.h"
 
 #include <cuda.h>
 
@@ -53,14 +56,15 @@ Fn driver_function(const char* name) {
 }
 
 void driver_check(CUresult r, const char* what) {
-  if (r != CUDA_SUCCESS) TRELLIS_FATAL(std::string("peer all-reduce: ") + what + " failed (CUresult " + std::to_string(int(r)) + ")");
+  if (r != CUDA_SUCCESS) TRELLIS_FATAL(std::string("peer collectives: ") + what + " failed (CUresult " + std::to_string(int(r)) + ")");
 }
 
 }  // namespace
 }  // namespace gpu
 
-struct gpu::PeerAllReduce {
+struct gpu::PeerCollectives {
   CudaState* cs = nullptr;
+  int rank = 0;                       // in the pair
   cudaStream_t copy = nullptr;        // the copy engine's pushes
   cudaEvent_t forked = nullptr;       // the op stream's position, for the copy stream to start after
   cudaEvent_t pushed[kSlots] = {};    // a chunk's push done (this rank's x read)
@@ -79,7 +83,7 @@ struct gpu::PeerAllReduce {
 
 namespace gpu {
 
-PeerAllReduce* peer_all_reduce_create(MPI_Comm comm, CudaState& cs) {
+PeerCollectives* peer_collectives_create(MPI_Comm comm, CudaState& cs) {
   int size = 0, rank = 0;
   TRELLIS_MPI_CHECK(MPI_Comm_size(comm, &size));
   TRELLIS_MPI_CHECK(MPI_Comm_rank(comm, &rank));
@@ -116,7 +120,7 @@ PeerAllReduce* peer_all_reduce_create(MPI_Comm comm, CudaState& cs) {
       (void)cudaGetLastError();
       region = nullptr;
       ok = 0;
-      std::fprintf(stderr, "warning: peer all-reduce: no room for its %zu MiB of receive slots on cuda:%d; this "
+      std::fprintf(stderr, "warning: peer collectives: no room for its %zu MiB of receive slots on cuda:%d; this "
                            "group all-reduces through NCCL\n", kRegionBytes >> 20, cs.device);
     } else {
       CUDA_CHECK(e);
@@ -128,8 +132,9 @@ PeerAllReduce* peer_all_reduce_create(MPI_Comm comm, CudaState& cs) {
     return nullptr;
   }
 
-  auto* p = new PeerAllReduce();
+  auto* p = new PeerCollectives();
   p->cs = &cs;
+  p->rank = rank;
   p->wait_value = wait_value;
   p->write_value = write_value;
   p->mine = static_cast<char*>(region);
@@ -155,7 +160,7 @@ PeerAllReduce* peer_all_reduce_create(MPI_Comm comm, CudaState& cs) {
   return p;
 }
 
-void peer_all_reduce_destroy(PeerAllReduce* p) {
+void peer_collectives_destroy(PeerCollectives* p) {
   if (!p) return;
   CUDA_CHECK(cudaSetDevice(p->cs->device));
   // The peer frees a slot after reading it; once every slot is freed, the peer has no writes into
@@ -174,16 +179,18 @@ void peer_all_reduce_destroy(PeerAllReduce* p) {
   delete p;
 }
 
-bool peer_all_reduce_handles(const Tensor& x, bool sum) {
-  return sum && (x.dtype == DType::f32 || x.dtype == DType::bf16 || x.dtype == DType::f16);
-}
+bool peer_sums(DType t, bool sum) { return sum && (t == DType::f32 || t == DType::bf16 || t == DType::f16); }
 
-void peer_all_reduce(PeerAllReduce* p, const Tensor& x, cudaStream_t stream) {
-  const size_t esize = dtype_size(x.dtype), total = x.nbytes();
+namespace {
+
+// Pushes `total` bytes from `src` to the peer, chunk by chunk, while the peer pushes as many to this
+// rank; consume(offset, bytes, slot) is enqueued on `stream` for each chunk of the peer's once it
+// has arrived in `slot`.
+template <typename Consume>
+void exchange(PeerCollectives* p, const char* src, size_t total, cudaStream_t stream, Consume&& consume) {
   if (total == 0) return;
   CUDA_CHECK(cudaEventRecord(p->forked, stream));
   CUDA_CHECK(cudaStreamWaitEvent(p->copy, p->forked, 0));
-  char* data = static_cast<char*>(x.data);
   // Host counts are 64-bit; the flags' 32-bit GEQ compares cyclically, fine while fewer than 2^31
   // chunks separate the two values.
   const uint64_t first = p->seq + 1, chunks = (total + kSlotBytes - 1) / kSlotBytes;
@@ -196,19 +203,49 @@ void peer_all_reduce(PeerAllReduce* p, const Tensor& x, cudaStream_t stream) {
       driver_check(p->wait_value(CUstream(p->copy), p->freed(p->mine, int(w->slot_of % kSlots)), uint32_t(w->freed),
                                  CU_STREAM_WAIT_VALUE_GEQ),
                    "cuStreamWaitValue32");
-    CUDA_CHECK(cudaMemcpyAsync(p->slot(p->peer, s), data + off, bytes, cudaMemcpyDeviceToDevice, p->copy));
+    CUDA_CHECK(cudaMemcpyAsync(p->slot(p->peer, s), src + off, bytes, cudaMemcpyDeviceToDevice, p->copy));
     driver_check(p->write_value(CUstream(p->copy), p->ready(p->peer, s), flag, CU_STREAM_WRITE_VALUE_DEFAULT),
                  "cuStreamWriteValue32");
     CUDA_CHECK(cudaEventRecord(p->pushed[s], p->copy));
 
     CUDA_CHECK(cudaStreamWaitEvent(stream, p->pushed[s], 0));
-    driver_check(p->wait_value(CUstream(stream), p->ready(p->mine, s), flag, p->ready_wait),
-                 "cuStreamWaitValue32");
-    launch_add(stream, data + off, data + off, p->slot(p->mine, s), x.dtype, int64_t(bytes / esize));
+    driver_check(p->wait_value(CUstream(stream), p->ready(p->mine, s), flag, p->ready_wait), "cuStreamWaitValue32");
+    consume(off, bytes, p->slot(p->mine, s));
     driver_check(p->write_value(CUstream(stream), p->freed(p->peer, s), flag, CU_STREAM_WRITE_VALUE_DEFAULT),
                  "cuStreamWriteValue32");
     p->last_seq[s] = seq;
   }
+}
+
+}  // namespace
+
+void peer_all_reduce(PeerCollectives* p, const Tensor& x, cudaStream_t stream) {
+  char* data = static_cast<char*>(x.data);
+  const size_t esize = dtype_size(x.dtype);
+  exchange(p, data, x.nbytes(), stream, [&](size_t off, size_t bytes, const char* slot) {
+    launch_add(stream, data + off, data + off, slot, x.dtype, int64_t(bytes / esize));
+  });
+}
+
+void peer_reduce_scatter(PeerCollectives* p, const Tensor& out, const Tensor& in, cudaStream_t stream) {
+  const size_t n = out.nbytes(), esize = dtype_size(out.dtype);
+  const char* blocks = static_cast<const char*>(in.data);
+  char* dst = static_cast<char*>(out.data);
+  const char* mine = blocks + size_t(p->rank) * n;
+  exchange(p, blocks + size_t(1 - p->rank) * n, n, stream, [&](size_t off, size_t bytes, const char* slot) {
+    launch_add(stream, dst + off, mine + off, slot, out.dtype, int64_t(bytes / esize));
+  });
+}
+
+void peer_all_gather(PeerCollectives* p, const Tensor& out, const Tensor& in, cudaStream_t stream) {
+  const size_t n = in.nbytes();
+  char* blocks = static_cast<char*>(out.data);
+  if (blocks + size_t(p->rank) * n != in.data)
+    CUDA_CHECK(cudaMemcpyAsync(blocks + size_t(p->rank) * n, in.data, n, cudaMemcpyDeviceToDevice, stream));
+  char* theirs = blocks + size_t(1 - p->rank) * n;
+  exchange(p, static_cast<const char*>(in.data), n, stream, [&](size_t off, size_t bytes, const char* slot) {
+    CUDA_CHECK(cudaMemcpyAsync(theirs + off, slot, bytes, cudaMemcpyDeviceToDevice, stream));
+  });
 }
 
 }  // namespace gpu
