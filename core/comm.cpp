@@ -156,6 +156,22 @@ bool Communicator::peer_path_active() const {
 #endif
 }
 
+void Communicator::share_gather_target(const Tensor& region) {
+#if TRELLIS_HAVE_CUDA
+  if (nccl_ && on_device(region, "share_gather_target")) gpu::nccl_share_gather_target(nccl_, region);
+#else
+  (void)region;
+#endif
+}
+
+void Communicator::drop_gather_target(const Tensor& region) {
+#if TRELLIS_HAVE_CUDA
+  if (nccl_ && on_device(region, "drop_gather_target")) gpu::nccl_drop_gather_target(nccl_, region);
+#else
+  (void)region;
+#endif
+}
+
 // ---- checks ----
 
 void Communicator::fail(const char* op, const std::string& what) const {

@@ -144,6 +144,14 @@ void* nccl_all_gather(NcclComm* c, const Tensor& out, const Tensor& in) {
   });
 }
 
+void nccl_share_gather_target(NcclComm* c, const Tensor& region) {
+  if (PeerCollectives* peer = peer_of(c)) peer_share_target(peer, region);
+}
+
+void nccl_drop_gather_target(NcclComm* c, const Tensor& region) {
+  if (c->peer) peer_drop_target(c->peer, region);
+}
+
 void* nccl_broadcast(NcclComm* c, const Tensor& x, int root) {
   return run_on_comm_stream(c, "nccl broadcast", x.nbytes(), [&](ncclComm_t comm, cudaStream_t s) {
     NCCL_CHECK(ncclBroadcast(x.data, x.data, size_t(x.numel()), nccl_type(x.dtype), root, comm, s));

@@ -34,6 +34,9 @@ void* nccl_batch_p2p(NcclComm* c, std::span<const P2POp> ops);
 // Counts and displacements in elements, `size` entries each (grouped sends and receives).
 void* nccl_all_to_allv(NcclComm* c, const Tensor& out, const Tensor& in, const int64_t* send_counts,
                        const int64_t* send_displs, const int64_t* recv_counts, const int64_t* recv_displs);
+// Collective: direct gathers into `region` on the peer path (peer_collectives.h); else nothing.
+void nccl_share_gather_target(NcclComm* c, const Tensor& region);
+void nccl_drop_gather_target(NcclComm* c, const Tensor& region);
 // The compute stream waits for `event` (no host wait); the event goes back to the pool.
 void nccl_wait(NcclComm* c, void* event);
 // True (and the event recycled) once `event` has passed; never blocks.

@@ -26,6 +26,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <string>
+#include <vector>
 
 #include "core/cuda/cuda_state.h"
 #include "core/cuda/launchers.h"
@@ -38,10 +39,13 @@ namespace {
 
 constexpr int kSlots = 8;
 constexpr size_t kSlotBytes = size_t(8) << 20;
-constexpr size_t kRegionBytes = kSlots * kSlotBytes + 2 * kSlots * 64;  // slots, then ready[] and freed[] 64 bytes apart
+// Slots, then ready[] and freed[], then the direct gathers' go and landed flags, 64 bytes apart.
+constexpr size_t kFlagsAt = kSlots * kSlotBytes;
+constexpr size_t kRegionBytes = kFlagsAt + (2 * kSlots + 2) * 64;
 
 using WaitValueFn = CUresult (*)(CUstream, CUdeviceptr, cuuint32_t, unsigned int);
 using WriteValueFn = CUresult (*)(CUstream, CUdeviceptr, cuuint32_t, unsigned int);
+using AddressRangeFn = CUresult (*)(CUdeviceptr*, size_t*, CUdeviceptr);
 
 template <typename Fn>
 Fn driver_function(const char* name) {
@@ -63,7 +67,16 @@ void driver_check(CUresult r, const char* what) {
 }  // namespace gpu
 
 struct gpu::PeerCollectives {
+  // A region of this rank's memory shared with the peer for direct gathers, and the peer's
+  // matching region mapped here.
+  struct Target {
+    const char* local = nullptr;
+    size_t bytes = 0;
+    char* peer = nullptr;
+    void* mapped = nullptr;  // the peer's allocation as opened (unmapped when the target is dropped)
+  };
   CudaState* cs = nullptr;
+  MPI_Comm comm = MPI_COMM_NULL;      // the pair (the owning communicator's)
   int rank = 0;                       // in the pair
   cudaStream_t copy = nullptr;        // the copy engine's pushes
   cudaEvent_t forked = nullptr;       // the op stream's position, for the copy stream to start after
@@ -75,10 +88,24 @@ struct gpu::PeerCollectives {
   unsigned ready_wait = CU_STREAM_WAIT_VALUE_GEQ;  // with FLUSH where the device offers it
   WaitValueFn wait_value = nullptr;
   WriteValueFn write_value = nullptr;
+  AddressRangeFn address_range = nullptr;
+  std::vector<Target> targets;
+  uint64_t gathers = 0;               // direct gathers so far (the go and landed flags hold it)
+  cudaEvent_t gather_pushed = nullptr;
+
+  const Target* target_of(const void* p, size_t bytes) const {
+    for (const Target& t : targets)
+      if (static_cast<const char*>(p) >= t.local && static_cast<const char*>(p) + bytes <= t.local + t.bytes) return &t;
+    return nullptr;
+  }
 
   char* slot(char* base, int s) const { return base + size_t(s) * kSlotBytes; }
-  CUdeviceptr ready(char* base, int s) const { return CUdeviceptr(base + kSlots * kSlotBytes + size_t(s) * 64); }
-  CUdeviceptr freed(char* base, int s) const { return CUdeviceptr(base + kSlots * kSlotBytes + size_t(kSlots + s) * 64); }
+  CUdeviceptr ready(char* base, int s) const { return CUdeviceptr(base + kFlagsAt + size_t(s) * 64); }
+  CUdeviceptr freed(char* base, int s) const { return CUdeviceptr(base + kFlagsAt + size_t(kSlots + s) * 64); }
+  // Written by the peer when its op stream reaches direct gather g: its target may be written.
+  CUdeviceptr go(char* base) const { return CUdeviceptr(base + kFlagsAt + size_t(2 * kSlots) * 64); }
+  // Written by the peer once its block of direct gather g has landed in this rank's target.
+  CUdeviceptr landed(char* base) const { return CUdeviceptr(base + kFlagsAt + size_t(2 * kSlots + 1) * 64); }
 };
 
 namespace gpu {
@@ -134,12 +161,15 @@ PeerCollectives* peer_collectives_create(MPI_Comm comm, CudaState& cs) {
 
   auto* p = new PeerCollectives();
   p->cs = &cs;
+  p->comm = comm;
   p->rank = rank;
+  p->address_range = driver_function<AddressRangeFn>("cuMemGetAddressRange");
   p->wait_value = wait_value;
   p->write_value = write_value;
   p->mine = static_cast<char*>(region);
   CUDA_CHECK(cudaStreamCreateWithFlags(&p->copy, cudaStreamNonBlocking));
   CUDA_CHECK(cudaEventCreateWithFlags(&p->forked, cudaEventDisableTiming));
+  CUDA_CHECK(cudaEventCreateWithFlags(&p->gather_pushed, cudaEventDisableTiming));
   for (cudaEvent_t& e : p->pushed) CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
   CUDA_CHECK(cudaMemsetAsync(p->mine, 0, kRegionBytes, p->copy));
   CUDA_CHECK(cudaStreamSynchronize(p->copy));  // flags are zero before the peer may write them
@@ -171,12 +201,50 @@ void peer_collectives_destroy(PeerCollectives* p) {
                    "cuStreamWaitValue32");
   CUDA_CHECK(cudaStreamSynchronize(p->copy));
   CUDA_CHECK(cudaStreamSynchronize(p->cs->comm));
+  for (const PeerCollectives::Target& t : p->targets) CUDA_CHECK(cudaIpcCloseMemHandle(t.mapped));
   CUDA_CHECK(cudaIpcCloseMemHandle(p->peer));
   CUDA_CHECK(cudaFree(p->mine));
+  CUDA_CHECK(cudaEventDestroy(p->gather_pushed));
   for (cudaEvent_t e : p->pushed) CUDA_CHECK(cudaEventDestroy(e));
   CUDA_CHECK(cudaEventDestroy(p->forked));
   CUDA_CHECK(cudaStreamDestroy(p->copy));
   delete p;
+}
+
+void peer_share_target(PeerCollectives* p, const Tensor& region) {
+  struct Shared {
+    cudaIpcMemHandle_t handle;
+    uint64_t offset, bytes;
+  } shared[2] = {};
+  CUdeviceptr base = 0;
+  size_t size = 0;
+  if (!p->address_range) TRELLIS_FATAL("peer collectives: the driver has no cuMemGetAddressRange");
+  driver_check(p->address_range(&base, &size, CUdeviceptr(region.data)), "cuMemGetAddressRange");
+  CUDA_CHECK(cudaIpcGetMemHandle(&shared[p->rank].handle, reinterpret_cast<void*>(base)));
+  shared[p->rank].offset = uint64_t(CUdeviceptr(region.data) - base);
+  shared[p->rank].bytes = region.nbytes();
+  TRELLIS_MPI_CHECK(MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, shared, int(sizeof shared[0]), MPI_BYTE, p->comm));
+  const Shared& theirs = shared[1 - p->rank];
+  if (theirs.bytes != shared[p->rank].bytes)
+    TRELLIS_FATAL("peer collectives: the two ranks shared gather targets of different sizes (" +
+                  std::to_string(shared[p->rank].bytes) + " and " + std::to_string(theirs.bytes) + " bytes)");
+  PeerCollectives::Target t;
+  t.local = static_cast<const char*>(region.data);
+  t.bytes = region.nbytes();
+  CUDA_CHECK(cudaIpcOpenMemHandle(&t.mapped, theirs.handle, cudaIpcMemLazyEnablePeerAccess));
+  t.peer = static_cast<char*>(t.mapped) + theirs.offset;
+  p->targets.push_back(t);
+}
+
+void peer_drop_target(PeerCollectives* p, const Tensor& region) {
+  for (auto it = p->targets.begin(); it != p->targets.end(); ++it)
+    if (it->local == region.data && it->bytes == region.nbytes()) {
+      CUDA_CHECK(cudaStreamSynchronize(p->cs->comm));  // every gather into it has landed
+      CUDA_CHECK(cudaStreamSynchronize(p->copy));      // and every push of this rank into the peer's
+      CUDA_CHECK(cudaIpcCloseMemHandle(it->mapped));
+      p->targets.erase(it);
+      return;
+    }
 }
 
 bool peer_sums(DType t, bool sum) { return sum && (t == DType::f32 || t == DType::bf16 || t == DType::f16); }
@@ -242,6 +310,23 @@ void peer_all_gather(PeerCollectives* p, const Tensor& out, const Tensor& in, cu
   char* blocks = static_cast<char*>(out.data);
   if (blocks + size_t(p->rank) * n != in.data)
     CUDA_CHECK(cudaMemcpyAsync(blocks + size_t(p->rank) * n, in.data, n, cudaMemcpyDeviceToDevice, stream));
+  if (n == 0) return;
+  if (const PeerCollectives::Target* t = p->target_of(out.data, out.nbytes())) {
+    // Direct: this rank's block goes straight into the peer's target, once the peer's op stream
+    // has reached this gather (so, as with NCCL, nothing of the peer's before it still reads there).
+    const uint32_t g = uint32_t(++p->gathers);
+    driver_check(p->write_value(CUstream(stream), p->go(p->peer), g, CU_STREAM_WRITE_VALUE_DEFAULT), "cuStreamWriteValue32");
+    CUDA_CHECK(cudaEventRecord(p->forked, stream));
+    CUDA_CHECK(cudaStreamWaitEvent(p->copy, p->forked, 0));
+    driver_check(p->wait_value(CUstream(p->copy), p->go(p->mine), g, CU_STREAM_WAIT_VALUE_GEQ), "cuStreamWaitValue32");
+    const size_t at = size_t(blocks - t->local) + size_t(p->rank) * n;
+    CUDA_CHECK(cudaMemcpyAsync(t->peer + at, in.data, n, cudaMemcpyDeviceToDevice, p->copy));
+    driver_check(p->write_value(CUstream(p->copy), p->landed(p->peer), g, CU_STREAM_WRITE_VALUE_DEFAULT), "cuStreamWriteValue32");
+    CUDA_CHECK(cudaEventRecord(p->gather_pushed, p->copy));
+    CUDA_CHECK(cudaStreamWaitEvent(stream, p->gather_pushed, 0));
+    driver_check(p->wait_value(CUstream(stream), p->landed(p->mine), g, p->ready_wait), "cuStreamWaitValue32");
+    return;
+  }
   char* theirs = blocks + size_t(1 - p->rank) * n;
   exchange(p, static_cast<const char*>(in.data), n, stream, [&](size_t off, size_t bytes, const char* slot) {
     CUDA_CHECK(cudaMemcpyAsync(theirs + off, slot, bytes, cudaMemcpyDeviceToDevice, stream));

@@ -36,7 +36,15 @@ void peer_all_reduce(PeerCollectives* p, const Tensor& x, cudaStream_t stream);
 // may be this rank's block of `in`.
 void peer_reduce_scatter(PeerCollectives* p, const Tensor& out, const Tensor& in, cudaStream_t stream);
 // out (2n elements): block rank = in (n elements), the other block = the peer's in. `in` may be
-// this rank's block of `out`. Any dtype: bytes are moved.
+// this rank's block of `out`. Any dtype: bytes are moved. Into a shared target (below) the peer's
+// copy engine writes its block straight into `out` (no slots: at the copy engine's full speed).
 void peer_all_gather(PeerCollectives* p, const Tensor& out, const Tensor& in, cudaStream_t stream);
+
+// Collective: `region` (device memory that stays allocated until dropped) becomes a target of
+// direct gathers. Both ranks share regions of the same size at the same point of their programs
+// and gather into the same places of them (each rank decides by its own `out`).
+void peer_share_target(PeerCollectives* p, const Tensor& region);
+// Ends that, on both ranks at the same point; waits for what is in flight.
+void peer_drop_target(PeerCollectives* p, const Tensor& region);
 
 }  // namespace trellis::gpu

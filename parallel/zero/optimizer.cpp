@@ -42,6 +42,9 @@ ZeroOptimizer::ZeroOptimizer(Runtime& rt, ParameterStore& params, Communicator* 
   } else {
     grads_ = params.flat_grads();  // unsharded: the pieces are the buckets, in place
   }
+  // The updated pieces are gathered into the store's buckets every step: at two ranks of one node
+  // straight from the peer's copy engine. (Stage 3 gathers the blocks into slots instead.)
+  if (data_ && stage_ < 3) data_->share_gather_target(params.flat_values());
   const int64_t first = data_ ? data_->rank() : 0;
   for (size_t b = 0; b < buckets.size(); ++b) {  // spans of runs of one decay flag, cut to the piece
     const ParameterBucket& k = buckets[b];
@@ -65,6 +68,10 @@ ZeroOptimizer::ZeroOptimizer(Runtime& rt, ParameterStore& params, Communicator* 
       }
     }
   }
+}
+
+ZeroOptimizer::~ZeroOptimizer() {
+  if (data_ && stage_ < 3) data_->drop_gather_target(params_.flat_values());
 }
 
 Tensor ZeroOptimizer::owned_grads(int b) const {

@@ -23,6 +23,9 @@ class ZeroOptimizer {
   // `data`: the data group the state is sharded over when stage >= 1 (stage >= 1 with one data
   // rank is stage 0). The store must then be sharded over it (StoreSharding: shards = its size).
   ZeroOptimizer(Runtime& rt, ParameterStore& params, Communicator* data = nullptr, int stage = 0);
+  ~ZeroOptimizer();
+  ZeroOptimizer(const ZeroOptimizer&) = delete;
+  ZeroOptimizer& operator=(const ZeroOptimizer&) = delete;
 
   int stage() const { return stage_; }
   bool sharded() const { return data_ != nullptr; }

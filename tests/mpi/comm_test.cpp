@@ -503,7 +503,9 @@ std::vector<unsigned char> random_values(DType t, int seed, int rank, int64_t n)
   return out;
 }
 
-enum class PairOp { all_reduce, reduce_scatter, reduce_scatter_in_place, all_gather, all_gather_in_place };
+// *_direct: into a shared gather target (Communicator::share_gather_target).
+enum class PairOp { all_reduce, reduce_scatter, reduce_scatter_in_place, all_gather, all_gather_in_place, all_gather_direct,
+                    all_gather_direct_in_place };
 
 const char* pair_op_name(PairOp op) {
   switch (op) {
@@ -512,6 +514,8 @@ const char* pair_op_name(PairOp op) {
     case PairOp::reduce_scatter_in_place: return "reduce_scatter (in place)";
     case PairOp::all_gather: return "all_gather";
     case PairOp::all_gather_in_place: return "all_gather (in place)";
+    case PairOp::all_gather_direct: return "all_gather (direct)";
+    case PairOp::all_gather_direct_in_place: return "all_gather (direct, in place)";
   }
   return "?";
 }
@@ -526,12 +530,16 @@ std::vector<unsigned char> run_pair_op(Communicator& c, Runtime& rt, PairOp op, 
   const Tensor x = buf.tensor(t, Shape{n}), mine = x.slice(int64_t(half) * c.rank(), Shape{int64_t(half)});
   const Tensor other = side.tensor(t, Shape{int64_t(half)});
   Tensor result = x;
+  const bool direct = op == PairOp::all_gather_direct || op == PairOp::all_gather_direct_in_place;
+  if (direct) c.share_gather_target(x);
   switch (op) {
     case PairOp::all_reduce: copy(rt, x, host_in); c.all_reduce(x); break;
     case PairOp::reduce_scatter: copy(rt, x, host_in); c.reduce_scatter(other, x); result = other; break;
     case PairOp::reduce_scatter_in_place: copy(rt, x, host_in); c.reduce_scatter(mine, x); result = mine; break;
-    case PairOp::all_gather: copy(rt, other, host_in.slice(0, Shape{int64_t(half)})); c.all_gather(x, other); break;
+    case PairOp::all_gather:
+    case PairOp::all_gather_direct: copy(rt, other, host_in.slice(0, Shape{int64_t(half)})); c.all_gather(x, other); break;
     case PairOp::all_gather_in_place:
+    case PairOp::all_gather_direct_in_place:
       copy(rt, x, host_in);  // the peer's block holds stale values until the gather overwrites it
       copy(rt, mine, host_in.slice(0, Shape{int64_t(half)}));
       c.all_gather(x, mine);
@@ -540,6 +548,7 @@ std::vector<unsigned char> run_pair_op(Communicator& c, Runtime& rt, PairOp op, 
   std::vector<unsigned char> out(result.nbytes());
   copy(rt, Tensor(out.data(), t, Device::CPU(), result.shape), result);
   rt.synchronize();
+  if (direct) c.drop_gather_target(x);
   return out;
 }
 
@@ -558,7 +567,7 @@ TEST(PeerCollectives, BitwiseEqualToNccl) {
   MPI_Comm_free(&pair);
   if (cp->size() < 2) GTEST_SKIP() << "this rank has no partner (odd world size)";
   for (PairOp op : {PairOp::all_reduce, PairOp::reduce_scatter, PairOp::reduce_scatter_in_place, PairOp::all_gather,
-                    PairOp::all_gather_in_place})
+                    PairOp::all_gather_in_place, PairOp::all_gather_direct, PairOp::all_gather_direct_in_place})
     for (DType t : {DType::f32, DType::bf16, DType::f16})
       for (int round = 0; round < 2; ++round) {
         const int64_t n = (int64_t(100) << 20) / int64_t(dtype_size(t)) + 6;
@@ -570,7 +579,7 @@ TEST(PeerCollectives, BitwiseEqualToNccl) {
         const std::string what = std::string(pair_op_name(op)) + " " + std::string(dtype_name(t)) + " round " +
                                  std::to_string(round);
         EXPECT_TRUE(a == b) << what << ": peer and NCCL results differ";
-        if (op == PairOp::all_gather || op == PairOp::all_gather_in_place) {
+        if (op >= PairOp::all_gather) {
           const size_t block = size_t(n / 2) * dtype_size(t);
           for (int r = 0; r < 2; ++r) {
             const std::vector<unsigned char> want = random_values(t, 10 + round, r, n);
