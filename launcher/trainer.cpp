@@ -368,6 +368,12 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
   // The gradient norm's squares: of the reduced gradients this rank holds (its pieces at stages
   // >= 1, where the tensor group's partial sums are completed too).
   const std::vector<Tensor> counted_grads = optimizer.owned_grads(model.grads_counted_once());
+  // At stage 1 each bucket's squares run as soon as its reduce-scatter is waited for, beside the
+  // later buckets' (the token embedding's, last, is the largest). Not where a piece changes after
+  // the data group's reduction: the tied embedding's sum over the pipeline, sequence parallelism's
+  // partial sums over the tensor group.
+  const bool early_squares = zero_stage == 1 && p == 1 && !tp.sharded_tokens();
+  const std::vector<std::vector<Tensor>> counted_by_bucket = optimizer.owned_grads_by_bucket(model.grads_counted_once());
   PackedAllReduce partial_grads(rt, tensor_group, optimizer.owned_grads(model.tensor_partial_grads()));
   const int64_t global_batch = B * res.accumulation * data_size;
   const double tokens_per_step = double(global_batch * T);
@@ -473,6 +479,10 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
 
   Buffer scalars(rt.allocator(), 3 * 4, "step scalars");
   Tensor loss_sum = scalars.tensor(DType::f32, {1}), norm_sq = scalars.tensor(DType::f32, {1}, 4);
+  if (early_squares)
+    streaming->on_reduced([&](int b) {
+      for (const Tensor& g : counted_by_bucket[size_t(b)]) sum_squares_accumulate(rt, norm_sq, g);
+    });
   Tensor probe = scalars.tensor(DType::f32, {1}, 8);
   const double peak = rt.peak_flops();
   rt.allocator().reset_peak();
@@ -490,6 +500,7 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
     marks.mark(0);
     model.params().zero_grads();
     fill(rt, loss_sum, 0.0f);
+    fill(rt, norm_sq, 0.0f);
     const float loss_scale = scaler.scale();
     const float dloss = float(loss_scale / tokens_per_step);
     // Micro-batch mb of this data rank: global samples [(step-1) G + (mb D + d) B, + B).
@@ -510,8 +521,8 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
     marks.mark(1);
     // Sequence parallelism leaves the LayerNorm gradients as partial sums over the tensor group.
     partial_grads.run();
-    fill(rt, norm_sq, 0.0f);
-    for (const Tensor& g : counted_grads) sum_squares_accumulate(rt, norm_sq, g);
+    if (!early_squares)
+      for (const Tensor& g : counted_grads) sum_squares_accumulate(rt, norm_sq, g);
     // The loss over the data group, and at stages >= 1 the squares of each rank's gradient pieces.
     if (reduce) data_group.all_reduce(optimizer.sharded() ? scalars.tensor(DType::f32, {2}) : loss_sum);
     // Each tensor rank counts its shards (and rank 0 the replicated parameters): sum the squares

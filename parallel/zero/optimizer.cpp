@@ -78,17 +78,28 @@ Tensor ZeroOptimizer::owned_grads(int b) const {
   return grads_.slice(owned_at_[size_t(b)], {params_.buckets()[size_t(b)].piece});
 }
 
-std::vector<Tensor> ZeroOptimizer::owned_grads(const std::vector<std::pair<int64_t, int64_t>>& ranges) const {
-  std::vector<Tensor> out;
+template <typename F>
+void ZeroOptimizer::for_each_owned(const std::vector<std::pair<int64_t, int64_t>>& ranges, F&& f) const {
   const int64_t rank = data_ ? data_->rank() : 0;
   for (auto [begin, end] : ranges) {
     for (size_t b = 0; b < params_.buckets().size(); ++b) {
       const ParameterBucket& k = params_.buckets()[b];
       const int64_t lo_piece = k.offset + rank * k.piece;  // the piece in the flat layout
       const int64_t lo = std::max(begin, lo_piece), hi = std::min({end, lo_piece + k.piece, k.offset + k.numel});
-      if (lo < hi) out.push_back(grads_.slice(owned_at_[b] + lo - lo_piece, {hi - lo}));
+      if (lo < hi) f(int(b), grads_.slice(owned_at_[b] + lo - lo_piece, {hi - lo}));
     }
   }
+}
+
+std::vector<Tensor> ZeroOptimizer::owned_grads(const std::vector<std::pair<int64_t, int64_t>>& ranges) const {
+  std::vector<Tensor> out;
+  for_each_owned(ranges, [&](int, const Tensor& t) { out.push_back(t); });
+  return out;
+}
+
+std::vector<std::vector<Tensor>> ZeroOptimizer::owned_grads_by_bucket(const std::vector<std::pair<int64_t, int64_t>>& ranges) const {
+  std::vector<std::vector<Tensor>> out(params_.buckets().size());
+  for_each_owned(ranges, [&](int b, const Tensor& t) { out[size_t(b)].push_back(t); });
   return out;
 }
 

@@ -37,6 +37,8 @@ class ZeroOptimizer {
   // The reduced gradients of element ranges of the flat layout this rank holds: the ranges
   // themselves at stage 0, else their intersections with this rank's pieces.
   std::vector<Tensor> owned_grads(const std::vector<std::pair<int64_t, int64_t>>& ranges) const;
+  // The same, grouped by the bucket holding them.
+  std::vector<std::vector<Tensor>> owned_grads_by_bucket(const std::vector<std::pair<int64_t, int64_t>>& ranges) const;
   // Stages >= 2: zeroes the reduced gradients (a step's reductions of streamed blocks accumulate
   // into them). At stage 1 each bucket's one reduce-scatter a step overwrites its piece.
   void zero_owned_grads();
@@ -74,6 +76,9 @@ class ZeroOptimizer {
   // A contiguous part of one bucket's piece (piece-relative) and its runs of one decay flag: one
   // AdamW launch.
   struct Span { int bucket; int64_t offset, numel; AdamWRuns runs; };
+  // f(bucket, tensor) for each part of `ranges` this rank holds, range by range, bucket by bucket.
+  template <typename F>
+  void for_each_owned(const std::vector<std::pair<int64_t, int64_t>>& ranges, F&& f) const;
   // Real elements of bucket b's piece: [0, n) of it.
   int64_t owned_real(int b) const;
   Runtime& rt_;

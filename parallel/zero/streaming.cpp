@@ -49,7 +49,13 @@ size_t ZeroStreaming::buffer_bytes() const {
   return n;
 }
 
+void ZeroStreaming::on_reduced(std::function<void(int bucket)> f) {
+  TRELLIS_CHECK(stage_ == 1, "ZeroStreaming::on_reduced: at stage 1 only (later stages accumulate pieces)");
+  on_reduced_ = std::move(f);
+}
+
 void ZeroStreaming::begin() {
+  started_.clear();
   optimizer_.zero_owned_grads();
   for (Progress& p : progress_) {
     p.ready = 0;
@@ -61,6 +67,7 @@ void ZeroStreaming::start_whole(int b) {
   NvtxRange r("gradient_reduce_scatter");
   Progress& p = progress_[size_t(b)];
   p.started = true;
+  started_.push_back(b);
   p.handle = data_.reduce_scatter_async(optimizer_.owned_grads(b), params_.bucket_grads(b));
 }
 
@@ -97,6 +104,11 @@ void ZeroStreaming::retire(GradSlot& s) {
 void ZeroStreaming::finish() {
   for (size_t b = 0; b < progress_.size(); ++b)
     if (!params_.buckets()[b].grads_streamed && !progress_[b].started) start_whole(int(b));
+  for (int b : started_) {
+    progress_[size_t(b)].handle.wait();
+    if (on_reduced_) on_reduced_(b);
+  }
+  started_.clear();
   for (Progress& p : progress_) p.handle.wait();
   for (GradSlot& s : grad_slots_) {
     TRELLIS_CHECK(s.bound < 0, "ZeroStreaming: a gradient slot is still bound at the end of backward");

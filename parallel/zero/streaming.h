@@ -11,6 +11,7 @@
 // A slot is reused only once the compute stream has waited for its last reduction (no host wait).
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "core/alloc.h"
@@ -31,6 +32,10 @@ class ZeroStreaming final : public GradientReduction, public BlockHooks {
   void begin() override;
   void ready(int64_t begin, int64_t end, bool final) override;
   void finish() override;
+  // Stage 1: finish() calls f(b) for every bucket b, in the order their reductions started, right
+  // after the compute stream has waited for b's reduction: work on a final piece (the gradient
+  // norm's squares) then runs while later buckets still reduce.
+  void on_reduced(std::function<void(int bucket)> f);
 
   void before_forward(int bucket, int next) override;
   void after_forward(int bucket) override;
@@ -77,6 +82,8 @@ class ZeroStreaming final : public GradientReduction, public BlockHooks {
   Communicator& data_;
   int stage_;
   std::vector<Progress> progress_;  // per bucket
+  std::vector<int> started_;        // buckets in the order their reductions started this step
+  std::function<void(int)> on_reduced_;
   std::vector<GradSlot> grad_slots_;
   std::vector<ValueSlot> value_slots_;
   uint64_t clock_ = 0;
