@@ -1,4 +1,4 @@
-// The peer all-reduce's freed-slot waits (peer_all_reduce.cpp), as a pure function so that the CPU
+// The peer collectives' freed-slot waits (peer_collectives.cpp), as a pure function so that the CPU
 // tests check them. Chunks are numbered 1, 2, ... per communicator, the same on both ranks; chunk c
 // goes through slot c % slots, whose previous chunk, c - slots, the peer must have added (freed)
 // before c is pushed. The peer frees in chunk order, so one wait covers every chunk before the one
