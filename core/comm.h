@@ -125,9 +125,10 @@ class Communicator {
   };
   void all_to_allv(const Tensor& out, const Tensor& in, const AllToAllvPlan& plan) { all_to_allv_async(out, in, plan).wait(); }
   CommHandle all_to_allv_async(const Tensor& out, const Tensor& in, const AllToAllvPlan& plan);
-  // Collective, for device memory that all-gathers will write into (ZeRO's parameters): on the
-  // two-rank peer path the peer's block of such a gather is then copied straight into `region`
-  // (the copy engines at full speed, without the receive slots). Every rank shares a region of the
+  // Collective, for device memory that all-gathers or all-reduces will write into (ZeRO's
+  // parameters, stage 0's gradients): on the two-rank peer path the peer's block of such a gather is
+  // then copied straight into `region` (the copy engines at full speed, without the receive slots),
+  // and an all-reduce there sums half on each rank (a reduce-scatter, then such a gather). Every rank shares a region of the
   // same size at the same point and gathers into the same places of it; drop it (every rank, no
   // gather into it pending) before its memory goes. Host memory, or no peer path: nothing.
   void share_gather_target(const Tensor& region);

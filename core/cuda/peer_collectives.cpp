@@ -287,7 +287,38 @@ void exchange(PeerCollectives* p, const char* src, size_t total, cudaStream_t st
 
 }  // namespace
 
+namespace {
+
+// `in` (n bytes) into the peer's copy of `blocks` (2n bytes, inside target t) at this rank's block,
+// straight from the copy engine, once the peer's op stream has reached this op (so, as with NCCL,
+// nothing of the peer's before it still reads there); the peer's block lands in ours meanwhile.
+void gather_direct(PeerCollectives* p, const PeerCollectives::Target& t, const char* blocks, const void* in, size_t n,
+                   cudaStream_t stream) {
+  const uint32_t g = uint32_t(++p->gathers);
+  driver_check(p->write_value(CUstream(stream), p->go(p->peer), g, CU_STREAM_WRITE_VALUE_DEFAULT), "cuStreamWriteValue32");
+  CUDA_CHECK(cudaEventRecord(p->forked, stream));
+  CUDA_CHECK(cudaStreamWaitEvent(p->copy, p->forked, 0));
+  driver_check(p->wait_value(CUstream(p->copy), p->go(p->mine), g, CU_STREAM_WAIT_VALUE_GEQ), "cuStreamWaitValue32");
+  const size_t at = size_t(blocks - t.local) + size_t(p->rank) * n;
+  CUDA_CHECK(cudaMemcpyAsync(t.peer + at, in, n, cudaMemcpyDeviceToDevice, p->copy));
+  driver_check(p->write_value(CUstream(p->copy), p->landed(p->peer), g, CU_STREAM_WRITE_VALUE_DEFAULT), "cuStreamWriteValue32");
+  CUDA_CHECK(cudaEventRecord(p->gather_pushed, p->copy));
+  CUDA_CHECK(cudaStreamWaitEvent(stream, p->gather_pushed, 0));
+  driver_check(p->wait_value(CUstream(stream), p->landed(p->mine), g, p->ready_wait), "cuStreamWaitValue32");
+}
+
+}  // namespace
+
 void peer_all_reduce(PeerCollectives* p, const Tensor& x, cudaStream_t stream) {
+  if (const PeerCollectives::Target* t = p->target_of(x.data, x.nbytes()); t && x.numel() % 2 == 0) {
+    // Each rank sums one half (a reduce-scatter) and copies its sum into the peer's: half the adds
+    // of summing the whole tensor on both ranks, the same bytes over the link, the same bits.
+    const int64_t half = x.numel() / 2;
+    const Tensor mine = x.slice(half * p->rank, {half});
+    peer_reduce_scatter(p, mine, x, stream);
+    gather_direct(p, *t, static_cast<const char*>(x.data), mine.data, mine.nbytes(), stream);
+    return;
+  }
   char* data = static_cast<char*>(x.data);
   const size_t esize = dtype_size(x.dtype);
   exchange(p, data, x.nbytes(), stream, [&](size_t off, size_t bytes, const char* slot) {
@@ -312,19 +343,7 @@ void peer_all_gather(PeerCollectives* p, const Tensor& out, const Tensor& in, cu
     CUDA_CHECK(cudaMemcpyAsync(blocks + size_t(p->rank) * n, in.data, n, cudaMemcpyDeviceToDevice, stream));
   if (n == 0) return;
   if (const PeerCollectives::Target* t = p->target_of(out.data, out.nbytes())) {
-    // Direct: this rank's block goes straight into the peer's target, once the peer's op stream
-    // has reached this gather (so, as with NCCL, nothing of the peer's before it still reads there).
-    const uint32_t g = uint32_t(++p->gathers);
-    driver_check(p->write_value(CUstream(stream), p->go(p->peer), g, CU_STREAM_WRITE_VALUE_DEFAULT), "cuStreamWriteValue32");
-    CUDA_CHECK(cudaEventRecord(p->forked, stream));
-    CUDA_CHECK(cudaStreamWaitEvent(p->copy, p->forked, 0));
-    driver_check(p->wait_value(CUstream(p->copy), p->go(p->mine), g, CU_STREAM_WAIT_VALUE_GEQ), "cuStreamWaitValue32");
-    const size_t at = size_t(blocks - t->local) + size_t(p->rank) * n;
-    CUDA_CHECK(cudaMemcpyAsync(t->peer + at, in.data, n, cudaMemcpyDeviceToDevice, p->copy));
-    driver_check(p->write_value(CUstream(p->copy), p->landed(p->peer), g, CU_STREAM_WRITE_VALUE_DEFAULT), "cuStreamWriteValue32");
-    CUDA_CHECK(cudaEventRecord(p->gather_pushed, p->copy));
-    CUDA_CHECK(cudaStreamWaitEvent(stream, p->gather_pushed, 0));
-    driver_check(p->wait_value(CUstream(stream), p->landed(p->mine), g, p->ready_wait), "cuStreamWaitValue32");
+    gather_direct(p, *t, blocks, in.data, n, stream);
     return;
   }
   char* theirs = blocks + size_t(1 - p->rank) * n;

@@ -30,7 +30,8 @@ bool peer_sums(DType t, bool sum);
 // Each op is enqueued on `stream` (and on an internal copy stream forked from it); both ranks call
 // it with the same sizes and dtype, in the same order as their other ops on this pair. Once
 // `stream` has passed the op, this rank's inputs have been read and its outputs written.
-// x = x of this rank + x of the peer, in place.
+// x = x of this rank + x of the peer, in place. Inside a shared target (below), with an even count,
+// each rank sums one half and copies it straight into the peer's x.
 void peer_all_reduce(PeerCollectives* p, const Tensor& x, cudaStream_t stream);
 // out (n elements) = block rank of in + the peer's block rank of its in (in: 2n elements). `out`
 // may be this rank's block of `in`.

@@ -2,6 +2,7 @@
 #include "parallel/data/gradient_sync.h"
 
 #include <algorithm>
+#include <cstdlib>
 
 #include "core/error.h"
 #include "core/nvtx.h"
@@ -17,6 +18,9 @@ GradientSync::GradientSync(Runtime& rt, Communicator& data_group, const Tensor& 
     wire_buf_ = Buffer(rt.allocator(), size_t(flat_grads.numel()) * dtype_size(reduce_dtype), "gradient reduce copy");
     wire_ = wire_buf_.tensor(reduce_dtype, {flat_grads.numel()});
   }
+  // At two ranks of one node each bucket's sum is then computed half on each rank, each half copied
+  // straight into the peer's buffer (Communicator::share_gather_target).
+  if (!std::getenv("TRELLIS_WHOLE_ALL_REDUCE")) comm_.share_gather_target(reduced());
   const int64_t target = std::max<int64_t>(1, int64_t(bucket_bytes / dtype_size(wire_.defined() ? wire_.dtype : flat_grads.dtype)));
   int64_t end = -1;
   auto close = [&](int64_t b) {
@@ -39,6 +43,8 @@ GradientSync::GradientSync(Runtime& rt, Communicator& data_group, const Tensor& 
     if (end - b >= target || i == 0) close(b);
   }
 }
+
+GradientSync::~GradientSync() { comm_.drop_gather_target(reduced()); }
 
 void GradientSync::begin() {
   for (Bucket& b : buckets_) {

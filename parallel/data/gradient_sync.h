@@ -42,6 +42,9 @@ class GradientSync final : public GradientReduction {
   GradientSync(Runtime& rt, Communicator& data_group, const Tensor& flat_grads,
                const std::vector<std::pair<int64_t, int64_t>>& param_ranges, size_t bucket_bytes,
                DType reduce_dtype, std::pair<int64_t, int64_t> own_bucket = {0, 0});
+  ~GradientSync() override;
+  GradientSync(const GradientSync&) = delete;
+  GradientSync& operator=(const GradientSync&) = delete;
 
   // Call before the backward whose gradients are to be reduced (the last micro-batch of a step).
   void begin() override;
@@ -62,6 +65,8 @@ class GradientSync final : public GradientReduction {
     bool completed = false;  // waited for (and cast back) this step
     CommHandle handle;
   };
+  // What the buckets' all-reduces sum: the 16-bit copy, else the gradients.
+  const Tensor& reduced() const { return wire_.defined() ? wire_ : grads_; }
   void start(Bucket& b);
   void complete(Bucket& b);  // waits for b's reduction, cast back from the 16-bit copy
 

@@ -503,13 +503,14 @@ std::vector<unsigned char> random_values(DType t, int seed, int rank, int64_t n)
   return out;
 }
 
-// *_direct: into a shared gather target (Communicator::share_gather_target).
-enum class PairOp { all_reduce, reduce_scatter, reduce_scatter_in_place, all_gather, all_gather_in_place, all_gather_direct,
+// *_direct / *_shared: into a shared gather target (Communicator::share_gather_target).
+enum class PairOp { all_reduce, all_reduce_shared, reduce_scatter, reduce_scatter_in_place, all_gather, all_gather_in_place, all_gather_direct,
                     all_gather_direct_in_place };
 
 const char* pair_op_name(PairOp op) {
   switch (op) {
     case PairOp::all_reduce: return "all_reduce";
+    case PairOp::all_reduce_shared: return "all_reduce (shared target)";
     case PairOp::reduce_scatter: return "reduce_scatter";
     case PairOp::reduce_scatter_in_place: return "reduce_scatter (in place)";
     case PairOp::all_gather: return "all_gather";
@@ -530,10 +531,12 @@ std::vector<unsigned char> run_pair_op(Communicator& c, Runtime& rt, PairOp op, 
   const Tensor x = buf.tensor(t, Shape{n}), mine = x.slice(int64_t(half) * c.rank(), Shape{int64_t(half)});
   const Tensor other = side.tensor(t, Shape{int64_t(half)});
   Tensor result = x;
-  const bool direct = op == PairOp::all_gather_direct || op == PairOp::all_gather_direct_in_place;
+  const bool direct = op == PairOp::all_gather_direct || op == PairOp::all_gather_direct_in_place ||
+                      op == PairOp::all_reduce_shared;
   if (direct) c.share_gather_target(x);
   switch (op) {
-    case PairOp::all_reduce: copy(rt, x, host_in); c.all_reduce(x); break;
+    case PairOp::all_reduce:
+    case PairOp::all_reduce_shared: copy(rt, x, host_in); c.all_reduce(x); break;
     case PairOp::reduce_scatter: copy(rt, x, host_in); c.reduce_scatter(other, x); result = other; break;
     case PairOp::reduce_scatter_in_place: copy(rt, x, host_in); c.reduce_scatter(mine, x); result = mine; break;
     case PairOp::all_gather:
@@ -566,7 +569,7 @@ TEST(PeerCollectives, BitwiseEqualToNccl) {
   auto cn = Communicator::create(pair, *nccl.rt, "pair (nccl)");
   MPI_Comm_free(&pair);
   if (cp->size() < 2) GTEST_SKIP() << "this rank has no partner (odd world size)";
-  for (PairOp op : {PairOp::all_reduce, PairOp::reduce_scatter, PairOp::reduce_scatter_in_place, PairOp::all_gather,
+  for (PairOp op : {PairOp::all_reduce, PairOp::all_reduce_shared, PairOp::reduce_scatter, PairOp::reduce_scatter_in_place, PairOp::all_gather,
                     PairOp::all_gather_in_place, PairOp::all_gather_direct, PairOp::all_gather_direct_in_place})
     for (DType t : {DType::f32, DType::bf16, DType::f16})
       for (int round = 0; round < 2; ++round) {
