@@ -25,6 +25,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -73,7 +74,8 @@ struct gpu::PeerCollectives {
     const char* local = nullptr;
     size_t bytes = 0;
     char* peer = nullptr;
-    void* mapped = nullptr;  // the peer's allocation as opened (unmapped when the target is dropped)
+    void* mapped = nullptr;  // the peer's allocation as opened (unmapped when its last target is dropped)
+    cudaIpcMemHandle_t handle{};  // the peer's, to find a mapping already open
   };
   CudaState* cs = nullptr;
   MPI_Comm comm = MPI_COMM_NULL;      // the pair (the owning communicator's)
@@ -190,6 +192,17 @@ PeerCollectives* peer_collectives_create(MPI_Comm comm, CudaState& cs) {
   return p;
 }
 
+namespace {
+
+// Unmaps a target's peer allocation unless another target still uses it.
+void close_mapping(PeerCollectives* p, const PeerCollectives::Target& t) {
+  int users = 0;
+  for (const PeerCollectives::Target& o : p->targets) users += o.mapped == t.mapped;
+  if (users == 1) CUDA_CHECK(cudaIpcCloseMemHandle(t.mapped));
+}
+
+}  // namespace
+
 void peer_collectives_destroy(PeerCollectives* p) {
   if (!p) return;
   CUDA_CHECK(cudaSetDevice(p->cs->device));
@@ -201,7 +214,10 @@ void peer_collectives_destroy(PeerCollectives* p) {
                    "cuStreamWaitValue32");
   CUDA_CHECK(cudaStreamSynchronize(p->copy));
   CUDA_CHECK(cudaStreamSynchronize(p->cs->comm));
-  for (const PeerCollectives::Target& t : p->targets) CUDA_CHECK(cudaIpcCloseMemHandle(t.mapped));
+  while (!p->targets.empty()) {
+    close_mapping(p, p->targets.back());
+    p->targets.pop_back();
+  }
   CUDA_CHECK(cudaIpcCloseMemHandle(p->peer));
   CUDA_CHECK(cudaFree(p->mine));
   CUDA_CHECK(cudaEventDestroy(p->gather_pushed));
@@ -216,32 +232,40 @@ void peer_share_target(PeerCollectives* p, const Tensor& region) {
     cudaIpcMemHandle_t handle;
     uint64_t offset, bytes;
   } shared[2] = {};
-  CUdeviceptr base = 0;
-  size_t size = 0;
-  if (!p->address_range) TRELLIS_FATAL("peer collectives: the driver has no cuMemGetAddressRange");
-  driver_check(p->address_range(&base, &size, CUdeviceptr(region.data)), "cuMemGetAddressRange");
-  CUDA_CHECK(cudaIpcGetMemHandle(&shared[p->rank].handle, reinterpret_cast<void*>(base)));
-  shared[p->rank].offset = uint64_t(CUdeviceptr(region.data) - base);
-  shared[p->rank].bytes = region.nbytes();
+  if (region.nbytes() > 0) {
+    CUdeviceptr base = 0;
+    size_t size = 0;
+    if (!p->address_range) TRELLIS_FATAL("peer collectives: the driver has no cuMemGetAddressRange");
+    driver_check(p->address_range(&base, &size, CUdeviceptr(region.data)), "cuMemGetAddressRange");
+    CUDA_CHECK(cudaIpcGetMemHandle(&shared[p->rank].handle, reinterpret_cast<void*>(base)));
+    shared[p->rank].offset = uint64_t(CUdeviceptr(region.data) - base);
+    shared[p->rank].bytes = region.nbytes();
+  }
   TRELLIS_MPI_CHECK(MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, shared, int(sizeof shared[0]), MPI_BYTE, p->comm));
   const Shared& theirs = shared[1 - p->rank];
   if (theirs.bytes != shared[p->rank].bytes)
     TRELLIS_FATAL("peer collectives: the two ranks shared gather targets of different sizes (" +
                   std::to_string(shared[p->rank].bytes) + " and " + std::to_string(theirs.bytes) + " bytes)");
+  if (region.nbytes() == 0) return;
   PeerCollectives::Target t;
   t.local = static_cast<const char*>(region.data);
   t.bytes = region.nbytes();
-  CUDA_CHECK(cudaIpcOpenMemHandle(&t.mapped, theirs.handle, cudaIpcMemLazyEnablePeerAccess));
+  t.handle = theirs.handle;
+  // A handle opens once per process: a second region of the same peer allocation reuses the mapping.
+  for (const PeerCollectives::Target& o : p->targets)
+    if (std::memcmp(&o.handle, &theirs.handle, sizeof theirs.handle) == 0) t.mapped = o.mapped;
+  if (!t.mapped) CUDA_CHECK(cudaIpcOpenMemHandle(&t.mapped, theirs.handle, cudaIpcMemLazyEnablePeerAccess));
   t.peer = static_cast<char*>(t.mapped) + theirs.offset;
   p->targets.push_back(t);
 }
+
 
 void peer_drop_target(PeerCollectives* p, const Tensor& region) {
   for (auto it = p->targets.begin(); it != p->targets.end(); ++it)
     if (it->local == region.data && it->bytes == region.nbytes()) {
       CUDA_CHECK(cudaStreamSynchronize(p->cs->comm));  // every gather into it has landed
       CUDA_CHECK(cudaStreamSynchronize(p->copy));      // and every push of this rank into the peer's
-      CUDA_CHECK(cudaIpcCloseMemHandle(it->mapped));
+      close_mapping(p, *it);
       p->targets.erase(it);
       return;
     }
