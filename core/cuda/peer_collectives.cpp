@@ -259,7 +259,6 @@ void peer_share_target(PeerCollectives* p, const Tensor& region) {
   p->targets.push_back(t);
 }
 
-
 void peer_drop_target(PeerCollectives* p, const Tensor& region) {
   for (auto it = p->targets.begin(); it != p->targets.end(); ++it)
     if (it->local == region.data && it->bytes == region.nbytes()) {
@@ -309,9 +308,6 @@ void exchange(PeerCollectives* p, const char* src, size_t total, cudaStream_t st
   }
 }
 
-}  // namespace
-
-namespace {
 
 // `in` (n bytes) into the peer's copy of `blocks` (2n bytes, inside target t) at this rank's block,
 // straight from the copy engine, once the peer's op stream has reached this op (so, as with NCCL,
