@@ -15,7 +15,7 @@ build_trellis
   RUN_ENV="TRELLIS_MATMUL_TUNE=1 TRELLIS_MATMUL_LOG=1" run tuned 1
   run one_after 1
   summary 4 one tuned one_after
-  grep -h "tuned:" "$out/tuned.log" | sed 's/.*plan #/plan #/' | cut -c1-60,200-400 | head -30
+  grep -h "tuned:" "$out/tuned.log" | sed -E 's/.*plan #([0-9]+): (M=[0-9]+ N=[0-9]+ K=[0-9]+).*trans_a=([01]) trans_b=([01]).*gelu=([a-z]+).*algo ([0-9]+) of ([0-9]+).*tuned: ([^)]*\)).*/#\1 \2 ta=\3 tb=\4 gelu=\5 algo \6 of \7, \8/' | head -30
 )
 tar czf "$out/logs.tgz" -C "$out" tune && rm -rf "$out/tune"
 echo "=== done $(date +%T)"
