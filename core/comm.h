@@ -128,9 +128,10 @@ class Communicator {
   // Collective, for device memory that all-gathers or all-reduces will write into (ZeRO's
   // parameters, stage 0's gradients): on the two-rank peer path the peer's block of such a gather is
   // then copied straight into `region` (the copy engines at full speed, without the receive slots),
-  // and an all-reduce there sums half on each rank (a reduce-scatter, then such a gather). Every rank shares a region of the
-  // same size at the same point and gathers into the same places of it; drop it (every rank, no
-  // gather into it pending) before its memory goes. Host memory, or no peer path: nothing.
+  // and an all-reduce there sums half on each rank (a reduce-scatter, then such a gather). Every
+  // rank shares a region of the same size at the same point and gathers into the same places of it;
+  // drop it (every rank, no gather into it pending) before its memory goes. Host memory, or no
+  // peer path: nothing.
   void share_gather_target(const Tensor& region);
   void drop_gather_target(const Tensor& region);
   // Host barrier over the group (MPI); does not order GPU streams.

@@ -373,7 +373,8 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
   // the data group's reduction: the tied embedding's sum over the pipeline, sequence parallelism's
   // partial sums over the tensor group.
   const bool early_squares = zero_stage == 1 && p == 1 && !tp.sharded_tokens();
-  const std::vector<std::vector<Tensor>> counted_by_bucket = optimizer.owned_grads_by_bucket(model.grads_counted_once());
+  const std::vector<std::vector<Tensor>> counted_by_bucket =
+      early_squares ? optimizer.owned_grads_by_bucket(model.grads_counted_once()) : std::vector<std::vector<Tensor>>{};
   PackedAllReduce partial_grads(rt, tensor_group, optimizer.owned_grads(model.tensor_partial_grads()));
   const int64_t global_batch = B * res.accumulation * data_size;
   const double tokens_per_step = double(global_batch * T);

@@ -109,7 +109,6 @@ void ZeroStreaming::finish() {
     if (on_reduced_) on_reduced_(b);
   }
   started_.clear();
-  for (Progress& p : progress_) p.handle.wait();
   for (GradSlot& s : grad_slots_) {
     TRELLIS_CHECK(s.bound < 0, "ZeroStreaming: a gradient slot is still bound at the end of backward");
     retire(s);
