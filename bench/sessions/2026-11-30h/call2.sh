@@ -7,6 +7,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/../../.."
 out=${OUT:-$PWD/gpu-out}; mkdir -p "$out"
+[[ -d third_party ]] || ln -sfn "$(cd .. && pwd)/third_party" third_party
 src=bench/sessions/2026-11-30h/cutlass_gelu_probe.cu
 echo "=== build $(date +%T)"
 for mode in 0 1; do for sched in 0 1 2 3; do
