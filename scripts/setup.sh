@@ -2,8 +2,7 @@
 # Installs the Debian/Ubuntu packages Trellis needs to build and test, if any are missing.
 # Uses sudo only when not root. CUDA (nvcc, cuBLAS, NCCL, cuDNN) is optional and not installed
 # here; where nvcc and cuDNN are present, the header-only cuDNN frontend is fetched from PyPI
-# (scripts/get_cudnn_frontend.sh) for cuDNN's fused attention, and where nvcc is, the header-only
-# CUTLASS (scripts/get_cutlass.sh) for the GELU-fused GEMMs on Hopper.
+# (scripts/get_cudnn_frontend.sh) for cuDNN's fused attention.
 set -euo pipefail
 
 packages=(build-essential cmake pkg-config libopenmpi-dev openmpi-bin libtomlplusplus-dev
@@ -27,8 +26,4 @@ cuda=/usr/local/cuda
 if { command -v nvcc > /dev/null || [[ -x $cuda/bin/nvcc ]]; } && [[ -f $cuda/include/cudnn.h || -f /usr/include/cudnn.h ]]; then
   "$(dirname "$0")/get_cudnn_frontend.sh" ||
     echo "setup: could not fetch the cuDNN frontend headers; attention will use Trellis's own kernels"
-fi
-if command -v nvcc > /dev/null || [[ -x $cuda/bin/nvcc ]]; then
-  "$(dirname "$0")/get_cutlass.sh" ||
-    echo "setup: could not fetch the CUTLASS headers; the GELU-fused GEMMs will use cuBLASLt"
 fi

@@ -4,8 +4,6 @@
 // steady-state steps query nothing. Unless deterministic, the algorithm is the fastest of the
 // heuristic's candidates, timed once when the plan is made with TRELLIS_MATMUL_TUNE=1 (else the first one).
 // TRELLIS_MATMUL_LOG=1 prints each plan once, when it is made (problem, algorithm, fusions, timing).
-// On an sm_90 device the MLP's two GELU-fused GEMMs run as CUTLASS kernels instead
-// (cutlass_gelu_gemm.h; TRELLIS_CUTLASS=0 keeps them on cuBLASLt).
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
@@ -15,9 +13,6 @@
 #include <tuple>
 
 #include "core/cuda/cuda_state.h"
-#if TRELLIS_HAVE_CUTLASS
-#include "core/cuda/cutlass_gelu_gemm.h"
-#endif
 #include "core/cuda/gpu_ops.h"
 #include "core/cuda/launchers.h"
 
@@ -211,6 +206,8 @@ bool try_make_plan(CudaState& st, const PlanKey& key, bool fuse_bias, bool fuse_
   // ops.cpp: the GELU's backward comes without bias. No bias-gradient epilogues: on the H200 the
   // weight-gradient GEMMs with BGRADB ran 15-40% slower, and the DGELU GEMM with DGELU_BGRAD at less
   // than half its speed, than the separate bias_backward costs (bench/sessions/2026-11-30b, calls 2-3).
+  // CUTLASS ping-pong kernels for the two GELU GEMMs ran 9-17% faster than these epilogues alone, yet
+  // made the GPT-2 1.3B step 1.2% slower: every other kernel of the step slowed (bench/sessions/2026-11-30h).
   if (fuse_gelu && key.gelu == Gelu::backward) epi = CUBLASLT_EPILOGUE_DGELU;
   else if (fuse_gelu) epi = fuse_bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
   else if (fuse_bias) epi = CUBLASLT_EPILOGUE_BIAS;
@@ -324,35 +321,6 @@ Plan& get_plan(CudaState& st, const PlanKey& key, const Operands& ops) {
   return st.matmul_plans->plans.emplace(key, p).first->second;
 }
 
-// The GELU-fused GEMM as a CUTLASS kernel, in the layouts the MLP uses (the forward with w stored
-// (N, K) and a bias, the backward with w stored (K, N)), bf16 or f16, on an sm_90 device unless
-// TRELLIS_CUTLASS=0 (read at each call, so a test can compare both paths). False: nothing launched.
-bool try_cutlass_gelu(CudaState& st, const Tensor& out, const Tensor& a, const Tensor& b, const MatmulOptions& opt,
-                      Gelu gelu, int64_t M, int64_t N, int64_t K) {
-#if TRELLIS_HAVE_CUTLASS
-  const char* env = std::getenv("TRELLIS_CUTLASS");
-  if (gelu == Gelu::none || st.cc_major != 9 || st.cc_minor != 0 || (env && std::strcmp(env, "0") == 0)) return false;
-  const DType t = a.dtype;
-  if ((t != DType::bf16 && t != DType::f16) || b.dtype != t || out.dtype != t || opt.trans_a || opt.accumulate ||
-      opt.residual)
-    return false;
-  gpu::CutlassGemmArgs g{st.compute, t == DType::f16, out.data, a.data, b.data, nullptr, nullptr, M, N, K,
-                         opt.alpha, st.device, st.sm_count, st.lt_workspace, st.lt_workspace_bytes};
-  if (gelu == Gelu::forward) {
-    if (!opt.trans_b || !opt.bias || opt.bias->dtype != t || opt.gelu_input->dtype != t) return false;
-    g.bias = opt.bias->data;
-    g.pre = opt.gelu_input->data;
-    return gpu::cutlass_gelu_forward(g);
-  }
-  if (opt.trans_b || opt.bias || opt.gelu_grad_of->dtype != t) return false;
-  g.pre = opt.gelu_grad_of->data;
-  return gpu::cutlass_gelu_backward(g);
-#else
-  (void)st, (void)out, (void)a, (void)b, (void)opt, (void)gelu, (void)M, (void)N, (void)K;
-  return false;
-#endif
-}
-
 }  // namespace
 
 void matmul(Runtime& rt, const Tensor& out, const Tensor& a, const Tensor& b, const MatmulOptions& opt) {
@@ -372,8 +340,6 @@ void matmul(Runtime& rt, const Tensor& out, const Tensor& a, const Tensor& b, co
     else if (c != out.data)
       CUDA_CHECK(cudaMemcpyAsync(out.data, c, size_t(out.numel()) * dtype_size(out.dtype), cudaMemcpyDeviceToDevice,
                                  st.compute));
-  } else if (try_cutlass_gelu(st, out, a, b, opt, gelu, M, N, K)) {
-    bias_done = gelu_done = true;
   } else {
     // The plan's output is out or, with the forward GELU not fused, gelu_input: it must suit both
     // (and C, the residual's alignment).
