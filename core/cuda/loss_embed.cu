@@ -62,12 +62,40 @@ inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 
 constexpr int kXentVecThreads = 512;
 constexpr int kXentUnroll = 4;  // vectors in flight per thread and pass
 
+// e^x as 2^(x log2 e) on the SFU, the multiply folded into the caller's FMA: x * kLog2e - m * kLog2e.
+// (The kernel is instruction-bound, not memory-bound, at GPT-2's vocabulary: 50K exponentials a row
+// twice; expf costs a range reduction on top.)
+constexpr float kLog2e = 1.4426950408889634f;
+__device__ __forceinline__ float exp2_approx(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// Adds the values f (-inf for none) to a thread's running max m and sum s of e^(value - m): one
+// rescale for all K.
+template <int K>
+__device__ __forceinline__ void online_softmax_add(float& m, float& s, const float (&f)[K]) {
+  float lm = -INFINITY;
+#pragma unroll
+  for (int i = 0; i < K; ++i) lm = fmaxf(lm, f[i]);
+  const float nm = fmaxf(m, lm);
+  if (nm == -INFINITY) return;
+  const float nm2 = nm * kLog2e;
+  float acc = 0.0f;
+#pragma unroll
+  for (int i = 0; i < K; ++i) acc += exp2_approx(fmaf(f[i], kLog2e, -nm2));
+  s = s * exp2_approx(fmaf(m, kLog2e, -nm2)) + acc;  // m = -inf: 0 * 0
+  m = nm;
+}
+
 // One block per row. Pass 1 reads the row once (kept in L2 for pass 2: few rows are in flight)
-// with an online max / sum of exp per thread, padded columns (>= vocab) masked to -inf; pass 2
-// (with dlogits) rereads the row and writes dloss * (softmax - onehot), exactly 0 at padded
-// columns and for rows without a target. dlogits may alias logits: each thread reads an element
-// before writing it, and the target logit is read before the block reductions (barriers).
-// Requires Vp % Pack<T>::N == 0 and 16-byte aligned rows.
+// with an online max / sum of exp per thread, rescaled once per kXentUnroll vectors; only the one
+// vector that straddles the vocabulary's end is masked (padded columns to -inf). Pass 2 (with
+// dlogits) rereads the row and writes dloss * (softmax - onehot), exactly 0 at padded columns and
+// for rows without a target; the target's -1 is applied in its vector alone. dlogits may alias
+// logits: each thread reads an element before writing it, and the target logit is read before the
+// block reductions (barriers). Requires Vp % Pack<T>::N == 0 and 16-byte aligned rows.
 template <typename T>
 __global__ void __launch_bounds__(kXentVecThreads, 2)
     cross_entropy_vec_kernel(float* losses, T* dlogits, const T* logits, const int32_t* targets, int64_t Vp,
@@ -79,43 +107,37 @@ __global__ void __launch_bounds__(kXentVecThreads, 2)
   const int32_t tgt = targets[row];
   const bool has_target = tgt >= 0 && tgt < vocab;
   const float x_tgt = (threadIdx.x == 0 && has_target) ? to_f32(x[tgt]) : 0.0f;
-  const int nv_vocab = int((vocab + N - 1) / N);  // vectors that hold real columns
+  const int nv_full = int(vocab / N);  // vectors of real columns only
   const int nv = int(Vp / N);
   const int vocab_i = int(vocab);
   const int stride = int(blockDim.x);
   float m = -INFINITY, s = 0.0f;
-  for (int v0 = threadIdx.x; v0 < nv_vocab; v0 += kXentUnroll * stride) {
-    int4 raw[kXentUnroll];
+  for (int v0 = threadIdx.x; v0 < nv_full; v0 += kXentUnroll * stride) {
+    int4 raw[kXentUnroll] = {};
 #pragma unroll
     for (int u = 0; u < kXentUnroll; ++u) {
-      int v = v0 + u * stride;
-      if (v < nv_vocab) raw[u] = *reinterpret_cast<const int4*>(x + int64_t(v) * N);
+      const int v = v0 + u * stride;
+      if (v < nv_full) raw[u] = *reinterpret_cast<const int4*>(x + int64_t(v) * N);
     }
+    float f[kXentUnroll * N];
 #pragma unroll
     for (int u = 0; u < kXentUnroll; ++u) {
-      int v = v0 + u * stride;
-      if (v < nv_vocab) {
-        const T* e = reinterpret_cast<const T*>(&raw[u]);
-        float f[N];
-        float lm = -INFINITY;
+      const T* e = reinterpret_cast<const T*>(&raw[u]);
+      const bool in = v0 + u * stride < nv_full;
 #pragma unroll
-        for (int j = 0; j < N; ++j) {
-          f[j] = v * N + j < vocab_i ? to_f32(e[j]) : -INFINITY;
-          lm = fmaxf(lm, f[j]);
-        }
-        float nm = fmaxf(m, lm);
-        if (nm != -INFINITY) {
-          float acc = 0.0f;
-#pragma unroll
-          for (int j = 0; j < N; ++j) acc += __expf(f[j] - nm);
-          s = s * __expf(m - nm) + acc;
-          m = nm;
-        }
-      }
+      for (int j = 0; j < N; ++j) f[u * N + j] = in ? to_f32(e[j]) : -INFINITY;
     }
+    online_softmax_add(m, s, f);
+  }
+  if (nv_full * N < vocab_i && threadIdx.x == nv_full % stride) {  // the straddling vector
+    const T* e = x + int64_t(nv_full) * N;
+    float f[N];
+#pragma unroll
+    for (int j = 0; j < N; ++j) f[j] = nv_full * N + j < vocab_i ? to_f32(e[j]) : -INFINITY;
+    online_softmax_add(m, s, f);
   }
   const float M = block_max(m, shared);
-  const float S = block_sum(m == -INFINITY ? 0.0f : s * __expf(m - M), shared);
+  const float S = block_sum(m == -INFINITY ? 0.0f : s * exp2_approx((m - M) * kLog2e), shared);
   const float lse = M + logf(S);
   if (threadIdx.x == 0) losses[row] = has_target ? lse - x_tgt : 0.0f;
   if (!dlogits) return;
@@ -128,26 +150,36 @@ __global__ void __launch_bounds__(kXentVecThreads, 2)
     for (int v = threadIdx.x; v < nv; v += stride) __stcs(reinterpret_cast<int4*>(d + int64_t(v) * N), zr);
     return;
   }
+  const float lse2 = lse * kLog2e;
+  const int v_tgt = tgt / N;
   for (int v0 = threadIdx.x; v0 < nv; v0 += kXentUnroll * stride) {
     int4 raw[kXentUnroll];
 #pragma unroll
     for (int u = 0; u < kXentUnroll; ++u) {
-      int v = v0 + u * stride;
+      const int v = v0 + u * stride;
       if (v < nv) raw[u] = __ldcs(reinterpret_cast<const int4*>(x + int64_t(v) * N));
     }
 #pragma unroll
     for (int u = 0; u < kXentUnroll; ++u) {
-      int v = v0 + u * stride;
+      const int v = v0 + u * stride;
       if (v < nv) {
         const T* e = reinterpret_cast<const T*>(&raw[u]);
+        float p[N];
+#pragma unroll
+        for (int j = 0; j < N; ++j) p[j] = exp2_approx(fmaf(to_f32(e[j]), kLog2e, -lse2));
+        if (v >= nv_full) {  // the straddling vector and the padding: 0 past the vocabulary
+#pragma unroll
+          for (int j = 0; j < N; ++j)
+            if (v * N + j >= vocab_i) p[j] = 0.0f;
+        }
+        if (v == v_tgt) {
+#pragma unroll
+          for (int j = 0; j < N; ++j)
+            if (v * N + j == tgt) p[j] -= 1.0f;
+        }
         Pack<T> g;
 #pragma unroll
-        for (int j = 0; j < N; ++j) {
-          int c = v * N + j;
-          float gv = 0.0f;
-          if (c < vocab_i) gv = dloss * (__expf(to_f32(e[j]) - lse) - (c == tgt ? 1.0f : 0.0f));
-          g.e[j] = from_f32<T>(gv);
-        }
+        for (int j = 0; j < N; ++j) g.e[j] = from_f32<T>(dloss * p[j]);
         __stcs(reinterpret_cast<int4*>(d + int64_t(v) * N), *reinterpret_cast<const int4*>(g.e));
       }
     }

@@ -600,34 +600,42 @@ TEST_P(Parity, AttentionNotDeterministic) {
   attention_case(cpu(), fast, dt(), 2, 256, 4, 64, 0.2f, false);  // dropout: the own kernels
 }
 
+// Small rows, and GPT-2's vocabulary padded to 50304 (the row's last real column shares a vector
+// with padding; targets there, at 0, and a row without one).
 TEST_P(Parity, CrossEntropy) {
-  const int64_t N = 10, Vp = 72, V = 65;
-  HostTensor logits = random_host(dt(), {N, Vp}, 80, -4.0f, 4.0f);
-  HostTensor targets(DType::i32, {N});
-  std::mt19937 gen(81);
-  for (int64_t i = 0; i < N; ++i) targets.t.ptr<int32_t>()[i] = int32_t(gen() % V);
-  targets.t.ptr<int32_t>()[3] = -1;  // no target here
-  targets.t.ptr<int32_t>()[7] = int32_t(V - 1);
-  DeviceTensor glogits = to_device(logits), gtargets = to_device(targets);
-  HostTensor losses(DType::f32, {N});
-  DeviceTensor glosses = device_empty(DType::f32, {N});
-  softmax_cross_entropy_forward(cpu(), losses.t, logits.t, targets.t, V);
-  softmax_cross_entropy_forward(gpu(), glosses.t, glogits.t, gtargets.t, V);
-  expect_close(to_host(glosses), losses, tolerance(DType::f16), "cross_entropy_forward");
+  struct Case { int64_t N, Vp, V; };
+  uint32_t seed = 80;
+  for (const Case& c : {Case{10, 72, 65}, Case{5, 50304, 50257}}) {
+    const int64_t N = c.N, Vp = c.Vp, V = c.V;
+    const std::string tag = " N=" + std::to_string(N) + " Vp=" + std::to_string(Vp) + " V=" + std::to_string(V);
+    HostTensor logits = random_host(dt(), {N, Vp}, seed++, -4.0f, 4.0f);
+    HostTensor targets(DType::i32, {N});
+    std::mt19937 gen(seed++);
+    for (int64_t i = 0; i < N; ++i) targets.t.ptr<int32_t>()[i] = int32_t(gen() % V);
+    targets.t.ptr<int32_t>()[3] = -1;  // no target here
+    targets.t.ptr<int32_t>()[N - 1] = int32_t(V - 1);
+    targets.t.ptr<int32_t>()[0] = 0;
+    DeviceTensor glogits = to_device(logits), gtargets = to_device(targets);
+    HostTensor losses(DType::f32, {N});
+    DeviceTensor glosses = device_empty(DType::f32, {N});
+    softmax_cross_entropy_forward(cpu(), losses.t, logits.t, targets.t, V);
+    softmax_cross_entropy_forward(gpu(), glosses.t, glogits.t, gtargets.t, V);
+    expect_close(to_host(glosses), losses, tolerance(DType::f16), "cross_entropy_forward" + tag);
 
-  const float dloss = 1.0f / float(N);
-  HostTensor dlogits(dt(), {N, Vp}), losses2(DType::f32, {N});
-  softmax_cross_entropy_backward(cpu(), dlogits.t, losses2.t, logits.t, targets.t, V, dloss);
-  DeviceTensor gd = device_empty(dt(), {N, Vp});
-  softmax_cross_entropy_backward(gpu(), gd.t, glosses.t, glogits.t, gtargets.t, V, dloss);
-  expect_close(to_host(gd), dlogits, tolerance(dt()), "cross_entropy_backward");
-  expect_close(to_host(glosses), losses2, tolerance(DType::f16), "cross_entropy_backward losses");
-  // in place: dlogits aliases logits
-  softmax_cross_entropy_backward(gpu(), glogits.t, glosses.t, glogits.t, gtargets.t, V, dloss);
-  expect_close(to_host(glogits), dlogits, tolerance(dt()), "cross_entropy_backward in place");
-  HostTensor hd = to_host(glogits);
-  for (int64_t r = 0; r < N; ++r)
-    for (int64_t c = V; c < Vp; ++c) EXPECT_EQ(hd.get(r * Vp + c), 0.0f) << "padded column " << c;
+    const float dloss = 1.0f / float(N);
+    HostTensor dlogits(dt(), {N, Vp}), losses2(DType::f32, {N});
+    softmax_cross_entropy_backward(cpu(), dlogits.t, losses2.t, logits.t, targets.t, V, dloss);
+    DeviceTensor gd = device_empty(dt(), {N, Vp});
+    softmax_cross_entropy_backward(gpu(), gd.t, glosses.t, glogits.t, gtargets.t, V, dloss);
+    expect_close(to_host(gd), dlogits, tolerance(dt()), "cross_entropy_backward" + tag);
+    expect_close(to_host(glosses), losses2, tolerance(DType::f16), "cross_entropy_backward losses" + tag);
+    // in place: dlogits aliases logits
+    softmax_cross_entropy_backward(gpu(), glogits.t, glosses.t, glogits.t, gtargets.t, V, dloss);
+    expect_close(to_host(glogits), dlogits, tolerance(dt()), "cross_entropy_backward in place" + tag);
+    HostTensor hd = to_host(glogits);
+    for (int64_t r = 0; r < N; ++r)
+      for (int64_t col = V; col < Vp; ++col) ASSERT_EQ(hd.get(r * Vp + col), 0.0f) << "padded column " << col << tag;
+  }
 }
 
 TEST_P(Parity, EmbeddingAndDeterminism) {
