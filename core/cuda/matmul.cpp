@@ -207,7 +207,8 @@ bool try_make_plan(CudaState& st, const PlanKey& key, bool fuse_bias, bool fuse_
   // weight-gradient GEMMs with BGRADB ran 15-40% slower, and the DGELU GEMM with DGELU_BGRAD at less
   // than half its speed, than the separate bias_backward costs (bench/sessions/2026-11-30b, calls 2-3).
   // CUTLASS ping-pong kernels for the two GELU GEMMs ran 9-17% faster than these epilogues alone, yet
-  // made the GPT-2 1.3B step 1.2% slower: every other kernel of the step slowed (bench/sessions/2026-11-30h).
+  // made the GPT-2 1.3B step 1.2% slower: the rest of the step lost more than they gained
+  // (bench/sessions/2026-11-30h, docs/benchmarks.md).
   if (fuse_gelu && key.gelu == Gelu::backward) epi = CUBLASLT_EPILOGUE_DGELU;
   else if (fuse_gelu) epi = fuse_bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
   else if (fuse_bias) epi = CUBLASLT_EPILOGUE_BIAS;
