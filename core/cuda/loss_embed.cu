@@ -62,9 +62,9 @@ inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 
 constexpr int kXentVecThreads = 512;
 constexpr int kXentUnroll = 4;  // vectors in flight per thread and pass
 
-// e^x as 2^(x log2 e) on the SFU, the multiply folded into the caller's FMA: x * kLog2e - m * kLog2e.
-// (The kernel is instruction-bound, not memory-bound, at GPT-2's vocabulary: 50K exponentials a row
-// twice; expf costs a range reduction on top.)
+// e^(x - m) as 2^(x log2 e - m log2 e) on the SFU, the scale folded into the caller's FMA (one op less
+// per logit than __expf(x - m)). The kernel is instruction-bound at GPT-2's vocabulary, not
+// memory-bound: two exponentials per logit, so the masks and the target test stay out of its loops.
 constexpr float kLog2e = 1.4426950408889634f;
 __device__ __forceinline__ float exp2_approx(float x) {
   float y;
@@ -73,7 +73,7 @@ __device__ __forceinline__ float exp2_approx(float x) {
 }
 
 // Adds the values f (-inf for none) to a thread's running max m and sum s of e^(value - m): one
-// rescale for all K.
+// rescale for all K, and none while the max stays (2^(m log2 e - round(m log2 e)) is not exactly 1).
 template <int K>
 __device__ __forceinline__ void online_softmax_add(float& m, float& s, const float (&f)[K]) {
   float lm = -INFINITY;
@@ -85,7 +85,8 @@ __device__ __forceinline__ void online_softmax_add(float& m, float& s, const flo
   float acc = 0.0f;
 #pragma unroll
   for (int i = 0; i < K; ++i) acc += exp2_approx(fmaf(f[i], kLog2e, -nm2));
-  s = s * exp2_approx(fmaf(m, kLog2e, -nm2)) + acc;  // m = -inf: 0 * 0
+  if (nm > m) s *= exp2_approx(fmaf(m, kLog2e, -nm2));  // m = -inf: s is 0 and stays 0
+  s += acc;
   m = nm;
 }
 
@@ -167,11 +168,6 @@ __global__ void __launch_bounds__(kXentVecThreads, 2)
         float p[N];
 #pragma unroll
         for (int j = 0; j < N; ++j) p[j] = exp2_approx(fmaf(to_f32(e[j]), kLog2e, -lse2));
-        if (v >= nv_full) {  // the straddling vector and the padding: 0 past the vocabulary
-#pragma unroll
-          for (int j = 0; j < N; ++j)
-            if (v * N + j >= vocab_i) p[j] = 0.0f;
-        }
         if (v == v_tgt) {
 #pragma unroll
           for (int j = 0; j < N; ++j)
@@ -180,6 +176,11 @@ __global__ void __launch_bounds__(kXentVecThreads, 2)
         Pack<T> g;
 #pragma unroll
         for (int j = 0; j < N; ++j) g.e[j] = from_f32<T>(dloss * p[j]);
+        if (v >= nv_full) {  // the straddling vector and the padding: exactly 0 past the vocabulary
+#pragma unroll
+          for (int j = 0; j < N; ++j)
+            if (v * N + j >= vocab_i) g.e[j] = from_f32<T>(0.0f);
+        }
         __stcs(reinterpret_cast<int4*>(d + int64_t(v) * N), *reinterpret_cast<const int4*>(g.e));
       }
     }

@@ -600,12 +600,14 @@ TEST_P(Parity, AttentionNotDeterministic) {
   attention_case(cpu(), fast, dt(), 2, 256, 4, 64, 0.2f, false);  // dropout: the own kernels
 }
 
-// Small rows, and GPT-2's vocabulary padded to 50304 (the row's last real column shares a vector
-// with padding; targets there, at 0, and a row without one).
+// Small rows, and GPT-2's vocabulary padded to 50304; the vocabulary's end inside a vector (beside
+// padding, beside other real columns), at a vector's end, without padding, and narrower than one
+// vector. Targets at 0, at the last and the second-to-last real column, and a row without one.
 TEST_P(Parity, CrossEntropy) {
   struct Case { int64_t N, Vp, V; };
   uint32_t seed = 80;
-  for (const Case& c : {Case{10, 72, 65}, Case{5, 50304, 50257}}) {
+  for (const Case& c : {Case{10, 72, 65}, Case{5, 50304, 50257}, Case{6, 72, 67}, Case{6, 72, 64}, Case{6, 64, 64},
+                        Case{6, 8, 3}}) {
     const int64_t N = c.N, Vp = c.Vp, V = c.V;
     const std::string tag = " N=" + std::to_string(N) + " Vp=" + std::to_string(Vp) + " V=" + std::to_string(V);
     HostTensor logits = random_host(dt(), {N, Vp}, seed++, -4.0f, 4.0f);
@@ -614,6 +616,7 @@ TEST_P(Parity, CrossEntropy) {
     for (int64_t i = 0; i < N; ++i) targets.t.ptr<int32_t>()[i] = int32_t(gen() % V);
     targets.t.ptr<int32_t>()[3] = -1;  // no target here
     targets.t.ptr<int32_t>()[N - 1] = int32_t(V - 1);
+    targets.t.ptr<int32_t>()[1] = int32_t(V - 2);
     targets.t.ptr<int32_t>()[0] = 0;
     DeviceTensor glogits = to_device(logits), gtargets = to_device(targets);
     HostTensor losses(DType::f32, {N});
