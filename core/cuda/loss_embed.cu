@@ -91,8 +91,8 @@ __device__ __forceinline__ void online_softmax_add(float& m, float& s, const flo
 }
 
 // One block per row. Pass 1 reads the row once (kept in L2 for pass 2: few rows are in flight)
-// with an online max / sum of exp per thread, rescaled once per kXentUnroll vectors; only the one
-// vector that straddles the vocabulary's end is masked (padded columns to -inf). Pass 2 (with
+// with an online max / sum of exp per thread, rescaled at most once per kXentUnroll vectors; only
+// the one vector that straddles the vocabulary's end is masked (padded columns to -inf). Pass 2 (with
 // dlogits) rereads the row and writes dloss * (softmax - onehot), exactly 0 at padded columns and
 // for rows without a target; the target's -1 is applied in its vector alone. dlogits may alias
 // logits: each thread reads an element before writing it, and the target logit is read before the
