@@ -93,16 +93,25 @@ __global__ void __launch_bounds__(kThreads)
   if (row >= rows) return;
   const int nvec = cols / N;
   const T* xr = x + row * cols;
-  Pack<T> xv[ITERS];
+  // Every load before the first store: r_out might alias x or branch as far as the compiler knows,
+  // so a store between them would keep the next loads from being issued early (one vector in
+  // flight a warp: the add ran at 3.0 TB/s, bench/sessions/2026-11-30i call 1).
+  Pack<T> xv[ITERS], bv[ADD ? ITERS : 1];
 #pragma unroll
   for (int i = 0; i < ITERS; ++i) {
     int v = lane + 32 * i;
     if (v < nvec) {
       xv[i] = ld16(xr + v * N);
-      if constexpr (ADD) {
-        const Pack<T> bv = ld16(branch + row * cols + v * N);
+      if constexpr (ADD) bv[i] = ld16(branch + row * cols + v * N);
+    }
+  }
+  if constexpr (ADD) {
 #pragma unroll
-        for (int j = 0; j < N; ++j) xv[i].e[j] = from_f32<T>(to_f32(xv[i].e[j]) + to_f32(bv.e[j]));
+    for (int i = 0; i < ITERS; ++i) {
+      int v = lane + 32 * i;
+      if (v < nvec) {
+#pragma unroll
+        for (int j = 0; j < N; ++j) xv[i].e[j] = from_f32<T>(to_f32(xv[i].e[j]) + to_f32(bv[i].e[j]));
         st16(r_out + row * cols + v * N, xv[i]);
       }
     }
@@ -394,7 +403,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
   for (int j = 0; j < V; ++j) ab[j] = aw[j] = 0.0f;
   if (c0 < cols) {
-#pragma unroll 8  // a chunk's 64 rows are 8 per group: all their loads in flight at once
+#pragma unroll 8  // eight of a group's rows (a chunk's rows are 32 per group) in flight at once
     for (int64_t r = r0 + g; r < r1; r += kGroups) {
       float d[V], xv[V];
       if constexpr (V == 1) {
@@ -591,17 +600,19 @@ void layernorm_forward_impl(cudaStream_t s, T* out, float* mean, float* rstd, co
   CUDA_CHECK_LAUNCH();
 }
 
-// The fused kernel's block: ITERS = ceil(nvec / 512) vectors per thread, the threads as few as cover
-// the row (a multiple of 32). ITERS <= kMaxFusedIters (bf16 cols <= 8192, f32 <= 4096), else the
-// two-pass form. The ring: 3 slots (2 rows ahead) at one vector per thread (bf16 cols <= 4096:
-// <= 86 KB a block), 2 at two (<= 107 KB).
+// The fused kernel's block: one vector a thread up to 128 threads a row, else two (ITERS), the
+// threads as few as cover the row (a multiple of 32), at most 512: bf16 cols <= 8192, f32 <= 4096,
+// else the two-pass form. The ring: 3 slots (2 rows ahead), <= 160 KB a block. (At
+// GPT-2 1.3B's 16384 x 2048, bf16: 256 threads of one vector ran at 3.2 TB/s, 128 of two at 3.7, a
+// stream moving the same bytes at 4.1; bench/sessions/2026-11-30i call 1.)
 constexpr int kMaxFusedIters = 2;
+constexpr int kFusedRowThreads = 128;
 // p_before and p_after non-null: the variant that also sums dx's columns.
 template <typename T, int ITERS>
 void layernorm_backward_fused(cudaStream_t s, T* dx, float* p_dw, float* p_db, float* p_before, float* p_after,
                               const T* dout, const T* x, const T* w, const float* mean, const float* rstd,
                               int64_t rows, int64_t cols, int64_t chunks) {
-  constexpr int STAGES = ITERS == 1 ? 3 : 2;
+  constexpr int STAGES = 3;
   const int nvec = int(cols / Pack<T>::N);
   const int threads = ((nvec + ITERS - 1) / ITERS + 31) / 32 * 32;
   const int64_t rows_per_chunk = (rows + chunks - 1) / chunks;
@@ -631,8 +642,8 @@ void layernorm_backward_impl(cudaStream_t s, T* dx, float* dw, float* db, const 
                              bool accumulate, const ColumnSumOutputs& sums) {
   constexpr int N = Pack<T>::N;
   const bool with_sums = sums.before != nullptr;
-  const int64_t nvec = cols / N, iters = (nvec + 511) / 512;
-  const bool fused = cols % N == 0 && iters <= kMaxFusedIters && aligned16(dx) && aligned16(dout) &&
+  const int64_t nvec = cols / N, iters = nvec > kFusedRowThreads ? 2 : 1;
+  const bool fused = cols % N == 0 && nvec <= kMaxFusedIters * 512 && aligned16(dx) && aligned16(dout) &&
                      aligned16(x) && aligned16(w);
   if (fused) {
     const int64_t chunks = layernorm_chunks(rows);
