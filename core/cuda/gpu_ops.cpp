@@ -39,7 +39,9 @@ void bias_backward(Runtime& rt, const Tensor& db, const Tensor& dy, bool accumul
   int64_t rows = dy.rows(), cols = dy.cols();
   if (rows == 0 || cols == 0) return;
   auto* scratch = static_cast<float*>(rt.scratch(size_t(colsum_chunks(rows) * cols) * sizeof(float)));
-  launch_bias_backward(compute_stream(rt), db.ptr<float>(), dy.data, dy.dtype, rows, cols, scratch, accumulate);
+  CudaState& st = cuda_state(rt);
+  launch_bias_backward(st.compute, db.ptr<float>(), dy.data, dy.dtype, rows, cols, scratch, accumulate,
+                       st.column_tile_counters);
 }
 
 void layernorm_forward(Runtime& rt, const Tensor& out, const Tensor& mean, const Tensor& rstd, const Tensor& x,
