@@ -23,7 +23,6 @@ struct CudaState {
   cublasHandle_t blas = nullptr;   // batched GEMMs of the attention core
   void* lt_workspace = nullptr;
   size_t lt_workspace_bytes = 0;
-  unsigned* column_tile_counters = nullptr;  // the compute stream's, for launch_bias_backward (zero between ops)
   std::string name;
   int sm_count = 0;
   int cc_major = 0, cc_minor = 0;

@@ -11,7 +11,6 @@
 #include <unordered_map>
 
 #include "core/cuda/cuda_state.h"
-#include "core/cuda/launchers.h"
 
 namespace trellis::gpu {
 
@@ -55,8 +54,6 @@ CudaState* create_state(int device, bool deterministic) {
   CUBLAS_CHECK(cublasSetMathMode(s->blas, CUBLAS_DEFAULT_MATH));
   s->lt_workspace_bytes = kLtWorkspaceBytes;
   CUDA_CHECK(cudaMalloc(&s->lt_workspace, s->lt_workspace_bytes));
-  CUDA_CHECK(cudaMalloc(&s->column_tile_counters, gpu::kColumnTileCounters * sizeof(unsigned)));
-  CUDA_CHECK(cudaMemset(s->column_tile_counters, 0, gpu::kColumnTileCounters * sizeof(unsigned)));
   return s;
 }
 
@@ -71,7 +68,6 @@ void destroy_state(CudaState* s) {
   s->cudnn = nullptr;
 #endif
   CUDA_CHECK(cudaFree(s->lt_workspace));
-  CUDA_CHECK(cudaFree(s->column_tile_counters));
   CUBLAS_CHECK(cublasDestroy(s->blas));
   CUBLAS_CHECK(cublasLtDestroy(s->lt));
   CUDA_CHECK(cudaStreamDestroy(s->copy));

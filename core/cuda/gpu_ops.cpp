@@ -39,9 +39,7 @@ void bias_backward(Runtime& rt, const Tensor& db, const Tensor& dy, bool accumul
   int64_t rows = dy.rows(), cols = dy.cols();
   if (rows == 0 || cols == 0) return;
   auto* scratch = static_cast<float*>(rt.scratch(size_t(colsum_chunks(rows) * cols) * sizeof(float)));
-  CudaState& st = cuda_state(rt);
-  launch_bias_backward(st.compute, db.ptr<float>(), dy.data, dy.dtype, rows, cols, scratch, accumulate,
-                       st.column_tile_counters);
+  launch_bias_backward(compute_stream(rt), db.ptr<float>(), dy.data, dy.dtype, rows, cols, scratch, accumulate);
 }
 
 void layernorm_forward(Runtime& rt, const Tensor& out, const Tensor& mean, const Tensor& rstd, const Tensor& x,

@@ -90,11 +90,8 @@ void launch_layernorm_backward(cudaStream_t s, void* dx, float* dw, float* db, c
                                int64_t cols, float* scratch, bool accumulate_params,
                                const ColumnSumOutputs& sums = {});
 // db += column sums of dy (db = without accumulate); scratch: colsum_chunks(rows) * cols floats.
-// tile_counters (optional): kColumnTileCounters unsigned, zero, used by no other stream at the same
-// time; they let the one kernel finish the sums (left zero again).
-constexpr int kColumnTileCounters = 4096;
 void launch_bias_backward(cudaStream_t s, float* db, const void* dy, DType t, int64_t rows, int64_t cols,
-                          float* scratch, bool accumulate, unsigned* tile_counters = nullptr);
+                          float* scratch, bool accumulate);
 // out[0] += sum(x) or sum(x^2), in a fixed order; scratch: kSumPartials floats.
 constexpr int kSumPartials = 512;
 void launch_sum(cudaStream_t s, float* out, const void* x, DType t, int64_t n, bool squares, float* scratch);

@@ -387,19 +387,10 @@ __global__ void __launch_bounds__(512, ITERS == 1 ? 2 : 1)  // ITERS 1: <= 64 re
 // then added in group order. p_db gets the sums of dy; with x given (layer norm), p_dw gets the
 // sums of dy * xhat, xhat = (x - mean) * rstd per row. Vector loads when V > 1 (then cols % V == 0
 // and dy, x 16-byte aligned).
-// With `fin` (bias gradients only: x null), the last block of each column tile to finish also sums
-// that tile's partials over the chunks, in chunk order, into fin.out: no second kernel (whose launch
-// and ramp cost ~12 us a call at 16384 x 8192; bench/sessions/2026-11-30i calls 1-2).
-struct InlineFinalize {
-  float* out = nullptr;
-  bool accumulate = false;
-  unsigned* counters = nullptr;  // one per column tile (blockIdx.x), 0 between launches
-};
 template <typename T, int V>
 __global__ void __launch_bounds__(kThreads)
     column_partials_vec_kernel(float* p_db, float* p_dw, const T* dy, const T* x, const float* mean,
-                               const float* rstd, int64_t rows, int64_t cols, int64_t rows_per_chunk,
-                               InlineFinalize fin) {
+                               const float* rstd, int64_t rows, int64_t cols, int64_t rows_per_chunk) {
   constexpr int kGroups = kThreads / 32;
   __shared__ float sb[kGroups][V * 32];
   __shared__ float sw[kGroups][V * 32];
@@ -458,45 +449,19 @@ __global__ void __launch_bounds__(kThreads)
       if (x) p_dw[chunk * cols + c] = w;
     }
   }
-  if (!fin.counters) return;
-  __shared__ unsigned arrived;
-  __threadfence();  // this block's partials are visible to every block before its arrival counts
-  __syncthreads();
-  if (threadIdx.x == 0) arrived = atomicAdd(fin.counters + blockIdx.x, 1u);
-  __syncthreads();
-  if (arrived != gridDim.y - 1) return;
-  __threadfence();
-  for (int q = threadIdx.x; q < V * 32; q += kThreads) {
-    const int64_t c = (int64_t(blockIdx.x) * 32 + (q & 31)) * V + (q >> 5);
-    if (c >= cols) continue;
-    float b = 0.0f;
-#pragma unroll 16
-    for (int64_t k = 0; k < int64_t(gridDim.y); ++k) b += __ldcg(p_db + k * cols + c);
-    fin.out[c] = fin.accumulate ? fin.out[c] + b : b;
-  }
-  if (threadIdx.x == 0) fin.counters[blockIdx.x] = 0;  // the next launch on this stream starts from 0
 }
 
-// Column tiles of launch_column_partials' grid (blockIdx.x).
-template <typename T>
-int64_t column_tiles(int64_t cols, bool vec) {
-  return vec ? (cols / Pack<T>::N + 31) / 32 : (cols + 31) / 32;
-}
-template <typename T>
-bool columns_vectorized(const T* dy, const T* x, int64_t cols) {
-  return cols % Pack<T>::N == 0 && aligned16(dy) && (!x || aligned16(x));
-}
 template <typename T>
 void launch_column_partials(cudaStream_t s, float* p_db, float* p_dw, const T* dy, const T* x, const float* mean,
-                            const float* rstd, int64_t rows, int64_t cols, int64_t chunks, int64_t rows_per_chunk,
-                            InlineFinalize fin = {}) {
+                            const float* rstd, int64_t rows, int64_t cols, int64_t chunks, int64_t rows_per_chunk) {
   constexpr int N = Pack<T>::N;
-  const bool vec = columns_vectorized(dy, x, cols);
-  dim3 grid(unsigned(column_tiles<T>(cols, vec)), unsigned(chunks));
-  if (vec)
-    column_partials_vec_kernel<T, N><<<grid, kThreads, 0, s>>>(p_db, p_dw, dy, x, mean, rstd, rows, cols, rows_per_chunk, fin);
-  else
-    column_partials_vec_kernel<T, 1><<<grid, kThreads, 0, s>>>(p_db, p_dw, dy, x, mean, rstd, rows, cols, rows_per_chunk, fin);
+  if (cols % N == 0 && aligned16(dy) && (!x || aligned16(x))) {
+    dim3 grid(unsigned((cols / N + 31) / 32), unsigned(chunks));
+    column_partials_vec_kernel<T, N><<<grid, kThreads, 0, s>>>(p_db, p_dw, dy, x, mean, rstd, rows, cols, rows_per_chunk);
+  } else {
+    dim3 grid(unsigned((cols + 31) / 32), unsigned(chunks));
+    column_partials_vec_kernel<T, 1><<<grid, kThreads, 0, s>>>(p_db, p_dw, dy, x, mean, rstd, rows, cols, rows_per_chunk);
+  }
   CUDA_CHECK_LAUNCH();
 }
 
@@ -659,20 +624,13 @@ void layernorm_backward_fused(cudaStream_t s, T* dx, float* p_dw, float* p_db, f
                                                   int(cols), rows_per_chunk);
 }
 
-// With tile counters (kColumnTileCounters, zero, this stream's alone) the partials kernel finalizes
-// inline where the column tiles fit them; else a second pass.
 template <typename T>
 void bias_backward_impl(cudaStream_t s, float* db, const T* dy, int64_t rows, int64_t cols, float* scratch,
-                        bool accumulate, unsigned* tile_counters = nullptr) {
+                        bool accumulate) {
   const int64_t chunks = colsum_chunks(rows);
   const int64_t rows_per_chunk = (rows + chunks - 1) / chunks;
-  const T* no_x = nullptr;
-  if (tile_counters && column_tiles<T>(cols, columns_vectorized(dy, no_x, cols)) <= kColumnTileCounters) {
-    launch_column_partials<T>(s, scratch, nullptr, dy, no_x, nullptr, nullptr, rows, cols, chunks, rows_per_chunk,
-                              InlineFinalize{db, accumulate, tile_counters});
-    return;
-  }
-  launch_column_partials<T>(s, scratch, nullptr, dy, no_x, nullptr, nullptr, rows, cols, chunks, rows_per_chunk);
+  launch_column_partials<T>(s, scratch, nullptr, dy, static_cast<const T*>(nullptr), nullptr, nullptr, rows, cols,
+                            chunks, rows_per_chunk);
   FinalizeJobs jobs;
   jobs.add(db, scratch, accumulate);
   finalize_columns(s, jobs, chunks, cols);
@@ -755,10 +713,9 @@ void launch_layernorm_backward(cudaStream_t s, void* dx, float* dw, float* db, c
 }
 
 void launch_bias_backward(cudaStream_t s, float* db, const void* dy, DType t, int64_t rows, int64_t cols,
-                          float* scratch, bool accumulate, unsigned* tile_counters) {
+                          float* scratch, bool accumulate) {
   if (rows == 0 || cols == 0) return;
-  TRELLIS_FLOAT_SWITCH(t, T, bias_backward_impl<T>(s, db, static_cast<const T*>(dy), rows, cols, scratch, accumulate,
-                                                   tile_counters));
+  TRELLIS_FLOAT_SWITCH(t, T, bias_backward_impl<T>(s, db, static_cast<const T*>(dy), rows, cols, scratch, accumulate));
 }
 
 void launch_sum(cudaStream_t s, float* out, const void* x, DType t, int64_t n, bool squares, float* scratch) {
