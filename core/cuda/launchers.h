@@ -58,10 +58,11 @@ inline int64_t colsum_chunks(int64_t rows) {
   if (c > 64) c = 64;              // ... and at most 64 chunks
   return c < 1 ? 1 : c;
 }
-// The fused layer-norm backward's chunks: one thread block each, 64 rows, at most 512 chunks.
+// The fused layer-norm backward's chunks: one thread block each, 32 rows, at most 1024 chunks (its
+// two-vector form takes half as many, norm.cu).
 inline int64_t layernorm_chunks(int64_t rows) {
-  int64_t c = (rows + 63) / 64;
-  if (c > 512) c = 512;
+  int64_t c = (rows + 31) / 32;
+  if (c > 1024) c = 1024;
   return c < 1 ? 1 : c;
 }
 // Floats of scratch launch_layernorm_backward takes: partials of dw and db, and with `sums` of the
