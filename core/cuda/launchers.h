@@ -51,8 +51,9 @@ void launch_adamw(cudaStream_t s, float* master, float* m, float* v, const float
 // ---- norm.cu ----
 // Column reductions (dw, db, bias grads) sum fixed row chunks into f32 partials, then the chunks
 // in order: deterministic. Partials take colsum_chunks(rows) * cols floats per reduced quantity.
-// (256 rows a chunk, at most 64 chunks: at 16384 x 8192 bf16 the partials ran at 4.2 TB/s with 64
-// chunks, 4.0 with 256, whose finalize pass took 15 us more; bench/sessions/2026-11-30i call 1.)
+// (256 rows a chunk, at most 64 chunks: at 16384 x 8192 bf16 the partials kernel ran at 4.2 TB/s
+// with 64 chunks against 4.0 with 256, the whole op 81.8 -> 78.6 us; bench/sessions/2026-11-30i
+// calls 1 and 2.)
 inline int64_t colsum_chunks(int64_t rows) {
   int64_t c = (rows + 255) / 256;  // at most 256 rows per chunk ...
   if (c > 64) c = 64;              // ... and at most 64 chunks

@@ -646,8 +646,9 @@ void layernorm_backward_impl(cudaStream_t s, T* dx, float* dw, float* db, const 
   const bool fused = cols % N == 0 && nvec <= kMaxFusedIters * 512 && aligned16(dx) && aligned16(dout) &&
                      aligned16(x) && aligned16(w);
   if (fused) {
-    // Two vectors a thread: 64-row chunks (at 1.3B's width 72.9 us against 76.1 with 32 rows); one:
-    // 32 rows, keeping ~8 blocks an SM in flight at GPT-2 124M / 350M widths.
+    // Two vectors a thread: 64-row chunks (at 1.3B's width 72.9 us against 76.1 with 32 rows); one
+    // vector: 32 rows, as before (with 64, GPT-2 124M and 350M steps ran 0.1-0.3 ms slower in
+    // bench/sessions/2026-11-30i call 5's A/B).
     const int64_t chunks = iters == 2 ? (layernorm_chunks(rows) + 1) / 2 : layernorm_chunks(rows);
     float* p_db = scratch;
     float* p_dw = scratch + chunks * cols;
