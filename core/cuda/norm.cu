@@ -230,9 +230,8 @@ __device__ __forceinline__ void copy_async_wait() {
 // (Earlier forms: one warp per row holding the row's column sums in registers ran at a third of
 // the memory bandwidth, one CTA per SM; a warp-per-row pass plus a separate column pass read dout
 // and x twice.)
-template <int ITERS, int STAGES>
-size_t fused_ring_bytes(int threads) {
-  return size_t(STAGES) * size_t(threads) * (3 * ITERS * sizeof(int4) + sizeof(float2));
+inline size_t fused_ring_bytes(int stages, int iters, int threads) {
+  return size_t(stages) * size_t(threads) * (3 * iters * sizeof(int4) + sizeof(float2));
 }
 
 // N floats (N % 4 == 0) to 16-byte aligned dst as N / 4 vector stores.
@@ -607,18 +606,26 @@ void layernorm_forward_impl(cudaStream_t s, T* out, float* mean, float* rstd, co
 // stream moving the same bytes at 4.1; bench/sessions/2026-11-30i call 1.)
 constexpr int kMaxFusedIters = 2;
 constexpr int kFusedRowThreads = 128;
+constexpr int kFusedStages = 3;
+inline int fused_threads(int64_t nvec, int64_t iters) { return int(((nvec + iters - 1) / iters + 31) / 32 * 32); }
+// The shared memory a block of the current device may opt in to (Hopper 227 KB, A100 163 KB, other
+// Ampere and Ada 99 KB): a wide row's ring may not fit, and then the two-pass form runs.
+int max_block_shared_memory() {
+  int device = 0, bytes = 0;
+  CUDA_CHECK(cudaGetDevice(&device));
+  CUDA_CHECK(cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  return bytes;
+}
 // p_before and p_after non-null: the variant that also sums dx's columns.
 template <typename T, int ITERS>
 void layernorm_backward_fused(cudaStream_t s, T* dx, float* p_dw, float* p_db, float* p_before, float* p_after,
                               const T* dout, const T* x, const T* w, const float* mean, const float* rstd,
                               int64_t rows, int64_t cols, int64_t chunks) {
-  constexpr int STAGES = 3;
-  const int nvec = int(cols / Pack<T>::N);
-  const int threads = ((nvec + ITERS - 1) / ITERS + 31) / 32 * 32;
+  const int threads = fused_threads(cols / Pack<T>::N, ITERS);
   const int64_t rows_per_chunk = (rows + chunks - 1) / chunks;
-  const size_t bytes = fused_ring_bytes<ITERS, STAGES>(threads);
-  auto kernel = p_before ? layernorm_backward_fused_kernel<T, ITERS, STAGES, true>
-                         : layernorm_backward_fused_kernel<T, ITERS, STAGES, false>;
+  const size_t bytes = fused_ring_bytes(kFusedStages, ITERS, threads);
+  auto kernel = p_before ? layernorm_backward_fused_kernel<T, ITERS, kFusedStages, true>
+                         : layernorm_backward_fused_kernel<T, ITERS, kFusedStages, false>;
   if (bytes > 48 * 1024) CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
   kernel<<<unsigned(chunks), threads, bytes, s>>>(dx, p_dw, p_db, p_before, p_after, dout, x, w, mean, rstd, rows,
                                                   int(cols), rows_per_chunk);
@@ -644,7 +651,9 @@ void layernorm_backward_impl(cudaStream_t s, T* dx, float* dw, float* db, const 
   const bool with_sums = sums.before != nullptr;
   const int64_t nvec = cols / N, iters = nvec > kFusedRowThreads ? 2 : 1;
   const bool fused = cols % N == 0 && nvec <= kMaxFusedIters * 512 && aligned16(dx) && aligned16(dout) &&
-                     aligned16(x) && aligned16(w);
+                     aligned16(x) && aligned16(w) &&
+                     fused_ring_bytes(kFusedStages, int(iters), fused_threads(nvec, iters)) <=
+                         size_t(max_block_shared_memory());
   if (fused) {
     // Two vectors a thread: 64-row chunks (at 1.3B's width 72.9 us against 76.1 with 32 rows); one
     // vector: 32 rows, as before (with 64, GPT-2 124M and 350M steps ran 0.1-0.3 ms slower in

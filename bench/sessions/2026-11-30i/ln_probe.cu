@@ -234,7 +234,7 @@ void sweep_fused(bf16* dx, float* scratch, const bf16* dout, const bf16* x, cons
   for (int64_t chunks : {256, 512, 1024, 2048}) {
     const int nvec = cols / 8, threads = ((nvec + ITERS - 1) / ITERS + 31) / 32 * 32;
     const int64_t rpc = (rows + chunks - 1) / chunks;
-    const size_t bytes = fused_ring_bytes<ITERS, STAGES>(threads);
+    const size_t bytes = fused_ring_bytes(STAGES, ITERS, threads);
     auto kernel = layernorm_backward_fused_kernel<bf16, ITERS, STAGES, false>;
     CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
     int per_sm = 0;
@@ -336,7 +336,7 @@ int main() {
   {
     const int64_t chunks = 512, rpc = rows / chunks;
     CUDA_CHECK(cudaMemcpyAsync(dx_ref, dx, n * 2, cudaMemcpyDeviceToDevice, g_stream));
-    const size_t b1 = fused_ring_bytes<1, 3>(256);
+    const size_t b1 = fused_ring_bytes(3, 1, 256);
     auto k1 = layernorm_backward_fused_kernel<bf16, 1, 3, false>;
     CUDA_CHECK(cudaFuncSetAttribute(k1, cudaFuncAttributeMaxDynamicSharedMemorySize, int(b1)));
     k1<<<chunks, 256, b1, g_stream>>>(dx_ref, scratch + chunks * cols, scratch, nullptr, nullptr, dout, x, w, mean, rstd,
