@@ -26,6 +26,7 @@ struct CudaState {
   std::string name;
   int sm_count = 0;
   int cc_major = 0, cc_minor = 0;
+  size_t block_shared_memory = 0;  // the most a block may opt in to (sharedMemPerBlockOptin)
   size_t total_memory = 0;
   bool deterministic = false;
   bool peer_collectives = true;    // two-rank sums and gathers through peer memory (peer_collectives.h)

@@ -43,6 +43,7 @@ CudaState* create_state(int device, bool deterministic) {
   s->sm_count = prop.multiProcessorCount;
   s->cc_major = prop.major;
   s->cc_minor = prop.minor;
+  s->block_shared_memory = prop.sharedMemPerBlockOptin;
   s->total_memory = prop.totalGlobalMem;
   CUDA_CHECK(cudaStreamCreateWithFlags(&s->compute, cudaStreamNonBlocking));
   CUDA_CHECK(cudaStreamCreateWithFlags(&s->comm, cudaStreamNonBlocking));

@@ -63,8 +63,10 @@ void layernorm_backward(Runtime& rt, const Tensor& dx, const Tensor& dw, const T
   auto* scratch = static_cast<float*>(rt.scratch(size_t(floats) * sizeof(float)));
   ColumnSumOutputs extra;
   if (sums) extra = {sums->before.ptr<float>(), sums->after.ptr<float>(), sums->accumulate_before, sums->accumulate_after};
-  launch_layernorm_backward(compute_stream(rt), dx.data, dw.ptr<float>(), db.ptr<float>(), dout.data, x.data, w.data,
-                            mean.ptr<float>(), rstd.ptr<float>(), x.dtype, rows, cols, scratch, accumulate_params, extra);
+  CudaState& st = cuda_state(rt);
+  launch_layernorm_backward(st.compute, dx.data, dw.ptr<float>(), db.ptr<float>(), dout.data, x.data, w.data,
+                            mean.ptr<float>(), rstd.ptr<float>(), x.dtype, rows, cols, scratch, accumulate_params,
+                            st.block_shared_memory, extra);
 }
 
 void gelu_forward(Runtime& rt, const Tensor& out, const Tensor& x) {

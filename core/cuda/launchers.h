@@ -86,10 +86,11 @@ void launch_add_layernorm_forward(cudaStream_t s, void* r, void* out, float* mea
                                   const void* branch, const void* w, const void* b, DType t, int64_t rows,
                                   int64_t cols, float eps);
 // dx += ..., dw += ..., db += ... (dw, db = ... without accumulate_params), and the dx column sums
-// `sums` asks for; scratch: layernorm_backward_scratch(rows, cols, sums asked) floats.
+// `sums` asks for; scratch: layernorm_backward_scratch(rows, cols, sums asked) floats;
+// block_shared_memory: what a block of the device may opt in to (CudaState's).
 void launch_layernorm_backward(cudaStream_t s, void* dx, float* dw, float* db, const void* dout, const void* x,
                                const void* w, const float* mean, const float* rstd, DType t, int64_t rows,
-                               int64_t cols, float* scratch, bool accumulate_params,
+                               int64_t cols, float* scratch, bool accumulate_params, size_t block_shared_memory,
                                const ColumnSumOutputs& sums = {});
 // db += column sums of dy (db = without accumulate); scratch: colsum_chunks(rows) * cols floats.
 void launch_bias_backward(cudaStream_t s, float* db, const void* dy, DType t, int64_t rows, int64_t cols,

@@ -608,14 +608,6 @@ constexpr int kMaxFusedIters = 2;
 constexpr int kFusedRowThreads = 128;
 constexpr int kFusedStages = 3;
 inline int fused_threads(int64_t nvec, int64_t iters) { return int(((nvec + iters - 1) / iters + 31) / 32 * 32); }
-// The shared memory a block of the current device may opt in to (Hopper 227 KB, A100 163 KB, other
-// Ampere and Ada 99 KB): a wide row's ring may not fit, and then the two-pass form runs.
-int max_block_shared_memory() {
-  int device = 0, bytes = 0;
-  CUDA_CHECK(cudaGetDevice(&device));
-  CUDA_CHECK(cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-  return bytes;
-}
 // p_before and p_after non-null: the variant that also sums dx's columns.
 template <typename T, int ITERS>
 void layernorm_backward_fused(cudaStream_t s, T* dx, float* p_dw, float* p_db, float* p_before, float* p_after,
@@ -646,14 +638,14 @@ void bias_backward_impl(cudaStream_t s, float* db, const T* dy, int64_t rows, in
 template <typename T>
 void layernorm_backward_impl(cudaStream_t s, T* dx, float* dw, float* db, const T* dout, const T* x, const T* w,
                              const float* mean, const float* rstd, int64_t rows, int64_t cols, float* scratch,
-                             bool accumulate, const ColumnSumOutputs& sums) {
+                             bool accumulate, size_t block_shared_memory, const ColumnSumOutputs& sums) {
   constexpr int N = Pack<T>::N;
   const bool with_sums = sums.before != nullptr;
   const int64_t nvec = cols / N, iters = nvec > kFusedRowThreads ? 2 : 1;
   const bool fused = cols % N == 0 && nvec <= kMaxFusedIters * 512 && aligned16(dx) && aligned16(dout) &&
                      aligned16(x) && aligned16(w) &&
-                     fused_ring_bytes(kFusedStages, int(iters), fused_threads(nvec, iters)) <=
-                         size_t(max_block_shared_memory());
+                     // a wide row's ring may not fit (Hopper 227 KB a block, A100 163 KB, other Ampere and Ada 99 KB)
+                     fused_ring_bytes(kFusedStages, int(iters), fused_threads(nvec, iters)) <= block_shared_memory;
   if (fused) {
     // Two vectors a thread: 64-row chunks (at 1.3B's width 72.9 us against 76.1 with 32 rows); one
     // vector: 32 rows, as before (with 64, GPT-2 124M and 350M steps ran 0.1-0.3 ms slower in
@@ -715,13 +707,13 @@ void launch_add_layernorm_forward(cudaStream_t s, void* r, void* out, float* mea
 
 void launch_layernorm_backward(cudaStream_t s, void* dx, float* dw, float* db, const void* dout, const void* x,
                                const void* w, const float* mean, const float* rstd, DType t, int64_t rows,
-                               int64_t cols, float* scratch, bool accumulate_params,
+                               int64_t cols, float* scratch, bool accumulate_params, size_t block_shared_memory,
                                const ColumnSumOutputs& sums) {
   if (rows == 0 || cols == 0) return;
   TRELLIS_FLOAT_SWITCH(t, T,
     layernorm_backward_impl<T>(s, static_cast<T*>(dx), dw, db, static_cast<const T*>(dout),
                                static_cast<const T*>(x), static_cast<const T*>(w), mean, rstd, rows, cols,
-                               scratch, accumulate_params, sums));
+                               scratch, accumulate_params, block_shared_memory, sums));
 }
 
 void launch_bias_backward(cudaStream_t s, float* db, const void* dy, DType t, int64_t rows, int64_t cols,

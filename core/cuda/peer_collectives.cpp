@@ -308,7 +308,6 @@ void exchange(PeerCollectives* p, const char* src, size_t total, cudaStream_t st
   }
 }
 
-
 // `in` (n bytes) into the peer's copy of `blocks` (2n bytes, inside target t) at this rank's block,
 // straight from the copy engine, once the peer's op stream has reached this op (so, as with NCCL,
 // nothing of the peer's before it still reads there); the peer's block lands in ours meanwhile.

@@ -280,6 +280,9 @@ using namespace probe;
 
 int main() {
   CUDA_CHECK(cudaStreamCreate(&g_stream));
+  int smem_optin = 0;
+  CUDA_CHECK(cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, 0));
+  const size_t smem = size_t(smem_optin);
   const int64_t rows = 16384;
   const int cols = 2048;
   const int64_t n = rows * cols;
@@ -320,14 +323,14 @@ int main() {
   // The op as the model calls it (fused kernel + column finalize), without and with the dx sums.
   {
     double us = time_us([&] {
-      launch_layernorm_backward(g_stream, dx, dw, db, dout, x, w, mean, rstd, DType::bf16, rows, cols, scratch, false);
+      launch_layernorm_backward(g_stream, dx, dw, db, dout, x, w, mean, rstd, DType::bf16, rows, cols, scratch, false, smem);
     });
     report("ln bwd op (fused + finalize), no sums", us, 4 * t);
     ColumnSumOutputs sums;
     sums.before = sb;
     sums.after = sa;
     us = time_us([&] {
-      launch_layernorm_backward(g_stream, dx, dw, db, dout, x, w, mean, rstd, DType::bf16, rows, cols, scratch, false,
+      launch_layernorm_backward(g_stream, dx, dw, db, dout, x, w, mean, rstd, DType::bf16, rows, cols, scratch, false, smem,
                                 sums);
     });
     report("ln bwd op (fused + finalize), with dx sums", us, 4 * t);
