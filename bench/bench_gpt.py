@@ -340,8 +340,9 @@ def git_commit():
         return "unknown"
 
 
-def table(rows):
-    """The single-GPU table as it always was; with data-parallel rows, GPU-count columns too."""
+def table(rows, rounds=False):
+    """The single-GPU table as it always was; with data-parallel rows, GPU-count columns too; with
+    several rounds, the round after the framework."""
     dp_rows = any(r.get("dp", 1) > 1 for r in rows)
     if not dp_rows:
         lines = ["| model | micro-batch | framework | tokens/s | MFU | step ms | peak mem (GiB) | "
@@ -364,7 +365,8 @@ def table(rows):
                      f"{100 * r['mfu']:.1f}%", f"{r['step_ms']:.1f}",
                      f"{r['peak_mem_bytes'] / 2**30:.1f}", eff, ratio]
         head = [r["model"], str(r["mb"])] + ([f"{dp} (DP)" if dp > 1 else "1"] if dp_rows else [])
-        lines.append("| " + " | ".join(head + [r["framework"]] + cells) + " |")
+        fw = r["framework"] + (f" (round {r['round']})" if rounds else "")
+        lines.append("| " + " | ".join(head + [fw] + cells) + " |")
     return "\n".join(lines)
 
 
@@ -392,6 +394,10 @@ def main():
                     help="Trellis on N GPUs: tensor and pipeline sizes (data = N / (T x P))")
     ap.add_argument("--mpirun", default="mpirun --allow-run-as-root --bind-to none",
                     help="launcher for the Trellis data-parallel runs; -np N and -x VAR follow")
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="run each pair this many times, PyTorch first in odd rounds and Trellis "
+                         "first in even ones (the GPU runs at its power cap, so the second run of a "
+                         "pair starts warmer)")
     ap.add_argument("--skip-torch", action="store_true")
     ap.add_argument("--skip-trellis", action="store_true")
     ap.add_argument("--timeout", type=int, default=1800, help="seconds per run")
@@ -430,17 +436,17 @@ def main():
         for preset in models:
             L, H, C = PRESETS[preset]
             for mb in mbs:
-                for dp in dps:
+                for dp, rnd in ((d, r) for d in dps for r in range(1, args.rounds + 1)):
                     got = {}
-                    for fw, skip, fn in (("PyTorch", args.skip_torch,
-                                          lambda: run_torch(args, preset, mb, dp)),
-                                         ("Trellis", args.skip_trellis,
-                                          lambda: run_trellis(args, preset, mb, workdir, dp))):
+                    pair = [("PyTorch", args.skip_torch, lambda: run_torch(args, preset, mb, dp)),
+                            ("Trellis", args.skip_trellis,
+                             lambda: run_trellis(args, preset, mb, workdir, dp))]
+                    for fw, skip, fn in (pair if rnd % 2 else pair[::-1]):
                         if skip:
                             continue
                         res, err = fn()
                         row = {"model": preset, "mb": mb, "dp": dp, "framework": fw,
-                               "error": err}
+                               "round": rnd, "error": err}
                         if res:
                             # MFU per GPU: tokens/s are for the global batch of dp GPUs
                             row.update(res, mfu=mfu(res["tokens_per_s"] / dp, L, C),
@@ -451,7 +457,7 @@ def main():
                                 print(f"warning: Trellis reports MFU {rep:.4f}, this script's "
                                       f"formula gives {row['mfu']:.4f}: the formulas differ",
                                       file=sys.stderr)
-                        print(f"{preset} mb={mb} gpus={dp} {fw}: " + (err or
+                        print(f"{preset} mb={mb} gpus={dp} {fw} round {rnd}: " + (err or
                               f"{row['tokens_per_s']:,.0f} tok/s "
                               f"({row['tokens_per_s_per_gpu']:,.0f} per GPU), "
                               f"MFU {100 * row['mfu']:.1f}%, "
@@ -461,10 +467,10 @@ def main():
                         t, p = got["Trellis"], got["PyTorch"]
                         t["ratio"] = t["tokens_per_s"] / p["tokens_per_s"]
     # scaling efficiency: tokens/s per GPU at N over tokens/s of the same framework on 1 GPU
-    single = {(r["model"], r["mb"], r["framework"]): r for r in rows
+    single = {(r["model"], r["mb"], r["framework"], r["round"]): r for r in rows
               if r["dp"] == 1 and not r["error"]}
     for r in rows:
-        one = single.get((r["model"], r["mb"], r["framework"]))
+        one = single.get((r["model"], r["mb"], r["framework"], r["round"]))
         if r["dp"] > 1 and not r["error"] and one:
             r["scaling"] = r["tokens_per_s_per_gpu"] / one["tokens_per_s"]
     if len(dps) > 1:
@@ -500,7 +506,10 @@ def main():
                    f"tokens/s of the same framework on 1 GPU (the GPUs = 1 rows of this call).\n")
     if args.torch_device != "cuda":
         header += "\nPyTorch ran on the CPU (--torch-device cpu): a plumbing test, not a benchmark.\n"
-    text = header + "\n" + table(rows) + "\n"
+    if args.rounds > 1:
+        header += (f"\n{args.rounds} rounds per model: PyTorch ran first in odd rounds, Trellis in "
+                   f"even ones; scaling compares runs of the same round.\n")
+    text = header + "\n" + table(rows, args.rounds > 1) + "\n"
     print("\n" + text)
     if args.out:
         with open(args.out, "w") as f:
