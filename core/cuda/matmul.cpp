@@ -11,7 +11,6 @@
 #include <cstring>
 #include <map>
 #include <tuple>
-#include <vector>
 
 #include "core/cuda/cuda_state.h"
 #include "core/cuda/gpu_ops.h"
@@ -79,13 +78,7 @@ struct Operands {
 };
 
 constexpr int kHeuristicAlgos = 8;  // candidates asked of the heuristic
-// Tuning, in steady state: the first candidate runs ~kPreheatMs untimed (a training GPU sits at
-// its power cap, where a short run on a cool GPU misjudges the candidates), then kTuningRounds rounds
-// over the candidates, each ~kTuningWindowMs of back-to-back runs after kUntimedRuns untimed ones.
-constexpr float kPreheatMs = 200.0f;
-constexpr float kTuningWindowMs = 15.0f;
-constexpr int kTuningRounds = 3;
-constexpr int kUntimedRuns = 3;
+constexpr int kTimedRuns = 3;       // per candidate when tuning, after one warm-up run
 
 bool matmul_log_enabled() {
   static const bool on = [] {
@@ -96,9 +89,11 @@ bool matmul_log_enabled() {
 }
 
 // Optional (TRELLIS_MATMUL_TUNE=1): once per plan, every usable candidate of the heuristic is timed and
-// the fastest kept, a one-time cost when the plan is made (~0.6 s a plan). Never in deterministic
-// mode: timing noise could pick different algorithms (summation orders) from one run to the next.
-// Read at each plan, so a test can set it.
+// the fastest kept, a one-time cost when the plan is made. Off by default: on the H200 it changed
+// GPT-2 350M and 1.3B steps by less than run-to-run noise (bench/sessions/2026-11-30/call4.sh), the
+// heuristic's first pick being as fast. Never in deterministic mode: timing noise could pick
+// different algorithms (summation orders) from one run to the next. Read at each plan, so a test can
+// set it.
 bool tuning_enabled(const CudaState& st) {
   const char* v = std::getenv("TRELLIS_MATMUL_TUNE");
   return v != nullptr && std::strcmp(v, "1") == 0 && !st.deterministic;
@@ -141,10 +136,10 @@ void set_pointer(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t attr,
   CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, attr, &ptr, sizeof ptr));
 }
 
-// Times every usable candidate on the compute stream in steady state (kPreheatMs, kTuningRounds
-// above) and returns the fastest one's index. The output (and the forward GELU's pre-activation)
-// goes to scratch buffers, so an accumulating output or one aliasing an input is never touched;
-// without the memory for them, returns `first`, the heuristic's pick.
+// Runs every usable candidate on the compute stream (one warm-up, then kTimedRuns between two events)
+// and returns the fastest one's index. The output (and the forward GELU's pre-activation) goes to
+// scratch buffers, so an accumulating output or one aliasing an input is never touched; without the
+// memory for them, returns `first`, the heuristic's pick.
 int fastest_candidate(CudaState& st, const PlanKey& key, Plan& p, const Operands& ops,
                       const cublasLtMatmulHeuristicResult_t* results, int found, int first) {
   const size_t bytes = size_t(key.m) * size_t(key.n) * dtype_size(key.out);
@@ -163,43 +158,25 @@ int fastest_candidate(CudaState& st, const PlanKey& key, Plan& p, const Operands
   CUDA_CHECK(cudaEventCreate(&start));
   CUDA_CHECK(cudaEventCreate(&stop));
   const float beta = key.accumulate ? 1.0f : 0.0f;
-  auto run = [&](int i) {
-    return cublasLtMatmul(st.lt, p.desc, &ops.alpha, ops.b, p.la, ops.a, p.lb, &beta, d, p.lc, d, p.lc,
-                          &results[i].algo, st.lt_workspace, st.lt_workspace_bytes, st.compute);
+  auto run = [&](const cublasLtMatmulAlgo_t& algo) {
+    return cublasLtMatmul(st.lt, p.desc, &ops.alpha, ops.b, p.la, ops.a, p.lb, &beta, d, p.lc, d, p.lc, &algo,
+                          st.lt_workspace, st.lt_workspace_bytes, st.compute);
   };
-  auto repeat = [&](int i, int n) {
-    for (int r = 0; r < n; ++r) CUBLAS_CHECK(run(i));
-  };
-  auto ms_per_run = [&](int i, int n) {
+  int best = -1;
+  for (int i = 0; i < found && i < kHeuristicAlgos; ++i) {
+    if (!usable(results[i], st)) continue;
+    if (run(results[i].algo) != CUBLAS_STATUS_SUCCESS) continue;  // warm-up; a candidate that fails is skipped
     CUDA_CHECK(cudaEventRecord(start, st.compute));
-    repeat(i, n);
+    for (int r = 0; r < kTimedRuns; ++r) CUBLAS_CHECK(run(results[i].algo));
     CUDA_CHECK(cudaEventRecord(stop, st.compute));
     CUDA_CHECK(cudaEventSynchronize(stop));
     float ms = 0.0f;
     CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-    return ms / float(n);
-  };
-  std::vector<int> candidates;
-  for (int i = 0; i < found && i < kHeuristicAlgos; ++i)  // a candidate whose first run fails is skipped
-    if (usable(results[i], st) && run(i) == CUBLAS_STATUS_SUCCESS) candidates.push_back(i);
-  int best = -1;
-  if (!candidates.empty()) {
-    const float estimate = std::max(ms_per_run(candidates[0], kUntimedRuns), 1e-3f);
-    const int runs = std::clamp(int(kTuningWindowMs / estimate), 3, 2000);
-    repeat(candidates[0], std::clamp(int(kPreheatMs / estimate), 1, 20000));
-    std::vector<float> total(candidates.size(), 0.0f);
-    for (int round = 0; round < kTuningRounds; ++round)
-      for (size_t c = 0; c < candidates.size(); ++c) {
-        repeat(candidates[c], kUntimedRuns);
-        total[c] += ms_per_run(candidates[c], runs);
-      }
-    for (size_t c = 0; c < candidates.size(); ++c) {
-      const float us = 1000.0f * total[c] / float(kTuningRounds);
-      if (candidates[c] == first) p.first_us = us;
-      if (best < 0 || us < p.chosen_us) {
-        best = candidates[c];
-        p.chosen_us = us;
-      }
+    const float us = 1000.0f * ms / float(kTimedRuns);
+    if (i == first) p.first_us = us;
+    if (best < 0 || us < p.chosen_us) {
+      best = i;
+      p.chosen_us = us;
     }
   }
   CUDA_CHECK(cudaEventDestroy(start));
