@@ -398,6 +398,8 @@ def main():
                     help="run each pair this many times, PyTorch first in odd rounds and Trellis "
                          "first in even ones (the GPU runs at its power cap, so the second run of a "
                          "pair starts warmer)")
+    ap.add_argument("--skip-single", action="store_true",
+                    help="with --data-parallel N: only the N-GPU runs (a model one GPU cannot hold)")
     ap.add_argument("--skip-torch", action="store_true")
     ap.add_argument("--skip-trellis", action="store_true")
     ap.add_argument("--timeout", type=int, default=1800, help="seconds per run")
@@ -420,6 +422,8 @@ def main():
     if args.data_parallel < 1:
         ap.error("--data-parallel must be >= 1")
     dps = [1] if args.data_parallel == 1 else [1, args.data_parallel]
+    if args.skip_single and args.data_parallel > 1:
+        dps = [args.data_parallel]
     try:
         args.trellis_layout = tuple(int(x) for x in args.trellis_layout.split(","))
         assert len(args.trellis_layout) == 2 and min(args.trellis_layout) >= 1
