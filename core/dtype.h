@@ -45,6 +45,17 @@ inline bf16_t to_bf16(float f) {
 }
 f16_t to_f16(float f);
 
+// A split fp32 master weight (AdamW on bf16 parameters, core/ops.h): the bf16 parameter is the high
+// half of (master bits + 0x8000), 16 more bits keep the low half. So the parameter is the master
+// rounded to bf16 (ties away from zero, where round-to-nearest-even goes to the even neighbour)
+// and the pair is the master, exactly, in 4 bytes instead of 6.
+inline float join_master(bf16_t hi, uint16_t lo) { return bits_to_f32(((uint32_t(hi.bits) << 16) | lo) - 0x8000u); }
+inline void split_master(float master, bf16_t& hi, uint16_t& lo) {
+  const uint32_t u = f32_to_bits(master) + 0x8000u;
+  hi.bits = uint16_t(u >> 16);
+  lo = uint16_t(u);
+}
+
 template <typename T> inline T from_float(float f);
 template <> inline float from_float<float>(float f) { return f; }
 template <> inline bf16_t from_float<bf16_t>(float f) { return to_bf16(f); }

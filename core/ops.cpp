@@ -462,10 +462,13 @@ void dropout_backward(Runtime& rt, const Tensor& dx, const Tensor& dout, float p
 void adamw_step(Runtime& rt, const Tensor& master, const Tensor& m, const Tensor& v, const Tensor& grad,
                 const Tensor& params_out, const AdamWHyper& h, float grad_scale, const AdamWRuns* runs) {
   for (const Tensor* t : {&master, &m, &v, &grad, &params_out}) check_device(rt, *t, "adamw_step");
-  for (const Tensor* t : {&master, &m, &v, &grad}) {
+  for (const Tensor* t : {&m, &v, &grad}) {
     check_dtype(*t, DType::f32, "adamw_step");
     check_same_numel(*t, master, "adamw_step");
   }
+  if (master.dtype != DType::f32)  // split masters: the low bits beside bf16 parameters
+    TRELLIS_CHECK(master.dtype == DType::bf16 && params_out.defined() && params_out.dtype == DType::bf16,
+                  "adamw_step: the master weights are f32, or the low halves of split masters beside bf16 parameters");
   if (params_out.defined()) check_same_numel(params_out, master, "adamw_step");
   if (runs) {
     TRELLIS_CHECK(!runs->ends.empty() && runs->ends.size() == runs->decays.size() &&

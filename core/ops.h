@@ -202,7 +202,9 @@ struct AdamWRuns {
 // One AdamW step on fp32 master weights: g = grad * grad_scale (unscaling and clipping folded in),
 // m, v updated, master -= lr * (m_hat / (sqrt(v_hat) + eps) + weight_decay * master), weight_decay
 // being h.weight_decay, or per run with runs. If params_out is defined, the updated master is also
-// written to it (cast to its dtype).
+// written to it (cast to its dtype). A bf16 `master` holds the low bits of split masters whose high
+// bits are params_out (bf16, then required; core/dtype.h split_master): the update is the same as
+// on f32 masters, and params_out is the master rounded with ties away from zero.
 void adamw_step(Runtime& rt, const Tensor& master, const Tensor& m, const Tensor& v,
                 const Tensor& grad, const Tensor& params_out, const AdamWHyper& h, float grad_scale,
                 const AdamWRuns* runs = nullptr);

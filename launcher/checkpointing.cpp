@@ -25,16 +25,40 @@ constexpr const char* kVersion = "trellis 0.1";
 constexpr const char* kPerRank = "per_rank";
 constexpr const char* kWhole = "whole";
 
-// The blobs of the state, by name: the parameters (undefined here: ZeroOptimizer::whole_values /
-// set_values), then the optimizer state (this rank's pieces at ZeRO stages >= 1, written as they
-// are; ZeroOptimizer::scatter takes them from a whole-layout checkpoint).
-std::vector<std::pair<std::string, Tensor>> state_tensors(TrainingState s) {
-  std::vector<std::pair<std::string, Tensor>> t;
-  t.emplace_back("params", Tensor());
-  if (s.optimizer.has_separate_master()) t.emplace_back("master", s.optimizer.master());
-  t.emplace_back("adam_m", s.optimizer.first_moments());
-  t.emplace_back("adam_v", s.optimizer.second_moments());
-  return t;
+// The blobs of the state, by name: the parameters (ZeroOptimizer::whole_values / set_values),
+// the f32 master weights if separate (ZeroOptimizer::master_values / set_master: split beside bf16
+// parameters, they are joined on the host), then the Adam moments (tensors: this rank's pieces at
+// ZeRO stages >= 1, written as they are; ZeroOptimizer::scatter takes them from a whole-layout
+// checkpoint).
+enum class Held { params, master, tensor };
+struct StateBlob {
+  std::string name;
+  Held held;
+  Tensor t;  // Held::tensor only
+};
+std::vector<StateBlob> state_blobs(TrainingState s) {
+  std::vector<StateBlob> b;
+  b.push_back({"params", Held::params, Tensor()});
+  if (s.optimizer.has_separate_master()) b.push_back({"master", Held::master, Tensor()});
+  b.push_back({"adam_m", Held::tensor, s.optimizer.first_moments()});
+  b.push_back({"adam_v", Held::tensor, s.optimizer.second_moments()});
+  return b;
+}
+
+// This rank's pieces of a blob of optimizer state (the master weights or a moment), in `host`
+// where they are assembled there.
+Tensor owned_state(TrainingState s, const StateBlob& b, std::vector<char>& host) {
+  return b.held == Held::master ? s.optimizer.master_values(host) : b.t;
+}
+
+// Sets this rank's pieces of a blob of optimizer state from `owned` (host memory).
+void set_owned_state(Runtime& rt, TrainingState s, const StateBlob& b, const Tensor& owned) {
+  if (b.held == Held::master) {
+    s.optimizer.set_master(owned);
+    return;
+  }
+  copy(rt, b.t, owned);
+  rt.synchronize();
 }
 
 std::string model_signature(const GPTConfig& m) {
@@ -150,12 +174,14 @@ std::vector<BlobInfo> parse_blob_report(const std::string& report) {
 std::string write_rank_state(Runtime& rt, TrainingState s, const std::string& temp_dir, int rank) {
   try {
     CheckpointPartWriter part(temp_dir);
-    for (auto& [name, t] : state_tensors(s)) {
-      if (!t.defined()) continue;  // the parameters: in the whole model's layout, by rank 0
+    for (const StateBlob& b : state_blobs(s)) {
+      if (b.held == Held::params) continue;  // in the whole model's layout, by rank 0
+      std::vector<char> assembled;
+      const Tensor t = owned_state(s, b, assembled);
       std::vector<char> host(t.nbytes());
       copy(rt, Tensor(host.data(), t.dtype, Device::CPU(), t.shape), t);
       rt.synchronize();
-      part.add_blob(rank_blob_name(rank, name), host.data(), host.size(), std::string(dtype_name(t.dtype)),
+      part.add_blob(rank_blob_name(rank, b.name), host.data(), host.size(), std::string(dtype_name(t.dtype)),
                     {t.numel()});
     }
     return blob_report(part.finish());
@@ -214,21 +240,25 @@ int64_t load_training_checkpoint(Runtime& rt, const Config& cfg, const std::stri
         throw UserError(cfg.path + ": checkpoint " + dir + " was written with " + written.str() + "; this run has " +
                         here.str() + "; its optimizer state is saved per rank and resharding is not supported yet");
     }
-    for (auto& [name, t] : state_tensors(s)) {
-      if (per_rank && t.defined()) {  // this rank's own pieces, as it holds them
+    for (const StateBlob& b : state_blobs(s)) {
+      const std::string& name = b.name;
+      // The owned state's shape and type: f32 master weights, or a moment tensor.
+      const int64_t owned_numel = s.optimizer.owned_numel();
+      const DType owned_dtype = b.held == Held::tensor ? b.t.dtype : DType::f32;
+      const size_t owned_bytes = size_t(owned_numel) * dtype_size(owned_dtype);
+      if (per_rank && b.held != Held::params) {  // this rank's own pieces, as it holds them
         const std::string blob = rank_blob_name(world_rank(), name);
-        if (!reader.has_blob(blob) || reader.blob_size(blob) != t.nbytes())
-          throw UserError(cfg.path + ": checkpoint " + dir + " has no " + blob + " of " + std::to_string(t.nbytes()) +
+        if (!reader.has_blob(blob) || reader.blob_size(blob) != owned_bytes)
+          throw UserError(cfg.path + ": checkpoint " + dir + " has no " + blob + " of " + std::to_string(owned_bytes) +
                           " bytes (written with another precision?)");
-        std::vector<char> host(t.nbytes());
+        std::vector<char> host(owned_bytes);
         reader.read_blob(blob, host.data(), host.size());
-        copy(rt, t, Tensor(host.data(), t.dtype, Device::CPU(), t.shape));
-        rt.synchronize();
+        set_owned_state(rt, s, b, Tensor(host.data(), owned_dtype, Device::CPU(), {owned_numel}));
         continue;
       }
       if (!reader.has_blob(name))
         throw UserError(cfg.path + ": checkpoint " + dir + " has no " + name + " (written with another precision?)");
-      const DType dtype = t.defined() ? t.dtype : s.model.params().dtype();
+      const DType dtype = b.held == Held::params ? s.model.params().dtype() : owned_dtype;
       std::vector<char> host(size_t(s.layout.whole_numel()) * dtype_size(dtype));
       if (reader.blob_size(name) != host.size())
         throw UserError(cfg.path + ": checkpoint " + dir + ": " + name + " holds " + std::to_string(reader.blob_size(name)) +
@@ -239,8 +269,14 @@ int64_t load_training_checkpoint(Runtime& rt, const Config& cfg, const std::stri
       std::vector<char> stage_host(size_t(n) * dtype_size(dtype));  // host memory: no whole-stage device buffer
       const Tensor stage_whole(stage_host.data(), dtype, Device::CPU(), {n});
       scatter_whole(rt, s.layout, s.pipeline_rank(), s.tensor_rank(), host, stage_whole);
-      if (!t.defined()) s.optimizer.set_values(stage_whole);
-      else s.optimizer.scatter(stage_whole, t);
+      if (b.held == Held::params) {
+        s.optimizer.set_values(stage_whole);
+      } else {  // into the owned state as held (assembled on the host when it is split), then set
+        std::vector<char> assembled;
+        const Tensor owned = owned_state(s, b, assembled);
+        s.optimizer.scatter(stage_whole, owned);
+        if (!assembled.empty()) set_owned_state(rt, s, b, owned);
+      }
     }
     const JsonValue* sc = meta.find("scaler");
     LossScalerState st;
@@ -282,11 +318,13 @@ std::string write_state(Runtime& rt, const Config& cfg, TrainingState s, const s
       error = e.what();
     }
   }
-  for (auto& [name, t] : state_tensors(s)) {
-    if (per_rank && t.defined()) continue;  // every rank writes its own below
+  for (const StateBlob& b : state_blobs(s)) {
+    if (per_rank && b.held != Held::params) continue;  // every rank writes its own below
     // Unsharded, the optimizer's state is the whole stage's copy itself.
     std::vector<char> scratch;
-    const Tensor whole = t.defined() ? t.slice(0, {s.model.params().numel()}) : s.optimizer.whole_values(scratch);
+    const Tensor whole = b.held == Held::params ? s.optimizer.whole_values(scratch)
+                                                : owned_state(s, b, scratch).slice(0, {s.model.params().numel()});
+    const std::string& name = b.name;
     if (!s.saver()) continue;
     std::vector<char> host = gather_whole(rt, s.tensor, s.pipeline, s.layout, whole);
     if (!root || !error.empty()) continue;

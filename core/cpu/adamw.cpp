@@ -1,4 +1,5 @@
-// CPU AdamW step on f32 master weights, optionally writing the updated weights in another dtype.
+// CPU AdamW step on f32 master weights, optionally writing the updated weights in another dtype, or on
+// split masters (bf16 parameters and the low halves beside them).
 #include <cmath>
 
 #include "core/cpu/cpu_ops.h"
@@ -22,22 +23,33 @@ void adamw_step(Runtime& rt, const Tensor& master, const Tensor& m, const Tensor
     return;
   }
   const int64_t n = master.numel();
-  float *pw = master.ptr<float>(), *pm = m.ptr<float>(), *pv = v.ptr<float>();
+  float *pm = m.ptr<float>(), *pv = v.ptr<float>();
   const float* pg = grad.ptr<float>();
   const float bc1 = float(1.0 - std::pow(double(h.beta1), double(h.step)));
   const float bc2 = float(1.0 - std::pow(double(h.beta2), double(h.step)));
+  auto update = [&](int64_t i, float w) {
+    const float g = pg[i] * grad_scale;
+    const float mi = h.beta1 * pm[i] + (1.0f - h.beta1) * g;
+    const float vi = h.beta2 * pv[i] + (1.0f - h.beta2) * g * g;
+    const float mhat = mi / bc1, vhat = vi / bc2;
+    pm[i] = mi;
+    pv[i] = vi;
+    return w - h.lr * (mhat / (std::sqrt(vhat) + h.eps) + h.weight_decay * w);
+  };
+  if (master.dtype == DType::bf16) {  // split masters: high halves in params_out, low halves in master
+    auto* hi = params_out.ptr<bf16_t>();
+    auto* lo = static_cast<uint16_t*>(master.data);
+#pragma omp parallel for schedule(static) if (n > kParallelMin)
+    for (int64_t i = 0; i < n; ++i) split_master(update(i, join_master(hi[i], lo[i])), hi[i], lo[i]);
+    return;
+  }
+  float* pw = master.ptr<float>();
   auto step = [&](auto tag, void* out) {
     using T = decltype(tag);
     T* po = static_cast<T*>(out);
 #pragma omp parallel for schedule(static) if (n > kParallelMin)
     for (int64_t i = 0; i < n; ++i) {
-      const float g = pg[i] * grad_scale;
-      const float mi = h.beta1 * pm[i] + (1.0f - h.beta1) * g;
-      const float vi = h.beta2 * pv[i] + (1.0f - h.beta2) * g * g;
-      const float mhat = mi / bc1, vhat = vi / bc2;
-      const float w = pw[i] - h.lr * (mhat / (std::sqrt(vhat) + h.eps) + h.weight_decay * pw[i]);
-      pm[i] = mi;
-      pv[i] = vi;
+      const float w = update(i, pw[i]);
       pw[i] = w;
       if (po) store(po, i, w);
     }

@@ -230,11 +230,49 @@ __global__ void adamw_kernel(float* master, float* m, float* v, const float* gra
   });
 }
 
+// Split masters (core/dtype.h): the bf16 parameters hi and the low halves lo, V elements per vector
+// (V = 4: 8-byte accesses to them, 16-byte to the f32 state).
+__device__ __forceinline__ float join_master(uint16_t hi, uint16_t lo) {
+  return __uint_as_float(((uint32_t(hi) << 16) | lo) - 0x8000u);
+}
+__device__ __forceinline__ void split_master(float w, uint16_t& hi, uint16_t& lo) {
+  const uint32_t u = __float_as_uint(w) + 0x8000u;
+  hi = uint16_t(u >> 16);
+  lo = uint16_t(u);
+}
+template <int V>
+__global__ void adamw_split_kernel(uint16_t* hi, uint16_t* lo, float* m, float* v, const float* grad, AdamWArgs a,
+                                   AdamWRunTable runs, int64_t n) {
+  auto decay_of = [&](int r) { return (runs.decay >> r) & 1u ? a.weight_decay : 0.0f; };
+  vec_loop<V>(n, [&](int64_t i0) {
+    Vec<uint16_t, V> h = vload<uint16_t, V>(hi + i0), l = vload<uint16_t, V>(lo + i0);
+    Vec<float, V> mv = vload<float, V>(m + i0), vv = vload<float, V>(v + i0), g = vload<float, V>(grad + i0);
+    int r = adamw_run_of(runs, i0, 0);
+#pragma unroll
+    for (int j = 0; j < V; ++j) {
+      r = adamw_run_of(runs, i0 + j, r);
+      float w = join_master(h.e[j], l.e[j]);
+      adamw_update(w, mv.e[j], vv.e[j], g.e[j], decay_of(r), a);
+      split_master(w, h.e[j], l.e[j]);
+    }
+    vstore<uint16_t, V>(hi + i0, h);
+    vstore<uint16_t, V>(lo + i0, l);
+    vstore<float, V>(m + i0, mv);
+    vstore<float, V>(v + i0, vv);
+  }, [&](int64_t i) {
+    float w = join_master(hi[i], lo[i]), mi = m[i], vi = v[i];
+    adamw_update(w, mi, vi, grad[i], decay_of(adamw_run_of(runs, i, 0)), a);
+    split_master(w, hi[i], lo[i]);
+    m[i] = mi;
+    v[i] = vi;
+  });
+}
+
 }  // namespace
 
 void launch_fill(cudaStream_t s, void* x, DType t, int64_t n, float value) {
   if (n == 0) return;
-  if (value == 0.0f) {  // zero bits are zero in every dtype; the driver's memset writes at full bandwidth
+  if (value == 0.0f && !std::signbit(value)) {  // +0 is zero bits in every dtype; the driver's memset writes at full bandwidth
     CUDA_CHECK(cudaMemsetAsync(x, 0, size_t(n) * dtype_size(t), s));
     return;
   }
@@ -364,6 +402,18 @@ void launch_adamw(cudaStream_t s, float* master, float* m, float* v, const float
       if (vec) adamw_kernel<T, 4><<<grid_for(n / 4), kThreads, 0, s>>>(master, m, v, grad, p, a, runs, n);
       else adamw_kernel<T, 1><<<grid_for(n), kThreads, 0, s>>>(master, m, v, grad, p, a, runs, n));
   }
+  CUDA_CHECK_LAUNCH();
+}
+
+void launch_adamw_split(cudaStream_t s, void* params, void* low, float* m, float* v, const float* grad, int64_t n,
+                        const AdamWArgs& a, const AdamWRunTable& runs) {
+  if (n == 0) return;
+  auto* hi = static_cast<uint16_t*>(params);
+  auto* lo = static_cast<uint16_t*>(low);
+  if (all_aligned(m, v, grad, hi, lo))
+    adamw_split_kernel<4><<<grid_for(n / 4), kThreads, 0, s>>>(hi, lo, m, v, grad, a, runs, n);
+  else
+    adamw_split_kernel<1><<<grid_for(n), kThreads, 0, s>>>(hi, lo, m, v, grad, a, runs, n);
   CUDA_CHECK_LAUNCH();
 }
 

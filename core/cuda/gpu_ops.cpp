@@ -188,7 +188,14 @@ void adamw_step(Runtime& rt, const Tensor& master, const Tensor& m, const Tensor
   a.bc2 = float(1.0 - std::pow(double(h.beta2), double(h.step)));
   a.grad_scale = grad_scale;
   const size_t es = params_out.defined() ? dtype_size(params_out.dtype) : 0;
+  const bool split = master.dtype == DType::bf16;  // split masters (core/ops.h)
   auto launch = [&](int64_t begin, int64_t n, const AdamWRunTable& t) {
+    if (split) {
+      launch_adamw_split(compute_stream(rt), static_cast<char*>(params_out.data) + size_t(begin) * 2,
+                         static_cast<char*>(master.data) + size_t(begin) * 2, m.ptr<float>() + begin,
+                         v.ptr<float>() + begin, grad.ptr<float>() + begin, n, a, t);
+      return;
+    }
     launch_adamw(compute_stream(rt), master.ptr<float>() + begin, m.ptr<float>() + begin, v.ptr<float>() + begin,
                  grad.ptr<float>() + begin,
                  params_out.defined() ? static_cast<char*>(params_out.data) + size_t(begin) * es : nullptr,

@@ -47,6 +47,9 @@ struct AdamWRunTable {
 // params_out may be null.
 void launch_adamw(cudaStream_t s, float* master, float* m, float* v, const float* grad, void* params_out,
                   DType params_t, int64_t n, const AdamWArgs& a, const AdamWRunTable& runs);
+// The same on split masters: bf16 params (the high halves) and their low halves (core/dtype.h).
+void launch_adamw_split(cudaStream_t s, void* params, void* low, float* m, float* v, const float* grad, int64_t n,
+                        const AdamWArgs& a, const AdamWRunTable& runs);
 
 // ---- norm.cu ----
 // Column reductions (dw, db, bias grads) sum fixed row chunks into f32 partials, then the chunks

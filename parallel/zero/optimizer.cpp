@@ -24,7 +24,13 @@ ZeroOptimizer::ZeroOptimizer(Runtime& rt, ParameterStore& params, Communicator* 
     whole += b.numel;
   }
   const int64_t s = owned_numel_;
-  if (params.dtype() != DType::f32) {
+  if (params.dtype() == DType::bf16) {
+    // Split masters: the parameters are their high halves. A master equal to its bf16 parameter
+    // has the low half 0x8000, the bits of bf16 -0.0.
+    master_buf_ = Buffer(rt.allocator(), size_t(s) * 2, "low halves of the fp32 master weights");
+    master_ = master_buf_.tensor(DType::bf16, {s});
+    fill(rt, master_, -0.0f);
+  } else if (params.dtype() != DType::f32) {
     master_buf_ = Buffer(rt.allocator(), size_t(s) * 4, "fp32 master weights");
     master_ = master_buf_.tensor(DType::f32, {s});
     for (size_t b = 0; b < buckets.size(); ++b) cast(rt, master_.slice(owned_at_[b], {buckets[b].piece}), params.owned_values(int(b)));
@@ -137,7 +143,7 @@ size_t ZeroOptimizer::state_bytes() const {
 
 int64_t ZeroOptimizer::model_state_bytes(int64_t n, DType dtype, int stage, int data_size) {
   const int64_t N = stage >= 1 ? data_size : 1;
-  const int64_t e = int64_t(dtype_size(dtype)), master = dtype == DType::f32 ? 0 : 4;
+  const int64_t e = int64_t(dtype_size(dtype)), master = dtype == DType::f32 ? 0 : dtype == DType::bf16 ? 2 : 4;
   const int64_t params = stage >= 3 ? n * e / N : n * e;
   const int64_t grads = stage >= 2 ? n * 4 / N : n * 4 + (N > 1 ? n * 4 / N : 0);  // + the reduced pieces
   return params + grads + n * (master + 8) / N;
@@ -158,6 +164,48 @@ void ZeroOptimizer::scatter(const Tensor& whole, const Tensor& owned) const {
       copy(rt_, owned.slice(owned_at_[b], {real}), whole.slice(whole_at_[b] + rank * params_.buckets()[b].piece, {real}));
   }
   rt_.synchronize();  // `whole` may be host memory that the caller frees next
+}
+
+bool ZeroOptimizer::split_master() const { return master_.defined() && master_.dtype == DType::bf16; }
+
+Tensor ZeroOptimizer::master_values(std::vector<char>& host) const {
+  if (!split_master()) return master_;
+  const int64_t n = owned_numel_;
+  const size_t count = size_t(n);
+  std::vector<bf16_t> hi(count);
+  std::vector<uint16_t> lo(count);
+  copy(rt_, Tensor(lo.data(), DType::bf16, Device::CPU(), {n}), master_);
+  for (size_t b = 0; b < params_.buckets().size(); ++b)
+    copy(rt_, Tensor(hi.data() + owned_at_[b], DType::bf16, Device::CPU(), {params_.buckets()[b].piece}),
+         params_.owned_values(int(b)));
+  rt_.synchronize();
+  host.resize(size_t(n) * 4);
+  auto* out = reinterpret_cast<float*>(host.data());
+  for (int64_t i = 0; i < n; ++i) out[i] = join_master(hi[size_t(i)], lo[size_t(i)]);
+  return Tensor(host.data(), DType::f32, Device::CPU(), {n});
+}
+
+void ZeroOptimizer::set_master(const Tensor& owned) {
+  TRELLIS_CHECK(master_.defined() && owned.numel() == owned_numel_ && owned.dtype == DType::f32,
+                "ZeroOptimizer::set_master: not this rank's f32 master weights");
+  if (!split_master()) {
+    copy(rt_, master_, owned);
+    rt_.synchronize();  // `owned` may be host memory that the caller frees next
+    return;
+  }
+  const int64_t n = owned_numel_;
+  const size_t count = size_t(n);
+  std::vector<float> w(count);
+  copy(rt_, Tensor(w.data(), DType::f32, Device::CPU(), {n}), owned);
+  rt_.synchronize();
+  std::vector<bf16_t> hi(count);
+  std::vector<uint16_t> lo(count);
+  for (int64_t i = 0; i < n; ++i) trellis::split_master(w[size_t(i)], hi[size_t(i)], lo[size_t(i)]);
+  copy(rt_, master_, Tensor(lo.data(), DType::bf16, Device::CPU(), {n}));
+  for (size_t b = 0; b < params_.buckets().size(); ++b)
+    copy(rt_, params_.owned_values(int(b)),
+         Tensor(hi.data() + owned_at_[b], DType::bf16, Device::CPU(), {params_.buckets()[b].piece}));
+  rt_.synchronize();  // the host vectors go next
 }
 
 Tensor ZeroOptimizer::whole_values(std::vector<char>& host) const {

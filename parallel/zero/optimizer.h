@@ -1,7 +1,7 @@
 // The mixed-precision AdamW optimizer over the parameter store's buckets (core/parameters.h).
 // Stage 0: every rank holds the full fp32 master weights and moments. Stages 1-3 (over a data
 // group of N > 1 ranks): every bucket is padded to a multiple of N and data rank r owns piece r of
-// each: its fp32 master weights (16-bit parameters; fp32 parameters are their own master), Adam
+// each: its fp32 master weights (16-bit parameters, split beside bf16 ones; fp32 parameters are their own master), Adam
 // moments and reduced gradients, concatenated bucket after bucket ("owned" buffers of
 // owned_numel() elements). The reductions (parallel/data/gradient_sync.h at stage 0,
 // parallel/zero/streaming.h at stages 1-3) leave the summed gradients there; each rank updates
@@ -53,12 +53,17 @@ class ZeroOptimizer {
   size_t state_bytes() const;
   // Model-state bytes a rank holding n parameters of `dtype` keeps at `stage` over `data_size`
   // ranks by the ZeRO accounting, with f32 gradients: parameters 2 or 4 bytes (stage 3: / N),
-  // gradients 4 (stages 2-3: / N), master (16-bit) 4 + moments 8 (stages 1-3: / N); padding and
+  // gradients 4 (stages 2-3: / N), master (f16: 4, bf16: the 2 low bytes) + moments 8 (stages 1-3: / N); padding and
   // the buckets that stay whole and the streaming slots are not in it.
   static int64_t model_state_bytes(int64_t n, DType dtype, int stage, int data_size);
   // Optimizer state of the owned pieces (owned_numel elements each); master only if separate.
-  Tensor master() const { return master_; }
   bool has_separate_master() const { return master_buf_.bytes() > 0; }
+  // The f32 master weights: a view of them for f16 parameters; for bf16 ones (split masters: the
+  // parameters are their high halves, 16 more bits each are kept here, core/dtype.h) joined into
+  // `host`. Undefined when the parameters are f32 (their own master).
+  Tensor master_values(std::vector<char>& host) const;
+  // Sets them from owned_numel f32 values (host or device); split, the owned parameters too.
+  void set_master(const Tensor& owned);
   Tensor first_moments() const { return m_; }
   Tensor second_moments() const { return v_; }
   // The whole stage's copy (params.numel() elements, the parameters in order without padding) is
@@ -81,6 +86,7 @@ class ZeroOptimizer {
   void for_each_owned(const std::vector<std::pair<int64_t, int64_t>>& ranges, F&& f) const;
   // Real elements of bucket b's piece: [0, n) of it.
   int64_t owned_real(int b) const;
+  bool split_master() const;
   Runtime& rt_;
   ParameterStore& params_;
   Communicator* data_;
@@ -89,7 +95,9 @@ class ZeroOptimizer {
   std::vector<int64_t> owned_at_;   // per bucket
   std::vector<int64_t> whole_at_;   // per bucket: where its real elements start in a whole copy
   Buffer master_buf_, m_buf_, v_buf_, grad_buf_;
-  Tensor master_, m_, v_, grads_;   // master_ undefined for f32 parameters (their own master)
+  // master_: undefined for f32 parameters (their own master); the low halves of split masters for
+  // bf16 ones (raw bits in a bf16-typed tensor, never read as numbers).
+  Tensor master_, m_, v_, grads_;
   std::vector<Span> spans_;
 };
 

@@ -733,6 +733,47 @@ TEST_P(Parity, AdamWRuns) {
   expect_close(to_host(gparams), params, tolerance(dt()), "adamw runs params_out");
 }
 
+// Split masters (bf16 parameters and the low halves beside them, core/dtype.h): the CUDA kernel
+// computes what the CPU does, over 20 runs (two launches), from an aligned start (the vectorized
+// path) and from one element further (the element-wise path). (Independent of the parameter dtype.)
+TEST_P(Parity, AdamWSplitMasters) {
+  AdamWRuns runs;
+  int64_t n = 0;
+  for (int r = 0; r < 20; ++r) {
+    n += 1 + (r * 37) % 53;
+    runs.ends.push_back(n);
+    runs.decays.push_back(r % 3 != 1);
+  }
+  AdamWHyper h;
+  h.lr = 1e-2f;
+  h.weight_decay = 0.5f;
+  h.step = 2;
+  for (int64_t offset : {0, 1}) {
+    const std::string tag = offset ? " (unaligned)" : "";
+    HostTensor master = random_host(DType::f32, {n + 1}, 120), m = random_host(DType::f32, {n + 1}, 121, -0.1f, 0.1f);
+    HostTensor v = random_host(DType::f32, {n + 1}, 122, 0.0f, 0.01f), grad = random_host(DType::f32, {n + 1}, 123);
+    HostTensor hi(DType::bf16, {n + 1}), lo(DType::bf16, {n + 1});
+    for (int64_t i = 0; i <= n; ++i)
+      split_master(master.t.ptr<float>()[i], hi.t.ptr<bf16_t>()[i], lo.t.ptr<uint16_t>()[i]);
+    DeviceTensor ghi = to_device(hi), glo = to_device(lo), gm = to_device(m), gv = to_device(v), ggrad = to_device(grad);
+    auto part = [&](const Tensor& t) { return t.slice(offset, {n}); };
+    adamw_step(cpu(), part(lo.t), part(m.t), part(v.t), part(grad.t), part(hi.t), h, 0.5f, &runs);
+    adamw_step(gpu(), part(glo.t), part(gm.t), part(gv.t), part(ggrad.t), part(ghi.t), h, 0.5f, &runs);
+    HostTensor dhi = to_host(ghi), dlo = to_host(glo), joined(DType::f32, {n + 1}), djoined(DType::f32, {n + 1});
+    for (int64_t i = 0; i <= n; ++i) {
+      joined.t.ptr<float>()[i] = join_master(hi.t.ptr<bf16_t>()[i], lo.t.ptr<uint16_t>()[i]);
+      djoined.t.ptr<float>()[i] = join_master(dhi.t.ptr<bf16_t>()[i], dlo.t.ptr<uint16_t>()[i]);
+    }
+    expect_close(djoined, joined, tolerance(DType::f32), "adamw split master" + tag);
+    expect_close(to_host(gm), m, tolerance(DType::f32), "adamw split m" + tag);
+    expect_close(to_host(gv), v, tolerance(DType::f32), "adamw split v" + tag);
+    expect_close(dhi, hi, tolerance(DType::bf16), "adamw split parameters" + tag);
+    if (offset) {
+      EXPECT_EQ(djoined.t.ptr<float>()[0], master.t.ptr<float>()[0]) << "element 0 is not in the slice";
+    }
+  }
+}
+
 TEST_P(Parity, Sums) {
   HostTensor x = random_host(dt(), {5003}, 110);
   DeviceTensor gx = to_device(x);

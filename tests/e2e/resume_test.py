@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Checkpoint and resume, end to end on the CPU: 2N steps in one run and N + resume + N give
-bitwise-identical losses (dropout on); resume = "auto" skips a corrupt newest checkpoint; the
+bitwise-identical losses (dropout on; f32, and bf16 with its split master weights); resume = "auto" skips a corrupt newest checkpoint; the
 resumed run logs only the steps after its checkpoint; a checkpoint directory that cannot be
 written gives a warning while training goes on; checkpoint.keep_best keeps the best validation state. Usage: resume_test.py TRAIN_GPT CONFIG"""
 import json
@@ -41,6 +41,19 @@ def main():
         check(sorted(second) == list(range(16, 31)), "the resumed run logs only steps 16..30")
         check(all(first[s] == full[s] for s in first), "steps 1..15 equal the uninterrupted run bitwise")
         check(all(second[s] == full[s] for s in second), "steps 16..30 after resume equal the uninterrupted run bitwise")
+
+        # bf16: the master weights are split (the parameters and 16 low bits each); the checkpoint
+        # holds them joined as f32 and the resumed run continues the same curve bitwise.
+        bf16, ck16 = "train.precision=bf16", os.path.join(tmp, "ck16")
+        _, full16 = train(binary, config, os.path.join(tmp, "full16.jsonl"), bf16)
+        train(binary, config, os.path.join(tmp, "a16.jsonl"), bf16, "checkpoint.dir=" + ck16, "checkpoint.every=5",
+              "train.stop_after=15")
+        _, second16 = train(binary, config, os.path.join(tmp, "b16.jsonl"), bf16, "checkpoint.dir=" + ck16)
+        manifest16 = json.load(open(os.path.join(ck16, "step_00000015", "manifest.json")))
+        master16 = [b for b in manifest16["blobs"] if b["name"] == "master"]
+        check(len(master16) == 1 and master16[0]["dtype"] == "f32", "bf16: the checkpoint holds the f32 master weights")
+        check(sorted(second16) == list(range(16, 31)) and all(second16[s] == full16[s] for s in second16),
+              "bf16: steps 16..30 after resume equal the uninterrupted run bitwise")
 
         # Corrupt the newest checkpoint: auto must fall back to the previous valid one.
         newest = os.path.join(ck, "step_00000030")

@@ -1003,6 +1003,69 @@ TEST(OpsCpu, AdamWMatchesReference) {
     }
 }
 
+// Split masters (core/dtype.h): the pair is the master exactly, and its high half is the master
+// rounded to bf16, to nearest with ties away from zero.
+TEST(OpsCpu, SplitMasterIsExact) {
+  std::mt19937 g(23);
+  std::vector<uint32_t> bits = {0x00000000u, 0x80000000u, 0x3f808000u, 0x3f818000u, 0xbf808000u, 0x3f807fffu,
+                                0x3f808001u, 0x7f7fffffu, 0x7f800000u, 0xff800000u, 0x00000001u, 0x807fffffu};
+  for (int i = 0; i < 100000; ++i) bits.push_back(uint32_t(g()));
+  for (uint32_t b : bits) {
+    const float w = bits_to_f32(b);
+    if (std::isnan(w)) continue;
+    bf16_t hi;
+    uint16_t lo;
+    split_master(w, hi, lo);
+    ASSERT_EQ(f32_to_bits(join_master(hi, lo)), b) << std::hex << b;
+    const double err = std::abs(double(to_float(hi)) - double(w));
+    const double ulp = std::abs(double(bits_to_f32((uint32_t(hi.bits) << 16) ^ 0x10000u)) - double(to_float(hi)));
+    if (!std::isinf(to_float(hi))) {
+      ASSERT_LE(err, ulp / 2) << std::hex << b;
+    }
+    if ((b & 0xffffu) != 0x8000u && std::abs(w) < 3.38e38f) {  // round to nearest even agrees but on ties
+      ASSERT_EQ(hi.bits, to_bf16(w).bits) << std::hex << b;
+    }
+  }
+}
+
+// AdamW on split masters computes what it does on f32 masters, bitwise, runs and decay included.
+TEST(OpsCpu, AdamWOnSplitMastersEqualsF32Masters) {
+  std::mt19937 g(29);
+  const AdamWHyper h{1e-2f, 0.9f, 0.95f, 1e-8f, 0.3f, 4};
+  AdamWRuns runs;
+  runs.ends = {7, 64, 100, 1001};
+  runs.decays = {false, true, false, true};
+  const int64_t n = runs.ends.back();
+  HostTensor w(DType::f32, {n}), m(DType::f32, {n}), v(DType::f32, {n}), gr(DType::f32, {n});
+  w.randomize(g);
+  m.randomize(g, -0.1, 0.1);
+  v.randomize(g, 0.0, 0.01);
+  gr.randomize(g);
+  HostTensor hi(DType::bf16, {n}), lo(DType::bf16, {n}), m2 = m, v2 = v, po(DType::bf16, {n});
+  auto* ph = hi.t().ptr<bf16_t>();
+  auto* pl = lo.t().ptr<uint16_t>();
+  for (int64_t i = 0; i < n; ++i) split_master(w.t().ptr<float>()[i], ph[i], pl[i]);
+  for (int step = 0; step < 3; ++step) {
+    adamw_step(rt(), w.t(), m.t(), v.t(), gr.t(), po.t(), h, 0.5f, &runs);
+    adamw_step(rt(), lo.t(), m2.t(), v2.t(), gr.t(), hi.t(), h, 0.5f, &runs);
+  }
+  EXPECT_TRUE(m.bitwise_equal(m2));
+  EXPECT_TRUE(v.bitwise_equal(v2));
+  int ties = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const float wi = w.t().ptr<float>()[i];
+    ASSERT_EQ(f32_to_bits(join_master(ph[i], pl[i])), f32_to_bits(wi)) << i;
+    ties += (f32_to_bits(wi) & 0xffffu) == 0x8000u;
+    if ((f32_to_bits(wi) & 0xffffu) != 0x8000u) {
+      ASSERT_EQ(ph[i].bits, po.t().ptr<bf16_t>()[i].bits) << i;
+    }
+  }
+  EXPECT_LE(ties, 1);
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_DEATH(adamw_step(rt(), lo.t(), m2.t(), v2.t(), gr.t(), Tensor(), h, 1.0f),
+               "the low halves of split masters beside bf16 parameters");
+}
+
 TEST(OpsCpu, SumAccumulateMatchesReference) {
   std::mt19937 g(19);
   for (DType dt : kFloatTypes) {

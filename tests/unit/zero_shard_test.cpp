@@ -111,17 +111,49 @@ TEST(ZeroShard, StreamedStoreHoldsPiecesOfTheSameInitialValues) {
 
 TEST(ZeroShard, ModelStateBytes) {
   const int64_t n = 1000;  // divides by 2, 4 and 8
-  // Stage 0 (or one data rank): params + 4 (grads) + 8 (m, v) + 4 (master, 16-bit only) per parameter.
+  // Stage 0 (or one data rank): params + 4 (grads) + 8 (m, v) + the master's separate bytes (f16:
+  // 4; bf16: the 2 low bytes of a split master, the parameter being the high ones) per parameter.
   EXPECT_EQ(ZeroOptimizer::model_state_bytes(n, DType::f32, 0, 4), n * (4 + 4 + 8));
-  EXPECT_EQ(ZeroOptimizer::model_state_bytes(n, DType::bf16, 0, 4), n * (2 + 4 + 12));
-  EXPECT_EQ(ZeroOptimizer::model_state_bytes(n, DType::bf16, 1, 1), n * (2 + 4 + 12));
+  EXPECT_EQ(ZeroOptimizer::model_state_bytes(n, DType::bf16, 0, 4), n * (2 + 4 + 10));
+  EXPECT_EQ(ZeroOptimizer::model_state_bytes(n, DType::f16, 0, 4), n * (2 + 4 + 12));
+  EXPECT_EQ(ZeroOptimizer::model_state_bytes(n, DType::bf16, 1, 1), n * (2 + 4 + 10));
   for (int N : {2, 4, 8}) {
     // Stage 1: params and grads in full; m, v, master and the reduced gradient pieces over N.
-    EXPECT_EQ(ZeroOptimizer::model_state_bytes(n, DType::bf16, 1, N), n * (2 + 4) + n * (12 + 4) / N);
-    // Stage 2: the gradients only as pieces; stage 3: the parameters too (2 + 16 = 18 bytes / N).
-    EXPECT_EQ(ZeroOptimizer::model_state_bytes(n, DType::bf16, 2, N), n * 2 + n * (12 + 4) / N);
-    EXPECT_EQ(ZeroOptimizer::model_state_bytes(n, DType::bf16, 3, N), n * 18 / N);
+    EXPECT_EQ(ZeroOptimizer::model_state_bytes(n, DType::bf16, 1, N), n * (2 + 4) + n * (10 + 4) / N);
+    // Stage 2: the gradients only as pieces; stage 3: the parameters too (2 + 14 = 16 bytes / N).
+    EXPECT_EQ(ZeroOptimizer::model_state_bytes(n, DType::bf16, 2, N), n * 2 + n * (10 + 4) / N);
+    EXPECT_EQ(ZeroOptimizer::model_state_bytes(n, DType::bf16, 3, N), n * 16 / N);
+    EXPECT_EQ(ZeroOptimizer::model_state_bytes(n, DType::f16, 3, N), n * 18 / N);
     EXPECT_EQ(ZeroOptimizer::model_state_bytes(n, DType::f32, 3, N), n * 16 / N);
+  }
+}
+
+// bf16 parameters keep split masters: they start equal to the parameters, and setting them sets
+// the parameters to their high halves.
+TEST(ZeroShard, SplitMastersOfBf16Parameters) {
+  Runtime rt(RuntimeOptions{});
+  ParameterStore store(rt, specs(), DType::bf16);
+  const int64_t n = store.numel();
+  std::vector<bf16_t> init(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) init[size_t(i)] = to_bf16(0.01f * float(i % 97) - 0.3f);
+  copy(rt, store.flat_values().slice(0, {n}), Tensor(init.data(), DType::bf16, Device::CPU(), {n}));
+  ZeroOptimizer opt(rt, store);
+  EXPECT_TRUE(opt.has_separate_master());
+  EXPECT_EQ(int64_t(store.value_bytes() + store.grad_bytes() + opt.state_bytes()),
+            ZeroOptimizer::model_state_bytes(n, DType::bf16, 0, 4));
+  std::vector<char> host;
+  const Tensor master = opt.master_values(host);
+  ASSERT_EQ(master.numel(), opt.owned_numel());
+  for (int64_t i = 0; i < n; ++i) ASSERT_EQ(master.ptr<float>()[i], to_float(init[size_t(i)])) << i;
+  std::vector<float> w(size_t(opt.owned_numel()));
+  for (size_t i = 0; i < w.size(); ++i) w[i] = bits_to_f32(0x3c000000u + uint32_t(i) * 0x1235u);
+  opt.set_master(Tensor(w.data(), DType::f32, Device::CPU(), {int64_t(w.size())}));
+  std::vector<char> again;
+  const Tensor back = opt.master_values(again);
+  const bf16_t* values = store.flat_values().ptr<bf16_t>();
+  for (int64_t i = 0; i < n; ++i) {
+    ASSERT_EQ(f32_to_bits(back.ptr<float>()[i]), f32_to_bits(w[size_t(i)])) << i;
+    ASSERT_EQ(values[i].bits, uint16_t((f32_to_bits(w[size_t(i)]) + 0x8000u) >> 16)) << i;
   }
 }
 
