@@ -706,9 +706,9 @@ TEST_P(Parity, AdamW) {
   expect_close(to_host(gmaster), master, tolerance(DType::f32), "adamw master (no params_out)");
 }
 
-// Runs with and without weight decay in one call (one launch per 16 runs on CUDA): 20 runs of uneven
-// lengths, so a vector of four can straddle a run's end and two launches are needed.
-TEST_P(Parity, AdamWRuns) {
+// 20 runs of uneven lengths, with and without weight decay: a vector of four can straddle a run's
+// end, and CUDA needs two launches (16 runs each at most).
+AdamWRuns uneven_runs() {
   AdamWRuns runs;
   int64_t n = 0;
   for (int r = 0; r < 20; ++r) {
@@ -716,6 +716,13 @@ TEST_P(Parity, AdamWRuns) {
     runs.ends.push_back(n);
     runs.decays.push_back(r % 3 != 1);
   }
+  return runs;
+}
+
+// Runs with and without weight decay in one call (uneven_runs).
+TEST_P(Parity, AdamWRuns) {
+  const AdamWRuns runs = uneven_runs();
+  const int64_t n = runs.ends.back();
   HostTensor master = random_host(DType::f32, {n}, 104), m = random_host(DType::f32, {n}, 105, -0.1f, 0.1f);
   HostTensor v = random_host(DType::f32, {n}, 106, 0.0f, 0.01f), grad = random_host(DType::f32, {n}, 107);
   DeviceTensor gmaster = to_device(master), gm = to_device(m), gv = to_device(v), ggrad = to_device(grad);
@@ -737,13 +744,8 @@ TEST_P(Parity, AdamWRuns) {
 // computes what the CPU does, over 20 runs (two launches), from an aligned start (the vectorized
 // path) and from one element further (the element-wise path). (Independent of the parameter dtype.)
 TEST_P(Parity, AdamWSplitMasters) {
-  AdamWRuns runs;
-  int64_t n = 0;
-  for (int r = 0; r < 20; ++r) {
-    n += 1 + (r * 37) % 53;
-    runs.ends.push_back(n);
-    runs.decays.push_back(r % 3 != 1);
-  }
+  const AdamWRuns runs = uneven_runs();
+  const int64_t n = runs.ends.back();
   AdamWHyper h;
   h.lr = 1e-2f;
   h.weight_decay = 0.5f;
