@@ -13,6 +13,8 @@
 # Then, per step, |loss_3d - loss_base| against |loss_base_mb - loss_base| (max and mean over the
 # steps), and tokens/s, MFU and peak memory (rank 0) as medians after $WARMUP (5) steps. Logs and
 # metrics go to $OUT (or ./gpu-out)/layout_3d.
+# RUNS (default "base base_mb 3d") picks which of them run; the summary reads whatever metrics
+# $out/layout_3d holds, so the runs can be split over calls.
 # DEVICE=cpu runs the same plumbing on the CPU: MODEL=tiny (2 layers, d_model 64, vocabulary 512,
 # sequence 64) in fp32, where the 3D curve must match the one-rank curve to rounding.
 set -uo pipefail
@@ -58,11 +60,13 @@ run() {
   fi
 }
 
+RUNS=${RUNS:-base base_mb 3d}
+wants() { [[ " $RUNS " == *" $1 "* ]]; }
 if [[ $BASE == 1 ]]; then
-  run base 1
-  run base_mb 1 train.micro_batch="$MB2"
+  wants base && run base 1
+  wants base_mb && run base_mb 1 train.micro_batch="$MB2"
 fi
-run 3d "$NP" parallel.tensor="$TP" parallel.pipeline="$PP"
+wants 3d && run 3d "$NP" parallel.tensor="$TP" parallel.pipeline="$PP"
 
 python3 - "$out" "$WARMUP" "$MODEL" <<'PY' | tee "$out/layout_3d.md"
 import json, os, statistics, sys
