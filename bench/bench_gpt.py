@@ -16,8 +16,8 @@ N = all parameters with the tied embedding counted once, position embeddings inc
 vocabulary padding excluded (GPT-2 small: N = 124,439,808). Timings: median over the steps after
 warm-up.
 
-Data parallel (--data-parallel N, N > 1): every model / micro-batch is also run on N GPUs, after
-the 1-GPU runs of the same call: PyTorch as DistributedDataParallel (NCCL, one process per GPU,
+Data parallel (--data-parallel N, N > 1, or a list N,N,...): every model / micro-batch is also run
+on each N GPUs, after the 1-GPU runs of the same call (--skip-single leaves those out): PyTorch as DistributedDataParallel (NCCL, one process per GPU,
 started with `python3 -m torch.distributed.run --standalone --nproc-per-node N`, bucket_cap_mb=25,
 gradient_as_bucket_view=True, torch.compile of the DDP module), Trellis as `mpirun -np N
 train_gpt ... --set train.global_batch=N*micro_batch` (its start record's layout must say data = N).
@@ -385,9 +385,10 @@ def main():
     ap.add_argument("--sdpa", default="flash", choices=["flash", "cudnn", "efficient", "auto"])
     ap.add_argument("--compile-mode", default="default",
                     help="torch.compile mode: default | max-autotune | ... | none (eager)")
-    ap.add_argument("--data-parallel", type=int, default=1, metavar="N",
+    ap.add_argument("--data-parallel", default="1", metavar="N[,N...]",
                     help="also run each model / micro-batch data-parallel on N GPUs (PyTorch DDP "
-                         "via torch.distributed.run, Trellis via mpirun), next to the 1-GPU runs")
+                         "via torch.distributed.run, Trellis via mpirun), next to the 1-GPU runs; "
+                         "a comma list (2,4,8) runs each count in turn")
     ap.add_argument("--torch-parallel", default="ddp", choices=["ddp", "fsdp"],
                     help="PyTorch on N GPUs: DistributedDataParallel or FSDP2 (fully_shard per block)")
     ap.add_argument("--trellis-layout", default="1,1", metavar="T,P",
@@ -419,18 +420,21 @@ def main():
     if bad:
         ap.error(f"unknown model {bad}; known: {', '.join(PRESETS)}")
     mbs = [int(b) for b in args.micro_batch.split(",")]
-    if args.data_parallel < 1:
-        ap.error("--data-parallel must be >= 1")
-    dps = [1] if args.data_parallel == 1 else [1, args.data_parallel]
-    if args.skip_single and args.data_parallel > 1:
-        dps = [args.data_parallel]
+    try:
+        counts = sorted({int(n) for n in args.data_parallel.split(",")})
+        assert counts[0] >= 1
+    except (ValueError, AssertionError):
+        ap.error("--data-parallel must be GPU counts >= 1, comma-separated")
+    dps = sorted(set([1] + counts))
+    if args.skip_single and len(dps) > 1:
+        dps = dps[1:]
     try:
         args.trellis_layout = tuple(int(x) for x in args.trellis_layout.split(","))
         assert len(args.trellis_layout) == 2 and min(args.trellis_layout) >= 1
     except (ValueError, AssertionError):
         ap.error("--trellis-layout must be T,P with T, P >= 1")
-    if args.data_parallel % (args.trellis_layout[0] * args.trellis_layout[1]) != 0:
-        ap.error(f"--data-parallel {args.data_parallel} is not a multiple of T x P = "
+    if any(n > 1 and n % (args.trellis_layout[0] * args.trellis_layout[1]) for n in dps):
+        ap.error(f"--data-parallel {args.data_parallel}: not every count is a multiple of T x P = "
                  f"{args.trellis_layout[0] * args.trellis_layout[1]}")
     if not args.skip_trellis and not os.path.exists(args.trellis):
         ap.error(f"{args.trellis} not found (build it, or --skip-trellis)")
@@ -470,14 +474,16 @@ def main():
                     if "PyTorch" in got and "Trellis" in got:
                         t, p = got["Trellis"], got["PyTorch"]
                         t["ratio"] = t["tokens_per_s"] / p["tokens_per_s"]
-    # scaling efficiency: tokens/s per GPU at N over tokens/s of the same framework on 1 GPU
+    # scaling efficiency: tokens/s per GPU at N over tokens/s per GPU of the same framework at the
+    # fewest GPUs of the call (1, or with --skip-single the smallest N)
+    fewest = dps[0]
     single = {(r["model"], r["mb"], r["framework"], r["round"]): r for r in rows
-              if r["dp"] == 1 and not r["error"]}
+              if r["dp"] == fewest and not r["error"]}
     for r in rows:
         one = single.get((r["model"], r["mb"], r["framework"], r["round"]))
-        if r["dp"] > 1 and not r["error"] and one:
-            r["scaling"] = r["tokens_per_s_per_gpu"] / one["tokens_per_s"]
-    if len(dps) > 1:
+        if r["dp"] > fewest and not r["error"] and one:
+            r["scaling"] = r["tokens_per_s_per_gpu"] / one["tokens_per_s_per_gpu"]
+    if any(n > 1 for n in dps):
         print("\ndata-parallel scaling:")
         for r in rows:
             if r["dp"] > 1:
@@ -495,19 +501,20 @@ def main():
               f"PyTorch bf16 autocast + torch.compile ({args.compile_mode}) + SDPA ({args.sdpa}) + "
               f"fused AdamW. MFU = tokens/s x (6N + 12 L C T) / 989e12, N with the tied embedding "
               f"once and no vocabulary padding. Ratio = Trellis tokens/s / PyTorch tokens/s.\n")
-    if len(dps) > 1:
+    multi = [n for n in dps if n > 1]
+    if multi:
         torch_side = ("FSDP2 (fully_shard per block and the root, bf16 parameters, f32 gradient "
                       "reduction, torch.compile, torchrun)" if args.torch_parallel == "fsdp" else
                       "DistributedDataParallel (NCCL, bucket_cap_mb 25, gradient_as_bucket_view, "
                       "torch.compile of the DDP module, torchrun)")
         tp, pp = args.trellis_layout
-        header += (f"\nRows with GPUs = {args.data_parallel} (DP) are data-parallel: PyTorch "
-                   f"{torch_side}, Trellis under `{args.mpirun} -np "
-                   f"{args.data_parallel}` at (tensor, pipeline, data) = ({tp}, {pp}, "
-                   f"{args.data_parallel // (tp * pp)}); NCCL_NVLS_ENABLE=0. Global batch = "
+        header += (f"\nRows with GPUs = N > 1 (DP; N = {', '.join(map(str, multi))}) are data-parallel: "
+                   f"PyTorch {torch_side}, Trellis under `{args.mpirun} -np N` at (tensor, pipeline, "
+                   f"data) = ({tp}, {pp}, N / {tp * pp}); NCCL_NVLS_ENABLE=0. Global batch = "
                    f"GPUs x micro-batch sequences; tokens/s are for the global batch, MFU is per "
                    f"GPU, step ms and peak memory are rank 0's. Scaling eff. = tokens/s per GPU / "
-                   f"tokens/s of the same framework on 1 GPU (the GPUs = 1 rows of this call).\n")
+                   f"tokens/s per GPU of the same framework on {dps[0]} GPU(s) (the fewest of this "
+                   f"call).\n")
     if args.torch_device != "cuda":
         header += "\nPyTorch ran on the CPU (--torch-device cpu): a plumbing test, not a benchmark.\n"
     if args.rounds > 1:
