@@ -16,7 +16,7 @@
 # lines; the script goes on.
 # BIG=1 adds a model that does not fit one H200 (about 140 GiB) but fits two stages: 48 layers,
 # d_model 4096, 32 heads, 9.88B parameters stored (vocabulary padded); bf16 model state at 18 bytes
-# per parameter is 178 GB (166 GiB) on one GPU, 91 GB (85 GiB) per stage at pipeline = 2. (40
+# per parameter (16 since the split masters) is 178 GB (166 GiB) on one GPU, 91 GB (85 GiB) per stage at pipeline = 2. (40
 # layers, 8.27B, would need 148.8 GB (138.6 GiB): too close to be sure to fail.) Micro-batch 1, full
 # activation checkpointing, m = $BIG_M (8) micro-batches: pipeline = 1 (expected to fail: out of
 # memory) and pipeline = 2 (1f1b), each within $BIG_TIMEOUT (600) s.

@@ -6,7 +6,8 @@
 # timed steps; medians of rank 0's metrics (tokens_per_s, step_ms, peak_mem_bytes). Model state:
 # the start record's model_state_bytes_allocated (what rank 0's store and optimizer hold, padding
 # and the buckets kept whole included) and zero_slot_bytes, against the formula
-# (model_state_bytes_per_rank: bf16 with f32 gradients 18Ψ, 6Ψ + 16Ψ/N, 2Ψ + 16Ψ/N, 18Ψ/N) and its
+# (model_state_bytes_per_rank: bf16 with f32 gradients and split masters 16Ψ, 6Ψ + 14Ψ/N, 2Ψ + 14Ψ/N,
+# 16Ψ/N; before the split masters, 13th session, 18Ψ, 6Ψ + 16Ψ/N, 2Ψ + 16Ψ/N, 18Ψ/N) and its
 # prediction for N = 8, 64, 512.
 # Part 2 (PART=2 or all): the largest GPT that trains on two H200s at each stage: for each stage the
 # configs of $LADDER_<stage> (n_layers:d_model, largest first) are tried with micro-batch 1, full
@@ -16,7 +17,8 @@ set -uo pipefail
 bin=${1:-build/train_gpt}
 out=${OUT:-$PWD/gpu-out}/zero; mkdir -p "$out"
 MB=${MB:-8}; WARMUP=${WARMUP:-3}; STEPS=${STEPS:-8}; TIMEOUT=${TIMEOUT:-300}; PART=${PART:-all}
-# Ladders around the formula's limit for 139 GiB (bf16: 18Ψ, 14Ψ, 10Ψ, 9Ψ at N = 2), largest first.
+# Ladders around the formula's limit for 139 GiB (bf16 before the split masters: 18Ψ, 14Ψ, 10Ψ, 9Ψ at
+# N = 2; now 16Ψ, 13Ψ, 9Ψ, 8Ψ), largest first.
 LADDER_0=${LADDER_0:-"36:4096 32:4096 28:4096"}
 LADDER_1=${LADDER_1:-"48:4096 44:4096 40:4096"}
 LADDER_2=${LADDER_2:-"44:5120 40:5120 36:5120"}
@@ -71,10 +73,10 @@ for name in names:
     n = start["params_per_rank"][0]
     formula = start["model_state_bytes_per_rank"][0]
     alloc, slots = start["model_state_bytes_allocated"], start["zero_slot_bytes"]
-    def pred(N):  # bf16 parameters, f32 gradients, as ZeroOptimizer::model_state_bytes
+    def pred(N):  # bf16 parameters, f32 gradients, split masters, as ZeroOptimizer::model_state_bytes
         p = 2 * n // N if stage >= 3 else 2 * n
         g = 4 * n // N if stage >= 2 else 4 * n + (4 * n // N if stage >= 1 else 0)
-        return p + g + 12 * n // (N if stage >= 1 else 1)
+        return p + g + 10 * n // (N if stage >= 1 else 1)
     rel = f"{tps / base:.3f}" if base else ""
     print(f"| {stage} | {tps:,.0f} | {rel} | {ms:.1f} | {peak / G:.2f} | {alloc / G:.2f} | {slots / G:.2f} | "
           f"{formula / G:.2f} | {alloc / formula:.3f} | {pred(8) / G:.1f} / {pred(64) / G:.1f} / {pred(512) / G:.1f} |")

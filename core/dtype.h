@@ -48,10 +48,12 @@ f16_t to_f16(float f);
 // A split fp32 master weight (AdamW on bf16 parameters, core/ops.h): the bf16 parameter is the high
 // half of (master bits + 0x8000), 16 more bits keep the low half. So the parameter is the master
 // rounded to bf16 (ties away from zero, where round-to-nearest-even goes to the even neighbour)
-// and the pair is the master, exactly, in 4 bytes instead of 6.
+// and the pair is the master, exactly, in 4 bytes instead of 6 (a NaN: a quiet NaN of its sign).
 inline float join_master(bf16_t hi, uint16_t lo) { return bits_to_f32(((uint32_t(hi.bits) << 16) | lo) - 0x8000u); }
 inline void split_master(float master, bf16_t& hi, uint16_t& lo) {
-  const uint32_t u = f32_to_bits(master) + 0x8000u;
+  uint32_t u = f32_to_bits(master);
+  if ((u & 0x7fffffffu) > 0x7f800000u) u = (u & 0x80000000u) | 0x7fc00000u;  // NaN stays NaN (no carry)
+  u += 0x8000u;
   hi.bits = uint16_t(u >> 16);
   lo = uint16_t(u);
 }

@@ -323,7 +323,8 @@ std::string write_state(Runtime& rt, const Config& cfg, TrainingState s, const s
     // Unsharded, the optimizer's state is the whole stage's copy itself.
     std::vector<char> scratch;
     const Tensor whole = b.held == Held::params ? s.optimizer.whole_values(scratch)
-                                                : owned_state(s, b, scratch).slice(0, {s.model.params().numel()});
+                         : !s.saver()          ? Tensor()  // split masters are not joined where nobody sends them
+                                               : owned_state(s, b, scratch).slice(0, {s.model.params().numel()});
     const std::string& name = b.name;
     if (!s.saver()) continue;
     std::vector<char> host = gather_whole(rt, s.tensor, s.pipeline, s.layout, whole);

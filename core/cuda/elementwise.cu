@@ -236,7 +236,9 @@ __device__ __forceinline__ float join_master(uint16_t hi, uint16_t lo) {
   return __uint_as_float(((uint32_t(hi) << 16) | lo) - 0x8000u);
 }
 __device__ __forceinline__ void split_master(float w, uint16_t& hi, uint16_t& lo) {
-  const uint32_t u = __float_as_uint(w) + 0x8000u;
+  uint32_t u = __float_as_uint(w);
+  if ((u & 0x7fffffffu) > 0x7f800000u) u = (u & 0x80000000u) | 0x7fc00000u;  // NaN stays NaN (no carry)
+  u += 0x8000u;
   hi = uint16_t(u >> 16);
   lo = uint16_t(u);
 }

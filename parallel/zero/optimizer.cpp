@@ -245,6 +245,13 @@ void ZeroOptimizer::set_values(const Tensor& whole) {
       copy(rt_, params_.owned_values(int(b)).slice(0, {real}), whole.slice(whole_at_[b] + rank * k.piece, {real}));
     }
   }
+  // The master weights follow the new parameters (set_master may set them afterwards).
+  if (split_master()) {
+    fill(rt_, master_, -0.0f);  // low halves 0x8000: each master is its parameter
+  } else if (master_.defined()) {
+    for (size_t b = 0; b < params_.buckets().size(); ++b)
+      cast(rt_, master_.slice(owned_at_[b], {params_.buckets()[b].piece}), params_.owned_values(int(b)));
+  }
   rt_.synchronize();  // `whole` may be host memory that the caller frees next
 }
 

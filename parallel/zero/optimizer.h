@@ -74,7 +74,8 @@ class ZeroOptimizer {
   // else assembled bucket by bucket in `host` (stage 3: all-gathered over the data group, a
   // collective), so no whole-stage buffer is ever allocated on the device.
   Tensor whole_values(std::vector<char>& host) const;
-  // Sets the parameters from that copy (host or device memory): each rank takes what it holds.
+  // Sets the parameters from that copy (host or device memory): each rank takes what it holds; its
+  // master weights become the new parameters.
   void set_values(const Tensor& whole);
 
  private:

@@ -774,6 +774,23 @@ TEST_P(Parity, AdamWSplitMasters) {
       EXPECT_EQ(djoined.t.ptr<float>()[0], master.t.ptr<float>()[0]) << "element 0 is not in the slice";
     }
   }
+  // The low halves start as 0x8000 (the bits of bf16 -0.0: a fill that keeps the sign), and a NaN
+  // master stays NaN in its parameter too.
+  DeviceTensor glow = device_empty(DType::bf16, {8});
+  fill(gpu(), glow.t, -0.0f);
+  HostTensor low = to_host(glow);
+  for (int64_t i = 0; i < 8; ++i) EXPECT_EQ(low.t.ptr<uint16_t>()[i], 0x8000u) << i;
+  HostTensor hi8(DType::bf16, {8}), m8(DType::f32, {8}), v8(DType::f32, {8}), g8(DType::f32, {8});
+  for (int64_t i = 0; i < 8; ++i) {
+    hi8.t.ptr<bf16_t>()[i] = to_bf16(i == 3 ? std::nanf("") : 0.5f);
+    m8.t.ptr<float>()[i] = v8.t.ptr<float>()[i] = 0.0f;
+    g8.t.ptr<float>()[i] = 0.1f;
+  }
+  DeviceTensor ghi8 = to_device(hi8), gm8 = to_device(m8), gv8 = to_device(v8), gg8 = to_device(g8);
+  adamw_step(gpu(), glow.t, gm8.t, gv8.t, gg8.t, ghi8.t, h, 1.0f);
+  HostTensor after = to_host(ghi8);
+  EXPECT_TRUE(std::isnan(to_float(after.t.ptr<bf16_t>()[3])));
+  EXPECT_FALSE(std::isnan(to_float(after.t.ptr<bf16_t>()[2])));
 }
 
 TEST_P(Parity, Sums) {

@@ -10,7 +10,7 @@ record's model_state_bytes_per_rank follows the ZeRO formula, and what rank 0 al
 state shrinks from each stage to the next. Runs at stages 1 and 3 stopped after step 3 and resumed
 from their checkpoints continue bitwise; those checkpoints hold each rank's optimizer state
 (rank00000..rank00003/adam_m.bin, adam_v.bin) and no whole copy of it, pruning removes them with
-their rank directories; in bf16 at stage 1, each rank's blobs include its f32 master weights (joined
+their rank directories; in bf16 at stages 1 and 3, each rank's blobs include its f32 master weights (joined
 from the split ones) and the resumed run continues bitwise too; resuming the stage-3 one on another layout fails on every rank with one
 line, without hanging.
 Usage: zero_equivalence.py TRAIN_GPT MPIEXEC CONFIG"""
@@ -131,20 +131,23 @@ def main():
                   f"{'rank00000..rank00003 optimizer blobs, no whole adam_m' if saved_ok else f'blobs {sorted(names)}'}; "
                   f"resumed on the same layout: {'bitwise equal to' if ok else 'differs from'} the uninterrupted run; "
                   f"keep = 1 left {sorted(os.listdir(ck))}")
-        # bf16 at stage 1: each rank's master blob is its split master weights joined as f32; resumed,
-        # the run continues bitwise.
-        z = ["parallel.tensor=2", "zero.stage=1", "train.precision=bf16"]
-        _, whole16, _, whole16_w, _ = run(binary, mpiexec, config, tmp, 4, "bf16_whole", *z)
-        ck = os.path.join(tmp, "ck_bf16")
-        run(binary, mpiexec, config, tmp, 4, "bf16_first", *z, "checkpoint.dir=" + ck, "train.stop_after=3")
-        blobs = json.load(open(os.path.join(ck, "step_00000003", "manifest.json")))["blobs"]
-        masters = [b for b in blobs if b["name"].endswith("/master.bin")]
-        _, resumed16, _, resumed16_w, _ = run(binary, mpiexec, config, tmp, 4, "bf16_resume", *z, "checkpoint.dir=" + ck)
-        ok = (len(masters) == 4 and all(b["dtype"] == "f32" for b in masters) and resumed16 == whole16[3:]
-              and resumed16_w == whole16_w)
-        failed |= not ok
-        print(f"{'ok  ' if ok else 'FAIL'} bf16 tensor=2 data=2 zero=1 checkpoint after step 3: {len(masters)} f32 "
-              f"master blobs; resumed: {'bitwise equal to' if ok else 'differs from'} the uninterrupted run")
+        # bf16 at stages 1 and 3: each rank's master blob is its split master weights joined as f32
+        # (its bucket pieces, padding included); resumed, the run continues bitwise.
+        for stage in (1, 3):
+            z = ["parallel.tensor=2", f"zero.stage={stage}", "train.precision=bf16"]
+            _, whole16, _, whole16_w, _ = run(binary, mpiexec, config, tmp, 4, f"bf16_whole_z{stage}", *z)
+            ck = os.path.join(tmp, f"ck_bf16_z{stage}")
+            run(binary, mpiexec, config, tmp, 4, f"bf16_first_z{stage}", *z, "checkpoint.dir=" + ck, "train.stop_after=3")
+            blobs = json.load(open(os.path.join(ck, "step_00000003", "manifest.json")))["blobs"]
+            masters = [b for b in blobs if b["name"].endswith("/master.bin")]
+            _, resumed16, _, resumed16_w, _ = run(binary, mpiexec, config, tmp, 4, f"bf16_resume_z{stage}", *z,
+                                                  "checkpoint.dir=" + ck)
+            ok = (len(masters) == 4 and all(b["dtype"] == "f32" for b in masters) and resumed16 == whole16[3:]
+                  and resumed16_w == whole16_w)
+            failed |= not ok
+            print(f"{'ok  ' if ok else 'FAIL'} bf16 tensor=2 data=2 zero={stage} checkpoint after step 3: "
+                  f"{len(masters)} f32 master blobs; resumed: {'bitwise equal to' if ok else 'differs from'} the "
+                  f"uninterrupted run")
         # The stage-3 checkpoint on another layout: one line on every rank, non-zero exit, no hang.
         step6 = os.path.join(tmp, "ck3", "step_00000006")
         written = "written with tensor 2 x pipeline 1 x data 2, ZeRO stage 3; this run has "

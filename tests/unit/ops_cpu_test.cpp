@@ -1010,6 +1010,15 @@ TEST(OpsCpu, SplitMasterIsExact) {
   std::vector<uint32_t> bits = {0x00000000u, 0x80000000u, 0x3f808000u, 0x3f818000u, 0xbf808000u, 0x3f807fffu,
                                 0x3f808001u, 0x7f7fffffu, 0x7f800000u, 0xff800000u, 0x00000001u, 0x807fffffu};
   for (int i = 0; i < 100000; ++i) bits.push_back(uint32_t(g()));
+  // A NaN master stays NaN, and so does its parameter (no carry into the sign or a wrap to zero).
+  for (uint32_t b : {0x7fc00000u, 0x7f800001u, 0x7f807fffu, 0x7fff8000u, 0x7fffffffu, 0xffff8000u, 0xffffffffu}) {
+    bf16_t hi;
+    uint16_t lo;
+    split_master(bits_to_f32(b), hi, lo);
+    EXPECT_TRUE(std::isnan(join_master(hi, lo))) << std::hex << b;
+    EXPECT_TRUE(std::isnan(to_float(hi))) << std::hex << b;
+    EXPECT_EQ(hi.bits >> 15, b >> 31) << std::hex << b;
+  }
   for (uint32_t b : bits) {
     const float w = bits_to_f32(b);
     if (std::isnan(w)) continue;

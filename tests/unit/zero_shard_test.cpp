@@ -155,6 +155,11 @@ TEST(ZeroShard, SplitMastersOfBf16Parameters) {
     ASSERT_EQ(f32_to_bits(back.ptr<float>()[i]), f32_to_bits(w[size_t(i)])) << i;
     ASSERT_EQ(values[i].bits, uint16_t((f32_to_bits(w[size_t(i)]) + 0x8000u) >> 16)) << i;
   }
+  // New parameters (a weight import) bring their master weights with them.
+  opt.set_values(Tensor(init.data(), DType::bf16, Device::CPU(), {n}));
+  std::vector<char> reset;
+  const Tensor fresh = opt.master_values(reset);
+  for (int64_t i = 0; i < n; ++i) ASSERT_EQ(fresh.ptr<float>()[i], to_float(init[size_t(i)])) << i;
 }
 
 TEST(ZeroShard, UnshardedOptimizerBytesMatchTheFormula) {
