@@ -54,7 +54,7 @@ const std::vector<KeySpec> kKeys = {
   {"train", "global_batch", T::Int, TRELLIS_FIELD(train, global_batch), "Sequences per optimizer step; 0 = micro_batch x data-parallel size.", {}, 0},
   {"train", "steps", T::Int, TRELLIS_FIELD(train, steps), "Optimizer steps to run.", {}, 1},
   {"train", "seed", T::Int, TRELLIS_FIELD(train, seed), "Seed for initialization, data and dropout.", {}, 0},
-  {"train", "checkpointing", T::String, TRELLIS_FIELD(train, checkpointing), "Activation checkpointing (recompute in backward).", {"none", "full", "selective"}},
+  {"train", "checkpointing", T::String, TRELLIS_FIELD(train, checkpointing), "Activation checkpointing (recompute in backward).", {"none", "full", "selective", "elementwise"}},
   {"train", "deterministic", T::Bool, TRELLIS_FIELD(train, deterministic), "GPU: use only bitwise-reproducible algorithms.", {}},
   {"train", "grad_clip", T::Float, TRELLIS_FIELD(train, grad_clip), "Clip the global gradient norm to this; 0 = off.", {}, 0},
   {"train", "stop_after", T::Int, TRELLIS_FIELD(train, stop_after), "Stop after this step with a checkpoint, as if interrupted (schedules still follow train.steps); 0 = run to the end.", {}, 0},

@@ -37,7 +37,7 @@ struct TrainConfig {
   int64_t global_batch = 0;        // 0 = micro_batch * data ranks
   int64_t steps = 1000;
   int64_t seed = 1337;
-  std::string checkpointing = "none";  // none | full | selective
+  std::string checkpointing = "none";  // none | full | selective | elementwise
   bool deterministic = false;
   double grad_clip = 1.0;          // 0 = off
   int64_t cpu_threads = 0;         // 0 = OpenMP default

@@ -84,9 +84,10 @@ Resolved resolve(const Config& cfg, const LaunchInfo& launch) {
   r.model.attention_dropout = float(cfg.model.attention_dropout < 0 ? cfg.model.dropout : cfg.model.attention_dropout);
   r.model.dtype = r.dtype;
   r.model.stage_layers = parse_stage_layers(cfg);
-  r.model.checkpointing = cfg.train.checkpointing == "full"        ? Checkpointing::full
-                          : cfg.train.checkpointing == "selective" ? Checkpointing::selective
-                                                                   : Checkpointing::none;
+  r.model.checkpointing = cfg.train.checkpointing == "full"          ? Checkpointing::full
+                          : cfg.train.checkpointing == "selective"   ? Checkpointing::selective
+                          : cfg.train.checkpointing == "elementwise" ? Checkpointing::elementwise
+                                                                     : Checkpointing::none;
   const int64_t data = launch.world / (cfg.parallel.tensor * cfg.parallel.pipeline);
   const int64_t global = cfg.train.global_batch > 0 ? cfg.train.global_batch : cfg.train.micro_batch * data;
   r.accumulation = global / (cfg.train.micro_batch * data);

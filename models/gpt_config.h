@@ -7,7 +7,9 @@
 
 namespace trellis {
 
-enum class Checkpointing { none, full, selective };
+// What backward recomputes: nothing; the block (all but its input); the attention core (selective);
+// the element-wise outputs, both layer norms' and the GELU's (elementwise).
+enum class Checkpointing { none, full, selective, elementwise };
 
 constexpr int64_t kVocabPadMultiple = 128;  // whatever the layout, so results do not depend on it
 

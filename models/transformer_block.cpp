@@ -267,7 +267,7 @@ CommHandle TransformerBlock::mlp_half(Runtime& rt, const StepContext& ctx, Block
 
 void TransformerBlock::forward_into(Runtime& rt, const StepContext& ctx, const Tensor& x, const Tensor& y,
                                     BlockSaved& s, Arena& keep, Arena& temp, bool keep_attention, bool keep_rest,
-                                    PendingOutput* pending) const {
+                                    bool keep_elementwise, PendingOutput* pending) const {
   const Tokens n = tokens_of(ctx, x);
   const int64_t B = n.B, T = n.T, C = cfg_.d_model, t = tp_.size, Cl = C / t, H = cfg_.n_heads / t;
   // The block's own activations: (B, T, C), or this rank's token rows.
@@ -275,19 +275,20 @@ void TransformerBlock::forward_into(Runtime& rt, const StepContext& ctx, const T
   const DType dt = cfg_.dtype;
   Arena& rest = keep_rest ? keep : temp;
   Arena& attention = keep_attention ? keep : temp;
+  Arena& elementwise = keep_rest && keep_elementwise ? keep : temp;  // ln1, ln2, g
   s.x = x;
-  s.ln1 = rest.take(dt, act);
+  s.ln1 = elementwise.take(dt, act);
   s.ln1_mean = rest.take(DType::f32, {n.rows});
   s.ln1_rstd = rest.take(DType::f32, {n.rows});
   s.qkv = rest.take(dt, {B, T, 3 * Cl});
   s.att = attention.take(dt, {B, T, Cl});
   s.lse = attention.take(DType::f32, {B, H, T});
   s.r = rest.take(dt, act);
-  s.ln2 = rest.take(dt, act);
+  s.ln2 = elementwise.take(dt, act);
   s.ln2_mean = rest.take(DType::f32, {n.rows});
   s.ln2_rstd = rest.take(DType::f32, {n.rows});
   s.h = rest.take(dt, {B, T, 4 * Cl});
-  s.g = rest.take(dt, {B, T, 4 * Cl});
+  s.g = elementwise.take(dt, {B, T, 4 * Cl});
   // Without dropout (and sequence parallelism) each residual add is its projection's GEMM epilogue
   // (rank 0's under tensor parallelism, before the all-reduce); else branch = projection, then the add.
   const bool in_gemm = residual_in_gemm(ctx);
@@ -325,9 +326,9 @@ void TransformerBlock::forward(Runtime& rt, const StepContext& ctx, const Tensor
                                BlockSaved& s, Arena& keep, Arena& temp, PendingOutput* pending) const {
   NvtxRange r("block_forward");
   TRELLIS_CHECK(y.defined(), "TransformerBlock::forward: no output tensor");
-  const bool keep_all = cfg_.checkpointing == Checkpointing::none;
-  const bool keep_rest = cfg_.checkpointing != Checkpointing::full;
-  forward_into(rt, ctx, x, y, s, keep, temp, keep_all, keep_rest, pending);
+  const Checkpointing c = cfg_.checkpointing;
+  forward_into(rt, ctx, x, y, s, keep, temp, c == Checkpointing::none || c == Checkpointing::elementwise,
+               c != Checkpointing::full, c != Checkpointing::elementwise, pending);
 }
 
 void TransformerBlock::backward(Runtime& rt, const StepContext& ctx, const Tensor& dres, BlockSaved& s,
@@ -342,10 +343,20 @@ void TransformerBlock::backward(Runtime& rt, const StepContext& ctx, const Tenso
     // Re-runs the forward up to g (not y, which backward does not need); under tensor parallelism
     // with the same parallel layers, so with sequence parallelism the all-gathers run again.
     NvtxRange rr("recompute_block");
-    forward_into(rt, ctx, s.x, Tensor{}, s, work, work, false, false);
+    forward_into(rt, ctx, s.x, Tensor{}, s, work, work, false, false, false);
   } else if (cfg_.checkpointing == Checkpointing::selective) {
     NvtxRange rr("recompute_attention");
     attention_part(rt, ctx, s, work);
+  } else if (cfg_.checkpointing == Checkpointing::elementwise) {
+    // Row by row as forward computed them (the statistics are written again, unchanged). On the
+    // GPU forward's g came from the GEMM's GELU epilogue, so this one may differ in its last bit.
+    NvtxRange rr("recompute_elementwise");
+    s.ln1 = work.take(dt, act);
+    s.ln2 = work.take(dt, act);
+    s.g = work.take(dt, {B, T, 4 * Cl});
+    layernorm_forward(rt, s.ln1, s.ln1_mean, s.ln1_rstd, s.x, p_.ln1_w->value, p_.ln1_b->value);
+    layernorm_forward(rt, s.ln2, s.ln2_mean, s.ln2_rstd, s.r, p_.ln2_w->value, p_.ln2_b->value);
+    gelu_forward(rt, s.g, s.h);
   }
   // MLP branch: y = r + drop(fc_proj(gelu(fc(ln2(r))))).
   Tensor dbranch = dres;
@@ -407,11 +418,13 @@ size_t TransformerBlock::kept_bytes(const GPTConfig& cfg, int64_t B, int64_t T, 
   const size_t local = size_t(N * (cfg.d_model / t)) * e;    // (B, T, C/t) in the tensor-parallel region
   const size_t bt = size_t(rows) * 4;
   const size_t attention = aligned(local) + aligned(size_t(B * (cfg.n_heads / t) * T) * 4);
-  // ln1 + stats, qkv, r, ln2 + stats, h, g
+  // ln1 + stats, qkv, r, ln2 + stats, h, g; of them ln1, ln2 and g are the element-wise outputs
+  const size_t elementwise = aligned(btc) * 2 + aligned(4 * local);
   const size_t rest = aligned(btc) * 3 + aligned(3 * local) + aligned(4 * local) * 2 + aligned(bt) * 4;
   switch (cfg.checkpointing) {
     case Checkpointing::none: return attention + rest;
     case Checkpointing::selective: return rest;
+    case Checkpointing::elementwise: return attention + rest - elementwise;
     case Checkpointing::full: return 0;
   }
   return 0;

@@ -137,8 +137,10 @@ class TransformerBlock {
   // Dropout on the residual branches, or the residual adds as the projections' GEMM epilogues.
   bool residual_in_gemm(const StepContext& ctx) const;
   // y undefined: stop once what backward needs is computed (the recomputation of full checkpointing).
+  // What is kept goes to `keep`, the rest to `temp`: att and lse with keep_attention, everything else
+  // with keep_rest, of which ln1, ln2 and g only with keep_elementwise too.
   void forward_into(Runtime& rt, const StepContext& ctx, const Tensor& x, const Tensor& y, BlockSaved& s,
-                    Arena& keep, Arena& temp, bool keep_attention, bool keep_rest,
+                    Arena& keep, Arena& temp, bool keep_attention, bool keep_rest, bool keep_elementwise,
                     PendingOutput* pending = nullptr) const;
 
   const GPTConfig& cfg_;

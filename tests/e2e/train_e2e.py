@@ -57,7 +57,7 @@ def main():
 
         short = ["train.steps=30", "model.dropout=0.1"]
         _, none = train(binary, config, tmp, "none", *short)
-        for mode in ("full", "selective"):
+        for mode in ("full", "selective", "elementwise"):
             _, ck = train(binary, config, tmp, mode, *short, "train.checkpointing=" + mode)
             check(losses(ck) == losses(none), f"checkpointing={mode} leaves the losses bit-identical")
 

@@ -5,7 +5,7 @@
 // output gradient, and compares the output, the input gradient and every parameter gradient it
 // holds with the matching slice of the full block's: the full activation without sequence
 // parallelism, its own token rows with it (after summing the LayerNorm gradients over the tensor
-// group, as the trainer does once per step). Checkpointing none, selective and full; tensor 2, and
+// group, as the trainer does once per step). Checkpointing none, selective, full and elementwise; tensor 2, and
 // on 4 ranks tensor 4 and tensor 2 x data 2.
 //
 // Not bitwise: the row-parallel outputs and the column-parallel input gradients are sums of t
@@ -105,7 +105,10 @@ void check_block(Runtime& rt, ProcessGroups& pg, Checkpointing ck, bool sp, int6
   const int64_t N = B * T;
   Communicator& tensor = pg.tensor();
   const int t = tensor.size(), r = tensor.rank(), d = pg.coords().data;
-  const char* ck_name = ck == Checkpointing::none ? "none" : ck == Checkpointing::full ? "full" : "selective";
+  const char* ck_name = ck == Checkpointing::none        ? "none"
+                        : ck == Checkpointing::full        ? "full"
+                        : ck == Checkpointing::selective   ? "selective"
+                                                           : "elementwise";
   SCOPED_TRACE("tensor " + std::to_string(t) + " x data " + std::to_string(pg.layout().data) +
                (sp ? " with" : " without") + " sequence parallelism, checkpointing " + ck_name + ", micro-batch " +
                std::to_string(B) + ", dropout " + std::to_string(dropout));
@@ -246,7 +249,8 @@ TEST(TensorParallelBlock, MatchesTheFullBlock) {
     if (W % t != 0) continue;
     ProcessGroups pg(MPI_COMM_WORLD, make_layout(W, t, 1), rt);  // tensor x data when t < W
     for (bool sp : {false, true})
-      for (Checkpointing ck : {Checkpointing::none, Checkpointing::selective, Checkpointing::full})
+      for (Checkpointing ck : {Checkpointing::none, Checkpointing::selective, Checkpointing::full,
+                               Checkpointing::elementwise})
         for (int64_t B : {2, 3, 4})
           for (float dropout : {0.1f, 0.0f}) check_block(rt, pg, ck, sp, B, dropout);
   }

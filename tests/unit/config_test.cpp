@@ -134,7 +134,7 @@ TEST_F(ConfigTest, ValuesOutsideTheAllowedSet) {
   EXPECT_HAS(error_of("[train]\nprecision = \"fp8\"\n"),
              "tiny.toml: train.precision = \"fp8\" is not allowed (allowed: auto, fp32, bf16, fp16)");
   EXPECT_HAS(error_of("[train]\ndevice = \"tpu\"\n"), "(allowed: auto, cpu, cuda)");
-  EXPECT_HAS(error_of("[train]\ncheckpointing = \"some\"\n"), "(allowed: none, full, selective)");
+  EXPECT_HAS(error_of("[train]\ncheckpointing = \"some\"\n"), "(allowed: none, full, selective, elementwise)");
   EXPECT_HAS(error_of("[parallel]\nschedule = \"zb\"\n"), "(allowed: gpipe, 1f1b, interleaved)");
   EXPECT_HAS(error_of("[data]\nsource = \"web\"\n"), "(allowed: synthetic, random, file)");
   EXPECT_HAS(error_of("[model]\nd_model = 0\n"), "tiny.toml: model.d_model = 0 is not allowed (allowed: >= 1)");

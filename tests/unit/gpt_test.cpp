@@ -176,7 +176,8 @@ TEST(GPT, CheckpointingGivesBitwiseEqualGradients) {
   Runtime rt(RuntimeOptions{});
   const int64_t B = 2;
   std::vector<Result> results;
-  for (Checkpointing mode : {Checkpointing::none, Checkpointing::full, Checkpointing::selective}) {
+  for (Checkpointing mode :
+       {Checkpointing::none, Checkpointing::full, Checkpointing::selective, Checkpointing::elementwise}) {
     GPTConfig c = tiny_config();
     c.dropout = 0.1f;
     c.attention_dropout = 0.1f;  // recomputed attention must redraw the same mask
@@ -193,16 +194,20 @@ TEST(GPT, CheckpointingGivesBitwiseEqualGradients) {
     ASSERT_EQ(results[m].grads.size(), results[0].grads.size());
     EXPECT_EQ(0, std::memcmp(results[m].grads.data(), results[0].grads.data(), results[0].grads.size() * 4)) << "mode " << m;
   }
-  // And checkpointing keeps less: full < selective < none.
+  // And checkpointing keeps less: full < selective < none, full < elementwise < none.
   GPTConfig c = tiny_config();
   c.checkpointing = Checkpointing::none;
   size_t none = GPT::activation_bytes(c, 8, 8).kept;
   c.checkpointing = Checkpointing::selective;
   size_t selective = GPT::activation_bytes(c, 8, 8).kept;
+  c.checkpointing = Checkpointing::elementwise;
+  size_t elementwise = GPT::activation_bytes(c, 8, 8).kept;
   c.checkpointing = Checkpointing::full;
   size_t full = GPT::activation_bytes(c, 8, 8).kept;
   EXPECT_LT(full, selective);
   EXPECT_LT(selective, none);
+  EXPECT_LT(full, elementwise);
+  EXPECT_LT(elementwise, none);
 }
 
 TEST(GPT, DropoutDependsOnStepNotOnRepetition) {
