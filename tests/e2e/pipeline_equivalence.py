@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Pipeline layout equivalence (DESIGN.md section 4) on the CPU in fp32: a tiny 8-layer GPT with
 dropout trained for K steps on 1 rank and with pipeline = 2 and 4 (1f1b and gpipe), interleaved
-(v = 2 at p = 2 and p = 4), pipeline 2 x data 2, with activation checkpointing, and with uneven stages listed by
+(v = 2 at p = 2 and p = 4), pipeline 2 x data 2, with activation checkpointing (full; elementwise under the interleaved schedule), and with uneven stages listed by
 parallel.stage_layers (reported in the start log and the metrics start record), gives the same losses, validation losses and
 exported weights (gathered from the stages) up to fp32 reduction-order rounding. Checkpoints: a
 pipeline run stopped and resumed continues bitwise, and its checkpoint (always in the whole
@@ -38,7 +38,8 @@ def main():
         # (ranks, pipeline, schedule, virtual stages, activation checkpointing)
         cases = [(2, 2, "1f1b", 1, "none"), (2, 2, "gpipe", 1, "none"), (4, 4, "1f1b", 1, "none"),
                  (4, 4, "gpipe", 1, "none"), (2, 2, "interleaved", 2, "none"), (4, 4, "interleaved", 2, "none"),
-                 (4, 2, "1f1b", 1, "none"), (4, 2, "interleaved", 2, "none"), (2, 2, "1f1b", 1, "full")]
+                 (4, 2, "1f1b", 1, "none"), (4, 2, "interleaved", 2, "none"), (2, 2, "1f1b", 1, "full"),
+                 (4, 4, "interleaved", 2, "elementwise")]
         for ranks, pp, sched, v, ckpt in cases:
             data = ranks // pp
             tag = f"p{pp}_d{data}_{sched}_v{v}_{ckpt}"
