@@ -13,15 +13,12 @@ _deps=$_root/.device-deps
 [[ -d third_party ]] || ln -sfn "$_root/third_party" third_party
 export CMAKE_PREFIX_PATH=$_deps/usr LD_LIBRARY_PATH=$_deps/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
 
-# build_targets TARGET...: the same build, only those targets (train_gpt alone takes ~1 minute).
+# build_targets TARGET...: the CUDA build of those targets (build_trellis: all of them; train_gpt
+# alone takes ~1 minute).
 build_targets() {
   echo "=== build $* $(date +%T)"
   cmake -S . -B build -G Ninja -DTRELLIS_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 > "$out/build.log" 2>&1 &&
     cmake --build build -j32 --target "$@" >> "$out/build.log" 2>&1 || { grep -E "error|Error" "$out/build.log" | head -20; exit 1; }
 }
 
-build_trellis() {
-  echo "=== build $(date +%T)"
-  cmake -S . -B build -G Ninja -DTRELLIS_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 > "$out/build.log" 2>&1 &&
-    cmake --build build -j32 >> "$out/build.log" 2>&1 || { grep -E "error|Error" "$out/build.log" | head -20; exit 1; }
-}
+build_trellis() { build_targets all; }
