@@ -2,7 +2,7 @@
 """ZeRO layout equivalence on the CPU in fp32: a tiny GPT with dropout trained for K steps with
 ZeRO stages 0, 1, 2 and 3 at (tensor, pipeline, data) = (1,1,4), (2,1,2), (1,2,2) and (2,2,2) (and
 stages 1 and 3 on buckets that need padding; stages 2 and 3 also under sequence parallelism, the
-interleaved schedule and full activation checkpointing), with gradient accumulation (2 micro-batches per data
+interleaved schedule and full or elementwise activation checkpointing), with gradient accumulation (2 micro-batches per data
 rank and step), gives the same losses, gradient norms (clipping active: the norm of the gradient
 pieces summed over the data group must be exact) and exported weights as one rank (the reference:
 with one data rank every stage is stage 0), up to fp32 reduction-order rounding. The start
@@ -76,7 +76,8 @@ def main():
                       f"{start['model_state_bytes_allocated']} allocated + {start['zero_slot_bytes']} in slots")
         # Streaming under sequence parallelism (LayerNorm gradients summed over the tensor group on
         # the pieces), under the interleaved schedule (blocks of two chunks per rank), and with
-        # full activation checkpointing (backward recomputes each block's forward from its slot).
+        # full activation checkpointing (backward recomputes each block's forward from its slot), and
+        # elementwise checkpointing under sequence parallelism (the layer norms recomputed on token shards).
         four = ["model.n_layers=4"]  # two chunks of one layer on each of two stages
         _, ref4_loss, ref4_norms, ref4_w, _ = run(binary, mpiexec, config, tmp, 1, "ref4", *four)
         refs = {False: (ref_loss, ref_norms, ref_w), True: (ref4_loss, ref4_norms, ref4_w)}
@@ -85,7 +86,9 @@ def main():
                 ("sp_t2_d2_z3", 4, ["parallel.tensor=2", "parallel.sequence_parallel=true", "zero.stage=3"]),
                 ("vp_p2_d2_z3", 4, four + ["parallel.pipeline=2", "parallel.schedule=interleaved",
                                            "parallel.virtual_stages=2", "zero.stage=3"]),
-                ("ckpt_d2_z3", 2, ["train.checkpointing=full", "zero.stage=3"])]:
+                ("ckpt_d2_z3", 2, ["train.checkpointing=full", "zero.stage=3"]),
+                ("ew_sp_t2_d2_z3", 4, ["train.checkpointing=elementwise", "parallel.tensor=2",
+                                       "parallel.sequence_parallel=true", "zero.stage=3"])]:
             _, loss, norms, w, _ = run(binary, mpiexec, config, tmp, ranks, tag, *sets)
             r_loss, r_norms, r_w = refs[sets[0] == four[0]]
             dl, dn = rel(loss, r_loss), rel(norms, r_norms)
