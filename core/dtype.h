@@ -5,6 +5,8 @@
 #include <string>
 #include <string_view>
 
+#include "core/host_device.h"
+
 namespace trellis {
 
 enum class DType : uint8_t { f32, f16, bf16, i32, i64, u8 };
@@ -49,14 +51,16 @@ f16_t to_f16(float f);
 // half of (master bits + 0x8000), 16 more bits keep the low half. So the parameter is the master
 // rounded to bf16 (ties away from zero, where round-to-nearest-even goes to the even neighbour)
 // and the pair is the master, exactly, in 4 bytes instead of 6 (a NaN: a quiet NaN of its sign).
-inline float join_master(bf16_t hi, uint16_t lo) { return bits_to_f32(((uint32_t(hi.bits) << 16) | lo) - 0x8000u); }
-inline void split_master(float master, bf16_t& hi, uint16_t& lo) {
-  uint32_t u = f32_to_bits(master);
+// On bits, for host and device code (the CUDA AdamW); then on values.
+TRELLIS_HD uint32_t join_master_bits(uint16_t hi, uint16_t lo) { return ((uint32_t(hi) << 16) | lo) - 0x8000u; }
+TRELLIS_HD void split_master_bits(uint32_t u, uint16_t& hi, uint16_t& lo) {
   if ((u & 0x7fffffffu) > 0x7f800000u) u = (u & 0x80000000u) | 0x7fc00000u;  // NaN stays NaN (no carry)
   u += 0x8000u;
-  hi.bits = uint16_t(u >> 16);
+  hi = uint16_t(u >> 16);
   lo = uint16_t(u);
 }
+inline float join_master(bf16_t hi, uint16_t lo) { return bits_to_f32(join_master_bits(hi.bits, lo)); }
+inline void split_master(float master, bf16_t& hi, uint16_t& lo) { split_master_bits(f32_to_bits(master), hi.bits, lo); }
 
 template <typename T> inline T from_float(float f);
 template <> inline float from_float<float>(float f) { return f; }

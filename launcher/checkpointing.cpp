@@ -320,13 +320,14 @@ std::string write_state(Runtime& rt, const Config& cfg, TrainingState s, const s
   }
   for (const StateBlob& b : state_blobs(s)) {
     if (per_rank && b.held != Held::params) continue;  // every rank writes its own below
-    // Unsharded, the optimizer's state is the whole stage's copy itself.
+    // The parameters' copy is assembled on every rank (stage 3: an all-gather); unsharded, the
+    // optimizer's state is the whole stage's copy itself, joined (split masters) only where it is sent.
     std::vector<char> scratch;
-    const Tensor whole = b.held == Held::params ? s.optimizer.whole_values(scratch)
-                         : !s.saver()          ? Tensor()  // split masters are not joined where nobody sends them
-                                               : owned_state(s, b, scratch).slice(0, {s.model.params().numel()});
-    const std::string& name = b.name;
+    const Tensor params = b.held == Held::params ? s.optimizer.whole_values(scratch) : Tensor();
     if (!s.saver()) continue;
+    const Tensor whole =
+        b.held == Held::params ? params : owned_state(s, b, scratch).slice(0, {s.model.params().numel()});
+    const std::string& name = b.name;
     std::vector<char> host = gather_whole(rt, s.tensor, s.pipeline, s.layout, whole);
     if (!root || !error.empty()) continue;
     try {

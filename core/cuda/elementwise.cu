@@ -232,16 +232,6 @@ __global__ void adamw_kernel(float* master, float* m, float* v, const float* gra
 
 // Split masters (core/dtype.h): the bf16 parameters hi and the low halves lo, V elements per vector
 // (V = 4: 8-byte accesses to them, 16-byte to the f32 state).
-__device__ __forceinline__ float join_master(uint16_t hi, uint16_t lo) {
-  return __uint_as_float(((uint32_t(hi) << 16) | lo) - 0x8000u);
-}
-__device__ __forceinline__ void split_master(float w, uint16_t& hi, uint16_t& lo) {
-  uint32_t u = __float_as_uint(w);
-  if ((u & 0x7fffffffu) > 0x7f800000u) u = (u & 0x80000000u) | 0x7fc00000u;  // NaN stays NaN (no carry)
-  u += 0x8000u;
-  hi = uint16_t(u >> 16);
-  lo = uint16_t(u);
-}
 template <int V>
 __global__ void adamw_split_kernel(uint16_t* hi, uint16_t* lo, float* m, float* v, const float* grad, AdamWArgs a,
                                    AdamWRunTable runs, int64_t n) {
@@ -253,18 +243,18 @@ __global__ void adamw_split_kernel(uint16_t* hi, uint16_t* lo, float* m, float* 
 #pragma unroll
     for (int j = 0; j < V; ++j) {
       r = adamw_run_of(runs, i0 + j, r);
-      float w = join_master(h.e[j], l.e[j]);
+      float w = __uint_as_float(join_master_bits(h.e[j], l.e[j]));
       adamw_update(w, mv.e[j], vv.e[j], g.e[j], decay_of(r), a);
-      split_master(w, h.e[j], l.e[j]);
+      split_master_bits(__float_as_uint(w), h.e[j], l.e[j]);
     }
     vstore<uint16_t, V>(hi + i0, h);
     vstore<uint16_t, V>(lo + i0, l);
     vstore<float, V>(m + i0, mv);
     vstore<float, V>(v + i0, vv);
   }, [&](int64_t i) {
-    float w = join_master(hi[i], lo[i]), mi = m[i], vi = v[i];
+    float w = __uint_as_float(join_master_bits(hi[i], lo[i])), mi = m[i], vi = v[i];
     adamw_update(w, mi, vi, grad[i], decay_of(adamw_run_of(runs, i, 0)), a);
-    split_master(w, hi[i], lo[i]);
+    split_master_bits(__float_as_uint(w), hi[i], lo[i]);
     m[i] = mi;
     v[i] = vi;
   });

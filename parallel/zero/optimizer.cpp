@@ -24,17 +24,14 @@ ZeroOptimizer::ZeroOptimizer(Runtime& rt, ParameterStore& params, Communicator* 
     whole += b.numel;
   }
   const int64_t s = owned_numel_;
-  if (params.dtype() == DType::bf16) {
-    // Split masters: the parameters are their high halves. A master equal to its bf16 parameter
-    // has the low half 0x8000, the bits of bf16 -0.0.
+  if (params.dtype() == DType::bf16) {  // split masters: the parameters are their high halves
     master_buf_ = Buffer(rt.allocator(), size_t(s) * 2, "low halves of the fp32 master weights");
     master_ = master_buf_.tensor(DType::bf16, {s});
-    fill(rt, master_, -0.0f);
   } else if (params.dtype() != DType::f32) {
     master_buf_ = Buffer(rt.allocator(), size_t(s) * 4, "fp32 master weights");
     master_ = master_buf_.tensor(DType::f32, {s});
-    for (size_t b = 0; b < buckets.size(); ++b) cast(rt, master_.slice(owned_at_[b], {buckets[b].piece}), params.owned_values(int(b)));
   }
+  reset_master();
   m_buf_ = Buffer(rt.allocator(), size_t(s) * 4, "Adam first moments");
   v_buf_ = Buffer(rt.allocator(), size_t(s) * 4, "Adam second moments");
   m_ = m_buf_.tensor(DType::f32, {s});
@@ -168,6 +165,15 @@ void ZeroOptimizer::scatter(const Tensor& whole, const Tensor& owned) const {
 
 bool ZeroOptimizer::split_master() const { return master_.defined() && master_.dtype == DType::bf16; }
 
+void ZeroOptimizer::reset_master() {
+  if (split_master()) {
+    fill(rt_, master_, -0.0f);  // low halves 0x8000 (the bits of bf16 -0.0): each master is its parameter
+  } else if (master_.defined()) {
+    for (size_t b = 0; b < params_.buckets().size(); ++b)
+      cast(rt_, master_.slice(owned_at_[b], {params_.buckets()[b].piece}), params_.owned_values(int(b)));
+  }
+}
+
 Tensor ZeroOptimizer::master_values(std::vector<char>& host) const {
   if (!split_master()) return master_;
   const int64_t n = owned_numel_;
@@ -245,13 +251,7 @@ void ZeroOptimizer::set_values(const Tensor& whole) {
       copy(rt_, params_.owned_values(int(b)).slice(0, {real}), whole.slice(whole_at_[b] + rank * k.piece, {real}));
     }
   }
-  // The master weights follow the new parameters (set_master may set them afterwards).
-  if (split_master()) {
-    fill(rt_, master_, -0.0f);  // low halves 0x8000: each master is its parameter
-  } else if (master_.defined()) {
-    for (size_t b = 0; b < params_.buckets().size(); ++b)
-      cast(rt_, master_.slice(owned_at_[b], {params_.buckets()[b].piece}), params_.owned_values(int(b)));
-  }
+  reset_master();  // set_master may set them afterwards
   rt_.synchronize();  // `whole` may be host memory that the caller frees next
 }
 

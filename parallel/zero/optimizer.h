@@ -88,6 +88,8 @@ class ZeroOptimizer {
   // Real elements of bucket b's piece: [0, n) of it.
   int64_t owned_real(int b) const;
   bool split_master() const;
+  // The master weights (if separate) equal to the owned parameters.
+  void reset_master();
   Runtime& rt_;
   ParameterStore& params_;
   Communicator* data_;
