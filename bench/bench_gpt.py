@@ -498,9 +498,14 @@ def main():
               f"Sequence {SEQ}, vocabulary {VOCAB}, {args.warmup} warm-up + {args.steps} timed "
               f"steps "
               f"(median), Trellis precision {args.precision}, checkpointing {args.checkpointing}; "
-              f"PyTorch bf16 autocast + torch.compile ({args.compile_mode}) + SDPA ({args.sdpa}) + "
-              f"fused AdamW. MFU = tokens/s x (6N + 12 L C T) / 989e12, N with the tied embedding "
+              + ("PyTorch not run (--skip-torch)" if args.skip_torch else
+                 f"PyTorch bf16 autocast + torch.compile ({args.compile_mode}) + SDPA ({args.sdpa}) + "
+                 f"fused AdamW")
+              + f". MFU = tokens/s x (6N + 12 L C T) / 989e12, N with the tied embedding "
               f"once and no vocabulary padding. Ratio = Trellis tokens/s / PyTorch tokens/s.\n")
+    if args.trellis_set:  # these override the table's micro-batch column where they set it
+        header += ("Trellis also ran with " + ", ".join(f"`{x}`" for x in args.trellis_set)
+                   + " (over the table's micro-batch where they set train.micro_batch).\n")
     multi = [n for n in dps if n > 1]
     if multi:
         torch_side = ("FSDP2 (fully_shard per block and the root, bf16 parameters, f32 gradient "
@@ -509,13 +514,14 @@ def main():
                       "torch.compile of the DDP module, torchrun)")
         tp, pp = args.trellis_layout
         header += (f"\nRows with GPUs = N > 1 (DP; N = {', '.join(map(str, multi))}) are data-parallel: "
-                   f"PyTorch {torch_side}, Trellis under `{args.mpirun} -np N` at (tensor, pipeline, "
+                   + ("" if args.skip_torch else f"PyTorch {torch_side}, ")
+                   + f"Trellis under `{args.mpirun} -np N` at (tensor, pipeline, "
                    f"data) = ({tp}, {pp}, N / {tp * pp}); NCCL_NVLS_ENABLE=0. Global batch = "
                    f"GPUs x micro-batch sequences; tokens/s are for the global batch, MFU is per "
                    f"GPU, step ms and peak memory are rank 0's. Scaling eff. = tokens/s per GPU / "
                    f"tokens/s per GPU of the same framework on {dps[0]} GPU(s) (the fewest of this "
                    f"call).\n")
-    if args.torch_device != "cuda":
+    if args.torch_device != "cuda" and not args.skip_torch:
         header += "\nPyTorch ran on the CPU (--torch-device cpu): a plumbing test, not a benchmark.\n"
     if args.rounds > 1:
         header += (f"\n{args.rounds} rounds per model: PyTorch ran first in odd rounds, Trellis in "
