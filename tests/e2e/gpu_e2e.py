@@ -1,0 +1,136 @@
+#!/usr/bin/env python3
+"""End-to-end checks on the GPU, for a machine with one or more (CI has none: exit 77, skipped,
+with the reason). The tiny config, dropout on, deterministic mode:
+- one GPU in fp32 trains the same model as the CPU reference (losses and final weights);
+- one GPU in bf16: N + resume + N steps equal 2N steps bitwise (split master weights);
+with two GPUs or more, under mpiexec:
+- data = 2 (ZeRO stages 0 and 1), tensor = 2 and pipeline = 2 (1F1B) in fp32 train the same model
+  as one GPU;
+- data = 2, ZeRO stage 1, bf16: N + resume + N equals 2N bitwise (per-rank optimizer state).
+Usage: gpu_e2e.py TRAIN_GPT MPIEXEC CONFIG"""
+import json
+import os
+import struct
+import subprocess
+import sys
+import tempfile
+
+from equivalence import compare
+
+STEPS = 12
+# The GPU and the CPU sum in different orders (cuBLAS against OpenBLAS, own kernels against OpenMP
+# loops), so they agree to fp32 rounding grown over 12 Adam steps, not bitwise; the layouts on the
+# GPU against one GPU likewise. A layout or kernel bug moves losses by 1e-3 or more.
+LOSS_TOL = 1e-4       # relative, per step
+WEIGHT_L2_TOL = 1e-4  # relative L2 norm of the weight difference
+WEIGHT_MAX_TOL = 1e-3  # per element: Adam can move a near-zero-gradient element by a share of lr
+BASE = ["model.dropout=0.1", f"train.steps={STEPS}", "train.micro_batch=4", "train.global_batch=8",
+        "train.deterministic=true", "log.val_every=0"]
+ENV_VARS = ("NCCL_NVLS_ENABLE", "LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES")
+
+
+def command(binary, mpiexec, config, ranks, sets):
+    if ranks == 1:
+        cmd = [binary, config]
+    else:
+        cmd = [mpiexec, "--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "-np", str(ranks),
+               "-x", "OMP_NUM_THREADS=1"]
+        for var in ENV_VARS:
+            if var in os.environ:
+                cmd += ["-x", var]
+        cmd += [binary, config]
+    for s in sets:
+        cmd += ["--set", s]
+    return cmd
+
+
+def train(binary, mpiexec, config, tmp, tag, ranks, *sets, export=True):
+    """A run that must succeed: (losses by step, exported weights or None)."""
+    metrics = os.path.join(tmp, tag + ".jsonl")
+    weights = os.path.join(tmp, tag + "_weights")
+    cmd = command(binary, mpiexec, config, ranks, [*BASE, "log.metrics_file=" + metrics, *sets])
+    if export:
+        cmd += ["--export-weights", weights]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    if p.returncode != 0:
+        sys.exit(f"FAIL: {' '.join(cmd)} exited {p.returncode}\n{p.stdout[-2000:]}\n{p.stderr[-2000:]}")
+    losses = {r["step"]: r["loss"] for r in map(json.loads, open(metrics)) if "step" in r and r.get("split") != "val"}
+    w = None
+    if export:
+        raw = open(os.path.join(weights, "params.f32"), "rb").read()
+        w = struct.unpack(f"<{len(raw) // 4}f", raw)
+    return losses, w
+
+
+def check(cond, what):
+    if not cond:
+        sys.exit("FAIL: " + what)
+    print("ok:", what)
+
+
+def check_same_model(name, run, ref):
+    loss, w = run
+    ref_loss, ref_w = ref
+    steps = sorted(ref_loss)
+    dl, dw, l2 = compare([loss[s] for s in steps], [ref_loss[s] for s in steps], w, ref_w)
+    check(sorted(loss) == steps and dl < LOSS_TOL and l2 < WEIGHT_L2_TOL and dw < WEIGHT_MAX_TOL,
+          f"{name}: loss rel diff {dl:.1e} (< {LOSS_TOL:.0e}), weights rel L2 {l2:.1e} (< {WEIGHT_L2_TOL:.0e}), "
+          f"max {dw:.1e} (< {WEIGHT_MAX_TOL:.0e})")
+
+
+def check_resume(binary, mpiexec, config, tmp, tag, ranks, *sets):
+    """2N steps against N + resume + N, bitwise."""
+    ck = os.path.join(tmp, tag + "_ck")
+    full, _ = train(binary, mpiexec, config, tmp, tag + "_full", ranks, *sets, export=False)
+    train(binary, mpiexec, config, tmp, tag + "_a", ranks, *sets, "checkpoint.dir=" + ck, "checkpoint.every=6",
+          "train.stop_after=6", export=False)
+    second, _ = train(binary, mpiexec, config, tmp, tag + "_b", ranks, *sets, "checkpoint.dir=" + ck, export=False)
+    check(sorted(second) == list(range(7, STEPS + 1)) and all(second[s] == full[s] for s in second),
+          f"{tag}: steps 7..{STEPS} after resume equal the uninterrupted run bitwise")
+
+
+def gpu_count():
+    """GPUs this process may use: CUDA_VISIBLE_DEVICES if set, else nvidia-smi's list."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        return len([d for d in visible.split(",") if d.strip()])
+    try:
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=60).stdout
+        return sum(1 for line in out.splitlines() if line.startswith("GPU "))
+    except (OSError, subprocess.SubprocessError):
+        return 0
+
+
+def main():
+    binary, mpiexec, config = sys.argv[1:4]
+    probe = subprocess.run([binary, config, "--set", "train.device=cuda", "--set", "train.steps=1",
+                            "--set", "log.val_every=0"], capture_output=True, text=True, timeout=300)
+    if probe.returncode != 0:
+        reason = (probe.stderr.strip().splitlines() or ["train_gpt failed"])[-1]
+        if "no CUDA device" in reason:
+            print("SKIP: " + reason)
+            sys.exit(77)
+        sys.exit(f"FAIL: one step on the GPU: {reason}")
+    gpus = gpu_count()
+    print(f"{gpus} GPU(s) visible")
+    with tempfile.TemporaryDirectory() as tmp:
+        f32 = "train.precision=fp32"
+        cpu = train(binary, mpiexec, config, tmp, "cpu", 1, "train.device=cpu", f32)
+        one = train(binary, mpiexec, config, tmp, "gpu1", 1, "train.device=cuda", f32)
+        check_same_model("one GPU against the CPU, fp32", one, cpu)
+        check_resume(binary, mpiexec, config, tmp, "gpu1_bf16", 1, "train.device=cuda", "train.precision=bf16")
+        if gpus < 2:
+            print("one GPU: the two-GPU layouts are not checked")
+            return
+        for tag, name, sets in (("data2", "data = 2", []),
+                                ("data2_zero1", "data = 2, ZeRO stage 1", ["zero.stage=1"]),
+                                ("tensor2", "tensor = 2", ["parallel.tensor=2"]),
+                                ("pipeline2", "pipeline = 2, 1F1B", ["parallel.pipeline=2", "parallel.schedule=1f1b"])):
+            run = train(binary, mpiexec, config, tmp, tag, 2, "train.device=cuda", f32, *sets)
+            check_same_model(f"{name} against one GPU, fp32", run, one)
+        check_resume(binary, mpiexec, config, tmp, "data2_zero1_bf16", 2, "train.device=cuda", "train.precision=bf16",
+                     "zero.stage=1")
+
+
+if __name__ == "__main__":
+    main()
