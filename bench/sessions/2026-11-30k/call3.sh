@@ -7,8 +7,9 @@ cd "$(dirname "$0")/../../.."
 source bench/device_env.sh
 build_trellis
 echo "=== ctest -L cuda $(date +%T)"
-(cd build && timeout 420 ctest -L cuda --output-on-failure > "$out/ctest.log" 2>&1); echo "ctest exit $?"
+(cd build && timeout 300 ctest -L cuda -E gpu_e2e -j4 --output-on-failure > "$out/ctest.log" 2>&1); echo "ctest exit $?"
 grep -E "tests passed|\(Failed\)|Timeout|Not Run|Skipped" "$out/ctest.log" | head -20
 echo "--- gpu_e2e"
-(cd build && ctest -R gpu_e2e -V 2>&1 | grep -E "ok:|FAIL|SKIP|GPU\(s\)" | sed 's/^[0-9]*: //')
+(cd build && timeout 300 ctest -R gpu_e2e -V > "$out/gpu_e2e.log" 2>&1); echo "gpu_e2e exit $?"
+grep -E "ok:|FAIL|SKIP|GPU\(s\)|Passed|Failed" "$out/gpu_e2e.log" | sed 's/^[0-9]*: //' | head -30
 echo "=== done $(date +%T)"
