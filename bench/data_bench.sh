@@ -2,8 +2,10 @@
 # Data parallelism on 2 GPUs (issue 4): GPT-2 350M (24 layers, d_model 1024, 16 heads, seq 1024,
 # bf16, random tokens), micro-batch $MB (default 16) per GPU, one GPU against data = 2 (ZeRO stage
 # 0) with the default gradient reduction and with each variant that bears on its overlap: bf16 on
-# the wire, larger buckets, NCCL held to fewer thread blocks (NCCL_MAX_CTAS, so the all-reduce takes
-# fewer SMs from the backward's GEMMs), no overlap (the reduction's full cost), and ZeRO stage 1.
+# the wire, smaller (100 MiB) buckets, NCCL held to fewer thread blocks (NCCL_MAX_CTAS: fewer SMs
+# taken from the backward's GEMMs; it matters only where the sums take NCCL, i.e. with
+# parallel.peer_all_reduce = false in EXTRA_SETS or without peer access), no overlap (the
+# reduction's full cost), and ZeRO stage 1.
 # $WARMUP (5) untimed + $STEPS (15) timed steps, medians of rank 0's metrics.
 #   bench/data_bench.sh [train_gpt binary, default build/train_gpt]
 # Prints a markdown table: tokens/s, step ms, peak memory (rank 0), share of linear scaling.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU checks of a session, in two calls on a 2-GPU machine (logs to $OUT or ./gpu-out):
+# The GPU checks of a session, in up to three calls on a 2-GPU machine (logs to $OUT or ./gpu-out):
 #   bench/gpu_session.sh tests   build; every test (CUDA parity, NCCL comm on 2 GPUs); NCCL bus
 #                                bandwidth; GPT-2 124M vs PyTorch on GPU 0 while tinyshakespeare
 #                                (Trellis, then the PyTorch reference) trains on GPU 1
@@ -56,7 +56,8 @@ elif [[ $1 == pipeline ]]; then
 else
   # Trellis (f32 reduction) and PyTorch DDP, then Trellis variants that change what the gradient
   # all-reduce costs the overlapped backward: bf16 reduction (half the bytes), fewer NCCL CTAs
-  # (fewer SMs taken from the GEMMs), larger buckets.
+  # (fewer SMs taken from the GEMMs; only where the sums take NCCL, not the peer copies),
+  # other bucket sizes.
   stage "data-parallel scaling"
   dp() { timeout 300 python3 bench/bench_gpt.py --models 350m --micro-batch 16 --data-parallel 2 --steps 20 \
            --warmup 5 --trellis build/train_gpt "$@"; }

@@ -1,8 +1,12 @@
 // Saving and restoring the training state through core/checkpoint.
 #include "launcher/checkpointing.h"
 
+#include <unistd.h>
+
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <functional>
 #include <limits>
@@ -194,6 +198,46 @@ std::string write_rank_state(Runtime& rt, TrainingState s, const std::string& te
 
 }  // namespace
 
+// checkpoint.dir exists (created if missing) and takes a new file: a path that cannot hold
+// checkpoints is found before training, not at the first save.
+void check_checkpoint_dir(const Config& cfg) {
+  namespace fs = std::filesystem;
+  const std::string& dir = cfg.checkpoint.dir;
+  auto fail = [&](const std::string& why) { return UserError(cfg.path + ": checkpoint.dir = " + dir + ": " + why); };
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec || !fs::is_directory(dir)) throw fail("cannot create it as a directory: " + (ec ? ec.message() : "a file is in the way"));
+  const fs::path probe = fs::path(dir) / (".trellis_write_test." + std::to_string(::getpid()));
+  std::FILE* f = std::fopen(probe.c_str(), "w");
+  if (f == nullptr) throw fail(std::string("cannot write in it: ") + std::strerror(errno));
+  std::fclose(f);
+  fs::remove(probe, ec);
+}
+
+// The step a checkpoint was saved after (its meta's "step").
+int64_t saved_step(const std::string& dir) {
+  const JsonValue meta = parse_json(CheckpointReader::open(dir, CheckpointVerify::kSizes).meta());
+  const JsonValue* step = meta.find("step");
+  if (!step) throw CheckpointError(dir + ": meta has no step");
+  return step->as_int();
+}
+
+// Refuses a run that would replace another run's checkpoints: one in checkpoint.dir saved after
+// the step this run starts from (0 when fresh) would be overwritten by this run's saves and then
+// picked by resume = auto. (With auto the run starts from the newest valid one, so only a damaged
+// newer one can be there, and replacing it loses nothing.)
+void refuse_overwriting(const Config& cfg, int64_t from_step) {
+  const std::optional<std::string> newest = latest_valid_checkpoint(cfg.checkpoint.dir, nullptr, CheckpointVerify::kSizes);
+  const std::optional<int64_t> step =
+      newest ? parse_checkpoint_dir_name(std::filesystem::path(*newest).filename().string()) : std::nullopt;
+  if (!step || *step <= from_step) return;
+  throw UserError(cfg.path + ": checkpoint.dir = " + cfg.checkpoint.dir + " holds checkpoints up to step " +
+                  std::to_string(*step) + " of an earlier run, which this run (checkpoint.resume = " +
+                  cfg.checkpoint.resume + ", from step " + std::to_string(from_step) +
+                  ") would overwrite: use another checkpoint.dir (checkpoint.resume may still point into this one), "
+                  "move them away, or continue with checkpoint.resume = auto");
+}
+
 std::optional<std::string> choose_resume(const Config& cfg, MPI_Comm world) {
   int rank = 0;
   TRELLIS_MPI_CHECK(MPI_Comm_rank(world, &rank));
@@ -201,18 +245,29 @@ std::optional<std::string> choose_resume(const Config& cfg, MPI_Comm world) {
   if (rank == 0) {
     const std::string& r = cfg.checkpoint.resume;
     try {
+      const bool checkpoints = !cfg.checkpoint.dir.empty();
+      if (checkpoints) check_checkpoint_dir(cfg);
       if (r == "auto") {
         std::string why;
-        if (!cfg.checkpoint.dir.empty()) {
+        if (checkpoints) {
           if (auto latest = latest_valid_checkpoint(cfg.checkpoint.dir, &why)) chosen = *latest;
           if (!why.empty()) std::printf("checkpoint: skipped invalid checkpoints:\n%s\n", why.c_str());
         }
       } else if (r != "none") {
-        CheckpointReader::open(r, CheckpointVerify::kSizes);
-        chosen = r;
+        // A checkpoint, or a checkpoint.dir: its newest valid one.
+        std::optional<std::string> newest;
+        if (std::filesystem::is_directory(r) && !std::filesystem::exists(std::filesystem::path(r) / "manifest.json"))
+          newest = latest_valid_checkpoint(r);
+        chosen = newest ? *newest : r;
+        const int64_t from_step = saved_step(chosen);  // also checks that it is a checkpoint
+        if (checkpoints) refuse_overwriting(cfg, from_step);
+      } else if (checkpoints) {
+        refuse_overwriting(cfg, 0);
       }
     } catch (const CheckpointError& e) {
       error = cfg.path + ": checkpoint.resume = " + r + ": " + e.what();
+    } catch (const UserError& e) {
+      error = e.what();
     }
   }
   // Rank 0's "error flag + text".

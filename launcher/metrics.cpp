@@ -4,9 +4,13 @@
 #include <cerrno>
 #include <cmath>
 #include <cstring>
+#include <exception>
 #include <filesystem>
+#include <fstream>
+#include <vector>
 
 #include "core/error.h"
+#include "core/json.h"
 
 namespace trellis {
 
@@ -76,19 +80,89 @@ JsonObject& JsonObject::add(std::string_view key, const JsonObject& v) {
   return *this;
 }
 
+namespace {
+
+UserError cannot_write(const std::string& path, const std::string& reason) {
+  return UserError("log.metrics_file = " + path + ": cannot open for writing: " + reason);
+}
+
+// The step of a metrics line, or nothing for records without one; a line that does not parse (the
+// torn last line of a killed run) is nothing too, and `parsed` says so.
+std::optional<int64_t> line_step(const std::string& line, bool& parsed) {
+  try {
+    const JsonValue v = parse_json(line);
+    parsed = true;
+    const JsonValue* step = v.find("step");
+    return step ? std::optional<int64_t>(step->as_int()) : std::nullopt;
+  } catch (const std::exception&) {  // parse_json's CheckpointError
+    parsed = false;
+    return std::nullopt;
+  }
+}
+
+bool is_start_record(const std::string& line) {
+  try {
+    const JsonValue* event = parse_json(line).find("event");
+    return event && event->kind == JsonValue::Kind::kString && event->text == "start";
+  } catch (const std::exception&) {  // parse_json's CheckpointError
+    return false;
+  }
+}
+
+}  // namespace
+
 MetricsFile::MetricsFile(const std::string& path) : path_(path) {
   if (path.empty()) return;
-  auto fail = [&](const std::string& reason) {
-    return UserError("log.metrics_file = " + path + ": cannot open for writing: " + reason);
-  };
   const std::filesystem::path parent = std::filesystem::path(path).parent_path();
   if (!parent.empty()) {
     std::error_code ec;
     std::filesystem::create_directories(parent, ec);
-    if (ec) throw fail(ec.message());
+    if (ec) throw cannot_write(path, ec.message());
   }
-  file_ = std::fopen(path.c_str(), "w");
-  if (file_ == nullptr) throw fail(std::strerror(errno));
+  file_ = std::fopen(path.c_str(), "a");  // creates it, changes nothing in an existing one
+  if (file_ == nullptr) throw cannot_write(path, std::strerror(errno));
+}
+
+void MetricsFile::begin(std::optional<int64_t> resumed_after) {
+  if (file_ == nullptr) return;
+  std::fclose(file_);
+  file_ = nullptr;
+  std::vector<std::string> lines;
+  {
+    std::ifstream in(path_);
+    for (std::string line; std::getline(in, line);) lines.push_back(line);
+  }
+  std::error_code ec;
+  if (!resumed_after) {
+    if (!lines.empty()) {
+      if (!is_start_record(lines.front()))
+        throw UserError("log.metrics_file = " + path_ +
+                        " exists and is not a Trellis metrics file (its first line is not a start record); "
+                        "refusing to replace it: choose another path");
+      std::string aside;
+      for (int n = 1; aside.empty() || std::filesystem::exists(aside); ++n) aside = path_ + "." + std::to_string(n);
+      std::filesystem::rename(path_, aside, ec);
+      if (ec) throw cannot_write(path_, "cannot move the earlier run's metrics to " + aside + ": " + ec.message());
+      std::printf("note: log.metrics_file = %s held an earlier run's metrics; they are now in %s\n", path_.c_str(),
+                  aside.c_str());
+    }
+  } else if (!lines.empty()) {
+    // Keep what the earlier run logged up to the checkpoint; what it logged after is replaced by
+    // this run's records of the same steps.
+    const std::string tmp = path_ + ".tmp";
+    std::ofstream out(tmp, std::ios::trunc);
+    for (const std::string& line : lines) {
+      bool parsed = false;
+      const std::optional<int64_t> step = line_step(line, parsed);
+      if (parsed && (!step || *step <= *resumed_after)) out << line << '\n';
+    }
+    out.close();
+    if (!out) throw cannot_write(path_, "cannot write " + tmp);
+    std::filesystem::rename(tmp, path_, ec);
+    if (ec) throw cannot_write(path_, "cannot replace it with " + tmp + ": " + ec.message());
+  }
+  file_ = std::fopen(path_.c_str(), "a");
+  if (file_ == nullptr) throw cannot_write(path_, std::strerror(errno));
 }
 
 MetricsFile::~MetricsFile() {

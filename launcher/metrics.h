@@ -1,5 +1,6 @@
 // Metrics as JSON lines: JsonObject builds one object, MetricsFile appends one per line.
 #pragma once
+#include <optional>
 #include <concepts>
 #include <cstdint>
 #include <cstdio>
@@ -44,9 +45,14 @@ std::string json_number(double v);
 // One JSON object per line, flushed after each. An empty path disables it (write does nothing).
 class MetricsFile {
  public:
-  // Creates missing parent directories. Throws UserError
-  // "log.metrics_file = <path>: cannot open for writing: <reason>".
+  // Creates missing parent directories and checks that the file can be written, without changing
+  // it. Throws UserError "log.metrics_file = <path>: cannot open for writing: <reason>".
   explicit MetricsFile(const std::string& path);
+  // Starts this run's records; nothing a user wrote is lost. A fresh run (resumed_after empty)
+  // moves an earlier run's metrics to <path>.N (the first free N) and refuses (UserError) to
+  // replace a file whose first line is not a start record; a resumed run keeps the records up to
+  // step `resumed_after` (so the file reads as one run) and appends after them.
+  void begin(std::optional<int64_t> resumed_after);
   ~MetricsFile();
   MetricsFile(const MetricsFile&) = delete;
   MetricsFile& operator=(const MetricsFile&) = delete;

@@ -1,5 +1,5 @@
 // The resolved configuration of a training run: one struct per TOML section. Every key has a
-// default and a one-line doc in the key table (train_config.cpp), which also generates
+// default and a one-line doc in the key table (config_keys.cpp), which also generates
 // docs/config.md.
 #pragma once
 #include <cstdint>

@@ -6,7 +6,6 @@
 #include <mpi.h>
 
 #include <chrono>
-#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <memory>
@@ -379,6 +378,7 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
   PackedAllReduce partial_grads(rt, tensor_group, optimizer.owned_grads(model.tensor_partial_grads()));
   const int64_t global_batch = B * res.accumulation * data_size;
   const double tokens_per_step = double(global_batch * T);
+  JsonObject start;  // the metrics file's start record, written once the resume is settled
   if (main_rank) {
     std::printf("trellis: %s, %s, layout tensor %d x pipeline %d x data %d, ZeRO stage %d\n", rt.device_name().c_str(),
                 res.precision.c_str(), layout.tensor, layout.pipeline, layout.data, zero_stage);
@@ -441,7 +441,6 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
     }
     JsonObject lay;
     lay.add("tensor", layout.tensor).add("pipeline", layout.pipeline).add("data", layout.data);
-    JsonObject start;
     start.add("event", "start").add("layout", lay).add("zero_stage", int64_t(zero_stage));
     start.add("schedule", schedule_kind_name(kind)).add("virtual_stages", int64_t(v)).add("stage_layers", stage_layers);
     start.add("params_per_rank", params_per_rank);
@@ -452,25 +451,18 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
     start.add("parameters", mc.parameter_count()).add("device", rt.device_name()).add("precision", res.precision);
     start.add("global_batch", global_batch).add("seq_len", T).add("steps", cfg.train.steps);
     start.add("activation_bytes_planned", int64_t(act.kept * size_t(slots) + act.work));
-    metrics->write(start);
   }
 
   TrainingState state{model, optimizer, scaler, whole, pipeline_group, tensor_group, data_rank, data_size};
   int64_t start_step = 0;
-  if (std::optional<std::string> from = choose_resume(cfg, MPI_COMM_WORLD)) {
+  const std::optional<std::string> from = choose_resume(cfg, MPI_COMM_WORLD);
+  if (from) {
     // Every rank reads the checkpoint; all must succeed before any goes on to a collective.
     agree_on([&] { start_step = load_training_checkpoint(rt, cfg, *from, state, global_batch); }, launch);
-    if (main_rank) {
-      std::printf("resumed from %s: continuing after step %lld\n", from->c_str(), (long long)start_step);
-      std::optional<std::string> newest =
-          cfg.checkpoint.dir.empty() ? std::nullopt : latest_valid_checkpoint(cfg.checkpoint.dir, nullptr, CheckpointVerify::kSizes);
-      std::optional<int64_t> newest_step = newest ? parse_checkpoint_dir_name(std::filesystem::path(*newest).filename().string()) : std::nullopt;
-      if (newest_step && *newest_step > start_step)
-        std::printf("warning: %s holds checkpoints up to step %lld from an earlier run; they are kept (resume = auto "
-                    "would pick them), and this run's checkpoints are pruned among steps <= its own\n",
-                    cfg.checkpoint.dir.c_str(), (long long)*newest_step);
-    }
+    if (main_rank) std::printf("resumed from %s: continuing after step %lld\n", from->c_str(), (long long)start_step);
   }
+  agree_on([&] { metrics->begin(from ? std::optional<int64_t>(start_step) : std::nullopt); }, launch);
+  if (main_rank) metrics->write(start);
   const bool checkpoints = !cfg.checkpoint.dir.empty();
   const bool keep_best = checkpoints && cfg.checkpoint.keep_best && cfg.log.val_every > 0;
   if (cfg.checkpoint.keep_best && !keep_best && main_rank)

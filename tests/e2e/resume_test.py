@@ -1,8 +1,11 @@
 #!/usr/bin/env python3
 """Checkpoint and resume, end to end on the CPU: 2N steps in one run and N + resume + N give
 bitwise-identical losses (dropout on; f32, and bf16 with its split master weights); resume = "auto" skips a corrupt newest checkpoint; the
-resumed run logs only the steps after its checkpoint; a checkpoint directory that cannot be
-written gives a warning while training goes on; checkpoint.keep_best keeps the best validation state. Usage: resume_test.py TRAIN_GPT CONFIG"""
+resumed run logs only the steps after its checkpoint; a checkpoint.dir that cannot be created fails
+before training, a save that fails later gives a warning while training goes on; no run overwrites
+another run's newer checkpoints; checkpoint.resume may name a checkpoint.dir; the metrics file of a
+resumed run reads as one run, an earlier run's is moved aside, and a file that is not a metrics
+file is never replaced; checkpoint.keep_best keeps the best validation state. Usage: resume_test.py TRAIN_GPT CONFIG"""
 import json
 import os
 import subprocess
@@ -20,6 +23,15 @@ def train(binary, config, metrics, *sets):
         sys.exit(f"FAIL: {' '.join(cmd)}\n{p.stdout[-2000:]}\n{p.stderr[-2000:]}")
     steps = {r["step"]: r["loss"] for r in map(json.loads, open(metrics)) if "step" in r and r.get("split") != "val"}
     return p.stdout, steps
+
+
+def fails(binary, config, *sets):
+    """A run that must fail before training: (exit code, its error lines)."""
+    cmd = [binary, config, "--set", "train.device=cpu", "--set", "train.steps=30"]
+    for s in sets:
+        cmd += ["--set", s]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    return p.returncode, [line for line in p.stderr.splitlines() if line.startswith("error")]
 
 
 def check(cond, what):
@@ -69,12 +81,57 @@ def main():
         check("skipped invalid" in out3 and min(third) == 26, "resume = auto skips the corrupt newest checkpoint")
         check(all(third[s] == full[s] for s in third), "resuming from step 25 continues the same curve")
 
-        # A checkpoint directory under a regular file cannot be created: warn, keep training.
+        # A checkpoint directory under a regular file cannot be created: one line before training.
         blocker = os.path.join(tmp, "file")
         open(blocker, "w").close()
-        out4, fourth = train(binary, config, os.path.join(tmp, "d.jsonl"), "checkpoint.dir=" + blocker + "/ck",
-                             "train.steps=30", "checkpoint.every=10", "checkpoint.resume=none")
-        check("NOT saved" in out4 and len(fourth) == 30, "a failing save warns and training goes on")
+        code, err = fails(binary, config, "checkpoint.dir=" + blocker + "/ck")
+        check(code == 1 and len(err) == 1 and "checkpoint.dir = " + blocker + "/ck: cannot create it" in err[0],
+              "a checkpoint.dir that cannot be created fails before training, in one line")
+        # A save that fails during the run (step_00000020 is a file in the way): warn, keep training.
+        ck4 = os.path.join(tmp, "ck4")
+        os.makedirs(ck4)
+        open(os.path.join(ck4, "step_00000020"), "w").close()
+        out4, fourth = train(binary, config, os.path.join(tmp, "d.jsonl"), "checkpoint.dir=" + ck4,
+                             "train.steps=30", "checkpoint.every=10")
+        check("checkpoint of step 20 NOT saved" in out4 and len(fourth) == 30
+              and os.path.isdir(os.path.join(ck4, "step_00000030")), "a failing save warns and training goes on")
+
+        # Another run's checkpoints are never overwritten: a fresh run (resume = none) or one
+        # resumed from an older step into a checkpoint.dir that holds newer ones fails in one line;
+        # resumed from there into another checkpoint.dir it trains. checkpoint.resume may name a
+        # checkpoint.dir (its newest valid checkpoint).
+        for resume, from_step in (("none", 0), (os.path.join(ck, "step_00000020"), 20)):
+            code, err = fails(binary, config, "checkpoint.dir=" + ck, "checkpoint.resume=" + resume)
+            check(code == 1 and len(err) == 1 and "holds checkpoints up to step 30" in err[0]
+                  and f"from step {from_step}) would overwrite" in err[0],
+                  f"checkpoint.resume = {resume} into a directory with newer checkpoints fails in one line")
+        out7, seventh = train(binary, config, os.path.join(tmp, "g.jsonl"), "checkpoint.dir=" + os.path.join(tmp, "ck7"),
+                              "checkpoint.resume=" + os.path.join(ck, "step_00000020"))
+        check(min(seventh) == 21 and all(seventh[s] == full[s] for s in seventh),
+              "resumed from another directory's older checkpoint, it continues the same curve")
+        _, eighth = train(binary, config, os.path.join(tmp, "h.jsonl"), "checkpoint.dir=" + os.path.join(tmp, "ck8"),
+                          "checkpoint.resume=" + ck4, "train.steps=32")
+        check(sorted(eighth) == [31, 32], "checkpoint.resume = a checkpoint.dir resumes from its newest checkpoint")
+
+        # The metrics file: a resumed run keeps the earlier records up to its checkpoint and
+        # replaces the rest, so the file reads as one run; a fresh run moves an earlier run's file
+        # aside; a file that is not a metrics file is never replaced.
+        m, ck9 = os.path.join(tmp, "m.jsonl"), os.path.join(tmp, "ck9")
+        train(binary, config, m, "checkpoint.dir=" + ck9, "checkpoint.every=5", "train.stop_after=12")
+        _, resumed = train(binary, config, m, "checkpoint.dir=" + ck9)
+        records = [json.loads(line) for line in open(m)]
+        steps = [r["step"] for r in records if "step" in r and r.get("split") != "val"]
+        check(steps == list(range(1, 31)) and [r.get("event") for r in records].count("start") == 2
+              and all(resumed[s] == full[s] for s in resumed),
+              "a resumed run's metrics file holds steps 1..30 once each (the earlier run's up to its checkpoint)")
+        out10, _ = train(binary, config, m, "train.steps=3")
+        check(os.path.exists(m + ".1") and "now in " + m + ".1" in out10 and len(open(m + ".1").readlines()) == len(records),
+              "a fresh run moves the earlier run's metrics file to .1")
+        precious = os.path.join(tmp, "notes.txt")
+        open(precious, "w").write("my notes\n")
+        code, err = fails(binary, config, "log.metrics_file=" + precious)
+        check(code == 1 and len(err) == 1 and "not a Trellis metrics file" in err[0] and open(precious).read() == "my notes\n",
+              "a log.metrics_file that is not a metrics file is refused and left as it was")
 
         # checkpoint.keep_best: dir/best holds the state of the lowest validation loss; resume = auto
         # still takes the newest step checkpoint.
