@@ -3,9 +3,12 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <filesystem>
 #include <sstream>
 
 #include "core/error.h"
+#include "data/mapped_file.h"
+#include "data/tokenizer.h"
 
 namespace trellis {
 
@@ -61,6 +64,21 @@ std::unique_ptr<SampleSource> open_dataset(const std::string& spec, const Datase
     throw UserError("data path \"" + spec + "\": expected PATH or WEIGHT PATH WEIGHT PATH ...");
   std::vector<std::unique_ptr<SampleSource>> sources;
   std::vector<double> weights;
+  // One token id must mean one thing in every source: the vocabulary files that are there agree.
+  std::string first_vocab, first_vocab_text;
+  for (size_t i = 1; i < words.size(); i += 2) {
+    const std::string vocab = vocabulary_path(words[i]);
+    if (!std::filesystem::exists(vocab)) continue;
+    const std::string text = read_text_file(vocab);
+    if (first_vocab.empty()) {
+      first_vocab = vocab;
+      first_vocab_text = text;
+    } else if (text != first_vocab_text) {
+      throw UserError("data path \"" + spec + "\": " + first_vocab + " and " + vocab +
+                      " differ: a blend's sources must share one vocabulary (tokenize them with one prepare_data run, "
+                      "or one tokenizer)");
+    }
+  }
   for (size_t i = 0; i < words.size(); i += 2) {
     char* end = nullptr;
     const double w = std::strtod(words[i].c_str(), &end);

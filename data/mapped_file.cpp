@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <utility>
@@ -65,6 +66,7 @@ bool file_exists(const std::string& path) {
 }
 
 std::string read_text_file(const std::string& path) {
+  if (std::filesystem::is_directory(path)) throw UserError(path + ": is a directory, not a file");
   std::ifstream in(path, std::ios::binary);
   if (!in) throw UserError(path + ": cannot open: " + std::strerror(errno));
   std::ostringstream ss;

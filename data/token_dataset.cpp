@@ -102,7 +102,7 @@ TokenDataset::TokenDataset(const std::string& path, const DatasetOptions& option
                      " (of " + std::to_string(view_.count) + " tokens in all)");
   };
   if (windows(Split::train) == 0) throw too_small(Split::train, "train");
-  if (opt_.val_fraction > 0 && windows(Split::val) == 0) throw too_small(Split::val, "validation");
+  if (opt_.need_val && opt_.val_fraction > 0 && windows(Split::val) == 0) throw too_small(Split::val, "validation");
 }
 
 int64_t TokenDataset::sample_start(Split split, int64_t index) const {

@@ -19,6 +19,7 @@ struct DatasetOptions {
   int64_t seq_len = 0;
   uint64_t seed = 0;
   double val_fraction = 0.1;
+  bool need_val = true;     // a validation split too small for one sample is an error (else only unused)
   int64_t model_vocab = 0;  // the model's vocab_size; 0 skips the check against the model
 };
 

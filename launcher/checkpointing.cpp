@@ -196,22 +196,27 @@ std::string write_rank_state(Runtime& rt, TrainingState s, const std::string& te
   }
 }
 
-}  // namespace
-
-// checkpoint.dir exists (created if missing) and takes a new file: a path that cannot hold
-// checkpoints is found before training, not at the first save.
-void check_checkpoint_dir(const Config& cfg) {
-  namespace fs = std::filesystem;
-  const std::string& dir = cfg.checkpoint.dir;
-  auto fail = [&](const std::string& why) { return UserError(cfg.path + ": checkpoint.dir = " + dir + ": " + why); };
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec || !fs::is_directory(dir)) throw fail("cannot create it as a directory: " + (ec ? ec.message() : "a file is in the way"));
-  const fs::path probe = fs::path(dir) / (".trellis_write_test." + std::to_string(::getpid()));
-  std::FILE* f = std::fopen(probe.c_str(), "w");
-  if (f == nullptr) throw fail(std::string("cannot write in it: ") + std::strerror(errno));
-  std::fclose(f);
-  fs::remove(probe, ec);
+// What decides which samples a step trains on: a resumed run that changes it trains on other data
+// than the uninterrupted run would have, so say so (it may be meant: a new data blend, say).
+void warn_on_changed_data(const Config& cfg, const JsonValue& meta, const std::string& dir) {
+  const JsonValue* text = meta.find("config");
+  if (!text) return;
+  Config was;
+  try {
+    was = load_config_text(text->as_string(), dir + " (config)", {});
+  } catch (const UserError&) {
+    return;  // written by a version with other keys: nothing to compare
+  }
+  const std::pair<const char*, std::pair<std::string, std::string>> keys[] = {
+      {"train.seed", {std::to_string(cfg.train.seed), std::to_string(was.train.seed)}},
+      {"data.source", {cfg.data.source, was.data.source}},
+      {"data.path", {cfg.data.path, was.data.path}},
+      {"data.val_fraction", {std::to_string(cfg.data.val_fraction), std::to_string(was.data.val_fraction)}}};
+  for (const auto& [key, values] : keys)
+    if (values.first != values.second)
+      std::printf("warning: resumed with %s = \"%s\", but the checkpoint's run had \"%s\": the steps from here train on "
+                  "other samples than an uninterrupted run would\n",
+                  key, values.first.c_str(), values.second.c_str());
 }
 
 // The step a checkpoint was saved after (its meta's "step").
@@ -238,6 +243,21 @@ void refuse_overwriting(const Config& cfg, int64_t from_step) {
                   "move them away, or continue with checkpoint.resume = auto");
 }
 
+}  // namespace
+
+void check_writable_dir(const std::string& what, const std::string& dir) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec || !fs::is_directory(dir))
+    throw UserError(what + ": cannot create it as a directory: " + (ec ? ec.message() : "a file is in the way"));
+  const fs::path probe = fs::path(dir) / (".trellis_write_test." + std::to_string(::getpid()));
+  std::FILE* f = std::fopen(probe.c_str(), "w");
+  if (f == nullptr) throw UserError(what + ": cannot write in it: " + std::strerror(errno));
+  std::fclose(f);
+  fs::remove(probe, ec);
+}
+
 std::optional<std::string> choose_resume(const Config& cfg, MPI_Comm world) {
   int rank = 0;
   TRELLIS_MPI_CHECK(MPI_Comm_rank(world, &rank));
@@ -246,7 +266,8 @@ std::optional<std::string> choose_resume(const Config& cfg, MPI_Comm world) {
     const std::string& r = cfg.checkpoint.resume;
     try {
       const bool checkpoints = !cfg.checkpoint.dir.empty();
-      if (checkpoints) check_checkpoint_dir(cfg);
+      // A path that cannot hold checkpoints is found now, not at the first save.
+      if (checkpoints) check_writable_dir(cfg.path + ": checkpoint.dir = " + cfg.checkpoint.dir, cfg.checkpoint.dir);
       if (r == "auto") {
         std::string why;
         if (checkpoints) {
@@ -346,6 +367,7 @@ int64_t load_training_checkpoint(Runtime& rt, const Config& cfg, const std::stri
       throw UserError(cfg.path + ": checkpoint " + dir + " was trained with a global batch of " +
                       std::to_string(seen / step) + " samples; this run has " + std::to_string(global_batch) +
                       " (train.global_batch, train.micro_batch and the data-parallel size must give the same)");
+    if (world_rank() == 0) warn_on_changed_data(cfg, meta, dir);
     return step;
   } catch (const CheckpointError& e) {
     throw UserError(cfg.path + ": cannot resume from " + dir + ": " + e.what());

@@ -39,6 +39,10 @@ struct TrainingState {
   bool writer() const { return saver() && pipeline_rank() == 0 && tensor_rank() == 0; }  // gathers and writes
 };
 
+// Creates `dir` if missing and checks that a file can be written in it; throws UserError
+// "<what>: cannot ..." otherwise (`what` names the setting, e.g. "run.toml: checkpoint.dir = d").
+void check_writable_dir(const std::string& what, const std::string& dir);
+
 // The checkpoint to resume from as checkpoint.resume says (decided by rank 0 and broadcast, so
 // all ranks agree), or nothing. Throws UserError for an explicit path that is not valid.
 std::optional<std::string> choose_resume(const Config& cfg, MPI_Comm world);

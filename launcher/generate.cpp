@@ -6,12 +6,14 @@
 // printed. Bad input prints one line "error: ..." and exits 1.
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <memory>
 #include <sstream>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/checkpoint.h"
@@ -62,10 +64,11 @@ Args parse(int argc, char** argv) {
       char* end = nullptr;
       a.temperature = std::strtod(v.c_str(), &end);
       if (v.empty() || *end != '\0') throw UserError(f + ": not a number: \"" + v + "\"");
+      if (!std::isfinite(a.temperature) || a.temperature < 0)
+        throw UserError(f + " " + v + ": allowed is a finite number >= 0 (0 = always the likeliest token)");
     } else if (f == "--device") a.device = value();
     else if (f == "--precision") a.precision = value();
     else if (f == "--vocab") a.vocab = value();
-    else if (f == "-h" || f == "--help") throw UserError(kUsage);
     else if (!f.empty() && f[0] == '-') throw UserError("unknown option " + f + " (" + kUsage + ")");
     else if (a.checkpoint.empty()) a.checkpoint = f;
     else throw UserError("more than one checkpoint given: " + a.checkpoint + ", " + f);
@@ -89,7 +92,11 @@ std::string step_dir(const std::string& path) {
   if (fs::exists(fs::path(path) / "manifest.json", ec)) return path;
   if (!fs::is_directory(path, ec)) throw UserError(path + ": no such checkpoint directory");
   std::string why;
-  if (auto latest = latest_valid_checkpoint(path, &why)) return *latest;
+  if (auto latest = latest_valid_checkpoint(path, &why)) {
+    std::fprintf(stderr, "note: sampling from %s, the newest valid checkpoint in %s%s%s\n", latest->c_str(), path.c_str(),
+                 why.empty() ? "" : "; skipped: ", why.c_str());
+    return *latest;
+  }
   throw UserError(path + ": no valid checkpoint in it" + (why.empty() ? "" : " (" + why + ")"));
 }
 
@@ -103,7 +110,10 @@ std::unique_ptr<Tokenizer> vocabulary(const Args& a, const Config& cfg) {
   const std::string data = parts.size() > 1 ? parts[1] : cfg.data.path;
   const std::string file = vocabulary_path(data);
   if (!std::filesystem::exists(file)) {
-    std::fprintf(stderr, "note: no vocabulary file %s; prompts and output are token ids\n", file.c_str());
+    std::fprintf(stderr,
+                 "note: no vocabulary file %s (data.path is relative to where training ran; --vocab FILE names "
+                 "it); prompts and output are token ids\n",
+                 file.c_str());
     return nullptr;
   }
   return load_vocabulary(file);
@@ -169,7 +179,8 @@ int run(int argc, char** argv) {
     try {
       prompts.push_back(tok ? tok->encode(p) : parse_ids(p, m.vocab_size));
     } catch (const UserError& e) {
-      throw UserError("--prompt \"" + p + "\": " + e.what());
+      throw UserError("--prompt \"" + p + "\": " + e.what() +
+                      (tok ? "" : " (without a vocabulary a prompt is token ids: see --vocab)"));
     }
     if (prompts.back().empty()) throw UserError("--prompt \"" + p + "\" has no tokens");
     longest = std::max(longest, prompts.back().size());
@@ -228,6 +239,11 @@ int run(int argc, char** argv) {
 }  // namespace trellis
 
 int main(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i)
+    if (std::string_view(argv[i]) == "--help" || std::string_view(argv[i]) == "-h") {
+      std::printf("%s\n", trellis::kUsage);
+      return 0;
+    }
   try {
     return trellis::run(argc, argv);
   } catch (const trellis::UserError& e) {

@@ -6,6 +6,7 @@
 // PREFIX.vocab.json. Bad input prints one line "error: ..." and exits 1.
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
@@ -77,8 +78,20 @@ std::vector<std::string> documents(const std::string& text, const std::string& s
 
 int run(int argc, char** argv) {
   const Args a = parse(argc, argv);
+  // The outputs must not replace an input: prepare_data never destroys what it reads.
+  const std::vector<std::string> outputs = {a.output + ".bin", a.output + ".idx", a.output + ".tok",
+                                           a.output + ".vocab.json"};
+  for (const std::string& in : a.inputs)
+    for (const std::string& out : outputs) {
+      std::error_code ec;
+      if (std::filesystem::exists(out) && std::filesystem::equivalent(in, out, ec))
+        throw UserError("--output " + a.output + " would overwrite the input " + in + " (choose another prefix)");
+    }
   std::vector<std::string> texts;
-  for (const std::string& in : a.inputs) texts.push_back(read_text_file(in));
+  for (const std::string& in : a.inputs) {
+    texts.push_back(read_text_file(in));
+    if (texts.back().empty()) throw UserError(in + ": is empty: there is nothing to tokenize");
+  }
 
   std::unique_ptr<Tokenizer> tok = a.tokenizer == "byte"   ? make_byte_tokenizer()
                                    : a.tokenizer == "char" ? make_char_tokenizer(texts)

@@ -2,6 +2,7 @@
 #include "launcher/stop_signal.h"
 
 #include <pthread.h>
+#include <unistd.h>
 
 #include <csignal>
 
@@ -11,18 +12,31 @@ namespace trellis {
 
 namespace {
 volatile std::sig_atomic_t received = 0;
-extern "C" void on_stop_signal(int sig) { received = sig; }
+extern "C" void on_stop_signal(int sig) {
+  if (sig == SIGINT) {
+    if (received == SIGINT) {  // the second Ctrl-C: quit now
+      std::signal(SIGINT, SIG_DFL);
+      std::raise(SIGINT);
+      return;
+    }
+    static const char note[] = "\nCtrl-C: stopping after this step (Ctrl-C again to quit now)\n";
+    [[maybe_unused]] ssize_t n = ::write(STDERR_FILENO, note, sizeof note - 1);  // async-signal-safe
+  }
+  received = sig;
+}
 }  // namespace
 
 void install_stop_handlers() {
   std::signal(SIGUSR1, on_stop_signal);
   std::signal(SIGTERM, on_stop_signal);
+  std::signal(SIGINT, on_stop_signal);
   // A launcher may start us with these signals blocked (the mask is inherited across exec); a
   // blocked stop signal would never arrive, so the run could not stop cleanly.
   sigset_t stop;
   sigemptyset(&stop);
   sigaddset(&stop, SIGUSR1);
   sigaddset(&stop, SIGTERM);
+  sigaddset(&stop, SIGINT);
   pthread_sigmask(SIG_UNBLOCK, &stop, nullptr);
 }
 
@@ -36,6 +50,7 @@ const char* stop_signal_name() {
   switch (received) {
     case SIGUSR1: return "SIGUSR1";
     case SIGTERM: return "SIGTERM";
+    case SIGINT: return "SIGINT";
     case 0: return nullptr;
     default: return "a signal";
   }

@@ -1,5 +1,5 @@
-// Preemption: SIGUSR1 (sbatch --signal=USR1@N; mpirun forwards it) and SIGTERM (srun, a plain
-// process) ask the run to stop. Ranks receive signals at different moments, so at the end of
+// Preemption: SIGUSR1 (sbatch --signal=USR1@N; mpirun forwards it), SIGTERM (srun, a plain
+// process) and a first Ctrl-C (SIGINT; a second quits at once) ask the run to stop. Ranks receive signals at different moments, so at the end of
 // every step all ranks agree (one tiny all-reduce) and stop after the same step.
 #pragma once
 #include <mpi.h>

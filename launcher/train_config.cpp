@@ -6,6 +6,7 @@
 #include "parallel/pipeline/schedule.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <cerrno>
 #include <charconv>
 #include <cmath>
@@ -169,6 +170,15 @@ void apply_override(const std::string& item, Config& c) {
 // Checks that involve more than one key.
 void validate_relations(const Config& c) {
   const std::string& p = c.path;
+  // Sizes whose products index tensors must fit in 64 bits (with room): an absurd value gets one
+  // line here rather than an overflow that blames another key.
+  const double widest = std::max(4.0 * double(c.model.d_model), double(c.model.vocab_size));
+  if (const double elements = double(c.train.micro_batch) * double(c.model.seq_len) * widest; elements > 0x1p56) {
+    char n[32];
+    std::snprintf(n, sizeof n, "%.3g", elements);
+    throw UserError(p + ": train.micro_batch x model.seq_len x max(4 x model.d_model, model.vocab_size) = " + n +
+                    " elements is beyond what a tensor can index (allowed: below 2^56)");
+  }
   if (c.model.d_model % c.model.n_heads != 0)
     throw UserError(p + ": model.n_heads = " + std::to_string(c.model.n_heads) +
                     " does not divide model.d_model = " + std::to_string(c.model.d_model));
@@ -179,11 +189,15 @@ void validate_relations(const Config& c) {
                     " is less than optimizer.min_lr = " + config_keys::toml_value(*min_lr, c) +
                     " (allowed: lr >= min_lr >= 0)");
   }
-  if (c.data.source == "file" && c.log.val_every > 0 && c.data.val_fraction == 0.0)
-    throw UserError(p + ": log.val_every = " + std::to_string(c.log.val_every) +
-                    " needs validation data, but data.val_fraction = 0 (set log.val_every = 0 or a fraction > 0)");
   if (c.data.source == "file" && c.data.path.empty())
     throw UserError(p + ": data.source = \"file\" needs data.path (a dataset made by prepare_data)");
+  if (c.data.source != "file" && !c.data.path.empty())
+    throw UserError(p + ": data.path = \"" + c.data.path + "\" is set, but data.source = \"" + c.data.source +
+                    "\" does not read it (set data.source = \"file\" to train on it)");
+  if (c.model.attention_dropout < 0 && c.model.attention_dropout != -1.0)
+    throw UserError(p + ": model.attention_dropout = " +
+                    config_keys::toml_value(*config_keys::find_key("model", "attention_dropout"), c) +
+                    " (allowed: -1 = model.dropout, or [0, 1))");
   if (c.checkpoint.resume != "auto" && c.checkpoint.resume != "none" && c.checkpoint.resume.empty())
     throw UserError(p + ": checkpoint.resume is empty (allowed: auto, none, or a checkpoint directory)");
   parse_stage_layers(c);

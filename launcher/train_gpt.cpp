@@ -8,6 +8,7 @@
 #include <functional>
 
 #include "core/error.h"
+#include "launcher/checkpointing.h"
 #include "launcher/cli.h"
 #include "launcher/train_config.h"
 #include "launcher/trainer.h"
@@ -45,6 +46,7 @@ bool agree(const LaunchInfo& l, const std::function<void()>& step) {
   int first_failed = message.empty() ? l.world : l.rank;
   TRELLIS_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &first_failed, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
   if (first_failed == l.world) return true;
+  std::fflush(stdout);  // the error line after what was printed before it, also in a log file
   if (first_failed == l.rank) std::fprintf(stderr, "error: %s\n", message.c_str());
   return false;
 }
@@ -77,6 +79,9 @@ int main(int argc, char** argv) {
       cfg = load_config(args.config_path, args.overrides);
       validate_for_world(cfg, launch.world);
       check_devices(cfg, launch);
+      // Found now rather than after training: without a checkpoint the weights would be lost.
+      if (!args.export_weights_dir.empty() && launch.rank == 0)
+        check_writable_dir("--export-weights " + args.export_weights_dir, args.export_weights_dir);
     });
     ok = ok && agree(launch, [&] { check_same_config(cfg); });
     if (ok && launch.rank == 0 && args.dump_grads_dir.empty())
@@ -87,6 +92,7 @@ int main(int argc, char** argv) {
         if (!args.dump_grads_dir.empty()) dump_gradients(cfg, launch, args.dump_grads_dir);
         else run_training(cfg, launch, RunOptions{args.export_weights_dir});
       } catch (const UserError& e) {
+        std::fflush(stdout);  // the error line after what was printed before it, also in a log file
         if (launch.rank == 0) std::fprintf(stderr, "error: %s\n", e.what());
         ok = false;
       } catch (const std::exception& e) {

@@ -189,6 +189,7 @@ std::unique_ptr<SampleSource> open_samples(const Config& cfg, const GPTConfig& m
   o.seq_len = mc.seq_len;
   o.seed = uint64_t(cfg.train.seed);
   o.val_fraction = cfg.data.val_fraction;
+  o.need_val = cfg.log.val_every > 0;
   o.model_vocab = mc.vocab_size;
   return open_dataset(cfg.data.path, o);
 }
@@ -470,6 +471,13 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
   double best_val = keep_best && main_rank ? best_checkpoint_val_loss(cfg) : 0.0;
   if (cfg.train.stop_after > 0 && !checkpoints && main_rank)
     std::printf("warning: train.stop_after without checkpoint.dir: the run stops and nothing is saved\n");
+  if (main_rank && cfg.optimizer.warmup_steps > cfg.train.steps)
+    std::printf("warning: optimizer.warmup_steps = %lld is beyond train.steps = %lld: the learning rate never reaches "
+                "optimizer.lr\n",
+                (long long)cfg.optimizer.warmup_steps, (long long)cfg.train.steps);
+  if (main_rank && from && start_step >= cfg.train.steps)
+    std::printf("warning: the checkpoint is at step %lld and train.steps = %lld: there is nothing left to train\n",
+                (long long)start_step, (long long)cfg.train.steps);
 
   Buffer scalars(rt.allocator(), 3 * 4, "step scalars");
   Tensor loss_sum = scalars.tensor(DType::f32, {1}), norm_sq = scalars.tensor(DType::f32, {1}, 4);

@@ -84,6 +84,17 @@ check global_batch "batch.toml" "train.global_batch = 6 is not a multiple of tra
 check zero_reduce_dtype "zero.toml" "zero.reduce_dtype = bf16" "f32 only" -- "$train_gpt" "$tmp/zero.toml"
 check bad_set "--set train.steps=abc" "not an integer" -- "$train_gpt" "$tmp/good.toml" --set train.steps=abc
 check bad_option "unknown option --bogus" -- "$train_gpt" "$tmp/good.toml" --bogus
+check path_without_file_source "data.path = \"x.tok\" is set, but data.source = \"synthetic\" does not read it" -- \
+  "$train_gpt" "$tmp/good.toml" --set data.path=x.tok
+check attention_dropout "model.attention_dropout = -0.5 (allowed: -1 = model.dropout, or [0, 1))" -- \
+  "$train_gpt" "$tmp/good.toml" --set model.attention_dropout=-0.5
+check absurd_batch "train.micro_batch x model.seq_len x" "beyond what a tensor can index" -- \
+  "$train_gpt" "$tmp/good.toml" --set train.micro_batch=9223372036854775807
+: >"$tmp/a_file"
+check checkpoint_dir_under_file "checkpoint.dir = $tmp/a_file/ck: cannot create it as a directory" -- \
+  "$train_gpt" "$tmp/good.toml" --set checkpoint.dir="$tmp/a_file/ck"
+check export_dir_under_file "--export-weights $tmp/a_file/w: cannot create it as a directory" -- \
+  "$train_gpt" "$tmp/good.toml" --export-weights "$tmp/a_file/w"
 
 # Under mpirun every rank fails alike; the message comes once (rank 0). mpirun adds its own
 # "exited with non-zero status" banner, so count the program's lines instead of all of stderr.

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # generate on a freshly trained tiny checkpoint: exit 0 and 10 generated tokens per prompt (two
-# prompts of different lengths); a bad checkpoint path gives one "error:" line and exit 1.
+# prompts of different lengths), naming the checkpoint it took from a checkpoint.dir; a bad
+# checkpoint path or temperature gives one "error:" line and exit 1; --help prints the usage, exit 0.
 # Usage: generate_test.sh TRAIN_GPT GENERATE TINY_TOML
 set -uo pipefail
 train_gpt=${1:?usage: generate_test.sh TRAIN_GPT GENERATE TINY_TOML}
@@ -17,6 +18,8 @@ fail() { echo "FAIL: $*" >&2; exit 1; }
 "$generate" "$tmp/ckpt" --prompt "1 2 3" --prompt "4 5" --tokens 10 --device cpu --seed 3 \
   >"$tmp/out" 2>"$tmp/err" || { cat "$tmp/out" "$tmp/err" >&2; fail "generate exited non-zero"; }
 cat "$tmp/out"
+grep -q "^note: sampling from $tmp/ckpt/step_00000020, the newest valid checkpoint in $tmp/ckpt" "$tmp/err" ||
+  { cat "$tmp/err" >&2; fail "no note naming the checkpoint taken"; }
 [[ $(grep -c '^generated:' "$tmp/out") == 2 ]] || fail "expected 2 generated lines"
 while read -r _ rest; do
   n=$(wc -w <<<"$rest")
@@ -30,4 +33,12 @@ rc=0
 "$generate" "$tmp/nonexistent" --prompt "1" --tokens 10 >"$tmp/out" 2>"$tmp/err" || rc=$?
 [[ $rc == 1 ]] || fail "bad checkpoint path: exit $rc, expected 1"
 [[ $(wc -l <"$tmp/err") == 1 ]] && grep -q '^error: ' "$tmp/err" || { cat "$tmp/err" >&2; fail "bad checkpoint path: expected one error: line"; }
+for t in nan -1 inf; do
+  rc=0
+  "$generate" "$tmp/ckpt" --prompt "1" --temperature "$t" >"$tmp/out" 2>"$tmp/err" || rc=$?
+  [[ $rc == 1 && $(wc -l <"$tmp/err") == 1 ]] && grep -q "^error: --temperature $t: allowed is a finite number >= 0" "$tmp/err" ||
+    { cat "$tmp/err" >&2; fail "--temperature $t: exit $rc, expected 1 and one error line"; }
+done
+"$generate" --help >"$tmp/out" 2>"$tmp/err" || fail "--help exited non-zero"
+grep -q "^usage: generate CHECKPOINT_DIR" "$tmp/out" && [[ ! -s $tmp/err ]] || fail "--help: no usage on stdout"
 echo "generate e2e: OK"

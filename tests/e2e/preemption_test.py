@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Preemption: train_gpt stops cleanly on a stop signal, every rank after the same step.
 
-train_gpt installs handlers for SIGUSR1 and SIGTERM; at the end of each step the ranks agree (an
+train_gpt installs handlers for SIGUSR1, SIGTERM and SIGINT; at the end of each step the ranks agree (an
 all-reduce of "has any rank been signalled") and all stop after that same step, rank 0 printing
 "stopping after step N: received SIG..." and every rank exiting 0. This is what makes
 `#SBATCH --signal=USR1@120` (examples/slurm/train_gpt.sbatch) a clean stop before the time limit.
@@ -15,6 +15,7 @@ signal sent once the metrics file shows a few steps:
      So under mpirun use SIGUSR1 (or signal the ranks directly); under srun, Slurm signals every
      task itself, so both signals work there.
   2. one process (no mpirun), SIGTERM sent to it directly.
+  3. one process, SIGINT (a first Ctrl-C; a second would quit at once).
 Checks: exit code 0 within 60 s of the signal; "stopping after step N" printed exactly once (rank 0
 only, one agreed step); the metrics file's last step record is N and "done: N steps" follows; no
 rank printed an error or a crash banner (stderr holds nothing of the kind, and mpirun would exit
@@ -133,6 +134,8 @@ def main():
                        signal.SIGUSR1, metrics, tmp)
         metrics, args = train_args("single")
         ok &= run_case("one process, SIGTERM", args, signal.SIGTERM, metrics, tmp)
+        metrics, args = train_args("ctrl_c")
+        ok &= run_case("one process, Ctrl-C (SIGINT)", args, signal.SIGINT, metrics, tmp)
     print("PASS" if ok else "FAIL")
     sys.exit(0 if ok else 1)
 

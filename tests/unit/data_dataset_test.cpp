@@ -224,6 +224,21 @@ TEST(DataDataset, BlendingFollowsWeights) {
             std::string::npos);
 }
 
+TEST(DataDataset, BlendingNeedsOneVocabulary) {
+  TempDir dir;
+  std::vector<int32_t> toks(1000);
+  for (int i = 0; i < 1000; ++i) toks[size_t(i)] = i % 3;
+  for (const char* name : {"a", "b", "c"}) write_token_file(dir / (std::string(name) + ".tok"), toks);
+  save_vocabulary(*make_char_tokenizer({"xyz"}), dir / "a.vocab.json");
+  save_vocabulary(*make_char_tokenizer({"zyx"}), dir / "b.vocab.json");  // the same characters, ids alike
+  save_vocabulary(*make_char_tokenizer({"xy\n"}), dir / "c.vocab.json");  // id 2 is another character
+  EXPECT_NO_THROW(open_dataset("1 " + (dir / "a.tok") + " 1 " + (dir / "b.tok"), options(8, 1)));
+  const std::string e = error_of([&] { open_dataset("1 " + (dir / "a.tok") + " 1 " + (dir / "c.tok"), options(8, 1)); });
+  EXPECT_NE(e.find("a.vocab.json and " + (dir / "c.vocab.json") + " differ: a blend's sources must share one vocabulary"),
+            std::string::npos)
+      << e;
+}
+
 TEST(DataDataset, TinyShakespeareAtCharLevel) {
   const std::string path = TRELLIS_SOURCE_DIR "/../shared/data/tinyshakespeare.txt";
   if (!file_exists(path)) GTEST_SKIP() << path << " is absent";

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# prepare_data end to end: a text becomes a token file and a vocabulary that train_gpt trains on;
+# an empty input, a directory as input and an output that would replace an input each give one
+# "error:" line and exit 1, and leave the input as it was.
+# Usage: prepare_data_test.sh PREPARE_DATA TRAIN_GPT TINY_TOML
+set -uo pipefail
+prepare_data=${1:?usage: prepare_data_test.sh PREPARE_DATA TRAIN_GPT TINY_TOML}
+train_gpt=${2:?usage: prepare_data_test.sh PREPARE_DATA TRAIN_GPT TINY_TOML}
+config=${3:?usage: prepare_data_test.sh PREPARE_DATA TRAIN_GPT TINY_TOML}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+for i in $(seq 200); do echo "the quick brown fox jumps over the lazy dog $i"; done >"$tmp/text.txt"
+"$prepare_data" --input "$tmp/text.txt" --output "$tmp/text" --tokenizer char --format llmc >"$tmp/out" 2>&1 ||
+  { cat "$tmp/out" >&2; fail "prepare_data exited non-zero"; }
+[[ -s $tmp/text.tok && -s $tmp/text.vocab.json ]] || fail "no text.tok / text.vocab.json"
+"$train_gpt" "$config" --set train.device=cpu --set train.steps=3 --set data.source=file \
+  --set data.path="$tmp/text.tok" --set log.val_every=0 >"$tmp/train" 2>&1 || { tail -3 "$tmp/train" >&2; fail "train_gpt on it"; }
+echo "ok   a text becomes a token file train_gpt trains on"
+
+# bad NAME "EXPECTED" ARGS...: one error line naming the problem, exit 1.
+bad() {
+  local name=$1 want=$2
+  shift 2
+  local rc=0
+  "$prepare_data" "$@" >"$tmp/out" 2>"$tmp/err" || rc=$?
+  [[ $rc == 1 && $(wc -l <"$tmp/err") == 1 ]] && grep -qF "error: $want" "$tmp/err" ||
+    { cat "$tmp/err" >&2; fail "$name: exit $rc, expected 1 and one line with '$want'"; }
+  echo "ok   $name: $(cat "$tmp/err")"
+}
+: >"$tmp/empty.txt"
+bad empty_input "$tmp/empty.txt: is empty" --input "$tmp/empty.txt" --output "$tmp/e" --tokenizer char
+mkdir "$tmp/adir"
+bad directory_input "$tmp/adir: is a directory" --input "$tmp/adir" --output "$tmp/d" --tokenizer char
+cp "$tmp/text.txt" "$tmp/keep.tok"
+bad output_over_input "--output $tmp/keep would overwrite the input $tmp/keep.tok" \
+  --input "$tmp/keep.tok" --output "$tmp/keep" --tokenizer char --format llmc
+cmp -s "$tmp/text.txt" "$tmp/keep.tok" || fail "the input was changed"
+echo "prepare_data e2e: OK"
