@@ -197,7 +197,8 @@ std::string write_rank_state(Runtime& rt, TrainingState s, const std::string& te
 }
 
 // What decides which samples a step trains on: a resumed run that changes it trains on other data
-// than the uninterrupted run would have, so say so (it may be meant: a new data blend, say).
+// than the uninterrupted run would have, so say so (it may be meant: a new data blend, say). Also
+// an initial loss scale that the checkpoint's scale overrides.
 void warn_on_changed_data(const Config& cfg, const JsonValue& meta, const std::string& dir) {
   const JsonValue* text = meta.find("config");
   if (!text) return;
@@ -217,6 +218,10 @@ void warn_on_changed_data(const Config& cfg, const JsonValue& meta, const std::s
       std::printf("warning: resumed with %s = \"%s\", but the checkpoint's run had \"%s\": the steps from here train on "
                   "other samples than an uninterrupted run would\n",
                   key, values.first.c_str(), values.second.c_str());
+  if (cfg.fp16.initial_scale_power != was.fp16.initial_scale_power)
+    std::printf("note: fp16.initial_scale_power = %lld applies to fresh runs; the loss scale continues from the "
+                "checkpoint's\n",
+                (long long)cfg.fp16.initial_scale_power);
 }
 
 // The step a checkpoint was saved after (its meta's "step").

@@ -66,7 +66,7 @@ const std::vector<KeySpec> kKeys = {
   {"optimizer", "beta1", T::Float, TRELLIS_FIELD(optimizer, beta1), "AdamW first-moment decay.", {}, 0, false, 1, true},
   {"optimizer", "beta2", T::Float, TRELLIS_FIELD(optimizer, beta2), "AdamW second-moment decay.", {}, 0, false, 1, true},
   {"optimizer", "eps", T::Float, TRELLIS_FIELD(optimizer, eps), "AdamW epsilon.", {}, 0, true},
-  {"optimizer", "weight_decay", T::Float, TRELLIS_FIELD(optimizer, weight_decay), "AdamW decoupled weight decay.", {}, 0},
+  {"optimizer", "weight_decay", T::Float, TRELLIS_FIELD(optimizer, weight_decay), "AdamW decoupled weight decay, on the weight matrices and embeddings (not on biases or layer-norm parameters, as in nanoGPT and Megatron).", {}, 0},
 
   {"zero", "stage", T::Int, TRELLIS_FIELD(zero, stage), "0 = replicate; 1 = shard the fp32 master weights and Adam moments over the data group (gradients reduce-scattered, parameters all-gathered); 2 = + gradients (no full gradient buffer: each block's reduce-scattered after its backward, every micro-batch); 3 = + parameters (each block's all-gathered just before use). Embeddings and the final LayerNorm stay whole at every stage. On two GPUs of one node, stage 1 is the fastest: GPT-2 350M at data = 2 scaled 98.3% against 95.8% at stage 0 (docs/benchmarks.md, tenth session: AdamW and the norm on half the parameters each). Checkpoints at stages >= 1 hold each rank's optimizer pieces and resume on the same layout only.", {}, 0, false, 3},
   {"zero", "bucket_mb", T::Int, TRELLIS_FIELD(zero, bucket_mb), "ZeRO stage 0: data-parallel gradient buckets of about this many MiB, all-reduced as soon as backward completes them (fewer, larger all-reduces overlap backward better: 25 scaled GPT-2 350M on two H200s 92.7%, 200 94.2%). Stages 1-3 reduce-scatter the parameter store's buckets instead (one per transformer block, one each for wte, wpe and the final LayerNorm) and ignore it.", {}, 1},
@@ -75,22 +75,22 @@ const std::vector<KeySpec> kKeys = {
 
   {"zero", "embedding_grad", T::String, TRELLIS_FIELD(zero, embedding_grad), "Stage 0 with data ranks > 1, one pipeline stage and no tensor parallelism: gather_rows = all-reduce the token embedding's gradient as backward begins (the classifier's part is final since the forward) and gather every data rank's rows of the last micro-batch's embedding backward, scattering them all into it, instead of all-reducing the whole (vocabulary x d_model) gradient after the embedding backward, the last op of backward, with nothing left to overlap it. gather_rows also needs zero.overlap = true. auto = gather_rows where the gathered rows are fewer bytes (GPT-2 at a few data ranks), else all_reduce.", {"auto", "gather_rows", "all_reduce"}},
 
-  {"fp16", "initial_scale_power", T::Int, TRELLIS_FIELD(fp16, initial_scale_power), "Initial loss scale = 2^this.", {}, 0, false, 64},
+  {"fp16", "initial_scale_power", T::Int, TRELLIS_FIELD(fp16, initial_scale_power), "Initial loss scale = 2^this (at least fp16.min_scale); a resumed run continues the checkpoint's scale.", {}, 0, false, 64},
   {"fp16", "loss_scale_window", T::Int, TRELLIS_FIELD(fp16, loss_scale_window), "Overflow-free steps before the scale doubles.", {}, 1},
   {"fp16", "hysteresis", T::Int, TRELLIS_FIELD(fp16, hysteresis), "The scale halves at the N-th overflow since it last changed (1 = at every overflow).", {}, 1},
   {"fp16", "min_scale", T::Float, TRELLIS_FIELD(fp16, min_scale), "The loss scale never drops below this.", {}, 0, true},
 
   {"data", "source", T::String, TRELLIS_FIELD(data, source), "synthetic = a learnable token task; random = uniform tokens; file = data.path.", {"synthetic", "random", "file"}},
   {"data", "path", T::String, TRELLIS_FIELD(data, path), "For source = file: a tokenized dataset (Megatron .bin/.idx prefix or llm.c token file, made by prepare_data), or a blend \"0.3 PATH_A 0.7 PATH_B\".", {}},
-  {"data", "val_fraction", T::Float, TRELLIS_FIELD(data, val_fraction), "For source = file: the last fraction of the tokens is the validation split.", {}, 0, true, 1, true},
+  {"data", "val_fraction", T::Float, TRELLIS_FIELD(data, val_fraction), "For source = file: the last fraction of the tokens is the validation split (held out of training also with log.val_every = 0).", {}, 0, true, 1, true},
 
   {"log", "every", T::Int, TRELLIS_FIELD(log, every), "A log line every N steps.", {}, 1},
   {"log", "metrics_file", T::String, TRELLIS_FIELD(log, metrics_file), "Write metrics as JSON lines to this file (rank 0); empty = none. One start record (layout, memory plan), then per step: loss, lr, grad_norm, tokens_per_s, step_ms, peak_mem_bytes, mfu, phase_ms (device time of the schedule, the loss/norm reductions and the optimizer) and stage_timing (per virtual pipeline stage, the compute time of the step's forwards and of its backwards, over micro_batches), and validation records.", {}},
   {"log", "tensorboard_dir", T::String, TRELLIS_FIELD(log, tensorboard_dir), "Write TensorBoard event files (scalars) to this directory (rank 0); empty = none.", {}},
-  {"log", "val_every", T::Int, TRELLIS_FIELD(log, val_every), "Validate every N steps; 0 = off.", {}, 0},
+  {"log", "val_every", T::Int, TRELLIS_FIELD(log, val_every), "Validate every N steps and at the last one; 0 = off.", {}, 0},
   {"log", "val_batches", T::Int, TRELLIS_FIELD(log, val_batches), "Micro-batches per validation.", {}, 1},
   {"checkpoint", "dir", T::String, TRELLIS_FIELD(checkpoint, dir), "Directory of the run's checkpoints (step_NNNNNNNN/ each); empty = no checkpoints. At ZeRO stages >= 1 every rank writes its own optimizer state into it, so it must be on a filesystem all ranks see.", {}},
-  {"checkpoint", "every", T::Int, TRELLIS_FIELD(checkpoint, every), "Save every N steps (and at the end, and when stopped by a signal); 0 = only then.", {}, 0},
+  {"checkpoint", "every", T::Int, TRELLIS_FIELD(checkpoint, every), "Save every N steps (and at the end, and when stopped by a signal); 0 = only then. Needs checkpoint.dir.", {}, 0},
   {"checkpoint", "keep", T::Int, TRELLIS_FIELD(checkpoint, keep), "Keep the newest K valid checkpoints; older ones are removed.", {}, 1},
   {"checkpoint", "resume", T::String, TRELLIS_FIELD(checkpoint, resume), "auto = the newest valid checkpoint in checkpoint.dir, if any; none = start fresh; or one checkpoint's step_NNNNNNNN directory.", {}},
   {"checkpoint", "keep_best", T::Bool, TRELLIS_FIELD(checkpoint, keep_best), "After each validation that beats the best so far, save the state to checkpoint.dir/best (replaced atomically; never pruned, never picked by resume = auto), as nanoGPT keeps its best model.", {}},

@@ -239,21 +239,46 @@ bool use_embedding_row_exchange(const Config& cfg, int data_ranks, int64_t B, in
           EmbeddingRowExchange::pays(data_ranks, B, T, mc.d_model, mc.dtype, mc.padded_vocab()));
 }
 
-// With log.trace_step: every rank checks that it can write its trace file (created empty now), and
-// every rank learns whether all could, so a bad path fails at the start on all ranks, not after
-// the traced step on some.
+// With log.trace_step: every rank checks that it can write its trace file (created if missing; an
+// earlier trace stays until this run traces its step), and every rank learns whether all could, so
+// a bad path fails at the start on all ranks, not after the traced step on some.
 void check_trace_file(const Config& cfg, const LaunchInfo& launch) {
   if (cfg.log.trace_step <= 0) return;
   const std::string path = trace_path(cfg.log.trace_file, launch.rank, launch.world);
-  int failed = std::ofstream(path, std::ios::binary | std::ios::trunc) ? 0 : 1;
+  int failed = std::ofstream(path, std::ios::binary | std::ios::app) ? 0 : 1;
   const int mine = failed;
   TRELLIS_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &failed, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD));
   if (failed)
     throw UserError("log.trace_file: " + (mine ? "cannot write " + path : "another rank cannot write its trace file") +
                     " (a writable path, e.g. \"runs/trace.json\")");
-  if (cfg.log.trace_step > cfg.train.steps && launch.rank == 0)
-    std::printf("warning: log.trace_step = %lld is beyond train.steps = %lld: nothing will be traced\n",
-                (long long)cfg.log.trace_step, (long long)cfg.train.steps);
+}
+
+// Settings this run will not act on, said once the resume is settled (rank 0): a run must not look
+// as if it did something it does not.
+void warn_on_unused_settings(const Config& cfg, const std::string& precision, int64_t start_step) {
+  const int64_t steps = cfg.train.steps;
+  const int64_t stop = cfg.train.stop_after;
+  const int64_t last = stop > start_step && stop < steps ? stop : steps;  // the last step this run trains
+  auto warn = [](const std::string& text) { std::printf("warning: %s\n", text.c_str()); };
+  const std::string at = " (the run trains steps " + std::to_string(start_step + 1) + " to " + std::to_string(last) + ")";
+  if (start_step >= steps)
+    warn("the checkpoint is at step " + std::to_string(start_step) + " and train.steps = " + std::to_string(steps) +
+         ": there is nothing left to train");
+  if (cfg.checkpoint.dir.empty() && cfg.checkpoint.every > 0)
+    warn("checkpoint.every = " + std::to_string(cfg.checkpoint.every) + " without checkpoint.dir: no checkpoint is saved");
+  if (stop > 0 && (stop <= start_step || stop > steps))
+    warn("train.stop_after = " + std::to_string(stop) + " is never reached as a stop" + at);
+  if (cfg.log.trace_step > 0 && (cfg.log.trace_step <= start_step || cfg.log.trace_step > last))
+    warn("log.trace_step = " + std::to_string(cfg.log.trace_step) + " is not among this run's steps" + at +
+         ": nothing will be traced");
+  if (cfg.optimizer.warmup_steps > steps)
+    warn("optimizer.warmup_steps = " + std::to_string(cfg.optimizer.warmup_steps) + " is beyond train.steps = " +
+         std::to_string(steps) + ": the learning rate never reaches optimizer.lr");
+  const Fp16Config d;
+  const Fp16Config& f = cfg.fp16;
+  if (precision != "fp16" && (f.initial_scale_power != d.initial_scale_power || f.loss_scale_window != d.loss_scale_window ||
+                              f.hysteresis != d.hysteresis || f.min_scale != d.min_scale))
+    warn("the [fp16] loss-scaling keys apply to train.precision = fp16 only; this run is " + precision);
 }
 
 void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions& opts) {
@@ -422,8 +447,9 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
                   "weights, Adam moments and reduced gradients; gradients reduce-scattered (f32) per bucket %s%s\n",
                   zero_stage, (long long)optimizer.owned_numel(), (long long)model.params().padded_numel(),
                   (long long)stored,
-                  zero_stage >= 2 ? "after each block's backward on every micro-batch (no full gradient buffer)"
-                                  : "as soon as final in the step's backward",
+                  zero_stage >= 2   ? "after each block's backward on every micro-batch (no full gradient buffer)"
+                  : cfg.zero.overlap ? "as soon as final in the step's backward"
+                                     : "after the step's backward (zero.overlap = false)",
                   zero_stage >= 3 ? "; each block's parameters all-gathered just before its forward and backward"
                                   : "; updated parameters all-gathered");
     else if (reduce)
@@ -471,13 +497,7 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
   double best_val = keep_best && main_rank ? best_checkpoint_val_loss(cfg) : 0.0;
   if (cfg.train.stop_after > 0 && !checkpoints && main_rank)
     std::printf("warning: train.stop_after without checkpoint.dir: the run stops and nothing is saved\n");
-  if (main_rank && cfg.optimizer.warmup_steps > cfg.train.steps)
-    std::printf("warning: optimizer.warmup_steps = %lld is beyond train.steps = %lld: the learning rate never reaches "
-                "optimizer.lr\n",
-                (long long)cfg.optimizer.warmup_steps, (long long)cfg.train.steps);
-  if (main_rank && from && start_step >= cfg.train.steps)
-    std::printf("warning: the checkpoint is at step %lld and train.steps = %lld: there is nothing left to train\n",
-                (long long)start_step, (long long)cfg.train.steps);
+  if (main_rank) warn_on_unused_settings(cfg, res.precision, start_step);
 
   Buffer scalars(rt.allocator(), 3 * 4, "step scalars");
   Tensor loss_sum = scalars.tensor(DType::f32, {1}), norm_sq = scalars.tensor(DType::f32, {1}, 4);

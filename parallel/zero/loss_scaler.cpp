@@ -6,7 +6,7 @@
 namespace trellis {
 
 LossScaler::LossScaler(const LossScalerConfig& c)
-    : cfg_(c), scale_(c.enabled ? c.initial_scale : 1.0), hysteresis_left_(c.hysteresis) {}
+    : cfg_(c), scale_(c.enabled ? std::max(c.initial_scale, c.min_scale) : 1.0), hysteresis_left_(c.hysteresis) {}
 
 bool LossScaler::update(bool overflow) {
   if (!cfg_.enabled) return !overflow;

@@ -1,6 +1,7 @@
 // Dynamic loss scaling for fp16 (the defaults users know from DeepSpeed and Megatron): on an
-// overflow the step is skipped and, once `hysteresis` overflows have been seen, the scale is
-// halved (not below the minimum); after `window` clean steps in a row it doubles.
+// overflow the step is skipped and, once `hysteresis` overflows have been seen since the scale
+// last changed, the scale is halved; after `window` clean steps in a row it doubles. It never is
+// below the minimum, also at the start.
 #pragma once
 #include <cstdint>
 

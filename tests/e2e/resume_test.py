@@ -113,6 +113,19 @@ def main():
                           "checkpoint.resume=" + ck4, "train.steps=32")
         check(sorted(eighth) == [31, 32], "checkpoint.resume = a checkpoint.dir resumes from its newest checkpoint")
 
+        # Settings a resumed run cannot act on are said, and an earlier trace is kept: a stop or a
+        # traced step at or before the checkpoint's.
+        trace = os.path.join(tmp, "trace.json")
+        ck10 = os.path.join(tmp, "ck10")
+        train(binary, config, os.path.join(tmp, "i.jsonl"), "checkpoint.dir=" + ck10, "train.stop_after=5",
+              "log.trace_step=3", "log.trace_file=" + trace)
+        traced = open(trace).read()
+        out11, _ = train(binary, config, os.path.join(tmp, "j.jsonl"), "checkpoint.dir=" + ck10, "train.stop_after=5",
+                         "log.trace_step=3", "log.trace_file=" + trace)
+        check("train.stop_after = 5 is never reached as a stop (the run trains steps 6 to 30)" in out11
+              and "log.trace_step = 3 is not among this run's steps" in out11 and open(trace).read() == traced,
+              "a resumed run warns of a stop and a trace step it will not reach, and keeps the earlier trace")
+
         # The metrics file: a resumed run keeps the earlier records up to its checkpoint and
         # replaces the rest, so the file reads as one run; a fresh run moves an earlier run's file
         # aside; a file that is not a metrics file is never replaced.
