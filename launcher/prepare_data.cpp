@@ -16,6 +16,7 @@
 #include "data/mapped_file.h"
 #include "data/token_file.h"
 #include "data/tokenizer.h"
+#include "data/utf8.h"
 
 namespace trellis {
 namespace {
@@ -63,6 +64,16 @@ Args parse(int argc, char** argv) {
   return a;
 }
 
+// Bytes that are not part of a valid UTF-8 sequence (the char tokenizer reads each as U+FFFD).
+int64_t invalid_utf8_bytes(const std::string& text) {
+  int64_t bad = 0;
+  for (size_t i = 0; i < text.size();) {
+    const size_t at = i;
+    if (next_utf8(text, i) == 0xFFFD && i - at != 3) ++bad;  // a real U+FFFD takes 3 bytes
+  }
+  return bad;
+}
+
 // The documents of one text: the whole file, or each line with its newline.
 std::vector<std::string> documents(const std::string& text, const std::string& split) {
   if (split == "file") return text.empty() ? std::vector<std::string>{} : std::vector<std::string>{text};
@@ -91,6 +102,10 @@ int run(int argc, char** argv) {
   for (const std::string& in : a.inputs) {
     texts.push_back(read_text_file(in));
     if (texts.back().empty()) throw UserError(in + ": is empty: there is nothing to tokenize");
+    if (a.tokenizer == "char")
+      if (const int64_t bad = invalid_utf8_bytes(texts.back()))
+        std::printf("warning: %s: %lld bytes are not UTF-8 and become U+FFFD (is it a text file?)\n", in.c_str(),
+                    (long long)bad);
   }
 
   std::unique_ptr<Tokenizer> tok = a.tokenizer == "byte"   ? make_byte_tokenizer()

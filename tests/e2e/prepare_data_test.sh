@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # prepare_data end to end: a text becomes a token file and a vocabulary that train_gpt trains on;
 # an empty input, a directory as input and an output that would replace an input each give one
-# "error:" line and exit 1, and leave the input as it was.
+# "error:" line and exit 1, and leave the input as it was; bytes that are not UTF-8 are warned of.
 # Usage: prepare_data_test.sh PREPARE_DATA TRAIN_GPT TINY_TOML
 set -uo pipefail
 prepare_data=${1:?usage: prepare_data_test.sh PREPARE_DATA TRAIN_GPT TINY_TOML}
@@ -33,6 +33,10 @@ bad() {
 bad empty_input "$tmp/empty.txt: is empty" --input "$tmp/empty.txt" --output "$tmp/e" --tokenizer char
 mkdir "$tmp/adir"
 bad directory_input "$tmp/adir: is a directory" --input "$tmp/adir" --output "$tmp/d" --tokenizer char
+head -c 3000 /dev/urandom >"$tmp/binary.bin"
+"$prepare_data" --input "$tmp/binary.bin" --output "$tmp/bin" --tokenizer char >"$tmp/out" 2>&1 || fail "binary input: exit $?"
+grep -q "warning: $tmp/binary.bin: [0-9]* bytes are not UTF-8 and become U+FFFD" "$tmp/out" || { cat "$tmp/out"; fail "binary input: no warning"; }
+echo "ok   a binary input to the char tokenizer is warned of"
 cp "$tmp/text.txt" "$tmp/keep.tok"
 bad output_over_input "--output $tmp/keep would overwrite the input $tmp/keep.tok" \
   --input "$tmp/keep.tok" --output "$tmp/keep" --tokenizer char --format llmc
