@@ -6,6 +6,8 @@
 #include <cstdio>
 #include <exception>
 #include <functional>
+#include <string>
+#include <vector>
 
 #include "core/error.h"
 #include "launcher/checkpointing.h"
@@ -33,10 +35,28 @@ LaunchInfo init_mpi(int* argc, char*** argv) {
   return l;
 }
 
+// An error message that names a key given with --set says so: the config file it names does not
+// hold that value.
+std::string with_set_note(const std::string& message, const std::vector<std::string>& overrides) {
+  if (message.find("--set") != std::string::npos) return message;
+  std::string from_set;
+  for (const std::string& o : overrides) {
+    const std::string key = o.substr(0, o.find('='));
+    if (!key.empty() && message.find(key) != std::string::npos) from_set += (from_set.empty() ? "" : ", ") + o;
+  }
+  return from_set.empty() ? message : message + " (from --set " + from_set + ")";
+}
+
+// Prints a UserError's message as the run's one error line, after what stdout holds so far.
+void print_error(const std::string& message, const std::vector<std::string>& overrides) {
+  std::fflush(stdout);  // the error line after what was printed before it, also in a log file
+  std::fprintf(stderr, "error: %s\n", with_set_note(message, overrides).c_str());
+}
+
 // Runs `step` on every rank; if it throws UserError on any rank, the lowest such rank prints its
 // message and every rank returns false. Keeps ranks from hanging in a collective when only some
 // of them found a problem (a file missing on one node, say).
-bool agree(const LaunchInfo& l, const std::function<void()>& step) {
+bool agree(const LaunchInfo& l, const std::function<void()>& step, const std::vector<std::string>& overrides = {}) {
   std::string message;
   try {
     step();
@@ -46,8 +66,7 @@ bool agree(const LaunchInfo& l, const std::function<void()>& step) {
   int first_failed = message.empty() ? l.world : l.rank;
   TRELLIS_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &first_failed, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
   if (first_failed == l.world) return true;
-  std::fflush(stdout);  // the error line after what was printed before it, also in a log file
-  if (first_failed == l.rank) std::fprintf(stderr, "error: %s\n", message.c_str());
+  if (first_failed == l.rank) print_error(message, overrides);
   return false;
 }
 
@@ -82,7 +101,7 @@ int main(int argc, char** argv) {
       // Found now rather than after training: without a checkpoint the weights would be lost.
       if (!args.export_weights_dir.empty() && launch.rank == 0)
         check_writable_dir("--export-weights " + args.export_weights_dir, args.export_weights_dir);
-    });
+    }, args.overrides);
     ok = ok && agree(launch, [&] { check_same_config(cfg); });
     if (ok && launch.rank == 0 && args.dump_grads_dir.empty())
       std::printf("# resolved config\n%s\n", config_to_toml(cfg).c_str());
@@ -92,8 +111,7 @@ int main(int argc, char** argv) {
         if (!args.dump_grads_dir.empty()) dump_gradients(cfg, launch, args.dump_grads_dir);
         else run_training(cfg, launch, RunOptions{args.export_weights_dir});
       } catch (const UserError& e) {
-        std::fflush(stdout);  // the error line after what was printed before it, also in a log file
-        if (launch.rank == 0) std::fprintf(stderr, "error: %s\n", e.what());
+        if (launch.rank == 0) print_error(e.what(), args.overrides);
         ok = false;
       } catch (const std::exception& e) {
         TRELLIS_FATAL(std::string("unexpected exception: ") + e.what());

@@ -84,6 +84,8 @@ check global_batch "batch.toml" "train.global_batch = 6 is not a multiple of tra
 check zero_reduce_dtype "zero.toml" "zero.reduce_dtype = bf16" "f32 only" -- "$train_gpt" "$tmp/zero.toml"
 check bad_set "--set train.steps=abc" "not an integer" -- "$train_gpt" "$tmp/good.toml" --set train.steps=abc
 check bad_option "unknown option --bogus" -- "$train_gpt" "$tmp/good.toml" --bogus
+check set_value_named "train.global_batch = 6 is not a multiple" "(from --set train.global_batch=6)" -- \
+  "$train_gpt" "$tmp/good.toml" --set train.global_batch=6
 check path_without_file_source "data.path = \"x.tok\" is set, but data.source = \"synthetic\" does not read it" -- \
   "$train_gpt" "$tmp/good.toml" --set data.path=x.tok
 check attention_dropout "model.attention_dropout = -0.5 (allowed: -1 = model.dropout, or [0, 1))" -- \
