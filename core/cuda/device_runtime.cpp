@@ -149,8 +149,8 @@ class CachingDeviceAllocator final : public Allocator {
                     format_bytes(size) + " for " + what + " (in use " + format_bytes(stats_.current) +
                     ", peak " + format_bytes(stats_.peak) + ", device total " + format_bytes(total_b) +
                     ", free " + format_bytes(free_b) +
-                    "). Knobs that help: lower train.micro_batch, train.checkpointing = \"full\", "
-                    "a higher zero.stage");
+                    "). Knobs that help: lower train.micro_batch, train.checkpointing = \"elementwise\", "
+                    "\"selective\" or \"full\", a higher zero.stage, more tensor or pipeline ranks");
     }
     CUDA_CHECK(e);
     stats_.reserved += size;
