@@ -68,7 +68,8 @@ std::unique_ptr<SampleSource> open_dataset(const std::string& spec, const Datase
   std::string first_vocab, first_vocab_text;
   for (size_t i = 1; i < words.size(); i += 2) {
     const std::string vocab = vocabulary_path(words[i]);
-    if (!std::filesystem::exists(vocab)) continue;
+    std::error_code ec;
+    if (!std::filesystem::exists(vocab, ec)) continue;
     const std::string text = read_text_file(vocab);
     if (first_vocab.empty()) {
       first_vocab = vocab;

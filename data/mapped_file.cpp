@@ -66,7 +66,8 @@ bool file_exists(const std::string& path) {
 }
 
 std::string read_text_file(const std::string& path) {
-  if (std::filesystem::is_directory(path)) throw UserError(path + ": is a directory, not a file");
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) throw UserError(path + ": is a directory, not a file");
   std::ifstream in(path, std::ios::binary);
   if (!in) throw UserError(path + ": cannot open: " + std::strerror(errno));
   std::ostringstream ss;

@@ -232,20 +232,46 @@ int64_t saved_step(const std::string& dir) {
   return step->as_int();
 }
 
-// Refuses a run that would replace another run's checkpoints: one in checkpoint.dir saved after
-// the step this run starts from (0 when fresh) would be overwritten by this run's saves and then
-// picked by resume = auto. (With auto the run starts from the newest valid one, so only a damaged
-// newer one can be there, and replacing it loses nothing.)
-void refuse_overwriting(const Config& cfg, int64_t from_step) {
-  const std::optional<std::string> newest = latest_valid_checkpoint(cfg.checkpoint.dir, nullptr, CheckpointVerify::kSizes);
-  const std::optional<int64_t> step =
-      newest ? parse_checkpoint_dir_name(std::filesystem::path(*newest).filename().string()) : std::nullopt;
-  if (!step || *step <= from_step) return;
-  throw UserError(cfg.path + ": checkpoint.dir = " + cfg.checkpoint.dir + " holds checkpoints up to step " +
-                  std::to_string(*step) + " of an earlier run, which this run (checkpoint.resume = " +
+// Refuses a run that would replace another run's work in checkpoint.dir: a valid step checkpoint
+// saved after `from_step` (this run's saves would overwrite it, and resume = auto would then pick
+// either run's) and, for a run that does not continue this directory's own checkpoints (fresh, or
+// resumed from another directory), any valid one (pruning would delete it) and best/.
+void refuse_overwriting(const Config& cfg, int64_t from_step, bool continues_this_dir) {
+  namespace fs = std::filesystem;
+  const std::string& dir = cfg.checkpoint.dir;
+  const int64_t after = continues_this_dir ? from_step : 0;
+  const std::optional<std::string> newest = latest_valid_checkpoint(dir);
+  const int64_t step =
+      newest ? parse_checkpoint_dir_name(fs::path(*newest).filename().string()).value_or(-1) : int64_t(-1);
+  std::error_code ec;
+  const bool best = !continues_this_dir && fs::exists(fs::path(dir) / "best" / "manifest.json", ec);
+  if (step <= after && !best) return;
+  const std::string held = step > after ? "checkpoints up to step " + std::to_string(step) : "a best/ checkpoint";
+  throw UserError(cfg.path + ": checkpoint.dir = " + dir + " holds " + held + " that this run (checkpoint.resume = " +
                   cfg.checkpoint.resume + ", from step " + std::to_string(from_step) +
-                  ") would overwrite: use another checkpoint.dir (checkpoint.resume may still point into this one), "
-                  "move them away, or continue with checkpoint.resume = auto");
+                  ") would overwrite or prune: give this run another checkpoint.dir (checkpoint.resume may still "
+                  "point into this one), move them away, or continue them with checkpoint.resume = auto");
+}
+
+// checkpoint.resume names a checkpoint directory (its manifest), or a checkpoint.dir: then its
+// newest valid checkpoint, saying which it skipped. Throws UserError when there is none.
+std::string resolve_resume_path(const Config& cfg, const std::string& r) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (fs::exists(fs::path(r) / "manifest.json", ec) || !fs::is_directory(r, ec)) return r;  // read, and checked, as a checkpoint
+  std::string why;
+  const std::optional<std::string> newest = latest_valid_checkpoint(r, &why);
+  if (!why.empty()) std::printf("checkpoint: skipped invalid checkpoints:\n%s\n", why.c_str());
+  if (!newest)
+    throw UserError(cfg.path + ": checkpoint.resume = " + r + ": no valid checkpoint in it" +
+                    (why.empty() ? " (no step_NNNNNNNN directories)" : ""));
+  return *newest;
+}
+
+// Whether two paths name the same directory (false when either cannot be examined).
+bool same_directory(const std::string& a, const std::string& b) {
+  std::error_code ec;
+  return std::filesystem::equivalent(a, b, ec) && !ec;
 }
 
 }  // namespace
@@ -273,22 +299,22 @@ std::optional<std::string> choose_resume(const Config& cfg, MPI_Comm world) {
       const bool checkpoints = !cfg.checkpoint.dir.empty();
       // A path that cannot hold checkpoints is found now, not at the first save.
       if (checkpoints) check_writable_dir(cfg.path + ": checkpoint.dir = " + cfg.checkpoint.dir, cfg.checkpoint.dir);
-      if (r == "auto") {
+      // checkpoint.resume = checkpoint.dir itself is auto: it continues that directory.
+      const bool auto_resume = r == "auto" || (checkpoints && same_directory(r, cfg.checkpoint.dir));
+      if (auto_resume) {
         std::string why;
         if (checkpoints) {
           if (auto latest = latest_valid_checkpoint(cfg.checkpoint.dir, &why)) chosen = *latest;
           if (!why.empty()) std::printf("checkpoint: skipped invalid checkpoints:\n%s\n", why.c_str());
         }
       } else if (r != "none") {
-        // A checkpoint, or a checkpoint.dir: its newest valid one.
-        std::optional<std::string> newest;
-        if (std::filesystem::is_directory(r) && !std::filesystem::exists(std::filesystem::path(r) / "manifest.json"))
-          newest = latest_valid_checkpoint(r);
-        chosen = newest ? *newest : r;
+        chosen = resolve_resume_path(cfg, r);
         const int64_t from_step = saved_step(chosen);  // also checks that it is a checkpoint
-        if (checkpoints) refuse_overwriting(cfg, from_step);
+        const bool inside =
+            same_directory(std::filesystem::absolute(chosen).parent_path().string(), cfg.checkpoint.dir);
+        if (checkpoints) refuse_overwriting(cfg, from_step, inside);
       } else if (checkpoints) {
-        refuse_overwriting(cfg, 0);
+        refuse_overwriting(cfg, 0, false);
       }
     } catch (const CheckpointError& e) {
       error = cfg.path + ": checkpoint.resume = " + r + ": " + e.what();

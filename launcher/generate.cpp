@@ -33,6 +33,7 @@ struct Args {
   int64_t tokens = 200, top_k = 40;
   double temperature = 0.8;
   uint64_t seed = 1;
+  bool help = false;
 };
 
 const char* kUsage =
@@ -69,10 +70,12 @@ Args parse(int argc, char** argv) {
     } else if (f == "--device") a.device = value();
     else if (f == "--precision") a.precision = value();
     else if (f == "--vocab") a.vocab = value();
+    else if (f == "-h" || f == "--help") a.help = true;
     else if (!f.empty() && f[0] == '-') throw UserError("unknown option " + f + " (" + kUsage + ")");
     else if (a.checkpoint.empty()) a.checkpoint = f;
     else throw UserError("more than one checkpoint given: " + a.checkpoint + ", " + f);
   }
+  if (a.help) return a;
   if (a.checkpoint.empty()) throw UserError(std::string("no checkpoint given (") + kUsage + ")");
   if (a.prompts.empty()) throw UserError(std::string("no --prompt given (") + kUsage + ")");
   if (a.tokens < 1) throw UserError("--tokens must be >= 1");
@@ -142,6 +145,10 @@ std::string join_ids(const std::vector<int32_t>& ids) {
 
 int run(int argc, char** argv) {
   const Args a = parse(argc, argv);
+  if (a.help) {
+    std::printf("%s\n", kUsage);
+    return 0;
+  }
   const std::string dir = step_dir(a.checkpoint);
   CheckpointReader reader = [&] {
     try {
@@ -239,11 +246,6 @@ int run(int argc, char** argv) {
 }  // namespace trellis
 
 int main(int argc, char** argv) {
-  for (int i = 1; i < argc; ++i)
-    if (std::string_view(argv[i]) == "--help" || std::string_view(argv[i]) == "-h") {
-      std::printf("%s\n", trellis::kUsage);
-      return 0;
-    }
   try {
     return trellis::run(argc, argv);
   } catch (const trellis::UserError& e) {

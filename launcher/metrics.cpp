@@ -127,42 +127,44 @@ void MetricsFile::begin(std::optional<int64_t> resumed_after) {
   if (file_ == nullptr) return;
   std::fclose(file_);
   file_ = nullptr;
-  std::vector<std::string> lines;
-  {
-    std::ifstream in(path_);
-    for (std::string line; std::getline(in, line);) lines.push_back(line);
-  }
+  namespace fs = std::filesystem;
   std::error_code ec;
-  if (!resumed_after) {
-    if (!lines.empty()) {
-      if (!is_start_record(lines.front()))
-        throw UserError("log.metrics_file = " + path_ +
-                        " exists and is not a Trellis metrics file (its first line is not a start record); "
-                        "refusing to replace it: choose another path");
-      std::string aside;
-      for (int n = 1; aside.empty() || std::filesystem::exists(aside); ++n) aside = path_ + "." + std::to_string(n);
-      std::filesystem::rename(path_, aside, ec);
-      if (ec) throw cannot_write(path_, "cannot move the earlier run's metrics to " + aside + ": " + ec.message());
-      std::printf("note: log.metrics_file = %s held an earlier run's metrics; they are now in %s\n", path_.c_str(),
-                  aside.c_str());
-    }
-  } else if (!lines.empty()) {
-    // Keep what the earlier run logged up to the checkpoint; what it logged after is replaced by
-    // this run's records of the same steps.
-    const std::string tmp = path_ + ".tmp";
-    std::ofstream out(tmp, std::ios::trunc);
-    for (const std::string& line : lines) {
-      bool parsed = false;
-      const std::optional<int64_t> step = line_step(line, parsed);
-      if (parsed && (!step || *step <= *resumed_after)) out << line << '\n';
-    }
-    out.close();
-    if (!out) throw cannot_write(path_, "cannot write " + tmp);
-    std::filesystem::rename(tmp, path_, ec);
-    if (ec) throw cannot_write(path_, "cannot replace it with " + tmp + ": " + ec.message());
+  std::string aside;  // where the earlier file now is, if there was one
+  const bool earlier = fs::is_regular_file(path_, ec) && fs::file_size(path_, ec) > 0 && !ec;  // not /dev/null, say
+  if (earlier) {
+    std::string first;
+    std::getline(std::ifstream(path_) >> std::ws, first);
+    if (!is_start_record(first))
+      throw UserError("log.metrics_file = " + path_ +
+                      " exists and is not a Trellis metrics file (its first line is not a start record); "
+                      "refusing to replace it: choose another path");
+    for (int n = 1; aside.empty() || fs::exists(aside, ec) || fs::is_symlink(aside, ec); ++n)
+      aside = path_ + "." + std::to_string(n);
+    fs::rename(path_, aside, ec);
+    if (ec) throw cannot_write(path_, "cannot move the earlier metrics to " + aside + ": " + ec.message());
   }
-  file_ = std::fopen(path_.c_str(), "a");
+  file_ = std::fopen(path_.c_str(), "w");  // a new file: the earlier one is kept whole in `aside`
   if (file_ == nullptr) throw cannot_write(path_, std::strerror(errno));
+  if (aside.empty()) return;
+  if (!resumed_after) {
+    std::printf("note: log.metrics_file = %s held an earlier run's metrics; they are now in %s\n", path_.c_str(),
+                aside.c_str());
+    return;
+  }
+  // Resumed: this file starts with what the earlier run logged up to the checkpoint (its records of
+  // later steps are replaced by this run's), so it reads as one run.
+  std::ifstream in(aside);
+  for (std::string line; std::getline(in, line);) {
+    bool parsed = false;
+    const std::optional<int64_t> step = line_step(line, parsed);
+    if (!parsed || (step && *step > *resumed_after)) continue;
+    line.push_back('\n');
+    if (std::fwrite(line.data(), 1, line.size(), file_) != line.size()) throw cannot_write(path_, std::strerror(errno));
+  }
+  std::fflush(file_);
+  std::printf("note: log.metrics_file = %s continues the earlier metrics up to step %lld (the earlier file is now "
+              "%s)\n",
+              path_.c_str(), (long long)*resumed_after, aside.c_str());
 }
 
 MetricsFile::~MetricsFile() {

@@ -48,10 +48,10 @@ class MetricsFile {
   // Creates missing parent directories and checks that the file can be written, without changing
   // it. Throws UserError "log.metrics_file = <path>: cannot open for writing: <reason>".
   explicit MetricsFile(const std::string& path);
-  // Starts this run's records; nothing a user wrote is lost. A fresh run (resumed_after empty)
-  // moves an earlier run's metrics to <path>.N (the first free N) and refuses (UserError) to
-  // replace a file whose first line is not a start record; a resumed run keeps the records up to
-  // step `resumed_after` (so the file reads as one run) and appends after them.
+  // Starts this run's records; nothing is lost. A file already at the path must be a metrics file
+  // (its first line a start record; else UserError) and is moved whole to <path>.N (the first free
+  // N). A resumed run then starts the new file with that file's records up to step
+  // `resumed_after`, so it reads as one run, and appends after them.
   void begin(std::optional<int64_t> resumed_after);
   ~MetricsFile();
   MetricsFile(const MetricsFile&) = delete;

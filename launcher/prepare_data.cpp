@@ -95,7 +95,7 @@ int run(int argc, char** argv) {
   for (const std::string& in : a.inputs)
     for (const std::string& out : outputs) {
       std::error_code ec;
-      if (std::filesystem::exists(out) && std::filesystem::equivalent(in, out, ec))
+      if (std::filesystem::exists(out, ec) && std::filesystem::equivalent(in, out, ec))
         throw UserError("--output " + a.output + " would overwrite the input " + in + " (choose another prefix)");
     }
   std::vector<std::string> texts;

@@ -14,7 +14,7 @@ namespace {
 volatile std::sig_atomic_t received = 0;
 extern "C" void on_stop_signal(int sig) {
   if (sig == SIGINT) {
-    if (received == SIGINT) {  // the second Ctrl-C: quit now
+    if (received != 0) {  // Ctrl-C after a stop was asked for: quit now
       std::signal(SIGINT, SIG_DFL);
       std::raise(SIGINT);
       return;
@@ -29,7 +29,9 @@ extern "C" void on_stop_signal(int sig) {
 void install_stop_handlers() {
   std::signal(SIGUSR1, on_stop_signal);
   std::signal(SIGTERM, on_stop_signal);
-  std::signal(SIGINT, on_stop_signal);
+  // Ctrl-C, unless the shell made this a background job that ignores it.
+  struct sigaction old {};
+  if (sigaction(SIGINT, nullptr, &old) == 0 && old.sa_handler != SIG_IGN) std::signal(SIGINT, on_stop_signal);
   // A launcher may start us with these signals blocked (the mask is inherited across exec); a
   // blocked stop signal would never arrive, so the run could not stop cleanly.
   sigset_t stop;

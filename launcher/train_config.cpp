@@ -191,9 +191,6 @@ void validate_relations(const Config& c) {
   }
   if (c.data.source == "file" && c.data.path.empty())
     throw UserError(p + ": data.source = \"file\" needs data.path (a dataset made by prepare_data)");
-  if (c.data.source != "file" && !c.data.path.empty())
-    throw UserError(p + ": data.path = \"" + c.data.path + "\" is set, but data.source = \"" + c.data.source +
-                    "\" does not read it (set data.source = \"file\" to train on it)");
   if (c.model.attention_dropout < 0 && c.model.attention_dropout != -1.0)
     throw UserError(p + ": model.attention_dropout = " +
                     config_keys::toml_value(*config_keys::find_key("model", "attention_dropout"), c) +
@@ -278,6 +275,11 @@ int resolved_tensor_comm_chunks(const Config& c, bool on_gpu) {
 
 void validate_for_world(const Config& c, int world_size) {
   const auto& par = c.parallel;
+  // A training run's check, not one of the config itself: the configs that checkpoints keep from
+  // before it must still load (generate, resume).
+  if (c.data.source != "file" && !c.data.path.empty())
+    throw UserError(c.path + ": data.path = \"" + c.data.path + "\" is set, but data.source = \"" + c.data.source +
+                    "\" does not read it (set data.source = \"file\" to train on it)");
   if (c.zero.stage >= 1 && c.zero.reduce_dtype != "f32")
     throw UserError(c.path + ": zero.reduce_dtype = " + c.zero.reduce_dtype + ": ZeRO stage " +
                     std::to_string(c.zero.stage) + " reduce-scatters gradients in f32 only (allowed with zero.stage >= 1: f32)");

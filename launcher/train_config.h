@@ -120,7 +120,8 @@ Config load_config_text(const std::string& toml_text, const std::string& name,
 // unless it lists parallel.pipeline x parallel.virtual_stages integers >= 1 summing to
 // model.n_layers. load_config checks it already.
 std::vector<int> parse_stage_layers(const Config& c);
-// Checks that need the world size (batch arithmetic, layout) and features not built yet.
+// Checks that need the world size (batch arithmetic, layout), features not built yet, and those of
+// a training run rather than of the config itself (what checkpoints keep must still load).
 void validate_for_world(const Config& c, int world_size);
 // Whether tensor-parallel blocks run their forward in two halves of the micro-batch
 // (parallel.tensor_split_batch, applicable: tensor > 1, no sequence parallelism, an even micro-batch).

@@ -3,6 +3,7 @@
 #include <mpi.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <cstdio>
 #include <exception>
 #include <functional>
@@ -35,6 +36,18 @@ LaunchInfo init_mpi(int* argc, char*** argv) {
   return l;
 }
 
+// Whether `message` names `key` ("section.name") as a whole, not as part of a longer name.
+bool names_key(const std::string& message, const std::string& key) {
+  const auto part_of_name = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.'; };
+  for (size_t at = message.find(key); at != std::string::npos; at = message.find(key, at + 1)) {
+    const size_t end = at + key.size();
+    const bool ends = end == message.size() || !(std::isalnum(static_cast<unsigned char>(message[end])) || message[end] == '_');
+    if ((at == 0 || !part_of_name(message[at - 1])) && ends)
+      return true;
+  }
+  return false;
+}
+
 // An error message that names a key given with --set says so: the config file it names does not
 // hold that value.
 std::string with_set_note(const std::string& message, const std::vector<std::string>& overrides) {
@@ -42,7 +55,7 @@ std::string with_set_note(const std::string& message, const std::vector<std::str
   std::string from_set;
   for (const std::string& o : overrides) {
     const std::string key = o.substr(0, o.find('='));
-    if (!key.empty() && message.find(key) != std::string::npos) from_set += (from_set.empty() ? "" : ", ") + o;
+    if (!key.empty() && names_key(message, key)) from_set += (from_set.empty() ? "" : ", ") + o;
   }
   return from_set.empty() ? message : message + " (from --set " + from_set + ")";
 }

@@ -288,6 +288,8 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
   std::unique_ptr<TensorBoardWriter> tb;
   std::unique_ptr<MetricsFile> metrics = open_metrics(cfg, launch, tb);
   check_trace_file(cfg, launch);
+  // Before the model is built: a checkpoint.dir that cannot be used is reported in seconds.
+  const std::optional<std::string> from = choose_resume(cfg, MPI_COMM_WORLD);
   std::unique_ptr<SampleSource> data;
   agree_on([&] { data = open_samples(cfg, res.model); }, launch);
   RuntimeOptions ro;
@@ -482,7 +484,6 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
 
   TrainingState state{model, optimizer, scaler, whole, pipeline_group, tensor_group, data_rank, data_size};
   int64_t start_step = 0;
-  const std::optional<std::string> from = choose_resume(cfg, MPI_COMM_WORLD);
   if (from) {
     // Every rank reads the checkpoint; all must succeed before any goes on to a collective.
     agree_on([&] { start_step = load_training_checkpoint(rt, cfg, *from, state, global_batch); }, launch);

@@ -95,6 +95,9 @@ check absurd_batch "train.micro_batch x model.seq_len x" "beyond what a tensor c
 : >"$tmp/a_file"
 check checkpoint_dir_under_file "checkpoint.dir = $tmp/a_file/ck: cannot create it as a directory" -- \
   "$train_gpt" "$tmp/good.toml" --set checkpoint.dir="$tmp/a_file/ck"
+ln -s "$tmp/loop_b" "$tmp/loop_a" && ln -s "$tmp/loop_a" "$tmp/loop_b"
+check resume_symlink_loop "checkpoint.resume = $tmp/loop_a" "Too many levels of symbolic links" -- \
+  "$train_gpt" "$tmp/good.toml" --set checkpoint.resume="$tmp/loop_a"
 check export_dir_under_file "--export-weights $tmp/a_file/w: cannot create it as a directory" -- \
   "$train_gpt" "$tmp/good.toml" --export-weights "$tmp/a_file/w"
 

@@ -25,6 +25,17 @@ def train(binary, config, metrics, *sets):
     return p.stdout, steps
 
 
+def damage(checkpoint):
+    """Flips a byte inside one of the checkpoint's blobs: its checksum no longer matches."""
+    blob = os.path.join(checkpoint, "adam_v")
+    blob = blob if os.path.exists(blob) else os.path.join(checkpoint, sorted(f for f in os.listdir(checkpoint) if f != "manifest.json")[0])
+    with open(blob, "r+b") as f:
+        f.seek(100)
+        b = f.read(1)
+        f.seek(100)
+        f.write(bytes([b[0] ^ 0xFF]))
+
+
 def fails(binary, config, *sets):
     """A run that must fail before training: (exit code, its error lines)."""
     cmd = [binary, config, "--set", "train.device=cpu", "--set", "train.steps=30"]
@@ -68,14 +79,7 @@ def main():
               "bf16: steps 16..30 after resume equal the uninterrupted run bitwise")
 
         # Corrupt the newest checkpoint: auto must fall back to the previous valid one.
-        newest = os.path.join(ck, "step_00000030")
-        blob = os.path.join(newest, "adam_v")
-        blob = blob if os.path.exists(blob) else os.path.join(newest, sorted(f for f in os.listdir(newest) if f != "manifest.json")[0])
-        with open(blob, "r+b") as f:
-            f.seek(100)
-            b = f.read(1)
-            f.seek(100)
-            f.write(bytes([b[0] ^ 0xFF]))
+        damage(os.path.join(ck, "step_00000030"))
         out3, third = train(binary, config, os.path.join(tmp, "c.jsonl"), "checkpoint.dir=" + ck, "train.steps=30",
                             "checkpoint.resume=auto")
         check("skipped invalid" in out3 and min(third) == 26, "resume = auto skips the corrupt newest checkpoint")
@@ -126,25 +130,31 @@ def main():
               and "log.trace_step = 3 is not among this run's steps" in out11 and open(trace).read() == traced,
               "a resumed run warns of a stop and a trace step it will not reach, and keeps the earlier trace")
 
-        # The metrics file: a resumed run keeps the earlier records up to its checkpoint and
-        # replaces the rest, so the file reads as one run; a fresh run moves an earlier run's file
-        # aside; a file that is not a metrics file is never replaced.
+        # The metrics file: nothing in it is lost. A resumed run moves the earlier file to .1 and
+        # starts the new one with its records up to the checkpoint, so it reads as one run; a fresh
+        # run moves an earlier file aside too; a file that is not a metrics file is never replaced,
+        # also by a resumed run.
         m, ck9 = os.path.join(tmp, "m.jsonl"), os.path.join(tmp, "ck9")
         train(binary, config, m, "checkpoint.dir=" + ck9, "checkpoint.every=5", "train.stop_after=12")
+        first_run = open(m).read()
         _, resumed = train(binary, config, m, "checkpoint.dir=" + ck9)
         records = [json.loads(line) for line in open(m)]
         steps = [r["step"] for r in records if "step" in r and r.get("split") != "val"]
         check(steps == list(range(1, 31)) and [r.get("event") for r in records].count("start") == 2
-              and all(resumed[s] == full[s] for s in resumed),
-              "a resumed run's metrics file holds steps 1..30 once each (the earlier run's up to its checkpoint)")
+              and all(resumed[s] == full[s] for s in resumed) and open(m + ".1").read() == first_run,
+              "a resumed run's metrics file holds steps 1..30 once each; the earlier file is kept whole as .1")
         out10, _ = train(binary, config, m, "train.steps=3")
-        check(os.path.exists(m + ".1") and "now in " + m + ".1" in out10 and len(open(m + ".1").readlines()) == len(records),
-              "a fresh run moves the earlier run's metrics file to .1")
+        check("now in " + m + ".2" in out10 and len(open(m + ".2").readlines()) == len(records),
+              "a fresh run moves the earlier metrics file to the next free .N")
         precious = os.path.join(tmp, "notes.txt")
         open(precious, "w").write("my notes\n")
         code, err = fails(binary, config, "log.metrics_file=" + precious)
         check(code == 1 and len(err) == 1 and "not a Trellis metrics file" in err[0] and open(precious).read() == "my notes\n",
               "a log.metrics_file that is not a metrics file is refused and left as it was")
+        code, err = fails(binary, config, "log.metrics_file=" + precious, "checkpoint.dir=" + ck9)
+        check(code == 1 and len(err) == 1 and "not a Trellis metrics file" in err[0] and open(precious).read() == "my notes\n",
+              "... also by a resumed run")
+
 
         # checkpoint.keep_best: dir/best holds the state of the lowest validation loss; resume = auto
         # still takes the newest step checkpoint.
@@ -160,6 +170,27 @@ def main():
         out6, sixth = train(binary, config, os.path.join(tmp, "f.jsonl"), "checkpoint.dir=" + ck2,
                             "checkpoint.keep_best=true", "log.val_every=5", "log.val_batches=2", "train.steps=35")
         check(min(sixth) == 31, "resume = auto picks step_00000030, not best/")
+
+        # Forks: resumed from another directory into one holding an earlier run's (older)
+        # checkpoints or its best/, the run would prune or replace them: refused. Naming the
+        # checkpoint.dir itself as checkpoint.resume continues it, as auto does, past a damaged newest.
+        fork = os.path.join(tmp, "fork")
+        train(binary, config, os.path.join(tmp, "k.jsonl"), "checkpoint.dir=" + fork, "train.steps=5")
+        code, err = fails(binary, config, "checkpoint.dir=" + fork, "checkpoint.resume=" + os.path.join(ck, "step_00000020"))
+        check(code == 1 and len(err) == 1 and "holds checkpoints up to step 5 that this run" in err[0],
+              "a fork into a directory with another run's older checkpoints is refused")
+        code, err = fails(binary, config, "checkpoint.dir=" + ck2, "checkpoint.resume=none")
+        check(code == 1 and len(err) == 1 and " holds checkpoints up to step 35" in err[0], "... and a fresh run into one")
+        only_best = os.path.join(tmp, "only_best")
+        os.makedirs(only_best)
+        os.rename(os.path.join(ck2, "best"), os.path.join(only_best, "best"))
+        code, err = fails(binary, config, "checkpoint.dir=" + only_best, "checkpoint.resume=none")
+        check(code == 1 and len(err) == 1 and "holds a best/ checkpoint" in err[0], "... and a fresh run into one with best/")
+        damage(os.path.join(ck, "step_00000030"))
+        _, again = train(binary, config, os.path.join(tmp, "l.jsonl"), "checkpoint.dir=" + ck, "checkpoint.resume=" + ck,
+                         "train.steps=32")
+        check(sorted(again) == [26, 27, 28, 29, 30, 31, 32],
+              "checkpoint.resume = checkpoint.dir continues it past its damaged newest checkpoint, as auto")
     print("PASS")
 
 
