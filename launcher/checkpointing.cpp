@@ -289,6 +289,16 @@ void check_writable_dir(const std::string& what, const std::string& dir) {
   fs::remove(probe, ec);
 }
 
+void check_checkpoint_dir_shared(const Config& cfg) {
+  const std::string& dir = cfg.checkpoint.dir;
+  std::error_code ec;
+  const std::string what = cfg.path + ": checkpoint.dir = " + dir + " (every rank writes its own optimizer state "
+                           "there at zero.stage >= 1, so it must be on a filesystem all ranks see)";
+  if (!std::filesystem::is_directory(dir, ec))
+    throw UserError(what + ": rank " + std::to_string(world_rank()) + " does not see it");
+  check_writable_dir(what + ": rank " + std::to_string(world_rank()), dir);
+}
+
 std::optional<std::string> choose_resume(const Config& cfg, MPI_Comm world) {
   int rank = 0;
   TRELLIS_MPI_CHECK(MPI_Comm_rank(world, &rank));

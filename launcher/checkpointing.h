@@ -43,6 +43,10 @@ struct TrainingState {
 // "<what>: cannot ..." otherwise (`what` names the setting, e.g. "run.toml: checkpoint.dir = d").
 void check_writable_dir(const std::string& what, const std::string& dir);
 
+// For a rank other than 0 when every rank writes into checkpoint.dir (ZeRO stage >= 1): throws
+// UserError unless the directory rank 0 created is visible here and takes a file.
+void check_checkpoint_dir_shared(const Config& cfg);
+
 // The checkpoint to resume from as checkpoint.resume says (decided by rank 0 and broadcast, so
 // all ranks agree), or nothing. Throws UserError for an explicit path that is not valid.
 std::optional<std::string> choose_resume(const Config& cfg, MPI_Comm world);

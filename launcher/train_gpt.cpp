@@ -124,7 +124,7 @@ int main(int argc, char** argv) {
         if (!args.dump_grads_dir.empty()) dump_gradients(cfg, launch, args.dump_grads_dir);
         else run_training(cfg, launch, RunOptions{args.export_weights_dir});
       } catch (const UserError& e) {
-        if (launch.rank == 0) print_error(e.what(), args.overrides);
+        if (launch.rank == 0 && *e.what()) print_error(e.what(), args.overrides);  // empty: said by its rank
         ok = false;
       } catch (const std::exception& e) {
         TRELLIS_FATAL(std::string("unexpected exception: ") + e.what());

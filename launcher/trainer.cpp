@@ -174,11 +174,13 @@ void agree_on(const std::function<void()>& open, const LaunchInfo& launch) {
   int first_failed = error.empty() ? launch.world : launch.rank;
   TRELLIS_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &first_failed, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
   if (first_failed == launch.world) return;
-  if (first_failed == launch.rank && launch.rank != 0)
+  if (first_failed == launch.rank && launch.rank != 0) {
+    std::fflush(stdout);
     std::fprintf(stderr, "error (rank %d): %s\n", launch.rank, error.c_str());
-  throw UserError(first_failed == launch.rank
-                      ? error
-                      : "rank " + std::to_string(first_failed) + " could not open its input (see its message above)");
+  }
+  // The failing rank has said it (rank 0 through main's handler): the others throw with nothing
+  // more to print, so the run ends with one error line.
+  throw UserError(first_failed == launch.rank && launch.rank == 0 ? error : "");
 }
 
 // The training samples as the config says.
@@ -290,6 +292,11 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
   check_trace_file(cfg, launch);
   // Before the model is built: a checkpoint.dir that cannot be used is reported in seconds.
   const std::optional<std::string> from = choose_resume(cfg, MPI_COMM_WORLD);
+  // At ZeRO stages >= 1 over data ranks every rank writes its own optimizer state into
+  // checkpoint.dir (rank 0 created it): each checks now that it sees it and can write there.
+  const int64_t data_ranks = launch.world / (cfg.parallel.tensor * cfg.parallel.pipeline);
+  if (!cfg.checkpoint.dir.empty() && cfg.zero.stage >= 1 && data_ranks > 1)
+    agree_on([&] { if (launch.rank != 0) check_checkpoint_dir_shared(cfg); }, launch);
   std::unique_ptr<SampleSource> data;
   agree_on([&] { data = open_samples(cfg, res.model); }, launch);
   RuntimeOptions ro;

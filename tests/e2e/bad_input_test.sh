@@ -136,6 +136,12 @@ mpi_case mpirun_config_differs "the resolved config differs between ranks" \
   -np 1 "$train_gpt" "$tmp/good.toml" --set train.steps=5 : -np 1 "$train_gpt" "$tmp/good.toml" --set train.steps=6
 mpi_case mpirun_file_missing_on_one_rank "cannot read config file" \
   -np 1 "$train_gpt" "$tmp/good.toml" : -np 1 "$train_gpt" "$tmp/nope.toml"
+# ZeRO stage 1 over two data ranks: each rank writes into checkpoint.dir, so one that does not see
+# it (here: another working directory for a relative path) fails at the start, in one line.
+mkdir -p "$tmp/wd_a" "$tmp/wd_b"
+mpi_case mpirun_checkpoint_dir_not_shared "rank 1 does not see it" \
+  -np 1 -wdir "$tmp/wd_a" "$(realpath "$train_gpt")" "$tmp/good.toml" --set zero.stage=1 --set checkpoint.dir=ck : \
+  -np 1 -wdir "$tmp/wd_b" "$(realpath "$train_gpt")" "$tmp/good.toml" --set zero.stage=1 --set checkpoint.dir=ck
 mpi_case mpirun_np3_zero_reduce_dtype "zero.reduce_dtype = bf16" -np 3 "$train_gpt" "$tmp/zero.toml"
 mpi_case mpirun_np2_embedding_grad "zero.embedding_grad = gather_rows needs" \
   -np 2 "$train_gpt" "$tmp/good.toml" --set zero.embedding_grad=gather_rows --set zero.overlap=false
