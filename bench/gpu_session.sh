@@ -26,9 +26,9 @@ if [[ ${1:-tests} == tests ]]; then
    t0=$SECONDS
    build/train_gpt examples/configs/shakespeare_char.toml \
      --set data.path=.data/shakespeare.tok --set log.metrics_file="$out/shakespeare.jsonl" --set log.val_batches=16 \
-     --set checkpoint.dir=/tmp/shakespeare_ckpt --set checkpoint.keep_best=true --set checkpoint.resume=none
+     --set checkpoint.dir=/tmp/shakespeare_ckpt.$$ --set checkpoint.keep_best=true --set checkpoint.resume=none
    echo "trellis wall $((SECONDS - t0)) s"
-   build/generate /tmp/shakespeare_ckpt/best --prompt "ROMEO:" --tokens 300 --temperature 0.8 --top-k 40 --seed 7
+   build/generate /tmp/shakespeare_ckpt.$$/best --prompt "ROMEO:" --tokens 300 --temperature 0.8 --top-k 40 --seed 7
    python3 bench/shakespeare_torch.py --data .data/shakespeare.tok --steps 5000 --device cuda --compile \
      --out "$out/shakespeare_torch.json") > "$out/shakespeare.log" 2>&1 &
   shakes=$!
