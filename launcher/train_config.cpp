@@ -196,7 +196,7 @@ void validate_relations(const Config& c) {
                     config_keys::toml_value(*config_keys::find_key("model", "attention_dropout"), c) +
                     " (allowed: -1 = model.dropout, or [0, 1))");
   if (c.checkpoint.resume != "auto" && c.checkpoint.resume != "none" && c.checkpoint.resume.empty())
-    throw UserError(p + ": checkpoint.resume is empty (allowed: auto, none, or a checkpoint directory)");
+    throw UserError(p + ": checkpoint.resume is empty (allowed: auto, none, a checkpoint directory or a checkpoint.dir)");
   parse_stage_layers(c);
 }
 
