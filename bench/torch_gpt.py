@@ -184,9 +184,11 @@ def load_trellis_dump(dump_dir, dtype=torch.float64, attn="sdpa"):
     missing = sorted(set(params) - seen)
     if missing:
         raise ValueError(f"reference parameters missing from the dump: {missing}")
-    B, T = meta["batch"]["B"], meta["batch"]["T"]
-    tokens = _read(os.path.join(dump_dir, "tokens.i32"), torch.int32).long().view(B, T)
-    targets = _read(os.path.join(dump_dir, "targets.i32"), torch.int32).long().view(B, T)
+    tokens = targets = None  # an --export-weights directory holds the weights only
+    if "batch" in meta:
+        B, T = meta["batch"]["B"], meta["batch"]["T"]
+        tokens = _read(os.path.join(dump_dir, "tokens.i32"), torch.int32).long().view(B, T)
+        targets = _read(os.path.join(dump_dir, "targets.i32"), torch.int32).long().view(B, T)
     return model, {"tokens": tokens, "targets": targets, "loss": meta.get("loss"),
                    "grads": grads if gflat is not None else None, "meta": meta,
                    "trellis_names": names}

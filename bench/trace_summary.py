@@ -10,11 +10,18 @@ overlapped a collective are counted apart.
 import argparse
 import collections
 import json
+import sys
 
 
 def load(path):
-    with open(path) as f:
-        events = [e for e in json.load(f)["traceEvents"] if e.get("ph") == "X"]
+    """(compute, comm) intervals of a trace; a file that is not one ends the script with one line."""
+    try:
+        with open(path) as f:
+            events = [e for e in json.load(f)["traceEvents"] if isinstance(e, dict) and e.get("ph") == "X"]
+    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as e:
+        sys.exit(f"trace_summary.py: error: {path}: not a readable Chrome trace ({type(e).__name__}: {e})")
+    if not events:
+        sys.exit(f"trace_summary.py: error: {path}: no ops (\"ph\": \"X\" events): is it a log.trace_file trace?")
     compute = sorted(((e["ts"], e["ts"] + e["dur"], e["name"]) for e in events if e["tid"] == 0))
     comm = sorted(((e["ts"], e["ts"] + e["dur"], e["name"]) for e in events if e["tid"] == 1))
     return compute, comm
@@ -54,6 +61,8 @@ def main():
     p.add_argument("--base", help="the same step traced without communication (one GPU)")
     p.add_argument("--top", type=int, default=25)
     args = p.parse_args()
+    if args.top < 1:
+        p.error("--top must be at least 1")
     compute, comm = load(args.trace)
     start = min([c[0] for c in compute] + [c[0] for c in comm])
     end = max([c[1] for c in compute] + [c[1] for c in comm])

@@ -25,8 +25,10 @@ class OpProfiler {
   OpProfiler(const OpProfiler&) = delete;
   OpProfiler& operator=(const OpProfiler&) = delete;
 
-  // Whether ops are timed now (aggregating, or inside a trace).
-  bool timing() const { return aggregate_ || tracing_; }
+  // Whether ops are timed now (aggregating, or inside a trace, and not paused).
+  bool timing() const { return !paused_ && (aggregate_ || tracing_); }
+  // Ops while paused (validation passes: not part of a training step) are not timed.
+  void set_paused(bool paused) { paused_ = paused; }
   // A host-timed op (CPU), start and end on the host clock.
   void add_host(const std::string& name, std::chrono::steady_clock::time_point start,
                 std::chrono::steady_clock::time_point end, double flops);
@@ -58,6 +60,7 @@ class OpProfiler {
   Runtime& rt_;
   bool aggregate_;
   bool tracing_ = false;
+  bool paused_ = false;
   std::map<std::string, Entry> entries_;
   std::vector<Pending> pending_;
   std::vector<Traced> traced_;

@@ -13,7 +13,7 @@ std::string usage() {
          "\n"
          "  CONFIG.toml             the run's configuration (see docs/config.md)\n"
          "  --set section.key=value override one config key (repeatable; also --set=section.key=value)\n"
-         "  --dump-grads DIR        write the gradients of the first step to DIR\n"
+         "  --dump-grads DIR        write the gradients of the first step to DIR and exit (no training)\n"
          "  --export-weights DIR    after training, write the weights (model.json + params.f32) to DIR\n"
          "  --config-doc            print the configuration reference (docs/config.md) and exit\n"
          "  --help                  print this help and exit\n"
@@ -59,6 +59,9 @@ CliArgs parse_cli(int argc, char** argv) {
       a.config_path = arg;
     }
   }
+  if (!a.dump_grads_dir.empty() && !a.export_weights_dir.empty())
+    throw UserError("--dump-grads writes the first step's gradients and exits without training; it does not go "
+                    "with --export-weights" + hint);
   if (a.config_path.empty() && !a.help && !a.print_config_doc)
     throw UserError("missing the config file: train_gpt CONFIG.toml [--set section.key=value]..." + hint);
   return a;

@@ -106,19 +106,29 @@ int run(int argc, char** argv) {
   std::string schedule_name;
   int p = 0, v = 0, m = 0;
   std::vector<StepTimes> steps;
+  int segment_steps = 0;  // step records since the last start record: each process has its warm-up
   std::string line;
   for (int line_no = 1; std::getline(in, line); ++line_no) {
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     const std::string where = a.path + ":" + std::to_string(line_no);
     const JsonValue rec = parse_json(line, where);
     if (const JsonValue* ev = rec.find("event"); ev && ev->kind == JsonValue::Kind::kString && ev->text == "start") {
-      schedule_name = member(rec, "schedule", JsonValue::Kind::kString, where).text;
-      v = positive_int(rec, "virtual_stages", where);
-      p = positive_int(member(rec, "layout", JsonValue::Kind::kObject, where), "pipeline", where + " layout");
+      const std::string name = member(rec, "schedule", JsonValue::Kind::kString, where).text;
+      const int vs = positive_int(rec, "virtual_stages", where);
+      const int ps = positive_int(member(rec, "layout", JsonValue::Kind::kObject, where), "pipeline", where + " layout");
+      // A resumed run appends to its metrics file: the same layout continues, another cannot mix.
+      if (p != 0 && (name != schedule_name || vs != v || ps != p))
+        throw UserError(where + ": this start record's schedule " + name + " (pipeline " + std::to_string(ps) +
+                        ", virtual stages " + std::to_string(vs) + ") differs from the earlier one's " + schedule_name +
+                        " (pipeline " + std::to_string(p) + ", virtual stages " + std::to_string(v) +
+                        "): the file holds runs of several layouts");
+      schedule_name = name, v = vs, p = ps;
+      segment_steps = 0;
       continue;
     }
     if (!rec.find("step") || !rec.find("step_ms") || rec.find("split")) continue;  // not a training step
     if (p == 0) throw UserError(where + ": a step record before the start record");
+    if (segment_steps++ < a.warmup) continue;
     const JsonValue& st = member(rec, "stage_timing", JsonValue::Kind::kObject, where);
     const int mb = positive_int(st, "micro_batches", where + " stage_timing");
     if (m != 0 && mb != m) throw UserError(where + ": stage_timing.micro_batches changed from " + std::to_string(m));
@@ -133,10 +143,9 @@ int run(int argc, char** argv) {
     steps.push_back(std::move(t));
   }
   if (p == 0) throw UserError(a.path + ": no start record");
-  if (int(steps.size()) <= a.warmup)
-    throw UserError(a.path + ": " + std::to_string(steps.size()) + " step records, none after the " +
-                    std::to_string(a.warmup) + " warm-up step(s)");
-  steps.erase(steps.begin(), steps.begin() + a.warmup);
+  if (steps.empty())
+    throw UserError(a.path + ": no step records after the " + std::to_string(a.warmup) +
+                    " warm-up step(s) of each process");
   auto med = [&](auto field) {
     std::vector<double> x;
     for (const StepTimes& t : steps) x.push_back(field(t));

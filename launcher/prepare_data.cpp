@@ -98,6 +98,13 @@ int run(int argc, char** argv) {
       if (std::filesystem::exists(out, ec) && std::filesystem::equivalent(in, out, ec))
         throw UserError("--output " + a.output + " would overwrite the input " + in + " (choose another prefix)");
     }
+  // Where the outputs go, before the inputs are read and tokenized.
+  if (a.output.back() == '/') throw UserError("--output " + a.output + ": a prefix, not a directory (e.g. data/corpus)");
+  if (const auto parent = std::filesystem::path(a.output).parent_path(); !parent.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(parent, ec);
+    if (ec) throw UserError("--output " + a.output + ": cannot create " + parent.string() + ": " + ec.message());
+  }
   std::vector<std::string> texts;
   for (const std::string& in : a.inputs) {
     texts.push_back(read_text_file(in));

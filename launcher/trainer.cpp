@@ -6,6 +6,7 @@
 #include <mpi.h>
 
 #include <chrono>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <memory>
@@ -241,13 +242,25 @@ bool use_embedding_row_exchange(const Config& cfg, int data_ranks, int64_t B, in
           EmbeddingRowExchange::pays(data_ranks, B, T, mc.d_model, mc.dtype, mc.padded_vocab()));
 }
 
-// With log.trace_step: every rank checks that it can write its trace file (created if missing; an
-// earlier trace stays until this run traces its step), and every rank learns whether all could, so
-// a bad path fails at the start on all ranks, not after the traced step on some.
+// With log.trace_step: every rank checks that it can write its trace file (its directory is
+// created; the file itself is not touched: an earlier trace stays until this run traces its step),
+// and every rank learns whether all could, so a bad path fails at the start on all ranks, not
+// after the traced step on some.
 void check_trace_file(const Config& cfg, const LaunchInfo& launch) {
   if (cfg.log.trace_step <= 0) return;
   const std::string path = trace_path(cfg.log.trace_file, launch.rank, launch.world);
-  int failed = std::ofstream(path, std::ios::binary | std::ios::app) ? 0 : 1;
+  int failed = 0;
+  std::error_code ec;
+  if (std::filesystem::exists(path, ec)) {
+    failed = std::ofstream(path, std::ios::binary | std::ios::app) ? 0 : 1;
+  } else {
+    try {
+      const std::string parent = std::filesystem::path(path).parent_path().string();
+      check_writable_dir("log.trace_file", parent.empty() ? "." : parent);
+    } catch (const UserError&) {
+      failed = 1;
+    }
+  }
   const int mine = failed;
   TRELLIS_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &failed, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD));
   if (failed)
@@ -646,6 +659,8 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
     }
     if (cfg.log.val_every > 0 && (step % cfg.log.val_every == 0 || step == cfg.train.steps)) {
       NvtxRange r("validation");
+      // Not a training step: left out of log.profile_ops's per-step times.
+      if (rt.profiler()) rt.profiler()->set_paused(true);
       fill(rt, loss_sum, 0.0f);
       auto val_sample = [&](int vb) { return (int64_t(vb) * data_size + data_rank) * B; };
       GPTStage val_model(
@@ -655,6 +670,7 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
       if (reduce) data_group.all_reduce(loss_sum);
       if (pipeline_group) pipeline_group->all_reduce(loss_sum);  // known on the last stage
       const double val = double(read_scalar(rt, loss_sum)) / double(cfg.log.val_batches * B * T * data_size);
+      if (rt.profiler()) rt.profiler()->set_paused(false);
       if (main_rank) {
         JsonObject rec;
         rec.add("step", step).add("split", "val").add("loss", val);

@@ -26,6 +26,8 @@ def read_run(path):
             lines = f.read().splitlines()
     except OSError as e:
         fail(f"{path}: cannot read: {e.strerror}")
+    except UnicodeDecodeError:
+        fail(f"{path}: not a text file (expected a metrics file of JSON lines)")
     for n, line in enumerate(lines, 1):
         if not line.strip():
             continue
@@ -105,7 +107,10 @@ def main():
     out_dir = os.path.dirname(os.path.abspath(args.output))
     if not os.path.isdir(out_dir):
         fail(f"{args.output}: the directory {out_dir} does not exist")
-    fig.savefig(args.output, dpi=110, format="png")
+    try:
+        fig.savefig(args.output, dpi=110, format="png")
+    except OSError as e:
+        fail(f"{args.output}: cannot write: {e.strerror or e}")
     print(f"wrote {args.output} ({len(runs)} run(s))")
 
 

@@ -98,6 +98,8 @@ check checkpoint_dir_under_file "checkpoint.dir = $tmp/a_file/ck: cannot create 
 ln -s "$tmp/loop_b" "$tmp/loop_a" && ln -s "$tmp/loop_a" "$tmp/loop_b"
 check resume_symlink_loop "checkpoint.resume = $tmp/loop_a" "Too many levels of symbolic links" -- \
   "$train_gpt" "$tmp/good.toml" --set checkpoint.resume="$tmp/loop_a"
+check dump_grads_with_export "--dump-grads writes the first step's gradients and exits without training" -- \
+  "$train_gpt" "$tmp/good.toml" --dump-grads "$tmp/g" --export-weights "$tmp/w"
 check export_dir_under_file "--export-weights $tmp/a_file/w: cannot create it as a directory" -- \
   "$train_gpt" "$tmp/good.toml" --export-weights "$tmp/a_file/w"
 

@@ -59,6 +59,25 @@ def main():
         for label in ("bubble formula", "simulator, measured stage times", "measured"):
             check(any(l.startswith("| " + label) for l in out.stdout.splitlines()), f"a '{label}' row")
 
+        # A resumed run of the same layout appends a start record: each process's warm-up is left
+        # out; one of another layout cannot be mixed in: one error line.
+        lines = open(metrics).read().splitlines()
+        start = json.loads(lines[0])
+        resumed = os.path.join(tmp, "resumed.jsonl")
+        with open(resumed, "w") as f:
+            f.write("\n".join(lines + lines) + "\n")
+        out = subprocess.run([predict, resumed, "--warmup", str(WARMUP)], capture_output=True, text=True, timeout=60)
+        check(out.returncode == 0 and f"{2 * (STEPS - WARMUP)} steps" in out.stdout,
+              f"a resumed run's file: the warm-up left out of each process ({2 * (STEPS - WARMUP)} steps)")
+        start["layout"]["pipeline"] = 1
+        mixed = os.path.join(tmp, "mixed.jsonl")
+        with open(mixed, "w") as f:
+            f.write("\n".join(lines + [json.dumps(start)] + lines[1:]) + "\n")
+        out = subprocess.run([predict, mixed], capture_output=True, text=True, timeout=60)
+        err = out.stderr.strip().splitlines()
+        check(out.returncode == 1 and len(err) == 1 and "the file holds runs of several layouts" in err[0],
+              f"a file holding runs of two layouts: exit 1 and one error line ({err})")
+
         bare = os.path.join(tmp, "bare.jsonl")
         with open(bare, "w") as f:
             for line in open(metrics):

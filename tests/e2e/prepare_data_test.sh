@@ -12,9 +12,10 @@ trap 'rm -rf "$tmp"' EXIT
 fail() { echo "FAIL: $*" >&2; exit 1; }
 
 for i in $(seq 200); do echo "the quick brown fox jumps over the lazy dog $i"; done >"$tmp/text.txt"
-"$prepare_data" --input "$tmp/text.txt" --output "$tmp/text" --tokenizer char --format llmc >"$tmp/out" 2>&1 ||
+"$prepare_data" --input "$tmp/text.txt" --output "$tmp/new_dir/text" --tokenizer char --format llmc >"$tmp/out" 2>&1 ||
   { cat "$tmp/out" >&2; fail "prepare_data exited non-zero"; }
-[[ -s $tmp/text.tok && -s $tmp/text.vocab.json ]] || fail "no text.tok / text.vocab.json"
+[[ -s $tmp/new_dir/text.tok && -s $tmp/new_dir/text.vocab.json ]] || fail "no text.tok / text.vocab.json (in a new directory)"
+mv "$tmp/new_dir/text.tok" "$tmp/new_dir/text.vocab.json" "$tmp/"
 "$train_gpt" "$config" --set train.device=cpu --set train.steps=3 --set data.source=file \
   --set data.path="$tmp/text.tok" --set log.val_every=0 >"$tmp/train" 2>&1 || { tail -3 "$tmp/train" >&2; fail "train_gpt on it"; }
 echo "ok   a text becomes a token file train_gpt trains on"
@@ -37,6 +38,7 @@ head -c 3000 /dev/urandom >"$tmp/binary.bin"
 "$prepare_data" --input "$tmp/binary.bin" --output "$tmp/bin" --tokenizer char >"$tmp/out" 2>&1 || fail "binary input: exit $?"
 grep -q "warning: $tmp/binary.bin: [0-9]* bytes are not UTF-8 and become U+FFFD" "$tmp/out" || { cat "$tmp/out"; fail "binary input: no warning"; }
 echo "ok   a binary input to the char tokenizer is warned of"
+bad output_is_a_directory "--output $tmp/: a prefix, not a directory" --input "$tmp/text.txt" --output "$tmp/" --tokenizer char
 cp "$tmp/text.txt" "$tmp/keep.tok"
 bad output_over_input "--output $tmp/keep would overwrite the input $tmp/keep.tok" \
   --input "$tmp/keep.tok" --output "$tmp/keep" --tokenizer char --format llmc
