@@ -149,8 +149,9 @@ def _read(path, dtype):
 
 def load_trellis_dump(dump_dir, dtype=torch.float64, attn="sdpa"):
     """Builds the reference from DIR/model.json, loads params.f32 by name and offset. Returns
-    (model, info): info has tokens, targets (B, T) int64, loss (float), grads {torch name:
-    tensor} when grads.f32 exists, and trellis_names {torch name: Trellis name}.
+    (model, info): info has tokens, targets (B, T) int64 (None for an --export-weights directory,
+    which holds the weights only), loss (float), grads {torch name: tensor} when grads.f32 exists,
+    and trellis_names {torch name: Trellis name}.
     Raises ValueError when a name, shape or size does not fit."""
     with open(os.path.join(dump_dir, "model.json")) as f:
         meta = json.load(f)
