@@ -43,6 +43,17 @@ std::string build_type() {
 }  // namespace
 
 int main(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {  // no options: --help says so, anything else is an error
+    const std::string arg = argv[i];
+    if (arg == "--help" || arg == "-h") {
+      std::printf("usage: env_report   (alone, or under mpirun / srun; rank 0 prints)\n"
+                  "Prints the build options and compiler, MPI, OpenBLAS, OpenMP, the CUDA driver and runtime, the "
+                  "GPUs, NCCL and cuBLAS: what a bug report needs.\n");
+      return 0;
+    }
+    std::fprintf(stderr, "error: env_report takes no arguments, got \"%s\" (see --help)\n", arg.c_str());
+    return 1;
+  }
   MPI_Init(&argc, &argv);
   int rank = 0, world = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);

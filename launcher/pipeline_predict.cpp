@@ -111,7 +111,14 @@ int run(int argc, char** argv) {
   for (int line_no = 1; std::getline(in, line); ++line_no) {
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     const std::string where = a.path + ":" + std::to_string(line_no);
-    const JsonValue rec = parse_json(line, where);
+    JsonValue rec;
+    try {
+      rec = parse_json(line, where);
+    } catch (const UserError&) {
+      if (!in.eof()) throw;  // only the last line, without its newline, can be a killed run's torn write
+      std::fprintf(stderr, "note: %s: an incomplete last line (a killed run?) is left out\n", where.c_str());
+      break;
+    }
     if (const JsonValue* ev = rec.find("event"); ev && ev->kind == JsonValue::Kind::kString && ev->text == "start") {
       const std::string name = member(rec, "schedule", JsonValue::Kind::kString, where).text;
       const int vs = positive_int(rec, "virtual_stages", where);

@@ -69,6 +69,12 @@ def main():
         out = subprocess.run([predict, resumed, "--warmup", str(WARMUP)], capture_output=True, text=True, timeout=60)
         check(out.returncode == 0 and f"{2 * (STEPS - WARMUP)} steps" in out.stdout,
               f"a resumed run's file: the warm-up left out of each process ({2 * (STEPS - WARMUP)} steps)")
+        torn = os.path.join(tmp, "torn.jsonl")
+        with open(torn, "w") as f:
+            f.write("\n".join(lines) + "\n" + lines[-1][: len(lines[-1]) // 2])  # killed while writing
+        out = subprocess.run([predict, torn, "--warmup", str(WARMUP)], capture_output=True, text=True, timeout=60)
+        check(out.returncode == 0 and "incomplete last line" in out.stderr and f"{STEPS - WARMUP} steps" in out.stdout,
+              "a torn last line (a killed run) is left out, with a note")
         start["layout"]["pipeline"] = 1
         mixed = os.path.join(tmp, "mixed.jsonl")
         with open(mixed, "w") as f:
