@@ -660,6 +660,12 @@ std::optional<std::string> latest_valid_checkpoint(const std::string& root, std:
   return std::nullopt;
 }
 
+std::optional<std::string> checkpoint_named_by(const std::string& path, std::string* why_skipped) {
+  std::error_code ec;
+  if (fs::exists(fs::path(path) / kManifest, ec) || !fs::is_directory(path, ec)) return path;
+  return latest_valid_checkpoint(path, why_skipped);
+}
+
 std::vector<std::string> prune_checkpoints(const std::string& root, int keep, int64_t up_to_step) {
   std::vector<std::string> temps, doomed;
   auto steps = list_step_dirs(root, &temps);

@@ -157,6 +157,11 @@ class CheckpointReader {
 std::optional<std::string> latest_valid_checkpoint(const std::string& root, std::string* why_skipped = nullptr,
                                                    CheckpointVerify verify = CheckpointVerify::kFull);
 
+// A checkpoint as a user names it: `path` itself when it holds a manifest or is no directory
+// (opening it then says what is wrong), else the newest valid checkpoint in that directory (a
+// checkpoint.dir), or nullopt when there is none; skipped ones as latest_valid_checkpoint says.
+std::optional<std::string> checkpoint_named_by(const std::string& path, std::string* why_skipped = nullptr);
+
 // Keeps the newest `keep` step dirs that pass a kSizes check and removes every step dir older
 // than the oldest kept one (corrupt dirs newer than that are left for inspection); keep <= 0
 // removes no step dir. Also removes .tmp.* dirs left by dead writers on this host. Touches

@@ -256,16 +256,13 @@ void refuse_overwriting(const Config& cfg, int64_t from_step, bool continues_thi
 // checkpoint.resume names a checkpoint directory (its manifest), or a checkpoint.dir: then its
 // newest valid checkpoint, saying which it skipped. Throws UserError when there is none.
 std::string resolve_resume_path(const Config& cfg, const std::string& r) {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  if (fs::exists(fs::path(r) / "manifest.json", ec) || !fs::is_directory(r, ec)) return r;  // read, and checked, as a checkpoint
   std::string why;
-  const std::optional<std::string> newest = latest_valid_checkpoint(r, &why);
+  const std::optional<std::string> chosen = checkpoint_named_by(r, &why);
   if (!why.empty()) std::printf("checkpoint: skipped invalid checkpoints:\n%s\n", why.c_str());
-  if (!newest)
+  if (!chosen)
     throw UserError(cfg.path + ": checkpoint.resume = " + r + ": no valid checkpoint in it" +
                     (why.empty() ? " (no step_NNNNNNNN directories)" : ""));
-  return *newest;
+  return *chosen;
 }
 
 // Whether two paths name the same directory (false when either cannot be examined).

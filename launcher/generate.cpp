@@ -92,13 +92,14 @@ Args parse(int argc, char** argv) {
 std::string step_dir(const std::string& path) {
   namespace fs = std::filesystem;
   std::error_code ec;
-  if (fs::exists(fs::path(path) / "manifest.json", ec)) return path;
-  if (!fs::is_directory(path, ec)) throw UserError(path + ": no such checkpoint directory");
+  if (!fs::exists(fs::path(path) / "manifest.json", ec) && !fs::is_directory(path, ec))
+    throw UserError(path + ": no such checkpoint directory");
   std::string why;
-  if (auto latest = latest_valid_checkpoint(path, &why)) {
-    std::fprintf(stderr, "note: sampling from %s, the newest valid checkpoint in %s%s%s\n", latest->c_str(), path.c_str(),
-                 why.empty() ? "" : "; skipped: ", why.c_str());
-    return *latest;
+  if (auto chosen = checkpoint_named_by(path, &why)) {
+    if (*chosen != path)
+      std::fprintf(stderr, "note: sampling from %s, the newest valid checkpoint in %s%s%s\n", chosen->c_str(),
+                   path.c_str(), why.empty() ? "" : "; skipped: ", why.c_str());
+    return *chosen;
   }
   throw UserError(path + ": no valid checkpoint in it" + (why.empty() ? "" : " (" + why + ")"));
 }

@@ -86,23 +86,23 @@ UserError cannot_write(const std::string& path, const std::string& reason) {
   return UserError("log.metrics_file = " + path + ": cannot open for writing: " + reason);
 }
 
-// The step of a metrics line, or nothing for records without one; a line that does not parse (the
-// torn last line of a killed run) is nothing too, and `parsed` says so.
-std::optional<int64_t> line_step(const std::string& line, bool& parsed) {
+// Whether a line of an earlier metrics file stays when a run resumes after step `after`: a record
+// of a step up to it, or one without a step; not a later step's, nor a line that does not parse
+// (the torn last line of a killed run).
+bool kept_on_resume(const std::string& line, int64_t after) {
   try {
-    const JsonValue v = parse_json(line);
-    parsed = true;
-    const JsonValue* step = v.find("step");
-    return step ? std::optional<int64_t>(step->as_int()) : std::nullopt;
+    const JsonValue record = parse_json(line);
+    const JsonValue* step = record.find("step");
+    return !step || step->as_int() <= after;
   } catch (const std::exception&) {  // parse_json's CheckpointError
-    parsed = false;
-    return std::nullopt;
+    return false;
   }
 }
 
 bool is_start_record(const std::string& line) {
   try {
-    const JsonValue* event = parse_json(line).find("event");
+    const JsonValue record = parse_json(line);
+    const JsonValue* event = record.find("event");
     return event && event->kind == JsonValue::Kind::kString && event->text == "start";
   } catch (const std::exception&) {  // parse_json's CheckpointError
     return false;
@@ -138,7 +138,7 @@ void MetricsFile::begin(std::optional<int64_t> resumed_after) {
       throw UserError("log.metrics_file = " + path_ +
                       " exists and is not a Trellis metrics file (its first line is not a start record); "
                       "refusing to replace it: choose another path");
-    for (int n = 1; aside.empty() || fs::exists(aside, ec) || fs::is_symlink(aside, ec); ++n)
+    for (int n = 1; aside.empty() || fs::exists(fs::symlink_status(aside, ec)); ++n)  // a dangling link is taken too
       aside = path_ + "." + std::to_string(n);
     fs::rename(path_, aside, ec);
     if (ec) throw cannot_write(path_, "cannot move the earlier metrics to " + aside + ": " + ec.message());
@@ -155,9 +155,7 @@ void MetricsFile::begin(std::optional<int64_t> resumed_after) {
   // later steps are replaced by this run's), so it reads as one run.
   std::ifstream in(aside);
   for (std::string line; std::getline(in, line);) {
-    bool parsed = false;
-    const std::optional<int64_t> step = line_step(line, parsed);
-    if (!parsed || (step && *step > *resumed_after)) continue;
+    if (!kept_on_resume(line, *resumed_after)) continue;
     line.push_back('\n');
     if (std::fwrite(line.data(), 1, line.size(), file_) != line.size()) throw cannot_write(path_, std::strerror(errno));
   }

@@ -38,12 +38,11 @@ LaunchInfo init_mpi(int* argc, char*** argv) {
 
 // Whether `message` names `key` ("section.name") as a whole, not as part of a longer name.
 bool names_key(const std::string& message, const std::string& key) {
-  const auto part_of_name = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.'; };
+  const auto word = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; };
   for (size_t at = message.find(key); at != std::string::npos; at = message.find(key, at + 1)) {
     const size_t end = at + key.size();
-    const bool ends = end == message.size() || !(std::isalnum(static_cast<unsigned char>(message[end])) || message[end] == '_');
-    if ((at == 0 || !part_of_name(message[at - 1])) && ends)
-      return true;
+    const bool starts = at == 0 || !(word(message[at - 1]) || message[at - 1] == '.');
+    if (starts && (end == message.size() || !word(message[end]))) return true;
   }
   return false;
 }
