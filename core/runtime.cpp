@@ -3,6 +3,9 @@
 
 #include <omp.h>
 
+#include <fstream>
+#include <string>
+
 #if TRELLIS_HAVE_CUDA
 #include "core/cuda/cuda_state.h"
 #include "core/cuda/device_runtime.h"
@@ -74,6 +77,20 @@ std::string Runtime::device_name() const {
   if (cuda_) return gpu::device_name(cuda_);
 #endif
   return "cpu (" + std::to_string(omp_get_max_threads()) + " threads)";
+}
+
+size_t Runtime::free_memory() const {
+#if TRELLIS_HAVE_CUDA
+  if (cuda_) return gpu::free_memory(cuda_);
+#endif
+  std::ifstream meminfo("/proc/meminfo");
+  std::string key;
+  size_t kib = 0;
+  while (meminfo >> key >> kib) {
+    if (key == "MemAvailable:") return kib << 10;
+    meminfo.ignore(256, '\n');
+  }
+  return 0;
 }
 
 double Runtime::peak_flops() const {

@@ -41,6 +41,9 @@ class Runtime {
   void* scratch(size_t bytes);
   // Waits until all work queued on this runtime's streams has finished.
   void synchronize();
+  // Bytes this runtime's device can still hand out: free GPU memory, or the host's MemAvailable
+  // (shared by every process on it); 0 when unknown.
+  size_t free_memory() const;
   // Device description: "NVIDIA H200" or "cpu (N threads)".
   std::string device_name() const;
   // Dense 16-bit tensor-core peak in FLOP/s for MFU; 0 when unknown (CPU, unlisted GPU).

@@ -268,6 +268,29 @@ void check_trace_file(const Config& cfg, const LaunchInfo& launch) {
                     " (a writable path, e.g. \"runs/trace.json\")");
 }
 
+// Before the model is built: a run whose model state and planned activations alone exceed what
+// the device has free ends in one line instead of an out-of-memory abort mid-setup (or, on the
+// CPU, the kernel's OOM killer). The plan is a lower bound (no library workspaces, no allocator
+// slack), so a run this lets through may still not fit; one it stops cannot.
+static void check_memory_fits(const Config& cfg, Runtime& rt, const LaunchInfo& launch, size_t model_state,
+                       size_t activations) {
+  size_t free_bytes = rt.free_memory();
+  if (free_bytes == 0) return;  // unknown
+  const bool host = rt.device().is_cpu();
+  // The ranks of a node share its memory on the CPU.
+  const size_t sharing = host ? size_t(std::max(1, launch.local_size)) : 1;
+  const size_t need = model_state + activations;
+  if (need * sharing <= free_bytes) return;
+  const std::string where = host ? (sharing > 1 ? "this node's memory (" + std::to_string(sharing) + " ranks share " +
+                                                      format_bytes(free_bytes) + " available)"
+                                                : "host memory (" + format_bytes(free_bytes) + " available)")
+                                 : rt.device().str() + " (" + format_bytes(free_bytes) + " free)";
+  throw UserError(cfg.path + ": the run needs at least " + format_bytes(need) + " per rank (model state " +
+                  format_bytes(model_state) + " + activations " + format_bytes(activations) + ", planned), more than " +
+                  where + "; lower train.micro_batch, set train.checkpointing = \"elementwise\", \"selective\" or "
+                  "\"full\", raise zero.stage, or add tensor or pipeline ranks");
+}
+
 // Settings this run will not act on, said once the resume is settled (rank 0): a run must not look
 // as if it did something it does not.
 void warn_on_unused_settings(const Config& cfg, const std::string& precision, int64_t start_step) {
@@ -357,10 +380,17 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
     sharding.stream_grads = zero_stage >= 2;
     sharding.stream_values = zero_stage >= 3;
   }
+  const WholeModelLayout whole(mc, p, v, layout.tensor);
+  const ActivationBytes act = GPT::activation_bytes(mc, part, B, T, tp);
+  agree_on([&] {
+    check_memory_fits(cfg, rt, launch,
+                      size_t(ZeroOptimizer::model_state_bytes(whole.shard_numel(stage, groups.coords().tensor),
+                                                              mc.dtype, zero_stage, data_size)),
+                      act.kept * size_t(slots) + act.work);
+  }, launch);
   GPT model(rt, mc, B, part, slots, tp, sharding);
   // Each data rank draws 1/N of the parameters; the data group completes them.
   model.initialize(uint64_t(cfg.train.seed), &data_group);
-  const WholeModelLayout whole(mc, p, v, layout.tensor);
   ZeroOptimizer optimizer(rt, model.params(), &data_group, zero_stage);
   std::unique_ptr<ZeroStreaming> streaming;
   if (optimizer.sharded()) streaming = std::make_unique<ZeroStreaming>(rt, model.params(), optimizer, data_group);
@@ -412,7 +442,6 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
   const size_t param_bytes = model.params().value_bytes(), grad_bytes = model.params().grad_bytes();
   const size_t state_bytes = param_bytes + grad_bytes + optimizer.state_bytes();
   const size_t slot_bytes = streaming ? streaming->buffer_bytes() : 0;
-  const ActivationBytes act = GPT::activation_bytes(mc, part, B, T, tp);
   // The gradient norm's squares: of the reduced gradients this rank holds (its pieces at stages
   // >= 1, where the tensor group's partial sums are completed too).
   const std::vector<Tensor> counted_grads = optimizer.owned_grads(model.grads_counted_once());

@@ -85,6 +85,13 @@ void synchronize(CudaState* s) {
 
 std::string device_name(CudaState* s) { return s->name; }
 
+size_t free_memory(CudaState* s) {
+  CUDA_CHECK(cudaSetDevice(s->device));
+  size_t free_b = 0, total_b = 0;
+  CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+  return free_b;
+}
+
 double peak_flops(CudaState* s) {
   const std::string& n = s->name;
   auto has = [&](const char* x) { return n.find(x) != std::string::npos; };

@@ -92,6 +92,10 @@ check attention_dropout "model.attention_dropout = -0.5 (allowed: -1 = model.dro
   "$train_gpt" "$tmp/good.toml" --set model.attention_dropout=-0.5
 check absurd_batch "train.micro_batch x model.seq_len x" "beyond what a tensor can index" -- \
   "$train_gpt" "$tmp/good.toml" --set train.micro_batch=9223372036854775807
+# ~200 TB of model state: more than any machine has, refused before anything is allocated.
+huge=(--set model.n_layers=1000 --set model.d_model=32768)
+check too_big_for_memory "good.toml: the run needs at least" "per rank (model state" "lower train.micro_batch" -- \
+  "$train_gpt" "$tmp/good.toml" "${huge[@]}"
 : >"$tmp/a_file"
 check checkpoint_dir_under_file "checkpoint.dir = $tmp/a_file/ck: cannot create it as a directory" -- \
   "$train_gpt" "$tmp/good.toml" --set checkpoint.dir="$tmp/a_file/ck"
@@ -144,6 +148,7 @@ mkdir -p "$tmp/wd_a" "$tmp/wd_b"
 mpi_case mpirun_checkpoint_dir_not_shared "rank 1 does not see it" \
   -np 1 -wdir "$tmp/wd_a" "$(realpath "$train_gpt")" "$tmp/good.toml" --set zero.stage=1 --set checkpoint.dir=ck : \
   -np 1 -wdir "$tmp/wd_b" "$(realpath "$train_gpt")" "$tmp/good.toml" --set zero.stage=1 --set checkpoint.dir=ck
+mpi_case mpirun_np2_too_big_for_memory "this node's memory (2 ranks share" -np 2 "$train_gpt" "$tmp/good.toml" "${huge[@]}"
 mpi_case mpirun_np3_zero_reduce_dtype "zero.reduce_dtype = bf16" -np 3 "$train_gpt" "$tmp/zero.toml"
 mpi_case mpirun_np2_embedding_grad "zero.embedding_grad = gather_rows needs" \
   -np 2 "$train_gpt" "$tmp/good.toml" --set zero.embedding_grad=gather_rows --set zero.overlap=false
