@@ -8,16 +8,22 @@
 #include <vector>
 
 #include "core/ops.h"
+#include "launcher/checkpointing.h"
 
 namespace trellis {
 
 namespace {
 
+// Through a temporary file and a rename: a run killed while writing leaves no torn file.
 void write_raw(const std::string& path, const void* data, size_t bytes) {
-  std::ofstream f(path, std::ios::binary);
+  const std::string tmp = path + ".tmp";
+  std::ofstream f(tmp, std::ios::binary);
   f.write(static_cast<const char*>(data), std::streamsize(bytes));
   f.close();
   if (!f) throw UserError(path + ": cannot write: " + std::strerror(errno));
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) throw UserError(path + ": cannot write: " + ec.message());
 }
 
 }  // namespace
@@ -85,6 +91,14 @@ void write_model_json(const GPTConfig& mc, const std::vector<ParameterSpec>& spe
 }
 
 }  // namespace
+
+void check_export_dir_free(const std::string& dir) {
+  check_writable_dir("--export-weights " + dir, dir);
+  for (const char* name : {"model.json", "params.f32"})
+    if (std::filesystem::exists(std::filesystem::path(dir) / name))
+      throw UserError("--export-weights " + dir + ": already holds an export (" + name +
+                      "); give another directory, or remove that one to replace it");
+}
 
 void write_model_files(Runtime& rt, GPT& model, const std::string& dir, const JsonObject& extra) {
   std::vector<ParameterSpec> specs;

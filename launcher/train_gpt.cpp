@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "launcher/checkpointing.h"
 #include "launcher/cli.h"
+#include "launcher/model_files.h"
 #include "launcher/train_config.h"
 #include "launcher/trainer.h"
 
@@ -112,7 +113,7 @@ int main(int argc, char** argv) {
       check_devices(cfg, launch);
       // Found now rather than after training: without a checkpoint the weights would be lost.
       if (!args.export_weights_dir.empty() && launch.rank == 0)
-        check_writable_dir("--export-weights " + args.export_weights_dir, args.export_weights_dir);
+        check_export_dir_free(args.export_weights_dir);
     }, args.overrides);
     ok = ok && agree(launch, [&] { check_same_config(cfg); });
     if (ok && launch.rank == 0 && args.dump_grads_dir.empty())

@@ -104,6 +104,10 @@ check resume_symlink_loop "checkpoint.resume = $tmp/loop_a" "Too many levels of 
   "$train_gpt" "$tmp/good.toml" --set checkpoint.resume="$tmp/loop_a"
 check dump_grads_with_export "--dump-grads writes the first step's gradients and exits without training" -- \
   "$train_gpt" "$tmp/good.toml" --dump-grads "$tmp/g" --export-weights "$tmp/w"
+# An existing export is never replaced: the first run writes it, the second is refused at the start.
+"$train_gpt" "$tmp/good.toml" --export-weights "$tmp/export" >/dev/null 2>&1 </dev/null
+check export_dir_holds_export "--export-weights $tmp/export: already holds an export (model.json)" -- \
+  "$train_gpt" "$tmp/good.toml" --export-weights "$tmp/export"
 check export_dir_under_file "--export-weights $tmp/a_file/w: cannot create it as a directory" -- \
   "$train_gpt" "$tmp/good.toml" --export-weights "$tmp/a_file/w"
 
