@@ -83,6 +83,10 @@ size_t Runtime::free_memory() const {
 #if TRELLIS_HAVE_CUDA
   if (cuda_) return gpu::free_memory(cuda_);
 #endif
+  return host_available_memory();
+}
+
+size_t host_available_memory() {
   std::ifstream meminfo("/proc/meminfo");
   std::string key;
   size_t kib = 0;

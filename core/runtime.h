@@ -61,6 +61,9 @@ class Runtime {
   CudaState* cuda_ = nullptr;
 };
 
+// The host's MemAvailable (/proc/meminfo) in bytes; 0 when unknown.
+size_t host_available_memory();
+
 // Number of CUDA devices visible (0 when built without CUDA or no driver).
 int cuda_device_count();
 bool built_with_cuda();

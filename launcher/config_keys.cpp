@@ -75,6 +75,8 @@ const std::vector<KeySpec> kKeys = {
 
   {"zero", "embedding_grad", T::String, TRELLIS_FIELD(zero, embedding_grad), "Stage 0 with data ranks > 1, one pipeline stage and no tensor parallelism: gather_rows = all-reduce the token embedding's gradient as backward begins (the classifier's part is final since the forward) and gather every data rank's rows of the last micro-batch's embedding backward, scattering them all into it, instead of all-reducing the whole (vocabulary x d_model) gradient after the embedding backward, the last op of backward, with nothing left to overlap it. gather_rows also needs zero.overlap = true. auto = gather_rows where the gathered rows are fewer bytes (GPT-2 at a few data ranks), else all_reduce.", {"auto", "gather_rows", "all_reduce"}},
 
+  {"zero", "offload", T::String, TRELLIS_FIELD(zero, offload), "cpu = keep the fp32 master weights and Adam moments (at stages >= 1 this rank's pieces of them) in host memory and run AdamW on the host's cores: 10 bytes a parameter less on the GPU with bf16 (fp16: 12, fp32: 8), for a slower step (each step moves the gradients down and the parameters up). none = on the device.", {"none", "cpu"}},
+
   {"fp16", "initial_scale_power", T::Int, TRELLIS_FIELD(fp16, initial_scale_power), "Initial loss scale = 2^this (at least fp16.min_scale); a resumed run continues the checkpoint's scale.", {}, 0, false, 64},
   {"fp16", "loss_scale_window", T::Int, TRELLIS_FIELD(fp16, loss_scale_window), "Overflow-free steps before the scale doubles.", {}, 1},
   {"fp16", "hysteresis", T::Int, TRELLIS_FIELD(fp16, hysteresis), "The scale halves at the N-th overflow since it last changed (1 = at every overflow).", {}, 1},
@@ -85,7 +87,7 @@ const std::vector<KeySpec> kKeys = {
   {"data", "val_fraction", T::Float, TRELLIS_FIELD(data, val_fraction), "For source = file: the last fraction of the tokens is the validation split (held out of training also with log.val_every = 0).", {}, 0, true, 1, true},
 
   {"log", "every", T::Int, TRELLIS_FIELD(log, every), "A log line every N steps.", {}, 1},
-  {"log", "metrics_file", T::String, TRELLIS_FIELD(log, metrics_file), "Write metrics as JSON lines to this file (rank 0); empty = none. One start record (layout, memory plan), then per step: loss, lr, grad_norm, tokens_per_s, step_ms, peak_mem_bytes, mfu, phase_ms (device time of the schedule, the loss/norm reductions and the optimizer) and stage_timing (per virtual pipeline stage, the compute time of the step's forwards and of its backwards, over micro_batches), and validation records.", {}},
+  {"log", "metrics_file", T::String, TRELLIS_FIELD(log, metrics_file), "Write metrics as JSON lines to this file (rank 0); empty = none. One start record (source version, layout, memory plan), then per step: loss, lr, grad_norm, tokens_per_s, step_ms, peak_mem_bytes, mfu, phase_ms (device time of the schedule, the loss/norm reductions and the optimizer) and stage_timing (per virtual pipeline stage, the compute time of the step's forwards and of its backwards, over micro_batches), and validation records.", {}},
   {"log", "tensorboard_dir", T::String, TRELLIS_FIELD(log, tensorboard_dir), "Write TensorBoard event files (scalars) to this directory (rank 0); empty = none.", {}},
   {"log", "val_every", T::Int, TRELLIS_FIELD(log, val_every), "Validate every N steps and at the last one; 0 = off.", {}, 0},
   {"log", "val_batches", T::Int, TRELLIS_FIELD(log, val_batches), "Micro-batches per validation.", {}, 1},

@@ -1,4 +1,4 @@
-// env_report: what a user pastes into a bug report (build options, compiler, MPI, OpenBLAS,
+// env_report: what a user pastes into a bug report (source version, build options, compiler, MPI, OpenBLAS,
 // OpenMP, CUDA driver/runtime, GPUs, NCCL, cuBLAS). Prints from rank 0 only.
 #include <mpi.h>
 #include <omp.h>
@@ -7,6 +7,7 @@
 #include <string>
 
 #include "core/runtime.h"
+#include "core/version.h"
 #if TRELLIS_HAVE_CUDA
 #include "core/cuda/env_info.h"
 #endif
@@ -47,7 +48,7 @@ int main(int argc, char** argv) {
     const std::string arg = argv[i];
     if (arg == "--help" || arg == "-h") {
       std::printf("usage: env_report   (alone, or under mpirun / srun; rank 0 prints)\n"
-                  "Prints the build options and compiler, MPI, OpenBLAS, OpenMP, the CUDA driver and runtime, the "
+                  "Prints the source version, the build options and compiler, MPI, OpenBLAS, OpenMP, the CUDA driver and runtime, the "
                   "GPUs, NCCL and cuBLAS: what a bug report needs.\n");
       return 0;
     }
@@ -60,6 +61,7 @@ int main(int argc, char** argv) {
   MPI_Comm_size(MPI_COMM_WORLD, &world);
   if (rank == 0) {
     std::printf("Trellis environment report\n\nBuild\n");
+    row("source version", trellis::source_version());
     row("CUDA backend", trellis::built_with_cuda() ? "built" : "not built (TRELLIS_CUDA=OFF or no CUDA found)");
 #if defined(__clang__)
     row("compiler", "Clang " __VERSION__);

@@ -4,6 +4,7 @@
 #include "launcher/trainer.h"
 
 #include <mpi.h>
+#include <omp.h>
 
 #include <chrono>
 #include <filesystem>
@@ -20,6 +21,7 @@
 #include "core/error.h"
 #include "core/nvtx.h"
 #include "core/ops.h"
+#include "core/version.h"
 #include "core/phase_marks.h"
 #include "core/comm.h"
 #include "core/process_groups.h"
@@ -270,25 +272,33 @@ void check_trace_file(const Config& cfg, const LaunchInfo& launch) {
 
 // Before the model is built: a run whose model state and planned activations alone exceed what
 // the device has free ends in one line instead of an out-of-memory abort mid-setup (or, on the
-// CPU, the kernel's OOM killer). The plan is a lower bound (no library workspaces, no allocator
-// slack), so a run this lets through may still not fit; one it stops cannot.
+// CPU, the kernel's OOM killer); so does offloaded optimizer state (`host_state`) that the node's
+// memory cannot hold. The plan is a lower bound (no library workspaces, no allocator slack), so a
+// run this lets through may still not fit; one it stops cannot.
 static void check_memory_fits(const Config& cfg, Runtime& rt, const LaunchInfo& launch, size_t model_state,
-                       size_t activations) {
-  size_t free_bytes = rt.free_memory();
-  if (free_bytes == 0) return;  // unknown
+                              size_t activations, size_t host_state) {
+  const std::string knobs = "; lower train.micro_batch, set train.checkpointing = \"elementwise\", \"selective\" or "
+                            "\"full\", raise zero.stage, or add tensor or pipeline ranks";
+  const size_t sharing = size_t(std::max(1, launch.local_size));  // ranks of a node share its memory
+  const size_t host_free = host_available_memory();
+  auto node = [&](size_t free_bytes) {
+    return sharing > 1 ? "this node's memory (" + std::to_string(sharing) + " ranks share " + format_bytes(free_bytes) +
+                             " available)"
+                       : "host memory (" + format_bytes(free_bytes) + " available)";
+  };
   const bool host = rt.device().is_cpu();
-  // The ranks of a node share its memory on the CPU.
-  const size_t sharing = host ? size_t(std::max(1, launch.local_size)) : 1;
-  const size_t need = model_state + activations;
-  if (need * sharing <= free_bytes) return;
-  const std::string where = host ? (sharing > 1 ? "this node's memory (" + std::to_string(sharing) + " ranks share " +
-                                                      format_bytes(free_bytes) + " available)"
-                                                : "host memory (" + format_bytes(free_bytes) + " available)")
-                                 : rt.device().str() + " (" + format_bytes(free_bytes) + " free)";
-  throw UserError(cfg.path + ": the run needs at least " + format_bytes(need) + " per rank (model state " +
-                  format_bytes(model_state) + " + activations " + format_bytes(activations) + ", planned), more than " +
-                  where + "; lower train.micro_batch, set train.checkpointing = \"elementwise\", \"selective\" or "
-                  "\"full\", raise zero.stage, or add tensor or pipeline ranks");
+  const size_t need = model_state + activations + (host ? host_state : 0);
+  const size_t free_bytes = rt.free_memory();
+  if (free_bytes > 0 && need * (host ? sharing : 1) > free_bytes)
+    throw UserError(cfg.path + ": the run needs at least " + format_bytes(need) + " per rank (model state " +
+                    format_bytes(model_state) + " + activations " + format_bytes(activations) +
+                    (host && host_state ? " + offloaded optimizer state " + format_bytes(host_state) : "") +
+                    ", planned), more than " +
+                    (host ? node(free_bytes) : rt.device().str() + " (" + format_bytes(free_bytes) + " free)") + knobs);
+  if (!host && host_state > 0 && host_free > 0 && host_state * sharing > host_free)
+    throw UserError(cfg.path + ": zero.offload = \"cpu\" keeps " + format_bytes(host_state) +
+                    " of optimizer state per rank in host memory, more than " + node(host_free) +
+                    "; use zero.offload = \"none\", raise zero.stage or add ranks");
 }
 
 // Settings this run will not act on, said once the resume is settled (rank 0): a run must not look
@@ -381,17 +391,21 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
     sharding.stream_values = zero_stage >= 3;
   }
   const WholeModelLayout whole(mc, p, v, layout.tensor);
+  const bool offload = cfg.zero.offload == "cpu";
   const ActivationBytes act = GPT::activation_bytes(mc, part, B, T, tp);
   agree_on([&] {
     check_memory_fits(cfg, rt, launch,
                       size_t(ZeroOptimizer::model_state_bytes(whole.shard_numel(stage, groups.coords().tensor),
-                                                              mc.dtype, zero_stage, data_size)),
-                      act.kept * size_t(slots) + act.work);
+                                                              mc.dtype, zero_stage, data_size, offload)),
+                      act.kept * size_t(slots) + act.work,
+                      offload ? size_t(ZeroOptimizer::offloaded_state_bytes(
+                                    whole.shard_numel(stage, groups.coords().tensor), mc.dtype, zero_stage, data_size))
+                              : 0);
   }, launch);
   GPT model(rt, mc, B, part, slots, tp, sharding);
   // Each data rank draws 1/N of the parameters; the data group completes them.
   model.initialize(uint64_t(cfg.train.seed), &data_group);
-  ZeroOptimizer optimizer(rt, model.params(), &data_group, zero_stage);
+  ZeroOptimizer optimizer(rt, model.params(), &data_group, zero_stage, offload);
   std::unique_ptr<ZeroStreaming> streaming;
   if (optimizer.sharded()) streaming = std::make_unique<ZeroStreaming>(rt, model.params(), optimizer, data_group);
   if (zero_stage >= 2) model.set_block_hooks(streaming.get());
@@ -457,7 +471,8 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
   const double tokens_per_step = double(global_batch * T);
   JsonObject start;  // the metrics file's start record, written once the resume is settled
   if (main_rank) {
-    std::printf("trellis: %s, %s, layout tensor %d x pipeline %d x data %d, ZeRO stage %d\n", rt.device_name().c_str(),
+    std::printf("trellis %s: %s, %s, layout tensor %d x pipeline %d x data %d, ZeRO stage %d\n", source_version(),
+                rt.device_name().c_str(),
                 res.precision.c_str(), layout.tensor, layout.pipeline, layout.data, zero_stage);
     std::printf("model: %lld layers, %lld heads, d_model %lld, seq %lld, vocab %lld (padded to %lld)\n",
                 (long long)mc.n_layers, (long long)mc.n_heads, (long long)mc.d_model, (long long)T,
@@ -487,6 +502,9 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
                 format_bytes(grad_bytes).c_str(), format_bytes(optimizer.state_bytes()).c_str(),
                 slot_bytes ? (" + ZeRO slots " + format_bytes(slot_bytes)).c_str() : "", slots,
                 format_bytes(act.kept).c_str(), format_bytes(act.work).c_str(), cfg.train.checkpointing.c_str());
+    if (optimizer.offloaded())
+      std::printf("offload: master weights and Adam moments in host memory (%s), AdamW on the host's %d threads\n",
+                  format_bytes(optimizer.host_state_bytes()).c_str(), omp_get_max_threads());
     if (tp.active())
       std::printf("tensor parallel: %d ranks split each layer (heads, MLP, vocabulary), sequence parallelism %s, "
                   "forward %s, row-parallel forward in %d communication chunk%s\n",
@@ -519,7 +537,7 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
     }
     JsonObject lay;
     lay.add("tensor", layout.tensor).add("pipeline", layout.pipeline).add("data", layout.data);
-    start.add("event", "start").add("layout", lay).add("zero_stage", int64_t(zero_stage));
+    start.add("event", "start").add("version", source_version()).add("layout", lay).add("zero_stage", int64_t(zero_stage));
     start.add("schedule", schedule_kind_name(kind)).add("virtual_stages", int64_t(v)).add("stage_layers", stage_layers);
     start.add("params_per_rank", params_per_rank);
     start.add("model_state_bytes_per_rank", state_per_rank);

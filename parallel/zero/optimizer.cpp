@@ -3,13 +3,15 @@
 
 #include <algorithm>
 
+#include "core/cpu/cpu_ops.h"
 #include "core/error.h"
 #include "core/nvtx.h"
 
 namespace trellis {
 
-ZeroOptimizer::ZeroOptimizer(Runtime& rt, ParameterStore& params, Communicator* data, int stage)
-    : rt_(rt), params_(params), data_(stage >= 1 && data && data->size() > 1 ? data : nullptr), stage_(data_ ? stage : 0) {
+ZeroOptimizer::ZeroOptimizer(Runtime& rt, ParameterStore& params, Communicator* data, int stage, bool offload)
+    : rt_(rt), params_(params), data_(stage >= 1 && data && data->size() > 1 ? data : nullptr), stage_(data_ ? stage : 0),
+      host_alloc_(offload ? make_host_allocator() : nullptr) {
   const StoreSharding& sh = params.sharding();
   TRELLIS_CHECK(sh.shards == (data_ ? data_->size() : 1) && sh.shard == (data_ ? data_->rank() : 0),
                 "ZeroOptimizer: the parameter store is not sharded over the data group");
@@ -24,20 +26,32 @@ ZeroOptimizer::ZeroOptimizer(Runtime& rt, ParameterStore& params, Communicator* 
     whole += b.numel;
   }
   const int64_t s = owned_numel_;
+  Allocator& state = offloaded() ? *host_alloc_ : rt.allocator();
   if (params.dtype() == DType::bf16) {  // split masters: the parameters are their high halves
-    master_buf_ = Buffer(rt.allocator(), size_t(s) * 2, "low halves of the fp32 master weights");
+    master_buf_ = Buffer(state, size_t(s) * 2, "low halves of the fp32 master weights");
     master_ = master_buf_.tensor(DType::bf16, {s});
-  } else if (params.dtype() != DType::f32) {
-    master_buf_ = Buffer(rt.allocator(), size_t(s) * 4, "fp32 master weights");
+  } else if (params.dtype() != DType::f32 || offloaded()) {
+    master_buf_ = Buffer(state, size_t(s) * 4, "fp32 master weights");
     master_ = master_buf_.tensor(DType::f32, {s});
   }
+  if (offloaded()) {
+    if (params.dtype() == DType::f32) {
+      host_values_ = master_;
+    } else {
+      host_values_buf_ = Buffer(*host_alloc_, size_t(s) * dtype_size(params.dtype()), "host copy of the parameters");
+      host_values_ = host_values_buf_.tensor(params.dtype(), {s});
+    }
+    int64_t largest = 0;
+    for (const ParameterBucket& b : buckets) largest = std::max(largest, b.piece);
+    staging_buf_ = Buffer(rt.host_allocator(), size_t(largest) * 4, "gradient staging for the host's AdamW");
+    staging_ = staging_buf_.tensor(DType::f32, {largest});
+  }
   reset_master();
-  m_buf_ = Buffer(rt.allocator(), size_t(s) * 4, "Adam first moments");
-  v_buf_ = Buffer(rt.allocator(), size_t(s) * 4, "Adam second moments");
+  m_buf_ = Buffer(state, size_t(s) * 4, "Adam first moments");
+  v_buf_ = Buffer(state, size_t(s) * 4, "Adam second moments");
   m_ = m_buf_.tensor(DType::f32, {s});
   v_ = v_buf_.tensor(DType::f32, {s});
-  fill(rt, m_, 0.0f);
-  fill(rt, v_, 0.0f);
+  for (const Tensor& t : {m_, v_}) offloaded() ? cpu::fill(rt, t, 0.0f) : fill(rt, t, 0.0f);
   if (data_) {
     grad_buf_ = Buffer(rt.allocator(), size_t(s) * 4, "reduced gradient pieces");
     grads_ = grad_buf_.tensor(DType::f32, {s});
@@ -117,6 +131,7 @@ void ZeroOptimizer::step(const AdamWHyper& h, float grad_scale) {
   std::vector<CommHandle> gathers;
   size_t next = 0;
   for (size_t b = 0; b < params_.buckets().size(); ++b) {
+    if (offloaded()) step_on_host(int(b), next, h, grad_scale);
     for (; next < spans_.size() && spans_[next].bucket == int(b); ++next) {
       const Span& r = spans_[next];
       const Tensor values = params_.owned_values(r.bucket).slice(r.offset, {r.numel});
@@ -134,16 +149,50 @@ void ZeroOptimizer::step(const AdamWHyper& h, float grad_scale) {
   for (CommHandle& g : gathers) g.wait();
 }
 
+void ZeroOptimizer::step_on_host(int b, size_t& next, const AdamWHyper& h, float grad_scale) {
+  NvtxRange range("adamw_on_host");
+  const size_t first = next;
+  for (; next < spans_.size() && spans_[next].bucket == b; ++next) {
+    const Span& r = spans_[next];
+    copy(rt_, staging_.slice(r.offset, {r.numel}), grads_.slice(owned_at_[size_t(b)] + r.offset, {r.numel}));
+  }
+  if (first == next) return;
+  rt_.synchronize();  // the gradient piece is in the staging buffer
+  for (size_t i = first; i < next; ++i) {
+    const Span& r = spans_[i];
+    const int64_t at = owned_at_[size_t(b)] + r.offset;
+    const Tensor values = host_values_.slice(at, {r.numel});
+    cpu::adamw_step(rt_, master_.slice(at, {r.numel}), m_.slice(at, {r.numel}), v_.slice(at, {r.numel}),
+                    staging_.slice(r.offset, {r.numel}), params_.dtype() == DType::f32 ? Tensor() : values, h,
+                    grad_scale, &r.runs);
+    // From pageable memory: the call returns once the bytes are staged, before the host could
+    // change them again (the next step, after a synchronize).
+    copy(rt_, params_.owned_values(b).slice(r.offset, {r.numel}), values);
+  }
+}
+
+size_t ZeroOptimizer::host_state_bytes() const {
+  if (!offloaded()) return 0;
+  return master_buf_.bytes() + m_buf_.bytes() + v_buf_.bytes() + host_values_buf_.bytes() + staging_buf_.bytes();
+}
+
 size_t ZeroOptimizer::state_bytes() const {
+  if (offloaded()) return grad_buf_.bytes();
   return master_buf_.bytes() + m_buf_.bytes() + v_buf_.bytes() + grad_buf_.bytes();
 }
 
-int64_t ZeroOptimizer::model_state_bytes(int64_t n, DType dtype, int stage, int data_size) {
+int64_t ZeroOptimizer::model_state_bytes(int64_t n, DType dtype, int stage, int data_size, bool offload) {
   const int64_t N = stage >= 1 ? data_size : 1;
   const int64_t e = int64_t(dtype_size(dtype)), master = dtype == DType::f32 ? 0 : dtype == DType::bf16 ? 2 : 4;
   const int64_t params = stage >= 3 ? n * e / N : n * e;
   const int64_t grads = stage >= 2 ? n * 4 / N : n * 4 + (N > 1 ? n * 4 / N : 0);  // + the reduced pieces
-  return params + grads + n * (master + 8) / N;
+  return params + grads + (offload ? 0 : n * (master + 8) / N);
+}
+
+int64_t ZeroOptimizer::offloaded_state_bytes(int64_t n, DType dtype, int stage, int data_size) {
+  const int64_t N = stage >= 1 ? data_size : 1;
+  const int64_t master = dtype == DType::f16 ? 6 : 4;
+  return n * (master + 8) / N;
 }
 
 int64_t ZeroOptimizer::owned_real(int b) const {
@@ -166,6 +215,14 @@ void ZeroOptimizer::scatter(const Tensor& whole, const Tensor& owned) const {
 bool ZeroOptimizer::split_master() const { return master_.defined() && master_.dtype == DType::bf16; }
 
 void ZeroOptimizer::reset_master() {
+  if (offloaded()) {  // the host's copy of the parameters first, from the device
+    for (size_t b = 0; b < params_.buckets().size(); ++b)
+      copy(rt_, host_values_.slice(owned_at_[b], {params_.buckets()[b].piece}), params_.owned_values(int(b)));
+    rt_.synchronize();
+    if (split_master()) cpu::fill(rt_, master_, -0.0f);
+    else if (params_.dtype() != DType::f32) cpu::cast(rt_, master_, host_values_);
+    return;
+  }
   if (split_master()) {
     fill(rt_, master_, -0.0f);  // low halves 0x8000 (the bits of bf16 -0.0): each master is its parameter
   } else if (master_.defined()) {
@@ -175,15 +232,19 @@ void ZeroOptimizer::reset_master() {
 }
 
 Tensor ZeroOptimizer::master_values(std::vector<char>& host) const {
-  if (!split_master()) return master_;
+  if (!split_master()) return params_.dtype() == DType::f32 ? Tensor() : master_;
   const int64_t n = owned_numel_;
   const size_t count = size_t(n);
   std::vector<bf16_t> hi(count);
   std::vector<uint16_t> lo(count);
   copy(rt_, Tensor(lo.data(), DType::bf16, Device::CPU(), {n}), master_);
-  for (size_t b = 0; b < params_.buckets().size(); ++b)
-    copy(rt_, Tensor(hi.data() + owned_at_[b], DType::bf16, Device::CPU(), {params_.buckets()[b].piece}),
-         params_.owned_values(int(b)));
+  if (offloaded()) {
+    copy(rt_, Tensor(hi.data(), DType::bf16, Device::CPU(), {n}), host_values_);
+  } else {
+    for (size_t b = 0; b < params_.buckets().size(); ++b)
+      copy(rt_, Tensor(hi.data() + owned_at_[b], DType::bf16, Device::CPU(), {params_.buckets()[b].piece}),
+           params_.owned_values(int(b)));
+  }
   rt_.synchronize();
   host.resize(size_t(n) * 4);
   auto* out = reinterpret_cast<float*>(host.data());
@@ -208,6 +269,7 @@ void ZeroOptimizer::set_master(const Tensor& owned) {
   std::vector<uint16_t> lo(count);
   for (int64_t i = 0; i < n; ++i) trellis::split_master(w[size_t(i)], hi[size_t(i)], lo[size_t(i)]);
   copy(rt_, master_, Tensor(lo.data(), DType::bf16, Device::CPU(), {n}));
+  if (offloaded()) copy(rt_, host_values_, Tensor(hi.data(), DType::bf16, Device::CPU(), {n}));
   for (size_t b = 0; b < params_.buckets().size(); ++b)
     copy(rt_, params_.owned_values(int(b)),
          Tensor(hi.data() + owned_at_[b], DType::bf16, Device::CPU(), {params_.buckets()[b].piece}));

@@ -7,7 +7,13 @@
 // parallel/zero/streaming.h at stages 1-3) leave the summed gradients there; each rank updates
 // its pieces, and the updated parameters are all-gathered into every rank's buckets, except the
 // buckets that stage 3 streams (gathered just in time before each use).
+//
+// Offload (zero.offload = "cpu"): the master weights and moments live in host memory and AdamW
+// runs on the host's cores (core/cpu's vectorized, threaded AdamW: the same arithmetic as the
+// CPU backend); each bucket's reduced gradient piece comes down to a pinned staging buffer and
+// its updated parameters go back up. The device keeps only the parameters and gradients.
 #pragma once
+#include <memory>
 #include <utility>
 #include <vector>
 
@@ -22,12 +28,15 @@ class ZeroOptimizer {
  public:
   // `data`: the data group the state is sharded over when stage >= 1 (stage >= 1 with one data
   // rank is stage 0). The store must then be sharded over it (StoreSharding: shards = its size).
-  ZeroOptimizer(Runtime& rt, ParameterStore& params, Communicator* data = nullptr, int stage = 0);
+  // `offload`: master weights and moments in host memory, AdamW on the host (above).
+  ZeroOptimizer(Runtime& rt, ParameterStore& params, Communicator* data = nullptr, int stage = 0,
+                bool offload = false);
   ~ZeroOptimizer();
   ZeroOptimizer(const ZeroOptimizer&) = delete;
   ZeroOptimizer& operator=(const ZeroOptimizer&) = delete;
 
   int stage() const { return stage_; }
+  bool offloaded() const { return host_alloc_ != nullptr; }
   bool sharded() const { return data_ != nullptr; }
   int64_t owned_numel() const { return owned_numel_; }
   // Where bucket b's piece starts in the owned buffers.
@@ -49,15 +58,21 @@ class ZeroOptimizer {
   // updated, while the next buckets update.
   void step(const AdamWHyper& h, float grad_scale);
 
-  // Bytes of optimizer state (master copy if any, m, v, and the reduced gradient pieces) held here.
+  // Bytes of optimizer state (master copy if any, m, v, and the reduced gradient pieces) held on
+  // the device, and in host memory (offloaded: the master, the moments and the staging buffers).
   size_t state_bytes() const;
+  size_t host_state_bytes() const;
   // Model-state bytes a rank holding n parameters of `dtype` keeps at `stage` over `data_size`
   // ranks by the ZeRO accounting, with f32 gradients: parameters 2 or 4 bytes (stage 3: / N),
   // gradients 4 (stages 2-3: / N), master (f16: 4, bf16: the 2 low bytes) + moments 8 (stages 1-3: / N); padding and
   // the buckets that stay whole and the streaming slots are not in it.
-  static int64_t model_state_bytes(int64_t n, DType dtype, int stage, int data_size);
+  // Offloaded, the master and the moments are not on the device: `offload` leaves them out.
+  static int64_t model_state_bytes(int64_t n, DType dtype, int stage, int data_size, bool offload = false);
+  // What offload keeps in host memory for those n parameters: the master (bf16: the split halves;
+  // f16: f32 plus the f16 output; f32: f32) and the moments, over N at stages >= 1.
+  static int64_t offloaded_state_bytes(int64_t n, DType dtype, int stage, int data_size);
   // Optimizer state of the owned pieces (owned_numel elements each); master only if separate.
-  bool has_separate_master() const { return master_buf_.bytes() > 0; }
+  bool has_separate_master() const { return params_.dtype() != DType::f32; }
   // The f32 master weights: a view of them for f16 parameters; for bf16 ones (split masters: the
   // parameters are their high halves, 16 more bits each are kept here, core/dtype.h) joined into
   // `host`. Undefined when the parameters are f32 (their own master).
@@ -90,6 +105,8 @@ class ZeroOptimizer {
   bool split_master() const;
   // The master weights (if separate) equal to the owned parameters.
   void reset_master();
+  // Offloaded: AdamW of bucket b's spans on the host, its parameters copied back to the device.
+  void step_on_host(int b, size_t& next, const AdamWHyper& h, float grad_scale);
   Runtime& rt_;
   ParameterStore& params_;
   Communicator* data_;
@@ -97,10 +114,16 @@ class ZeroOptimizer {
   int64_t owned_numel_ = 0;
   std::vector<int64_t> owned_at_;   // per bucket
   std::vector<int64_t> whole_at_;   // per bucket: where its real elements start in a whole copy
+  std::unique_ptr<Allocator> host_alloc_;  // offloaded: plain host memory for the state
   Buffer master_buf_, m_buf_, v_buf_, grad_buf_;
   // master_: undefined for f32 parameters (their own master); the low halves of split masters for
-  // bf16 ones (raw bits in a bf16-typed tensor, never read as numbers).
+  // bf16 ones (raw bits in a bf16-typed tensor, never read as numbers). Offloaded, f32 parameters
+  // get an f32 master too: the host's copy of them.
   Tensor master_, m_, v_, grads_;
+  // Offloaded: the owned parameters as the host holds them (bf16: the split masters' high halves;
+  // f16: AdamW's output; f32: master_ itself), and a pinned buffer for one bucket's gradient piece.
+  Buffer host_values_buf_, staging_buf_;
+  Tensor host_values_, staging_;
   std::vector<Span> spans_;
 };
 
