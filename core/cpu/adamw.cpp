@@ -27,20 +27,39 @@ void adamw_step(Runtime& rt, const Tensor& master, const Tensor& m, const Tensor
   const float* pg = grad.ptr<float>();
   const float bc1 = float(1.0 - std::pow(double(h.beta1), double(h.step)));
   const float bc2 = float(1.0 - std::pow(double(h.beta2), double(h.step)));
-  auto update = [&](int64_t i, float w) {
+  // Everything by value: pointers and hyperparameters the compiler must otherwise reload after
+  // each store would keep the loops below from vectorizing.
+  const float beta1 = h.beta1, beta2 = h.beta2, lr = h.lr, eps = h.eps, decay = h.weight_decay;
+  auto update = [=](int64_t i, float w) {
     const float g = pg[i] * grad_scale;
-    const float mi = h.beta1 * pm[i] + (1.0f - h.beta1) * g;
-    const float vi = h.beta2 * pv[i] + (1.0f - h.beta2) * g * g;
+    const float mi = beta1 * pm[i] + (1.0f - beta1) * g;
+    const float vi = beta2 * pv[i] + (1.0f - beta2) * g * g;
     const float mhat = mi / bc1, vhat = vi / bc2;
     pm[i] = mi;
     pv[i] = vi;
-    return w - h.lr * (mhat / (std::sqrt(vhat) + h.eps) + h.weight_decay * w);
+    return w - lr * (mhat / (std::sqrt(vhat) + eps) + decay * w);
   };
   if (master.dtype == DType::bf16) {  // split masters: high halves in params_out, low halves in master
-    auto* hi = params_out.ptr<bf16_t>();
+    auto* hi = reinterpret_cast<uint16_t*>(params_out.ptr<bf16_t>());
     auto* lo = static_cast<uint16_t*>(master.data);
-#pragma omp parallel for schedule(static) if (n > kParallelMin)
-    for (int64_t i = 0; i < n; ++i) split_master(update(i, join_master(hi[i], lo[i])), hi[i], lo[i]);
+    // Vectorized (simd, and sqrt without errno: core/CMakeLists.txt): each element's arithmetic is
+    // the scalar one written out, so results do not change. It is the host's AdamW under
+    // zero.offload, where its speed sets the step's.
+#pragma omp parallel for simd schedule(static) if (n > kParallelMin) firstprivate(hi, lo, pm, pv, pg)
+    for (int64_t i = 0; i < n; ++i) {
+      const float g = pg[i] * grad_scale;
+      const float mi = beta1 * pm[i] + (1.0f - beta1) * g;
+      const float vi = beta2 * pv[i] + (1.0f - beta2) * g * g;
+      const float mhat = mi / bc1, vhat = vi / bc2;
+      pm[i] = mi;
+      pv[i] = vi;
+      const float w = bits_to_f32(join_master_bits(hi[i], lo[i]));
+      uint32_t u = f32_to_bits(w - lr * (mhat / (std::sqrt(vhat) + eps) + decay * w));
+      u = (u & 0x7fffffffu) > 0x7f800000u ? (u & 0x80000000u) | 0x7fc00000u : u;  // split_master_bits,
+      u += 0x8000u;                                                               // its NaN test a select
+      hi[i] = uint16_t(u >> 16);
+      lo[i] = uint16_t(u);
+    }
     return;
   }
   float* pw = master.ptr<float>();

@@ -27,24 +27,29 @@ ZeroOptimizer::ZeroOptimizer(Runtime& rt, ParameterStore& params, Communicator* 
   }
   const int64_t s = owned_numel_;
   Allocator& state = offloaded() ? *host_alloc_ : rt.allocator();
+  // Offloaded f32 parameters: the master is what goes up each step, so it is pinned.
+  Allocator& master_alloc = offloaded() && params.dtype() == DType::f32 ? rt.host_allocator() : state;
   if (params.dtype() == DType::bf16) {  // split masters: the parameters are their high halves
     master_buf_ = Buffer(state, size_t(s) * 2, "low halves of the fp32 master weights");
     master_ = master_buf_.tensor(DType::bf16, {s});
   } else if (params.dtype() != DType::f32 || offloaded()) {
-    master_buf_ = Buffer(state, size_t(s) * 4, "fp32 master weights");
+    master_buf_ = Buffer(master_alloc, size_t(s) * 4, "fp32 master weights");
     master_ = master_buf_.tensor(DType::f32, {s});
   }
   if (offloaded()) {
     if (params.dtype() == DType::f32) {
       host_values_ = master_;
     } else {
-      host_values_buf_ = Buffer(*host_alloc_, size_t(s) * dtype_size(params.dtype()), "host copy of the parameters");
+      host_values_buf_ = Buffer(rt.host_allocator(), size_t(s) * dtype_size(params.dtype()), "host copy of the parameters");
       host_values_ = host_values_buf_.tensor(params.dtype(), {s});
     }
     int64_t largest = 0;
     for (const ParameterBucket& b : buckets) largest = std::max(largest, b.piece);
-    staging_buf_ = Buffer(rt.host_allocator(), size_t(largest) * 4, "gradient staging for the host's AdamW");
-    staging_ = staging_buf_.tensor(DType::f32, {largest});
+    for (int i = 0; i < 2; ++i) {
+      staging_buf_[i] = Buffer(rt.host_allocator(), size_t(largest) * 4, "gradient staging for the host's AdamW");
+      staging_[i] = staging_buf_[i].tensor(DType::f32, {largest});
+      fetched_[i] = std::make_unique<ComputeFence>(rt);
+    }
   }
   reset_master();
   m_buf_ = Buffer(state, size_t(s) * 4, "Adam first moments");
@@ -128,10 +133,20 @@ void ZeroOptimizer::step(const AdamWHyper& h, float grad_scale) {
   // Sharded, each bucket's updated piece is all-gathered as soon as its spans are done, while the
   // next buckets update: the gathers (copy engines at two ranks) hide behind AdamW. Every rank
   // issues them for every bucket in order, also for a piece that is only padding (no spans).
+  // Offloaded, bucket b+1's gradient piece comes down while the host updates bucket b.
   std::vector<CommHandle> gathers;
+  const size_t nb = params_.buckets().size();
+  std::vector<size_t> first_span(nb + 1, spans_.size());  // bucket b's spans: [first_span[b], first_span[b + 1])
+  for (size_t i = spans_.size(); i-- > 0;) first_span[size_t(spans_[i].bucket)] = i;
+  for (size_t b = nb; b-- > 0;) first_span[b] = std::min(first_span[b], first_span[b + 1]);
+  if (offloaded()) fetch_grads(first_span[0], first_span[1], 0);
   size_t next = 0;
-  for (size_t b = 0; b < params_.buckets().size(); ++b) {
-    if (offloaded()) step_on_host(int(b), next, h, grad_scale);
+  for (size_t b = 0; b < nb; ++b) {
+    if (offloaded()) {
+      if (b + 1 < nb) fetch_grads(first_span[b + 1], first_span[b + 2], int((b + 1) % 2));
+      step_on_host(first_span[b], first_span[b + 1], int(b % 2), h, grad_scale);
+      next = first_span[b + 1];
+    }
     for (; next < spans_.size() && spans_[next].bucket == int(b); ++next) {
       const Span& r = spans_[next];
       const Tensor values = params_.owned_values(r.bucket).slice(r.offset, {r.numel});
@@ -149,31 +164,35 @@ void ZeroOptimizer::step(const AdamWHyper& h, float grad_scale) {
   for (CommHandle& g : gathers) g.wait();
 }
 
-void ZeroOptimizer::step_on_host(int b, size_t& next, const AdamWHyper& h, float grad_scale) {
-  NvtxRange range("adamw_on_host");
-  const size_t first = next;
-  for (; next < spans_.size() && spans_[next].bucket == b; ++next) {
-    const Span& r = spans_[next];
-    copy(rt_, staging_.slice(r.offset, {r.numel}), grads_.slice(owned_at_[size_t(b)] + r.offset, {r.numel}));
-  }
-  if (first == next) return;
-  rt_.synchronize();  // the gradient piece is in the staging buffer
-  for (size_t i = first; i < next; ++i) {
+void ZeroOptimizer::fetch_grads(size_t first, size_t end, int slot) {
+  for (size_t i = first; i < end; ++i) {
     const Span& r = spans_[i];
-    const int64_t at = owned_at_[size_t(b)] + r.offset;
+    copy(rt_, staging_[slot].slice(r.offset, {r.numel}),
+         grads_.slice(owned_at_[size_t(r.bucket)] + r.offset, {r.numel}));
+  }
+  fetched_[slot]->record();
+}
+
+void ZeroOptimizer::step_on_host(size_t first, size_t end, int slot, const AdamWHyper& h, float grad_scale) {
+  NvtxRange range("adamw_on_host");
+  fetched_[slot]->wait();  // the gradient piece is in the staging buffer
+  for (size_t i = first; i < end; ++i) {
+    const Span& r = spans_[i];
+    const int64_t at = owned_at_[size_t(r.bucket)] + r.offset;
     const Tensor values = host_values_.slice(at, {r.numel});
     cpu::adamw_step(rt_, master_.slice(at, {r.numel}), m_.slice(at, {r.numel}), v_.slice(at, {r.numel}),
-                    staging_.slice(r.offset, {r.numel}), params_.dtype() == DType::f32 ? Tensor() : values, h,
+                    staging_[slot].slice(r.offset, {r.numel}), params_.dtype() == DType::f32 ? Tensor() : values, h,
                     grad_scale, &r.runs);
-    // From pageable memory: the call returns once the bytes are staged, before the host could
-    // change them again (the next step, after a synchronize).
-    copy(rt_, params_.owned_values(b).slice(r.offset, {r.numel}), values);
+    // Pinned: queued behind the next bucket's gradient copy; the host writes these values again
+    // only in the next step, after the step's synchronize.
+    copy(rt_, params_.owned_values(r.bucket).slice(r.offset, {r.numel}), values);
   }
 }
 
 size_t ZeroOptimizer::host_state_bytes() const {
   if (!offloaded()) return 0;
-  return master_buf_.bytes() + m_buf_.bytes() + v_buf_.bytes() + host_values_buf_.bytes() + staging_buf_.bytes();
+  return master_buf_.bytes() + m_buf_.bytes() + v_buf_.bytes() + host_values_buf_.bytes() + staging_buf_[0].bytes() +
+         staging_buf_[1].bytes();
 }
 
 size_t ZeroOptimizer::state_bytes() const {

@@ -19,6 +19,7 @@
 
 #include "core/alloc.h"
 #include "core/comm.h"
+#include "core/compute_fence.h"
 #include "core/ops.h"
 #include "core/parameters.h"
 
@@ -105,8 +106,11 @@ class ZeroOptimizer {
   bool split_master() const;
   // The master weights (if separate) equal to the owned parameters.
   void reset_master();
-  // Offloaded: AdamW of bucket b's spans on the host, its parameters copied back to the device.
-  void step_on_host(int b, size_t& next, const AdamWHyper& h, float grad_scale);
+  // Offloaded: queues the copy of bucket b's gradient piece into staging buffer `slot` (spans
+  // [first, end) of spans_ are b's) and records its fence.
+  void fetch_grads(size_t first, size_t end, int slot);
+  // Offloaded: AdamW of those spans on the host from `slot`, the parameters copied back up.
+  void step_on_host(size_t first, size_t end, int slot, const AdamWHyper& h, float grad_scale);
   Runtime& rt_;
   ParameterStore& params_;
   Communicator* data_;
@@ -120,10 +124,12 @@ class ZeroOptimizer {
   // bf16 ones (raw bits in a bf16-typed tensor, never read as numbers). Offloaded, f32 parameters
   // get an f32 master too: the host's copy of them.
   Tensor master_, m_, v_, grads_;
-  // Offloaded: the owned parameters as the host holds them (bf16: the split masters' high halves;
-  // f16: AdamW's output; f32: master_ itself), and a pinned buffer for one bucket's gradient piece.
-  Buffer host_values_buf_, staging_buf_;
-  Tensor host_values_, staging_;
+  // Offloaded: the owned parameters as the host holds them, pinned for the copies up (bf16: the
+  // split masters' high halves; f16: AdamW's output; f32: master_ itself), and two pinned buffers
+  // of one bucket's gradient piece: the next bucket's comes down while the host updates this one.
+  Buffer host_values_buf_, staging_buf_[2];
+  Tensor host_values_, staging_[2];
+  std::unique_ptr<ComputeFence> fetched_[2];
   std::vector<Span> spans_;
 };
 

@@ -126,10 +126,12 @@ def main():
         bf = ["train.device=cuda", "train.precision=bf16"]
         on16 = train(binary, mpiexec, config, tmp, "gpu1_bf16_dev", 1, *bf)
         off16 = train(binary, mpiexec, config, tmp, "gpu1_bf16_offload", 1, *bf, "zero.offload=cpu")
-        # A master that differs in its last bit can round its bf16 parameter the other way: bf16's
-        # tolerances (a parameter's 2^-8), still far below what a wrong update moves.
+        # A master that differs in its last bit (the device fuses multiply-adds, the host does not)
+        # can round its bf16 parameter the other way, and such flips grow over the steps: on an H200
+        # loss 2.9e-5, weights rel L2 7.9e-4, max 3.6e-3 (docs/benchmarks.md, fifteenth session).
+        # A lost or stale update moves the weights by ~lr a step each, tens of times more.
         check_same_model("one GPU, optimizer offloaded to the host, against on the GPU, bf16", off16, on16,
-                         (1e-3, 1e-3, 1e-2))
+                         (1e-3, 4e-3, 3e-2))
         if gpus < 2:
             print("one GPU: the two-GPU layouts are not checked")
             return
