@@ -58,7 +58,7 @@ const std::vector<KeySpec> kKeys = {
   {"train", "deterministic", T::Bool, TRELLIS_FIELD(train, deterministic), "GPU: use only bitwise-reproducible algorithms.", {}},
   {"train", "grad_clip", T::Float, TRELLIS_FIELD(train, grad_clip), "Clip the global gradient norm to this; 0 = off.", {}, 0},
   {"train", "stop_after", T::Int, TRELLIS_FIELD(train, stop_after), "Stop after this step with a checkpoint, as if interrupted (schedules still follow train.steps); 0 = run to the end.", {}, 0},
-  {"train", "cpu_threads", T::Int, TRELLIS_FIELD(train, cpu_threads), "OpenMP threads per rank for the CPU backend; 0 = the node's cores divided among its ranks.", {}, 0},
+  {"train", "cpu_threads", T::Int, TRELLIS_FIELD(train, cpu_threads), "OpenMP threads per rank for the CPU backend and for the host's AdamW under zero.offload = cpu; 0 = the node's cores divided among its ranks.", {}, 0},
 
   {"optimizer", "lr", T::Float, TRELLIS_FIELD(optimizer, lr), "Peak learning rate (after warm-up); must be >= min_lr.", {}, 0},
   {"optimizer", "min_lr", T::Float, TRELLIS_FIELD(optimizer, min_lr), "Learning rate at the end of the cosine decay.", {}, 0},

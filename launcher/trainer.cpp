@@ -278,7 +278,7 @@ void check_trace_file(const Config& cfg, const LaunchInfo& launch) {
 static void check_memory_fits(const Config& cfg, Runtime& rt, const LaunchInfo& launch, size_t model_state,
                               size_t activations, size_t host_state) {
   const std::string knobs = "; lower train.micro_batch, set train.checkpointing = \"elementwise\", \"selective\" or "
-                            "\"full\", raise zero.stage, or add tensor or pipeline ranks";
+                            "\"full\", raise zero.stage, set zero.offload = \"cpu\", or add tensor or pipeline ranks";
   const size_t sharing = size_t(std::max(1, launch.local_size));  // ranks of a node share its memory
   const size_t host_free = host_available_memory();
   auto node = [&](size_t free_bytes) {
@@ -349,8 +349,9 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
   ro.device = res.device;
   ro.deterministic = cfg.train.deterministic;
   ro.cpu_threads = int(cfg.train.cpu_threads);
-  if (ro.cpu_threads == 0 && res.device.is_cpu() && launch.local_size > 1) {
-    // Ranks sharing a node split its cores instead of oversubscribing them.
+  if (ro.cpu_threads == 0 && (res.device.is_cpu() || cfg.zero.offload == "cpu") && launch.local_size > 1) {
+    // Ranks sharing a node split its cores instead of oversubscribing them (the CPU backend's ops,
+    // or the offloaded AdamW of ranks that drive GPUs).
     ro.cpu_threads = std::max(1, int(std::thread::hardware_concurrency()) / launch.local_size);
   }
   ro.profile_ops = cfg.log.profile_ops;
@@ -533,7 +534,7 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
     for (int w = 0; w < launch.world; ++w) {
       const int64_t n = whole.shard_numel(coords_of(w, layout).pipeline, coords_of(w, layout).tensor);
       params_per_rank.push_back(n);
-      state_per_rank.push_back(ZeroOptimizer::model_state_bytes(n, mc.dtype, zero_stage, data_size));
+      state_per_rank.push_back(ZeroOptimizer::model_state_bytes(n, mc.dtype, zero_stage, data_size, offload));
     }
     JsonObject lay;
     lay.add("tensor", layout.tensor).add("pipeline", layout.pipeline).add("data", layout.data);

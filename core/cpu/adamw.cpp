@@ -45,7 +45,7 @@ void adamw_step(Runtime& rt, const Tensor& master, const Tensor& m, const Tensor
     // Vectorized (simd, and sqrt without errno: core/CMakeLists.txt): each element's arithmetic is
     // the scalar one written out, so results do not change. It is the host's AdamW under
     // zero.offload, where its speed sets the step's.
-#pragma omp parallel for simd schedule(static) if (n > kParallelMin) firstprivate(hi, lo, pm, pv, pg)
+#pragma omp parallel for simd schedule(static) if (parallel : n > kParallelMin) firstprivate(hi, lo, pm, pv, pg)
     for (int64_t i = 0; i < n; ++i) {
       const float g = pg[i] * grad_scale;
       const float mi = beta1 * pm[i] + (1.0f - beta1) * g;

@@ -157,7 +157,7 @@ class CachingDeviceAllocator final : public Allocator {
                     ", peak " + format_bytes(stats_.peak) + ", device total " + format_bytes(total_b) +
                     ", free " + format_bytes(free_b) +
                     "). Knobs that help: lower train.micro_batch, train.checkpointing = \"elementwise\", "
-                    "\"selective\" or \"full\", a higher zero.stage, more tensor or pipeline ranks");
+                    "\"selective\" or \"full\", a higher zero.stage, zero.offload = \"cpu\", more tensor or pipeline ranks");
     }
     CUDA_CHECK(e);
     stats_.reserved += size;

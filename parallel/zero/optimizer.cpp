@@ -90,6 +90,13 @@ ZeroOptimizer::ZeroOptimizer(Runtime& rt, ParameterStore& params, Communicator* 
       }
     }
   }
+  // Bucket b's spans are [first_span_[b], first_span_[b + 1]) (spans are made in bucket order).
+  first_span_.assign(buckets.size() + 1, spans_.size());
+  for (size_t i = spans_.size(); i-- > 0;) {
+    TRELLIS_CHECK(i == 0 || spans_[i - 1].bucket <= spans_[i].bucket, "ZeroOptimizer: AdamW spans out of bucket order");
+    first_span_[size_t(spans_[i].bucket)] = i;
+  }
+  for (size_t b = buckets.size(); b-- > 0;) first_span_[b] = std::min(first_span_[b], first_span_[b + 1]);
 }
 
 ZeroOptimizer::~ZeroOptimizer() {
@@ -136,31 +143,26 @@ void ZeroOptimizer::step(const AdamWHyper& h, float grad_scale) {
   // Offloaded, bucket b+1's gradient piece comes down while the host updates bucket b.
   std::vector<CommHandle> gathers;
   const size_t nb = params_.buckets().size();
-  std::vector<size_t> first_span(nb + 1, spans_.size());  // bucket b's spans: [first_span[b], first_span[b + 1])
-  for (size_t i = spans_.size(); i-- > 0;) first_span[size_t(spans_[i].bucket)] = i;
-  for (size_t b = nb; b-- > 0;) first_span[b] = std::min(first_span[b], first_span[b + 1]);
-  if (offloaded()) fetch_grads(first_span[0], first_span[1], 0);
-  size_t next = 0;
+  if (offloaded() && nb > 0) fetch_grads(first_span_[0], first_span_[1], 0);
   for (size_t b = 0; b < nb; ++b) {
     if (offloaded()) {
-      if (b + 1 < nb) fetch_grads(first_span[b + 1], first_span[b + 2], int((b + 1) % 2));
-      step_on_host(first_span[b], first_span[b + 1], int(b % 2), h, grad_scale);
-      next = first_span[b + 1];
-    }
-    for (; next < spans_.size() && spans_[next].bucket == int(b); ++next) {
-      const Span& r = spans_[next];
-      const Tensor values = params_.owned_values(r.bucket).slice(r.offset, {r.numel});
-      const int64_t at = owned_at_[size_t(r.bucket)] + r.offset;
-      adamw_step(rt_, master_.defined() ? master_.slice(at, {r.numel}) : values, m_.slice(at, {r.numel}),
-                 v_.slice(at, {r.numel}), grads_.slice(at, {r.numel}), master_.defined() ? values : Tensor(), h,
-                 grad_scale, &r.runs);
+      if (b + 1 < nb) fetch_grads(first_span_[b + 1], first_span_[b + 2], int((b + 1) % 2));
+      step_on_host(first_span_[b], first_span_[b + 1], int(b % 2), h, grad_scale);
+    } else {
+      for (size_t i = first_span_[b]; i < first_span_[b + 1]; ++i) {
+        const Span& r = spans_[i];
+        const Tensor values = params_.owned_values(r.bucket).slice(r.offset, {r.numel});
+        const int64_t at = owned_at_[size_t(r.bucket)] + r.offset;
+        adamw_step(rt_, master_.defined() ? master_.slice(at, {r.numel}) : values, m_.slice(at, {r.numel}),
+                   v_.slice(at, {r.numel}), grads_.slice(at, {r.numel}), master_.defined() ? values : Tensor(), h,
+                   grad_scale, &r.runs);
+      }
     }
     if (data_ && !params_.buckets()[b].values_streamed) {
       NvtxRange r("parameter_all_gather");
       gathers.push_back(data_->all_gather_async(params_.bucket_values(int(b)), params_.owned_values(int(b))));
     }
   }
-  TRELLIS_CHECK(next == spans_.size(), "ZeroOptimizer: AdamW spans out of bucket order");
   for (CommHandle& g : gathers) g.wait();
 }
 
@@ -183,8 +185,8 @@ void ZeroOptimizer::step_on_host(size_t first, size_t end, int slot, const AdamW
     cpu::adamw_step(rt_, master_.slice(at, {r.numel}), m_.slice(at, {r.numel}), v_.slice(at, {r.numel}),
                     staging_[slot].slice(r.offset, {r.numel}), params_.dtype() == DType::f32 ? Tensor() : values, h,
                     grad_scale, &r.runs);
-    // Pinned: queued behind the next bucket's gradient copy; the host writes these values again
-    // only in the next step, after the step's synchronize.
+    // Pinned: queued behind the next bucket's gradient copy. The host writes these values again
+    // only after a later fence wait (the next step's first fetch is queued behind this copy).
     copy(rt_, params_.owned_values(r.bucket).slice(r.offset, {r.numel}), values);
   }
 }
@@ -272,7 +274,7 @@ Tensor ZeroOptimizer::master_values(std::vector<char>& host) const {
 }
 
 void ZeroOptimizer::set_master(const Tensor& owned) {
-  TRELLIS_CHECK(master_.defined() && owned.numel() == owned_numel_ && owned.dtype == DType::f32,
+  TRELLIS_CHECK(has_separate_master() && owned.numel() == owned_numel_ && owned.dtype == DType::f32,
                 "ZeroOptimizer::set_master: not this rank's f32 master weights");
   if (!split_master()) {
     copy(rt_, master_, owned);

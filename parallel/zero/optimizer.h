@@ -131,6 +131,7 @@ class ZeroOptimizer {
   Tensor host_values_, staging_[2];
   std::unique_ptr<ComputeFence> fetched_[2];
   std::vector<Span> spans_;
+  std::vector<size_t> first_span_;  // per bucket, and one past the last
 };
 
 }  // namespace trellis

@@ -3,10 +3,11 @@
 with the master weights and Adam moments in the offloaded host buffers (gradients staged down per
 bucket, AdamW on the host, parameters copied back) gives bitwise the losses, gradient norms and
 exported weights of the same run without offload: in fp32, bf16 (split masters) and fp16 (loss
-scaling), at ZeRO stages 0, 1 and 3 (stage 3 with tensor = 2). The start record's device model
-state shrinks by the moments (and the master), and the run says where they live. A checkpoint
-written with offload resumes without it, and one written without resumes with it, bitwise (the
-checkpoint format does not depend on where the state lived).
+scaling), at ZeRO stages 0, 1 and 3 (stage 3 with tensor = 2). The device model state rank 0
+allocates shrinks, the start record's per-rank model state follows the ZeRO formula without the
+master and moments, and the run says where they live. A checkpoint written with offload resumes
+without it, and one written without resumes with it, bitwise (fp32, bf16 and fp16 at stage 0,
+bf16 at stage 1: the checkpoint format does not depend on where the state lived).
 Usage: offload_equivalence.py TRAIN_GPT MPIEXEC CONFIG"""
 import os
 import sys
@@ -17,6 +18,23 @@ import equivalence
 STEPS = 6
 BASE = ["train.device=cpu", f"train.steps={STEPS}", "train.micro_batch=1", "train.global_batch=8",
         "model.dropout=0.1", "train.grad_clip=0.5", "log.val_every=0"]
+
+
+def state_bytes(n, precision, stage, data, offload):
+    """ZeroOptimizer::model_state_bytes: parameters (stage 3: over N), f32 gradients (stages 2-3:
+    over N; stage 1: whole plus the reduced pieces), and on the device unless offloaded the master
+    (bf16: 2 low bytes, fp16: 4) and the moments (8), over N."""
+    e, master = {"fp32": (4, 0), "bf16": (2, 2), "fp16": (2, 4)}[precision]
+    N = data if stage >= 1 else 1
+    params = n * e // N if stage >= 3 else n * e
+    grads = n * 4 // N if stage >= 2 else n * 4 + (n * 4 // N if N > 1 else 0)
+    return params + grads + (0 if offload else n * (master + 8) // N)
+
+
+def formula_ok(start, precision, offload):
+    stage, data = start["zero_stage"], start["layout"]["data"]
+    want = [state_bytes(n, precision, stage, data, offload) for n in start["params_per_rank"]]
+    return start["model_state_bytes_per_rank"] == want
 
 
 def run(binary, mpiexec, config, tmp, ranks, tag, *sets):
@@ -38,15 +56,18 @@ def main():
             s0, loss0, norms0, w0, _ = run(binary, mpiexec, config, tmp, ranks, tag + "_dev", *sets)
             s1, loss1, norms1, w1, out = run(binary, mpiexec, config, tmp, ranks, tag + "_off", *sets, "zero.offload=cpu")
             same = loss1 == loss0 and norms1 == norms0 and w1 == w0 and len(loss0) == STEPS
-            smaller = s1["model_state_bytes_allocated"] < s0["model_state_bytes_allocated"]
+            smaller = (s1["model_state_bytes_allocated"] < s0["model_state_bytes_allocated"]
+                       and formula_ok(s0, precision, False) and formula_ok(s1, precision, True))
             said = "offload: master weights and Adam moments in host memory" in out
             ok = same and smaller and said
             failed |= not ok
             print(f"{'ok  ' if ok else 'FAIL'} {name}: offloaded {'bitwise equal to' if same else 'DIFFERS from'} "
                   f"on the device; model state allocated {s1['model_state_bytes_allocated']} against "
-                  f"{s0['model_state_bytes_allocated']} bytes{'' if said else '; no offload line in the output'}")
+                  f"{s0['model_state_bytes_allocated']} bytes{'' if smaller else ' (NOT smaller, or not as the formula)'}"
+                  f"{'' if said else '; no offload line in the output'}")
         # Checkpoints cross between offloaded and not: stop after step 3 with one, resume with the other.
-        for ranks, precision, sets in [(1, "fp32", ["zero.stage=0"]), (2, "bf16", ["zero.stage=1"])]:
+        for ranks, precision, sets in [(1, "fp32", ["zero.stage=0"]), (1, "bf16", ["zero.stage=0"]),
+                                       (1, "fp16", ["zero.stage=0"]), (2, "bf16", ["zero.stage=1"])]:
             sets = sets + [f"train.precision={precision}"]
             tag = f"ck_{precision}_{ranks}"
             _, whole, _, whole_w, _ = run(binary, mpiexec, config, tmp, ranks, tag + "_whole", *sets)
