@@ -280,6 +280,8 @@ void validate_for_world(const Config& c, int world_size) {
   if (c.data.source != "file" && !c.data.path.empty())
     throw UserError(c.path + ": data.path = \"" + c.data.path + "\" is set, but data.source = \"" + c.data.source +
                     "\" does not read it (set data.source = \"file\" to train on it)");
+  if (c.zero.offload == "nvme" && c.zero.offload_dir.empty())
+    throw UserError(c.path + ": zero.offload = \"nvme\" needs zero.offload_dir (a directory on a fast local disk)");
   if (c.zero.stage >= 1 && c.zero.reduce_dtype != "f32")
     throw UserError(c.path + ": zero.reduce_dtype = " + c.zero.reduce_dtype + ": ZeRO stage " +
                     std::to_string(c.zero.stage) + " reduce-scatters gradients in f32 only (allowed with zero.stage >= 1: f32)");

@@ -60,7 +60,8 @@ struct ZeroConfig {
   bool overlap = true;             // reduce buckets during backward (false: after it)
   std::string reduce_dtype = "f32";  // f32 | bf16 | f16: the dtype gradients are all-reduced in
   std::string embedding_grad = "auto";  // auto | gather_rows | all_reduce (EmbeddingRowExchange)
-  std::string offload = "none";    // none | cpu: master weights and moments in host memory, AdamW there
+  std::string offload = "none";    // none | cpu | nvme: master weights and moments off the device, AdamW on the host
+  std::string offload_dir;         // nvme: a directory on a fast local disk for their files
 };
 
 struct Fp16Config {

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/file_allocator.h"
 #include "core/nvtx.h"
 #include "core/ops.h"
 #include "core/version.h"
@@ -287,18 +288,28 @@ static void check_memory_fits(const Config& cfg, Runtime& rt, const LaunchInfo& 
                        : "host memory (" + format_bytes(free_bytes) + " available)";
   };
   const bool host = rt.device().is_cpu();
-  const size_t need = model_state + activations + (host ? host_state : 0);
+  const size_t need = model_state + activations + (host && cfg.zero.offload != "nvme" ? host_state : 0);
   const size_t free_bytes = rt.free_memory();
   if (free_bytes > 0 && need * (host ? sharing : 1) > free_bytes)
     throw UserError(cfg.path + ": the run needs at least " + format_bytes(need) + " per rank (model state " +
                     format_bytes(model_state) + " + activations " + format_bytes(activations) +
-                    (host && host_state ? " + offloaded optimizer state " + format_bytes(host_state) : "") +
+                    (host && host_state && cfg.zero.offload == "cpu" ? " + offloaded optimizer state " + format_bytes(host_state) : "") +
                     ", planned), more than " +
                     (host ? node(free_bytes) : rt.device().str() + " (" + format_bytes(free_bytes) + " free)") + knobs);
+  if (cfg.zero.offload == "nvme") {  // the state goes to files: the disk must hold it, not memory
+    check_writable_dir("zero.offload_dir = " + cfg.zero.offload_dir, cfg.zero.offload_dir);
+    const size_t disk = free_disk_bytes(cfg.zero.offload_dir);
+    if (disk > 0 && host_state * sharing > disk)
+      throw UserError(cfg.path + ": zero.offload = \"nvme\" keeps " + format_bytes(host_state) +
+                      " of optimizer state per rank in zero.offload_dir = " + cfg.zero.offload_dir + ", more than its " +
+                      format_bytes(disk) + " free" + (sharing > 1 ? " (shared by " + std::to_string(sharing) + " ranks)" : "") +
+                      "; use another directory, raise zero.stage or add ranks");
+    return;
+  }
   if (!host && host_state > 0 && host_free > 0 && host_state * sharing > host_free)
     throw UserError(cfg.path + ": zero.offload = \"cpu\" keeps " + format_bytes(host_state) +
                     " of optimizer state per rank in host memory, more than " + node(host_free) +
-                    "; use zero.offload = \"none\", raise zero.stage or add ranks");
+                    "; use zero.offload = \"nvme\", raise zero.stage or add ranks");
 }
 
 // Settings this run will not act on, said once the resume is settled (rank 0): a run must not look
@@ -319,6 +330,8 @@ void warn_on_unused_settings(const Config& cfg, const std::string& precision, in
   if (cfg.log.trace_step > 0 && (cfg.log.trace_step <= start_step || cfg.log.trace_step > last))
     warn("log.trace_step = " + std::to_string(cfg.log.trace_step) + " is not among this run's steps" + at +
          ": nothing will be traced");
+  if (!cfg.zero.offload_dir.empty() && cfg.zero.offload != "nvme")
+    warn("zero.offload_dir is set but zero.offload = \"" + cfg.zero.offload + "\": it is not used");
   if (cfg.optimizer.warmup_steps > steps)
     warn("optimizer.warmup_steps = " + std::to_string(cfg.optimizer.warmup_steps) + " is beyond train.steps = " +
          std::to_string(steps) + ": the learning rate never reaches optimizer.lr");
@@ -349,7 +362,7 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
   ro.device = res.device;
   ro.deterministic = cfg.train.deterministic;
   ro.cpu_threads = int(cfg.train.cpu_threads);
-  if (ro.cpu_threads == 0 && (res.device.is_cpu() || cfg.zero.offload == "cpu") && launch.local_size > 1) {
+  if (ro.cpu_threads == 0 && (res.device.is_cpu() || cfg.zero.offload != "none") && launch.local_size > 1) {
     // Ranks sharing a node split its cores instead of oversubscribing them (the CPU backend's ops,
     // or the offloaded AdamW of ranks that drive GPUs).
     ro.cpu_threads = std::max(1, int(std::thread::hardware_concurrency()) / launch.local_size);
@@ -392,7 +405,7 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
     sharding.stream_values = zero_stage >= 3;
   }
   const WholeModelLayout whole(mc, p, v, layout.tensor);
-  const bool offload = cfg.zero.offload == "cpu";
+  const bool offload = cfg.zero.offload != "none";
   const ActivationBytes act = GPT::activation_bytes(mc, part, B, T, tp);
   agree_on([&] {
     check_memory_fits(cfg, rt, launch,
@@ -406,7 +419,10 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
   GPT model(rt, mc, B, part, slots, tp, sharding);
   // Each data rank draws 1/N of the parameters; the data group completes them.
   model.initialize(uint64_t(cfg.train.seed), &data_group);
-  ZeroOptimizer optimizer(rt, model.params(), &data_group, zero_stage, offload);
+  ZeroOptimizer optimizer(rt, model.params(), &data_group, zero_stage,
+                          !offload                       ? nullptr
+                          : cfg.zero.offload == "nvme" ? make_file_backed_allocator(cfg.zero.offload_dir)
+                                                         : make_host_allocator());
   std::unique_ptr<ZeroStreaming> streaming;
   if (optimizer.sharded()) streaming = std::make_unique<ZeroStreaming>(rt, model.params(), optimizer, data_group);
   if (zero_stage >= 2) model.set_block_hooks(streaming.get());
@@ -504,7 +520,8 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
                 slot_bytes ? (" + ZeRO slots " + format_bytes(slot_bytes)).c_str() : "", slots,
                 format_bytes(act.kept).c_str(), format_bytes(act.work).c_str(), cfg.train.checkpointing.c_str());
     if (optimizer.offloaded())
-      std::printf("offload: master weights and Adam moments in host memory (%s), AdamW on the host's %d threads\n",
+      std::printf("offload: master weights and Adam moments in %s (%s), AdamW on the host's %d threads\n",
+                  cfg.zero.offload == "nvme" ? ("files in " + cfg.zero.offload_dir + ", mapped").c_str() : "host memory",
                   format_bytes(optimizer.host_state_bytes()).c_str(), omp_get_max_threads());
     if (tp.active())
       std::printf("tensor parallel: %d ranks split each layer (heads, MLP, vocabulary), sequence parallelism %s, "

@@ -9,9 +9,10 @@
 
 namespace trellis {
 
-ZeroOptimizer::ZeroOptimizer(Runtime& rt, ParameterStore& params, Communicator* data, int stage, bool offload)
+ZeroOptimizer::ZeroOptimizer(Runtime& rt, ParameterStore& params, Communicator* data, int stage,
+                             std::unique_ptr<Allocator> offload)
     : rt_(rt), params_(params), data_(stage >= 1 && data && data->size() > 1 ? data : nullptr), stage_(data_ ? stage : 0),
-      host_alloc_(offload ? make_host_allocator() : nullptr) {
+      host_alloc_(std::move(offload)) {
   const StoreSharding& sh = params.sharding();
   TRELLIS_CHECK(sh.shards == (data_ ? data_->size() : 1) && sh.shard == (data_ ? data_->rank() : 0),
                 "ZeroOptimizer: the parameter store is not sharded over the data group");

@@ -8,7 +8,8 @@
 // its pieces, and the updated parameters are all-gathered into every rank's buckets, except the
 // buckets that stage 3 streams (gathered just in time before each use).
 //
-// Offload (zero.offload = "cpu"): the master weights and moments live in host memory and AdamW
+// Offload (zero.offload = "cpu" or "nvme"): the master weights and moments live in host memory
+// (or in files on a local disk that the kernel pages them to) and AdamW
 // runs on the host's cores (core/cpu's vectorized, threaded AdamW: the same arithmetic as the
 // CPU backend); each bucket's reduced gradient piece comes down to a pinned staging buffer and
 // its updated parameters go back up. The device keeps only the parameters and gradients.
@@ -29,9 +30,10 @@ class ZeroOptimizer {
  public:
   // `data`: the data group the state is sharded over when stage >= 1 (stage >= 1 with one data
   // rank is stage 0). The store must then be sharded over it (StoreSharding: shards = its size).
-  // `offload`: master weights and moments in host memory, AdamW on the host (above).
+  // `offload`: where the offloaded master weights and moments live (host memory, or files on a
+  // local disk: core/file_allocator.h), AdamW on the host (above); null: on the device.
   ZeroOptimizer(Runtime& rt, ParameterStore& params, Communicator* data = nullptr, int stage = 0,
-                bool offload = false);
+                std::unique_ptr<Allocator> offload = nullptr);
   ~ZeroOptimizer();
   ZeroOptimizer(const ZeroOptimizer&) = delete;
   ZeroOptimizer& operator=(const ZeroOptimizer&) = delete;
@@ -118,7 +120,7 @@ class ZeroOptimizer {
   int64_t owned_numel_ = 0;
   std::vector<int64_t> owned_at_;   // per bucket
   std::vector<int64_t> whole_at_;   // per bucket: where its real elements start in a whole copy
-  std::unique_ptr<Allocator> host_alloc_;  // offloaded: plain host memory for the state
+  std::unique_ptr<Allocator> host_alloc_;  // offloaded: host (or file-backed) memory for the state
   Buffer master_buf_, m_buf_, v_buf_, grad_buf_;
   // master_: undefined for f32 parameters (their own master); the low halves of split masters for
   // bf16 ones (raw bits in a bf16-typed tensor, never read as numbers). Offloaded, f32 parameters

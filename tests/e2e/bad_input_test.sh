@@ -104,6 +104,9 @@ check resume_symlink_loop "checkpoint.resume = $tmp/loop_a" "Too many levels of 
   "$train_gpt" "$tmp/good.toml" --set checkpoint.resume="$tmp/loop_a"
 check dump_grads_with_export "--dump-grads writes the first step's gradients and exits without training" -- \
   "$train_gpt" "$tmp/good.toml" --dump-grads "$tmp/g" --export-weights "$tmp/w"
+check nvme_without_dir "zero.offload = \"nvme\" needs zero.offload_dir" -- "$train_gpt" "$tmp/good.toml" --set zero.offload=nvme
+check nvme_dir_under_file "zero.offload_dir = $tmp/a_file/nv: cannot create it as a directory" -- \
+  "$train_gpt" "$tmp/good.toml" --set zero.offload=nvme --set zero.offload_dir="$tmp/a_file/nv"
 # An existing export is never replaced: the first run writes it, the second is refused at the start.
 "$train_gpt" "$tmp/good.toml" --export-weights "$tmp/export" >/dev/null 2>&1 </dev/null
 check export_dir_holds_export "--export-weights $tmp/export: already holds an export (model.json)" -- \

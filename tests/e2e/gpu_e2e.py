@@ -5,7 +5,8 @@ with the reason). The tiny config, dropout on, deterministic mode:
 - one GPU in bf16: N + resume + N steps equal 2N steps bitwise (split master weights);
 - one GPU with the optimizer offloaded (zero.offload = cpu: AdamW on the host) trains the same model
   as without, in fp32, bf16 and fp16 (the host's AdamW rounds like the device's up to fused
-  multiply-adds), and so do two at data = 2, ZeRO stage 1, bf16;
+  multiply-adds), also with the state in files (zero.offload = nvme, fp32), and so do two GPUs at
+  data = 2, ZeRO stage 1, bf16;
 with two GPUs or more, under mpiexec:
 - data = 2 (ZeRO stages 0 and 1), tensor = 2 and pipeline = 2 (1F1B) in fp32 train the same model
   as one GPU;
@@ -124,6 +125,12 @@ def main():
         check_resume(binary, mpiexec, config, tmp, "gpu1_bf16", 1, "train.device=cuda", "train.precision=bf16")
         off = train(binary, mpiexec, config, tmp, "gpu1_offload", 1, "train.device=cuda", f32, "zero.offload=cpu")
         check_same_model("one GPU, optimizer offloaded to the host, against on the GPU, fp32", off, one)
+        files = os.path.join(tmp, "offload_files")
+        os.mkdir(files)
+        nvme = train(binary, mpiexec, config, tmp, "gpu1_nvme", 1, "train.device=cuda", f32, "zero.offload=nvme",
+                     "zero.offload_dir=" + files)
+        check_same_model("one GPU, optimizer offloaded to files (nvme), against on the GPU, fp32", nvme, one)
+        check(not os.listdir(files), "zero.offload_dir is left empty")
         bf = ["train.device=cuda", "train.precision=bf16"]
         on16 = train(binary, mpiexec, config, tmp, "gpu1_bf16_dev", 1, *bf)
         off16 = train(binary, mpiexec, config, tmp, "gpu1_bf16_offload", 1, *bf, "zero.offload=cpu")

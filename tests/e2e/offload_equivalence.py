@@ -7,7 +7,9 @@ scaling), at ZeRO stages 0, 1 and 3 (stage 3 with tensor = 2). The device model 
 allocates shrinks, the start record's per-rank model state follows the ZeRO formula without the
 master and moments, and the run says where they live. A checkpoint written with offload resumes
 without it, and one written without resumes with it, bitwise (fp32, bf16 and fp16 at stage 0,
-bf16 at stage 1: the checkpoint format does not depend on where the state lived).
+bf16 at stage 1: the checkpoint format does not depend on where the state lived). With
+zero.offload = nvme (the state in unlinked files mapped from zero.offload_dir) the runs are bitwise
+the plain ones too, and the directory is left empty.
 Usage: offload_equivalence.py TRAIN_GPT MPIEXEC CONFIG"""
 import os
 import sys
@@ -65,6 +67,24 @@ def main():
                   f"on the device; model state allocated {s1['model_state_bytes_allocated']} against "
                   f"{s0['model_state_bytes_allocated']} bytes{'' if smaller else ' (NOT smaller, or not as the formula)'}"
                   f"{'' if said else '; no offload line in the output'}")
+        # zero.offload = nvme: the same state in unlinked, mapped files in zero.offload_dir, which
+        # is left as it was (here: empty) after the run.
+        for ranks, precision, sets in [(1, "fp32", ["zero.stage=0"]), (2, "bf16", ["zero.stage=1"])]:
+            name = f"{precision} {ranks} rank(s) {' '.join(sets)}"
+            tag = f"nvme_{precision}_{ranks}"
+            sets = sets + [f"train.precision={precision}"]
+            files = os.path.join(tmp, tag + "_files")
+            os.mkdir(files)
+            _, loss0, norms0, w0, _ = run(binary, mpiexec, config, tmp, ranks, tag + "_dev", *sets)
+            _, loss1, norms1, w1, out = run(binary, mpiexec, config, tmp, ranks, tag + "_off", *sets,
+                                            "zero.offload=nvme", "zero.offload_dir=" + files)
+            same = loss1 == loss0 and norms1 == norms0 and w1 == w0
+            said = f"master weights and Adam moments in files in {files}" in out
+            left = os.listdir(files)
+            ok = same and said and not left
+            failed |= not ok
+            print(f"{'ok  ' if ok else 'FAIL'} nvme {name}: {'bitwise equal to' if same else 'DIFFERS from'} on the "
+                  f"device; {'said where' if said else 'no offload line'}; offload_dir left {left}")
         # Checkpoints cross between offloaded and not: stop after step 3 with one, resume with the other.
         for ranks, precision, sets in [(1, "fp32", ["zero.stage=0"]), (1, "bf16", ["zero.stage=0"]),
                                        (1, "fp16", ["zero.stage=0"]), (2, "bf16", ["zero.stage=1"])]:
