@@ -19,12 +19,19 @@ class FileBackedAllocator final : public Allocator {
   explicit FileBackedAllocator(std::string dir) : dir_(std::move(dir)) {}
 
   void* allocate(size_t bytes, const char* what) override {
-    const size_t rounded = (bytes + 4095) / 4096 * 4096;
+    const size_t page = size_t(sysconf(_SC_PAGESIZE));
+    const size_t rounded = (bytes + page - 1) / page * page;
     if (rounded == 0) return nullptr;
-    std::string path = dir_ + "/trellis-offload-XXXXXX";
-    const int fd = mkstemp(path.data());
-    if (fd < 0) fail("cannot create a file in " + dir_ + " (" + std::strerror(errno) + ")", what, rounded);
-    unlink(path.c_str());
+    int fd = open(dir_.c_str(), O_TMPFILE | O_RDWR | O_EXCL | O_CLOEXEC, 0600);
+    if (fd < 0) {  // no O_TMPFILE on this filesystem: a named file, unlinked at once
+      std::string path = dir_ + "/trellis-offload-XXXXXX";
+      fd = mkstemp(path.data());
+      if (fd < 0) {
+        const int e = errno;
+        fail("cannot create a file in " + dir_ + " (" + std::strerror(e) + ")", what, rounded);
+      }
+      unlink(path.c_str());
+    }
     if (const int e = posix_fallocate(fd, 0, off_t(rounded)); e != 0) {
       close(fd);
       fail("cannot reserve it in " + dir_ + " (" + std::strerror(e) + ")", what, rounded);
@@ -58,9 +65,9 @@ std::unique_ptr<Allocator> make_file_backed_allocator(const std::string& dir) {
   return std::make_unique<FileBackedAllocator>(dir);
 }
 
-size_t free_disk_bytes(const std::string& dir) {
+std::optional<size_t> free_disk_bytes(const std::string& dir) {
   struct statvfs st {};
-  if (statvfs(dir.c_str(), &st) != 0) return 0;
+  if (statvfs(dir.c_str(), &st) != 0) return std::nullopt;
   return size_t(st.f_bavail) * size_t(st.f_frsize);
 }
 

@@ -273,43 +273,46 @@ void check_trace_file(const Config& cfg, const LaunchInfo& launch) {
 
 // Before the model is built: a run whose model state and planned activations alone exceed what
 // the device has free ends in one line instead of an out-of-memory abort mid-setup (or, on the
-// CPU, the kernel's OOM killer); so does offloaded optimizer state (`host_state`) that the node's
-// memory cannot hold. The plan is a lower bound (no library workspaces, no allocator slack), so a
+// CPU, the kernel's OOM killer); so does offloaded optimizer state that the node's memory
+// (`offload_memory`) or, with nvme, the offload directory's disk (`offload_files`) cannot hold.
+// The plan is a lower bound (no library workspaces, no allocator slack, no staging buffers), so a
 // run this lets through may still not fit; one it stops cannot.
 static void check_memory_fits(const Config& cfg, Runtime& rt, const LaunchInfo& launch, size_t model_state,
-                              size_t activations, size_t host_state) {
-  const std::string knobs = "; lower train.micro_batch, set train.checkpointing = \"elementwise\", \"selective\" or "
-                            "\"full\", raise zero.stage, set zero.offload = \"cpu\", or add tensor or pipeline ranks";
+                              size_t activations, size_t offload_memory, size_t offload_files) {
+  const std::string knobs = std::string("; lower train.micro_batch, set train.checkpointing = \"elementwise\", "
+                                        "\"selective\" or \"full\", raise zero.stage, ") +
+                            (cfg.zero.offload == "none" ? "set zero.offload = \"cpu\", " : "") +
+                            "or add tensor or pipeline ranks";
   const size_t sharing = size_t(std::max(1, launch.local_size));  // ranks of a node share its memory
-  const size_t host_free = host_available_memory();
   auto node = [&](size_t free_bytes) {
     return sharing > 1 ? "this node's memory (" + std::to_string(sharing) + " ranks share " + format_bytes(free_bytes) +
                              " available)"
                        : "host memory (" + format_bytes(free_bytes) + " available)";
   };
   const bool host = rt.device().is_cpu();
-  const size_t need = model_state + activations + (host && cfg.zero.offload != "nvme" ? host_state : 0);
+  const size_t need = model_state + activations + (host ? offload_memory : 0);
   const size_t free_bytes = rt.free_memory();
   if (free_bytes > 0 && need * (host ? sharing : 1) > free_bytes)
     throw UserError(cfg.path + ": the run needs at least " + format_bytes(need) + " per rank (model state " +
                     format_bytes(model_state) + " + activations " + format_bytes(activations) +
-                    (host && host_state && cfg.zero.offload == "cpu" ? " + offloaded optimizer state " + format_bytes(host_state) : "") +
+                    (host && offload_memory ? " + offloaded optimizer state " + format_bytes(offload_memory) : "") +
                     ", planned), more than " +
                     (host ? node(free_bytes) : rt.device().str() + " (" + format_bytes(free_bytes) + " free)") + knobs);
-  if (cfg.zero.offload == "nvme") {  // the state goes to files: the disk must hold it, not memory
-    check_writable_dir("zero.offload_dir = " + cfg.zero.offload_dir, cfg.zero.offload_dir);
-    const size_t disk = free_disk_bytes(cfg.zero.offload_dir);
-    if (disk > 0 && host_state * sharing > disk)
-      throw UserError(cfg.path + ": zero.offload = \"nvme\" keeps " + format_bytes(host_state) +
-                      " of optimizer state per rank in zero.offload_dir = " + cfg.zero.offload_dir + ", more than its " +
-                      format_bytes(disk) + " free" + (sharing > 1 ? " (shared by " + std::to_string(sharing) + " ranks)" : "") +
-                      "; use another directory, raise zero.stage or add ranks");
-    return;
-  }
-  if (!host && host_state > 0 && host_free > 0 && host_state * sharing > host_free)
-    throw UserError(cfg.path + ": zero.offload = \"cpu\" keeps " + format_bytes(host_state) +
+  const size_t host_free = host_available_memory();
+  if (!host && offload_memory > 0 && host_free > 0 && offload_memory * sharing > host_free)
+    throw UserError(cfg.path + ": zero.offload = \"" + cfg.zero.offload + "\" keeps " + format_bytes(offload_memory) +
                     " of optimizer state per rank in host memory, more than " + node(host_free) +
-                    "; use zero.offload = \"nvme\", raise zero.stage or add ranks");
+                    (cfg.zero.offload == "cpu" ? "; use zero.offload = \"nvme\"," : ";") + " raise zero.stage or add ranks");
+  if (offload_files > 0) {  // nvme: the local disk holds them
+    check_writable_dir("zero.offload_dir = " + cfg.zero.offload_dir, cfg.zero.offload_dir);
+    const std::optional<size_t> disk = free_disk_bytes(cfg.zero.offload_dir);
+    if (disk && offload_files * sharing > *disk)
+      throw UserError(cfg.path + ": zero.offload = \"nvme\" keeps " + format_bytes(offload_files) +
+                      " of optimizer state per rank in files in zero.offload_dir = " + cfg.zero.offload_dir +
+                      ", more than its " + format_bytes(*disk) + " free" +
+                      (sharing > 1 ? " for the " + std::to_string(sharing) + " ranks of this node" : "") +
+                      "; use another directory, raise zero.stage or add ranks");
+  }
 }
 
 // Settings this run will not act on, said once the resume is settled (rank 0): a run must not look
@@ -408,13 +411,13 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
   const bool offload = cfg.zero.offload != "none";
   const ActivationBytes act = GPT::activation_bytes(mc, part, B, T, tp);
   agree_on([&] {
+    const int64_t n = whole.shard_numel(stage, groups.coords().tensor);
+    const size_t off = offload ? size_t(ZeroOptimizer::offloaded_state_bytes(n, mc.dtype, zero_stage, data_size)) : 0;
+    const size_t pinned = offload ? size_t(ZeroOptimizer::offloaded_pinned_bytes(n, mc.dtype, zero_stage, data_size)) : 0;
+    const bool files = cfg.zero.offload == "nvme";
     check_memory_fits(cfg, rt, launch,
-                      size_t(ZeroOptimizer::model_state_bytes(whole.shard_numel(stage, groups.coords().tensor),
-                                                              mc.dtype, zero_stage, data_size, offload)),
-                      act.kept * size_t(slots) + act.work,
-                      offload ? size_t(ZeroOptimizer::offloaded_state_bytes(
-                                    whole.shard_numel(stage, groups.coords().tensor), mc.dtype, zero_stage, data_size))
-                              : 0);
+                      size_t(ZeroOptimizer::model_state_bytes(n, mc.dtype, zero_stage, data_size, offload)),
+                      act.kept * size_t(slots) + act.work, files ? pinned : off, files ? off - pinned : 0);
   }, launch);
   GPT model(rt, mc, B, part, slots, tp, sharding);
   // Each data rank draws 1/N of the parameters; the data group completes them.

@@ -217,6 +217,11 @@ int64_t ZeroOptimizer::offloaded_state_bytes(int64_t n, DType dtype, int stage, 
   return n * (master + 8) / N;
 }
 
+int64_t ZeroOptimizer::offloaded_pinned_bytes(int64_t n, DType dtype, int stage, int data_size) {
+  const int64_t N = stage >= 1 ? data_size : 1;
+  return n * (dtype == DType::f32 ? 4 : 2) / N;
+}
+
 int64_t ZeroOptimizer::owned_real(int b) const {
   const ParameterBucket& k = params_.buckets()[size_t(b)];
   const int64_t rank = data_ ? data_->rank() : 0;

@@ -71,9 +71,12 @@ class ZeroOptimizer {
   // the buckets that stay whole and the streaming slots are not in it.
   // Offloaded, the master and the moments are not on the device: `offload` leaves them out.
   static int64_t model_state_bytes(int64_t n, DType dtype, int stage, int data_size, bool offload = false);
-  // What offload keeps in host memory for those n parameters: the master (bf16: the split halves;
-  // f16: f32 plus the f16 output; f32: f32) and the moments, over N at stages >= 1.
+  // What offload keeps off the device for those n parameters, over N at stages >= 1: the master
+  // (bf16: the split halves; f16: f32 plus the f16 output; f32: f32) and the moments. Of it, what
+  // stays in pinned host memory whatever the offload target (the copy of the parameters that goes
+  // up each step: bf16 and f16 2 bytes, f32 the master's 4); the rest may live in files (nvme).
   static int64_t offloaded_state_bytes(int64_t n, DType dtype, int stage, int data_size);
+  static int64_t offloaded_pinned_bytes(int64_t n, DType dtype, int stage, int data_size);
   // Optimizer state of the owned pieces (owned_numel elements each); master only if separate.
   bool has_separate_master() const { return params_.dtype() != DType::f32; }
   // The f32 master weights: a view of them for f16 parameters; for bf16 ones (split masters: the

@@ -129,7 +129,7 @@ def main():
         os.mkdir(files)
         nvme = train(binary, mpiexec, config, tmp, "gpu1_nvme", 1, "train.device=cuda", f32, "zero.offload=nvme",
                      "zero.offload_dir=" + files)
-        check_same_model("one GPU, optimizer offloaded to files (nvme), against on the GPU, fp32", nvme, one)
+        check(nvme == off, "one GPU, optimizer offloaded to files (nvme): bitwise the run offloaded to host memory")
         check(not os.listdir(files), "zero.offload_dir is left empty")
         bf = ["train.device=cuda", "train.precision=bf16"]
         on16 = train(binary, mpiexec, config, tmp, "gpu1_bf16_dev", 1, *bf)

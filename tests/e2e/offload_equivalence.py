@@ -78,7 +78,7 @@ def main():
             _, loss0, norms0, w0, _ = run(binary, mpiexec, config, tmp, ranks, tag + "_dev", *sets)
             _, loss1, norms1, w1, out = run(binary, mpiexec, config, tmp, ranks, tag + "_off", *sets,
                                             "zero.offload=nvme", "zero.offload_dir=" + files)
-            same = loss1 == loss0 and norms1 == norms0 and w1 == w0
+            same = loss1 == loss0 and norms1 == norms0 and w1 == w0 and len(loss0) == STEPS
             said = f"master weights and Adam moments in files in {files}" in out
             left = os.listdir(files)
             ok = same and said and not left
