@@ -3,7 +3,8 @@
 with the master weights and Adam moments in the offloaded host buffers (gradients staged down per
 bucket, AdamW on the host, parameters copied back) gives bitwise the losses, gradient norms and
 exported weights of the same run without offload: in fp32, bf16 (split masters) and fp16 (loss
-scaling), at ZeRO stages 0, 1 and 3 (stage 3 with tensor = 2). The device model state rank 0
+scaling), at ZeRO stages 0, 1 and 3 (stage 3 with tensor = 2), and at pipeline = 2 (the tied
+embedding's gradient summed over its stages before the host's AdamW). The device model state rank 0
 allocates shrinks, the start record's per-rank model state follows the ZeRO formula without the
 master and moments, and the run says where they live. A checkpoint written with offload resumes
 without it, and one written without resumes with it, bitwise (fp32, bf16 and fp16 at stage 0,
@@ -49,7 +50,8 @@ def main():
     failed = False
     with tempfile.TemporaryDirectory() as tmp:
         cases = [(1, "fp32", ["zero.stage=0"]), (2, "fp32", ["zero.stage=1"]),
-                 (4, "fp32", ["parallel.tensor=2", "zero.stage=3"]), (1, "bf16", ["zero.stage=0"]),
+                 (4, "fp32", ["parallel.tensor=2", "zero.stage=3"]), (2, "fp32", ["parallel.pipeline=2", "zero.stage=0"]),
+                 (1, "bf16", ["zero.stage=0"]),
                  (2, "bf16", ["zero.stage=1"]), (1, "fp16", ["zero.stage=0"])]
         for ranks, precision, sets in cases:
             name = f"{precision} {ranks} rank(s) {' '.join(sets)}"
