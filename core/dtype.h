@@ -54,7 +54,7 @@ f16_t to_f16(float f);
 // On bits, for host and device code (the CUDA AdamW); then on values.
 TRELLIS_HD uint32_t join_master_bits(uint16_t hi, uint16_t lo) { return ((uint32_t(hi) << 16) | lo) - 0x8000u; }
 TRELLIS_HD void split_master_bits(uint32_t u, uint16_t& hi, uint16_t& lo) {
-  if ((u & 0x7fffffffu) > 0x7f800000u) u = (u & 0x80000000u) | 0x7fc00000u;  // NaN stays NaN (no carry)
+  u = (u & 0x7fffffffu) > 0x7f800000u ? (u & 0x80000000u) | 0x7fc00000u : u;  // NaN stays NaN (no carry)
   u += 0x8000u;
   hi = uint16_t(u >> 16);
   lo = uint16_t(u);

@@ -42,23 +42,15 @@ void adamw_step(Runtime& rt, const Tensor& master, const Tensor& m, const Tensor
   if (master.dtype == DType::bf16) {  // split masters: high halves in params_out, low halves in master
     auto* hi = reinterpret_cast<uint16_t*>(params_out.ptr<bf16_t>());
     auto* lo = static_cast<uint16_t*>(master.data);
-    // Vectorized (simd, and sqrt without errno: core/CMakeLists.txt): each element's arithmetic is
-    // the scalar one written out, so results do not change. It is the host's AdamW under
-    // zero.offload, where its speed sets the step's.
-#pragma omp parallel for simd schedule(static) if (parallel : n > kParallelMin) firstprivate(hi, lo, pm, pv, pg)
+    // Vectorized (simd, a private copy of `update`, sqrt without errno: core/CMakeLists.txt, and
+    // split_master_bits's NaN test a select); each element's arithmetic is unchanged. It is the
+    // host's AdamW under zero.offload, where its speed sets the step's.
+#pragma omp parallel for simd schedule(static) if (parallel : n > kParallelMin) firstprivate(hi, lo, update)
     for (int64_t i = 0; i < n; ++i) {
-      const float g = pg[i] * grad_scale;
-      const float mi = beta1 * pm[i] + (1.0f - beta1) * g;
-      const float vi = beta2 * pv[i] + (1.0f - beta2) * g * g;
-      const float mhat = mi / bc1, vhat = vi / bc2;
-      pm[i] = mi;
-      pv[i] = vi;
-      const float w = bits_to_f32(join_master_bits(hi[i], lo[i]));
-      uint32_t u = f32_to_bits(w - lr * (mhat / (std::sqrt(vhat) + eps) + decay * w));
-      u = (u & 0x7fffffffu) > 0x7f800000u ? (u & 0x80000000u) | 0x7fc00000u : u;  // split_master_bits,
-      u += 0x8000u;                                                               // its NaN test a select
-      hi[i] = uint16_t(u >> 16);
-      lo[i] = uint16_t(u);
+      uint16_t h16 = hi[i], l16 = lo[i];
+      split_master_bits(f32_to_bits(update(i, bits_to_f32(join_master_bits(h16, l16)))), h16, l16);
+      hi[i] = h16;
+      lo[i] = l16;
     }
     return;
   }

@@ -21,8 +21,8 @@ std::unique_ptr<Allocator> make_device_allocator(int device);
 std::unique_ptr<Allocator> make_pinned_allocator();
 void synchronize(CudaState* s);
 std::string device_name(CudaState* s);
-double peak_flops(CudaState* s);
-size_t free_memory(CudaState* s);  // cudaMemGetInfo's free bytes on the state's device  // dense bf16/fp16 FLOP/s; 0 if the GPU is not in our table
+double peak_flops(CudaState* s);  // dense bf16/fp16 FLOP/s; 0 if the GPU is not in our table
+size_t free_memory(CudaState* s);  // cudaMemGetInfo's free bytes on the state's device
 // Timing events on the compute stream (PhaseMarks): create, record, milliseconds between two
 // recorded events (both must have completed), destroy.
 void* create_timing_event();
