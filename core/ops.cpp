@@ -30,6 +30,11 @@ void check_same_numel(const Tensor& a, const Tensor& b, const char* op) {
 void check_dtype(const Tensor& t, DType d, const char* op) {
   TRELLIS_CHECK(t.dtype == d, std::string(op) + ": expected " + std::string(dtype_name(d)) + ", got " + t.str());
 }
+// A parameter gradient an op writes: f32, or the activations' own dtype (train.grad_dtype).
+void check_grad_dtype(const Tensor& grad, DType activations, const char* op) {
+  TRELLIS_CHECK(grad.dtype == DType::f32 || grad.dtype == activations,
+                std::string(op) + ": a gradient is f32 or " + std::string(dtype_name(activations)) + ", got " + grad.str());
+}
 
 }  // namespace
 
@@ -142,7 +147,7 @@ void matmul(Runtime& rt, const Tensor& out, const Tensor& a, const Tensor& b, co
 
 void bias_backward(Runtime& rt, const Tensor& db, const Tensor& dy, bool accumulate) {
   check_device(rt, db, "bias_backward"); check_device(rt, dy, "bias_backward");
-  check_dtype(db, DType::f32, "bias_backward");
+  check_grad_dtype(db, dy.dtype, "bias_backward");
   TRELLIS_CHECK(db.numel() == dy.cols(), "bias_backward: " + db.str() + " vs " + dy.str());
   if (dy.rows() == 0) {  // no rows: the sums are 0
     if (!accumulate) fill(rt, db, 0.0f);
@@ -188,12 +193,14 @@ void layernorm_backward(Runtime& rt, const Tensor& dx, const Tensor& dw, const T
   if (sums) {
     for (const Tensor* t : {&sums->before, &sums->after}) {
       check_device(rt, *t, "layernorm_backward");
-      check_dtype(*t, DType::f32, "layernorm_backward");
+      check_grad_dtype(*t, x.dtype, "layernorm_backward");
       TRELLIS_CHECK(t->numel() == x.cols(), "layernorm_backward: residual column sums " + t->str());
     }
   }
   check_same_numel(dx, x, "layernorm_backward"); check_same_numel(dout, x, "layernorm_backward");
-  check_dtype(dw, DType::f32, "layernorm_backward"); check_dtype(db, DType::f32, "layernorm_backward");
+  check_grad_dtype(dw, x.dtype, "layernorm_backward"); check_grad_dtype(db, x.dtype, "layernorm_backward");
+  TRELLIS_CHECK(db.dtype == dw.dtype && (!sums || (sums->before.dtype == dw.dtype && sums->after.dtype == dw.dtype)),
+                "layernorm_backward: the gradients are of one dtype");
   TRELLIS_CHECK(dw.numel() == x.cols() && db.numel() == x.cols() && mean.numel() == x.rows() &&
                     dx.dtype == x.dtype && dout.dtype == x.dtype,
                 "layernorm_backward: shapes or dtypes");
@@ -433,11 +440,11 @@ void embedding_backward(Runtime& rt, const Tensor& dwte, const Tensor& dwpe, con
   TRELLIS_CHECK(tokens.dim() == 2 && dout.numel() == tokens.numel() * C,
                 "embedding_backward: dout " + dout.str() + " vs tokens " + tokens.str());
   if (dwte.defined()) {
-    check_dtype(dwte, DType::f32, "embedding_backward");
+    check_grad_dtype(dwte, dout.dtype, "embedding_backward");
     TRELLIS_CHECK(dwte.dim() == 2 && dwte.size(1) == C, "embedding_backward: dwte " + dwte.str());
   }
   if (dwpe.defined()) {
-    check_dtype(dwpe, DType::f32, "embedding_backward");
+    check_grad_dtype(dwpe, dout.dtype, "embedding_backward");
     TRELLIS_CHECK(dwpe.dim() == 2 && dwpe.size(1) == C && dwpe.size(0) >= tokens.size(1),
                   "embedding_backward: dwpe " + dwpe.str());
   }
@@ -463,9 +470,10 @@ void adamw_step(Runtime& rt, const Tensor& master, const Tensor& m, const Tensor
                 const Tensor& params_out, const AdamWHyper& h, float grad_scale, const AdamWRuns* runs) {
   for (const Tensor* t : {&master, &m, &v, &grad, &params_out}) check_device(rt, *t, "adamw_step");
   for (const Tensor* t : {&m, &v, &grad}) {
-    check_dtype(*t, DType::f32, "adamw_step");
+    if (t != &grad) check_dtype(*t, DType::f32, "adamw_step");
     check_same_numel(*t, master, "adamw_step");
   }
+  check_float(grad, "adamw_step");
   if (master.dtype != DType::f32)  // split masters: the low bits beside bf16 parameters
     TRELLIS_CHECK(master.dtype == DType::bf16 && params_out.defined() && params_out.dtype == DType::bf16,
                   "adamw_step: the master weights are f32, or the low halves of split masters beside bf16 parameters");

@@ -48,8 +48,10 @@ struct MatmulOptions {
 // float dtype; out: a's dtype or f32 (weight gradients accumulate in f32). Accumulation in f32 on
 // every backend.
 void matmul(Runtime& rt, const Tensor& out, const Tensor& a, const Tensor& b, const MatmulOptions& opt = {});
-// db (N, f32) += column sums of dy (rows, N); accumulate = false: db = the sums (db is not read, so
-// it may hold anything: a gradient's first write of a step).
+// db (N) += column sums of dy (rows, N); accumulate = false: db = the sums (db is not read, so
+// it may hold anything: a gradient's first write of a step). Parameter gradients (db here, dw, db
+// and the column sums of layernorm_backward, dwte and dwpe of embedding_backward) are f32, or the
+// activations' 16-bit dtype (train.grad_dtype): summed in f32 either way, rounded once as written.
 void bias_backward(Runtime& rt, const Tensor& db, const Tensor& dy, bool accumulate = true);
 
 // ---- layer norm over the last dimension C ----
@@ -62,7 +64,7 @@ void add_layernorm_forward(Runtime& rt, const Tensor& r, const Tensor& out, cons
                            const Tensor& x, const Tensor& branch, const Tensor& w, const Tensor& b,
                            float eps = 1e-5f);
 // The column sums of the residual-stream gradient that a layer norm's backward updates: of dx as it
-// comes in (`before`) and as it leaves (`after`), f32 (C), each added to, or written where its flag
+// comes in (`before`) and as it leaves (`after`), f32 or x's dtype (C), each added to, or written where its flag
 // says so. In a pre-LN block they are the bias gradients of the two projections whose outputs join
 // the residual stream on either side of ln2 (the MLP's below it, the attention's above), summed
 // while the layer norm reads and writes those rows anyway instead of by two more passes.
@@ -72,7 +74,7 @@ struct ResidualColumnSums {
 };
 
 // dx += d/dx (x's dtype; accumulating lets the residual gradient pass through), dw += and db +=
-// (f32, C; with accumulate_params = false written, not read). mean and rstd are the forward's.
+// (f32 or x's dtype, C; with accumulate_params = false written, not read). mean and rstd are the forward's.
 // With sums: also the column sums of dx before and after (ResidualColumnSums).
 void layernorm_backward(Runtime& rt, const Tensor& dx, const Tensor& dw, const Tensor& db,
                         const Tensor& dout, const Tensor& x, const Tensor& w, const Tensor& mean,
@@ -163,7 +165,8 @@ void vocab_parallel_xent_loss_and_grad(Runtime& rt, const Tensor& losses, const 
 // reduction over the shards, e.g. with `add` per sample, or pass wpe on one shard only).
 void embedding_forward(Runtime& rt, const Tensor& out, const Tensor& tokens, const Tensor& wte,
                        const Tensor& wpe, int64_t vocab_begin = 0, int64_t vocab_size = 0);
-// dwte (V, C, f32) += rows of dout scattered by token; dwpe (>= T, C, f32) += sum over the batch.
+// dwte (V, C) += rows of dout scattered by token; dwpe (>= T, C) += sum over the batch (f32 or
+// dout's dtype: each row's sum in f32, added to the old value and rounded once).
 // Deterministic: the rows that hit one token are summed in position order. The vocabulary shard
 // as in embedding_forward: only tokens in [vocab_begin, vocab_begin + V) scatter into dwte. Either
 // gradient may be undefined (not computed).
@@ -199,7 +202,8 @@ struct AdamWRuns {
   std::vector<int64_t> ends;
   std::vector<bool> decays;
 };
-// One AdamW step on fp32 master weights: g = grad * grad_scale (unscaling and clipping folded in),
+// One AdamW step on fp32 master weights: g = grad * grad_scale (unscaling and clipping folded in;
+// grad f32, bf16 or f16),
 // m, v updated, master -= lr * (m_hat / (sqrt(v_hat) + eps) + weight_decay * master), weight_decay
 // being h.weight_decay, or per run with runs. If params_out is defined, the updated master is also
 // written to it (cast to its dtype). A bf16 `master` holds the low bits of split masters whose high

@@ -112,8 +112,10 @@ float initial_value(uint64_t seed, const ParameterSpec& spec, int64_t local_inde
 }
 
 ParameterStore::ParameterStore(Runtime& rt, const std::vector<ParameterSpec>& specs, DType dtype,
-                               const StoreSharding& sharding)
-    : rt_(rt), dtype_(dtype), sharding_(sharding) {
+                               const StoreSharding& sharding, DType grad_dtype)
+    : rt_(rt), dtype_(dtype), grad_dtype_(grad_dtype), sharding_(sharding) {
+  TRELLIS_CHECK(grad_dtype == DType::f32 || (grad_dtype == dtype && sharding.shards == 1 && !sharding.stream_grads),
+                "ParameterStore: gradients are f32, or the parameters' dtype in an unsharded store");
   TRELLIS_CHECK(sharding.shards >= 1 && sharding.shard >= 0 && sharding.shard < sharding.shards,
                 "ParameterStore: bad shard " + std::to_string(sharding.shard) + " of " + std::to_string(sharding.shards));
   TRELLIS_CHECK(!sharding.stream_values || sharding.stream_grads, "ParameterStore: streamed values need streamed gradients");
@@ -161,13 +163,14 @@ ParameterStore::ParameterStore(Runtime& rt, const std::vector<ParameterSpec>& sp
     grad_elems += b.grads_streamed ? 0 : b.padded;
   }
   values_ = Buffer(rt.allocator(), size_t(value_elems) * dtype_size(dtype), "parameters");
-  grads_ = Buffer(rt.allocator(), size_t(grad_elems) * 4, "gradients");
+  const size_t ge = dtype_size(grad_dtype);
+  grads_ = Buffer(rt.allocator(), size_t(grad_elems) * ge, "gradients");
   fill(rt, values_.tensor(dtype, {value_elems}), 0.0f);  // the buckets' padding stays zero
   bound_values_.assign(buckets_.size(), Tensor());
   bound_grads_.assign(buckets_.size(), Tensor());
   for (size_t b = 0; b < buckets_.size(); ++b) {
     if (!buckets_[b].values_streamed) bind_values_unchecked(int(b), values_.tensor(dtype, {buckets_[b].padded}, size_t(value_at_[b]) * dtype_size(dtype)));
-    if (!buckets_[b].grads_streamed) bind_grads_unchecked(int(b), grads_.tensor(DType::f32, {buckets_[b].padded}, size_t(grad_at_[b]) * 4));
+    if (!buckets_[b].grads_streamed) bind_grads_unchecked(int(b), grads_.tensor(grad_dtype, {buckets_[b].padded}, size_t(grad_at_[b]) * ge));
   }
 }
 
@@ -197,7 +200,7 @@ void ParameterStore::bind_values(int b, const Tensor& slot) {
 
 void ParameterStore::bind_grads(int b, const Tensor& slot) {
   TRELLIS_CHECK(buckets_.at(size_t(b)).grads_streamed, "bind_grads: bucket " + std::to_string(b) + " is not streamed");
-  TRELLIS_CHECK(!slot.defined() || (slot.dtype == DType::f32 && slot.numel() >= buckets_[size_t(b)].padded), "bind_grads: slot too small");
+  TRELLIS_CHECK(!slot.defined() || (slot.dtype == grad_dtype_ && slot.numel() >= buckets_[size_t(b)].padded), "bind_grads: slot too small");
   bind_grads_unchecked(b, slot);
 }
 
@@ -223,7 +226,7 @@ Tensor ParameterStore::flat_values() const {
 
 Tensor ParameterStore::flat_grads() const {
   TRELLIS_CHECK(!sharding_.stream_grads, "flat_grads: the gradients are streamed (ZeRO stage >= 2)");
-  return grads_.tensor(DType::f32, {padded_numel_});
+  return grads_.tensor(grad_dtype_, {padded_numel_});
 }
 
 const Parameter& ParameterStore::get(const std::string& name) const {
@@ -291,15 +294,16 @@ void ParameterStore::zero_grads() {
   }
   if (grads_.bytes() == 0) return;
   if (!any_first_write) {
-    fill(rt_, grads_.tensor(DType::f32, {int64_t(grads_.bytes() / 4)}), 0.0f);
+    fill(rt_, grads_.tensor(grad_dtype_, {int64_t(grads_.bytes() / dtype_size(grad_dtype_))}), 0.0f);
     return;
   }
   // The other gradients in the store, contiguous runs in one fill each (the buckets' padding stays
   // zero from the constructor's fill: no op writes it).
-  float* run = nullptr;
+  const size_t ge = dtype_size(grad_dtype_);
+  char* run = nullptr;
   int64_t run_n = 0;
   auto flush = [&] {
-    if (run_n > 0) fill(rt_, Tensor(run, DType::f32, rt_.device(), {run_n}), 0.0f);
+    if (run_n > 0) fill(rt_, Tensor(run, grad_dtype_, rt_.device(), {run_n}), 0.0f);
     run_n = 0;
   };
   for (const ParameterBucket& b : buckets_) {
@@ -307,8 +311,8 @@ void ParameterStore::zero_grads() {
     for (size_t i = b.first; i < b.end; ++i) {
       const Parameter& p = params_[i];
       if (p.first_write) continue;
-      float* at = p.grad.ptr<float>();
-      if (run_n > 0 && at != run + run_n) flush();
+      char* at = static_cast<char*>(p.grad.data);
+      if (run_n > 0 && at != run + size_t(run_n) * ge) flush();
       if (run_n == 0) run = at;
       run_n += p.grad.numel();
     }

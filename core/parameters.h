@@ -1,5 +1,6 @@
 // The model's parameters as named views into one flat buffer (compute dtype), with gradients in
-// a second flat buffer (f32; at ZeRO stages >= 2 only for the buckets kept whole). Initialization is keyed by (seed, name, GLOBAL element index), so a
+// a second flat buffer (f32, or the 16-bit compute dtype under train.grad_dtype; at ZeRO stages >= 2
+// only for the buckets kept whole). Initialization is keyed by (seed, name, GLOBAL element index), so a
 // tensor-parallel shard of a parameter is exactly the slice of what one rank would have drawn.
 //
 // The flat layout is cut into buckets (a transformer block's parameters, or a few others),
@@ -62,7 +63,7 @@ struct Parameter {
   ParameterSpec spec;
   int64_t offset = 0;  // in elements, within the flat buffers
   Tensor value;        // view into the parameter buffer (compute dtype)
-  Tensor grad;         // view into the gradient buffer (f32)
+  Tensor grad;         // view into the gradient buffer (the store's grad_dtype)
   // ParameterStore::write_first: zero_grads leaves this gradient as it is and marks it fresh; the
   // first op that writes it in the step overwrites it (grad_accumulates), saving the zero fill.
   bool first_write = false;
@@ -95,7 +96,9 @@ struct ParameterBucket {
 
 class ParameterStore {
  public:
-  ParameterStore(Runtime& rt, const std::vector<ParameterSpec>& specs, DType dtype, const StoreSharding& sharding = {});
+  // grad_dtype: f32, or `dtype` (16-bit gradients: only unsharded, unstreamed stores).
+  ParameterStore(Runtime& rt, const std::vector<ParameterSpec>& specs, DType dtype, const StoreSharding& sharding = {},
+                 DType grad_dtype = DType::f32);
 
   // Draws every parameter from (seed, name, index) on the host and copies it to the device (at
   // stage 3 only this rank's piece of the streamed buckets). With `data`, a group of N > 1 ranks
@@ -133,6 +136,7 @@ class ParameterStore {
   int64_t numel() const { return numel_; }         // real elements
   int64_t padded_numel() const { return padded_numel_; }  // of the flat layout, with the buckets' padding
   DType dtype() const { return dtype_; }
+  DType grad_dtype() const { return grad_dtype_; }
   // The whole flat layout (padded_numel elements; its padding is zeros). Fatal when streaming.
   Tensor flat_values() const;
   Tensor flat_grads() const;
@@ -142,7 +146,7 @@ class ParameterStore {
 
  private:
   Runtime& rt_;
-  DType dtype_;
+  DType dtype_, grad_dtype_;
   StoreSharding sharding_;
   int64_t numel_ = 0, padded_numel_ = 0;
   std::vector<Parameter> params_;

@@ -50,6 +50,7 @@ const std::vector<KeySpec> kKeys = {
 
   {"train", "device", T::String, TRELLIS_FIELD(train, device), "auto = the GPU when there is one, else the CPU.", {"auto", "cpu", "cuda"}},
   {"train", "precision", T::String, TRELLIS_FIELD(train, precision), "Compute precision; auto = bf16 on a GPU, fp32 on the CPU.", {"auto", "fp32", "bf16", "fp16"}},
+  {"train", "grad_dtype", T::String, TRELLIS_FIELD(train, grad_dtype), "Storage of the parameter gradients. auto = the 16-bit precision where each gradient is written once a step by one rank (one rank in all, one micro-batch a step: every gradient is one product summed in f32 and rounded once, as under PyTorch autocast; 2 bytes a parameter and their traffic saved), else f32; f32 = always f32.", {"auto", "f32"}},
   {"train", "micro_batch", T::Int, TRELLIS_FIELD(train, micro_batch), "Sequences per micro-batch per data-parallel rank.", {}, 1},
   {"train", "global_batch", T::Int, TRELLIS_FIELD(train, global_batch), "Sequences per optimizer step; 0 = micro_batch x data-parallel size.", {}, 0},
   {"train", "steps", T::Int, TRELLIS_FIELD(train, steps), "Optimizer steps to run.", {}, 1},

@@ -33,6 +33,7 @@ struct ParallelConfig {
 struct TrainConfig {
   std::string device = "auto";     // auto | cpu | cuda
   std::string precision = "auto";  // auto | fp32 | bf16 | fp16 (auto: bf16 on GPU, fp32 on CPU)
+  std::string grad_dtype = "auto";  // auto | f32: parameter gradients' storage (config_keys.cpp)
   int64_t micro_batch = 8;
   int64_t global_batch = 0;        // 0 = micro_batch * data ranks
   int64_t steps = 1000;

@@ -94,6 +94,10 @@ Resolved resolve(const Config& cfg, const LaunchInfo& launch) {
   const int64_t data = launch.world / (cfg.parallel.tensor * cfg.parallel.pipeline);
   const int64_t global = cfg.train.global_batch > 0 ? cfg.train.global_batch : cfg.train.micro_batch * data;
   r.accumulation = global / (cfg.train.micro_batch * data);
+  // 16-bit gradients only where no gradient is summed over micro-batches or ranks after its op
+  // wrote it (train.grad_dtype).
+  if (cfg.train.grad_dtype == "auto" && r.dtype != DType::f32 && launch.world == 1 && r.accumulation == 1)
+    r.model.grad_dtype = r.dtype;
   return r;
 }
 
@@ -416,7 +420,7 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
     const size_t pinned = offload ? size_t(ZeroOptimizer::offloaded_pinned_bytes(n, mc.dtype, zero_stage, data_size)) : 0;
     const bool files = cfg.zero.offload == "nvme";
     check_memory_fits(cfg, rt, launch,
-                      size_t(ZeroOptimizer::model_state_bytes(n, mc.dtype, zero_stage, data_size, offload)),
+                      size_t(ZeroOptimizer::model_state_bytes(n, mc.dtype, zero_stage, data_size, offload, mc.grad_dtype)),
                       act.kept * size_t(slots) + act.work, files ? pinned : off, files ? off - pinned : 0);
   }, launch);
   GPT model(rt, mc, B, part, slots, tp, sharding);
@@ -516,10 +520,10 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
                   "last); bubble (p-1)/(m v) = %.1f%%; stage 0 holds up to %d micro-batch chunks\n",
                   schedule_kind_name(kind), p, v, chunks.c_str(), 100.0 * double(p - 1) / double(m * v), slots);
     }
-    std::printf("memory per rank%s: model state %s (params %s + grads %s + optimizer %s)%s, activations %d x %s kept + "
+    std::printf("memory per rank%s: model state %s (params %s + grads %s %s + optimizer %s)%s, activations %d x %s kept + "
                 "%s workspace (checkpointing %s)\n",
                 p > 1 ? " (stage 0)" : "", format_bytes(state_bytes).c_str(), format_bytes(param_bytes).c_str(),
-                format_bytes(grad_bytes).c_str(), format_bytes(optimizer.state_bytes()).c_str(),
+                format_bytes(grad_bytes).c_str(), std::string(dtype_name(mc.grad_dtype)).c_str(), format_bytes(optimizer.state_bytes()).c_str(),
                 slot_bytes ? (" + ZeRO slots " + format_bytes(slot_bytes)).c_str() : "", slots,
                 format_bytes(act.kept).c_str(), format_bytes(act.work).c_str(), cfg.train.checkpointing.c_str());
     if (optimizer.offloaded())
@@ -554,7 +558,7 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
     for (int w = 0; w < launch.world; ++w) {
       const int64_t n = whole.shard_numel(coords_of(w, layout).pipeline, coords_of(w, layout).tensor);
       params_per_rank.push_back(n);
-      state_per_rank.push_back(ZeroOptimizer::model_state_bytes(n, mc.dtype, zero_stage, data_size, offload));
+      state_per_rank.push_back(ZeroOptimizer::model_state_bytes(n, mc.dtype, zero_stage, data_size, offload, mc.grad_dtype));
     }
     JsonObject lay;
     lay.add("tensor", layout.tensor).add("pipeline", layout.pipeline).add("data", layout.data);
@@ -566,6 +570,7 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
     // whole), and the ZeRO slots.
     start.add("model_state_bytes_allocated", int64_t(state_bytes)).add("zero_slot_bytes", int64_t(slot_bytes));
     start.add("parameters", mc.parameter_count()).add("device", rt.device_name()).add("precision", res.precision);
+    start.add("grad_dtype", std::string(dtype_name(mc.grad_dtype)));
     start.add("global_batch", global_batch).add("seq_len", T).add("steps", cfg.train.steps);
     start.add("activation_bytes_planned", int64_t(act.kept * size_t(slots) + act.work));
   }

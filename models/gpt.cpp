@@ -128,7 +128,7 @@ ActivationBytes GPT::activation_bytes(const GPTConfig& cfg, int64_t B, int64_t T
 GPT::GPT(Runtime& rt, const GPTConfig& cfg, int64_t micro_batch, const GPTPart& part, int slots,
          const TensorParallelContext& tp, const StoreSharding& sharding)
     : rt_(rt), cfg_(cfg), micro_batch_(micro_batch), part_(part), tp_(tp),
-      params_(rt, parameter_specs(cfg, part, tp), cfg.dtype, sharding) {
+      params_(rt, parameter_specs(cfg, part, tp), cfg.dtype, sharding, cfg.grad_dtype) {
   TRELLIS_CHECK(!part.chunks.empty() && slots >= 1, "GPT: no chunk or no slot");
   for (const LayerRange& r : part.chunks) {
     TRELLIS_CHECK(r.first < r.second && r.second <= cfg.n_layers, "GPT: bad layer range");

@@ -21,7 +21,8 @@ struct GPTConfig {
   int64_t d_model = 768;
   float dropout = 0.0f;            // embeddings and residual branches
   float attention_dropout = 0.0f;  // attention probabilities
-  DType dtype = DType::f32;  // parameters and activations; statistics and gradients are f32
+  DType dtype = DType::f32;  // parameters and activations; statistics are f32
+  DType grad_dtype = DType::f32;  // parameter gradients: f32, or dtype (train.grad_dtype)
   Checkpointing checkpointing = Checkpointing::none;
   // Blocks per virtual pipeline stage, in virtual-stage order (parallel.stage_layers); empty = the
   // balanced partition of GPT::pipeline_partition. Does not change the model, only its split.

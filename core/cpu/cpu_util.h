@@ -38,6 +38,16 @@ inline int64_t outer_dim(const Tensor& t) {
 template <typename T> inline float load(const T* p, int64_t i) { return to_float(p[i]); }
 template <typename T> inline void store(T* p, int64_t i, float v) { p[i] = from_float<T>(v); }
 
+// Element i of a float tensor (a parameter gradient: f32, or 16-bit under train.grad_dtype) set to
+// its old value (if accumulate) + sum, rounded once.
+inline void add_into(const Tensor& out, int64_t i, double sum, bool accumulate) {
+  dispatch_float(out.dtype, "add_into", [&](auto tag) {
+    using T = decltype(tag);
+    T* p = static_cast<T*>(out.data);
+    store(p, i, float((accumulate ? double(load(p, i)) : 0.0) + sum));
+  });
+}
+
 // Converts n elements of a float tensor's storage to f32 (a plain copy for f32).
 void to_f32(float* dst, const Tensor& src, int64_t n);
 // Writes n f32 values into a float tensor's storage, rounded to its dtype.

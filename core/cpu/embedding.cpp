@@ -3,6 +3,7 @@
 // tokens outside it contribute zero. The position table and either gradient may be absent.
 #include <algorithm>
 #include <string>
+#include <vector>
 
 #include "core/cpu/cpu_ops.h"
 #include "core/cpu/cpu_util.h"
@@ -36,8 +37,23 @@ void embedding_forward(Runtime&, const Tensor& out, const Tensor& tokens, const 
   });
 }
 
-void embedding_backward(Runtime&, const Tensor& dwte, const Tensor& dwpe, const Tensor& dout, const Tensor& tokens,
+void embedding_backward(Runtime& rt, const Tensor& dwte, const Tensor& dwpe, const Tensor& dout, const Tensor& tokens,
                         int64_t vocab_begin, int64_t vocab_size) {
+  // 16-bit gradients (train.grad_dtype): summed into f32 copies, each element rounded once as it
+  // goes back (as the CUDA kernels sum a row's lookups in f32 from its old value).
+  if ((dwte.defined() && dwte.dtype != DType::f32) || (dwpe.defined() && dwpe.dtype != DType::f32)) {
+    std::vector<float> te, pe;
+    auto widen = [](const Tensor& g, std::vector<float>& buf) {
+      if (!g.defined() || g.dtype == DType::f32) return g;
+      buf.resize(size_t(g.numel()));
+      to_f32(buf.data(), g, g.numel());
+      return Tensor(buf.data(), DType::f32, Device::CPU(), g.shape);
+    };
+    cpu::embedding_backward(rt, widen(dwte, te), widen(dwpe, pe), dout, tokens, vocab_begin, vocab_size);
+    if (!te.empty()) from_f32(dwte, te.data(), dwte.numel());
+    if (!pe.empty()) from_f32(dwpe, pe.data(), dwpe.numel());
+    return;
+  }
   const int64_t B = tokens.size(0), T = tokens.size(1);
   const int64_t C = dwte.defined() ? dwte.size(1) : dwpe.defined() ? dwpe.size(1) : 0;
   if (B * T * C == 0) return;

@@ -73,7 +73,6 @@ void layernorm_backward(Runtime& rt, const Tensor& dx, const Tensor& dw, const T
     // dw, db: sums over rows, parallel over column blocks, each column in row order.
     constexpr int64_t kBlock = 32;
     const int64_t nblocks = (C + kBlock - 1) / kBlock;
-    float *pdw = dw.ptr<float>(), *pdb = db.ptr<float>();
 #pragma omp parallel for schedule(static) if (R * C > kParallelMin)
     for (int64_t blk = 0; blk < nblocks; ++blk) {
       const int64_t c0 = blk * kBlock, c1 = std::min(C, c0 + kBlock);
@@ -87,8 +86,8 @@ void layernorm_backward(Runtime& rt, const Tensor& dx, const Tensor& dw, const T
         }
       }
       for (int64_t c = c0; c < c1; ++c) {
-        pdw[c] = float((accumulate_params ? double(pdw[c]) : 0.0) + aw[c - c0]);
-        pdb[c] = float((accumulate_params ? double(pdb[c]) : 0.0) + ab[c - c0]);
+        add_into(dw, c, aw[c - c0], accumulate_params);
+        add_into(db, c, ab[c - c0], accumulate_params);
       }
     }
   });

@@ -87,7 +87,6 @@ void bias_backward(Runtime&, const Tensor& db, const Tensor& dy, bool accumulate
   const int64_t R = outer_dim(dy), N = inner_dim(dy);
   constexpr int64_t kBlock = 32;
   const int64_t nblocks = (N + kBlock - 1) / kBlock;
-  float* out = db.ptr<float>();
   dispatch_float(dy.dtype, "bias_backward", [&](auto tag) {
     using T = decltype(tag);
     const T* p = dy.ptr<T>();
@@ -97,7 +96,7 @@ void bias_backward(Runtime&, const Tensor& db, const Tensor& dy, bool accumulate
       double acc[kBlock] = {};
       for (int64_t r = 0; r < R; ++r)
         for (int64_t c = c0; c < c1; ++c) acc[c - c0] += load(p, r * N + c);
-      for (int64_t c = c0; c < c1; ++c) out[c] = float((accumulate ? double(out[c]) : 0.0) + acc[c - c0]);
+      for (int64_t c = c0; c < c1; ++c) add_into(db, c, acc[c - c0], accumulate);
     }
   });
 }

@@ -200,21 +200,22 @@ __device__ __forceinline__ int adamw_run_of(const AdamWRunTable& t, int64_t i, i
   return r;
 }
 
-// f32 state, V floats per vector (V = 4: 16-byte accesses); params_out (Tp) may be null. Runs with
-// and without weight decay share the launch (one per parameter bucket instead of one per run).
-template <typename Tp, int V>
-__global__ void adamw_kernel(float* master, float* m, float* v, const float* grad, Tp* params_out, AdamWArgs a,
+// f32 state, V floats per vector (V = 4: 16-byte accesses); params_out (Tp) may be null; gradients G
+// (f32, or 16-bit under train.grad_dtype). Runs with and without weight decay share the launch (one
+// per parameter bucket instead of one per run).
+template <typename Tp, typename G, int V>
+__global__ void adamw_kernel(float* master, float* m, float* v, const G* grad, Tp* params_out, AdamWArgs a,
                              AdamWRunTable runs, int64_t n) {
   auto decay_of = [&](int r) { return (runs.decay >> r) & 1u ? a.weight_decay : 0.0f; };
   vec_loop<V>(n, [&](int64_t i0) {
-    Vec<float, V> w = vload<float, V>(master + i0), mv = vload<float, V>(m + i0), vv = vload<float, V>(v + i0),
-                  g = vload<float, V>(grad + i0);
+    Vec<float, V> w = vload<float, V>(master + i0), mv = vload<float, V>(m + i0), vv = vload<float, V>(v + i0);
+    Vec<G, V> g = vload<G, V>(grad + i0);
     Vec<Tp, V> p;
     int r = adamw_run_of(runs, i0, 0);
 #pragma unroll
     for (int j = 0; j < V; ++j) {
       r = adamw_run_of(runs, i0 + j, r);
-      p.e[j] = from_f32<Tp>(adamw_update(w.e[j], mv.e[j], vv.e[j], g.e[j], decay_of(r), a));
+      p.e[j] = from_f32<Tp>(adamw_update(w.e[j], mv.e[j], vv.e[j], to_f32(g.e[j]), decay_of(r), a));
     }
     vstore<float, V>(master + i0, w);
     vstore<float, V>(m + i0, mv);
@@ -222,7 +223,7 @@ __global__ void adamw_kernel(float* master, float* m, float* v, const float* gra
     if (params_out) vstore<Tp, V>(params_out + i0, p);
   }, [&](int64_t i) {
     float w = master[i], mi = m[i], vi = v[i];
-    float r = adamw_update(w, mi, vi, grad[i], decay_of(adamw_run_of(runs, i, 0)), a);
+    float r = adamw_update(w, mi, vi, to_f32(grad[i]), decay_of(adamw_run_of(runs, i, 0)), a);
     master[i] = w;
     m[i] = mi;
     v[i] = vi;
@@ -232,19 +233,20 @@ __global__ void adamw_kernel(float* master, float* m, float* v, const float* gra
 
 // Split masters (core/dtype.h): the bf16 parameters hi and the low halves lo, V elements per vector
 // (V = 4: 8-byte accesses to them, 16-byte to the f32 state).
-template <int V>
-__global__ void adamw_split_kernel(uint16_t* hi, uint16_t* lo, float* m, float* v, const float* grad, AdamWArgs a,
+template <typename G, int V>
+__global__ void adamw_split_kernel(uint16_t* hi, uint16_t* lo, float* m, float* v, const G* grad, AdamWArgs a,
                                    AdamWRunTable runs, int64_t n) {
   auto decay_of = [&](int r) { return (runs.decay >> r) & 1u ? a.weight_decay : 0.0f; };
   vec_loop<V>(n, [&](int64_t i0) {
     Vec<uint16_t, V> h = vload<uint16_t, V>(hi + i0), l = vload<uint16_t, V>(lo + i0);
-    Vec<float, V> mv = vload<float, V>(m + i0), vv = vload<float, V>(v + i0), g = vload<float, V>(grad + i0);
+    Vec<float, V> mv = vload<float, V>(m + i0), vv = vload<float, V>(v + i0);
+    Vec<G, V> g = vload<G, V>(grad + i0);
     int r = adamw_run_of(runs, i0, 0);
 #pragma unroll
     for (int j = 0; j < V; ++j) {
       r = adamw_run_of(runs, i0 + j, r);
       float w = __uint_as_float(join_master_bits(h.e[j], l.e[j]));
-      adamw_update(w, mv.e[j], vv.e[j], g.e[j], decay_of(r), a);
+      adamw_update(w, mv.e[j], vv.e[j], to_f32(g.e[j]), decay_of(r), a);
       split_master_bits(__float_as_uint(w), h.e[j], l.e[j]);
     }
     vstore<uint16_t, V>(hi + i0, h);
@@ -253,7 +255,7 @@ __global__ void adamw_split_kernel(uint16_t* hi, uint16_t* lo, float* m, float* 
     vstore<float, V>(v + i0, vv);
   }, [&](int64_t i) {
     float w = __uint_as_float(join_master_bits(hi[i], lo[i])), mi = m[i], vi = v[i];
-    adamw_update(w, mi, vi, grad[i], decay_of(adamw_run_of(runs, i, 0)), a);
+    adamw_update(w, mi, vi, to_f32(grad[i]), decay_of(adamw_run_of(runs, i, 0)), a);
     split_master_bits(__float_as_uint(w), hi[i], lo[i]);
     m[i] = mi;
     v[i] = vi;
@@ -381,31 +383,35 @@ void launch_dropout(cudaStream_t s, void* out, const void* x, DType t, int64_t n
   CUDA_CHECK_LAUNCH();
 }
 
-void launch_adamw(cudaStream_t s, float* master, float* m, float* v, const float* grad, void* params_out,
-                  DType params_t, int64_t n, const AdamWArgs& a, const AdamWRunTable& runs) {
+void launch_adamw(cudaStream_t s, float* master, float* m, float* v, const void* grad, DType grad_t,
+                  void* params_out, DType params_t, int64_t n, const AdamWArgs& a, const AdamWRunTable& runs) {
   if (n == 0) return;
   const bool vec = all_aligned(master, m, v, grad) && (!params_out || aligned16(params_out));
-  if (!params_out) {
-    if (vec) adamw_kernel<float, 4><<<grid_for(n / 4), kThreads, 0, s>>>(master, m, v, grad, nullptr, a, runs, n);
-    else adamw_kernel<float, 1><<<grid_for(n), kThreads, 0, s>>>(master, m, v, grad, nullptr, a, runs, n);
-  } else {
-    TRELLIS_FLOAT_SWITCH(params_t, T,
-      auto* p = static_cast<T*>(params_out);
-      if (vec) adamw_kernel<T, 4><<<grid_for(n / 4), kThreads, 0, s>>>(master, m, v, grad, p, a, runs, n);
-      else adamw_kernel<T, 1><<<grid_for(n), kThreads, 0, s>>>(master, m, v, grad, p, a, runs, n));
-  }
+  TRELLIS_FLOAT_SWITCH(grad_t, G,
+    const G* g = static_cast<const G*>(grad);
+    if (!params_out) {
+      if (vec) adamw_kernel<float, G, 4><<<grid_for(n / 4), kThreads, 0, s>>>(master, m, v, g, nullptr, a, runs, n);
+      else adamw_kernel<float, G, 1><<<grid_for(n), kThreads, 0, s>>>(master, m, v, g, nullptr, a, runs, n);
+    } else {
+      TRELLIS_FLOAT_SWITCH(params_t, T,
+        auto* p = static_cast<T*>(params_out);
+        if (vec) adamw_kernel<T, G, 4><<<grid_for(n / 4), kThreads, 0, s>>>(master, m, v, g, p, a, runs, n);
+        else adamw_kernel<T, G, 1><<<grid_for(n), kThreads, 0, s>>>(master, m, v, g, p, a, runs, n));
+    });
   CUDA_CHECK_LAUNCH();
 }
 
-void launch_adamw_split(cudaStream_t s, void* params, void* low, float* m, float* v, const float* grad, int64_t n,
-                        const AdamWArgs& a, const AdamWRunTable& runs) {
+void launch_adamw_split(cudaStream_t s, void* params, void* low, float* m, float* v, const void* grad, DType grad_t,
+                        int64_t n, const AdamWArgs& a, const AdamWRunTable& runs) {
   if (n == 0) return;
   auto* hi = static_cast<uint16_t*>(params);
   auto* lo = static_cast<uint16_t*>(low);
-  if (all_aligned(m, v, grad, hi, lo))
-    adamw_split_kernel<4><<<grid_for(n / 4), kThreads, 0, s>>>(hi, lo, m, v, grad, a, runs, n);
-  else
-    adamw_split_kernel<1><<<grid_for(n), kThreads, 0, s>>>(hi, lo, m, v, grad, a, runs, n);
+  TRELLIS_FLOAT_SWITCH(grad_t, G,
+    const G* g = static_cast<const G*>(grad);
+    if (all_aligned(m, v, g, hi, lo))
+      adamw_split_kernel<G, 4><<<grid_for(n / 4), kThreads, 0, s>>>(hi, lo, m, v, g, a, runs, n);
+    else
+      adamw_split_kernel<G, 1><<<grid_for(n), kThreads, 0, s>>>(hi, lo, m, v, g, a, runs, n));
   CUDA_CHECK_LAUNCH();
 }
 

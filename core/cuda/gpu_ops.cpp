@@ -39,7 +39,7 @@ void bias_backward(Runtime& rt, const Tensor& db, const Tensor& dy, bool accumul
   int64_t rows = dy.rows(), cols = dy.cols();
   if (rows == 0 || cols == 0) return;
   auto* scratch = static_cast<float*>(rt.scratch(size_t(colsum_chunks(rows) * cols) * sizeof(float)));
-  launch_bias_backward(compute_stream(rt), db.ptr<float>(), dy.data, dy.dtype, rows, cols, scratch, accumulate);
+  launch_bias_backward(compute_stream(rt), db.data, db.dtype, dy.data, dy.dtype, rows, cols, scratch, accumulate);
 }
 
 void layernorm_forward(Runtime& rt, const Tensor& out, const Tensor& mean, const Tensor& rstd, const Tensor& x,
@@ -62,9 +62,9 @@ void layernorm_backward(Runtime& rt, const Tensor& dx, const Tensor& dw, const T
   const int64_t floats = layernorm_backward_scratch(rows, cols, sums != nullptr);
   auto* scratch = static_cast<float*>(rt.scratch(size_t(floats) * sizeof(float)));
   ColumnSumOutputs extra;
-  if (sums) extra = {sums->before.ptr<float>(), sums->after.ptr<float>(), sums->accumulate_before, sums->accumulate_after};
+  if (sums) extra = {sums->before.data, sums->after.data, sums->accumulate_before, sums->accumulate_after};
   CudaState& st = cuda_state(rt);
-  launch_layernorm_backward(st.compute, dx.data, dw.ptr<float>(), db.ptr<float>(), dout.data, x.data, w.data,
+  launch_layernorm_backward(st.compute, dx.data, dw.data, db.data, dw.dtype, dout.data, x.data, w.data,
                             mean.ptr<float>(), rstd.ptr<float>(), x.dtype, rows, cols, scratch, accumulate_params,
                             st.block_shared_memory, extra);
 }
@@ -146,9 +146,10 @@ void embedding_backward(Runtime& rt, const Tensor& dwte, const Tensor& dwpe, con
     bytes = embedding_backward_scratch_bytes(B * T, vocab_size);
     scratch = rt.scratch(bytes);
   }
-  launch_embedding_backward(compute_stream(rt), dwte.defined() ? dwte.ptr<float>() : nullptr,
-                            dwpe.defined() ? dwpe.ptr<float>() : nullptr, dout.data, tokens.ptr<int32_t>(), dout.dtype,
-                            B, T, C, vocab_begin, dwte.defined() ? dwte.size(0) : 0, vocab_size, scratch, bytes);
+  launch_embedding_backward(compute_stream(rt), dwte.defined() ? dwte.data : nullptr, dwte.dtype,
+                            dwpe.defined() ? dwpe.data : nullptr, dwpe.dtype, dout.data, tokens.ptr<int32_t>(),
+                            dout.dtype, B, T, C, vocab_begin, dwte.defined() ? dwte.size(0) : 0, vocab_size, scratch,
+                            bytes);
 }
 
 namespace {
@@ -187,17 +188,18 @@ void adamw_step(Runtime& rt, const Tensor& master, const Tensor& m, const Tensor
   a.bc1 = float(1.0 - std::pow(double(h.beta1), double(h.step)));
   a.bc2 = float(1.0 - std::pow(double(h.beta2), double(h.step)));
   a.grad_scale = grad_scale;
-  const size_t es = params_out.defined() ? dtype_size(params_out.dtype) : 0;
+  const size_t es = params_out.defined() ? dtype_size(params_out.dtype) : 0, gs = dtype_size(grad.dtype);
   const bool split = master.dtype == DType::bf16;  // split masters (core/ops.h)
   auto launch = [&](int64_t begin, int64_t n, const AdamWRunTable& t) {
     if (split) {
       launch_adamw_split(compute_stream(rt), static_cast<char*>(params_out.data) + size_t(begin) * 2,
                          static_cast<char*>(master.data) + size_t(begin) * 2, m.ptr<float>() + begin,
-                         v.ptr<float>() + begin, grad.ptr<float>() + begin, n, a, t);
+                         v.ptr<float>() + begin, static_cast<const char*>(grad.data) + size_t(begin) * gs, grad.dtype,
+                         n, a, t);
       return;
     }
     launch_adamw(compute_stream(rt), master.ptr<float>() + begin, m.ptr<float>() + begin, v.ptr<float>() + begin,
-                 grad.ptr<float>() + begin,
+                 static_cast<const char*>(grad.data) + size_t(begin) * gs, grad.dtype,
                  params_out.defined() ? static_cast<char*>(params_out.data) + size_t(begin) * es : nullptr,
                  params_out.dtype, n, a, t);
   };

@@ -44,12 +44,12 @@ struct AdamWRunTable {
   uint32_t decay;
   int count;
 };
-// params_out may be null.
-void launch_adamw(cudaStream_t s, float* master, float* m, float* v, const float* grad, void* params_out,
-                  DType params_t, int64_t n, const AdamWArgs& a, const AdamWRunTable& runs);
+// params_out may be null; grad: f32, or 16-bit (train.grad_dtype).
+void launch_adamw(cudaStream_t s, float* master, float* m, float* v, const void* grad, DType grad_t,
+                  void* params_out, DType params_t, int64_t n, const AdamWArgs& a, const AdamWRunTable& runs);
 // The same on split masters: bf16 params (the high halves) and their low halves (core/dtype.h).
-void launch_adamw_split(cudaStream_t s, void* params, void* low, float* m, float* v, const float* grad, int64_t n,
-                        const AdamWArgs& a, const AdamWRunTable& runs);
+void launch_adamw_split(cudaStream_t s, void* params, void* low, float* m, float* v, const void* grad, DType grad_t,
+                        int64_t n, const AdamWArgs& a, const AdamWRunTable& runs);
 
 // ---- norm.cu ----
 // Column reductions (dw, db, bias grads) sum fixed row chunks into f32 partials, then the chunks
@@ -76,10 +76,10 @@ inline int64_t layernorm_backward_scratch(int64_t rows, int64_t cols, bool sums)
   return (sums ? 4 : 2) * (a > b ? a : b) * cols;
 }
 // ResidualColumnSums for launch_layernorm_backward: the column sums of dx before and after its
-// update (+= or, without accumulate, =); null pointers: not asked for.
+// update (+= or, without accumulate, =), gradients of the launch's grad_t; null pointers: not asked for.
 struct ColumnSumOutputs {
-  float* before = nullptr;
-  float* after = nullptr;
+  void* before = nullptr;
+  void* after = nullptr;
   bool accumulate_before = true, accumulate_after = true;
 };
 void launch_layernorm_forward(cudaStream_t s, void* out, float* mean, float* rstd, const void* x, const void* w,
@@ -89,14 +89,15 @@ void launch_add_layernorm_forward(cudaStream_t s, void* r, void* out, float* mea
                                   const void* branch, const void* w, const void* b, DType t, int64_t rows,
                                   int64_t cols, float eps);
 // dx += ..., dw += ..., db += ... (dw, db = ... without accumulate_params), and the dx column sums
-// `sums` asks for; scratch: layernorm_backward_scratch(rows, cols, sums asked) floats;
-// block_shared_memory: what a block of the device may opt in to (CudaState's).
-void launch_layernorm_backward(cudaStream_t s, void* dx, float* dw, float* db, const void* dout, const void* x,
-                               const void* w, const float* mean, const float* rstd, DType t, int64_t rows,
-                               int64_t cols, float* scratch, bool accumulate_params, size_t block_shared_memory,
-                               const ColumnSumOutputs& sums = {});
-// db += column sums of dy (db = without accumulate); scratch: colsum_chunks(rows) * cols floats.
-void launch_bias_backward(cudaStream_t s, float* db, const void* dy, DType t, int64_t rows, int64_t cols,
+// `sums` asks for; the gradients dw, db and the sums are grad_t (f32, or t: train.grad_dtype);
+// scratch: layernorm_backward_scratch(rows, cols, sums asked) floats; block_shared_memory: what a
+// block of the device may opt in to (CudaState's).
+void launch_layernorm_backward(cudaStream_t s, void* dx, void* dw, void* db, DType grad_t, const void* dout,
+                               const void* x, const void* w, const float* mean, const float* rstd, DType t,
+                               int64_t rows, int64_t cols, float* scratch, bool accumulate_params,
+                               size_t block_shared_memory, const ColumnSumOutputs& sums = {});
+// db (grad_t) += column sums of dy (db = without accumulate); scratch: colsum_chunks(rows) * cols floats.
+void launch_bias_backward(cudaStream_t s, void* db, DType grad_t, const void* dy, DType t, int64_t rows, int64_t cols,
                           float* scratch, bool accumulate);
 // out[0] += sum(x) or sum(x^2), in a fixed order; scratch: kSumPartials floats.
 constexpr int kSumPartials = 512;
@@ -175,9 +176,10 @@ void launch_embedding_forward(cudaStream_t s, void* out, const int32_t* tokens, 
                               DType t, int64_t B, int64_t T, int64_t C, int64_t vocab_begin, int64_t V);
 // vocab_size: the full table's rows (tokens lie in [0, vocab_size)).
 size_t embedding_backward_scratch_bytes(int64_t n_tokens, int64_t vocab_size);
-// dwte (V rows from vocab_begin) and dwpe may each be null; scratch is needed only with dwte.
-void launch_embedding_backward(cudaStream_t s, float* dwte, float* dwpe, const void* dout, const int32_t* tokens,
-                               DType t, int64_t B, int64_t T, int64_t C, int64_t vocab_begin, int64_t V,
-                               int64_t vocab_size, void* scratch, size_t scratch_bytes);
+// dwte (V rows from vocab_begin) and dwpe may each be null; scratch is needed only with dwte. The
+// gradients are f32 or t (train.grad_dtype), each element summed in f32 and rounded once.
+void launch_embedding_backward(cudaStream_t s, void* dwte, DType dwte_t, void* dwpe, DType dwpe_t, const void* dout,
+                               const int32_t* tokens, DType t, int64_t B, int64_t T, int64_t C, int64_t vocab_begin,
+                               int64_t V, int64_t vocab_size, void* scratch, size_t scratch_bytes);
 
 }  // namespace trellis::gpu

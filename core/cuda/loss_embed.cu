@@ -339,8 +339,8 @@ __global__ void iota_kernel(int32_t* v, int64_t n) {
 // One warp per run of equal tokens in the sorted order (the warp at the run's first element);
 // rows are added to dwte in increasing position, the order of a sequential loop.
 // Runs of tokens outside the shard's rows [vocab_begin, vocab_begin + V) are skipped.
-template <typename T>
-__global__ void embedding_runs_kernel(float* dwte, const T* dout, const int32_t* sorted_tokens,
+template <typename T, typename G>
+__global__ void embedding_runs_kernel(G* dwte, const T* dout, const int32_t* sorted_tokens,
                                       const int32_t* sorted_rows, int64_t n, int64_t C, int64_t vocab_begin,
                                       int64_t V) {
   int lane = threadIdx.x & 31;
@@ -352,22 +352,22 @@ __global__ void embedding_runs_kernel(float* dwte, const T* dout, const int32_t*
     if (shard_row < 0 || shard_row >= V) continue;
     int64_t end = k + 1;
     while (end < n && sorted_tokens[end] == tok) ++end;
-    float* dst = dwte + shard_row * C;
+    G* dst = dwte + shard_row * C;
     for (int64_t c = lane; c < C; c += 32) {
-      float acc = dst[c];
+      float acc = to_f32(dst[c]);
       for (int64_t j = k; j < end; ++j) acc += to_f32(dout[int64_t(sorted_rows[j]) * C + c]);
-      dst[c] = acc;
+      dst[c] = from_f32<G>(acc);
     }
   }
 }
 
 // dwpe[t, c] += sum over b (in order) of dout[b, t, c].
-template <typename T>
-__global__ void position_grad_kernel(float* dwpe, const T* dout, int64_t B, int64_t T_, int64_t C) {
+template <typename T, typename G>
+__global__ void position_grad_kernel(G* dwpe, const T* dout, int64_t B, int64_t T_, int64_t C) {
   TRELLIS_GRID_STRIDE(i, T_ * C) {
-    float acc = dwpe[i];
+    float acc = to_f32(dwpe[i]);
     for (int64_t b = 0; b < B; ++b) acc += to_f32(dout[b * T_ * C + i]);
-    dwpe[i] = acc;
+    dwpe[i] = from_f32<G>(acc);
   }
 }
 
@@ -484,9 +484,9 @@ size_t embedding_backward_scratch_bytes(int64_t n_tokens, int64_t vocab_size) {
   return embedding_scratch_layout(n_tokens, vocab_size).total;
 }
 
-void launch_embedding_backward(cudaStream_t s, float* dwte, float* dwpe, const void* dout, const int32_t* tokens,
-                               DType t, int64_t B, int64_t T_, int64_t C, int64_t vocab_begin, int64_t V,
-                               int64_t vocab_size, void* scratch, size_t scratch_bytes) {
+void launch_embedding_backward(cudaStream_t s, void* dwte, DType dwte_t, void* dwpe, DType dwpe_t, const void* dout,
+                               const int32_t* tokens, DType t, int64_t B, int64_t T_, int64_t C, int64_t vocab_begin,
+                               int64_t V, int64_t vocab_size, void* scratch, size_t scratch_bytes) {
   int64_t n = B * T_;
   if (n == 0 || C == 0) return;
   if (dwte) {
@@ -503,14 +503,15 @@ void launch_embedding_backward(cudaStream_t s, float* dwte, float* dwpe, const v
     // the global token ids (all of them: another shard's runs are skipped by the runs kernel).
     CUDA_CHECK(cub::DeviceRadixSort::SortPairs(c.at<void>(l.temp), temp_bytes, tokens, keys_out, rows_in, rows_out,
                                                int(n), 0, sort_end_bit(vocab_size), s));
-    TRELLIS_FLOAT_SWITCH(t, E,
-      embedding_runs_kernel<E><<<grid_for(n * 32), kThreads, 0, s>>>(dwte, static_cast<const E*>(dout), keys_out,
-                                                                     rows_out, n, C, vocab_begin, V));
+    TRELLIS_FLOAT_SWITCH(t, E, TRELLIS_FLOAT_SWITCH(dwte_t, G,
+      embedding_runs_kernel<E, G><<<grid_for(n * 32), kThreads, 0, s>>>(static_cast<G*>(dwte), static_cast<const E*>(dout),
+                                                                        keys_out, rows_out, n, C, vocab_begin, V)));
     CUDA_CHECK_LAUNCH();
   }
   if (dwpe) {
-    TRELLIS_FLOAT_SWITCH(t, E,
-      position_grad_kernel<E><<<grid_for(T_ * C), kThreads, 0, s>>>(dwpe, static_cast<const E*>(dout), B, T_, C));
+    TRELLIS_FLOAT_SWITCH(t, E, TRELLIS_FLOAT_SWITCH(dwpe_t, G,
+      position_grad_kernel<E, G><<<grid_for(T_ * C), kThreads, 0, s>>>(static_cast<G*>(dwpe), static_cast<const E*>(dout),
+                                                                       B, T_, C)));
     CUDA_CHECK_LAUNCH();
   }
 }

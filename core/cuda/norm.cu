@@ -465,13 +465,15 @@ void launch_column_partials(cudaStream_t s, float* p_db, float* p_dw, const T* d
 }
 
 // Up to 4 column reductions in one launch (blockIdx.y picks one): out[c] += sum over chunks of
-// partials[chunk][c], or = without its accumulate flag (out not read).
+// partials[chunk][c], or = without its accumulate flag (out not read). The outputs are gradients of
+// one dtype, out_t: f32, or the activations' 16-bit one (train.grad_dtype), rounded once.
 struct FinalizeJobs {
-  float* out[4];
+  void* out[4];
   const float* partials[4];
   bool accumulate[4];
   unsigned count = 0;
-  void add(float* o, const float* p, bool acc) {
+  DType out_t = DType::f32;
+  void add(void* o, const float* p, bool acc) {
     out[count] = o;
     partials[count] = p;
     accumulate[count] = acc;
@@ -483,10 +485,11 @@ struct FinalizeJobs {
 // with up to 16 of its loads in flight; the groups' sums are then added in g order. (With 8 groups
 // a thread ran 64 dependent rounds of loads at 512 chunks, and only cols / 32 blocks are there.)
 constexpr int kFinalizeGroups = 32;
+template <typename G>
 __global__ void __launch_bounds__(kFinalizeGroups * 32)
     column_finalize_kernel(FinalizeJobs jobs, int64_t chunks, int64_t cols) {
   __shared__ float sm[kFinalizeGroups][32];
-  float* out = jobs.out[blockIdx.y];
+  G* out = static_cast<G*>(jobs.out[blockIdx.y]);
   const float* partials = jobs.partials[blockIdx.y];
   const bool accumulate = jobs.accumulate[blockIdx.y];
   const int t = threadIdx.x & 31, g = threadIdx.x >> 5;
@@ -502,13 +505,13 @@ __global__ void __launch_bounds__(kFinalizeGroups * 32)
     float tot = sm[0][t];
 #pragma unroll
     for (int k = 1; k < kFinalizeGroups; ++k) tot += sm[k][t];
-    out[c] = accumulate ? out[c] + tot : tot;
+    out[c] = from_f32<G>(accumulate ? to_f32(out[c]) + tot : tot);
   }
 }
 
 void finalize_columns(cudaStream_t s, const FinalizeJobs& jobs, int64_t chunks, int64_t cols) {
   dim3 grid(unsigned((cols + 31) / 32), jobs.count);
-  column_finalize_kernel<<<grid, kFinalizeGroups * 32, 0, s>>>(jobs, chunks, cols);
+  TRELLIS_FLOAT_SWITCH(jobs.out_t, G, column_finalize_kernel<G><<<grid, kFinalizeGroups * 32, 0, s>>>(jobs, chunks, cols));
   CUDA_CHECK_LAUNCH();
 }
 
@@ -624,21 +627,22 @@ void layernorm_backward_fused(cudaStream_t s, T* dx, float* p_dw, float* p_db, f
 }
 
 template <typename T>
-void bias_backward_impl(cudaStream_t s, float* db, const T* dy, int64_t rows, int64_t cols, float* scratch,
-                        bool accumulate) {
+void bias_backward_impl(cudaStream_t s, void* db, DType grad_t, const T* dy, int64_t rows, int64_t cols,
+                        float* scratch, bool accumulate) {
   const int64_t chunks = colsum_chunks(rows);
   const int64_t rows_per_chunk = (rows + chunks - 1) / chunks;
   launch_column_partials<T>(s, scratch, nullptr, dy, static_cast<const T*>(nullptr), nullptr, nullptr, rows, cols,
                             chunks, rows_per_chunk);
   FinalizeJobs jobs;
+  jobs.out_t = grad_t;
   jobs.add(db, scratch, accumulate);
   finalize_columns(s, jobs, chunks, cols);
 }
 
 template <typename T>
-void layernorm_backward_impl(cudaStream_t s, T* dx, float* dw, float* db, const T* dout, const T* x, const T* w,
-                             const float* mean, const float* rstd, int64_t rows, int64_t cols, float* scratch,
-                             bool accumulate, size_t block_shared_memory, const ColumnSumOutputs& sums) {
+void layernorm_backward_impl(cudaStream_t s, T* dx, void* dw, void* db, DType grad_t, const T* dout, const T* x,
+                             const T* w, const float* mean, const float* rstd, int64_t rows, int64_t cols,
+                             float* scratch, bool accumulate, size_t block_shared_memory, const ColumnSumOutputs& sums) {
   constexpr int N = Pack<T>::N;
   const bool with_sums = sums.before != nullptr;
   const int64_t nvec = cols / N, iters = nvec > kFusedRowThreads ? 2 : 1;
@@ -659,6 +663,7 @@ void layernorm_backward_impl(cudaStream_t s, T* dx, float* dw, float* db, const 
     fused_launch(s, dx, p_dw, p_db, p_before, p_after, dout, x, w, mean, rstd, rows, cols, chunks);
     CUDA_CHECK_LAUNCH();
     FinalizeJobs jobs;
+    jobs.out_t = grad_t;
     jobs.add(dw, p_dw, accumulate);
     jobs.add(db, p_db, accumulate);
     if (with_sums) {
@@ -669,7 +674,7 @@ void layernorm_backward_impl(cudaStream_t s, T* dx, float* dw, float* db, const 
     return;
   }
   // Any shape or alignment: the dx sums by the bias-gradient pass, before and after.
-  if (with_sums) bias_backward_impl<T>(s, sums.before, dx, rows, cols, scratch, sums.accumulate_before);
+  if (with_sums) bias_backward_impl<T>(s, sums.before, grad_t, dx, rows, cols, scratch, sums.accumulate_before);
   // Any shape or alignment: a warp per row for dx, then the column pass for dw and db.
   const int64_t chunks = colsum_chunks(rows);
   const int64_t rows_per_chunk = (rows + chunks - 1) / chunks;
@@ -679,10 +684,11 @@ void layernorm_backward_impl(cudaStream_t s, T* dx, float* dw, float* db, const 
   CUDA_CHECK_LAUNCH();
   launch_column_partials<T>(s, p_db, p_dw, dout, x, mean, rstd, rows, cols, chunks, rows_per_chunk);
   FinalizeJobs jobs;
+  jobs.out_t = grad_t;
   jobs.add(dw, p_dw, accumulate);
   jobs.add(db, p_db, accumulate);
   finalize_columns(s, jobs, chunks, cols);
-  if (with_sums) bias_backward_impl<T>(s, sums.after, dx, rows, cols, scratch, sums.accumulate_after);
+  if (with_sums) bias_backward_impl<T>(s, sums.after, grad_t, dx, rows, cols, scratch, sums.accumulate_after);
 }
 
 }  // namespace
@@ -705,21 +711,22 @@ void launch_add_layernorm_forward(cudaStream_t s, void* r, void* out, float* mea
                               static_cast<const T*>(branch), static_cast<T*>(r)));
 }
 
-void launch_layernorm_backward(cudaStream_t s, void* dx, float* dw, float* db, const void* dout, const void* x,
-                               const void* w, const float* mean, const float* rstd, DType t, int64_t rows,
-                               int64_t cols, float* scratch, bool accumulate_params, size_t block_shared_memory,
-                               const ColumnSumOutputs& sums) {
+void launch_layernorm_backward(cudaStream_t s, void* dx, void* dw, void* db, DType grad_t, const void* dout,
+                               const void* x, const void* w, const float* mean, const float* rstd, DType t,
+                               int64_t rows, int64_t cols, float* scratch, bool accumulate_params,
+                               size_t block_shared_memory, const ColumnSumOutputs& sums) {
   if (rows == 0 || cols == 0) return;
   TRELLIS_FLOAT_SWITCH(t, T,
-    layernorm_backward_impl<T>(s, static_cast<T*>(dx), dw, db, static_cast<const T*>(dout),
+    layernorm_backward_impl<T>(s, static_cast<T*>(dx), dw, db, grad_t, static_cast<const T*>(dout),
                                static_cast<const T*>(x), static_cast<const T*>(w), mean, rstd, rows, cols,
                                scratch, accumulate_params, block_shared_memory, sums));
 }
 
-void launch_bias_backward(cudaStream_t s, float* db, const void* dy, DType t, int64_t rows, int64_t cols,
+void launch_bias_backward(cudaStream_t s, void* db, DType grad_t, const void* dy, DType t, int64_t rows, int64_t cols,
                           float* scratch, bool accumulate) {
   if (rows == 0 || cols == 0) return;
-  TRELLIS_FLOAT_SWITCH(t, T, bias_backward_impl<T>(s, db, static_cast<const T*>(dy), rows, cols, scratch, accumulate));
+  TRELLIS_FLOAT_SWITCH(t, T,
+    bias_backward_impl<T>(s, db, grad_t, static_cast<const T*>(dy), rows, cols, scratch, accumulate));
 }
 
 void launch_sum(cudaStream_t s, float* out, const void* x, DType t, int64_t n, bool squares, float* scratch) {

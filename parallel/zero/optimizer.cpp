@@ -46,9 +46,11 @@ ZeroOptimizer::ZeroOptimizer(Runtime& rt, ParameterStore& params, Communicator* 
     }
     int64_t largest = 0;
     for (const ParameterBucket& b : buckets) largest = std::max(largest, b.piece);
+    // The gradients come down as the device holds them: reduced pieces f32, a store's own maybe 16-bit.
+    const DType gt = data_ ? DType::f32 : params.grad_dtype();
     for (int i = 0; i < 2; ++i) {
-      staging_buf_[i] = Buffer(rt.host_allocator(), size_t(largest) * 4, "gradient staging for the host's AdamW");
-      staging_[i] = staging_buf_[i].tensor(DType::f32, {largest});
+      staging_buf_[i] = Buffer(rt.host_allocator(), size_t(largest) * dtype_size(gt), "gradient staging for the host's AdamW");
+      staging_[i] = staging_buf_[i].tensor(gt, {largest});
       fetched_[i] = std::make_unique<ComputeFence>(rt);
     }
   }
@@ -203,11 +205,13 @@ size_t ZeroOptimizer::state_bytes() const {
   return master_buf_.bytes() + m_buf_.bytes() + v_buf_.bytes() + grad_buf_.bytes();
 }
 
-int64_t ZeroOptimizer::model_state_bytes(int64_t n, DType dtype, int stage, int data_size, bool offload) {
+int64_t ZeroOptimizer::model_state_bytes(int64_t n, DType dtype, int stage, int data_size, bool offload,
+                                         DType grad_dtype) {
   const int64_t N = stage >= 1 ? data_size : 1;
   const int64_t e = int64_t(dtype_size(dtype)), master = dtype == DType::f32 ? 0 : dtype == DType::bf16 ? 2 : 4;
+  const int64_t g = int64_t(dtype_size(grad_dtype));
   const int64_t params = stage >= 3 ? n * e / N : n * e;
-  const int64_t grads = stage >= 2 ? n * 4 / N : n * 4 + (N > 1 ? n * 4 / N : 0);  // + the reduced pieces
+  const int64_t grads = stage >= 2 ? n * 4 / N : n * g + (N > 1 ? n * 4 / N : 0);  // + the reduced pieces (f32)
   return params + grads + (offload ? 0 : n * (master + 8) / N);
 }
 

@@ -44,7 +44,8 @@ class ZeroOptimizer {
   int64_t owned_numel() const { return owned_numel_; }
   // Where bucket b's piece starts in the owned buffers.
   int64_t owned_offset(int b) const { return owned_at_[size_t(b)]; }
-  // The reduced gradients of bucket b's piece (f32): where the reductions leave them.
+  // The reduced gradients of bucket b's piece (f32, or unsharded the store's own): where the
+  // reductions leave them.
   Tensor owned_grads(int b) const;
   // The reduced gradients of element ranges of the flat layout this rank holds: the ranges
   // themselves at stage 0, else their intersections with this rank's pieces.
@@ -66,11 +67,12 @@ class ZeroOptimizer {
   size_t state_bytes() const;
   size_t host_state_bytes() const;
   // Model-state bytes a rank holding n parameters of `dtype` keeps at `stage` over `data_size`
-  // ranks by the ZeRO accounting, with f32 gradients: parameters 2 or 4 bytes (stage 3: / N),
-  // gradients 4 (stages 2-3: / N), master (f16: 4, bf16: the 2 low bytes) + moments 8 (stages 1-3: / N); padding and
+  // ranks by the ZeRO accounting: parameters 2 or 4 bytes (stage 3: / N), gradients 4 (or 2 with
+  // 16-bit `grad_dtype`; stages 2-3: 4 / N), master (f16: 4, bf16: the 2 low bytes) + moments 8 (stages 1-3: / N); padding and
   // the buckets that stay whole and the streaming slots are not in it.
   // Offloaded, the master and the moments are not on the device: `offload` leaves them out.
-  static int64_t model_state_bytes(int64_t n, DType dtype, int stage, int data_size, bool offload = false);
+  static int64_t model_state_bytes(int64_t n, DType dtype, int stage, int data_size, bool offload = false,
+                                   DType grad_dtype = DType::f32);
   // What offload keeps off the device for those n parameters, over N at stages >= 1: the master
   // (bf16: the split halves; f16: f32 plus the f16 output; f32: f32) and the moments. Of it, what
   // stays in pinned host memory whatever the offload target (the copy of the parameters that goes

@@ -17,6 +17,7 @@
 #include <random>
 #include <string>
 #include <utility>
+#include <tuple>
 #include <vector>
 
 #include "core/alloc.h"
@@ -681,6 +682,96 @@ TEST_P(Parity, EmbeddingAndDeterminism) {
   expect_close(runs[0][1], dwpe, tolerance(DType::f32), "embedding_backward dwpe");
   expect_bitwise(runs[0][0], runs[1][0], "embedding_backward dwte determinism");
   expect_bitwise(runs[0][1], runs[1][1], "embedding_backward dwpe determinism");
+}
+
+// train.grad_dtype: an op writing a 16-bit gradient on the GPU gives the GPU's f32 gradient (from
+// the same old values) rounded once; AdamW reads a 16-bit gradient as the f32 one of equal value.
+TEST_P(Parity, GradientsIn16Bit) {
+  if (dt() == DType::f32) GTEST_SKIP() << "16-bit gradients go with 16-bit activations";
+  auto widened = [](const HostTensor& h) {
+    HostTensor w(DType::f32, h.t.shape);
+    for (int64_t i = 0; i < h.numel(); ++i) w.set(i, h.get(i));
+    return w;
+  };
+  auto rounded = [&](const HostTensor& f) {
+    HostTensor r(dt(), f.t.shape);
+    for (int64_t i = 0; i < f.numel(); ++i) r.set(i, f.get(i));
+    return r;
+  };
+  uint32_t seed = 300;
+  for (auto [rows, cols] : {std::pair<int64_t, int64_t>{1000, 2056}, {37, 70}}) {
+    const std::string tag = " (" + std::to_string(rows) + " x " + std::to_string(cols) + ")";
+    HostTensor dy = random_host(dt(), {rows, cols}, seed++), db = random_host(dt(), {cols}, seed++);
+    DeviceTensor gdy = to_device(dy), g16 = to_device(db), g32 = to_device(widened(db));
+    bias_backward(gpu(), g16.t, gdy.t);
+    bias_backward(gpu(), g32.t, gdy.t);
+    expect_bitwise(to_host(g16), rounded(to_host(g32)), "bias_backward, 16-bit db" + tag);
+    HostTensor c16 = clone(db);
+    bias_backward(cpu(), c16.t, dy.t);
+    expect_close(to_host(g16), c16, tolerance(dt()), "bias_backward, 16-bit db vs the CPU" + tag);
+  }
+  for (int64_t C : {1000, 98}) {  // the fused backward, and the two-pass form
+    const int64_t R = 300;
+    const std::string tag = " C=" + std::to_string(C);
+    HostTensor x = random_host(dt(), {R, C}, seed++, -2.0f, 2.0f), w = random_host(dt(), {C}, seed++, 0.5f, 1.5f);
+    HostTensor b = random_host(dt(), {C}, seed++), dy = random_host(dt(), {R, C}, seed++);
+    DeviceTensor gx = to_device(x), gw = to_device(w), gb = to_device(b), gdy = to_device(dy);
+    DeviceTensor gy = device_empty(dt(), {R, C}), gmean = device_empty(DType::f32, {R}), grstd = device_empty(DType::f32, {R});
+    layernorm_forward(gpu(), gy.t, gmean.t, grstd.t, gx.t, gw.t, gb.t);
+    HostTensor dx0 = random_host(dt(), {R, C}, seed++);
+    HostTensor p0[4] = {random_host(dt(), {C}, seed++), random_host(dt(), {C}, seed++), random_host(dt(), {C}, seed++),
+                        random_host(dt(), {C}, seed++)};  // dw, db, sum before, sum after
+    DeviceTensor dx16 = to_device(dx0), dx32 = to_device(dx0);
+    DeviceTensor q16[4] = {to_device(p0[0]), to_device(p0[1]), to_device(p0[2]), to_device(p0[3])};
+    DeviceTensor q32[4] = {to_device(widened(p0[0])), to_device(widened(p0[1])), to_device(widened(p0[2])),
+                           to_device(widened(p0[3]))};
+    const ResidualColumnSums s16{q16[2].t, q16[3].t, false, true}, s32{q32[2].t, q32[3].t, false, true};
+    layernorm_backward(gpu(), dx16.t, q16[0].t, q16[1].t, gdy.t, gx.t, gw.t, gmean.t, grstd.t, true, &s16);
+    layernorm_backward(gpu(), dx32.t, q32[0].t, q32[1].t, gdy.t, gx.t, gw.t, gmean.t, grstd.t, true, &s32);
+    expect_bitwise(to_host(dx16), to_host(dx32), "layernorm_backward dx beside 16-bit gradients" + tag);
+    const char* names[4] = {"dw", "db", "sum before", "sum after"};
+    for (int i = 0; i < 4; ++i)
+      expect_bitwise(to_host(q16[i]), rounded(to_host(q32[i])), std::string("layernorm_backward 16-bit ") + names[i] + tag);
+  }
+  {
+    const int64_t B = 3, T = 20, V = 50, C = 40;
+    HostTensor tokens(DType::i32, {B, T});
+    std::mt19937 gen(seed++);
+    for (int64_t i = 0; i < B * T; ++i) tokens.t.ptr<int32_t>()[i] = int32_t(gen() % 12);  // many repeats
+    HostTensor dout = random_host(dt(), {B, T, C}, seed++), wte = random_host(dt(), {V, C}, seed++),
+               wpe = random_host(dt(), {T, C}, seed++);
+    DeviceTensor gtok = to_device(tokens), gdout = to_device(dout);
+    DeviceTensor te16 = to_device(wte), pe16 = to_device(wpe), te32 = to_device(widened(wte)), pe32 = to_device(widened(wpe));
+    embedding_backward(gpu(), te16.t, pe16.t, gdout.t, gtok.t);
+    embedding_backward(gpu(), te32.t, pe32.t, gdout.t, gtok.t);
+    expect_bitwise(to_host(te16), rounded(to_host(te32)), "embedding_backward 16-bit dwte");
+    expect_bitwise(to_host(pe16), rounded(to_host(pe32)), "embedding_backward 16-bit dwpe");
+  }
+  {
+    const int64_t n = 1001;
+    HostTensor grad = random_host(dt(), {n}, seed++), master = random_host(DType::f32, {n}, seed++);
+    HostTensor m = random_host(DType::f32, {n}, seed++, -0.1f, 0.1f), v = random_host(DType::f32, {n}, seed++, 0.0f, 0.01f);
+    DeviceTensor g16 = to_device(grad), g32 = to_device(widened(grad));
+    DeviceTensor w1 = to_device(master), m1 = to_device(m), v1 = to_device(v), o1 = device_empty(dt(), {n});
+    DeviceTensor w2 = to_device(master), m2 = to_device(m), v2 = to_device(v), o2 = device_empty(dt(), {n});
+    AdamWHyper h;
+    h.lr = 1e-3f;
+    h.weight_decay = 0.1f;
+    h.step = 3;
+    adamw_step(gpu(), w1.t, m1.t, v1.t, g16.t, o1.t, h, 0.5f);
+    adamw_step(gpu(), w2.t, m2.t, v2.t, g32.t, o2.t, h, 0.5f);
+    for (auto [a, b, what] : {std::tuple{&w1, &w2, "master"}, {&m1, &m2, "m"}, {&v1, &v2, "v"}, {&o1, &o2, "params"}})
+      expect_bitwise(to_host(*a), to_host(*b), std::string("adamw with 16-bit gradients: ") + what);
+    if (dt() == DType::bf16) {  // split masters: o1/o2 are the high halves, the low ones start at -0.0
+      DeviceTensor lo1 = device_empty(DType::bf16, {n}), lo2 = device_empty(DType::bf16, {n});
+      fill(gpu(), lo1.t, -0.0f);
+      fill(gpu(), lo2.t, -0.0f);
+      adamw_step(gpu(), lo1.t, m1.t, v1.t, g16.t, o1.t, h, 0.5f);
+      adamw_step(gpu(), lo2.t, m2.t, v2.t, g32.t, o2.t, h, 0.5f);
+      expect_bitwise(to_host(lo1), to_host(lo2), "split adamw with 16-bit gradients: low halves");
+      expect_bitwise(to_host(o1), to_host(o2), "split adamw with 16-bit gradients: parameters");
+    }
+  }
 }
 
 TEST_P(Parity, AdamW) {

@@ -23,20 +23,21 @@ BASE = ["train.device=cpu", f"train.steps={STEPS}", "train.micro_batch=1", "trai
         "model.dropout=0.1", "train.grad_clip=0.5", "log.val_every=0"]
 
 
-def state_bytes(n, precision, stage, data, offload):
-    """ZeroOptimizer::model_state_bytes: parameters (stage 3: over N), f32 gradients (stages 2-3:
-    over N; stage 1: whole plus the reduced pieces), and on the device unless offloaded the master
-    (bf16: 2 low bytes, fp16: 4) and the moments (8), over N."""
+def state_bytes(n, precision, stage, data, offload, grad_dtype):
+    """ZeroOptimizer::model_state_bytes: parameters (stage 3: over N), gradients (f32, or 16-bit
+    under train.grad_dtype; stages 2-3: f32 over N; stage 1: whole plus the f32 reduced pieces), and
+    on the device unless offloaded the master (bf16: 2 low bytes, fp16: 4) and the moments (8), over N."""
     e, master = {"fp32": (4, 0), "bf16": (2, 2), "fp16": (2, 4)}[precision]
+    g = 4 if grad_dtype == "f32" else 2
     N = data if stage >= 1 else 1
     params = n * e // N if stage >= 3 else n * e
-    grads = n * 4 // N if stage >= 2 else n * 4 + (n * 4 // N if N > 1 else 0)
+    grads = n * 4 // N if stage >= 2 else n * g + (n * 4 // N if N > 1 else 0)
     return params + grads + (0 if offload else n * (master + 8) // N)
 
 
 def formula_ok(start, precision, offload):
     stage, data = start["zero_stage"], start["layout"]["data"]
-    want = [state_bytes(n, precision, stage, data, offload) for n in start["params_per_rank"]]
+    want = [state_bytes(n, precision, stage, data, offload, start["grad_dtype"]) for n in start["params_per_rank"]]
     return start["model_state_bytes_per_rank"] == want
 
 
@@ -52,7 +53,9 @@ def main():
         cases = [(1, "fp32", ["zero.stage=0"]), (2, "fp32", ["zero.stage=1"]),
                  (4, "fp32", ["parallel.tensor=2", "zero.stage=3"]), (2, "fp32", ["parallel.pipeline=2", "zero.stage=0"]),
                  (1, "bf16", ["zero.stage=0"]),
-                 (2, "bf16", ["zero.stage=1"]), (1, "fp16", ["zero.stage=0"])]
+                 (2, "bf16", ["zero.stage=1"]), (1, "fp16", ["zero.stage=0"]),
+                 # one micro-batch a step on one rank: 16-bit gradients (train.grad_dtype), staged as such
+                 (1, "bf16", ["zero.stage=0", "train.global_batch=1"]), (1, "fp16", ["zero.stage=0", "train.global_batch=1"])]
         for ranks, precision, sets in cases:
             name = f"{precision} {ranks} rank(s) {' '.join(sets)}"
             tag = f"{precision}_{ranks}_{'_'.join(s.replace('=', '') for s in sets)}"
@@ -63,12 +66,14 @@ def main():
             smaller = (s1["model_state_bytes_allocated"] < s0["model_state_bytes_allocated"]
                        and formula_ok(s0, precision, False) and formula_ok(s1, precision, True))
             said = "offload: master weights and Adam moments in host memory" in out
+            grads16 = "train.global_batch=1" in sets and precision != "fp32"
+            said = said and (s0["grad_dtype"] != "f32") == grads16 and s1["grad_dtype"] == s0["grad_dtype"]
             ok = same and smaller and said
             failed |= not ok
             print(f"{'ok  ' if ok else 'FAIL'} {name}: offloaded {'bitwise equal to' if same else 'DIFFERS from'} "
                   f"on the device; model state allocated {s1['model_state_bytes_allocated']} against "
                   f"{s0['model_state_bytes_allocated']} bytes{'' if smaller else ' (NOT smaller, or not as the formula)'}"
-                  f"{'' if said else '; no offload line in the output'}")
+                  f"; gradients {s0['grad_dtype']}{'' if said else ' (NOT as expected, or no offload line in the output)'}")
         # zero.offload = nvme: the same state in unlinked, mapped files in zero.offload_dir, which
         # is left as it was (here: empty) after the run.
         for ranks, precision, sets in [(1, "fp32", ["zero.stage=0"]), (2, "bf16", ["zero.stage=1"])]:

@@ -1075,6 +1075,93 @@ TEST(OpsCpu, AdamWOnSplitMastersEqualsF32Masters) {
                "the low halves of split masters beside bf16 parameters");
 }
 
+// train.grad_dtype: an op writing a 16-bit gradient gives the f32 gradient (from the same old
+// values) rounded once, and AdamW reads a 16-bit gradient as the f32 one of the same value.
+TEST(OpsCpu, GradientsIn16BitAreTheF32OnesRoundedOnce) {
+  std::mt19937 g(41);
+  auto widened = [](const HostTensor& h) {
+    HostTensor w(DType::f32, {h.numel()});
+    for (int64_t i = 0; i < h.numel(); ++i) w.set(i, h.get(i));
+    return w;
+  };
+  auto expect_rounded = [](const HostTensor& g16, const HostTensor& g32, const char* what) {
+    for (int64_t i = 0; i < g16.numel(); ++i) {
+      HostTensor r(g16.dtype(), {1});
+      r.set(0, g32.get(i));
+      ASSERT_EQ(g16.get(i), r.get(0)) << what << "[" << i << "]";
+    }
+  };
+  for (DType dt : {DType::bf16, DType::f16}) {
+    SCOPED_TRACE(std::string(dtype_name(dt)));
+    const int64_t R = 37, C = 70, V = 11;
+    HostTensor dy(dt, {R, C});
+    dy.randomize(g);
+    for (bool accumulate : {true, false}) {
+      HostTensor db16(dt, {C});
+      db16.randomize(g);
+      HostTensor db32 = widened(db16);
+      bias_backward(rt(), db16.t(), dy.t(), accumulate);
+      bias_backward(rt(), db32.t(), dy.t(), accumulate);
+      expect_rounded(db16, db32, "bias_backward db");
+    }
+    {  // layer norm: dw, db and the residual column sums; dx is not a parameter gradient
+      HostTensor x(dt, {R, C}), w(dt, {C}), b(dt, {C}), y(dt, {R, C}), mean(DType::f32, {R}), rstd(DType::f32, {R});
+      x.randomize(g, -2, 2);
+      w.randomize(g, 0.5, 1.5);
+      b.randomize(g);
+      layernorm_forward(rt(), y.t(), mean.t(), rstd.t(), x.t(), w.t(), b.t());
+      HostTensor dx16(dt, {R, C}), dw16(dt, {C}), db16(dt, {C}), before16(dt, {C}), after16(dt, {C});
+      for (HostTensor* t : {&dx16, &dw16, &db16, &before16, &after16}) t->randomize(g);
+      HostTensor dx32 = dx16, dw32 = widened(dw16), db32 = widened(db16), before32 = widened(before16),
+                 after32 = widened(after16);
+      const ResidualColumnSums s16{before16.t(), after16.t(), false, true}, s32{before32.t(), after32.t(), false, true};
+      layernorm_backward(rt(), dx16.t(), dw16.t(), db16.t(), dy.t(), x.t(), w.t(), mean.t(), rstd.t(), true, &s16);
+      layernorm_backward(rt(), dx32.t(), dw32.t(), db32.t(), dy.t(), x.t(), w.t(), mean.t(), rstd.t(), true, &s32);
+      EXPECT_TRUE(dx16.bitwise_equal(dx32));
+      expect_rounded(dw16, dw32, "layernorm_backward dw");
+      expect_rounded(db16, db32, "layernorm_backward db");
+      expect_rounded(before16, before32, "layernorm_backward sum before");
+      expect_rounded(after16, after32, "layernorm_backward sum after");
+    }
+    {  // embeddings: repeated tokens sum in f32 before the one rounding
+      const int64_t B = 2, T = 5;
+      HostTensor tokens(DType::i32, {B, T}), dout(dt, {B, T, C}), wte16(dt, {V, C}), wpe16(dt, {T, C});
+      for (int64_t i = 0; i < B * T; ++i) tokens.set(i, double(i % 3 * 4));
+      dout.randomize(g);
+      wte16.randomize(g);
+      wpe16.randomize(g);
+      HostTensor wte32 = widened(wte16), wpe32 = widened(wpe16);
+      embedding_backward(rt(), wte16.t(), wpe16.t(), dout.t(), tokens.t());
+      embedding_backward(rt(), wte32.t().view({V, C}), wpe32.t().view({T, C}), dout.t(), tokens.t());
+      expect_rounded(wte16, wte32, "embedding_backward dwte");
+      expect_rounded(wpe16, wpe32, "embedding_backward dwpe");
+    }
+    {  // AdamW on f32 masters and on split masters
+      const int64_t n = 1001;
+      HostTensor grad16(dt, {n}), w(DType::f32, {n}), m(DType::f32, {n}), v(DType::f32, {n});
+      grad16.randomize(g);
+      w.randomize(g);
+      m.randomize(g, -0.1, 0.1);
+      v.randomize(g, 0.0, 0.01);
+      HostTensor grad32 = widened(grad16), w2 = w, m2 = m, v2 = v, out16(dt, {n}), out32(dt, {n});
+      const AdamWHyper h{1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 3};
+      adamw_step(rt(), w.t(), m.t(), v.t(), grad16.t(), out16.t(), h, 0.5f);
+      adamw_step(rt(), w2.t(), m2.t(), v2.t(), grad32.t(), out32.t(), h, 0.5f);
+      EXPECT_TRUE(w.bitwise_equal(w2) && m.bitwise_equal(m2) && v.bitwise_equal(v2) && out16.bitwise_equal(out32));
+      if (dt == DType::bf16) {
+        HostTensor lo(DType::bf16, {n}), lo2(DType::bf16, {n});
+        adamw_step(rt(), lo.t(), m.t(), v.t(), grad16.t(), out16.t(), h, 0.5f);
+        adamw_step(rt(), lo2.t(), m2.t(), v2.t(), grad32.t(), out32.t(), h, 0.5f);
+        EXPECT_TRUE(lo.bitwise_equal(lo2) && out16.bitwise_equal(out32) && m.bitwise_equal(m2));
+      }
+    }
+    // Any other gradient dtype is refused.
+    HostTensor other(dt == DType::bf16 ? DType::f16 : DType::bf16, {C});
+    GTEST_FLAG_SET(death_test_style, "threadsafe");
+    EXPECT_DEATH(bias_backward(rt(), other.t(), dy.t()), "a gradient is f32 or");
+  }
+}
+
 TEST(OpsCpu, SumAccumulateMatchesReference) {
   std::mt19937 g(19);
   for (DType dt : kFloatTypes) {
