@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "core/runtime.h"
+#include "core/watchdog.h"
 
 #if TRELLIS_HAVE_CUDA
 #include "core/cuda/nccl_comm.h"
@@ -51,7 +52,8 @@ int as_int(int64_t n, const char* what, const Communicator& c) {
 CommHandle::~CommHandle() { wait(); }
 
 CommHandle::CommHandle(CommHandle&& o) noexcept
-    : requests_(std::move(o.requests_)), counts_(std::move(o.counts_)), nccl_(o.nccl_), event_(o.event_) {
+    : comm_(o.comm_), op_(o.op_), requests_(std::move(o.requests_)), counts_(std::move(o.counts_)), nccl_(o.nccl_),
+      event_(o.event_) {
   o.requests_.clear();
   o.event_ = nullptr;
 }
@@ -59,6 +61,8 @@ CommHandle::CommHandle(CommHandle&& o) noexcept
 CommHandle& CommHandle::operator=(CommHandle&& o) noexcept {
   if (this != &o) {
     wait();
+    comm_ = o.comm_;
+    op_ = o.op_;
     requests_ = std::move(o.requests_);
     counts_ = std::move(o.counts_);
     nccl_ = o.nccl_;
@@ -71,6 +75,8 @@ CommHandle& CommHandle::operator=(CommHandle&& o) noexcept {
 
 void CommHandle::wait() {
   if (!requests_.empty()) {
+    Watchdog* w = comm_ ? comm_->watchdog() : nullptr;
+    Watchdog::Guard g(w, op_, w ? comm_->where() : std::string());
     TRELLIS_MPI_CHECK(MPI_Waitall(int(requests_.size()), requests_.data(), MPI_STATUSES_IGNORE));
     requests_.clear();
     counts_.clear();
@@ -121,6 +127,7 @@ std::unique_ptr<Communicator> Communicator::create(MPI_Comm comm, Runtime& rt, c
   std::unique_ptr<Communicator> c(new Communicator());
   c->name_ = name;
   c->device_ = rt.device();
+  c->watchdog_ = rt.watchdog();
   TRELLIS_MPI_CHECK(MPI_Comm_dup(comm, &c->comm_));
   // Return codes instead of MPI's own abort, so that our checks name the call and the rank.
   TRELLIS_MPI_CHECK(MPI_Comm_set_errhandler(c->comm_, MPI_ERRORS_RETURN));
@@ -172,6 +179,17 @@ void Communicator::drop_gather_target(const Tensor& region) {
 #endif
 }
 
+std::string Communicator::where() const {
+  return "communicator " + name_ + " (rank " + std::to_string(rank_) + " of " + std::to_string(size_) + ")";
+}
+
+CommHandle Communicator::handle(const char* op) const {
+  CommHandle h;
+  h.comm_ = this;
+  h.op_ = op;
+  return h;
+}
+
 // ---- checks ----
 
 void Communicator::fail(const char* op, const std::string& what) const {
@@ -194,10 +212,11 @@ std::string pair_text(const Tensor& a, const Tensor& b) { return a.str() + " and
 // ---- operations ----
 
 CommHandle Communicator::all_reduce_async(const Tensor& x, ReduceOp op) {
-  CommHandle h;
+  CommHandle h = handle("all_reduce");
   if (on_device(x, "all_reduce")) {
 #if TRELLIS_HAVE_CUDA
     h.nccl_ = nccl_;
+    if (watchdog_) watchdog_->device_collective(h.op_, where());
     h.event_ = gpu::nccl_all_reduce(nccl_, x, op);
 #endif
     return h;
@@ -215,12 +234,13 @@ CommHandle Communicator::reduce_scatter_async(const Tensor& out, const Tensor& i
   if (out.dtype != in.dtype || in.numel() != out.numel() * size_)
     fail("reduce_scatter", "in must have size() = " + std::to_string(size_) + " times out's elements, same dtype: " +
                                pair_text(in, out));
-  CommHandle h;
+  CommHandle h = handle("reduce_scatter");
   bool dev = on_device(in, "reduce_scatter");
   if (on_device(out, "reduce_scatter") != dev) fail("reduce_scatter", "mixed host/device: " + pair_text(in, out));
   if (dev) {
 #if TRELLIS_HAVE_CUDA
     h.nccl_ = nccl_;
+    if (watchdog_) watchdog_->device_collective(h.op_, where());
     h.event_ = gpu::nccl_reduce_scatter(nccl_, out, in, op);
 #endif
     return h;
@@ -238,12 +258,13 @@ CommHandle Communicator::all_gather_async(const Tensor& out, const Tensor& in) {
   if (out.dtype != in.dtype || out.numel() != in.numel() * size_)
     fail("all_gather", "out must have size() = " + std::to_string(size_) + " times in's elements, same dtype: " +
                            pair_text(out, in));
-  CommHandle h;
+  CommHandle h = handle("all_gather");
   bool dev = on_device(in, "all_gather");
   if (on_device(out, "all_gather") != dev) fail("all_gather", "mixed host/device: " + pair_text(out, in));
   if (dev) {
 #if TRELLIS_HAVE_CUDA
     h.nccl_ = nccl_;
+    if (watchdog_) watchdog_->device_collective(h.op_, where());
     h.event_ = gpu::nccl_all_gather(nccl_, out, in);
 #endif
     return h;
@@ -259,10 +280,11 @@ CommHandle Communicator::all_gather_async(const Tensor& out, const Tensor& in) {
 
 CommHandle Communicator::broadcast_async(const Tensor& x, int root) {
   if (root < 0 || root >= size_) fail("broadcast", "root " + std::to_string(root) + " out of range");
-  CommHandle h;
+  CommHandle h = handle("broadcast");
   if (on_device(x, "broadcast")) {
 #if TRELLIS_HAVE_CUDA
     h.nccl_ = nccl_;
+    if (watchdog_) watchdog_->device_collective(h.op_, where());
     h.event_ = gpu::nccl_broadcast(nccl_, x, root);
 #endif
     return h;
@@ -275,10 +297,11 @@ CommHandle Communicator::broadcast_async(const Tensor& x, int root) {
 
 CommHandle Communicator::send_async(const Tensor& x, int peer) {
   if (peer < 0 || peer >= size_) fail("send", "peer " + std::to_string(peer) + " out of range");
-  CommHandle h;
+  CommHandle h = handle("send");
   if (on_device(x, "send")) {
 #if TRELLIS_HAVE_CUDA
     h.nccl_ = nccl_;
+    if (watchdog_) watchdog_->device_collective(h.op_, where());
     h.event_ = gpu::nccl_send_recv(nccl_, &x, peer, nullptr, -1);
 #endif
     return h;
@@ -291,10 +314,11 @@ CommHandle Communicator::send_async(const Tensor& x, int peer) {
 
 CommHandle Communicator::recv_async(const Tensor& x, int peer) {
   if (peer < 0 || peer >= size_) fail("recv", "peer " + std::to_string(peer) + " out of range");
-  CommHandle h;
+  CommHandle h = handle("recv");
   if (on_device(x, "recv")) {
 #if TRELLIS_HAVE_CUDA
     h.nccl_ = nccl_;
+    if (watchdog_) watchdog_->device_collective(h.op_, where());
     h.event_ = gpu::nccl_send_recv(nccl_, nullptr, -1, &x, peer);
 #endif
     return h;
@@ -308,12 +332,13 @@ CommHandle Communicator::recv_async(const Tensor& x, int peer) {
 CommHandle Communicator::send_recv_async(const Tensor& send, int dst, const Tensor& recv, int src) {
   if (dst < 0 || dst >= size_ || src < 0 || src >= size_)
     fail("send_recv", "peers " + std::to_string(dst) + ", " + std::to_string(src) + " out of range");
-  CommHandle h;
+  CommHandle h = handle("send_recv");
   bool dev = on_device(send, "send_recv");
   if (on_device(recv, "send_recv") != dev) fail("send_recv", "mixed host/device: " + pair_text(send, recv));
   if (dev) {
 #if TRELLIS_HAVE_CUDA
     h.nccl_ = nccl_;
+    if (watchdog_) watchdog_->device_collective(h.op_, where());
     h.event_ = gpu::nccl_send_recv(nccl_, &send, dst, &recv, src);
 #endif
     return h;
@@ -327,7 +352,7 @@ CommHandle Communicator::send_recv_async(const Tensor& send, int dst, const Tens
 }
 
 CommHandle Communicator::batch_p2p_async(std::span<const P2POp> ops) {
-  CommHandle h;
+  CommHandle h = handle("batch_p2p");
   if (ops.empty()) return h;
   const bool dev = on_device(ops[0].tensor, "batch_p2p");
   for (const P2POp& op : ops) {
@@ -339,6 +364,7 @@ CommHandle Communicator::batch_p2p_async(std::span<const P2POp> ops) {
   if (dev) {
 #if TRELLIS_HAVE_CUDA
     h.nccl_ = nccl_;
+    if (watchdog_) watchdog_->device_collective(h.op_, where());
     h.event_ = gpu::nccl_batch_p2p(nccl_, ops);
 #endif
     return h;
@@ -371,7 +397,7 @@ CommHandle Communicator::all_to_all_async(const Tensor& out, const Tensor& in) {
   if (on_device(in, "all_to_all")) return all_to_allv_async(out, in, plan);
   bool dev_out = on_device(out, "all_to_all");
   if (dev_out) fail("all_to_all", "mixed host/device: " + pair_text(in, out));
-  CommHandle h;
+  CommHandle h = handle("all_to_all");
   int n = as_int(block, "all_to_all block", *this);
   h.requests_.resize(1);
   TRELLIS_MPI_CHECK(MPI_Ialltoall(in.data, n, mpi_type(in.dtype), out.data, n, mpi_type(in.dtype), comm_,
@@ -391,12 +417,13 @@ CommHandle Communicator::all_to_allv_async(const Tensor& out, const Tensor& in, 
     if (plan.recv_counts[j] < 0 || plan.recv_displs[j] < 0 || plan.recv_displs[j] + plan.recv_counts[j] > out.numel())
       fail("all_to_allv", "recv block for peer " + std::to_string(j) + " outside " + out.str());
   }
-  CommHandle h;
+  CommHandle h = handle("all_to_allv");
   bool dev = on_device(in, "all_to_allv");
   if (on_device(out, "all_to_allv") != dev) fail("all_to_allv", "mixed host/device: " + pair_text(in, out));
   if (dev) {
 #if TRELLIS_HAVE_CUDA
     h.nccl_ = nccl_;
+    if (watchdog_) watchdog_->device_collective(h.op_, where());
     h.event_ = gpu::nccl_all_to_allv(nccl_, out, in, plan.send_counts.data(), plan.send_displs.data(),
                                      plan.recv_counts.data(), plan.recv_displs.data());
 #endif
@@ -420,10 +447,10 @@ CommHandle Communicator::all_to_allv_async(const Tensor& out, const Tensor& in, 
   return h;
 }
 
-void Communicator::barrier() { TRELLIS_MPI_CHECK(MPI_Barrier(comm_)); }
+void Communicator::barrier() { barrier_async().wait(); }
 
 CommHandle Communicator::barrier_async() {
-  CommHandle h;
+  CommHandle h = handle("barrier");
   h.requests_.resize(1);
   TRELLIS_MPI_CHECK(MPI_Ibarrier(comm_, &h.requests_[0]));
   return h;

@@ -13,7 +13,9 @@
 
 namespace trellis {
 
+class Communicator;
 class Runtime;
+class Watchdog;
 struct NcclComm;  // the NCCL half (core/cuda/nccl_comm.cpp); opaque here
 
 enum class ReduceOp { sum, max };
@@ -53,6 +55,8 @@ class CommHandle {
 
  private:
   friend class Communicator;
+  const Communicator* comm_ = nullptr;  // for the watchdog's message: what a host wait is for
+  const char* op_ = "";
   std::vector<MPI_Request> requests_;
   std::vector<int> counts_;  // all_to_allv counts/displacements MPI reads until completion
   NcclComm* nccl_ = nullptr;
@@ -137,9 +141,15 @@ class Communicator {
   // Host barrier over the group (MPI); does not order GPU streams.
   void barrier();
   CommHandle barrier_async();
+  // "communicator data (rank 1 of 4)": where an operation waits, for messages.
+  std::string where() const;
+  // Non-null when the runtime watches waits (parallel.collective_timeout_s).
+  Watchdog* watchdog() const { return watchdog_; }
 
  private:
   Communicator() = default;
+  // An empty handle for operation `op` of this communicator (named if a host wait times out).
+  CommHandle handle(const char* op) const;
   // Validates that t is host memory or memory of this runtime's GPU; true for device.
   bool on_device(const Tensor& t, const char* op) const;
   [[noreturn]] void fail(const char* op, const std::string& what) const;
@@ -149,6 +159,7 @@ class Communicator {
   std::string name_;
   Device device_;
   NcclComm* nccl_ = nullptr;
+  Watchdog* watchdog_ = nullptr;
   MPI_Op half_ops_[4] = {MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL};  // bf16/f16 x sum/max
 };
 

@@ -28,7 +28,10 @@ void ComputeFence::record() {
 
 void ComputeFence::wait() {
 #if TRELLIS_HAVE_CUDA
-  if (event_ && recorded_) gpu::event_synchronize(event_);
+  if (event_ && recorded_) {
+    Watchdog::Guard g(rt_.watchdog(), "its queued work", "the GPU " + rt_.device().str());
+    gpu::event_synchronize(event_);
+  }
 #endif
 }
 

@@ -20,9 +20,12 @@ const ProcessIdentity& process_identity() { return identity_storage(); }
 void set_process_identity(const ProcessIdentity& id) { identity_storage() = id; }
 
 void fatal(const char* file, int line, const std::string& what) {
+  abort_all(std::string(file) + ":" + std::to_string(line) + " " + what);
+}
+
+void abort_all(const std::string& what) {
   const ProcessIdentity& id = process_identity();
-  std::fprintf(stderr, "[rank %d/%d %s] %s:%d %s\n", id.rank, id.world, id.host.c_str(), file, line,
-               what.c_str());
+  std::fprintf(stderr, "[rank %d/%d %s] %s\n", id.rank, id.world, id.host.c_str(), what.c_str());
   std::fflush(stderr);
   int up = 0, down = 0;
   MPI_Initialized(&up);

@@ -25,6 +25,8 @@ void set_process_identity(const ProcessIdentity& id);
 // Prints "[rank r/N host] file:line what" to stderr and aborts every rank (MPI_Abort when MPI
 // is up, otherwise exits with status 1).
 [[noreturn]] void fatal(const char* file, int line, const std::string& what);
+// The same without the source location, for a message that is the whole story (a collective timeout).
+[[noreturn]] void abort_all(const std::string& what);
 
 }  // namespace trellis
 

@@ -320,6 +320,16 @@ void ParameterStore::zero_grads() {
   flush();
 }
 
+int64_t largest_bucket_numel(const std::vector<ParameterSpec>& specs) {
+  int64_t largest = 0, run = 0;
+  for (size_t i = 0; i < specs.size(); ++i) {
+    if (i > 0 && specs[i].bucket != specs[i - 1].bucket) run = 0;  // as the constructor cuts buckets
+    run += specs[i].shape.numel();
+    largest = std::max(largest, run);
+  }
+  return largest;
+}
+
 void ParameterStore::write_first(const Parameter& p) {
   const ptrdiff_t i = &p - params_.data();
   TRELLIS_CHECK(i >= 0 && size_t(i) < params_.size(), "write_first: " + p.spec.name + " is not in this store");

@@ -159,6 +159,9 @@ class ParameterStore {
   Buffer grads_;
 };
 
+// Elements of the largest bucket a store of `specs` makes (before padding).
+int64_t largest_bucket_numel(const std::vector<ParameterSpec>& specs);
+
 // The initial value of LOCAL element `index` of a parameter: the full tensor's element at the
 // matching global index, whatever the split.
 float initial_value(uint64_t seed, const ParameterSpec& spec, int64_t index);

@@ -26,6 +26,7 @@ int cuda_device_count() {
 Runtime::Runtime(const RuntimeOptions& opt) : opt_(opt) {
   if (opt_.cpu_threads > 0) omp_set_num_threads(opt_.cpu_threads);
   if (opt_.profile_ops || opt_.trace) profiler_ = std::make_unique<OpProfiler>(*this, opt_.profile_ops);
+  if (opt_.collective_timeout_s > 0) watchdog_ = std::make_unique<Watchdog>(opt_.collective_timeout_s);
   if (opt_.device.is_cpu()) {
     device_alloc_ = make_host_allocator();
     host_alloc_ = make_host_allocator();
@@ -68,7 +69,10 @@ void* Runtime::scratch(size_t bytes) {
 
 void Runtime::synchronize() {
 #if TRELLIS_HAVE_CUDA
-  if (cuda_) gpu::synchronize(cuda_);
+  if (cuda_) {
+    Watchdog::Guard g(watchdog_.get(), "its queued work", "the GPU " + opt_.device.str());
+    gpu::synchronize(cuda_);
+  }
 #endif
 }
 

@@ -8,6 +8,7 @@
 #include "core/alloc.h"
 #include "core/profiler.h"
 #include "core/tensor.h"
+#include "core/watchdog.h"
 
 namespace trellis {
 
@@ -20,6 +21,7 @@ struct RuntimeOptions {
   bool profile_ops = false;    // time every op (CUDA events on the compute stream) into an OpProfiler
   bool trace = false;          // an OpProfiler for one-step traces (OpProfiler::begin_trace) without profile_ops
   bool peer_collectives = true; // GPU: two ranks of one node sum and gather through peer memory, not NCCL (parallel.peer_all_reduce)
+  double collective_timeout_s = 0;  // > 0: waits on other ranks and on the GPU are watched (core/watchdog.h)
 };
 
 class Runtime {
@@ -51,6 +53,8 @@ class Runtime {
   CudaState* cuda() const { return cuda_; }
   // Non-null when RuntimeOptions::profile_ops or trace is set.
   OpProfiler* profiler() { return profiler_.get(); }
+  // Non-null when RuntimeOptions::collective_timeout_s > 0: communicators and GPU waits report to it.
+  Watchdog* watchdog() { return watchdog_.get(); }
 
  private:
   RuntimeOptions opt_;
@@ -58,6 +62,7 @@ class Runtime {
   std::unique_ptr<Allocator> host_alloc_;
   Buffer scratch_;
   std::unique_ptr<OpProfiler> profiler_;
+  std::unique_ptr<Watchdog> watchdog_;
   CudaState* cuda_ = nullptr;
 };
 

@@ -42,8 +42,9 @@ void install_stop_handlers() {
   pthread_sigmask(SIG_UNBLOCK, &stop, nullptr);
 }
 
-bool stop_requested(MPI_Comm comm) {
+bool stop_requested(MPI_Comm comm, Watchdog* watchdog) {
   int any = received != 0 ? 1 : 0;
+  Watchdog::Guard g(watchdog, "the step's stop-signal all_reduce", "the world");
   TRELLIS_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &any, 1, MPI_INT, MPI_MAX, comm));
   return any != 0;
 }

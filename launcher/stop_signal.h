@@ -4,12 +4,14 @@
 #pragma once
 #include <mpi.h>
 
+#include "core/watchdog.h"
+
 namespace trellis {
 
 // Installs the handlers (idempotent). Returns the signal name a run was asked to stop by, or null.
 void install_stop_handlers();
-// True on every rank if any rank has received a stop signal (collective over `comm`).
-bool stop_requested(MPI_Comm comm);
+// True on every rank if any rank has received a stop signal (collective over `comm`, watched).
+bool stop_requested(MPI_Comm comm, Watchdog* watchdog = nullptr);
 const char* stop_signal_name();
 
 }  // namespace trellis

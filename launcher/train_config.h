@@ -28,6 +28,7 @@ struct ParallelConfig {
   std::string schedule = "1f1b";   // gpipe | 1f1b | interleaved
   int64_t virtual_stages = 1;
   std::string stage_layers;        // "6,6,6,6": blocks per virtual stage; empty = balanced by cost
+  double collective_timeout_s = 600;  // a wait on other ranks longer than this aborts the job; 0 = off
 };
 
 struct TrainConfig {

@@ -377,6 +377,7 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
   ro.profile_ops = cfg.log.profile_ops;
   ro.trace = cfg.log.trace_step > 0;
   ro.peer_collectives = cfg.parallel.peer_all_reduce;
+  if (launch.world > 1) ro.collective_timeout_s = cfg.parallel.collective_timeout_s;
   Runtime rt(ro);
   const Layout layout = make_layout(launch.world, int(cfg.parallel.tensor), int(cfg.parallel.pipeline));
   ProcessGroups groups(MPI_COMM_WORLD, layout, rt);
@@ -416,8 +417,15 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
   const ActivationBytes act = GPT::activation_bytes(mc, part, B, T, tp);
   agree_on([&] {
     const int64_t n = whole.shard_numel(stage, groups.coords().tensor);
-    const size_t off = offload ? size_t(ZeroOptimizer::offloaded_state_bytes(n, mc.dtype, zero_stage, data_size)) : 0;
-    const size_t pinned = offload ? size_t(ZeroOptimizer::offloaded_pinned_bytes(n, mc.dtype, zero_stage, data_size)) : 0;
+    // Offloaded: the state, and pinned beside it the parameters' copy and the gradient staging.
+    const size_t staging = offload ? size_t(ZeroOptimizer::offload_staging_bytes(
+                                         largest_bucket_numel(GPT::parameter_specs(mc, part, tp)), zero_stage,
+                                         data_size, mc.grad_dtype))
+                                   : 0;
+    const size_t off =
+        offload ? size_t(ZeroOptimizer::offloaded_state_bytes(n, mc.dtype, zero_stage, data_size)) + staging : 0;
+    const size_t pinned =
+        offload ? size_t(ZeroOptimizer::offloaded_pinned_bytes(n, mc.dtype, zero_stage, data_size)) + staging : 0;
     const bool files = cfg.zero.offload == "nvme";
     check_memory_fits(cfg, rt, launch,
                       size_t(ZeroOptimizer::model_state_bytes(n, mc.dtype, zero_stage, data_size, offload, mc.grad_dtype)),
@@ -760,7 +768,7 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
       }
     }
     last_step = step;
-    const bool signalled = stop_requested(MPI_COMM_WORLD);
+    const bool signalled = stop_requested(MPI_COMM_WORLD, rt.watchdog());
     const bool stop = signalled || step == cfg.train.stop_after;
     const bool save = checkpoints && (stop || step == cfg.train.steps || (cfg.checkpoint.every > 0 && step % cfg.checkpoint.every == 0));
     if (save && !save_training_checkpoint(rt, cfg, state, step, loss, step * global_batch) && stop)

@@ -226,6 +226,12 @@ int64_t ZeroOptimizer::offloaded_pinned_bytes(int64_t n, DType dtype, int stage,
   return n * (dtype == DType::f32 ? 4 : 2) / N;
 }
 
+int64_t ZeroOptimizer::offload_staging_bytes(int64_t largest_bucket, int stage, int data_size, DType grad_dtype) {
+  const int64_t N = stage >= 1 ? data_size : 1;
+  const int64_t g = N > 1 ? 4 : int64_t(dtype_size(grad_dtype));
+  return 2 * ((largest_bucket + N - 1) / N + 64) * g;  // + the padding a piece may carry
+}
+
 int64_t ZeroOptimizer::owned_real(int b) const {
   const ParameterBucket& k = params_.buckets()[size_t(b)];
   const int64_t rank = data_ ? data_->rank() : 0;

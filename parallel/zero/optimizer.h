@@ -79,6 +79,9 @@ class ZeroOptimizer {
   // up each step: bf16 and f16 2 bytes, f32 the master's 4); the rest may live in files (nvme).
   static int64_t offloaded_state_bytes(int64_t n, DType dtype, int stage, int data_size);
   static int64_t offloaded_pinned_bytes(int64_t n, DType dtype, int stage, int data_size);
+  // The two pinned staging buffers of offload: the largest bucket's gradient piece each (f32 when
+  // sharded over N > 1 ranks, else the store's grad_dtype).
+  static int64_t offload_staging_bytes(int64_t largest_bucket, int stage, int data_size, DType grad_dtype);
   // Optimizer state of the owned pieces (owned_numel elements each); master only if separate.
   bool has_separate_master() const { return params_.dtype() != DType::f32; }
   // The f32 master weights: a view of them for f16 parameters; for bf16 ones (split masters: the
