@@ -70,7 +70,7 @@ void* Runtime::scratch(size_t bytes) {
 void Runtime::synchronize() {
 #if TRELLIS_HAVE_CUDA
   if (cuda_) {
-    Watchdog::Guard g(watchdog_.get(), "its queued work", "the GPU " + opt_.device.str());
+    Watchdog::Guard g(watchdog_.get(), "its queued work", "the GPU " + opt_.device.str(), true);
     gpu::synchronize(cuda_);
   }
 #endif

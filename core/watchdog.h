@@ -26,13 +26,28 @@ class Watchdog {
   double timeout_s() const { return timeout_s_; }
 
   // While a Guard lives, its thread waits for `op` on `where` ("all_reduce", "communicator data
-  // (rank 1 of 2)"). Guards nest (the outermost wait counts). A null watchdog watches nothing.
+  // (rank 1 of 2)"); `gpu_queue`: the wait is for the GPU's queued work, where a device collective
+  // may be stuck (the message then names the last one queued). Guards nest (the outermost wait
+  // counts). Only the thread that made the watchdog is watched (the one that talks to the other
+  // ranks); a Guard elsewhere, or of a null watchdog, does nothing.
   class Guard {
    public:
-    Guard(Watchdog* w, const char* op, const std::string& where);
+    Guard(Watchdog* w, const char* op, const std::string& where, bool gpu_queue = false);
     ~Guard();
     Guard(const Guard&) = delete;
     Guard& operator=(const Guard&) = delete;
+
+   private:
+    Watchdog* w_;
+  };
+  // While a Pause lives nothing times out, and a wait in progress counts from its end: for work
+  // some ranks may take much longer over than the others wait for them (a checkpoint's write).
+  class Pause {
+   public:
+    explicit Pause(Watchdog* w);
+    ~Pause();
+    Pause(const Pause&) = delete;
+    Pause& operator=(const Pause&) = delete;
 
    private:
     Watchdog* w_;
@@ -44,14 +59,17 @@ class Watchdog {
 
  private:
   void run();
-  void begin(const char* op, const std::string& where);
+  void begin(const char* op, const std::string& where, bool gpu_queue);
   void end();
 
   const double timeout_s_;
+  const std::thread::id owner_;
   std::mutex mu_;
   std::condition_variable stop_cv_;
   bool stop_ = false;
-  int depth_ = 0;  // nested guards of the waiting thread
+  int depth_ = 0;   // nested guards of the waiting thread
+  int paused_ = 0;  // nested pauses
+  bool gpu_queue_ = false;
   std::chrono::steady_clock::time_point since_;
   std::string waiting_for_, last_device_collective_;
   std::thread thread_;

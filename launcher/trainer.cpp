@@ -94,8 +94,7 @@ Resolved resolve(const Config& cfg, const LaunchInfo& launch) {
   const int64_t data = launch.world / (cfg.parallel.tensor * cfg.parallel.pipeline);
   const int64_t global = cfg.train.global_batch > 0 ? cfg.train.global_batch : cfg.train.micro_batch * data;
   r.accumulation = global / (cfg.train.micro_batch * data);
-  // 16-bit gradients only where no gradient is summed over micro-batches or ranks after its op
-  // wrote it (train.grad_dtype).
+  // 16-bit gradients only where no gradient is summed over micro-batches or ranks (train.grad_dtype).
   if (cfg.train.grad_dtype == "auto" && r.dtype != DType::f32 && launch.world == 1 && r.accumulation == 1)
     r.model.grad_dtype = r.dtype;
   return r;
@@ -587,12 +586,22 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
   int64_t start_step = 0;
   if (from) {
     // Every rank reads the checkpoint; all must succeed before any goes on to a collective.
+    Watchdog::Pause p(rt.watchdog());  // ranks may read their files at very different speeds
     agree_on([&] { start_step = load_training_checkpoint(rt, cfg, *from, state, global_batch); }, launch);
     if (main_rank) std::printf("resumed from %s: continuing after step %lld\n", from->c_str(), (long long)start_step);
   }
   agree_on([&] { metrics->begin(from ? std::optional<int64_t>(start_step) : std::nullopt); }, launch);
   if (main_rank) metrics->write(start);
   const bool checkpoints = !cfg.checkpoint.dir.empty();
+  // A checkpoint's writers may take longer than parallel.collective_timeout_s while the other
+  // ranks would wait for them in the next step: the save is not watched, and every rank leaves it
+  // together (an unwatched barrier).
+  auto unwatched = [&](auto&& save) {
+    Watchdog::Pause p(rt.watchdog());
+    const bool ok = save();
+    if (launch.world > 1) TRELLIS_MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));
+    return ok;
+  };
   const bool keep_best = checkpoints && cfg.checkpoint.keep_best && cfg.log.val_every > 0;
   if (cfg.checkpoint.keep_best && !keep_best && main_rank)
     std::printf("warning: checkpoint.keep_best needs checkpoint.dir and log.val_every > 0; no best checkpoint is kept\n");
@@ -763,7 +772,8 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
       if (keep_best) {
         int better = main_rank && val < best_val ? 1 : 0;  // rank 0 knows the best so far
         TRELLIS_MPI_CHECK(MPI_Bcast(&better, 1, MPI_INT, 0, MPI_COMM_WORLD));
-        if (better && save_best_checkpoint(rt, cfg, state, step, val, step * global_batch) && main_rank)
+        if (better && unwatched([&] { return save_best_checkpoint(rt, cfg, state, step, val, step * global_batch); }) &&
+            main_rank)
           best_val = val;
       }
     }
@@ -771,7 +781,8 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
     const bool signalled = stop_requested(MPI_COMM_WORLD, rt.watchdog());
     const bool stop = signalled || step == cfg.train.stop_after;
     const bool save = checkpoints && (stop || step == cfg.train.steps || (cfg.checkpoint.every > 0 && step % cfg.checkpoint.every == 0));
-    if (save && !save_training_checkpoint(rt, cfg, state, step, loss, step * global_batch) && stop)
+    if (save && !unwatched([&] { return save_training_checkpoint(rt, cfg, state, step, loss, step * global_batch); }) &&
+        stop)
       std::printf("warning: stopping WITHOUT a checkpoint of step %lld (the save failed, see above)\n", (long long)step);
     if (stop) {
       if (main_rank)
@@ -793,6 +804,7 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
     std::fflush(stdout);
   }
   if (!opts.export_weights_dir.empty()) {
+    Watchdog::Pause p(rt.watchdog());  // rank 0 writes while the others wait
     // The whole model, gathered from the data ranks' pieces (stage 3), the stages and tensor shards on rank 0.
     std::vector<char> scratch;
     const Tensor stage_values = optimizer.whole_values(scratch);
@@ -814,6 +826,7 @@ void dump_gradients(const Config& cfg, const LaunchInfo& launch, const std::stri
   ro.device = res.device;
   Runtime rt(ro);
   GPTConfig mc = res.model;
+  mc.grad_dtype = DType::f32;  // the dump is for checking gradients: not rounded to 16 bits
   const int64_t B = cfg.train.micro_batch, T = mc.seq_len;
   GPT model(rt, mc, B);
   model.initialize(uint64_t(cfg.train.seed));

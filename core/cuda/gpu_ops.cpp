@@ -17,7 +17,12 @@ void fill(Runtime& rt, const Tensor& x, float value) {
 void copy(Runtime& rt, const Tensor& dst, const Tensor& src) {
   if (dst.nbytes() == 0) return;
   // The direction follows from the pointers (unified addressing). The copy is ordered on the
-  // compute stream; a copy into host memory is complete once rt.synchronize() returns.
+  // compute stream; a copy into host memory is complete once rt.synchronize() returns. With
+  // pageable host memory it returns only when done, behind the queued work: a wait the watchdog
+  // watches (a stuck collective before it would hold it forever).
+  const bool host_side = dst.device.is_cpu() || src.device.is_cpu();
+  Watchdog::Guard g(host_side ? rt.watchdog() : nullptr, "its queued work (a copy to or from host memory)",
+                    "the GPU " + rt.device().str(), true);
   CUDA_CHECK(cudaMemcpyAsync(dst.data, src.data, dst.nbytes(), cudaMemcpyDefault, compute_stream(rt)));
 }
 
