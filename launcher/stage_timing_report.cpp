@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/watchdog.h"
 
 namespace trellis {
 
@@ -20,6 +21,7 @@ JsonObject gather_stage_timing(const StageTiming& local, const Communicator& pip
                              double(local.backwards[size_t(c)])});
   const bool root = pipeline.rank() == 0;
   std::vector<double> all(root ? size_t(p) * mine.size() : 0);
+  Watchdog::Guard g(pipeline.watchdog(), "the stage timing gather", pipeline.where());
   TRELLIS_MPI_CHECK(MPI_Gather(mine.data(), int(mine.size()), MPI_DOUBLE, all.data(), int(mine.size()), MPI_DOUBLE, 0,
                                pipeline.mpi_comm()));
   JsonObject out;

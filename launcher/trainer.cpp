@@ -771,7 +771,10 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
       }
       if (keep_best) {
         int better = main_rank && val < best_val ? 1 : 0;  // rank 0 knows the best so far
-        TRELLIS_MPI_CHECK(MPI_Bcast(&better, 1, MPI_INT, 0, MPI_COMM_WORLD));
+        {
+          Watchdog::Guard g(rt.watchdog(), "the best-checkpoint broadcast", "the world");
+          TRELLIS_MPI_CHECK(MPI_Bcast(&better, 1, MPI_INT, 0, MPI_COMM_WORLD));
+        }
         if (better && unwatched([&] { return save_best_checkpoint(rt, cfg, state, step, val, step * global_batch); }) &&
             main_rank)
           best_val = val;

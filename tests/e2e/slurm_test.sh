@@ -6,7 +6,9 @@
 #      exit code 0;
 #   2. the same with TRELLIS_LAUNCHER=mpirun (the script's fallback when srun has no PMIx);
 #   3. a long run stopped with scancel --signal=USR1 (what --signal=USR1@120 does before the time
-#      limit): "stopping after step N: received SIGUSR1", the metrics end at step N, exit code 0.
+#      limit): "stopping after step N: received SIGUSR1", the metrics end at step N, exit code 0;
+#   4. a long run with rank 1 frozen (SIGSTOP): the collective watchdog ends the job within a
+#      minute with rank 0's "collective timeout" line and a non-zero exit code.
 # The daemons are stopped by their pid files when the test ends, whatever happens.
 # Needs root and Debian's slurm-wlm and munge (exit 77 = skipped otherwise).
 # Usage: slurm_test.sh TRAIN_GPT CONFIG [SBATCH_SCRIPT]
@@ -213,4 +215,45 @@ print(steps[-1])' "$metrics")
 [[ $last == "$stop_step" ]] || fail "metrics end at step $last, the run said it stopped after $stop_step"
 grep -q "done: $stop_step steps" "$out" || fail "no 'done: $stop_step steps'"
 echo "ok   scancel --signal=USR1: stopping after step $stop_step, metrics end at step $last, ExitCode 0:0"
+
+# --- 4: one task frozen (SIGSTOP: a hung process, as the others see it); the collective watchdog
+# (parallel.collective_timeout_s = 3) ends the whole job within a minute, naming what rank 0 waited
+# for, instead of leaving it to the time limit.
+out=$tmp/job-hang.out
+metrics=$tmp/metrics-hang.jsonl
+job=$(TRELLIS_BIN=$train_gpt TRELLIS_CONFIG=$config TRELLIS_DEVICE=cpu \
+  TRELLIS_SET="train.steps=100000 log.every=1 log.metrics_file=$metrics parallel.collective_timeout_s=3" \
+  sbatch --parsable -N1 -n2 --time=5 --chdir="$repo" --output="$out" --job-name=ci-hang "$script")
+job=${job%%;*}
+[[ -n $job ]] || fail "sbatch of the run to freeze failed"
+for _ in $(seq 120); do
+  n=$(grep -c '"step"' "$metrics" 2>/dev/null)
+  ((${n:-0} >= 3)) && break
+  [[ -z $(squeue -h -j "$job" 2>/dev/null) ]] && break
+  sleep 0.5
+done
+((${n:-0} >= 3)) || { cat "$out"; fail "the run to freeze showed no steps in 60 s"; }
+frozen=
+for pid in $(pgrep -f "log.metrics_file=$metrics"); do  # the task of rank 1 (SLURM_PROCID or Open MPI's rank)
+  if tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | grep -qxE 'SLURM_PROCID=1|OMPI_COMM_WORLD_RANK=1'; then
+    [[ $(tr '\0' ' ' <"/proc/$pid/cmdline") == *train_gpt* ]] && frozen=$pid && break
+  fi
+done
+[[ -n $frozen ]] || fail "rank 1's process of job $job not found"
+kill -STOP "$frozen"
+t0=$SECONDS
+for _ in $(seq 120); do
+  [[ -z $(squeue -h -j "$job" 2>/dev/null) ]] && break
+  sleep 0.5
+done
+waited=$((SECONDS - t0))
+kill -KILL "$frozen" 2>/dev/null
+echo "---- job $job output (rank 1 frozen), lines with 'timeout':"
+grep -i timeout "$out"
+echo "----"
+[[ -z $(squeue -h -j "$job" 2>/dev/null) ]] || fail "job $job still running 60 s after rank 1 froze"
+grep -qE '^\[rank 0/2 [^]]+\] collective timeout: waited [0-9]+ s for .+ on .+parallel.collective_timeout_s' "$out" ||
+  fail "no collective timeout line of rank 0 in the job's output"
+[[ $(job_exit_code "$job") != 0:0 ]] || fail "job $job ExitCode 0:0 after a collective timeout"
+echo "ok   rank 1 frozen under srun: the job ended after ${waited} s, ExitCode $(job_exit_code "$job"), rank 0 named its wait"
 echo PASS
