@@ -12,6 +12,8 @@ namespace trellis::cpu {
 
 namespace {
 
+constexpr int64_t kGemmBlock = 128;
+
 // c (M, N, f32) = [c +] [bias] + alpha * op(a) @ op(b), with a and b already f32.
 void sgemm_into(float* c, const float* a, const float* b, const Tensor* bias, int64_t M, int64_t N,
                 int64_t K, const MatmulOptions& opt, bool keep_c) {
@@ -29,10 +31,27 @@ void sgemm_into(float* c, const float* a, const float* b, const Tensor* bias, in
     if (!keep_c) std::fill(c, c + M * N, 0.0f);
     return;
   }
+  // OpenBLAS's own thread pool beside OpenMP's spinning threads oversubscribed the cores: on two
+  // cores a quarter of the tiny model's steps took 15-30x their median. So BLAS runs on one thread
+  // and the GEMM is cut into blocks of kGemmBlock rows (or columns, when those are fewer) that
+  // OpenMP's threads take: fixed blocks, so the result does not depend on the thread count.
+  static const bool blas_single_threaded = (openblas_set_num_threads(1), true);
+  (void)blas_single_threaded;
   const int lda = int(std::max<int64_t>(1, opt.trans_a ? M : K));
   const int ldb = int(std::max<int64_t>(1, opt.trans_b ? K : N));
-  cblas_sgemm(CblasRowMajor, opt.trans_a ? CblasTrans : CblasNoTrans, opt.trans_b ? CblasTrans : CblasNoTrans,
-              int(M), int(N), int(K), opt.alpha, a, lda, b, ldb, keep_c ? 1.0f : 0.0f, c, int(N));
+  const bool by_rows = M >= N;
+  const int64_t extent = by_rows ? M : N, blocks = (extent + kGemmBlock - 1) / kGemmBlock;
+#pragma omp parallel for schedule(dynamic) if (blocks > 1 && M * N * K > kParallelMin)
+  for (int64_t i = 0; i < blocks; ++i) {
+    const int64_t lo = i * kGemmBlock, n = std::min(kGemmBlock, extent - lo);
+    // A block of C's rows takes op(a)'s rows; of its columns, op(b)'s columns.
+    const float* ab = by_rows ? a + (opt.trans_a ? lo : lo * lda) : a;
+    const float* bb = by_rows ? b : b + (opt.trans_b ? lo * ldb : lo);
+    float* cb = by_rows ? c + lo * N : c + lo;
+    cblas_sgemm(CblasRowMajor, opt.trans_a ? CblasTrans : CblasNoTrans, opt.trans_b ? CblasTrans : CblasNoTrans,
+                int(by_rows ? n : M), int(by_rows ? N : n), int(K), opt.alpha, ab, lda, bb, ldb, keep_c ? 1.0f : 0.0f,
+                cb, int(N));
+  }
 }
 
 }  // namespace
