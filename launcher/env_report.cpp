@@ -88,7 +88,9 @@ int main(int argc, char** argv) {
 
     std::printf("\nCPU\n");
     row("OpenBLAS", openblas_get_config());
-    row("OpenBLAS threads", std::to_string(openblas_get_num_threads()));
+    // Trellis's GEMMs call OpenBLAS on one thread and share their blocks over OpenMP's threads
+    // (core/cpu/matmul.cpp); OpenBLAS's own pool size is what other callers would get.
+    row("OpenBLAS threads", std::to_string(openblas_get_num_threads()) + " (Trellis's GEMMs: 1 a call, blocks over the OpenMP threads)");
     row("OpenMP max threads", std::to_string(omp_get_max_threads()));
 
     std::printf("\nCUDA\n");
