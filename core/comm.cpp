@@ -75,8 +75,8 @@ CommHandle& CommHandle::operator=(CommHandle&& o) noexcept {
 
 void CommHandle::wait() {
   if (!requests_.empty()) {
-    Watchdog* w = comm_ ? comm_->watchdog() : nullptr;
-    Watchdog::Guard g(w, op_, w ? comm_->where() : std::string());
+    static const std::string nowhere;
+    Watchdog::Guard g(comm_ ? comm_->watchdog() : nullptr, op_, comm_ ? comm_->where() : nowhere);
     TRELLIS_MPI_CHECK(MPI_Waitall(int(requests_.size()), requests_.data(), MPI_STATUSES_IGNORE));
     requests_.clear();
     counts_.clear();
@@ -92,6 +92,10 @@ void CommHandle::wait() {
 void CommHandle::absorb(CommHandle&& later) {
   TRELLIS_CHECK(this != &later && counts_.empty() && later.counts_.empty(),
                 "CommHandle::absorb: not for itself or all_to_allv (MPI reads its counts until completion)");
+  if (!comm_) {  // an empty handle takes over what `later` waits for, and its name
+    comm_ = later.comm_;
+    op_ = later.op_;
+  }
   requests_.insert(requests_.end(), later.requests_.begin(), later.requests_.end());
   later.requests_.clear();
   if (later.event_) {
@@ -133,6 +137,7 @@ std::unique_ptr<Communicator> Communicator::create(MPI_Comm comm, Runtime& rt, c
   TRELLIS_MPI_CHECK(MPI_Comm_set_errhandler(c->comm_, MPI_ERRORS_RETURN));
   TRELLIS_MPI_CHECK(MPI_Comm_rank(c->comm_, &c->rank_));
   TRELLIS_MPI_CHECK(MPI_Comm_size(c->comm_, &c->size_));
+  c->where_ = "communicator " + name + " (rank " + std::to_string(c->rank_) + " of " + std::to_string(c->size_) + ")";
   TRELLIS_MPI_CHECK(MPI_Op_create(&half_reduce<bf16_t, false>, 1, &c->half_ops_[0]));
   TRELLIS_MPI_CHECK(MPI_Op_create(&half_reduce<bf16_t, true>, 1, &c->half_ops_[1]));
   TRELLIS_MPI_CHECK(MPI_Op_create(&half_reduce<f16_t, false>, 1, &c->half_ops_[2]));
@@ -179,15 +184,16 @@ void Communicator::drop_gather_target(const Tensor& region) {
 #endif
 }
 
-std::string Communicator::where() const {
-  return "communicator " + name_ + " (rank " + std::to_string(rank_) + " of " + std::to_string(size_) + ")";
-}
-
 CommHandle Communicator::handle(const char* op) const {
   CommHandle h;
   h.comm_ = this;
   h.op_ = op;
   return h;
+}
+
+void Communicator::queue_on_device(CommHandle& h) const {
+  h.nccl_ = nccl_;
+  if (watchdog_) watchdog_->device_collective(h.op_, where_);
 }
 
 // ---- checks ----
@@ -215,8 +221,7 @@ CommHandle Communicator::all_reduce_async(const Tensor& x, ReduceOp op) {
   CommHandle h = handle("all_reduce");
   if (on_device(x, "all_reduce")) {
 #if TRELLIS_HAVE_CUDA
-    h.nccl_ = nccl_;
-    if (watchdog_) watchdog_->device_collective(h.op_, where());
+    queue_on_device(h);
     h.event_ = gpu::nccl_all_reduce(nccl_, x, op);
 #endif
     return h;
@@ -239,8 +244,7 @@ CommHandle Communicator::reduce_scatter_async(const Tensor& out, const Tensor& i
   if (on_device(out, "reduce_scatter") != dev) fail("reduce_scatter", "mixed host/device: " + pair_text(in, out));
   if (dev) {
 #if TRELLIS_HAVE_CUDA
-    h.nccl_ = nccl_;
-    if (watchdog_) watchdog_->device_collective(h.op_, where());
+    queue_on_device(h);
     h.event_ = gpu::nccl_reduce_scatter(nccl_, out, in, op);
 #endif
     return h;
@@ -263,8 +267,7 @@ CommHandle Communicator::all_gather_async(const Tensor& out, const Tensor& in) {
   if (on_device(out, "all_gather") != dev) fail("all_gather", "mixed host/device: " + pair_text(out, in));
   if (dev) {
 #if TRELLIS_HAVE_CUDA
-    h.nccl_ = nccl_;
-    if (watchdog_) watchdog_->device_collective(h.op_, where());
+    queue_on_device(h);
     h.event_ = gpu::nccl_all_gather(nccl_, out, in);
 #endif
     return h;
@@ -283,8 +286,7 @@ CommHandle Communicator::broadcast_async(const Tensor& x, int root) {
   CommHandle h = handle("broadcast");
   if (on_device(x, "broadcast")) {
 #if TRELLIS_HAVE_CUDA
-    h.nccl_ = nccl_;
-    if (watchdog_) watchdog_->device_collective(h.op_, where());
+    queue_on_device(h);
     h.event_ = gpu::nccl_broadcast(nccl_, x, root);
 #endif
     return h;
@@ -300,8 +302,7 @@ CommHandle Communicator::send_async(const Tensor& x, int peer) {
   CommHandle h = handle("send");
   if (on_device(x, "send")) {
 #if TRELLIS_HAVE_CUDA
-    h.nccl_ = nccl_;
-    if (watchdog_) watchdog_->device_collective(h.op_, where());
+    queue_on_device(h);
     h.event_ = gpu::nccl_send_recv(nccl_, &x, peer, nullptr, -1);
 #endif
     return h;
@@ -317,8 +318,7 @@ CommHandle Communicator::recv_async(const Tensor& x, int peer) {
   CommHandle h = handle("recv");
   if (on_device(x, "recv")) {
 #if TRELLIS_HAVE_CUDA
-    h.nccl_ = nccl_;
-    if (watchdog_) watchdog_->device_collective(h.op_, where());
+    queue_on_device(h);
     h.event_ = gpu::nccl_send_recv(nccl_, nullptr, -1, &x, peer);
 #endif
     return h;
@@ -337,8 +337,7 @@ CommHandle Communicator::send_recv_async(const Tensor& send, int dst, const Tens
   if (on_device(recv, "send_recv") != dev) fail("send_recv", "mixed host/device: " + pair_text(send, recv));
   if (dev) {
 #if TRELLIS_HAVE_CUDA
-    h.nccl_ = nccl_;
-    if (watchdog_) watchdog_->device_collective(h.op_, where());
+    queue_on_device(h);
     h.event_ = gpu::nccl_send_recv(nccl_, &send, dst, &recv, src);
 #endif
     return h;
@@ -363,8 +362,7 @@ CommHandle Communicator::batch_p2p_async(std::span<const P2POp> ops) {
   }
   if (dev) {
 #if TRELLIS_HAVE_CUDA
-    h.nccl_ = nccl_;
-    if (watchdog_) watchdog_->device_collective(h.op_, where());
+    queue_on_device(h);
     h.event_ = gpu::nccl_batch_p2p(nccl_, ops);
 #endif
     return h;
@@ -422,8 +420,7 @@ CommHandle Communicator::all_to_allv_async(const Tensor& out, const Tensor& in, 
   if (on_device(out, "all_to_allv") != dev) fail("all_to_allv", "mixed host/device: " + pair_text(in, out));
   if (dev) {
 #if TRELLIS_HAVE_CUDA
-    h.nccl_ = nccl_;
-    if (watchdog_) watchdog_->device_collective(h.op_, where());
+    queue_on_device(h);
     h.event_ = gpu::nccl_all_to_allv(nccl_, out, in, plan.send_counts.data(), plan.send_displs.data(),
                                      plan.recv_counts.data(), plan.recv_displs.data());
 #endif

@@ -142,7 +142,7 @@ class Communicator {
   void barrier();
   CommHandle barrier_async();
   // "communicator data (rank 1 of 4)": where an operation waits, for messages.
-  std::string where() const;
+  const std::string& where() const { return where_; }
   // Non-null when the runtime watches waits (parallel.collective_timeout_s).
   Watchdog* watchdog() const { return watchdog_; }
 
@@ -150,13 +150,15 @@ class Communicator {
   Communicator() = default;
   // An empty handle for operation `op` of this communicator (named if a host wait times out).
   CommHandle handle(const char* op) const;
+  // Device ops: the handle's NCCL half, and the op reported to the watchdog as queued on the GPU.
+  void queue_on_device(CommHandle& h) const;
   // Validates that t is host memory or memory of this runtime's GPU; true for device.
   bool on_device(const Tensor& t, const char* op) const;
   [[noreturn]] void fail(const char* op, const std::string& what) const;
 
   MPI_Comm comm_ = MPI_COMM_NULL;
   int rank_ = 0, size_ = 1;
-  std::string name_;
+  std::string name_, where_;
   Device device_;
   NcclComm* nccl_ = nullptr;
   Watchdog* watchdog_ = nullptr;

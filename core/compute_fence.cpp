@@ -29,7 +29,7 @@ void ComputeFence::record() {
 void ComputeFence::wait() {
 #if TRELLIS_HAVE_CUDA
   if (event_ && recorded_) {
-    Watchdog::Guard g(rt_.watchdog(), "its queued work", "the GPU " + rt_.device().str(), true);
+    Watchdog::Guard g = rt_.watch_gpu_wait();
     gpu::event_synchronize(event_);
   }
 #endif

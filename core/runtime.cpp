@@ -27,6 +27,7 @@ Runtime::Runtime(const RuntimeOptions& opt) : opt_(opt) {
   if (opt_.cpu_threads > 0) omp_set_num_threads(opt_.cpu_threads);
   if (opt_.profile_ops || opt_.trace) profiler_ = std::make_unique<OpProfiler>(*this, opt_.profile_ops);
   if (opt_.collective_timeout_s > 0) watchdog_ = std::make_unique<Watchdog>(opt_.collective_timeout_s);
+  gpu_label_ = "the GPU " + opt_.device.str();
   if (opt_.device.is_cpu()) {
     device_alloc_ = make_host_allocator();
     host_alloc_ = make_host_allocator();
@@ -70,10 +71,14 @@ void* Runtime::scratch(size_t bytes) {
 void Runtime::synchronize() {
 #if TRELLIS_HAVE_CUDA
   if (cuda_) {
-    Watchdog::Guard g(watchdog_.get(), "its queued work", "the GPU " + opt_.device.str(), true);
+    Watchdog::Guard g = watch_gpu_wait();
     gpu::synchronize(cuda_);
   }
 #endif
+}
+
+Watchdog::Guard Runtime::watch_gpu_wait(const char* what) {
+  return Watchdog::Guard(what ? watchdog_.get() : nullptr, what, gpu_label_, true);
 }
 
 std::string Runtime::device_name() const {

@@ -55,6 +55,9 @@ class Runtime {
   OpProfiler* profiler() { return profiler_.get(); }
   // Non-null when RuntimeOptions::collective_timeout_s > 0: communicators and GPU waits report to it.
   Watchdog* watchdog() { return watchdog_.get(); }
+  // Watches the calling thread's wait for this GPU's queued work, described by `what` (null: not
+  // watched); a guard that does nothing without a watchdog.
+  Watchdog::Guard watch_gpu_wait(const char* what = "its queued work");
 
  private:
   RuntimeOptions opt_;
@@ -63,6 +66,7 @@ class Runtime {
   Buffer scratch_;
   std::unique_ptr<OpProfiler> profiler_;
   std::unique_ptr<Watchdog> watchdog_;
+  std::string gpu_label_;  // "the GPU cuda:0", for the watchdog's message
   CudaState* cuda_ = nullptr;
 };
 

@@ -48,7 +48,7 @@ void Watchdog::begin(const char* op, const std::string& where, bool gpu_queue) {
   std::lock_guard<std::mutex> lock(mu_);
   if (depth_++ > 0) return;
   since_ = std::chrono::steady_clock::now();
-  waiting_for_ = std::string(op) + " on " + where;
+  waiting_for_.assign(op).append(" on ").append(where);
   gpu_queue_ = gpu_queue;
 }
 

@@ -278,8 +278,8 @@ void check_trace_file(const Config& cfg, const LaunchInfo& launch) {
 // the device has free ends in one line instead of an out-of-memory abort mid-setup (or, on the
 // CPU, the kernel's OOM killer); so does offloaded optimizer state that the node's memory
 // (`offload_memory`) or, with nvme, the offload directory's disk (`offload_files`) cannot hold.
-// The plan is a lower bound (no library workspaces, no allocator slack, no staging buffers), so a
-// run this lets through may still not fit; one it stops cannot.
+// The plan is a lower bound (no library workspaces, no allocator slack), so a run this lets
+// through may still not fit; one it stops cannot.
 static void check_memory_fits(const Config& cfg, Runtime& rt, const LaunchInfo& launch, size_t model_state,
                               size_t activations, size_t offload_memory, size_t offload_files) {
   const std::string knobs = std::string("; lower train.micro_batch, set train.checkpointing = \"elementwise\", "

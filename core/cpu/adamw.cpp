@@ -12,7 +12,7 @@ namespace {
 // One AdamW step over one run (one weight decay), on gradients of type G (f32, or 16-bit under train.grad_dtype).
 template <typename G>
 void adamw_one_run(const Tensor& master, const Tensor& m, const Tensor& v, const G* pg, const Tensor& params_out,
-                     const AdamWHyper& h, float grad_scale) {
+                   const AdamWHyper& h, float grad_scale) {
   const int64_t n = master.numel();
   float *pm = m.ptr<float>(), *pv = v.ptr<float>();
   const float bc1 = float(1.0 - std::pow(double(h.beta1), double(h.step)));

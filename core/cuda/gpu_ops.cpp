@@ -21,8 +21,7 @@ void copy(Runtime& rt, const Tensor& dst, const Tensor& src) {
   // pageable host memory it returns only when done, behind the queued work: a wait the watchdog
   // watches (a stuck collective before it would hold it forever).
   const bool host_side = dst.device.is_cpu() || src.device.is_cpu();
-  Watchdog::Guard g(host_side ? rt.watchdog() : nullptr, "its queued work (a copy to or from host memory)",
-                    "the GPU " + rt.device().str(), true);
+  Watchdog::Guard g = rt.watch_gpu_wait(host_side ? "its queued work (a copy to or from host memory)" : nullptr);
   CUDA_CHECK(cudaMemcpyAsync(dst.data, src.data, dst.nbytes(), cudaMemcpyDefault, compute_stream(rt)));
 }
 
