@@ -485,7 +485,22 @@ void adamw_step(Runtime& rt, const Tensor& master, const Tensor& m, const Tensor
     for (size_t i = 0; i < runs->ends.size(); ++i)
       TRELLIS_CHECK(runs->ends[i] > (i == 0 ? 0 : runs->ends[i - 1]), "adamw_step: runs must be non-empty and in order");
   }
+  if (h.scalars.defined()) {
+    check_device(rt, h.scalars, "adamw_step");
+    check_dtype(h.scalars, DType::f32, "adamw_step");
+    TRELLIS_CHECK(h.scalars.numel() == kStepScalarCount, "adamw_step: scalars must have kStepScalarCount elements");
+  }
   TRELLIS_DISPATCH(rt, adamw_step, rt, master, m, v, grad, params_out, h, grad_scale, runs);
+}
+
+void adamw_step_scalars(Runtime& rt, const Tensor& scalars, const Tensor& loss_sum, const Tensor& norm_sq) {
+  for (const Tensor* t : {&scalars, &loss_sum, &norm_sq}) {
+    check_device(rt, *t, "adamw_step_scalars");
+    check_dtype(*t, DType::f32, "adamw_step_scalars");
+  }
+  TRELLIS_CHECK(scalars.numel() == kStepScalarCount && loss_sum.numel() == 1 && norm_sq.numel() == 1,
+                "adamw_step_scalars: scalars must have kStepScalarCount elements, loss_sum and norm_sq one");
+  TRELLIS_DISPATCH(rt, adamw_step_scalars, rt, scalars, loss_sum, norm_sq);
 }
 
 void sum_accumulate(Runtime& rt, const Tensor& out, const Tensor& x) {

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/runtime.h"
+#include "core/step_scalars.h"
 #include "core/tensor.h"
 
 namespace trellis {
@@ -194,6 +195,10 @@ void dropout_backward(Runtime& rt, const Tensor& dx, const Tensor& dout, float p
 struct AdamWHyper {
   float lr = 0, beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f, weight_decay = 0;
   int64_t step = 1;  // 1-based, for bias correction
+  // Defined (f32[kStepScalarCount] on the tensors' device, core/step_scalars.h): the learning rate,
+  // the bias corrections and the gradient scale are read from it where the update runs, instead
+  // of lr, step and grad_scale, and nothing is updated where its kApply is 0.
+  Tensor scalars;
 };
 // Consecutive runs of the tensors with and without weight decay: run i covers elements
 // [i == 0 ? 0 : ends[i - 1], ends[i]) and is decayed (h.weight_decay) when decays[i]; ends.back() is
@@ -212,6 +217,10 @@ struct AdamWRuns {
 void adamw_step(Runtime& rt, const Tensor& master, const Tensor& m, const Tensor& v,
                 const Tensor& grad, const Tensor& params_out, const AdamWHyper& h, float grad_scale,
                 const AdamWRuns* runs = nullptr);
+
+// scalars (f32[kStepScalarCount], core/step_scalars.h): kGradScale and kApply from the host's values
+// in it and the step's loss_sum and norm_sq (f32 scalars), on the device, without a host wait.
+void adamw_step_scalars(Runtime& rt, const Tensor& scalars, const Tensor& loss_sum, const Tensor& norm_sq);
 
 // ---- reductions (deterministic: a fixed order on every backend) ----
 // out (f32 scalar on x's device) += sum(x) / += sum(x^2).

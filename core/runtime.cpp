@@ -64,6 +64,7 @@ void* Runtime::scratch(size_t bytes) {
     synchronize();
     scratch_ = Buffer();
     scratch_ = Buffer(*device_alloc_, bytes, "op scratch");
+    ++scratch_generation_;
   }
   return scratch_.data();
 }

@@ -41,6 +41,8 @@ class Runtime {
   // (after a device sync), so call it with the largest size once at setup to keep steps free of
   // allocation. One op at a time: never hold a scratch pointer across another op call.
   void* scratch(size_t bytes);
+  // How often the scratch was reallocated: work captured in a CUDA graph holds its address.
+  uint64_t scratch_generation() const { return scratch_generation_; }
   // Waits until all work queued on this runtime's streams has finished.
   void synchronize();
   // Bytes this runtime's device can still hand out: free GPU memory, or the host's MemAvailable
@@ -64,6 +66,7 @@ class Runtime {
   std::unique_ptr<Allocator> device_alloc_;
   std::unique_ptr<Allocator> host_alloc_;
   Buffer scratch_;
+  uint64_t scratch_generation_ = 0;
   std::unique_ptr<OpProfiler> profiler_;
   std::unique_ptr<Watchdog> watchdog_;
   std::string gpu_label_;  // "the GPU cuda:0", for the watchdog's message

@@ -19,7 +19,17 @@ class BatchLoader {
   // Samples [first, first + B) of `split` as (inputs, targets), i32 (B, T) on the device.
   std::pair<Tensor, Tensor> load(Split split, int64_t first);
 
+  // Step slots, for a step replayed as a CUDA graph (core/step_graph.h): one pinned and one device
+  // buffer per micro-batch of a step, at fixed addresses. stage() draws micro-batch mb's samples
+  // into its pinned slot (host work, before the step is queued or launched); upload() queues the
+  // copy of slot mb to the device (what the graph replays) and returns its device tensors.
+  void reserve_step_slots(int count);
+  void stage(Split split, int64_t first, int mb);
+  std::pair<Tensor, Tensor> upload(int mb);
+
  private:
+  // Samples [first, first + B) into the pinned (inputs, targets) at `host`.
+  void draw(Split split, int64_t first, const Tensor& host_in, const Tensor& host_tg);
   Runtime& rt_;
   const SampleSource& data_;
   int64_t B_, T_;
@@ -28,6 +38,8 @@ class BatchLoader {
   ComputeFence copied_[kSlots];   // the slot's host-to-device copy is done
   int next_ = 0;
   std::vector<int32_t> in_, tg_;
+  int step_slots_ = 0;
+  Buffer step_staging_, step_device_;  // step_slots_ x (inputs, targets)
 };
 
 }  // namespace trellis

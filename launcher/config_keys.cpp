@@ -58,7 +58,8 @@ const std::vector<KeySpec> kKeys = {
   {"train", "seed", T::Int, TRELLIS_FIELD(train, seed), "Seed for initialization, data and dropout.", {}, 0},
   {"train", "checkpointing", T::String, TRELLIS_FIELD(train, checkpointing), "Activation checkpointing (recompute in backward).", {"none", "full", "selective", "elementwise"}},
   {"train", "deterministic", T::Bool, TRELLIS_FIELD(train, deterministic), "GPU: use only bitwise-reproducible algorithms.", {}},
-  {"train", "grad_clip", T::Float, TRELLIS_FIELD(train, grad_clip), "Clip the global gradient norm to this; 0 = off.", {}, 0},
+  {"train", "grad_clip", T::Float, TRELLIS_FIELD(train, grad_clip), "Clip the global gradient norm to this (as an f32); 0 = off.", {}, 0},
+  {"train", "cuda_graphs", T::Bool, TRELLIS_FIELD(train, cuda_graphs), "Replay each training step as one CUDA graph where it can be: one rank on a GPU, zero.offload = none, no dropout, no log.profile_ops or log.trace_step. The first step runs as usual, the second is captured, later ones only launch the graph, so the GPU starts the step's ~650 kernels (GPT-2 1.3B) back to back instead of one host launch at a time. Same results as false, bitwise; fp16 captures again when the loss scale changes. false = every step launched kernel by kernel.", {}},
   {"train", "stop_after", T::Int, TRELLIS_FIELD(train, stop_after), "Stop after this step with a checkpoint, as if interrupted (schedules still follow train.steps); 0 = run to the end.", {}, 0},
   {"train", "cpu_threads", T::Int, TRELLIS_FIELD(train, cpu_threads), "OpenMP threads per rank for the CPU backend and for the host's AdamW under zero.offload = cpu; 0 = the node's cores divided among its ranks.", {}, 0},
 

@@ -42,6 +42,7 @@ struct TrainConfig {
   std::string checkpointing = "none";  // none | full | selective | elementwise
   bool deterministic = false;
   double grad_clip = 1.0;          // 0 = off
+  bool cuda_graphs = true;         // replay steps as CUDA graphs where they can be (config_keys.cpp)
   int64_t cpu_threads = 0;         // 0 = OpenMP default
   int64_t stop_after = 0;          // stop after this step (with a checkpoint); 0 = off
 };

@@ -24,6 +24,7 @@
 #include "core/ops.h"
 #include "core/version.h"
 #include "core/phase_marks.h"
+#include "core/step_graph.h"
 #include "core/comm.h"
 #include "core/process_groups.h"
 #include "launcher/batch_loader.h"
@@ -617,6 +618,13 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
       for (const Tensor& g : counted_by_bucket[size_t(b)]) sum_squares_accumulate(rt, norm_sq, g);
     });
   Tensor probe = scalars.tensor(DType::f32, {1}, 8);
+  // The step's AdamW values (core/step_scalars.h): what the host knows goes up at the start of the
+  // step, the rest is computed on the device, so the host waits only once, at the end of the step.
+  Buffer step_scalars_buf(rt.allocator(), kStepScalarCount * sizeof(float), "step scalars");
+  Buffer step_host_buf(rt.host_allocator(), 2 * kStepScalarCount * sizeof(float), "step scalars (host)");
+  const Tensor step_scalars = step_scalars_buf.tensor(DType::f32, {kStepScalarCount});
+  const Tensor step_plan = step_host_buf.tensor(DType::f32, {kStepScalarCount});
+  const Tensor step_readback = step_host_buf.tensor(DType::f32, {kStepScalarCount}, kStepScalarCount * sizeof(float));
   const double peak = rt.peak_flops();
   rt.allocator().reset_peak();
   int64_t last_step = start_step;
@@ -624,20 +632,36 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
   // gradient reduction), 2 loss/norm reductions queued, 3 optimizer done.
   PhaseMarks marks(rt, 4);
   StageTimer stage_timer(rt, m, v);  // the compute time of each forward and backward, per chunk
+  // CUDA graphs (core/step_graph.h) where nothing in the step needs the host: one rank, the
+  // optimizer on the GPU, no dropout (its masks are keyed by the step, a kernel argument), no
+  // per-op timing or trace. The batch then goes through the loader's step slots.
+  const bool graphs = cfg.train.cuda_graphs && rt.cuda() && launch.world == 1 && !optimizer.offloaded() &&
+                      !streaming && mc.dropout == 0.0f && mc.attention_dropout == 0.0f && !cfg.log.profile_ops &&
+                      cfg.log.trace_step <= 0;
+  StepGraph step_graph(rt);
+  if (graphs) loader.reserve_step_slots(m);
   for (int64_t step = start_step + 1; step <= cfg.train.steps; ++step) {
     NvtxRange step_range("train_step");
     if (cfg.log.profile_ops && step == start_step + 2) rt.profiler()->reset();  // leave the first step's setup out
     const bool traced = step == cfg.log.trace_step;
     if (traced) rt.profiler()->begin_trace();
     const auto t0 = std::chrono::steady_clock::now();
-    marks.mark(0);
-    model.params().zero_grads();
-    fill(rt, loss_sum, 0.0f);
-    fill(rt, norm_sq, 0.0f);
     const float loss_scale = scaler.scale();
     const float dloss = float(loss_scale / tokens_per_step);
+    const double lr = learning_rate(step, cfg.train.steps, cfg.optimizer.warmup_steps, cfg.optimizer.lr, cfg.optimizer.min_lr);
+    {
+      float* plan = step_plan.ptr<float>();  // pinned: the previous step's copy of it finished at its end
+      const int64_t t = step - scaler.skipped();  // the steps applied so far, this one included
+      plan[kLr] = float(lr);
+      plan[kBiasCorrection1] = bias_correction(float(cfg.optimizer.beta1), t);
+      plan[kBiasCorrection2] = bias_correction(float(cfg.optimizer.beta2), t);
+      plan[kLossScale] = loss_scale;
+      plan[kMaxNorm] = float(cfg.train.grad_clip);
+    }
     // Micro-batch mb of this data rank: global samples [(step-1) G + (mb D + d) B, + B).
     auto first_sample = [&](int mb) { return (step - 1) * global_batch + (int64_t(mb) * data_size + data_rank) * B; };
+    if (graphs)
+      for (int mb = 0; mb < m; ++mb) loader.stage(Split::train, first_sample(mb), mb);
     // Dropout masks are keyed by (seed, step, global sample index).
     auto context_at = [&](int64_t sample_offset) {
       StepContext ctx;
@@ -646,31 +670,58 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
       ctx.sample_offset = sample_offset;
       return ctx;
     };
-    GPTStage stage_model(
-        model, [&](int mb) { return context_at(first_sample(mb)); },
-        [&](int mb) { return loader.load(Split::train, first_sample(mb)); }, dloss, loss_sum, &stage_timer);
-    engine.run_step(schedule, stage_model, reduction);
-    model.params().check_grads_written();
-    marks.mark(1);
-    // Sequence parallelism leaves the LayerNorm gradients as partial sums over the tensor group.
-    partial_grads.run();
-    if (!early_squares)
-      for (const Tensor& g : counted_grads) sum_squares_accumulate(rt, norm_sq, g);
-    // The loss over the data group, and at stages >= 1 the squares of each rank's gradient pieces.
-    if (reduce) data_group.all_reduce(optimizer.sharded() ? scalars.tensor(DType::f32, {2}) : loss_sum);
-    // Each tensor rank counts its shards (and rank 0 the replicated parameters): sum the squares
-    // over the tensor group; the loss is the same on every tensor rank.
-    if (tensor_group) tensor_group->all_reduce(norm_sq);
-    // The loss is known on the last stage, each stage has its own squares: sum both over stages
-    // (a non-finite value anywhere makes both global).
-    if (pipeline_group) pipeline_group->all_reduce(scalars.tensor(DType::f32, {2}));
-    marks.mark(2);
-    float host[2];
-    copy(rt, Tensor(host, DType::f32, Device::CPU(), {2}), scalars.tensor(DType::f32, {2}));
+    // The step's device work, from the upload of its scalars to the download of its loss and norm.
+    auto enqueue = [&] {
+      marks.mark(0);
+      copy(rt, step_scalars, step_plan);
+      model.params().zero_grads();
+      fill(rt, loss_sum, 0.0f);
+      fill(rt, norm_sq, 0.0f);
+      GPTStage stage_model(
+          model, [&](int mb) { return context_at(first_sample(mb)); },
+          [&](int mb) { return graphs ? loader.upload(mb) : loader.load(Split::train, first_sample(mb)); }, dloss,
+          loss_sum, &stage_timer);
+      engine.run_step(schedule, stage_model, reduction);
+      model.params().check_grads_written();
+      marks.mark(1);
+      // Sequence parallelism leaves the LayerNorm gradients as partial sums over the tensor group.
+      partial_grads.run();
+      if (!early_squares)
+        for (const Tensor& g : counted_grads) sum_squares_accumulate(rt, norm_sq, g);
+      // The loss over the data group, and at stages >= 1 the squares of each rank's gradient pieces.
+      if (reduce) data_group.all_reduce(optimizer.sharded() ? scalars.tensor(DType::f32, {2}) : loss_sum);
+      // Each tensor rank counts its shards (and rank 0 the replicated parameters): sum the squares
+      // over the tensor group; the loss is the same on every tensor rank.
+      if (tensor_group) tensor_group->all_reduce(norm_sq);
+      // The loss is known on the last stage, each stage has its own squares: sum both over stages
+      // (a non-finite value anywhere makes both global).
+      if (pipeline_group) pipeline_group->all_reduce(scalars.tensor(DType::f32, {2}));
+      marks.mark(2);
+      // The gradient scale (clipping, unscaling) and whether the step applies, on the device.
+      adamw_step_scalars(rt, step_scalars, loss_sum, norm_sq);
+      AdamWHyper h;
+      h.beta1 = float(cfg.optimizer.beta1);
+      h.beta2 = float(cfg.optimizer.beta2);
+      h.eps = float(cfg.optimizer.eps);
+      h.weight_decay = float(cfg.optimizer.weight_decay);
+      h.scalars = step_scalars;
+      optimizer.step(h, 0.0f);
+      if (streaming) streaming->parameters_changed();
+      copy(rt, step_readback.slice(0, {2}), scalars.tensor(DType::f32, {2}));
+      copy(rt, step_readback.slice(2, {1}), step_scalars.slice(kApply, {1}));
+      marks.mark(3);
+    };
+    // What the step's kernels take by value: the loss gradient's scale (fp16's loss scale).
+    uint32_t dloss_bits = 0;
+    std::memcpy(&dloss_bits, &dloss, sizeof dloss_bits);
+    if (graphs) step_graph.run(dloss_bits, enqueue);
+    else enqueue();
     rt.synchronize();
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const float* host = step_readback.ptr<float>();
     const double loss = double(host[0]) / tokens_per_step;
     const double norm = std::sqrt(double(host[1])) / loss_scale;
-    const bool finite = std::isfinite(loss) && std::isfinite(norm);
+    const bool finite = host[2] != 0.0f;  // the device skipped the update otherwise
     if (!finite && !lsc.enabled)
       throw UserError("step " + std::to_string(step) + ": non-finite " + (std::isfinite(loss) ? "gradient norm" : "loss") +
                       "; first non-finite gradient in " +
@@ -678,26 +729,10 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
                       " (try a lower optimizer.lr, train.precision = \"fp32\", or a smaller optimizer.warmup_steps)");
     const bool was_at_minimum = scaler.at_minimum();
     const bool apply = scaler.update(!finite);
-    const double lr = learning_rate(step, cfg.train.steps, cfg.optimizer.warmup_steps, cfg.optimizer.lr, cfg.optimizer.min_lr);
-    if (apply) {
-      const double clip = cfg.train.grad_clip > 0 && norm > cfg.train.grad_clip ? cfg.train.grad_clip / norm : 1.0;
-      AdamWHyper h;
-      h.lr = float(lr);
-      h.beta1 = float(cfg.optimizer.beta1);
-      h.beta2 = float(cfg.optimizer.beta2);
-      h.eps = float(cfg.optimizer.eps);
-      h.weight_decay = float(cfg.optimizer.weight_decay);
-      h.step = step - scaler.skipped();
-      optimizer.step(h, float(clip / loss_scale));
-      if (streaming) streaming->parameters_changed();
-    } else if (main_rank && was_at_minimum) {
+    if (!apply && main_rank && was_at_minimum)
       std::printf("warning: step %lld: non-finite %s with the loss scale at its minimum (%g): fp16 cannot represent "
                   "it; use train.precision = \"bf16\" or lower optimizer.lr\n",
                   (long long)step, std::isfinite(loss) ? "gradients" : "loss", double(loss_scale));
-    }
-    marks.mark(3);
-    rt.synchronize();
-    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (traced) {
       const std::string path = trace_path(cfg.log.trace_file, launch.rank, launch.world);
       rt.profiler()->end_trace(path, launch.rank);
@@ -799,6 +834,9 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
   if (main_rank) {
     std::printf("done: %lld steps; activation arenas peaked at %s; device memory peak %s\n", (long long)last_step,
                 format_bytes(model.activation_peak()).c_str(), format_bytes(rt.allocator().stats().peak).c_str());
+    if (graphs)
+      std::printf("cuda graphs: %lld of %lld steps launched from a graph (train.cuda_graphs)\n",
+                  (long long)step_graph.replays(), (long long)(last_step - start_step));
     if (cfg.log.profile_ops) {
       const int64_t ran = last_step - start_step, timed = ran >= 2 ? ran - 1 : ran;  // the first is left out
       std::printf("per-op device time per step over the last %lld steps (log.profile_ops):\n%s", (long long)timed,

@@ -10,16 +10,20 @@ namespace trellis::cpu {
 namespace {
 
 // One AdamW step over one run (one weight decay), on gradients of type G (f32, or 16-bit under train.grad_dtype).
+// This step's values: from h and grad_scale, or from h.scalars.
+struct StepValues {
+  float lr, bc1, bc2, grad_scale;
+};
+
 template <typename G>
 void adamw_one_run(const Tensor& master, const Tensor& m, const Tensor& v, const G* pg, const Tensor& params_out,
-                   const AdamWHyper& h, float grad_scale) {
+                   const AdamWHyper& h, float decay, const StepValues& sv) {
   const int64_t n = master.numel();
   float *pm = m.ptr<float>(), *pv = v.ptr<float>();
-  const float bc1 = float(1.0 - std::pow(double(h.beta1), double(h.step)));
-  const float bc2 = float(1.0 - std::pow(double(h.beta2), double(h.step)));
   // Everything by value: pointers and hyperparameters the compiler must otherwise reload after
   // each store would keep the loops below from vectorizing.
-  const float beta1 = h.beta1, beta2 = h.beta2, lr = h.lr, eps = h.eps, decay = h.weight_decay;
+  const float beta1 = h.beta1, beta2 = h.beta2, lr = sv.lr, eps = h.eps, bc1 = sv.bc1, bc2 = sv.bc2;
+  const float grad_scale = sv.grad_scale;
   auto update = [=](int64_t i, float w) {
     const float g = load(pg, i) * grad_scale;
     const float mi = beta1 * pm[i] + (1.0f - beta1) * g;
@@ -64,24 +68,32 @@ void adamw_one_run(const Tensor& master, const Tensor& m, const Tensor& v, const
 
 }  // namespace
 
-void adamw_step(Runtime& rt, const Tensor& master, const Tensor& m, const Tensor& v, const Tensor& grad,
+void adamw_step_scalars(Runtime&, const Tensor& scalars, const Tensor& loss_sum, const Tensor& norm_sq) {
+  finish_step_scalars(scalars.ptr<float>(), *loss_sum.ptr<float>(), *norm_sq.ptr<float>());
+}
+
+void adamw_step(Runtime&, const Tensor& master, const Tensor& m, const Tensor& v, const Tensor& grad,
                 const Tensor& params_out, const AdamWHyper& h, float grad_scale, const AdamWRuns* runs) {
-  if (runs) {  // run by run, each with or without weight decay
-    int64_t begin = 0;
-    for (size_t i = 0; i < runs->ends.size(); ++i) {
-      const int64_t n = runs->ends[i] - begin;
-      AdamWHyper hr = h;
-      if (!runs->decays[i]) hr.weight_decay = 0.0f;
-      cpu::adamw_step(rt, master.slice(begin, {n}), m.slice(begin, {n}), v.slice(begin, {n}),
-                      grad.slice(begin, {n}), params_out.defined() ? params_out.slice(begin, {n}) : Tensor(), hr,
-                      grad_scale, nullptr);
-      begin = runs->ends[i];
-    }
-    return;
+  StepValues sv{h.lr, bias_correction(h.beta1, h.step), bias_correction(h.beta2, h.step), grad_scale};
+  if (h.scalars.defined()) {  // host memory on this backend
+    const float* s = h.scalars.ptr<float>();
+    if (s[kApply] == 0.0f) return;
+    sv = StepValues{s[kLr], s[kBiasCorrection1], s[kBiasCorrection2], s[kGradScale]};
   }
   dispatch_float(grad.dtype, "adamw_step", [&](auto gtag) {
     using G = decltype(gtag);
-    adamw_one_run(master, m, v, grad.ptr<G>(), params_out, h, grad_scale);
+    if (!runs) {
+      adamw_one_run(master, m, v, grad.ptr<G>(), params_out, h, h.weight_decay, sv);
+      return;
+    }
+    int64_t begin = 0;  // run by run, each with or without weight decay
+    for (size_t i = 0; i < runs->ends.size(); ++i) {
+      const int64_t n = runs->ends[i] - begin;
+      adamw_one_run(master.slice(begin, {n}), m.slice(begin, {n}), v.slice(begin, {n}), grad.ptr<G>() + begin,
+                    params_out.defined() ? params_out.slice(begin, {n}) : Tensor(), h,
+                    runs->decays[i] ? h.weight_decay : 0.0f, sv);
+      begin = runs->ends[i];
+    }
   });
 }
 

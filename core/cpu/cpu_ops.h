@@ -51,6 +51,7 @@ void embedding_backward(Runtime& rt, const Tensor& dwte, const Tensor& dwpe, con
                         const Tensor& tokens, int64_t vocab_begin, int64_t vocab_size);
 void dropout_forward(Runtime& rt, const Tensor& out, const Tensor& x, float p, const DropoutKey& key);
 void dropout_backward(Runtime& rt, const Tensor& dx, const Tensor& dout, float p, const DropoutKey& key);
+void adamw_step_scalars(Runtime& rt, const Tensor& scalars, const Tensor& loss_sum, const Tensor& norm_sq);
 void adamw_step(Runtime& rt, const Tensor& master, const Tensor& m, const Tensor& v,
                 const Tensor& grad, const Tensor& params_out, const AdamWHyper& h, float grad_scale,
                 const AdamWRuns* runs);

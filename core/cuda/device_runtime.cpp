@@ -256,7 +256,37 @@ void* create_timing_event() {
 }
 
 void record_on_compute(CudaState* s, void* event) {
-  CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(event), s->compute));
+  cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+  CUDA_CHECK(cudaStreamIsCapturing(s->compute, &capturing));
+  // In a capture, a plain record would only mark the capture; an external one is a node of the
+  // graph, so the event is recorded (and can be timed or waited for) at each run.
+  CUDA_CHECK(cudaEventRecordWithFlags(static_cast<cudaEvent_t>(event), s->compute,
+                                      capturing == cudaStreamCaptureStatusActive ? cudaEventRecordExternal
+                                                                                 : cudaEventRecordDefault));
+}
+
+void begin_capture(CudaState* s) {
+  // Relaxed: host calls that are not stream work (a wait on an event recorded before the capture,
+  // a pinned allocation) stay legal; the step queues nothing on other streams at one rank.
+  CUDA_CHECK(cudaStreamBeginCapture(s->compute, cudaStreamCaptureModeRelaxed));
+}
+
+void* end_capture(CudaState* s) {
+  cudaGraph_t graph = nullptr;
+  CUDA_CHECK(cudaStreamEndCapture(s->compute, &graph));
+  cudaGraphExec_t exec = nullptr;
+  const cudaError_t e = cudaGraphInstantiate(&exec, graph, 0);
+  cudaGraphDestroy(graph);
+  CUDA_CHECK(e);
+  return exec;
+}
+
+void launch_graph(CudaState* s, void* graph) {
+  CUDA_CHECK(cudaGraphLaunch(static_cast<cudaGraphExec_t>(graph), s->compute));
+}
+
+void destroy_graph(void* graph) {
+  if (graph) cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(graph));
 }
 
 float event_ms(void* from, void* to) {

@@ -30,5 +30,13 @@ void record_on_compute(CudaState* s, void* event);
 float event_ms(void* from, void* to);
 void event_synchronize(void* event);  // blocks the host until the recorded work is done
 void destroy_timing_event(void* event);
+// CUDA graphs of the compute stream's work (core/step_graph.h): begin_capture, then the work is
+// queued as usual but not run; end_capture instantiates it (an executable graph, destroy with
+// destroy_graph); launch_graph queues one run of it on the compute stream. Events recorded while
+// capturing (record_on_compute) become nodes of the graph, recorded at each of its runs.
+void begin_capture(CudaState* s);
+void* end_capture(CudaState* s);
+void launch_graph(CudaState* s, void* graph);
+void destroy_graph(void* graph);
 
 }  // namespace trellis::gpu

@@ -4,6 +4,7 @@
 #include "core/cuda/kernel_common.cuh"
 #include "core/cuda/launchers.h"
 #include "core/philox.h"
+#include "core/step_scalars.h"
 
 namespace trellis::gpu {
 
@@ -194,6 +195,18 @@ __device__ __forceinline__ float adamw_update(float& master, float& m, float& v,
   return w;
 }
 
+// The step's values from a.scalars when given; false: the step is skipped.
+__device__ __forceinline__ bool adamw_resolve(AdamWArgs& a) {
+  if (!a.scalars) return true;
+  const float* s = a.scalars;
+  if (s[kApply] == 0.0f) return false;
+  a.lr = s[kLr];
+  a.bc1 = s[kBiasCorrection1];
+  a.bc2 = s[kBiasCorrection2];
+  a.grad_scale = s[kGradScale];
+  return true;
+}
+
 // Element i's run in the table, starting the search at run r (elements are visited in order).
 __device__ __forceinline__ int adamw_run_of(const AdamWRunTable& t, int64_t i, int r) {
   while (r + 1 < t.count && i >= t.end[r]) ++r;
@@ -204,8 +217,10 @@ __device__ __forceinline__ int adamw_run_of(const AdamWRunTable& t, int64_t i, i
 // (f32, or 16-bit under train.grad_dtype). Runs with and without weight decay share the launch (one
 // per parameter bucket instead of one per run).
 template <typename Tp, typename G, int V>
-__global__ void adamw_kernel(float* master, float* m, float* v, const G* grad, Tp* params_out, AdamWArgs a,
+__global__ void adamw_kernel(float* master, float* m, float* v, const G* grad, Tp* params_out, AdamWArgs args,
                              AdamWRunTable runs, int64_t n) {
+  AdamWArgs a = args;
+  if (!adamw_resolve(a)) return;
   auto decay_of = [&](int r) { return (runs.decay >> r) & 1u ? a.weight_decay : 0.0f; };
   vec_loop<V>(n, [&](int64_t i0) {
     Vec<float, V> w = vload<float, V>(master + i0), mv = vload<float, V>(m + i0), vv = vload<float, V>(v + i0);
@@ -234,8 +249,10 @@ __global__ void adamw_kernel(float* master, float* m, float* v, const G* grad, T
 // Split masters (core/dtype.h): the bf16 parameters hi and the low halves lo, V elements per vector
 // (V = 4: 8-byte accesses to them, 16-byte to the f32 state).
 template <typename G, int V>
-__global__ void adamw_split_kernel(uint16_t* hi, uint16_t* lo, float* m, float* v, const G* grad, AdamWArgs a,
+__global__ void adamw_split_kernel(uint16_t* hi, uint16_t* lo, float* m, float* v, const G* grad, AdamWArgs args,
                                    AdamWRunTable runs, int64_t n) {
+  AdamWArgs a = args;
+  if (!adamw_resolve(a)) return;
   auto decay_of = [&](int r) { return (runs.decay >> r) & 1u ? a.weight_decay : 0.0f; };
   vec_loop<V>(n, [&](int64_t i0) {
     Vec<uint16_t, V> h = vload<uint16_t, V>(hi + i0), l = vload<uint16_t, V>(lo + i0);
@@ -380,6 +397,15 @@ void launch_dropout(cudaStream_t s, void* out, const void* x, DType t, int64_t n
   if (n == 0) return;
   TRELLIS_FLOAT_SWITCH(t, T,
     dropout_kernel<<<grid_for(n), kThreads, 0, s>>>(static_cast<T*>(out), static_cast<const T*>(x), k, n));
+  CUDA_CHECK_LAUNCH();
+}
+
+__global__ void adamw_step_scalars_kernel(float* scalars, const float* loss_sum, const float* norm_sq) {
+  finish_step_scalars(scalars, *loss_sum, *norm_sq);
+}
+
+void launch_adamw_step_scalars(cudaStream_t s, float* scalars, const float* loss_sum, const float* norm_sq) {
+  adamw_step_scalars_kernel<<<1, 1, 0, s>>>(scalars, loss_sum, norm_sq);
   CUDA_CHECK_LAUNCH();
 }
 

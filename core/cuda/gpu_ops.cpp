@@ -181,6 +181,10 @@ void dropout_backward(Runtime& rt, const Tensor& dx, const Tensor& dout, float p
   launch_dropout(compute_stream(rt), dx.data, dout.data, dout.dtype, dout.numel(), dropout_index(dout, p, key));
 }
 
+void adamw_step_scalars(Runtime& rt, const Tensor& scalars, const Tensor& loss_sum, const Tensor& norm_sq) {
+  launch_adamw_step_scalars(compute_stream(rt), scalars.ptr<float>(), loss_sum.ptr<float>(), norm_sq.ptr<float>());
+}
+
 void adamw_step(Runtime& rt, const Tensor& master, const Tensor& m, const Tensor& v, const Tensor& grad,
                 const Tensor& params_out, const AdamWHyper& h, float grad_scale, const AdamWRuns* runs) {
   AdamWArgs a{};
@@ -189,9 +193,10 @@ void adamw_step(Runtime& rt, const Tensor& master, const Tensor& m, const Tensor
   a.beta2 = h.beta2;
   a.eps = h.eps;
   a.weight_decay = h.weight_decay;
-  a.bc1 = float(1.0 - std::pow(double(h.beta1), double(h.step)));
-  a.bc2 = float(1.0 - std::pow(double(h.beta2), double(h.step)));
+  a.bc1 = bias_correction(h.beta1, h.step);
+  a.bc2 = bias_correction(h.beta2, h.step);
   a.grad_scale = grad_scale;
+  a.scalars = h.scalars.defined() ? h.scalars.ptr<float>() : nullptr;
   const size_t es = params_out.defined() ? dtype_size(params_out.dtype) : 0, gs = dtype_size(grad.dtype);
   const bool split = master.dtype == DType::bf16;  // split masters (core/ops.h)
   auto launch = [&](int64_t begin, int64_t n, const AdamWRunTable& t) {

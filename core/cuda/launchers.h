@@ -35,6 +35,7 @@ void launch_dropout(cudaStream_t s, void* out, const void* x, DType t, int64_t n
 
 struct AdamWArgs {
   float lr, beta1, beta2, eps, weight_decay, bc1, bc2, grad_scale;
+  const float* scalars;  // non-null: lr, bc1, bc2 and grad_scale from it, and no update where its kApply is 0 (core/step_scalars.h)
 };
 // The runs of one AdamW launch: run r covers [r == 0 ? 0 : end[r - 1], end[r]) and takes
 // AdamWArgs::weight_decay when bit r of `decay` is set, else none.
@@ -44,6 +45,8 @@ struct AdamWRunTable {
   uint32_t decay;
   int count;
 };
+// core/step_scalars.h's finish_step_scalars on the device (one thread).
+void launch_adamw_step_scalars(cudaStream_t s, float* scalars, const float* loss_sum, const float* norm_sq);
 // params_out may be null; grad: f32, or 16-bit (train.grad_dtype).
 void launch_adamw(cudaStream_t s, float* master, float* m, float* v, const void* grad, DType grad_t,
                   void* params_out, DType params_t, int64_t n, const AdamWArgs& a, const AdamWRunTable& runs);

@@ -53,6 +53,8 @@ ZeroOptimizer::ZeroOptimizer(Runtime& rt, ParameterStore& params, Communicator* 
       staging_[i] = staging_buf_[i].tensor(gt, {largest});
       fetched_[i] = std::make_unique<ComputeFence>(rt);
     }
+    host_scalars_buf_ = Buffer(rt.host_allocator(), kStepScalarCount * sizeof(float), "step scalars for the host's AdamW");
+    host_scalars_ = host_scalars_buf_.tensor(DType::f32, {kStepScalarCount});
   }
   reset_master();
   m_buf_ = Buffer(state, size_t(s) * 4, "Adam first moments");
@@ -146,11 +148,16 @@ void ZeroOptimizer::step(const AdamWHyper& h, float grad_scale) {
   // Offloaded, bucket b+1's gradient piece comes down while the host updates bucket b.
   std::vector<CommHandle> gathers;
   const size_t nb = params_.buckets().size();
+  AdamWHyper on_host = h;  // offloaded: the step's scalars come down with the first gradient piece
+  if (offloaded() && h.scalars.defined()) {
+    copy(rt_, host_scalars_, h.scalars);
+    on_host.scalars = host_scalars_;
+  }
   if (offloaded() && nb > 0) fetch_grads(first_span_[0], first_span_[1], 0);
   for (size_t b = 0; b < nb; ++b) {
     if (offloaded()) {
       if (b + 1 < nb) fetch_grads(first_span_[b + 1], first_span_[b + 2], int((b + 1) % 2));
-      step_on_host(first_span_[b], first_span_[b + 1], int(b % 2), h, grad_scale);
+      step_on_host(first_span_[b], first_span_[b + 1], int(b % 2), on_host, grad_scale);
     } else {
       for (size_t i = first_span_[b]; i < first_span_[b + 1]; ++i) {
         const Span& r = spans_[i];

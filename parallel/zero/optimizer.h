@@ -57,7 +57,7 @@ class ZeroOptimizer {
   void zero_owned_grads();
 
   // One AdamW step on the owned pieces; grads are multiplied by grad_scale first (loss-scale and
-  // clipping factor). Weight decay applies only to parameters whose spec says decay (the 2-D
+  // clipping factor), or the step's values come from h.scalars (core/step_scalars.h). Weight decay applies only to parameters whose spec says decay (the 2-D
   // weights). Sharded: each bucket every rank keeps whole is all-gathered as soon as its piece is
   // updated, while the next buckets update.
   void step(const AdamWHyper& h, float grad_scale);
@@ -137,8 +137,8 @@ class ZeroOptimizer {
   // Offloaded: the owned parameters as the host holds them, pinned for the copies up (bf16: the
   // split masters' high halves; f16: AdamW's output; f32: master_ itself), and two pinned buffers
   // of one bucket's gradient piece: the next bucket's comes down while the host updates this one.
-  Buffer host_values_buf_, staging_buf_[2];
-  Tensor host_values_, staging_[2];
+  Buffer host_values_buf_, staging_buf_[2], host_scalars_buf_;
+  Tensor host_values_, staging_[2], host_scalars_;
   std::unique_ptr<ComputeFence> fetched_[2];
   std::vector<Span> spans_;
   std::vector<size_t> first_span_;  // per bucket, and one past the last

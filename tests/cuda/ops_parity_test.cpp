@@ -797,6 +797,57 @@ TEST_P(Parity, AdamW) {
   expect_close(to_host(gmaster), master, tolerance(DType::f32), "adamw master (no params_out)");
 }
 
+// The step's values on the device (core/step_scalars.h): the CUDA adamw_step_scalars equals the
+// CPU's bitwise (clipped, unclipped, non-finite), and AdamW reading them equals AdamW given the same
+// values by the host, bitwise; with kApply 0 nothing changes.
+TEST_P(Parity, AdamWFromStepScalars) {
+  for (auto [loss_sum, norm_sq] : {std::pair{7.0f, 9.0e6f}, std::pair{7.0f, 2.5e5f}, std::pair{NAN, 1.0f},
+                                   std::pair{7.0f, INFINITY}}) {
+    HostTensor s(DType::f32, {kStepScalarCount}), l(DType::f32, {1}), q(DType::f32, {1});
+    s.set(kLossScale, 1024.0f);
+    s.set(kMaxNorm, 1.0f);
+    l.set(0, loss_sum);
+    q.set(0, norm_sq);
+    DeviceTensor gs = to_device(s), gl = to_device(l), gq = to_device(q);
+    adamw_step_scalars(cpu(), s.t, l.t, q.t);
+    adamw_step_scalars(gpu(), gs.t, gl.t, gq.t);
+    expect_bitwise(to_host(gs), s, "step scalars for norm^2 " + std::to_string(norm_sq));
+  }
+  const int64_t n = 1001;
+  HostTensor master = random_host(DType::f32, {n}, 110), m = random_host(DType::f32, {n}, 111, -0.1f, 0.1f);
+  HostTensor v = random_host(DType::f32, {n}, 112, 0.0f, 0.01f), grad = random_host(dt(), {n}, 113);
+  DeviceTensor a_master = to_device(master), a_m = to_device(m), a_v = to_device(v), g = to_device(grad);
+  DeviceTensor b_master = to_device(master), b_m = to_device(m), b_v = to_device(v);
+  DeviceTensor a_out = device_empty(dt(), {n}), b_out = device_empty(dt(), {n});
+  AdamWHyper h;
+  h.lr = 1e-3f;
+  h.weight_decay = 0.1f;
+  h.step = 5;
+  adamw_step(gpu(), a_master.t, a_m.t, a_v.t, g.t, a_out.t, h, 0.125f);
+  HostTensor s(DType::f32, {kStepScalarCount});
+  s.set(kLr, h.lr);
+  s.set(kBiasCorrection1, bias_correction(h.beta1, h.step));
+  s.set(kBiasCorrection2, bias_correction(h.beta2, h.step));
+  s.set(kGradScale, 0.125f);
+  s.set(kApply, 0.0f);
+  DeviceTensor skip = to_device(s);
+  s.set(kApply, 1.0f);
+  DeviceTensor apply = to_device(s);
+  AdamWHyper hs = h;
+  hs.lr = 0.0f;
+  hs.step = 1;
+  hs.scalars = skip.t;
+  adamw_step(gpu(), b_master.t, b_m.t, b_v.t, g.t, b_out.t, hs, 99.0f);
+  expect_bitwise(to_host(b_master), master, "skipped step: master");
+  expect_bitwise(to_host(b_m), m, "skipped step: m");
+  hs.scalars = apply.t;
+  adamw_step(gpu(), b_master.t, b_m.t, b_v.t, g.t, b_out.t, hs, 99.0f);
+  expect_bitwise(to_host(b_master), to_host(a_master), "master");
+  expect_bitwise(to_host(b_m), to_host(a_m), "m");
+  expect_bitwise(to_host(b_v), to_host(a_v), "v");
+  expect_bitwise(to_host(b_out), to_host(a_out), "params_out");
+}
+
 // 20 runs of uneven lengths, with and without weight decay: a vector of four can straddle a run's
 // end, and CUDA needs two launches (16 runs each at most).
 AdamWRuns uneven_runs() {

@@ -3,6 +3,9 @@
 with the reason). The tiny config, dropout on, deterministic mode:
 - one GPU in fp32 trains the same model as the CPU reference (losses and final weights);
 - one GPU in bf16: N + resume + N steps equal 2N steps bitwise (split master weights);
+- one GPU without dropout: steps replayed as CUDA graphs equal steps launched kernel by kernel
+  (bf16 and fp16 bitwise in deterministic mode, bf16 with cuDNN attention within rounding), and
+  N + resume + N equals 2N with them;
 - one GPU with the optimizer offloaded (zero.offload = cpu: AdamW on the host) trains the same model
   as without, in fp32, bf16 and fp16 (the host's AdamW rounds like the device's up to fused
   multiply-adds), also with the state in files (zero.offload = nvme, fp32), and so do two GPUs at
@@ -47,8 +50,8 @@ def command(binary, mpiexec, config, ranks, sets):
     return cmd
 
 
-def train(binary, mpiexec, config, tmp, tag, ranks, *sets, export=True):
-    """A run that must succeed: (losses by step, exported weights or None)."""
+def run(binary, mpiexec, config, tmp, tag, ranks, sets, export):
+    """A run that must succeed: ((losses by step, exported weights or None), its standard output)."""
     metrics = os.path.join(tmp, tag + ".jsonl")
     weights = os.path.join(tmp, tag + "_weights")
     cmd = command(binary, mpiexec, config, ranks, [*BASE, "log.metrics_file=" + metrics, *sets])
@@ -62,7 +65,17 @@ def train(binary, mpiexec, config, tmp, tag, ranks, *sets, export=True):
     if export:
         raw = open(os.path.join(weights, "params.f32"), "rb").read()
         w = struct.unpack(f"<{len(raw) // 4}f", raw)
-    return losses, w
+    return (losses, w), p.stdout
+
+
+def train(binary, mpiexec, config, tmp, tag, ranks, *sets, export=True):
+    """A run that must succeed: (losses by step, exported weights or None)."""
+    return run(binary, mpiexec, config, tmp, tag, ranks, sets, export)[0]
+
+
+def train_with_log(binary, config, tmp, tag, *sets):
+    """A one-rank run that must succeed: ((losses, weights), its standard output)."""
+    return run(binary, "", config, tmp, tag, 1, sets, True)
 
 
 def check(cond, what):
@@ -144,6 +157,22 @@ def main():
         on_f16 = train(binary, mpiexec, config, tmp, "gpu1_fp16_dev", 1, *fp16)
         off_f16 = train(binary, mpiexec, config, tmp, "gpu1_fp16_offload", 1, *fp16, "zero.offload=cpu")
         check_same_model("one GPU, optimizer offloaded to the host, against on the GPU, fp16", off_f16, on_f16, half)
+        # CUDA graphs (train.cuda_graphs, on by default where they apply: no dropout): the replayed
+        # steps compute what the launched ones do, bitwise in deterministic mode, over two
+        # micro-batches a step (the loader's step slots); fp16 captures again when its scale moves.
+        for prec in ("bf16", "fp16"):
+            sets = ["train.device=cuda", "train.precision=" + prec, "model.dropout=0"]
+            graphed, out = train_with_log(binary, config, tmp, "graphs_" + prec, *sets)
+            check(f"cuda graphs: {STEPS - 1} of {STEPS} steps" in out,
+                  f"{prec}: every step after the first launched from a graph ({out.strip().splitlines()[-1]})")
+            plain = train(binary, mpiexec, config, tmp, "plain_" + prec, 1, *sets, "train.cuda_graphs=false")
+            check(graphed == plain, f"{prec}: steps replayed as CUDA graphs equal launched ones bitwise (losses, weights)")
+        check_resume(binary, mpiexec, config, tmp, "graphs_bf16_resume", 1, "train.device=cuda", "train.precision=bf16",
+                     "model.dropout=0")
+        fast = ["train.device=cuda", "train.precision=bf16", "model.dropout=0", "train.deterministic=false"]
+        graphed, _ = train_with_log(binary, config, tmp, "graphs_cudnn", *fast)
+        plain = train(binary, mpiexec, config, tmp, "plain_cudnn", 1, *fast, "train.cuda_graphs=false")
+        check_same_model("CUDA graphs with cuDNN attention against without, bf16", graphed, plain, half)
         if gpus < 2:
             print("one GPU: the two-GPU layouts are not checked")
             return

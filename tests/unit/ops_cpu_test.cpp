@@ -972,6 +972,55 @@ TEST(OpsCpu, AdamWRunsEqualOneCallPerRun) {
                "runs must end at the tensors' length 100");
 }
 
+// The step's values on the device (core/step_scalars.h): adamw_step_scalars clips and unscales as
+// the host did, skips a non-finite step, and AdamW from them equals AdamW from host values.
+TEST(OpsCpu, AdamWFromStepScalars) {
+  auto finish = [](float loss_sum, float norm_sq, float max_norm) {
+    HostTensor s(DType::f32, {kStepScalarCount}), l(DType::f32, {1}), q(DType::f32, {1});
+    s.set(kLossScale, 1024.0f);
+    s.set(kMaxNorm, max_norm);
+    l.set(0, loss_sum);
+    q.set(0, norm_sq);
+    adamw_step_scalars(rt(), s.t(), l.t(), q.t());
+    return std::pair{float(s.get(kGradScale)), float(s.get(kApply))};
+  };
+  const float big = 3.0f * 1024.0f, small = 0.5f * 1024.0f;
+  EXPECT_EQ(finish(7.0f, big * big, 1.0f), std::pair(float((1.0 / 3.0) / 1024.0), 1.0f));  // clipped to norm 1
+  EXPECT_EQ(finish(7.0f, small * small, 1.0f), std::pair(float(1.0 / 1024.0), 1.0f));     // below the threshold
+  EXPECT_EQ(finish(7.0f, big * big, 0.0f), std::pair(float(1.0 / 1024.0), 1.0f));         // no clipping
+  EXPECT_EQ(finish(7.0f, INFINITY, 1.0f).second, 0.0f);
+  EXPECT_EQ(finish(NAN, small * small, 1.0f).second, 0.0f);
+
+  std::mt19937 g(20);
+  const int64_t n = 103;
+  AdamWHyper h{1e-2f, 0.9f, 0.95f, 1e-8f, 0.3f, 4};
+  const float gs = 0.25f;
+  HostTensor w(DType::f32, {n}), m(DType::f32, {n}), v(DType::f32, {n}), gr(DType::bf16, {n}), po(DType::bf16, {n});
+  w.randomize(g);
+  m.randomize(g, -0.1, 0.1);
+  v.randomize(g, 0.0, 0.01);
+  gr.randomize(g);
+  HostTensor w2 = w, m2 = m, v2 = v, po2 = po;
+  adamw_step(rt(), w.t(), m.t(), v.t(), gr.t(), po.t(), h, gs);
+  HostTensor s(DType::f32, {kStepScalarCount});
+  s.set(kLr, h.lr);
+  s.set(kBiasCorrection1, bias_correction(h.beta1, h.step));
+  s.set(kBiasCorrection2, bias_correction(h.beta2, h.step));
+  s.set(kGradScale, gs);
+  s.set(kApply, 0.0f);
+  AdamWHyper hs{0.0f, 0.9f, 0.95f, 1e-8f, 0.3f, 1};  // lr and step unused
+  hs.scalars = s.t();
+  const HostTensor w0 = w2, m0 = m2, v0 = v2;
+  adamw_step(rt(), w2.t(), m2.t(), v2.t(), gr.t(), po2.t(), hs, 99.0f);  // skipped: nothing changes
+  EXPECT_TRUE(w2.bitwise_equal(w0) && m2.bitwise_equal(m0) && v2.bitwise_equal(v0));
+  s.set(kApply, 1.0f);
+  adamw_step(rt(), w2.t(), m2.t(), v2.t(), gr.t(), po2.t(), hs, 99.0f);
+  EXPECT_TRUE(w2.bitwise_equal(w));
+  EXPECT_TRUE(m2.bitwise_equal(m));
+  EXPECT_TRUE(v2.bitwise_equal(v));
+  EXPECT_TRUE(po2.bitwise_equal(po));
+}
+
 TEST(OpsCpu, AdamWMatchesReference) {
   std::mt19937 g(18);
   const int64_t n = 257;
