@@ -43,8 +43,8 @@ void BatchLoader::reserve_step_slots(int count) {
   step_slots_ = count;
 }
 
-// The step slots need no fences: a step ends with the host waiting for it, so no copy out of a
-// slot is still queued when the next step's stage() writes it.
+// The step slots have no fences of their own: the caller stages a step only once the previous
+// step's uploads are done (the trainer waits on a fence recorded after them).
 void BatchLoader::stage(Split split, int64_t first, int mb) {
   TRELLIS_CHECK(mb >= 0 && mb < step_slots_, "BatchLoader::stage: micro-batch " + std::to_string(mb) +
                                                   " has no step slot (reserve_step_slots)");

@@ -26,6 +26,7 @@
 #include "core/phase_marks.h"
 #include "core/step_graph.h"
 #include "core/comm.h"
+#include "core/compute_fence.h"
 #include "core/process_groups.h"
 #include "launcher/batch_loader.h"
 #include "core/checkpoint.h"
@@ -640,6 +641,16 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
                       cfg.log.trace_step <= 0;
   StepGraph step_graph(rt);
   if (graphs) loader.reserve_step_slots(m);
+  // Micro-batch mb of this data rank at `step`: global samples [(step-1) G + (mb D + d) B, + B).
+  auto sample_of = [&](int64_t step, int mb) { return (step - 1) * global_batch + (int64_t(mb) * data_size + data_rank) * B; };
+  // With graphs the step uploads its whole batch first (fence below), so the host draws the next
+  // step's samples into the step slots while the GPU runs the rest of this one.
+  ComputeFence batch_uploaded(rt);
+  int64_t staged = -1;  // the step whose batch is in the step slots
+  auto stage_batch = [&](int64_t step) {
+    for (int mb = 0; mb < m; ++mb) loader.stage(Split::train, sample_of(step, mb), mb);
+    staged = step;
+  };
   for (int64_t step = start_step + 1; step <= cfg.train.steps; ++step) {
     NvtxRange step_range("train_step");
     if (cfg.log.profile_ops && step == start_step + 2) rt.profiler()->reset();  // leave the first step's setup out
@@ -658,10 +669,8 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
       plan[kLossScale] = loss_scale;
       plan[kMaxNorm] = float(cfg.train.grad_clip);
     }
-    // Micro-batch mb of this data rank: global samples [(step-1) G + (mb D + d) B, + B).
-    auto first_sample = [&](int mb) { return (step - 1) * global_batch + (int64_t(mb) * data_size + data_rank) * B; };
-    if (graphs)
-      for (int mb = 0; mb < m; ++mb) loader.stage(Split::train, first_sample(mb), mb);
+    auto first_sample = [&](int mb) { return sample_of(step, mb); };
+    if (graphs && staged != step) stage_batch(step);
     // Dropout masks are keyed by (seed, step, global sample index).
     auto context_at = [&](int64_t sample_offset) {
       StepContext ctx;
@@ -677,9 +686,14 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
       model.params().zero_grads();
       fill(rt, loss_sum, 0.0f);
       fill(rt, norm_sq, 0.0f);
+      std::vector<std::pair<Tensor, Tensor>> batch;
+      if (graphs) {
+        for (int mb = 0; mb < m; ++mb) batch.push_back(loader.upload(mb));
+        batch_uploaded.record();
+      }
       GPTStage stage_model(
           model, [&](int mb) { return context_at(first_sample(mb)); },
-          [&](int mb) { return graphs ? loader.upload(mb) : loader.load(Split::train, first_sample(mb)); }, dloss,
+          [&](int mb) { return graphs ? batch[size_t(mb)] : loader.load(Split::train, first_sample(mb)); }, dloss,
           loss_sum, &stage_timer);
       engine.run_step(schedule, stage_model, reduction);
       model.params().check_grads_written();
@@ -714,8 +728,15 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
     // What the step's kernels take by value: the loss gradient's scale (fp16's loss scale).
     uint32_t dloss_bits = 0;
     std::memcpy(&dloss_bits, &dloss, sizeof dloss_bits);
-    if (graphs) step_graph.run(dloss_bits, enqueue);
-    else enqueue();
+    if (graphs) {
+      step_graph.run(dloss_bits, enqueue);
+      if (step < cfg.train.steps) {
+        batch_uploaded.wait();
+        stage_batch(step + 1);
+      }
+    } else {
+      enqueue();
+    }
     rt.synchronize();
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     const float* host = step_readback.ptr<float>();
