@@ -25,7 +25,12 @@ bool StepGraph::run(uint64_t key, const std::function<void()>& enqueue) {
     graph_ = nullptr;
     if (warmed_ && same) {
       gpu::begin_capture(rt_.cuda());
-      enqueue();
+      try {
+        enqueue();
+      } catch (...) {  // leave the stream out of capture mode, so the error is the one reported
+        gpu::destroy_graph(gpu::end_capture(rt_.cuda()));
+        throw;
+      }
       graph_ = gpu::end_capture(rt_.cuda());
       gpu::launch_graph(rt_.cuda(), graph_);
       ++replays_;

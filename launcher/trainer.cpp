@@ -1,6 +1,8 @@
 // The training loop of train_gpt: each step runs this rank's pipeline schedule through the engine
-// (with one stage: gradient accumulation over micro-batches), then one host synchronization (loss
-// and gradient norm), clipping, AdamW, fp16 loss scaling, validation, log lines and JSON metrics.
+// (with one stage: gradient accumulation over micro-batches), then on the device the clip factor
+// and the fp16 skip (core/step_scalars.h) and AdamW, with one host wait at the step's end (the
+// step replayed as a CUDA graph where it can be); fp16 loss scaling, validation, log lines and
+// JSON metrics.
 #include "launcher/trainer.h"
 
 #include <mpi.h>

@@ -167,6 +167,13 @@ def main():
                   f"{prec}: every step after the first launched from a graph ({out.strip().splitlines()[-1]})")
             plain = train(binary, mpiexec, config, tmp, "plain_" + prec, 1, *sets, "train.cuda_graphs=false")
             check(graphed == plain, f"{prec}: steps replayed as CUDA graphs equal launched ones bitwise (losses, weights)")
+        # The loss scale doubling every 3 steps: each change runs a plain step, then captures again.
+        moving = ["train.device=cuda", "train.precision=fp16", "model.dropout=0", "fp16.loss_scale_window=3"]
+        graphed, out = train_with_log(binary, config, tmp, "graphs_fp16_moving", *moving)
+        check("cuda graphs:" in out and f"{STEPS - 1} of" not in out,
+              f"fp16, scale moving: some steps captured again ({[l for l in out.splitlines() if 'cuda graphs' in l]})")
+        plain = train(binary, mpiexec, config, tmp, "plain_fp16_moving", 1, *moving, "train.cuda_graphs=false")
+        check(graphed == plain, "fp16, scale moving: graphs equal launched steps bitwise")
         check_resume(binary, mpiexec, config, tmp, "graphs_bf16_resume", 1, "train.device=cuda", "train.precision=bf16",
                      "model.dropout=0")
         fast = ["train.device=cuda", "train.precision=bf16", "model.dropout=0", "train.deterministic=false"]
