@@ -65,8 +65,7 @@ inline int64_t colsum_chunks(int64_t rows) {
   if (c > 64) c = 64;              // ... and at most 64 chunks
   return c < 1 ? 1 : c;
 }
-// The fused layer-norm backward's chunks: one thread block each, 32 rows, at most 1024 chunks (its
-// two-vector form takes half as many, norm.cu).
+// The fused layer-norm backward's chunks: one thread block each, 32 rows, at most 1024 chunks.
 inline int64_t layernorm_chunks(int64_t rows) {
   int64_t c = (rows + 31) / 32;
   if (c > 1024) c = 1024;

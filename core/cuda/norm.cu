@@ -651,10 +651,12 @@ void layernorm_backward_impl(cudaStream_t s, T* dx, void* dw, void* db, DType gr
                      // a wide row's ring may not fit (Hopper 227 KB a block, A100 163 KB, other Ampere and Ada 99 KB)
                      fused_ring_bytes(kFusedStages, int(iters), fused_threads(nvec, iters)) <= block_shared_memory;
   if (fused) {
-    // Two vectors a thread: 64-row chunks (at 1.3B's width 72.9 us against 76.1 with 32 rows); one
-    // vector: 32 rows, as before (with 64, GPT-2 124M and 350M steps ran 0.1-0.3 ms slower in
-    // bench/sessions/2026-11-30i call 5's A/B).
-    const int64_t chunks = iters == 2 ? (layernorm_chunks(rows) + 1) / 2 : layernorm_chunks(rows);
+    // 32-row chunks. (At 1.3B's width, two vectors a thread, 64-row chunks were faster back to back
+    // at full clock, 72.9 against 76.1 us; but right after a GEMM at the power cap, as in the step,
+    // 32-row chunks took 82.4 us against 98.1 with the finalize, and 103.6 against 121.7 with the dx
+    // sums: bench/sessions/2026-12-02a call 1. A block's rows run one after another, so at the
+    // step's lower clock more blocks in flight win.)
+    const int64_t chunks = layernorm_chunks(rows);
     float* p_db = scratch;
     float* p_dw = scratch + chunks * cols;
     float* p_before = with_sums ? scratch + 2 * chunks * cols : nullptr;

@@ -165,6 +165,39 @@ int main() {
     vs.push_back(fused<2, 3, true>(b, c));
     vs.push_back(fused<2, 4, true>(b, c));
   }
+  // Call 2: the other memory-bound ops of the norm file at the cap (bias gradients over chunk
+  // counts, the layer-norm forward, the sum of squares).
+  bf16* wide = dev<bf16>(b.rows * 8192);
+  fill_kernel<<<1024, 256, 0, s>>>(wide, b.rows * 8192, 9, 0.02f, 0.0f);
+  for (int cols : {6144, 8192}) {
+    for (int64_t chunks : {32, 64, 128, 256}) {
+      Variant v;
+      char name[128];
+      std::snprintf(name, sizeof name, "bias grad 16384 x %d, chunks %lld", cols, (long long)chunks);
+      v.name = name;
+      v.run = [=](cudaStream_t st) {
+        launch_column_partials<bf16>(st, b.scratch, nullptr, wide, static_cast<const bf16*>(nullptr), nullptr, nullptr,
+                                     b.rows, cols, chunks, b.rows / chunks);
+        FinalizeJobs jobs;
+        jobs.out_t = DType::bf16;
+        jobs.add(b.sb, b.scratch, false);
+        finalize_columns(st, jobs, chunks, cols);
+      };
+      vs.push_back(v);
+    }
+  }
+  {
+    Variant v;
+    v.name = "layer-norm forward op";
+    v.run = [&](cudaStream_t st) {
+      launch_layernorm_forward(st, y, b.mean, b.rstd, b.x, b.w, b.w, DType::bf16, b.rows, b.cols, 1e-5f);
+    };
+    vs.push_back(v);
+    Variant q;
+    q.name = "sum of squares, 16384 x 8192 bf16";
+    q.run = [&](cudaStream_t st) { launch_sum(st, b.scratch, wide, DType::bf16, b.rows * 8192, true, b.scratch + 64); };
+    vs.push_back(q);
+  }
 
   cudaEvent_t e0, e1;
   CUDA_CHECK(cudaEventCreate(&e0));
