@@ -28,7 +28,8 @@ bool StepGraph::run(uint64_t key, const std::function<void()>& enqueue) {
       try {
         enqueue();
       } catch (...) {  // leave the stream out of capture mode, so the error is the one reported
-        gpu::destroy_graph(gpu::end_capture(rt_.cuda()));
+        gpu::abandon_capture(rt_.cuda());
+        warmed_ = false;
         throw;
       }
       graph_ = gpu::end_capture(rt_.cuda());

@@ -4,8 +4,8 @@
 // cuDNN plans); the second is captured into a graph and launched; later runs only launch it. The
 // graph keeps the addresses and kernel arguments of the captured step, so the caller keeps every
 // value that changes from step to step in memory the step reads (core/step_scalars.h, the batch
-// loader's step slots) and passes as `key` what the step's kernels take by value (after a new key,
-// or a reallocated scratch, the next run is plain again and the one after it captures). Inactive
+// loader's step slots) and passes as `key` what the step's kernels take by value (the run with a
+// new key, or the first after the scratch was reallocated, is plain; the one after it captures). Inactive
 // on the CPU: every run queues the step.
 #pragma once
 #include <cstdint>

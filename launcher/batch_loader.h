@@ -28,8 +28,9 @@ class BatchLoader {
   std::pair<Tensor, Tensor> upload(int mb);
 
  private:
-  // Samples [first, first + B) into the pinned (inputs, targets) at `host`.
-  void draw(Split split, int64_t first, const Tensor& host_in, const Tensor& host_tg);
+  // Draws B samples from `first` into in_ and tg_; put() then copies them into host buffers.
+  void draw(Split split, int64_t first);
+  void put(const Tensor& host_in, const Tensor& host_tg) const;
   Runtime& rt_;
   const SampleSource& data_;
   int64_t B_, T_;

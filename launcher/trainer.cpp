@@ -638,16 +638,18 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
   // CUDA graphs (core/step_graph.h) where nothing in the step needs the host: one rank, the
   // optimizer on the GPU, no dropout (its masks are keyed by the step, a kernel argument), no
   // per-op timing or trace. The batch then goes through the loader's step slots.
+  const bool traces = cfg.log.trace_step > start_step && cfg.log.trace_step <= cfg.train.steps;
   const bool graphs = cfg.train.cuda_graphs && rt.cuda() && launch.world == 1 && !optimizer.offloaded() &&
                       !streaming && mc.dropout == 0.0f && mc.attention_dropout == 0.0f && !cfg.log.profile_ops &&
-                      cfg.log.trace_step <= 0;
+                      !traces;
+  // With graphs the step uploads its whole batch first (this fence, recorded in the graph, so it
+  // outlives it), and the host draws the next step's samples into the step slots while the GPU
+  // runs the rest of this one.
+  ComputeFence batch_uploaded(rt);
   StepGraph step_graph(rt);
   if (graphs) loader.reserve_step_slots(m);
   // Micro-batch mb of this data rank at `step`: global samples [(step-1) G + (mb D + d) B, + B).
   auto sample_of = [&](int64_t step, int mb) { return (step - 1) * global_batch + (int64_t(mb) * data_size + data_rank) * B; };
-  // With graphs the step uploads its whole batch first (fence below), so the host draws the next
-  // step's samples into the step slots while the GPU runs the rest of this one.
-  ComputeFence batch_uploaded(rt);
   int64_t staged = -1;  // the step whose batch is in the step slots
   auto stage_batch = [&](int64_t step) {
     for (int mb = 0; mb < m; ++mb) loader.stage(Split::train, sample_of(step, mb), mb);

@@ -281,6 +281,14 @@ void* end_capture(CudaState* s) {
   return exec;
 }
 
+void abandon_capture(CudaState* s) {
+  // No check: the capture may already be invalidated (the error that made the caller abandon it is
+  // the one to report). The partial graph is dropped, never instantiated.
+  cudaGraph_t graph = nullptr;
+  if (cudaStreamEndCapture(s->compute, &graph) == cudaSuccess && graph) cudaGraphDestroy(graph);
+  (void)cudaGetLastError();
+}
+
 void launch_graph(CudaState* s, void* graph) {
   CUDA_CHECK(cudaGraphLaunch(static_cast<cudaGraphExec_t>(graph), s->compute));
 }

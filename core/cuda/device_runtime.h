@@ -34,8 +34,10 @@ void destroy_timing_event(void* event);
 // queued as usual but not run; end_capture instantiates it (an executable graph, destroy with
 // destroy_graph); launch_graph queues one run of it on the compute stream. Events recorded while
 // capturing (record_on_compute) become nodes of the graph, recorded at each of its runs.
+// abandon_capture leaves capture mode after an error, dropping what was captured.
 void begin_capture(CudaState* s);
 void* end_capture(CudaState* s);
+void abandon_capture(CudaState* s);
 void launch_graph(CudaState* s, void* graph);
 void destroy_graph(void* graph);
 
