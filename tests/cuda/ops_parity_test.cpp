@@ -23,6 +23,7 @@
 #include "core/alloc.h"
 #include "core/ops.h"
 #include "core/runtime.h"
+#include "tests/cuda/parity_support.h"
 #if TRELLIS_HAVE_CUDNN
 #include "core/cuda/cudnn_attention.h"
 #endif
@@ -30,150 +31,11 @@
 namespace trellis {
 namespace {
 
-// A host tensor that owns its bytes.
-struct HostTensor {
-  std::vector<unsigned char> bytes;
-  Tensor t;
-  HostTensor(DType d, Shape s) : bytes(size_t(s.numel()) * dtype_size(d)), t(bytes.data(), d, Device::CPU(), s) {}
-  HostTensor(const HostTensor&) = delete;
-  HostTensor& operator=(const HostTensor&) = delete;
-  HostTensor(HostTensor&& o) noexcept : bytes(std::move(o.bytes)), t(o.t) { t.data = bytes.data(); }
-  HostTensor& operator=(HostTensor&& o) noexcept {
-    bytes = std::move(o.bytes);
-    t = o.t;
-    t.data = bytes.data();
-    return *this;
-  }
-  int64_t numel() const { return t.numel(); }
-  float get(int64_t i) const {
-    switch (t.dtype) {
-      case DType::f32: return t.ptr<float>()[i];
-      case DType::bf16: return to_float(t.ptr<bf16_t>()[i]);
-      case DType::f16: return to_float(t.ptr<f16_t>()[i]);
-      case DType::i32: return float(t.ptr<int32_t>()[i]);
-      default: return 0.0f;
-    }
-  }
-  void set(int64_t i, float v) {
-    switch (t.dtype) {
-      case DType::f32: t.ptr<float>()[i] = v; break;
-      case DType::bf16: t.ptr<bf16_t>()[i] = to_bf16(v); break;
-      case DType::f16: t.ptr<f16_t>()[i] = to_f16(v); break;
-      case DType::i32: t.ptr<int32_t>()[i] = int32_t(v); break;
-      default: break;
-    }
-  }
-};
-
-// A device tensor that owns its memory.
-struct DeviceTensor {
-  Buffer buf;
-  Tensor t;
-};
-
-HostTensor random_host(DType d, Shape s, uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
-  HostTensor h(d, s);
-  std::mt19937 gen(seed);
-  std::uniform_real_distribution<float> u(lo, hi);
-  for (int64_t i = 0; i < h.numel(); ++i) h.set(i, u(gen));
-  return h;
-}
-
-HostTensor clone(const HostTensor& h) {
-  HostTensor c(h.t.dtype, h.t.shape);
-  c.bytes = h.bytes;
-  c.t.data = c.bytes.data();
-  return c;
-}
-
-struct Tolerance {
-  float abs, rel;
-};
-Tolerance tolerance(DType d, float factor = 1.0f) {
-  switch (d) {
-    case DType::bf16: return {1e-2f * factor, 1e-2f * factor};  // 8-bit mantissa: 1 ulp = 0.4%
-    case DType::f16: return {2e-3f * factor, 2e-3f * factor};   // 11-bit mantissa
-    default: return {1e-4f * factor, 1e-4f * factor};          // f32: only summation order differs
-  }
-}
-
-// |gpu - cpu| <= abs * max(1, max|cpu|) + rel * |cpu| for every element.
-void expect_close(const HostTensor& gpu, const HostTensor& cpu, Tolerance tol, const std::string& what) {
-  ASSERT_EQ(gpu.numel(), cpu.numel()) << what;
-  float max_ref = 0.0f;
-  for (int64_t i = 0; i < cpu.numel(); ++i) max_ref = std::max(max_ref, std::fabs(cpu.get(i)));
-  float abs_tol = tol.abs * std::max(1.0f, max_ref);
-  int64_t bad = 0, first = -1;
-  float worst = 0.0f;
-  for (int64_t i = 0; i < cpu.numel(); ++i) {
-    float g = gpu.get(i), c = cpu.get(i), err = std::fabs(g - c);
-    if (!(err <= abs_tol + tol.rel * std::fabs(c))) {
-      if (first < 0) first = i;
-      ++bad;
-    }
-    if (err > worst || std::isnan(err)) worst = err;
-  }
-  EXPECT_EQ(bad, 0) << what << ": " << bad << " of " << cpu.numel() << " elements differ; first at " << first
-                    << " (gpu " << (first >= 0 ? gpu.get(first) : 0.0f) << ", cpu "
-                    << (first >= 0 ? cpu.get(first) : 0.0f) << "), max error " << worst << ", max |cpu| " << max_ref;
-}
-
-void expect_bitwise(const HostTensor& a, const HostTensor& b, const std::string& what) {
-  ASSERT_EQ(a.bytes.size(), b.bytes.size()) << what;
-  EXPECT_TRUE(std::memcmp(a.bytes.data(), b.bytes.data(), a.bytes.size()) == 0) << what << ": runs differ";
-}
+using namespace parity;
 
 const DType kFloatTypes[] = {DType::f32, DType::bf16, DType::f16};
 
-class Parity : public ::testing::TestWithParam<DType> {
- protected:
-  static void SetUpTestSuite() {
-    if (cuda_device_count() == 0) return;
-    cpu_ = new Runtime(RuntimeOptions{});
-    RuntimeOptions g;
-    g.device = Device::CUDA(0);
-    g.deterministic = true;
-    gpu_ = new Runtime(g);
-  }
-  static void TearDownTestSuite() {
-    delete gpu_;
-    delete cpu_;
-    gpu_ = nullptr;
-    cpu_ = nullptr;
-  }
-  void SetUp() override {
-    if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
-  }
-
-  Runtime& cpu() { return *cpu_; }
-  Runtime& gpu() { return *gpu_; }
-  DType dt() const { return GetParam(); }
-
-  DeviceTensor to_device(const HostTensor& h) {
-    DeviceTensor d;
-    d.buf = Buffer(gpu().allocator(), h.bytes.size(), "parity test tensor");
-    d.t = d.buf.tensor(h.t.dtype, h.t.shape);
-    copy(gpu(), d.t, h.t);
-    return d;
-  }
-  HostTensor to_host(const DeviceTensor& d) {
-    HostTensor h(d.t.dtype, d.t.shape);
-    copy(gpu(), h.t, d.t);
-    gpu().synchronize();
-    return h;
-  }
-  DeviceTensor device_empty(DType d, Shape s) {
-    DeviceTensor t;
-    t.buf = Buffer(gpu().allocator(), size_t(s.numel()) * dtype_size(d), "parity test tensor");
-    t.t = t.buf.tensor(d, s);
-    return t;
-  }
-
-  static Runtime* cpu_;
-  static Runtime* gpu_;
-};
-Runtime* Parity::cpu_ = nullptr;
-Runtime* Parity::gpu_ = nullptr;
+class Parity : public CpuGpuParity {};
 
 TEST_P(Parity, FillCastAddAccumulateScale) {
   Shape s{7, 129};
@@ -206,13 +68,13 @@ TEST_P(Parity, FillCastAddAccumulateScale) {
   accumulate(cpu(), acc32.t, a.t);
   accumulate(gpu(), gacc32.t, ga.t);
   expect_close(to_host(gacc32), acc32, tolerance(DType::f32), "accumulate into f32");
-  HostTensor accd = clone(b);
+  HostTensor accd = b;
   DeviceTensor gaccd = to_device(b);
   accumulate(cpu(), accd.t, a.t);
   accumulate(gpu(), gaccd.t, ga.t);
   expect_close(to_host(gaccd), accd, tolerance(dt()), "accumulate");
 
-  HostTensor sc = clone(a);
+  HostTensor sc = a;
   DeviceTensor gsc = to_device(a);
   scale(cpu(), sc.t, -1.75f);
   scale(gpu(), gsc.t, -1.75f);
@@ -520,7 +382,7 @@ TEST_P(Parity, LayerNormAndDeterminism) {
     HostTensor dx0 = random_host(dt(), {B, T, C}, seed++);
     HostTensor dw0 = random_host(DType::f32, {C}, seed++), db0 = random_host(DType::f32, {C}, seed++);
     DeviceTensor gdy = to_device(dy);
-    HostTensor dx = clone(dx0), dw = clone(dw0), db = clone(db0);
+    HostTensor dx = dx0, dw = dw0, db = db0;
     layernorm_backward(cpu(), dx.t, dw.t, db.t, dy.t, x.t, w.t, mean.t, rstd.t);
     HostTensor runs[2][3] = {{HostTensor(dt(), {1}), HostTensor(dt(), {1}), HostTensor(dt(), {1})},
                              {HostTensor(dt(), {1}), HostTensor(dt(), {1}), HostTensor(dt(), {1})}};
@@ -537,7 +399,7 @@ TEST_P(Parity, LayerNormAndDeterminism) {
     expect_close(runs[0][2], db, sums, "layernorm_backward db" + tag);
     for (int i = 0; i < 3; ++i) expect_bitwise(runs[0][i], runs[1][i], "layernorm_backward determinism" + tag);
     // accumulate_params = false: dw and db overwritten (they hold NaN before), dx still accumulated.
-    HostTensor dx2 = clone(dx0), dw2(DType::f32, {C}), db2(DType::f32, {C});
+    HostTensor dx2 = dx0, dw2(DType::f32, {C}), db2(DType::f32, {C});
     layernorm_backward(cpu(), dx2.t, dw2.t, db2.t, dy.t, x.t, w.t, mean.t, rstd.t, false);
     DeviceTensor gdx = to_device(dx0), gdw = device_empty(DType::f32, {C}), gdb = device_empty(DType::f32, {C});
     fill(gpu(), gdw.t, std::nanf(""));
@@ -667,7 +529,7 @@ TEST_P(Parity, EmbeddingAndDeterminism) {
 
   HostTensor dout = random_host(dt(), {B, T, C}, 93);
   HostTensor dwte0 = random_host(DType::f32, {V, C}, 94), dwpe0 = random_host(DType::f32, {T + 4, C}, 95);
-  HostTensor dwte = clone(dwte0), dwpe = clone(dwpe0);
+  HostTensor dwte = dwte0, dwpe = dwpe0;
   embedding_backward(cpu(), dwte.t, dwpe.t, dout.t, tokens.t);
   DeviceTensor gdout = to_device(dout);
   HostTensor runs[2][2] = {{HostTensor(DType::f32, {1}), HostTensor(DType::f32, {1})},
@@ -706,7 +568,7 @@ TEST_P(Parity, GradientsIn16Bit) {
     bias_backward(gpu(), g16.t, gdy.t);
     bias_backward(gpu(), g32.t, gdy.t);
     expect_bitwise(to_host(g16), rounded(to_host(g32)), "bias_backward, 16-bit db" + tag);
-    HostTensor c16 = clone(db);
+    HostTensor c16 = db;
     bias_backward(cpu(), c16.t, dy.t);
     expect_close(to_host(g16), c16, tolerance(dt()), "bias_backward, 16-bit db vs the CPU" + tag);
   }
