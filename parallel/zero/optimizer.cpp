@@ -6,6 +6,7 @@
 #include "core/cpu/cpu_ops.h"
 #include "core/error.h"
 #include "core/nvtx.h"
+#include "core/step_scalars.h"
 
 namespace trellis {
 
@@ -187,7 +188,9 @@ void ZeroOptimizer::fetch_grads(size_t first, size_t end, int slot) {
 
 void ZeroOptimizer::step_on_host(size_t first, size_t end, int slot, const AdamWHyper& h, float grad_scale) {
   NvtxRange range("adamw_on_host");
-  fetched_[slot]->wait();  // the gradient piece is in the staging buffer
+  fetched_[slot]->wait();  // the gradient piece is in the staging buffer (and the step's scalars)
+  // A skipped step (fp16 overflow) changes nothing: no update, and no parameters to send back up.
+  if (h.scalars.defined() && h.scalars.ptr<float>()[kApply] == 0.0f) return;
   for (size_t i = first; i < end; ++i) {
     const Span& r = spans_[i];
     const int64_t at = owned_at_[size_t(r.bucket)] + r.offset;

@@ -5,7 +5,9 @@ so the first steps overflow and are skipped while the scale halves (hysteresis 1
 goes on. At (tensor, pipeline, data) = (2,2,2) with ZeRO stages 2 and 3 (each rank sees only its
 pieces of the gradients) and at data = 4 with stage 1, every step must be skipped or applied
 exactly as on one rank, with the same loss scale, and the losses of the applied steps must follow
-the one-rank run (fp16 rounding of different reduction orders: relative 2e-3).
+the one-rank run (fp16 rounding of different reduction orders: relative 2e-3). With the optimizer
+offloaded (zero.offload = cpu: a skipped step neither updates on the host nor sends parameters back
+up) one rank skips the same steps and its losses are bitwise the plain run's.
 Usage: zero_loss_scaling.py TRAIN_GPT MPIEXEC CONFIG"""
 import json
 import os
@@ -46,6 +48,12 @@ def main():
             print(f"{'ok  ' if ok else 'FAIL'} tensor={tp} pipeline={pp} data={data} zero={stage}: "
                   f"{'the same' if scaling == ref_scaling else 'NOT the same'} {skipped} skipped steps and loss "
                   f"scales as one rank; max loss rel diff {dl:.2e}")
+        _, scaling, loss = run(binary, mpiexec, config, tmp, 1, "offload", "zero.offload=cpu")
+        ok = scaling == ref_scaling and loss == ref_loss
+        failed |= not ok
+        print(f"{'ok  ' if ok else 'FAIL'} one rank, zero.offload=cpu: "
+              f"{'the same' if scaling == ref_scaling else 'NOT the same'} skipped steps and loss scales, losses "
+              f"{'bitwise equal' if loss == ref_loss else 'DIFFERENT'}")
     print("FAIL" if failed else "PASS")
     sys.exit(1 if failed else 0)
 
