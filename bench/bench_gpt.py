@@ -353,7 +353,7 @@ def table(rows, rounds=False):
                  "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         dp = r.get("dp", 1)
-        ratio = f"{r['ratio']:.2f}x" if r.get("ratio") else ""
+        ratio = f"{r['ratio']:.3f}x" if r.get("ratio") else ""  # 3 places: goals like 1.15x sit close
         if r["error"]:
             cells = [r["error"]] + [""] * (6 if dp_rows else 4)
         elif not dp_rows:
@@ -368,6 +368,18 @@ def table(rows, rounds=False):
         fw = r["framework"] + (f" (round {r['round']})" if rounds else "")
         lines.append("| " + " | ".join(head + [fw] + cells) + " |")
     return "\n".join(lines)
+
+
+def round_summary(rows):
+    """With several rounds: per model, micro-batch and GPU count, the Trellis/PyTorch ratios of the
+    rounds (mean, lowest, highest)."""
+    groups = {}
+    for r in rows:
+        if r.get("ratio"):
+            groups.setdefault((r["model"], r["mb"], r.get("dp", 1)), []).append(r["ratio"])
+    return "\n".join(f"- {m} micro-batch {mb}, {dp} GPU(s): Trellis/PyTorch over {len(v)} rounds: mean "
+                     f"{statistics.mean(v):.3f}x, lowest {min(v):.3f}x, highest {max(v):.3f}x"
+                     for (m, mb, dp), v in groups.items())
 
 
 def main():
@@ -527,6 +539,8 @@ def main():
         header += (f"\n{args.rounds} rounds per model: PyTorch ran first in odd rounds, Trellis in "
                    f"even ones; scaling compares runs of the same round.\n")
     text = header + "\n" + table(rows, args.rounds > 1) + "\n"
+    if args.rounds > 1 and round_summary(rows):
+        text += "\n" + round_summary(rows) + "\n"
     print("\n" + text)
     if args.out:
         with open(args.out, "w") as f:
