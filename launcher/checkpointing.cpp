@@ -72,13 +72,26 @@ std::string model_signature(const GPTConfig& m) {
 }
 
 // The layout that decides which pieces of the optimizer state each rank holds: a checkpoint with
-// per-rank optimizer state records it and resumes only on the same one.
+// per-rank optimizer state records it and resumes only on the same one. That includes the blocks of
+// each virtual pipeline stage: two splits can give every rank as many blocks but not the same ones
+// (p = 2, v = 2: "2,1,1,2" and "1,2,2,1"), and the per-rank pieces would then load into other layers.
 struct ShardLayout {
   int64_t tensor = 1, pipeline = 1, data = 1, virtual_stages = 1, zero_stage = 0;
-  bool operator==(const ShardLayout&) const = default;
+  std::string stage_layers;  // blocks per virtual stage, e.g. "2,1,1,2"; empty: not recorded (older checkpoints)
+
+  bool operator==(const ShardLayout& o) const {
+    return tensor == o.tensor && pipeline == o.pipeline && data == o.data && virtual_stages == o.virtual_stages &&
+           zero_stage == o.zero_stage && (stage_layers.empty() || o.stage_layers.empty() || stage_layers == o.stage_layers);
+  }
 
   static ShardLayout of(const Config& cfg, const TrainingState& s) {
-    return {s.layout.tensor(), s.layout.pipeline(), s.data_size, cfg.parallel.virtual_stages, s.optimizer.stage()};
+    ShardLayout l{s.layout.tensor(), s.layout.pipeline(), s.data_size, cfg.parallel.virtual_stages,
+                  s.optimizer.stage(), ""};
+    for (const LayerRange& r : GPT::pipeline_partition(s.model.config(), int(l.pipeline * l.virtual_stages))) {
+      if (!l.stage_layers.empty()) l.stage_layers += ',';
+      l.stage_layers += std::to_string(r.second - r.first);
+    }
+    return l;
   }
   // From the meta's written_by_layout; throws CheckpointError when it lacks a field.
   static ShardLayout written_in(const JsonValue& meta) {
@@ -88,18 +101,21 @@ struct ShardLayout {
       if (!v) throw CheckpointError(std::string("meta has no written_by_layout.") + key);
       return v->as_int();
     };
-    return {field("tensor"), field("pipeline"), field("data"), field("virtual_stages"), field("zero_stage")};
+    const JsonValue* layers = l ? l->find("stage_layers") : nullptr;
+    return {field("tensor"), field("pipeline"), field("data"), field("virtual_stages"), field("zero_stage"),
+            layers ? layers->as_string() : std::string()};
   }
   JsonObject json() const {
     JsonObject o;
     o.add("tensor", tensor).add("pipeline", pipeline).add("data", data).add("virtual_stages", virtual_stages);
-    o.add("zero_stage", zero_stage).add("world", tensor * pipeline * data);
+    o.add("zero_stage", zero_stage).add("world", tensor * pipeline * data).add("stage_layers", stage_layers);
     return o;
   }
   std::string str() const {
     return "tensor " + std::to_string(tensor) + " x pipeline " + std::to_string(pipeline) +
            (virtual_stages > 1 ? " (" + std::to_string(virtual_stages) + " virtual stages)" : "") + " x data " +
-           std::to_string(data) + ", ZeRO stage " + std::to_string(zero_stage);
+           std::to_string(data) + ", ZeRO stage " + std::to_string(zero_stage) +
+           (pipeline > 1 && !stage_layers.empty() ? ", layers per virtual stage " + stage_layers : "");
   }
 };
 
