@@ -631,6 +631,7 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
   const double peak = rt.peak_flops();
   rt.allocator().reset_peak();
   int64_t last_step = start_step;
+  bool last_save_failed = false;  // the save of the run's last step failed (rank 0's result)
   // Where a step's device time goes: 0 start, 1 schedule done (forward, backward and the wait for
   // gradient reduction), 2 loss/norm reductions queued, 3 optimizer done.
   PhaseMarks marks(rt, 4);
@@ -844,8 +845,10 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
     const bool signalled = stop_requested(MPI_COMM_WORLD, rt.watchdog());
     const bool stop = signalled || step == cfg.train.stop_after;
     const bool save = checkpoints && (stop || step == cfg.train.steps || (cfg.checkpoint.every > 0 && step % cfg.checkpoint.every == 0));
-    if (save && !unwatched([&] { return save_training_checkpoint(rt, cfg, state, step, loss, step * global_batch); }) &&
-        stop)
+    const bool saved =
+        !save || unwatched([&] { return save_training_checkpoint(rt, cfg, state, step, loss, step * global_batch); });
+    if (stop || step == cfg.train.steps) last_save_failed = !saved;  // rank 0 knows; told to all below
+    if (!saved && stop)
       std::printf("warning: stopping WITHOUT a checkpoint of step %lld (the save failed, see above)\n", (long long)step);
     if (stop) {
       if (main_rank)
@@ -884,6 +887,17 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
       }
     }
   }
+  // A run whose last checkpoint could not be saved has lost its final state (but for an export):
+  // it ends with an error, not as a success.
+  int failed = last_save_failed ? 1 : 0;
+  if (launch.world > 1) {
+    Watchdog::Guard g(rt.watchdog(), "the last checkpoint's result broadcast", "the world");
+    TRELLIS_MPI_CHECK(MPI_Bcast(&failed, 1, MPI_INT, 0, MPI_COMM_WORLD));
+  }
+  if (failed)
+    throw UserError(cfg.path + ": checkpoint.dir = " + cfg.checkpoint.dir + ": the checkpoint of step " +
+                    std::to_string(last_step) + ", this run's last, was not saved (the warning above says why)" +
+                    (opts.export_weights_dir.empty() ? "" : "; the weights were exported to " + opts.export_weights_dir));
 }
 
 void dump_gradients(const Config& cfg, const LaunchInfo& launch, const std::string& dir) {

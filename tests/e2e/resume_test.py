@@ -2,7 +2,8 @@
 """Checkpoint and resume, end to end on the CPU: 2N steps in one run and N + resume + N give
 bitwise-identical losses (dropout on; f32, and bf16 with its split master weights); resume = "auto" skips a corrupt newest checkpoint; the
 resumed run logs only the steps after its checkpoint; a checkpoint.dir that cannot be created fails
-before training, a save that fails later gives a warning while training goes on; no run overwrites
+before training, a save that fails later gives a warning while training goes on (the last step's
+ends the run with an error); no run overwrites
 another run's newer checkpoints; checkpoint.resume may name a checkpoint.dir; the metrics file of a
 resumed run reads as one run, an earlier run's is moved aside, and a file that is not a metrics
 file is never replaced; checkpoint.keep_best keeps the best validation state. Usage: resume_test.py TRAIN_GPT CONFIG"""
@@ -99,6 +100,14 @@ def main():
                              "train.steps=30", "checkpoint.every=10")
         check("checkpoint of step 20 NOT saved" in out4 and len(fourth) == 30
               and os.path.isdir(os.path.join(ck4, "step_00000030")), "a failing save warns and training goes on")
+        # The last step's save fails: the run trains to the end, then exits 1 with one error line.
+        ck5 = os.path.join(tmp, "ck5")
+        os.makedirs(ck5)
+        open(os.path.join(ck5, "step_00000030"), "w").close()
+        code, err = fails(binary, config, "checkpoint.dir=" + ck5, "checkpoint.every=10")
+        check(code == 1 and len(err) == 1 and "the checkpoint of step 30, this run's last, was not saved" in err[0]
+              and os.path.isdir(os.path.join(ck5, "step_00000020")),
+              "a failing save of the last step ends the run with exit 1 and one error line")
 
         # Another run's checkpoints are never overwritten: a fresh run (resume = none) or one
         # resumed from an older step into a checkpoint.dir that holds newer ones fails in one line;
