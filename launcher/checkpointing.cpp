@@ -329,6 +329,12 @@ std::optional<std::string> choose_resume(const Config& cfg, MPI_Comm world) {
         if (checkpoints) {
           if (auto latest = latest_valid_checkpoint(cfg.checkpoint.dir, &why)) chosen = *latest;
           if (!why.empty()) std::printf("checkpoint: skipped invalid checkpoints:\n%s\n", why.c_str());
+          // Step checkpoints and none readable (damaged, or a read error that may pass): a fresh
+          // run would save over them and prune them, so it is not started.
+          if (chosen.empty() && !why.empty())
+            throw CheckpointError("checkpoint.dir = " + cfg.checkpoint.dir +
+                                  " holds step checkpoints but none can be read (" + why.substr(0, why.find('\n')) +
+                                  "); a fresh run would replace them: move them away, or set another checkpoint.dir");
         }
       } else if (r != "none") {
         chosen = resolve_resume_path(cfg, r);

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Checkpoint and resume, end to end on the CPU: 2N steps in one run and N + resume + N give
-bitwise-identical losses (dropout on; f32, and bf16 with its split master weights); resume = "auto" skips a corrupt newest checkpoint; the
+bitwise-identical losses (dropout on; f32, and bf16 with its split master weights); resume = "auto" skips a corrupt newest checkpoint, and refuses to start afresh when none can be read; the
 resumed run logs only the steps after its checkpoint; a checkpoint.dir that cannot be created fails
 before training, a save that fails later gives a warning while training goes on (the last step's
 ends the run with an error); no run overwrites
@@ -108,6 +108,16 @@ def main():
         check(code == 1 and len(err) == 1 and "the checkpoint of step 30, this run's last, was not saved" in err[0]
               and os.path.isdir(os.path.join(ck5, "step_00000020")),
               "a failing save of the last step ends the run with exit 1 and one error line")
+        # Every step checkpoint damaged: resume = auto does not start afresh over them.
+        ck6 = os.path.join(tmp, "ck6")
+        train(binary, config, os.path.join(tmp, "ck6.jsonl"), "checkpoint.dir=" + ck6, "train.steps=10",
+              "checkpoint.every=5")
+        for d in ("step_00000005", "step_00000010"):
+            damage(os.path.join(ck6, d))
+        code, err = fails(binary, config, "checkpoint.dir=" + ck6)
+        check(code == 1 and len(err) == 1 and "holds step checkpoints but none can be read" in err[0]
+              and sorted(os.listdir(ck6)) == ["step_00000005", "step_00000010"],
+              "resume = auto refuses to start afresh over step checkpoints none of which can be read")
 
         # Another run's checkpoints are never overwritten: a fresh run (resume = none) or one
         # resumed from an older step into a checkpoint.dir that holds newer ones fails in one line;
