@@ -1,6 +1,8 @@
 // Saving and restoring the training state through core/checkpoint.
 #include "launcher/checkpointing.h"
 
+#include <fcntl.h>
+#include <sys/file.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -302,6 +304,28 @@ void check_writable_dir(const std::string& what, const std::string& dir) {
   fs::remove(probe, ec);
 }
 
+// Rank 0 holds an exclusive lock on checkpoint.dir until the process exits: a second run in the
+// same directory would save over this one's steps and prune them. Where the filesystem has no
+// locks (some network filesystems) the run goes on with a warning.
+namespace {
+void lock_checkpoint_dir(const std::string& what, const std::string& dir) {
+  static int held = -1;  // the directory's descriptor, open for the rest of the process
+  if (held >= 0) return;
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return;  // check_writable_dir has said what is wrong with it
+  if (::flock(fd, LOCK_EX | LOCK_NB) == 0) {
+    held = fd;
+    return;
+  }
+  const int err = errno;
+  ::close(fd);
+  if (err == EWOULDBLOCK)
+    throw UserError(what + ": another run is using it (it holds the directory's lock); two runs in one "
+                           "checkpoint.dir would overwrite and prune each other's checkpoints");
+  std::printf("warning: %s: cannot lock it (%s); make sure no other run uses it\n", what.c_str(), std::strerror(err));
+}
+}  // namespace
+
 void check_checkpoint_dir_shared(const Config& cfg) {
   const std::string& dir = cfg.checkpoint.dir;
   std::error_code ec;
@@ -321,7 +345,10 @@ std::optional<std::string> choose_resume(const Config& cfg, MPI_Comm world) {
     try {
       const bool checkpoints = !cfg.checkpoint.dir.empty();
       // A path that cannot hold checkpoints is found now, not at the first save.
-      if (checkpoints) check_writable_dir(cfg.path + ": checkpoint.dir = " + cfg.checkpoint.dir, cfg.checkpoint.dir);
+      if (checkpoints) {
+        check_writable_dir(cfg.path + ": checkpoint.dir = " + cfg.checkpoint.dir, cfg.checkpoint.dir);
+        lock_checkpoint_dir(cfg.path + ": checkpoint.dir = " + cfg.checkpoint.dir, cfg.checkpoint.dir);
+      }
       // checkpoint.resume = checkpoint.dir itself is auto: it continues that directory.
       const bool auto_resume = r == "auto" || (checkpoints && same_directory(r, cfg.checkpoint.dir));
       if (auto_resume) {

@@ -4,7 +4,7 @@ bitwise-identical losses (dropout on; f32, and bf16 with its split master weight
 resumed run logs only the steps after its checkpoint; a checkpoint.dir that cannot be created fails
 before training, a save that fails later gives a warning while training goes on (the last step's
 ends the run with an error); no run overwrites
-another run's newer checkpoints; checkpoint.resume may name a checkpoint.dir; the metrics file of a
+another run's newer checkpoints, nor uses a checkpoint.dir another run is using; checkpoint.resume may name a checkpoint.dir; the metrics file of a
 resumed run reads as one run, an earlier run's is moved aside, and a file that is not a metrics
 file is never replaced; checkpoint.keep_best keeps the best validation state. Usage: resume_test.py TRAIN_GPT CONFIG"""
 import json
@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 
 
 def train(binary, config, metrics, *sets):
@@ -108,6 +109,21 @@ def main():
         check(code == 1 and len(err) == 1 and "the checkpoint of step 30, this run's last, was not saved" in err[0]
               and os.path.isdir(os.path.join(ck5, "step_00000020")),
               "a failing save of the last step ends the run with exit 1 and one error line")
+        # Two runs in one checkpoint.dir: the second is refused while the first holds the directory.
+        ck7, m7 = os.path.join(tmp, "ck7"), os.path.join(tmp, "ck7.jsonl")
+        first_run = subprocess.Popen([binary, config, "--set", "train.device=cpu", "--set", "train.steps=1000000",
+                                      "--set", "checkpoint.dir=" + ck7, "--set", "log.metrics_file=" + m7],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            deadline = time.time() + 60
+            while time.time() < deadline and not (os.path.exists(m7) and '"step"' in open(m7).read()):
+                time.sleep(0.2)
+            code, err = fails(binary, config, "checkpoint.dir=" + ck7)
+        finally:
+            first_run.kill()
+            first_run.wait()
+        check(code == 1 and len(err) == 1 and "another run is using it" in err[0],
+              "a second run in a checkpoint.dir another run is using is refused in one line")
         # Every step checkpoint damaged: resume = auto does not start afresh over them.
         ck6 = os.path.join(tmp, "ck6")
         train(binary, config, os.path.join(tmp, "ck6.jsonl"), "checkpoint.dir=" + ck6, "train.steps=10",
