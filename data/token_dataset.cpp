@@ -78,7 +78,7 @@ TokenDataset::TokenDataset(const std::string& path, const DatasetOptions& option
     stored = read_vocabulary_size(vpath);
     if (opt_.model_vocab > 0 && stored > opt_.model_vocab)
       throw UserError(vpath + ": the data's vocabulary has " + std::to_string(stored) +
-                      " tokens but the model's vocab_size is " + std::to_string(opt_.model_vocab) +
+                      " tokens but model.vocab_size = " + std::to_string(opt_.model_vocab) +
                       " (set model.vocab_size >= " + std::to_string(stored) + ")");
   }
   int64_t limit = stored;
@@ -90,7 +90,7 @@ TokenDataset::TokenDataset(const std::string& path, const DatasetOptions& option
     if (stored > 0 && scan.bad_id >= stored)
       throw UserError(where + " is outside the vocabulary of " + std::to_string(stored) + " in " + vpath +
                       ": corrupt data, or a vocabulary file that does not belong to it");
-    throw UserError(where + " is >= the model's vocab_size " + std::to_string(opt_.model_vocab) +
+    throw UserError(where + " is >= model.vocab_size = " + std::to_string(opt_.model_vocab) +
                     " (the data needs a vocabulary of at least " + std::to_string(scan.max_id + 1) + ")");
   }
   vocab_size_ = stored > 0 ? stored : scan.max_id + 1;
@@ -98,8 +98,11 @@ TokenDataset::TokenDataset(const std::string& path, const DatasetOptions& option
   train_tokens_ = int64_t(double(view_.count) * (1.0 - opt_.val_fraction));
   const auto too_small = [&](Split s, const char* name) {
     return UserError(data_path_ + ": the " + name + " split has " + std::to_string(split_tokens(s)) +
-                     " tokens, fewer than one sample of seq_len + 1 = " + std::to_string(opt_.seq_len + 1) +
-                     " (of " + std::to_string(view_.count) + " tokens in all)");
+                     " tokens, fewer than one sample of model.seq_len + 1 = " + std::to_string(opt_.seq_len + 1) +
+                     " (of " + std::to_string(view_.count) + " tokens in all, data.val_fraction = " +
+                     std::to_string(opt_.val_fraction) + " of them for validation; allowed: a split of at least one "
+                     "sample: more data, a shorter model.seq_len, another data.val_fraction" +
+                     (s == Split::val ? std::string(", or log.val_every = 0") : std::string()) + ")");
   };
   if (windows(Split::train) == 0) throw too_small(Split::train, "train");
   if (opt_.need_val && opt_.val_fraction > 0 && windows(Split::val) == 0) throw too_small(Split::val, "validation");

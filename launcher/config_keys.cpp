@@ -5,6 +5,7 @@
 #include <charconv>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 
 #include "core/error.h"
 
@@ -32,7 +33,7 @@ const Section kSections[] = {
 const std::vector<KeySpec> kKeys = {
   {"model", "vocab_size", T::Int, TRELLIS_FIELD(model, vocab_size), "Vocabulary size (padded to a multiple of 128 internally).", {}, 1},
   {"model", "seq_len", T::Int, TRELLIS_FIELD(model, seq_len), "Context length in tokens (learned positions).", {}, 1},
-  {"model", "n_layers", T::Int, TRELLIS_FIELD(model, n_layers), "Number of transformer blocks.", {}, 1},
+  {"model", "n_layers", T::Int, TRELLIS_FIELD(model, n_layers), "Number of transformer blocks.", {}, 1, false, 4096},
   {"model", "n_heads", T::Int, TRELLIS_FIELD(model, n_heads), "Attention heads per block; must divide d_model.", {}, 1},
   {"model", "d_model", T::Int, TRELLIS_FIELD(model, d_model), "Hidden size.", {}, 1},
   {"model", "dropout", T::Float, TRELLIS_FIELD(model, dropout), "Dropout probability of the embeddings, of each residual branch and (unless model.attention_dropout says otherwise) of the attention probabilities, as in nanoGPT and GPT-2.", {}, 0, false, 1, true},
@@ -153,17 +154,25 @@ const char* type_name(KeyType t) {
   return "?";
 }
 
+// An integer key's largest value: its own, else 2^31 - 1 (counts and sizes are used as int in
+// places; larger values would wrap). The seed takes any 64-bit value.
+static double max_of(const KeySpec& k) {
+  if (k.type != KeyType::Int || k.max != kInf || std::string_view(k.name) == "seed") return k.max;
+  return double(std::numeric_limits<int32_t>::max());
+}
+
 std::string allowed_text(const KeySpec& k) {
   if (!k.choices.empty()) return join(k.choices);
   if (k.type == KeyType::Bool) return "true, false";
-  const bool has_min = k.min != -kInf, has_max = k.max != kInf;
+  const double max = max_of(k);
+  const bool has_min = k.min != -kInf, has_max = max != kInf;
   if (has_min && has_max) {
-    if (k.type == KeyType::Int) return number_text(k.min) + " to " + number_text(k.max);
+    if (k.type == KeyType::Int) return number_text(k.min) + " to " + number_text(max);
     return std::string("in ") + (k.min_exclusive ? "(" : "[") + number_text(k.min) + ", " +
-           number_text(k.max) + (k.max_exclusive ? ")" : "]");
+           number_text(max) + (k.max_exclusive ? ")" : "]");
   }
   if (has_min) return std::string(k.min_exclusive ? "> " : ">= ") + number_text(k.min);
-  if (has_max) return std::string(k.max_exclusive ? "< " : "<= ") + number_text(k.max);
+  if (has_max) return std::string(k.max_exclusive ? "< " : "<= ") + number_text(max);
   return "";
 }
 
@@ -220,9 +229,17 @@ void check_allowed(const KeySpec& k, const Config& c, const std::string& where) 
     }
   } else if (k.type == KeyType::Int || k.type == KeyType::Float) {
     const double v = k.type == KeyType::Int ? static_cast<double>(k.int_ref(m)) : k.float_ref(m);
+    const double max = max_of(k);
     ok = std::isfinite(v) || (k.type == KeyType::Int);
     ok = ok && (k.min_exclusive ? v > k.min : v >= k.min);
-    ok = ok && (k.max_exclusive ? v < k.max : v <= k.max);
+    ok = ok && (k.max_exclusive ? v < max : v <= max);
+    // Floats are used as f32: one that overflows to inf or flushes to 0 there would silently be
+    // another value (optimizer.eps = 1e-300 is 0).
+    if (ok && k.type == KeyType::Float && v != 0.0 &&
+        (std::fabs(v) > std::numeric_limits<float>::max() || std::fabs(v) < std::numeric_limits<float>::min()))
+      throw UserError(where + ": " + k.full_name() + " = " + toml_value(k, c) + " is not allowed: it is used as an "
+                      "f32, where it would be " + (std::fabs(v) > 1.0 ? "infinite" : "0") + " (allowed: " + allowed_text(k) +
+                      ", a magnitude from 1.2e-38 to 3.4e+38)");
   }
   if (!ok)
     throw UserError(where + ": " + k.full_name() + " = " + toml_value(k, c) +

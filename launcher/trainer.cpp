@@ -204,7 +204,11 @@ std::unique_ptr<SampleSource> open_samples(const Config& cfg, const GPTConfig& m
   o.val_fraction = cfg.data.val_fraction;
   o.need_val = cfg.log.val_every > 0;
   o.model_vocab = mc.vocab_size;
-  return open_dataset(cfg.data.path, o);
+  try {
+    return open_dataset(cfg.data.path, o);
+  } catch (const UserError& e) {  // the data layer names its files; the config and key come first
+    throw UserError(cfg.path + ": data.path = " + cfg.data.path + ": " + e.what());
+  }
 }
 
 // Opens the metrics file on rank 0; every rank learns whether that worked before going on, so a

@@ -91,7 +91,14 @@ check path_without_file_source "data.path = \"x.tok\" is set, but data.source = 
 check attention_dropout "model.attention_dropout = -0.5 (allowed: -1 = model.dropout, or [0, 1))" -- \
   "$train_gpt" "$tmp/good.toml" --set model.attention_dropout=-0.5
 check absurd_batch "train.micro_batch x model.seq_len x" "beyond what a tensor can index" -- \
+  "$train_gpt" "$tmp/good.toml" --set train.micro_batch=2147483647 --set model.seq_len=2147483647
+# Integers past 2^31 - 1 would wrap where they are used as int; floats are used as f32.
+check int_past_int32 "train.micro_batch = 9223372036854775807 is not allowed (allowed: 1 to 2147483647)" -- \
   "$train_gpt" "$tmp/good.toml" --set train.micro_batch=9223372036854775807
+check n_layers_cap "model.n_layers = 100000000 is not allowed (allowed: 1 to 4096)" -- \
+  "$train_gpt" "$tmp/good.toml" --set model.n_layers=100000000
+check eps_as_f32 "optimizer.eps = 1e-300 is not allowed: it is used as an f32, where it would be 0" -- \
+  "$train_gpt" "$tmp/good.toml" --set optimizer.eps=1e-300
 # ~200 TB of model state: more than any machine has, refused before anything is allocated.
 huge=(--set model.n_layers=1000 --set model.d_model=32768)
 check too_big_for_memory "good.toml: the run needs at least" "per rank (model state" "lower train.micro_batch" -- \

@@ -121,7 +121,8 @@ def main():
             manifest = json.load(open(os.path.join(step3, "manifest.json")))
             names = {b["name"] for b in manifest["blobs"]}
             per_rank = {f"rank{r:05d}/{t}.bin" for r in range(4) for t in ("adam_m", "adam_v")}
-            layout = {"tensor": 2, "pipeline": 1, "data": 2, "virtual_stages": 1, "zero_stage": stage, "world": 4}
+            layout = {"tensor": 2, "pipeline": 1, "data": 2, "virtual_stages": 1, "zero_stage": stage, "world": 4,
+                      "stage_layers": "2"}  # the tiny config's 2 blocks, one stage
             saved_ok = (names == per_rank | {"params"} and all(os.path.isfile(os.path.join(step3, n)) for n in per_rank)
                         and manifest["meta"]["optimizer_state"] == "per_rank"
                         and manifest["meta"]["written_by_layout"] == layout)

@@ -137,14 +137,22 @@ TEST_F(ConfigTest, ValuesOutsideTheAllowedSet) {
   EXPECT_HAS(error_of("[train]\ncheckpointing = \"some\"\n"), "(allowed: none, full, selective, elementwise)");
   EXPECT_HAS(error_of("[parallel]\nschedule = \"zb\"\n"), "(allowed: gpipe, 1f1b, interleaved)");
   EXPECT_HAS(error_of("[data]\nsource = \"web\"\n"), "(allowed: synthetic, random, file)");
-  EXPECT_HAS(error_of("[model]\nd_model = 0\n"), "tiny.toml: model.d_model = 0 is not allowed (allowed: >= 1)");
+  EXPECT_HAS(error_of("[model]\nd_model = 0\n"), "tiny.toml: model.d_model = 0 is not allowed (allowed: 1 to 2147483647)");
   EXPECT_HAS(error_of("[model]\ndropout = 1.0\n"), "model.dropout = 1.0 is not allowed (allowed: in [0, 1))");
   EXPECT_HAS(error_of("[optimizer]\nbeta2 = 1\n"), "optimizer.beta2 = 1.0 is not allowed (allowed: in [0, 1))");
   EXPECT_HAS(error_of("[optimizer]\nmin_lr = -1e-5\n"), "optimizer.min_lr = -0.00001 is not allowed (allowed: >= 0)");
   EXPECT_HAS(error_of("[train]\ngrad_clip = -1.0\n"), "train.grad_clip = -1.0 is not allowed (allowed: >= 0)");
-  EXPECT_HAS(error_of("[log]\nevery = 0\n"), "log.every = 0 is not allowed (allowed: >= 1)");
+  EXPECT_HAS(error_of("[log]\nevery = 0\n"), "log.every = 0 is not allowed (allowed: 1 to 2147483647)");
   EXPECT_HAS(error_of("[zero]\nstage = 4\n"), "zero.stage = 4 is not allowed (allowed: 0 to 3)");
   EXPECT_HAS(error_of("[optimizer]\neps = nan\n"), "optimizer.eps = nan is not allowed");
+  // Integers wrap past 2^31 - 1 where they are used as int; floats are used as f32.
+  EXPECT_HAS(error_of("[train]\nmicro_batch = 4294967298\n"),
+             "train.micro_batch = 4294967298 is not allowed (allowed: 1 to 2147483647)");
+  EXPECT_HAS(error_of("[model]\nn_layers = 5000\n"), "model.n_layers = 5000 is not allowed (allowed: 1 to 4096)");
+  EXPECT_HAS(error_of("[optimizer]\neps = 1e-300\n"), "optimizer.eps = 1e-300 is not allowed: it is used as an f32, "
+                                                       "where it would be 0");
+  EXPECT_HAS(error_of("[fp16]\nmin_scale = 1e300\n"), "fp16.min_scale = 1e+300 is not allowed: it is used as an f32, "
+                                                        "where it would be infinite");
 }
 
 TEST_F(ConfigTest, RelationsBetweenKeys) {
@@ -307,13 +315,13 @@ TEST_F(ConfigTest, StageLayers) {
 TEST_F(ConfigTest, ToTomlRoundTrips) {
   const Config c = load_config(
       write("[model]\nd_model = 96\nn_heads = 3\ndropout = 0.1\n[optimizer]\nlr = 0.00030000000000000003\n"
-            "min_lr = 1e-300\n[log]\nmetrics_file = \"q\\\"uote\\\\ \\t.jsonl\"\n"),
+            "min_lr = 1e-30\n[log]\nmetrics_file = \"q\\\"uote\\\\ \\t.jsonl\"\n"),
       {"train.deterministic=true", "fp16.min_scale=1"});
   const std::string text = config_to_toml(c);
   const Config back = load_config(write(text, "resolved.toml"), {});
   EXPECT_EQ(config_to_toml(back), text);
   EXPECT_EQ(back.optimizer.lr, c.optimizer.lr);  // bitwise
-  EXPECT_EQ(back.optimizer.min_lr, 1e-300);
+  EXPECT_EQ(back.optimizer.min_lr, 1e-30);
   EXPECT_EQ(back.log.metrics_file, "q\"uote\\ \t.jsonl");
   EXPECT_HAS(text, "[model]\nvocab_size = 50257\n");
   EXPECT_HAS(text, "min_scale = 1.0\n");
@@ -329,7 +337,7 @@ TEST(ConfigDoc, DocsConfigMdIsUpToDate) {
   EXPECT_TRUE(s.str() == generated)
       << path << " is stale; regenerate it with: build/train_gpt --config-doc > docs/config.md "
       << "(or TRELLIS_REGENERATE_DOCS=1 build/config_test --gtest_filter=ConfigDoc.*)";
-  EXPECT_HAS(generated, "| `n_heads` | integer | `12` | >= 1 |");
+  EXPECT_HAS(generated, "| `n_heads` | integer | `12` | 1 to 2147483647 |");
 }
 
 TEST(Cli, ParsesOptions) {

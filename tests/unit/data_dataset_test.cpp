@@ -172,13 +172,13 @@ TEST(DataDataset, VocabularyLargerThanTheModelIsRejected) {
   EXPECT_EQ(ok.vocab_size(), 256);
   EXPECT_EQ(ok.vocabulary_file(), dir / "m.vocab.json");
   const std::string e = error_of([&] { TokenDataset d(dir / "m", options(8, 1, 100)); });
-  EXPECT_NE(e.find("m.vocab.json: the data's vocabulary has 256 tokens but the model's vocab_size is 100"),
+  EXPECT_NE(e.find("m.vocab.json: the data's vocabulary has 256 tokens but model.vocab_size = 100"),
             std::string::npos) << e;
 
   // Without a vocabulary file the scan finds the first token the model cannot embed.
   fs::remove(dir / "m.vocab.json");
   const std::string s = error_of([&] { TokenDataset d(dir / "m", options(8, 1, 100)); });
-  EXPECT_NE(s.find("m.bin: token 100 (id 100) is >= the model's vocab_size 100"), std::string::npos) << s;
+  EXPECT_NE(s.find("m.bin: token 100 (id 100) is >= model.vocab_size = 100"), std::string::npos) << s;
 
   // A vocabulary file that does not match the data: ids beyond it are corruption.
   save_vocabulary(*make_char_tokenizer({"abc"}), dir / "m.vocab.json");
