@@ -92,11 +92,11 @@ void write_model_json(const GPTConfig& mc, const std::vector<ParameterSpec>& spe
 
 }  // namespace
 
-void check_export_dir_free(const std::string& dir) {
-  check_writable_dir("--export-weights " + dir, dir);
-  for (const char* name : {"model.json", "params.f32"})
+void check_export_dir_free(const std::string& option, const std::string& dir) {
+  check_writable_dir(option + " " + dir, dir);
+  for (const char* name : {"model.json", "params.f32", "grads.f32"})
     if (std::filesystem::exists(std::filesystem::path(dir) / name))
-      throw UserError("--export-weights " + dir + ": already holds an export (" + name +
+      throw UserError(option + " " + dir + ": already holds an export (" + name +
                       "); give another directory, or remove that one to replace it");
 }
 

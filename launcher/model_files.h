@@ -11,9 +11,9 @@
 
 namespace trellis {
 
-// For --export-weights, before training: the directory can be written and holds no export yet (an
-// export is never replaced silently). Throws UserError naming the directory.
-void check_export_dir_free(const std::string& dir);
+// For --export-weights or --dump-grads (`option`), before training: the directory can be written
+// and holds no export yet (an export is never replaced silently). Throws UserError naming it.
+void check_export_dir_free(const std::string& option, const std::string& dir);
 // Writes model.json (with `extra` merged in at the top level) and params.f32. Throws UserError
 // naming the path if it cannot write.
 void write_model_files(Runtime& rt, GPT& model, const std::string& dir, const JsonObject& extra);

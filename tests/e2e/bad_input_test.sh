@@ -118,6 +118,8 @@ check nvme_dir_under_file "zero.offload_dir = $tmp/a_file/nv: cannot create it a
 "$train_gpt" "$tmp/good.toml" --export-weights "$tmp/export" >/dev/null 2>&1 </dev/null
 check export_dir_holds_export "--export-weights $tmp/export: already holds an export (model.json)" -- \
   "$train_gpt" "$tmp/good.toml" --export-weights "$tmp/export"
+check dump_dir_holds_export "--dump-grads $tmp/export: already holds an export (model.json)" -- \
+  "$train_gpt" "$tmp/good.toml" --dump-grads "$tmp/export"
 check export_dir_under_file "--export-weights $tmp/a_file/w: cannot create it as a directory" -- \
   "$train_gpt" "$tmp/good.toml" --export-weights "$tmp/a_file/w"
 
