@@ -172,8 +172,13 @@ MetricsFile::~MetricsFile() {
 void MetricsFile::write(const JsonObject& obj) {
   if (file_ == nullptr) return;
   const std::string line = obj.str() + "\n";
-  std::fwrite(line.data(), 1, line.size(), file_);
-  std::fflush(file_);
+  const bool ok = std::fwrite(line.data(), 1, line.size(), file_) == line.size() && std::fflush(file_) == 0;
+  // Training goes on (the console has the same numbers), but the user hears of it once.
+  if (!ok && !write_failed_) {
+    write_failed_ = true;
+    std::printf("warning: log.metrics_file = %s: cannot write (%s); its records stop here, training goes on\n",
+                path_.c_str(), std::strerror(errno));
+  }
 }
 
 }  // namespace trellis

@@ -63,6 +63,7 @@ class MetricsFile {
  private:
   std::string path_;
   std::FILE* file_ = nullptr;
+  bool write_failed_ = false;  // warned once
 };
 
 }  // namespace trellis
