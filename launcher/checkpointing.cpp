@@ -552,8 +552,8 @@ bool save_training_checkpoint(Runtime& rt, const Config& cfg, TrainingState s, i
     std::fflush(stdout);
     return true;
   } catch (const CheckpointError& e) {
-    std::printf("warning: checkpoint of step %lld NOT saved: %s; training goes on, the previous checkpoint is intact\n",
-                (long long)step, e.what());
+    std::printf("warning: checkpoint of step %lld NOT saved: %s; the previous checkpoint is intact\n", (long long)step,
+                e.what());
     std::fflush(stdout);
     return false;
   }

@@ -854,6 +854,8 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
     if (stop || step == cfg.train.steps) last_save_failed = !saved;  // rank 0 knows; told to all below
     if (!saved && stop)
       std::printf("warning: stopping WITHOUT a checkpoint of step %lld (the save failed, see above)\n", (long long)step);
+    else if (!saved && step != cfg.train.steps)
+      std::printf("training goes on; the next checkpoint step saves again\n");
     if (stop) {
       if (main_rank)
         std::printf("stopping after step %lld: %s\n", (long long)step,
