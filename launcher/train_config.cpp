@@ -118,6 +118,12 @@ void apply_table(const toml::table& root, Config& c, const std::string& path) {
   }
 }
 
+// " (allowed: ...)" for a key whose values are limited, else nothing.
+static std::string allowed_suffix(const KeySpec& k) {
+  const std::string allowed = config_keys::allowed_text(k);
+  return allowed.empty() ? "" : " (allowed: " + allowed + ")";
+}
+
 // Applies one "section.key=value" override, converting the text by the key's type.
 void apply_override(const std::string& item, Config& c) {
   const std::string where = "--set " + item;
@@ -141,7 +147,8 @@ void apply_override(const std::string& item, Config& c) {
       int64_t v = 0;
       auto r = std::from_chars(first, last, v);
       if (value.empty() || r.ec != std::errc() || r.ptr != last)
-        throw UserError(where + ": not an integer");
+        throw UserError(where + ": " + k->full_name() + " must be an integer" +
+                        (r.ec == std::errc::result_out_of_range ? " of 64 bits" : "") + allowed_suffix(*k));
       k->int_ref(c) = v;
       break;
     }
@@ -150,7 +157,7 @@ void apply_override(const std::string& item, Config& c) {
       char* end = nullptr;
       const double v = std::strtod(value.c_str(), &end);
       if (value.empty() || end != value.c_str() + value.size() || errno == ERANGE || !std::isfinite(v))
-        throw UserError(where + ": not a number");
+        throw UserError(where + ": " + k->full_name() + " must be a finite number" + allowed_suffix(*k));
       k->float_ref(c) = v;
       break;
     }

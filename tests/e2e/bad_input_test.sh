@@ -82,7 +82,7 @@ check wrong_type "wrong_type.toml" "model.n_layers must be an integer" -- "$trai
 check heads_divide "heads.toml" "model.n_heads = 5 does not divide model.d_model = 32" -- "$train_gpt" "$tmp/heads.toml"
 check global_batch "batch.toml" "train.global_batch = 6 is not a multiple of train.micro_batch (4)" -- "$train_gpt" "$tmp/batch.toml"
 check zero_reduce_dtype "zero.toml" "zero.reduce_dtype = bf16" "f32 only" -- "$train_gpt" "$tmp/zero.toml"
-check bad_set "--set train.steps=abc" "not an integer" -- "$train_gpt" "$tmp/good.toml" --set train.steps=abc
+check bad_set "--set train.steps=abc" "train.steps must be an integer (allowed: 1 to 2147483647)" -- "$train_gpt" "$tmp/good.toml" --set train.steps=abc
 check bad_option "unknown option --bogus" -- "$train_gpt" "$tmp/good.toml" --bogus
 check set_value_named "train.global_batch = 6 is not a multiple" "(from --set train.global_batch=6)" -- \
   "$train_gpt" "$tmp/good.toml" --set train.global_batch=6

@@ -177,9 +177,13 @@ TEST_F(ConfigTest, SetConvertsByType) {
 }
 
 TEST_F(ConfigTest, BadSet) {
-  EXPECT_HAS(error_of("", {"train.steps=abc"}), "--set train.steps=abc: not an integer");
-  EXPECT_HAS(error_of("", {"train.steps=1.5"}), "--set train.steps=1.5: not an integer");
-  EXPECT_HAS(error_of("", {"optimizer.lr=fast"}), "--set optimizer.lr=fast: not a number");
+  EXPECT_HAS(error_of("", {"train.steps=abc"}),
+             "--set train.steps=abc: train.steps must be an integer (allowed: 1 to 2147483647)");
+  EXPECT_HAS(error_of("", {"train.steps=1.5"}), "--set train.steps=1.5: train.steps must be an integer");
+  EXPECT_HAS(error_of("", {"model.vocab_size=99999999999999999999"}),
+             "model.vocab_size must be an integer of 64 bits (allowed: 1 to 2147483647)");
+  EXPECT_HAS(error_of("", {"optimizer.lr=inf"}), "--set optimizer.lr=inf: optimizer.lr must be a finite number (allowed: >= 0)");
+  EXPECT_HAS(error_of("", {"optimizer.lr=fast"}), "--set optimizer.lr=fast: optimizer.lr must be a finite number");
   EXPECT_HAS(error_of("", {"train.deterministic=1"}), "--set train.deterministic=1: not a boolean");
   EXPECT_HAS(error_of("", {"train.steps"}), "--set train.steps: expected section.key=value");
   EXPECT_HAS(error_of("", {"steps=3"}), "--set steps=3: expected section.key=value");
