@@ -1,9 +1,11 @@
 // prepare_data: tokenizes text files into a dataset the trainer reads, plus its vocabulary.
 //   prepare_data --input a.txt [--input b.txt] --output PREFIX --tokenizer byte|char|gpt2
 //                [--vocab vocab.json --merges merges.txt] [--format megatron|llmc]
-//                [--documents-split file|lines]
+//                [--documents-split file|lines] [--force]
 // writes PREFIX.bin + PREFIX.idx (megatron, the default) or PREFIX.tok (llmc), and
-// PREFIX.vocab.json. Bad input prints one line "error: ..." and exits 1.
+// PREFIX.vocab.json. Existing outputs of PREFIX are replaced only with --force (which removes all
+// four, so no stale file of the other format is left beside the new data). Bad input prints one
+// line "error: ..." and exits 1.
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -24,12 +26,14 @@ namespace {
 struct Args {
   std::vector<std::string> inputs;
   std::string output, tokenizer, vocab, merges, format = "megatron", split = "file";
+  bool force = false;  // replace PREFIX's existing outputs
 };
 
 const char* kUsage =
     "usage: prepare_data --input FILE [--input FILE ...] --output PREFIX --tokenizer byte|char|gpt2\n"
     "                    [--vocab vocab.json --merges merges.txt] [--format megatron|llmc]\n"
-    "                    [--documents-split file|lines]\n";
+    "                    [--documents-split file|lines] [--force]\n"
+    "--force replaces existing outputs of PREFIX (without it, prepare_data refuses to).\n";
 
 Args parse(int argc, char** argv) {
   Args a;
@@ -38,6 +42,10 @@ Args parse(int argc, char** argv) {
     if (flag == "--help" || flag == "-h") {
       std::fputs(kUsage, stdout);
       std::exit(0);
+    }
+    if (flag == "--force") {
+      a.force = true;
+      continue;
     }
     if (i + 1 >= argc) throw UserError(flag + " needs a value (see --help)");
     const std::string value = argv[++i];
@@ -100,6 +108,17 @@ int run(int argc, char** argv) {
     }
   // Where the outputs go, before the inputs are read and tokenized.
   if (a.output.back() == '/') throw UserError("--output " + a.output + ": a prefix, not a directory (e.g. data/corpus)");
+  // Existing outputs: never replaced silently (a run may be reading them, or they are someone's
+  // data); with --force all of PREFIX's are removed, so a reader cannot pick a stale one.
+  for (const std::string& out : outputs) {
+    std::error_code ec;
+    if (!std::filesystem::exists(out, ec)) continue;
+    if (!a.force)
+      throw UserError("--output " + a.output + ": " + out +
+                      " already exists (give another prefix, or --force to replace this prefix's outputs)");
+    if (!std::filesystem::remove(out, ec) || ec)
+      throw UserError("--output " + a.output + ": cannot remove " + out + ": " + (ec ? ec.message() : "?"));
+  }
   if (const auto parent = std::filesystem::path(a.output).parent_path(); !parent.empty()) {
     std::error_code ec;
     std::filesystem::create_directories(parent, ec);

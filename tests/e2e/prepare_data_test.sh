@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # prepare_data end to end: a text becomes a token file and a vocabulary that train_gpt trains on;
 # an empty input, a directory as input and an output that would replace an input each give one
-# "error:" line and exit 1, and leave the input as it was; bytes that are not UTF-8 are warned of.
+# "error:" line and exit 1, and leave the input as it was; bytes that are not UTF-8 are warned of;
+# existing outputs are refused unless --force, which replaces all of the prefix's.
 # Usage: prepare_data_test.sh PREPARE_DATA TRAIN_GPT TINY_TOML
 set -uo pipefail
 prepare_data=${1:?usage: prepare_data_test.sh PREPARE_DATA TRAIN_GPT TINY_TOML}
@@ -43,4 +44,12 @@ cp "$tmp/text.txt" "$tmp/keep.tok"
 bad output_over_input "--output $tmp/keep would overwrite the input $tmp/keep.tok" \
   --input "$tmp/keep.tok" --output "$tmp/keep" --tokenizer char --format llmc
 cmp -s "$tmp/text.txt" "$tmp/keep.tok" || fail "the input was changed"
+# Existing outputs: refused, or with --force all of the prefix's replaced (no stale .tok beside .bin/.idx).
+bad output_exists "--output $tmp/text: $tmp/text.tok already exists" \
+  --input "$tmp/text.txt" --output "$tmp/text" --tokenizer char --format llmc
+"$prepare_data" --input "$tmp/text.txt" --output "$tmp/text" --tokenizer char --force >"$tmp/out" 2>&1 ||
+  { cat "$tmp/out" >&2; fail "--force: exit $?"; }
+[[ -f $tmp/text.bin && -f $tmp/text.idx && -f $tmp/text.vocab.json && ! -e $tmp/text.tok ]] ||
+  fail "--force left $(ls "$tmp")"
+echo "ok   existing outputs are refused, and --force replaces all of the prefix's"
 echo "prepare_data e2e: OK"
