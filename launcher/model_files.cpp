@@ -1,10 +1,12 @@
 // Writing model.json + params.f32 (and other raw tensors) for PyTorch and tests.
 #include "launcher/model_files.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <vector>
 
 #include "core/ops.h"
@@ -14,16 +16,38 @@ namespace trellis {
 
 namespace {
 
-// Through a temporary file and a rename: a run killed while writing leaves no torn file.
+// Through a temporary file, fsynced, and a rename (the directory fsynced too): a run killed or a
+// machine that loses power while writing leaves no torn or empty file.
 void write_raw(const std::string& path, const void* data, size_t bytes) {
   const std::string tmp = path + ".tmp";
-  std::ofstream f(tmp, std::ios::binary);
-  f.write(static_cast<const char*>(data), std::streamsize(bytes));
-  f.close();
-  if (!f) throw UserError(path + ": cannot write: " + std::strerror(errno));
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) throw UserError(path + ": cannot write: " + std::strerror(errno));
+  const char* p = static_cast<const char*>(data);
+  for (size_t done = 0; done < bytes;) {
+    const ssize_t n = ::write(fd, p + done, bytes - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const int err = n < 0 ? errno : ENOSPC;
+      ::close(fd);
+      ::unlink(tmp.c_str());
+      throw UserError(path + ": cannot write: " + std::strerror(err));
+    }
+    done += size_t(n);
+  }
+  if (::fsync(fd) != 0 || ::close(fd) != 0) {
+    const int err = errno;
+    ::unlink(tmp.c_str());
+    throw UserError(path + ": cannot write: " + std::strerror(err));
+  }
   std::error_code ec;
   std::filesystem::rename(tmp, path, ec);
   if (ec) throw UserError(path + ": cannot write: " + ec.message());
+  const std::string dir = std::filesystem::path(path).parent_path().string();
+  const int dfd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd >= 0) {  // best effort: the file itself is complete either way
+    ::fsync(dfd);
+    ::close(dfd);
+  }
 }
 
 }  // namespace
