@@ -346,8 +346,9 @@ std::optional<std::string> choose_resume(const Config& cfg, MPI_Comm world) {
       const bool checkpoints = !cfg.checkpoint.dir.empty();
       // A path that cannot hold checkpoints is found now, not at the first save.
       if (checkpoints) {
-        check_writable_dir(cfg.path + ": checkpoint.dir = " + cfg.checkpoint.dir, cfg.checkpoint.dir);
-        lock_checkpoint_dir(cfg.path + ": checkpoint.dir = " + cfg.checkpoint.dir, cfg.checkpoint.dir);
+        const std::string what = cfg.path + ": checkpoint.dir = " + cfg.checkpoint.dir;
+        check_writable_dir(what, cfg.checkpoint.dir);
+        lock_checkpoint_dir(what, cfg.checkpoint.dir);
       }
       // checkpoint.resume = checkpoint.dir itself is auto: it continues that directory.
       const bool auto_resume = r == "auto" || (checkpoints && same_directory(r, cfg.checkpoint.dir));
