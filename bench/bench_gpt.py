@@ -251,11 +251,11 @@ def run_trellis(args, preset, mb, workdir, dp=1):
     with open(cfg_path, "w") as f:
         f.write(trellis_toml(preset, mb, args.warmup + args.steps, args.precision,
                              args.checkpointing))
-    env = None
+    env = dict(os.environ, **args.trellis_env) if args.trellis_env else None
     if dp == 1:
         prefix = shlex.split(args.trellis_prefix)
     else:
-        env = dict(os.environ, **DP_ENV)
+        env = dict(env or os.environ, **DP_ENV)
         prefix = shlex.split(args.mpirun) + ["-np", str(dp)]
         for var in ("NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST", "LD_LIBRARY_PATH",
                     "PATH"):
@@ -272,6 +272,21 @@ def run_trellis(args, preset, mb, workdir, dp=1):
         cmd += ["--set", s]
     return run_child(cmd, args.timeout, parse=lambda out: parse_metrics(metrics, args.warmup, data),
                      env=env)
+
+
+def torch_library_dirs():
+    """The folders of the cuBLAS and cuDNN libraries a PyTorch process loads (its wheels), from its
+    own memory map after a matmul and a cuDNN version query; with their cuDNN version."""
+    code = ("import re, torch; v = torch.backends.cudnn.version(); a = torch.ones(64, 64, "
+            "device='cuda'); (a @ a).sum().item(); maps = open('/proc/self/maps').read(); "
+            "print(v); print(*sorted({m.rsplit('/', 1)[0] for m in "
+            "re.findall(r'(/\\S+/lib(?:cudnn|cublasLt|cublas)\\.so[.0-9]*)', maps)}), sep='\\n')")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    lines = out.stdout.split()
+    if out.returncode != 0 or len(lines) < 2:
+        sys.exit("error: --trellis-libs torch: could not read the libraries PyTorch loads: "
+                 + (out.stderr.strip().splitlines() or ["no output"])[-1])
+    return lines[1:], lines[0]
 
 
 # ---- common ------------------------------------------------------------------------------------
@@ -413,6 +428,10 @@ def main():
                          "pair starts warmer)")
     ap.add_argument("--skip-single", action="store_true",
                     help="with --data-parallel N: only the N-GPU runs (a model one GPU cannot hold)")
+    ap.add_argument("--trellis-libs", default="system", choices=["system", "torch"],
+                    help="cuBLAS/cuDNN for Trellis: the ones it was built against (system), or the "
+                         "wheels PyTorch loads (torch: put first on Trellis's LD_LIBRARY_PATH, so "
+                         "both frameworks run on the same library versions)")
     ap.add_argument("--skip-torch", action="store_true")
     ap.add_argument("--skip-trellis", action="store_true")
     ap.add_argument("--timeout", type=int, default=1800, help="seconds per run")
@@ -450,6 +469,15 @@ def main():
                  f"{args.trellis_layout[0] * args.trellis_layout[1]}")
     if not args.skip_trellis and not os.path.exists(args.trellis):
         ap.error(f"{args.trellis} not found (build it, or --skip-trellis)")
+
+    args.trellis_env, libs_note = {}, ""
+    if args.trellis_libs == "torch" and not args.skip_trellis:
+        dirs, cudnn = torch_library_dirs()
+        path = ":".join(dirs + [p for p in os.environ.get("LD_LIBRARY_PATH", "").split(":") if p])
+        args.trellis_env = {"LD_LIBRARY_PATH": path}
+        libs_note = (f"Trellis ran on the cuBLAS and cuDNN that PyTorch loads (cuDNN {cudnn}; "
+                     f"LD_LIBRARY_PATH first {', '.join(dirs)}).\n")
+        print(libs_note, end="", flush=True)
 
     rows = []
     with tempfile.TemporaryDirectory(prefix="trellis_bench_") as workdir:
@@ -515,6 +543,7 @@ def main():
                  f"fused AdamW")
               + f". MFU = tokens/s x (6N + 12 L C T) / 989e12, N with the tied embedding "
               f"once and no vocabulary padding. Ratio = Trellis tokens/s / PyTorch tokens/s.\n")
+    header += libs_note
     if args.trellis_set:  # these override the table's micro-batch column where they set it
         header += ("Trellis also ran with " + ", ".join(f"`{x}`" for x in args.trellis_set)
                    + " (over the table's micro-batch where they set train.micro_batch).\n")

@@ -1,5 +1,5 @@
-// Environment report of the CUDA side: versions of the driver, runtime, cuBLAS, cuBLASLt and
-// NCCL, and each visible GPU with its memory. Every call is checked; failures are reported, not fatal.
+// Environment report of the CUDA side: versions of the driver, runtime, cuBLAS, cuBLASLt, cuDNN
+// (when built with it) and NCCL, and each visible GPU with its memory. Every call is checked; failures are reported, not fatal.
 #include "core/cuda/env_info.h"
 
 #include <cublasLt.h>
@@ -7,6 +7,9 @@
 #include <cuda_runtime.h>
 #include <library_types.h>
 #include <nccl.h>
+#if TRELLIS_HAVE_CUDNN
+#include <cudnn.h>
+#endif
 
 #include <cstdio>
 #include <string>
@@ -42,6 +45,14 @@ std::string environment_report() {
   const size_t lt = cublasLtGetVersion();  // major*10000 + minor*100 + patch
   out += line("cuBLASLt", std::to_string(lt / 10000) + "." + std::to_string((lt % 10000) / 100) + "." +
                               std::to_string(lt % 100));
+
+#if TRELLIS_HAVE_CUDNN
+  // The loaded library's version (major*10000 + minor*100 + patch since cuDNN 9): attention's speed
+  // follows it, and LD_LIBRARY_PATH may pick another copy than the one built against.
+  const size_t dnn = cudnnGetVersion();
+  out += line("cuDNN (loaded)", std::to_string(dnn / 10000) + "." + std::to_string((dnn % 10000) / 100) + "." +
+                                    std::to_string(dnn % 100));
+#endif
 
   int nccl = 0;
   if (ncclGetVersion(&nccl) == ncclSuccess) {
