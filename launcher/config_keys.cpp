@@ -54,7 +54,7 @@ const std::vector<KeySpec> kKeys = {
   {"train", "precision", T::String, TRELLIS_FIELD(train, precision), "Compute precision; auto = bf16 on a GPU, fp32 on the CPU.", {"auto", "fp32", "bf16", "fp16"}},
   {"train", "grad_dtype", T::String, TRELLIS_FIELD(train, grad_dtype), "Storage of the parameter gradients. auto = the 16-bit precision where each gradient is written once a step by one rank (one rank in all, one micro-batch a step: every op sums in f32 and rounds once as it writes, as PyTorch autocast gives a weight its gradient; the tied token embedding's, added to by the head's row chunks and the lookups, is rounded at each add; 2 bytes a parameter and their traffic saved), else f32; f32 = always f32.", {"auto", "f32"}},
   {"train", "micro_batch", T::Int, TRELLIS_FIELD(train, micro_batch), "Sequences per micro-batch per data-parallel rank.", {}, 1},
-  {"train", "global_batch", T::Int, TRELLIS_FIELD(train, global_batch), "Sequences per optimizer step; 0 = micro_batch x data-parallel size.", {}, 0},
+  {"train", "global_batch", T::Int, TRELLIS_FIELD(train, global_batch), "Sequences per optimizer step; 0 = micro_batch x data-parallel size. A multiple of micro_batch x data-parallel size, at most 65536 times it (micro-batches a step on each data rank).", {}, 0},
   {"train", "steps", T::Int, TRELLIS_FIELD(train, steps), "Optimizer steps to run.", {}, 1},
   {"train", "seed", T::Int, TRELLIS_FIELD(train, seed), "Seed for initialization, data and dropout.", {}, 0},
   {"train", "checkpointing", T::String, TRELLIS_FIELD(train, checkpointing), "Activation checkpointing (recompute in backward).", {"none", "full", "selective", "elementwise"}},

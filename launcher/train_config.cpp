@@ -177,15 +177,25 @@ void apply_override(const std::string& item, Config& c) {
 // Checks that involve more than one key.
 void validate_relations(const Config& c) {
   const std::string& p = c.path;
-  // Sizes whose products index tensors must fit in 64 bits (with room): an absurd value gets one
-  // line here rather than an overflow that blames another key.
-  const double widest = std::max(4.0 * double(c.model.d_model), double(c.model.vocab_size));
-  if (const double elements = double(c.train.micro_batch) * double(c.model.seq_len) * widest; elements > 0x1p56) {
+  // Sizes whose products index tensors or count bytes must fit in 64 bits (with room): an absurd
+  // value gets one line here rather than an overflow that blames another key, or a memory plan
+  // that wraps to a small figure.
+  auto beyond = [&](const std::string& product, double value, const char* what) {
     char n[32];
-    std::snprintf(n, sizeof n, "%.3g", elements);
-    throw UserError(p + ": train.micro_batch x model.seq_len x max(4 x model.d_model, model.vocab_size) = " + n +
-                    " elements is beyond what a tensor can index (allowed: below 2^56)");
-  }
+    std::snprintf(n, sizeof n, "%.3g", value);
+    return UserError(p + ": " + product + " = " + n + " " + what);
+  };
+  const double B = double(c.train.micro_batch), T = double(c.model.seq_len), C = double(c.model.d_model),
+               L = double(c.model.n_layers), V = double(c.model.vocab_size);
+  if (const double elements = B * T * std::max(4 * C, V); elements > 0x1p56)
+    throw beyond("train.micro_batch x model.seq_len x max(4 x model.d_model, model.vocab_size)", elements,
+                 "elements is beyond what a tensor can index (allowed: below 2^56)");
+  if (const double elements = L * B * T * 4 * C; elements > 0x1p56)
+    throw beyond("model.n_layers x train.micro_batch x model.seq_len x 4 x model.d_model", elements,
+                 "elements of activations is beyond what the memory plan can count (allowed: below 2^56)");
+  if (const double params = L * 12 * C * C + (V + T) * C; params > 0x1p50)
+    throw beyond("model.n_layers x 12 x model.d_model^2 + (model.vocab_size + model.seq_len) x model.d_model", params,
+                 "parameters is beyond what the memory plan can count (allowed: below 2^50)");
   if (c.model.d_model % c.model.n_heads != 0)
     throw UserError(p + ": model.n_heads = " + std::to_string(c.model.n_heads) +
                     " does not divide model.d_model = " + std::to_string(c.model.d_model));
@@ -343,6 +353,12 @@ BatchLayout resolve_batch(const Config& c, int world_size) {
                     " is not a multiple of train.micro_batch (" + std::to_string(c.train.micro_batch) +
                     ") x data-parallel size (" + std::to_string(b.data) + ") = " + std::to_string(per_step));
   b.accumulation = b.global_batch / per_step;
+  if (b.accumulation > kMaxAccumulation)
+    throw UserError(c.path + ": train.global_batch = " + std::to_string(b.global_batch) + " makes " +
+                    std::to_string(b.accumulation) + " micro-batches a step on each data rank (global_batch / (" +
+                    "train.micro_batch " + std::to_string(c.train.micro_batch) + " x data-parallel size " +
+                    std::to_string(b.data) + "); allowed: at most " + std::to_string(kMaxAccumulation) +
+                    "): raise train.micro_batch or lower train.global_batch");
   return b;
 }
 

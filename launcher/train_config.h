@@ -136,6 +136,9 @@ bool tensor_splits_batch(const Config& c);
 int resolved_tensor_comm_chunks(const Config& c, bool on_gpu);
 
 // The batch arithmetic for a world size: global = micro_batch x accumulation x data.
+// Micro-batches a step on each data rank, at most: the schedule, the stage timer and the step
+// slots grow with them (2^31 of them made the schedule alone an allocation failure).
+inline constexpr int64_t kMaxAccumulation = 65536;
 struct BatchLayout {
   int64_t data = 1;          // data-parallel size = world / (tensor x pipeline)
   int64_t global_batch = 0;  // sequences per optimizer step (train.global_batch resolved)

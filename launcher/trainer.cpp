@@ -16,6 +16,7 @@
 #include <optional>
 #include <thread>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <vector>
@@ -288,6 +289,17 @@ void check_trace_file(const Config& cfg, const LaunchInfo& launch) {
 // (`offload_memory`) or, with nvme, the offload directory's disk (`offload_files`) cannot hold.
 // The plan is a lower bound (no library workspaces, no allocator slack), so a run this lets
 // through may still not fit; one it stops cannot.
+// The plan's sums and products saturate: a layout far too large must read as "too much", never
+// wrap to a figure that fits.
+static size_t saturating_mul(size_t a, size_t b) {
+  size_t r;
+  return __builtin_mul_overflow(a, b, &r) ? SIZE_MAX : r;
+}
+static size_t saturating_add(size_t a, size_t b) {
+  size_t r;
+  return __builtin_add_overflow(a, b, &r) ? SIZE_MAX : r;
+}
+
 static void check_memory_fits(const Config& cfg, Runtime& rt, const LaunchInfo& launch, size_t model_state,
                               size_t activations, size_t offload_memory, size_t offload_files) {
   const std::string knobs = std::string("; lower train.micro_batch, set train.checkpointing = \"elementwise\", "
@@ -301,23 +313,23 @@ static void check_memory_fits(const Config& cfg, Runtime& rt, const LaunchInfo& 
                        : "host memory (" + format_bytes(free_bytes) + " available)";
   };
   const bool host = rt.device().is_cpu();
-  const size_t need = model_state + activations + (host ? offload_memory : 0);
+  const size_t need = saturating_add(saturating_add(model_state, activations), host ? offload_memory : 0);
   const size_t free_bytes = rt.free_memory();
-  if (free_bytes > 0 && need * (host ? sharing : 1) > free_bytes)
+  if (free_bytes > 0 && saturating_mul(need, host ? sharing : 1) > free_bytes)
     throw UserError(cfg.path + ": the run needs at least " + format_bytes(need) + " per rank (model state " +
                     format_bytes(model_state) + " + activations " + format_bytes(activations) +
                     (host && offload_memory ? " + offloaded optimizer state " + format_bytes(offload_memory) : "") +
                     ", planned), more than " +
                     (host ? node(free_bytes) : rt.device().str() + " (" + format_bytes(free_bytes) + " free)") + knobs);
   const size_t host_free = host_available_memory();
-  if (!host && offload_memory > 0 && host_free > 0 && offload_memory * sharing > host_free)
+  if (!host && offload_memory > 0 && host_free > 0 && saturating_mul(offload_memory, sharing) > host_free)
     throw UserError(cfg.path + ": zero.offload = \"" + cfg.zero.offload + "\" keeps " + format_bytes(offload_memory) +
                     " of optimizer state per rank in host memory, more than " + node(host_free) +
                     (cfg.zero.offload == "cpu" ? "; use zero.offload = \"nvme\"," : ";") + " raise zero.stage or add ranks");
   if (offload_files > 0) {  // nvme: the local disk holds them
     check_writable_dir("zero.offload_dir = " + cfg.zero.offload_dir, cfg.zero.offload_dir);
     const std::optional<size_t> disk = free_disk_bytes(cfg.zero.offload_dir);
-    if (disk && offload_files * sharing > *disk)
+    if (disk && saturating_mul(offload_files, sharing) > *disk)
       throw UserError(cfg.path + ": zero.offload = \"nvme\" keeps " + format_bytes(offload_files) +
                       " of optimizer state per rank in files in zero.offload_dir = " + cfg.zero.offload_dir +
                       ", more than its " + format_bytes(*disk) + " free" +
@@ -436,7 +448,8 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
     const bool files = cfg.zero.offload == "nvme";
     check_memory_fits(cfg, rt, launch,
                       size_t(ZeroOptimizer::model_state_bytes(n, mc.dtype, zero_stage, data_size, offload, mc.grad_dtype)),
-                      act.kept * size_t(slots) + act.work, files ? pinned : off, files ? off - pinned : 0);
+                      saturating_add(saturating_mul(act.kept, size_t(slots)), act.work), files ? pinned : off,
+                      files ? off - pinned : 0);
   }, launch);
   GPT model(rt, mc, B, part, slots, tp, sharding);
   // Each data rank draws 1/N of the parameters; the data group completes them.

@@ -92,6 +92,12 @@ check attention_dropout "model.attention_dropout = -0.5 (allowed: -1 = model.dro
   "$train_gpt" "$tmp/good.toml" --set model.attention_dropout=-0.5
 check absurd_batch "train.micro_batch x model.seq_len x" "beyond what a tensor can index" -- \
   "$train_gpt" "$tmp/good.toml" --set train.micro_batch=2147483647 --set model.seq_len=2147483647
+# A model too large to count in bytes is refused by name (its memory plan used to wrap to a small
+# figure); so are more micro-batches a step than the schedule can hold (an allocation failure before).
+check absurd_width "parameters is beyond what the memory plan can count (allowed: below 2^50)" -- \
+  "$train_gpt" "$tmp/good.toml" --set model.d_model=2147483646
+check absurd_accumulation "makes 2147483647 micro-batches a step on each data rank" "allowed: at most 65536" -- \
+  "$train_gpt" "$tmp/good.toml" --set train.global_batch=2147483647 --set train.micro_batch=1
 # Integers past 2^31 - 1 would wrap where they are used as int; floats are used as f32.
 check int_past_int32 "train.micro_batch = 9223372036854775807 is not allowed (allowed: 1 to 2147483647)" -- \
   "$train_gpt" "$tmp/good.toml" --set train.micro_batch=9223372036854775807

@@ -160,6 +160,14 @@ TEST_F(ConfigTest, RelationsBetweenKeys) {
              "tiny.toml: model.n_heads = 5 does not divide model.d_model = 64");
   EXPECT_HAS(error_of("[optimizer]\nlr = 1e-4\nmin_lr = 1e-3\n"),
              "tiny.toml: optimizer.lr = 0.0001 is less than optimizer.min_lr = 0.001");
+  // Products that would wrap in the memory plan are refused by name; the largest sizes that count
+  // still pass (12 x 4096 x 262144^2 parameters is 3.4e15 > 2^50; 8192 wide, 3.3e12).
+  EXPECT_HAS(error_of("[model]\nn_layers = 4096\nd_model = 262144\nn_heads = 1\n"),
+             "parameters is beyond what the memory plan can count (allowed: below 2^50)");
+  EXPECT_NO_THROW(load_config(write("[model]\nn_layers = 4096\nd_model = 8192\nn_heads = 64\n"), {}));
+  EXPECT_HAS(error_of("[model]\nn_layers = 4096\nseq_len = 1048576\nd_model = 128\nn_heads = 2\n"
+                      "[train]\nmicro_batch = 65536\n"),
+             "model.n_layers x train.micro_batch x model.seq_len x 4 x model.d_model = 1.44e+17 elements of activations");
 }
 
 TEST_F(ConfigTest, SetConvertsByType) {
@@ -205,6 +213,11 @@ TEST_F(ConfigTest, WorldLayoutAndBatch) {
   EXPECT_EQ(b.global_batch, 32);
   EXPECT_EQ(b.accumulation, 2);
   EXPECT_EQ(resolve_batch(load_config(write(""), {}), 1).global_batch, 8);
+  // At most kMaxAccumulation micro-batches a step on each data rank.
+  EXPECT_EQ(resolve_batch(load_config(write("[train]\nmicro_batch = 2\nglobal_batch = 262144\n"), {}), 2).accumulation,
+            kMaxAccumulation);
+  EXPECT_HAS(world_error_of("[train]\nmicro_batch = 2\nglobal_batch = 262148\n", 2),
+             "train.global_batch = 262148 makes 65537 micro-batches a step on each data rank");
   EXPECT_NO_THROW(validate_for_world(c, 1));
 }
 
