@@ -123,14 +123,16 @@ std::string strip_trailing_slashes(std::string p) {
 struct TempName {
   std::string base, host;
   long pid = 0;
+  bool old = false;  // a replaced checkpoint moved aside, not one being written
 };
 std::optional<TempName> parse_temp_name(std::string_view n) {
   if (n.substr(0, 5) != ".tmp.") return std::nullopt;
   n.remove_prefix(5);
-  if (n.substr(0, 4) == "old.") n.remove_prefix(4);
+  const bool old = n.substr(0, 4) == "old.";
+  if (old) n.remove_prefix(4);
   const size_t first = n.find('.'), last = n.rfind('.');
   if (first == std::string_view::npos || first == last) return std::nullopt;
-  TempName t{std::string(n.substr(0, first)), std::string(n.substr(first + 1, last - first - 1)), 0};
+  TempName t{std::string(n.substr(0, first)), std::string(n.substr(first + 1, last - first - 1)), 0, old};
   const std::string_view pid = n.substr(last + 1);
   const auto [ptr, ec] = std::from_chars(pid.data(), pid.data() + pid.size(), t.pid);
   if (ec != std::errc() || ptr != pid.data() + pid.size() || t.pid <= 0 || t.host.empty()) return std::nullopt;
@@ -138,6 +140,13 @@ std::optional<TempName> parse_temp_name(std::string_view n) {
 }
 
 bool process_alive(long pid) { return ::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH; }
+
+// A temporary dir of this host whose writer has died (the only ones that may be touched).
+std::optional<TempName> abandoned_temp(const std::string& path) {
+  auto tn = parse_temp_name(fs::path(path).filename().string());
+  if (!tn || tn->host != host_token() || process_alive(tn->pid)) return std::nullopt;
+  return tn;
+}
 
 // The step dirs under root, newest first. Throws if root exists but cannot be listed.
 std::vector<std::pair<int64_t, std::string>> list_step_dirs(const std::string& root,
@@ -156,6 +165,29 @@ std::vector<std::pair<int64_t, std::string>> list_step_dirs(const std::string& r
   if (ec) fail("cannot list " + root + ": " + ec.message());
   std::sort(steps.begin(), steps.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
   return steps;
+}
+
+// Where the filesystem has no RENAME_EXCHANGE (NFS), a swap is two renames; a writer killed
+// between them leaves the replaced checkpoint at ".tmp.old.<base>.<host>.<pid>" and no <base>.
+// Put it back before anything lists or prunes, so that step is not lost (the replacement, in
+// the writer's ".tmp.<base>..." dir, is pruned as any abandoned one). Failures are left alone:
+// another rank of this host may have restored it first.
+void restore_interrupted_swaps(const std::string& root) {
+  std::vector<std::string> temps;
+  list_step_dirs(root, &temps);
+  for (const std::string& t : temps) {
+    const auto tn = abandoned_temp(t);
+    if (!tn || !tn->old) continue;
+    const std::string final_dir = join(root, tn->base);
+    struct stat st;
+    if (::lstat(final_dir.c_str(), &st) == 0 || errno != ENOENT) continue;
+    if (::rename(t.c_str(), final_dir.c_str()) == 0) {
+      try {
+        fsync_dir(root);
+      } catch (const CheckpointError&) {
+      }
+    }
+  }
 }
 
 }  // namespace
@@ -649,6 +681,7 @@ void CheckpointReader::read_blob(const std::string& name, void* dst, size_t byte
 
 std::optional<std::string> latest_valid_checkpoint(const std::string& root, std::string* why_skipped,
                                                    CheckpointVerify verify) {
+  restore_interrupted_swaps(root);
   for (const auto& [step, path] : list_step_dirs(root)) {
     try {
       CheckpointReader::open(path, verify);
@@ -668,6 +701,7 @@ std::optional<std::string> checkpoint_named_by(const std::string& path, std::str
 
 std::vector<std::string> prune_checkpoints(const std::string& root, int keep, int64_t up_to_step) {
   std::vector<std::string> temps, doomed;
+  restore_interrupted_swaps(root);
   auto steps = list_step_dirs(root, &temps);
   std::erase_if(steps, [&](const auto& s) { return s.first > up_to_step; });
   if (keep > 0) {
@@ -683,10 +717,8 @@ std::vector<std::string> prune_checkpoints(const std::string& root, int keep, in
     if (valid == keep)
       for (; i < steps.size(); ++i) doomed.push_back(steps[i].second);
   }
-  for (const std::string& t : temps) {
-    const auto tn = parse_temp_name(fs::path(t).filename().string());
-    if (tn && tn->host == host_token() && !process_alive(tn->pid)) doomed.push_back(t);
-  }
+  for (const std::string& t : temps)
+    if (abandoned_temp(t)) doomed.push_back(t);
   std::string first_error;
   std::vector<std::string> removed;
   for (const std::string& d : doomed) {

@@ -328,6 +328,37 @@ TEST(Checkpoint, LeftoverTempDirIsIgnoredAndPruned) {
   EXPECT_EQ(latest_valid_checkpoint(tmp.str()), tmp.sub("step_00000030"));
 }
 
+// Without RENAME_EXCHANGE (NFS) a swap over an existing checkpoint is two renames. A writer killed
+// between them leaves the old checkpoint moved aside and its replacement in its temp dir, with no
+// step dir: the next listing puts the old one back (it is not pruned as a leftover).
+TEST(Checkpoint, SwapInterruptedBetweenItsRenamesIsRestored) {
+  TempDir tmp;
+  write_simple(tmp.str(), 10, R"({"v": 1})");
+  const pid_t child = ::fork();  // the writer, dead by the time the directory is read
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    CheckpointWriter w(tmp.str(), 10);
+    const std::vector<char> data = pattern(2000, 3);
+    w.add_blob("params.bin", data.data(), data.size());
+    // What the fallback does first, then the kill: the old one moved aside.
+    const std::string dir = w.temp_dir(), name = fs::path(dir).filename().string();
+    const std::string aside = tmp.sub(".tmp.old." + name.substr(5));
+    ::_exit(::rename(tmp.sub("step_00000010").c_str(), aside.c_str()) == 0 ? 0 : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  const std::vector<std::string> before = entries(tmp.str());
+  ASSERT_EQ(before.size(), 2u);
+  EXPECT_EQ(before[0].rfind(".tmp.old.step_00000010.", 0), 0u) << before[0];
+  EXPECT_EQ(before[1].rfind(".tmp.step_00000010.", 0), 0u) << before[1];
+
+  EXPECT_EQ(latest_valid_checkpoint(tmp.str()), tmp.sub("step_00000010"));
+  EXPECT_EQ(CheckpointReader::open(tmp.sub("step_00000010")).meta(), R"({"v": 1})");
+  EXPECT_EQ(prune_checkpoints(tmp.str(), 5), std::vector<std::string>{tmp.sub(before[1])});
+  EXPECT_EQ(entries(tmp.str()), std::vector<std::string>{"step_00000010"});
+}
+
 TEST(Checkpoint, PruneKeepsNewestK) {
   TempDir tmp;
   for (int64_t step = 1; step <= 5; ++step) write_simple(tmp.str(), step);
