@@ -180,7 +180,7 @@ def run_torch(args, preset, mb, dp=1):
     else:  # one process per GPU; --standalone: a local rendezvous on a free port
         cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
                "--nproc-per-node", str(dp)] + worker
-        env = dict(os.environ, **DP_ENV)
+        env = dict(DP_ENV)
     return run_child(cmd, args.timeout, parse=lambda out: parse_torch(out, dp), env=env)
 
 
@@ -241,7 +241,8 @@ def parse_metrics(path, warmup, dp=1):
             "mfu_reported": med("mfu") if any("mfu" in r for r in timed) else None,
             "peak_mem_bytes": max(r.get("peak_mem_bytes", 0) for r in timed),
             "loss": timed[-1].get("loss"), "timed_steps": len(timed),
-            "global_batch": (start or {}).get("global_batch")}
+            "global_batch": (start or {}).get("global_batch"),
+            "libraries": (start or {}).get("libraries")}
 
 
 def run_trellis(args, preset, mb, workdir, dp=1):
@@ -251,15 +252,15 @@ def run_trellis(args, preset, mb, workdir, dp=1):
     with open(cfg_path, "w") as f:
         f.write(trellis_toml(preset, mb, args.warmup + args.steps, args.precision,
                              args.checkpointing))
-    env = dict(os.environ, **args.trellis_env) if args.trellis_env else None
+    env = dict(args.trellis_env) or None
     if dp == 1:
         prefix = shlex.split(args.trellis_prefix)
     else:
-        env = dict(env or os.environ, **DP_ENV)
+        env = dict(env or {}, **DP_ENV)
         prefix = shlex.split(args.mpirun) + ["-np", str(dp)]
         for var in ("NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST", "LD_LIBRARY_PATH",
                     "PATH"):
-            if var in env:
+            if var in env or var in os.environ:
                 prefix += ["-x", var]
     cmd = prefix + [args.trellis, cfg_path, "--set", f"log.metrics_file={metrics}"]
     data = dp
@@ -286,18 +287,20 @@ def torch_library_dirs():
     if out.returncode != 0 or len(lines) < 2:
         sys.exit("error: --trellis-libs torch: could not read the libraries PyTorch loads: "
                  + (out.stderr.strip().splitlines() or ["no output"])[-1])
-    return lines[1:], lines[0]
+    v = int(lines[0])  # cuDNN 9: major*10000 + minor*100 + patch
+    return lines[1:], f"{v // 10000}.{v % 10000 // 100}.{v % 100}"
 
 
 # ---- common ------------------------------------------------------------------------------------
 
 def run_child(cmd, timeout, parse, env=None):
-    """Runs cmd; returns (result dict, None) or (None, one-line reason)."""
-    shown = [f"{k}={v}" for k, v in sorted(DP_ENV.items())] if env else []
+    """Runs cmd with the variables of `env` set over this process's environment; returns (result
+    dict, None) or (None, one-line reason)."""
+    shown = [f"{k}={v}" for k, v in sorted((env or {}).items())]
     print("$", " ".join(shlex.quote(c) for c in shown + cmd), flush=True)
     try:  # own session: on a timeout the whole tree (torchrun / mpirun and its ranks) goes
         p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                             env=env, start_new_session=True)
+                             env=dict(os.environ, **env) if env else None, start_new_session=True)
     except OSError as e:
         return None, f"cannot start: {e}"
     try:
@@ -475,8 +478,8 @@ def main():
         dirs, cudnn = torch_library_dirs()
         path = ":".join(dirs + [p for p in os.environ.get("LD_LIBRARY_PATH", "").split(":") if p])
         args.trellis_env = {"LD_LIBRARY_PATH": path}
-        libs_note = (f"Trellis ran on the cuBLAS and cuDNN that PyTorch loads (cuDNN {cudnn}; "
-                     f"LD_LIBRARY_PATH first {', '.join(dirs)}).\n")
+        libs_note = (f"Trellis ran with the folders of the cuBLAS and cuDNN that PyTorch loads (cuDNN "
+                     f"{cudnn}) first on LD_LIBRARY_PATH: {', '.join(dirs)}.\n")
         print(libs_note, end="", flush=True)
 
     rows = []
@@ -544,6 +547,9 @@ def main():
               + f". MFU = tokens/s x (6N + 12 L C T) / 989e12, N with the tied embedding "
               f"once and no vocabulary padding. Ratio = Trellis tokens/s / PyTorch tokens/s.\n")
     header += libs_note
+    loaded = sorted({r["libraries"] for r in rows if r.get("libraries")})
+    if loaded:  # what Trellis's start record says it loaded
+        header += "Trellis loaded: " + "; ".join(loaded) + ".\n"
     if args.trellis_set:  # these override the table's micro-batch column where they set it
         header += ("Trellis also ran with " + ", ".join(f"`{x}`" for x in args.trellis_set)
                    + " (over the table's micro-batch where they set train.micro_batch).\n")

@@ -167,21 +167,24 @@ std::vector<std::pair<int64_t, std::string>> list_step_dirs(const std::string& r
   return steps;
 }
 
-// Where the filesystem has no RENAME_EXCHANGE (NFS), a swap is two renames; a writer killed
-// between them leaves the replaced checkpoint at ".tmp.old.<base>.<host>.<pid>" and no <base>.
-// Put it back before anything lists or prunes, so that step is not lost (the replacement, in
-// the writer's ".tmp.<base>..." dir, is pruned as any abandoned one). Failures are left alone:
-// another rank of this host may have restored it first.
-void restore_interrupted_swaps(const std::string& root) {
+}  // namespace
+
+void restore_interrupted_swaps(const std::string& root, bool any_writer) {
   std::vector<std::string> temps;
   list_step_dirs(root, &temps);
   for (const std::string& t : temps) {
-    const auto tn = abandoned_temp(t);
+    const auto tn = any_writer ? parse_temp_name(fs::path(t).filename().string()) : abandoned_temp(t);
     if (!tn || !tn->old) continue;
+    // Never over anything (rename would replace an empty directory): RENAME_NOREPLACE, or where
+    // the filesystem lacks it, a plain rename after the check. A failure is left alone: another
+    // rank of this host may have restored it first.
     const std::string final_dir = join(root, tn->base);
-    struct stat st;
-    if (::lstat(final_dir.c_str(), &st) == 0 || errno != ENOENT) continue;
-    if (::rename(t.c_str(), final_dir.c_str()) == 0) {
+    bool moved = ::renameat2(AT_FDCWD, t.c_str(), AT_FDCWD, final_dir.c_str(), RENAME_NOREPLACE) == 0;
+    if (!moved && (errno == EINVAL || errno == ENOSYS || errno == ENOTSUP)) {
+      struct stat st;
+      moved = ::lstat(final_dir.c_str(), &st) != 0 && errno == ENOENT && ::rename(t.c_str(), final_dir.c_str()) == 0;
+    }
+    if (moved) {
       try {
         fsync_dir(root);
       } catch (const CheckpointError&) {
@@ -189,8 +192,6 @@ void restore_interrupted_swaps(const std::string& root) {
     }
   }
 }
-
-}  // namespace
 
 // --- names -------------------------------------------------------------------------------
 
@@ -681,7 +682,7 @@ void CheckpointReader::read_blob(const std::string& name, void* dst, size_t byte
 
 std::optional<std::string> latest_valid_checkpoint(const std::string& root, std::string* why_skipped,
                                                    CheckpointVerify verify) {
-  restore_interrupted_swaps(root);
+  restore_interrupted_swaps(root, false);
   for (const auto& [step, path] : list_step_dirs(root)) {
     try {
       CheckpointReader::open(path, verify);
@@ -701,7 +702,7 @@ std::optional<std::string> checkpoint_named_by(const std::string& path, std::str
 
 std::vector<std::string> prune_checkpoints(const std::string& root, int keep, int64_t up_to_step) {
   std::vector<std::string> temps, doomed;
-  restore_interrupted_swaps(root);
+  restore_interrupted_swaps(root, false);
   auto steps = list_step_dirs(root, &temps);
   std::erase_if(steps, [&](const auto& s) { return s.first > up_to_step; });
   if (keep > 0) {

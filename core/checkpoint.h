@@ -150,6 +150,15 @@ class CheckpointReader {
   std::vector<BlobInfo> blobs_;
 };
 
+// Where the filesystem has no RENAME_EXCHANGE (NFS), a commit over an existing checkpoint is two
+// renames; a writer killed between them leaves the replaced checkpoint at
+// .tmp.old.step_X.<host>.<pid> and no step_X. This moves such ones back (never over anything), so
+// the step is not lost; the replacement, in the writer's .tmp.step_X... dir, is pruned as any
+// abandoned one. Only those of dead writers on this host, unless any_writer: then all, which only
+// a caller that holds the directory's lock (no writer can be live) may ask. latest_valid_checkpoint
+// and prune_checkpoints call it first.
+void restore_interrupted_swaps(const std::string& root, bool any_writer);
+
 // The newest <root>/step_X whose checkpoint opens with `verify`, or nullopt (also when root does
 // not exist). Corrupt ones are skipped, one line each ("step_X: reason") appended to
 // *why_skipped, newline-separated; .tmp.* directories are ignored. Throws CheckpointError if

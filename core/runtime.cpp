@@ -9,6 +9,7 @@
 #if TRELLIS_HAVE_CUDA
 #include "core/cuda/cuda_state.h"
 #include "core/cuda/device_runtime.h"
+#include "core/cuda/env_info.h"
 #endif
 
 namespace trellis {
@@ -87,6 +88,13 @@ std::string Runtime::device_name() const {
   if (cuda_) return gpu::device_name(cuda_);
 #endif
   return "cpu (" + std::to_string(omp_get_max_threads()) + " threads)";
+}
+
+std::string Runtime::library_versions() const {
+#if TRELLIS_HAVE_CUDA
+  if (cuda_) return gpu::library_versions();
+#endif
+  return "";
 }
 
 size_t Runtime::free_memory() const {

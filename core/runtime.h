@@ -50,6 +50,8 @@ class Runtime {
   size_t free_memory() const;
   // Device description: "NVIDIA H200" or "cpu (N threads)".
   std::string device_name() const;
+  // The GPU libraries as loaded, one line (core/cuda/env_info.h); empty on the CPU.
+  std::string library_versions() const;
   // Dense 16-bit tensor-core peak in FLOP/s for MFU; 0 when unknown (CPU, unlisted GPU).
   double peak_flops() const;
   CudaState* cuda() const { return cuda_; }

@@ -306,16 +306,16 @@ void check_writable_dir(const std::string& what, const std::string& dir) {
 
 // Rank 0 holds an exclusive lock on checkpoint.dir until the process exits: a second run in the
 // same directory would save over this one's steps and prune them. Where the filesystem has no
-// locks (some network filesystems) the run goes on with a warning.
+// locks (some network filesystems) the run goes on with a warning. Returns whether it holds it.
 namespace {
-void lock_checkpoint_dir(const std::string& what, const std::string& dir) {
+bool lock_checkpoint_dir(const std::string& what, const std::string& dir) {
   static int held = -1;  // the directory's descriptor, open for the rest of the process
-  if (held >= 0) return;
+  if (held >= 0) return true;
   const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return;  // check_writable_dir has said what is wrong with it
+  if (fd < 0) return false;  // check_writable_dir has said what is wrong with it
   if (::flock(fd, LOCK_EX | LOCK_NB) == 0) {
     held = fd;
-    return;
+    return true;
   }
   const int err = errno;
   ::close(fd);
@@ -323,6 +323,7 @@ void lock_checkpoint_dir(const std::string& what, const std::string& dir) {
     throw UserError(what + ": another run is using it (it holds the directory's lock); two runs in one "
                            "checkpoint.dir would overwrite and prune each other's checkpoints");
   std::printf("warning: %s: cannot lock it (%s); make sure no other run uses it\n", what.c_str(), std::strerror(err));
+  return false;
 }
 }  // namespace
 
@@ -348,7 +349,9 @@ std::optional<std::string> choose_resume(const Config& cfg, MPI_Comm world) {
       if (checkpoints) {
         const std::string what = cfg.path + ": checkpoint.dir = " + cfg.checkpoint.dir;
         check_writable_dir(what, cfg.checkpoint.dir);
-        lock_checkpoint_dir(what, cfg.checkpoint.dir);
+        // With the lock no writer is live, so a swap interrupted on any host (a job restarted on
+        // other nodes) is undone too, not only this host's.
+        if (lock_checkpoint_dir(what, cfg.checkpoint.dir)) restore_interrupted_swaps(cfg.checkpoint.dir, true);
       }
       // checkpoint.resume = checkpoint.dir itself is auto: it continues that directory.
       const bool auto_resume = r == "auto" || (checkpoints && same_directory(r, cfg.checkpoint.dir));

@@ -187,13 +187,13 @@ void validate_relations(const Config& c) {
   };
   const double B = double(c.train.micro_batch), T = double(c.model.seq_len), C = double(c.model.d_model),
                L = double(c.model.n_layers), V = double(c.model.vocab_size);
-  if (const double elements = B * T * std::max(4 * C, V); elements > 0x1p56)
+  if (const double elements = B * T * std::max(4 * C, V); elements >= 0x1p56)
     throw beyond("train.micro_batch x model.seq_len x max(4 x model.d_model, model.vocab_size)", elements,
                  "elements is beyond what a tensor can index (allowed: below 2^56)");
-  if (const double elements = L * B * T * 4 * C; elements > 0x1p56)
+  if (const double elements = L * B * T * 4 * C; elements >= 0x1p56)
     throw beyond("model.n_layers x train.micro_batch x model.seq_len x 4 x model.d_model", elements,
                  "elements of activations is beyond what the memory plan can count (allowed: below 2^56)");
-  if (const double params = L * 12 * C * C + (V + T) * C; params > 0x1p50)
+  if (const double params = L * 12 * C * C + (V + T) * C; params >= 0x1p50)
     throw beyond("model.n_layers x 12 x model.d_model^2 + (model.vocab_size + model.seq_len) x model.d_model", params,
                  "parameters is beyond what the memory plan can count (allowed: below 2^50)");
   if (c.model.d_model % c.model.n_heads != 0)

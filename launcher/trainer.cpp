@@ -434,6 +434,7 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
   const WholeModelLayout whole(mc, p, v, layout.tensor);
   const bool offload = cfg.zero.offload != "none";
   const ActivationBytes act = GPT::activation_bytes(mc, part, B, T, tp);
+  const size_t planned_activations = saturating_add(saturating_mul(act.kept, size_t(slots)), act.work);
   agree_on([&] {
     const int64_t n = whole.shard_numel(stage, groups.coords().tensor);
     // Offloaded: the state, and pinned beside it the parameters' copy and the gradient staging.
@@ -448,8 +449,7 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
     const bool files = cfg.zero.offload == "nvme";
     check_memory_fits(cfg, rt, launch,
                       size_t(ZeroOptimizer::model_state_bytes(n, mc.dtype, zero_stage, data_size, offload, mc.grad_dtype)),
-                      saturating_add(saturating_mul(act.kept, size_t(slots)), act.work), files ? pinned : off,
-                      files ? off - pinned : 0);
+                      planned_activations, files ? pinned : off, files ? off - pinned : 0);
   }, launch);
   GPT model(rt, mc, B, part, slots, tp, sharding);
   // Each data rank draws 1/N of the parameters; the data group completes them.
@@ -526,6 +526,7 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
     std::printf("trellis %s: %s, %s, layout tensor %d x pipeline %d x data %d, ZeRO stage %d\n", source_version(),
                 rt.device_name().c_str(),
                 res.precision.c_str(), layout.tensor, layout.pipeline, layout.data, zero_stage);
+    if (const std::string libs = rt.library_versions(); !libs.empty()) std::printf("libraries: %s\n", libs.c_str());
     std::printf("model: %lld layers, %lld heads, d_model %lld, seq %lld, vocab %lld (padded to %lld)\n",
                 (long long)mc.n_layers, (long long)mc.n_heads, (long long)mc.d_model, (long long)T,
                 (long long)mc.vocab_size, (long long)mc.padded_vocab());
@@ -598,9 +599,10 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
     // whole), and the ZeRO slots.
     start.add("model_state_bytes_allocated", int64_t(state_bytes)).add("zero_slot_bytes", int64_t(slot_bytes));
     start.add("parameters", mc.parameter_count()).add("device", rt.device_name()).add("precision", res.precision);
+    if (const std::string libs = rt.library_versions(); !libs.empty()) start.add("libraries", libs);
     start.add("grad_dtype", std::string(dtype_name(mc.grad_dtype)));
     start.add("global_batch", global_batch).add("seq_len", T).add("steps", cfg.train.steps);
-    start.add("activation_bytes_planned", int64_t(act.kept * size_t(slots) + act.work));
+    start.add("activation_bytes_planned", int64_t(std::min<size_t>(planned_activations, INT64_MAX)));
   }
 
   TrainingState state{model, optimizer, scaler, whole, pipeline_group, tensor_group, data_rank, data_size};

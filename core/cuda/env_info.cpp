@@ -22,44 +22,67 @@ std::string cuda_version_text(int v) {
   return std::to_string(v / 1000) + "." + std::to_string((v % 1000) / 10);
 }
 
+// major*10000 + minor*100 + patch (cuBLASLt, NCCL >= 2.9, cuDNN 9) -> "13.1.0"
+std::string dotted(size_t v) {
+  return std::to_string(v / 10000) + "." + std::to_string((v % 10000) / 100) + "." + std::to_string(v % 100);
+}
+
 std::string line(const char* label, const std::string& value) {
   char buf[40];
   std::snprintf(buf, sizeof(buf), "  %-22s ", label);
   return buf + value + "\n";
 }
 
+// The versions of the libraries as loaded (LD_LIBRARY_PATH may pick other copies than the ones
+// built against, and speed follows them: cuDNN's attention, say); empty where a query fails.
+struct Libraries {
+  std::string runtime, cublas, cublas_lt, cudnn, nccl;
+};
+Libraries loaded_libraries() {
+  Libraries l;
+  int runtime = 0;
+  if (cudaRuntimeGetVersion(&runtime) == cudaSuccess) l.runtime = cuda_version_text(runtime);
+  int major = 0, minor = 0, patch = 0;
+  if (cublasGetProperty(MAJOR_VERSION, &major) == CUBLAS_STATUS_SUCCESS &&
+      cublasGetProperty(MINOR_VERSION, &minor) == CUBLAS_STATUS_SUCCESS &&
+      cublasGetProperty(PATCH_LEVEL, &patch) == CUBLAS_STATUS_SUCCESS)
+    l.cublas = std::to_string(major) + "." + std::to_string(minor) + "." + std::to_string(patch);
+  l.cublas_lt = dotted(cublasLtGetVersion());
+#if TRELLIS_HAVE_CUDNN
+  const size_t dnn = cudnnGetVersion();  // cuDNN 8: major*1000 + minor*100 + patch
+  l.cudnn = dnn >= 10000 ? dotted(dnn)
+                         : std::to_string(dnn / 1000) + "." + std::to_string((dnn % 1000) / 100) + "." +
+                               std::to_string(dnn % 100);
+#endif
+  int nccl = 0;
+  if (ncclGetVersion(&nccl) == ncclSuccess) l.nccl = dotted(size_t(nccl));
+  return l;
+}
+
 }  // namespace
 
+std::string library_versions() {
+  const Libraries l = loaded_libraries();
+  std::string out;
+  auto add = [&](const char* name, const std::string& v) {
+    if (!v.empty()) out += (out.empty() ? "" : ", ") + std::string(name) + " " + v;
+  };
+  add("CUDA runtime", l.runtime);
+  add("cuBLASLt", l.cublas_lt);
+  add("cuDNN", l.cudnn);
+  add("NCCL", l.nccl);
+  return out;
+}
+
 std::string environment_report() {
+  const Libraries l = loaded_libraries();
   std::string out;
   out += line("CUDA runtime (built)", cuda_version_text(CUDART_VERSION));
-  int runtime = 0;
-  if (cudaRuntimeGetVersion(&runtime) == cudaSuccess)
-    out += line("CUDA runtime (loaded)", cuda_version_text(runtime));
-
-  int major = 0, minor = 0, patch = 0;
-  cublasGetProperty(MAJOR_VERSION, &major);
-  cublasGetProperty(MINOR_VERSION, &minor);
-  cublasGetProperty(PATCH_LEVEL, &patch);
-  out += line("cuBLAS", std::to_string(major) + "." + std::to_string(minor) + "." + std::to_string(patch));
-  const size_t lt = cublasLtGetVersion();  // major*10000 + minor*100 + patch
-  out += line("cuBLASLt", std::to_string(lt / 10000) + "." + std::to_string((lt % 10000) / 100) + "." +
-                              std::to_string(lt % 100));
-
-#if TRELLIS_HAVE_CUDNN
-  // The loaded library's version (major*10000 + minor*100 + patch since cuDNN 9): attention's speed
-  // follows it, and LD_LIBRARY_PATH may pick another copy than the one built against.
-  const size_t dnn = cudnnGetVersion();
-  out += line("cuDNN (loaded)", std::to_string(dnn / 10000) + "." + std::to_string((dnn % 10000) / 100) + "." +
-                                    std::to_string(dnn % 100));
-#endif
-
-  int nccl = 0;
-  if (ncclGetVersion(&nccl) == ncclSuccess) {
-    // NCCL >= 2.9 encodes major*10000 + minor*100 + patch.
-    out += line("NCCL", std::to_string(nccl / 10000) + "." + std::to_string((nccl % 10000) / 100) +
-                            "." + std::to_string(nccl % 100));
-  }
+  if (!l.runtime.empty()) out += line("CUDA runtime (loaded)", l.runtime);
+  if (!l.cublas.empty()) out += line("cuBLAS", l.cublas);
+  out += line("cuBLASLt", l.cublas_lt);
+  if (!l.cudnn.empty()) out += line("cuDNN (loaded)", l.cudnn);
+  if (!l.nccl.empty()) out += line("NCCL", l.nccl);
 
   int driver = 0;
   cudaDriverGetVersion(&driver);  // 0 when no driver is installed

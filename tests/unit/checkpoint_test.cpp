@@ -359,6 +359,37 @@ TEST(Checkpoint, SwapInterruptedBetweenItsRenamesIsRestored) {
   EXPECT_EQ(entries(tmp.str()), std::vector<std::string>{"step_00000010"});
 }
 
+// What the restore must leave alone, unless its caller holds the directory's lock (any_writer):
+// the aside dir of a live writer, of a writer on another host, and one whose step dir exists.
+TEST(Checkpoint, SwapRestoreLeavesLiveOtherHostAndReplacedOnesAlone) {
+  TempDir tmp;
+  std::string host;
+  {
+    CheckpointWriter probe(tmp.str(), 99);  // ".tmp.step_00000099.<host>.<pid>"
+    const std::string name = fs::path(probe.temp_dir()).filename().string();
+    host = name.substr(19, name.rfind('.') - 19);
+  }
+  const pid_t dead = ::fork();
+  ASSERT_GE(dead, 0);
+  if (dead == 0) ::_exit(0);
+  ASSERT_EQ(::waitpid(dead, nullptr, 0), dead);
+  auto aside = [&](int64_t step, const std::string& h, long pid) {
+    const std::string dir = write_simple(tmp.str(), step);
+    const std::string to = tmp.sub(".tmp.old." + fs::path(dir).filename().string() + "." + h + "." + std::to_string(pid));
+    fs::rename(dir, to);
+    return fs::path(to).filename().string();
+  };
+  const std::string live = aside(10, host, ::getpid());
+  const std::string other = aside(11, "otherhost", dead);
+  const std::string replaced = aside(12, host, dead);
+  write_simple(tmp.str(), 12);
+  EXPECT_EQ(latest_valid_checkpoint(tmp.str()), tmp.sub("step_00000012"));
+  EXPECT_EQ(entries(tmp.str()), (std::vector<std::string>{live, other, replaced, "step_00000012"}));
+  EXPECT_EQ(prune_checkpoints(tmp.str(), 5), std::vector<std::string>{tmp.sub(replaced)});  // a dead writer's leftover
+  restore_interrupted_swaps(tmp.str(), true);  // as the lock's holder
+  EXPECT_EQ(entries(tmp.str()), (std::vector<std::string>{"step_00000010", "step_00000011", "step_00000012"}));
+}
+
 TEST(Checkpoint, PruneKeepsNewestK) {
   TempDir tmp;
   for (int64_t step = 1; step <= 5; ++step) write_simple(tmp.str(), step);

@@ -939,7 +939,7 @@ TEST(OpsCpu, DropoutMaskProperties) {
 // Runs with and without weight decay in one call equal one call per run.
 TEST(OpsCpu, AdamWRunsEqualOneCallPerRun) {
   std::mt19937 g(19);
-  const AdamWHyper h{1e-2f, 0.9f, 0.95f, 1e-8f, 0.3f, 2};
+  const AdamWHyper h{1e-2f, 0.9f, 0.95f, 1e-8f, 0.3f, 2, {}};
   AdamWRuns runs;
   runs.ends = {5, 6, 40, 41, 43, 100};
   runs.decays = {false, true, true, false, false, true};
@@ -993,7 +993,7 @@ TEST(OpsCpu, AdamWFromStepScalars) {
 
   std::mt19937 g(20);
   const int64_t n = 103;
-  AdamWHyper h{1e-2f, 0.9f, 0.95f, 1e-8f, 0.3f, 4};
+  AdamWHyper h{1e-2f, 0.9f, 0.95f, 1e-8f, 0.3f, 4, {}};
   const float gs = 0.25f;
   HostTensor w(DType::f32, {n}), m(DType::f32, {n}), v(DType::f32, {n}), gr(DType::bf16, {n}), po(DType::bf16, {n});
   w.randomize(g);
@@ -1008,7 +1008,7 @@ TEST(OpsCpu, AdamWFromStepScalars) {
   s.set(kBiasCorrection2, bias_correction(h.beta2, h.step));
   s.set(kGradScale, gs);
   s.set(kApply, 0.0f);
-  AdamWHyper hs{0.0f, 0.9f, 0.95f, 1e-8f, 0.3f, 1};  // lr and step unused
+  AdamWHyper hs{0.0f, 0.9f, 0.95f, 1e-8f, 0.3f, 1, {}};  // lr and step unused
   hs.scalars = s.t();
   const HostTensor w0 = w2, m0 = m2, v0 = v2;
   adamw_step(rt(), w2.t(), m2.t(), v2.t(), gr.t(), po2.t(), hs, 99.0f);  // skipped: nothing changes
@@ -1024,7 +1024,7 @@ TEST(OpsCpu, AdamWFromStepScalars) {
 TEST(OpsCpu, AdamWMatchesReference) {
   std::mt19937 g(18);
   const int64_t n = 257;
-  const AdamWHyper h{1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 3};
+  const AdamWHyper h{1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 3, {}};
   const float gs = 0.5f;
   for (DType pt : kFloatTypes)
     for (bool with_out : {false, true}) {
@@ -1089,7 +1089,7 @@ TEST(OpsCpu, SplitMasterIsExact) {
 // AdamW on split masters computes what it does on f32 masters, bitwise, runs and decay included.
 TEST(OpsCpu, AdamWOnSplitMastersEqualsF32Masters) {
   std::mt19937 g(29);
-  const AdamWHyper h{1e-2f, 0.9f, 0.95f, 1e-8f, 0.3f, 4};
+  const AdamWHyper h{1e-2f, 0.9f, 0.95f, 1e-8f, 0.3f, 4, {}};
   AdamWRuns runs;
   runs.ends = {7, 64, 100, 1001};
   runs.decays = {false, true, false, true};
@@ -1193,7 +1193,7 @@ TEST(OpsCpu, GradientsIn16BitAreTheF32OnesRoundedOnce) {
       m.randomize(g, -0.1, 0.1);
       v.randomize(g, 0.0, 0.01);
       HostTensor grad32 = widened(grad16), w2 = w, m2 = m, v2 = v, out16(dt, {n}), out32(dt, {n});
-      const AdamWHyper h{1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 3};
+      const AdamWHyper h{1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 3, {}};
       adamw_step(rt(), w.t(), m.t(), v.t(), grad16.t(), out16.t(), h, 0.5f);
       adamw_step(rt(), w2.t(), m2.t(), v2.t(), grad32.t(), out32.t(), h, 0.5f);
       EXPECT_TRUE(w.bitwise_equal(w2) && m.bitwise_equal(m2) && v.bitwise_equal(v2) && out16.bitwise_equal(out32));
