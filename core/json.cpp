@@ -205,6 +205,11 @@ const JsonValue* JsonValue::find(std::string_view key) const {
   return nullptr;
 }
 
+const JsonValue& JsonValue::at(std::string_view key) const {
+  if (const JsonValue* v = find(key)) return *v;
+  throw CheckpointError("JSON offset " + std::to_string(begin) + ": no member \"" + std::string(key) + "\"");
+}
+
 int64_t JsonValue::as_int() const {
   int64_t v = 0;
   if (kind == Kind::kNumber) {

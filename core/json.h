@@ -20,6 +20,8 @@ struct JsonValue {
   size_t begin = 0, end = 0;  // this value's span in the parsed text
 
   const JsonValue* find(std::string_view key) const;  // object member or nullptr
+  // The member `key`; throws CheckpointError "JSON offset N: no member \"key\"" where there is none.
+  const JsonValue& at(std::string_view key) const;
   // Typed access; a wrong kind, or a non-integer for as_int, throws CheckpointError
   // "JSON offset N: expected ..." (the checkpoint reader's contract; see core/checkpoint.h).
   int64_t as_int() const;

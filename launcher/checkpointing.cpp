@@ -7,6 +7,7 @@
 
 #include <cerrno>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -247,6 +248,7 @@ int64_t saved_step(const std::string& dir) {
   const JsonValue meta = parse_json(CheckpointReader::open(dir, CheckpointVerify::kSizes).meta());
   const JsonValue* step = meta.find("step");
   if (!step) throw CheckpointError(dir + ": meta has no step");
+  if (step->as_int() < 0) throw CheckpointError(dir + ": meta's step " + step->text + " is negative");
   return step->as_int();
 }
 
@@ -445,15 +447,20 @@ int64_t load_training_checkpoint(Runtime& rt, const Config& cfg, const std::stri
         if (!assembled.empty()) set_owned_state(rt, s, b, owned);
       }
     }
-    const JsonValue* sc = meta.find("scaler");
+    const JsonValue& sc = meta.at("scaler");
     LossScalerState st;
-    st.scale = sc->find("scale")->as_double();
-    st.clean_steps = sc->find("clean_steps")->as_int();
-    st.hysteresis_left = sc->find("hysteresis_left")->as_int();
-    st.skipped = sc->find("skipped")->as_int();
+    st.scale = sc.at("scale").as_double();
+    st.clean_steps = sc.at("clean_steps").as_int();
+    st.hysteresis_left = sc.at("hysteresis_left").as_int();
+    st.skipped = sc.at("skipped").as_int();
+    if (!(st.scale > 0) || !std::isfinite(st.scale))
+      throw CheckpointError("its loss scale " + sc.at("scale").text + " is not a positive number");
     s.scaler.restore(st);
-    const int64_t step = meta.find("step")->as_int();
-    const int64_t seen = meta.find("data")->find("samples_seen")->as_int();
+    const int64_t step = meta.at("step").as_int();
+    const int64_t seen = meta.at("data").at("samples_seen").as_int();
+    if (step < 0 || seen < 0)
+      throw CheckpointError("its step (" + std::to_string(step) + ") or samples seen (" + std::to_string(seen) +
+                            ") is negative");
     if (step > 0 && seen != step * global_batch)
       throw UserError(cfg.path + ": checkpoint " + dir + " was trained with a global batch of " +
                       std::to_string(seen / step) + " samples; this run has " + std::to_string(global_batch) +

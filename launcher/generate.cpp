@@ -158,10 +158,16 @@ int run(int argc, char** argv) {
       throw UserError(e.what());
     }
   }();
-  const JsonValue meta = parse_json(reader.meta());
-  const JsonValue* cfg_text = meta.find("config");
-  if (!cfg_text || !reader.has_blob("params")) throw UserError(dir + ": not a training checkpoint (no config or params)");
-  const Config cfg = load_config_text(cfg_text->as_string(), dir + " (config)", {});
+  std::string config_text;
+  try {
+    const JsonValue meta = parse_json(reader.meta());
+    const JsonValue* cfg_text = meta.find("config");
+    if (!cfg_text || !reader.has_blob("params")) throw UserError(dir + ": not a training checkpoint (no config or params)");
+    config_text = cfg_text->as_string();
+  } catch (const CheckpointError& e) {
+    throw UserError(dir + ": its meta: " + e.what());
+  }
+  const Config cfg = load_config_text(config_text, dir + " (config)", {});
 
   const int gpus = cuda_device_count();
   if (a.device == "cuda" && gpus == 0)
@@ -193,24 +199,32 @@ int run(int argc, char** argv) {
     if (prompts.back().empty()) throw UserError("--prompt \"" + p + "\" has no tokens");
     longest = std::max(longest, prompts.back().size());
   }
+  if (a.tokens > m.seq_len)
+    throw UserError("--tokens " + std::to_string(a.tokens) + " is more than the model's model.seq_len = " +
+                    std::to_string(m.seq_len));
   const int64_t max_len = int64_t(longest) + a.tokens - 1;
   if (max_len > m.seq_len)
     throw UserError("the longest prompt (" + std::to_string(longest) + " tokens) and --tokens " +
                     std::to_string(a.tokens) + " need " + std::to_string(max_len) +
                     " positions; the model has model.seq_len = " + std::to_string(m.seq_len));
+  // The params blob must hold the model its config describes, checked before the model is
+  // allocated (an edited config could ask for far more memory than there is).
+  const BlobInfo& info = reader.blob_info("params");
+  DType stored = DType::f32;
+  if (!parse_dtype(info.dtype, stored)) throw UserError(dir + ": params blob has dtype " + info.dtype);
+  const int64_t stored_numel = m.parameter_count() + (m.padded_vocab() - m.vocab_size) * m.d_model;
+  if (info.bytes != uint64_t(stored_numel) * dtype_size(stored))
+    throw UserError(dir + ": params blob holds " + std::to_string(info.bytes) + " bytes; the model of its config needs " +
+                    std::to_string(uint64_t(stored_numel) * dtype_size(stored)));
 
   RuntimeOptions ro;
   ro.device = gpu ? Device::CUDA(0) : Device::CPU();
   Runtime rt(ro);
   GPTInference model(rt, m, int64_t(prompts.size()), max_len);
   // The parameters, converted when the checkpoint holds another dtype.
-  const BlobInfo& info = reader.blob_info("params");
-  DType stored = DType::f32;
-  if (!parse_dtype(info.dtype, stored)) throw UserError(dir + ": params blob has dtype " + info.dtype);
   Tensor values = model.params().flat_values();
-  if (info.bytes != uint64_t(values.numel()) * dtype_size(stored))
-    throw UserError(dir + ": params blob holds " + std::to_string(info.bytes) + " bytes; the model of its config needs " +
-                    std::to_string(uint64_t(values.numel()) * dtype_size(stored)));
+  TRELLIS_CHECK(values.numel() == stored_numel, "generate: the model stores " + std::to_string(values.numel()) +
+                                                    " parameters, the size check assumed " + std::to_string(stored_numel));
   std::vector<char> host(info.bytes);
   try {
     reader.read_blob("params", host.data(), host.size());
@@ -251,6 +265,9 @@ int main(int argc, char** argv) {
     return trellis::run(argc, argv);
   } catch (const trellis::UserError& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  } catch (const std::exception& e) {  // a bug, but one line and an exit status, not an abort
+    std::fprintf(stderr, "error: unexpected: %s\n", e.what());
     return 1;
   }
 }

@@ -117,11 +117,21 @@ void write_model_json(const GPTConfig& mc, const std::vector<ParameterSpec>& spe
 }  // namespace
 
 void check_export_dir_free(const std::string& option, const std::string& dir) {
-  check_writable_dir(option + " " + dir, dir);
+  namespace fs = std::filesystem;
   for (const char* name : {"model.json", "params.f32", "grads.f32"})
-    if (std::filesystem::exists(std::filesystem::path(dir) / name))
+    if (fs::exists(fs::path(dir) / name))
       throw UserError(option + " " + dir + ": already holds an export (" + name +
                       "); give another directory, or remove that one to replace it");
+  // Anything else there is the user's: the export's files (and their temporaries) must not land
+  // beside it, let alone over it.
+  std::error_code ec;
+  if (fs::is_directory(dir, ec)) {
+    fs::directory_iterator it(dir, ec);
+    if (!ec && it != fs::directory_iterator())
+      throw UserError(option + " " + dir + ": is not empty (it holds " + it->path().filename().string() +
+                      "); an export goes into a new or empty directory");
+  }
+  check_writable_dir(option + " " + dir, dir);
 }
 
 void write_model_files(Runtime& rt, GPT& model, const std::string& dir, const JsonObject& extra) {

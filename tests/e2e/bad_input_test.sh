@@ -126,6 +126,11 @@ check export_dir_holds_export "--export-weights $tmp/export: already holds an ex
   "$train_gpt" "$tmp/good.toml" --export-weights "$tmp/export"
 check dump_dir_holds_export "--dump-grads $tmp/export: already holds an export (model.json)" -- \
   "$train_gpt" "$tmp/good.toml" --dump-grads "$tmp/export"
+mkdir -p "$tmp/user_dir" && echo keep > "$tmp/user_dir/notes.txt"
+check export_dir_not_empty "--export-weights $tmp/user_dir: is not empty (it holds notes.txt)" -- \
+  "$train_gpt" "$tmp/good.toml" --export-weights "$tmp/user_dir"
+[[ $(cat "$tmp/user_dir/notes.txt") == keep && $(ls "$tmp/user_dir") == notes.txt ]] ||
+  { failures=$((failures + 1)); echo "FAIL export_dir_not_empty: the user's directory changed"; }
 check export_dir_under_file "--export-weights $tmp/a_file/w: cannot create it as a directory" -- \
   "$train_gpt" "$tmp/good.toml" --export-weights "$tmp/a_file/w"
 
