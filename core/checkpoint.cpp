@@ -546,7 +546,9 @@ CheckpointReader CheckpointReader::open(const std::string& step_dir, CheckpointV
   const std::string mpath = join(r.dir_, kManifest);
   std::string text;
   {
-    Fd fd(::open(mpath.c_str(), O_RDONLY | O_CLOEXEC));
+    // O_NONBLOCK: a FIFO in its place must not block the open (the check below refuses it); it
+    // changes nothing for a regular file's reads.
+    Fd fd(::open(mpath.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC));
     if (fd.get() < 0) {
       if (errno == ENOENT) fail(mpath + ": missing (incomplete checkpoint or not a checkpoint)");
       fail_errno("cannot open", mpath, errno);
@@ -616,7 +618,7 @@ CheckpointReader CheckpointReader::open(const std::string& step_dir, CheckpointV
   std::vector<char> buf(verify == CheckpointVerify::kFull ? kIoChunk : 0);
   for (const BlobInfo& b : r.blobs_) {
     const std::string path = join(r.dir_, b.name);
-    Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+    Fd fd(::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC));  // as the manifest's
     if (fd.get() < 0) fail_errno("cannot open", path, errno);
     struct stat st;
     if (::fstat(fd.get(), &st) != 0) fail_errno("cannot stat", path, errno);
@@ -665,10 +667,11 @@ void CheckpointReader::read_blob(const std::string& name, void* dst, size_t byte
   const std::string path = join(dir_, name);
   if (bytes != b.bytes)
     fail(path + ": asked for " + std::to_string(bytes) + " bytes, blob has " + std::to_string(b.bytes));
-  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  Fd fd(::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC));  // as the manifest's
   if (fd.get() < 0) fail_errno("cannot open", path, errno);
   struct stat st;
   if (::fstat(fd.get(), &st) != 0) fail_errno("cannot stat", path, errno);
+  if (!S_ISREG(st.st_mode)) fail(path + ": not a regular file");
   if (static_cast<uint64_t>(st.st_size) != b.bytes)
     fail(path + ": size " + std::to_string(st.st_size) + " bytes, manifest says " + std::to_string(b.bytes));
   ::posix_fadvise(fd.get(), 0, 0, POSIX_FADV_SEQUENTIAL);

@@ -1,6 +1,8 @@
 // The greedy weighted assignment of samples to sources, and parsing a data path spec.
 #include "data/blended_dataset.h"
 
+#include <cmath>
+
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
@@ -20,7 +22,8 @@ BlendedDataset::BlendedDataset(std::vector<std::unique_ptr<SampleSource>> source
                     std::to_string(weights.size()) + " weights");
   double total = 0;
   for (double w : weights) {
-    if (!(w > 0)) throw UserError("blended dataset: every weight must be > 0, got " + std::to_string(w));
+    if (!(w > 0) || !std::isfinite(w))
+      throw UserError("blended dataset: every weight must be a finite number > 0, got " + std::to_string(w));
     total += w;
   }
   for (const auto& s : sources_) {

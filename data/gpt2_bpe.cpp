@@ -88,7 +88,10 @@ Gpt2BpeTokenizer::Gpt2BpeTokenizer(std::vector<std::pair<std::string, int32_t>> 
     : source_(source), vocab_(std::move(vocab)), merges_(std::move(merges)) {
   int32_t max_id = -1;
   for (const auto& [tok, id] : vocab_) {
-    if (id < 0) throw UserError(source_ + ": token " + json_quote(tok) + " has negative id " + std::to_string(id));
+    // Ids index tables sized by the largest one: a stray huge id must be an error, not an allocation failure.
+    if (id < 0 || id >= (1 << 24))
+      throw UserError(source_ + ": token " + json_quote(tok) + " has id " + std::to_string(id) +
+                      " (allowed: 0 to 16777215)");
     if (!token_to_id_.emplace(tok, id).second) throw UserError(source_ + ": token " + json_quote(tok) + " appears twice");
     max_id = std::max(max_id, id);
   }

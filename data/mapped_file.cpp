@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -18,13 +19,45 @@
 
 namespace trellis {
 
-MappedFile::MappedFile(const std::string& path) : path_(path) {
-  const int fd = ::open(path.c_str(), O_RDONLY);
+int open_regular_file(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) throw UserError(path + ": cannot open: " + std::strerror(errno));
   struct stat st {};
   if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    const bool dir = S_ISDIR(st.st_mode);
     ::close(fd);
-    throw UserError(path + ": not a regular file");
+    throw UserError(path + (dir ? ": is a directory, not a file" : ": not a regular file"));
+  }
+  ::fcntl(fd, F_SETFL, O_RDONLY);  // reads of a regular file block as usual
+  return fd;
+}
+
+std::string read_file_head(const std::string& path, size_t n) {
+  const int fd = open_regular_file(path);
+  std::string buf;
+  char chunk[65536];
+  while (buf.size() < n) {
+    const ssize_t r = ::read(fd, chunk, std::min(sizeof chunk, n - buf.size()));
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) {
+      const int err = errno;
+      ::close(fd);
+      throw UserError(path + ": read error: " + std::strerror(err));
+    }
+    if (r == 0) break;
+    buf.append(chunk, size_t(r));
+  }
+  ::close(fd);
+  return buf;
+}
+
+MappedFile::MappedFile(const std::string& path) : path_(path) {
+  const int fd = open_regular_file(path);
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    const int err = errno;
+    ::close(fd);
+    throw UserError(path + ": cannot stat: " + std::strerror(err));
   }
   size_ = size_t(st.st_size);
   if (size_ > 0) {
@@ -66,14 +99,7 @@ bool file_exists(const std::string& path) {
 }
 
 std::string read_text_file(const std::string& path) {
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec)) throw UserError(path + ": is a directory, not a file");
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw UserError(path + ": cannot open: " + std::strerror(errno));
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  if (in.bad()) throw UserError(path + ": read error");
-  return ss.str();
+  return read_file_head(path, std::string().max_size());  // read until its end
 }
 
 void write_file(const std::string& path, const void* data, size_t size) {

@@ -4,7 +4,7 @@
 #include "core/philox.h"
 
 #include <cstring>
-#include <fstream>
+#include <filesystem>
 
 #include "core/error.h"
 #include "data/permutation.h"
@@ -19,17 +19,9 @@ bool ends_with(const std::string& s, const std::string& suffix) {
 }
 std::string strip(const std::string& s, const std::string& suffix) { return s.substr(0, s.size() - suffix.size()); }
 
-// The first bytes of a file (fewer if it is shorter).
-std::string head(const std::string& path, size_t n) {
-  std::ifstream in(path, std::ios::binary);
-  std::string buf(n, '\0');
-  in.read(buf.data(), std::streamsize(n));
-  buf.resize(size_t(in.gcount()));
-  return buf;
-}
-bool is_megatron_index(const std::string& path) { return head(path, 9) == std::string("MMIDIDX\0\0", 9); }
+bool is_megatron_index(const std::string& path) { return read_file_head(path, 9) == std::string("MMIDIDX\0\0", 9); }
 bool is_token_file(const std::string& path) {
-  const std::string h = head(path, 4);
+  const std::string h = read_file_head(path, 4);
   int32_t magic = 0;
   if (h.size() == 4) std::memcpy(&magic, h.data(), 4);
   return magic == kTokenFileMagic;
@@ -42,6 +34,8 @@ TokenDataset::TokenDataset(const std::string& path, const DatasetOptions& option
   if (!(opt_.val_fraction >= 0 && opt_.val_fraction < 1))
     throw UserError(path + ": the validation fraction must be in [0, 1), got " + std::to_string(opt_.val_fraction));
   std::string megatron_prefix, token_path;
+  if (std::error_code ec; std::filesystem::is_directory(path, ec))
+    throw UserError(path + ": is a directory; a dataset is named by its prefix (PREFIX.idx + PREFIX.bin) or its file");
   if (file_exists(path)) {
     if (ends_with(path, ".idx") || is_megatron_index(path)) megatron_prefix = ends_with(path, ".idx") ? strip(path, ".idx") : path;
     else if (ends_with(path, ".bin") && file_exists(strip(path, ".bin") + ".idx")) megatron_prefix = strip(path, ".bin");

@@ -6,10 +6,13 @@
 // PREFIX.vocab.json. Existing outputs of PREFIX are replaced only with --force (which removes all
 // four, so no stale file of the other format is left beside the new data). Bad input prints one
 // line "error: ..." and exits 1.
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <iterator>
 #include <memory>
+#include <new>
 #include <string>
 #include <vector>
 
@@ -47,6 +50,10 @@ Args parse(int argc, char** argv) {
       a.force = true;
       continue;
     }
+    static const char* const kValued[] = {"--input", "--output", "--tokenizer", "--vocab", "--merges", "--format",
+                                          "--documents-split"};
+    if (std::find(std::begin(kValued), std::end(kValued), flag) == std::end(kValued))
+      throw UserError("unknown option " + flag + " (see --help)");
     if (i + 1 >= argc) throw UserError(flag + " needs a value (see --help)");
     const std::string value = argv[++i];
     if (flag == "--input") a.inputs.push_back(value);
@@ -95,6 +102,8 @@ std::vector<std::string> documents(const std::string& text, const std::string& s
   return docs;
 }
 
+void write_outputs(const Args& a, const std::vector<std::string>& texts, const Tokenizer& tok);
+
 int run(int argc, char** argv) {
   const Args a = parse(argc, argv);
   // The outputs must not replace an input: prepare_data never destroys what it reads.
@@ -109,15 +118,16 @@ int run(int argc, char** argv) {
   // Where the outputs go, before the inputs are read and tokenized.
   if (a.output.back() == '/') throw UserError("--output " + a.output + ": a prefix, not a directory (e.g. data/corpus)");
   // Existing outputs: never replaced silently (a run may be reading them, or they are someone's
-  // data); with --force all of PREFIX's are removed, so a reader cannot pick a stale one.
+  // data); with --force all of PREFIX's are removed, so a reader cannot pick a stale one, but only
+  // once the inputs are read and tokenizable (a bad input must not cost the old dataset).
+  std::vector<std::string> existing;
   for (const std::string& out : outputs) {
     std::error_code ec;
     if (!std::filesystem::exists(out, ec)) continue;
     if (!a.force)
       throw UserError("--output " + a.output + ": " + out +
                       " already exists (give another prefix, or --force to replace this prefix's outputs)");
-    if (!std::filesystem::remove(out, ec) || ec)
-      throw UserError("--output " + a.output + ": cannot remove " + out + ": " + (ec ? ec.message() : "?"));
+    existing.push_back(out);
   }
   if (const auto parent = std::filesystem::path(a.output).parent_path(); !parent.empty()) {
     std::error_code ec;
@@ -137,6 +147,26 @@ int run(int argc, char** argv) {
   std::unique_ptr<Tokenizer> tok = a.tokenizer == "byte"   ? make_byte_tokenizer()
                                    : a.tokenizer == "char" ? make_char_tokenizer(texts)
                                                            : load_gpt2_tokenizer(a.vocab, a.merges);
+  for (const std::string& out : existing) {
+    std::error_code ec;
+    if (!std::filesystem::remove(out, ec) || ec)
+      throw UserError("--output " + a.output + ": cannot remove " + out + ": " + (ec ? ec.message() : "?"));
+  }
+  // From here on a failure removes what this run wrote: no partial dataset is left to be read.
+  try {
+    write_outputs(a, texts, *tok);
+  } catch (...) {
+    for (const std::string& out : outputs) {
+      std::error_code ec;
+      std::filesystem::remove(out, ec);
+    }
+    throw;
+  }
+  return 0;
+}
+
+void write_outputs(const Args& a, const std::vector<std::string>& texts, const Tokenizer& t) {
+  const Tokenizer* tok = &t;
   int64_t total = 0, docs = 0;
   std::string data_path;
   std::unique_ptr<IndexedDatasetWriter> writer;
@@ -170,7 +200,6 @@ int run(int argc, char** argv) {
   save_vocabulary(*tok, vocab_path);
   std::printf("wrote %s: %lld tokens in %lld documents; vocabulary (%s, %lld tokens) in %s\n", data_path.c_str(),
               (long long)total, (long long)docs, tok->kind().c_str(), (long long)tok->vocab_size(), vocab_path.c_str());
-  return 0;
 }
 
 }  // namespace
@@ -181,6 +210,13 @@ int main(int argc, char** argv) {
     return trellis::run(argc, argv);
   } catch (const trellis::UserError& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "error: out of memory (the inputs are held in memory while they are tokenized: "
+                         "split them, or give prepare_data more memory)\n");
+    return 1;
+  } catch (const std::exception& e) {  // a bug, but one line and an exit status, not an abort
+    std::fprintf(stderr, "error: unexpected: %s\n", e.what());
     return 1;
   }
 }

@@ -52,4 +52,8 @@ bad output_exists "--output $tmp/text: $tmp/text.tok already exists" \
 [[ -f $tmp/text.bin && -f $tmp/text.idx && -f $tmp/text.vocab.json && ! -e $tmp/text.tok ]] ||
   fail "--force left $(ls "$tmp")"
 echo "ok   existing outputs are refused, and --force replaces all of the prefix's"
+# --force with an input that cannot be read keeps the old dataset (it used to be removed first).
+bad force_missing_input "$tmp/missing.txt: cannot open" --input "$tmp/missing.txt" --output "$tmp/text" --tokenizer char --force
+[[ -f $tmp/text.bin && -f $tmp/text.idx && -f $tmp/text.vocab.json ]] || fail "--force with a bad input removed $(ls "$tmp")"
+bad unknown_flag "unknown option --bogus" --input "$tmp/text.txt" --bogus
 echo "prepare_data e2e: OK"

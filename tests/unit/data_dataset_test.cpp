@@ -220,7 +220,10 @@ TEST(DataDataset, BlendingFollowsWeights) {
             std::string::npos);
   EXPECT_NE(error_of([&] { open_dataset("x " + (dir / "a") + " 1 " + (dir / "b"), options(8, 5)); }).find("\"x\" is not a weight"),
             std::string::npos);
-  EXPECT_NE(error_of([&] { open_dataset("0 " + (dir / "a") + " 1 " + (dir / "b"), options(8, 5)); }).find("every weight must be > 0"),
+  EXPECT_NE(error_of([&] { open_dataset("0 " + (dir / "a") + " 1 " + (dir / "b"), options(8, 5)); }).find("every weight must be a finite number > 0"),
+            std::string::npos);
+  // inf drew every sample from its source (the other got none) without a word.
+  EXPECT_NE(error_of([&] { open_dataset("1 " + (dir / "a") + " inf " + (dir / "b"), options(8, 5)); }).find("got inf"),
             std::string::npos);
 }
 

@@ -1,6 +1,7 @@
 // Megatron .bin/.idx and llm.c token files: round trips, and clear errors for corrupt,
 // truncated or mismatched files.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -127,6 +128,17 @@ TEST(DataFormat, MissingFilesAreReported) {
   write_sample_megatron(dir / "d", TokenType::u16);
   fs::remove(dir / "d.bin");
   EXPECT_NE(error_of([&] { IndexedDataset ds(dir / "d"); }).find("d.bin: cannot open"), std::string::npos);
+}
+
+// A FIFO in a dataset's place is refused at once: its open used to wait for a writer forever.
+TEST(DataFormat, FifoIsRefusedWithoutBlocking) {
+  TempDir dir;
+  write_sample_megatron(dir / "d", TokenType::u16);
+  fs::remove(dir / "d.bin");
+  ASSERT_EQ(::mkfifo((dir / "d.bin").c_str(), 0600), 0);
+  EXPECT_NE(error_of([&] { IndexedDataset ds(dir / "d"); }).find("d.bin: not a regular file"), std::string::npos);
+  ASSERT_EQ(::mkfifo((dir / "t.tok").c_str(), 0600), 0);
+  EXPECT_NE(error_of([&] { TokenFile f(dir / "t.tok"); }).find("t.tok: not a regular file"), std::string::npos);
 }
 
 TEST(DataFormat, TokenFileRoundTrip) {
