@@ -36,14 +36,18 @@ IndexedDataset::IndexedDataset(const std::string& prefix) {
   if (std::memcmp(p, kMagic, sizeof(kMagic)) != 0)
     throw UserError(idx_path + ": not a Megatron index (the file does not start with \"MMIDIDX\")");
   const uint64_t version = load<uint64_t>(p + 9);
-  if (version != 1) throw UserError(idx_path + ": index version " + num(int64_t(version)) + ", only version 1 is supported");
+  if (version != 1)
+    throw UserError(idx_path + ": index version " + std::to_string(version) + ", only version 1 is supported");
   type_ = TokenType(p[17]);
   if (token_type_size(type_) == 0 || type_ == TokenType::u32)
-    throw UserError(idx_path + ": token dtype code " + num(p[17]) + " (" + token_type_name(type_) +
-                    ") is not an integer token type");
+    throw UserError(idx_path + ": token dtype code " + num(p[17]) +
+                    " is not supported (allowed: 1 uint8, 2 int8, 3 int16, 4 int32, 5 int64, 8 uint16)");
   const uint64_t seqs = load<uint64_t>(p + 18), docs = load<uint64_t>(p + 26);
+  if (seqs > (uint64_t(1) << 40) || docs > (uint64_t(1) << 40))
+    throw UserError(idx_path + ": index says " + std::to_string(seqs) + " sequences and " + std::to_string(docs) +
+                    " documents, more than an index can hold (2^40 each): the header is damaged");
   const uint64_t need = kHeaderBytes + seqs * 4 + seqs * 8 + docs * 8;
-  if (seqs > (uint64_t(1) << 40) || docs > (uint64_t(1) << 40) || idx.size() != need)
+  if (idx.size() != need)
     throw UserError(idx_path + ": index says " + num(int64_t(seqs)) + " sequences and " + num(int64_t(docs)) +
                     " documents, which take " + num(int64_t(need)) + " bytes, but the file has " +
                     num(int64_t(idx.size())) + (idx.size() < need ? " (truncated)" : ""));

@@ -94,6 +94,9 @@ std::string step_dir(const std::string& path) {
   std::error_code ec;
   if (!fs::exists(fs::path(path) / "manifest.json", ec) && !fs::is_directory(path, ec))
     throw UserError(path + ": no such checkpoint directory");
+  if (fs::exists(fs::path(path) / "model.json", ec) && !fs::exists(fs::path(path) / "manifest.json", ec))
+    throw UserError(path + ": a weight export (model.json + params.f32), which generate does not read; give a "
+                           "checkpoint (a step_X directory, or a checkpoint.dir)");
   std::string why;
   if (auto chosen = checkpoint_named_by(path, &why)) {
     if (*chosen != path)

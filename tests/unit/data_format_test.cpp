@@ -104,8 +104,10 @@ TEST(DataFormat, CorruptIndexIsReported) {
   };
   EXPECT_NE(with(0, "XXIDIDX").find("not a Megatron index"), std::string::npos);
   EXPECT_NE(with(9, std::string("\x02", 1)).find("index version 2, only version 1"), std::string::npos);
-  EXPECT_NE(with(17, std::string("\x06", 1)).find("d.idx: token dtype code 6 (float64) is not an integer token type"), std::string::npos);
-  EXPECT_NE(with(17, std::string("\x63", 1)).find("token dtype code 99 (unknown)"), std::string::npos);
+  EXPECT_NE(with(17, std::string("\x06", 1)).find("d.idx: token dtype code 6 is not supported (allowed: 1 uint8,"), std::string::npos);
+  EXPECT_NE(with(18, std::string("\xff\xff\xff\xff\xff\xff\xff\xff", 8)).find("18446744073709551615 sequences and 4 documents, more than"),
+            std::string::npos);
+  EXPECT_NE(with(17, std::string("\x63", 1)).find("token dtype code 99 is not supported"), std::string::npos);
   // A pointer that skips bytes: sequence 2 claims to start at byte 8 instead of 6.
   const std::string p2 = with(34 + 12 + 16, std::string("\x08", 1));
   EXPECT_NE(p2.find("sequence 2 starts at byte 8 of d.bin but the sequences before it end at byte 6"), std::string::npos) << p2;
