@@ -3,6 +3,7 @@
 
 #include "core/philox.h"
 
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 
@@ -19,6 +20,13 @@ bool ends_with(const std::string& s, const std::string& suffix) {
 }
 std::string strip(const std::string& s, const std::string& suffix) { return s.substr(0, s.size() - suffix.size()); }
 
+// 1e-12 or 0.99999999 as written, not rounded to six decimals.
+std::string fraction_text(double f) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.10g", f);
+  return buf;
+}
+
 bool is_megatron_index(const std::string& path) { return read_file_head(path, 9) == std::string("MMIDIDX\0\0", 9); }
 bool is_token_file(const std::string& path) {
   const std::string h = read_file_head(path, 4);
@@ -32,7 +40,7 @@ bool is_token_file(const std::string& path) {
 TokenDataset::TokenDataset(const std::string& path, const DatasetOptions& options) : opt_(options) {
   if (opt_.seq_len < 1) throw UserError(path + ": seq_len must be at least 1");
   if (!(opt_.val_fraction >= 0 && opt_.val_fraction < 1))
-    throw UserError(path + ": the validation fraction must be in [0, 1), got " + std::to_string(opt_.val_fraction));
+    throw UserError(path + ": the validation fraction must be in [0, 1), got " + fraction_text(opt_.val_fraction));
   std::string megatron_prefix, token_path;
   if (std::error_code ec; std::filesystem::is_directory(path, ec))
     throw UserError(path + ": is a directory; a dataset is named by its prefix (PREFIX.idx + PREFIX.bin) or its file");
@@ -94,7 +102,7 @@ TokenDataset::TokenDataset(const std::string& path, const DatasetOptions& option
     return UserError(data_path_ + ": the " + name + " split has " + std::to_string(split_tokens(s)) +
                      " tokens, fewer than one sample of model.seq_len + 1 = " + std::to_string(opt_.seq_len + 1) +
                      " (of " + std::to_string(view_.count) + " tokens in all, data.val_fraction = " +
-                     std::to_string(opt_.val_fraction) + " of them for validation; allowed: a split of at least one "
+                     fraction_text(opt_.val_fraction) + " of them for validation; allowed: a split of at least one "
                      "sample: more data, a shorter model.seq_len, another data.val_fraction" +
                      (s == Split::val ? std::string(", or log.val_every = 0") : std::string()) + ")");
   };

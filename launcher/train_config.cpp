@@ -156,7 +156,9 @@ void apply_override(const std::string& item, Config& c) {
       errno = 0;
       char* end = nullptr;
       const double v = std::strtod(value.c_str(), &end);
-      if (value.empty() || end != value.c_str() + value.size() || errno == ERANGE || !std::isfinite(v))
+      // An underflow (ERANGE, |v| < 1) is a number: the f32 check then says it would be 0.
+      if (value.empty() || end != value.c_str() + value.size() || (errno == ERANGE && !(std::fabs(v) < 1)) ||
+          !std::isfinite(v))
         throw UserError(where + ": " + k->full_name() + " must be a finite number" + allowed_suffix(*k));
       k->float_ref(c) = v;
       break;
