@@ -601,7 +601,10 @@ CheckpointReader CheckpointReader::open(const std::string& step_dir, CheckpointV
       info.dtype = dtype->as_string();
       if (const JsonValue* shape = b.find("shape")) {
         if (shape->kind != JsonValue::Kind::kArray) throw CheckpointError("shape of " + info.name + " is not an array");
-        for (const JsonValue& d : shape->items) info.shape.push_back(d.as_int());
+        for (const JsonValue& d : shape->items) {
+          info.shape.push_back(d.as_int());
+          if (info.shape.back() < 0) throw CheckpointError("negative dimension in the shape of " + info.name);
+        }
       }
       info.crc32c = parse_crc(b.find("crc32c"), "crc32c");
       r.blobs_.push_back(std::move(info));

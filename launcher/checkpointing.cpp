@@ -417,9 +417,10 @@ int64_t load_training_checkpoint(Runtime& rt, const Config& cfg, const std::stri
       const size_t owned_bytes = size_t(owned_numel) * dtype_size(owned_dtype);
       if (per_rank && b.held != Held::params) {  // this rank's own pieces, as it holds them
         const std::string blob = rank_blob_name(world_rank(), name);
-        if (!reader.has_blob(blob) || reader.blob_size(blob) != owned_bytes)
+        if (!reader.has_blob(blob) || reader.blob_size(blob) != owned_bytes ||
+            reader.blob_info(blob).dtype != dtype_name(owned_dtype))
           throw UserError(cfg.path + ": checkpoint " + dir + " has no " + blob + " of " + std::to_string(owned_bytes) +
-                          " bytes (written with another precision?)");
+                          " bytes of " + std::string(dtype_name(owned_dtype)) + " (written with another precision?)");
         std::vector<char> host(owned_bytes);
         reader.read_blob(blob, host.data(), host.size());
         set_owned_state(rt, s, b, Tensor(host.data(), owned_dtype, Device::CPU(), {owned_numel}));
@@ -432,6 +433,10 @@ int64_t load_training_checkpoint(Runtime& rt, const Config& cfg, const std::stri
       if (reader.blob_size(name) != host.size())
         throw UserError(cfg.path + ": checkpoint " + dir + ": " + name + " holds " + std::to_string(reader.blob_size(name)) +
                         " bytes; this model needs " + std::to_string(host.size()));
+      // Same size is not same meaning: bf16 bits read as fp16 would load silently wrong values.
+      if (reader.blob_info(name).dtype != dtype_name(dtype))
+        throw UserError(cfg.path + ": checkpoint " + dir + ": " + name + " holds " + reader.blob_info(name).dtype +
+                        "; this run needs " + std::string(dtype_name(dtype)) + " (written with another precision?)");
       reader.read_blob(name, host.data(), host.size());
       // This stage's whole copy, from which each rank takes what it holds.
       const int64_t n = s.model.params().numel();

@@ -272,6 +272,11 @@ TEST(Checkpoint, MissingOrDamagedManifestIsDetected) {
   rewrite(text.substr(0, text.size() / 2));
   expect_error([&] { CheckpointReader::open(dir); }, {"manifest.json", "JSON"});
   rewrite(text);
+  std::string negative = text;  // write_simple's shape is [1003]
+  negative.replace(negative.find("[1003]"), 6, "[-1003]");
+  rewrite(negative);
+  expect_error([&] { CheckpointReader::open(dir); }, {"manifest.json", "negative dimension in the shape of params.bin"});
+  rewrite(text);
   fs::rename(dir + "/params.bin", dir + "/moved.bin");
   expect_error([&] { CheckpointReader::open(dir); }, {"params.bin", "No such file"});
   fs::remove(manifest);
