@@ -466,10 +466,12 @@ int64_t load_training_checkpoint(Runtime& rt, const Config& cfg, const std::stri
     if (step < 0 || seen < 0)
       throw CheckpointError("its step (" + std::to_string(step) + ") or samples seen (" + std::to_string(seen) +
                             ") is negative");
-    if (step > 0 && seen != step * global_batch)
-      throw UserError(cfg.path + ": checkpoint " + dir + " was trained with a global batch of " +
-                      std::to_string(seen / step) + " samples; this run has " + std::to_string(global_batch) +
-                      " (train.global_batch, train.micro_batch and the data-parallel size must give the same)");
+    // (Divided, not multiplied: a damaged step count must not wrap into a match.)
+    if (step > 0 && (seen % step != 0 || seen / step != global_batch))
+      throw UserError(cfg.path + ": checkpoint " + dir + " has seen " + std::to_string(seen) + " samples in " +
+                      std::to_string(step) + " steps, not " + std::to_string(global_batch) +
+                      " a step as this run has (train.global_batch, train.micro_batch and the data-parallel size "
+                      "must give the same)");
     if (world_rank() == 0) warn_on_changed_data(cfg, meta, dir);
     return step;
   } catch (const CheckpointError& e) {

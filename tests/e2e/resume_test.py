@@ -87,6 +87,12 @@ def main():
         check("skipped invalid" in out3 and min(third) == 26, "resume = auto skips the corrupt newest checkpoint")
         check(all(third[s] == full[s] for s in third), "resuming from step 25 continues the same curve")
 
+        # Another global batch than the checkpoint's: refused in one line, with both counts.
+        code, err = fails(binary, config, "checkpoint.resume=" + os.path.join(ck, "step_00000025"),
+                          "train.micro_batch=1")
+        check(code == 1 and len(err) == 1 and "samples in 25 steps, not 1 a step as this run has" in err[0],
+              "resuming with another global batch is refused in one line")
+
         # A checkpoint directory under a regular file cannot be created: one line before training.
         blocker = os.path.join(tmp, "file")
         open(blocker, "w").close()
