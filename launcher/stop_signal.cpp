@@ -1,4 +1,4 @@
-// Stop-signal handlers and the per-step agreement.
+// Stop-signal handlers and the per-step agreement; and the one-line report of a bus error.
 #include "launcher/stop_signal.h"
 
 #include <pthread.h>
@@ -24,9 +24,19 @@ extern "C" void on_stop_signal(int sig) {
   }
   received = sig;
 }
+// A bus error is what a memory-mapped file gives when it shrank under the run (a dataset rewritten
+// in place) or its disk filled (zero.offload = "nvme"): say so in one line, not a backtrace.
+extern "C" void on_bus_error(int) {
+  static const char note[] =
+      "error: bus error (SIGBUS) on a memory-mapped file: a dataset file was truncated or replaced during the run, "
+      "or the disk of zero.offload_dir is full\n";
+  [[maybe_unused]] ssize_t n = ::write(STDERR_FILENO, note, sizeof note - 1);  // async-signal-safe
+  ::_exit(1);
+}
 }  // namespace
 
 void install_stop_handlers() {
+  std::signal(SIGBUS, on_bus_error);
   std::signal(SIGUSR1, on_stop_signal);
   std::signal(SIGTERM, on_stop_signal);
   // Ctrl-C, unless the shell made this a background job that ignores it.

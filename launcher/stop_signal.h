@@ -8,7 +8,8 @@
 
 namespace trellis {
 
-// Installs the handlers (idempotent). Returns the signal name a run was asked to stop by, or null.
+// Installs the handlers (idempotent), and one for SIGBUS that reports a memory-mapped file changed
+// under the run in one line and exits 1.
 void install_stop_handlers();
 // True on every rank if any rank has received a stop signal (collective over `comm`, watched).
 bool stop_requested(MPI_Comm comm, Watchdog* watchdog = nullptr);

@@ -20,6 +20,19 @@ mv "$tmp/new_dir/text.tok" "$tmp/new_dir/text.vocab.json" "$tmp/"
 "$train_gpt" "$config" --set train.device=cpu --set train.steps=3 --set data.source=file \
   --set data.path="$tmp/text.tok" --set log.val_every=0 >"$tmp/train" 2>&1 || { tail -3 "$tmp/train" >&2; fail "train_gpt on it"; }
 echo "ok   a text becomes a token file train_gpt trains on"
+# Its file truncated during a run: the memory-mapped read faults (SIGBUS); one error line, exit 1.
+cp "$tmp/text.tok" "$tmp/live.tok" && cp "$tmp/text.vocab.json" "$tmp/live.vocab.json"
+"$train_gpt" "$config" --set train.device=cpu --set train.steps=1000000 --set data.source=file \
+  --set data.path="$tmp/live.tok" --set log.val_every=0 --set log.every=1 >"$tmp/live.out" 2>"$tmp/live.err" </dev/null &
+live=$!
+for _ in $(seq 600); do grep -q "^step" "$tmp/live.out" && break; sleep 0.1; done
+truncate -s 100 "$tmp/live.tok"
+for _ in $(seq 600); do kill -0 $live 2>/dev/null || break; sleep 0.1; done
+kill -9 $live 2>/dev/null && fail "a run whose dataset was truncated did not end within 60 s"
+rc=0; wait $live || rc=$?
+[[ $rc == 1 && $(wc -l <"$tmp/live.err") == 1 ]] && grep -qF "error: bus error (SIGBUS) on a memory-mapped file" "$tmp/live.err" ||
+  { cat "$tmp/live.err" >&2; fail "truncated during the run: exit $rc, expected 1 and one error line"; }
+echo "ok   a dataset truncated during the run ends it with one line: $(cat "$tmp/live.err")"
 
 # bad NAME "EXPECTED" ARGS...: one error line naming the problem, exit 1.
 bad() {
