@@ -574,8 +574,9 @@ def main():
         header += (f"\n{args.rounds} rounds per model: PyTorch ran first in odd rounds, Trellis in "
                    f"even ones; scaling compares runs of the same round.\n")
     text = header + "\n" + table(rows, args.rounds > 1) + "\n"
-    if args.rounds > 1 and round_summary(rows):
-        text += "\n" + round_summary(rows) + "\n"
+    summary = round_summary(rows) if args.rounds > 1 else ""
+    if summary:
+        text += "\n" + summary + "\n"
     print("\n" + text)
     if args.out:
         with open(args.out, "w") as f:

@@ -10,16 +10,13 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <filesystem>
-#include <fstream>
-#include <sstream>
 #include <utility>
 
 #include "core/error.h"
 
 namespace trellis {
 
-int open_regular_file(const std::string& path) {
+int open_regular_file(const std::string& path, size_t* size) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) throw UserError(path + ": cannot open: " + std::strerror(errno));
   struct stat st {};
@@ -29,6 +26,7 @@ int open_regular_file(const std::string& path) {
     throw UserError(path + (dir ? ": is a directory, not a file" : ": not a regular file"));
   }
   ::fcntl(fd, F_SETFL, O_RDONLY);  // reads of a regular file block as usual
+  if (size) *size = size_t(st.st_size);
   return fd;
 }
 
@@ -52,14 +50,7 @@ std::string read_file_head(const std::string& path, size_t n) {
 }
 
 MappedFile::MappedFile(const std::string& path) : path_(path) {
-  const int fd = open_regular_file(path);
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) {
-    const int err = errno;
-    ::close(fd);
-    throw UserError(path + ": cannot stat: " + std::strerror(err));
-  }
-  size_ = size_t(st.st_size);
+  const int fd = open_regular_file(path, &size_);
   if (size_ > 0) {
     void* p = ::mmap(nullptr, size_, PROT_READ, MAP_SHARED, fd, 0);
     if (p == MAP_FAILED) {

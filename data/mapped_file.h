@@ -27,9 +27,10 @@ class MappedFile {
   size_t size_ = 0;
 };
 
-// Opens a regular file for reading (a descriptor the caller closes). A FIFO, device or directory is
-// refused without blocking on it (a FIFO's open would wait for a writer forever).
-int open_regular_file(const std::string& path);
+// Opens a regular file for reading (a descriptor the caller closes; its size in *size if given). A
+// FIFO, device or directory is refused without blocking on it (a FIFO's open would wait for a
+// writer forever).
+int open_regular_file(const std::string& path, size_t* size = nullptr);
 // The first n bytes of a regular file (fewer if it is shorter); errors as open_regular_file.
 std::string read_file_head(const std::string& path, size_t n);
 bool file_exists(const std::string& path);

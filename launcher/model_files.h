@@ -11,8 +11,9 @@
 
 namespace trellis {
 
-// For --export-weights or --dump-grads (`option`), before training: the directory can be written
-// and holds no export yet (an export is never replaced silently). Throws UserError naming it.
+// For --export-weights or --dump-grads (`option`), before training: the directory is new or empty
+// and can be written (an export is never replaced, and never lands beside the user's files).
+// Throws UserError naming it.
 void check_export_dir_free(const std::string& option, const std::string& dir);
 // Writes model.json (with `extra` merged in at the top level) and params.f32. Throws UserError
 // naming the path if it cannot write.

@@ -102,7 +102,42 @@ std::vector<std::string> documents(const std::string& text, const std::string& s
   return docs;
 }
 
-void write_outputs(const Args& a, const std::vector<std::string>& texts, const Tokenizer& tok);
+// Tokenizes the texts into PREFIX's dataset and vocabulary files.
+void write_outputs(const Args& a, const std::vector<std::string>& texts, const Tokenizer& tok) {
+  int64_t total = 0, docs = 0;
+  std::string data_path;
+  std::unique_ptr<IndexedDatasetWriter> writer;
+  std::vector<int32_t> stream;  // llmc: everything, written at the end
+  if (a.format == "megatron") {
+    writer = std::make_unique<IndexedDatasetWriter>(a.output, best_token_type(tok.vocab_size()));
+    data_path = a.output + ".bin/.idx";
+  } else {
+    data_path = a.output + ".tok";
+  }
+  for (size_t f = 0; f < texts.size(); ++f) {
+    int64_t file_tokens = 0;
+    for (const std::string& doc : documents(texts[f], a.split)) {
+      std::vector<int32_t> ids;
+      try {
+        ids = tok.encode(doc);
+      } catch (const UserError& e) {
+        throw UserError(a.inputs[f] + ": " + e.what());
+      }
+      file_tokens += int64_t(ids.size());
+      ++docs;
+      if (writer) writer->add_document(ids);
+      else stream.insert(stream.end(), ids.begin(), ids.end());
+    }
+    std::printf("%s: %zu bytes -> %lld tokens\n", a.inputs[f].c_str(), texts[f].size(), (long long)file_tokens);
+    total += file_tokens;
+  }
+  if (writer) writer->finish();
+  else write_token_file(a.output + ".tok", stream);
+  const std::string vocab_path = a.output + ".vocab.json";
+  save_vocabulary(tok, vocab_path);
+  std::printf("wrote %s: %lld tokens in %lld documents; vocabulary (%s, %lld tokens) in %s\n", data_path.c_str(),
+              (long long)total, (long long)docs, tok.kind().c_str(), (long long)tok.vocab_size(), vocab_path.c_str());
+}
 
 int run(int argc, char** argv) {
   const Args a = parse(argc, argv);
@@ -163,43 +198,6 @@ int run(int argc, char** argv) {
     throw;
   }
   return 0;
-}
-
-void write_outputs(const Args& a, const std::vector<std::string>& texts, const Tokenizer& t) {
-  const Tokenizer* tok = &t;
-  int64_t total = 0, docs = 0;
-  std::string data_path;
-  std::unique_ptr<IndexedDatasetWriter> writer;
-  std::vector<int32_t> stream;  // llmc: everything, written at the end
-  if (a.format == "megatron") {
-    writer = std::make_unique<IndexedDatasetWriter>(a.output, best_token_type(tok->vocab_size()));
-    data_path = a.output + ".bin/.idx";
-  } else {
-    data_path = a.output + ".tok";
-  }
-  for (size_t f = 0; f < texts.size(); ++f) {
-    int64_t file_tokens = 0;
-    for (const std::string& doc : documents(texts[f], a.split)) {
-      std::vector<int32_t> ids;
-      try {
-        ids = tok->encode(doc);
-      } catch (const UserError& e) {
-        throw UserError(a.inputs[f] + ": " + e.what());
-      }
-      file_tokens += int64_t(ids.size());
-      ++docs;
-      if (writer) writer->add_document(ids);
-      else stream.insert(stream.end(), ids.begin(), ids.end());
-    }
-    std::printf("%s: %zu bytes -> %lld tokens\n", a.inputs[f].c_str(), texts[f].size(), (long long)file_tokens);
-    total += file_tokens;
-  }
-  if (writer) writer->finish();
-  else write_token_file(a.output + ".tok", stream);
-  const std::string vocab_path = a.output + ".vocab.json";
-  save_vocabulary(*tok, vocab_path);
-  std::printf("wrote %s: %lld tokens in %lld documents; vocabulary (%s, %lld tokens) in %s\n", data_path.c_str(),
-              (long long)total, (long long)docs, tok->kind().c_str(), (long long)tok->vocab_size(), vocab_path.c_str());
 }
 
 }  // namespace

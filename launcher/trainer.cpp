@@ -526,7 +526,8 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
     std::printf("trellis %s: %s, %s, layout tensor %d x pipeline %d x data %d, ZeRO stage %d\n", source_version(),
                 rt.device_name().c_str(),
                 res.precision.c_str(), layout.tensor, layout.pipeline, layout.data, zero_stage);
-    if (const std::string libs = rt.library_versions(); !libs.empty()) std::printf("libraries: %s\n", libs.c_str());
+    const std::string libraries = rt.library_versions();  // for the log and the start record
+    if (!libraries.empty()) std::printf("libraries: %s\n", libraries.c_str());
     std::printf("model: %lld layers, %lld heads, d_model %lld, seq %lld, vocab %lld (padded to %lld)\n",
                 (long long)mc.n_layers, (long long)mc.n_heads, (long long)mc.d_model, (long long)T,
                 (long long)mc.vocab_size, (long long)mc.padded_vocab());
@@ -599,7 +600,7 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
     // whole), and the ZeRO slots.
     start.add("model_state_bytes_allocated", int64_t(state_bytes)).add("zero_slot_bytes", int64_t(slot_bytes));
     start.add("parameters", mc.parameter_count()).add("device", rt.device_name()).add("precision", res.precision);
-    if (const std::string libs = rt.library_versions(); !libs.empty()) start.add("libraries", libs);
+    if (!libraries.empty()) start.add("libraries", libraries);
     start.add("grad_dtype", std::string(dtype_name(mc.grad_dtype)));
     start.add("global_batch", global_batch).add("seq_len", T).add("steps", cfg.train.steps);
     start.add("activation_bytes_planned", int64_t(std::min<size_t>(planned_activations, INT64_MAX)));
