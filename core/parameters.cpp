@@ -111,6 +111,32 @@ float initial_value(uint64_t seed, const ParameterSpec& spec, int64_t local_inde
   return normal_draw(hash_name(seed, spec.name), spec.std, spec.split.global_index(spec.shape, local_index));
 }
 
+std::vector<ParameterBucket> plan_buckets(const std::vector<ParameterSpec>& specs, int shards) {
+  std::vector<ParameterBucket> buckets;
+  int64_t offset = 0;
+  for (size_t i = 0; i < specs.size(); ++i) {
+    const ParameterSpec& s = specs[i];
+    s.global_shape();  // validates the split
+    // A block's parameters are one bucket; every other parameter is a bucket of its own.
+    if (buckets.empty() || s.bucket != specs[i - 1].bucket) {
+      ParameterBucket b;
+      b.first = i;
+      b.offset = offset;
+      b.block = s.bucket >= 0 ? s.bucket : -1;
+      for (const ParameterBucket& o : buckets)
+        TRELLIS_CHECK(b.block < 0 || o.block != b.block, "ParameterStore: block " + std::to_string(b.block) + " is not contiguous");
+      buckets.push_back(b);
+    }
+    ParameterBucket& b = buckets.back();
+    b.numel += s.shape.numel();
+    b.end = i + 1;
+    b.padded = padded_size(b.numel, shards);
+    b.piece = b.padded / shards;
+    offset = b.offset + b.padded;
+  }
+  return buckets;
+}
+
 ParameterStore::ParameterStore(Runtime& rt, const std::vector<ParameterSpec>& specs, DType dtype,
                                const StoreSharding& sharding, DType grad_dtype)
     : rt_(rt), dtype_(dtype), grad_dtype_(grad_dtype), sharding_(sharding) {
@@ -119,42 +145,22 @@ ParameterStore::ParameterStore(Runtime& rt, const std::vector<ParameterSpec>& sp
   TRELLIS_CHECK(sharding.shards >= 1 && sharding.shard >= 0 && sharding.shard < sharding.shards,
                 "ParameterStore: bad shard " + std::to_string(sharding.shard) + " of " + std::to_string(sharding.shards));
   TRELLIS_CHECK(!sharding.stream_values || sharding.stream_grads, "ParameterStore: streamed values need streamed gradients");
-  for (size_t i = 0; i < specs.size(); ++i) {
-    const ParameterSpec& s = specs[i];
-    s.global_shape();  // validates the split
-    // A block's parameters are one bucket; every other parameter is a bucket of its own.
-    if (buckets_.empty() || s.bucket != specs[i - 1].bucket) {
-      if (!buckets_.empty()) {
-        ParameterBucket& last = buckets_.back();
-        last.padded = padded_size(last.numel, sharding.shards);
-        padded_numel_ += last.padded;
-      }
-      ParameterBucket b;
-      b.first = i;
-      b.offset = padded_numel_;
-      b.block = s.bucket >= 0 ? s.bucket : -1;
-      for (const ParameterBucket& o : buckets_)
-        TRELLIS_CHECK(b.block < 0 || o.block != b.block, "ParameterStore: block " + std::to_string(b.block) + " is not contiguous");
-      buckets_.push_back(b);
+  buckets_ = plan_buckets(specs, sharding.shards);
+  for (const ParameterBucket& b : buckets_) {
+    int64_t at = b.offset;
+    for (size_t i = b.first; i < b.end; ++i) {
+      Parameter p;
+      p.spec = specs[i];
+      p.offset = at;
+      at += specs[i].shape.numel();
+      params_.push_back(p);
     }
-    ParameterBucket& b = buckets_.back();
-    Parameter p;
-    p.spec = s;
-    p.offset = b.offset + b.numel;
-    b.numel += s.shape.numel();
-    b.end = i + 1;
-    numel_ += s.shape.numel();
-    params_.push_back(p);
-  }
-  if (!buckets_.empty()) {
-    ParameterBucket& last = buckets_.back();
-    last.padded = padded_size(last.numel, sharding.shards);
-    padded_numel_ += last.padded;
+    numel_ += b.numel;
+    padded_numel_ += b.padded;
   }
   // Storage: the whole padded layout, less what is streamed (a stage-3 bucket keeps its piece).
   int64_t value_elems = 0, grad_elems = 0;
   for (ParameterBucket& b : buckets_) {
-    b.piece = b.padded / sharding.shards;
     b.grads_streamed = sharding.stream_grads && b.block >= 0;
     b.values_streamed = sharding.stream_values && b.block >= 0;
     value_at_.push_back(value_elems);

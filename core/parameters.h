@@ -94,6 +94,10 @@ struct ParameterBucket {
   int64_t piece = 0;               // padded / shards: what each data rank owns
 };
 
+// The buckets of a store of `specs` whose buckets are cut into `shards` pieces (nothing streamed):
+// what decides which elements each data rank owns at ZeRO stages >= 1.
+std::vector<ParameterBucket> plan_buckets(const std::vector<ParameterSpec>& specs, int shards);
+
 class ParameterStore {
  public:
   // grad_dtype: f32, or `dtype` (16-bit gradients: only unsharded, unstreamed stores).

@@ -21,6 +21,7 @@
 #include "core/crc32c.h"
 #include "core/ops.h"
 #include "launcher/metrics.h"
+#include "launcher/optimizer_pieces.h"
 
 namespace trellis {
 
@@ -107,6 +108,44 @@ struct ShardLayout {
     const JsonValue* layers = l ? l->find("stage_layers") : nullptr;
     return {field("tensor"), field("pipeline"), field("data"), field("virtual_stages"), field("zero_stage"),
             layers ? layers->as_string() : std::string()};
+  }
+  // Whether a rank of `o` holds the same pieces as the rank of this layout with its world rank:
+  // the ZeRO stage (1-3) changes only what is streamed, not the pieces.
+  bool same_pieces(const ShardLayout& o) const {
+    ShardLayout a = *this;
+    a.zero_stage = o.zero_stage;
+    return a == o;
+  }
+  // What decides the pieces, for reassembling them; throws CheckpointError on a split that does
+  // not fit the model, UserError on one not recorded (needed only with more than one chunk).
+  PieceLayout pieces(const GPTConfig& model) const {
+    constexpr int64_t kMaxChunks = int64_t(1) << 24;  // world ranks, and virtual stages: beyond any real run
+    for (int64_t n : {tensor, pipeline, data, virtual_stages})
+      if (n < 1 || n > kMaxChunks) throw CheckpointError("meta's written_by_layout has a size of " + std::to_string(n));
+    if (tensor * pipeline * data > kMaxChunks)
+      throw CheckpointError("meta's written_by_layout has " + std::to_string(tensor * pipeline * data) + " ranks");
+    PieceLayout l{int(tensor), int(pipeline), int(virtual_stages), int(data), {}};
+    if (stage_layers.empty()) {
+      if (pipeline * virtual_stages > 1)
+        throw UserError("it predates checkpoints that record how the pipeline split the model, so its optimizer "
+                        "state resumes only on " + str());
+      return l;
+    }
+    std::istringstream in(stage_layers);
+    int64_t sum = 0;
+    for (std::string n; std::getline(in, n, ',');) {
+      char* end = nullptr;
+      const long v = std::strtol(n.c_str(), &end, 10);
+      if (n.empty() || *end != '\0' || v < 1 || v > model.n_layers)
+        throw CheckpointError("meta's written_by_layout.stage_layers \"" + stage_layers + "\" is not a list of block counts");
+      l.stage_layers.push_back(int(v));
+      sum += v;
+    }
+    if (sum != model.n_layers || int64_t(l.stage_layers.size()) != pipeline * virtual_stages)
+      throw CheckpointError("meta's written_by_layout.stage_layers \"" + stage_layers + "\" does not split " +
+                            std::to_string(model.n_layers) + " blocks over " + std::to_string(pipeline * virtual_stages) +
+                            " virtual stages");
+    return l;
   }
   JsonObject json() const {
     JsonObject o;
@@ -403,41 +442,63 @@ int64_t load_training_checkpoint(Runtime& rt, const Config& cfg, const std::stri
                       "; this run has " + expected);
     const JsonValue* optimizer_state = meta.find("optimizer_state");
     const bool per_rank = optimizer_state && optimizer_state->as_string() == kPerRank;
+    // Per-rank optimizer state on another layout is reassembled into the whole model's layout
+    // first, and each rank takes its part of that as from a checkpoint written whole.
+    std::optional<PieceLayout> reshard;
     if (per_rank) {
       const ShardLayout written = ShardLayout::written_in(meta), here = ShardLayout::of(cfg, s);
-      if (written != here)
-        throw UserError(cfg.path + ": checkpoint " + dir + " was written with " + written.str() + "; this run has " +
-                        here.str() + "; its optimizer state is saved per rank and resharding is not supported yet");
+      if (!s.optimizer.sharded() || !written.same_pieces(here)) {
+        try {
+          reshard = written.pieces(s.model.config());
+        } catch (const UserError& e) {
+          throw UserError(cfg.path + ": checkpoint " + dir + " was written with " + written.str() + "; this run has " +
+                          here.str() + ": " + e.what());
+        }
+        if (world_rank() == 0)
+          std::printf("checkpoint: its optimizer state was saved per rank by %s; resharding it for %s\n",
+                      written.str().c_str(), here.str().c_str());
+      }
     }
+    // World rank `rank`'s blob of optimizer tensor `name`: numel elements of `dtype`.
+    auto read_rank_blob = [&](int rank, const std::string& name, int64_t numel, DType dtype) {
+      const std::string blob = rank_blob_name(rank, name);
+      const size_t bytes = size_t(numel) * dtype_size(dtype);
+      if (!reader.has_blob(blob) || reader.blob_size(blob) != bytes || reader.blob_info(blob).dtype != dtype_name(dtype))
+        throw UserError(cfg.path + ": checkpoint " + dir + " has no " + blob + " of " + std::to_string(bytes) +
+                        " bytes of " + std::string(dtype_name(dtype)) + " (written with another precision?)");
+      std::vector<char> host(bytes);
+      reader.read_blob(blob, host.data(), host.size());
+      return host;
+    };
     for (const StateBlob& b : state_blobs(s)) {
       const std::string& name = b.name;
       // The owned state's shape and type: f32 master weights, or a moment tensor.
       const int64_t owned_numel = s.optimizer.owned_numel();
       const DType owned_dtype = b.held == Held::tensor ? b.t.dtype : DType::f32;
-      const size_t owned_bytes = size_t(owned_numel) * dtype_size(owned_dtype);
-      if (per_rank && b.held != Held::params) {  // this rank's own pieces, as it holds them
-        const std::string blob = rank_blob_name(world_rank(), name);
-        if (!reader.has_blob(blob) || reader.blob_size(blob) != owned_bytes ||
-            reader.blob_info(blob).dtype != dtype_name(owned_dtype))
-          throw UserError(cfg.path + ": checkpoint " + dir + " has no " + blob + " of " + std::to_string(owned_bytes) +
-                          " bytes of " + std::string(dtype_name(owned_dtype)) + " (written with another precision?)");
-        std::vector<char> host(owned_bytes);
-        reader.read_blob(blob, host.data(), host.size());
+      if (per_rank && !reshard && b.held != Held::params) {  // this rank's own pieces, as it holds them
+        std::vector<char> host = read_rank_blob(world_rank(), name, owned_numel, owned_dtype);
         set_owned_state(rt, s, b, Tensor(host.data(), owned_dtype, Device::CPU(), {owned_numel}));
         continue;
       }
-      if (!reader.has_blob(name))
-        throw UserError(cfg.path + ": checkpoint " + dir + " has no " + name + " (written with another precision?)");
       const DType dtype = b.held == Held::params ? s.model.params().dtype() : owned_dtype;
-      std::vector<char> host(size_t(s.layout.whole_numel()) * dtype_size(dtype));
-      if (reader.blob_size(name) != host.size())
-        throw UserError(cfg.path + ": checkpoint " + dir + ": " + name + " holds " + std::to_string(reader.blob_size(name)) +
-                        " bytes; this model needs " + std::to_string(host.size()));
-      // Same size is not same meaning: bf16 bits read as fp16 would load silently wrong values.
-      if (reader.blob_info(name).dtype != dtype_name(dtype))
-        throw UserError(cfg.path + ": checkpoint " + dir + ": " + name + " holds " + reader.blob_info(name).dtype +
-                        "; this run needs " + std::string(dtype_name(dtype)) + " (written with another precision?)");
-      reader.read_blob(name, host.data(), host.size());
+      std::vector<char> host;
+      if (reshard && b.held != Held::params) {
+        host = whole_from_pieces(s.model.config(), *reshard, dtype_size(dtype), [&](int rank, int64_t numel) {
+          return read_rank_blob(rank, name, numel, dtype);
+        });
+      } else {
+        if (!reader.has_blob(name))
+          throw UserError(cfg.path + ": checkpoint " + dir + " has no " + name + " (written with another precision?)");
+        host.resize(size_t(s.layout.whole_numel()) * dtype_size(dtype));
+        if (reader.blob_size(name) != host.size())
+          throw UserError(cfg.path + ": checkpoint " + dir + ": " + name + " holds " +
+                          std::to_string(reader.blob_size(name)) + " bytes; this model needs " + std::to_string(host.size()));
+        // Same size is not same meaning: bf16 bits read as fp16 would load silently wrong values.
+        if (reader.blob_info(name).dtype != dtype_name(dtype))
+          throw UserError(cfg.path + ": checkpoint " + dir + ": " + name + " holds " + reader.blob_info(name).dtype +
+                          "; this run needs " + std::string(dtype_name(dtype)) + " (written with another precision?)");
+        reader.read_blob(name, host.data(), host.size());
+      }
       // This stage's whole copy, from which each rank takes what it holds.
       const int64_t n = s.model.params().numel();
       std::vector<char> stage_host(size_t(n) * dtype_size(dtype));  // host memory: no whole-stage device buffer

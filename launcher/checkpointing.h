@@ -5,10 +5,11 @@
 // each (tensor rank, pipeline stage) sends its part to rank 0 (through its stage's tensor rank 0),
 // which writes them. The optimizer state is in that layout too when the optimizer is not sharded
 // (ZeRO stage 0: data-parallel ranks hold identical state); when it is (ZeRO stages >= 1), every
-// rank writes its own pieces ("rank00005/adam_m.bin") into rank 0's temporary directory, and such a
-// checkpoint resumes only on the layout that wrote it. Rank 0 commits atomically once every rank
-// has written its part (so a checkpoint is valid only with every part in it). On load each rank
-// takes its own slice of the whole tensors, or reads its own pieces.
+// rank writes its own pieces ("rank00005/adam_m.bin") into rank 0's temporary directory. Rank 0
+// commits atomically once every rank has written its part (so a checkpoint is valid only with every
+// part in it). On load each rank takes its own slice of the whole tensors, or reads its own pieces;
+// on another layout (or ZeRO stage 0) it reassembles the whole tensors from every rank's pieces
+// first (launcher/optimizer_pieces.h) and takes its slice of those.
 #pragma once
 #include <mpi.h>
 

@@ -157,4 +157,26 @@ void scatter_whole(Runtime& rt, const WholeModelLayout& layout, int pipeline_ran
   rt.synchronize();
 }
 
+void place_shard(const WholeModelLayout& layout, int pipeline_rank, int tensor_rank, const char* shard,
+                 std::vector<char>& whole, size_t elem_size) {
+  const size_t e = elem_size;
+  TRELLIS_CHECK(whole.size() == size_t(layout.whole_numel()) * e, "place_shard: whole-model copy has the wrong size");
+  const auto to = offsets(layout.whole);
+  auto held_before = [&](const std::string& name) {
+    for (int r = 0; r < pipeline_rank; ++r)
+      for (const ParameterSpec& s : layout.stage[size_t(r)])
+        if (s.name == name) return true;
+    return false;
+  };
+  for (const ParameterSpec& s : layout.shard_of(pipeline_rank, tensor_rank)) {
+    if (!held_before(s.name) && (tensor_rank == 0 || !s.split.replicated())) {
+      char* dst = whole.data() + size_t(to.at(s.name).first) * e;
+      for_each_run(s, [&](int64_t i, int64_t g, int64_t n) {
+        std::memcpy(dst + size_t(g) * e, shard + size_t(i) * e, size_t(n) * e);
+      });
+    }
+    shard += size_t(s.shape.numel()) * e;
+  }
+}
+
 }  // namespace trellis

@@ -44,4 +44,11 @@ std::vector<char> gather_whole(Runtime& rt, Communicator* tensor, Communicator* 
 void scatter_whole(Runtime& rt, const WholeModelLayout& layout, int pipeline_rank, int tensor_rank,
                    const std::vector<char>& whole, const Tensor& t);
 
+// Writes the flat tensor `shard` of (pipeline rank, tensor rank) (bytes, elem_size each) into its
+// place in the whole-model host copy `whole`, as gather_whole would: a tensor held by an earlier
+// pipeline rank too (the head's copy of the token embedding) and the replicated tensors of
+// tensor ranks other than 0 are left to those.
+void place_shard(const WholeModelLayout& layout, int pipeline_rank, int tensor_rank, const char* shard,
+                 std::vector<char>& whole, size_t elem_size);
+
 }  // namespace trellis

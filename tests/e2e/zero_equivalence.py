@@ -11,8 +11,9 @@ state shrinks from each stage to the next. Runs at stages 1 and 3 stopped after 
 from their checkpoints continue bitwise; those checkpoints hold each rank's optimizer state
 (rank00000..rank00003/adam_m.bin, adam_v.bin) and no whole copy of it, pruning removes them with
 their rank directories; in bf16 at stages 1 and 3, each rank's blobs include its f32 master weights (joined
-from the split ones) and the resumed run continues bitwise too; resuming the stage-3 one on another layout fails on every rank with one
-line, without hanging.
+from the split ones) and the resumed run continues bitwise too. A stage-3 checkpoint resumed on other layouts
+(one rank, data 4, pipeline 2 x data 2, another ZeRO stage) has its optimizer state resharded and
+continues as the uninterrupted one-rank run.
 Usage: zero_equivalence.py TRAIN_GPT MPIEXEC CONFIG"""
 import json
 import os
@@ -152,19 +153,66 @@ def main():
             print(f"{'ok  ' if ok else 'FAIL'} bf16 tensor=2 data=2 zero={stage} checkpoint after step 3: "
                   f"{len(masters)} f32 master blobs; resumed: {'bitwise equal to' if ok else 'differs from'} the "
                   f"uninterrupted run")
-        # The stage-3 checkpoint on another layout: one line on every rank, non-zero exit, no hang.
-        step6 = os.path.join(tmp, "ck3", "step_00000006")
-        written = "written with tensor 2 x pipeline 1 x data 2, ZeRO stage 3; this run has "
-        for sets, now in [(["parallel.tensor=2", "zero.stage=1"], "tensor 2 x pipeline 1 x data 2, ZeRO stage 1"),
-                          (["parallel.tensor=1", "zero.stage=3"], "tensor 1 x pipeline 1 x data 4, ZeRO stage 3")]:
-            cmd, p = equivalence.launch(binary, mpiexec, config, 4, BASE + sets + ["checkpoint.resume=" + step6])
-            errors = [line for line in p.stderr.splitlines() if line.startswith("error")]
-            banner = any(b in p.stderr + p.stdout for b in ("MPI_ABORT", "terminate called", "Segmentation", "[rank "))
-            ok = (p.returncode != 0 and len(errors) == 1 and written + now in errors[0]
-                  and "resharding is not supported yet" in errors[0] and not banner)
+        # Resharding: per-rank optimizer state resumed on other layouts. Written at (2, 1, 2) stage 3
+        # after step 6 of 9, resumed to step 9 on one rank (stage 0: the pieces reassembled whole),
+        # at data = 4 stage 1, at pipeline 2 x data 2 stage 2, at its own layout unsharded (stage 0)
+        # and at stage 1 (the same pieces, read as they are): each gives the uninterrupted one-rank
+        # run's losses and weights.
+        nine = ["train.steps=9"]
+        _, ref9_loss, ref9_norms, ref9_w, _ = run(binary, mpiexec, config, tmp, 1, "ref9", *nine)
+        ck = os.path.join(tmp, "ck_reshard")
+        run(binary, mpiexec, config, tmp, 4, "reshard_first", *nine, "parallel.tensor=2", "zero.stage=3",
+            "checkpoint.dir=" + ck, "train.stop_after=6")
+        step6 = os.path.join(ck, "step_00000006")
+        for ranks, sets in [(1, []), (4, ["zero.stage=1"]), (4, ["parallel.pipeline=2", "zero.stage=2"]),
+                            (4, ["parallel.tensor=2", "zero.stage=1"]), (4, ["parallel.tensor=2", "zero.stage=0"])]:
+            tag = "reshard_" + "_".join(x.replace("parallel.", "").replace("=", "") for x in sets) + f"_n{ranks}"
+            _, loss, norms, w, out = run(binary, mpiexec, config, tmp, ranks, tag, *nine, *sets,
+                                         "checkpoint.resume=" + step6)
+            same_pieces = sets == ["parallel.tensor=2", "zero.stage=1"]
+            said = ("resharding it for" in out) != same_pieces
+            dl, dn = rel(loss, ref9_loss[6:]), rel(norms, ref9_norms[6:])
+            dw = max(abs(a - b) for a, b in zip(w, ref9_w))
+            ok = said and len(loss) == 3 and dl <= LOSS_TOL and dn <= NORM_TOL and dw <= WEIGHT_MAX_TOL
             failed |= not ok
-            print(f"{'ok  ' if ok else 'FAIL'} stage-3 checkpoint resumed with {' '.join(sets)}: exit {p.returncode}, "
-                  f"{errors[0] if len(errors) == 1 else errors}")
+            print(f"{'ok  ' if ok else 'FAIL'} stage-3 checkpoint of tensor=2 data=2 resumed on {ranks} rank(s) "
+                  f"{' '.join(sets)}: {'resharded' if 'resharding it for' in out else 'its own pieces'}; max loss rel "
+                  f"diff {dl:.2e}, grad norm {dn:.2e}, weights max abs diff {dw:.2e} against the uninterrupted run")
+        # bf16: the per-rank f32 masters reassembled too; split again beside the one rank's bf16
+        # parameters (a wrong master would be wrong parameters). bf16 rounds differently on each
+        # layout, so the resumed run is held to the uninterrupted one of the layout that wrote it by
+        # bf16's measure.
+        b16 = nine + ["train.precision=bf16"]
+        _, src16, _, _, _ = run(binary, mpiexec, config, tmp, 4, "reshard16_src", *b16, "parallel.tensor=2",
+                                "zero.stage=3")
+        ck = os.path.join(tmp, "ck_reshard16")
+        run(binary, mpiexec, config, tmp, 4, "reshard16_first", *b16, "parallel.tensor=2", "zero.stage=3",
+            "checkpoint.dir=" + ck, "train.stop_after=6")
+        _, loss, _, _, out = run(binary, mpiexec, config, tmp, 1, "reshard16_n1", *b16,
+                                 "checkpoint.resume=" + os.path.join(ck, "step_00000006"))
+        dl = rel(loss, src16[6:])
+        ok = "resharding it for" in out and len(loss) == 3 and dl <= 1e-3
+        failed |= not ok
+        print(f"{'ok  ' if ok else 'FAIL'} bf16 stage-3 checkpoint of tensor=2 data=2 resumed on one rank: max loss "
+              f"rel diff {dl:.2e} against the uninterrupted tensor=2 data=2 run")
+        # Written by 2 stages split "3,1" (parallel.stage_layers) at data 2, stage 1; resumed on one
+        # rank and at tensor 2 x data 2, stage 3.
+        split = four + nine + ["parallel.pipeline=2", "parallel.stage_layers=3,1", "zero.stage=1"]
+        _, ref49_loss, ref49_norms, ref49_w, _ = run(binary, mpiexec, config, tmp, 1, "ref49", *four, *nine)
+        ck = os.path.join(tmp, "ck_reshard_split")
+        run(binary, mpiexec, config, tmp, 4, "reshard_split_first", *split, "checkpoint.dir=" + ck,
+            "train.stop_after=6")
+        for ranks, sets in [(1, []), (4, ["parallel.tensor=2", "zero.stage=3"])]:
+            _, loss, norms, w, out = run(binary, mpiexec, config, tmp, ranks, f"reshard_split_n{ranks}", *four, *nine,
+                                         *sets, "checkpoint.resume=" + os.path.join(ck, "step_00000006"))
+            dl, dn = rel(loss, ref49_loss[6:]), rel(norms, ref49_norms[6:])
+            dw = max(abs(a - b) for a, b in zip(w, ref49_w))
+            ok = ("layers per virtual stage 3,1; resharding" in out and len(loss) == 3 and dl <= LOSS_TOL
+                  and dn <= NORM_TOL and dw <= WEIGHT_MAX_TOL)
+            failed |= not ok
+            print(f"{'ok  ' if ok else 'FAIL'} checkpoint of pipeline=2 (stage_layers 3,1) data=2 zero=1 resumed on "
+                  f"{ranks} rank(s) {' '.join(sets)}: max loss rel diff {dl:.2e}, grad norm {dn:.2e}, weights max abs "
+                  f"diff {dw:.2e} against the uninterrupted run")
     print("FAIL" if failed else "PASS")
     sys.exit(1 if failed else 0)
 
