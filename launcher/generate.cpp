@@ -22,7 +22,9 @@
 #include "core/runtime.h"
 #include "data/tokenizer.h"
 #include "launcher/train_config.h"
+#include "launcher/trained_model.h"
 #include "models/gpt_inference.h"
+#include "launcher/tool_main.h"
 
 namespace trellis {
 namespace {
@@ -88,25 +90,6 @@ Args parse(int argc, char** argv) {
   return a;
 }
 
-// The step directory: the argument itself if it has a manifest, else its newest valid checkpoint.
-std::string step_dir(const std::string& path) {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  if (!fs::exists(fs::path(path) / "manifest.json", ec) && !fs::is_directory(path, ec))
-    throw UserError(path + ": no such checkpoint directory");
-  if (fs::exists(fs::path(path) / "model.json", ec) && !fs::exists(fs::path(path) / "manifest.json", ec))
-    throw UserError(path + ": a weight export (model.json + params.f32), which generate does not read; give a "
-                           "checkpoint (a step_X directory, or a checkpoint.dir)");
-  std::string why;
-  if (auto chosen = checkpoint_named_by(path, &why)) {
-    if (*chosen != path)
-      std::fprintf(stderr, "note: sampling from %s, the newest valid checkpoint in %s%s%s\n", chosen->c_str(),
-                   path.c_str(), why.empty() ? "" : "; skipped: ", why.c_str());
-    return *chosen;
-  }
-  throw UserError(path + ": no valid checkpoint in it" + (why.empty() ? "" : " (" + why + ")"));
-}
-
 // The vocabulary: --vocab, else the data file's <stem>.vocab.json; null = token ids.
 std::unique_ptr<Tokenizer> vocabulary(const Args& a, const Config& cfg) {
   if (!a.vocab.empty()) return load_vocabulary(a.vocab);
@@ -153,24 +136,8 @@ int run(int argc, char** argv) {
     std::printf("%s\n", kUsage);
     return 0;
   }
-  const std::string dir = step_dir(a.checkpoint);
-  CheckpointReader reader = [&] {
-    try {
-      return CheckpointReader::open(dir, CheckpointVerify::kSizes);
-    } catch (const CheckpointError& e) {
-      throw UserError(e.what());
-    }
-  }();
-  std::string config_text;
-  try {
-    const JsonValue meta = parse_json(reader.meta());
-    const JsonValue* cfg_text = meta.find("config");
-    if (!cfg_text || !reader.has_blob("params")) throw UserError(dir + ": not a training checkpoint (no config or params)");
-    config_text = cfg_text->as_string();
-  } catch (const CheckpointError& e) {
-    throw UserError(dir + ": its meta: " + e.what());
-  }
-  const Config cfg = load_config_text(config_text, dir + " (config)", {});
+  const StoredModel stored = open_stored_model(a.checkpoint, "generate", "sampling from", false);
+  const Config& cfg = *stored.config;
 
   const int gpus = cuda_device_count();
   if (a.device == "cuda" && gpus == 0)
@@ -178,12 +145,7 @@ int run(int argc, char** argv) {
                     (built_with_cuda() ? "" : " (this build has no CUDA backend)"));
   const bool gpu = a.device == "cuda" || (a.device == "auto" && gpus > 0);
   const std::string precision = a.precision != "auto" ? a.precision : (gpu ? "bf16" : "fp32");
-  GPTConfig m;
-  m.vocab_size = cfg.model.vocab_size;
-  m.seq_len = cfg.model.seq_len;
-  m.n_layers = cfg.model.n_layers;
-  m.n_heads = cfg.model.n_heads;
-  m.d_model = cfg.model.d_model;
+  GPTConfig m = stored.shape;
   parse_dtype(precision, m.dtype);
 
   std::unique_ptr<Tokenizer> tok = vocabulary(a, cfg);
@@ -210,36 +172,22 @@ int run(int argc, char** argv) {
     throw UserError("the longest prompt (" + std::to_string(longest) + " tokens) and --tokens " +
                     std::to_string(a.tokens) + " need " + std::to_string(max_len) +
                     " positions; the model has model.seq_len = " + std::to_string(m.seq_len));
-  // The params blob must hold the model its config describes, checked before the model is
-  // allocated (an edited config could ask for far more memory than there is).
-  const BlobInfo& info = reader.blob_info("params");
-  DType stored = DType::f32;
-  if (!parse_dtype(info.dtype, stored)) throw UserError(dir + ": params blob has dtype " + info.dtype);
-  const int64_t stored_numel = m.parameter_count() + (m.padded_vocab() - m.vocab_size) * m.d_model;
-  if (info.bytes != uint64_t(stored_numel) * dtype_size(stored))
-    throw UserError(dir + ": params blob holds " + std::to_string(info.bytes) + " bytes; the model of its config needs " +
-                    std::to_string(uint64_t(stored_numel) * dtype_size(stored)));
-
   RuntimeOptions ro;
   ro.device = gpu ? Device::CUDA(0) : Device::CPU();
   Runtime rt(ro);
   GPTInference model(rt, m, int64_t(prompts.size()), max_len);
   // The parameters, converted when the checkpoint holds another dtype.
   Tensor values = model.params().flat_values();
-  TRELLIS_CHECK(values.numel() == stored_numel, "generate: the model stores " + std::to_string(values.numel()) +
-                                                    " parameters, the size check assumed " + std::to_string(stored_numel));
-  std::vector<char> host(info.bytes);
-  try {
-    reader.read_blob("params", host.data(), host.size());
-  } catch (const CheckpointError& e) {
-    throw UserError(e.what());
-  }
-  Tensor src(host.data(), stored, Device::CPU(), values.shape);
-  if (stored == m.dtype) {
+  TRELLIS_CHECK(values.numel() == stored.numel, "generate: the model stores " + std::to_string(values.numel()) +
+                                                    " parameters, the size check assumed " + std::to_string(stored.numel));
+  std::vector<char> host(size_t(stored.numel) * dtype_size(stored.stored));
+  stored.read(host.data());
+  Tensor src(host.data(), stored.stored, Device::CPU(), values.shape);
+  if (stored.stored == m.dtype) {
     copy(rt, values, src);
   } else {
     Buffer staging(rt.allocator(), host.size(), "checkpoint params");
-    Tensor dev = staging.tensor(stored, values.shape);
+    Tensor dev = staging.tensor(stored.stored, values.shape);
     copy(rt, dev, src);
     cast(rt, values, dev);
   }
@@ -263,14 +211,4 @@ int run(int argc, char** argv) {
 }  // namespace
 }  // namespace trellis
 
-int main(int argc, char** argv) {
-  try {
-    return trellis::run(argc, argv);
-  } catch (const trellis::UserError& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
-    return 1;
-  } catch (const std::exception& e) {  // a bug, but one line and an exit status, not an abort
-    std::fprintf(stderr, "error: unexpected: %s\n", e.what());
-    return 1;
-  }
-}
+int main(int argc, char** argv) { return trellis::run_tool(trellis::run, argc, argv); }

@@ -14,30 +14,31 @@
 
 namespace trellis {
 
-namespace {
-
-// Through a temporary file, fsynced, and a rename (the directory fsynced too): a run killed or a
-// machine that loses power while writing leaves no torn or empty file.
-void write_raw(const std::string& path, const void* data, size_t bytes) {
+void write_file_atomically(const std::string& path, const std::function<void(const ByteSink&)>& produce) {
   const std::string tmp = path + ".tmp";
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) throw UserError(path + ": cannot write: " + std::strerror(errno));
-  const char* p = static_cast<const char*>(data);
-  for (size_t done = 0; done < bytes;) {
-    const ssize_t n = ::write(fd, p + done, bytes - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      const int err = n < 0 ? errno : ENOSPC;
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      throw UserError(path + ": cannot write: " + std::strerror(err));
-    }
-    done += size_t(n);
+  auto error = [&](int err) { return UserError(path + ": cannot write: " + std::strerror(err)); };
+  try {  // whatever fails (a write, or `produce` itself), the temporary goes
+    produce([&](const void* data, size_t bytes) {
+      const char* p = static_cast<const char*>(data);
+      for (size_t done = 0; done < bytes;) {
+        const ssize_t n = ::write(fd, p + done, bytes - done);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) throw error(n < 0 ? errno : ENOSPC);
+        done += size_t(n);
+      }
+    });
+    if (::fsync(fd) != 0) throw error(errno);
+  } catch (...) {
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    throw;
   }
-  if (::fsync(fd) != 0 || ::close(fd) != 0) {
+  if (::close(fd) != 0) {
     const int err = errno;
     ::unlink(tmp.c_str());
-    throw UserError(path + ": cannot write: " + std::strerror(err));
+    throw error(err);
   }
   std::error_code ec;
   std::filesystem::rename(tmp, path, ec);
@@ -48,6 +49,12 @@ void write_raw(const std::string& path, const void* data, size_t bytes) {
     ::fsync(dfd);
     ::close(dfd);
   }
+}
+
+namespace {
+
+void write_raw(const std::string& path, const void* data, size_t bytes) {
+  write_file_atomically(path, [&](const ByteSink& write) { write(data, bytes); });
 }
 
 }  // namespace

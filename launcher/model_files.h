@@ -2,6 +2,7 @@
 // shapes and offsets, batch) and DIR/params.f32 (all parameters as little-endian f32). Used for
 // the weights export (--export-weights) and the parity dump (--dump-grads).
 #pragma once
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -22,6 +23,11 @@ void write_model_files(Runtime& rt, GPT& model, const std::string& dir, const Js
 // (what a pipeline run gathers on its first rank).
 void write_model_files(const GPTConfig& mc, const std::vector<ParameterSpec>& specs, const std::vector<float>& values,
                        const std::string& dir, const JsonObject& extra);
+// Writes `path` through a temporary file, fsynced, and a rename (the directory fsynced too), so a
+// run killed or a machine that loses power while writing leaves no torn or empty file. `produce`
+// hands over the bytes in order, in as many pieces as it likes. Throws UserError naming the path.
+using ByteSink = std::function<void(const void* data, size_t bytes)>;
+void write_file_atomically(const std::string& path, const std::function<void(const ByteSink&)>& produce);
 // Any float tensor as raw f32 / an i32 tensor as raw i32, from any device.
 void write_tensor_f32(Runtime& rt, const Tensor& t, const std::string& path);
 void write_tensor_i32(Runtime& rt, const Tensor& t, const std::string& path);

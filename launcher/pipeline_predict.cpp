@@ -25,6 +25,7 @@
 #include "core/json.h"
 #include "parallel/pipeline/schedule.h"
 #include "parallel/pipeline/schedule_sim.h"
+#include "launcher/tool_main.h"
 
 namespace trellis {
 namespace {
@@ -219,11 +220,4 @@ int run(int argc, char** argv) {
 }  // namespace
 }  // namespace trellis
 
-int main(int argc, char** argv) {
-  try {
-    return trellis::run(argc, argv);
-  } catch (const trellis::UserError& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
-    return 1;
-  }
-}
+int main(int argc, char** argv) { return trellis::run_tool(trellis::run, argc, argv); }

@@ -22,6 +22,7 @@
 #include "data/token_file.h"
 #include "data/tokenizer.h"
 #include "data/utf8.h"
+#include "launcher/tool_main.h"
 
 namespace trellis {
 namespace {
@@ -204,17 +205,7 @@ int run(int argc, char** argv) {
 }  // namespace trellis
 
 int main(int argc, char** argv) {
-  try {
-    return trellis::run(argc, argv);
-  } catch (const trellis::UserError& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
-    return 1;
-  } catch (const std::bad_alloc&) {
-    std::fprintf(stderr, "error: out of memory (the inputs are held in memory while they are tokenized: "
-                         "split them, or give prepare_data more memory)\n");
-    return 1;
-  } catch (const std::exception& e) {  // a bug, but one line and an exit status, not an abort
-    std::fprintf(stderr, "error: unexpected: %s\n", e.what());
-    return 1;
-  }
+  return trellis::run_tool(trellis::run, argc, argv,
+                           "out of memory (the inputs are held in memory while they are tokenized: split them, or give "
+                           "prepare_data more memory)");
 }

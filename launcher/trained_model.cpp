@@ -1,0 +1,145 @@
+// Opening checkpoints and weight exports for the tools that read trained parameters.
+#include "launcher/trained_model.h"
+
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <sstream>
+
+#include "core/checkpoint.h"
+#include "core/error.h"
+#include "core/json.h"
+#include "models/gpt.h"
+
+namespace trellis {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+// The whole model's parameters, vocabulary padding included.
+int64_t stored_numel(const GPTConfig& m) { return m.parameter_count() + (m.padded_vocab() - m.vocab_size) * m.d_model; }
+
+// The shape fields every model description has, checked as train_gpt's config would.
+GPTConfig shape_of(int64_t vocab, int64_t seq, int64_t layers, int64_t heads, int64_t d_model, const std::string& where) {
+  GPTConfig m;
+  m.vocab_size = vocab;
+  m.seq_len = seq;
+  m.n_layers = layers;
+  m.n_heads = heads;
+  m.d_model = d_model;
+  constexpr int64_t kMax = int64_t(1) << 24;
+  for (int64_t v : {vocab, seq, layers, heads, d_model})
+    if (v < 1 || v > kMax) throw UserError(where + ": a model size of " + std::to_string(v) + " is not plausible");
+  if (d_model % heads != 0)
+    throw UserError(where + ": d_model " + std::to_string(d_model) + " is not a multiple of n_heads " + std::to_string(heads));
+  if (stored_numel(m) > (int64_t(1) << 40))
+    throw UserError(where + ": a model of " + std::to_string(stored_numel(m)) + " parameters is not plausible");
+  return m;
+}
+
+StoredModel open_checkpoint(const std::string& path, const std::string& verb) {
+  std::string why;
+  const std::optional<std::string> chosen = checkpoint_named_by(path, &why);
+  if (!chosen) throw UserError(path + ": no valid checkpoint in it" + (why.empty() ? "" : " (" + why + ")"));
+  if (*chosen != path)
+    std::fprintf(stderr, "note: %s %s, the newest valid checkpoint in %s%s%s\n", verb.c_str(), chosen->c_str(), path.c_str(),
+                 why.empty() ? "" : "; skipped: ", why.c_str());
+  StoredModel s;
+  s.dir = *chosen;
+  auto reader = std::make_shared<CheckpointReader>([&] {
+    try {
+      return CheckpointReader::open(s.dir, CheckpointVerify::kSizes);
+    } catch (const CheckpointError& e) {
+      throw UserError(e.what());
+    }
+  }());
+  std::string config_text;
+  try {
+    const JsonValue meta = parse_json(reader->meta());
+    const JsonValue* text = meta.find("config");
+    if (!text || !reader->has_blob("params")) throw UserError(s.dir + ": not a training checkpoint (no config or params)");
+    config_text = text->as_string();
+  } catch (const CheckpointError& e) {
+    throw UserError(s.dir + ": its meta: " + e.what());
+  }
+  s.config = load_config_text(config_text, s.dir + " (config)", {});
+  const auto& mc = s.config->model;
+  s.shape = shape_of(mc.vocab_size, mc.seq_len, mc.n_layers, mc.n_heads, mc.d_model, s.dir + " (config)");
+  // The params blob must hold the model its config describes (an edited config could ask for far
+  // more memory than there is).
+  const BlobInfo& info = reader->blob_info("params");
+  if (!parse_dtype(info.dtype, s.stored) || !is_float(s.stored))
+    throw UserError(s.dir + ": params blob has dtype " + info.dtype);
+  s.numel = stored_numel(s.shape);
+  if (info.bytes != uint64_t(s.numel) * dtype_size(s.stored))
+    throw UserError(s.dir + ": params blob holds " + std::to_string(info.bytes) + " bytes; the model of its config needs " +
+                    std::to_string(uint64_t(s.numel) * dtype_size(s.stored)));
+  const uint64_t bytes = info.bytes;
+  s.read = [reader, bytes](void* dst) {
+    try {
+      reader->read_blob("params", static_cast<char*>(dst), bytes);
+    } catch (const CheckpointError& e) {
+      throw UserError(e.what());
+    }
+  };
+  return s;
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::ostringstream text;
+  text << f.rdbuf();
+  if (!f) throw UserError(path + ": cannot read it");
+  return text.str();
+}
+
+StoredModel open_export(const std::string& dir) {
+  StoredModel s;
+  s.dir = dir;
+  const std::string json = dir + "/model.json", values = dir + "/params.f32";
+  const JsonValue root = parse_json(read_text(json), json);
+  try {
+    const JsonValue& c = root.at("config");
+    s.shape = shape_of(c.at("vocab_size").as_int(), c.at("seq_len").as_int(), c.at("n_layers").as_int(),
+                       c.at("n_heads").as_int(), c.at("d_model").as_int(), json);
+    // Its parameter list must be the whole model's, in order: the layout params.f32 is read in.
+    const JsonValue& params = root.at("params");
+    const std::vector<ParameterSpec> specs = GPT::parameter_specs(s.shape);
+    bool same = params.items.size() == specs.size();
+    int64_t offset = 0;
+    for (size_t i = 0; same && i < specs.size(); ++i) {
+      same = params.items[i].at("name").as_string() == specs[i].name && params.items[i].at("offset").as_int() == offset;
+      offset += specs[i].shape.numel();
+    }
+    if (!same) throw UserError(json + ": its parameter list is not the whole GPT model's of its config");
+  } catch (const CheckpointError& e) {
+    throw UserError(json + ": " + e.what());
+  }
+  s.numel = stored_numel(s.shape);
+  std::error_code ec;
+  const uintmax_t size = fs::file_size(values, ec);
+  if (ec) throw UserError(values + ": cannot read it: " + ec.message());
+  if (size != uint64_t(s.numel) * 4)
+    throw UserError(values + ": holds " + std::to_string(size) + " bytes; the model of model.json needs " +
+                    std::to_string(uint64_t(s.numel) * 4));
+  s.read = [values, size](void* dst) {
+    std::ifstream f(values, std::ios::binary);
+    if (!f.read(static_cast<char*>(dst), std::streamsize(size))) throw UserError(values + ": cannot read it");
+  };
+  return s;
+}
+
+}  // namespace
+
+StoredModel open_stored_model(const std::string& path, const std::string& tool, const std::string& verb, bool exports) {
+  std::error_code ec;
+  if (!fs::is_directory(path, ec)) throw UserError(path + ": no such checkpoint or export directory");
+  const bool is_export = fs::exists(fs::path(path) / "model.json", ec) && !fs::exists(fs::path(path) / "manifest.json", ec);
+  if (is_export && !exports)
+    throw UserError(path + ": a weight export (model.json + params.f32), which " + tool +
+                    " does not read; give a checkpoint (a step_X directory, or a checkpoint.dir)");
+  return is_export ? open_export(path) : open_checkpoint(path, verb);
+}
+
+}  // namespace trellis

@@ -1,0 +1,31 @@
+// A trained model's parameters as stored on disk, for the tools that read them (generate,
+// export_hf): a checkpoint (a step_X directory, or a checkpoint.dir: its newest valid one) or a
+// weight export (model.json + params.f32, from --export-weights or --dump-grads). Everything is
+// checked before anything large is allocated: a stored size that does not fit the model's shape is
+// one error line.
+#pragma once
+#include <functional>
+#include <optional>
+#include <string>
+
+#include "launcher/train_config.h"
+#include "models/gpt_config.h"
+
+namespace trellis {
+
+struct StoredModel {
+  std::string dir;               // the checkpoint's step directory, or the export's
+  std::optional<Config> config;  // a checkpoint's resolved training config; none for an export
+  GPTConfig shape;               // the model's shape (dtype f32)
+  DType stored = DType::f32;     // the parameters' dtype on disk
+  int64_t numel = 0;             // in the whole model's layout (GPT::parameter_specs), vocabulary padding included
+  // Reads the parameters (numel elements of `stored`) into dst. Throws UserError.
+  std::function<void(void* dst)> read;
+};
+
+// `tool` names the program in messages, `verb` what it does with the checkpoint it chose ("note:
+// sampling from X, the newest valid checkpoint in DIR"); `exports`: whether a weight export is
+// accepted (else it is refused with a line saying to give a checkpoint). Throws UserError.
+StoredModel open_stored_model(const std::string& path, const std::string& tool, const std::string& verb, bool exports);
+
+}  // namespace trellis

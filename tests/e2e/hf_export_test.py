@@ -1,0 +1,184 @@
+#!/usr/bin/env python3
+"""export_hf: a trained model as a Hugging Face GPT-2 directory (config.json, model.safetensors).
+
+Everywhere (pure Python): the tiny model trained 3 steps on the CPU with a checkpoint and
+--export-weights; export_hf of the checkpoint and of the weight export give the same bytes; the
+safetensors header lists GPT-2's tensors with their shapes, and every value equals Trellis's
+parameter under the mapping (Conv1D weights transposed, the token embedding without its padding
+rows); a bf16 checkpoint's values are its bf16 parameters widened exactly; config.json describes the
+model. Bad input ends with one "error:" line and exit 1, writing nothing: an OUT_DIR that holds
+files, a SOURCE that is neither a checkpoint nor an export, a wrong argument count.
+Where torch and transformers import (the GPU machine), GPT2LMHeadModel.from_pretrained(OUT_DIR)
+computes the loss Trellis computed (a --dump-grads dump, exported) on the same tokens, within 1e-5;
+elsewhere that part says it is skipped.
+Usage: hf_export_test.py TRAIN_GPT EXPORT_HF CONFIG"""
+import json
+import os
+import struct
+import subprocess
+import sys
+import tempfile
+
+failed = False
+
+
+def check(ok, what):
+    global failed
+    failed |= not ok
+    print(f"{'ok  ' if ok else 'FAIL'} {what}")
+
+
+def run(cmd):
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+
+
+def train(binary, config, *sets, extra=()):
+    cmd = [binary, config, "--set", "train.device=cpu", "--set", "train.steps=3", "--set", "model.dropout=0"]
+    for s in sets:
+        cmd += ["--set", s]
+    p = run(cmd + list(extra))
+    if p.returncode != 0:
+        sys.exit(f"FAIL: {' '.join(cmd)}\n{p.stdout[-2000:]}\n{p.stderr[-2000:]}")
+
+
+def read_safetensors(path):
+    raw = open(path, "rb").read()
+    n = struct.unpack("<Q", raw[:8])[0]
+    header = json.loads(raw[8:8 + n])
+    data = raw[8 + n:]
+    tensors = {}
+    for name, t in header.items():
+        if name == "__metadata__":
+            continue
+        a, b = t["data_offsets"]
+        tensors[name] = (t["dtype"], t["shape"], struct.unpack(f"<{(b - a) // 4}f", data[a:b]))
+    return n, tensors, len(data)
+
+
+def expected(weights_dir):
+    """GPT-2's tensors from a Trellis weight export: {name: (shape, values)}."""
+    meta = json.load(open(os.path.join(weights_dir, "model.json")))
+    raw = open(os.path.join(weights_dir, "params.f32"), "rb").read()
+    flat = struct.unpack(f"<{len(raw) // 4}f", raw)
+    V = meta["config"]["vocab_size"]
+    renames = [("ln1", "ln_1"), ("ln2", "ln_2"), ("attn.qkv", "attn.c_attn"), ("attn.proj", "attn.c_proj"),
+               ("mlp.fc", "mlp.c_fc"), ("mlp.proj", "mlp.c_proj"), ("lnf", "ln_f")]
+    out = {}
+    for p in meta["params"]:
+        name, shape, off = p["name"], p["shape"], p["offset"]
+        n = 1
+        for d in shape:
+            n *= d
+        v = flat[off:off + n]
+        if name in ("wte", "wpe"):
+            if name == "wte":
+                shape, v = [V, shape[1]], v[:V * shape[1]]
+            out[f"transformer.{name}.weight"] = (shape, v)
+            continue
+        stem, last = name.rsplit(".", 1)
+        for a, b in renames:
+            if stem.endswith(a):
+                stem = stem[:-len(a)] + b
+                break
+        if len(shape) == 2:  # (out, in) -> (in, out)
+            o, i = shape
+            v = tuple(v[r * i + c] for c in range(i) for r in range(o))
+            shape = [i, o]
+        out[f"transformer.{stem}.{'weight' if last == 'w' else 'bias'}"] = (shape, v)
+    return out
+
+
+def hf_loss(hf_dir, dump_dir):
+    """Loss of transformers' GPT-2 on the dump's tokens, or None where torch/transformers are missing."""
+    try:
+        import torch
+        import torch.nn.functional as F
+        from transformers import GPT2LMHeadModel
+    except ImportError:
+        return None
+    meta = json.load(open(os.path.join(dump_dir, "model.json")))
+    B, T = meta["batch"]["B"], meta["batch"]["T"]
+    read = lambda f: torch.frombuffer(bytearray(open(os.path.join(dump_dir, f), "rb").read()), dtype=torch.int32)  # noqa: E731
+    tokens, targets = read("tokens.i32").long().view(B, T), read("targets.i32").long().view(B, T)
+    model = GPT2LMHeadModel.from_pretrained(hf_dir, torch_dtype=torch.float32).eval()
+    with torch.no_grad():
+        logits = model(tokens).logits
+    return F.cross_entropy(logits.reshape(B * T, -1).double(), targets.reshape(-1)).item(), float(meta["loss"])
+
+
+def main():
+    binary, export_hf, config = sys.argv[1:4]
+    with tempfile.TemporaryDirectory() as tmp:
+        ck, weights = os.path.join(tmp, "ck"), os.path.join(tmp, "weights")
+        train(binary, config, "checkpoint.dir=" + ck, extra=["--export-weights", weights])
+        hf_ck, hf_w = os.path.join(tmp, "hf_ck"), os.path.join(tmp, "hf_w")
+        p1, p2 = run([export_hf, ck, hf_ck]), run([export_hf, weights, hf_w])
+        check(p1.returncode == 0 and p2.returncode == 0, f"export_hf of a checkpoint.dir and of a weight export: exit "
+              f"{p1.returncode}, {p2.returncode} {p1.stderr.strip()} {p2.stderr.strip()}")
+        st_ck, st_w = os.path.join(hf_ck, "model.safetensors"), os.path.join(hf_w, "model.safetensors")
+        check(open(st_ck, "rb").read() == open(st_w, "rb").read() and sorted(os.listdir(hf_ck)) ==
+              ["config.json", "model.safetensors"], "both exports are the same bytes; the directory holds "
+              "config.json and model.safetensors only")
+        n, tensors, data_bytes = read_safetensors(st_ck)
+        want = expected(weights)
+        cfg = json.load(open(os.path.join(hf_ck, "config.json")))
+        m = json.load(open(os.path.join(weights, "model.json")))["config"]
+        same = set(tensors) == set(want) and all(
+            tensors[k][0] == "F32" and tensors[k][1] == want[k][0] and tensors[k][2] == want[k][1] for k in want)
+        check(same and n % 8 == 0 and data_bytes == sum(4 * len(v) for _, v in want.values()),
+              f"{len(tensors)} tensors, each with GPT-2's name, shape and exactly Trellis's values "
+              f"(transposed Conv1D weights, wte {tensors.get('transformer.wte.weight', ('', []))[1]} of padded "
+              f"{m['padded_vocab']} rows)")
+        check(cfg["model_type"] == "gpt2" and cfg["n_layer"] == m["n_layers"] and cfg["n_embd"] == m["d_model"] and
+              cfg["n_head"] == m["n_heads"] and cfg["vocab_size"] == m["vocab_size"] and
+              cfg["n_positions"] == m["seq_len"] and cfg["activation_function"] == "gelu_new" and
+              cfg["layer_norm_epsilon"] == 1e-5 and cfg["tie_word_embeddings"] is True, "config.json: " + json.dumps(cfg))
+
+        # bf16: the checkpoint's bf16 parameters, widened exactly.
+        ck16, hf16 = os.path.join(tmp, "ck16"), os.path.join(tmp, "hf16")
+        train(binary, config, "checkpoint.dir=" + ck16, "train.precision=bf16")
+        p = run([export_hf, os.path.join(ck16, "step_00000003"), hf16])
+        step = os.path.join(ck16, "step_00000003")
+        manifest = json.load(open(os.path.join(step, "manifest.json")))
+        blob = next(b for b in manifest["blobs"] if b["name"] == "params")
+        bits = open(os.path.join(step, "params"), "rb").read()  # a blob's file is its name
+        halves = struct.unpack(f"<{len(bits) // 2}H", bits)
+        widened = struct.unpack(f"<{len(halves)}f", struct.pack(f"<{len(halves)}I", *(h << 16 for h in halves)))
+        _, t16, _ = read_safetensors(os.path.join(hf16, "model.safetensors")) if p.returncode == 0 else (0, {}, 0)
+        lnf = t16.get("transformer.ln_f.bias", ("", [], ()))[2]
+        C = m["d_model"]
+        check(p.returncode == 0 and blob["dtype"] == "bf16" and lnf == widened[-C:] and
+              t16["transformer.wpe.weight"][2] == widened[m["padded_vocab"] * C:(m["padded_vocab"] + m["seq_len"]) * C],
+              f"bf16 checkpoint: exit {p.returncode}, its values widened exactly (wpe, ln_f)")
+
+        # Bad input: one error line, exit 1, nothing written.
+        busy = os.path.join(tmp, "busy")
+        os.makedirs(busy)
+        open(os.path.join(busy, "notes.txt"), "w").write("mine")
+        for args, want_text in [([weights, busy], "is not empty"), ([os.path.join(tmp, "nothing"), os.path.join(tmp, "o1")],
+                                                                 "no such checkpoint or export directory"),
+                                ([tmp, os.path.join(tmp, "o2")], "no valid checkpoint"), ([ck], "expected SOURCE and OUT_DIR")]:
+            p = run([export_hf] + args)
+            lines = p.stderr.strip().splitlines()
+            ok = (p.returncode == 1 and len(lines) == 1 and lines[0].startswith("error:") and want_text in lines[0]
+                  and os.listdir(busy) == ["notes.txt"] and not os.path.exists(os.path.join(tmp, "o1")))
+            check(ok, f"export_hf {' '.join(os.path.basename(a) for a in args)}: exit {p.returncode}, {lines}")
+
+        # transformers' GPT-2 on the exported weights: the loss Trellis computed.
+        dump, hf_dump = os.path.join(tmp, "dump"), os.path.join(tmp, "hf_dump")
+        train(binary, config, "train.precision=fp32", extra=["--dump-grads", dump])
+        p = run([export_hf, dump, hf_dump])
+        got = hf_loss(hf_dump, dump) if p.returncode == 0 else (float("nan"), 0.0)
+        if got is None:
+            print("skip transformers' GPT2LMHeadModel on the export: torch or transformers is not installed here")
+        else:
+            ref, trellis = got
+            rel = abs(trellis - ref) / abs(ref)
+            check(rel <= 1e-5, f"transformers GPT2LMHeadModel.from_pretrained on the export: loss {ref:.7f}, Trellis "
+                  f"{trellis:.7f}, rel diff {rel:.1e}")
+    print("FAIL" if failed else "PASS")
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()
