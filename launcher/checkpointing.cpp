@@ -5,6 +5,7 @@
 #include <sys/file.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cmath>
@@ -13,6 +14,7 @@
 #include <filesystem>
 #include <functional>
 #include <limits>
+#include <map>
 #include <optional>
 #include <sstream>
 #include <vector>
@@ -22,6 +24,7 @@
 #include "core/ops.h"
 #include "launcher/metrics.h"
 #include "launcher/optimizer_pieces.h"
+#include "launcher/trained_model.h"
 
 namespace trellis {
 
@@ -69,6 +72,23 @@ void set_owned_state(Runtime& rt, TrainingState s, const StateBlob& b, const Ten
   rt.synchronize();
 }
 
+// Sets blob b's state (the parameters, or an optimizer tensor) from its whole-model host copy
+// `host` (elements of `dtype`): each rank takes what it holds of its stage's copy.
+void set_from_whole(Runtime& rt, TrainingState s, const StateBlob& b, const std::vector<char>& host, DType dtype) {
+  const int64_t n = s.model.params().numel();
+  std::vector<char> stage_host(size_t(n) * dtype_size(dtype));  // host memory: no whole-stage device buffer
+  const Tensor stage_whole(stage_host.data(), dtype, Device::CPU(), {n});
+  scatter_whole(rt, s.layout, s.pipeline_rank(), s.tensor_rank(), host, stage_whole);
+  if (b.held == Held::params) {
+    s.optimizer.set_values(stage_whole);
+  } else {  // into the owned state as held (assembled on the host when it is split), then set
+    std::vector<char> assembled;
+    const Tensor owned = owned_state(s, b, assembled);
+    s.optimizer.scatter(stage_whole, owned);
+    if (!assembled.empty()) set_owned_state(rt, s, b, owned);
+  }
+}
+
 std::string model_signature(const GPTConfig& m) {
   return "vocab_size " + std::to_string(m.vocab_size) + ", seq_len " + std::to_string(m.seq_len) + ", n_layers " +
          std::to_string(m.n_layers) + ", n_heads " + std::to_string(m.n_heads) + ", d_model " +
@@ -76,26 +96,51 @@ std::string model_signature(const GPTConfig& m) {
 }
 
 // The layout that decides which pieces of the optimizer state each rank holds: a checkpoint with
-// per-rank optimizer state records it and resumes only on the same one. That includes the blocks of
-// each virtual pipeline stage: two splits can give every rank as many blocks but not the same ones
-// (p = 2, v = 2: "2,1,1,2" and "1,2,2,1"), and the per-rank pieces would then load into other layers.
+// per-rank optimizer state records it, and a run on a layout with other pieces reshards them. That
+// includes the blocks of each virtual pipeline stage: two splits can give every rank as many blocks
+// but not the same ones (p = 2, v = 2: "2,1,1,2" and "1,2,2,1").
 struct ShardLayout {
   int64_t tensor = 1, pipeline = 1, data = 1, virtual_stages = 1, zero_stage = 0;
   std::string stage_layers;  // blocks per virtual stage, e.g. "2,1,1,2"; empty: not recorded (older checkpoints)
 
-  bool operator==(const ShardLayout& o) const {
+  // Whether a rank of `o` holds the same pieces as the rank of this layout with its world rank:
+  // the ZeRO stage (1-3) changes only what is streamed, not the pieces. A split not recorded
+  // matches only where there is nothing to split (one chunk).
+  bool same_pieces(const ShardLayout& o) const {
+    const bool one_chunk = pipeline * virtual_stages == 1;
     return tensor == o.tensor && pipeline == o.pipeline && data == o.data && virtual_stages == o.virtual_stages &&
-           zero_stage == o.zero_stage && (stage_layers.empty() || o.stage_layers.empty() || stage_layers == o.stage_layers);
+           (one_chunk || (!stage_layers.empty() && stage_layers == o.stage_layers));
   }
 
+  // Blocks per virtual stage of `model` split into `chunks`: "2,1,1,2".
+  static std::string split_text(const GPTConfig& model, int64_t chunks) {
+    std::string text;
+    for (const LayerRange& r : GPT::pipeline_partition(model, int(chunks))) {
+      if (!text.empty()) text += ',';
+      text += std::to_string(r.second - r.first);
+    }
+    return text;
+  }
   static ShardLayout of(const Config& cfg, const TrainingState& s) {
     ShardLayout l{s.layout.tensor(), s.layout.pipeline(), s.data_size, cfg.parallel.virtual_stages,
                   s.optimizer.stage(), ""};
-    for (const LayerRange& r : GPT::pipeline_partition(s.model.config(), int(l.pipeline * l.virtual_stages))) {
-      if (!l.stage_layers.empty()) l.stage_layers += ',';
-      l.stage_layers += std::to_string(r.second - r.first);
-    }
+    l.stage_layers = split_text(s.model.config(), l.pipeline * l.virtual_stages);
     return l;
+  }
+  // A checkpoint written before the split was recorded: the split its run's config gave `model`
+  // (the same shape, checked), or empty where that config cannot be read.
+  void recover_split(const JsonValue& meta, const std::string& dir, GPTConfig model) {
+    if (!stage_layers.empty() || pipeline * virtual_stages == 1) return;
+    try {
+      const JsonValue* text = meta.find("config");
+      if (!text) return;
+      const Config was = load_config_text(text->as_string(), dir + " (config)", {});
+      if (was.parallel.pipeline != pipeline || was.parallel.virtual_stages != virtual_stages) return;
+      model.stage_layers = parse_stage_layers(was);
+      stage_layers = split_text(model, pipeline * virtual_stages);
+    } catch (const UserError&) {
+    } catch (const CheckpointError&) {
+    }
   }
   // From the meta's written_by_layout; throws CheckpointError when it lacks a field.
   static ShardLayout written_in(const JsonValue& meta) {
@@ -109,26 +154,25 @@ struct ShardLayout {
     return {field("tensor"), field("pipeline"), field("data"), field("virtual_stages"), field("zero_stage"),
             layers ? layers->as_string() : std::string()};
   }
-  // Whether a rank of `o` holds the same pieces as the rank of this layout with its world rank:
-  // the ZeRO stage (1-3) changes only what is streamed, not the pieces.
-  bool same_pieces(const ShardLayout& o) const {
-    ShardLayout a = *this;
-    a.zero_stage = o.zero_stage;
-    return a == o;
-  }
   // What decides the pieces, for reassembling them; throws CheckpointError on a split that does
   // not fit the model, UserError on one not recorded (needed only with more than one chunk).
   PieceLayout pieces(const GPTConfig& model) const {
     constexpr int64_t kMaxChunks = int64_t(1) << 24;  // world ranks, and virtual stages: beyond any real run
     for (int64_t n : {tensor, pipeline, data, virtual_stages})
       if (n < 1 || n > kMaxChunks) throw CheckpointError("meta's written_by_layout has a size of " + std::to_string(n));
-    if (tensor * pipeline * data > kMaxChunks)
-      throw CheckpointError("meta's written_by_layout has " + std::to_string(tensor * pipeline * data) + " ranks");
+    if (tensor > kMaxChunks / pipeline || tensor * pipeline > kMaxChunks / data)
+      throw CheckpointError("meta's written_by_layout has more than " + std::to_string(kMaxChunks) + " ranks");
+    try {
+      if (tensor > 1) GPT::check_tensor_parallel(model, int(tensor));
+    } catch (const UserError& e) {
+      throw CheckpointError("meta's written_by_layout.tensor = " + std::to_string(tensor) + " does not fit the model (" +
+                            e.what() + ")");
+    }
     PieceLayout l{int(tensor), int(pipeline), int(virtual_stages), int(data), {}};
     if (stage_layers.empty()) {
       if (pipeline * virtual_stages > 1)
-        throw UserError("it predates checkpoints that record how the pipeline split the model, so its optimizer "
-                        "state resumes only on " + str());
+        throw UserError("it predates checkpoints that record how the pipeline split the model, and the split "
+                        "cannot be read from its config, so its optimizer state cannot be placed");
       return l;
     }
     std::istringstream in(stage_layers);
@@ -446,7 +490,9 @@ int64_t load_training_checkpoint(Runtime& rt, const Config& cfg, const std::stri
     // first, and each rank takes its part of that as from a checkpoint written whole.
     std::optional<PieceLayout> reshard;
     if (per_rank) {
-      const ShardLayout written = ShardLayout::written_in(meta), here = ShardLayout::of(cfg, s);
+      ShardLayout written = ShardLayout::written_in(meta);
+      written.recover_split(meta, dir, s.model.config());
+      const ShardLayout here = ShardLayout::of(cfg, s);
       if (!s.optimizer.sharded() || !written.same_pieces(here)) {
         try {
           reshard = written.pieces(s.model.config());
@@ -483,9 +529,13 @@ int64_t load_training_checkpoint(Runtime& rt, const Config& cfg, const std::stri
       const DType dtype = b.held == Held::params ? s.model.params().dtype() : owned_dtype;
       std::vector<char> host;
       if (reshard && b.held != Held::params) {
-        host = whole_from_pieces(s.model.config(), *reshard, dtype_size(dtype), [&](int rank, int64_t numel) {
-          return read_rank_blob(rank, name, numel, dtype);
-        });
+        const std::vector<ParameterSpec>& mine = s.layout.stage[size_t(s.pipeline_rank())];
+        host = whole_from_pieces(
+            s.model.config(), *reshard, dtype_size(dtype),
+            [&](int rank, int64_t numel) { return read_rank_blob(rank, name, numel, dtype); },
+            [&](const std::string& p) {
+              return std::any_of(mine.begin(), mine.end(), [&](const ParameterSpec& q) { return q.name == p; });
+            });
       } else {
         if (!reader.has_blob(name))
           throw UserError(cfg.path + ": checkpoint " + dir + " has no " + name + " (written with another precision?)");
@@ -499,19 +549,7 @@ int64_t load_training_checkpoint(Runtime& rt, const Config& cfg, const std::stri
                           "; this run needs " + std::string(dtype_name(dtype)) + " (written with another precision?)");
         reader.read_blob(name, host.data(), host.size());
       }
-      // This stage's whole copy, from which each rank takes what it holds.
-      const int64_t n = s.model.params().numel();
-      std::vector<char> stage_host(size_t(n) * dtype_size(dtype));  // host memory: no whole-stage device buffer
-      const Tensor stage_whole(stage_host.data(), dtype, Device::CPU(), {n});
-      scatter_whole(rt, s.layout, s.pipeline_rank(), s.tensor_rank(), host, stage_whole);
-      if (b.held == Held::params) {
-        s.optimizer.set_values(stage_whole);
-      } else {  // into the owned state as held (assembled on the host when it is split), then set
-        std::vector<char> assembled;
-        const Tensor owned = owned_state(s, b, assembled);
-        s.optimizer.scatter(stage_whole, owned);
-        if (!assembled.empty()) set_owned_state(rt, s, b, owned);
-      }
+      set_from_whole(rt, s, b, host, dtype);
     }
     const JsonValue& sc = meta.at("scaler");
     LossScalerState st;
@@ -537,6 +575,62 @@ int64_t load_training_checkpoint(Runtime& rt, const Config& cfg, const std::stri
     return step;
   } catch (const CheckpointError& e) {
     throw UserError(cfg.path + ": cannot resume from " + dir + ": " + e.what());
+  }
+}
+
+std::vector<float> initial_parameters(const Config& cfg, const GPTConfig& want, const std::vector<ParameterSpec>& whole_specs) {
+  const std::string what = cfg.path + ": model.init_from = " + cfg.model.init_from;
+  const StoredModel src = [&] {
+    try {
+      return open_stored_model(cfg.model.init_from, "model.init_from", "initializing from", true);
+    } catch (const UserError& e) {
+      throw UserError(what + ": " + e.what());
+    }
+  }();
+  const GPTConfig& have = src.shape;
+  auto shape = [](const GPTConfig& m) {
+    return "vocab_size " + std::to_string(m.vocab_size) + ", n_layers " + std::to_string(m.n_layers) + ", n_heads " +
+           std::to_string(m.n_heads) + ", d_model " + std::to_string(m.d_model) + ", seq_len " + std::to_string(m.seq_len);
+  };
+  if (have.vocab_size != want.vocab_size || have.n_layers != want.n_layers || have.n_heads != want.n_heads ||
+      have.d_model != want.d_model || have.seq_len < want.seq_len)
+    throw UserError(what + " holds a model of " + shape(have) + "; this run has " + shape(want) +
+                    " (model.seq_len may be shorter than the source's: its first positions are taken)");
+  const std::vector<float> values = src.read_f32();
+  // In this run's whole layout, by name: the same tensors, the position embedding's first rows.
+  std::map<std::string, int64_t> at;
+  int64_t offset = 0;
+  for (const ParameterSpec& p : GPT::parameter_specs(have)) {
+    at[p.name] = offset;
+    offset += p.shape.numel();
+  }
+  int64_t total = 0;
+  for (const ParameterSpec& p : whole_specs) total += p.shape.numel();
+  std::vector<float> whole(static_cast<size_t>(total));
+  offset = 0;
+  for (const ParameterSpec& p : whole_specs) {
+    std::copy_n(values.begin() + at.at(p.name), p.shape.numel(), whole.begin() + offset);
+    offset += p.shape.numel();
+  }
+  if (world_rank() == 0)
+    std::printf("initialized the parameters from %s (model.init_from); the optimizer starts afresh\n", src.dir.c_str());
+  return whole;
+}
+
+void load_initial_parameters(Runtime& rt, const Config& cfg, TrainingState s) {
+  const std::vector<float> whole = initial_parameters(cfg, s.model.config(), s.layout.whole);
+  // The parameters in the compute dtype; a separate master holds the f32 values themselves. The
+  // Adam moments start at zero.
+  for (const StateBlob& b : state_blobs(s)) {
+    if (b.held == Held::tensor) continue;
+    const DType dtype = b.held == Held::params ? s.model.params().dtype() : DType::f32;
+    std::vector<char> host(whole.size() * dtype_size(dtype));
+    for (size_t i = 0; i < whole.size(); ++i) {
+      if (dtype == DType::f32) std::memcpy(host.data() + 4 * i, &whole[i], 4);
+      else if (dtype == DType::bf16) reinterpret_cast<bf16_t*>(host.data())[i] = to_bf16(whole[i]);
+      else reinterpret_cast<f16_t*>(host.data())[i] = to_f16(whole[i]);
+    }
+    set_from_whole(rt, s, b, host, dtype);
   }
 }
 
@@ -602,7 +696,7 @@ std::string write_state(Runtime& rt, const Config& cfg, TrainingState s, const s
   meta.add("time", int64_t(std::chrono::duration_cast<std::chrono::seconds>(
                                std::chrono::system_clock::now().time_since_epoch()).count()));
   meta.add("model", model_signature(s.model.config())).add("seed", cfg.train.seed);
-  // Binding for per-rank optimizer state (it resumes only on this layout), else informative.
+  // Which pieces each rank wrote, for per-rank optimizer state (resharded on another layout), else informative.
   meta.add("written_by_layout", ShardLayout::of(cfg, s).json());
   meta.add("optimizer_state", per_rank ? kPerRank : kWhole);
   meta.add("scaler", scaler).add("data", data).add("config", config_to_toml(cfg));

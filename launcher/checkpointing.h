@@ -52,6 +52,14 @@ void check_checkpoint_dir_shared(const Config& cfg);
 // all ranks agree), or nothing. Throws UserError for an explicit path that is not valid.
 std::optional<std::string> choose_resume(const Config& cfg, MPI_Comm world);
 
+// For a fresh run with model.init_from: the parameters from a Hugging Face GPT-2 directory, a weight
+// export or a checkpoint (launcher/trained_model.h) of this run's shape (model.seq_len may be
+// shorter: the first positions are taken), into every rank's part; a separate master takes the
+// f32 values themselves, the moments stay zero. Throws UserError naming model.init_from.
+void load_initial_parameters(Runtime& rt, const Config& cfg, TrainingState state);
+// The same parameters as f32 in the layout of `whole_specs` (the model `want`'s whole layout).
+std::vector<float> initial_parameters(const Config& cfg, const GPTConfig& want, const std::vector<ParameterSpec>& whole_specs);
+
 // Restores the state from `dir`; returns the step it was saved after. Throws UserError when the
 // checkpoint does not fit this run (another model shape or precision, or another global batch:
 // samples are keyed by step x global batch, so changing it would re-read or skip data) or is corrupt.

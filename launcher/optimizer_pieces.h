@@ -5,6 +5,7 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "models/gpt_config.h"
@@ -18,9 +19,11 @@ struct PieceLayout {
 };
 
 // The whole-model copy (elem_size bytes an element) of one optimizer tensor of `model` written per
-// rank under `l`. `read(world_rank, numel)` returns that rank's blob of numel elements (and throws
-// when it cannot). Every rank's blob is read once, one at a time.
+// rank under `l`, filled where `needed(parameter name)` (zeros elsewhere). `read(world_rank, numel)`
+// returns that rank's blob of numel elements (and throws when it cannot); the blobs of the stages
+// that hold nothing needed are not read, the others once each, one at a time.
 std::vector<char> whole_from_pieces(const GPTConfig& model, const PieceLayout& l, size_t elem_size,
-                                    const std::function<std::vector<char>(int world_rank, int64_t numel)>& read);
+                                    const std::function<std::vector<char>(int world_rank, int64_t numel)>& read,
+                                    const std::function<bool(const std::string& name)>& needed);
 
 }  // namespace trellis

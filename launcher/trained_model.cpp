@@ -9,6 +9,7 @@
 #include "core/checkpoint.h"
 #include "core/error.h"
 #include "core/json.h"
+#include "launcher/hf_gpt2.h"
 #include "models/gpt.h"
 
 namespace trellis {
@@ -130,16 +131,42 @@ StoredModel open_export(const std::string& dir) {
   return s;
 }
 
+StoredModel open_hf(const std::string& dir) {
+  StoredModel s;
+  s.dir = dir;
+  s.shape = read_hf_gpt2_config(dir);
+  s.numel = stored_numel(s.shape);
+  const GPTConfig shape = s.shape;
+  s.read = [dir, shape](void* dst) { read_hf_gpt2(dir, shape, static_cast<float*>(dst)); };
+  return s;
+}
+
 }  // namespace
+
+std::vector<float> StoredModel::read_f32() const {
+  std::vector<float> values(static_cast<size_t>(numel));
+  if (stored == DType::f32) {
+    read(values.data());
+    return values;
+  }
+  std::vector<char> raw(size_t(numel) * dtype_size(stored));
+  read(raw.data());
+  for (size_t i = 0; i < values.size(); ++i)
+    values[i] = stored == DType::bf16 ? to_float(reinterpret_cast<const bf16_t*>(raw.data())[i])
+                                      : to_float(reinterpret_cast<const f16_t*>(raw.data())[i]);
+  return values;
+}
 
 StoredModel open_stored_model(const std::string& path, const std::string& tool, const std::string& verb, bool exports) {
   std::error_code ec;
   if (!fs::is_directory(path, ec)) throw UserError(path + ": no such checkpoint or export directory");
-  const bool is_export = fs::exists(fs::path(path) / "model.json", ec) && !fs::exists(fs::path(path) / "manifest.json", ec);
-  if (is_export && !exports)
-    throw UserError(path + ": a weight export (model.json + params.f32), which " + tool +
-                    " does not read; give a checkpoint (a step_X directory, or a checkpoint.dir)");
-  return is_export ? open_export(path) : open_checkpoint(path, verb);
+  const bool checkpoint = fs::exists(fs::path(path) / "manifest.json", ec);
+  const bool is_export = !checkpoint && fs::exists(fs::path(path) / "model.json", ec);
+  const bool hf = !checkpoint && !is_export && is_hf_model_dir(path);
+  if ((is_export || hf) && !exports)
+    throw UserError(path + (hf ? ": a Hugging Face model directory" : ": a weight export (model.json + params.f32)") +
+                    ", which " + tool + " does not read; give a checkpoint (a step_X directory, or a checkpoint.dir)");
+  return is_export ? open_export(path) : hf ? open_hf(path) : open_checkpoint(path, verb);
 }
 
 }  // namespace trellis

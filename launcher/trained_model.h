@@ -1,12 +1,13 @@
-// A trained model's parameters as stored on disk, for the tools that read them (generate,
-// export_hf): a checkpoint (a step_X directory, or a checkpoint.dir: its newest valid one) or a
-// weight export (model.json + params.f32, from --export-weights or --dump-grads). Everything is
-// checked before anything large is allocated: a stored size that does not fit the model's shape is
-// one error line.
+// A trained model's parameters as stored on disk, for what reads them (generate, export_hf,
+// model.init_from): a checkpoint (a step_X directory, or a checkpoint.dir: its newest valid one), a
+// weight export (model.json + params.f32, from --export-weights or --dump-grads) or a Hugging Face
+// GPT-2 directory (launcher/hf_gpt2.h). Everything is checked before anything large is allocated:
+// a stored size that does not fit the model's shape is one error line.
 #pragma once
 #include <functional>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "launcher/train_config.h"
 #include "models/gpt_config.h"
@@ -21,11 +22,14 @@ struct StoredModel {
   int64_t numel = 0;             // in the whole model's layout (GPT::parameter_specs), vocabulary padding included
   // Reads the parameters (numel elements of `stored`) into dst. Throws UserError.
   std::function<void(void* dst)> read;
+  // The same as f32 (bf16 and fp16 widen exactly).
+  std::vector<float> read_f32() const;
 };
 
 // `tool` names the program in messages, `verb` what it does with the checkpoint it chose ("note:
-// sampling from X, the newest valid checkpoint in DIR"); `exports`: whether a weight export is
-// accepted (else it is refused with a line saying to give a checkpoint). Throws UserError.
+// sampling from X, the newest valid checkpoint in DIR"); `exports`: whether weight exports and
+// Hugging Face directories are accepted (else they are refused with a line saying to give a
+// checkpoint). Throws UserError.
 StoredModel open_stored_model(const std::string& path, const std::string& tool, const std::string& verb, bool exports);
 
 }  // namespace trellis

@@ -613,6 +613,12 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
     Watchdog::Pause p(rt.watchdog());  // ranks may read their files at very different speeds
     agree_on([&] { start_step = load_training_checkpoint(rt, cfg, *from, state, global_batch); }, launch);
     if (main_rank) std::printf("resumed from %s: continuing after step %lld\n", from->c_str(), (long long)start_step);
+    if (main_rank && !cfg.model.init_from.empty())
+      std::printf("note: model.init_from = %s is not used: the run continues its checkpoint\n",
+                  cfg.model.init_from.c_str());
+  } else if (!cfg.model.init_from.empty()) {
+    Watchdog::Pause p(rt.watchdog());  // as a checkpoint: every rank reads the whole source
+    agree_on([&] { load_initial_parameters(rt, cfg, state); }, launch);
   }
   agree_on([&] { metrics->begin(from ? std::optional<int64_t>(start_step) : std::nullopt); }, launch);
   if (main_rank) metrics->write(start);
@@ -932,6 +938,20 @@ void dump_gradients(const Config& cfg, const LaunchInfo& launch, const std::stri
   const int64_t B = cfg.train.micro_batch, T = mc.seq_len;
   GPT model(rt, mc, B);
   model.initialize(uint64_t(cfg.train.seed));
+  if (!cfg.model.init_from.empty()) {  // e.g. GPT-2's own weights against the PyTorch reference
+    std::vector<float> whole = initial_parameters(cfg, mc, GPT::parameter_specs(mc));
+    const Tensor values = model.params().flat_values();
+    const Tensor host(whole.data(), DType::f32, Device::CPU(), values.shape);
+    if (values.dtype == DType::f32) {
+      copy(rt, values, host);
+    } else {
+      Buffer staging(rt.allocator(), whole.size() * 4, "model.init_from");
+      const Tensor f32 = staging.tensor(DType::f32, values.shape);
+      copy(rt, f32, host);
+      cast(rt, values, f32);
+    }
+    rt.synchronize();
+  }
   std::unique_ptr<SampleSource> data = open_samples(cfg, mc);
   BatchLoader loader(rt, *data, B, T);
   Buffer scalar(rt.allocator(), 4, "loss");

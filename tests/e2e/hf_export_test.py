@@ -10,8 +10,12 @@ model. Bad input ends with one "error:" line and exit 1, writing nothing: an OUT
 files, a SOURCE that is neither a checkpoint nor an export, a wrong argument count.
 Where torch and transformers import (the GPU machine), GPT2LMHeadModel.from_pretrained(OUT_DIR)
 computes the loss Trellis computed (a --dump-grads dump, exported) on the same tokens, within 1e-5;
-elsewhere that part says it is skipped.
-Usage: hf_export_test.py TRAIN_GPT EXPORT_HF CONFIG"""
+elsewhere that part says it is skipped. model.init_from starts a run from the Hugging Face directory,
+the weight export or the checkpoint with exactly their parameters (a shorter model.seq_len takes
+the first positions); another shape is one error line.
+Training from it (learning rate 0, so the exported weights are the start's): on one rank, and at
+data 2 with ZeRO stage 1 (each rank its pieces), exactly the source's; in bf16 the source rounded.
+Usage: hf_export_test.py TRAIN_GPT EXPORT_HF CONFIG MPIEXEC"""
 import json
 import os
 import struct
@@ -107,7 +111,7 @@ def hf_loss(hf_dir, dump_dir):
 
 
 def main():
-    binary, export_hf, config = sys.argv[1:4]
+    binary, export_hf, config, mpiexec = sys.argv[1:5]
     with tempfile.TemporaryDirectory() as tmp:
         ck, weights = os.path.join(tmp, "ck"), os.path.join(tmp, "weights")
         train(binary, config, "checkpoint.dir=" + ck, extra=["--export-weights", weights])
@@ -163,6 +167,57 @@ def main():
             ok = (p.returncode == 1 and len(lines) == 1 and lines[0].startswith("error:") and want_text in lines[0]
                   and os.listdir(busy) == ["notes.txt"] and not os.path.exists(os.path.join(tmp, "o1")))
             check(ok, f"export_hf {' '.join(os.path.basename(a) for a in args)}: exit {p.returncode}, {lines}")
+
+        # model.init_from: a fresh run starts from the Hugging Face directory, the weight export or the
+        # checkpoint; its first step's parameters (a --dump-grads dump) are the source's exactly (from
+        # Hugging Face the vocabulary padding rows are zero); a shorter model.seq_len takes the first
+        # positions; another shape, or a path that holds no model, is one error line.
+        V, P = m["vocab_size"], m["padded_vocab"]
+        src = struct.unpack(f"<{os.path.getsize(os.path.join(weights, 'params.f32')) // 4}f",
+                            open(os.path.join(weights, "params.f32"), "rb").read())
+        for name, source in [("hf", hf_w), ("export", weights), ("checkpoint", ck)]:
+            d = os.path.join(tmp, "init_" + name)
+            train(binary, config, "model.init_from=" + source, "train.steps=1", extra=["--dump-grads", d])
+            got = struct.unpack(f"<{len(src)}f", open(os.path.join(d, "params.f32"), "rb").read())
+            want_init = src if name != "hf" else src[:V * C] + (0.0,) * ((P - V) * C) + src[P * C:]
+            check(got == want_init, f"model.init_from = the {name}: the first step's parameters are the source's"
+                  f"{' (padding rows zero)' if name == 'hf' else ''}")
+        frozen = ["optimizer.lr=0", "optimizer.min_lr=0", "train.steps=2", "model.init_from=" + hf_w]
+        hf_src = src[:V * C] + (0.0,) * ((P - V) * C) + src[P * C:]
+        for tag, ranks, sets in [("one rank", 1, []), ("data 2, ZeRO stage 1", 2, ["zero.stage=1"]),
+                                 ("bf16", 1, ["train.precision=bf16"])]:
+            out = os.path.join(tmp, "frozen_" + tag.split()[0])
+            cmd = [mpiexec, "--allow-run-as-root", "--oversubscribe", "-np", str(ranks), "-x", "OMP_NUM_THREADS=1",
+                   binary, config, "--export-weights", out]
+            for x in ["train.device=cpu", "model.dropout=0"] + frozen + sets:
+                cmd += ["--set", x]
+            p = run(cmd)
+            got = struct.unpack(f"<{len(src)}f", open(os.path.join(out, "params.f32"), "rb").read()) \
+                if p.returncode == 0 else ()
+            if tag == "bf16":  # the source rounded to bf16: within half a bf16 step of it
+                ok = len(got) == len(src) and all(abs(a - b) <= abs(b) * 2 ** -8 for a, b in zip(got, hf_src))
+            else:
+                ok = got == hf_src
+            check(ok, f"training from the Hugging Face directory at learning rate 0, {tag}: the weights are the "
+                  f"source's{' rounded to bf16' if tag == 'bf16' else ' exactly'} (exit {p.returncode})")
+        d = os.path.join(tmp, "init_short")
+        train(binary, config, "model.init_from=" + hf_w, "model.seq_len=16", "train.steps=1", extra=["--dump-grads", d])
+        short = json.load(open(os.path.join(d, "model.json")))["params"]
+        wpe = next(q for q in short if q["name"] == "wpe")
+        got = struct.unpack(f"<{16 * C}f", open(os.path.join(d, "params.f32"), "rb").read()[4 * wpe["offset"]:][:64 * C])
+        check(wpe["shape"] == [16, C] and got == src[P * C:P * C + 16 * C],
+              "model.init_from with model.seq_len = 16 of 32: the first 16 positions")
+        for sets, want_text in [(["model.n_layers=3"], "holds a model of vocab_size 64, n_layers 2"),
+                                (["model.seq_len=64"], "model.seq_len may be shorter"),
+                                ([], "no such checkpoint or export directory")]:
+            source = os.path.join(tmp, "nothing") if not sets else hf_w
+            cmd = [binary, config, "--set", "train.device=cpu", "--set", "model.init_from=" + source]
+            for x in sets:
+                cmd += ["--set", x]
+            p = run(cmd)
+            lines = [x for x in p.stderr.splitlines() if x.startswith("error")]
+            check(p.returncode != 0 and len(lines) == 1 and "model.init_from" in lines[0] and want_text in lines[0],
+                  f"model.init_from with {' '.join(sets) or 'a missing path'}: exit {p.returncode}, {lines}")
 
         # transformers' GPT-2 on the exported weights: the loss Trellis computed.
         dump, hf_dump = os.path.join(tmp, "dump"), os.path.join(tmp, "hf_dump")

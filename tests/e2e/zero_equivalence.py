@@ -196,14 +196,16 @@ def main():
         print(f"{'ok  ' if ok else 'FAIL'} bf16 stage-3 checkpoint of tensor=2 data=2 resumed on one rank: max loss "
               f"rel diff {dl:.2e} against the uninterrupted tensor=2 data=2 run")
         # Written by 2 stages split "3,1" (parallel.stage_layers) at data 2, stage 1; resumed on one
-        # rank and at tensor 2 x data 2, stage 3.
+        # rank, at tensor 2 x data 2, stage 3, and at pipeline 4 (where a rank reads only the writing
+        # stages that hold its blocks).
         split = four + nine + ["parallel.pipeline=2", "parallel.stage_layers=3,1", "zero.stage=1"]
         _, ref49_loss, ref49_norms, ref49_w, _ = run(binary, mpiexec, config, tmp, 1, "ref49", *four, *nine)
         ck = os.path.join(tmp, "ck_reshard_split")
         run(binary, mpiexec, config, tmp, 4, "reshard_split_first", *split, "checkpoint.dir=" + ck,
             "train.stop_after=6")
-        for ranks, sets in [(1, []), (4, ["parallel.tensor=2", "zero.stage=3"])]:
-            _, loss, norms, w, out = run(binary, mpiexec, config, tmp, ranks, f"reshard_split_n{ranks}", *four, *nine,
+        for ranks, sets in [(1, []), (4, ["parallel.tensor=2", "zero.stage=3"]), (4, ["parallel.pipeline=4"])]:
+            tag = f"reshard_split_n{ranks}_" + "_".join(x.replace("parallel.", "").replace("=", "") for x in sets)
+            _, loss, norms, w, out = run(binary, mpiexec, config, tmp, ranks, tag, *four, *nine,
                                          *sets, "checkpoint.resume=" + os.path.join(ck, "step_00000006"))
             dl, dn = rel(loss, ref49_loss[6:]), rel(norms, ref49_norms[6:])
             dw = max(abs(a - b) for a, b in zip(w, ref49_w))
