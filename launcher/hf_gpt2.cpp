@@ -12,6 +12,7 @@
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/json.h"
+#include "data/mapped_file.h"
 #include "launcher/model_files.h"
 #include "models/gpt.h"
 
@@ -93,13 +94,6 @@ std::string safetensors_header(const std::vector<HfTensor>& tensors) {
   return h;
 }
 
-std::string read_text(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  std::ostringstream text;
-  text << f.rdbuf();
-  if (!f) throw UserError(path + ": cannot read it");
-  return text.str();
-}
 
 }  // namespace
 
@@ -111,7 +105,7 @@ bool is_hf_model_dir(const std::string& dir) {
 
 GPTConfig read_hf_gpt2_config(const std::string& dir) {
   const std::string path = dir + "/config.json";
-  const JsonValue c = parse_json(read_text(path), path);
+  const JsonValue c = parse_json(read_text_file(path), path);
   auto text = [&](const char* key, const char* absent) {
     const JsonValue* v = c.find(key);
     if (!v || v->kind == JsonValue::Kind::kNull) return std::string(absent);

@@ -9,6 +9,7 @@
 #include "core/checkpoint.h"
 #include "core/error.h"
 #include "core/json.h"
+#include "data/mapped_file.h"
 #include "launcher/hf_gpt2.h"
 #include "models/gpt.h"
 
@@ -87,19 +88,12 @@ StoredModel open_checkpoint(const std::string& path, const std::string& verb) {
   return s;
 }
 
-std::string read_text(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  std::ostringstream text;
-  text << f.rdbuf();
-  if (!f) throw UserError(path + ": cannot read it");
-  return text.str();
-}
 
 StoredModel open_export(const std::string& dir) {
   StoredModel s;
   s.dir = dir;
   const std::string json = dir + "/model.json", values = dir + "/params.f32";
-  const JsonValue root = parse_json(read_text(json), json);
+  const JsonValue root = parse_json(read_text_file(json), json);
   try {
     const JsonValue& c = root.at("config");
     s.shape = shape_of(c.at("vocab_size").as_int(), c.at("seq_len").as_int(), c.at("n_layers").as_int(),
