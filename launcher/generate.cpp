@@ -1,9 +1,10 @@
-// generate: samples text from a checkpoint with a KV cache (models/gpt_inference.h).
-//   generate CHECKPOINT_DIR --prompt TEXT [--prompt TEXT]... [--tokens 200] [--temperature 0.8]
+// generate: samples text from trained weights with a KV cache (models/gpt_inference.h).
+//   generate MODEL_DIR --prompt TEXT [--prompt TEXT]... [--tokens 200] [--temperature 0.8]
 //            [--top-k 40] [--seed 1] [--device auto|cpu|cuda] [--precision auto|fp32|bf16|fp16] [--vocab FILE]
-// CHECKPOINT_DIR is a step_X directory or a checkpoint.dir (its newest valid checkpoint is used).
-// Without a vocabulary (synthetic data) prompts are whitespace-separated token ids and ids are
-// printed. Bad input prints one line "error: ..." and exits 1.
+// MODEL_DIR is a step_X directory or a checkpoint.dir (its newest valid checkpoint is used), a
+// weight export or a Hugging Face GPT-2 directory (launcher/trained_model.h). Without a vocabulary
+// (synthetic data; an export or GPT-2 directory without --vocab) prompts are whitespace-separated
+// token ids and ids are printed. Bad input prints one line "error: ..." and exits 1.
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
@@ -39,7 +40,7 @@ struct Args {
 };
 
 const char* kUsage =
-    "usage: generate CHECKPOINT_DIR --prompt TEXT [--prompt TEXT]... [--tokens 200] [--temperature 0.8] "
+    "usage: generate MODEL_DIR --prompt TEXT [--prompt TEXT]... [--tokens 200] [--temperature 0.8] "
     "[--top-k 40] [--seed 1] [--device auto|cpu|cuda] [--precision auto|fp32|bf16|fp16] [--vocab FILE]";
 
 int64_t to_int(const std::string& flag, const std::string& v) {
@@ -78,7 +79,7 @@ Args parse(int argc, char** argv) {
     else throw UserError("more than one checkpoint given: " + a.checkpoint + ", " + f);
   }
   if (a.help) return a;
-  if (a.checkpoint.empty()) throw UserError(std::string("no checkpoint given (") + kUsage + ")");
+  if (a.checkpoint.empty()) throw UserError(std::string("no model directory given (") + kUsage + ")");
   if (a.prompts.empty()) throw UserError(std::string("no --prompt given (") + kUsage + ")");
   if (a.tokens < 1) throw UserError("--tokens must be >= 1");
   if (a.top_k < 0) throw UserError("--top-k must be >= 0 (0 = the whole vocabulary)");
@@ -91,9 +92,10 @@ Args parse(int argc, char** argv) {
 }
 
 // The vocabulary: --vocab, else the data file's <stem>.vocab.json; null = token ids.
-std::unique_ptr<Tokenizer> vocabulary(const Args& a, const Config& cfg) {
+std::unique_ptr<Tokenizer> vocabulary(const Args& a, const std::optional<Config>& training) {
   if (!a.vocab.empty()) return load_vocabulary(a.vocab);
-  if (cfg.data.source != "file") return nullptr;
+  if (!training || training->data.source != "file") return nullptr;  // a weight export or GPT-2 directory: --vocab
+  const Config& cfg = *training;
   std::istringstream blend(cfg.data.path);  // a path, or "w1 PATH1 w2 PATH2 ...": the first path
   std::vector<std::string> parts;
   for (std::string s; blend >> s;) parts.push_back(s);
@@ -136,8 +138,7 @@ int run(int argc, char** argv) {
     std::printf("%s\n", kUsage);
     return 0;
   }
-  const StoredModel stored = open_stored_model(a.checkpoint, "generate", "sampling from", false);
-  const Config& cfg = *stored.config;
+  const StoredModel stored = open_stored_model(a.checkpoint, "generate", "sampling from", true);
 
   const int gpus = cuda_device_count();
   if (a.device == "cuda" && gpus == 0)
@@ -148,7 +149,7 @@ int run(int argc, char** argv) {
   GPTConfig m = stored.shape;
   parse_dtype(precision, m.dtype);
 
-  std::unique_ptr<Tokenizer> tok = vocabulary(a, cfg);
+  std::unique_ptr<Tokenizer> tok = vocabulary(a, stored.config);
   if (tok && tok->vocab_size() > m.vocab_size)
     throw UserError("the vocabulary has " + std::to_string(tok->vocab_size()) + " tokens, the model " +
                     std::to_string(m.vocab_size));

@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # generate on a freshly trained tiny checkpoint: exit 0 and 10 generated tokens per prompt (two
-# prompts of different lengths), naming the checkpoint it took from a checkpoint.dir; a bad
+# prompts of different lengths), naming the checkpoint it took from a checkpoint.dir; the same run's
+# weight export samples the same tokens; a bad
 # checkpoint path or temperature gives one "error:" line and exit 1; --help prints the usage, exit 0.
-# Usage: generate_test.sh TRAIN_GPT GENERATE TINY_TOML
+# The export's Hugging Face directory (export_hf) samples them too.
+# Usage: generate_test.sh TRAIN_GPT GENERATE TINY_TOML EXPORT_HF
 set -uo pipefail
 train_gpt=${1:?usage: generate_test.sh TRAIN_GPT GENERATE TINY_TOML}
 generate=${2:?usage: generate_test.sh TRAIN_GPT GENERATE TINY_TOML}
-config=${3:?usage: generate_test.sh TRAIN_GPT GENERATE TINY_TOML}
+config=${3:?usage: generate_test.sh TRAIN_GPT GENERATE TINY_TOML EXPORT_HF}
+export_hf=${4:?usage: generate_test.sh TRAIN_GPT GENERATE TINY_TOML EXPORT_HF}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
@@ -29,6 +32,17 @@ done < <(grep '^generated:' "$tmp/out")
 "$generate" "$tmp/ckpt" --prompt "1 2 3" --prompt "4 5" --tokens 10 --device cpu --seed 3 >"$tmp/out2" 2>/dev/null
 cmp -s "$tmp/out" "$tmp/out2" || fail "two runs with one seed differ"
 
+# The same weights as a weight export (--export-weights of the same run) sample the same tokens.
+"$train_gpt" "$config" --set train.device=cpu --set train.steps=20 --export-weights "$tmp/weights" \
+  >"$tmp/train2.log" 2>&1 || { cat "$tmp/train2.log" >&2; fail "train_gpt --export-weights exited $?"; }
+"$generate" "$tmp/weights" --prompt "1 2 3" --prompt "4 5" --tokens 10 --device cpu --seed 3 >"$tmp/out3" 2>"$tmp/err" ||
+  { cat "$tmp/err" >&2; fail "generate on a weight export exited non-zero"; }
+cmp -s "$tmp/out" "$tmp/out3" || fail "the weight export of the same run samples other tokens than its checkpoint"
+"$export_hf" "$tmp/weights" "$tmp/hf" >/dev/null || fail "export_hf exited non-zero"
+"$generate" "$tmp/hf" --prompt "1 2 3" --prompt "4 5" --tokens 10 --device cpu --seed 3 >"$tmp/out4" 2>"$tmp/err" ||
+  { cat "$tmp/err" >&2; fail "generate on a Hugging Face directory exited non-zero"; }
+cmp -s "$tmp/out" "$tmp/out4" || fail "the Hugging Face export samples other tokens than the checkpoint"
+
 rc=0
 "$generate" "$tmp/nonexistent" --prompt "1" --tokens 10 >"$tmp/out" 2>"$tmp/err" || rc=$?
 [[ $rc == 1 ]] || fail "bad checkpoint path: exit $rc, expected 1"
@@ -40,5 +54,5 @@ for t in nan -1 inf; do
     { cat "$tmp/err" >&2; fail "--temperature $t: exit $rc, expected 1 and one error line"; }
 done
 "$generate" --help >"$tmp/out" 2>"$tmp/err" || fail "--help exited non-zero"
-grep -q "^usage: generate CHECKPOINT_DIR" "$tmp/out" && [[ ! -s $tmp/err ]] || fail "--help: no usage on stdout"
+grep -q "^usage: generate MODEL_DIR" "$tmp/out" && [[ ! -s $tmp/err ]] || fail "--help: no usage on stdout"
 echo "generate e2e: OK"
