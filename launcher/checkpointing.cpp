@@ -578,11 +578,13 @@ int64_t load_training_checkpoint(Runtime& rt, const Config& cfg, const std::stri
   }
 }
 
-std::vector<float> initial_parameters(const Config& cfg, const GPTConfig& want, const std::vector<ParameterSpec>& whole_specs) {
+std::vector<float> initial_parameters(const Config& cfg, const GPTConfig& want, const std::vector<ParameterSpec>& whole_specs,
+                                      const std::string& source) {
   const std::string what = cfg.path + ": model.init_from = " + cfg.model.init_from;
   const StoredModel src = [&] {
     try {
-      return open_stored_model(cfg.model.init_from, "model.init_from", "initializing from", true);
+      return open_stored_model(source.empty() ? cfg.model.init_from : source, "model.init_from", "initializing from",
+                               true);
     } catch (const UserError& e) {
       throw UserError(what + ": " + e.what());
     }
@@ -596,7 +598,15 @@ std::vector<float> initial_parameters(const Config& cfg, const GPTConfig& want, 
       have.d_model != want.d_model || have.seq_len < want.seq_len)
     throw UserError(what + " holds a model of " + shape(have) + "; this run has " + shape(want) +
                     " (model.seq_len may be shorter than the source's: its first positions are taken)");
-  const std::vector<float> values = src.read_f32();
+  const std::vector<float> values = [&] {
+    try {
+      return src.read_f32();
+    } catch (const UserError& e) {
+      throw UserError(what + ": " + e.what());
+    }
+  }();
+  if (!std::all_of(values.begin(), values.end(), [](float v) { return std::isfinite(v); }))
+    throw UserError(what + ": " + src.dir + " holds non-finite parameters (a diverged run's?)");
   // In this run's whole layout, by name: the same tensors, the position embedding's first rows.
   std::map<std::string, int64_t> at;
   int64_t offset = 0;
@@ -618,7 +628,10 @@ std::vector<float> initial_parameters(const Config& cfg, const GPTConfig& want, 
 }
 
 void load_initial_parameters(Runtime& rt, const Config& cfg, TrainingState s) {
-  const std::vector<float> whole = initial_parameters(cfg, s.model.config(), s.layout.whole);
+  // Rank 0 picks the checkpoint of a checkpoint.dir, so every rank reads the same one.
+  const std::string source =
+      broadcast_string(world_rank() == 0 ? resolve_model_dir(cfg.model.init_from) : "", MPI_COMM_WORLD);
+  const std::vector<float> whole = initial_parameters(cfg, s.model.config(), s.layout.whole, source);
   // The parameters in the compute dtype; a separate master holds the f32 values themselves. The
   // Adam moments start at zero.
   for (const StateBlob& b : state_blobs(s)) {

@@ -57,8 +57,10 @@ std::optional<std::string> choose_resume(const Config& cfg, MPI_Comm world);
 // shorter: the first positions are taken), into every rank's part; a separate master takes the
 // f32 values themselves, the moments stay zero. Throws UserError naming model.init_from.
 void load_initial_parameters(Runtime& rt, const Config& cfg, TrainingState state);
-// The same parameters as f32 in the layout of `whole_specs` (the model `want`'s whole layout).
-std::vector<float> initial_parameters(const Config& cfg, const GPTConfig& want, const std::vector<ParameterSpec>& whole_specs);
+// The same parameters as f32 in the layout of `whole_specs` (the model `want`'s whole layout), read
+// from `source` (model.init_from itself where empty).
+std::vector<float> initial_parameters(const Config& cfg, const GPTConfig& want, const std::vector<ParameterSpec>& whole_specs,
+                                      const std::string& source = "");
 
 // Restores the state from `dir`; returns the step it was saved after. Throws UserError when the
 // checkpoint does not fit this run (another model shape or precision, or another global batch:

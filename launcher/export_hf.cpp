@@ -30,9 +30,11 @@ int run(int argc, char** argv) {
     if (!a.empty() && a[0] == '-') throw UserError("unknown option " + a + " (" + kUsage + ")");
   if (args.size() != 2) throw UserError(std::string("expected SOURCE and OUT_DIR (") + kUsage + ")");
   const std::string& out = args[1];
+  check_export_outside_checkpoints("export_hf", out);
   const StoredModel src = open_stored_model(args[0], "export_hf", "exporting", true);
-  check_export_dir_free("export_hf", out);  // creates it: only once the source is known to be good
-  write_hf_gpt2(src.shape, src.read_f32(), out);
+  const std::vector<float> values = src.read_f32();
+  check_export_dir_free("export_hf", out);  // creates it: only once the source has been read
+  write_hf_gpt2(src.shape, values, out);
   std::printf("export_hf: wrote %s/model.safetensors and config.json (GPT-2, %lld layers, d_model %lld, vocabulary %lld) "
               "from %s\n",
               out.c_str(), (long long)src.shape.n_layers, (long long)src.shape.d_model, (long long)src.shape.vocab_size,

@@ -65,7 +65,8 @@ std::vector<HfTensor> hf_tensors(const GPTConfig& m) {
 }
 
 std::string config_json(const GPTConfig& m) {
-  const std::string eos = std::to_string(m.vocab_size - 1);
+  // GPT-2's <|endoftext|> is id 50256; another vocabulary's last id is an ordinary token.
+  const std::string eos = m.vocab_size == 50257 ? "50256" : "null";
   return "{\"architectures\":[\"GPT2LMHeadModel\"],\"model_type\":\"gpt2\",\"vocab_size\":" +
          std::to_string(m.vocab_size) + ",\"n_positions\":" + std::to_string(m.seq_len) + ",\"n_embd\":" +
          std::to_string(m.d_model) + ",\"n_layer\":" + std::to_string(m.n_layers) + ",\"n_head\":" +
@@ -106,35 +107,44 @@ bool is_hf_model_dir(const std::string& dir) {
 GPTConfig read_hf_gpt2_config(const std::string& dir) {
   const std::string path = dir + "/config.json";
   const JsonValue c = parse_json(read_text_file(path), path);
-  auto text = [&](const char* key, const char* absent) {
-    const JsonValue* v = c.find(key);
-    if (!v || v->kind == JsonValue::Kind::kNull) return std::string(absent);
-    if (v->kind == JsonValue::Kind::kBool) return std::string(v->boolean ? "true" : "false");
-    return v->text;
-  };
-  auto number = [&](const char* key, int64_t absent) {
-    const JsonValue* v = c.find(key);
-    if (!v || v->kind == JsonValue::Kind::kNull) return absent;
-    try {
-      return v->as_int();
-    } catch (const CheckpointError&) {
-      throw UserError(path + ": " + key + " is not an integer");
-    }
-  };
+  if (c.kind != JsonValue::Kind::kObject) throw UserError(path + ": not a JSON object");
   auto refuse = [&](const std::string& what) {
     throw UserError(path + ": " + what + "; Trellis computes GPT-2 with the tanh GELU (gelu_new), layer-norm eps "
                     "1e-5, MLP width 4 x n_embd and the head tied to the token embedding");
   };
+  // Each key as GPT2Config reads it: absent (or null) is its default, another JSON type is refused.
+  auto member = [&](const char* key, JsonValue::Kind kind, const char* type) -> const JsonValue* {
+    const JsonValue* v = c.find(key);
+    if (!v || v->kind == JsonValue::Kind::kNull) return nullptr;
+    if (v->kind != kind) throw UserError(path + ": " + key + " is not " + type);
+    return v;
+  };
+  auto text = [&](const char* key, const char* absent) {
+    const JsonValue* v = member(key, JsonValue::Kind::kString, "a string");
+    return v ? v->text : std::string(absent);
+  };
+  auto flag = [&](const char* key, bool absent) {
+    const JsonValue* v = member(key, JsonValue::Kind::kBool, "true or false");
+    return v ? v->boolean : absent;
+  };
+  auto number = [&](const char* key, int64_t absent) {
+    const JsonValue* v = member(key, JsonValue::Kind::kNumber, "an integer");
+    try {
+      return v ? v->as_int() : absent;
+    } catch (const CheckpointError&) {
+      throw UserError(path + ": " + key + " is not an integer");
+    }
+  };
   if (text("model_type", "gpt2") != "gpt2") refuse("model_type is \"" + text("model_type", "") + "\", not gpt2");
-  if (text("activation_function", "gelu_new") != "gelu_new")
-    refuse("activation_function is \"" + text("activation_function", "") + "\"");
-  if (const JsonValue* eps = c.find("layer_norm_epsilon");
-      eps && (eps->kind != JsonValue::Kind::kNumber || std::fabs(eps->as_double() - 1e-5) > 1e-12))
+  const std::string act = text("activation_function", "gelu_new");
+  if (act != "gelu_new" && act != "gelu_pytorch_tanh") refuse("activation_function is \"" + act + "\"");
+  if (const JsonValue* eps = member("layer_norm_epsilon", JsonValue::Kind::kNumber, "a number");
+      eps && std::fabs(eps->as_double() - 1e-5) > 1e-12)
     refuse("layer_norm_epsilon is " + eps->text);
-  if (text("tie_word_embeddings", "true") != "true") refuse("tie_word_embeddings is false");
+  if (!flag("tie_word_embeddings", true)) refuse("tie_word_embeddings is false");
   for (const char* off : {"scale_attn_by_inverse_layer_idx", "add_cross_attention"})
-    if (text(off, "false") != "false") refuse(std::string(off) + " is on");
-  if (text("scale_attn_weights", "true") != "true") refuse("scale_attn_weights is off");
+    if (flag(off, false)) refuse(std::string(off) + " is true");
+  if (!flag("scale_attn_weights", true)) refuse("scale_attn_weights is false");
   GPTConfig m;
   m.vocab_size = number("vocab_size", 50257);
   m.seq_len = number("n_positions", 1024);
@@ -146,6 +156,19 @@ GPTConfig read_hf_gpt2_config(const std::string& dir) {
     if (v < 1 || v > kMax) throw UserError(path + ": a model size of " + std::to_string(v) + " is not plausible");
   if (m.d_model % m.n_heads != 0) throw UserError(path + ": n_embd is not a multiple of n_head");
   if (number("n_inner", 4 * m.d_model) != 4 * m.d_model) refuse("n_inner is not 4 x n_embd");
+  // Before anything is sized by it (parameter_count would overflow int64 first).
+  const double C = double(m.d_model), params = double(m.n_layers) * 12.0 * C * C + double(m.vocab_size + m.seq_len) * C;
+  if (params > double(int64_t(1) << 40))
+    throw UserError(path + ": a model of ~" + std::to_string(int64_t(params)) + " parameters is not plausible");
+  // Its weights take at least 2 bytes a parameter: a config.json that claims more than
+  // model.safetensors holds is found before anything is sized by it.
+  const std::string weights = dir + "/model.safetensors";
+  std::error_code ec;
+  const uint64_t bytes = std::filesystem::file_size(weights, ec);
+  if (ec) throw UserError(weights + ": cannot read it: " + ec.message());
+  if (bytes < 2 * uint64_t(m.parameter_count()))
+    throw UserError(weights + ": holds " + std::to_string(bytes) + " bytes, too few for the GPT-2 of config.json (" +
+                    std::to_string(m.parameter_count()) + " parameters)");
   return m;
 }
 
@@ -160,60 +183,69 @@ void read_hf_gpt2(const std::string& dir, const GPTConfig& shape, float* whole) 
   const uint64_t file_size = std::filesystem::file_size(path, ec);
   if (ec || n > (uint64_t(100) << 20) || 8 + n > file_size)
     throw UserError(path + ": not a safetensors file (header of " + std::to_string(n) + " bytes)");
+  const uint64_t data_at = 8 + n, data_size = file_size - data_at;
   std::string text(n, '\0');
   if (!f.read(text.data(), std::streamsize(n))) throw UserError(path + ": cannot read it");
   const JsonValue header = parse_json(text, path + " (header)");
-  const uint64_t data_at = 8 + n, data_size = file_size - data_at;
+  if (header.kind != JsonValue::Kind::kObject) throw UserError(path + ": its header is not a JSON object");
   const std::vector<HfTensor> tensors = hf_tensors(shape);
   int64_t total = 0;
   for (const ParameterSpec& s : GPT::parameter_specs(shape)) total += s.shape.numel();
   std::fill(whole, whole + total, 0.0f);
   std::vector<bool> found(tensors.size(), false);
+  std::vector<float> head;  // lm_head.weight, if the file has it: tied, it must be the token embedding
+  std::vector<std::pair<uint64_t, uint64_t>> spans;  // every tensor's bytes: they must tile the data
   std::vector<char> raw;
   for (const auto& [key, t] : header.members) {
     if (key == "__metadata__") continue;
-    const std::string name = key.rfind("transformer.", 0) == 0 ? key : "transformer." + key;
-    size_t i = 0;
-    while (i < tensors.size() && tensors[i].name != name) ++i;
-    const bool buffer = name.ends_with(".attn.bias") || name.ends_with(".attn.masked_bias");
-    const bool head = key == "lm_head.weight";
-    if (i == tensors.size() && !buffer && !head)
-      throw UserError(path + ": tensor " + key + " is not part of a GPT-2 of config.json's shape");
-    if (buffer) continue;  // the causal mask, which older transformers saved
-    const HfTensor& h = head ? tensors[0] : tensors[i];  // the head must be the token embedding
     try {
+      const JsonValue& at = t.at("data_offsets");
+      if (at.kind != JsonValue::Kind::kArray || at.items.size() != 2)
+        throw UserError(path + ": tensor " + key + "'s data_offsets is not [begin, end]");
+      const int64_t begin = at.items[0].as_int(), end = at.items[1].as_int();
+      if (begin < 0 || end < begin || uint64_t(end) > data_size)
+        throw UserError(path + ": tensor " + key + "'s data_offsets [" + std::to_string(begin) + ", " +
+                        std::to_string(end) + "] lie outside its " + std::to_string(data_size) + " bytes of data");
+      spans.emplace_back(uint64_t(begin), uint64_t(end));
+      const std::string name = key.rfind("transformer.", 0) == 0 ? key : "transformer." + key;
+      size_t i = 0;
+      while (i < tensors.size() && tensors[i].name != name) ++i;
+      const bool buffer = name.ends_with(".attn.bias") || name.ends_with(".attn.masked_bias");
+      const bool is_head = key == "lm_head.weight";
+      if (i == tensors.size() && !buffer && !is_head)
+        throw UserError(path + ": tensor " + key + " is not part of a GPT-2 of config.json's shape");
+      if (buffer) continue;  // the causal mask, which older transformers saved
+      const HfTensor& h = is_head ? tensors[0] : tensors[i];
       const std::string& dtype = t.at("dtype").as_string();
       const JsonValue& dims = t.at("shape");
-      const JsonValue& at = t.at("data_offsets");
       const size_t e = dtype == "F32" ? 4 : dtype == "F16" || dtype == "BF16" ? 2 : 0;
       if (e == 0) throw UserError(path + ": tensor " + key + " has dtype " + dtype + " (F32, F16 or BF16 are read)");
       const bool vector = h.cols == 0;
-      if (dims.items.size() != (vector ? 1u : 2u) || dims.items[0].as_int() != h.rows ||
-          (!vector && dims.items[1].as_int() != h.cols))
+      if (dims.kind != JsonValue::Kind::kArray || dims.items.size() != (vector ? 1u : 2u) ||
+          dims.items[0].as_int() != h.rows || (!vector && dims.items[1].as_int() != h.cols))
         throw UserError(path + ": tensor " + key + " has shape " + text.substr(dims.begin, dims.end - dims.begin) +
                         ", not [" + std::to_string(h.rows) + (vector ? "" : ", " + std::to_string(h.cols)) + "]");
       const uint64_t count = uint64_t(h.rows) * uint64_t(vector ? 1 : h.cols);
-      const uint64_t begin = uint64_t(at.items.at(0).as_int()), end = uint64_t(at.items.at(1).as_int());
-      if (at.items.size() != 2 || end < begin || end - begin != count * e || end > data_size)
-        throw UserError(path + ": tensor " + key + "'s data_offsets do not fit its shape and the file");
+      if (uint64_t(end - begin) != count * e)
+        throw UserError(path + ": tensor " + key + "'s data_offsets do not span its shape");
       raw.resize(size_t(count * e));
-      f.seekg(std::streamoff(data_at + begin));
+      f.seekg(std::streamoff(data_at + uint64_t(begin)));
       if (!f.read(raw.data(), std::streamsize(raw.size()))) throw UserError(path + ": cannot read " + key);
       std::vector<float> v(static_cast<size_t>(count));
       for (size_t k = 0; k < v.size(); ++k) {
         if (e == 4) std::memcpy(&v[k], raw.data() + 4 * k, 4);
         else if (dtype == "BF16") v[k] = to_float(reinterpret_cast<const bf16_t*>(raw.data())[k]);
         else v[k] = to_float(reinterpret_cast<const f16_t*>(raw.data())[k]);
+        if (!std::isfinite(v[k])) throw UserError(path + ": tensor " + key + " holds non-finite values");
       }
-      float* dst = whole + h.offset;
-      if (head) {  // tied: it must be the token embedding itself
-        if (!found[0]) throw UserError(path + ": lm_head.weight comes before the token embedding it must equal");
-        if (std::memcmp(v.data(), dst, v.size() * 4) != 0)
-          throw UserError(path + ": lm_head.weight differs from the token embedding; Trellis ties them");
+      if (is_head) {
+        if (!head.empty()) throw UserError(path + ": tensor " + key + " appears twice");
+        head = std::move(v);
         continue;
       }
       if (found[i]) throw UserError(path + ": tensor " + key + " appears twice");
       found[i] = true;
+      float* dst = whole + h.offset;
       if (!h.transpose) {
         std::memcpy(dst, v.data(), v.size() * 4);
       } else {  // GPT-2's (rows, cols) = Trellis's (cols, rows) transposed
@@ -222,6 +254,23 @@ void read_hf_gpt2(const std::string& dir, const GPTConfig& shape, float* whole) 
       }
     } catch (const CheckpointError& err) {
       throw UserError(path + ": tensor " + key + ": " + err.what());
+    }
+  }
+  // The tensors' bytes tile the data exactly, as safetensors requires: no overlap, no gap, no tail.
+  std::sort(spans.begin(), spans.end());
+  uint64_t covered = 0;
+  for (const auto& [begin, end] : spans) {
+    if (begin != covered) throw UserError(path + ": its tensors' data_offsets overlap or leave gaps");
+    covered = end;
+  }
+  if (covered != data_size) throw UserError(path + ": holds bytes after its last tensor");
+  if (!head.empty()) {  // wte itself, or (safetensors keeps one of two tied names) only the head
+    float* wte = whole + tensors[0].offset;
+    if (!found[0]) {
+      std::memcpy(wte, head.data(), head.size() * 4);
+      found[0] = true;
+    } else if (std::memcmp(head.data(), wte, head.size() * 4) != 0) {
+      throw UserError(path + ": lm_head.weight differs from the token embedding; Trellis ties them");
     }
   }
   for (size_t i = 0; i < tensors.size(); ++i)

@@ -141,6 +141,15 @@ void check_export_dir_free(const std::string& option, const std::string& dir) {
   check_writable_dir(option + " " + dir, dir);
 }
 
+void check_export_outside_checkpoints(const std::string& option, const std::string& dir) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  for (fs::path p = fs::weakly_canonical(dir, ec); !p.empty() && p != p.root_path(); p = p.parent_path())
+    if (fs::exists(p / "manifest.json", ec))
+      throw UserError(option + " " + dir + ": lies inside the checkpoint " + p.string() +
+                      ", which pruning or a later save would delete with it; give a directory outside it");
+}
+
 void write_model_files(Runtime& rt, GPT& model, const std::string& dir, const JsonObject& extra) {
   std::vector<ParameterSpec> specs;
   for (const Parameter& p : model.params().all()) {

@@ -16,6 +16,9 @@ namespace trellis {
 // and can be written (an export is never replaced, and never lands beside the user's files).
 // Throws UserError naming it.
 void check_export_dir_free(const std::string& option, const std::string& dir);
+// Refuses (UserError) an export `dir` inside a checkpoint (a directory with a manifest.json): pruning
+// or a save over that checkpoint would delete it.
+void check_export_outside_checkpoints(const std::string& option, const std::string& dir);
 // Writes model.json (with `extra` merged in at the top level) and params.f32. Throws UserError
 // naming the path if it cannot write.
 void write_model_files(Runtime& rt, GPT& model, const std::string& dir, const JsonObject& extra);

@@ -112,8 +112,10 @@ int main(int argc, char** argv) {
       validate_for_world(cfg, launch.world);
       check_devices(cfg, launch);
       // Found now rather than after training: without a checkpoint the weights would be lost.
-      if (!args.export_weights_dir.empty() && launch.rank == 0)
+      if (!args.export_weights_dir.empty() && launch.rank == 0) {
+        check_export_outside_checkpoints("--export-weights", args.export_weights_dir);
         check_export_dir_free("--export-weights", args.export_weights_dir);
+      }
       if (!args.dump_grads_dir.empty() && launch.rank == 0) check_export_dir_free("--dump-grads", args.dump_grads_dir);
     }, args.overrides);
     ok = ok && agree(launch, [&] { check_same_config(cfg); });

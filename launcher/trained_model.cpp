@@ -151,12 +151,27 @@ std::vector<float> StoredModel::read_f32() const {
   return values;
 }
 
+std::string resolve_model_dir(const std::string& path) {
+  std::error_code ec;
+  if (!fs::is_directory(path, ec) || fs::exists(fs::path(path) / "manifest.json", ec) ||
+      fs::exists(fs::path(path) / "model.json", ec) || fs::exists(fs::path(path) / "config.json", ec))
+    return path;
+  try {
+    return checkpoint_named_by(path).value_or(path);
+  } catch (const std::exception&) {
+    return path;  // open_stored_model says what is wrong with it
+  }
+}
+
 StoredModel open_stored_model(const std::string& path, const std::string& tool, const std::string& verb, bool exports) {
   std::error_code ec;
   if (!fs::is_directory(path, ec)) throw UserError(path + ": no such checkpoint or export directory");
   const bool checkpoint = fs::exists(fs::path(path) / "manifest.json", ec);
   const bool is_export = !checkpoint && fs::exists(fs::path(path) / "model.json", ec);
   const bool hf = !checkpoint && !is_export && is_hf_model_dir(path);
+  if (!checkpoint && !is_export && !hf && fs::exists(fs::path(path) / "config.json", ec))
+    throw UserError(path + ": a Hugging Face directory without one model.safetensors (sharded, or "
+                           "pytorch_model.bin): save the model with save_pretrained(DIR, max_shard_size=\"100GB\")");
   if ((is_export || hf) && !exports)
     throw UserError(path + (hf ? ": a Hugging Face model directory" : ": a weight export (model.json + params.f32)") +
                     ", which " + tool + " does not read; give a checkpoint (a step_X directory, or a checkpoint.dir)");

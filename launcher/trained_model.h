@@ -31,5 +31,8 @@ struct StoredModel {
 // Hugging Face directories are accepted (else they are refused with a line saying to give a
 // checkpoint). Throws UserError.
 StoredModel open_stored_model(const std::string& path, const std::string& tool, const std::string& verb, bool exports);
+// The directory open_stored_model would read: a checkpoint.dir's newest valid checkpoint, else
+// `path` itself. For ranks that must all read the same one (one decides, the others are told).
+std::string resolve_model_dir(const std::string& path);
 
 }  // namespace trellis

@@ -156,12 +156,13 @@ def main():
               f"bf16 checkpoint: exit {p.returncode}, its values widened exactly (wpe, ln_f)")
 
         # Bad input: one error line, exit 1, nothing written.
-        busy = os.path.join(tmp, "busy")
+        busy, empty = os.path.join(tmp, "busy"), os.path.join(tmp, "empty")
         os.makedirs(busy)
+        os.makedirs(empty)
         open(os.path.join(busy, "notes.txt"), "w").write("mine")
         for args, want_text in [([weights, busy], "is not empty"), ([os.path.join(tmp, "nothing"), os.path.join(tmp, "o1")],
                                                                  "no such checkpoint or export directory"),
-                                ([tmp, os.path.join(tmp, "o2")], "no valid checkpoint"), ([ck], "expected SOURCE and OUT_DIR")]:
+                                ([empty, os.path.join(tmp, "o2")], "no valid checkpoint"), ([ck], "expected SOURCE and OUT_DIR")]:
             p = run([export_hf] + args)
             lines = p.stderr.strip().splitlines()
             ok = (p.returncode == 1 and len(lines) == 1 and lines[0].startswith("error:") and want_text in lines[0]
@@ -218,6 +219,65 @@ def main():
             lines = [x for x in p.stderr.splitlines() if x.startswith("error")]
             check(p.returncode != 0 and len(lines) == 1 and "model.init_from" in lines[0] and want_text in lines[0],
                   f"model.init_from with {' '.join(sets) or 'a missing path'}: exit {p.returncode}, {lines}")
+
+        # Files as others write them, and damaged ones. The safetensors library sorts the names, so a
+        # tied head comes first ("lm_head.weight" < "transformer."); names without "transformer.".
+        hdr_len, tensors_w, _ = read_safetensors(st_w)
+        raw_w = open(st_w, "rb").read()
+        header = json.loads(raw_w[8:8 + hdr_len])
+        data = raw_w[8 + hdr_len:]
+
+        def write_hf(name, hdr, body, config_text=None):
+            d = os.path.join(tmp, name)
+            os.makedirs(d)
+            text = json.dumps(hdr).encode()
+            text += b" " * ((8 - len(text) % 8) % 8)
+            open(os.path.join(d, "model.safetensors"), "wb").write(struct.pack("<Q", len(text)) + text + body)
+            open(os.path.join(d, "config.json"), "w").write(config_text or open(os.path.join(hf_w, "config.json")).read())
+            return d
+
+        wte = header["transformer.wte.weight"]
+        a, b = wte["data_offsets"]
+        headed = dict(sorted({**header, "lm_head.weight": {**wte, "data_offsets": [len(data), len(data) + b - a]}}.items()))
+        short = {k.replace("transformer.", "", 1): v for k, v in header.items()}
+        overlap = {**header, "transformer.wpe.weight": {**header["transformer.wpe.weight"], "data_offsets":
+                   [a, a + header["transformer.wpe.weight"]["data_offsets"][1] - header["transformer.wpe.weight"]["data_offsets"][0]]}}
+        nan = bytearray(data)
+        nan[a:a + 4] = struct.pack("<f", float("nan"))
+        cases = [("sorted_with_head", headed, data + data[a:b], None),
+                 ("no_prefix", short, data, None),
+                 ("overlap", overlap, data, "overlap or leave gaps"),
+                 ("tail", header, data + b"\0" * 8, "bytes after its last tensor"),
+                 ("offsets_short", {**header, "transformer.wpe.weight": {**header["transformer.wpe.weight"],
+                                                                         "data_offsets": [0]}}, data, "is not [begin, end]"),
+                 ("nan", header, bytes(nan), "non-finite"),
+                 ("too_big", header, data, "too few for the GPT-2 of config.json")]
+        for name, hdr, body, want_text in cases:
+            cfg_text = json.dumps({**cfg, "n_layer": 40}) if name == "too_big" else None
+            d = write_hf(name, hdr, body, cfg_text)
+            o = os.path.join(tmp, name + "_out")
+            p = run([export_hf, d, o])
+            lines = p.stderr.strip().splitlines()
+            if want_text is None:
+                got_ok = p.returncode == 0 and read_safetensors(os.path.join(o, "model.safetensors"))[1] == tensors_w
+                check(got_ok, f"a Hugging Face file {name.replace('_', ' ')}: read as the same model (exit {p.returncode})")
+            else:
+                ok = p.returncode == 1 and len(lines) == 1 and want_text in lines[0] and not os.path.exists(o)
+                check(ok, f"a Hugging Face file {name.replace('_', ' ')}: one error line, no OUT_DIR: {lines}")
+        # A damaged checkpoint leaves no OUT_DIR; an OUT_DIR inside the source is refused.
+        bad = os.path.join(tmp, "ck_bad")
+        subprocess.run(["cp", "-r", ck, bad], check=True)
+        blob = os.path.join(bad, "step_00000003", "params")
+        raw_p = bytearray(open(blob, "rb").read())
+        raw_p[100] ^= 0xFF
+        open(blob, "wb").write(raw_p)
+        for args, want_text in [([os.path.join(bad, "step_00000003"), os.path.join(tmp, "bad_out")], "crc"),
+                                ([ck, os.path.join(ck, "step_00000003", "hf")], "lies inside the checkpoint")]:
+            p = run([export_hf] + args)
+            lines = p.stderr.strip().splitlines()
+            ok = (p.returncode == 1 and len(lines) == 1 and want_text in lines[0].lower() and not os.path.exists(args[1]))
+            check(ok, f"export_hf {os.path.basename(args[0])} -> {os.path.relpath(args[1], tmp)}: one error line, "
+                  f"nothing written: {lines}")
 
         # transformers' GPT-2 on the exported weights: the loss Trellis computed.
         dump, hf_dump = os.path.join(tmp, "dump"), os.path.join(tmp, "hf_dump")
