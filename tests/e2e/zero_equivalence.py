@@ -156,8 +156,8 @@ def main():
         # Resharding: per-rank optimizer state resumed on other layouts. Written at (2, 1, 2) stage 3
         # after step 6 of 9, resumed to step 9 on one rank (stage 0: the pieces reassembled whole),
         # at data = 4 stage 1, at pipeline 2 x data 2 stage 2, at its own layout unsharded (stage 0)
-        # and at stage 1 (the same pieces, read as they are): each gives the uninterrupted one-rank
-        # run's losses and weights.
+        # and at stage 1 (the same pieces, read as they are), and at data 2 stage 1 with the optimizer
+        # offloaded to the host: each gives the uninterrupted one-rank run's losses and weights.
         nine = ["train.steps=9"]
         _, ref9_loss, ref9_norms, ref9_w, _ = run(binary, mpiexec, config, tmp, 1, "ref9", *nine)
         ck = os.path.join(tmp, "ck_reshard")
@@ -165,7 +165,8 @@ def main():
             "checkpoint.dir=" + ck, "train.stop_after=6")
         step6 = os.path.join(ck, "step_00000006")
         for ranks, sets in [(1, []), (4, ["zero.stage=1"]), (4, ["parallel.pipeline=2", "zero.stage=2"]),
-                            (4, ["parallel.tensor=2", "zero.stage=1"]), (4, ["parallel.tensor=2", "zero.stage=0"])]:
+                            (4, ["parallel.tensor=2", "zero.stage=1"]), (4, ["parallel.tensor=2", "zero.stage=0"]),
+                            (2, ["zero.stage=1", "zero.offload=cpu"])]:
             tag = "reshard_" + "_".join(x.replace("parallel.", "").replace("=", "") for x in sets) + f"_n{ranks}"
             _, loss, norms, w, out = run(binary, mpiexec, config, tmp, ranks, tag, *nine, *sets,
                                          "checkpoint.resume=" + step6)
