@@ -6,9 +6,13 @@ parallel.stage_layers (reported in the start log and the metrics start record), 
 exported weights (gathered from the stages) up to fp32 reduction-order rounding. Checkpoints: a
 pipeline run stopped and resumed continues bitwise, and its checkpoint (always in the whole
 model's layout) resumes on one rank too; a checkpoint with per-rank optimizer state (ZeRO stage 1)
-resumed by a run whose stages hold other layers is resharded and continues as the one-rank run. Bad shapes fail on every rank with one clear line.
+resumed by a run whose stages hold other layers is resharded and continues as the one-rank run
+(also written as before the split was recorded: it is read from the saved config, or the run
+stops with one line where that cannot be read either). Bad shapes fail on every rank with one clear line.
 Usage: pipeline_equivalence.py TRAIN_GPT MPIEXEC CONFIG"""
+import json
 import os
+import shutil
 import sys
 import tempfile
 
@@ -18,6 +22,16 @@ from equivalence import LOSS_TOL, WEIGHT_L2_TOL, WEIGHT_MAX_TOL, compare
 STEPS = 8
 BASE = ["train.device=cpu", f"train.steps={STEPS}", "model.n_layers=8", "train.micro_batch=2", "train.global_batch=8",
         "model.dropout=0.1", "log.val_every=4", "log.val_batches=2"]
+
+
+def crc32c(data):
+    """CRC-32C (Castagnoli), as checkpoint manifests record it."""
+    crc = 0xFFFFFFFF
+    for byte in data:
+        crc ^= byte
+        for _ in range(8):
+            crc = (crc >> 1) ^ (0x82F63B78 if crc & 1 else 0)
+    return crc ^ 0xFFFFFFFF
 
 
 def launch(binary, mpiexec, config, ranks, sets, extra=()):
@@ -118,6 +132,38 @@ def main():
         print(f"{'ok  ' if ok else 'FAIL'} ZeRO-1 checkpoint of stage_layers=3,1,1,3 resumed with 1,3,3,1: "
               f"{'resharded' if said else 'NOT resharded'}; max loss rel diff {dl:.2e}, weights: rel L2 diff {l2:.2e}, "
               f"max abs diff {dw:.2e}")
+
+        # The same checkpoint as written before the split was recorded (written_by_layout without
+        # stage_layers): the split is read from its saved config, and the resumed run matches. Where
+        # the config cannot give it either, every rank stops with one line, without hanging.
+        for tag, edit, want in [("recovered", lambda meta: None, None),
+                                ("unplaceable", lambda meta: meta.update(config=""), "predates checkpoints that record")]:
+            old_ck = os.path.join(tmp, "ck_old_" + tag)
+            shutil.copytree(ck2, old_ck)
+            step = "step_00000004"  # where ck_split_first stopped (the resumed run saved step 8 beside it)
+            manifest_path = os.path.join(old_ck, step, "manifest.json")
+            manifest = json.load(open(manifest_path))
+            meta = manifest.pop("meta")
+            del meta["written_by_layout"]["stage_layers"]
+            edit(meta)
+            meta_text = json.dumps(meta)
+            manifest["meta_crc32c"] = f"{crc32c(meta_text.encode()):08x}"
+            open(manifest_path, "w").write(json.dumps(manifest)[:-1] + ', "meta": ' + meta_text + "}")
+            old_sets = split_sets[:-1] + ["checkpoint.dir=" + os.path.join(tmp, "ck_old_out_" + tag),
+                                          "checkpoint.resume=" + os.path.join(old_ck, step), "parallel.stage_layers=1,3,3,1"]
+            if want is None:
+                _, old_loss, _, old_w, _ = run(binary, mpiexec, config, tmp, 4, "ck_old_" + tag, *old_sets)
+                dl, dw, l2 = compare(old_loss, ref_loss[4:], old_w, ref_w)
+                ok = len(old_loss) == STEPS - 4 and dl <= LOSS_TOL and dw <= WEIGHT_MAX_TOL and l2 <= WEIGHT_L2_TOL
+                print(f"{'ok  ' if ok else 'FAIL'} the checkpoint without a recorded split, resumed with 1,3,3,1: "
+                      f"split read from its config; max loss rel diff {dl:.2e}, max abs weight diff {dw:.2e}")
+            else:
+                cmd, p = launch(binary, mpiexec, config, 4, old_sets)
+                errors = [line for line in p.stderr.splitlines() if line.startswith("error")]
+                ok = p.returncode != 0 and len(errors) == 1 and want in errors[0]
+                print(f"{'ok  ' if ok else 'FAIL'} the checkpoint without a recorded split or a readable config: exit "
+                      f"{p.returncode}, {errors[0] if len(errors) == 1 else errors}")
+            failed |= not ok
 
         # Shapes that do not fit: one "error:" line, every rank exits non-zero, no crash banner.
         bad = [(2, ["parallel.pipeline=2", "parallel.schedule=interleaved", "parallel.virtual_stages=2",
