@@ -583,8 +583,7 @@ std::vector<float> initial_parameters(const Config& cfg, const GPTConfig& want, 
   const std::string what = cfg.path + ": model.init_from = " + cfg.model.init_from;
   const StoredModel src = [&] {
     try {
-      return open_stored_model(source.empty() ? cfg.model.init_from : source, "model.init_from", "initializing from",
-                               true);
+      return open_stored_model(source.empty() ? cfg.model.init_from : source, "initializing from");
     } catch (const UserError& e) {
       throw UserError(what + ": " + e.what());
     }

@@ -31,7 +31,7 @@ int run(int argc, char** argv) {
   if (args.size() != 2) throw UserError(std::string("expected SOURCE and OUT_DIR (") + kUsage + ")");
   const std::string& out = args[1];
   check_export_outside_checkpoints("export_hf", out);
-  const StoredModel src = open_stored_model(args[0], "export_hf", "exporting", true);
+  const StoredModel src = open_stored_model(args[0], "exporting");
   const std::vector<float> values = src.read_f32();
   check_export_dir_free("export_hf", out);  // creates it: only once the source has been read
   write_hf_gpt2(src.shape, values, out);

@@ -138,7 +138,7 @@ int run(int argc, char** argv) {
     std::printf("%s\n", kUsage);
     return 0;
   }
-  const StoredModel stored = open_stored_model(a.checkpoint, "generate", "sampling from", true);
+  const StoredModel stored = open_stored_model(a.checkpoint, "sampling from");
 
   const int gpus = cuda_device_count();
   if (a.device == "cuda" && gpus == 0)

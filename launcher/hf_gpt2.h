@@ -13,9 +13,9 @@ namespace trellis {
 
 // Whether `dir` holds a Hugging Face model (config.json and model.safetensors).
 bool is_hf_model_dir(const std::string& dir);
-// The model's shape from its config.json (GPT2Config's defaults where a key is absent); throws
-// UserError naming the file and key where it is not a GPT-2 that Trellis computes the same way, or
-// where model.safetensors is too small to hold it.
+// The model's shape from its config.json (GPT2Config's defaults where a key is absent), as written
+// there (the sizes are the caller's to check); throws UserError naming the file and key where it is
+// not a GPT-2 that Trellis computes the same way.
 GPTConfig read_hf_gpt2_config(const std::string& dir);
 // Its parameters into `whole` (the whole layout of `shape`, read_hf_gpt2_config's, with the
 // vocabulary padding rows zero). Accepts F32, F16 and BF16 tensors, names with or without "transformer.", the

@@ -1,6 +1,7 @@
 // Opening checkpoints and weight exports for the tools that read trained parameters.
 #include "launcher/trained_model.h"
 
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -35,8 +36,13 @@ GPTConfig shape_of(int64_t vocab, int64_t seq, int64_t layers, int64_t heads, in
     if (v < 1 || v > kMax) throw UserError(where + ": a model size of " + std::to_string(v) + " is not plausible");
   if (d_model % heads != 0)
     throw UserError(where + ": d_model " + std::to_string(d_model) + " is not a multiple of n_heads " + std::to_string(heads));
-  if (stored_numel(m) > (int64_t(1) << 40))
-    throw UserError(where + ": a model of " + std::to_string(stored_numel(m)) + " parameters is not plausible");
+  // Estimated in double first: parameter_count of sizes up to 2^24 would overflow int64.
+  const double C = double(d_model), params = double(layers) * 12.0 * C * C + double(vocab + seq) * C;
+  if (params > double(int64_t(1) << 40)) {
+    char count[32];
+    std::snprintf(count, sizeof count, "%.3g", params);
+    throw UserError(where + ": a model of ~" + count + " parameters is not plausible");
+  }
   return m;
 }
 
@@ -88,7 +94,6 @@ StoredModel open_checkpoint(const std::string& path, const std::string& verb) {
   return s;
 }
 
-
 StoredModel open_export(const std::string& dir) {
   StoredModel s;
   s.dir = dir;
@@ -128,7 +133,17 @@ StoredModel open_export(const std::string& dir) {
 StoredModel open_hf(const std::string& dir) {
   StoredModel s;
   s.dir = dir;
-  s.shape = read_hf_gpt2_config(dir);
+  const GPTConfig c = read_hf_gpt2_config(dir);
+  s.shape = shape_of(c.vocab_size, c.seq_len, c.n_layers, c.n_heads, c.d_model, dir + "/config.json");
+  // Its weights take at least 2 bytes a parameter: a config.json that claims more than
+  // model.safetensors holds is found before anything is sized by it.
+  const std::string weights = dir + "/model.safetensors";
+  std::error_code ec;
+  const uint64_t bytes = fs::file_size(weights, ec);
+  if (ec) throw UserError(weights + ": cannot read it: " + ec.message());
+  if (bytes < 2 * uint64_t(s.shape.parameter_count()))
+    throw UserError(weights + ": holds " + std::to_string(bytes) + " bytes, too few for the GPT-2 of config.json (" +
+                    std::to_string(s.shape.parameter_count()) + " parameters)");
   s.numel = stored_numel(s.shape);
   const GPTConfig shape = s.shape;
   s.read = [dir, shape](void* dst) { read_hf_gpt2(dir, shape, static_cast<float*>(dst)); };
@@ -163,7 +178,7 @@ std::string resolve_model_dir(const std::string& path) {
   }
 }
 
-StoredModel open_stored_model(const std::string& path, const std::string& tool, const std::string& verb, bool exports) {
+StoredModel open_stored_model(const std::string& path, const std::string& verb) {
   std::error_code ec;
   if (!fs::is_directory(path, ec)) throw UserError(path + ": no such checkpoint or export directory");
   const bool checkpoint = fs::exists(fs::path(path) / "manifest.json", ec);
@@ -172,9 +187,6 @@ StoredModel open_stored_model(const std::string& path, const std::string& tool, 
   if (!checkpoint && !is_export && !hf && fs::exists(fs::path(path) / "config.json", ec))
     throw UserError(path + ": a Hugging Face directory without one model.safetensors (sharded, or "
                            "pytorch_model.bin): save the model with save_pretrained(DIR, max_shard_size=\"100GB\")");
-  if ((is_export || hf) && !exports)
-    throw UserError(path + (hf ? ": a Hugging Face model directory" : ": a weight export (model.json + params.f32)") +
-                    ", which " + tool + " does not read; give a checkpoint (a step_X directory, or a checkpoint.dir)");
   return is_export ? open_export(path) : hf ? open_hf(path) : open_checkpoint(path, verb);
 }
 

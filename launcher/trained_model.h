@@ -26,11 +26,9 @@ struct StoredModel {
   std::vector<float> read_f32() const;
 };
 
-// `tool` names the program in messages, `verb` what it does with the checkpoint it chose ("note:
-// sampling from X, the newest valid checkpoint in DIR"); `exports`: whether weight exports and
-// Hugging Face directories are accepted (else they are refused with a line saying to give a
-// checkpoint). Throws UserError.
-StoredModel open_stored_model(const std::string& path, const std::string& tool, const std::string& verb, bool exports);
+// `verb` says what the caller does with the checkpoint it chose ("note: sampling from X, the newest
+// valid checkpoint in DIR"). Throws UserError.
+StoredModel open_stored_model(const std::string& path, const std::string& verb);
 // The directory open_stored_model would read: a checkpoint.dir's newest valid checkpoint, else
 // `path` itself. For ranks that must all read the same one (one decides, the others are told).
 std::string resolve_model_dir(const std::string& path);
