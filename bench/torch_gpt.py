@@ -23,6 +23,12 @@ class GPTConfig:
     d_model: int = 768
     dropout: float = 0.0
     attn: str = "sdpa"  # sdpa | manual (explicit softmax, for checking SDPA)
+    # Mixture of experts in blocks l with l % moe_layer_freq == 0 (Trellis's [moe] section); 0 = none.
+    moe_experts: int = 0
+    moe_top_k: int = 2
+    moe_capacity_factor: float = 1.25
+    moe_aux_loss_coef: float = 0.01
+    moe_layer_freq: int = 1
 
     @property
     def padded_vocab(self):  # Trellis pads the vocabulary to a multiple of 128
@@ -69,18 +75,63 @@ class MLP(nn.Module):
         return self.proj(F.gelu(self.fc(x), approximate="tanh"))
 
 
-class Block(nn.Module):  # pre-LN; dropout on each residual branch output (and in attention)
+class MoE(nn.Module):
+    """Top-k routing with a fixed capacity per expert (GShard, as Trellis's moe/moe_mlp.h): every
+    token's first choice takes slots first, in token order, then the second choices; a choice past
+    an expert's capacity is dropped. Returns the gated sum of the experts' outputs and the
+    balancing loss E * sum_e f_e P_e."""
+
     def __init__(self, cfg):
+        super().__init__()
+        self.E, self.K, self.cf = cfg.moe_experts, cfg.moe_top_k, cfg.moe_capacity_factor
+        self.router = nn.Linear(cfg.d_model, self.E, bias=False)
+        self.experts = nn.ModuleList(MLP(cfg) for _ in range(self.E))
+
+    def forward(self, x):
+        B, T, C = x.shape
+        N, E, K = B * T, self.E, self.K
+        x2 = x.reshape(N, C)
+        logits = F.linear(x2, self.router.weight).float()
+        probs = logits.softmax(-1)
+        choice = logits.topk(K, dim=-1).indices  # (N, K), largest first
+        gate = probs.gather(1, choice)
+        if K > 1:
+            gate = gate / gate.sum(-1, keepdim=True)
+        cap = min(N, max(1, math.ceil(self.cf * K * N / E)))
+        flat = choice.t().reshape(-1)  # (K N): first choices of every token, then second choices
+        onehot = F.one_hot(flat, E)
+        pos = (onehot.cumsum(0) * onehot).sum(-1) - 1  # the choice's position at its expert
+        keep = pos < cap
+        slot = torch.where(keep, flat * cap + pos, torch.full_like(flat, E * cap))  # dropped: a spare row
+        xe = x2.new_zeros(E * cap + 1, C)
+        xe[slot] = x2[torch.arange(N, device=x.device).repeat(K)]
+        ye = torch.cat([self.experts[e](xe[e * cap:(e + 1) * cap]) for e in range(E)])
+        ye = torch.cat([ye, ye.new_zeros(1, C)])
+        g = gate.t().reshape(-1) * keep
+        out = (ye[slot].float() * g[:, None]).view(K, N, C).sum(0)
+        aux = E * (onehot.sum(0).float() / (N * K) * probs.mean(0)).sum()
+        return out.to(x.dtype).view(B, T, C), aux
+
+
+class Block(nn.Module):  # pre-LN; dropout on each residual branch output (and in attention)
+    def __init__(self, cfg, moe=False):
         super().__init__()
         self.ln1 = nn.LayerNorm(cfg.d_model, eps=1e-5)
         self.attn = Attention(cfg)
         self.ln2 = nn.LayerNorm(cfg.d_model, eps=1e-5)
-        self.mlp = MLP(cfg)
+        if moe:
+            self.moe = MoE(cfg)
+        else:
+            self.mlp = MLP(cfg)
         self.drop = nn.Dropout(cfg.dropout)
 
-    def forward(self, x):
+    def forward(self, x):  # (output, the block's balancing loss or 0)
         x = x + self.drop(self.attn(self.ln1(x)))
-        return x + self.drop(self.mlp(self.ln2(x)))
+        if hasattr(self, "moe"):
+            y, aux = self.moe(self.ln2(x))
+            return x + self.drop(y), aux
+        return x + self.drop(self.mlp(self.ln2(x))), 0.0
+
 
 
 class GPT(nn.Module):
@@ -90,7 +141,8 @@ class GPT(nn.Module):
         self.wte = nn.Embedding(cfg.padded_vocab, cfg.d_model)  # (Vp, C), tied with the head
         self.wpe = nn.Embedding(cfg.seq_len, cfg.d_model)  # (T, C)
         self.drop = nn.Dropout(cfg.dropout)
-        self.h = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
+        self.h = nn.ModuleList(Block(cfg, cfg.moe_experts > 0 and l % cfg.moe_layer_freq == 0)
+                               for l in range(cfg.n_layers))
         self.lnf = nn.LayerNorm(cfg.d_model, eps=1e-5)
         # Padded vocabulary columns get -inf before the softmax, as in Trellis.
         pad = torch.arange(cfg.padded_vocab) >= cfg.vocab_size
@@ -106,7 +158,7 @@ class GPT(nn.Module):
                 nn.init.zeros_(p)
             elif ".ln" in name or name.startswith("lnf"):
                 nn.init.ones_(p)
-            elif name.endswith(("attn.proj.weight", "mlp.proj.weight")):
+            elif name.endswith("proj.weight"):  # attn.proj, mlp.proj and the experts' proj
                 nn.init.normal_(p, 0.0, resid_std)
             else:
                 nn.init.normal_(p, 0.0, 0.02)
@@ -121,15 +173,18 @@ class GPT(nn.Module):
         B, T = idx.shape
         pos = torch.arange(T, device=idx.device)
         x = self.drop(self.wte(idx) + self.wpe(pos))  # (B, T, C)
+        aux = 0.0
         for block in self.h:
-            x = block(x)
+            x, a = block(x)
+            aux = aux + a
         logits = F.linear(self.lnf(x), self.wte.weight)  # (B, T, Vp)
         if self.cfg.padded_vocab != self.cfg.vocab_size:
             logits = logits.masked_fill(self.pad_mask, float("-inf"))
         if targets is None:
             return logits
         loss = F.cross_entropy(logits.view(B * T, -1), targets.reshape(B * T))  # mean over B*T
-        return logits, loss
+        self.lm_loss = loss.detach()  # what Trellis reports; the objective adds the balancing losses
+        return logits, loss + self.cfg.moe_aux_loss_coef * aux
 
 
 # ---- Trellis dumps ----------------------------------------------------------------------------
@@ -156,8 +211,11 @@ def load_trellis_dump(dump_dir, dtype=torch.float64, attn="sdpa"):
     with open(os.path.join(dump_dir, "model.json")) as f:
         meta = json.load(f)
     c = meta["config"]
+    moe = c.get("moe", {})
     cfg = GPTConfig(c["vocab_size"], c["seq_len"], c["n_layers"], c["n_heads"], c["d_model"],
-                    dropout=float(c.get("dropout", 0.0)), attn=attn)
+                    dropout=float(c.get("dropout", 0.0)), attn=attn, moe_experts=moe.get("experts", 0),
+                    moe_top_k=moe.get("top_k", 2), moe_capacity_factor=moe.get("capacity_factor", 1.25),
+                    moe_aux_loss_coef=moe.get("aux_loss_coef", 0.01), moe_layer_freq=moe.get("layer_freq", 1))
     if "padded_vocab" in c and c["padded_vocab"] != cfg.padded_vocab:
         raise ValueError(f"padded_vocab {c['padded_vocab']} != expected {cfg.padded_vocab}")
     model = GPT(cfg).to(dtype)

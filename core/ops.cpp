@@ -466,6 +466,103 @@ void dropout_backward(Runtime& rt, const Tensor& dx, const Tensor& dout, float p
   TRELLIS_DISPATCH(rt, dropout_backward, rt, dx, dout, p, key);
 }
 
+namespace {
+// N tokens, E experts, K choices and the capacity of routing tensors that moe_route wrote.
+struct MoEShape {
+  int64_t N, E, K, capacity;
+};
+MoEShape check_routing(Runtime& rt, const char* op, const Tensor& slot, const Tensor& slot_token, int64_t E) {
+  check_device(rt, slot, op); check_device(rt, slot_token, op);
+  check_dtype(slot, DType::i32, op); check_dtype(slot_token, DType::i32, op);
+  TRELLIS_CHECK(slot.dim() == 2 && E > 0 && slot_token.numel() % E == 0,
+                std::string(op) + ": slot " + slot.str() + ", slot_token " + slot_token.str() + " for " +
+                    std::to_string(E) + " experts");
+  return {slot.size(0), E, slot.size(1), slot_token.numel() / E};
+}
+// An (rows, C) activation of x's dtype.
+void check_rows(Runtime& rt, const char* op, const Tensor& t, int64_t rows, int64_t C, DType dtype) {
+  check_device(rt, t, op);
+  TRELLIS_CHECK(t.dtype == dtype && t.numel() == rows * C && t.cols() == C,
+                std::string(op) + ": " + t.str() + " is not (" + std::to_string(rows) + ", " + std::to_string(C) +
+                    ") " + std::string(dtype_name(dtype)));
+}
+}  // namespace
+
+void moe_route(Runtime& rt, const Tensor& probs, const Tensor& expert, const Tensor& gate, const Tensor& slot,
+               const Tensor& slot_token, const Tensor& counts, const Tensor& logits) {
+  const char* op = "moe_route";
+  for (const Tensor* t : {&probs, &gate, &counts, &logits}) { check_device(rt, *t, op); check_dtype(*t, DType::f32, op); }
+  check_device(rt, expert, op); check_dtype(expert, DType::i32, op);
+  TRELLIS_CHECK(logits.dim() == 2, std::string(op) + ": logits " + logits.str() + " are not (N, E)");
+  const MoEShape m = check_routing(rt, op, slot, slot_token, logits.size(1));
+  TRELLIS_CHECK(m.N == logits.size(0) && m.K >= 1 && m.K <= m.E && m.capacity >= 1 && probs.numel() == m.N * m.E &&
+                    expert.dim() == 2 && expert.size(0) == m.N && expert.size(1) == m.K && gate.numel() == m.N * m.K &&
+                    counts.numel() == m.E,
+                std::string(op) + ": shapes do not match logits " + logits.str() + ", slot " + slot.str());
+  TRELLIS_DISPATCH(rt, moe_route, rt, probs, expert, gate, slot, slot_token, counts, logits);
+}
+
+void moe_dispatch(Runtime& rt, const Tensor& xe, const Tensor& x, const Tensor& slot_token, int64_t top_k) {
+  const char* op = "moe_dispatch";
+  check_device(rt, slot_token, op); check_dtype(slot_token, DType::i32, op); check_float(x, op);
+  const int64_t C = x.cols();
+  check_rows(rt, op, xe, slot_token.numel(), C, x.dtype);
+  check_device(rt, x, op);
+  TRELLIS_CHECK(top_k >= 1, std::string(op) + ": top_k must be at least 1");
+  TRELLIS_DISPATCH(rt, moe_dispatch, rt, xe, x, slot_token, top_k);
+}
+
+void moe_dispatch_backward(Runtime& rt, const Tensor& dx, const Tensor& dxe, const Tensor& slot, bool accumulate) {
+  const char* op = "moe_dispatch_backward";
+  check_device(rt, slot, op); check_dtype(slot, DType::i32, op); check_float(dx, op);
+  TRELLIS_CHECK(slot.dim() == 2, std::string(op) + ": slot " + slot.str() + " is not (N, K)");
+  check_rows(rt, op, dx, slot.size(0), dx.cols(), dx.dtype);
+  check_rows(rt, op, dxe, dxe.rows(), dx.cols(), dx.dtype);
+  TRELLIS_DISPATCH(rt, moe_dispatch_backward, rt, dx, dxe, slot, accumulate);
+}
+
+void moe_combine(Runtime& rt, const Tensor& out, const Tensor& ye, const Tensor& slot, const Tensor& gate,
+                 const Tensor& residual) {
+  const char* op = "moe_combine";
+  check_device(rt, slot, op); check_dtype(slot, DType::i32, op); check_float(out, op);
+  check_device(rt, gate, op); check_dtype(gate, DType::f32, op);
+  TRELLIS_CHECK(slot.dim() == 2 && gate.numel() == slot.numel(), std::string(op) + ": slot " + slot.str() + ", gate " + gate.str());
+  check_rows(rt, op, out, slot.size(0), out.cols(), out.dtype);
+  check_rows(rt, op, ye, ye.rows(), out.cols(), out.dtype);
+  if (residual.defined()) check_rows(rt, op, residual, slot.size(0), out.cols(), out.dtype);
+  TRELLIS_DISPATCH(rt, moe_combine, rt, out, ye, slot, gate, residual);
+}
+
+void moe_combine_backward(Runtime& rt, const Tensor& dye, const Tensor& dgate, const Tensor& dout, const Tensor& ye,
+                          const Tensor& slot, const Tensor& slot_token, const Tensor& gate) {
+  const char* op = "moe_combine_backward";
+  check_float(dout, op);
+  TRELLIS_CHECK(ye.dim() == 2, std::string(op) + ": ye " + ye.str() + " is not (slots, C)");
+  const int64_t C = dout.cols(), S = ye.size(0);
+  TRELLIS_CHECK(S == slot_token.numel(), std::string(op) + ": ye " + ye.str() + " vs slot_token " + slot_token.str());
+  const MoEShape m = check_routing(rt, op, slot, slot_token, 1);
+  for (const Tensor* t : {&dgate, &gate}) {
+    check_device(rt, *t, op); check_dtype(*t, DType::f32, op);
+    TRELLIS_CHECK(t->numel() == m.N * m.K, std::string(op) + ": " + t->str() + " is not (N, K)");
+  }
+  check_rows(rt, op, dout, m.N, C, dout.dtype);
+  check_rows(rt, op, ye, S, C, dout.dtype);
+  check_rows(rt, op, dye, S, C, dout.dtype);
+  TRELLIS_DISPATCH(rt, moe_combine_backward, rt, dye, dgate, dout, ye, slot, slot_token, gate);
+}
+
+void moe_router_backward(Runtime& rt, const Tensor& dlogits, const Tensor& dgate, const Tensor& probs,
+                         const Tensor& expert, const Tensor& gate, const Tensor& counts, float aux_scale) {
+  const char* op = "moe_router_backward";
+  for (const Tensor* t : {&dlogits, &dgate, &probs, &gate, &counts}) { check_device(rt, *t, op); check_dtype(*t, DType::f32, op); }
+  check_device(rt, expert, op); check_dtype(expert, DType::i32, op);
+  TRELLIS_CHECK(probs.dim() == 2 && expert.dim() == 2 && expert.size(0) == probs.size(0), std::string(op) + ": probs " + probs.str() + ", expert " + expert.str());
+  const int64_t N = probs.size(0), E = probs.size(1), K = expert.size(1);
+  TRELLIS_CHECK(dlogits.numel() == N * E && dgate.numel() == N * K && gate.numel() == N * K && counts.numel() == E && K <= E,
+                std::string(op) + ": shapes do not match probs " + probs.str() + ", expert " + expert.str());
+  TRELLIS_DISPATCH(rt, moe_router_backward, rt, dlogits, dgate, probs, expert, gate, counts, aux_scale);
+}
+
 void adamw_step(Runtime& rt, const Tensor& master, const Tensor& m, const Tensor& v, const Tensor& grad,
                 const Tensor& params_out, const AdamWHyper& h, float grad_scale, const AdamWRuns* runs) {
   for (const Tensor* t : {&master, &m, &v, &grad, &params_out}) check_device(rt, *t, "adamw_step");

@@ -191,6 +191,36 @@ void dropout_forward(Runtime& rt, const Tensor& out, const Tensor& x, float p, c
 // dx = dout * keep / (1 - p) with the forward's mask. dx may alias dout.
 void dropout_backward(Runtime& rt, const Tensor& dx, const Tensor& dout, float p, const DropoutKey& key);
 
+// ---- mixture of experts: top-k routing with a fixed capacity per expert ----
+// N tokens over E experts, K choices each; an expert takes at most `capacity` choices (its slots,
+// rows [e * capacity, (e + 1) * capacity) of the (E * capacity, C) expert tensors); a choice past
+// that is dropped (it adds nothing; the residual stream carries the token on).
+// logits: f32 (N, E). Writes probs f32 (N, E) = softmax(logits); expert i32 (N, K): the K largest
+// logits in descending order (the lower expert first among equals); gate f32 (N, K): their probs,
+// divided by their sum when K > 1; slot i32 (N, K): expert * capacity + position, or -1 if dropped;
+// slot_token i32 (E * capacity): n * K + k of the choice in each slot, or -1 (empty); counts f32 (E):
+// the choices of each expert before any was dropped. Positions go in priority order: every token's
+// first choice in token order, then the second choices, and so on (GShard).
+void moe_route(Runtime& rt, const Tensor& probs, const Tensor& expert, const Tensor& gate, const Tensor& slot,
+               const Tensor& slot_token, const Tensor& counts, const Tensor& logits);
+// xe (E * capacity, C) = the rows of x (N, C) that slot_token places, zeros in empty slots.
+void moe_dispatch(Runtime& rt, const Tensor& xe, const Tensor& x, const Tensor& slot_token, int64_t top_k);
+// dx (N, C) = [dx +] the sum over the token's choices that were not dropped of dxe[slot].
+void moe_dispatch_backward(Runtime& rt, const Tensor& dx, const Tensor& dxe, const Tensor& slot, bool accumulate);
+// out (N, C) = [residual +] sum_k gate[n, k] * ye[slot[n, k]] over the choices not dropped, summed in
+// f32 and rounded once. residual may be undefined, or out itself.
+void moe_combine(Runtime& rt, const Tensor& out, const Tensor& ye, const Tensor& slot, const Tensor& gate,
+                 const Tensor& residual = Tensor());
+// dye (E * capacity, C) = gate * dout[n] in the slot of choice (n, k), zeros in empty slots;
+// dgate f32 (N, K) = dout[n] . ye[slot[n, k]], 0 for a dropped choice.
+void moe_combine_backward(Runtime& rt, const Tensor& dye, const Tensor& dgate, const Tensor& dout, const Tensor& ye,
+                          const Tensor& slot, const Tensor& slot_token, const Tensor& gate);
+// dlogits f32 (N, E) from dgate through the gates and the softmax, plus aux_scale times the gradient
+// of the balancing loss E * sum_e f_e P_e (f_e = counts[e] / (N K), P_e = the mean of probs[:, e];
+// 1 when balanced; f_e taken as constant, as in Switch Transformer).
+void moe_router_backward(Runtime& rt, const Tensor& dlogits, const Tensor& dgate, const Tensor& probs,
+                         const Tensor& expert, const Tensor& gate, const Tensor& counts, float aux_scale);
+
 // ---- optimizer ----
 struct AdamWHyper {
   float lr = 0, beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f, weight_decay = 0;

@@ -195,9 +195,13 @@ void validate_relations(const Config& c) {
   if (const double elements = L * B * T * 4 * C; elements >= 0x1p56)
     throw beyond("model.n_layers x train.micro_batch x model.seq_len x 4 x model.d_model", elements,
                  "elements of activations is beyond what the memory plan can count (allowed: below 2^56)");
-  if (const double params = L * 12 * C * C + (V + T) * C; params >= 0x1p50)
-    throw beyond("model.n_layers x 12 x model.d_model^2 + (model.vocab_size + model.seq_len) x model.d_model", params,
-                 "parameters is beyond what the memory plan can count (allowed: below 2^50)");
+  const double mlps = 1.0 + double(c.moe.experts);  // a dense MLP and the experts' (8 C^2 each)
+  if (const double params = L * (4 + 8 * mlps) * C * C + (V + T) * C; params >= 0x1p50)
+    throw beyond("model.n_layers x (4 + 8 x (1 + moe.experts)) x model.d_model^2 + (model.vocab_size + model.seq_len) x model.d_model",
+                 params, "parameters is beyond what the memory plan can count (allowed: below 2^50)");
+  if (c.moe.experts > 0 && c.moe.top_k > c.moe.experts)
+    throw UserError(p + ": moe.top_k = " + std::to_string(c.moe.top_k) + " exceeds moe.experts = " +
+                    std::to_string(c.moe.experts) + " (allowed: 1 to moe.experts)");
   if (c.model.d_model % c.model.n_heads != 0)
     throw UserError(p + ": model.n_heads = " + std::to_string(c.model.n_heads) +
                     " does not divide model.d_model = " + std::to_string(c.model.d_model));
@@ -292,6 +296,32 @@ int resolved_tensor_comm_chunks(const Config& c, bool on_gpu) {
   return peer && !tensor_splits_batch(c) ? 2 : 1;
 }
 
+namespace {
+// Mixture of experts: what it composes with so far, and the expert group's fit.
+void validate_experts(const Config& c, const BatchLayout& b) {
+  const int64_t E = c.moe.experts, G = c.parallel.expert;
+  if (E == 0) {
+    if (G > 1)
+      throw UserError(c.path + ": parallel.expert = " + std::to_string(G) +
+                      " splits experts, but moe.experts = 0 (set moe.experts, or parallel.expert = 1)");
+    return;
+  }
+  if (G > 1)
+    throw UserError(c.path + ": parallel.expert = " + std::to_string(G) +
+                    ": expert parallelism is not built yet (allowed: 1, every data rank holding every expert)");
+  if (c.parallel.tensor > 1)
+    throw UserError(c.path + ": moe.experts = " + std::to_string(E) +
+                    ": blocks with experts are not split over a tensor group yet (allowed with moe.experts > 0: "
+                    "parallel.tensor = 1)");
+  if (!c.model.init_from.empty())
+    throw UserError(c.path + ": model.init_from = \"" + c.model.init_from +
+                    "\": a model with experts starts from random weights only (allowed with moe.experts > 0: empty)");
+  if (E % G != 0 || b.data % G != 0)
+    throw UserError(c.path + ": parallel.expert = " + std::to_string(G) + " must divide moe.experts = " +
+                    std::to_string(E) + " and the data-parallel size " + std::to_string(b.data));
+}
+}  // namespace
+
 void validate_for_world(const Config& c, int world_size) {
   const auto& par = c.parallel;
   // A training run's check, not one of the config itself: the configs that checkpoints keep from
@@ -330,6 +360,7 @@ void validate_for_world(const Config& c, int world_size) {
                     std::to_string(c.train.micro_batch * c.model.seq_len) + " token rows of a micro-batch");
 
   const BatchLayout b = resolve_batch(c, world_size);  // checks the layout and batch arithmetic
+  validate_experts(c, b);
   // The pipeline schedule must fit the stages, micro-batches per step, chunks and layers.
   try {
     validate_schedule_shape(parse_schedule_kind(par.schedule), int(par.pipeline), int(b.accumulation),

@@ -30,6 +30,7 @@ struct ParallelConfig {
   int64_t virtual_stages = 1;
   std::string stage_layers;        // "6,6,6,6": blocks per virtual stage; empty = balanced by cost
   double collective_timeout_s = 600;  // a wait on other ranks longer than this aborts the job; 0 = off
+  int64_t expert = 1;              // expert-parallel size: data-parallel ranks that split the experts
 };
 
 struct TrainConfig {
@@ -66,6 +67,14 @@ struct ZeroConfig {
   std::string embedding_grad = "auto";  // auto | gather_rows | all_reduce (EmbeddingRowExchange)
   std::string offload = "none";    // none | cpu | nvme: master weights and moments off the device, AdamW on the host
   std::string offload_dir;         // nvme: a directory on a fast local disk for their files
+};
+
+struct MoESection {
+  int64_t experts = 0;             // experts per MoE block; 0 = dense MLPs only
+  int64_t top_k = 2;               // experts per token
+  double capacity_factor = 1.25;   // slots per expert = factor x top_k x tokens / experts
+  double aux_loss_coef = 0.01;     // load-balancing loss weight
+  int64_t layer_freq = 1;          // block l has experts when l % layer_freq == 0
 };
 
 struct Fp16Config {
@@ -107,6 +116,7 @@ struct Config {
   TrainConfig train;
   OptimizerConfig optimizer;
   ZeroConfig zero;
+  MoESection moe;
   Fp16Config fp16;
   DataConfig data;
   LogConfig log;

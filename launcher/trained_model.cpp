@@ -23,6 +23,12 @@ namespace fs = std::filesystem;
 // The whole model's parameters, vocabulary padding included.
 int64_t stored_numel(const GPTConfig& m) { return m.parameter_count() + (m.padded_vocab() - m.vocab_size) * m.d_model; }
 
+// Generation, export_hf and model.init_from read dense GPT-2 models.
+UserError has_experts(const std::string& where) {
+  return UserError(where + ": the model has mixture-of-experts blocks; generate, export_hf and model.init_from read "
+                           "dense GPT-2 models only (a model with experts resumes from its checkpoint)");
+}
+
 // The shape fields every model description has, checked as train_gpt's config would.
 GPTConfig shape_of(int64_t vocab, int64_t seq, int64_t layers, int64_t heads, int64_t d_model, const std::string& where) {
   GPTConfig m;
@@ -72,6 +78,7 @@ StoredModel open_checkpoint(const std::string& path, const std::string& verb) {
     throw UserError(s.dir + ": its meta: " + e.what());
   }
   s.config = load_config_text(config_text, s.dir + " (config)", {});
+  if (s.config->moe.experts > 0) throw has_experts(s.dir);
   const auto& mc = s.config->model;
   s.shape = shape_of(mc.vocab_size, mc.seq_len, mc.n_layers, mc.n_heads, mc.d_model, s.dir + " (config)");
   // The params blob must hold the model its config describes (an edited config could ask for far
@@ -105,6 +112,8 @@ StoredModel open_export(const std::string& dir) {
                        c.at("n_heads").as_int(), c.at("d_model").as_int(), json);
     // Its parameter list must be the whole model's, in order: the layout params.f32 is read in.
     const JsonValue& params = root.at("params");
+    for (const JsonValue& p : params.items)
+      if (p.at("name").as_string().find(".moe.") != std::string::npos) throw has_experts(dir);
     const std::vector<ParameterSpec> specs = GPT::parameter_specs(s.shape);
     bool same = params.items.size() == specs.size();
     int64_t offset = 0;

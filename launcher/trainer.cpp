@@ -92,6 +92,12 @@ Resolved resolve(const Config& cfg, const LaunchInfo& launch) {
   r.model.attention_dropout = float(cfg.model.attention_dropout < 0 ? cfg.model.dropout : cfg.model.attention_dropout);
   r.model.dtype = r.dtype;
   r.model.stage_layers = parse_stage_layers(cfg);
+  r.model.moe.experts = cfg.moe.experts;
+  r.model.moe.top_k = cfg.moe.top_k;
+  r.model.moe.capacity_factor = cfg.moe.capacity_factor;
+  r.model.moe.aux_loss_coef = float(cfg.moe.aux_loss_coef);
+  r.model.moe.layer_freq = cfg.moe.layer_freq;
+  r.model.moe.expert_parallel = cfg.parallel.expert;
   r.model.checkpointing = cfg.train.checkpointing == "full"          ? Checkpointing::full
                           : cfg.train.checkpointing == "selective"   ? Checkpointing::selective
                           : cfg.train.checkpointing == "elementwise" ? Checkpointing::elementwise
@@ -531,6 +537,13 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
     std::printf("model: %lld layers, %lld heads, d_model %lld, seq %lld, vocab %lld (padded to %lld)\n",
                 (long long)mc.n_layers, (long long)mc.n_heads, (long long)mc.d_model, (long long)T,
                 (long long)mc.vocab_size, (long long)mc.padded_vocab());
+    if (mc.moe.experts > 0)
+      std::printf("experts: %lld in %lld of %lld blocks (every %lld from block 0), top %lld, capacity %lld of a "
+                  "micro-batch's %lld tokens each (factor %g), balancing loss x %g; %s parameters active per token\n",
+                  (long long)mc.moe.experts, (long long)mc.moe.layers(mc.n_layers), (long long)mc.n_layers,
+                  (long long)mc.moe.layer_freq, (long long)mc.moe.top_k, (long long)mc.moe.capacity(B * T),
+                  (long long)(B * T), mc.moe.capacity_factor, double(mc.moe.aux_loss_coef),
+                  with_commas(mc.active_parameter_count()).c_str());
     std::printf("parameters: %s (vocabulary padding adds %s; %s stored%s)\n", with_commas(mc.parameter_count()).c_str(),
                 with_commas((mc.padded_vocab() - mc.vocab_size) * mc.d_model).c_str(), with_commas(stored).c_str(),
                 p > 1 || tp.active() ? " on rank 0" : "");

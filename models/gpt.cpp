@@ -33,6 +33,8 @@ GPT::StageCosts GPT::stage_costs(const GPTConfig& cfg) {
   s.block = 72 * C * C + 12 * T * C;
   s.head = 6 * C * cfg.padded_vocab() + 8 * C;
   s.embedding = 8 * C;
+  const double expert_rows = cfg.moe.capacity_factor * double(cfg.moe.top_k);
+  s.moe_block = 24 * C * C + 12 * T * C + 6 * cfg.moe.experts * C + int64_t(expert_rows * double(48 * C * C));
   return s;
 }
 
@@ -53,7 +55,9 @@ std::vector<LayerRange> GPT::pipeline_partition(const GPTConfig& cfg, int chunks
     return out;
   }
   const StageCosts s = stage_costs(cfg);
-  return partition_layers(std::vector<int64_t>(size_t(cfg.n_layers), s.block), chunks, s.embedding, s.head);
+  std::vector<int64_t> blocks;
+  for (int64_t l = 0; l < cfg.n_layers; ++l) blocks.push_back(cfg.moe.in_layer(l) ? s.moe_block : s.block);
+  return partition_layers(blocks, chunks, s.embedding, s.head);
 }
 
 void GPT::check_tensor_parallel(const GPTConfig& cfg, int tensor) {
@@ -66,7 +70,7 @@ void GPT::check_tensor_parallel(const GPTConfig& cfg, int tensor) {
 }
 
 std::vector<ParameterSpec> GPT::parameter_specs(const GPTConfig& cfg, const GPTPart& part,
-                                                const TensorParallelContext& tp) {
+                                                const TensorParallelContext& tp, int expert_rank) {
   const int64_t C = cfg.d_model;
   if (tp.active()) check_tensor_parallel(cfg, tp.size);
   std::vector<ParameterSpec> specs;
@@ -84,7 +88,7 @@ std::vector<ParameterSpec> GPT::parameter_specs(const GPTConfig& cfg, const GPTP
   for (const LayerRange& r : part.chunks)
     for (int l = r.first; l < r.second; ++l) {
       const size_t first = specs.size();
-      TransformerBlock::append_specs(cfg, l, specs, tp);
+      TransformerBlock::append_specs(cfg, l, specs, tp, expert_rank);
       for (size_t i = first; i < specs.size(); ++i) specs[i].bucket = l;  // one ZeRO bucket, streamable
     }
   if (part.head) {
@@ -107,7 +111,9 @@ ActivationBytes GPT::activation_bytes(const GPTConfig& cfg, const GPTPart& part,
     const size_t layers = size_t(part.chunks[c].second - part.chunks[c].first);
     // Chunk input, the blocks' outputs and kept tensors; tokens (embedding); final LayerNorm
     // output and statistics (head).
-    size_t kept = btc * (layers + 1) + TransformerBlock::kept_bytes(cfg, B, T, tp) * layers;
+    size_t kept = btc * (layers + 1);
+    for (int l = part.chunks[c].first; l < part.chunks[c].second; ++l)
+      kept += TransformerBlock::kept_bytes(cfg, B, T, tp, cfg.moe.in_layer(l));
     if (part.has_embedding(int(c))) kept += bt4;
     if (part.has_head(int(c))) kept += btc + 2 * rows4;
     a.kept = std::max(a.kept, kept);
@@ -126,15 +132,17 @@ ActivationBytes GPT::activation_bytes(const GPTConfig& cfg, int64_t B, int64_t T
 }
 
 GPT::GPT(Runtime& rt, const GPTConfig& cfg, int64_t micro_batch, const GPTPart& part, int slots,
-         const TensorParallelContext& tp, const StoreSharding& sharding)
+         const TensorParallelContext& tp, const StoreSharding& sharding, Communicator* experts)
     : rt_(rt), cfg_(cfg), micro_batch_(micro_batch), part_(part), tp_(tp),
-      params_(rt, parameter_specs(cfg, part, tp), cfg.dtype, sharding, cfg.grad_dtype) {
+      params_(rt, parameter_specs(cfg, part, tp, experts ? experts->rank() : 0), cfg.dtype, sharding, cfg.grad_dtype) {
+  TRELLIS_CHECK((experts ? experts->size() : 1) == cfg.moe.expert_parallel || cfg.moe.experts == 0,
+                "GPT: the expert group's size is not moe.expert_parallel");
   TRELLIS_CHECK(!part.chunks.empty() && slots >= 1, "GPT: no chunk or no slot");
   for (const LayerRange& r : part.chunks) {
     TRELLIS_CHECK(r.first < r.second && r.second <= cfg.n_layers, "GPT: bad layer range");
     chunk_begin_.push_back(blocks_.size());
     for (int l = r.first; l < r.second; ++l) {
-      blocks_.emplace_back(cfg_, l, BlockParams::of(params_, l), tp_);
+      blocks_.emplace_back(cfg_, l, BlockParams::of(params_, cfg_, l, experts ? experts->rank() : 0), tp_, experts);
       block_ranges_.push_back(range_of("h." + std::to_string(l) + "."));
       block_buckets_.push_back(params_.bucket_of_block(l));
     }
@@ -215,6 +223,7 @@ Tensor GPT::forward_chunk(int slot, const StepContext& ctx, const Tensor& tokens
   const DType dt = cfg_.dtype;
   s.ctx = ctx;
   s.ctx.seq_len = T;  // the blocks' token shards do not show it
+  s.ctx.moe_aux_scale = cfg_.moe.aux_loss_coef * dloss * float(B * T);
   work_.reset();
   Tensor x = s.input;
   if (part_.has_embedding(s.chunk)) {

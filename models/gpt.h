@@ -54,14 +54,16 @@ class GPT {
   // Builds the parameter store of `part` and activation memory for `slots` micro-batch chunks in
   // flight (the pipeline schedule's peak; 1 without pipelining), each of (micro_batch, seq_len).
   // `tp`: this rank's place in the tensor group (default: none). The flat parameter and gradient
-  // buffers are bucketed and sharded as `sharding` says (ParameterStore).
+  // buffers are bucketed and sharded as `sharding` says (ParameterStore). `experts`: the expert group
+  // when moe.expert_parallel > 1 (this rank holds the experts of its rank in it).
   GPT(Runtime& rt, const GPTConfig& cfg, int64_t micro_batch, const GPTPart& part, int slots = 1,
-      const TensorParallelContext& tp = {}, const StoreSharding& sharding = {});
+      const TensorParallelContext& tp = {}, const StoreSharding& sharding = {}, Communicator* experts = nullptr);
   GPT(Runtime& rt, const GPTConfig& cfg, int64_t micro_batch) : GPT(rt, cfg, micro_batch, GPTPart::whole(cfg)) {}
 
-  // This rank's parameters: the shards of tensor rank tp.rank of tp.size (only those two are used).
+  // This rank's parameters: the shards of tensor rank tp.rank of tp.size (only those two are used),
+  // and the experts of expert rank `expert_rank` (moe.expert_parallel > 1; else all of them).
   static std::vector<ParameterSpec> parameter_specs(const GPTConfig& cfg, const GPTPart& part,
-                                                    const TensorParallelContext& tp = {});
+                                                    const TensorParallelContext& tp = {}, int expert_rank = 0);
   // UserError unless a tensor group of `tensor` ranks can split the model (heads, d_ffn, the padded
   // vocabulary).
   static void check_tensor_parallel(const GPTConfig& cfg, int tensor);
@@ -81,8 +83,10 @@ class GPT {
   // (V = padded vocabulary; the logits GEMM and its two gradients) plus 8 C for the final
   // LayerNorm; the embedding 8 C (no GEMM: a gather, dropout and a scatter-add, a few passes
   // over C numbers per token, i.e. negligible, as on the GPU).
+  // A block with experts: its attention and router, and the experts' GEMMs over their slots
+  // (capacity_factor x top_k x the dense MLP's 48 C^2).
   struct StageCosts {
-    int64_t block = 0, embedding = 0, head = 0;
+    int64_t block = 0, embedding = 0, head = 0, moe_block = 0;
   };
   static StageCosts stage_costs(const GPTConfig& cfg);
 

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "moe/moe_config.h"
 
 namespace trellis {
 
@@ -27,18 +28,27 @@ struct GPTConfig {
   // Blocks per virtual pipeline stage, in virtual-stage order (parallel.stage_layers); empty = the
   // balanced partition of GPT::pipeline_partition. Does not change the model, only its split.
   std::vector<int> stage_layers;
+  MoEConfig moe;  // mixture-of-experts MLPs in some blocks ([moe]); experts = 0: none
 
   int64_t padded_vocab() const { return (vocab_size + kVocabPadMultiple - 1) / kVocabPadMultiple * kVocabPadMultiple; }
   int64_t head_dim() const { return d_model / n_heads; }
-  // Parameters of the model as published (no vocabulary padding), tied embedding counted once.
-  int64_t parameter_count() const {
-    int64_t C = d_model;
-    int64_t per_layer = 2 * C + (3 * C * C + 3 * C) + (C * C + C) + 2 * C + (4 * C * C + 4 * C) + (4 * C * C + C);
-    return vocab_size * C + seq_len * C + n_layers * per_layer + 2 * C;
-  }
-  // Model FLOPs per trained token: 6N + 12 L C T (REFERENCE.md), N = parameter_count().
+  // Parameters of the model as published (no vocabulary padding), tied embedding counted once;
+  // a block with experts counts its router and every expert.
+  int64_t parameter_count() const { return count_parameters(moe.experts); }
+  // The parameters one token's forward uses: a block with experts counts top_k of them.
+  int64_t active_parameter_count() const { return count_parameters(moe.top_k); }
+  // Model FLOPs per trained token: 6N + 12 L C T (REFERENCE.md), N = active_parameter_count().
   double flops_per_token() const {
-    return 6.0 * double(parameter_count()) + 12.0 * double(n_layers * d_model * seq_len);
+    return 6.0 * double(active_parameter_count()) + 12.0 * double(n_layers * d_model * seq_len);
+  }
+
+ private:
+  int64_t count_parameters(int64_t experts_per_moe_block) const {
+    const int64_t C = d_model, mlp = (4 * C * C + 4 * C) + (4 * C * C + C);
+    const int64_t per_layer = 2 * C + (3 * C * C + 3 * C) + (C * C + C) + 2 * C + mlp;
+    const int64_t moe_layers = moe.layers(n_layers);
+    const int64_t moe_extra = moe_layers * (moe.experts * C + (experts_per_moe_block - 1) * mlp);
+    return vocab_size * C + seq_len * C + n_layers * per_layer + moe_extra + 2 * C;
   }
 };
 

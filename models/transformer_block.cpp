@@ -1,6 +1,7 @@
 // GPT-2 block forward/backward built from core ops, with activation checkpointing.
 #include "models/transformer_block.h"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -72,16 +73,30 @@ void TransformerBlock::check_tensor_parallel(const GPTConfig& cfg, int tensor) {
                     " must be divisible by parallel.tensor = " + std::to_string(tensor));
 }
 
-BlockParams BlockParams::of(const ParameterStore& ps, int layer) {
+BlockParams BlockParams::of(const ParameterStore& ps, const GPTConfig& cfg, int layer, int expert_rank) {
   const std::string p = "h." + std::to_string(layer) + ".";
-  return BlockParams{&ps.get(p + "ln1.w"),      &ps.get(p + "ln1.b"),      &ps.get(p + "attn.qkv.w"),
-                     &ps.get(p + "attn.qkv.b"), &ps.get(p + "attn.proj.w"), &ps.get(p + "attn.proj.b"),
-                     &ps.get(p + "ln2.w"),      &ps.get(p + "ln2.b"),      &ps.get(p + "mlp.fc.w"),
-                     &ps.get(p + "mlp.fc.b"),   &ps.get(p + "mlp.proj.w"), &ps.get(p + "mlp.proj.b")};
+  BlockParams b;
+  b.ln1_w = &ps.get(p + "ln1.w");
+  b.ln1_b = &ps.get(p + "ln1.b");
+  b.qkv_w = &ps.get(p + "attn.qkv.w");
+  b.qkv_b = &ps.get(p + "attn.qkv.b");
+  b.proj_w = &ps.get(p + "attn.proj.w");
+  b.proj_b = &ps.get(p + "attn.proj.b");
+  b.ln2_w = &ps.get(p + "ln2.w");
+  b.ln2_b = &ps.get(p + "ln2.b");
+  if (cfg.moe.in_layer(layer)) {
+    b.moe = MoEMLP::params_of(ps, cfg.moe, layer, expert_rank);
+  } else {
+    b.fc_w = &ps.get(p + "mlp.fc.w");
+    b.fc_b = &ps.get(p + "mlp.fc.b");
+    b.fc_proj_w = &ps.get(p + "mlp.proj.w");
+    b.fc_proj_b = &ps.get(p + "mlp.proj.b");
+  }
+  return b;
 }
 
 void TransformerBlock::append_specs(const GPTConfig& cfg, int layer, std::vector<ParameterSpec>& out,
-                                    const TensorParallelContext& tp) {
+                                    const TensorParallelContext& tp, int expert_rank) {
   const int64_t C = cfg.d_model;
   const std::string p = "h." + std::to_string(layer) + ".";
   const float resid_std = 0.02f / std::sqrt(2.0f * float(cfg.n_layers));  // GPT-2's scaled projections
@@ -99,6 +114,11 @@ void TransformerBlock::append_specs(const GPTConfig& cfg, int layer, std::vector
   out.push_back({p + "attn.proj.b", {C}, Init::zeros, 0, false});
   out.push_back({p + "ln2.w", {C}, Init::ones, 0, false});
   out.push_back({p + "ln2.b", {C}, Init::zeros, 0, false});
+  if (cfg.moe.in_layer(layer)) {
+    TRELLIS_CHECK(t == 1, "TransformerBlock: a block with experts needs tensor = 1");
+    MoEMLP::append_specs(cfg.moe, C, cfg.n_layers, layer, expert_rank, out);
+    return;
+  }
   out.push_back(column({p + "mlp.fc.w", {4 * C, C}, Init::normal, 0.02f, true}));
   out.push_back(column({p + "mlp.fc.b", {4 * C}, Init::zeros, 0, false}));
   out.push_back(row({p + "mlp.proj.w", {C, 4 * C}, Init::normal, resid_std, true}));
@@ -106,8 +126,12 @@ void TransformerBlock::append_specs(const GPTConfig& cfg, int layer, std::vector
 }
 
 TransformerBlock::TransformerBlock(const GPTConfig& cfg, int layer, const BlockParams& p,
-                                   const TensorParallelContext& tp)
+                                   const TensorParallelContext& tp, Communicator* experts)
     : cfg_(cfg), layer_(layer), p_(p), tp_(tp) {
+  if (p_.moe.router_w) {
+    TRELLIS_CHECK(!tp_.active(), "TransformerBlock: a block with experts needs tensor = 1");
+    moe_.emplace(cfg.moe, cfg.dtype, p_.moe, experts);
+  }
   if (!tp_.active()) return;
   TRELLIS_CHECK(tp_.group != nullptr && tp_.group->size() == tp_.size && tp_.group->rank() == tp_.rank,
                 "TransformerBlock: the tensor-parallel context's group does not match its size " +
@@ -124,8 +148,13 @@ TransformerBlock::TransformerBlock(const GPTConfig& cfg, int layer, const BlockP
 }
 
 std::vector<const Parameter*> TransformerBlock::first_written_grads() const {
-  return {p_.ln1_w, p_.ln1_b,  p_.qkv_w, p_.qkv_b, p_.proj_w,    p_.proj_b,
-          p_.ln2_w, p_.ln2_b,  p_.fc_w,  p_.fc_b,  p_.fc_proj_w, p_.fc_proj_b};
+  std::vector<const Parameter*> out{p_.ln1_w, p_.ln1_b, p_.qkv_w, p_.qkv_b, p_.proj_w, p_.proj_b, p_.ln2_w, p_.ln2_b};
+  if (moe_) {
+    for (const Parameter* q : moe_->parameters()) out.push_back(q);
+  } else {
+    out.insert(out.end(), {p_.fc_w, p_.fc_b, p_.fc_proj_w, p_.fc_proj_b});
+  }
+  return out;
 }
 
 std::vector<const Parameter*> TransformerBlock::tensor_partial_grads() const {
@@ -202,8 +231,9 @@ CommHandle row_forward(Runtime& rt, const std::optional<RowParallelLinear>& par,
 
 BlockSaved BlockSaved::part(int i, int parts) const {
   auto p = [&](const Tensor& t) { return part_of(t, i, parts); };
+  TRELLIS_CHECK(parts == 1 || !moe.probs.defined(), "BlockSaved::part: a block with experts runs whole");
   return {p(x), p(ln1), p(ln1_mean), p(ln1_rstd), p(qkv), p(att), p(lse), p(r), p(ln2), p(ln2_mean), p(ln2_rstd),
-          p(h),  p(g)};
+          p(h),  p(g), moe};
 }
 
 int TransformerBlock::batch_parts(const Tokens& n) const {
@@ -247,7 +277,7 @@ CommHandle TransformerBlock::attention_half(Runtime& rt, const StepContext& ctx,
 }
 
 CommHandle TransformerBlock::mlp_half(Runtime& rt, const StepContext& ctx, BlockSaved& s, const Tensor& branch,
-                                      const Tensor& y, Arena& temp) const {
+                                      const Tensor& y, Arena& keep, Arena& temp) const {
   if (residual_in_gemm(ctx)) {
     layernorm_forward(rt, s.ln2, s.ln2_mean, s.ln2_rstd, s.r, p_.ln2_w->value, p_.ln2_b->value);
   } else {
@@ -255,6 +285,11 @@ CommHandle TransformerBlock::mlp_half(Runtime& rt, const StepContext& ctx, Block
       dropout_forward(rt, branch, branch, cfg_.dropout, dropout_key(ctx, 1, tokens_of(ctx, s.x)));
     // r = x + branch and ln2 = LN(r) in one pass over the rows.
     add_layernorm_forward(rt, s.r, s.ln2, s.ln2_mean, s.ln2_rstd, s.x, branch, p_.ln2_w->value, p_.ln2_b->value);
+  }
+  if (moe_) {  // y = r + moe(ln2) (the residual added in the combine), or branch = moe(ln2)
+    const bool in_gemm = residual_in_gemm(ctx) && y.defined();
+    moe_->forward(rt, in_gemm ? y : y.defined() ? branch : Tensor(), s.ln2, in_gemm ? &s.r : nullptr, s.moe, keep, temp);
+    return {};
   }
   // g = gelu(h), h = fc(ln2): one GEMM with the GELU as its epilogue, writing both (h for backward).
   if (fc_) fc_->forward(rt, s.g, s.ln2, temp, &s.h);
@@ -287,8 +322,10 @@ void TransformerBlock::forward_into(Runtime& rt, const StepContext& ctx, const T
   s.ln2 = elementwise.take(dt, act);
   s.ln2_mean = rest.take(DType::f32, {n.rows});
   s.ln2_rstd = rest.take(DType::f32, {n.rows});
-  s.h = rest.take(dt, {B, T, 4 * Cl});
-  s.g = elementwise.take(dt, {B, T, 4 * Cl});
+  if (!moe_) {
+    s.h = rest.take(dt, {B, T, 4 * Cl});
+    s.g = elementwise.take(dt, {B, T, 4 * Cl});
+  }
   // Without dropout (and sequence parallelism) each residual add is its projection's GEMM epilogue
   // (rank 0's under tensor parallelism, before the all-reduce); else branch = projection, then the add.
   const bool in_gemm = residual_in_gemm(ctx);
@@ -305,7 +342,9 @@ void TransformerBlock::forward_into(Runtime& rt, const StepContext& ctx, const T
   for (int i = 0; i < parts; ++i) {
     attention_done[i].wait();
     BlockSaved p = s.part(i, parts);
-    mlp_done[i] = mlp_half(rt, part_context(ctx, n, i, parts), p, part_of(branch, i, parts), part_of(y, i, parts), temp);
+    mlp_done[i] = mlp_half(rt, part_context(ctx, n, i, parts), p, part_of(branch, i, parts), part_of(y, i, parts),
+                           rest, temp);
+    if (parts == 1) s.moe = p.moe;
   }
   if (!y.defined()) return;
   for (int i = 0; i < parts; ++i) {
@@ -353,10 +392,12 @@ void TransformerBlock::backward(Runtime& rt, const StepContext& ctx, const Tenso
     NvtxRange rr("recompute_elementwise");
     s.ln1 = work.take(dt, act);
     s.ln2 = work.take(dt, act);
-    s.g = work.take(dt, {B, T, 4 * Cl});
     layernorm_forward(rt, s.ln1, s.ln1_mean, s.ln1_rstd, s.x, p_.ln1_w->value, p_.ln1_b->value);
     layernorm_forward(rt, s.ln2, s.ln2_mean, s.ln2_rstd, s.r, p_.ln2_w->value, p_.ln2_b->value);
-    gelu_forward(rt, s.g, s.h);
+    if (!moe_) {  // the experts keep their GELU outputs
+      s.g = work.take(dt, {B, T, 4 * Cl});
+      gelu_forward(rt, s.g, s.h);
+    }
   }
   // MLP branch: y = r + drop(fc_proj(gelu(fc(ln2(r))))).
   Tensor dbranch = dres;
@@ -367,14 +408,16 @@ void TransformerBlock::backward(Runtime& rt, const StepContext& ctx, const Tenso
   // Without dropout (and sequence parallelism, whose dres is a token shard), the two projections' output
   // gradients are dres as ln2's backward reads it (fc_proj's) and as it writes it (proj's): their bias
   // gradients (replicated under tensor parallelism) are summed there.
-  const bool bias_sums_in_ln2 = !drop && !tp_.sharded_tokens();
+  const bool bias_sums_in_ln2 = !drop && !tp_.sharded_tokens() && !moe_;
   // Under tensor parallelism without sequence parallelism each row-parallel layer's weight gradients
   // run beside the next column-parallel layer's input-gradient all-reduce, with that layer's own.
   const bool defer = fc_proj_ && !tp_.sharded_tokens();
   // dh = (dbranch W_proj) * gelu'(h): fc_proj's input-gradient GEMM with GELU's backward as its epilogue.
-  Tensor dh = work.take(dt, {B, T, 4 * Cl});
   Tensor dln = work.take(dt, act);
-  if (defer) {
+  Tensor dh = moe_ ? Tensor() : work.take(dt, {B, T, 4 * Cl});
+  if (moe_) {
+    moe_->backward(rt, dln, dbranch, s.ln2, s.moe, ctx.moe_aux_scale, work);
+  } else if (defer) {
     fc_proj_->backward_input(rt, dh, dbranch, &s.h);
     fc_->backward(rt, dln, dh, s.ln2, work, [&] { fc_proj_->weight_grads(rt, dbranch, s.g, bias_sums_in_ln2); });
   } else {
@@ -411,7 +454,8 @@ constexpr size_t kAlign = 256;
 size_t aligned(size_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; }
 }  // namespace
 
-size_t TransformerBlock::kept_bytes(const GPTConfig& cfg, int64_t B, int64_t T, const TensorParallelContext& tp) {
+size_t TransformerBlock::kept_bytes(const GPTConfig& cfg, int64_t B, int64_t T, const TensorParallelContext& tp,
+                                    bool moe) {
   const int64_t t = tp.size, N = B * T, rows = tp.sharded_tokens() ? token_shard_rows(N, t) : N;
   const size_t e = dtype_size(cfg.dtype);
   const size_t btc = size_t(rows * cfg.d_model) * e;         // the block's own (token-row) activations
@@ -419,8 +463,12 @@ size_t TransformerBlock::kept_bytes(const GPTConfig& cfg, int64_t B, int64_t T, 
   const size_t bt = size_t(rows) * 4;
   const size_t attention = aligned(local) + aligned(size_t(B * (cfg.n_heads / t) * T) * 4);
   // ln1 + stats, qkv, r, ln2 + stats, h, g; of them ln1, ln2 and g are the element-wise outputs
-  const size_t elementwise = aligned(btc) * 2 + aligned(4 * local);
-  const size_t rest = aligned(btc) * 3 + aligned(3 * local) + aligned(4 * local) * 2 + aligned(bt) * 4;
+  size_t elementwise = aligned(btc) * 2 + aligned(4 * local);
+  size_t rest = aligned(btc) * 3 + aligned(3 * local) + aligned(4 * local) * 2 + aligned(bt) * 4;
+  if (moe) {  // the experts' tensors instead of h and g, none of them recomputed element-wise
+    rest += MoEMLP::kept_bytes(cfg.moe, cfg.d_model, cfg.dtype, N) - aligned(4 * local) * 2;
+    elementwise = aligned(btc) * 2;
+  }
   switch (cfg.checkpointing) {
     case Checkpointing::none: return attention + rest;
     case Checkpointing::selective: return rest;
@@ -445,7 +493,11 @@ size_t TransformerBlock::work_bytes(const GPTConfig& cfg, int64_t B, int64_t T, 
   const size_t forward = kept_bytes(everything, B, T, tp) + 2 * aligned(btc) + 4 * gathered;
   // dbranch, dln, datt, dh, dqkv
   const size_t backward = aligned(btc) * 2 + aligned(local) + aligned(4 * local) + aligned(3 * local) + 6 * gathered;
-  return forward + backward;
+  if (cfg.moe.experts == 0) return forward + backward;
+  // A block with experts: its recomputation, and the experts' temporaries of forward and backward.
+  const size_t moe = kept_bytes(everything, B, T, tp, true) + 2 * aligned(btc) +
+                     MoEMLP::work_bytes(cfg.moe, cfg.d_model, cfg.dtype, N) + backward;
+  return std::max(forward + backward, moe);
 }
 
 }  // namespace trellis

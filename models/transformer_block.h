@@ -19,6 +19,7 @@
 #include "core/ops.h"
 #include "core/parameters.h"
 #include "models/gpt_config.h"
+#include "moe/moe_mlp.h"
 #include "parallel/tensor/context.h"
 #include "parallel/tensor/layers.h"
 
@@ -33,15 +34,21 @@ struct StepContext {
   // Tokens per sample of the micro-batch. Needed (> 0) when the block's activations are token
   // shards (sequence parallelism), which do not show the (B, T) split; otherwise x's shape gives it.
   int64_t seq_len = 0;
+  // d(objective)/d(each MoE block's balancing loss) for this micro-batch: moe.aux_loss_coef x the
+  // loss gradient's scale x its tokens (the mean over micro-batches, as the language-model loss).
+  float moe_aux_scale = 0.0f;
 };
 
 // The parameters of block `layer`, as views into the store.
 struct BlockParams {
-  const Parameter *ln1_w, *ln1_b, *qkv_w, *qkv_b, *proj_w, *proj_b;
-  const Parameter *ln2_w, *ln2_b, *fc_w, *fc_b, *fc_proj_w, *fc_proj_b;
+  const Parameter *ln1_w = nullptr, *ln1_b = nullptr, *qkv_w = nullptr, *qkv_b = nullptr, *proj_w = nullptr,
+                  *proj_b = nullptr, *ln2_w = nullptr, *ln2_b = nullptr;
+  const Parameter *fc_w = nullptr, *fc_b = nullptr, *fc_proj_w = nullptr, *fc_proj_b = nullptr;  // a dense MLP
+  MoEParams moe;  // or a mixture of experts (router_w set)
 
-  // Block `layer`'s parameters in `store`, by the names TransformerBlock::append_specs gives them.
-  static BlockParams of(const ParameterStore& store, int layer);
+  // Block `layer`'s parameters in `store`, by the names TransformerBlock::append_specs gives them
+  // (expert_rank: which experts this rank holds, see MoEMLP).
+  static BlockParams of(const ParameterStore& store, const GPTConfig& cfg, int layer, int expert_rank = 0);
 };
 
 // Activations of one block for one micro-batch. Shapes: (B, T, C) unless noted; under tensor
@@ -55,7 +62,8 @@ struct BlockSaved {
   Tensor att, lse;               // attention output; lse f32 (B, H, T)
   Tensor r;                      // residual after attention
   Tensor ln2, ln2_mean, ln2_rstd;
-  Tensor h, g;                   // (B, T, 4C): fc output and its GELU
+  Tensor h, g;                   // (B, T, 4C): fc output and its GELU (a dense MLP)
+  MoESaved moe;                  // a mixture of experts instead
 
   // Part `i` of `parts` equal parts of the samples (views): what the batch split runs on.
   BlockSaved part(int i, int parts) const;
@@ -74,15 +82,19 @@ struct PendingOutput {
 
 class TransformerBlock {
  public:
-  // `p` are this rank's parameters, made by append_specs with the same `tp` (checked).
-  TransformerBlock(const GPTConfig& cfg, int layer, const BlockParams& p, const TensorParallelContext& tp = {});
+  // `p` are this rank's parameters, made by append_specs with the same `tp` (checked). `experts`:
+  // the expert group of a block with experts, when moe.expert_parallel > 1.
+  TransformerBlock(const GPTConfig& cfg, int layer, const BlockParams& p, const TensorParallelContext& tp = {},
+                   Communicator* experts = nullptr);
 
   // The parameter specs of block `layer`, in buffer order; with tp.size > 1 this rank's shards
   // (qkv.w/b column-split in 3 groups, attn.proj.w row-split, mlp.fc.w/b column-split,
   // mlp.proj.w row-split; LayerNorms and the two proj biases replicated). Only tp.size and
   // tp.rank are used.
+  // A block with experts (moe.in_layer) has MoEMLP's parameters in place of mlp.*: those of expert
+  // rank `expert_rank`.
   static void append_specs(const GPTConfig& cfg, int layer, std::vector<ParameterSpec>& out,
-                           const TensorParallelContext& tp = {});
+                           const TensorParallelContext& tp = {}, int expert_rank = 0);
   // UserError unless a tensor group of `tensor` ranks can split the block (n_heads and 4*d_model).
   static void check_tensor_parallel(const GPTConfig& cfg, int tensor);
 
@@ -109,7 +121,9 @@ class TransformerBlock {
   // Bytes of activations kept per block and of its temporaries, for arena sizing (local sizes
   // under tensor parallelism; with sequence parallelism the temporaries include the gathered
   // full-size (N, C) inputs and partial sums of the parallel linears).
-  static size_t kept_bytes(const GPTConfig& cfg, int64_t B, int64_t T, const TensorParallelContext& tp = {});
+  // `moe`: of a block with experts. work_bytes covers either kind the model has.
+  static size_t kept_bytes(const GPTConfig& cfg, int64_t B, int64_t T, const TensorParallelContext& tp = {},
+                           bool moe = false);
   static size_t work_bytes(const GPTConfig& cfg, int64_t B, int64_t T, const TensorParallelContext& tp = {});
 
  private:
@@ -130,8 +144,9 @@ class TransformerBlock {
   // and ln2 .. the MLP projection (into y, or `branch`; nothing with y undefined).
   CommHandle attention_half(Runtime& rt, const StepContext& ctx, BlockSaved& s, const Tensor& branch,
                             Arena& temp) const;
+  // What backward needs of a mixture of experts goes to `keep`.
   CommHandle mlp_half(Runtime& rt, const StepContext& ctx, BlockSaved& s, const Tensor& branch, const Tensor& y,
-                      Arena& temp) const;
+                      Arena& keep, Arena& temp) const;
   // Whether the residual branches drop out in this forward: training with model.dropout.
   bool dropout_on(const StepContext& ctx) const { return ctx.training && cfg_.dropout > 0.0f; }
   // Dropout on the residual branches, or the residual adds as the projections' GEMM epilogues.
@@ -150,6 +165,7 @@ class TransformerBlock {
   // Set when tp_.size > 1.
   std::optional<ColumnParallelLinear> qkv_, fc_;
   std::optional<RowParallelLinear> proj_, fc_proj_;
+  std::optional<MoEMLP> moe_;  // a block with experts
 };
 
 }  // namespace trellis

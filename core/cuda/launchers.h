@@ -184,4 +184,20 @@ void launch_embedding_backward(cudaStream_t s, void* dwte, DType dwte_t, void* d
                                const int32_t* tokens, DType t, int64_t B, int64_t T, int64_t C, int64_t vocab_begin,
                                int64_t V, int64_t vocab_size, void* scratch, size_t scratch_bytes);
 
+// ---- moe.cu (core/ops.h's moe_* ops; E experts, K choices, S = E * cap slots) ----
+void launch_moe_route(cudaStream_t s, float* probs, int32_t* expert, float* gate, int32_t* slot, int32_t* slot_token,
+                      float* counts, const float* logits, int64_t N, int E, int K, int64_t cap);
+void launch_moe_dispatch(cudaStream_t s, void* xe, const void* x, DType t, const int32_t* slot_token, int64_t S,
+                         int64_t C, int K);
+void launch_moe_dispatch_backward(cudaStream_t s, void* dx, const void* dxe, DType t, const int32_t* slot, int64_t N,
+                                  int64_t C, int K, bool accumulate);
+void launch_moe_combine(cudaStream_t s, void* out, const void* ye, DType t, const int32_t* slot, const float* gate,
+                        const void* residual, int64_t N, int64_t C, int K);
+void launch_moe_combine_backward(cudaStream_t s, void* dye, float* dgate, const void* dout, const void* ye, DType t,
+                                 const int32_t* slot, const int32_t* slot_token, const float* gate, int64_t N,
+                                 int64_t S, int64_t C, int K);
+void launch_moe_router_backward(cudaStream_t s, float* dlogits, const float* dgate, const float* probs,
+                                const int32_t* expert, const float* gate, const float* counts, float aux, int64_t N,
+                                int E, int K);
+
 }  // namespace trellis::gpu

@@ -513,6 +513,67 @@ TEST_P(Parity, CrossEntropy) {
   }
 }
 
+// Mixture-of-experts routing: the integer routing (choices, slots) bitwise the CPU's, the rest close;
+// 64 experts put two on each lane of the routing warps; capacity factor 1 drops choices.
+TEST_P(Parity, MoERouting) {
+  struct Case {
+    int64_t N, E, K, C;
+  };
+  for (const Case& c : {Case{300, 8, 2, 40}, Case{200, 64, 1, 24}, Case{130, 5, 3, 16}}) {
+    const int64_t cap = (c.K * c.N + c.E - 1) / c.E, S = c.E * cap;
+    const std::string at = " (N " + std::to_string(c.N) + ", E " + std::to_string(c.E) + ", K " + std::to_string(c.K) + ")";
+    HostTensor logits = random_host(DType::f32, {c.N, c.E}, 200, -3.0f, 3.0f);
+    HostTensor probs(DType::f32, {c.N, c.E}), expert(DType::i32, {c.N, c.K}), gate(DType::f32, {c.N, c.K}),
+        slot(DType::i32, {c.N, c.K}), slot_token(DType::i32, {S}), counts(DType::f32, {c.E});
+    moe_route(cpu(), probs.t, expert.t, gate.t, slot.t, slot_token.t, counts.t, logits.t);
+    DeviceTensor gprobs = device_empty(DType::f32, {c.N, c.E}), gexpert = device_empty(DType::i32, {c.N, c.K}),
+                 ggate = device_empty(DType::f32, {c.N, c.K}), gslot = device_empty(DType::i32, {c.N, c.K}),
+                 gslot_token = device_empty(DType::i32, {S}), gcounts = device_empty(DType::f32, {c.E}),
+                 glogits = to_device(logits);
+    moe_route(gpu(), gprobs.t, gexpert.t, ggate.t, gslot.t, gslot_token.t, gcounts.t, glogits.t);
+    expect_bitwise(to_host(gexpert), expert, "moe_route expert" + at);
+    expect_bitwise(to_host(gslot), slot, "moe_route slot" + at);
+    expect_bitwise(to_host(gslot_token), slot_token, "moe_route slot_token" + at);
+    expect_bitwise(to_host(gcounts), counts, "moe_route counts" + at);
+    expect_close(to_host(gprobs), probs, tolerance(DType::f32), "moe_route probs" + at);
+    expect_close(to_host(ggate), gate, tolerance(DType::f32), "moe_route gate" + at);
+    int64_t dropped = 0;
+    for (int64_t i = 0; i < c.N * c.K; ++i) dropped += slot.t.ptr<int32_t>()[i] < 0;
+    EXPECT_GT(dropped, 0) << "the case should drop choices" << at;
+
+    HostTensor x = random_host(dt(), {c.N, c.C}, 201), xe(dt(), {S, c.C});
+    DeviceTensor gx = to_device(x), gxe = device_empty(dt(), {S, c.C});
+    moe_dispatch(cpu(), xe.t, x.t, slot_token.t, c.K);
+    moe_dispatch(gpu(), gxe.t, gx.t, gslot_token.t, c.K);
+    expect_bitwise(to_host(gxe), xe, "moe_dispatch" + at);
+
+    HostTensor ye = random_host(dt(), {S, c.C}, 202), res = random_host(dt(), {c.N, c.C}, 203), out(dt(), {c.N, c.C});
+    DeviceTensor gye = to_device(ye), gres = to_device(res), gout = device_empty(dt(), {c.N, c.C});
+    moe_combine(cpu(), out.t, ye.t, slot.t, gate.t, res.t);
+    moe_combine(gpu(), gout.t, gye.t, gslot.t, ggate.t, gres.t);
+    expect_close(to_host(gout), out, tolerance(dt()), "moe_combine" + at);
+
+    HostTensor dout = random_host(dt(), {c.N, c.C}, 204), dye(dt(), {S, c.C}), dgate(DType::f32, {c.N, c.K});
+    DeviceTensor gdout = to_device(dout), gdye = device_empty(dt(), {S, c.C}), gdgate = device_empty(DType::f32, {c.N, c.K});
+    moe_combine_backward(cpu(), dye.t, dgate.t, dout.t, ye.t, slot.t, slot_token.t, gate.t);
+    moe_combine_backward(gpu(), gdye.t, gdgate.t, gdout.t, gye.t, gslot.t, gslot_token.t, ggate.t);
+    expect_close(to_host(gdye), dye, tolerance(dt()), "moe_combine_backward dye" + at);
+    expect_close(to_host(gdgate), dgate, tolerance(dt()), "moe_combine_backward dgate" + at);
+
+    HostTensor dx = random_host(dt(), {c.N, c.C}, 205);
+    DeviceTensor gdx = to_device(dx);
+    moe_dispatch_backward(cpu(), dx.t, dye.t, slot.t, true);
+    moe_dispatch_backward(gpu(), gdx.t, gdye.t, gslot.t, true);
+    expect_close(to_host(gdx), dx, tolerance(dt()), "moe_dispatch_backward" + at);
+
+    HostTensor dlogits(DType::f32, {c.N, c.E});
+    DeviceTensor gdlogits = device_empty(DType::f32, {c.N, c.E}), gdg = to_device(dgate);
+    moe_router_backward(cpu(), dlogits.t, dgate.t, probs.t, expert.t, gate.t, counts.t, 0.3f);
+    moe_router_backward(gpu(), gdlogits.t, gdg.t, gprobs.t, gexpert.t, ggate.t, gcounts.t, 0.3f);
+    expect_close(to_host(gdlogits), dlogits, tolerance(DType::f32, 10.0f), "moe_router_backward" + at);
+  }
+}
+
 TEST_P(Parity, EmbeddingAndDeterminism) {
   const int64_t B = 3, T = 20, V = 50, C = 40;
   HostTensor tokens(DType::i32, {B, T});

@@ -54,7 +54,7 @@ def compare(dump_dir):
     model.eval()  # dropout is 0 anyway; eval makes sure
     _, loss = model(info["tokens"], info["targets"])
     loss.backward()
-    loss_ref, loss_t = loss.item(), float(info["loss"])
+    loss_ref, loss_t = model.lm_loss.item(), float(info["loss"])  # the objective adds the balancing losses
     loss_rel = abs(loss_t - loss_ref) / abs(loss_ref)
 
     rows = []

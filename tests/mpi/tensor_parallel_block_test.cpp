@@ -86,7 +86,7 @@ struct Run {
 // sizes kept_bytes / work_bytes claim, so an under-estimate fails (fatally: Arena::take).
 void run_block(Runtime& rt, const GPTConfig& cfg, const TensorParallelContext& tp, const StepContext& ctx, int64_t B,
                const std::vector<float>& x_in, const std::vector<float>& dy_in, Shape act, Run& out) {
-  const TransformerBlock block(cfg, kLayer, BlockParams::of(out.params, kLayer), tp);
+  const TransformerBlock block(cfg, kLayer, BlockParams::of(out.params, cfg, kLayer), tp);
   Arena keep(rt.allocator(), std::max<size_t>(TransformerBlock::kept_bytes(cfg, B, T, tp), 256), "kept");
   Arena work(rt.allocator(), TransformerBlock::work_bytes(cfg, B, T, tp), "work");
   HostTensor x(act, x_in), y(act), dres(act, dy_in);
@@ -144,7 +144,7 @@ void check_block(Runtime& rt, ProcessGroups& pg, Checkpointing ck, bool sp, int6
   EXPECT_LE(part.work_peak, TransformerBlock::work_bytes(cfg, B, T, tp));
 
   // Under sequence parallelism the LayerNorm gradients are partial: sum them over the group.
-  const TransformerBlock block(cfg, kLayer, BlockParams::of(part.params, kLayer), tp);
+  const TransformerBlock block(cfg, kLayer, BlockParams::of(part.params, cfg, kLayer), tp);
   const std::vector<const Parameter*> partial = block.tensor_partial_grads();
   EXPECT_EQ(partial.size(), sp ? 4u : 0u);
   for (const Parameter* p : partial) {
@@ -222,7 +222,7 @@ TEST(TensorParallelBlock, DropoutIsOn) {
   TransformerBlock::append_specs(cfg, kLayer, specs);
   ParameterStore ps(rt, specs, DType::f32);
   draw_parameters(ps);
-  const TransformerBlock block(cfg, kLayer, BlockParams::of(ps, kLayer));
+  const TransformerBlock block(cfg, kLayer, BlockParams::of(ps, cfg, kLayer));
   Arena keep(rt.allocator(), TransformerBlock::kept_bytes(cfg, B, T), "kept");
   Arena work(rt.allocator(), TransformerBlock::work_bytes(cfg, B, T), "work");
   HostTensor x({B, T, C}, normal("x", N * C, 0)), y_train({B, T, C}), y_eval({B, T, C});

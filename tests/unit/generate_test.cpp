@@ -99,7 +99,7 @@ std::vector<float> reference_logits(Runtime& rt, const GPTConfig& cfg, const Par
   StepContext ctx;
   ctx.training = false;
   for (int l = 0; l < cfg.n_layers; ++l) {
-    TransformerBlock block(cfg, l, BlockParams::of(ps, l));
+    TransformerBlock block(cfg, l, BlockParams::of(ps, cfg, l));
     block.forward(rt, ctx, host(x, {B, T, C}), host(y, {B, T, C}), saved[size_t(l)], keep, temp);
     temp.reset();
     x = y;

@@ -1,0 +1,163 @@
+// CPU mixture-of-experts routing: top-k softmax gates with a fixed capacity per expert, the
+// dispatch of token rows into expert slots, the gated combine, and their backwards.
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "core/cpu/cpu_ops.h"
+#include "core/cpu/cpu_util.h"
+
+namespace trellis::cpu {
+
+void moe_route(Runtime&, const Tensor& probs, const Tensor& expert, const Tensor& gate, const Tensor& slot,
+               const Tensor& slot_token, const Tensor& counts, const Tensor& logits) {
+  const int64_t N = logits.size(0), E = logits.size(1), K = expert.size(1), cap = slot_token.numel() / E;
+  const float* lg = logits.ptr<float>();
+  float *pr = probs.ptr<float>(), *gt = gate.ptr<float>(), *cn = counts.ptr<float>();
+  int32_t *ex = expert.ptr<int32_t>(), *sl = slot.ptr<int32_t>(), *st = slot_token.ptr<int32_t>();
+#pragma omp parallel for schedule(static) if (N * E > kParallelMin)
+  for (int64_t n = 0; n < N; ++n) {
+    const float* l = lg + n * E;
+    float* p = pr + n * E;
+    float mx = -INFINITY;
+    for (int64_t e = 0; e < E; ++e) mx = std::max(mx, l[e]);
+    float sum = 0;
+    for (int64_t e = 0; e < E; ++e) sum += (p[e] = std::exp(l[e] - mx));
+    for (int64_t e = 0; e < E; ++e) p[e] /= sum;
+    // The K largest logits (softmax keeps their order), the lower expert first among equals.
+    int32_t* x = ex + n * K;
+    for (int64_t k = 0; k < K; ++k) {
+      int64_t best = -1;
+      for (int64_t e = 0; e < E; ++e) {
+        if (std::find(x, x + k, int32_t(e)) != x + k) continue;
+        if (best < 0 || l[e] > l[best]) best = e;
+      }
+      x[k] = int32_t(best);
+    }
+    float chosen = 0;
+    for (int64_t k = 0; k < K; ++k) chosen += p[x[k]];
+    for (int64_t k = 0; k < K; ++k) gt[n * K + k] = K > 1 ? p[x[k]] / chosen : p[x[k]];
+  }
+  // Slots in priority order: every token's first choice in token order, then the second choices...
+  std::vector<int64_t> filled(size_t(E), 0);
+  std::fill(st, st + E * cap, -1);
+  for (int64_t k = 0; k < K; ++k)
+    for (int64_t n = 0; n < N; ++n) {
+      const int64_t e = ex[n * K + k], pos = filled[size_t(e)]++;
+      sl[n * K + k] = pos < cap ? int32_t(e * cap + pos) : -1;
+      if (pos < cap) st[e * cap + pos] = int32_t(n * K + k);
+    }
+  for (int64_t e = 0; e < E; ++e) cn[e] = float(filled[size_t(e)]);
+}
+
+void moe_dispatch(Runtime&, const Tensor& xe, const Tensor& x, const Tensor& slot_token, int64_t top_k) {
+  const int64_t S = xe.size(0), C = xe.size(1);
+  const int32_t* st = slot_token.ptr<int32_t>();
+  dispatch_float(x.dtype, "moe_dispatch", [&](auto tag) {
+    using T = decltype(tag);
+    const T* px = x.ptr<T>();
+    T* po = xe.ptr<T>();
+#pragma omp parallel for schedule(static) if (S * C > kParallelMin)
+    for (int64_t s = 0; s < S; ++s) {
+      if (st[s] < 0) std::fill(po + s * C, po + (s + 1) * C, from_float<T>(0.0f));
+      else std::copy(px + (st[s] / top_k) * C, px + (st[s] / top_k + 1) * C, po + s * C);
+    }
+  });
+}
+
+void moe_dispatch_backward(Runtime&, const Tensor& dx, const Tensor& dxe, const Tensor& slot, bool accumulate) {
+  const int64_t N = slot.size(0), K = slot.size(1), C = dx.cols();
+  const int32_t* sl = slot.ptr<int32_t>();
+  dispatch_float(dx.dtype, "moe_dispatch_backward", [&](auto tag) {
+    using T = decltype(tag);
+    const T* pe = dxe.ptr<T>();
+    T* pd = dx.ptr<T>();
+#pragma omp parallel for schedule(static) if (N * C > kParallelMin)
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t c = 0; c < C; ++c) {
+        float v = accumulate ? load(pd, n * C + c) : 0.0f;
+        for (int64_t k = 0; k < K; ++k)
+          if (sl[n * K + k] >= 0) v += load(pe, int64_t(sl[n * K + k]) * C + c);
+        store(pd, n * C + c, v);
+      }
+  });
+}
+
+void moe_combine(Runtime&, const Tensor& out, const Tensor& ye, const Tensor& slot, const Tensor& gate,
+                 const Tensor& residual) {
+  const int64_t N = slot.size(0), K = slot.size(1), C = out.cols();
+  const int32_t* sl = slot.ptr<int32_t>();
+  const float* gt = gate.ptr<float>();
+  dispatch_float(out.dtype, "moe_combine", [&](auto tag) {
+    using T = decltype(tag);
+    const T *py = ye.ptr<T>(), *pr = residual.defined() ? residual.ptr<T>() : nullptr;
+    T* po = out.ptr<T>();
+#pragma omp parallel for schedule(static) if (N * C > kParallelMin)
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t c = 0; c < C; ++c) {
+        float v = 0;
+        for (int64_t k = 0; k < K; ++k)
+          if (sl[n * K + k] >= 0) v += gt[n * K + k] * load(py, int64_t(sl[n * K + k]) * C + c);
+        store(po, n * C + c, pr ? load(pr, n * C + c) + v : v);
+      }
+  });
+}
+
+void moe_combine_backward(Runtime&, const Tensor& dye, const Tensor& dgate, const Tensor& dout, const Tensor& ye,
+                          const Tensor& slot, const Tensor& slot_token, const Tensor& gate) {
+  const int64_t N = slot.size(0), K = slot.size(1), S = dye.size(0), C = dye.size(1);
+  const int32_t *sl = slot.ptr<int32_t>(), *st = slot_token.ptr<int32_t>();
+  const float* gt = gate.ptr<float>();
+  float* dg = dgate.ptr<float>();
+  dispatch_float(dout.dtype, "moe_combine_backward", [&](auto tag) {
+    using T = decltype(tag);
+    const T *pd = dout.ptr<T>(), *py = ye.ptr<T>();
+    T* pe = dye.ptr<T>();
+#pragma omp parallel for schedule(static) if (S * C > kParallelMin)
+    for (int64_t s = 0; s < S; ++s) {
+      const int64_t nk = st[s], n = nk / K;
+      for (int64_t c = 0; c < C; ++c) store(pe, s * C + c, nk < 0 ? 0.0f : gt[nk] * load(pd, n * C + c));
+    }
+#pragma omp parallel for schedule(static) if (N * C > kParallelMin)
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t k = 0; k < K; ++k) {
+        const int64_t s = sl[n * K + k];
+        float v = 0;
+        if (s >= 0)
+          for (int64_t c = 0; c < C; ++c) v += load(pd, n * C + c) * load(py, s * C + c);
+        dg[n * K + k] = v;
+      }
+  });
+}
+
+void moe_router_backward(Runtime&, const Tensor& dlogits, const Tensor& dgate, const Tensor& probs,
+                         const Tensor& expert, const Tensor& gate, const Tensor& counts, float aux_scale) {
+  const int64_t N = probs.size(0), E = probs.size(1), K = expert.size(1);
+  const float *pr = probs.ptr<float>(), *dg = dgate.ptr<float>(), *gt = gate.ptr<float>(), *cn = counts.ptr<float>();
+  const int32_t* ex = expert.ptr<int32_t>();
+  float* dl = dlogits.ptr<float>();
+  // The balancing loss E * sum_e f_e P_e, f_e = counts_e / (N K), P_e = the mean of probs[:, e]:
+  // d/dprobs[n, e] = E f_e / N.
+  const float aux = aux_scale * float(E) / (float(N) * float(N) * float(K));
+#pragma omp parallel for schedule(static) if (N * E > kParallelMin)
+  for (int64_t n = 0; n < N; ++n) {
+    const float* p = pr + n * E;
+    float* d = dl + n * E;  // dL/dprobs first, then dL/dlogits in place
+    for (int64_t e = 0; e < E; ++e) d[e] = aux * cn[e];
+    if (K == 1) {
+      d[ex[n]] += dg[n];
+    } else {  // gate_k = p[e_k] / S, S the sum of the chosen probs
+      float chosen = 0, dot = 0;
+      for (int64_t k = 0; k < K; ++k) {
+        chosen += p[ex[n * K + k]];
+        dot += dg[n * K + k] * gt[n * K + k];
+      }
+      for (int64_t k = 0; k < K; ++k) d[ex[n * K + k]] += (dg[n * K + k] - dot) / chosen;
+    }
+    float pd = 0;
+    for (int64_t e = 0; e < E; ++e) pd += p[e] * d[e];
+    for (int64_t e = 0; e < E; ++e) d[e] = p[e] * (d[e] - pd);
+  }
+}
+
+}  // namespace trellis::cpu

@@ -1,0 +1,240 @@
+// CUDA mixture-of-experts routing (core/ops.h): softmax and top-k per token (a warp each), slot
+// positions per expert in priority order (a block scan per expert), dispatch and combine of token
+// rows, and their backwards. Same arithmetic as core/cpu/moe.cpp; sums over rows may differ in
+// order (dgate's dot products, the softmax's sum), the integer routing is bitwise the CPU's.
+#include <cub/block/block_scan.cuh>
+
+#include "core/cuda/kernel_common.cuh"
+#include "core/cuda/launchers.h"
+
+namespace trellis::gpu {
+
+namespace {
+
+constexpr int kMaxExpertsPerLane = 32;  // E <= 1024 (the moe.experts key's bound)
+
+// A warp per token: probs, the top-k experts (largest logits, the lower expert among equals), gates.
+__global__ void route_probs_kernel(float* probs, int32_t* expert, float* gate, const float* logits, int64_t N,
+                                   int E, int K) {
+  const int64_t n = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+  const int lane = threadIdx.x & 31;
+  if (n >= N) return;
+  const float* l = logits + n * E;
+  float mx = -INFINITY;
+  for (int e = lane; e < E; e += 32) mx = fmaxf(mx, l[e]);
+  mx = warp_max(mx);
+  float sum = 0.0f;
+  for (int e = lane; e < E; e += 32) sum += expf(l[e] - mx);
+  sum = warp_sum(sum);
+  for (int e = lane; e < E; e += 32) probs[n * E + e] = expf(l[e] - mx) / sum;
+  uint32_t taken = 0;  // bit i: this lane's expert lane + 32 i is chosen
+  float chosen = 0.0f;
+  int mine = 0;  // lane k < K: the k-th choice
+  for (int k = 0; k < K; ++k) {
+    float best = -INFINITY;
+    int best_e = E;
+    for (int i = 0, e = lane; e < E; ++i, e += 32)
+      if (!(taken >> i & 1u) && (best_e == E || l[e] > best)) {
+        best = l[e];
+        best_e = e;
+      }
+    for (int o = 16; o > 0; o >>= 1) {  // the largest, then the lower expert
+      const float ob = __shfl_xor_sync(0xffffffffu, best, o);
+      const int oe = __shfl_xor_sync(0xffffffffu, best_e, o);
+      if (oe < E && (best_e == E || ob > best || (ob == best && oe < best_e))) {
+        best = ob;
+        best_e = oe;
+      }
+    }
+    if ((best_e & 31) == lane) taken |= 1u << (best_e / 32);
+    chosen += expf(best - mx) / sum;
+    if (lane == k) mine = best_e;
+  }
+  if (lane < K) {
+    const float p = expf(l[mine] - mx) / sum;
+    expert[n * K + lane] = mine;
+    gate[n * K + lane] = K > 1 ? p / chosen : p;
+  }
+}
+
+constexpr int kScanThreads = 512;
+
+// A block per expert: its choices in priority order (k major, token minor), positions by a block scan.
+__global__ void route_slots_kernel(int32_t* slot, int32_t* slot_token, float* counts, const int32_t* expert,
+                                   int64_t N, int K, int64_t cap) {
+  using Scan = cub::BlockScan<int, kScanThreads>;
+  __shared__ typename Scan::TempStorage temp;
+  const int e = blockIdx.x;
+  int64_t base = 0;
+  for (int64_t begin = 0; begin < N * K; begin += kScanThreads) {
+    const int64_t i = begin + threadIdx.x;
+    const int64_t k = i / N, n = i % N, nk = n * K + k;
+    const int match = i < N * K && expert[nk] == e ? 1 : 0;
+    int before = 0, total = 0;
+    Scan(temp).ExclusiveSum(match, before, total);
+    if (match) {
+      const int64_t pos = base + before;
+      slot[nk] = pos < cap ? int32_t(e * cap + pos) : -1;
+      if (pos < cap) slot_token[e * cap + pos] = int32_t(nk);
+    }
+    base += total;
+    __syncthreads();  // temp is reused
+  }
+  for (int64_t pos = base + threadIdx.x; pos < cap; pos += kScanThreads) slot_token[e * cap + pos] = -1;
+  if (threadIdx.x == 0) counts[e] = float(base);
+}
+
+template <typename T>
+__global__ void dispatch_kernel(T* xe, const T* x, const int32_t* slot_token, int64_t S, int64_t C, int K) {
+  TRELLIS_GRID_STRIDE(i, S * C) {
+    const int32_t t = slot_token[i / C];
+    xe[i] = t < 0 ? from_f32<T>(0.0f) : x[int64_t(t / K) * C + i % C];
+  }
+}
+
+template <typename T>
+__global__ void dispatch_backward_kernel(T* dx, const T* dxe, const int32_t* slot, int64_t N, int64_t C, int K,
+                                         bool accumulate) {
+  TRELLIS_GRID_STRIDE(i, N * C) {
+    const int64_t n = i / C, c = i % C;
+    float v = accumulate ? to_f32(dx[i]) : 0.0f;
+    for (int k = 0; k < K; ++k) {
+      const int32_t s = slot[n * K + k];
+      if (s >= 0) v += to_f32(dxe[int64_t(s) * C + c]);
+    }
+    dx[i] = from_f32<T>(v);
+  }
+}
+
+template <typename T>
+__global__ void combine_kernel(T* out, const T* ye, const int32_t* slot, const float* gate, const T* residual,
+                               int64_t N, int64_t C, int K) {
+  TRELLIS_GRID_STRIDE(i, N * C) {
+    const int64_t n = i / C, c = i % C;
+    float v = 0.0f;
+    for (int k = 0; k < K; ++k) {
+      const int32_t s = slot[n * K + k];
+      if (s >= 0) v += gate[n * K + k] * to_f32(ye[int64_t(s) * C + c]);
+    }
+    out[i] = from_f32<T>(residual ? to_f32(residual[i]) + v : v);
+  }
+}
+
+template <typename T>
+__global__ void combine_backward_slots_kernel(T* dye, const T* dout, const int32_t* slot_token, const float* gate,
+                                              int64_t S, int64_t C, int K) {
+  TRELLIS_GRID_STRIDE(i, S * C) {
+    const int32_t t = slot_token[i / C];
+    dye[i] = from_f32<T>(t < 0 ? 0.0f : gate[t] * to_f32(dout[int64_t(t / K) * C + i % C]));
+  }
+}
+
+// A warp per choice (n, k): dgate = dout[n] . ye[slot].
+template <typename T>
+__global__ void combine_backward_gates_kernel(float* dgate, const T* dout, const T* ye, const int32_t* slot,
+                                              int64_t N, int64_t C, int K) {
+  const int64_t w = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+  const int lane = threadIdx.x & 31;
+  if (w >= N * K) return;
+  const int32_t s = slot[w];
+  float v = 0.0f;
+  if (s >= 0)
+    for (int64_t c = lane; c < C; c += 32) v += to_f32(dout[(w / K) * C + c]) * to_f32(ye[int64_t(s) * C + c]);
+  v = warp_sum(v);
+  if (lane == 0) dgate[w] = v;
+}
+
+// A warp per token: dL/dprobs (the gates' and the balancing loss's), then through the softmax.
+__global__ void router_backward_kernel(float* dlogits, const float* dgate, const float* probs, const int32_t* expert,
+                                       const float* gate, const float* counts, float aux, int64_t N, int E, int K) {
+  const int64_t n = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+  const int lane = threadIdx.x & 31;
+  if (n >= N) return;
+  const float* p = probs + n * E;
+  const int32_t* x = expert + n * K;
+  float chosen = 0.0f, dot = 0.0f;
+  for (int k = 0; k < K; ++k) {
+    chosen += p[x[k]];
+    dot += dgate[n * K + k] * gate[n * K + k];
+  }
+  float d[kMaxExpertsPerLane];
+  float pd = 0.0f;
+  for (int i = 0, e = lane; e < E; ++i, e += 32) {
+    float v = aux * counts[e];
+    for (int k = 0; k < K; ++k)
+      if (x[k] == e) v += K == 1 ? dgate[n] : (dgate[n * K + k] - dot) / chosen;
+    d[i] = v;
+    pd += p[e] * v;
+  }
+  pd = warp_sum(pd);
+  for (int i = 0, e = lane; e < E; ++i, e += 32) dlogits[n * E + e] = p[e] * (d[i] - pd);
+}
+
+unsigned warps_grid(int64_t warps) { return unsigned((warps * 32 + kThreads - 1) / kThreads); }
+
+}  // namespace
+
+void launch_moe_route(cudaStream_t s, float* probs, int32_t* expert, float* gate, int32_t* slot, int32_t* slot_token,
+                      float* counts, const float* logits, int64_t N, int E, int K, int64_t cap) {
+  TRELLIS_CHECK(E <= 32 * kMaxExpertsPerLane && K <= 32, "moe_route: at most 1024 experts and 32 choices on the GPU");
+  if (N > 0) {
+    route_probs_kernel<<<warps_grid(N), kThreads, 0, s>>>(probs, expert, gate, logits, N, E, K);
+    CUDA_CHECK_LAUNCH();
+  }
+  route_slots_kernel<<<unsigned(E), kScanThreads, 0, s>>>(slot, slot_token, counts, expert, N, K, cap);
+  CUDA_CHECK_LAUNCH();
+}
+
+void launch_moe_dispatch(cudaStream_t s, void* xe, const void* x, DType t, const int32_t* slot_token, int64_t S,
+                         int64_t C, int K) {
+  if (S * C == 0) return;
+  TRELLIS_FLOAT_SWITCH(t, E,
+    dispatch_kernel<E><<<grid_for(S * C), kThreads, 0, s>>>(static_cast<E*>(xe), static_cast<const E*>(x), slot_token,
+                                                           S, C, K));
+  CUDA_CHECK_LAUNCH();
+}
+
+void launch_moe_dispatch_backward(cudaStream_t s, void* dx, const void* dxe, DType t, const int32_t* slot, int64_t N,
+                                  int64_t C, int K, bool accumulate) {
+  if (N * C == 0) return;
+  TRELLIS_FLOAT_SWITCH(t, E,
+    dispatch_backward_kernel<E><<<grid_for(N * C), kThreads, 0, s>>>(static_cast<E*>(dx), static_cast<const E*>(dxe),
+                                                                    slot, N, C, K, accumulate));
+  CUDA_CHECK_LAUNCH();
+}
+
+void launch_moe_combine(cudaStream_t s, void* out, const void* ye, DType t, const int32_t* slot, const float* gate,
+                        const void* residual, int64_t N, int64_t C, int K) {
+  if (N * C == 0) return;
+  TRELLIS_FLOAT_SWITCH(t, E,
+    combine_kernel<E><<<grid_for(N * C), kThreads, 0, s>>>(static_cast<E*>(out), static_cast<const E*>(ye), slot, gate,
+                                                          static_cast<const E*>(residual), N, C, K));
+  CUDA_CHECK_LAUNCH();
+}
+
+void launch_moe_combine_backward(cudaStream_t s, void* dye, float* dgate, const void* dout, const void* ye, DType t,
+                                 const int32_t* slot, const int32_t* slot_token, const float* gate, int64_t N,
+                                 int64_t S, int64_t C, int K) {
+  TRELLIS_FLOAT_SWITCH(t, E,
+    if (S * C > 0) {
+      combine_backward_slots_kernel<E><<<grid_for(S * C), kThreads, 0, s>>>(
+          static_cast<E*>(dye), static_cast<const E*>(dout), slot_token, gate, S, C, K);
+      CUDA_CHECK_LAUNCH();
+    }
+    if (N * K > 0) {
+      combine_backward_gates_kernel<E><<<warps_grid(N * K), kThreads, 0, s>>>(
+          dgate, static_cast<const E*>(dout), static_cast<const E*>(ye), slot, N, C, K);
+      CUDA_CHECK_LAUNCH();
+    });
+}
+
+void launch_moe_router_backward(cudaStream_t s, float* dlogits, const float* dgate, const float* probs,
+                                const int32_t* expert, const float* gate, const float* counts, float aux, int64_t N,
+                                int E, int K) {
+  if (N == 0) return;
+  TRELLIS_CHECK(E <= 32 * kMaxExpertsPerLane, "moe_router_backward: at most 1024 experts on the GPU");
+  router_backward_kernel<<<warps_grid(N), kThreads, 0, s>>>(dlogits, dgate, probs, expert, gate, counts, aux, N, E, K);
+  CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace trellis::gpu

@@ -1,0 +1,48 @@
+// The CUDA backend's mixture-of-experts ops (core/ops.h): tensors to pointers and sizes for moe.cu.
+#include "core/cuda/cuda_state.h"
+#include "core/cuda/gpu_ops.h"
+#include "core/cuda/launchers.h"
+
+namespace trellis::gpu {
+
+void moe_route(Runtime& rt, const Tensor& probs, const Tensor& expert, const Tensor& gate, const Tensor& slot,
+               const Tensor& slot_token, const Tensor& counts, const Tensor& logits) {
+  const int64_t N = logits.size(0), E = logits.size(1);
+  launch_moe_route(compute_stream(rt), probs.ptr<float>(), expert.ptr<int32_t>(), gate.ptr<float>(),
+                   slot.ptr<int32_t>(), slot_token.ptr<int32_t>(), counts.ptr<float>(), logits.ptr<float>(), N,
+                   int(E), int(expert.size(1)), slot_token.numel() / E);
+}
+
+void moe_dispatch(Runtime& rt, const Tensor& xe, const Tensor& x, const Tensor& slot_token, int64_t top_k) {
+  launch_moe_dispatch(compute_stream(rt), xe.data, x.data, x.dtype, slot_token.ptr<int32_t>(), xe.rows(), xe.cols(),
+                      int(top_k));
+}
+
+void moe_dispatch_backward(Runtime& rt, const Tensor& dx, const Tensor& dxe, const Tensor& slot, bool accumulate) {
+  launch_moe_dispatch_backward(compute_stream(rt), dx.data, dxe.data, dx.dtype, slot.ptr<int32_t>(), slot.size(0),
+                               dx.cols(), int(slot.size(1)), accumulate);
+}
+
+void moe_combine(Runtime& rt, const Tensor& out, const Tensor& ye, const Tensor& slot, const Tensor& gate,
+                 const Tensor& residual) {
+  launch_moe_combine(compute_stream(rt), out.data, ye.data, out.dtype, slot.ptr<int32_t>(), gate.ptr<float>(),
+                     residual.defined() ? residual.data : nullptr, slot.size(0), out.cols(), int(slot.size(1)));
+}
+
+void moe_combine_backward(Runtime& rt, const Tensor& dye, const Tensor& dgate, const Tensor& dout, const Tensor& ye,
+                          const Tensor& slot, const Tensor& slot_token, const Tensor& gate) {
+  launch_moe_combine_backward(compute_stream(rt), dye.data, dgate.ptr<float>(), dout.data, ye.data, dout.dtype,
+                              slot.ptr<int32_t>(), slot_token.ptr<int32_t>(), gate.ptr<float>(), slot.size(0),
+                              dye.rows(), dye.cols(), int(slot.size(1)));
+}
+
+void moe_router_backward(Runtime& rt, const Tensor& dlogits, const Tensor& dgate, const Tensor& probs,
+                         const Tensor& expert, const Tensor& gate, const Tensor& counts, float aux_scale) {
+  const int64_t N = probs.size(0), E = probs.size(1), K = expert.size(1);
+  // aux_scale times d(balancing loss)/dprobs[n, e] = E counts[e] / (N N K), as the CPU computes it.
+  const float aux = aux_scale * float(E) / (float(N) * float(N) * float(K));
+  launch_moe_router_backward(compute_stream(rt), dlogits.ptr<float>(), dgate.ptr<float>(), probs.ptr<float>(),
+                             expert.ptr<int32_t>(), gate.ptr<float>(), counts.ptr<float>(), aux, N, int(E), int(K));
+}
+
+}  // namespace trellis::gpu

@@ -1,0 +1,28 @@
+// The shape of a mixture-of-experts MLP (the [moe] config section): how many experts, how many a
+// token goes to, how many tokens an expert takes, which blocks have one.
+#pragma once
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+
+namespace trellis {
+
+struct MoEConfig {
+  int64_t experts = 0;             // 0: every block's MLP is dense
+  int64_t top_k = 2;               // experts per token
+  double capacity_factor = 1.25;   // an expert's slots per micro-batch: factor x top_k x tokens / experts
+  float aux_loss_coef = 0.01f;     // weight of the load-balancing loss (Switch Transformer)
+  int64_t layer_freq = 1;          // block l has experts when l % layer_freq == 0
+  int64_t expert_parallel = 1;     // experts split over this many data-parallel ranks
+
+  bool in_layer(int64_t layer) const { return experts > 0 && layer % layer_freq == 0; }
+  int64_t layers(int64_t n_layers) const { return experts > 0 ? (n_layers + layer_freq - 1) / layer_freq : 0; }
+  int64_t local_experts() const { return experts / expert_parallel; }
+  // Slots per expert for a micro-batch of `tokens` tokens: at least 1, at most every token.
+  int64_t capacity(int64_t tokens) const {
+    const double c = capacity_factor * double(top_k) * double(tokens) / double(experts);
+    return std::clamp<int64_t>(int64_t(std::ceil(c)), 1, tokens);
+  }
+};
+
+}  // namespace trellis

@@ -1,0 +1,185 @@
+// The mixture-of-experts MLP: router GEMM, routing, dispatch, the experts' GEMMs, combine, and back.
+#include "moe/moe_mlp.h"
+
+#include <cmath>
+#include <string>
+
+#include "core/nvtx.h"
+#include "parallel/tensor/layers.h"
+
+namespace trellis {
+
+namespace {
+
+std::string expert_prefix(int layer, int64_t j) {
+  return "h." + std::to_string(layer) + ".moe.experts." + std::to_string(j) + ".";
+}
+
+constexpr size_t kAlign = 256;
+size_t aligned(size_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; }
+
+}  // namespace
+
+void MoEMLP::append_specs(const MoEConfig& moe, int64_t C, int64_t n_layers, int layer, int expert_rank,
+                          std::vector<ParameterSpec>& out) {
+  const float resid_std = 0.02f / std::sqrt(2.0f * float(n_layers));  // as the dense MLP's projection
+  out.push_back({"h." + std::to_string(layer) + ".moe.router.w", {moe.experts, C}, Init::normal, 0.02f, true});
+  const int64_t first = int64_t(expert_rank) * moe.local_experts();
+  for (int64_t j = first; j < first + moe.local_experts(); ++j) {
+    const std::string p = expert_prefix(layer, j);
+    out.push_back({p + "fc.w", {4 * C, C}, Init::normal, 0.02f, true});
+    out.push_back({p + "fc.b", {4 * C}, Init::zeros, 0, false});
+    out.push_back({p + "proj.w", {C, 4 * C}, Init::normal, resid_std, true});
+    out.push_back({p + "proj.b", {C}, Init::zeros, 0, false});
+  }
+}
+
+MoEParams MoEMLP::params_of(const ParameterStore& ps, const MoEConfig& moe, int layer, int expert_rank) {
+  MoEParams p;
+  p.router_w = &ps.get("h." + std::to_string(layer) + ".moe.router.w");
+  const int64_t first = int64_t(expert_rank) * moe.local_experts();
+  for (int64_t j = first; j < first + moe.local_experts(); ++j) {
+    const std::string e = expert_prefix(layer, j);
+    p.experts.push_back({&ps.get(e + "fc.w"), &ps.get(e + "fc.b"), &ps.get(e + "proj.w"), &ps.get(e + "proj.b")});
+  }
+  return p;
+}
+
+MoEMLP::MoEMLP(const MoEConfig& moe, DType dtype, const MoEParams& p, Communicator* group)
+    : moe_(moe), dtype_(dtype), p_(p), group_(group) {
+  const int G = group_ ? group_->size() : 1;
+  TRELLIS_CHECK(G == moe_.expert_parallel && int64_t(p_.experts.size()) == moe_.local_experts(),
+                "MoEMLP: an expert group of " + std::to_string(G) + " ranks holding " +
+                    std::to_string(p_.experts.size()) + " experts each, for moe.experts = " +
+                    std::to_string(moe_.experts) + " over expert_parallel = " + std::to_string(moe_.expert_parallel));
+}
+
+std::vector<const Parameter*> MoEMLP::parameters() const {
+  std::vector<const Parameter*> out{p_.router_w};
+  for (const ExpertParams& e : p_.experts) out.insert(out.end(), {e.fc_w, e.fc_b, e.proj_w, e.proj_b});
+  return out;
+}
+
+Tensor MoEMLP::exchange(const Tensor& in, Arena& arena) const {
+  if (!group_ || group_->size() == 1) return in;
+  Tensor out = arena.take(in.dtype, in.shape);
+  group_->all_to_all(out, in);
+  return out;
+}
+
+void MoEMLP::experts_forward(Runtime& rt, const MoESaved& s) const {
+  // Expert layout: [source rank][local expert][capacity] rows; one GEMM pair per (source, expert).
+  const int64_t El = moe_.local_experts(), G = moe_.expert_parallel, cap = s.xe.rows() / (G * El);
+  const int64_t C = s.xe.cols(), F = s.he.cols();
+  for (int64_t src = 0; src < G; ++src)
+    for (int64_t j = 0; j < El; ++j) {
+      const int64_t row = (src * El + j) * cap;
+      const ExpertParams& e = p_.experts[size_t(j)];
+      const Tensor h = s.he.slice(row * F, {cap, F}), g = s.ge.slice(row * F, {cap, F});
+      MatmulOptions fc;
+      fc.trans_b = true;
+      fc.bias = &e.fc_b->value;
+      fc.gelu_input = &h;
+      matmul(rt, g, s.xe.slice(row * C, {cap, C}), e.fc_w->value, fc);
+      MatmulOptions proj;
+      proj.trans_b = true;
+      proj.bias = &e.proj_b->value;
+      matmul(rt, s.ye.slice(row * C, {cap, C}), g, e.proj_w->value, proj);
+    }
+}
+
+void MoEMLP::experts_backward(Runtime& rt, const Tensor& dxe, const Tensor& dye, const MoESaved& s) const {
+  const int64_t El = moe_.local_experts(), G = moe_.expert_parallel, cap = s.xe.rows() / (G * El);
+  const int64_t C = s.xe.cols(), F = s.he.cols();
+  // dhe is written over ge's rows once they are read: ge is not needed after the projection's gradient.
+  for (int64_t src = 0; src < G; ++src)
+    for (int64_t j = 0; j < El; ++j) {
+      const int64_t row = (src * El + j) * cap;
+      const ExpertParams& e = p_.experts[size_t(j)];
+      const Tensor dy = dye.slice(row * C, {cap, C}), g = s.ge.slice(row * F, {cap, F});
+      const Tensor h = s.he.slice(row * F, {cap, F}), x = s.xe.slice(row * C, {cap, C});
+      weight_and_bias_grad(rt, *e.proj_w, *e.proj_b, dy, g);
+      MatmulOptions dgelu;
+      dgelu.gelu_grad_of = &h;
+      matmul(rt, g, dy, e.proj_w->value, dgelu);  // dh = (dy W_proj) * gelu'(h), over g
+      weight_and_bias_grad(rt, *e.fc_w, *e.fc_b, g, x);
+      matmul(rt, dxe.slice(row * C, {cap, C}), g, e.fc_w->value);
+    }
+}
+
+void MoEMLP::forward(Runtime& rt, const Tensor& out, const Tensor& x_in, const Tensor* residual, MoESaved& s,
+                     Arena& keep, Arena& temp) const {
+  NvtxRange r("moe_forward");
+  const Tensor x = x_in.view({x_in.rows(), x_in.cols()});
+  const int64_t N = x.rows(), C = x.cols(), E = moe_.experts, K = moe_.top_k, S = E * moe_.capacity(N);
+  Tensor logits = temp.take(DType::f32, {N, E});
+  MatmulOptions o;
+  o.trans_b = true;
+  matmul(rt, logits, x, p_.router_w->value, o);
+  s.probs = keep.take(DType::f32, {N, E});
+  s.expert = keep.take(DType::i32, {N, K});
+  s.gate = keep.take(DType::f32, {N, K});
+  s.slot = keep.take(DType::i32, {N, K});
+  s.slot_token = keep.take(DType::i32, {S});
+  s.counts = keep.take(DType::f32, {E});
+  moe_route(rt, s.probs, s.expert, s.gate, s.slot, s.slot_token, s.counts, logits);
+  const bool exchanged = group_ && group_->size() > 1;
+  Tensor routed = exchanged ? temp.take(dtype_, {S, C}) : keep.take(dtype_, {S, C});
+  moe_dispatch(rt, routed, x, s.slot_token, K);
+  s.xe = exchanged ? exchange(routed, keep) : routed;
+  s.he = keep.take(dtype_, {S, 4 * C});
+  s.ge = keep.take(dtype_, {S, 4 * C});
+  Tensor ye = exchanged ? temp.take(dtype_, {S, C}) : keep.take(dtype_, {S, C});
+  s.ye = ye;
+  experts_forward(rt, s);
+  s.ye = exchanged ? exchange(ye, keep) : ye;  // back in routing order, for the combine
+  if (!out.defined()) return;
+  const Tensor res = residual ? residual->view({N, C}) : Tensor();
+  moe_combine(rt, out.view({N, C}), s.ye, s.slot, s.gate, res);
+}
+
+void MoEMLP::backward(Runtime& rt, const Tensor& dx_in, const Tensor& dout_in, const Tensor& x_in, const MoESaved& s,
+                      float aux_scale, Arena& work) const {
+  NvtxRange r("moe_backward");
+  const Tensor x = x_in.view({x_in.rows(), x_in.cols()}), dx = dx_in.view(x.shape);
+  const Tensor dout = dout_in.view(x.shape);
+  const int64_t N = x.rows(), C = x.cols(), E = moe_.experts, K = moe_.top_k, S = s.xe.rows();
+  Tensor dye = work.take(dtype_, {S, C});
+  Tensor dgate = work.take(DType::f32, {N, K});
+  moe_combine_backward(rt, dye, dgate, dout, s.ye, s.slot, s.slot_token, s.gate);
+  const Tensor dye_experts = exchange(dye, work);
+  Tensor dxe = work.take(dtype_, {S, C});
+  experts_backward(rt, dxe, dye_experts, s);
+  moe_dispatch_backward(rt, dx, exchange(dxe, work), s.slot, false);
+  // The router: dlogits (f32) through the gates, the softmax and the balancing loss; then its GEMMs.
+  Tensor dlogits = work.take(DType::f32, {N, E});
+  moe_router_backward(rt, dlogits, dgate, s.probs, s.expert, s.gate, s.counts, aux_scale);
+  Tensor dl = dlogits;
+  if (dtype_ != DType::f32) {
+    dl = work.take(dtype_, {N, E});
+    cast(rt, dl, dlogits);
+  }
+  weight_grad(rt, *p_.router_w, dl, x);
+  MatmulOptions acc;
+  acc.accumulate = true;
+  matmul(rt, dx, dl, p_.router_w->value, acc);
+}
+
+size_t MoEMLP::kept_bytes(const MoEConfig& moe, int64_t C, DType dtype, int64_t N) {
+  const int64_t E = moe.experts, K = moe.top_k, S = E * moe.capacity(N);
+  const size_t e = dtype_size(dtype);
+  return aligned(size_t(N * E) * 4) + 3 * aligned(size_t(N * K) * 4) + aligned(size_t(S) * 4) + aligned(size_t(E) * 4) +
+         2 * aligned(size_t(S * C) * e) + 2 * aligned(size_t(S * 4 * C) * e);
+}
+
+size_t MoEMLP::work_bytes(const MoEConfig& moe, int64_t C, DType dtype, int64_t N) {
+  const int64_t E = moe.experts, K = moe.top_k, S = E * moe.capacity(N);
+  const size_t e = dtype_size(dtype), slots = aligned(size_t(S * C) * e);
+  // forward: logits, the routed rows and outputs before their exchange; backward: dye, dgate, dxe,
+  // their exchanged copies, dlogits and its 16-bit copy.
+  const size_t forward = aligned(size_t(N * E) * 4) + 2 * slots;
+  const size_t backward = 4 * slots + aligned(size_t(N * K) * 4) + aligned(size_t(N * E) * 4) + aligned(size_t(N * E) * e);
+  return forward + backward;
+}
+
+}  // namespace trellis

@@ -1,0 +1,85 @@
+// A mixture-of-experts MLP (Switch Transformer / GShard): a router picks top_k of E expert MLPs
+// (GPT-2's fc -> GELU -> proj, each with its own weights) for every token, and the token's output
+// is the gate-weighted sum of theirs. Each expert takes at most `capacity` tokens of a micro-batch
+// (moe_config.h), so every shape is fixed: no host synchronization, CUDA graphs still apply, and
+// a choice past an expert's capacity is dropped (the residual stream carries that token on).
+// A load-balancing loss (aux_loss_coef x E x sum_e f_e P_e) is added to the objective.
+//
+// Expert parallelism (an expert group of G data-parallel ranks, MoEConfig::expert_parallel): rank g
+// holds experts [g E/G, (g+1) E/G). Each rank routes its own tokens, sends each expert's slots to
+// the rank holding it (all-to-all), runs its experts on the slots of every rank of the group, and
+// the results come back the same way. The experts' gradients are summed over the expert-data group
+// (the ranks holding the same experts), not over the whole data group.
+//
+// Parameters: h.L.moe.router.w (E, C), and per expert j (global index) h.L.moe.experts.j.fc.w
+// (4C, C), .fc.b, .proj.w (C, 4C), .proj.b: initialized by name and index like every parameter, so
+// which rank holds an expert does not change it.
+#pragma once
+#include <vector>
+
+#include "core/alloc.h"
+#include "core/comm.h"
+#include "core/ops.h"
+#include "core/parameters.h"
+#include "moe/moe_config.h"
+
+namespace trellis {
+
+struct ExpertParams {
+  const Parameter *fc_w, *fc_b, *proj_w, *proj_b;
+};
+
+struct MoEParams {
+  const Parameter* router_w = nullptr;
+  std::vector<ExpertParams> experts;  // this rank's, in expert order
+};
+
+// What backward needs, for one micro-batch. N tokens, K choices, S = E * capacity slots; with
+// expert parallelism the expert tensors hold this rank's experts' slots from every rank of the group
+// (G * E/G * capacity = S rows as well).
+struct MoESaved {
+  Tensor probs, expert, gate, slot, slot_token, counts;  // routing (moe_route)
+  Tensor xe, he, ge, ye;  // expert inputs (S, C), fc outputs and their GELU (S, 4C), outputs (S, C)
+};
+
+class MoEMLP {
+ public:
+  // The parameters of block `layer`'s experts on expert rank `expert_rank` of moe.expert_parallel.
+  static void append_specs(const MoEConfig& moe, int64_t d_model, int64_t n_layers, int layer, int expert_rank,
+                           std::vector<ParameterSpec>& out);
+  static MoEParams params_of(const ParameterStore& store, const MoEConfig& moe, int layer, int expert_rank);
+
+  // `group`: the expert group (its size is moe.expert_parallel), or null for 1.
+  MoEMLP(const MoEConfig& moe, DType dtype, const MoEParams& p, Communicator* group);
+
+  // out (N, C) = [*residual +] the experts' gated sum for x (N, C). What backward needs goes to s,
+  // from `keep`; temporaries from `temp`. With out undefined: stops before the combine (the
+  // recomputation of activation checkpointing).
+  void forward(Runtime& rt, const Tensor& out, const Tensor& x, const Tensor* residual, MoESaved& s, Arena& keep,
+               Arena& temp) const;
+  // dx (N, C) = dL/dx (written) from dout = dL/dout; the parameters' gradients are added.
+  // aux_scale: d(objective)/d(balancing loss) for this micro-batch (see GPT's StepContext).
+  void backward(Runtime& rt, const Tensor& dx, const Tensor& dout, const Tensor& x, const MoESaved& s, float aux_scale,
+                Arena& work) const;
+
+  std::vector<const Parameter*> parameters() const;
+
+  // Bytes kept for backward and of the temporaries, for N tokens.
+  static size_t kept_bytes(const MoEConfig& moe, int64_t d_model, DType dtype, int64_t N);
+  static size_t work_bytes(const MoEConfig& moe, int64_t d_model, DType dtype, int64_t N);
+
+ private:
+  // The expert MLPs on xe's slots: he, ge, ye (forward) or, given dye, dxe and the gradients.
+  void experts_forward(Runtime& rt, const MoESaved& s) const;
+  void experts_backward(Runtime& rt, const Tensor& dxe, const Tensor& dye, const MoESaved& s) const;
+  // Slots in routing order (E experts' capacity each) <-> slots in expert order on the ranks holding
+  // them; with one rank a copy is not needed (returns `in`).
+  Tensor exchange(const Tensor& in, Arena& arena) const;
+
+  MoEConfig moe_;
+  DType dtype_;
+  MoEParams p_;
+  Communicator* group_;
+};
+
+}  // namespace trellis

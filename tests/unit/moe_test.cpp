@@ -1,0 +1,337 @@
+// Mixture of experts on the CPU: the routing ops against hand-worked cases and references, their
+// backwards against finite differences, and a GPT with expert blocks: gradients against finite
+// differences, activation checkpointing bitwise, the balancing loss's gradient, parameter counts.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "core/ops.h"
+#include "data/synthetic_dataset.h"
+#include "models/gpt.h"
+
+using namespace trellis;
+
+namespace {
+
+Runtime& rt() {
+  static Runtime r{RuntimeOptions{}};
+  return r;
+}
+
+template <typename T> Tensor host(std::vector<T>& v, DType t, Shape s) {
+  EXPECT_EQ(int64_t(v.size()), s.numel());
+  return Tensor(v.data(), t, Device::CPU(), s);
+}
+
+// Routing outputs for N tokens, E experts, K choices, `cap` slots per expert.
+struct Routing {
+  int64_t N, E, K, cap;
+  std::vector<float> probs, gate, counts;
+  std::vector<int32_t> expert, slot, slot_token;
+  Routing(int64_t n, int64_t e, int64_t k, int64_t c)
+      : N(n), E(e), K(k), cap(c), probs(size_t(n * e)), gate(size_t(n * k)), counts(size_t(e)),
+        expert(size_t(n * k)), slot(size_t(n * k)), slot_token(size_t(e * c)) {}
+  void route(std::vector<float>& logits) {
+    moe_route(rt(), host(probs, DType::f32, {N, E}), host(expert, DType::i32, {N, K}), host(gate, DType::f32, {N, K}),
+              host(slot, DType::i32, {N, K}), host(slot_token, DType::i32, {E * cap}), host(counts, DType::f32, {E}),
+              host(logits, DType::f32, {N, E}));
+  }
+};
+
+std::vector<float> random_vector(size_t n, unsigned seed, float scale = 1.0f) {
+  std::mt19937 gen(seed);
+  std::normal_distribution<float> d(0.0f, scale);
+  std::vector<float> v(n);
+  for (float& x : v) x = d(gen);
+  return v;
+}
+
+}  // namespace
+
+// Four tokens, three experts, two choices each, two slots per expert: first choices take slots
+// first, in token order; a choice that finds its expert full is dropped.
+TEST(MoE, RoutingFollowsPriorityAndCapacity) {
+  std::vector<float> logits = {
+      3, 2, 0,  // token 0: experts 0, 1
+      3, 0, 2,  // token 1: 0, 2
+      3, 1, 2,  // token 2: 0 (full: dropped), 2
+      1, 1, 0,  // token 3: 0 and 1 tie: 0 first (dropped), then 1
+  };
+  Routing r(4, 3, 2, 2);
+  r.route(logits);
+  EXPECT_EQ(r.expert, (std::vector<int32_t>{0, 1, 0, 2, 0, 2, 0, 1}));
+  // First choices: token 0 -> slot 0 of expert 0, token 1 -> slot 1, token 2 and 3 dropped.
+  // Second choices: token 0 -> expert 1 slot 0 (2), token 1 -> expert 2 slot 0 (4), token 2 -> expert
+  // 2 slot 1 (5), token 3 -> expert 1 slot 1 (3).
+  EXPECT_EQ(r.slot, (std::vector<int32_t>{0, 2, 1, 4, -1, 5, -1, 3}));
+  EXPECT_EQ(r.slot_token, (std::vector<int32_t>{0, 2, 1, 7, 3, 5}));
+  EXPECT_EQ(r.counts, (std::vector<float>{4, 2, 2}));
+  for (int64_t n = 0; n < 4; ++n) {
+    double sum = 0;
+    for (int64_t e = 0; e < 3; ++e) sum += r.probs[size_t(n * 3 + e)];
+    EXPECT_NEAR(sum, 1.0, 1e-6);
+    // top_k = 2: the chosen probabilities renormalized.
+    const double p0 = r.probs[size_t(n * 3 + r.expert[size_t(n * 2)])], p1 = r.probs[size_t(n * 3 + r.expert[size_t(n * 2 + 1)])];
+    EXPECT_NEAR(r.gate[size_t(n * 2)], p0 / (p0 + p1), 1e-6);
+    EXPECT_NEAR(r.gate[size_t(n * 2 + 1)], p1 / (p0 + p1), 1e-6);
+  }
+  // top_k = 1: the gate is the probability itself; empty slots are -1.
+  Routing one(4, 3, 1, 3);
+  one.route(logits);
+  EXPECT_EQ(one.slot, (std::vector<int32_t>{0, 1, 2, -1}));
+  EXPECT_EQ(one.slot_token, (std::vector<int32_t>{0, 1, 2, -1, -1, -1, -1, -1, -1}));
+  EXPECT_FLOAT_EQ(one.gate[0], one.probs[0]);
+}
+
+// Dispatch and combine against the definitions, with a dropped choice and empty slots.
+TEST(MoE, DispatchAndCombineMatchReference) {
+  const int64_t N = 5, E = 3, K = 2, cap = 3, C = 4, S = E * cap;
+  std::vector<float> logits = random_vector(size_t(N * E), 1, 2.0f);
+  Routing r(N, E, K, cap);
+  r.route(logits);
+  std::vector<float> x = random_vector(size_t(N * C), 2), xe(size_t(S * C), 7.0f);
+  moe_dispatch(rt(), host(xe, DType::f32, {S, C}), host(x, DType::f32, {N, C}), host(r.slot_token, DType::i32, {S}), K);
+  for (int64_t s = 0; s < S; ++s)
+    for (int64_t c = 0; c < C; ++c)
+      EXPECT_EQ(xe[size_t(s * C + c)], r.slot_token[size_t(s)] < 0 ? 0.0f : x[size_t(r.slot_token[size_t(s)] / K * C + c)]);
+  std::vector<float> ye = random_vector(size_t(S * C), 3), res = random_vector(size_t(N * C), 4), out(size_t(N * C));
+  moe_combine(rt(), host(out, DType::f32, {N, C}), host(ye, DType::f32, {S, C}), host(r.slot, DType::i32, {N, K}),
+              host(r.gate, DType::f32, {N, K}), host(res, DType::f32, {N, C}));
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t c = 0; c < C; ++c) {
+      double want = res[size_t(n * C + c)];
+      for (int64_t k = 0; k < K; ++k)
+        if (r.slot[size_t(n * K + k)] >= 0) want += double(r.gate[size_t(n * K + k)]) * ye[size_t(r.slot[size_t(n * K + k)] * C + c)];
+      EXPECT_NEAR(out[size_t(n * C + c)], want, 1e-5);
+    }
+  // The dispatch's backward is the sum of a token's slots' gradients.
+  std::vector<float> dx(size_t(N * C), 1.0f);
+  moe_dispatch_backward(rt(), host(dx, DType::f32, {N, C}), host(ye, DType::f32, {S, C}), host(r.slot, DType::i32, {N, K}), true);
+  for (int64_t n = 0; n < N; ++n) {
+    double want = 1.0;
+    for (int64_t k = 0; k < K; ++k)
+      if (r.slot[size_t(n * K + k)] >= 0) want += ye[size_t(r.slot[size_t(n * K + k)] * C)];
+    EXPECT_NEAR(dx[size_t(n * C)], want, 1e-5);
+  }
+}
+
+// J = sum dout . combine(ye, gates(logits)) + a * balancing loss: the analytic gradients of ye
+// (combine backward) and of the logits (combine and router backward) against central differences.
+TEST(MoE, BackwardMatchesFiniteDifferences) {
+  const int64_t N = 6, E = 4, K = 2, cap = 4, C = 3, S = E * cap;
+  const float aux_scale = 0.7f;
+  std::vector<float> logits = random_vector(size_t(N * E), 5, 3.0f), ye = random_vector(size_t(S * C), 6);
+  std::vector<float> dout = random_vector(size_t(N * C), 7);
+  auto objective = [&](std::vector<float>& lg, std::vector<float>& y) {
+    Routing r(N, E, K, cap);
+    r.route(lg);
+    std::vector<float> out(size_t(N * C));
+    moe_combine(rt(), host(out, DType::f32, {N, C}), host(y, DType::f32, {S, C}), host(r.slot, DType::i32, {N, K}),
+                host(r.gate, DType::f32, {N, K}));
+    double j = 0, aux = 0;
+    for (size_t i = 0; i < out.size(); ++i) j += double(dout[i]) * out[i];
+    for (int64_t e = 0; e < E; ++e) {
+      double mean_p = 0;
+      for (int64_t n = 0; n < N; ++n) mean_p += r.probs[size_t(n * E + e)] / double(N);
+      aux += double(E) * (r.counts[size_t(e)] / double(N * K)) * mean_p;
+    }
+    return j + aux_scale * aux;
+  };
+  Routing r(N, E, K, cap);
+  r.route(logits);
+  ASSERT_NE(std::count(r.slot.begin(), r.slot.end(), -1), 0) << "the case should drop a choice";
+  std::vector<float> dye(size_t(S * C)), dgate(size_t(N * K)), dlogits(size_t(N * E));
+  moe_combine_backward(rt(), host(dye, DType::f32, {S, C}), host(dgate, DType::f32, {N, K}), host(dout, DType::f32, {N, C}),
+                       host(ye, DType::f32, {S, C}), host(r.slot, DType::i32, {N, K}), host(r.slot_token, DType::i32, {S}),
+                       host(r.gate, DType::f32, {N, K}));
+  moe_router_backward(rt(), host(dlogits, DType::f32, {N, E}), host(dgate, DType::f32, {N, K}), host(r.probs, DType::f32, {N, E}),
+                      host(r.expert, DType::i32, {N, K}), host(r.gate, DType::f32, {N, K}), host(r.counts, DType::f32, {E}),
+                      aux_scale);
+  const float eps = 1e-3f;
+  auto central = [&](float& v, std::vector<float>& lg, std::vector<float>& y) {
+    const float saved = v;
+    v = saved + eps;
+    const double up = objective(lg, y);
+    v = saved - eps;
+    const double down = objective(lg, y);
+    v = saved;
+    return (up - down) / (2 * eps);
+  };
+  for (size_t i = 0; i < logits.size(); ++i)
+    EXPECT_NEAR(dlogits[i], central(logits[i], logits, ye), 2e-3) << "logit " << i;
+  for (size_t i = 0; i < ye.size(); ++i) EXPECT_NEAR(dye[i], central(ye[i], logits, ye), 2e-3) << "slot value " << i;
+}
+
+namespace {
+
+GPTConfig moe_config() {
+  GPTConfig c;
+  c.vocab_size = 50;
+  c.seq_len = 8;
+  c.n_layers = 2;
+  c.n_heads = 2;
+  c.d_model = 16;
+  c.moe.experts = 4;
+  c.moe.top_k = 2;
+  c.moe.layer_freq = 1;
+  return c;
+}
+
+struct Result {
+  double loss;
+  std::vector<float> grads;
+};
+
+struct Batch {
+  std::vector<int32_t> tokens, targets;
+};
+
+Batch make_batch(const GPTConfig& c, int64_t B) {
+  SyntheticDataset data("random", c.vocab_size, c.seq_len, 7);
+  Batch b;
+  data.batch(Split::train, 0, B, b.tokens, b.targets);
+  return b;
+}
+
+Result run(GPT& model, const Batch& batch, int64_t B, const StepContext& ctx, bool backward = true) {
+  const GPTConfig& c = model.config();
+  Tensor tokens(const_cast<int32_t*>(batch.tokens.data()), DType::i32, Device::CPU(), {B, c.seq_len});
+  Tensor targets(const_cast<int32_t*>(batch.targets.data()), DType::i32, Device::CPU(), {B, c.seq_len});
+  float loss_sum = 0;
+  Tensor ls(&loss_sum, DType::f32, Device::CPU(), {1});
+  const double n = double(B * c.seq_len);
+  Result r;
+  if (!backward) {
+    model.forward_loss(ctx, tokens, targets, ls);
+    r.loss = loss_sum / n;
+    return r;
+  }
+  model.params().zero_grads();
+  model.forward_backward(ctx, tokens, targets, float(1.0 / n), ls);
+  r.loss = loss_sum / n;
+  Tensor g = model.params().flat_grads();
+  r.grads.assign(g.ptr<float>(), g.ptr<float>() + g.numel());
+  return r;
+}
+
+}  // namespace
+
+// Every parameter of a GPT whose blocks both have four experts (top 2, capacity for every token, no
+// balancing loss: the loss is the reported one) against central differences.
+TEST(MoE, GptGradientsMatchFiniteDifferences) {
+  GPTConfig c = moe_config();
+  c.moe.capacity_factor = 2.0;  // every token fits: a step of eps cannot move a choice across the capacity
+  c.moe.aux_loss_coef = 0.0f;
+  const int64_t B = 2;
+  GPT model(rt(), c, B);
+  model.initialize(3);
+  Tensor values = model.params().flat_values();
+  for (int64_t i = 0; i < values.numel(); ++i) values.ptr<float>()[i] *= 5.0f;
+  const Batch batch = make_batch(c, B);
+  StepContext ctx;
+  const Result r = run(model, batch, B, ctx);
+  int checked = 0, experts = 0;
+  for (const Parameter& p : model.params().all()) {
+    const int64_t n = p.spec.shape.numel();
+    const bool embedding = p.spec.name == "wte" || p.spec.name == "wpe";
+    const float eps = embedding ? 1e-3f : 3e-3f;
+    for (int64_t k = 0; k < 3; ++k) {
+      int64_t i = (k * 7919 + 13) % n;
+      if (p.spec.name == "wte") i = batch.tokens[size_t(k)] * c.d_model + k;
+      float* w = p.value.ptr<float>() + i;
+      const float saved = *w;
+      *w = saved + eps;
+      const double up = run(model, batch, B, ctx, false).loss;
+      *w = saved - eps;
+      const double down = run(model, batch, B, ctx, false).loss;
+      *w = saved;
+      const double fd = (up - down) / (2 * eps), an = r.grads[size_t(p.offset + i)];
+      EXPECT_NEAR(an, fd, 3e-3 + 2e-2 * std::fabs(fd)) << p.spec.name << "[" << i << "]";
+      ++checked;
+      if (p.spec.name.find(".moe.") != std::string::npos && std::fabs(an) > 1e-3) ++experts;
+    }
+  }
+  EXPECT_GT(checked, 100);
+  EXPECT_GT(experts, 20) << "the experts' and routers' gradients should mostly be non-zero";
+}
+
+// Recomputing a block with experts (full) or its attention (selective) or its layer norms
+// (elementwise) gives bitwise the same gradients; so does a second block without experts.
+TEST(MoE, CheckpointingGivesBitwiseEqualGradients) {
+  std::vector<Result> results;
+  for (Checkpointing mode :
+       {Checkpointing::none, Checkpointing::full, Checkpointing::selective, Checkpointing::elementwise}) {
+    GPTConfig c = moe_config();
+    c.n_layers = 3;
+    c.moe.layer_freq = 2;  // blocks 0 and 2
+    c.dropout = 0.1f;
+    c.checkpointing = mode;
+    GPT model(rt(), c, 2);
+    model.initialize(5);
+    StepContext ctx;
+    ctx.seed = 11;
+    ctx.step = 3;
+    results.push_back(run(model, make_batch(c, 2), 2, ctx));
+  }
+  for (size_t m = 1; m < results.size(); ++m) {
+    EXPECT_EQ(results[m].loss, results[0].loss);
+    ASSERT_EQ(results[m].grads.size(), results[0].grads.size());
+    EXPECT_EQ(0, std::memcmp(results[m].grads.data(), results[0].grads.data(), results[0].grads.size() * 4)) << "mode " << m;
+  }
+}
+
+// The balancing loss is not part of the reported loss; its gradient is linear in its coefficient, moves
+// the routers' (and, through a router's input, everything below it), and leaves what lies above the
+// last router alone: the last block's experts and the final layer norm.
+TEST(MoE, BalancingLossGradient) {
+  std::vector<Result> results;
+  std::vector<std::string> names;
+  for (float coef : {0.0f, 0.5f, 1.0f}) {
+    GPTConfig c = moe_config();
+    c.moe.aux_loss_coef = coef;
+    GPT model(rt(), c, 2);
+    model.initialize(5);
+    results.push_back(run(model, make_batch(c, 2), 2, StepContext{}));
+    if (names.empty())
+      for (const Parameter& p : model.params().all())
+        for (int64_t i = 0; i < p.spec.shape.numel(); ++i) names.push_back(p.spec.name);
+  }
+  EXPECT_EQ(results[1].loss, results[0].loss);
+  int routers = 0;
+  for (size_t i = 0; i < names.size(); ++i) {
+    const double g0 = results[0].grads[i], g1 = results[1].grads[i], g2 = results[2].grads[i];
+    EXPECT_NEAR(g2 - g0, 2 * (g1 - g0), 1e-6 + 1e-3 * std::fabs(g2 - g0)) << names[i];
+    if (names[i].rfind("h.1.moe.experts.", 0) == 0 || names[i].rfind("lnf.", 0) == 0) {
+      ASSERT_EQ(g1, g0) << names[i];
+    } else if (names[i].find(".moe.router.") != std::string::npos && g1 != g0) {
+      ++routers;
+    }
+  }
+  EXPECT_GT(routers, 0);
+}
+
+TEST(MoE, ParameterCounts) {
+  GPTConfig c;  // GPT-2 small with 8 experts in every other block, top 2
+  c.moe.experts = 8;
+  c.moe.top_k = 2;
+  c.moe.layer_freq = 2;
+  const int64_t C = 768, mlp = 8 * C * C + 5 * C;
+  EXPECT_EQ(c.parameter_count(), 124439808 + 6 * (8 * C + 7 * mlp));
+  EXPECT_EQ(c.active_parameter_count(), 124439808 + 6 * (8 * C + mlp));
+  int64_t stored = 0;
+  for (const ParameterSpec& s : GPT::parameter_specs(c)) stored += s.shape.numel();
+  EXPECT_EQ(stored, c.parameter_count() + 47 * C);
+  // Expert rank 1 of 2 holds experts 4..7 of each block with experts.
+  c.moe.expert_parallel = 2;
+  int64_t held = 0;
+  for (const ParameterSpec& s : GPT::parameter_specs(c, GPTPart::whole(c), {}, 1)) {
+    held += s.shape.numel();
+    if (s.name.find(".experts.") != std::string::npos) {
+      EXPECT_GE(s.name[s.name.find(".experts.") + 9], '4') << s.name;
+    }
+  }
+  EXPECT_EQ(held, c.parameter_count() + 47 * C - 6 * 4 * mlp);
+}
