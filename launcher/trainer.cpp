@@ -404,10 +404,15 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
   ro.peer_collectives = cfg.parallel.peer_all_reduce;
   if (launch.world > 1) ro.collective_timeout_s = cfg.parallel.collective_timeout_s;
   Runtime rt(ro);
-  const Layout layout = make_layout(launch.world, int(cfg.parallel.tensor), int(cfg.parallel.pipeline));
+  const Layout layout =
+      make_layout(launch.world, int(cfg.parallel.tensor), int(cfg.parallel.pipeline), int(cfg.parallel.expert));
   ProcessGroups groups(MPI_COMM_WORLD, layout, rt);
   Communicator& data_group = groups.data();
   const int data_rank = groups.coords().data, data_size = layout.data;
+  // Expert parallelism: the expert group's ranks hold different experts. For the whole-model layout
+  // of checkpoints and exports they are a stage's parts, as tensor ranks are (whole_model.h).
+  const bool expert_parallel = layout.expert > 1;
+  Communicator* expert_group = expert_parallel ? &groups.expert() : nullptr;
 
   // This rank's stage of the pipeline (the whole model when there is one stage) and its schedule.
   const GPTConfig& mc = res.model;
@@ -421,11 +426,14 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
   const int slots = PipelineEngine::peak_in_flight(schedule);
   Communicator* pipeline_group = p > 1 ? &groups.pipeline() : nullptr;
   Communicator* tensor_group = layout.tensor > 1 ? &groups.tensor() : nullptr;
+  Communicator* parts_group = expert_parallel ? expert_group : tensor_group;
+  auto part_index = [&](const RankCoords& c) { return expert_parallel ? c.expert : c.tensor; };
   const TensorParallelContext tp = TensorParallelContext::of(groups.tensor(), cfg.parallel.sequence_parallel,
                                                              resolved_tensor_comm_chunks(cfg, res.device.is_cuda()),
                                                              tensor_splits_batch(cfg));
-  // The first data-parallel rank of each stage and tensor rank takes part in weight exports.
-  const bool saver = groups.coords().data == 0;
+  // The first data-parallel rank of each stage and tensor rank (the first expert group's ranks)
+  // takes part in weight exports.
+  const bool saver = (expert_parallel ? groups.coords().expert_data : groups.coords().data) == 0;
 
   // ZeRO stages >= 1 split every bucket of the flat buffers evenly over the data group (with one
   // data rank there is nothing to shard: stage 0).
@@ -442,7 +450,7 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
   const ActivationBytes act = GPT::activation_bytes(mc, part, B, T, tp);
   const size_t planned_activations = saturating_add(saturating_mul(act.kept, size_t(slots)), act.work);
   agree_on([&] {
-    const int64_t n = whole.shard_numel(stage, groups.coords().tensor);
+    const int64_t n = whole.shard_numel(stage, part_index(groups.coords()));
     // Offloaded: the state, and pinned beside it the parameters' copy and the gradient staging.
     const size_t staging = offload ? size_t(ZeroOptimizer::offload_staging_bytes(
                                          largest_bucket_numel(GPT::parameter_specs(mc, part, tp)), zero_stage,
@@ -457,9 +465,10 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
                       size_t(ZeroOptimizer::model_state_bytes(n, mc.dtype, zero_stage, data_size, offload, mc.grad_dtype)),
                       planned_activations, files ? pinned : off, files ? off - pinned : 0);
   }, launch);
-  GPT model(rt, mc, B, part, slots, tp, sharding);
-  // Each data rank draws 1/N of the parameters; the data group completes them.
-  model.initialize(uint64_t(cfg.train.seed), &data_group);
+  GPT model(rt, mc, B, part, slots, tp, sharding, expert_group);
+  // Each data rank draws 1/N of the parameters; the data group completes them (unless its ranks
+  // hold different experts: then each draws its own).
+  model.initialize(uint64_t(cfg.train.seed), expert_parallel ? nullptr : &data_group);
   ZeroOptimizer optimizer(rt, model.params(), &data_group, zero_stage,
                           !offload                       ? nullptr
                           : cfg.zero.offload == "nvme" ? make_file_backed_allocator(cfg.zero.offload_dir)
@@ -482,16 +491,19 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
   const bool gather_rows = reduce && use_embedding_row_exchange(cfg, data_size, B, T, mc);
   if (reduce && !optimizer.sharded()) {
     std::vector<std::pair<int64_t, int64_t>> ranges;
+    std::vector<bool> experts;
     std::pair<int64_t, int64_t> wte_range{0, 0};
     for (const Parameter& prm : model.params().all()) {
       ranges.emplace_back(prm.offset, prm.offset + prm.spec.shape.numel());
+      experts.push_back(expert_parallel && MoEMLP::is_expert_parameter(prm.spec.name));
       if (prm.spec.name == "wte") wte_range = ranges.back();
     }
     DType reduce_dtype = DType::f32;
     parse_dtype(cfg.zero.reduce_dtype, reduce_dtype);
     grad_sync = std::make_unique<GradientSync>(rt, data_group, model.params().flat_grads(), ranges,
                                                size_t(cfg.zero.bucket_mb) << 20, reduce_dtype,
-                                               gather_rows ? wte_range : std::pair<int64_t, int64_t>{0, 0});
+                                               gather_rows ? wte_range : std::pair<int64_t, int64_t>{0, 0},
+                                               experts, expert_parallel ? &groups.expert_data() : nullptr);
     if (gather_rows) {
       embedding_rows = std::make_unique<EmbeddingRowExchange>(rt, data_group, *grad_sync, wte_range, B, T, mc.d_model,
                                                               mc.dtype);
@@ -516,7 +528,10 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
   const size_t slot_bytes = streaming ? streaming->buffer_bytes() : 0;
   // The gradient norm's squares: of the reduced gradients this rank holds (its pieces at stages
   // >= 1, where the tensor group's partial sums are completed too).
-  const std::vector<Tensor> counted_grads = optimizer.owned_grads(model.grads_counted_once());
+  // Under expert parallelism the experts' squares are summed over the expert group apart.
+  const std::vector<Tensor> counted_grads = optimizer.owned_grads(model.grads_counted_once(!expert_parallel));
+  const std::vector<Tensor> expert_grads =
+      expert_parallel ? optimizer.owned_grads(model.expert_grads()) : std::vector<Tensor>{};
   // At stage 1 each bucket's squares run as soon as its reduce-scatter is waited for, beside the
   // later buckets' (the token embedding's, last, is the largest). Not where a piece changes after
   // the data group's reduction: the tied embedding's sum over the pipeline, sequence parallelism's
@@ -539,11 +554,15 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
                 (long long)mc.vocab_size, (long long)mc.padded_vocab());
     if (mc.moe.experts > 0)
       std::printf("experts: %lld in %lld of %lld blocks (every %lld from block 0), top %lld, capacity %lld of a "
-                  "micro-batch's %lld tokens each (factor %g), balancing loss x %g; %s parameters active per token\n",
+                  "micro-batch's %lld tokens each (factor %g), balancing loss x %g; %s parameters active per token%s\n",
                   (long long)mc.moe.experts, (long long)mc.moe.layers(mc.n_layers), (long long)mc.n_layers,
                   (long long)mc.moe.layer_freq, (long long)mc.moe.top_k, (long long)mc.moe.capacity(B * T),
                   (long long)(B * T), mc.moe.capacity_factor, double(mc.moe.aux_loss_coef),
-                  with_commas(mc.active_parameter_count()).c_str());
+                  with_commas(mc.active_parameter_count()).c_str(),
+                  expert_parallel ? ("; each rank holds " + std::to_string(mc.moe.local_experts()) +
+                                     " of them (parallel.expert = " + std::to_string(layout.expert) + ")")
+                                        .c_str()
+                                  : "");
     std::printf("parameters: %s (vocabulary padding adds %s; %s stored%s)\n", with_commas(mc.parameter_count()).c_str(),
                 with_commas((mc.padded_vocab() - mc.vocab_size) * mc.d_model).c_str(), with_commas(stored).c_str(),
                 p > 1 || tp.active() ? " on rank 0" : "");
@@ -599,12 +618,13 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
     // formula of ZeroOptimizer::model_state_bytes (what is kept whole and the slots come on top).
     std::vector<int64_t> params_per_rank, state_per_rank;
     for (int w = 0; w < launch.world; ++w) {
-      const int64_t n = whole.shard_numel(coords_of(w, layout).pipeline, coords_of(w, layout).tensor);
+      const int64_t n = whole.shard_numel(coords_of(w, layout).pipeline, part_index(coords_of(w, layout)));
       params_per_rank.push_back(n);
       state_per_rank.push_back(ZeroOptimizer::model_state_bytes(n, mc.dtype, zero_stage, data_size, offload, mc.grad_dtype));
     }
     JsonObject lay;
     lay.add("tensor", layout.tensor).add("pipeline", layout.pipeline).add("data", layout.data);
+    if (expert_parallel) lay.add("expert", layout.expert);
     start.add("event", "start").add("version", source_version()).add("layout", lay).add("zero_stage", int64_t(zero_stage));
     start.add("schedule", schedule_kind_name(kind)).add("virtual_stages", int64_t(v)).add("stage_layers", stage_layers);
     start.add("params_per_rank", params_per_rank);
@@ -619,7 +639,10 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
     start.add("activation_bytes_planned", int64_t(std::min<size_t>(planned_activations, INT64_MAX)));
   }
 
-  TrainingState state{model, optimizer, scaler, whole, pipeline_group, tensor_group, data_rank, data_size};
+  TrainingState state{model,         optimizer,
+                      scaler,        whole,
+                      pipeline_group, parts_group,
+                      expert_parallel ? groups.coords().expert_data : data_rank, data_size};
   int64_t start_step = 0;
   if (from) {
     // Every rank reads the checkpoint; all must succeed before any goes on to a collective.
@@ -660,6 +683,8 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
       for (const Tensor& g : counted_by_bucket[size_t(b)]) sum_squares_accumulate(rt, norm_sq, g);
     });
   Tensor probe = scalars.tensor(DType::f32, {1}, 8);
+  Buffer expert_sq_buf(rt.allocator(), 4, "expert squares");
+  const Tensor expert_sq = expert_sq_buf.tensor(DType::f32, {1});
   // The step's AdamW values (core/step_scalars.h): what the host knows goes up at the start of the
   // step, the rest is computed on the device, so the host waits only once, at the end of the step.
   Buffer step_scalars_buf(rt.allocator(), kStepScalarCount * sizeof(float), "step scalars");
@@ -746,6 +771,12 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
       partial_grads.run();
       if (!early_squares)
         for (const Tensor& g : counted_grads) sum_squares_accumulate(rt, norm_sq, g);
+      if (expert_parallel) {  // each rank of the expert group holds other experts
+        fill(rt, expert_sq, 0.0f);
+        for (const Tensor& g : expert_grads) sum_squares_accumulate(rt, expert_sq, g);
+        expert_group->all_reduce(expert_sq);
+        accumulate(rt, norm_sq, expert_sq);
+      }
       // The loss over the data group, and at stages >= 1 the squares of each rank's gradient pieces.
       if (reduce) data_group.all_reduce(optimizer.sharded() ? scalars.tensor(DType::f32, {2}) : loss_sum);
       // Each tensor rank counts its shards (and rank 0 the replicated parameters): sum the squares
@@ -919,7 +950,7 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
     std::vector<char> scratch;
     const Tensor stage_values = optimizer.whole_values(scratch);
     if (saver) {
-      const std::vector<char> values = gather_whole(rt, tensor_group, pipeline_group, whole, stage_values);
+      const std::vector<char> values = gather_whole(rt, parts_group, pipeline_group, whole, stage_values);
       if (main_rank) {
         JsonObject extra;
         extra.add("step", last_step);

@@ -71,7 +71,7 @@ std::vector<char> gather_stage(Communicator* tensor, const WholeModelLayout& lay
     const char* src = j == 0 ? mine.data() : theirs.data();
     for (const ParameterSpec& s : layout.shard_of(pr, j)) {
       char* dst = out.data() + size_t(whole.at(s.name).first) * e;
-      if (j == 0 || !s.split.replicated())
+      if (j == 0 || !s.split.replicated() || MoEMLP::is_expert_parameter(s.name))
         for_each_run(s, [&](int64_t i, int64_t g, int64_t n) {
           std::memcpy(dst + size_t(g) * e, src + size_t(i) * e, size_t(n) * e);
         });
@@ -83,11 +83,22 @@ std::vector<char> gather_stage(Communicator* tensor, const WholeModelLayout& lay
 
 }  // namespace
 
-WholeModelLayout::WholeModelLayout(const GPTConfig& cfg, int p, int v, int t) : whole(GPT::parameter_specs(cfg)) {
+WholeModelLayout::WholeModelLayout(const GPTConfig& cfg, int p, int v, int t) {
+  GPTConfig all = cfg;  // the whole model and the stages hold every expert
+  all.moe.expert_parallel = 1;
+  whole = GPT::parameter_specs(all);
+  const int experts = int(cfg.moe.expert_parallel);
+  TRELLIS_CHECK(t == 1 || experts == 1, "WholeModelLayout: tensor and expert parallelism together");
   for (int r = 0; r < p; ++r) {
     const GPTPart part = GPTPart::of_rank(cfg, p, v, r);
-    stage.push_back(GPT::parameter_specs(cfg, part));
-    for (int j = 0; j < t; ++j) shard.push_back(GPT::parameter_specs(cfg, part, TensorParallelContext{nullptr, t, j}));
+    stage.push_back(GPT::parameter_specs(all, part));
+    for (int j = 0; j < t; ++j) {
+      if (experts > 1) {
+        for (int g = 0; g < experts; ++g) shard.push_back(GPT::parameter_specs(cfg, part, {}, g));
+        continue;
+      }
+      shard.push_back(GPT::parameter_specs(cfg, part, TensorParallelContext{nullptr, t, j}));
+    }
   }
 }
 
@@ -169,7 +180,8 @@ void place_shard(const WholeModelLayout& layout, int pipeline_rank, int tensor_r
     return false;
   };
   for (const ParameterSpec& s : layout.shard_of(pipeline_rank, tensor_rank)) {
-    if (!held_before(s.name) && (tensor_rank == 0 || !s.split.replicated())) {
+    if (!held_before(s.name) &&
+        (tensor_rank == 0 || !s.split.replicated() || MoEMLP::is_expert_parameter(s.name))) {
       char* dst = whole.data() + size_t(to.at(s.name).first) * e;
       for_each_run(s, [&](int64_t i, int64_t g, int64_t n) {
         std::memcpy(dst + size_t(g) * e, shard + size_t(i) * e, size_t(n) * e);

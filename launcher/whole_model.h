@@ -14,9 +14,12 @@
 
 namespace trellis {
 
+// A stage's parts are its tensor ranks' shards or, under expert parallelism (moe.expert_parallel =
+// G > 1, which needs t = 1), its G expert ranks' parameters: each holds the stage's other parameters
+// whole and its own experts. Below, "tensor rank" is the part's index either way.
 struct WholeModelLayout {
   // p pipeline ranks with v chunks each, each stage split over t tensor ranks (p = t = 1: the
-  // whole model on one rank).
+  // whole model on one rank), or over cfg.moe.expert_parallel expert ranks.
   WholeModelLayout(const GPTConfig& cfg, int p, int v, int t = 1);
 
   std::vector<ParameterSpec> whole;               // the whole model's parameters, in buffer order

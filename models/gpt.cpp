@@ -403,11 +403,23 @@ void GPT::forward_loss(const StepContext& ctx, const Tensor& tokens, const Tenso
   release_slot(slot);
 }
 
-GPT::Ranges GPT::grads_counted_once() const {
+GPT::Ranges GPT::expert_grads() const {
+  Ranges runs;
+  for (const Parameter& p : params_.all()) {
+    if (!MoEMLP::is_expert_parameter(p.spec.name)) continue;
+    const int64_t end = p.offset + p.spec.shape.numel();
+    if (!runs.empty() && runs.back().second == p.offset) runs.back().second = end;
+    else runs.emplace_back(p.offset, end);
+  }
+  return runs;
+}
+
+GPT::Ranges GPT::grads_counted_once(bool experts) const {
   Ranges runs;  // maximal runs of consecutive counted parameters
   for (const Parameter& p : params_.all()) {
     const bool head_copy = p.spec.name == "wte" && !part_.embedding;
     if (head_copy || (tp_.rank != 0 && p.spec.split.replicated())) continue;
+    if (!experts && MoEMLP::is_expert_parameter(p.spec.name)) continue;
     const int64_t end = p.offset + p.spec.shape.numel();
     if (!runs.empty() && runs.back().second == p.offset) runs.back().second = end;
     else runs.emplace_back(p.offset, end);

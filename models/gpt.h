@@ -143,7 +143,10 @@ class GPT {
   // them, except the token embedding on a rank that holds it only for the head (the first stage
   // counts it) and, on tensor ranks other than 0, the replicated parameters (rank 0 counts them),
   // so summing the squares over the tensor and pipeline groups counts each element once.
-  Ranges grads_counted_once() const;
+  Ranges grads_counted_once(bool experts = true) const;
+  // The experts' gradients (MoEMLP::is_expert_parameter), as maximal runs; with experts = false
+  // grads_counted_once leaves them out (expert parallelism counts them over the expert group).
+  Ranges expert_grads() const;
   // Gradients that are partial sums over the tensor group after backward (sequence parallelism:
   // the LayerNorms, applied to token shards); the trainer all-reduces them once per step.
   Ranges tensor_partial_grads() const;

@@ -15,6 +15,7 @@
 // (4C, C), .fc.b, .proj.w (C, 4C), .proj.b: initialized by name and index like every parameter, so
 // which rank holds an expert does not change it.
 #pragma once
+#include <string>
 #include <vector>
 
 #include "core/alloc.h"
@@ -48,6 +49,9 @@ class MoEMLP {
   static void append_specs(const MoEConfig& moe, int64_t d_model, int64_t n_layers, int layer, int expert_rank,
                            std::vector<ParameterSpec>& out);
   static MoEParams params_of(const ParameterStore& store, const MoEConfig& moe, int layer, int expert_rank);
+  // Whether a parameter is an expert's (held by one rank of an expert group; its gradient is summed
+  // over the expert-data group), by its name.
+  static bool is_expert_parameter(const std::string& name) { return name.find(".moe.experts.") != std::string::npos; }
 
   // `group`: the expert group (its size is moe.expert_parallel), or null for 1.
   MoEMLP(const MoEConfig& moe, DType dtype, const MoEParams& p, Communicator* group);

@@ -39,9 +39,12 @@ class GradientSync final : public GradientReduction {
   // reduce_dtype: the gradients' own dtype, or bf16/f16 to reduce in a 16-bit copy.
   // own_bucket: one parameter's range that gets a bucket to itself (none when empty), so it can be
   // reduced apart from its neighbours (EmbeddingRowExchange's token embedding).
+  // expert: per parameter range, whether it is an expert's (expert parallelism: held by the ranks of
+  // `expert_data` only, so summed over that group; buckets hold experts' or others', never both).
   GradientSync(Runtime& rt, Communicator& data_group, const Tensor& flat_grads,
                const std::vector<std::pair<int64_t, int64_t>>& param_ranges, size_t bucket_bytes,
-               DType reduce_dtype, std::pair<int64_t, int64_t> own_bucket = {0, 0});
+               DType reduce_dtype, std::pair<int64_t, int64_t> own_bucket = {0, 0},
+               const std::vector<bool>& expert = {}, Communicator* expert_data = nullptr);
   ~GradientSync() override;
   GradientSync(const GradientSync&) = delete;
   GradientSync& operator=(const GradientSync&) = delete;
@@ -61,6 +64,7 @@ class GradientSync final : public GradientReduction {
   struct Bucket {
     int64_t begin = 0, end = 0;
     int64_t ready = 0;
+    Communicator* comm = nullptr;  // the data group, or the expert-data group for experts' buckets
     bool started = false;
     bool completed = false;  // waited for (and cast back) this step
     CommHandle handle;

@@ -2,11 +2,15 @@
 """Mixture-of-experts layout equivalence on the CPU in fp32 (DESIGN.md section 4): a tiny GPT whose
 blocks have 4 experts (top 2, capacity factor 1: choices are dropped), with dropout, gradient
 clipping and the balancing loss, trained for K steps at data 2 and 4, pipeline 2 (1f1b and gpipe),
-pipeline 2 x data 2, ZeRO stages 1-3, full and elementwise activation checkpointing, and with the
-experts in every other block, gives the same losses, gradient norms and exported weights as one
-rank, up to fp32 reduction-order rounding. A run stopped after step 3 and resumed continues bitwise
-on one rank; a stage-1 checkpoint at data 2 resumed on one rank continues as the uninterrupted run.
-A layout that cannot hold experts yet (tensor > 1, expert parallelism) stops every rank, with one line.
+pipeline 2 x data 2, ZeRO stages 1-3, full and elementwise activation checkpointing, with the
+experts in every other block, and with expert parallelism (parallel.expert = 2 and 4: each rank
+holds some of the experts; at data 4 with expert 2 the experts' gradients are summed over the
+expert-data group; with pipeline 2; with checkpointing) gives the same losses, gradient norms and
+exported weights (gathered from the expert ranks) as one rank, up to fp32 reduction-order rounding.
+A run stopped after step 3 and resumed continues bitwise on one rank; a stage-1 checkpoint at data 2
+and an expert-parallel one resumed on one rank, and a one-rank checkpoint resumed at expert 4,
+continue as the uninterrupted run. A layout that cannot hold experts yet (tensor > 1, ZeRO with
+expert parallelism) or an expert group that does not divide the experts stops every rank, with one line.
 Usage: moe_equivalence.py TRAIN_GPT MPIEXEC CONFIG"""
 import os
 import sys
@@ -59,6 +63,11 @@ def main():
             (2, "p2_elementwise", ["parallel.pipeline=2", "train.checkpointing=elementwise"]),
             (2, "d2_freq2_z3", ["moe.layer_freq=2", "zero.stage=3"]),
             (2, "p2_freq2", ["moe.layer_freq=2", "parallel.pipeline=2"]),
+            (2, "d2_e2", ["parallel.expert=2"]), (4, "d4_e2", ["parallel.expert=2"]),
+            (4, "d4_e4", ["parallel.expert=4"]),
+            (4, "p2_d2_e2", ["parallel.pipeline=2", "parallel.expert=2"]),
+            (2, "d2_e2_full", ["parallel.expert=2", "train.checkpointing=full"]),
+            (4, "d4_e2_freq2", ["parallel.expert=2", "moe.layer_freq=2"]),
         ]
         for ranks, tag, sets in cases:
             freq = 2 if "moe.layer_freq=2" in sets else 1
@@ -75,21 +84,27 @@ def main():
         # Resume: bitwise on the same layout; a data-2 stage-1 checkpoint (each rank's optimizer
         # pieces) resharded onto one rank continues as the uninterrupted run.
         ref_loss, ref_norms, ref_w = refs[1]
-        for ranks, tag, sets in [(1, "resume_d1", []), (2, "resume_d2_z1", ["zero.stage=1"])]:
+        for ranks, tag, sets, then in [(1, "resume_d1", [], (1, [])),
+                                       (2, "resume_d2_z1", ["zero.stage=1"], (1, [])),
+                                       (4, "resume_d4_e2", ["parallel.expert=2"], (1, [])),
+                                       (1, "resume_d1_to_e4", [], (4, ["parallel.expert=4"]))]:
             ck = os.path.join(tmp, tag + "_ck")
             run(binary, mpiexec, config, tmp, ranks, tag + "_a", f"checkpoint.dir={ck}", "train.stop_after=3", *sets)
-            _, loss, norms, w, _, _ = run(binary, mpiexec, config, tmp, 1, tag + "_b", f"checkpoint.dir={ck}")
+            _, loss, norms, w, _, _ = run(binary, mpiexec, config, tmp, then[0], tag + "_b", f"checkpoint.dir={ck}",
+                                          *then[1])
             dl, dw, l2 = equivalence.compare(loss, ref_loss[3:], w, ref_w)
-            bitwise = ranks == 1
+            bitwise = ranks == 1 and then[0] == 1
             ok = (len(loss) == STEPS - 3 and (loss == ref_loss[3:] and w == ref_w if bitwise else
                                               dl <= LOSS_TOL and dw <= WEIGHT_MAX_TOL and l2 <= WEIGHT_L2_TOL))
             failed |= not ok
-            print(f"{'ok  ' if ok else 'FAIL'} stopped after step 3 at {ranks} rank(s) {' '.join(sets)}, resumed on one rank: "
+            print(f"{'ok  ' if ok else 'FAIL'} stopped after step 3 at {ranks} rank(s) {' '.join(sets)}, resumed on "
+                  f"{then[0]} {' '.join(then[1])}: "
                   f"{'bitwise' if bitwise else 'resharded'}: loss rel diff {dl:.2e}, max abs weight diff {dw:.2e}")
 
         # Layouts that cannot hold experts yet: one line (from rank 0), every rank exits 1.
         for ranks, sets, want in [(2, ["parallel.tensor=2"], "parallel.tensor = 1"),
-                                  (2, ["parallel.expert=2"], "parallel.expert = 2")]:
+                                  (2, ["parallel.expert=2", "zero.stage=1"], "zero.stage = 0"),
+                                  (2, ["moe.experts=3", "parallel.expert=2"], "parallel.expert = 2 must divide moe.experts = 3")]:
             cmd, p = equivalence.launch(binary, mpiexec, config, ranks, BASE + sets)
             lines = [l for l in p.stderr.splitlines() if l.startswith("error:")]
             ok = p.returncode != 0 and len(lines) == 1 and all(want in l for l in lines) and "Abort" not in p.stderr
