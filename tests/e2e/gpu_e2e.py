@@ -6,13 +6,17 @@ with the reason). The tiny config, dropout on, deterministic mode:
 - one GPU without dropout: steps replayed as CUDA graphs equal steps launched kernel by kernel
   (bf16 and fp16 bitwise in deterministic mode, bf16 with cuDNN attention within rounding), and
   N + resume + N equals 2N with them;
+- one GPU with mixture-of-experts blocks (4 experts, top 2, capacity factor 1: choices dropped) in
+  fp32 trains the same model as the CPU; in bf16 its steps replayed as CUDA graphs equal launched
+  ones bitwise, and N + resume + N equals 2N;
 - one GPU with the optimizer offloaded (zero.offload = cpu: AdamW on the host) trains the same model
   as without, in fp32, bf16 and fp16 (the host's AdamW rounds like the device's up to fused
   multiply-adds), also with the state in files (zero.offload = nvme, fp32), and so do two GPUs at
   data = 2, ZeRO stage 1, bf16;
 with two GPUs or more, under mpiexec:
 - data = 2 (ZeRO stages 0 and 1), tensor = 2 and pipeline = 2 (1F1B) in fp32 train the same model
-  as one GPU;
+  as one GPU; so does expert parallelism (parallel.expert = 2: the routed slots exchanged all-to-all
+  through NCCL) with the experts' model;
 - data = 2, ZeRO stage 1, bf16: N + resume + N equals 2N bitwise (per-rank optimizer state).
 Usage: gpu_e2e.py TRAIN_GPT MPIEXEC CONFIG"""
 import json
@@ -180,6 +184,16 @@ def main():
         graphed, _ = train_with_log(binary, config, tmp, "graphs_cudnn", *fast)
         plain = train(binary, mpiexec, config, tmp, "plain_cudnn", 1, *fast, "train.cuda_graphs=false")
         check_same_model("CUDA graphs with cuDNN attention against without, bf16", graphed, plain, half)
+        moe = ["moe.experts=4", "moe.top_k=2", "moe.capacity_factor=1.0", "moe.aux_loss_coef=0.05"]
+        moe_cpu = train(binary, mpiexec, config, tmp, "moe_cpu", 1, "train.device=cpu", f32, *moe)
+        moe_one = train(binary, mpiexec, config, tmp, "moe_gpu1", 1, "train.device=cuda", f32, *moe)
+        check_same_model("experts: one GPU against the CPU, fp32", moe_one, moe_cpu)
+        moe_bf = ["train.device=cuda", "train.precision=bf16", "model.dropout=0", *moe]
+        graphed, out = train_with_log(binary, config, tmp, "moe_graphs", *moe_bf)
+        plain = train(binary, mpiexec, config, tmp, "moe_plain", 1, *moe_bf, "train.cuda_graphs=false")
+        check(f"cuda graphs: {STEPS - 1} of {STEPS} steps" in out and graphed == plain,
+              "experts, bf16: steps replayed as CUDA graphs equal launched ones bitwise")
+        check_resume(binary, mpiexec, config, tmp, "moe_bf16_resume", 1, *moe_bf)
         if gpus < 2:
             print("one GPU: the two-GPU layouts are not checked")
             return
@@ -189,6 +203,8 @@ def main():
                                 ("pipeline2", "pipeline = 2, 1F1B", ["parallel.pipeline=2", "parallel.schedule=1f1b"])):
             run = train(binary, mpiexec, config, tmp, tag, 2, "train.device=cuda", f32, *sets)
             check_same_model(f"{name} against one GPU, fp32", run, one)
+        run = train(binary, mpiexec, config, tmp, "moe_expert2", 2, "train.device=cuda", f32, *moe, "parallel.expert=2")
+        check_same_model("experts, data = 2 with expert = 2 against one GPU, fp32", run, moe_one)
         check_resume(binary, mpiexec, config, tmp, "data2_zero1_bf16", 2, "train.device=cuda", "train.precision=bf16",
                      "zero.stage=1")
         z1 = ["train.device=cuda", "train.precision=bf16", "zero.stage=1"]
