@@ -13,5 +13,5 @@ echo "gpu_e2e exit $?"; grep -c "^ok" "$out/gpu_e2e.log"; grep -E "FAIL|experts"
 echo "=== profile $(date +%T)"
 timeout 120 build/train_gpt bench/profile_124m.toml --set train.micro_batch=16 --set moe.experts=8 --set moe.top_k=2 \
   --set moe.layer_freq=2 --set log.profile_ops=true > "$out/profile.log" 2>&1
-echo "profile exit $?"; grep -E "experts:|step +6/6" "$out/profile.log"; sed -n '/op profile/,$p' "$out/profile.log" | head -45
+echo "profile exit $?"; grep -E "experts:|step +6/6" "$out/profile.log"; sed -n '/per-op device time/,$p' "$out/profile.log" | head -45
 echo "=== done $(date +%T)"
