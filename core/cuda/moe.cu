@@ -4,6 +4,9 @@
 // order (dgate's dot products, the softmax's sum), the integer routing is bitwise the CPU's.
 #include <cub/block/block_scan.cuh>
 
+#include <initializer_list>
+#include <type_traits>
+
 #include "core/cuda/kernel_common.cuh"
 #include "core/cuda/launchers.h"
 
@@ -84,62 +87,110 @@ __global__ void route_slots_kernel(int32_t* slot, int32_t* slot_token, float* co
   if (threadIdx.x == 0) counts[e] = float(base);
 }
 
-template <typename T>
+// The row kernels below move 16-byte vectors of V elements (8 for 16-bit, 4 for f32) where the
+// rows allow it (C a multiple of V, 16-byte aligned pointers), else one element at a time (V = 1).
+template <typename T, int V>
+struct alignas(sizeof(T) * V) Vec {
+  T e[V];
+};
+
+template <typename T, int V>
 __global__ void dispatch_kernel(T* xe, const T* x, const int32_t* slot_token, int64_t S, int64_t C, int K) {
-  TRELLIS_GRID_STRIDE(i, S * C) {
-    const int32_t t = slot_token[i / C];
-    xe[i] = t < 0 ? from_f32<T>(0.0f) : x[int64_t(t / K) * C + i % C];
+  using W = Vec<T, V>;
+  const int64_t Cv = C / V;
+  TRELLIS_GRID_STRIDE(i, S * Cv) {
+    const int32_t t = slot_token[i / Cv];
+    W w;
+    if (t < 0) {
+      for (int j = 0; j < V; ++j) w.e[j] = from_f32<T>(0.0f);
+    } else {
+      w = reinterpret_cast<const W*>(x)[int64_t(t / K) * Cv + i % Cv];
+    }
+    reinterpret_cast<W*>(xe)[i] = w;
   }
 }
 
-template <typename T>
+template <typename T, int V>
 __global__ void dispatch_backward_kernel(T* dx, const T* dxe, const int32_t* slot, int64_t N, int64_t C, int K,
                                          bool accumulate) {
-  TRELLIS_GRID_STRIDE(i, N * C) {
-    const int64_t n = i / C, c = i % C;
-    float v = accumulate ? to_f32(dx[i]) : 0.0f;
+  using W = Vec<T, V>;
+  const int64_t Cv = C / V;
+  TRELLIS_GRID_STRIDE(i, N * Cv) {
+    const int64_t n = i / Cv, c = i % Cv;
+    float v[V];
+    W d = reinterpret_cast<const W*>(dx)[i];
+    for (int j = 0; j < V; ++j) v[j] = accumulate ? to_f32(d.e[j]) : 0.0f;
     for (int k = 0; k < K; ++k) {
       const int32_t s = slot[n * K + k];
-      if (s >= 0) v += to_f32(dxe[int64_t(s) * C + c]);
+      if (s < 0) continue;
+      const W g = reinterpret_cast<const W*>(dxe)[int64_t(s) * Cv + c];
+      for (int j = 0; j < V; ++j) v[j] += to_f32(g.e[j]);
     }
-    dx[i] = from_f32<T>(v);
+    for (int j = 0; j < V; ++j) d.e[j] = from_f32<T>(v[j]);
+    reinterpret_cast<W*>(dx)[i] = d;
   }
 }
 
-template <typename T>
+template <typename T, int V>
 __global__ void combine_kernel(T* out, const T* ye, const int32_t* slot, const float* gate, const T* residual,
                                int64_t N, int64_t C, int K) {
-  TRELLIS_GRID_STRIDE(i, N * C) {
-    const int64_t n = i / C, c = i % C;
-    float v = 0.0f;
+  using W = Vec<T, V>;
+  const int64_t Cv = C / V;
+  TRELLIS_GRID_STRIDE(i, N * Cv) {
+    const int64_t n = i / Cv, c = i % Cv;
+    float v[V] = {};
     for (int k = 0; k < K; ++k) {
       const int32_t s = slot[n * K + k];
-      if (s >= 0) v += gate[n * K + k] * to_f32(ye[int64_t(s) * C + c]);
+      if (s < 0) continue;
+      const float g = gate[n * K + k];
+      const W y = reinterpret_cast<const W*>(ye)[int64_t(s) * Cv + c];
+      for (int j = 0; j < V; ++j) v[j] += g * to_f32(y.e[j]);
     }
-    out[i] = from_f32<T>(residual ? to_f32(residual[i]) + v : v);
+    W o;
+    if (residual) {
+      const W r = reinterpret_cast<const W*>(residual)[i];
+      for (int j = 0; j < V; ++j) o.e[j] = from_f32<T>(to_f32(r.e[j]) + v[j]);
+    } else {
+      for (int j = 0; j < V; ++j) o.e[j] = from_f32<T>(v[j]);
+    }
+    reinterpret_cast<W*>(out)[i] = o;
   }
 }
 
-template <typename T>
+template <typename T, int V>
 __global__ void combine_backward_slots_kernel(T* dye, const T* dout, const int32_t* slot_token, const float* gate,
                                               int64_t S, int64_t C, int K) {
-  TRELLIS_GRID_STRIDE(i, S * C) {
-    const int32_t t = slot_token[i / C];
-    dye[i] = from_f32<T>(t < 0 ? 0.0f : gate[t] * to_f32(dout[int64_t(t / K) * C + i % C]));
+  using W = Vec<T, V>;
+  const int64_t Cv = C / V;
+  TRELLIS_GRID_STRIDE(i, S * Cv) {
+    const int32_t t = slot_token[i / Cv];
+    W w;
+    if (t < 0) {
+      for (int j = 0; j < V; ++j) w.e[j] = from_f32<T>(0.0f);
+    } else {
+      const float g = gate[t];
+      const W d = reinterpret_cast<const W*>(dout)[int64_t(t / K) * Cv + i % Cv];
+      for (int j = 0; j < V; ++j) w.e[j] = from_f32<T>(g * to_f32(d.e[j]));
+    }
+    reinterpret_cast<W*>(dye)[i] = w;
   }
 }
 
 // A warp per choice (n, k): dgate = dout[n] . ye[slot].
-template <typename T>
+template <typename T, int V>
 __global__ void combine_backward_gates_kernel(float* dgate, const T* dout, const T* ye, const int32_t* slot,
                                               int64_t N, int64_t C, int K) {
-  const int64_t w = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+  using W = Vec<T, V>;
+  const int64_t w = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32, Cv = C / V;
   const int lane = threadIdx.x & 31;
   if (w >= N * K) return;
   const int32_t s = slot[w];
   float v = 0.0f;
   if (s >= 0)
-    for (int64_t c = lane; c < C; c += 32) v += to_f32(dout[(w / K) * C + c]) * to_f32(ye[int64_t(s) * C + c]);
+    for (int64_t c = lane; c < Cv; c += 32) {
+      const W d = reinterpret_cast<const W*>(dout)[(w / K) * Cv + c], y = reinterpret_cast<const W*>(ye)[int64_t(s) * Cv + c];
+      for (int j = 0; j < V; ++j) v += to_f32(d.e[j]) * to_f32(y.e[j]);
+    }
   v = warp_sum(v);
   if (lane == 0) dgate[w] = v;
 }
@@ -185,47 +236,67 @@ void launch_moe_route(cudaStream_t s, float* probs, int32_t* expert, float* gate
   CUDA_CHECK_LAUNCH();
 }
 
+namespace {
+// Calls f(Vec width) with 16 / sizeof(T) when C and every pointer allow 16-byte vectors, else 1.
+template <typename T, typename F>
+void with_width(int64_t C, std::initializer_list<const void*> ptrs, F f) {
+  constexpr int V = 16 / sizeof(T);
+  bool ok = C % V == 0;
+  for (const void* p : ptrs) ok = ok && (reinterpret_cast<uintptr_t>(p) & 15u) == 0;
+  if (ok) f(std::integral_constant<int, V>{});
+  else f(std::integral_constant<int, 1>{});
+}
+}  // namespace
+
 void launch_moe_dispatch(cudaStream_t s, void* xe, const void* x, DType t, const int32_t* slot_token, int64_t S,
                          int64_t C, int K) {
   if (S * C == 0) return;
-  TRELLIS_FLOAT_SWITCH(t, E,
-    dispatch_kernel<E><<<grid_for(S * C), kThreads, 0, s>>>(static_cast<E*>(xe), static_cast<const E*>(x), slot_token,
-                                                           S, C, K));
+  TRELLIS_FLOAT_SWITCH(t, E, with_width<E>(C, {xe, x}, [&](auto v) {
+    constexpr int V = decltype(v)::value;
+    dispatch_kernel<E, V><<<grid_for(S * C / V), kThreads, 0, s>>>(static_cast<E*>(xe), static_cast<const E*>(x),
+                                                                   slot_token, S, C, K);
+  }));
   CUDA_CHECK_LAUNCH();
 }
 
 void launch_moe_dispatch_backward(cudaStream_t s, void* dx, const void* dxe, DType t, const int32_t* slot, int64_t N,
                                   int64_t C, int K, bool accumulate) {
   if (N * C == 0) return;
-  TRELLIS_FLOAT_SWITCH(t, E,
-    dispatch_backward_kernel<E><<<grid_for(N * C), kThreads, 0, s>>>(static_cast<E*>(dx), static_cast<const E*>(dxe),
-                                                                    slot, N, C, K, accumulate));
+  TRELLIS_FLOAT_SWITCH(t, E, with_width<E>(C, {dx, dxe}, [&](auto v) {
+    constexpr int V = decltype(v)::value;
+    dispatch_backward_kernel<E, V><<<grid_for(N * C / V), kThreads, 0, s>>>(
+        static_cast<E*>(dx), static_cast<const E*>(dxe), slot, N, C, K, accumulate);
+  }));
   CUDA_CHECK_LAUNCH();
 }
 
 void launch_moe_combine(cudaStream_t s, void* out, const void* ye, DType t, const int32_t* slot, const float* gate,
                         const void* residual, int64_t N, int64_t C, int K) {
   if (N * C == 0) return;
-  TRELLIS_FLOAT_SWITCH(t, E,
-    combine_kernel<E><<<grid_for(N * C), kThreads, 0, s>>>(static_cast<E*>(out), static_cast<const E*>(ye), slot, gate,
-                                                          static_cast<const E*>(residual), N, C, K));
+  TRELLIS_FLOAT_SWITCH(t, E, with_width<E>(C, {out, ye, residual}, [&](auto v) {
+    constexpr int V = decltype(v)::value;
+    combine_kernel<E, V><<<grid_for(N * C / V), kThreads, 0, s>>>(static_cast<E*>(out), static_cast<const E*>(ye),
+                                                                  slot, gate, static_cast<const E*>(residual), N, C, K);
+  }));
   CUDA_CHECK_LAUNCH();
 }
 
 void launch_moe_combine_backward(cudaStream_t s, void* dye, float* dgate, const void* dout, const void* ye, DType t,
                                  const int32_t* slot, const int32_t* slot_token, const float* gate, int64_t N,
                                  int64_t S, int64_t C, int K) {
-  TRELLIS_FLOAT_SWITCH(t, E,
+  TRELLIS_FLOAT_SWITCH(t, E, with_width<E>(C, {dye, dout, ye}, [&](auto v) {
+    constexpr int V = decltype(v)::value;
     if (S * C > 0) {
-      combine_backward_slots_kernel<E><<<grid_for(S * C), kThreads, 0, s>>>(
+      combine_backward_slots_kernel<E, V><<<grid_for(S * C / V), kThreads, 0, s>>>(
           static_cast<E*>(dye), static_cast<const E*>(dout), slot_token, gate, S, C, K);
       CUDA_CHECK_LAUNCH();
     }
     if (N * K > 0) {
-      combine_backward_gates_kernel<E><<<warps_grid(N * K), kThreads, 0, s>>>(
+      combine_backward_gates_kernel<E, V><<<warps_grid(N * K), kThreads, 0, s>>>(
           dgate, static_cast<const E*>(dout), static_cast<const E*>(ye), slot, N, C, K);
       CUDA_CHECK_LAUNCH();
-    });
+    }
+  }));
 }
 
 void launch_moe_router_backward(cudaStream_t s, float* dlogits, const float* dgate, const float* probs,
