@@ -563,6 +563,15 @@ void moe_router_backward(Runtime& rt, const Tensor& dlogits, const Tensor& dgate
   TRELLIS_DISPATCH(rt, moe_router_backward, rt, dlogits, dgate, probs, expert, gate, counts, aux_scale);
 }
 
+void moe_statistics(Runtime& rt, const Tensor& stats, const Tensor& probs, const Tensor& counts, int64_t top_k,
+                    int64_t capacity) {
+  const char* op = "moe_statistics";
+  for (const Tensor* t : {&stats, &probs, &counts}) { check_device(rt, *t, op); check_dtype(*t, DType::f32, op); }
+  TRELLIS_CHECK(stats.numel() == 2 && probs.dim() == 2 && counts.numel() == probs.size(1) && top_k >= 1 && capacity >= 1,
+                std::string(op) + ": stats " + stats.str() + ", probs " + probs.str() + ", counts " + counts.str());
+  TRELLIS_DISPATCH(rt, moe_statistics, rt, stats, probs, counts, top_k, capacity);
+}
+
 void adamw_step(Runtime& rt, const Tensor& master, const Tensor& m, const Tensor& v, const Tensor& grad,
                 const Tensor& params_out, const AdamWHyper& h, float grad_scale, const AdamWRuns* runs) {
   for (const Tensor* t : {&master, &m, &v, &grad, &params_out}) check_device(rt, *t, "adamw_step");

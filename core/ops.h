@@ -220,6 +220,10 @@ void moe_combine_backward(Runtime& rt, const Tensor& dye, const Tensor& dgate, c
 // 1 when balanced; f_e taken as constant, as in Switch Transformer).
 void moe_router_backward(Runtime& rt, const Tensor& dlogits, const Tensor& dgate, const Tensor& probs,
                          const Tensor& expert, const Tensor& gate, const Tensor& counts, float aux_scale);
+// For the log: stats f32 (2) += (the balancing loss E * sum_e f_e P_e, the choices dropped: sum_e
+// max(0, counts[e] - capacity)), from moe_route's probs (N, E) and counts (E); K = the choices per token.
+void moe_statistics(Runtime& rt, const Tensor& stats, const Tensor& probs, const Tensor& counts, int64_t top_k,
+                    int64_t capacity);
 
 // ---- optimizer ----
 struct AdamWHyper {

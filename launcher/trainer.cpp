@@ -685,6 +685,10 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
   Tensor probe = scalars.tensor(DType::f32, {1}, 8);
   Buffer expert_sq_buf(rt.allocator(), 4, "expert squares");
   const Tensor expert_sq = expert_sq_buf.tensor(DType::f32, {1});
+  // With experts: the step's balancing losses and dropped choices over its MoE blocks (for the log).
+  const bool moe = mc.moe.experts > 0;
+  Buffer moe_stats_buf(rt.allocator(), 2 * 4, "MoE statistics");
+  const Tensor moe_stats = moe_stats_buf.tensor(DType::f32, {2});
   // The step's AdamW values (core/step_scalars.h): what the host knows goes up at the start of the
   // step, the rest is computed on the device, so the host waits only once, at the end of the step.
   Buffer step_scalars_buf(rt.allocator(), kStepScalarCount * sizeof(float), "step scalars");
@@ -741,11 +745,12 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
     auto first_sample = [&](int mb) { return sample_of(step, mb); };
     if (graphs && staged != step) stage_batch(step);
     // Dropout masks are keyed by (seed, step, global sample index).
-    auto context_at = [&](int64_t sample_offset) {
+    auto context_at = [&](int64_t sample_offset, bool training = true) {
       StepContext ctx;
       ctx.seed = uint64_t(cfg.train.seed);
       ctx.step = step;
       ctx.sample_offset = sample_offset;
+      if (moe && training) ctx.moe_stats = moe_stats;
       return ctx;
     };
     // The step's device work, from the upload of its scalars to the download of its loss and norm.
@@ -755,6 +760,7 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
       model.params().zero_grads();
       fill(rt, loss_sum, 0.0f);
       fill(rt, norm_sq, 0.0f);
+      if (moe) fill(rt, moe_stats, 0.0f);
       std::vector<std::pair<Tensor, Tensor>> batch;
       if (graphs) {
         for (int mb = 0; mb < m; ++mb) batch.push_back(loader.upload(mb));
@@ -798,6 +804,11 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
       if (streaming) streaming->parameters_changed();
       copy(rt, step_readback.slice(0, {2}), scalars.tensor(DType::f32, {2}));
       copy(rt, step_readback.slice(2, {1}), step_scalars.slice(kApply, {1}));
+      if (moe) {  // each data rank routed its own micro-batches, each stage its own blocks
+        if (reduce) data_group.all_reduce(moe_stats);
+        if (pipeline_group) pipeline_group->all_reduce(moe_stats);
+        copy(rt, step_readback.slice(3, {2}), moe_stats);
+      }
       marks.mark(3);
     };
     // What the step's kernels take by value: the loss gradient's scale (fp16's loss scale).
@@ -818,6 +829,11 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
     const double loss = double(host[0]) / tokens_per_step;
     const double norm = std::sqrt(double(host[1])) / loss_scale;
     const bool finite = host[2] != 0.0f;  // the device skipped the update otherwise
+    // The balancing loss averaged over the step's MoE blocks and micro-batches, and the fraction of
+    // the choices dropped at full experts.
+    const double moe_passes = double(mc.moe.layers(mc.n_layers)) * double(res.accumulation * data_size);
+    const double moe_aux = moe ? double(host[3]) / moe_passes : 0.0;
+    const double moe_dropped = moe ? double(host[4]) / (moe_passes * double(B * T * mc.moe.top_k)) : 0.0;
     if (!finite && !lsc.enabled)
       throw UserError("step " + std::to_string(step) + ": non-finite " + (std::isfinite(loss) ? "gradient norm" : "loss") +
                       "; first non-finite gradient in " +
@@ -845,6 +861,7 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
       JsonObject rec;
       rec.add("step", step).add("loss", loss).add("lr", lr).add("grad_norm", norm);
       if (lsc.enabled) rec.add("loss_scale", double(loss_scale)).add("skipped", !apply);
+      if (moe) rec.add("moe_aux_loss", moe_aux).add("moe_dropped", moe_dropped);
       rec.add("tokens_per_s", tokens_per_s).add("step_ms", seconds * 1e3).add("peak_mem_bytes", int64_t(peak_mem));
       JsonObject phases;  // device time (compute stream), ms; the rest of step_ms is host time
       phases.add("schedule", marks.ms(0, 1)).add("reductions", marks.ms(1, 2)).add("optimizer", marks.ms(2, 3));
@@ -855,6 +872,10 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
       if (tb->enabled()) {
         std::vector<std::pair<std::string, double>> v = {{"train/loss", loss}, {"train/lr", lr}, {"train/grad_norm", norm}};
         if (lsc.enabled) v.emplace_back("train/loss_scale", double(loss_scale));
+        if (moe) {
+          v.emplace_back("train/moe_aux_loss", moe_aux);
+          v.emplace_back("train/moe_dropped", moe_dropped);
+        }
         v.emplace_back("train/tokens_per_s", tokens_per_s);
         v.emplace_back("train/step_ms", seconds * 1e3);
         v.emplace_back("train/peak_mem_bytes", double(peak_mem));
@@ -872,6 +893,7 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
         std::printf("step %5lld/%lld | loss %.4f | lr %.2e | norm %.3f |", (long long)step, (long long)cfg.train.steps,
                     loss, lr, norm);
         if (lsc.enabled) std::printf(" scale %g (skipped %lld) |", double(loss_scale), (long long)scaler.skipped());
+        if (moe) std::printf(" moe aux %.3f, dropped %.1f%% |", moe_aux, 100.0 * moe_dropped);
         std::printf(" %.0f tok/s |", tokens_per_s);
         if (peak > 0) std::printf(" MFU %.1f%% |", 100.0 * mfu);
         std::printf(" %.1f ms | peak %s\n", seconds * 1e3, format_bytes(peak_mem).c_str());
@@ -885,7 +907,7 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
       fill(rt, loss_sum, 0.0f);
       auto val_sample = [&](int vb) { return (int64_t(vb) * data_size + data_rank) * B; };
       GPTStage val_model(
-          model, [&](int vb) { return context_at(val_sample(vb)); },
+          model, [&](int vb) { return context_at(val_sample(vb), false); },
           [&](int vb) { return loader.load(Split::val, val_sample(vb)); }, 0.0f, loss_sum);
       engine.run_forward(int(cfg.log.val_batches), val_model);
       if (reduce) data_group.all_reduce(loss_sum);

@@ -288,7 +288,8 @@ CommHandle TransformerBlock::mlp_half(Runtime& rt, const StepContext& ctx, Block
   }
   if (moe_) {  // y = r + moe(ln2) (the residual added in the combine), or branch = moe(ln2)
     const bool in_gemm = residual_in_gemm(ctx) && y.defined();
-    moe_->forward(rt, in_gemm ? y : y.defined() ? branch : Tensor(), s.ln2, in_gemm ? &s.r : nullptr, s.moe, keep, temp);
+    moe_->forward(rt, in_gemm ? y : y.defined() ? branch : Tensor(), s.ln2, in_gemm ? &s.r : nullptr, s.moe, keep, temp,
+                  y.defined() ? ctx.moe_stats : Tensor());
     return {};
   }
   // g = gelu(h), h = fc(ln2): one GEMM with the GELU as its epilogue, writing both (h for backward).

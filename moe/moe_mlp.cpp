@@ -108,7 +108,7 @@ void MoEMLP::experts_backward(Runtime& rt, const Tensor& dxe, const Tensor& dye,
 }
 
 void MoEMLP::forward(Runtime& rt, const Tensor& out, const Tensor& x_in, const Tensor* residual, MoESaved& s,
-                     Arena& keep, Arena& temp) const {
+                     Arena& keep, Arena& temp, const Tensor& stats) const {
   NvtxRange r("moe_forward");
   const Tensor x = x_in.view({x_in.rows(), x_in.cols()});
   const int64_t N = x.rows(), C = x.cols(), E = moe_.experts, K = moe_.top_k, S = E * moe_.capacity(N);
@@ -123,6 +123,7 @@ void MoEMLP::forward(Runtime& rt, const Tensor& out, const Tensor& x_in, const T
   s.slot_token = keep.take(DType::i32, {S});
   s.counts = keep.take(DType::f32, {E});
   moe_route(rt, s.probs, s.expert, s.gate, s.slot, s.slot_token, s.counts, logits);
+  if (stats.defined()) moe_statistics(rt, stats, s.probs, s.counts, K, moe_.capacity(N));
   const bool exchanged = group_ && group_->size() > 1;
   Tensor routed = exchanged ? temp.take(dtype_, {S, C}) : keep.take(dtype_, {S, C});
   moe_dispatch(rt, routed, x, s.slot_token, K);

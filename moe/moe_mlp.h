@@ -58,9 +58,9 @@ class MoEMLP {
 
   // out (N, C) = [*residual +] the experts' gated sum for x (N, C). What backward needs goes to s,
   // from `keep`; temporaries from `temp`. With out undefined: stops before the combine (the
-  // recomputation of activation checkpointing).
+  // recomputation of activation checkpointing). stats (defined): moe_statistics adds this micro-batch's.
   void forward(Runtime& rt, const Tensor& out, const Tensor& x, const Tensor* residual, MoESaved& s, Arena& keep,
-               Arena& temp) const;
+               Arena& temp, const Tensor& stats = Tensor()) const;
   // dx (N, C) = dL/dx (written) from dout = dL/dout; the parameters' gradients are added.
   // aux_scale: d(objective)/d(balancing loss) for this micro-batch (see GPT's StepContext).
   void backward(Runtime& rt, const Tensor& dx, const Tensor& dout, const Tensor& x, const MoESaved& s, float aux_scale,

@@ -160,4 +160,20 @@ void moe_router_backward(Runtime&, const Tensor& dlogits, const Tensor& dgate, c
   }
 }
 
+void moe_statistics(Runtime&, const Tensor& stats, const Tensor& probs, const Tensor& counts, int64_t top_k,
+                    int64_t capacity) {
+  const int64_t N = probs.size(0), E = probs.size(1);
+  const float *pr = probs.ptr<float>(), *cn = counts.ptr<float>();
+  double aux = 0, dropped = 0;
+  for (int64_t e = 0; e < E; ++e) {
+    double mean_p = 0;
+    for (int64_t n = 0; n < N; ++n) mean_p += pr[n * E + e];
+    aux += double(E) * (double(cn[e]) / double(N * top_k)) * (mean_p / double(N));
+    dropped += std::max(0.0, double(cn[e]) - double(capacity));
+  }
+  float* st = stats.ptr<float>();
+  st[0] += float(aux);
+  st[1] += float(dropped);
+}
+
 }  // namespace trellis::cpu

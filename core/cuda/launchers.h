@@ -196,6 +196,9 @@ void launch_moe_combine(cudaStream_t s, void* out, const void* ye, DType t, cons
 void launch_moe_combine_backward(cudaStream_t s, void* dye, float* dgate, const void* dout, const void* ye, DType t,
                                  const int32_t* slot, const int32_t* slot_token, const float* gate, int64_t N,
                                  int64_t S, int64_t C, int K);
+// stats (2) += (balancing loss, dropped choices); partial: 2 E floats of scratch.
+void launch_moe_statistics(cudaStream_t s, float* stats, float* partial, const float* probs, const float* counts,
+                           int64_t N, int E, int K, int64_t cap);
 void launch_moe_router_backward(cudaStream_t s, float* dlogits, const float* dgate, const float* probs,
                                 const int32_t* expert, const float* gate, const float* counts, float aux, int64_t N,
                                 int E, int K);

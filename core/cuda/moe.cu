@@ -221,6 +221,36 @@ __global__ void router_backward_kernel(float* dlogits, const float* dgate, const
   for (int i = 0, e = lane; e < E; ++i, e += 32) dlogits[n * E + e] = p[e] * (d[i] - pd);
 }
 
+// A block per expert: its term of the balancing loss and its dropped choices, into partial[e] and
+// partial[E + e]; then one block sums them in expert order (deterministic) into stats.
+__global__ void statistics_partial_kernel(float* partial, const float* probs, const float* counts, int64_t N, int E,
+                                          int K, int64_t cap) {
+  __shared__ float shared[32];
+  const int e = blockIdx.x;
+  float sum = 0.0f;
+  for (int64_t n = threadIdx.x; n < N; n += blockDim.x) sum += probs[n * E + e];
+  sum = block_sum(sum, shared);
+  if (threadIdx.x == 0) {
+    partial[e] = float(E) * (counts[e] / float(N * K)) * (sum / float(N));
+    partial[E + e] = fmaxf(0.0f, counts[e] - float(cap));
+  }
+}
+
+__global__ void statistics_sum_kernel(float* stats, const float* partial, int E) {
+  __shared__ float shared[32];
+  float aux = 0.0f, dropped = 0.0f;
+  for (int e = threadIdx.x; e < E; e += blockDim.x) {
+    aux += partial[e];
+    dropped += partial[E + e];
+  }
+  aux = block_sum(aux, shared);
+  dropped = block_sum(dropped, shared);
+  if (threadIdx.x == 0) {
+    stats[0] += aux;
+    stats[1] += dropped;
+  }
+}
+
 unsigned warps_grid(int64_t warps) { return unsigned((warps * 32 + kThreads - 1) / kThreads); }
 
 }  // namespace
@@ -305,6 +335,14 @@ void launch_moe_router_backward(cudaStream_t s, float* dlogits, const float* dga
   if (N == 0) return;
   TRELLIS_CHECK(E <= 32 * kMaxExpertsPerLane, "moe_router_backward: at most 1024 experts on the GPU");
   router_backward_kernel<<<warps_grid(N), kThreads, 0, s>>>(dlogits, dgate, probs, expert, gate, counts, aux, N, E, K);
+  CUDA_CHECK_LAUNCH();
+}
+
+void launch_moe_statistics(cudaStream_t s, float* stats, float* partial, const float* probs, const float* counts,
+                           int64_t N, int E, int K, int64_t cap) {
+  statistics_partial_kernel<<<unsigned(E), kThreads, 0, s>>>(partial, probs, counts, N, E, K, cap);
+  CUDA_CHECK_LAUNCH();
+  statistics_sum_kernel<<<1, kThreads, 0, s>>>(stats, partial, E);
   CUDA_CHECK_LAUNCH();
 }
 

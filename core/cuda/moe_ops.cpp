@@ -45,4 +45,12 @@ void moe_router_backward(Runtime& rt, const Tensor& dlogits, const Tensor& dgate
                              expert.ptr<int32_t>(), gate.ptr<float>(), counts.ptr<float>(), aux, N, int(E), int(K));
 }
 
+void moe_statistics(Runtime& rt, const Tensor& stats, const Tensor& probs, const Tensor& counts, int64_t top_k,
+                    int64_t capacity) {
+  const int64_t E = probs.size(1);
+  float* partial = static_cast<float*>(rt.scratch(size_t(2 * E) * sizeof(float)));
+  launch_moe_statistics(compute_stream(rt), stats.ptr<float>(), partial, probs.ptr<float>(), counts.ptr<float>(),
+                        probs.size(0), int(E), int(top_k), capacity);
+}
+
 }  // namespace trellis::gpu

@@ -572,6 +572,14 @@ TEST_P(Parity, MoERouting) {
     moe_router_backward(cpu(), dlogits.t, dgate.t, probs.t, expert.t, gate.t, counts.t, 0.3f);
     moe_router_backward(gpu(), gdlogits.t, gdg.t, gprobs.t, gexpert.t, ggate.t, gcounts.t, 0.3f);
     expect_close(to_host(gdlogits), dlogits, tolerance(DType::f32, 10.0f), "moe_router_backward" + at);
+
+    HostTensor stats(DType::f32, {2});
+    stats.set(0, 0.5f);
+    stats.set(1, 2.0f);
+    DeviceTensor gstats = to_device(stats);
+    moe_statistics(cpu(), stats.t, probs.t, counts.t, c.K, cap);
+    moe_statistics(gpu(), gstats.t, gprobs.t, gcounts.t, c.K, cap);
+    expect_close(to_host(gstats), stats, tolerance(DType::f32), "moe_statistics" + at);
   }
 }
 

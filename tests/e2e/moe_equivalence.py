@@ -12,6 +12,7 @@ and an expert-parallel one resumed on one rank, and a one-rank checkpoint resume
 continue as the uninterrupted run. A layout that cannot hold experts yet (tensor > 1, ZeRO with
 expert parallelism) or an expert group that does not divide the experts stops every rank, with one line.
 Usage: moe_equivalence.py TRAIN_GPT MPIEXEC CONFIG"""
+import json
 import os
 import sys
 import tempfile
@@ -31,6 +32,12 @@ def run(binary, mpiexec, config, tmp, ranks, tag, *sets):
     return start, losses, norms, w, names, out
 
 
+def moe_stats(tmp, tag):
+    """Per step: (balancing loss, fraction of choices dropped) from the run's metrics file."""
+    records = [json.loads(line) for line in open(os.path.join(tmp, tag + ".jsonl"))]
+    return [(r["moe_aux_loss"], r["moe_dropped"]) for r in records if "step" in r and r.get("split") != "val"]
+
+
 def rel(a, b):
     return max(abs(x - y) / abs(y) for x, y in zip(a, b))
 
@@ -47,6 +54,11 @@ def main():
             failed |= not ok
             print(f"{'ok  ' if ok else 'FAIL'} one rank, experts every {freq} block(s): {len(experts)} expert tensors")
             refs[freq] = (loss, norms, w)
+            stats = moe_stats(tmp, f"ref{freq}")
+            ok = len(stats) == STEPS and all(0.99 < a < 1.5 for a, _ in stats) and any(d > 0 for _, d in stats)
+            failed |= not ok
+            print(f"{'ok  ' if ok else 'FAIL'} one rank, experts every {freq} block(s): the log's balancing loss "
+                  f"{stats[0][0]:.4f} .. {stats[-1][0]:.4f}, choices dropped {stats[0][1]:.2%} .. {stats[-1][1]:.2%}")
         # The dense model differs: the experts change the computation.
         _, dense_loss, _, _, _, _ = run(binary, mpiexec, config, tmp, 1, "dense", "moe.experts=0")
         ok = rel(dense_loss, refs[1][0]) > 1e-3
@@ -75,11 +87,14 @@ def main():
             _, loss, norms, w, _, _ = run(binary, mpiexec, config, tmp, ranks, tag, *sets)
             dl, dw, l2 = equivalence.compare(loss, ref_loss, w, ref_w)
             dn = rel(norms, ref_norms)
+            stats, ref_stats = moe_stats(tmp, tag), moe_stats(tmp, f"ref{freq}")
+            ds = max(abs(a - b) for s, r in zip(stats, ref_stats) for a, b in zip(s, r))
             ok = (len(loss) == STEPS and len(w) == len(ref_w) and dl <= LOSS_TOL and dn <= NORM_TOL
-                  and dw <= WEIGHT_MAX_TOL and l2 <= WEIGHT_L2_TOL)
+                  and dw <= WEIGHT_MAX_TOL and l2 <= WEIGHT_L2_TOL and len(stats) == STEPS and ds <= 1e-5)
             failed |= not ok
             print(f"{'ok  ' if ok else 'FAIL'} {ranks} ranks {' '.join(sets) or 'data only'}: max loss rel diff {dl:.2e}, "
-                  f"grad norm {dn:.2e}, weights: rel L2 diff {l2:.2e}, max abs diff {dw:.2e}")
+                  f"grad norm {dn:.2e}, weights: rel L2 diff {l2:.2e}, max abs diff {dw:.2e}, "
+                  f"logged MoE statistics {ds:.1e}")
 
         # Resume: bitwise on the same layout; a data-2 stage-1 checkpoint (each rank's optimizer
         # pieces) resharded onto one rank continues as the uninterrupted run.

@@ -143,6 +143,15 @@ TEST(MoE, BackwardMatchesFiniteDifferences) {
   Routing r(N, E, K, cap);
   r.route(logits);
   ASSERT_NE(std::count(r.slot.begin(), r.slot.end(), -1), 0) << "the case should drop a choice";
+  // The log's statistics: the balancing loss as the objective computes it, and the dropped choices.
+  std::vector<float> stats = {1.0f, 1.0f};
+  moe_statistics(rt(), host(stats, DType::f32, {2}), host(r.probs, DType::f32, {N, E}), host(r.counts, DType::f32, {E}),
+                 K, cap);
+  std::vector<float> zero_dout(dout.size(), 0.0f);
+  std::swap(dout, zero_dout);  // the objective without its first term: the balancing loss alone
+  EXPECT_NEAR(stats[0] - 1.0f, objective(logits, ye) / aux_scale, 1e-5);
+  std::swap(dout, zero_dout);
+  EXPECT_EQ(stats[1] - 1.0f, float(std::count(r.slot.begin(), r.slot.end(), -1)));
   std::vector<float> dye(size_t(S * C)), dgate(size_t(N * K)), dlogits(size_t(N * E));
   moe_combine_backward(rt(), host(dye, DType::f32, {S, C}), host(dgate, DType::f32, {N, K}), host(dout, DType::f32, {N, C}),
                        host(ye, DType::f32, {S, C}), host(r.slot, DType::i32, {N, K}), host(r.slot_token, DType::i32, {S}),
