@@ -90,9 +90,13 @@ void set_from_whole(Runtime& rt, TrainingState s, const StateBlob& b, const std:
 }
 
 std::string model_signature(const GPTConfig& m) {
+  // Which blocks have experts, and how many, decide the parameters (top_k, the capacity and the
+  // balancing loss may change between runs); a dense model's signature is as before experts existed.
+  const std::string experts = m.moe.experts == 0 ? "" : ", moe.experts " + std::to_string(m.moe.experts) +
+                                                            " every " + std::to_string(m.moe.layer_freq) + " blocks";
   return "vocab_size " + std::to_string(m.vocab_size) + ", seq_len " + std::to_string(m.seq_len) + ", n_layers " +
          std::to_string(m.n_layers) + ", n_heads " + std::to_string(m.n_heads) + ", d_model " +
-         std::to_string(m.d_model) + ", precision " + std::string(dtype_name(m.dtype));
+         std::to_string(m.d_model) + experts + ", precision " + std::string(dtype_name(m.dtype));
 }
 
 // The layout that decides which pieces of the optimizer state each rank holds: a checkpoint with
@@ -122,7 +126,8 @@ struct ShardLayout {
     return text;
   }
   static ShardLayout of(const Config& cfg, const TrainingState& s) {
-    ShardLayout l{s.layout.tensor(), s.layout.pipeline(), s.data_size, cfg.parallel.virtual_stages,
+    // The tensor size, not the layout's parts per stage (the expert ranks under expert parallelism).
+    ShardLayout l{cfg.parallel.tensor, s.layout.pipeline(), s.data_size, cfg.parallel.virtual_stages,
                   s.optimizer.stage(), ""};
     l.stage_layers = split_text(s.model.config(), l.pipeline * l.virtual_stages);
     return l;

@@ -16,6 +16,7 @@ std::vector<char> whole_from_pieces(const GPTConfig& model, const PieceLayout& l
                                     const std::function<bool(const std::string& name)>& needed) {
   GPTConfig split = model;
   split.stage_layers = l.stage_layers;
+  split.moe.expert_parallel = 1;  // per-rank pieces are written without expert parallelism (ZeRO refuses it)
   const WholeModelLayout layout(split, l.pipeline, l.virtual_stages, l.tensor);
   const Layout ranks{l.tensor, l.pipeline, l.data};
   const size_t e = elem_size;

@@ -199,6 +199,16 @@ void validate_relations(const Config& c) {
   if (const double params = L * (4 + 8 * mlps) * C * C + (V + T) * C; params >= 0x1p50)
     throw beyond("model.n_layers x (4 + 8 x (1 + moe.experts)) x model.d_model^2 + (model.vocab_size + model.seq_len) x model.d_model",
                  params, "parameters is beyond what the memory plan can count (allowed: below 2^50)");
+  if (c.moe.experts > 0) {  // the experts' slots: int32 indices, and their activations in every block
+    const double E = double(c.moe.experts), tokens = B * T;
+    const double slots = E * std::min(tokens, std::ceil(c.moe.capacity_factor * double(c.moe.top_k) * tokens / E));
+    if (slots >= 0x1p31)
+      throw beyond("moe.experts x the capacity of a micro-batch (moe.capacity_factor x moe.top_k x train.micro_batch x "
+                   "model.seq_len / moe.experts)", slots, "slots is beyond what a slot index can count (allowed: below 2^31)");
+    if (const double elements = L * slots * 4 * C; elements >= 0x1p56)
+      throw beyond("model.n_layers x the experts' slots x 4 x model.d_model", elements,
+                   "elements of activations is beyond what the memory plan can count (allowed: below 2^56)");
+  }
   if (c.moe.experts > 0 && c.moe.top_k > c.moe.experts)
     throw UserError(p + ": moe.top_k = " + std::to_string(c.moe.top_k) + " exceeds moe.experts = " +
                     std::to_string(c.moe.experts) + " (allowed: 1 to moe.experts)");

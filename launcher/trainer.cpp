@@ -130,9 +130,10 @@ float read_scalar(Runtime& rt, const Tensor& t) {
 
 // For a non-finite gradient: the first parameter (in forward order, over the pipeline stages)
 // whose reduced gradient is not finite. Collective over the data group when the optimizer is
-// sharded (each rank checks its pieces) and over `pipeline` (null with one stage).
+// sharded (each rank checks its pieces), over `experts` (expert parallelism: each rank holds other
+// experts; null without) and over `pipeline` (null with one stage).
 std::string first_nonfinite_parameter(Runtime& rt, ParameterStore& ps, const ZeroOptimizer& opt, const Tensor& scratch,
-                                      Communicator* data, Communicator* pipeline) {
+                                      Communicator* data, Communicator* experts, Communicator* pipeline) {
   int index = int(ps.size());
   for (size_t i = 0; i < ps.size() && index == int(ps.size()); ++i) {
     const Parameter& p = ps[i];
@@ -142,6 +143,18 @@ std::string first_nonfinite_parameter(Runtime& rt, ParameterStore& ps, const Zer
   }
   if (opt.sharded()) TRELLIS_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &index, 1, MPI_INT, MPI_MIN, data->mpi_comm()));
   std::string name = index < int(ps.size()) ? ps[size_t(index)].spec.name : "";
+  if (experts) {  // the earliest parameter, on the lowest expert rank holding it, names it for the group
+    struct {
+      int index, rank;
+    } first{index, experts->rank()};
+    TRELLIS_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &first, 1, MPI_2INT, MPI_MINLOC, experts->mpi_comm()));
+    if (first.index < int(ps.size())) {
+      int len = int(name.size());
+      TRELLIS_MPI_CHECK(MPI_Bcast(&len, 1, MPI_INT, first.rank, experts->mpi_comm()));
+      name.resize(size_t(len));
+      TRELLIS_MPI_CHECK(MPI_Bcast(name.data(), len, MPI_CHAR, first.rank, experts->mpi_comm()));
+    }
+  }
   if (pipeline) {  // the earliest stage that found one tells the others
     const int p = pipeline->size();
     int first = name.empty() ? p : pipeline->rank();
@@ -565,7 +578,7 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
                                   : "");
     std::printf("parameters: %s (vocabulary padding adds %s; %s stored%s)\n", with_commas(mc.parameter_count()).c_str(),
                 with_commas((mc.padded_vocab() - mc.vocab_size) * mc.d_model).c_str(), with_commas(stored).c_str(),
-                p > 1 || tp.active() ? " on rank 0" : "");
+                p > 1 || tp.active() || expert_parallel ? " on rank 0" : "");
     std::printf("batch: global %lld = micro %lld x %s %lld x data %d; %lld tokens per step\n", (long long)global_batch,
                 (long long)B, p > 1 ? "micro-batches" : "accumulation", (long long)res.accumulation, data_size,
                 (long long)tokens_per_step);
@@ -837,7 +850,7 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
     if (!finite && !lsc.enabled)
       throw UserError("step " + std::to_string(step) + ": non-finite " + (std::isfinite(loss) ? "gradient norm" : "loss") +
                       "; first non-finite gradient in " +
-                      first_nonfinite_parameter(rt, model.params(), optimizer, probe, &data_group, pipeline_group) +
+                      first_nonfinite_parameter(rt, model.params(), optimizer, probe, &data_group, expert_group, pipeline_group) +
                       " (try a lower optimizer.lr, train.precision = \"fp32\", or a smaller optimizer.warmup_steps)");
     const bool was_at_minimum = scaler.at_minimum();
     const bool apply = scaler.update(!finite);
@@ -1001,6 +1014,7 @@ void dump_gradients(const Config& cfg, const LaunchInfo& launch, const std::stri
   Runtime rt(ro);
   GPTConfig mc = res.model;
   mc.grad_dtype = DType::f32;  // the dump is for checking gradients: not rounded to 16 bits
+  mc.moe.expert_parallel = 1;  // every rank computes the whole model's micro-batch
   const int64_t B = cfg.train.micro_batch, T = mc.seq_len;
   GPT model(rt, mc, B);
   model.initialize(uint64_t(cfg.train.seed));

@@ -8,8 +8,9 @@ holds some of the experts; at data 4 with expert 2 the experts' gradients are su
 expert-data group; with pipeline 2; with checkpointing) gives the same losses, gradient norms and
 exported weights (gathered from the expert ranks) as one rank, up to fp32 reduction-order rounding.
 A run stopped after step 3 and resumed continues bitwise on one rank; a stage-1 checkpoint at data 2
-and an expert-parallel one resumed on one rank, and a one-rank checkpoint resumed at expert 4,
-continue as the uninterrupted run. A layout that cannot hold experts yet (tensor > 1, ZeRO with
+and an expert-parallel one resumed on one rank, a one-rank checkpoint resumed at expert 4, and the
+stage-1 checkpoint resumed at data 2 x expert 2, continue as the uninterrupted run; a checkpoint
+whose experts sit in other blocks is refused with one line. A layout that cannot hold experts yet (tensor > 1, ZeRO with
 expert parallelism) or an expert group that does not divide the experts stops every rank, with one line.
 Usage: moe_equivalence.py TRAIN_GPT MPIEXEC CONFIG"""
 import json
@@ -102,6 +103,7 @@ def main():
         for ranks, tag, sets, then in [(1, "resume_d1", [], (1, [])),
                                        (2, "resume_d2_z1", ["zero.stage=1"], (1, [])),
                                        (4, "resume_d4_e2", ["parallel.expert=2"], (1, [])),
+                                       (2, "resume_d2_z1_to_e2", ["zero.stage=1"], (2, ["parallel.expert=2"])),
                                        (1, "resume_d1_to_e4", [], (4, ["parallel.expert=4"]))]:
             ck = os.path.join(tmp, tag + "_ck")
             run(binary, mpiexec, config, tmp, ranks, tag + "_a", f"checkpoint.dir={ck}", "train.stop_after=3", *sets)
@@ -117,7 +119,11 @@ def main():
                   f"{'bitwise' if bitwise else 'resharded'}: loss rel diff {dl:.2e}, max abs weight diff {dw:.2e}")
 
         # Layouts that cannot hold experts yet: one line (from rank 0), every rank exits 1.
-        for ranks, sets, want in [(2, ["parallel.tensor=2"], "parallel.tensor = 1"),
+        # A checkpoint of other expert blocks (the same sizes) is refused, not read into the wrong tensors.
+        ck = os.path.join(tmp, "resume_d1_ck")
+        for ranks, sets, want in [(1, [f"checkpoint.dir={ck}", "moe.layer_freq=2", "model.n_layers=2"],
+                                   "moe.experts 4 every 1 blocks"),
+                                  (2, ["parallel.tensor=2"], "parallel.tensor = 1"),
                                   (2, ["parallel.expert=2", "zero.stage=1"], "zero.stage = 0"),
                                   (2, ["moe.experts=3", "parallel.expert=2"], "parallel.expert = 2 must divide moe.experts = 3")]:
             cmd, p = equivalence.launch(binary, mpiexec, config, ranks, BASE + sets)
