@@ -594,6 +594,9 @@ std::vector<float> initial_parameters(const Config& cfg, const GPTConfig& want, 
     }
   }();
   const GPTConfig& have = src.shape;
+  if (have.moe.experts > 0)
+    throw UserError(what + ": the model has mixture-of-experts blocks (moe.experts = " + std::to_string(have.moe.experts) +
+                    "); model.init_from starts dense models only");
   auto shape = [](const GPTConfig& m) {
     return "vocab_size " + std::to_string(m.vocab_size) + ", n_layers " + std::to_string(m.n_layers) + ", n_heads " +
            std::to_string(m.n_heads) + ", d_model " + std::to_string(m.d_model) + ", seq_len " + std::to_string(m.seq_len);

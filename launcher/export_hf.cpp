@@ -32,6 +32,9 @@ int run(int argc, char** argv) {
   const std::string& out = args[1];
   check_export_outside_checkpoints("export_hf", out);
   const StoredModel src = open_stored_model(args[0], "exporting");
+  if (src.shape.moe.experts > 0)
+    throw UserError(src.dir + ": the model has mixture-of-experts blocks (moe.experts = " +
+                    std::to_string(src.shape.moe.experts) + "); a Hugging Face GPT-2 has none");
   const std::vector<float> values = src.read_f32();
   check_export_dir_free("export_hf", out);  // creates it: only once the source has been read
   write_hf_gpt2(src.shape, values, out);

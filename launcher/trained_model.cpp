@@ -23,10 +23,22 @@ namespace fs = std::filesystem;
 // The whole model's parameters, vocabulary padding included.
 int64_t stored_numel(const GPTConfig& m) { return m.parameter_count() + (m.padded_vocab() - m.vocab_size) * m.d_model; }
 
-// Generation, export_hf and model.init_from read dense GPT-2 models.
-UserError has_experts(const std::string& where) {
-  return UserError(where + ": the model has mixture-of-experts blocks; generate, export_hf and model.init_from read "
-                           "dense GPT-2 models only (a model with experts resumes from its checkpoint)");
+// The experts of a stored model's description, checked as train_gpt's config would (one rank holds
+// them all).
+MoEConfig experts_of(int64_t experts, int64_t top_k, double capacity_factor, double aux_loss_coef, int64_t layer_freq,
+                     const std::string& where) {
+  MoEConfig m;
+  if (experts == 0) return m;
+  if (experts < 0 || experts > 1024 || top_k < 1 || top_k > std::min<int64_t>(experts, 8) || layer_freq < 1 ||
+      !(capacity_factor > 0 && capacity_factor <= 64) || !(aux_loss_coef >= 0))
+    throw UserError(where + ": its experts (" + std::to_string(experts) + " experts, top " + std::to_string(top_k) +
+                    ", every " + std::to_string(layer_freq) + " blocks) are not a valid [moe] section");
+  m.experts = experts;
+  m.top_k = top_k;
+  m.capacity_factor = capacity_factor;
+  m.aux_loss_coef = float(aux_loss_coef);
+  m.layer_freq = layer_freq;
+  return m;
 }
 
 // The shape fields every model description has, checked as train_gpt's config would.
@@ -78,9 +90,10 @@ StoredModel open_checkpoint(const std::string& path, const std::string& verb) {
     throw UserError(s.dir + ": its meta: " + e.what());
   }
   s.config = load_config_text(config_text, s.dir + " (config)", {});
-  if (s.config->moe.experts > 0) throw has_experts(s.dir);
   const auto& mc = s.config->model;
   s.shape = shape_of(mc.vocab_size, mc.seq_len, mc.n_layers, mc.n_heads, mc.d_model, s.dir + " (config)");
+  const MoESection& e = s.config->moe;
+  s.shape.moe = experts_of(e.experts, e.top_k, e.capacity_factor, e.aux_loss_coef, e.layer_freq, s.dir + " (config)");
   // The params blob must hold the model its config describes (an edited config could ask for far
   // more memory than there is).
   const BlobInfo& info = reader->blob_info("params");
@@ -111,9 +124,10 @@ StoredModel open_export(const std::string& dir) {
     s.shape = shape_of(c.at("vocab_size").as_int(), c.at("seq_len").as_int(), c.at("n_layers").as_int(),
                        c.at("n_heads").as_int(), c.at("d_model").as_int(), json);
     // Its parameter list must be the whole model's, in order: the layout params.f32 is read in.
+    if (const JsonValue* moe = c.find("moe"))
+      s.shape.moe = experts_of(moe->at("experts").as_int(), moe->at("top_k").as_int(), moe->at("capacity_factor").as_double(),
+                               moe->at("aux_loss_coef").as_double(), moe->at("layer_freq").as_int(), json);
     const JsonValue& params = root.at("params");
-    for (const JsonValue& p : params.items)
-      if (p.at("name").as_string().find(".moe.") != std::string::npos) throw has_experts(dir);
     const std::vector<ParameterSpec> specs = GPT::parameter_specs(s.shape);
     bool same = params.items.size() == specs.size();
     int64_t offset = 0;

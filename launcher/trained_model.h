@@ -17,7 +17,7 @@ namespace trellis {
 struct StoredModel {
   std::string dir;               // the checkpoint's step directory, or the export's
   std::optional<Config> config;  // a checkpoint's resolved training config; none for an export
-  GPTConfig shape;               // the model's shape (dtype f32)
+  GPTConfig shape;               // the model's shape (dtype f32), its experts included (moe)
   DType stored = DType::f32;     // the parameters' dtype on disk
   int64_t numel = 0;             // in the whole model's layout (GPT::parameter_specs), vocabulary padding included
   // Reads the parameters (numel elements of `stored`) into dst. Throws UserError.

@@ -71,7 +71,7 @@ std::vector<char> gather_stage(Communicator* tensor, const WholeModelLayout& lay
     const char* src = j == 0 ? mine.data() : theirs.data();
     for (const ParameterSpec& s : layout.shard_of(pr, j)) {
       char* dst = out.data() + size_t(whole.at(s.name).first) * e;
-      if (j == 0 || !s.split.replicated() || MoEMLP::is_expert_parameter(s.name))
+      if (j == 0 || !s.split.replicated() || (layout.expert_parts && MoEMLP::is_expert_parameter(s.name)))
         for_each_run(s, [&](int64_t i, int64_t g, int64_t n) {
           std::memcpy(dst + size_t(g) * e, src + size_t(i) * e, size_t(n) * e);
         });
@@ -89,6 +89,7 @@ WholeModelLayout::WholeModelLayout(const GPTConfig& cfg, int p, int v, int t) {
   whole = GPT::parameter_specs(all);
   const int experts = int(cfg.moe.expert_parallel);
   TRELLIS_CHECK(t == 1 || experts == 1, "WholeModelLayout: tensor and expert parallelism together");
+  expert_parts = experts > 1;
   for (int r = 0; r < p; ++r) {
     const GPTPart part = GPTPart::of_rank(cfg, p, v, r);
     stage.push_back(GPT::parameter_specs(all, part));
@@ -181,7 +182,7 @@ void place_shard(const WholeModelLayout& layout, int pipeline_rank, int tensor_r
   };
   for (const ParameterSpec& s : layout.shard_of(pipeline_rank, tensor_rank)) {
     if (!held_before(s.name) &&
-        (tensor_rank == 0 || !s.split.replicated() || MoEMLP::is_expert_parameter(s.name))) {
+        (tensor_rank == 0 || !s.split.replicated() || (layout.expert_parts && MoEMLP::is_expert_parameter(s.name)))) {
       char* dst = whole.data() + size_t(to.at(s.name).first) * e;
       for_each_run(s, [&](int64_t i, int64_t g, int64_t n) {
         std::memcpy(dst + size_t(g) * e, shard + size_t(i) * e, size_t(n) * e);

@@ -29,6 +29,7 @@ struct WholeModelLayout {
   int64_t stage_numel(int rank) const;
   int64_t shard_numel(int pipeline_rank, int tensor_rank) const;
   const std::vector<ParameterSpec>& shard_of(int pipeline_rank, int tensor_rank) const;
+  bool expert_parts = false;  // the parts are expert ranks (each holds its own experts whole)
   int pipeline() const { return int(stage.size()); }
   int tensor() const { return int(shard.size() / stage.size()); }
 };

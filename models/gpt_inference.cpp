@@ -20,6 +20,14 @@ size_t aligned(size_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; }
 
 Tensor rows2d(const Tensor& t) { return t.view({t.rows(), t.cols()}); }
 
+// Generation routes without dropping: every expert has a slot for every token of a forward, so a
+// token's output does not depend on the others in the batch (training's capacity drops choices).
+MoEConfig inference_experts(MoEConfig m) {
+  m.expert_parallel = 1;
+  if (m.experts > 0) m.capacity_factor = double(m.experts) / double(m.top_k);
+  return m;
+}
+
 void linear(Runtime& rt, const Tensor& y, const Tensor& x, const Parameter& w, const Parameter& b) {
   MatmulOptions o;
   o.trans_b = true;
@@ -44,9 +52,14 @@ GPTInference::GPTInference(Runtime& rt, const GPTConfig& cfg, int64_t batch, int
                 aligned(BT * 4) + 2 * aligned(BT * C * e) + aligned(BT * C * e) + 2 * aligned(BT * 4) +
                     aligned(Bs * C * e) + aligned(Bs * Vp * e) + aligned(Bs * Vp * 4),
                 "inference activations");
-  // ln + stats, qkv, att, branch, r, ln2 + stats, h, g
+  // ln + stats, qkv, att, branch, r, ln2 + stats, h, g; a block with experts their tensors instead of h, g
+  const MoEConfig moe = inference_experts(cfg.moe);
+  const size_t experts = cfg.moe.experts > 0 ? MoEMLP::kept_bytes(moe, cfg.d_model, cfg.dtype, int64_t(BT)) +
+                                                   MoEMLP::work_bytes(moe, cfg.d_model, cfg.dtype, int64_t(BT))
+                                             : 0;
   work_ = Arena(rt.allocator(),
-                aligned(BT * C * e) * 5 + aligned(3 * BT * C * e) + 2 * aligned(4 * BT * C * e) + 4 * aligned(BT * 4),
+                aligned(BT * C * e) * 5 + aligned(3 * BT * C * e) + 2 * aligned(4 * BT * C * e) + 4 * aligned(BT * 4) +
+                    experts,
                 "inference workspace");
 }
 
@@ -92,6 +105,14 @@ std::vector<float> GPTInference::forward(const std::vector<int32_t>& tokens, int
     Tensor ln2 = work_.take(dt, {B, n, C});
     Tensor mean2 = work_.take(DType::f32, {B * n}), rstd2 = work_.take(DType::f32, {B * n});
     layernorm_forward(rt_, ln2, mean2, rstd2, r, P("ln2.w").value, P("ln2.b").value);
+    if (cfg_.moe.in_layer(l)) {  // y = r + the experts' gated sum
+      const MoEConfig moe = inference_experts(cfg_.moe);
+      const MoEMLP experts(moe, dt, MoEMLP::params_of(ps, moe, int(l), 0), nullptr);
+      MoESaved saved;
+      experts.forward(rt_, y, ln2, &r, saved, work_, work_);
+      std::swap(x, y);
+      continue;
+    }
     Tensor h = work_.take(dt, {B, n, 4 * C}), g = work_.take(dt, {B, n, 4 * C});
     linear(rt_, h, ln2, P("mlp.fc.w"), P("mlp.fc.b"));
     gelu_forward(rt_, g, h);

@@ -1,5 +1,6 @@
 // GPT-2 inference with a KV cache: prefill a batch of prompts, then decode one token per step,
-// each returning the last position's logits (host f32); plus seeded host-side sampling.
+// each returning the last position's logits (host f32); plus seeded host-side sampling. Blocks with
+// experts route every token without dropping any (a slot for every token at every expert).
 #pragma once
 #include <cstdint>
 #include <vector>

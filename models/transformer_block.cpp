@@ -115,8 +115,7 @@ void TransformerBlock::append_specs(const GPTConfig& cfg, int layer, std::vector
   out.push_back({p + "ln2.w", {C}, Init::ones, 0, false});
   out.push_back({p + "ln2.b", {C}, Init::zeros, 0, false});
   if (cfg.moe.in_layer(layer)) {
-    TRELLIS_CHECK(t == 1, "TransformerBlock: a block with experts needs tensor = 1");
-    MoEMLP::append_specs(cfg.moe, C, cfg.n_layers, layer, expert_rank, out);
+    MoEMLP::append_specs(cfg.moe, C, cfg.n_layers, layer, expert_rank, out, t, r);
     return;
   }
   out.push_back(column({p + "mlp.fc.w", {4 * C, C}, Init::normal, 0.02f, true}));
@@ -129,8 +128,8 @@ TransformerBlock::TransformerBlock(const GPTConfig& cfg, int layer, const BlockP
                                    const TensorParallelContext& tp, Communicator* experts)
     : cfg_(cfg), layer_(layer), p_(p), tp_(tp) {
   if (p_.moe.router_w) {
-    TRELLIS_CHECK(!tp_.active(), "TransformerBlock: a block with experts needs tensor = 1");
-    moe_.emplace(cfg.moe, cfg.dtype, p_.moe, experts);
+    TRELLIS_CHECK(!tp_.sharded_tokens(), "TransformerBlock: a block with experts needs the full tokens (no sequence parallelism)");
+    moe_.emplace(cfg.moe, cfg.dtype, p_.moe, experts, tp_.active() ? tp_.group : nullptr);
   }
   if (!tp_.active()) return;
   TRELLIS_CHECK(tp_.group != nullptr && tp_.group->size() == tp_.size && tp_.group->rank() == tp_.rank,
@@ -143,6 +142,7 @@ TransformerBlock::TransformerBlock(const GPTConfig& cfg, int layer, const BlockP
   qkv_.emplace(g, *p_.qkv_w, *p_.qkv_b, sp);
   TRELLIS_CHECK(p_.qkv_w->spec.split.groups == 3, p_.qkv_w->spec.name + " must be split in 3 groups (q, k, v)");
   proj_.emplace(g, *p_.proj_w, *p_.proj_b, sp, tp_.comm_chunks);
+  if (moe_) return;  // its experts are split over the group inside MoEMLP
   fc_.emplace(g, *p_.fc_w, *p_.fc_b, sp);
   fc_proj_.emplace(g, *p_.fc_proj_w, *p_.fc_proj_b, sp, tp_.comm_chunks);
 }
@@ -237,7 +237,8 @@ BlockSaved BlockSaved::part(int i, int parts) const {
 }
 
 int TransformerBlock::batch_parts(const Tokens& n) const {
-  return tp_.active() && tp_.split_batch && !tp_.sharded_tokens() && n.B % 2 == 0 ? 2 : 1;
+  // Not a block with experts: its routing (an expert's capacity) is over the whole micro-batch.
+  return tp_.active() && tp_.split_batch && !tp_.sharded_tokens() && !moe_ && n.B % 2 == 0 ? 2 : 1;
 }
 
 StepContext TransformerBlock::part_context(const StepContext& ctx, const Tokens& n, int i, int parts) {
@@ -467,7 +468,7 @@ size_t TransformerBlock::kept_bytes(const GPTConfig& cfg, int64_t B, int64_t T, 
   size_t elementwise = aligned(btc) * 2 + aligned(4 * local);
   size_t rest = aligned(btc) * 3 + aligned(3 * local) + aligned(4 * local) * 2 + aligned(bt) * 4;
   if (moe) {  // the experts' tensors instead of h and g, none of them recomputed element-wise
-    rest += MoEMLP::kept_bytes(cfg.moe, cfg.d_model, cfg.dtype, N) - aligned(4 * local) * 2;
+    rest += MoEMLP::kept_bytes(cfg.moe, cfg.d_model, cfg.dtype, N, int(t)) - aligned(4 * local) * 2;
     elementwise = aligned(btc) * 2;
   }
   switch (cfg.checkpointing) {
@@ -497,7 +498,7 @@ size_t TransformerBlock::work_bytes(const GPTConfig& cfg, int64_t B, int64_t T, 
   if (cfg.moe.experts == 0) return forward + backward;
   // A block with experts: its recomputation, and the experts' temporaries of forward and backward.
   const size_t moe = kept_bytes(everything, B, T, tp, true) + 2 * aligned(btc) +
-                     MoEMLP::work_bytes(cfg.moe, cfg.d_model, cfg.dtype, N) + backward;
+                     MoEMLP::work_bytes(cfg.moe, cfg.d_model, cfg.dtype, N, int(t)) + backward;
   return std::max(forward + backward, moe);
 }
 

@@ -21,15 +21,18 @@ size_t aligned(size_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; }
 }  // namespace
 
 void MoEMLP::append_specs(const MoEConfig& moe, int64_t C, int64_t n_layers, int layer, int expert_rank,
-                          std::vector<ParameterSpec>& out) {
+                          std::vector<ParameterSpec>& out, int t, int r) {
+  // Column-split fc, row-split proj (replicated with t = 1), as the dense MLP's.
+  auto column = [&](ParameterSpec s) { return t > 1 ? shard_spec(s, 0, t, r) : s; };
+  auto row = [&](ParameterSpec s) { return t > 1 ? shard_spec(s, 1, t, r) : s; };
   const float resid_std = 0.02f / std::sqrt(2.0f * float(n_layers));  // as the dense MLP's projection
   out.push_back({"h." + std::to_string(layer) + ".moe.router.w", {moe.experts, C}, Init::normal, 0.02f, true});
   const int64_t first = int64_t(expert_rank) * moe.local_experts();
   for (int64_t j = first; j < first + moe.local_experts(); ++j) {
     const std::string p = expert_prefix(layer, j);
-    out.push_back({p + "fc.w", {4 * C, C}, Init::normal, 0.02f, true});
-    out.push_back({p + "fc.b", {4 * C}, Init::zeros, 0, false});
-    out.push_back({p + "proj.w", {C, 4 * C}, Init::normal, resid_std, true});
+    out.push_back(column({p + "fc.w", {4 * C, C}, Init::normal, 0.02f, true}));
+    out.push_back(column({p + "fc.b", {4 * C}, Init::zeros, 0, false}));
+    out.push_back(row({p + "proj.w", {C, 4 * C}, Init::normal, resid_std, true}));
     out.push_back({p + "proj.b", {C}, Init::zeros, 0, false});
   }
 }
@@ -45,13 +48,21 @@ MoEParams MoEMLP::params_of(const ParameterStore& ps, const MoEConfig& moe, int 
   return p;
 }
 
-MoEMLP::MoEMLP(const MoEConfig& moe, DType dtype, const MoEParams& p, Communicator* group)
-    : moe_(moe), dtype_(dtype), p_(p), group_(group) {
+MoEMLP::MoEMLP(const MoEConfig& moe, DType dtype, const MoEParams& p, Communicator* group, Communicator* tensor)
+    : moe_(moe), dtype_(dtype), p_(p), group_(group), tensor_(tensor && tensor->size() > 1 ? tensor : nullptr) {
+  const int t = tensor_ ? tensor_->size() : 1;
+  for (const ExpertParams& e : p_.experts)
+    TRELLIS_CHECK(e.fc_w->spec.split.parts == t && e.proj_w->spec.split.parts == t,
+                  "MoEMLP: " + e.fc_w->spec.name + " is not split over the tensor group of " + std::to_string(t));
   const int G = group_ ? group_->size() : 1;
   TRELLIS_CHECK(G == moe_.expert_parallel && int64_t(p_.experts.size()) == moe_.local_experts(),
                 "MoEMLP: an expert group of " + std::to_string(G) + " ranks holding " +
                     std::to_string(p_.experts.size()) + " experts each, for moe.experts = " +
                     std::to_string(moe_.experts) + " over expert_parallel = " + std::to_string(moe_.expert_parallel));
+}
+
+void MoEMLP::tensor_sum(const Tensor& t) const {
+  if (tensor_) tensor_->all_reduce(t);
 }
 
 std::vector<const Parameter*> MoEMLP::parameters() const {
@@ -83,7 +94,7 @@ void MoEMLP::experts_forward(Runtime& rt, const MoESaved& s) const {
       matmul(rt, g, s.xe.slice(row * C, {cap, C}), e.fc_w->value, fc);
       MatmulOptions proj;
       proj.trans_b = true;
-      proj.bias = &e.proj_b->value;
+      proj.bias = first_tensor_rank() ? &e.proj_b->value : nullptr;  // once in the sum over the tensor group
       matmul(rt, s.ye.slice(row * C, {cap, C}), g, e.proj_w->value, proj);
     }
 }
@@ -128,15 +139,18 @@ void MoEMLP::forward(Runtime& rt, const Tensor& out, const Tensor& x_in, const T
   Tensor routed = exchanged ? temp.take(dtype_, {S, C}) : keep.take(dtype_, {S, C});
   moe_dispatch(rt, routed, x, s.slot_token, K);
   s.xe = exchanged ? exchange(routed, keep) : routed;
-  s.he = keep.take(dtype_, {S, 4 * C});
-  s.ge = keep.take(dtype_, {S, 4 * C});
+  const int64_t F = p_.experts[0].fc_w->spec.shape[0];  // 4C, or this tensor rank's 4C / t
+  s.he = keep.take(dtype_, {S, F});
+  s.ge = keep.take(dtype_, {S, F});
   Tensor ye = exchanged ? temp.take(dtype_, {S, C}) : keep.take(dtype_, {S, C});
   s.ye = ye;
   experts_forward(rt, s);
   s.ye = exchanged ? exchange(ye, keep) : ye;  // back in routing order, for the combine
   if (!out.defined()) return;
-  const Tensor res = residual ? residual->view({N, C}) : Tensor();
+  // Under tensor parallelism the outputs are partial sums: rank 0 adds the residual, the group sums.
+  const Tensor res = residual && first_tensor_rank() ? residual->view({N, C}) : Tensor();
   moe_combine(rt, out.view({N, C}), s.ye, s.slot, s.gate, res);
+  tensor_sum(out);
 }
 
 void MoEMLP::backward(Runtime& rt, const Tensor& dx_in, const Tensor& dout_in, const Tensor& x_in, const MoESaved& s,
@@ -148,10 +162,12 @@ void MoEMLP::backward(Runtime& rt, const Tensor& dx_in, const Tensor& dout_in, c
   Tensor dye = work.take(dtype_, {S, C});
   Tensor dgate = work.take(DType::f32, {N, K});
   moe_combine_backward(rt, dye, dgate, dout, s.ye, s.slot, s.slot_token, s.gate);
+  tensor_sum(dgate);  // each rank's outputs are a part of the sum the gates weigh
   const Tensor dye_experts = exchange(dye, work);
   Tensor dxe = work.take(dtype_, {S, C});
   experts_backward(rt, dxe, dye_experts, s);
   moe_dispatch_backward(rt, dx, exchange(dxe, work), s.slot, false);
+  tensor_sum(dx);  // each rank's fc shard gives a part; the router's part below is the same on every rank
   // The router: dlogits (f32) through the gates, the softmax and the balancing loss; then its GEMMs.
   Tensor dlogits = work.take(DType::f32, {N, E});
   moe_router_backward(rt, dlogits, dgate, s.probs, s.expert, s.gate, s.counts, aux_scale);
@@ -166,14 +182,14 @@ void MoEMLP::backward(Runtime& rt, const Tensor& dx_in, const Tensor& dout_in, c
   matmul(rt, dx, dl, p_.router_w->value, acc);
 }
 
-size_t MoEMLP::kept_bytes(const MoEConfig& moe, int64_t C, DType dtype, int64_t N) {
+size_t MoEMLP::kept_bytes(const MoEConfig& moe, int64_t C, DType dtype, int64_t N, int t) {
   const int64_t E = moe.experts, K = moe.top_k, S = E * moe.capacity(N);
   const size_t e = dtype_size(dtype);
   return aligned(size_t(N * E) * 4) + 3 * aligned(size_t(N * K) * 4) + aligned(size_t(S) * 4) + aligned(size_t(E) * 4) +
-         2 * aligned(size_t(S * C) * e) + 2 * aligned(size_t(S * 4 * C) * e);
+         2 * aligned(size_t(S * C) * e) + 2 * aligned(size_t(S * 4 * C / t) * e);
 }
 
-size_t MoEMLP::work_bytes(const MoEConfig& moe, int64_t C, DType dtype, int64_t N) {
+size_t MoEMLP::work_bytes(const MoEConfig& moe, int64_t C, DType dtype, int64_t N, int /*t: (S, C) temporaries only*/) {
   const int64_t E = moe.experts, K = moe.top_k, S = E * moe.capacity(N);
   const size_t e = dtype_size(dtype), slots = aligned(size_t(S * C) * e);
   // forward: logits, the routed rows and outputs before their exchange; backward: dye, dgate, dxe,

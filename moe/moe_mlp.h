@@ -11,9 +11,15 @@
 // the results come back the same way. The experts' gradients are summed over the expert-data group
 // (the ranks holding the same experts), not over the whole data group.
 //
+// Tensor parallelism (a tensor group of t ranks, Megatron's split of each expert's MLP): every rank
+// routes the same tokens (the router is replicated), each expert's fc is column-split and its proj
+// row-split, so a rank's experts give partial sums; the combine sums them over the group (one
+// all-reduce of the output, rank 0 adding the residual and the proj biases), and backward sums the
+// gates' gradients and the input's over the group.
+//
 // Parameters: h.L.moe.router.w (E, C), and per expert j (global index) h.L.moe.experts.j.fc.w
 // (4C, C), .fc.b, .proj.w (C, 4C), .proj.b: initialized by name and index like every parameter, so
-// which rank holds an expert does not change it.
+// which rank holds an expert (or which shard of it) does not change it.
 #pragma once
 #include <string>
 #include <vector>
@@ -45,16 +51,18 @@ struct MoESaved {
 
 class MoEMLP {
  public:
-  // The parameters of block `layer`'s experts on expert rank `expert_rank` of moe.expert_parallel.
+  // The parameters of block `layer`'s experts on expert rank `expert_rank` of moe.expert_parallel,
+  // as tensor rank `tensor_rank` of `tensor` holds them.
   static void append_specs(const MoEConfig& moe, int64_t d_model, int64_t n_layers, int layer, int expert_rank,
-                           std::vector<ParameterSpec>& out);
+                           std::vector<ParameterSpec>& out, int tensor = 1, int tensor_rank = 0);
   static MoEParams params_of(const ParameterStore& store, const MoEConfig& moe, int layer, int expert_rank);
   // Whether a parameter is an expert's (held by one rank of an expert group; its gradient is summed
   // over the expert-data group), by its name.
   static bool is_expert_parameter(const std::string& name) { return name.find(".moe.experts.") != std::string::npos; }
 
-  // `group`: the expert group (its size is moe.expert_parallel), or null for 1.
-  MoEMLP(const MoEConfig& moe, DType dtype, const MoEParams& p, Communicator* group);
+  // `group`: the expert group (its size is moe.expert_parallel), or null for 1. `tensor`: the tensor
+  // group the experts are split over (the parameters are its rank's shards), or null.
+  MoEMLP(const MoEConfig& moe, DType dtype, const MoEParams& p, Communicator* group, Communicator* tensor = nullptr);
 
   // out (N, C) = [*residual +] the experts' gated sum for x (N, C). What backward needs goes to s,
   // from `keep`; temporaries from `temp`. With out undefined: stops before the combine (the
@@ -68,9 +76,9 @@ class MoEMLP {
 
   std::vector<const Parameter*> parameters() const;
 
-  // Bytes kept for backward and of the temporaries, for N tokens.
-  static size_t kept_bytes(const MoEConfig& moe, int64_t d_model, DType dtype, int64_t N);
-  static size_t work_bytes(const MoEConfig& moe, int64_t d_model, DType dtype, int64_t N);
+  // Bytes kept for backward and of the temporaries, for N tokens, on a rank of a tensor group of t.
+  static size_t kept_bytes(const MoEConfig& moe, int64_t d_model, DType dtype, int64_t N, int t = 1);
+  static size_t work_bytes(const MoEConfig& moe, int64_t d_model, DType dtype, int64_t N, int t = 1);
 
  private:
   // The expert MLPs on xe's slots: he, ge, ye (forward) or, given dye, dxe and the gradients.
@@ -84,6 +92,10 @@ class MoEMLP {
   DType dtype_;
   MoEParams p_;
   Communicator* group_;
+  Communicator* tensor_;  // null without tensor parallelism
+  bool first_tensor_rank() const { return !tensor_ || tensor_->rank() == 0; }
+  // Sums a partial result over the tensor group (nothing without one).
+  void tensor_sum(const Tensor& t) const;
 };
 
 }  // namespace trellis

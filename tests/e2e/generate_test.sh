@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # generate on a freshly trained tiny checkpoint: exit 0 and 10 generated tokens per prompt (two
 # prompts of different lengths), naming the checkpoint it took from a checkpoint.dir; the same run's
-# weight export samples the same tokens; a bad
+# weight export samples the same tokens (also for a model with experts, which export_hf refuses); a bad
 # checkpoint path or temperature gives one "error:" line and exit 1; --help prints the usage, exit 0.
 # The export's Hugging Face directory (export_hf) samples them too.
 # Usage: generate_test.sh TRAIN_GPT GENERATE TINY_TOML EXPORT_HF
@@ -42,6 +42,23 @@ cmp -s "$tmp/out" "$tmp/out3" || fail "the weight export of the same run samples
 "$generate" "$tmp/hf" --prompt "1 2 3" --prompt "4 5" --tokens 10 --device cpu --seed 3 >"$tmp/out4" 2>"$tmp/err" ||
   { cat "$tmp/err" >&2; fail "generate on a Hugging Face directory exited non-zero"; }
 cmp -s "$tmp/out" "$tmp/out4" || fail "the Hugging Face export samples other tokens than the checkpoint"
+
+# A model with experts: its checkpoint and its weight export sample the same tokens; export_hf refuses it
+# with one line (GPT-2 has no experts).
+moe=(--set moe.experts=4 --set moe.top_k=2 --set moe.layer_freq=2)
+"$train_gpt" "$config" --set train.device=cpu --set train.steps=20 "${moe[@]}" --set checkpoint.dir="$tmp/moe_ckpt" \
+  --export-weights "$tmp/moe_weights" >"$tmp/train3.log" 2>&1 || { cat "$tmp/train3.log" >&2; fail "train_gpt with experts exited $?"; }
+"$generate" "$tmp/moe_ckpt" --prompt "1 2 3" --prompt "4 5" --tokens 10 --device cpu --seed 3 >"$tmp/out5" 2>"$tmp/err" ||
+  { cat "$tmp/err" >&2; fail "generate from a checkpoint with experts exited non-zero"; }
+[[ $(grep -c '^generated:' "$tmp/out5") == 2 ]] || fail "experts: expected 2 generated lines"
+"$generate" "$tmp/moe_weights" --prompt "1 2 3" --prompt "4 5" --tokens 10 --device cpu --seed 3 >"$tmp/out6" 2>"$tmp/err" ||
+  { cat "$tmp/err" >&2; fail "generate from a weight export with experts exited non-zero"; }
+cmp -s "$tmp/out5" "$tmp/out6" || fail "experts: the weight export samples other tokens than the checkpoint"
+cmp -s "$tmp/out" "$tmp/out5" && fail "experts: the model with experts samples the dense model's tokens"
+rc=0
+"$export_hf" "$tmp/moe_weights" "$tmp/moe_hf" >/dev/null 2>"$tmp/err" || rc=$?
+[[ $rc == 1 && $(wc -l <"$tmp/err") == 1 ]] && grep -q "mixture-of-experts" "$tmp/err" ||
+  { cat "$tmp/err" >&2; fail "export_hf of a model with experts: exit $rc, expected 1 and one error line"; }
 
 rc=0
 "$generate" "$tmp/nonexistent" --prompt "1" --tokens 10 >"$tmp/out" 2>"$tmp/err" || rc=$?

@@ -3,15 +3,18 @@
 blocks have 4 experts (top 2, capacity factor 1: choices are dropped), with dropout, gradient
 clipping and the balancing loss, trained for K steps at data 2 and 4, pipeline 2 (1f1b and gpipe),
 pipeline 2 x data 2, ZeRO stages 1-3, full and elementwise activation checkpointing, with the
-experts in every other block, and with expert parallelism (parallel.expert = 2 and 4: each rank
+experts in every other block, with tensor parallelism (each expert's MLP split over tensor = 2; with
+data 2 at ZeRO stage 1, with pipeline 2, with checkpointing, without dropout, with dense blocks
+between) and with expert parallelism (parallel.expert = 2 and 4: each rank
 holds some of the experts; at data 4 with expert 2 the experts' gradients are summed over the
 expert-data group; with pipeline 2; with checkpointing) gives the same losses, gradient norms and
 exported weights (gathered from the expert ranks) as one rank, up to fp32 reduction-order rounding.
 A run stopped after step 3 and resumed continues bitwise on one rank; a stage-1 checkpoint at data 2
 and an expert-parallel one resumed on one rank, a one-rank checkpoint resumed at expert 4, and the
 stage-1 checkpoint resumed at data 2 x expert 2, continue as the uninterrupted run; a checkpoint
-whose experts sit in other blocks is refused with one line. A layout that cannot hold experts yet (tensor > 1, ZeRO with
-expert parallelism) or an expert group that does not divide the experts stops every rank, with one line.
+whose experts sit in other blocks is refused with one line. A layout that cannot hold experts yet
+(sequence parallelism, tensor with expert parallelism, ZeRO with expert parallelism) or an expert
+group that does not divide the experts stops every rank, with one line.
 Usage: moe_equivalence.py TRAIN_GPT MPIEXEC CONFIG"""
 import json
 import os
@@ -60,6 +63,9 @@ def main():
             failed |= not ok
             print(f"{'ok  ' if ok else 'FAIL'} one rank, experts every {freq} block(s): the log's balancing loss "
                   f"{stats[0][0]:.4f} .. {stats[-1][0]:.4f}, choices dropped {stats[0][1]:.2%} .. {stats[-1][1]:.2%}")
+        # Without dropout the residual adds are the combine's (and, under tensor parallelism, rank 0's).
+        _, loss, norms, w, _, _ = run(binary, mpiexec, config, tmp, 1, "ref_nodrop", "model.dropout=0")
+        refs["nodrop"] = (loss, norms, w)
         # The dense model differs: the experts change the computation.
         _, dense_loss, _, _, _, _ = run(binary, mpiexec, config, tmp, 1, "dense", "moe.experts=0")
         ok = rel(dense_loss, refs[1][0]) > 1e-3
@@ -81,14 +87,19 @@ def main():
             (4, "p2_d2_e2", ["parallel.pipeline=2", "parallel.expert=2"]),
             (2, "d2_e2_full", ["parallel.expert=2", "train.checkpointing=full"]),
             (4, "d4_e2_freq2", ["parallel.expert=2", "moe.layer_freq=2"]),
+            (2, "t2", ["parallel.tensor=2"]), (4, "t2_d2_z1", ["parallel.tensor=2", "zero.stage=1"]),
+            (4, "t2_p2", ["parallel.tensor=2", "parallel.pipeline=2"]),
+            (2, "t2_full", ["parallel.tensor=2", "train.checkpointing=full"]),
+            (2, "t2_freq2", ["parallel.tensor=2", "moe.layer_freq=2"]),
+            (2, "t2_nodrop", ["parallel.tensor=2", "model.dropout=0"]),
         ]
         for ranks, tag, sets in cases:
-            freq = 2 if "moe.layer_freq=2" in sets else 1
+            freq = 2 if "moe.layer_freq=2" in sets else "nodrop" if "model.dropout=0" in sets else 1
             ref_loss, ref_norms, ref_w = refs[freq]
             _, loss, norms, w, _, _ = run(binary, mpiexec, config, tmp, ranks, tag, *sets)
             dl, dw, l2 = equivalence.compare(loss, ref_loss, w, ref_w)
             dn = rel(norms, ref_norms)
-            stats, ref_stats = moe_stats(tmp, tag), moe_stats(tmp, f"ref{freq}")
+            stats, ref_stats = moe_stats(tmp, tag), moe_stats(tmp, "ref_nodrop" if freq == "nodrop" else f"ref{freq}")
             ds = max(abs(a - b) for s, r in zip(stats, ref_stats) for a, b in zip(s, r))
             ok = (len(loss) == STEPS and len(w) == len(ref_w) and dl <= LOSS_TOL and dn <= NORM_TOL
                   and dw <= WEIGHT_MAX_TOL and l2 <= WEIGHT_L2_TOL and len(stats) == STEPS and ds <= 1e-5)
@@ -123,7 +134,9 @@ def main():
         ck = os.path.join(tmp, "resume_d1_ck")
         for ranks, sets, want in [(1, [f"checkpoint.dir={ck}", "moe.layer_freq=2", "model.n_layers=2"],
                                    "moe.experts 4 every 1 blocks"),
-                                  (2, ["parallel.tensor=2"], "parallel.tensor = 1"),
+                                  (2, ["parallel.tensor=2", "parallel.sequence_parallel=true"],
+                                   "parallel.sequence_parallel = false"),
+                                  (4, ["parallel.tensor=2", "parallel.expert=2"], "one of them greater than 1"),
                                   (2, ["parallel.expert=2", "zero.stage=1"], "zero.stage = 0"),
                                   (2, ["moe.experts=3", "parallel.expert=2"], "parallel.expert = 2 must divide moe.experts = 3")]:
             cmd, p = equivalence.launch(binary, mpiexec, config, ranks, BASE + sets)

@@ -115,9 +115,9 @@ std::vector<float> reference_logits(Runtime& rt, const GPTConfig& cfg, const Par
   return logits;
 }
 
-TEST(GPTInference, CachedLogitsMatchTheTrainingForward) {
+// Prefill and decode against the training forward over the whole prefix, at every position.
+void check_cached_logits(const GPTConfig& cfg) {
   Runtime rt(RuntimeOptions{});
-  const GPTConfig cfg = tiny_config();
   const int64_t B = 2, prompt = 4, steps = 5, Vp = cfg.padded_vocab();
   GPTInference model(rt, cfg, B, prompt + steps);
   model.params().initialize(7);
@@ -142,6 +142,19 @@ TEST(GPTInference, CachedLogitsMatchTheTrainingForward) {
     logits = model.step(next);
   }
   EXPECT_EQ(model.position(), prompt + steps);
+}
+
+TEST(GPTInference, CachedLogitsMatchTheTrainingForward) { check_cached_logits(tiny_config()); }
+
+// Blocks with experts (3 of 4, top 2, in every other block): generation routes without dropping, as
+// the training forward does when every expert has a slot for every token.
+TEST(GPTInference, CachedLogitsWithExpertsMatchTheTrainingForward) {
+  GPTConfig cfg = tiny_config();
+  cfg.moe.experts = 3;
+  cfg.moe.top_k = 2;
+  cfg.moe.layer_freq = 2;
+  cfg.moe.capacity_factor = 1.5;  // = experts / top_k: no choice dropped
+  check_cached_logits(cfg);
 }
 
 TEST(GPTInference, GenerationIsDeterministicAndStaysInTheVocabulary) {
