@@ -316,10 +316,6 @@ void validate_experts(const Config& c, const BatchLayout& b) {
                       " splits experts, but moe.experts = 0 (set moe.experts, or parallel.expert = 1)");
     return;
   }
-  if (c.parallel.tensor > 1 && c.parallel.sequence_parallel)
-    throw UserError(c.path + ": moe.experts = " + std::to_string(E) +
-                    ": blocks with experts route whole micro-batches, not sequence-parallel token shards (allowed with "
-                    "moe.experts > 0: parallel.sequence_parallel = false)");
   if (c.parallel.tensor > 1 && G > 1)
     throw UserError(c.path + ": parallel.expert = " + std::to_string(G) + " with parallel.tensor = " +
                     std::to_string(c.parallel.tensor) +

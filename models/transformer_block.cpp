@@ -128,8 +128,7 @@ TransformerBlock::TransformerBlock(const GPTConfig& cfg, int layer, const BlockP
                                    const TensorParallelContext& tp, Communicator* experts)
     : cfg_(cfg), layer_(layer), p_(p), tp_(tp) {
   if (p_.moe.router_w) {
-    TRELLIS_CHECK(!tp_.sharded_tokens(), "TransformerBlock: a block with experts needs the full tokens (no sequence parallelism)");
-    moe_.emplace(cfg.moe, cfg.dtype, p_.moe, experts, tp_.active() ? tp_.group : nullptr);
+    moe_.emplace(cfg.moe, cfg.dtype, p_.moe, experts, tp_.active() ? tp_.group : nullptr, tp_.sharded_tokens());
   }
   if (!tp_.active()) return;
   TRELLIS_CHECK(tp_.group != nullptr && tp_.group->size() == tp_.size && tp_.group->rank() == tp_.rank,
@@ -498,7 +497,7 @@ size_t TransformerBlock::work_bytes(const GPTConfig& cfg, int64_t B, int64_t T, 
   if (cfg.moe.experts == 0) return forward + backward;
   // A block with experts: its recomputation, and the experts' temporaries of forward and backward.
   const size_t moe = kept_bytes(everything, B, T, tp, true) + 2 * aligned(btc) +
-                     MoEMLP::work_bytes(cfg.moe, cfg.d_model, cfg.dtype, N, int(t)) + backward;
+                     MoEMLP::work_bytes(cfg.moe, cfg.d_model, cfg.dtype, N, int(t), tp.sharded_tokens()) + backward;
   return std::max(forward + backward, moe);
 }
 

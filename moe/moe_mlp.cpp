@@ -6,6 +6,7 @@
 
 #include "core/nvtx.h"
 #include "parallel/tensor/layers.h"
+#include "parallel/tensor/mappings.h"
 
 namespace trellis {
 
@@ -48,8 +49,10 @@ MoEParams MoEMLP::params_of(const ParameterStore& ps, const MoEConfig& moe, int 
   return p;
 }
 
-MoEMLP::MoEMLP(const MoEConfig& moe, DType dtype, const MoEParams& p, Communicator* group, Communicator* tensor)
-    : moe_(moe), dtype_(dtype), p_(p), group_(group), tensor_(tensor && tensor->size() > 1 ? tensor : nullptr) {
+MoEMLP::MoEMLP(const MoEConfig& moe, DType dtype, const MoEParams& p, Communicator* group, Communicator* tensor,
+               bool sequence_parallel)
+    : moe_(moe), dtype_(dtype), p_(p), group_(group), tensor_(tensor && tensor->size() > 1 ? tensor : nullptr),
+      sequence_parallel_(sequence_parallel && tensor_) {
   const int t = tensor_ ? tensor_->size() : 1;
   for (const ExpertParams& e : p_.experts)
     TRELLIS_CHECK(e.fc_w->spec.split.parts == t && e.proj_w->spec.split.parts == t,
@@ -121,7 +124,7 @@ void MoEMLP::experts_backward(Runtime& rt, const Tensor& dxe, const Tensor& dye,
 void MoEMLP::forward(Runtime& rt, const Tensor& out, const Tensor& x_in, const Tensor* residual, MoESaved& s,
                      Arena& keep, Arena& temp, const Tensor& stats) const {
   NvtxRange r("moe_forward");
-  const Tensor x = x_in.view({x_in.rows(), x_in.cols()});
+  const Tensor x = gathered(x_in.view({x_in.rows(), x_in.cols()}), temp);
   const int64_t N = x.rows(), C = x.cols(), E = moe_.experts, K = moe_.top_k, S = E * moe_.capacity(N);
   Tensor logits = temp.take(DType::f32, {N, E});
   MatmulOptions o;
@@ -147,6 +150,13 @@ void MoEMLP::forward(Runtime& rt, const Tensor& out, const Tensor& x_in, const T
   experts_forward(rt, s);
   s.ye = exchanged ? exchange(ye, keep) : ye;  // back in routing order, for the combine
   if (!out.defined()) return;
+  if (sequence_parallel_) {  // the partial sums of every token, reduce-scattered into this rank's rows
+    TRELLIS_CHECK(!residual, "MoEMLP: the residual add of sequence parallelism is the block's");
+    const Tensor full = temp.take(dtype_, {N, C});
+    moe_combine(rt, full, s.ye, s.slot, s.gate, Tensor());
+    reduce_scatter_to_token_shards_forward(*tensor_, out.view({out.rows(), C}), full).wait();
+    return;
+  }
   // Under tensor parallelism the outputs are partial sums: rank 0 adds the residual, the group sums.
   const Tensor res = residual && first_tensor_rank() ? residual->view({N, C}) : Tensor();
   moe_combine(rt, out.view({N, C}), s.ye, s.slot, s.gate, res);
@@ -156,8 +166,10 @@ void MoEMLP::forward(Runtime& rt, const Tensor& out, const Tensor& x_in, const T
 void MoEMLP::backward(Runtime& rt, const Tensor& dx_in, const Tensor& dout_in, const Tensor& x_in, const MoESaved& s,
                       float aux_scale, Arena& work) const {
   NvtxRange r("moe_backward");
-  const Tensor x = x_in.view({x_in.rows(), x_in.cols()}), dx = dx_in.view(x.shape);
-  const Tensor dout = dout_in.view(x.shape);
+  // With sequence parallelism x, dout and dx are this rank's token rows: the layer runs on all of them.
+  const Tensor x = gathered(x_in.view({x_in.rows(), x_in.cols()}), work);
+  const Tensor dout = gathered(dout_in.view({dout_in.rows(), dout_in.cols()}), work);
+  const Tensor dx = sequence_parallel_ ? work.take(dtype_, x.shape) : dx_in.view(x.shape);
   const int64_t N = x.rows(), C = x.cols(), E = moe_.experts, K = moe_.top_k, S = s.xe.rows();
   Tensor dye = work.take(dtype_, {S, C});
   Tensor dgate = work.take(DType::f32, {N, K});
@@ -167,7 +179,9 @@ void MoEMLP::backward(Runtime& rt, const Tensor& dx_in, const Tensor& dout_in, c
   Tensor dxe = work.take(dtype_, {S, C});
   experts_backward(rt, dxe, dye_experts, s);
   moe_dispatch_backward(rt, dx, exchange(dxe, work), s.slot, false);
-  tensor_sum(dx);  // each rank's fc shard gives a part; the router's part below is the same on every rank
+  // Each rank's fc shard gives a part; the router's part below is the same on every rank (added once
+  // to the parts that sequence parallelism reduce-scatters).
+  if (!sequence_parallel_) tensor_sum(dx);
   // The router: dlogits (f32) through the gates, the softmax and the balancing loss; then its GEMMs.
   Tensor dlogits = work.take(DType::f32, {N, E});
   moe_router_backward(rt, dlogits, dgate, s.probs, s.expert, s.gate, s.counts, aux_scale);
@@ -179,7 +193,15 @@ void MoEMLP::backward(Runtime& rt, const Tensor& dx_in, const Tensor& dout_in, c
   weight_grad(rt, *p_.router_w, dl, x);
   MatmulOptions acc;
   acc.accumulate = true;
-  matmul(rt, dx, dl, p_.router_w->value, acc);
+  if (!sequence_parallel_ || first_tensor_rank()) matmul(rt, dx, dl, p_.router_w->value, acc);
+  if (sequence_parallel_) reduce_scatter_to_token_shards_forward(*tensor_, dx_in.view({dx_in.rows(), C}), dx).wait();
+}
+
+Tensor MoEMLP::gathered(const Tensor& rows, Arena& arena) const {
+  if (!sequence_parallel_) return rows;
+  const Tensor full = arena.take(rows.dtype, {rows.rows() * tensor_->size(), rows.cols()});
+  gather_from_token_shards_forward(*tensor_, full, rows).wait();
+  return full;
 }
 
 size_t MoEMLP::kept_bytes(const MoEConfig& moe, int64_t C, DType dtype, int64_t N, int t) {
@@ -189,14 +211,18 @@ size_t MoEMLP::kept_bytes(const MoEConfig& moe, int64_t C, DType dtype, int64_t 
          2 * aligned(size_t(S * C) * e) + 2 * aligned(size_t(S * 4 * C / t) * e);
 }
 
-size_t MoEMLP::work_bytes(const MoEConfig& moe, int64_t C, DType dtype, int64_t N, int /*t: (S, C) temporaries only*/) {
+size_t MoEMLP::work_bytes(const MoEConfig& moe, int64_t C, DType dtype, int64_t N, int /*t: (S, C) temporaries only*/,
+                          bool sequence_parallel) {
   const int64_t E = moe.experts, K = moe.top_k, S = E * moe.capacity(N);
   const size_t e = dtype_size(dtype), slots = aligned(size_t(S * C) * e);
   // forward: logits, the routed rows and outputs before their exchange; backward: dye, dgate, dxe,
   // their exchanged copies, dlogits and its 16-bit copy.
   const size_t forward = aligned(size_t(N * E) * 4) + 2 * slots;
   const size_t backward = 4 * slots + aligned(size_t(N * K) * 4) + aligned(size_t(N * E) * 4) + aligned(size_t(N * E) * e);
-  return forward + backward;
+  // Sequence parallelism: the gathered input and the full output (forward), the gathered input and
+  // output gradient and the full input gradient (backward).
+  const size_t full = sequence_parallel ? aligned(size_t(N * C) * e) : 0;
+  return forward + backward + 5 * full;
 }
 
 }  // namespace trellis

@@ -61,8 +61,11 @@ class MoEMLP {
   static bool is_expert_parameter(const std::string& name) { return name.find(".moe.experts.") != std::string::npos; }
 
   // `group`: the expert group (its size is moe.expert_parallel), or null for 1. `tensor`: the tensor
-  // group the experts are split over (the parameters are its rank's shards), or null.
-  MoEMLP(const MoEConfig& moe, DType dtype, const MoEParams& p, Communicator* group, Communicator* tensor = nullptr);
+  // group the experts are split over (the parameters are its rank's shards), or null. With
+  // sequence_parallel the layer's input and output (and their gradients) are this rank's token rows
+  // of the micro-batch: it gathers the rows, routes all of them, and reduce-scatters its output.
+  MoEMLP(const MoEConfig& moe, DType dtype, const MoEParams& p, Communicator* group, Communicator* tensor = nullptr,
+         bool sequence_parallel = false);
 
   // out (N, C) = [*residual +] the experts' gated sum for x (N, C). What backward needs goes to s,
   // from `keep`; temporaries from `temp`. With out undefined: stops before the combine (the
@@ -78,7 +81,8 @@ class MoEMLP {
 
   // Bytes kept for backward and of the temporaries, for N tokens, on a rank of a tensor group of t.
   static size_t kept_bytes(const MoEConfig& moe, int64_t d_model, DType dtype, int64_t N, int t = 1);
-  static size_t work_bytes(const MoEConfig& moe, int64_t d_model, DType dtype, int64_t N, int t = 1);
+  static size_t work_bytes(const MoEConfig& moe, int64_t d_model, DType dtype, int64_t N, int t = 1,
+                           bool sequence_parallel = false);
 
  private:
   // The expert MLPs on xe's slots: he, ge, ye (forward) or, given dye, dxe and the gradients.
@@ -93,6 +97,9 @@ class MoEMLP {
   MoEParams p_;
   Communicator* group_;
   Communicator* tensor_;  // null without tensor parallelism
+  bool sequence_parallel_;
+  // With sequence parallelism: every rank's rows of a token-sharded (rows, C) tensor, from `arena`; else `rows`.
+  Tensor gathered(const Tensor& rows, Arena& arena) const;
   bool first_tensor_rank() const { return !tensor_ || tensor_->rank() == 0; }
   // Sums a partial result over the tensor group (nothing without one).
   void tensor_sum(const Tensor& t) const;

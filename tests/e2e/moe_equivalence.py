@@ -5,7 +5,8 @@ clipping and the balancing loss, trained for K steps at data 2 and 4, pipeline 2
 pipeline 2 x data 2, ZeRO stages 1-3, full and elementwise activation checkpointing, with the
 experts in every other block, with tensor parallelism (each expert's MLP split over tensor = 2; with
 data 2 at ZeRO stage 1, with pipeline 2, with checkpointing, without dropout, with dense blocks
-between) and with expert parallelism (parallel.expert = 2 and 4: each rank
+between; with sequence parallelism too: alone, with pipeline 2, with checkpointing, with data 2 at
+ZeRO stage 3 and dense blocks between) and with expert parallelism (parallel.expert = 2 and 4: each rank
 holds some of the experts; at data 4 with expert 2 the experts' gradients are summed over the
 expert-data group; with pipeline 2; with checkpointing) gives the same losses, gradient norms and
 exported weights (gathered from the expert ranks) as one rank, up to fp32 reduction-order rounding.
@@ -13,7 +14,7 @@ A run stopped after step 3 and resumed continues bitwise on one rank; a stage-1 
 and an expert-parallel one resumed on one rank, a one-rank checkpoint resumed at expert 4, and the
 stage-1 checkpoint resumed at data 2 x expert 2, continue as the uninterrupted run; a checkpoint
 whose experts sit in other blocks is refused with one line. A layout that cannot hold experts yet
-(sequence parallelism, tensor with expert parallelism, ZeRO with expert parallelism) or an expert
+(tensor with expert parallelism, ZeRO with expert parallelism) or an expert
 group that does not divide the experts stops every rank, with one line.
 Usage: moe_equivalence.py TRAIN_GPT MPIEXEC CONFIG"""
 import json
@@ -92,6 +93,11 @@ def main():
             (2, "t2_full", ["parallel.tensor=2", "train.checkpointing=full"]),
             (2, "t2_freq2", ["parallel.tensor=2", "moe.layer_freq=2"]),
             (2, "t2_nodrop", ["parallel.tensor=2", "model.dropout=0"]),
+            (2, "t2_sp", ["parallel.tensor=2", "parallel.sequence_parallel=true"]),
+            (4, "t2_sp_p2", ["parallel.tensor=2", "parallel.sequence_parallel=true", "parallel.pipeline=2"]),
+            (2, "t2_sp_full", ["parallel.tensor=2", "parallel.sequence_parallel=true", "train.checkpointing=full"]),
+            (4, "t2_sp_d2_freq2_z3", ["parallel.tensor=2", "parallel.sequence_parallel=true", "moe.layer_freq=2",
+                                      "zero.stage=3"]),
         ]
         for ranks, tag, sets in cases:
             freq = 2 if "moe.layer_freq=2" in sets else "nodrop" if "model.dropout=0" in sets else 1
@@ -134,8 +140,6 @@ def main():
         ck = os.path.join(tmp, "resume_d1_ck")
         for ranks, sets, want in [(1, [f"checkpoint.dir={ck}", "moe.layer_freq=2", "model.n_layers=2"],
                                    "moe.experts 4 every 1 blocks"),
-                                  (2, ["parallel.tensor=2", "parallel.sequence_parallel=true"],
-                                   "parallel.sequence_parallel = false"),
                                   (4, ["parallel.tensor=2", "parallel.expert=2"], "one of them greater than 1"),
                                   (2, ["parallel.expert=2", "zero.stage=1"], "zero.stage = 0"),
                                   (2, ["moe.experts=3", "parallel.expert=2"], "parallel.expert = 2 must divide moe.experts = 3")]:
