@@ -1,6 +1,7 @@
 // Opening checkpoints and weight exports for the tools that read trained parameters.
 #include "launcher/trained_model.h"
 
+#include <climits>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -30,6 +31,7 @@ MoEConfig experts_of(int64_t experts, int64_t top_k, double capacity_factor, dou
   MoEConfig m;
   if (experts == 0) return m;
   if (experts < 0 || experts > 1024 || top_k < 1 || top_k > std::min<int64_t>(experts, 8) || layer_freq < 1 ||
+      layer_freq > INT32_MAX ||
       !(capacity_factor > 0 && capacity_factor <= 64) || !(aux_loss_coef >= 0))
     throw UserError(where + ": its experts (" + std::to_string(experts) + " experts, top " + std::to_string(top_k) +
                     ", every " + std::to_string(layer_freq) + " blocks) are not a valid [moe] section");
@@ -128,6 +130,14 @@ StoredModel open_export(const std::string& dir) {
       s.shape.moe = experts_of(moe->at("experts").as_int(), moe->at("top_k").as_int(), moe->at("capacity_factor").as_double(),
                                moe->at("aux_loss_coef").as_double(), moe->at("layer_freq").as_int(), json);
     const JsonValue& params = root.at("params");
+    // The list's length first (blocks with experts have 9 + 4 x experts tensors, the others 12; wte,
+    // wpe and the final LayerNorm's two), before a config claiming a huge model is laid out.
+    const int64_t blocks_with_experts = s.shape.moe.layers(s.shape.n_layers);
+    const int64_t tensors = 4 + 12 * (s.shape.n_layers - blocks_with_experts) +
+                            (9 + 4 * s.shape.moe.experts) * blocks_with_experts;
+    if (int64_t(params.items.size()) != tensors)
+      throw UserError(json + ": its parameter list has " + std::to_string(params.items.size()) +
+                      " tensors; the GPT model of its config has " + std::to_string(tensors));
     const std::vector<ParameterSpec> specs = GPT::parameter_specs(s.shape);
     bool same = params.items.size() == specs.size();
     int64_t offset = 0;

@@ -609,7 +609,9 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
       std::printf("tensor parallel: %d ranks split each layer (heads, MLP, vocabulary), sequence parallelism %s, "
                   "forward %s, row-parallel forward in %d communication chunk%s\n",
                   tp.size, tp.sequence_parallel ? "on" : "off",
-                  tp.split_batch ? "in two interleaved halves of the micro-batch" : "on the whole micro-batch",
+                  tp.split_batch ? (mc.moe.experts > 0 ? "in two interleaved halves of the micro-batch (blocks with experts whole)"
+                                                   : "in two interleaved halves of the micro-batch")
+                                : "on the whole micro-batch",
                   tp.comm_chunks, tp.comm_chunks == 1 ? "" : "s");
     if (optimizer.sharded())
       std::printf("data parallel: ZeRO stage %d: each rank owns %lld of %lld elements (padded from %lld) of master "

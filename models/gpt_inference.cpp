@@ -20,6 +20,12 @@ size_t aligned(size_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; }
 
 Tensor rows2d(const Tensor& t) { return t.view({t.rows(), t.cols()}); }
 
+// One rank holds every expert.
+GPTConfig inference_config(GPTConfig c) {
+  c.moe.expert_parallel = 1;
+  return c;
+}
+
 // Generation routes without dropping: every expert has a slot for every token of a forward, so a
 // token's output does not depend on the others in the batch (training's capacity drops choices).
 MoEConfig inference_experts(MoEConfig m) {
@@ -38,7 +44,8 @@ void linear(Runtime& rt, const Tensor& y, const Tensor& x, const Parameter& w, c
 }  // namespace
 
 GPTInference::GPTInference(Runtime& rt, const GPTConfig& cfg, int64_t batch, int64_t max_len)
-    : rt_(rt), cfg_(cfg), B_(batch), max_len_(max_len), params_(rt, GPT::parameter_specs(cfg), cfg.dtype) {
+    : rt_(rt), cfg_(inference_config(cfg)), B_(batch), max_len_(max_len),
+      params_(rt, GPT::parameter_specs(cfg_), cfg.dtype) {
   TRELLIS_CHECK(batch > 0 && max_len > 0 && max_len <= cfg.seq_len,
                 "GPTInference: max_len " + std::to_string(max_len) + " must be in [1, seq_len = " +
                     std::to_string(cfg.seq_len) + "]");
@@ -54,8 +61,9 @@ GPTInference::GPTInference(Runtime& rt, const GPTConfig& cfg, int64_t batch, int
                 "inference activations");
   // ln + stats, qkv, att, branch, r, ln2 + stats, h, g; a block with experts their tensors instead of h, g
   const MoEConfig moe = inference_experts(cfg.moe);
+  // What MoEMLP::forward takes on one rank: what training keeps for backward, and the router's logits.
   const size_t experts = cfg.moe.experts > 0 ? MoEMLP::kept_bytes(moe, cfg.d_model, cfg.dtype, int64_t(BT)) +
-                                                   MoEMLP::work_bytes(moe, cfg.d_model, cfg.dtype, int64_t(BT))
+                                                   aligned(BT * size_t(cfg.moe.experts) * 4)
                                              : 0;
   work_ = Arena(rt.allocator(),
                 aligned(BT * C * e) * 5 + aligned(3 * BT * C * e) + 2 * aligned(4 * BT * C * e) + 4 * aligned(BT * 4) +

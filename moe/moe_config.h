@@ -16,7 +16,7 @@ struct MoEConfig {
   int64_t expert_parallel = 1;     // experts split over this many data-parallel ranks
 
   bool in_layer(int64_t layer) const { return experts > 0 && layer % layer_freq == 0; }
-  int64_t layers(int64_t n_layers) const { return experts > 0 ? (n_layers + layer_freq - 1) / layer_freq : 0; }
+  int64_t layers(int64_t n_layers) const { return experts > 0 && n_layers > 0 ? (n_layers - 1) / layer_freq + 1 : 0; }
   int64_t local_experts() const { return experts / expert_parallel; }
   // Slots per expert for a micro-batch of `tokens` tokens: at least 1, at most every token.
   int64_t capacity(int64_t tokens) const {
