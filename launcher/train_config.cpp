@@ -316,10 +316,6 @@ void validate_experts(const Config& c, const BatchLayout& b) {
                       " splits experts, but moe.experts = 0 (set moe.experts, or parallel.expert = 1)");
     return;
   }
-  if (c.parallel.tensor > 1 && G > 1)
-    throw UserError(c.path + ": parallel.expert = " + std::to_string(G) + " with parallel.tensor = " +
-                    std::to_string(c.parallel.tensor) +
-                    ": experts split over both is not built yet (allowed: one of them greater than 1)");
   if (!c.model.init_from.empty())
     throw UserError(c.path + ": model.init_from = \"" + c.model.init_from +
                     "\": a model with experts starts from random weights only (allowed with moe.experts > 0: empty)");

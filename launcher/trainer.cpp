@@ -439,8 +439,21 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
   const int slots = PipelineEngine::peak_in_flight(schedule);
   Communicator* pipeline_group = p > 1 ? &groups.pipeline() : nullptr;
   Communicator* tensor_group = layout.tensor > 1 ? &groups.tensor() : nullptr;
-  Communicator* parts_group = expert_parallel ? expert_group : tensor_group;
-  auto part_index = [&](const RankCoords& c) { return expert_parallel ? c.expert : c.tensor; };
+  // With both tensor and expert parallelism a stage's parts are the ranks of both: a group of its own,
+  // ordered as the whole-model layout orders the parts (tensor rank x experts + expert rank).
+  std::unique_ptr<Communicator> tensor_and_experts;
+  if (expert_parallel && tensor_group) {
+    const RankCoords& c = groups.coords();
+    MPI_Comm comm;
+    TRELLIS_MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, c.pipeline * (layout.data / layout.expert) + c.expert_data,
+                                     c.tensor * layout.expert + c.expert, &comm));
+    tensor_and_experts = Communicator::create(comm, rt, "tensor x expert");
+    TRELLIS_MPI_CHECK(MPI_Comm_free(&comm));
+  }
+  Communicator* parts_group = tensor_and_experts ? tensor_and_experts.get() : expert_parallel ? expert_group : tensor_group;
+  auto part_index = [&](const RankCoords& c) {
+    return expert_parallel ? c.tensor * layout.expert + c.expert : c.tensor;
+  };
   const TensorParallelContext tp = TensorParallelContext::of(groups.tensor(), cfg.parallel.sequence_parallel,
                                                              resolved_tensor_comm_chunks(cfg, res.device.is_cuda()),
                                                              tensor_splits_batch(cfg));

@@ -88,14 +88,14 @@ WholeModelLayout::WholeModelLayout(const GPTConfig& cfg, int p, int v, int t) {
   all.moe.expert_parallel = 1;
   whole = GPT::parameter_specs(all);
   const int experts = int(cfg.moe.expert_parallel);
-  TRELLIS_CHECK(t == 1 || experts == 1, "WholeModelLayout: tensor and expert parallelism together");
   expert_parts = experts > 1;
   for (int r = 0; r < p; ++r) {
     const GPTPart part = GPTPart::of_rank(cfg, p, v, r);
     stage.push_back(GPT::parameter_specs(all, part));
     for (int j = 0; j < t; ++j) {
       if (experts > 1) {
-        for (int g = 0; g < experts; ++g) shard.push_back(GPT::parameter_specs(cfg, part, {}, g));
+        for (int g = 0; g < experts; ++g)
+          shard.push_back(GPT::parameter_specs(cfg, part, TensorParallelContext{nullptr, t, j}, g));
         continue;
       }
       shard.push_back(GPT::parameter_specs(cfg, part, TensorParallelContext{nullptr, t, j}));

@@ -15,8 +15,9 @@
 namespace trellis {
 
 // A stage's parts are its tensor ranks' shards or, under expert parallelism (moe.expert_parallel =
-// G > 1, which needs t = 1), its G expert ranks' parameters: each holds the stage's other parameters
-// whole and its own experts. Below, "tensor rank" is the part's index either way.
+// G > 1), its expert ranks' parameters: each holds the stage's other parameters (its tensor shard of
+// them) and its own experts. With both, part j * G + g is tensor rank j's shard on expert rank g.
+// Below, "tensor rank" is the part's index.
 struct WholeModelLayout {
   // p pipeline ranks with v chunks each, each stage split over t tensor ranks (p = t = 1: the
   // whole model on one rank), or over cfg.moe.expert_parallel expert ranks.

@@ -407,6 +407,7 @@ GPT::Ranges GPT::expert_grads() const {
   Ranges runs;
   for (const Parameter& p : params_.all()) {
     if (!MoEMLP::is_expert_parameter(p.spec.name)) continue;
+    if (tp_.rank != 0 && p.spec.split.replicated()) continue;  // tensor rank 0 counts the proj biases
     const int64_t end = p.offset + p.spec.shape.numel();
     if (!runs.empty() && runs.back().second == p.offset) runs.back().second = end;
     else runs.emplace_back(p.offset, end);

@@ -144,7 +144,8 @@ class GPT {
   // counts it) and, on tensor ranks other than 0, the replicated parameters (rank 0 counts them),
   // so summing the squares over the tensor and pipeline groups counts each element once.
   Ranges grads_counted_once(bool experts = true) const;
-  // The experts' gradients (MoEMLP::is_expert_parameter), as maximal runs; with experts = false
+  // The experts' gradients (MoEMLP::is_expert_parameter) that the norm counts on this rank (on tensor
+  // ranks other than 0 not the replicated ones), as maximal runs; with experts = false
   // grads_counted_once leaves them out (expert parallelism counts them over the expert group).
   Ranges expert_grads() const;
   // Gradients that are partial sums over the tensor group after backward (sequence parallelism:

@@ -6,15 +6,17 @@ pipeline 2 x data 2, ZeRO stages 1-3, full and elementwise activation checkpoint
 experts in every other block, with tensor parallelism (each expert's MLP split over tensor = 2; with
 data 2 at ZeRO stage 1, with pipeline 2, with checkpointing, without dropout, with dense blocks
 between; with sequence parallelism too: alone, with pipeline 2, with checkpointing, with data 2 at
-ZeRO stage 3 and dense blocks between) and with expert parallelism (parallel.expert = 2 and 4: each rank
+ZeRO stage 3 and dense blocks between; with expert parallelism too: tensor 2 x expert 2, and tensor 2
+x data 4 x expert 2 with sequence parallelism) and with expert parallelism (parallel.expert = 2 and 4: each rank
 holds some of the experts; at data 4 with expert 2 the experts' gradients are summed over the
 expert-data group; with pipeline 2; with checkpointing) gives the same losses, gradient norms and
 exported weights (gathered from the expert ranks) as one rank, up to fp32 reduction-order rounding.
 A run stopped after step 3 and resumed continues bitwise on one rank; a stage-1 checkpoint at data 2
 and an expert-parallel one resumed on one rank, a one-rank checkpoint resumed at expert 4, and the
-stage-1 checkpoint resumed at data 2 x expert 2, continue as the uninterrupted run; a checkpoint
+stage-1 checkpoint resumed at data 2 x expert 2, and a tensor 2 x expert 2 checkpoint resumed on one
+rank and the reverse, continue as the uninterrupted run; a checkpoint
 whose experts sit in other blocks is refused with one line. A layout that cannot hold experts yet
-(tensor with expert parallelism, ZeRO with expert parallelism) or an expert
+(ZeRO with expert parallelism) or an expert
 group that does not divide the experts stops every rank, with one line.
 Usage: moe_equivalence.py TRAIN_GPT MPIEXEC CONFIG"""
 import json
@@ -98,6 +100,8 @@ def main():
             (2, "t2_sp_full", ["parallel.tensor=2", "parallel.sequence_parallel=true", "train.checkpointing=full"]),
             (4, "t2_sp_d2_freq2_z3", ["parallel.tensor=2", "parallel.sequence_parallel=true", "moe.layer_freq=2",
                                       "zero.stage=3"]),
+            (4, "t2_e2", ["parallel.tensor=2", "parallel.expert=2"]),
+            (8, "t2_d4_e2_sp", ["parallel.tensor=2", "parallel.expert=2", "parallel.sequence_parallel=true"]),
         ]
         for ranks, tag, sets in cases:
             freq = 2 if "moe.layer_freq=2" in sets else "nodrop" if "model.dropout=0" in sets else 1
@@ -121,7 +125,9 @@ def main():
                                        (2, "resume_d2_z1", ["zero.stage=1"], (1, [])),
                                        (4, "resume_d4_e2", ["parallel.expert=2"], (1, [])),
                                        (2, "resume_d2_z1_to_e2", ["zero.stage=1"], (2, ["parallel.expert=2"])),
-                                       (1, "resume_d1_to_e4", [], (4, ["parallel.expert=4"]))]:
+                                       (1, "resume_d1_to_e4", [], (4, ["parallel.expert=4"])),
+                                       (4, "resume_t2_e2", ["parallel.tensor=2", "parallel.expert=2"], (1, [])),
+                                       (1, "resume_d1_to_t2_e2", [], (4, ["parallel.tensor=2", "parallel.expert=2"]))]:
             ck = os.path.join(tmp, tag + "_ck")
             run(binary, mpiexec, config, tmp, ranks, tag + "_a", f"checkpoint.dir={ck}", "train.stop_after=3", *sets)
             _, loss, norms, w, _, _ = run(binary, mpiexec, config, tmp, then[0], tag + "_b", f"checkpoint.dir={ck}",
@@ -140,7 +146,6 @@ def main():
         ck = os.path.join(tmp, "resume_d1_ck")
         for ranks, sets, want in [(1, [f"checkpoint.dir={ck}", "moe.layer_freq=2", "model.n_layers=2"],
                                    "moe.experts 4 every 1 blocks"),
-                                  (4, ["parallel.tensor=2", "parallel.expert=2"], "one of them greater than 1"),
                                   (2, ["parallel.expert=2", "zero.stage=1"], "zero.stage = 0"),
                                   (2, ["moe.experts=3", "parallel.expert=2"], "parallel.expert = 2 must divide moe.experts = 3")]:
             cmd, p = equivalence.launch(binary, mpiexec, config, ranks, BASE + sets)
