@@ -20,18 +20,13 @@ size_t aligned(size_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; }
 
 Tensor rows2d(const Tensor& t) { return t.view({t.rows(), t.cols()}); }
 
-// One rank holds every expert.
+// One rank holds every expert, and generation routes without dropping: every expert has a slot for
+// every token of a forward, so a token's output does not depend on the others in the batch
+// (training's capacity drops choices).
 GPTConfig inference_config(GPTConfig c) {
   c.moe.expert_parallel = 1;
+  if (c.moe.experts > 0) c.moe.capacity_factor = double(c.moe.experts) / double(c.moe.top_k);
   return c;
-}
-
-// Generation routes without dropping: every expert has a slot for every token of a forward, so a
-// token's output does not depend on the others in the batch (training's capacity drops choices).
-MoEConfig inference_experts(MoEConfig m) {
-  m.expert_parallel = 1;
-  if (m.experts > 0) m.capacity_factor = double(m.experts) / double(m.top_k);
-  return m;
 }
 
 void linear(Runtime& rt, const Tensor& y, const Tensor& x, const Parameter& w, const Parameter& b) {
@@ -60,15 +55,19 @@ GPTInference::GPTInference(Runtime& rt, const GPTConfig& cfg, int64_t batch, int
                     aligned(Bs * C * e) + aligned(Bs * Vp * e) + aligned(Bs * Vp * 4),
                 "inference activations");
   // ln + stats, qkv, att, branch, r, ln2 + stats, h, g; a block with experts their tensors instead of h, g
-  const MoEConfig moe = inference_experts(cfg.moe);
   // What MoEMLP::forward takes on one rank: what training keeps for backward, and the router's logits.
-  const size_t experts = cfg.moe.experts > 0 ? MoEMLP::kept_bytes(moe, cfg.d_model, cfg.dtype, int64_t(BT)) +
+  const size_t experts = cfg.moe.experts > 0 ? MoEMLP::kept_bytes(cfg_.moe, cfg.d_model, cfg.dtype, int64_t(BT)) +
                                                    aligned(BT * size_t(cfg.moe.experts) * 4)
                                              : 0;
   work_ = Arena(rt.allocator(),
                 aligned(BT * C * e) * 5 + aligned(3 * BT * C * e) + 2 * aligned(4 * BT * C * e) + 4 * aligned(BT * 4) +
                     experts,
                 "inference workspace");
+  for (int64_t l = 0; l < cfg_.n_layers; ++l) {
+    experts_.emplace_back();
+    if (cfg_.moe.in_layer(l))
+      experts_.back().emplace(cfg_.moe, cfg_.dtype, MoEMLP::params_of(params_, cfg_.moe, int(l), 0), nullptr);
+  }
 }
 
 std::vector<float> GPTInference::prefill(const std::vector<int32_t>& tokens, int64_t n) {
@@ -113,11 +112,9 @@ std::vector<float> GPTInference::forward(const std::vector<int32_t>& tokens, int
     Tensor ln2 = work_.take(dt, {B, n, C});
     Tensor mean2 = work_.take(DType::f32, {B * n}), rstd2 = work_.take(DType::f32, {B * n});
     layernorm_forward(rt_, ln2, mean2, rstd2, r, P("ln2.w").value, P("ln2.b").value);
-    if (cfg_.moe.in_layer(l)) {  // y = r + the experts' gated sum
-      const MoEConfig moe = inference_experts(cfg_.moe);
-      const MoEMLP experts(moe, dt, MoEMLP::params_of(ps, moe, int(l), 0), nullptr);
+    if (experts_[size_t(l)]) {  // y = r + the experts' gated sum
       MoESaved saved;
-      experts.forward(rt_, y, ln2, &r, saved, work_, work_);
+      experts_[size_t(l)]->forward(rt_, y, ln2, &r, saved, work_, work_);
       std::swap(x, y);
       continue;
     }

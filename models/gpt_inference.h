@@ -3,11 +3,13 @@
 // experts route every token without dropping any (a slot for every token at every expert).
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "core/alloc.h"
 #include "core/parameters.h"
 #include "models/gpt_config.h"
+#include "moe/moe_mlp.h"
 
 namespace trellis {
 
@@ -37,6 +39,7 @@ class GPTInference {
   std::vector<Buffer> k_cache_, v_cache_;  // per layer (B, max_len, C)
   Arena acts_;  // tokens, the residual stream (ping-pong) and the head of one forward
   Arena work_;  // temporaries of one block
+  std::vector<std::optional<MoEMLP>> experts_;  // per layer: the block's experts, if it has them
 };
 
 struct SamplingOptions {

@@ -19,6 +19,9 @@ std::string expert_prefix(int layer, int64_t j) {
 constexpr size_t kAlign = 256;
 size_t aligned(size_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; }
 
+// Rows [first, first + n) of a (rows, cols) tensor.
+Tensor rows_of(const Tensor& t, int64_t first, int64_t n) { return t.slice(first * t.cols(), {n, t.cols()}); }
+
 }  // namespace
 
 void MoEMLP::append_specs(const MoEConfig& moe, int64_t C, int64_t n_layers, int layer, int expert_rank,
@@ -81,44 +84,41 @@ Tensor MoEMLP::exchange(const Tensor& in, Arena& arena) const {
   return out;
 }
 
-void MoEMLP::experts_forward(Runtime& rt, const MoESaved& s) const {
+template <class F>
+void MoEMLP::for_each_expert_block(const MoESaved& s, F f) const {
   // Expert layout: [source rank][local expert][capacity] rows; one GEMM pair per (source, expert).
   const int64_t El = moe_.local_experts(), G = moe_.expert_parallel, cap = s.xe.rows() / (G * El);
-  const int64_t C = s.xe.cols(), F = s.he.cols();
   for (int64_t src = 0; src < G; ++src)
-    for (int64_t j = 0; j < El; ++j) {
-      const int64_t row = (src * El + j) * cap;
-      const ExpertParams& e = p_.experts[size_t(j)];
-      const Tensor h = s.he.slice(row * F, {cap, F}), g = s.ge.slice(row * F, {cap, F});
-      MatmulOptions fc;
-      fc.trans_b = true;
-      fc.bias = &e.fc_b->value;
-      fc.gelu_input = &h;
-      matmul(rt, g, s.xe.slice(row * C, {cap, C}), e.fc_w->value, fc);
-      MatmulOptions proj;
-      proj.trans_b = true;
-      proj.bias = first_tensor_rank() ? &e.proj_b->value : nullptr;  // once in the sum over the tensor group
-      matmul(rt, s.ye.slice(row * C, {cap, C}), g, e.proj_w->value, proj);
-    }
+    for (int64_t j = 0; j < El; ++j) f(p_.experts[size_t(j)], (src * El + j) * cap, cap);
+}
+
+void MoEMLP::experts_forward(Runtime& rt, const MoESaved& s) const {
+  for_each_expert_block(s, [&](const ExpertParams& e, int64_t row, int64_t cap) {
+    const Tensor h = rows_of(s.he, row, cap), g = rows_of(s.ge, row, cap);
+    MatmulOptions fc;
+    fc.trans_b = true;
+    fc.bias = &e.fc_b->value;
+    fc.gelu_input = &h;
+    matmul(rt, g, rows_of(s.xe, row, cap), e.fc_w->value, fc);
+    MatmulOptions proj;
+    proj.trans_b = true;
+    proj.bias = first_tensor_rank() ? &e.proj_b->value : nullptr;  // once in the sum over the tensor group
+    matmul(rt, rows_of(s.ye, row, cap), g, e.proj_w->value, proj);
+  });
 }
 
 void MoEMLP::experts_backward(Runtime& rt, const Tensor& dxe, const Tensor& dye, const MoESaved& s) const {
-  const int64_t El = moe_.local_experts(), G = moe_.expert_parallel, cap = s.xe.rows() / (G * El);
-  const int64_t C = s.xe.cols(), F = s.he.cols();
   // dhe is written over ge's rows once they are read: ge is not needed after the projection's gradient.
-  for (int64_t src = 0; src < G; ++src)
-    for (int64_t j = 0; j < El; ++j) {
-      const int64_t row = (src * El + j) * cap;
-      const ExpertParams& e = p_.experts[size_t(j)];
-      const Tensor dy = dye.slice(row * C, {cap, C}), g = s.ge.slice(row * F, {cap, F});
-      const Tensor h = s.he.slice(row * F, {cap, F}), x = s.xe.slice(row * C, {cap, C});
-      weight_and_bias_grad(rt, *e.proj_w, *e.proj_b, dy, g);
-      MatmulOptions dgelu;
-      dgelu.gelu_grad_of = &h;
-      matmul(rt, g, dy, e.proj_w->value, dgelu);  // dh = (dy W_proj) * gelu'(h), over g
-      weight_and_bias_grad(rt, *e.fc_w, *e.fc_b, g, x);
-      matmul(rt, dxe.slice(row * C, {cap, C}), g, e.fc_w->value);
-    }
+  for_each_expert_block(s, [&](const ExpertParams& e, int64_t row, int64_t cap) {
+    const Tensor dy = rows_of(dye, row, cap), g = rows_of(s.ge, row, cap);
+    const Tensor h = rows_of(s.he, row, cap), x = rows_of(s.xe, row, cap);
+    weight_and_bias_grad(rt, *e.proj_w, *e.proj_b, dy, g);
+    MatmulOptions dgelu;
+    dgelu.gelu_grad_of = &h;
+    matmul(rt, g, dy, e.proj_w->value, dgelu);  // dh = (dy W_proj) * gelu'(h), over g
+    weight_and_bias_grad(rt, *e.fc_w, *e.fc_b, g, x);
+    matmul(rt, rows_of(dxe, row, cap), g, e.fc_w->value);
+  });
 }
 
 void MoEMLP::forward(Runtime& rt, const Tensor& out, const Tensor& x_in, const Tensor* residual, MoESaved& s,

@@ -85,6 +85,9 @@ class MoEMLP {
                            bool sequence_parallel = false);
 
  private:
+  // f(expert, first slot row, rows) for each block of slots one local expert runs (per source rank).
+  template <class F>
+  void for_each_expert_block(const MoESaved& s, F f) const;
   // The expert MLPs on xe's slots: he, ge, ye (forward) or, given dye, dxe and the gradients.
   void experts_forward(Runtime& rt, const MoESaved& s) const;
   void experts_backward(Runtime& rt, const Tensor& dxe, const Tensor& dye, const MoESaved& s) const;

@@ -10,8 +10,10 @@
 #include "core/ops.h"
 #include "data/synthetic_dataset.h"
 #include "models/gpt.h"
+#include "tests/unit/gpt_test_util.h"
 
 using namespace trellis;
+using namespace trellis::gpt_testing;
 
 namespace {
 
@@ -23,50 +25,6 @@ GPTConfig tiny_config() {
   c.n_heads = 2;
   c.d_model = 16;
   return c;
-}
-
-struct Batch {
-  std::vector<int32_t> tokens, targets;
-};
-
-Batch make_batch(const GPTConfig& c, int64_t B) {
-  SyntheticDataset data("random", c.vocab_size, c.seq_len, 7);
-  Batch b;
-  data.batch(Split::train, 0, B, b.tokens, b.targets);
-  return b;
-}
-
-// Loss (mean over tokens) and gradients of one micro-batch.
-struct Result {
-  double loss;
-  std::vector<float> grads;
-};
-
-Result run(Runtime& /*rt*/, GPT& model, const Batch& batch, int64_t B, const StepContext& ctx) {
-  const GPTConfig& c = model.config();
-  Tensor tokens(const_cast<int32_t*>(batch.tokens.data()), DType::i32, Device::CPU(), {B, c.seq_len});
-  Tensor targets(const_cast<int32_t*>(batch.targets.data()), DType::i32, Device::CPU(), {B, c.seq_len});
-  float loss_sum = 0;
-  Tensor ls(&loss_sum, DType::f32, Device::CPU(), {1});
-  model.params().zero_grads();
-  const double n = double(B * c.seq_len);
-  model.forward_backward(ctx, tokens, targets, float(1.0 / n), ls);
-  Result r;
-  r.loss = loss_sum / n;
-  Tensor g = model.params().flat_grads();
-  r.grads.assign(g.ptr<float>(), g.ptr<float>() + g.numel());
-  return r;
-}
-
-double loss_only(Runtime& rt, GPT& model, const Batch& batch, int64_t B, const StepContext& ctx) {
-  const GPTConfig& c = model.config();
-  Tensor tokens(const_cast<int32_t*>(batch.tokens.data()), DType::i32, Device::CPU(), {B, c.seq_len});
-  Tensor targets(const_cast<int32_t*>(batch.targets.data()), DType::i32, Device::CPU(), {B, c.seq_len});
-  float loss_sum = 0;
-  Tensor ls(&loss_sum, DType::f32, Device::CPU(), {1});
-  model.forward_loss(ctx, tokens, targets, ls);
-  (void)rt;
-  return loss_sum / double(B * c.seq_len);
 }
 
 }  // namespace
@@ -111,7 +69,7 @@ TEST(GPT, GradientsMatchFiniteDifferences) {
   for (int64_t i = 0; i < values.numel(); ++i) values.ptr<float>()[i] *= 5.0f;
   Batch batch = make_batch(c, B);
   StepContext ctx;
-  Result r = run(rt, model, batch, B, ctx);
+  Result r = run(model, batch, B, ctx);
   int checked = 0;
   for (const Parameter& p : model.params().all()) {
     const int64_t n = p.spec.shape.numel();
@@ -124,9 +82,9 @@ TEST(GPT, GradientsMatchFiniteDifferences) {
       float* w = p.value.ptr<float>() + i;
       const float saved = *w;
       *w = saved + eps;
-      double up = loss_only(rt, model, batch, B, ctx);
+      double up = loss_only(model, batch, B, ctx);
       *w = saved - eps;
-      double down = loss_only(rt, model, batch, B, ctx);
+      double down = loss_only(model, batch, B, ctx);
       *w = saved;
       double fd = (up - down) / (2 * eps);
       double an = r.grads[size_t(p.offset + i)];
@@ -142,7 +100,7 @@ TEST(GPT, PaddedVocabularyGetsNoGradient) {
   GPTConfig c = tiny_config();
   GPT model(rt, c, 2);
   model.initialize(3);
-  Result r = run(rt, model, make_batch(c, 2), 2, StepContext{});
+  Result r = run(model, make_batch(c, 2), 2, StepContext{});
   for (int64_t i = c.vocab_size * c.d_model; i < c.padded_vocab() * c.d_model; ++i) ASSERT_EQ(r.grads[size_t(i)], 0.0f);
 }
 
@@ -156,14 +114,14 @@ TEST(GPT, FreshGradientsAreOverwrittenNotAccumulated) {
   GPT model(rt, c, 2);
   model.initialize(3);
   const Batch batch = make_batch(c, 2);
-  const Result first = run(rt, model, batch, 2, StepContext{});
+  const Result first = run(model, batch, 2, StepContext{});
   model.params().check_grads_written();
   int first_written = 0;
   for (const Parameter& p : model.params().all()) first_written += p.first_write ? 1 : 0;
   EXPECT_EQ(first_written, 12 * c.n_layers);  // each block's linears and LayerNorms
   Tensor g = model.params().flat_grads();
   std::fill(g.ptr<float>(), g.ptr<float>() + g.numel(), std::nanf(""));
-  const Result again = run(rt, model, batch, 2, StepContext{});
+  const Result again = run(model, batch, 2, StepContext{});
   ASSERT_EQ(again.grads.size(), first.grads.size());
   EXPECT_EQ(0, std::memcmp(again.grads.data(), first.grads.data(), first.grads.size() * 4));
   model.params().zero_grads();
@@ -187,7 +145,7 @@ TEST(GPT, CheckpointingGivesBitwiseEqualGradients) {
     StepContext ctx;
     ctx.seed = 11;
     ctx.step = 3;
-    results.push_back(run(rt, model, make_batch(c, B), B, ctx));
+    results.push_back(run(model, make_batch(c, B), B, ctx));
   }
   for (size_t m = 1; m < results.size(); ++m) {
     EXPECT_EQ(results[m].loss, results[0].loss);
@@ -221,11 +179,11 @@ TEST(GPT, DropoutDependsOnStepNotOnRepetition) {
   StepContext ctx;
   ctx.seed = 1;
   ctx.step = 1;
-  Result a = run(rt, model, batch, 2, ctx);
-  Result b = run(rt, model, batch, 2, ctx);
+  Result a = run(model, batch, 2, ctx);
+  Result b = run(model, batch, 2, ctx);
   EXPECT_EQ(a.loss, b.loss);
   ctx.step = 2;
-  Result d = run(rt, model, batch, 2, ctx);
+  Result d = run(model, batch, 2, ctx);
   EXPECT_NE(a.loss, d.loss);
 }
 
@@ -244,7 +202,7 @@ TEST(GPT, MicroBatchSplitDoesNotChangeTheStep) {
   StepContext ctx;
   ctx.seed = 2;
   ctx.step = 1;
-  Result whole = run(rt, big, all, 4, ctx);
+  Result whole = run(big, all, 4, ctx);
 
   GPT small(rt, c, 2);
   small.initialize(9);
@@ -255,7 +213,7 @@ TEST(GPT, MicroBatchSplitDoesNotChangeTheStep) {
     data.batch(Split::train, half * 2, 2, part.tokens, part.targets);
     StepContext cx = ctx;
     cx.sample_offset = half * 2;
-    Result r = run(rt, small, part, 2, cx);
+    Result r = run(small, part, 2, cx);
     loss += r.loss / 2;
     for (size_t i = 0; i < acc.size(); ++i) acc[i] += r.grads[i] / 2;
   }

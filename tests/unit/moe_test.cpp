@@ -11,8 +11,10 @@
 #include "core/ops.h"
 #include "data/synthetic_dataset.h"
 #include "models/gpt.h"
+#include "tests/unit/gpt_test_util.h"
 
 using namespace trellis;
+using namespace trellis::gpt_testing;
 
 namespace {
 
@@ -189,43 +191,6 @@ GPTConfig moe_config() {
   return c;
 }
 
-struct Result {
-  double loss;
-  std::vector<float> grads;
-};
-
-struct Batch {
-  std::vector<int32_t> tokens, targets;
-};
-
-Batch make_batch(const GPTConfig& c, int64_t B) {
-  SyntheticDataset data("random", c.vocab_size, c.seq_len, 7);
-  Batch b;
-  data.batch(Split::train, 0, B, b.tokens, b.targets);
-  return b;
-}
-
-Result run(GPT& model, const Batch& batch, int64_t B, const StepContext& ctx, bool backward = true) {
-  const GPTConfig& c = model.config();
-  Tensor tokens(const_cast<int32_t*>(batch.tokens.data()), DType::i32, Device::CPU(), {B, c.seq_len});
-  Tensor targets(const_cast<int32_t*>(batch.targets.data()), DType::i32, Device::CPU(), {B, c.seq_len});
-  float loss_sum = 0;
-  Tensor ls(&loss_sum, DType::f32, Device::CPU(), {1});
-  const double n = double(B * c.seq_len);
-  Result r;
-  if (!backward) {
-    model.forward_loss(ctx, tokens, targets, ls);
-    r.loss = loss_sum / n;
-    return r;
-  }
-  model.params().zero_grads();
-  model.forward_backward(ctx, tokens, targets, float(1.0 / n), ls);
-  r.loss = loss_sum / n;
-  Tensor g = model.params().flat_grads();
-  r.grads.assign(g.ptr<float>(), g.ptr<float>() + g.numel());
-  return r;
-}
-
 }  // namespace
 
 // Every parameter of a GPT whose blocks both have four experts (top 2, capacity for every token, no
@@ -253,9 +218,9 @@ TEST(MoE, GptGradientsMatchFiniteDifferences) {
       float* w = p.value.ptr<float>() + i;
       const float saved = *w;
       *w = saved + eps;
-      const double up = run(model, batch, B, ctx, false).loss;
+      const double up = loss_only(model, batch, B, ctx);
       *w = saved - eps;
-      const double down = run(model, batch, B, ctx, false).loss;
+      const double down = loss_only(model, batch, B, ctx);
       *w = saved;
       const double fd = (up - down) / (2 * eps), an = r.grads[size_t(p.offset + i)];
       EXPECT_NEAR(an, fd, 3e-3 + 2e-2 * std::fabs(fd)) << p.spec.name << "[" << i << "]";
