@@ -111,7 +111,7 @@ float initial_value(uint64_t seed, const ParameterSpec& spec, int64_t local_inde
   return normal_draw(hash_name(seed, spec.name), spec.std, spec.split.global_index(spec.shape, local_index));
 }
 
-std::vector<ParameterBucket> plan_buckets(const std::vector<ParameterSpec>& specs, int shards) {
+std::vector<ParameterBucket> plan_buckets(const std::vector<ParameterSpec>& specs, int shards, int expert_shards) {
   std::vector<ParameterBucket> buckets;
   int64_t offset = 0;
   for (size_t i = 0; i < specs.size(); ++i) {
@@ -123,15 +123,19 @@ std::vector<ParameterBucket> plan_buckets(const std::vector<ParameterSpec>& spec
       b.first = i;
       b.offset = offset;
       b.block = s.bucket >= 0 ? s.bucket : -1;
+      b.expert = s.expert;
       for (const ParameterBucket& o : buckets)
         TRELLIS_CHECK(b.block < 0 || o.block != b.block, "ParameterStore: block " + std::to_string(b.block) + " is not contiguous");
       buckets.push_back(b);
     }
     ParameterBucket& b = buckets.back();
+    TRELLIS_CHECK(b.expert == s.expert && (!b.expert || b.block < 0),
+                  "ParameterStore: bucket " + std::to_string(s.bucket) + " mixes experts' and other parameters, or streams experts'");
     b.numel += s.shape.numel();
     b.end = i + 1;
-    b.padded = padded_size(b.numel, shards);
-    b.piece = b.padded / shards;
+    const int n = b.expert ? expert_shards : shards;
+    b.padded = padded_size(b.numel, n);
+    b.piece = b.padded / n;
     offset = b.offset + b.padded;
   }
   return buckets;
@@ -144,8 +148,11 @@ ParameterStore::ParameterStore(Runtime& rt, const std::vector<ParameterSpec>& sp
                 "ParameterStore: gradients are f32, or the parameters' dtype in an unsharded store");
   TRELLIS_CHECK(sharding.shards >= 1 && sharding.shard >= 0 && sharding.shard < sharding.shards,
                 "ParameterStore: bad shard " + std::to_string(sharding.shard) + " of " + std::to_string(sharding.shards));
+  TRELLIS_CHECK(sharding.expert_shards >= 1 && sharding.expert_shard >= 0 && sharding.expert_shard < sharding.expert_shards,
+                "ParameterStore: bad expert shard " + std::to_string(sharding.expert_shard) + " of " +
+                    std::to_string(sharding.expert_shards));
   TRELLIS_CHECK(!sharding.stream_values || sharding.stream_grads, "ParameterStore: streamed values need streamed gradients");
-  buckets_ = plan_buckets(specs, sharding.shards);
+  buckets_ = plan_buckets(specs, sharding.shards, sharding.expert_shards);
   for (const ParameterBucket& b : buckets_) {
     int64_t at = b.offset;
     for (size_t i = b.first; i < b.end; ++i) {
@@ -219,9 +226,13 @@ int ParameterStore::bucket_of_block(int layer) const {
 Tensor ParameterStore::bucket_grads(int b) const { return bound_grads_.at(size_t(b)); }
 Tensor ParameterStore::bucket_values(int b) const { return bound_values_.at(size_t(b)); }
 
+int ParameterStore::shard_of(int b) const {
+  return buckets_.at(size_t(b)).expert ? sharding_.expert_shard : sharding_.shard;
+}
+
 Tensor ParameterStore::owned_values(int b) const {
   const ParameterBucket& k = buckets_.at(size_t(b));
-  const int64_t at = value_at_[size_t(b)] + (k.values_streamed ? 0 : int64_t(sharding_.shard) * k.piece);
+  const int64_t at = value_at_[size_t(b)] + (k.values_streamed ? 0 : int64_t(shard_of(b)) * k.piece);
   return values_.tensor(dtype_, {k.piece}, size_t(at) * dtype_size(dtype_));
 }
 
@@ -246,6 +257,8 @@ void ParameterStore::initialize(uint64_t seed, Communicator* data) {
   const bool sharded = sharding_.shards > 1;
   TRELLIS_CHECK(!split || !sharded || (data->size() == sharding_.shards && data->rank() == sharding_.shard),
                 "ParameterStore::initialize: the data group is not the one the store is sharded over");
+  TRELLIS_CHECK(!split || std::none_of(buckets_.begin(), buckets_.end(), [](const ParameterBucket& k) { return k.expert; }),
+                "ParameterStore::initialize: the data group's ranks hold different experts (initialize each alone)");
   // Unsharded and split: this rank draws storage elements [begin, end) of `total`.
   const int64_t total = int64_t(values_.bytes() / dtype_size(dtype_));
   const int64_t range = split ? (total + data->size() - 1) / data->size() : total;
@@ -257,7 +270,7 @@ void ParameterStore::initialize(uint64_t seed, Communicator* data) {
     // Bucket-relative [lo, hi) drawn here: a streamed bucket keeps only this rank's piece; split,
     // a sharded store draws its pieces and an unsharded one its range of the storage.
     const bool piece = k.values_streamed || (split && sharded);
-    int64_t lo = piece ? int64_t(sharding_.shard) * k.piece : 0;
+    int64_t lo = piece ? int64_t(shard_of(int(b))) * k.piece : 0;
     int64_t hi = piece ? lo + k.piece : k.padded;
     const int64_t at = value_at_[b] - (k.values_streamed ? lo : 0);  // storage index of bucket element 0
     lo = std::max(lo, begin_all - at);

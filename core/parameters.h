@@ -51,7 +51,9 @@ struct ParameterSpec {
   // Its bucket: consecutive parameters with the same id form one; an id >= 0 is a transformer
   // block's (which ZeRO stages 2 and 3 stream), negative ids are other parameters' (kept whole).
   int bucket = -1;
-
+  // An expert's parameter under expert parallelism: held by the ranks of one expert-data group only,
+  // so its bucket (experts' parameters only) is sharded over that group (StoreSharding::expert_shards).
+  bool expert = false;
 
   Shape global_shape() const { return split.global_shape(shape); }
 };
@@ -81,6 +83,8 @@ inline bool grad_accumulates(const Parameter& p) {
 // How the buffers are split over the data group (ZeRO) and what is streamed.
 struct StoreSharding {
   int shards = 1, shard = 0;   // each bucket cut into `shards` equal pieces; this rank owns piece `shard`
+  // The experts' buckets (ParameterSpec::expert) over the expert-data group instead.
+  int expert_shards = 1, expert_shard = 0;
   bool stream_grads = false;   // stage >= 2: blocks' gradients only in bound slots
   bool stream_values = false;  // stage 3: blocks' values only in bound slots and this rank's piece
 };
@@ -91,12 +95,13 @@ struct ParameterBucket {
   int64_t offset = 0, numel = 0, padded = 0;
   int block = -1;                  // the transformer block (the specs' bucket id), or -1
   bool grads_streamed = false, values_streamed = false;
-  int64_t piece = 0;               // padded / shards: what each data rank owns
+  bool expert = false;             // experts' parameters: cut over the expert-data group
+  int64_t piece = 0;               // padded / its shard count: what each rank of its group owns
 };
 
-// The buckets of a store of `specs` whose buckets are cut into `shards` pieces (nothing streamed):
-// what decides which elements each data rank owns at ZeRO stages >= 1.
-std::vector<ParameterBucket> plan_buckets(const std::vector<ParameterSpec>& specs, int shards);
+// The buckets of a store of `specs` whose buckets are cut into `shards` pieces, the experts' into
+// `expert_shards` (nothing streamed): what decides which elements each rank owns at ZeRO stages >= 1.
+std::vector<ParameterBucket> plan_buckets(const std::vector<ParameterSpec>& specs, int shards, int expert_shards = 1);
 
 class ParameterStore {
  public:
@@ -119,6 +124,8 @@ class ParameterStore {
   void check_grads_written() const;
 
   const StoreSharding& sharding() const { return sharding_; }
+  // The piece of bucket b this rank owns (its index in the bucket's group).
+  int shard_of(int b) const;
   const std::vector<ParameterBucket>& buckets() const { return buckets_; }
   // The bucket of block `layer`; fatal if this store has none.
   int bucket_of_block(int layer) const;

@@ -106,6 +106,7 @@ std::string model_signature(const GPTConfig& m) {
 struct ShardLayout {
   int64_t tensor = 1, pipeline = 1, data = 1, virtual_stages = 1, zero_stage = 0;
   std::string stage_layers;  // blocks per virtual stage, e.g. "2,1,1,2"; empty: not recorded (older checkpoints)
+  int64_t expert = 1;        // parallel.expert (not recorded before experts: 1)
 
   // Whether a rank of `o` holds the same pieces as the rank of this layout with its world rank:
   // the ZeRO stage (1-3) changes only what is streamed, not the pieces. A split not recorded
@@ -113,7 +114,7 @@ struct ShardLayout {
   bool same_pieces(const ShardLayout& o) const {
     const bool one_chunk = pipeline * virtual_stages == 1;
     return tensor == o.tensor && pipeline == o.pipeline && data == o.data && virtual_stages == o.virtual_stages &&
-           (one_chunk || (!stage_layers.empty() && stage_layers == o.stage_layers));
+           expert == o.expert && (one_chunk || (!stage_layers.empty() && stage_layers == o.stage_layers));
   }
 
   // Blocks per virtual stage of `model` split into `chunks`: "2,1,1,2".
@@ -128,7 +129,7 @@ struct ShardLayout {
   static ShardLayout of(const Config& cfg, const TrainingState& s) {
     // The tensor size, not the layout's parts per stage (the expert ranks under expert parallelism).
     ShardLayout l{cfg.parallel.tensor, s.layout.pipeline(), s.data_size, cfg.parallel.virtual_stages,
-                  s.optimizer.stage(), ""};
+                  s.optimizer.stage(), "", cfg.parallel.expert};
     l.stage_layers = split_text(s.model.config(), l.pipeline * l.virtual_stages);
     return l;
   }
@@ -156,15 +157,20 @@ struct ShardLayout {
       return v->as_int();
     };
     const JsonValue* layers = l ? l->find("stage_layers") : nullptr;
+    const JsonValue* expert = l ? l->find("expert") : nullptr;
     return {field("tensor"), field("pipeline"), field("data"), field("virtual_stages"), field("zero_stage"),
-            layers ? layers->as_string() : std::string()};
+            layers ? layers->as_string() : std::string(), expert ? expert->as_int() : 1};
   }
   // What decides the pieces, for reassembling them; throws CheckpointError on a split that does
   // not fit the model, UserError on one not recorded (needed only with more than one chunk).
   PieceLayout pieces(const GPTConfig& model) const {
     constexpr int64_t kMaxChunks = int64_t(1) << 24;  // world ranks, and virtual stages: beyond any real run
-    for (int64_t n : {tensor, pipeline, data, virtual_stages})
+    for (int64_t n : {tensor, pipeline, data, virtual_stages, expert})
       if (n < 1 || n > kMaxChunks) throw CheckpointError("meta's written_by_layout has a size of " + std::to_string(n));
+    if (expert > 1 && (data % expert != 0 || model.moe.experts % expert != 0))
+      throw CheckpointError("meta's written_by_layout.expert = " + std::to_string(expert) +
+                            " does not divide its data size " + std::to_string(data) + " and the model's " +
+                            std::to_string(model.moe.experts) + " experts");
     if (tensor > kMaxChunks / pipeline || tensor * pipeline > kMaxChunks / data)
       throw CheckpointError("meta's written_by_layout has more than " + std::to_string(kMaxChunks) + " ranks");
     try {
@@ -173,7 +179,7 @@ struct ShardLayout {
       throw CheckpointError("meta's written_by_layout.tensor = " + std::to_string(tensor) + " does not fit the model (" +
                             e.what() + ")");
     }
-    PieceLayout l{int(tensor), int(pipeline), int(virtual_stages), int(data), {}};
+    PieceLayout l{int(tensor), int(pipeline), int(virtual_stages), int(data), int(expert), {}};
     if (stage_layers.empty()) {
       if (pipeline * virtual_stages > 1)
         throw UserError("it predates checkpoints that record how the pipeline split the model, and the split "
@@ -200,12 +206,14 @@ struct ShardLayout {
     JsonObject o;
     o.add("tensor", tensor).add("pipeline", pipeline).add("data", data).add("virtual_stages", virtual_stages);
     o.add("zero_stage", zero_stage).add("world", tensor * pipeline * data).add("stage_layers", stage_layers);
+    if (expert > 1) o.add("expert", expert);  // absent: 1, as before experts existed
     return o;
   }
   std::string str() const {
     return "tensor " + std::to_string(tensor) + " x pipeline " + std::to_string(pipeline) +
            (virtual_stages > 1 ? " (" + std::to_string(virtual_stages) + " virtual stages)" : "") + " x data " +
-           std::to_string(data) + ", ZeRO stage " + std::to_string(zero_stage) +
+           std::to_string(data) + (expert > 1 ? " (expert " + std::to_string(expert) + ")" : "") + ", ZeRO stage " +
+           std::to_string(zero_stage) +
            (pipeline > 1 && !stage_layers.empty() ? ", layers per virtual stage " + stage_layers : "");
   }
 };

@@ -15,6 +15,7 @@ namespace trellis {
 // The layout whose ranks wrote the pieces: which elements each world rank holds.
 struct PieceLayout {
   int tensor = 1, pipeline = 1, virtual_stages = 1, data = 1;
+  int expert = 1;  // parallel.expert: the experts' pieces are cut over the data / expert ranks
   std::vector<int> stage_layers;  // blocks per virtual stage, as that run split the model
 };
 

@@ -322,10 +322,6 @@ void validate_experts(const Config& c, const BatchLayout& b) {
   if (E % G != 0 || b.data % G != 0)
     throw UserError(c.path + ": parallel.expert = " + std::to_string(G) + " must divide moe.experts = " +
                     std::to_string(E) + " and the data-parallel size " + std::to_string(b.data));
-  if (G > 1 && c.zero.stage > 0)
-    throw UserError(c.path + ": zero.stage = " + std::to_string(c.zero.stage) + " with parallel.expert = " +
-                    std::to_string(G) + ": ZeRO does not shard the experts' state over the expert-data group yet "
-                    "(allowed with parallel.expert > 1: zero.stage = 0)");
 }
 }  // namespace
 

@@ -130,8 +130,8 @@ float read_scalar(Runtime& rt, const Tensor& t) {
 
 // For a non-finite gradient: the first parameter (in forward order, over the pipeline stages)
 // whose reduced gradient is not finite. Collective over the data group when the optimizer is
-// sharded (each rank checks its pieces), over `experts` (expert parallelism: each rank holds other
-// experts; null without) and over `pipeline` (null with one stage).
+// sharded (each rank checks its pieces), else over `experts` (expert parallelism: each rank holds
+// other experts; null without), and over `pipeline` (null with one stage).
 std::string first_nonfinite_parameter(Runtime& rt, ParameterStore& ps, const ZeroOptimizer& opt, const Tensor& scratch,
                                       Communicator* data, Communicator* experts, Communicator* pipeline) {
   int index = int(ps.size());
@@ -141,18 +141,21 @@ std::string first_nonfinite_parameter(Runtime& rt, ParameterStore& ps, const Zer
     for (const Tensor& g : opt.owned_grads({{p.offset, p.offset + p.spec.shape.numel()}})) sum_squares_accumulate(rt, scratch, g);
     if (!std::isfinite(read_scalar(rt, scratch))) index = int(i);
   }
-  if (opt.sharded()) TRELLIS_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &index, 1, MPI_INT, MPI_MIN, data->mpi_comm()));
   std::string name = index < int(ps.size()) ? ps[size_t(index)].spec.name : "";
-  if (experts) {  // the earliest parameter, on the lowest expert rank holding it, names it for the group
+  // The earliest parameter, on the lowest rank finding it, names it for the group (its ranks may
+  // hold different experts at the same index).
+  if (Communicator* group = opt.sharded() ? data : experts) {
     struct {
       int index, rank;
-    } first{index, experts->rank()};
-    TRELLIS_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &first, 1, MPI_2INT, MPI_MINLOC, experts->mpi_comm()));
+    } first{index, group->rank()};
+    TRELLIS_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &first, 1, MPI_2INT, MPI_MINLOC, group->mpi_comm()));
+    name.clear();
     if (first.index < int(ps.size())) {
+      if (group->rank() == first.rank) name = ps[size_t(first.index)].spec.name;
       int len = int(name.size());
-      TRELLIS_MPI_CHECK(MPI_Bcast(&len, 1, MPI_INT, first.rank, experts->mpi_comm()));
+      TRELLIS_MPI_CHECK(MPI_Bcast(&len, 1, MPI_INT, first.rank, group->mpi_comm()));
       name.resize(size_t(len));
-      TRELLIS_MPI_CHECK(MPI_Bcast(name.data(), len, MPI_CHAR, first.rank, experts->mpi_comm()));
+      TRELLIS_MPI_CHECK(MPI_Bcast(name.data(), len, MPI_CHAR, first.rank, group->mpi_comm()));
     }
   }
   if (pipeline) {  // the earliest stage that found one tells the others
@@ -470,26 +473,49 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
     sharding.shard = data_rank;
     sharding.stream_grads = zero_stage >= 2;
     sharding.stream_values = zero_stage >= 3;
+    if (expert_parallel) {  // the experts' buckets over the ranks holding the same experts
+      sharding.expert_shards = data_size / layout.expert;
+      sharding.expert_shard = groups.coords().expert_data;
+    }
   }
+  const int expert_data_size = data_size / layout.expert;
   const WholeModelLayout whole(mc, p, v, layout.tensor);
   const bool offload = cfg.zero.offload != "none";
   const ActivationBytes act = GPT::activation_bytes(mc, part, B, T, tp);
   const size_t planned_activations = saturating_add(saturating_mul(act.kept, size_t(slots)), act.work);
+  // A rank's parameters and, of them, its experts' (sharded apart under expert parallelism).
+  auto numel_of_part = [&](int pipeline_rank, int part) {
+    int64_t n = 0, experts = 0;
+    for (const ParameterSpec& s : whole.shard_of(pipeline_rank, part)) {
+      n += s.shape.numel();
+      if (s.expert) experts += s.shape.numel();
+    }
+    return std::pair<int64_t, int64_t>{n, experts};
+  };
+  auto state_bytes_of = [&](std::pair<int64_t, int64_t> n) {
+    return ZeroOptimizer::model_state_bytes(n.first, mc.dtype, zero_stage, data_size, offload, mc.grad_dtype, n.second,
+                                            expert_data_size);
+  };
   agree_on([&] {
-    const int64_t n = whole.shard_numel(stage, part_index(groups.coords()));
-    // Offloaded: the state, and pinned beside it the parameters' copy and the gradient staging.
+    const auto [n, experts] = numel_of_part(stage, part_index(groups.coords()));
+    // Offloaded: the state, and pinned beside it the parameters' copy and the gradient staging
+    // (the experts' pieces are the larger ones: split over fewer ranks).
     const size_t staging = offload ? size_t(ZeroOptimizer::offload_staging_bytes(
                                          largest_bucket_numel(GPT::parameter_specs(mc, part, tp)), zero_stage,
-                                         data_size, mc.grad_dtype))
+                                         expert_data_size, mc.grad_dtype))
                                    : 0;
-    const size_t off =
-        offload ? size_t(ZeroOptimizer::offloaded_state_bytes(n, mc.dtype, zero_stage, data_size)) + staging : 0;
-    const size_t pinned =
-        offload ? size_t(ZeroOptimizer::offloaded_pinned_bytes(n, mc.dtype, zero_stage, data_size)) + staging : 0;
+    auto split = [&](auto bytes) {  // the other parameters' state over the data group, the experts' apart
+      return size_t(bytes(n - experts, data_size) + (experts > 0 ? bytes(experts, expert_data_size) : 0));
+    };
+    const size_t off = offload ? split([&](int64_t k, int N) {
+      return ZeroOptimizer::offloaded_state_bytes(k, mc.dtype, zero_stage, N);
+    }) + staging : 0;
+    const size_t pinned = offload ? split([&](int64_t k, int N) {
+      return ZeroOptimizer::offloaded_pinned_bytes(k, mc.dtype, zero_stage, N);
+    }) + staging : 0;
     const bool files = cfg.zero.offload == "nvme";
-    check_memory_fits(cfg, rt, launch,
-                      size_t(ZeroOptimizer::model_state_bytes(n, mc.dtype, zero_stage, data_size, offload, mc.grad_dtype)),
-                      planned_activations, files ? pinned : off, files ? off - pinned : 0);
+    check_memory_fits(cfg, rt, launch, size_t(state_bytes_of({n, experts})), planned_activations,
+                      files ? pinned : off, files ? off - pinned : 0);
   }, launch);
   GPT model(rt, mc, B, part, slots, tp, sharding, expert_group);
   // Each data rank draws 1/N of the parameters; the data group completes them (unless its ranks
@@ -498,7 +524,8 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
   ZeroOptimizer optimizer(rt, model.params(), &data_group, zero_stage,
                           !offload                       ? nullptr
                           : cfg.zero.offload == "nvme" ? make_file_backed_allocator(cfg.zero.offload_dir)
-                                                         : make_host_allocator());
+                                                         : make_host_allocator(),
+                          expert_parallel ? &groups.expert_data() : nullptr);
   std::unique_ptr<ZeroStreaming> streaming;
   if (optimizer.sharded()) streaming = std::make_unique<ZeroStreaming>(rt, model.params(), optimizer, data_group);
   if (zero_stage >= 2) model.set_block_hooks(streaming.get());
@@ -554,10 +581,12 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
   const size_t slot_bytes = streaming ? streaming->buffer_bytes() : 0;
   // The gradient norm's squares: of the reduced gradients this rank holds (its pieces at stages
   // >= 1, where the tensor group's partial sums are completed too).
-  // Under expert parallelism the experts' squares are summed over the expert group apart.
-  const std::vector<Tensor> counted_grads = optimizer.owned_grads(model.grads_counted_once(!expert_parallel));
+  // Under expert parallelism without ZeRO the experts' squares are summed over the expert group
+  // apart; sharded, the data group's ranks hold every expert's pieces once between them.
+  const bool experts_apart = expert_parallel && !optimizer.sharded();
+  const std::vector<Tensor> counted_grads = optimizer.owned_grads(model.grads_counted_once(!experts_apart));
   const std::vector<Tensor> expert_grads =
-      expert_parallel ? optimizer.owned_grads(model.expert_grads()) : std::vector<Tensor>{};
+      experts_apart ? optimizer.owned_grads(model.expert_grads()) : std::vector<Tensor>{};
   // At stage 1 each bucket's squares run as soon as its reduce-scatter is waited for, beside the
   // later buckets' (the token embedding's, last, is the largest). Not where a piece changes after
   // the data group's reduction: the tied embedding's sum over the pipeline, sequence parallelism's
@@ -628,14 +657,18 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
                   tp.comm_chunks, tp.comm_chunks == 1 ? "" : "s");
     if (optimizer.sharded())
       std::printf("data parallel: ZeRO stage %d: each rank owns %lld of %lld elements (padded from %lld) of master "
-                  "weights, Adam moments and reduced gradients; gradients reduce-scattered (f32) per bucket %s%s\n",
+                  "weights, Adam moments and reduced gradients; gradients reduce-scattered (f32) per bucket %s%s%s\n",
                   zero_stage, (long long)optimizer.owned_numel(), (long long)model.params().padded_numel(),
                   (long long)stored,
                   zero_stage >= 2   ? "after each block's backward on every micro-batch (no full gradient buffer)"
                   : cfg.zero.overlap ? "as soon as final in the step's backward"
                                      : "after the step's backward (zero.overlap = false)",
                   zero_stage >= 3 ? "; each block's parameters all-gathered just before its forward and backward"
-                                  : "; updated parameters all-gathered");
+                                  : "; updated parameters all-gathered",
+                  !expert_parallel ? ""
+                  : zero_stage >= 2 ? "; the experts' buckets over the expert-data group, their gradients and "
+                                      "parameters kept whole"
+                                    : "; the experts' buckets over the expert-data group");
     else if (reduce)
       std::printf("data parallel: gradients in %zu buckets of ~%lld MiB, %s, reduced in %s%s\n",
                   grad_sync->bucket_count(), (long long)cfg.zero.bucket_mb,
@@ -646,9 +679,9 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
     // formula of ZeroOptimizer::model_state_bytes (what is kept whole and the slots come on top).
     std::vector<int64_t> params_per_rank, state_per_rank;
     for (int w = 0; w < launch.world; ++w) {
-      const int64_t n = whole.shard_numel(coords_of(w, layout).pipeline, part_index(coords_of(w, layout)));
-      params_per_rank.push_back(n);
-      state_per_rank.push_back(ZeroOptimizer::model_state_bytes(n, mc.dtype, zero_stage, data_size, offload, mc.grad_dtype));
+      const auto n = numel_of_part(coords_of(w, layout).pipeline, part_index(coords_of(w, layout)));
+      params_per_rank.push_back(n.first);
+      state_per_rank.push_back(state_bytes_of(n));
     }
     JsonObject lay;
     lay.add("tensor", layout.tensor).add("pipeline", layout.pipeline).add("data", layout.data);
@@ -805,7 +838,7 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
       partial_grads.run();
       if (!early_squares)
         for (const Tensor& g : counted_grads) sum_squares_accumulate(rt, norm_sq, g);
-      if (expert_parallel) {  // each rank of the expert group holds other experts
+      if (experts_apart) {  // each rank of the expert group holds other experts
         fill(rt, expert_sq, 0.0f);
         for (const Tensor& g : expert_grads) sum_squares_accumulate(rt, expert_sq, g);
         expert_group->all_reduce(expert_sq);

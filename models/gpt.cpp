@@ -13,6 +13,9 @@ namespace trellis {
 namespace {
 
 constexpr int64_t kHeadChunkRows = 8192;
+// Bucket ids: -1 wte, -2 wpe, -3 the final LayerNorm, kFirstExpertBucket - l block l's experts
+// under expert parallelism (negative: kept whole at every ZeRO stage).
+constexpr int kFirstExpertBucket = -4;
 constexpr size_t kAlign = 256;
 size_t aligned(size_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; }
 
@@ -89,7 +92,15 @@ std::vector<ParameterSpec> GPT::parameter_specs(const GPTConfig& cfg, const GPTP
     for (int l = r.first; l < r.second; ++l) {
       const size_t first = specs.size();
       TransformerBlock::append_specs(cfg, l, specs, tp, expert_rank);
-      for (size_t i = first; i < specs.size(); ++i) specs[i].bucket = l;  // one ZeRO bucket, streamable
+      for (size_t i = first; i < specs.size(); ++i) {
+        specs[i].bucket = l;  // one ZeRO bucket, streamable
+        // Under expert parallelism the block's experts (its last parameters) are a bucket of their
+        // own, sharded over the expert-data group and kept whole at every ZeRO stage.
+        if (cfg.moe.expert_parallel > 1 && MoEMLP::is_expert_parameter(specs[i].name)) {
+          specs[i].expert = true;
+          specs[i].bucket = kFirstExpertBucket - l;
+        }
+      }
     }
   if (part.head) {
     specs.push_back({"lnf.w", {C}, Init::ones, 0, false});
@@ -319,7 +330,7 @@ std::pair<int64_t, int64_t> GPT::range_of(const std::string& prefix) const {
   for (const Parameter& p : params_.all()) {
     if (p.spec.name.compare(0, prefix.size(), prefix) != 0) continue;
     if (begin < 0) begin = p.offset;
-    TRELLIS_CHECK(end < 0 || end == p.offset, "parameters of " + prefix + " are not contiguous");
+    TRELLIS_CHECK(end < 0 || end <= p.offset, "parameters of " + prefix + " are out of order");
     end = p.offset + p.spec.shape.numel();
   }
   return {begin, end};

@@ -183,7 +183,8 @@ class GPT {
   Shape activation_shape(int64_t B, int64_t T) const;  // (B, T, C), or (rows, C) for token shards
   int64_t vocab_begin() const;                     // the first row of this rank's wte shard
   DropoutKey embedding_dropout_key(const StepContext& ctx, int64_t rows) const;
-  // [begin, end) of the parameters whose names start with `prefix` (contiguous by construction).
+  // [begin, end) of the parameters whose names start with `prefix` (consecutive by construction;
+  // a block's experts may be a bucket of their own, after the padding of the block's other bucket).
   std::pair<int64_t, int64_t> range_of(const std::string& prefix) const;
 
   Runtime& rt_;

@@ -11,12 +11,17 @@
 namespace trellis {
 
 ZeroOptimizer::ZeroOptimizer(Runtime& rt, ParameterStore& params, Communicator* data, int stage,
-                             std::unique_ptr<Allocator> offload)
-    : rt_(rt), params_(params), data_(stage >= 1 && data && data->size() > 1 ? data : nullptr), stage_(data_ ? stage : 0),
-      host_alloc_(std::move(offload)) {
+                             std::unique_ptr<Allocator> offload, Communicator* expert_data)
+    : rt_(rt), params_(params), data_(stage >= 1 && data && data->size() > 1 ? data : nullptr),
+      expert_data_(data_ ? expert_data : nullptr), stage_(data_ ? stage : 0), host_alloc_(std::move(offload)) {
   const StoreSharding& sh = params.sharding();
   TRELLIS_CHECK(sh.shards == (data_ ? data_->size() : 1) && sh.shard == (data_ ? data_->rank() : 0),
                 "ZeroOptimizer: the parameter store is not sharded over the data group");
+  const bool experts = std::any_of(params.buckets().begin(), params.buckets().end(),
+                                   [](const ParameterBucket& b) { return b.expert; });
+  TRELLIS_CHECK(!data_ || !experts ||
+                    (expert_data_ && sh.expert_shards == expert_data_->size() && sh.expert_shard == expert_data_->rank()),
+                "ZeroOptimizer: the experts' buckets are not sharded over the expert-data group");
   TRELLIS_CHECK(sh.stream_grads == (stage_ >= 2) && sh.stream_values == (stage_ >= 3),
                 "ZeroOptimizer: the parameter store does not stream what ZeRO stage " + std::to_string(stage_) + " streams");
   const std::vector<ParameterBucket>& buckets = params.buckets();
@@ -73,10 +78,9 @@ ZeroOptimizer::ZeroOptimizer(Runtime& rt, ParameterStore& params, Communicator* 
   // The updated pieces are gathered into the store's buckets every step: at two ranks of one node
   // straight from the peer's copy engine. (Stage 3 gathers the blocks into slots instead.)
   if (data_ && stage_ < 3) data_->share_gather_target(params.flat_values());
-  const int64_t first = data_ ? data_->rank() : 0;
   for (size_t b = 0; b < buckets.size(); ++b) {  // spans of runs of one decay flag, cut to the piece
     const ParameterBucket& k = buckets[b];
-    const int64_t lo_b = first * k.piece, hi_b = lo_b + k.piece;  // bucket-relative
+    const int64_t lo_b = rank_in_group(int(b)) * k.piece, hi_b = lo_b + k.piece;  // bucket-relative
     for (size_t i = k.first; i < k.end; ++i) {
       const Parameter& p = params.all()[i];
       const int64_t at = p.offset - k.offset;
@@ -115,11 +119,10 @@ Tensor ZeroOptimizer::owned_grads(int b) const {
 
 template <typename F>
 void ZeroOptimizer::for_each_owned(const std::vector<std::pair<int64_t, int64_t>>& ranges, F&& f) const {
-  const int64_t rank = data_ ? data_->rank() : 0;
   for (auto [begin, end] : ranges) {
     for (size_t b = 0; b < params_.buckets().size(); ++b) {
       const ParameterBucket& k = params_.buckets()[b];
-      const int64_t lo_piece = k.offset + rank * k.piece;  // the piece in the flat layout
+      const int64_t lo_piece = k.offset + rank_in_group(int(b)) * k.piece;  // the piece in the flat layout
       const int64_t lo = std::max(begin, lo_piece), hi = std::min({end, lo_piece + k.piece, k.offset + k.numel});
       if (lo < hi) f(int(b), grads_.slice(owned_at_[b] + lo - lo_piece, {hi - lo}));
     }
@@ -169,9 +172,9 @@ void ZeroOptimizer::step(const AdamWHyper& h, float grad_scale) {
                    grad_scale, &r.runs);
       }
     }
-    if (data_ && !params_.buckets()[b].values_streamed) {
+    if (data_ && !params_.buckets()[b].values_streamed && group_of(int(b)).size() > 1) {
       NvtxRange r("parameter_all_gather");
-      gathers.push_back(data_->all_gather_async(params_.bucket_values(int(b)), params_.owned_values(int(b))));
+      gathers.push_back(group_of(int(b)).all_gather_async(params_.bucket_values(int(b)), params_.owned_values(int(b))));
     }
   }
   for (CommHandle& g : gathers) g.wait();
@@ -216,9 +219,14 @@ size_t ZeroOptimizer::state_bytes() const {
 }
 
 int64_t ZeroOptimizer::model_state_bytes(int64_t n, DType dtype, int stage, int data_size, bool offload,
-                                         DType grad_dtype) {
+                                         DType grad_dtype, int64_t experts, int expert_data) {
   const int64_t N = stage >= 1 ? data_size : 1;
   const int64_t e = int64_t(dtype_size(dtype)), master = dtype == DType::f32 ? 0 : dtype == DType::bf16 ? 2 : 4;
+  if (experts > 0 && N > 1) {  // the experts' buckets: kept whole, their state over the expert-data group
+    const int64_t Ne = expert_data;
+    return model_state_bytes(n - experts, dtype, stage, data_size, offload, grad_dtype) + experts * e +
+           experts * 4 + experts * 4 / Ne + (offload ? 0 : experts * (master + 8) / Ne);
+  }
   const int64_t g = int64_t(dtype_size(grad_dtype));
   const int64_t params = stage >= 3 ? n * e / N : n * e;
   const int64_t grads = stage >= 2 ? n * 4 / N : n * g + (N > 1 ? n * 4 / N : 0);  // + the reduced pieces (f32)
@@ -244,17 +252,23 @@ int64_t ZeroOptimizer::offload_staging_bytes(int64_t largest_bucket, int stage, 
 
 int64_t ZeroOptimizer::owned_real(int b) const {
   const ParameterBucket& k = params_.buckets()[size_t(b)];
-  const int64_t rank = data_ ? data_->rank() : 0;
-  return std::clamp<int64_t>(k.numel - rank * k.piece, 0, k.piece);
+  return std::clamp<int64_t>(k.numel - rank_in_group(b) * k.piece, 0, k.piece);
 }
+
+Communicator& ZeroOptimizer::group_of(int b) const {
+  TRELLIS_CHECK(data_, "ZeroOptimizer::group_of: the state is not sharded");
+  return params_.buckets()[size_t(b)].expert ? *expert_data_ : *data_;
+}
+
+int64_t ZeroOptimizer::rank_in_group(int b) const { return data_ ? params_.shard_of(b) : 0; }
 
 void ZeroOptimizer::scatter(const Tensor& whole, const Tensor& owned) const {
   TRELLIS_CHECK(whole.numel() == params_.numel(), "ZeroOptimizer::scatter: not the whole stage's copy");
-  const int64_t rank = data_ ? data_->rank() : 0;
   for (size_t b = 0; b < params_.buckets().size(); ++b) {
     const int64_t real = owned_real(int(b));
     if (real > 0)
-      copy(rt_, owned.slice(owned_at_[b], {real}), whole.slice(whole_at_[b] + rank * params_.buckets()[b].piece, {real}));
+      copy(rt_, owned.slice(owned_at_[b], {real}),
+           whole.slice(whole_at_[b] + rank_in_group(int(b)) * params_.buckets()[b].piece, {real}));
   }
   rt_.synchronize();  // `whole` may be host memory that the caller frees next
 }
@@ -341,7 +355,7 @@ Tensor ZeroOptimizer::whole_values(std::vector<char>& host) const {
         gathered = Buffer(rt_.allocator(), size_t(largest) * e, "parameter gather");
       }
       src = gathered.tensor(dt, {k.padded});
-      data_->all_gather(src, params_.owned_values(int(b)));
+      group_of(int(b)).all_gather(src, params_.owned_values(int(b)));
     }
     copy(rt_, whole.slice(whole_at_[b], {k.numel}), src.slice(0, {k.numel}));
   }
@@ -351,13 +365,12 @@ Tensor ZeroOptimizer::whole_values(std::vector<char>& host) const {
 
 void ZeroOptimizer::set_values(const Tensor& whole) {
   TRELLIS_CHECK(whole.numel() == params_.numel() && whole.dtype == params_.dtype(), "ZeroOptimizer::set_values: not the whole stage's parameters");
-  const int64_t rank = data_ ? data_->rank() : 0;
   for (size_t b = 0; b < params_.buckets().size(); ++b) {
     const ParameterBucket& k = params_.buckets()[b];
     if (!k.values_streamed) {
       copy(rt_, params_.bucket_values(int(b)).slice(0, {k.numel}), whole.slice(whole_at_[b], {k.numel}));
     } else if (const int64_t real = owned_real(int(b)); real > 0) {
-      copy(rt_, params_.owned_values(int(b)).slice(0, {real}), whole.slice(whole_at_[b] + rank * k.piece, {real}));
+      copy(rt_, params_.owned_values(int(b)).slice(0, {real}), whole.slice(whole_at_[b] + rank_in_group(int(b)) * k.piece, {real}));
     }
   }
   reset_master();  // set_master may set them afterwards

@@ -32,8 +32,10 @@ class ZeroOptimizer {
   // rank is stage 0). The store must then be sharded over it (StoreSharding: shards = its size).
   // `offload`: where the offloaded master weights and moments live (host memory, or files on a
   // local disk: core/file_allocator.h), AdamW on the host (above); null: on the device.
+  // `expert_data`: under expert parallelism, the group the experts' buckets are sharded over
+  // (StoreSharding::expert_shards), needed when sharded and the store has experts' buckets.
   ZeroOptimizer(Runtime& rt, ParameterStore& params, Communicator* data = nullptr, int stage = 0,
-                std::unique_ptr<Allocator> offload = nullptr);
+                std::unique_ptr<Allocator> offload = nullptr, Communicator* expert_data = nullptr);
   ~ZeroOptimizer();
   ZeroOptimizer(const ZeroOptimizer&) = delete;
   ZeroOptimizer& operator=(const ZeroOptimizer&) = delete;
@@ -42,6 +44,10 @@ class ZeroOptimizer {
   bool offloaded() const { return host_alloc_ != nullptr; }
   bool sharded() const { return data_ != nullptr; }
   int64_t owned_numel() const { return owned_numel_; }
+  // Sharded: the group bucket b's pieces are spread over (the data group, or for experts' buckets
+  // the expert-data group), and this rank's piece of it.
+  Communicator& group_of(int b) const;
+  int64_t rank_in_group(int b) const;
   // Where bucket b's piece starts in the owned buffers.
   int64_t owned_offset(int b) const { return owned_at_[size_t(b)]; }
   // The reduced gradients of bucket b's piece (f32, or unsharded the store's own): where the
@@ -71,8 +77,11 @@ class ZeroOptimizer {
   // 16-bit `grad_dtype`; stages 2-3: 4 / N), master (f16: 4, bf16: the 2 low bytes) + moments 8 (stages 1-3: / N); padding and
   // the buckets that stay whole and the streaming slots are not in it.
   // Offloaded, the master and the moments are not on the device: `offload` leaves them out.
+  // `experts`: how many of the n are experts' parameters under expert parallelism; at stages >= 1
+  // their master and moments are split over the expert-data group's `expert_data` ranks, and their
+  // parameters and gradients are kept whole (with their f32 reduced pieces).
   static int64_t model_state_bytes(int64_t n, DType dtype, int stage, int data_size, bool offload = false,
-                                   DType grad_dtype = DType::f32);
+                                   DType grad_dtype = DType::f32, int64_t experts = 0, int expert_data = 1);
   // What offload keeps off the device for those n parameters, over N at stages >= 1: the master
   // (bf16: the split halves; f16: f32 plus the f16 output; f32: f32) and the moments. Of it, what
   // stays in pinned host memory whatever the offload target (the copy of the parameters that goes
@@ -124,6 +133,7 @@ class ZeroOptimizer {
   Runtime& rt_;
   ParameterStore& params_;
   Communicator* data_;
+  Communicator* expert_data_;
   int stage_;
   int64_t owned_numel_ = 0;
   std::vector<int64_t> owned_at_;   // per bucket

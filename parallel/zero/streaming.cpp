@@ -68,7 +68,9 @@ void ZeroStreaming::start_whole(int b) {
   Progress& p = progress_[size_t(b)];
   p.started = true;
   started_.push_back(b);
-  p.handle = data_.reduce_scatter_async(optimizer_.owned_grads(b), params_.bucket_grads(b));
+  Communicator& group = optimizer_.group_of(b);  // an experts' bucket: its expert-data group
+  if (group.size() > 1) p.handle = group.reduce_scatter_async(optimizer_.owned_grads(b), params_.bucket_grads(b));
+  else copy(rt_, optimizer_.owned_grads(b), params_.bucket_grads(b));  // held by this rank alone: already summed
 }
 
 void ZeroStreaming::ready(int64_t begin, int64_t end, bool final) {

@@ -7,17 +7,20 @@ experts in every other block, with tensor parallelism (each expert's MLP split o
 data 2 at ZeRO stage 1, with pipeline 2, with checkpointing, without dropout, with dense blocks
 between; with sequence parallelism too: alone, with pipeline 2, with checkpointing, with data 2 at
 ZeRO stage 3 and dense blocks between; with expert parallelism too: tensor 2 x expert 2, and tensor 2
-x data 4 x expert 2 with sequence parallelism) and with expert parallelism (parallel.expert = 2 and 4: each rank
-holds some of the experts; at data 4 with expert 2 the experts' gradients are summed over the
-expert-data group; with pipeline 2; with checkpointing) gives the same losses, gradient norms and
-exported weights (gathered from the expert ranks) as one rank, up to fp32 reduction-order rounding.
+x data 4 x expert 2 with sequence parallelism, at ZeRO stages 0 and 3) and with expert parallelism
+(parallel.expert = 2 and 4: each rank holds some of the experts; at data 4 with expert 2 the experts'
+gradients are summed over the expert-data group; with pipeline 2; with checkpointing; at ZeRO stages
+1-3, the experts' optimizer state sharded over the expert-data group, with pipeline 2 and with the
+optimizer offloaded) gives the same losses, gradient norms and exported weights (gathered from the
+expert ranks) as one rank, up to fp32 reduction-order rounding.
 A run stopped after step 3 and resumed continues bitwise on one rank; a stage-1 checkpoint at data 2
 and an expert-parallel one resumed on one rank, a one-rank checkpoint resumed at expert 4, and the
 stage-1 checkpoint resumed at data 2 x expert 2, and a tensor 2 x expert 2 checkpoint resumed on one
-rank and the reverse, continue as the uninterrupted run; a checkpoint
-whose experts sit in other blocks is refused with one line. A layout that cannot hold experts yet
-(ZeRO with expert parallelism) or an expert
-group that does not divide the experts stops every rank, with one line.
+rank and the reverse, continue as the uninterrupted run; so do ZeRO checkpoints with expert
+parallelism, on their own layout (each rank reading its own pieces) and resharded: onto one rank,
+onto another expert size and ZeRO stage, from a dense data-parallel layout, to one without experts
+split, and from pipeline 2. A checkpoint whose experts sit in other blocks is refused with one line.
+An expert group that does not divide the experts stops every rank, with one line.
 Usage: moe_equivalence.py TRAIN_GPT MPIEXEC CONFIG"""
 import json
 import os
@@ -102,6 +105,17 @@ def main():
                                       "zero.stage=3"]),
             (4, "t2_e2", ["parallel.tensor=2", "parallel.expert=2"]),
             (8, "t2_d4_e2_sp", ["parallel.tensor=2", "parallel.expert=2", "parallel.sequence_parallel=true"]),
+            # ZeRO with expert parallelism: the experts' state sharded over the expert-data group (of
+            # one rank at data 2 x expert 2), at every stage, with pipeline, offload, tensor x expert.
+            (2, "d2_e2_z1", ["parallel.expert=2", "zero.stage=1"]),
+            (4, "d4_e2_z1", ["parallel.expert=2", "zero.stage=1"]),
+            (4, "d4_e2_z2", ["parallel.expert=2", "zero.stage=2"]),
+            (4, "d4_e4_z3", ["parallel.expert=4", "zero.stage=3"]),
+            (4, "d4_e2_freq2_z3", ["parallel.expert=2", "moe.layer_freq=2", "zero.stage=3"]),
+            (4, "p2_d2_e2_z1", ["parallel.pipeline=2", "parallel.expert=2", "zero.stage=1"]),
+            (4, "d4_e2_z1_offload", ["parallel.expert=2", "zero.stage=1", "zero.offload=cpu"]),
+            (8, "t2_d4_e2_sp_z3", ["parallel.tensor=2", "parallel.expert=2", "parallel.sequence_parallel=true",
+                                   "zero.stage=3"]),
         ]
         for ranks, tag, sets in cases:
             freq = 2 if "moe.layer_freq=2" in sets else "nodrop" if "model.dropout=0" in sets else 1
@@ -127,26 +141,42 @@ def main():
                                        (2, "resume_d2_z1_to_e2", ["zero.stage=1"], (2, ["parallel.expert=2"])),
                                        (1, "resume_d1_to_e4", [], (4, ["parallel.expert=4"])),
                                        (4, "resume_t2_e2", ["parallel.tensor=2", "parallel.expert=2"], (1, [])),
-                                       (1, "resume_d1_to_t2_e2", [], (4, ["parallel.tensor=2", "parallel.expert=2"]))]:
+                                       (1, "resume_d1_to_t2_e2", [], (4, ["parallel.tensor=2", "parallel.expert=2"])),
+                                       (4, "resume_d4_e2_z1", ["parallel.expert=2", "zero.stage=1"],
+                                        (4, ["parallel.expert=2", "zero.stage=1"])),
+                                       (4, "resume_d4_e2_z1_to_d1", ["parallel.expert=2", "zero.stage=1"], (1, [])),
+                                       (4, "resume_d4_e2_z3_to_e4_z2", ["parallel.expert=2", "zero.stage=3"],
+                                        (4, ["parallel.expert=4", "zero.stage=2"])),
+                                       (2, "resume_d2_z1_to_d4_e2_z1", ["zero.stage=1"],
+                                        (4, ["parallel.expert=2", "zero.stage=1"])),
+                                       (8, "resume_t2_d4_e2_z1_to_d2_z1",
+                                        ["parallel.tensor=2", "parallel.expert=2", "zero.stage=1"], (2, ["zero.stage=1"])),
+                                       (4, "resume_p2_d2_e2_z1_to_d4_e2_z2",
+                                        ["parallel.pipeline=2", "parallel.expert=2", "zero.stage=1"],
+                                        (4, ["parallel.expert=2", "zero.stage=2"]))]:
             ck = os.path.join(tmp, tag + "_ck")
             run(binary, mpiexec, config, tmp, ranks, tag + "_a", f"checkpoint.dir={ck}", "train.stop_after=3", *sets)
-            _, loss, norms, w, _, _ = run(binary, mpiexec, config, tmp, then[0], tag + "_b", f"checkpoint.dir={ck}",
-                                          *then[1])
+            _, loss, norms, w, _, out = run(binary, mpiexec, config, tmp, then[0], tag + "_b", f"checkpoint.dir={ck}",
+                                            *then[1])
             dl, dw, l2 = equivalence.compare(loss, ref_loss[3:], w, ref_w)
             bitwise = ranks == 1 and then[0] == 1
+            # Per-rank optimizer state is read as written on the same layout, else resharded.
+            per_rank = any(x.startswith("zero.stage=") and x != "zero.stage=0" for x in sets)
+            resharded = "resharding it for" in out
             ok = (len(loss) == STEPS - 3 and (loss == ref_loss[3:] and w == ref_w if bitwise else
-                                              dl <= LOSS_TOL and dw <= WEIGHT_MAX_TOL and l2 <= WEIGHT_L2_TOL))
+                                              dl <= LOSS_TOL and dw <= WEIGHT_MAX_TOL and l2 <= WEIGHT_L2_TOL)
+                  and resharded == (per_rank and (ranks, sets) != then))
             failed |= not ok
             print(f"{'ok  ' if ok else 'FAIL'} stopped after step 3 at {ranks} rank(s) {' '.join(sets)}, resumed on "
                   f"{then[0]} {' '.join(then[1])}: "
-                  f"{'bitwise' if bitwise else 'resharded'}: loss rel diff {dl:.2e}, max abs weight diff {dw:.2e}")
+                  f"{'bitwise' if bitwise else 'resharded' if resharded else 'own pieces'}: loss rel diff {dl:.2e}, "
+                  f"max abs weight diff {dw:.2e}")
 
-        # Layouts that cannot hold experts yet: one line (from rank 0), every rank exits 1.
+        # An expert group that does not divide the experts: one line (from rank 0), every rank exits 1.
         # A checkpoint of other expert blocks (the same sizes) is refused, not read into the wrong tensors.
         ck = os.path.join(tmp, "resume_d1_ck")
         for ranks, sets, want in [(1, [f"checkpoint.dir={ck}", "moe.layer_freq=2", "model.n_layers=2"],
                                    "moe.experts 4 every 1 blocks"),
-                                  (2, ["parallel.expert=2", "zero.stage=1"], "zero.stage = 0"),
                                   (2, ["moe.experts=3", "parallel.expert=2"], "parallel.expert = 2 must divide moe.experts = 3")]:
             cmd, p = equivalence.launch(binary, mpiexec, config, ranks, BASE + sets)
             lines = [l for l in p.stderr.splitlines() if l.startswith("error:")]

@@ -109,6 +109,46 @@ TEST(ZeroShard, StreamedStoreHoldsPiecesOfTheSameInitialValues) {
   }
 }
 
+// Expert parallelism: a block's experts are a bucket of their own, cut over the expert-data group
+// (2 ranks here) while the others are cut over the data group (8), and kept whole when streaming.
+TEST(ZeroShard, ExpertBucketsAreCutOverTheExpertDataGroup) {
+  Runtime rt(RuntimeOptions{});
+  std::vector<ParameterSpec> s = specs();
+  ParameterSpec expert;
+  expert.name = "h.0.moe.experts.1.fc.w";
+  expert.shape = {40, 3};
+  expert.bucket = -4;
+  expert.expert = true;
+  s.insert(s.begin() + 4, expert);  // after block 0's other parameters
+  StoreSharding sh;
+  sh.shards = 8;
+  sh.shard = 5;
+  sh.expert_shards = 2;
+  sh.expert_shard = 1;
+  sh.stream_grads = sh.stream_values = true;
+  ParameterStore store(rt, s, DType::f32, sh);
+  ASSERT_EQ(store.buckets().size(), 6u);
+  const ParameterBucket& k = store.buckets()[3];
+  EXPECT_TRUE(k.expert);
+  EXPECT_EQ(k.numel, 120);
+  EXPECT_EQ(k.padded, 128);  // a multiple of 2 x 64
+  EXPECT_EQ(k.piece, 64);
+  EXPECT_FALSE(k.values_streamed || k.grads_streamed);  // kept whole at every stage
+  EXPECT_EQ(store.shard_of(3), 1);
+  EXPECT_EQ(store.shard_of(2), 5);
+  EXPECT_EQ(store.buckets()[2].piece * 8, store.buckets()[2].padded);
+  EXPECT_EQ(store.owned_values(3).ptr<float>(), store.bucket_values(3).ptr<float>() + 64);
+  // The plan alone (what resharding rebuilds) is the store's.
+  const std::vector<ParameterBucket> plan = plan_buckets(s, 8, 2);
+  ASSERT_EQ(plan.size(), 6u);
+  EXPECT_EQ(plan[3].piece, 64);
+  EXPECT_EQ(plan[4].offset, store.buckets()[4].offset);
+  // A bucket cannot hold experts and other parameters.
+  s[4].bucket = 0;
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_DEATH(plan_buckets(s, 8, 2), "mixes experts");
+}
+
 TEST(ZeroShard, ModelStateBytes) {
   const int64_t n = 1000;  // divides by 2, 4 and 8
   // Stage 0 (or one data rank): params + 4 (grads) + 8 (m, v) + the master's separate bytes (f16:
@@ -126,6 +166,13 @@ TEST(ZeroShard, ModelStateBytes) {
     EXPECT_EQ(ZeroOptimizer::model_state_bytes(n, DType::f16, 3, N), n * 18 / N);
     EXPECT_EQ(ZeroOptimizer::model_state_bytes(n, DType::f32, 3, N), n * 16 / N);
   }
+  // 400 of the n are experts, over an expert-data group of 2: their parameters and gradients whole,
+  // the reduced pieces, master and moments over 2; the other 600 as before.
+  for (int stage : {1, 2, 3})
+    EXPECT_EQ(ZeroOptimizer::model_state_bytes(n, DType::bf16, stage, 8, false, DType::f32, 400, 2),
+              ZeroOptimizer::model_state_bytes(600, DType::bf16, stage, 8) + 400 * (2 + 4) + 400 * (4 + 10) / 2);
+  EXPECT_EQ(ZeroOptimizer::model_state_bytes(n, DType::bf16, 0, 8, false, DType::bf16, 400, 2),
+            ZeroOptimizer::model_state_bytes(n, DType::bf16, 0, 8, false, DType::bf16));
 }
 
 // bf16 parameters keep split masters: they start equal to the parameters, and setting them sets
