@@ -136,13 +136,45 @@ void matmul(Runtime& rt, const Tensor& out, const Tensor& a, const Tensor& b, co
                   std::string("matmul: ") + name + " " + g->str() + " must have out's size and dtype, " + out.str());
     TRELLIS_CHECK(g->data != out.data || out.numel() == 0, std::string("matmul: ") + name + " must not alias out");
   }
+  TRELLIS_CHECK(opt.batch >= 1 && opt.stride_a >= 0 && opt.stride_b >= 0 && opt.stride_bias >= 0 &&
+                    (opt.batch == 1 || opt.stride_out >= out.numel()),
+                "matmul: batch " + std::to_string(opt.batch) + " needs strides >= 0 and problems' outputs apart");
   std::string shape;  // the profiler's row: one per problem (built only while ops are timed)
   if (rt.profiler() && rt.profiler()->timing())
-    shape = std::to_string(M) + "x" + std::to_string(N) + "x" + std::to_string(K) + (opt.trans_a ? " tA" : "") +
-            (opt.trans_b ? " tB" : "") + (opt.accumulate ? " +=" : "") + (opt.bias ? " +bias" : "") +
-            (opt.residual ? " +residual" : "") + (opt.gelu_input ? " gelu" : "") +
-            (opt.gelu_grad_of ? " *gelu'" : "") + " -> " + std::string(dtype_name(out.dtype));
-  TRELLIS_DISPATCH_TIMED(rt, shape, 2.0 * double(M) * double(N) * double(K), matmul, rt, out, a, b, opt);
+    shape = (opt.batch > 1 ? std::to_string(opt.batch) + " x " : "") + std::to_string(M) + "x" + std::to_string(N) +
+            "x" + std::to_string(K) + (opt.trans_a ? " tA" : "") + (opt.trans_b ? " tB" : "") +
+            (opt.accumulate ? " +=" : "") + (opt.bias ? " +bias" : "") + (opt.residual ? " +residual" : "") +
+            (opt.gelu_input ? " gelu" : "") + (opt.gelu_grad_of ? " *gelu'" : "") + " -> " +
+            std::string(dtype_name(out.dtype));
+  const double flops = 2.0 * double(M) * double(N) * double(K) * double(opt.batch);
+  if (opt.batch > 1 && !rt.device().is_cuda()) {  // the CPU backend: one problem after the other
+    NvtxRange nvtx_range("matmul");
+    OpTimer op_timer(rt, shape, "matmul", flops);
+    for_each_matmul_problem(out, a, b, opt, [&](const Tensor& o, const Tensor& x, const Tensor& y,
+                                                const MatmulOptions& one) { cpu::matmul(rt, o, x, y, one); });
+    return;
+  }
+  TRELLIS_DISPATCH_TIMED(rt, shape, flops, matmul, rt, out, a, b, opt);
+}
+
+void for_each_matmul_problem(const Tensor& out, const Tensor& a, const Tensor& b, const MatmulOptions& opt,
+                             const std::function<void(const Tensor&, const Tensor&, const Tensor&,
+                                                      const MatmulOptions&)>& f) {
+  auto at = [](const Tensor& t, int64_t elems) {
+    return Tensor(static_cast<char*>(t.data) + elems * int64_t(dtype_size(t.dtype)), t.dtype, t.device, t.shape);
+  };
+  for (int64_t i = 0; i < opt.batch; ++i) {
+    MatmulOptions one = opt;
+    one.batch = 1;
+    Tensor bias, gelu, residual;
+    if (opt.bias) one.bias = &(bias = at(*opt.bias, i * opt.stride_bias));
+    if (const Tensor* g = opt.gelu_input ? opt.gelu_input : opt.gelu_grad_of) {
+      gelu = at(*g, i * opt.stride_out);
+      (opt.gelu_input ? one.gelu_input : one.gelu_grad_of) = &gelu;
+    }
+    if (opt.residual) one.residual = &(residual = at(*opt.residual, i * opt.stride_out));
+    f(at(out, i * opt.stride_out), at(a, i * opt.stride_a), at(b, i * opt.stride_b), one);
+  }
 }
 
 void bias_backward(Runtime& rt, const Tensor& db, const Tensor& dy, bool accumulate) {

@@ -4,6 +4,7 @@
 // Float dtypes: f32, bf16, f16; reductions and statistics are computed in f32.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "core/runtime.h"
@@ -44,11 +45,22 @@ struct MatmulOptions {
   // into the GEMM's epilogue on CUDA). out's shape and dtype; may be out itself; not with accumulate or
   // GELU.
   const Tensor* residual = nullptr;
+  // Batched (strided): `batch` problems of this form, the tensors given being problem 0's; problem
+  // i's out, GELU tensor and residual start i x stride_out elements after problem 0's, its a, b and
+  // bias i x stride_a, stride_b, stride_bias after (a stride of 0 shares the operand). One cuBLASLt
+  // call on CUDA where it fuses every epilogue asked for (else one call a problem). The experts'
+  // GEMMs of a mixture-of-experts block.
+  int64_t batch = 1;
+  int64_t stride_out = 0, stride_a = 0, stride_b = 0, stride_bias = 0;
 };
 // out (M, N) = alpha * op(a) @ op(b) [+ bias] [+ out or residual], or with GELU fused as above. a, b: 2-D, same
 // float dtype; out: a's dtype or f32 (weight gradients accumulate in f32). Accumulation in f32 on
 // every backend.
 void matmul(Runtime& rt, const Tensor& out, const Tensor& a, const Tensor& b, const MatmulOptions& opt = {});
+// Calls f(out, a, b, options) for each problem of a batched matmul as an unbatched one.
+void for_each_matmul_problem(const Tensor& out, const Tensor& a, const Tensor& b, const MatmulOptions& opt,
+                             const std::function<void(const Tensor&, const Tensor&, const Tensor&,
+                                                      const MatmulOptions&)>& f);
 // db (N) += column sums of dy (rows, N); accumulate = false: db = the sums (db is not read, so
 // it may hold anything: a gradient's first write of a step). Parameter gradients (db here, dw, db
 // and the column sums of layernorm_backward, dwte and dwpe of embedding_backward) are f32, or the

@@ -84,40 +84,124 @@ Tensor MoEMLP::exchange(const Tensor& in, Arena& arena) const {
   return out;
 }
 
+namespace {
+
+// The local experts' copies of one parameter (their values or gradients) as a strided batch: expert
+// 0's tensor and the distance in elements to the next expert's. The store lays every expert's
+// parameters out alike, one expert after the other, so that distance is the same between any two.
+struct ExpertTensors {
+  Tensor first;
+  int64_t stride = 0;
+};
+
+ExpertTensors expert_tensors(const std::vector<ExpertParams>& experts, const Parameter* ExpertParams::*member,
+                             bool grad) {
+  auto tensor = [&](size_t j) -> const Tensor& { return grad ? (experts[j].*member)->grad : (experts[j].*member)->value; };
+  const Tensor& t0 = tensor(0);
+  const int64_t e = int64_t(dtype_size(t0.dtype));
+  auto distance = [&](size_t j) { return (static_cast<const char*>(tensor(j).data) - static_cast<const char*>(t0.data)) / e; };
+  const int64_t stride = experts.size() > 1 ? distance(1) : 0;
+  for (size_t j = 1; j < experts.size(); ++j)
+    TRELLIS_CHECK(distance(j) == int64_t(j) * stride,
+                  "MoEMLP: the experts' copies of " + (experts[j].*member)->spec.name + " are not evenly spaced");
+  return {t0, stride};
+}
+
+// Whether a step's gradient of the experts' copies of one parameter accumulates (the same for all:
+// they are written by the same ops).
+bool experts_accumulate(const std::vector<ExpertParams>& experts, const Parameter* ExpertParams::*member) {
+  const bool first = grad_accumulates(*(experts[0].*member));
+  for (size_t j = 1; j < experts.size(); ++j)
+    TRELLIS_CHECK(grad_accumulates(*(experts[j].*member)) == first, "MoEMLP: the experts' gradients disagree on accumulating");
+  return first;
+}
+
+}  // namespace
+
 template <class F>
-void MoEMLP::for_each_expert_block(const MoESaved& s, F f) const {
-  // Expert layout: [source rank][local expert][capacity] rows; one GEMM pair per (source, expert).
+void MoEMLP::for_each_source(const MoESaved& s, F f) const {
+  // Expert layout: [source rank][local expert][capacity] rows: per source rank, one batch of GEMMs
+  // over the local experts, expert j's slots j x capacity rows after the source's first.
   const int64_t El = moe_.local_experts(), G = moe_.expert_parallel, cap = s.xe.rows() / (G * El);
-  for (int64_t src = 0; src < G; ++src)
-    for (int64_t j = 0; j < El; ++j) f(p_.experts[size_t(j)], (src * El + j) * cap, cap);
+  for (int64_t src = 0; src < G; ++src) f(src * El * cap, cap);
+}
+
+// Batch options over the local experts: their slot rows `cap` apart (rows of `rows_a` and `rows_out`
+// columns), the parameter copies ExpertTensors::stride apart.
+MatmulOptions MoEMLP::over_experts(int64_t cap, int64_t cols_a, int64_t cols_out) const {
+  MatmulOptions o;
+  o.batch = moe_.local_experts();
+  o.stride_a = cap * cols_a;
+  o.stride_out = cap * cols_out;
+  return o;
 }
 
 void MoEMLP::experts_forward(Runtime& rt, const MoESaved& s) const {
-  for_each_expert_block(s, [&](const ExpertParams& e, int64_t row, int64_t cap) {
+  const ExpertTensors fc_w = expert_tensors(p_.experts, &ExpertParams::fc_w, false),
+                      fc_b = expert_tensors(p_.experts, &ExpertParams::fc_b, false),
+                      proj_w = expert_tensors(p_.experts, &ExpertParams::proj_w, false),
+                      proj_b = expert_tensors(p_.experts, &ExpertParams::proj_b, false);
+  const int64_t C = s.xe.cols(), H = s.ge.cols();
+  for_each_source(s, [&](int64_t row, int64_t cap) {
     const Tensor h = rows_of(s.he, row, cap), g = rows_of(s.ge, row, cap);
-    MatmulOptions fc;
+    MatmulOptions fc = over_experts(cap, C, H);
     fc.trans_b = true;
-    fc.bias = &e.fc_b->value;
+    fc.stride_b = fc_w.stride;
+    fc.bias = &fc_b.first;
+    fc.stride_bias = fc_b.stride;
     fc.gelu_input = &h;
-    matmul(rt, g, rows_of(s.xe, row, cap), e.fc_w->value, fc);
-    MatmulOptions proj;
+    matmul(rt, g, rows_of(s.xe, row, cap), fc_w.first, fc);
+    MatmulOptions proj = over_experts(cap, H, C);
     proj.trans_b = true;
-    proj.bias = first_tensor_rank() ? &e.proj_b->value : nullptr;  // once in the sum over the tensor group
-    matmul(rt, rows_of(s.ye, row, cap), g, e.proj_w->value, proj);
+    proj.stride_b = proj_w.stride;
+    if (first_tensor_rank()) {  // once in the sum over the tensor group
+      proj.bias = &proj_b.first;
+      proj.stride_bias = proj_b.stride;
+    }
+    matmul(rt, rows_of(s.ye, row, cap), g, proj_w.first, proj);
   });
 }
 
 void MoEMLP::experts_backward(Runtime& rt, const Tensor& dxe, const Tensor& dye, const MoESaved& s) const {
+  const ExpertTensors fc_w = expert_tensors(p_.experts, &ExpertParams::fc_w, false),
+                      proj_w = expert_tensors(p_.experts, &ExpertParams::proj_w, false),
+                      fc_dw = expert_tensors(p_.experts, &ExpertParams::fc_w, true),
+                      proj_dw = expert_tensors(p_.experts, &ExpertParams::proj_w, true);
+  const int64_t C = s.xe.cols(), H = s.ge.cols();
+  // Weight gradients: dW (out, in) += dy^T x over each expert's slots, a batch over the experts.
+  auto weight_grads = [&](const ExpertTensors& dw, const Parameter* ExpertParams::*member, const Tensor& dy,
+                          const Tensor& x, int64_t cap) {
+    MatmulOptions o;
+    o.batch = moe_.local_experts();
+    o.trans_a = true;
+    o.accumulate = experts_accumulate(p_.experts, member);
+    o.stride_a = cap * dy.cols();
+    o.stride_b = cap * x.cols();
+    o.stride_out = dw.stride;
+    matmul(rt, dw.first, dy, x, o);
+  };
+  auto bias_grads = [&](const Parameter* ExpertParams::*member, const Tensor& dy, int64_t cap) {
+    for (size_t j = 0; j < p_.experts.size(); ++j) {
+      const Parameter& b = *(p_.experts[j].*member);
+      bias_backward(rt, b.grad, rows_of(dy, int64_t(j) * cap, cap), grad_accumulates(b));
+    }
+  };
   // dhe is written over ge's rows once they are read: ge is not needed after the projection's gradient.
-  for_each_expert_block(s, [&](const ExpertParams& e, int64_t row, int64_t cap) {
-    const Tensor dy = rows_of(dye, row, cap), g = rows_of(s.ge, row, cap);
-    const Tensor h = rows_of(s.he, row, cap), x = rows_of(s.xe, row, cap);
-    weight_and_bias_grad(rt, *e.proj_w, *e.proj_b, dy, g);
-    MatmulOptions dgelu;
+  for_each_source(s, [&](int64_t row, int64_t cap) {
+    const int64_t rows = moe_.local_experts() * cap;
+    const Tensor dy = rows_of(dye, row, rows), g = rows_of(s.ge, row, rows);
+    const Tensor h = rows_of(s.he, row, cap), x = rows_of(s.xe, row, rows);
+    weight_grads(proj_dw, &ExpertParams::proj_w, rows_of(dy, 0, cap), rows_of(g, 0, cap), cap);
+    bias_grads(&ExpertParams::proj_b, dy, cap);
+    MatmulOptions dgelu = over_experts(cap, C, H);  // dh = (dy W_proj) * gelu'(h), over g
+    dgelu.stride_b = proj_w.stride;
     dgelu.gelu_grad_of = &h;
-    matmul(rt, g, dy, e.proj_w->value, dgelu);  // dh = (dy W_proj) * gelu'(h), over g
-    weight_and_bias_grad(rt, *e.fc_w, *e.fc_b, g, x);
-    matmul(rt, rows_of(dxe, row, cap), g, e.fc_w->value);
+    matmul(rt, rows_of(g, 0, cap), rows_of(dy, 0, cap), proj_w.first, dgelu);
+    weight_grads(fc_dw, &ExpertParams::fc_w, rows_of(g, 0, cap), rows_of(x, 0, cap), cap);
+    bias_grads(&ExpertParams::fc_b, g, cap);
+    MatmulOptions dx = over_experts(cap, H, C);
+    dx.stride_b = fc_w.stride;
+    matmul(rt, rows_of(dxe, row, cap), rows_of(g, 0, cap), fc_w.first, dx);
   });
 }
 

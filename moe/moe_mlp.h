@@ -85,9 +85,11 @@ class MoEMLP {
                            bool sequence_parallel = false);
 
  private:
-  // f(expert, first slot row, rows) for each block of slots one local expert runs (per source rank).
+  // f(first slot row, capacity) for each source rank's slots (its local experts' capacity each).
   template <class F>
-  void for_each_expert_block(const MoESaved& s, F f) const;
+  void for_each_source(const MoESaved& s, F f) const;
+  // A GEMM batch over the local experts, on slot rows of `cols_a` and `cols_out` columns.
+  MatmulOptions over_experts(int64_t cap, int64_t cols_a, int64_t cols_out) const;
   // The expert MLPs on xe's slots: he, ge, ye (forward) or, given dye, dxe and the gradients.
   void experts_forward(Runtime& rt, const MoESaved& s) const;
   void experts_backward(Runtime& rt, const Tensor& dxe, const Tensor& dye, const MoESaved& s) const;

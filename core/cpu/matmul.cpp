@@ -57,6 +57,7 @@ void sgemm_into(float* c, const float* a, const float* b, const Tensor* bias, in
 }  // namespace
 
 void matmul(Runtime& rt, const Tensor& out, const Tensor& a, const Tensor& b, const MatmulOptions& opt) {
+  TRELLIS_CHECK(opt.batch == 1, "cpu::matmul: one problem (core/ops.cpp runs a batch's one by one)");
   // The fused GELU is the plain GEMM followed by the GELU op, as the separate ops would run.
   if (opt.gelu_input || opt.gelu_grad_of) {
     MatmulOptions plain = opt;

@@ -45,9 +45,12 @@ struct PlanKey {
   Gelu gelu;
   DType ab, out;
   uint32_t align_a, align_b, align_c, align_bias, align_aux;
+  // Strided batch (MatmulOptions::batch): 1, or the count and the strides in elements (c: out's,
+  // the GELU tensor's and the residual's).
+  int64_t batch = 1, stride_a = 0, stride_b = 0, stride_c = 0, stride_bias = 0;
   auto tie() const {
     return std::tie(m, n, k, trans_a, trans_b, accumulate, bias, gelu, ab, out, align_a, align_b, align_c,
-                    align_bias, align_aux);
+                    align_bias, align_aux, batch, stride_a, stride_b, stride_c, stride_bias);
   }
   bool operator<(const PlanKey& o) const { return tie() < o.tie(); }
 };
@@ -142,7 +145,7 @@ void set_pointer(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t attr,
 // memory for them, returns `first`, the heuristic's pick.
 int fastest_candidate(CudaState& st, const PlanKey& key, Plan& p, const Operands& ops,
                       const cublasLtMatmulHeuristicResult_t* results, int found, int first) {
-  const size_t bytes = size_t(key.m) * size_t(key.n) * dtype_size(key.out);
+  const size_t bytes = (size_t(key.stride_c) * size_t(key.batch - 1) + size_t(key.m) * size_t(key.n)) * dtype_size(key.out);
   const bool aux_out = p.gelu_fused && key.gelu == Gelu::forward;
   void* d = nullptr;
   void* aux = nullptr;
@@ -195,6 +198,7 @@ int fastest_candidate(CudaState& st, const PlanKey& key, Plan& p, const Operands
 bool try_make_plan(CudaState& st, const PlanKey& key, bool fuse_bias, bool fuse_gelu,
                    const Operands& ops, Plan& p) {
   if (fuse_gelu && key.n % 8 != 0) return false;  // cuBLASLt wants the aux leading dimension divisible by 8
+  if (fuse_gelu && key.stride_c % 8 != 0) return false;  // and its batch stride
   // Column-major view: A_lt = b (m_lt = N rows of D), B_lt = a (n_lt = M columns of D).
   const int64_t M = key.m, N = key.n, K = key.k;
   cublasOperation_t op_a = key.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -234,6 +238,20 @@ bool try_make_plan(CudaState& st, const PlanKey& key, bool fuse_bias, bool fuse_
   if (key.trans_a) CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.lb, ab, uint64_t(M), uint64_t(K), M));
   else CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.lb, ab, uint64_t(K), uint64_t(M), K));
   CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.lc, ct, uint64_t(N), uint64_t(M), N));
+  if (key.batch > 1) {
+    const int32_t count = int32_t(key.batch);
+    for (auto [layout, stride] : {std::pair{p.la, key.stride_b}, {p.lb, key.stride_a}, {p.lc, key.stride_c}}) {
+      CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof count));
+      CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride,
+                                                    sizeof stride));
+    }
+    if (fuse_bias)
+      CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_BATCH_STRIDE, &key.stride_bias,
+                                                  sizeof key.stride_bias));
+    if (fuse_gelu)
+      CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_BATCH_STRIDE, &key.stride_c,
+                                                  sizeof key.stride_c));
+  }
 
   cublasLtMatmulPreference_t pref = nullptr;
   CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
@@ -292,10 +310,11 @@ void log_plan(const CudaState& st, const PlanKey& key, const Plan& p) {
     std::snprintf(timing, sizeof timing, ", tuned: %.1f us (heuristic's first %.1f us)", double(p.chosen_us),
                   double(p.first_us));
   std::fprintf(stderr,
-               "[trellis matmul] plan #%zu: M=%lld N=%lld K=%lld %s x %s -> %s trans_a=%d trans_b=%d accumulate=%d "
+               "[trellis matmul] plan #%zu: batch %lld x M=%lld N=%lld K=%lld %s x %s -> %s trans_a=%d trans_b=%d accumulate=%d "
                "bias=%s gelu=%s%s align(a,b,out,bias,aux)=%u,%u,%u,%u,%u | algo %d of %d candidates, workspace %zu B, "
                "waves %.2f%s%s\n",
-               st.matmul_plans->plans.size() + 1, static_cast<long long>(key.m), static_cast<long long>(key.n),
+               st.matmul_plans->plans.size() + 1, static_cast<long long>(key.batch), static_cast<long long>(key.m),
+               static_cast<long long>(key.n),
                static_cast<long long>(key.k), ab.c_str(), ab.c_str(), out.c_str(),
                int(key.trans_a), int(key.trans_b), int(key.accumulate),
                !key.bias ? "none" : (p.bias_fused ? "fused-epilogue" : "SEPARATE-KERNEL"),
@@ -304,22 +323,26 @@ void log_plan(const CudaState& st, const PlanKey& key, const Plan& p) {
                double(p.waves), timing, st.deterministic ? ", deterministic (no split-K reduction)" : "");
 }
 
-Plan& get_plan(CudaState& st, const PlanKey& key, const Operands& ops) {
+// The cached plan of `key`, made on first use. A batched problem gets a plan only with every epilogue
+// it asks for fused (null otherwise, also remembered: the caller runs its problems one by one).
+Plan* get_plan(CudaState& st, const PlanKey& key, const Operands& ops) {
   if (!st.matmul_plans) st.matmul_plans = new MatmulPlanCache();
   auto it = st.matmul_plans->plans.find(key);
-  if (it != st.matmul_plans->plans.end()) return it->second;
+  if (it != st.matmul_plans->plans.end()) return it->second.desc ? &it->second : nullptr;
   Plan p;
   // All requested epilogues fused first; then without the GELU, then without the bias, where
   // cuBLASLt has no algorithm for them (a fused GELU thus always comes with the fused bias).
-  const bool ok = (key.gelu != Gelu::none && try_make_plan(st, key, key.bias, true, ops, p)) ||
-                  (key.bias && try_make_plan(st, key, true, false, ops, p)) ||
-                  try_make_plan(st, key, false, false, ops, p);
-  if (!ok)
+  const bool gelu = key.gelu != Gelu::none;
+  bool ok = try_make_plan(st, key, key.bias, gelu, ops, p);
+  if (!ok && key.batch == 1 && gelu && key.bias) ok = try_make_plan(st, key, true, false, ops, p);
+  if (!ok && key.batch == 1 && (gelu || key.bias)) ok = try_make_plan(st, key, false, false, ops, p);
+  if (!ok && key.batch == 1)
     TRELLIS_FATAL("matmul: cuBLASLt has no algorithm for M=" + std::to_string(key.m) + " N=" + std::to_string(key.n) +
                   " K=" + std::to_string(key.k) + " " + std::string(dtype_name(key.ab)) + " -> " +
                   std::string(dtype_name(key.out)));
-  if (matmul_log_enabled()) log_plan(st, key, p);
-  return st.matmul_plans->plans.emplace(key, p).first->second;
+  if (ok && matmul_log_enabled()) log_plan(st, key, p);
+  Plan& kept = st.matmul_plans->plans.emplace(key, p).first->second;
+  return ok ? &kept : nullptr;
 }
 
 }  // namespace
@@ -328,6 +351,12 @@ void matmul(Runtime& rt, const Tensor& out, const Tensor& a, const Tensor& b, co
   CudaState& st = cuda_state(rt);
   int64_t M = out.size(0), N = out.size(1), K = opt.trans_a ? a.size(0) : a.size(1);
   if (M == 0 || N == 0) return;
+  // Batched: one call where cuBLASLt fuses every epilogue asked for, else one problem after the other.
+  auto one_by_one = [&] {
+    for_each_matmul_problem(out, a, b, opt, [&](const Tensor& o, const Tensor& x, const Tensor& y,
+                                                const MatmulOptions& one) { gpu::matmul(rt, o, x, y, one); });
+  };
+  if (opt.batch > 1 && K == 0) return one_by_one();
   const Gelu gelu = opt.gelu_input ? Gelu::forward : opt.gelu_grad_of ? Gelu::backward : Gelu::none;
   const Tensor* aux = opt.gelu_input ? opt.gelu_input : opt.gelu_grad_of;
   // Where the product (+ bias) lands unless the GELU is fused: the forward's pre-activation, or out.
@@ -345,12 +374,29 @@ void matmul(Runtime& rt, const Tensor& out, const Tensor& a, const Tensor& b, co
     // The plan's output is out or, with the forward GELU not fused, gelu_input: it must suit both
     // (and C, the residual's alignment).
     const uint32_t align_out = std::min({alignment_of(out.data), alignment_of(result), alignment_of(c)});
+    // A batch's strides set the alignment of every problem's operands after the first.
+    auto align = [&](const void* ptr, int64_t stride, DType t) {
+      return std::min(alignment_of(ptr), opt.batch > 1 && stride > 0 ? alignment_of(reinterpret_cast<const void*>(
+                                                                           uintptr_t(stride) * dtype_size(t)))
+                                                                     : 256u);
+    };
     PlanKey key{M, N, K, opt.trans_a, opt.trans_b, add_c, opt.bias != nullptr, gelu, a.dtype, out.dtype,
-                alignment_of(a.data), alignment_of(b.data), align_out,
-                opt.bias ? alignment_of(opt.bias->data) : 256u, aux ? alignment_of(aux->data) : 256u};
+                align(a.data, opt.stride_a, a.dtype), align(b.data, opt.stride_b, b.dtype),
+                std::min(align_out, align(out.data, opt.stride_out, out.dtype)),
+                opt.bias ? align(opt.bias->data, opt.stride_bias, a.dtype) : 256u,
+                aux ? align(aux->data, opt.stride_out, out.dtype) : 256u};
+    if (opt.batch > 1) {
+      key.batch = opt.batch;
+      key.stride_a = opt.stride_a;
+      key.stride_b = opt.stride_b;
+      key.stride_c = opt.stride_out;
+      key.stride_bias = opt.bias ? opt.stride_bias : 0;
+    }
     const float alpha = opt.alpha, beta = add_c ? 1.0f : 0.0f;
-    Plan& p = get_plan(st, key, Operands{a.data, b.data, opt.bias ? opt.bias->data : nullptr,
-                                         aux ? aux->data : nullptr, alpha});
+    Plan* plan = get_plan(st, key, Operands{a.data, b.data, opt.bias ? opt.bias->data : nullptr,
+                                            aux ? aux->data : nullptr, alpha});
+    if (!plan) return one_by_one();  // batched, but cuBLASLt cannot fuse its epilogues
+    Plan& p = *plan;
     if (p.bias_fused) set_pointer(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, opt.bias->data);
     if (p.gelu_fused) set_pointer(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, aux->data);
     void* d = p.gelu_fused ? out.data : result;

@@ -265,6 +265,60 @@ TEST_P(Parity, MatmulFusedGelu) {
   }
 }
 
+// A strided batch of GEMMs (a mixture-of-experts block's experts: slot rows one after another,
+// parameter copies at a distance) in one cuBLASLt call with its epilogues fused, against the CPU's
+// one problem after the other; the gaps between the problems' outputs are left as they were. With
+// N = 12 the GELU's batch stride is no multiple of 8: the batch runs one problem at a time.
+TEST_P(Parity, MatmulBatched) {
+  enum class Gelu { none, forward, backward };
+  struct Case { int64_t M, N, K, batch; bool ta, tb, bias; Gelu gelu; bool accumulate_f32; };
+  const Case cases[] = {{40, 48, 32, 3, false, true, true, Gelu::forward, false},
+                        {40, 32, 48, 3, false, true, true, Gelu::none, false},
+                        {40, 48, 32, 3, false, false, false, Gelu::backward, false},
+                        {48, 32, 40, 3, true, false, false, Gelu::none, true},
+                        {24, 12, 20, 4, false, true, true, Gelu::forward, false}};
+  uint32_t seed = 300;
+  for (const Case& c : cases) {
+    const int64_t M = c.M, N = c.N, K = c.K, B = c.batch;
+    const std::string tag = " batch " + std::to_string(B) + " M=" + std::to_string(M) + " N=" + std::to_string(N) +
+                            " K=" + std::to_string(K) + (c.bias ? " +bias" : "") +
+                            (c.gelu == Gelu::forward ? " gelu" : c.gelu == Gelu::backward ? " *gelu'" : "") +
+                            (c.accumulate_f32 ? " += f32" : "");
+    MatmulOptions o;
+    o.batch = B;
+    o.trans_a = c.ta;
+    o.trans_b = c.tb;
+    o.accumulate = c.accumulate_f32;
+    o.stride_a = M * K + 8;
+    o.stride_b = N * K + 16;
+    o.stride_bias = N + 8;
+    o.stride_out = M * N + 16;
+    const DType out_t = c.accumulate_f32 ? DType::f32 : dt();
+    auto whole = [&](int64_t stride, int64_t n) { return Shape{stride * (B - 1) + n}; };
+    HostTensor a = random_host(dt(), whole(o.stride_a, M * K), seed++), b = random_host(dt(), whole(o.stride_b, N * K), seed++, -0.5f, 0.5f);
+    HostTensor bias = random_host(dt(), whole(o.stride_bias, N), seed++);
+    HostTensor out = random_host(out_t, whole(o.stride_out, M * N), seed++);  // gaps (and accumulate's start)
+    HostTensor aux = random_host(dt(), whole(o.stride_out, M * N), seed++, -4.0f, 4.0f);
+    DeviceTensor ga = to_device(a), gb = to_device(b), gbias = to_device(bias), gout = to_device(out), gaux = to_device(aux);
+    auto first = [](const Tensor& t, Shape s) { return Tensor(t.data, t.dtype, t.device, s); };
+    const Shape sa = c.ta ? Shape{K, M} : Shape{M, K}, sb = c.tb ? Shape{N, K} : Shape{K, N};
+    auto run = [&](Runtime& rt, const Tensor& o_t, const Tensor& a_t, const Tensor& b_t, const Tensor& bias_t,
+                   const Tensor& aux_t) {
+      MatmulOptions x = o;
+      const Tensor bias0 = first(bias_t, {N}), aux0 = first(aux_t, {M, N});
+      if (c.bias) x.bias = &bias0;
+      if (c.gelu == Gelu::forward) x.gelu_input = &aux0;
+      if (c.gelu == Gelu::backward) x.gelu_grad_of = &aux0;
+      matmul(rt, first(o_t, {M, N}), first(a_t, sa), first(b_t, sb), x);
+    };
+    run(cpu(), out.t, a.t, b.t, bias.t, aux.t);
+    run(gpu(), gout.t, ga.t, gb.t, gbias.t, gaux.t);
+    const Tolerance tol = c.gelu != Gelu::none ? gelu_tolerance(dt()) : tolerance(c.accumulate_f32 && dt() != DType::f32 ? DType::f16 : dt());
+    expect_close(to_host(gout), out, tol, "batched matmul output" + tag);  // the gaps: bitwise, as given
+    if (c.gelu == Gelu::forward) expect_close(to_host(gaux), aux, tolerance(dt()), "batched matmul pre-activation" + tag);
+  }
+}
+
 // Tuning (TRELLIS_MATMUL_TUNE=1 and a runtime that is not deterministic: the heuristic's candidates
 // are timed when a plan is made) must leave outputs as one run writes them: the product accumulated
 // once, the pre-activation and GELU written once, into the real tensors.

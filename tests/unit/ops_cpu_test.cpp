@@ -506,6 +506,42 @@ TEST(OpsCpu, MatmulResidualIsAccumulateOnTheResidual) {
   EXPECT_DEATH(matmul(rt(), out.t(), a.t(), b.t(), bad), "does not combine with accumulate");
 }
 
+// A strided batch is its problems, each at its strides from problem 0's tensors (b shared at
+// stride 0 here), and leaves what lies between the problems' outputs alone.
+TEST(OpsCpu, MatmulBatchedIsItsProblemsAtTheirStrides) {
+  std::mt19937 g(13);
+  const int64_t M = 6, N = 8, K = 5, B = 3, so = M * N + 4, sa = M * K + 3, sbias = N + 2;
+  HostTensor a(DType::f32, {sa * (B - 1) + M * K}), b(DType::f32, {N, K}), bias(DType::f32, {sbias * (B - 1) + N});
+  HostTensor out(DType::f32, {so * (B - 1) + M * N}), pre(DType::f32, {so * (B - 1) + M * N});
+  for (HostTensor* t : {&a, &b, &bias, &out, &pre}) t->randomize(g);
+  HostTensor want = out, want_pre = pre;
+  auto at = [](HostTensor& h, int64_t offset, Shape s) { return h.t().slice(offset, s); };
+  for (int64_t i = 0; i < B; ++i) {
+    MatmulOptions one;
+    one.trans_b = true;
+    const Tensor bi = at(bias, i * sbias, {N}), hi = at(want_pre, i * so, {M, N});
+    one.bias = &bi;
+    one.gelu_input = &hi;
+    matmul(rt(), at(want, i * so, {M, N}), at(a, i * sa, {M, K}), b.t(), one);
+  }
+  MatmulOptions o;
+  o.trans_b = true;
+  o.batch = B;
+  o.stride_a = sa;
+  o.stride_b = 0;
+  o.stride_bias = sbias;
+  o.stride_out = so;
+  const Tensor b0 = at(bias, 0, {N}), h0 = at(pre, 0, {M, N});
+  o.bias = &b0;
+  o.gelu_input = &h0;
+  matmul(rt(), at(out, 0, {M, N}), at(a, 0, {M, K}), b.t(), o);
+  EXPECT_TRUE(out.bitwise_equal(want));
+  EXPECT_TRUE(pre.bitwise_equal(want_pre));
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  o.stride_out = M * N - 1;  // problems' outputs overlapping
+  EXPECT_DEATH(matmul(rt(), at(out, 0, {M, N}), at(a, 0, {M, K}), b.t(), o), "problems' outputs apart");
+}
+
 TEST(OpsCpu, MatmulFusedGeluRejectsBadArguments) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   HostTensor a(DType::f32, {4, 8}), b(DType::f32, {8, 8}), out(DType::f32, {4, 8}), h(DType::f32, {4, 8});
