@@ -356,7 +356,10 @@ void matmul(Runtime& rt, const Tensor& out, const Tensor& a, const Tensor& b, co
     for_each_matmul_problem(out, a, b, opt, [&](const Tensor& o, const Tensor& x, const Tensor& y,
                                                 const MatmulOptions& one) { gpu::matmul(rt, o, x, y, one); });
   };
-  if (opt.batch > 1 && K == 0) return one_by_one();
+  // The DGELU epilogue in a batch ran at half the speed of one call a problem on the H200 (8 x
+  // 5120x3072x768: 172 against 359 TFLOP/s, bench/sessions/2026-12-02e call 1); the other batched
+  // forms ran 12-22% faster than one call a problem.
+  if (opt.batch > 1 && (K == 0 || opt.gelu_grad_of)) return one_by_one();
   const Gelu gelu = opt.gelu_input ? Gelu::forward : opt.gelu_grad_of ? Gelu::backward : Gelu::none;
   const Tensor* aux = opt.gelu_input ? opt.gelu_input : opt.gelu_grad_of;
   // Where the product (+ bias) lands unless the GELU is fused: the forward's pre-activation, or out.
