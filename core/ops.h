@@ -48,8 +48,8 @@ struct MatmulOptions {
   // Batched (strided): `batch` problems of this form, the tensors given being problem 0's; problem
   // i's out, GELU tensor and residual start i x stride_out elements after problem 0's, its a, b and
   // bias i x stride_a, stride_b, stride_bias after (a stride of 0 shares the operand). One cuBLASLt
-  // call on CUDA where it fuses every epilogue asked for (else one call a problem). The experts'
-  // GEMMs of a mixture-of-experts block.
+  // call on CUDA where it fuses every epilogue asked for, except the GELU's backward (else one call
+  // a problem). The experts' GEMMs of a mixture-of-experts block.
   int64_t batch = 1;
   int64_t stride_out = 0, stride_a = 0, stride_b = 0, stride_bias = 0;
 };

@@ -499,11 +499,17 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
   agree_on([&] {
     const auto [n, experts] = numel_of_part(stage, part_index(groups.coords()));
     // Offloaded: the state, and pinned beside it the parameters' copy and the gradient staging
-    // (the experts' pieces are the larger ones: split over fewer ranks).
-    const size_t staging = offload ? size_t(ZeroOptimizer::offload_staging_bytes(
-                                         largest_bucket_numel(GPT::parameter_specs(mc, part, tp)), zero_stage,
-                                         expert_data_size, mc.grad_dtype))
-                                   : 0;
+    // (the largest piece: of the experts' buckets over the expert-data group, of the others over the
+    // data group).
+    size_t staging = 0;
+    if (offload) {
+      std::vector<ParameterSpec> others, expert_specs;
+      for (const ParameterSpec& s : GPT::parameter_specs(mc, part, tp)) (s.expert ? expert_specs : others).push_back(s);
+      staging = size_t(std::max(
+          ZeroOptimizer::offload_staging_bytes(largest_bucket_numel(others), zero_stage, data_size, mc.grad_dtype),
+          ZeroOptimizer::offload_staging_bytes(largest_bucket_numel(expert_specs), zero_stage, expert_data_size,
+                                               mc.grad_dtype)));
+    }
     auto split = [&](auto bytes) {  // the other parameters' state over the data group, the experts' apart
       return size_t(bytes(n - experts, data_size) + (experts > 0 ? bytes(experts, expert_data_size) : 0));
     };

@@ -268,7 +268,8 @@ TEST_P(Parity, MatmulFusedGelu) {
 // A strided batch of GEMMs (a mixture-of-experts block's experts: slot rows one after another,
 // parameter copies at a distance) in one cuBLASLt call with its epilogues fused, against the CPU's
 // one problem after the other; the gaps between the problems' outputs are left as they were. With
-// N = 12 the GELU's batch stride is no multiple of 8: the batch runs one problem at a time.
+// N = 12 the GELU's batch stride is no multiple of 8, and the GELU's backward is never batched: those
+// run one problem at a time.
 TEST_P(Parity, MatmulBatched) {
   enum class Gelu { none, forward, backward };
   struct Case { int64_t M, N, K, batch; bool ta, tb, bias; Gelu gelu; bool accumulate_f32; };

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Mixture-of-experts layout equivalence on the CPU in fp32 (DESIGN.md section 4): a tiny GPT whose
 blocks have 4 experts (top 2, capacity factor 1: choices are dropped), with dropout, gradient
-clipping and the balancing loss, trained for K steps at data 2 and 4, pipeline 2 (1f1b and gpipe),
+clipping, a large weight decay and the balancing loss, trained for K steps at data 2 and 4, pipeline 2 (1f1b and gpipe),
 pipeline 2 x data 2, ZeRO stages 1-3, full and elementwise activation checkpointing, with the
 experts in every other block, with tensor parallelism (each expert's MLP split over tensor = 2; with
 data 2 at ZeRO stage 1, with pipeline 2, with checkpointing, without dropout, with dense blocks
@@ -10,8 +10,8 @@ ZeRO stage 3 and dense blocks between; with expert parallelism too: tensor 2 x e
 x data 4 x expert 2 with sequence parallelism, at ZeRO stages 0 and 3) and with expert parallelism
 (parallel.expert = 2 and 4: each rank holds some of the experts; at data 4 with expert 2 the experts'
 gradients are summed over the expert-data group; with pipeline 2; with checkpointing; at ZeRO stages
-1-3, the experts' optimizer state sharded over the expert-data group, with pipeline 2 and with the
-optimizer offloaded) gives the same losses, gradient norms and exported weights (gathered from the
+1-3, the experts' optimizer state sharded over the expert-data group, with pipeline 2, with the
+optimizer offloaded, with tensor 2 and with an interleaved pipeline of 4 blocks) gives the same losses, gradient norms and exported weights (gathered from the
 expert ranks) as one rank, up to fp32 reduction-order rounding.
 A run stopped after step 3 and resumed continues bitwise on one rank; a stage-1 checkpoint at data 2
 and an expert-parallel one resumed on one rank, a one-rank checkpoint resumed at expert 4, and the
@@ -19,7 +19,7 @@ stage-1 checkpoint resumed at data 2 x expert 2, and a tensor 2 x expert 2 check
 rank and the reverse, continue as the uninterrupted run; so do ZeRO checkpoints with expert
 parallelism, on their own layout (each rank reading its own pieces) and resharded: onto one rank,
 onto another expert size and ZeRO stage, from a dense data-parallel layout, to one without experts
-split, and from pipeline 2. A checkpoint whose experts sit in other blocks is refused with one line.
+split, from pipeline 2, from an interleaved pipeline and from tensor 2 x expert 2. A checkpoint whose experts sit in other blocks is refused with one line.
 An expert group that does not divide the experts stops every rank, with one line.
 Usage: moe_equivalence.py TRAIN_GPT MPIEXEC CONFIG"""
 import json
@@ -33,7 +33,8 @@ from equivalence import LOSS_TOL, NORM_TOL, WEIGHT_L2_TOL, WEIGHT_MAX_TOL
 STEPS = 6
 BASE = ["train.device=cpu", f"train.steps={STEPS}", "train.micro_batch=2", "train.global_batch=8",
         "model.dropout=0.1", "train.grad_clip=0.5", "log.val_every=0", "moe.experts=4", "moe.top_k=2",
-        "moe.capacity_factor=1.0", "moe.aux_loss_coef=0.05"]
+        "moe.capacity_factor=1.0", "moe.aux_loss_coef=0.05",
+        "optimizer.weight_decay=10"]  # large: a piece updated with the wrong decay flag shows
 
 
 def run(binary, mpiexec, config, tmp, ranks, tag, *sets):
@@ -72,6 +73,8 @@ def main():
         # Without dropout the residual adds are the combine's (and, under tensor parallelism, rank 0's).
         _, loss, norms, w, _, _ = run(binary, mpiexec, config, tmp, 1, "ref_nodrop", "model.dropout=0")
         refs["nodrop"] = (loss, norms, w)
+        _, loss, norms, w, _, _ = run(binary, mpiexec, config, tmp, 1, "ref_l4", "model.n_layers=4")
+        refs["l4"] = (loss, norms, w)
         # The dense model differs: the experts change the computation.
         _, dense_loss, _, _, _, _ = run(binary, mpiexec, config, tmp, 1, "dense", "moe.experts=0")
         ok = rel(dense_loss, refs[1][0]) > 1e-3
@@ -116,14 +119,18 @@ def main():
             (4, "d4_e2_z1_offload", ["parallel.expert=2", "zero.stage=1", "zero.offload=cpu"]),
             (8, "t2_d4_e2_sp_z3", ["parallel.tensor=2", "parallel.expert=2", "parallel.sequence_parallel=true",
                                    "zero.stage=3"]),
+            (4, "t2_d2_e2_z2", ["parallel.tensor=2", "parallel.expert=2", "zero.stage=2"]),
+            (4, "p2v2_d2_e2_z3", ["model.n_layers=4", "parallel.pipeline=2", "parallel.schedule=interleaved",
+                                  "parallel.virtual_stages=2", "parallel.expert=2", "zero.stage=3"]),
         ]
         for ranks, tag, sets in cases:
-            freq = 2 if "moe.layer_freq=2" in sets else "nodrop" if "model.dropout=0" in sets else 1
+            freq = (2 if "moe.layer_freq=2" in sets else "nodrop" if "model.dropout=0" in sets
+                    else "l4" if "model.n_layers=4" in sets else 1)
             ref_loss, ref_norms, ref_w = refs[freq]
             _, loss, norms, w, _, _ = run(binary, mpiexec, config, tmp, ranks, tag, *sets)
             dl, dw, l2 = equivalence.compare(loss, ref_loss, w, ref_w)
             dn = rel(norms, ref_norms)
-            stats, ref_stats = moe_stats(tmp, tag), moe_stats(tmp, "ref_nodrop" if freq == "nodrop" else f"ref{freq}")
+            stats, ref_stats = moe_stats(tmp, tag), moe_stats(tmp, f"ref_{freq}" if freq in ("nodrop", "l4") else f"ref{freq}")
             ds = max(abs(a - b) for s, r in zip(stats, ref_stats) for a, b in zip(s, r))
             ok = (len(loss) == STEPS and len(w) == len(ref_w) and dl <= LOSS_TOL and dn <= NORM_TOL
                   and dw <= WEIGHT_MAX_TOL and l2 <= WEIGHT_L2_TOL and len(stats) == STEPS and ds <= 1e-5)
@@ -134,7 +141,6 @@ def main():
 
         # Resume: bitwise on the same layout; a data-2 stage-1 checkpoint (each rank's optimizer
         # pieces) resharded onto one rank continues as the uninterrupted run.
-        ref_loss, ref_norms, ref_w = refs[1]
         for ranks, tag, sets, then in [(1, "resume_d1", [], (1, [])),
                                        (2, "resume_d2_z1", ["zero.stage=1"], (1, [])),
                                        (4, "resume_d4_e2", ["parallel.expert=2"], (1, [])),
@@ -153,7 +159,15 @@ def main():
                                         ["parallel.tensor=2", "parallel.expert=2", "zero.stage=1"], (2, ["zero.stage=1"])),
                                        (4, "resume_p2_d2_e2_z1_to_d4_e2_z2",
                                         ["parallel.pipeline=2", "parallel.expert=2", "zero.stage=1"],
-                                        (4, ["parallel.expert=2", "zero.stage=2"]))]:
+                                        (4, ["parallel.expert=2", "zero.stage=2"])),
+                                       (4, "resume_p2v2_d2_e2_z3_to_d1",
+                                        ["model.n_layers=4", "parallel.pipeline=2", "parallel.schedule=interleaved",
+                                         "parallel.virtual_stages=2", "parallel.expert=2", "zero.stage=3"],
+                                        (1, ["model.n_layers=4"])),
+                                       (4, "resume_t2_d2_e2_z2_to_d4_e4_z1",
+                                        ["parallel.tensor=2", "parallel.expert=2", "zero.stage=2"],
+                                        (4, ["parallel.expert=4", "zero.stage=1"]))]:
+            ref_loss, ref_norms, ref_w = refs["l4" if "model.n_layers=4" in sets else 1]
             ck = os.path.join(tmp, tag + "_ck")
             run(binary, mpiexec, config, tmp, ranks, tag + "_a", f"checkpoint.dir={ck}", "train.stop_after=3", *sets)
             _, loss, norms, w, _, out = run(binary, mpiexec, config, tmp, then[0], tag + "_b", f"checkpoint.dir={ck}",
