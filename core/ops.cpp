@@ -177,15 +177,27 @@ void for_each_matmul_problem(const Tensor& out, const Tensor& a, const Tensor& b
   }
 }
 
-void bias_backward(Runtime& rt, const Tensor& db, const Tensor& dy, bool accumulate) {
+void bias_backward(Runtime& rt, const Tensor& db, const Tensor& dy, bool accumulate, int64_t batch,
+                   int64_t db_stride) {
   check_device(rt, db, "bias_backward"); check_device(rt, dy, "bias_backward");
   check_grad_dtype(db, dy.dtype, "bias_backward");
   TRELLIS_CHECK(db.numel() == dy.cols(), "bias_backward: " + db.str() + " vs " + dy.str());
+  TRELLIS_CHECK(batch >= 1 && dy.rows() % batch == 0 && (batch == 1 || db_stride >= db.numel()),
+                "bias_backward: batch " + std::to_string(batch) + " of " + dy.str() + " with outputs " +
+                    std::to_string(db_stride) + " apart");
+  if (batch > 1 && (dy.rows() == 0 || !rt.device().is_cuda())) {  // one block after the other
+    const int64_t rows = dy.rows() / batch;
+    for (int64_t i = 0; i < batch; ++i)
+      bias_backward(rt, Tensor(static_cast<char*>(db.data) + i * db_stride * int64_t(dtype_size(db.dtype)), db.dtype,
+                               db.device, db.shape),
+                    dy.view({dy.rows(), dy.cols()}).slice(i * rows * dy.cols(), {rows, dy.cols()}), accumulate);
+    return;
+  }
   if (dy.rows() == 0) {  // no rows: the sums are 0
     if (!accumulate) fill(rt, db, 0.0f);
     return;
   }
-  TRELLIS_DISPATCH(rt, bias_backward, rt, db, dy, accumulate);
+  TRELLIS_DISPATCH(rt, bias_backward, rt, db, dy, accumulate, batch, db_stride);
 }
 
 namespace {

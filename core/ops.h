@@ -65,7 +65,10 @@ void for_each_matmul_problem(const Tensor& out, const Tensor& a, const Tensor& b
 // it may hold anything: a gradient's first write of a step). Parameter gradients (db here, dw, db
 // and the column sums of layernorm_backward, dwte and dwpe of embedding_backward) are f32, or the
 // activations' 16-bit dtype (train.grad_dtype): summed in f32 either way, rounded once as written.
-void bias_backward(Runtime& rt, const Tensor& db, const Tensor& dy, bool accumulate = true);
+// Batched: dy's rows are `batch` equal blocks; block i's sums go to the (N) at i x db_stride elements
+// after db's first (db: block 0's). The experts' bias gradients of a mixture-of-experts block.
+void bias_backward(Runtime& rt, const Tensor& db, const Tensor& dy, bool accumulate = true, int64_t batch = 1,
+                   int64_t db_stride = 0);
 
 // ---- layer norm over the last dimension C ----
 // out = (x - mean) * rstd * w + b. mean, rstd: f32 (rows). w, b: (C), x's dtype.

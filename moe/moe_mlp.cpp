@@ -180,11 +180,10 @@ void MoEMLP::experts_backward(Runtime& rt, const Tensor& dxe, const Tensor& dye,
     o.stride_out = dw.stride;
     matmul(rt, dw.first, dy, x, o);
   };
-  auto bias_grads = [&](const Parameter* ExpertParams::*member, const Tensor& dy, int64_t cap) {
-    for (size_t j = 0; j < p_.experts.size(); ++j) {
-      const Parameter& b = *(p_.experts[j].*member);
-      bias_backward(rt, b.grad, rows_of(dy, int64_t(j) * cap, cap), grad_accumulates(b));
-    }
+  // Bias gradients: the column sums of each expert's slots, a batch over the experts.
+  auto bias_grads = [&](const Parameter* ExpertParams::*member, const Tensor& dy) {
+    const ExpertTensors db = expert_tensors(p_.experts, member, true);
+    bias_backward(rt, db.first, dy, experts_accumulate(p_.experts, member), moe_.local_experts(), db.stride);
   };
   // dhe is written over ge's rows once they are read: ge is not needed after the projection's gradient.
   for_each_source(s, [&](int64_t row, int64_t cap) {
@@ -192,13 +191,13 @@ void MoEMLP::experts_backward(Runtime& rt, const Tensor& dxe, const Tensor& dye,
     const Tensor dy = rows_of(dye, row, rows), g = rows_of(s.ge, row, rows);
     const Tensor h = rows_of(s.he, row, cap), x = rows_of(s.xe, row, rows);
     weight_grads(proj_dw, &ExpertParams::proj_w, rows_of(dy, 0, cap), rows_of(g, 0, cap), cap);
-    bias_grads(&ExpertParams::proj_b, dy, cap);
+    bias_grads(&ExpertParams::proj_b, dy);
     MatmulOptions dgelu = over_experts(cap, C, H);  // dh = (dy W_proj) * gelu'(h), over g
     dgelu.stride_b = proj_w.stride;
     dgelu.gelu_grad_of = &h;
     matmul(rt, rows_of(g, 0, cap), rows_of(dy, 0, cap), proj_w.first, dgelu);
     weight_grads(fc_dw, &ExpertParams::fc_w, rows_of(g, 0, cap), rows_of(x, 0, cap), cap);
-    bias_grads(&ExpertParams::fc_b, g, cap);
+    bias_grads(&ExpertParams::fc_b, g);
     MatmulOptions dx = over_experts(cap, H, C);
     dx.stride_b = fc_w.stride;
     matmul(rt, rows_of(dxe, row, cap), rows_of(g, 0, cap), fc_w.first, dx);

@@ -101,7 +101,8 @@ void matmul(Runtime& rt, const Tensor& out, const Tensor& a, const Tensor& b, co
   from_f32(out, c, M * N);
 }
 
-void bias_backward(Runtime&, const Tensor& db, const Tensor& dy, bool accumulate) {
+void bias_backward(Runtime&, const Tensor& db, const Tensor& dy, bool accumulate, int64_t batch, int64_t) {
+  TRELLIS_CHECK(batch == 1, "cpu::bias_backward: one block (core/ops.cpp runs a batch's one by one)");
   // Parallel over column blocks; each column is summed over all rows in row order (in double),
   // so the result does not depend on the number of threads.
   const int64_t R = outer_dim(dy), N = inner_dim(dy);

@@ -39,11 +39,13 @@ void accumulate(Runtime& rt, const Tensor& out, const Tensor& a) {
 
 void scale(Runtime& rt, const Tensor& x, float s) { launch_scale(compute_stream(rt), x.data, x.dtype, x.numel(), s); }
 
-void bias_backward(Runtime& rt, const Tensor& db, const Tensor& dy, bool accumulate) {
-  int64_t rows = dy.rows(), cols = dy.cols();
+void bias_backward(Runtime& rt, const Tensor& db, const Tensor& dy, bool accumulate, int64_t batch, int64_t db_stride) {
+  const int64_t rows = dy.rows() / batch, cols = dy.cols();
   if (rows == 0 || cols == 0) return;
-  auto* scratch = static_cast<float*>(rt.scratch(size_t(colsum_chunks(rows) * cols) * sizeof(float)));
-  launch_bias_backward(compute_stream(rt), db.data, db.dtype, dy.data, dy.dtype, rows, cols, scratch, accumulate);
+  const int64_t chunks = batch == 1 ? colsum_chunks(rows) : batch * batch_colsum_chunks(rows);
+  auto* scratch = static_cast<float*>(rt.scratch(size_t(chunks * cols) * sizeof(float)));
+  launch_bias_backward(compute_stream(rt), db.data, db.dtype, dy.data, dy.dtype, rows, cols, scratch, accumulate, batch,
+                       db_stride);
 }
 
 void layernorm_forward(Runtime& rt, const Tensor& out, const Tensor& mean, const Tensor& rstd, const Tensor& x,

@@ -65,6 +65,13 @@ inline int64_t colsum_chunks(int64_t rows) {
   if (c > 64) c = 64;              // ... and at most 64 chunks
   return c < 1 ? 1 : c;
 }
+// Chunks of a batch's blocks of `rows` rows: as colsum_chunks, fewer where they would not divide the
+// rows evenly (a chunk never spans two blocks). One block alone takes colsum_chunks(rows).
+inline int64_t batch_colsum_chunks(int64_t rows) {
+  int64_t per = (rows + colsum_chunks(rows) - 1) / colsum_chunks(rows);  // rows a chunk
+  while (rows % per != 0) ++per;
+  return rows / per;
+}
 // The fused layer-norm backward's chunks: one thread block each, 32 rows, at most 1024 chunks.
 inline int64_t layernorm_chunks(int64_t rows) {
   int64_t c = (rows + 31) / 32;
@@ -99,8 +106,10 @@ void launch_layernorm_backward(cudaStream_t s, void* dx, void* dw, void* db, DTy
                                int64_t rows, int64_t cols, float* scratch, bool accumulate_params,
                                size_t block_shared_memory, const ColumnSumOutputs& sums = {});
 // db (grad_t) += column sums of dy (db = without accumulate); scratch: colsum_chunks(rows) * cols floats.
+// Batched: dy is `batch` blocks of `rows` rows, block i's sums into db + i x db_stride elements;
+// scratch: batch x batch_colsum_chunks(rows) x cols floats.
 void launch_bias_backward(cudaStream_t s, void* db, DType grad_t, const void* dy, DType t, int64_t rows, int64_t cols,
-                          float* scratch, bool accumulate);
+                          float* scratch, bool accumulate, int64_t batch = 1, int64_t db_stride = 0);
 // out[0] += sum(x) or sum(x^2), in a fixed order; scratch: kSumPartials floats.
 constexpr int kSumPartials = 512;
 void launch_sum(cudaStream_t s, float* out, const void* x, DType t, int64_t n, bool squares, float* scratch);

@@ -466,13 +466,17 @@ void launch_column_partials(cudaStream_t s, float* p_db, float* p_dw, const T* d
 
 // Up to 4 column reductions in one launch (blockIdx.y picks one): out[c] += sum over chunks of
 // partials[chunk][c], or = without its accumulate flag (out not read). The outputs are gradients of
-// one dtype, out_t: f32, or the activations' 16-bit one (train.grad_dtype), rounded once.
+// one dtype, out_t: f32, or the activations' 16-bit one (train.grad_dtype), rounded once. Strided
+// (a batch's): `count` reductions, j's output and partials at j x out_stride and partials_stride
+// elements after job 0's, with job 0's accumulate flag.
 struct FinalizeJobs {
   void* out[4];
   const float* partials[4];
   bool accumulate[4];
   unsigned count = 0;
   DType out_t = DType::f32;
+  bool strided = false;
+  int64_t out_stride = 0, partials_stride = 0;
   void add(void* o, const float* p, bool acc) {
     out[count] = o;
     partials[count] = p;
@@ -489,9 +493,10 @@ template <typename G>
 __global__ void __launch_bounds__(kFinalizeGroups * 32)
     column_finalize_kernel(FinalizeJobs jobs, int64_t chunks, int64_t cols) {
   __shared__ float sm[kFinalizeGroups][32];
-  G* out = static_cast<G*>(jobs.out[blockIdx.y]);
-  const float* partials = jobs.partials[blockIdx.y];
-  const bool accumulate = jobs.accumulate[blockIdx.y];
+  const unsigned j = jobs.strided ? 0 : blockIdx.y;
+  G* out = static_cast<G*>(jobs.out[j]) + (jobs.strided ? int64_t(blockIdx.y) * jobs.out_stride : 0);
+  const float* partials = jobs.partials[j] + (jobs.strided ? int64_t(blockIdx.y) * jobs.partials_stride : 0);
+  const bool accumulate = jobs.accumulate[j];
   const int t = threadIdx.x & 31, g = threadIdx.x >> 5;
   const int64_t c = int64_t(blockIdx.x) * 32 + t;
   float s = 0.0f;
@@ -626,16 +631,24 @@ void layernorm_backward_fused(cudaStream_t s, T* dx, float* p_dw, float* p_db, f
                                                   int(cols), rows_per_chunk);
 }
 
+// Batched: the blocks' rows one after another, cut in chunks that never span two blocks (so block
+// i's partials are chunks [i k, (i + 1) k)), then one strided finalize for all of them.
 template <typename T>
 void bias_backward_impl(cudaStream_t s, void* db, DType grad_t, const T* dy, int64_t rows, int64_t cols,
-                        float* scratch, bool accumulate) {
-  const int64_t chunks = colsum_chunks(rows);
+                        float* scratch, bool accumulate, int64_t batch = 1, int64_t db_stride = 0) {
+  const int64_t chunks = batch == 1 ? colsum_chunks(rows) : batch_colsum_chunks(rows);
   const int64_t rows_per_chunk = (rows + chunks - 1) / chunks;
-  launch_column_partials<T>(s, scratch, nullptr, dy, static_cast<const T*>(nullptr), nullptr, nullptr, rows, cols,
-                            chunks, rows_per_chunk);
+  launch_column_partials<T>(s, scratch, nullptr, dy, static_cast<const T*>(nullptr), nullptr, nullptr, rows * batch,
+                            cols, chunks * batch, rows_per_chunk);
   FinalizeJobs jobs;
   jobs.out_t = grad_t;
   jobs.add(db, scratch, accumulate);
+  if (batch > 1) {
+    jobs.count = unsigned(batch);
+    jobs.strided = true;
+    jobs.out_stride = db_stride;
+    jobs.partials_stride = chunks * cols;
+  }
   finalize_columns(s, jobs, chunks, cols);
 }
 
@@ -725,10 +738,12 @@ void launch_layernorm_backward(cudaStream_t s, void* dx, void* dw, void* db, DTy
 }
 
 void launch_bias_backward(cudaStream_t s, void* db, DType grad_t, const void* dy, DType t, int64_t rows, int64_t cols,
-                          float* scratch, bool accumulate) {
+                          float* scratch, bool accumulate, int64_t batch, int64_t db_stride) {
   if (rows == 0 || cols == 0) return;
+  TRELLIS_CHECK(batch >= 1 && batch <= 65535 && batch * batch_colsum_chunks(rows) <= 65535,
+                "bias_backward: a batch of " + std::to_string(batch) + " is more than one launch's grid holds");
   TRELLIS_FLOAT_SWITCH(t, T,
-    bias_backward_impl<T>(s, db, grad_t, static_cast<const T*>(dy), rows, cols, scratch, accumulate));
+    bias_backward_impl<T>(s, db, grad_t, static_cast<const T*>(dy), rows, cols, scratch, accumulate, batch, db_stride));
 }
 
 void launch_sum(cudaStream_t s, float* out, const void* x, DType t, int64_t n, bool squares, float* scratch) {

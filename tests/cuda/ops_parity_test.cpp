@@ -320,6 +320,27 @@ TEST_P(Parity, MatmulBatched) {
   }
 }
 
+// The experts' bias gradients as one batch (column partials in chunks that never span two blocks,
+// one strided finalize), f32 and 16-bit gradients, accumulating or not, against the CPU's block by
+// block; with 37 rows a block is one chunk. The gaps between the outputs are left alone.
+TEST_P(Parity, BiasBackwardBatched) {
+  uint32_t seed = 400;
+  for (int64_t rows : {int64_t(1280), int64_t(37)}) {
+    for (DType gt : {DType::f32, dt()}) {
+      for (bool acc : {false, true}) {
+        const int64_t N = 200, B = 5, stride = N + 24;
+        const std::string tag = " rows " + std::to_string(rows) + " grads " + std::string(dtype_name(gt)) + (acc ? " +=" : "");
+        HostTensor dy = random_host(dt(), {B * rows, N}, seed++), db = random_host(gt, {stride * (B - 1) + N}, seed++);
+        DeviceTensor gdy = to_device(dy), gdb = to_device(db);
+        bias_backward(cpu(), db.t.slice(0, {N}), dy.t, acc, B, stride);
+        bias_backward(gpu(), gdb.t.slice(0, {N}), gdy.t, acc, B, stride);
+        expect_close(to_host(gdb), db, gt == DType::f32 ? tolerance(DType::f32, 2.0f) : tolerance(gt),
+                     "batched bias_backward" + tag);
+      }
+    }
+  }
+}
+
 // Tuning (TRELLIS_MATMUL_TUNE=1 and a runtime that is not deterministic: the heuristic's candidates
 // are timed when a plan is made) must leave outputs as one run writes them: the product accumulated
 // once, the pre-activation and GELU written once, into the real tensors.

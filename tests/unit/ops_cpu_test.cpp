@@ -542,6 +542,23 @@ TEST(OpsCpu, MatmulBatchedIsItsProblemsAtTheirStrides) {
   EXPECT_DEATH(matmul(rt(), at(out, 0, {M, N}), at(a, 0, {M, K}), b.t(), o), "problems' outputs apart");
 }
 
+// A batch of column sums is each block's, into outputs at their stride (the gaps left alone).
+TEST(OpsCpu, BiasBackwardBatchedIsItsBlocks) {
+  std::mt19937 g(14);
+  const int64_t R = 7, N = 10, B = 3, stride = N + 5;
+  HostTensor dy(DType::f32, {B * R, N}), db(DType::f32, {stride * (B - 1) + N});
+  dy.randomize(g);
+  db.randomize(g);
+  HostTensor want = db;
+  for (int64_t i = 0; i < B; ++i)
+    bias_backward(rt(), want.t().slice(i * stride, {N}), dy.t().slice(i * R * N, {R, N}), true);
+  bias_backward(rt(), db.t().slice(0, {N}), dy.t(), true, B, stride);
+  EXPECT_TRUE(db.bitwise_equal(want));
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_DEATH(bias_backward(rt(), db.t().slice(0, {N}), dy.t().slice(0, {B * R - 1, N}), true, B, stride),
+               "bias_backward: batch");
+}
+
 TEST(OpsCpu, MatmulFusedGeluRejectsBadArguments) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   HostTensor a(DType::f32, {4, 8}), b(DType::f32, {8, 8}), out(DType::f32, {4, 8}), h(DType::f32, {4, 8});
