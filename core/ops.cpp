@@ -136,9 +136,17 @@ void matmul(Runtime& rt, const Tensor& out, const Tensor& a, const Tensor& b, co
                   std::string("matmul: ") + name + " " + g->str() + " must have out's size and dtype, " + out.str());
     TRELLIS_CHECK(g->data != out.data || out.numel() == 0, std::string("matmul: ") + name + " must not alias out");
   }
-  TRELLIS_CHECK(opt.batch >= 1 && opt.stride_a >= 0 && opt.stride_b >= 0 && opt.stride_bias >= 0 &&
-                    (opt.batch == 1 || opt.stride_out >= out.numel()),
+  TRELLIS_CHECK(opt.batch >= 1 && opt.batch <= INT32_MAX && opt.stride_a >= 0 && opt.stride_b >= 0 &&
+                    opt.stride_bias >= 0 && (opt.batch == 1 || opt.stride_out >= out.numel()),
                 "matmul: batch " + std::to_string(opt.batch) + " needs strides >= 0 and problems' outputs apart");
+  if (const Tensor* g = opt.batch > 1 ? (opt.gelu_input ? opt.gelu_input : opt.gelu_grad_of) : nullptr) {
+    // Every problem's GELU tensor apart from every problem's output, not only problem 0's.
+    const char* lo = static_cast<const char*>(out.data);
+    const char* hi = lo + ((opt.batch - 1) * opt.stride_out + out.numel()) * int64_t(dtype_size(out.dtype));
+    const char* glo = static_cast<const char*>(g->data);
+    const char* ghi = glo + ((opt.batch - 1) * opt.stride_out + g->numel()) * int64_t(dtype_size(g->dtype));
+    TRELLIS_CHECK(ghi <= lo || hi <= glo, "matmul: a batch's GELU tensors must not overlap its outputs");
+  }
   std::string shape;  // the profiler's row: one per problem (built only while ops are timed)
   if (rt.profiler() && rt.profiler()->timing())
     shape = (opt.batch > 1 ? std::to_string(opt.batch) + " x " : "") + std::to_string(M) + "x" + std::to_string(N) +

@@ -126,8 +126,8 @@ void MoEMLP::for_each_source(const MoESaved& s, F f) const {
   for (int64_t src = 0; src < G; ++src) f(src * El * cap, cap);
 }
 
-// Batch options over the local experts: their slot rows `cap` apart (rows of `rows_a` and `rows_out`
-// columns), the parameter copies ExpertTensors::stride apart.
+// Batch options over the local experts: their slot rows `cap` apart (rows of `cols_a` and `cols_out`
+// columns); the caller sets the parameter copies' strides (ExpertTensors::stride).
 MatmulOptions MoEMLP::over_experts(int64_t cap, int64_t cols_a, int64_t cols_out) const {
   MatmulOptions o;
   o.batch = moe_.local_experts();

@@ -42,6 +42,14 @@ void scale(Runtime& rt, const Tensor& x, float s) { launch_scale(compute_stream(
 void bias_backward(Runtime& rt, const Tensor& db, const Tensor& dy, bool accumulate, int64_t batch, int64_t db_stride) {
   const int64_t rows = dy.rows() / batch, cols = dy.cols();
   if (rows == 0 || cols == 0) return;
+  if (batch > 1 && !batched_colsums_fit(rows, batch)) {  // one block at a time
+    const size_t e = dtype_size(db.dtype), ey = dtype_size(dy.dtype);
+    for (int64_t i = 0; i < batch; ++i)
+      gpu::bias_backward(
+          rt, Tensor(static_cast<char*>(db.data) + size_t(i * db_stride) * e, db.dtype, db.device, db.shape),
+          Tensor(static_cast<char*>(dy.data) + size_t(i * rows * cols) * ey, dy.dtype, dy.device, {rows, cols}), accumulate);
+    return;
+  }
   const int64_t chunks = batch == 1 ? colsum_chunks(rows) : batch * batch_colsum_chunks(rows);
   auto* scratch = static_cast<float*>(rt.scratch(size_t(chunks * cols) * sizeof(float)));
   launch_bias_backward(compute_stream(rt), db.data, db.dtype, dy.data, dy.dtype, rows, cols, scratch, accumulate, batch,

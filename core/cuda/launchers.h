@@ -72,6 +72,13 @@ inline int64_t batch_colsum_chunks(int64_t rows) {
   while (rows % per != 0) ++per;
   return rows / per;
 }
+// Whether a batch of blocks of `rows` rows takes one batched bias_backward: its launches' grids hold
+// the chunks, and they are not fewer than half of one block's alone (an awkward row count, a prime
+// say, would leave one chunk a block and few thread blocks: then one call a block).
+inline bool batched_colsums_fit(int64_t rows, int64_t batch) {
+  const int64_t k = batch_colsum_chunks(rows);
+  return batch <= 65535 && batch * k <= 65535 && 2 * k >= colsum_chunks(rows);
+}
 // The fused layer-norm backward's chunks: one thread block each, 32 rows, at most 1024 chunks.
 inline int64_t layernorm_chunks(int64_t rows) {
   int64_t c = (rows + 31) / 32;

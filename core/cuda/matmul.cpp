@@ -199,6 +199,8 @@ bool try_make_plan(CudaState& st, const PlanKey& key, bool fuse_bias, bool fuse_
                    const Operands& ops, Plan& p) {
   if (fuse_gelu && key.n % 8 != 0) return false;  // cuBLASLt wants the aux leading dimension divisible by 8
   if (fuse_gelu && key.stride_c % 8 != 0) return false;  // and its batch stride
+  // The heuristic sees problem 0's bias pointer only: later problems' must be as aligned (16 bytes).
+  if (fuse_bias && key.batch > 1 && key.stride_bias * int64_t(dtype_size(key.ab)) % 16 != 0) return false;
   // Column-major view: A_lt = b (m_lt = N rows of D), B_lt = a (n_lt = M columns of D).
   const int64_t M = key.m, N = key.n, K = key.k;
   cublasOperation_t op_a = key.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -323,8 +325,10 @@ void log_plan(const CudaState& st, const PlanKey& key, const Plan& p) {
                double(p.waves), timing, st.deterministic ? ", deterministic (no split-K reduction)" : "");
 }
 
-// The cached plan of `key`, made on first use. A batched problem gets a plan only with every epilogue
-// it asks for fused (null otherwise, also remembered: the caller runs its problems one by one).
+// The cached plan of `key`, made on first use: every epilogue asked for fused, else (unbatched) without
+// the GELU, then without the bias too (their separate kernels follow). A batched problem gets a plan
+// only with every epilogue fused (null otherwise, also remembered: the caller runs its problems one
+// by one).
 Plan* get_plan(CudaState& st, const PlanKey& key, const Operands& ops) {
   if (!st.matmul_plans) st.matmul_plans = new MatmulPlanCache();
   auto it = st.matmul_plans->plans.find(key);
@@ -341,6 +345,10 @@ Plan* get_plan(CudaState& st, const PlanKey& key, const Operands& ops) {
                   " K=" + std::to_string(key.k) + " " + std::string(dtype_name(key.ab)) + " -> " +
                   std::string(dtype_name(key.out)));
   if (ok && matmul_log_enabled()) log_plan(st, key, p);
+  if (!ok && matmul_log_enabled())
+    std::fprintf(stderr, "[trellis matmul] batch %lld x M=%lld N=%lld K=%lld: no fused plan, one call a problem\n",
+                 static_cast<long long>(key.batch), static_cast<long long>(key.m), static_cast<long long>(key.n),
+                 static_cast<long long>(key.k));
   Plan& kept = st.matmul_plans->plans.emplace(key, p).first->second;
   return ok ? &kept : nullptr;
 }

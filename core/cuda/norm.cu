@@ -740,8 +740,9 @@ void launch_layernorm_backward(cudaStream_t s, void* dx, void* dw, void* db, DTy
 void launch_bias_backward(cudaStream_t s, void* db, DType grad_t, const void* dy, DType t, int64_t rows, int64_t cols,
                           float* scratch, bool accumulate, int64_t batch, int64_t db_stride) {
   if (rows == 0 || cols == 0) return;
-  TRELLIS_CHECK(batch >= 1 && batch <= 65535 && batch * batch_colsum_chunks(rows) <= 65535,
-                "bias_backward: a batch of " + std::to_string(batch) + " is more than one launch's grid holds");
+  TRELLIS_CHECK(batch == 1 || batched_colsums_fit(rows, batch),
+                "bias_backward: a batch of " + std::to_string(batch) + " blocks of " + std::to_string(rows) +
+                    " rows is not one launch's (gpu_ops.cpp runs those one block at a time)");
   TRELLIS_FLOAT_SWITCH(t, T,
     bias_backward_impl<T>(s, db, grad_t, static_cast<const T*>(dy), rows, cols, scratch, accumulate, batch, db_stride));
 }

@@ -269,7 +269,8 @@ TEST_P(Parity, MatmulFusedGelu) {
 // parameter copies at a distance) in one cuBLASLt call with its epilogues fused, against the CPU's
 // one problem after the other; the gaps between the problems' outputs are left as they were. With
 // N = 12 the GELU's batch stride is no multiple of 8, and the GELU's backward is never batched: those
-// run one problem at a time.
+// run one problem at a time. Every case runs twice: the second time from the cached plan (or the
+// cached absence of one).
 TEST_P(Parity, MatmulBatched) {
   enum class Gelu { none, forward, backward };
   struct Case { int64_t M, N, K, batch; bool ta, tb, bias; Gelu gelu; bool accumulate_f32; };
@@ -279,6 +280,7 @@ TEST_P(Parity, MatmulBatched) {
                         {48, 32, 40, 3, true, false, false, Gelu::none, true},
                         {24, 12, 20, 4, false, true, true, Gelu::forward, false}};
   uint32_t seed = 300;
+  for (int pass = 0; pass < 2; ++pass)
   for (const Case& c : cases) {
     const int64_t M = c.M, N = c.N, K = c.K, B = c.batch;
     const std::string tag = " batch " + std::to_string(B) + " M=" + std::to_string(M) + " N=" + std::to_string(N) +
@@ -322,10 +324,11 @@ TEST_P(Parity, MatmulBatched) {
 
 // The experts' bias gradients as one batch (column partials in chunks that never span two blocks,
 // one strided finalize), f32 and 16-bit gradients, accumulating or not, against the CPU's block by
-// block; with 37 rows a block is one chunk. The gaps between the outputs are left alone.
+// block; with 37 rows a block is one chunk, 770 rows two, and 1279 rows (a prime: one chunk, against
+// five alone) run one block at a time. The gaps between the outputs are left alone.
 TEST_P(Parity, BiasBackwardBatched) {
   uint32_t seed = 400;
-  for (int64_t rows : {int64_t(1280), int64_t(37)}) {
+  for (int64_t rows : {int64_t(1280), int64_t(37), int64_t(770), int64_t(1279)}) {
     for (DType gt : {DType::f32, dt()}) {
       for (bool acc : {false, true}) {
         const int64_t N = 200, B = 5, stride = N + 24;

@@ -540,6 +540,10 @@ TEST(OpsCpu, MatmulBatchedIsItsProblemsAtTheirStrides) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   o.stride_out = M * N - 1;  // problems' outputs overlapping
   EXPECT_DEATH(matmul(rt(), at(out, 0, {M, N}), at(a, 0, {M, K}), b.t(), o), "problems' outputs apart");
+  o.stride_out = so;  // problem 1's pre-activation on problem 0's output
+  const Tensor inside = at(out, so - M * N, {M, N});
+  o.gelu_input = &inside;
+  EXPECT_DEATH(matmul(rt(), at(out, M * N, {M, N}), at(a, 0, {M, K}), b.t(), o), "must not overlap its outputs");
 }
 
 // A batch of column sums is each block's, into outputs at their stride (the gaps left alone).
