@@ -11,7 +11,8 @@ x data 4 x expert 2 with sequence parallelism, at ZeRO stages 0 and 3) and with 
 (parallel.expert = 2 and 4: each rank holds some of the experts; at data 4 with expert 2 the experts'
 gradients are summed over the expert-data group; with pipeline 2; with checkpointing; at ZeRO stages
 1-3, the experts' optimizer state sharded over the expert-data group, with pipeline 2, with the
-optimizer offloaded, with tensor 2 and with an interleaved pipeline of 4 blocks) gives the same losses, gradient norms and exported weights (gathered from the
+optimizer offloaded, with tensor 2 and with an interleaved pipeline of 4 blocks; the start record's
+model state per rank as the formula with the experts apart) gives the same losses, gradient norms and exported weights (gathered from the
 expert ranks) as one rank, up to fp32 reduction-order rounding.
 A run stopped after step 3 and resumed continues bitwise on one rank; a stage-1 checkpoint at data 2
 and an expert-parallel one resumed on one rank, a one-rank checkpoint resumed at expert 4, and the
@@ -23,6 +24,7 @@ split, from pipeline 2, from an interleaved pipeline and from tensor 2 x expert 
 An expert group that does not divide the experts stops every rank, with one line.
 Usage: moe_equivalence.py TRAIN_GPT MPIEXEC CONFIG"""
 import json
+import math
 import os
 import sys
 import tempfile
@@ -47,6 +49,26 @@ def moe_stats(tmp, tag):
     """Per step: (balancing loss, fraction of choices dropped) from the run's metrics file."""
     records = [json.loads(line) for line in open(os.path.join(tmp, tag + ".jsonl"))]
     return [(r["moe_aux_loss"], r["moe_dropped"]) for r in records if "step" in r and r.get("split") != "val"]
+
+
+def state_bytes_with_experts(tmp, tag, start, sets):
+    """The start record's model state per rank, by ZeroOptimizer::model_state_bytes with the experts
+    apart (fp32, no separate master): the others' by the ZeRO formula over the data group, the
+    experts' parameters and gradients whole, their reduced pieces and moments over the expert-data
+    group. None where it does not apply (tensor or pipeline parallelism, offload, no ZeRO)."""
+    opts = dict(x.split("=", 1) for x in sets)
+    stage, G = int(opts.get("zero.stage", 0)), int(opts.get("parallel.expert", 1))
+    if stage == 0 or G == 1 or {"parallel.tensor", "parallel.pipeline", "zero.offload"} & opts.keys():
+        return None
+    params = json.load(open(os.path.join(tmp, tag + "_weights", "model.json")))["params"]
+    experts = sum(math.prod(p["shape"]) for p in params if ".moe.experts." in p["name"]) // G
+    N, Ne = start["layout"]["data"], start["layout"]["data"] // G
+
+    def others(n):
+        return ((n * 4 // N if stage >= 3 else n * 4) + (n * 4 // N if stage >= 2 else n * 4 + n * 4 // N)
+                + n * 8 // N)
+    return [others(n - experts) + experts * 8 + experts * 4 // Ne + experts * 8 // Ne
+            for n in start["params_per_rank"]]
 
 
 def rel(a, b):
@@ -127,17 +149,21 @@ def main():
             freq = (2 if "moe.layer_freq=2" in sets else "nodrop" if "model.dropout=0" in sets
                     else "l4" if "model.n_layers=4" in sets else 1)
             ref_loss, ref_norms, ref_w = refs[freq]
-            _, loss, norms, w, _, _ = run(binary, mpiexec, config, tmp, ranks, tag, *sets)
+            start, loss, norms, w, _, _ = run(binary, mpiexec, config, tmp, ranks, tag, *sets)
             dl, dw, l2 = equivalence.compare(loss, ref_loss, w, ref_w)
             dn = rel(norms, ref_norms)
+            want_bytes = state_bytes_with_experts(tmp, tag, start, sets)
+            bytes_ok = want_bytes is None or start["model_state_bytes_per_rank"] == want_bytes
             stats, ref_stats = moe_stats(tmp, tag), moe_stats(tmp, f"ref_{freq}" if freq in ("nodrop", "l4") else f"ref{freq}")
             ds = max(abs(a - b) for s, r in zip(stats, ref_stats) for a, b in zip(s, r))
             ok = (len(loss) == STEPS and len(w) == len(ref_w) and dl <= LOSS_TOL and dn <= NORM_TOL
-                  and dw <= WEIGHT_MAX_TOL and l2 <= WEIGHT_L2_TOL and len(stats) == STEPS and ds <= 1e-5)
+                  and dw <= WEIGHT_MAX_TOL and l2 <= WEIGHT_L2_TOL and len(stats) == STEPS and ds <= 1e-5 and bytes_ok)
             failed |= not ok
             print(f"{'ok  ' if ok else 'FAIL'} {ranks} ranks {' '.join(sets) or 'data only'}: max loss rel diff {dl:.2e}, "
                   f"grad norm {dn:.2e}, weights: rel L2 diff {l2:.2e}, max abs diff {dw:.2e}, "
-                  f"logged MoE statistics {ds:.1e}")
+                  f"logged MoE statistics {ds:.1e}"
+                  + ("" if want_bytes is None else f"; model state per rank {start['model_state_bytes_per_rank'][0]} "
+                     f"bytes ({'as' if bytes_ok else 'NOT as'} the formula with the experts apart: {want_bytes[0]})"))
 
         # Resume: bitwise on the same layout; a data-2 stage-1 checkpoint (each rank's optimizer
         # pieces) resharded onto one rank continues as the uninterrupted run.
