@@ -168,20 +168,17 @@ void matmul(Runtime& rt, const Tensor& out, const Tensor& a, const Tensor& b, co
 void for_each_matmul_problem(const Tensor& out, const Tensor& a, const Tensor& b, const MatmulOptions& opt,
                              const std::function<void(const Tensor&, const Tensor&, const Tensor&,
                                                       const MatmulOptions&)>& f) {
-  auto at = [](const Tensor& t, int64_t elems) {
-    return Tensor(static_cast<char*>(t.data) + elems * int64_t(dtype_size(t.dtype)), t.dtype, t.device, t.shape);
-  };
   for (int64_t i = 0; i < opt.batch; ++i) {
     MatmulOptions one = opt;
     one.batch = 1;
     Tensor bias, gelu, residual;
-    if (opt.bias) one.bias = &(bias = at(*opt.bias, i * opt.stride_bias));
+    if (opt.bias) one.bias = &(bias = opt.bias->shifted(i * opt.stride_bias));
     if (const Tensor* g = opt.gelu_input ? opt.gelu_input : opt.gelu_grad_of) {
-      gelu = at(*g, i * opt.stride_out);
+      gelu = g->shifted(i * opt.stride_out);
       (opt.gelu_input ? one.gelu_input : one.gelu_grad_of) = &gelu;
     }
-    if (opt.residual) one.residual = &(residual = at(*opt.residual, i * opt.stride_out));
-    f(at(out, i * opt.stride_out), at(a, i * opt.stride_a), at(b, i * opt.stride_b), one);
+    if (opt.residual) one.residual = &(residual = opt.residual->shifted(i * opt.stride_out));
+    f(out.shifted(i * opt.stride_out), a.shifted(i * opt.stride_a), b.shifted(i * opt.stride_b), one);
   }
 }
 
@@ -196,8 +193,7 @@ void bias_backward(Runtime& rt, const Tensor& db, const Tensor& dy, bool accumul
   if (batch > 1 && (dy.rows() == 0 || !rt.device().is_cuda())) {  // one block after the other
     const int64_t rows = dy.rows() / batch;
     for (int64_t i = 0; i < batch; ++i)
-      bias_backward(rt, Tensor(static_cast<char*>(db.data) + i * db_stride * int64_t(dtype_size(db.dtype)), db.dtype,
-                               db.device, db.shape),
+      bias_backward(rt, db.shifted(i * db_stride),
                     dy.view({dy.rows(), dy.cols()}).slice(i * rows * dy.cols(), {rows, dy.cols()}), accumulate);
     return;
   }

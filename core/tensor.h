@@ -75,6 +75,11 @@ struct Tensor {
     TRELLIS_CHECK(offset >= 0 && offset + s.numel() <= numel(), "slice out of range");
     return Tensor(static_cast<char*>(data) + offset * int64_t(dtype_size(dtype)), dtype, device, s);
   }
+  // The same shape `elems` elements further on: a strided batch's next problem (not bounds-checked:
+  // it lies outside this view).
+  Tensor shifted(int64_t elems) const {
+    return Tensor(static_cast<char*>(data) + elems * int64_t(dtype_size(dtype)), dtype, device, shape);
+  }
   std::string str() const;  // "bf16[4, 64] on cuda:0"
 };
 

@@ -187,20 +187,22 @@ void MoEMLP::experts_backward(Runtime& rt, const Tensor& dxe, const Tensor& dye,
   };
   // dhe is written over ge's rows once they are read: ge is not needed after the projection's gradient.
   for_each_source(s, [&](int64_t row, int64_t cap) {
+    // The source's slots of every local expert (the bias sums), and expert 0's (a batch's first problem).
     const int64_t rows = moe_.local_experts() * cap;
     const Tensor dy = rows_of(dye, row, rows), g = rows_of(s.ge, row, rows);
-    const Tensor h = rows_of(s.he, row, cap), x = rows_of(s.xe, row, rows);
-    weight_grads(proj_dw, &ExpertParams::proj_w, rows_of(dy, 0, cap), rows_of(g, 0, cap), cap);
+    const Tensor dy0 = rows_of(dye, row, cap), g0 = rows_of(s.ge, row, cap), h0 = rows_of(s.he, row, cap),
+                 x0 = rows_of(s.xe, row, cap);
+    weight_grads(proj_dw, &ExpertParams::proj_w, dy0, g0, cap);
     bias_grads(&ExpertParams::proj_b, dy);
     MatmulOptions dgelu = over_experts(cap, C, H);  // dh = (dy W_proj) * gelu'(h), over g
     dgelu.stride_b = proj_w.stride;
-    dgelu.gelu_grad_of = &h;
-    matmul(rt, rows_of(g, 0, cap), rows_of(dy, 0, cap), proj_w.first, dgelu);
-    weight_grads(fc_dw, &ExpertParams::fc_w, rows_of(g, 0, cap), rows_of(x, 0, cap), cap);
+    dgelu.gelu_grad_of = &h0;
+    matmul(rt, g0, dy0, proj_w.first, dgelu);
+    weight_grads(fc_dw, &ExpertParams::fc_w, g0, x0, cap);
     bias_grads(&ExpertParams::fc_b, g);
     MatmulOptions dx = over_experts(cap, H, C);
     dx.stride_b = fc_w.stride;
-    matmul(rt, rows_of(dxe, row, cap), rows_of(g, 0, cap), fc_w.first, dx);
+    matmul(rt, rows_of(dxe, row, cap), g0, fc_w.first, dx);
   });
 }
 

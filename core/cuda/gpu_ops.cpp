@@ -43,11 +43,9 @@ void bias_backward(Runtime& rt, const Tensor& db, const Tensor& dy, bool accumul
   const int64_t rows = dy.rows() / batch, cols = dy.cols();
   if (rows == 0 || cols == 0) return;
   if (batch > 1 && !batched_colsums_fit(rows, batch)) {  // one block at a time
-    const size_t e = dtype_size(db.dtype), ey = dtype_size(dy.dtype);
+    const Tensor block = dy.view({batch * rows, cols}).slice(0, {rows, cols});
     for (int64_t i = 0; i < batch; ++i)
-      gpu::bias_backward(
-          rt, Tensor(static_cast<char*>(db.data) + size_t(i * db_stride) * e, db.dtype, db.device, db.shape),
-          Tensor(static_cast<char*>(dy.data) + size_t(i * rows * cols) * ey, dy.dtype, dy.device, {rows, cols}), accumulate);
+      gpu::bias_backward(rt, db.shifted(i * db_stride), block.shifted(i * rows * cols), accumulate);
     return;
   }
   const int64_t chunks = batch == 1 ? colsum_chunks(rows) : batch * batch_colsum_chunks(rows);

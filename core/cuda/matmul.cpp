@@ -30,12 +30,12 @@ cudaDataType_t cuda_type(DType t) {
 }
 
 // Largest power of two (<= 256) dividing the address: cuBLASLt picks kernels by alignment.
-uint32_t alignment_of(const void* p) {
-  uintptr_t a = reinterpret_cast<uintptr_t>(p);
+uint32_t alignment_of(uintptr_t a) {
   uint32_t al = 256;
   while (al > 1 && (a % al) != 0) al >>= 1;
   return al;
 }
+uint32_t alignment_of(const void* p) { return alignment_of(reinterpret_cast<uintptr_t>(p)); }
 
 enum class Gelu : uint8_t { none, forward, backward };  // MatmulOptions::gelu_input, gelu_grad_of
 
@@ -387,9 +387,7 @@ void matmul(Runtime& rt, const Tensor& out, const Tensor& a, const Tensor& b, co
     const uint32_t align_out = std::min({alignment_of(out.data), alignment_of(result), alignment_of(c)});
     // A batch's strides set the alignment of every problem's operands after the first.
     auto align = [&](const void* ptr, int64_t stride, DType t) {
-      return std::min(alignment_of(ptr), opt.batch > 1 && stride > 0 ? alignment_of(reinterpret_cast<const void*>(
-                                                                           uintptr_t(stride) * dtype_size(t)))
-                                                                     : 256u);
+      return std::min(alignment_of(ptr), opt.batch > 1 ? alignment_of(uintptr_t(stride) * dtype_size(t)) : 256u);
     };
     PlanKey key{M, N, K, opt.trans_a, opt.trans_b, add_c, opt.bias != nullptr, gelu, a.dtype, out.dtype,
                 align(a.data, opt.stride_a, a.dtype), align(b.data, opt.stride_b, b.dtype),
