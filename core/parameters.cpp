@@ -117,20 +117,21 @@ std::vector<ParameterBucket> plan_buckets(const std::vector<ParameterSpec>& spec
   for (size_t i = 0; i < specs.size(); ++i) {
     const ParameterSpec& s = specs[i];
     s.global_shape();  // validates the split
-    // A block's parameters are one bucket; every other parameter is a bucket of its own.
-    if (buckets.empty() || s.bucket != specs[i - 1].bucket) {
+    // A block's parameters are one bucket (its experts', under expert parallelism, another); every
+    // other parameter is a bucket of its own.
+    if (buckets.empty() || s.bucket != specs[i - 1].bucket || s.expert != specs[i - 1].expert) {
       ParameterBucket b;
       b.first = i;
       b.offset = offset;
       b.block = s.bucket >= 0 ? s.bucket : -1;
       b.expert = s.expert;
       for (const ParameterBucket& o : buckets)
-        TRELLIS_CHECK(b.block < 0 || o.block != b.block, "ParameterStore: block " + std::to_string(b.block) + " is not contiguous");
+        TRELLIS_CHECK(b.block < 0 || o.block != b.block || o.expert != b.expert,
+                      "ParameterStore: block " + std::to_string(b.block) + "'s " + (b.expert ? "experts are" : "parameters are") +
+                          " not contiguous");
       buckets.push_back(b);
     }
     ParameterBucket& b = buckets.back();
-    TRELLIS_CHECK(b.expert == s.expert && (!b.expert || b.block < 0),
-                  "ParameterStore: bucket " + std::to_string(s.bucket) + " mixes experts' and other parameters, or streams experts'");
     b.numel += s.shape.numel();
     b.end = i + 1;
     const int n = b.expert ? expert_shards : shards;
@@ -168,8 +169,10 @@ ParameterStore::ParameterStore(Runtime& rt, const std::vector<ParameterSpec>& sp
   // Storage: the whole padded layout, less what is streamed (a stage-3 bucket keeps its piece).
   int64_t value_elems = 0, grad_elems = 0;
   for (ParameterBucket& b : buckets_) {
-    b.grads_streamed = sharding.stream_grads && b.block >= 0;
-    b.values_streamed = sharding.stream_values && b.block >= 0;
+    // A block's experts held by one rank of their expert-data group have nothing to shard: kept whole.
+    const bool streamable = b.block >= 0 && (!b.expert || sharding.expert_shards > 1);
+    b.grads_streamed = sharding.stream_grads && streamable;
+    b.values_streamed = sharding.stream_values && streamable;
     value_at_.push_back(value_elems);
     value_elems += b.values_streamed ? b.piece : b.padded;
     grad_at_.push_back(b.grads_streamed ? -1 : grad_elems);
@@ -219,8 +222,14 @@ void ParameterStore::bind_grads(int b, const Tensor& slot) {
 
 int ParameterStore::bucket_of_block(int layer) const {
   for (size_t b = 0; b < buckets_.size(); ++b)
-    if (buckets_[b].block == layer) return int(b);
+    if (buckets_[b].block == layer && !buckets_[b].expert) return int(b);
   TRELLIS_FATAL("ParameterStore: no bucket of block " + std::to_string(layer));
+}
+
+int ParameterStore::experts_bucket_of_block(int layer) const {
+  for (size_t b = 0; b < buckets_.size(); ++b)
+    if (buckets_[b].block == layer && buckets_[b].expert) return int(b);
+  return -1;
 }
 
 Tensor ParameterStore::bucket_grads(int b) const { return bound_grads_.at(size_t(b)); }
@@ -342,7 +351,8 @@ void ParameterStore::zero_grads() {
 int64_t largest_bucket_numel(const std::vector<ParameterSpec>& specs) {
   int64_t largest = 0, run = 0;
   for (size_t i = 0; i < specs.size(); ++i) {
-    if (i > 0 && specs[i].bucket != specs[i - 1].bucket) run = 0;  // as the constructor cuts buckets
+    if (i > 0 && (specs[i].bucket != specs[i - 1].bucket || specs[i].expert != specs[i - 1].expert))
+      run = 0;  // as plan_buckets cuts buckets
     run += specs[i].shape.numel();
     largest = std::max(largest, run);
   }

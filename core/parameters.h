@@ -5,7 +5,8 @@
 //
 // The flat layout is cut into buckets (a transformer block's parameters, or a few others),
 // each padded (with zeros) to a multiple of 64 x the ZeRO shard count so that every data rank
-// owns one equal, aligned piece of every bucket. ZeRO stages 2 and 3 stream the blocks' buckets: their gradients (stage 2), and
+// owns one equal, aligned piece of every bucket. ZeRO stages 2 and 3 stream the blocks' buckets (a
+// block's experts' too, when their expert-data group has > 1 rank): their gradients (stage 2), and
 // their values too (stage 3), exist only while bound to a slot (bind_grads / bind_values); at
 // stage 3 this rank keeps only its piece of each streamed bucket's values.
 #pragma once
@@ -48,11 +49,13 @@ struct ParameterSpec {
   float std = 0.02f;
   bool decay = false;  // weight decay applies to 2-D weights only
   TensorSplit split = {};  // default: replicated, shape is the full shape
-  // Its bucket: consecutive parameters with the same id form one; an id >= 0 is a transformer
-  // block's (which ZeRO stages 2 and 3 stream), negative ids are other parameters' (kept whole).
+  // Its bucket: consecutive parameters with the same id (and `expert` flag) form one; an id >= 0 is
+  // a transformer block's (which ZeRO stages 2 and 3 stream), negative ids are other parameters'
+  // (kept whole).
   int bucket = -1;
   // An expert's parameter under expert parallelism: held by the ranks of one expert-data group only,
-  // so its bucket (experts' parameters only) is sharded over that group (StoreSharding::expert_shards).
+  // so a block's experts are a bucket of their own (same id), sharded over that group
+  // (StoreSharding::expert_shards) and streamed like the block's when that group has > 1 rank.
   bool expert = false;
 
   Shape global_shape() const { return split.global_shape(shape); }
@@ -95,7 +98,7 @@ struct ParameterBucket {
   int64_t offset = 0, numel = 0, padded = 0;
   int block = -1;                  // the transformer block (the specs' bucket id), or -1
   bool grads_streamed = false, values_streamed = false;
-  bool expert = false;             // experts' parameters: cut over the expert-data group
+  bool expert = false;             // a block's experts' parameters: cut over the expert-data group
   int64_t piece = 0;               // padded / its shard count: what each rank of its group owns
 };
 
@@ -127,8 +130,10 @@ class ParameterStore {
   // The piece of bucket b this rank owns (its index in the bucket's group).
   int shard_of(int b) const;
   const std::vector<ParameterBucket>& buckets() const { return buckets_; }
-  // The bucket of block `layer`; fatal if this store has none.
+  // The bucket of block `layer` (its parameters but the experts'); fatal if this store has none.
   int bucket_of_block(int layer) const;
+  // The bucket of block `layer`'s experts under expert parallelism, or -1.
+  int experts_bucket_of_block(int layer) const;
   // Bucket b's padded gradients / values (`padded` elements): in the store, or the bound slot
   // (undefined while a streamed bucket is unbound).
   Tensor bucket_grads(int b) const;

@@ -533,7 +533,7 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
                                                          : make_host_allocator(),
                           expert_parallel ? &groups.expert_data() : nullptr);
   std::unique_ptr<ZeroStreaming> streaming;
-  if (optimizer.sharded()) streaming = std::make_unique<ZeroStreaming>(rt, model.params(), optimizer, data_group);
+  if (optimizer.sharded()) streaming = std::make_unique<ZeroStreaming>(rt, model.params(), optimizer);
   if (zero_stage >= 2) model.set_block_hooks(streaming.get());
   LossScalerConfig lsc;
   lsc.enabled = res.dtype == DType::f16;
@@ -554,7 +554,7 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
     std::pair<int64_t, int64_t> wte_range{0, 0};
     for (const Parameter& prm : model.params().all()) {
       ranges.emplace_back(prm.offset, prm.offset + prm.spec.shape.numel());
-      experts.push_back(expert_parallel && MoEMLP::is_expert_parameter(prm.spec.name));
+      experts.push_back(prm.spec.expert);
       if (prm.spec.name == "wte") wte_range = ranges.back();
     }
     DType reduce_dtype = DType::f32;
@@ -672,9 +672,9 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
                   zero_stage >= 3 ? "; each block's parameters all-gathered just before its forward and backward"
                                   : "; updated parameters all-gathered",
                   !expert_parallel ? ""
-                  : zero_stage >= 2 ? "; the experts' buckets over the expert-data group, their gradients and "
-                                      "parameters kept whole"
-                                    : "; the experts' buckets over the expert-data group");
+                  : zero_stage < 2 || expert_data_size > 1 ? "; the experts' buckets over the expert-data group"
+                                    : "; the experts' buckets held by one rank each (an expert-data group of one), "
+                                      "kept whole");
     else if (reduce)
       std::printf("data parallel: gradients in %zu buckets of ~%lld MiB, %s, reduced in %s%s\n",
                   grad_sync->bucket_count(), (long long)cfg.zero.bucket_mb,

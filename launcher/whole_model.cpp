@@ -71,7 +71,7 @@ std::vector<char> gather_stage(Communicator* tensor, const WholeModelLayout& lay
     const char* src = j == 0 ? mine.data() : theirs.data();
     for (const ParameterSpec& s : layout.shard_of(pr, j)) {
       char* dst = out.data() + size_t(whole.at(s.name).first) * e;
-      if (j == 0 || !s.split.replicated() || (layout.expert_parts && MoEMLP::is_expert_parameter(s.name)))
+      if (j == 0 || !s.split.replicated() || s.expert)
         for_each_run(s, [&](int64_t i, int64_t g, int64_t n) {
           std::memcpy(dst + size_t(g) * e, src + size_t(i) * e, size_t(n) * e);
         });
@@ -182,7 +182,7 @@ void place_shard(const WholeModelLayout& layout, int pipeline_rank, int tensor_r
   };
   for (const ParameterSpec& s : layout.shard_of(pipeline_rank, tensor_rank)) {
     if (!held_before(s.name) &&
-        (tensor_rank == 0 || !s.split.replicated() || (layout.expert_parts && MoEMLP::is_expert_parameter(s.name)))) {
+        (tensor_rank == 0 || !s.split.replicated() || s.expert)) {
       char* dst = whole.data() + size_t(to.at(s.name).first) * e;
       for_each_run(s, [&](int64_t i, int64_t g, int64_t n) {
         std::memcpy(dst + size_t(g) * e, shard + size_t(i) * e, size_t(n) * e);

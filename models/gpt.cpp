@@ -13,9 +13,8 @@ namespace trellis {
 namespace {
 
 constexpr int64_t kHeadChunkRows = 8192;
-// Bucket ids: -1 wte, -2 wpe, -3 the final LayerNorm, kFirstExpertBucket - l block l's experts
-// under expert parallelism (negative: kept whole at every ZeRO stage).
-constexpr int kFirstExpertBucket = -4;
+// Bucket ids: -1 wte, -2 wpe, -3 the final LayerNorm (negative: kept whole at every ZeRO stage), l
+// block l (its experts, under expert parallelism, a bucket of their own with the same id).
 constexpr size_t kAlign = 256;
 size_t aligned(size_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; }
 
@@ -95,11 +94,8 @@ std::vector<ParameterSpec> GPT::parameter_specs(const GPTConfig& cfg, const GPTP
       for (size_t i = first; i < specs.size(); ++i) {
         specs[i].bucket = l;  // one ZeRO bucket, streamable
         // Under expert parallelism the block's experts (its last parameters) are a bucket of their
-        // own, sharded over the expert-data group and kept whole at every ZeRO stage.
-        if (cfg.moe.expert_parallel > 1 && MoEMLP::is_expert_parameter(specs[i].name)) {
-          specs[i].expert = true;
-          specs[i].bucket = kFirstExpertBucket - l;
-        }
+        // own, sharded over the expert-data group.
+        specs[i].expert = cfg.moe.expert_parallel > 1 && MoEMLP::is_expert_parameter(specs[i].name);
       }
     }
   if (part.head) {
@@ -156,6 +152,7 @@ GPT::GPT(Runtime& rt, const GPTConfig& cfg, int64_t micro_batch, const GPTPart& 
       blocks_.emplace_back(cfg_, l, BlockParams::of(params_, cfg_, l, experts ? experts->rank() : 0), tp_, experts);
       block_ranges_.push_back(range_of("h." + std::to_string(l) + "."));
       block_buckets_.push_back(params_.bucket_of_block(l));
+      experts_buckets_.push_back(params_.experts_bucket_of_block(l));
     }
   }
   chunk_begin_.push_back(blocks_.size());
@@ -249,10 +246,9 @@ Tensor GPT::forward_chunk(int slot, const StepContext& ctx, const Tensor& tokens
   PendingOutput pending;  // each block's output all-reduces, waited for by the next as it goes
   for (size_t i = 0; i < s.blocks.size(); ++i) {
     Tensor y = s.acts.take(dt, activation_shape(B, T));
-    const int bucket = block_buckets_[first + i];
-    if (hooks_) hooks_->before_forward(bucket, i + 1 < s.blocks.size() ? block_buckets_[first + i + 1] : -1);
+    before_block(first + i, first, first + s.blocks.size(), true);
     blocks_[first + i].forward(rt_, s.ctx, x, y, s.blocks[i], s.acts, work_, &pending);
-    if (hooks_) hooks_->after_forward(bucket);
+    after_block(first + i, true);
     work_.reset();
     x = y;
   }
@@ -325,6 +321,27 @@ void GPT::head(const Tensor& lnf, const Tensor& targets, float dloss, const Tens
   }
 }
 
+void GPT::before_block(size_t i, size_t first, size_t end, bool forward) {
+  if (!hooks_) return;
+  auto call = [&](int bucket, int next) {
+    forward ? hooks_->before_forward(bucket, next) : hooks_->before_backward(bucket, next);
+  };
+  const ptrdiff_t step = forward ? 1 : -1;
+  auto in_chunk = [&](ptrdiff_t j) { return j >= ptrdiff_t(first) && j < ptrdiff_t(end); };
+  const ptrdiff_t following = ptrdiff_t(i) + step;
+  call(block_buckets_[i], in_chunk(following) ? block_buckets_[size_t(following)] : -1);
+  if (experts_buckets_[i] < 0) return;
+  int next = -1;
+  for (ptrdiff_t j = following; next < 0 && in_chunk(j); j += step) next = experts_buckets_[size_t(j)];
+  call(experts_buckets_[i], next);
+}
+
+void GPT::after_block(size_t i, bool forward) {
+  if (!hooks_) return;
+  for (int bucket : {block_buckets_[i], experts_buckets_[i]})
+    if (bucket >= 0) forward ? hooks_->after_forward(bucket) : hooks_->after_backward(bucket);
+}
+
 std::pair<int64_t, int64_t> GPT::range_of(const std::string& prefix) const {
   int64_t begin = -1, end = -1;
   for (const Parameter& p : params_.all()) {
@@ -358,11 +375,10 @@ void GPT::backward_chunk(int slot, const Tensor& dres_in, const GradsReady& grad
   const size_t first = chunk_begin_[size_t(s.chunk)];
   for (size_t i = s.blocks.size(); i-- > 0;) {
     work_.reset();
-    const int bucket = block_buckets_[first + i];
-    if (hooks_) hooks_->before_backward(bucket, i > 0 ? block_buckets_[first + i - 1] : -1);
+    before_block(first + i, first, first + s.blocks.size(), false);
     blocks_[first + i].backward(rt_, ctx, dres, s.blocks[i], work_);
     ready(block_ranges_[first + i]);
-    if (hooks_) hooks_->after_backward(bucket);
+    after_block(first + i, false);
   }
   work_.reset();
   if (part_.has_embedding(s.chunk)) {
@@ -417,7 +433,7 @@ void GPT::forward_loss(const StepContext& ctx, const Tensor& tokens, const Tenso
 GPT::Ranges GPT::expert_grads() const {
   Ranges runs;
   for (const Parameter& p : params_.all()) {
-    if (!MoEMLP::is_expert_parameter(p.spec.name)) continue;
+    if (!p.spec.expert) continue;
     if (tp_.rank != 0 && p.spec.split.replicated()) continue;  // tensor rank 0 counts the proj biases
     const int64_t end = p.offset + p.spec.shape.numel();
     if (!runs.empty() && runs.back().second == p.offset) runs.back().second = end;
@@ -431,7 +447,7 @@ GPT::Ranges GPT::grads_counted_once(bool experts) const {
   for (const Parameter& p : params_.all()) {
     const bool head_copy = p.spec.name == "wte" && !part_.embedding;
     if (head_copy || (tp_.rank != 0 && p.spec.split.replicated())) continue;
-    if (!experts && MoEMLP::is_expert_parameter(p.spec.name)) continue;
+    if (!experts && p.spec.expert) continue;
     const int64_t end = p.offset + p.spec.shape.numel();
     if (!runs.empty() && runs.back().second == p.offset) runs.back().second = end;
     else runs.emplace_back(p.offset, end);

@@ -144,9 +144,9 @@ class GPT {
   // counts it) and, on tensor ranks other than 0, the replicated parameters (rank 0 counts them),
   // so summing the squares over the tensor and pipeline groups counts each element once.
   Ranges grads_counted_once(bool experts = true) const;
-  // The experts' gradients (MoEMLP::is_expert_parameter) that the norm counts on this rank (on tensor
-  // ranks other than 0 not the replicated ones), as maximal runs; with experts = false
-  // grads_counted_once leaves them out (expert parallelism counts them over the expert group).
+  // The experts' gradients under expert parallelism (ParameterSpec::expert) that the norm counts on
+  // this rank (on tensor ranks other than 0 not the replicated ones), as maximal runs; with
+  // experts = false grads_counted_once leaves them out (they are counted over the expert group).
   Ranges expert_grads() const;
   // Gradients that are partial sums over the tensor group after backward (sequence parallelism:
   // the LayerNorms, applied to token shards); the trainer all-reduces them once per step.
@@ -186,6 +186,11 @@ class GPT {
   // [begin, end) of the parameters whose names start with `prefix` (consecutive by construction;
   // a block's experts may be a bucket of their own, after the padding of the block's other bucket).
   std::pair<int64_t, int64_t> range_of(const std::string& prefix) const;
+  // The block hooks around block i of the chunk whose blocks are [first, end), run in `forward` or
+  // backward order: its bucket and its experts' (if a bucket of their own), each told which bucket
+  // of its kind comes next in that order (the nearest block with experts, for the experts').
+  void before_block(size_t i, size_t first, size_t end, bool forward);
+  void after_block(size_t i, bool forward);
 
   Runtime& rt_;
   GPTConfig cfg_;
@@ -202,6 +207,7 @@ class GPT {
   std::vector<std::pair<int64_t, int64_t>> block_ranges_;
   std::pair<int64_t, int64_t> lnf_range_{-1, -1}, wte_range_{-1, -1}, wpe_range_{-1, -1};
   std::vector<int> block_buckets_;  // the store's bucket of each block (as in blocks_)
+  std::vector<int> experts_buckets_;  // its experts' bucket, or -1 (as in blocks_)
   BlockHooks* hooks_ = nullptr;
   EmbeddingRowExchange* embedding_exchange_ = nullptr;
   std::optional<VocabParallelEmbedding> vocab_embedding_;  // under tensor parallelism, with the embedding

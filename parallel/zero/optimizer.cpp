@@ -222,10 +222,11 @@ int64_t ZeroOptimizer::model_state_bytes(int64_t n, DType dtype, int stage, int 
                                          DType grad_dtype, int64_t experts, int expert_data) {
   const int64_t N = stage >= 1 ? data_size : 1;
   const int64_t e = int64_t(dtype_size(dtype)), master = dtype == DType::f32 ? 0 : dtype == DType::bf16 ? 2 : 4;
-  if (experts > 0 && N > 1) {  // the experts' buckets: kept whole, their state over the expert-data group
-    const int64_t Ne = expert_data;
-    return model_state_bytes(n - experts, dtype, stage, data_size, offload, grad_dtype) + experts * e +
-           experts * 4 + experts * 4 / Ne + (offload ? 0 : experts * (master + 8) / Ne);
+  if (experts > 0 && N > 1) {  // the experts' buckets apart, over the expert-data group
+    const int64_t rest = model_state_bytes(n - experts, dtype, stage, data_size, offload, grad_dtype);
+    if (expert_data > 1) return rest + model_state_bytes(experts, dtype, stage, expert_data, offload, grad_dtype);
+    // Held by one rank each: kept whole, their reduced piece the whole bucket.
+    return rest + experts * (e + 4 + 4) + (offload ? 0 : experts * (master + 8));
   }
   const int64_t g = int64_t(dtype_size(grad_dtype));
   const int64_t params = stage >= 3 ? n * e / N : n * e;

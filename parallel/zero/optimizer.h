@@ -78,8 +78,9 @@ class ZeroOptimizer {
   // the buckets that stay whole and the streaming slots are not in it.
   // Offloaded, the master and the moments are not on the device: `offload` leaves them out.
   // `experts`: how many of the n are experts' parameters under expert parallelism; at stages >= 1
-  // their master and moments are split over the expert-data group's `expert_data` ranks, and their
-  // parameters and gradients are kept whole (with their f32 reduced pieces).
+  // they are sharded (and at stages 2-3 streamed) over the expert-data group's `expert_data` ranks
+  // as the others are over the data group; with one rank there, kept whole (with their f32 reduced
+  // piece, the whole bucket).
   static int64_t model_state_bytes(int64_t n, DType dtype, int stage, int data_size, bool offload = false,
                                    DType grad_dtype = DType::f32, int64_t experts = 0, int expert_data = 1);
   // What offload keeps off the device for those n parameters, over N at stages >= 1: the master

@@ -8,6 +8,9 @@
 //            LayerNorm) stay whole and are reduced as at stage 1.
 //   Stage 3: also a block's parameters: all-gathered from the pieces into one of two slots just
 //            before its forward and its backward, the next block's gathered meanwhile.
+// Under expert parallelism a block's experts are a bucket of their own, cut over the expert-data
+// group (ZeroOptimizer::group_of): streamed the same way through two slots of their own (when that
+// group has one rank, kept whole and reduced as at stage 1).
 // A slot is reused only once the compute stream has waited for its last reduction (no host wait).
 #pragma once
 #include <cstdint>
@@ -25,8 +28,8 @@ namespace trellis {
 
 class ZeroStreaming final : public GradientReduction, public BlockHooks {
  public:
-  // The optimizer must be sharded (stage >= 1) over `data`, with `params` its store.
-  ZeroStreaming(Runtime& rt, ParameterStore& params, ZeroOptimizer& optimizer, Communicator& data);
+  // The optimizer must be sharded (stage >= 1), with `params` its store.
+  ZeroStreaming(Runtime& rt, ParameterStore& params, ZeroOptimizer& optimizer);
 
   bool every_micro_batch() const override { return stage_ >= 2; }
   void begin() override;
@@ -63,6 +66,11 @@ class ZeroStreaming final : public GradientReduction, public BlockHooks {
     bool in_use = false;
     CommHandle gather;
   };
+  // The slots of one kind of bucket: the blocks', or their experts'.
+  struct Pool {
+    std::vector<GradSlot> grads;
+    std::vector<ValueSlot> values;
+  };
   struct Progress {
     int64_t ready = 0;  // elements reported ready since the last reduction
     bool started = false;
@@ -70,8 +78,9 @@ class ZeroStreaming final : public GradientReduction, public BlockHooks {
   };
   void start_whole(int b);  // a bucket kept whole: its padded gradients into the piece
   void retire(GradSlot& s);  // waits for the slot's reduction and adds it into the piece
+  Pool& pool_of(int bucket);
   ValueSlot* value_slot_of(int bucket);
-  ValueSlot* free_value_slot(int keep);
+  ValueSlot* free_value_slot(int bucket, int keep);  // in bucket's pool
   void start_gather(ValueSlot& s, int bucket);
   void acquire_values(int bucket, int next);
   void release_values(int bucket);
@@ -79,13 +88,11 @@ class ZeroStreaming final : public GradientReduction, public BlockHooks {
   Runtime& rt_;
   ParameterStore& params_;
   ZeroOptimizer& optimizer_;
-  Communicator& data_;
   int stage_;
   std::vector<Progress> progress_;  // per bucket
   std::vector<int> started_;        // buckets in the order their reductions started this step
   std::function<void(int)> on_reduced_;
-  std::vector<GradSlot> grad_slots_;
-  std::vector<ValueSlot> value_slots_;
+  Pool pools_[2];  // the blocks' buckets, their experts'
   uint64_t clock_ = 0;
 };
 

@@ -11,7 +11,9 @@ x data 4 x expert 2 with sequence parallelism, at ZeRO stages 0 and 3) and with 
 (parallel.expert = 2 and 4: each rank holds some of the experts; at data 4 with expert 2 the experts'
 gradients are summed over the expert-data group; with pipeline 2; with checkpointing; at ZeRO stages
 1-3, the experts' optimizer state sharded over the expert-data group, with pipeline 2, with the
-optimizer offloaded, with tensor 2 and with an interleaved pipeline of 4 blocks; the start record's
+optimizer offloaded, with tensor 2 and with an interleaved pipeline of 4 blocks, and at stages 2-3
+the experts' gradients and parameters streamed over an expert-data group of 2, with two micro-batches
+a rank, with recomputation and with pipeline 2; the start record's
 model state per rank as the formula with the experts apart) gives the same losses, gradient norms and exported weights (gathered from the
 expert ranks) as one rank, up to fp32 reduction-order rounding.
 A run stopped after step 3 and resumed continues bitwise on one rank; a stage-1 checkpoint at data 2
@@ -54,8 +56,9 @@ def moe_stats(tmp, tag):
 def state_bytes_with_experts(tmp, tag, start, sets):
     """The start record's model state per rank, by ZeroOptimizer::model_state_bytes with the experts
     apart (fp32, no separate master): the others' by the ZeRO formula over the data group, the
-    experts' parameters and gradients whole, their reduced pieces and moments over the expert-data
-    group. None where it does not apply (tensor or pipeline parallelism, offload, no ZeRO)."""
+    experts' by the same formula over the expert-data group, or, with one rank there, whole (their
+    reduced piece the whole bucket). None where it does not apply (tensor or pipeline parallelism,
+    offload, no ZeRO)."""
     opts = dict(x.split("=", 1) for x in sets)
     stage, G = int(opts.get("zero.stage", 0)), int(opts.get("parallel.expert", 1))
     if stage == 0 or G == 1 or {"parallel.tensor", "parallel.pipeline", "zero.offload"} & opts.keys():
@@ -64,10 +67,10 @@ def state_bytes_with_experts(tmp, tag, start, sets):
     experts = sum(math.prod(p["shape"]) for p in params if ".moe.experts." in p["name"]) // G
     N, Ne = start["layout"]["data"], start["layout"]["data"] // G
 
-    def others(n):
+    def sharded(n, N):
         return ((n * 4 // N if stage >= 3 else n * 4) + (n * 4 // N if stage >= 2 else n * 4 + n * 4 // N)
                 + n * 8 // N)
-    return [others(n - experts) + experts * 8 + experts * 4 // Ne + experts * 8 // Ne
+    return [sharded(n - experts, N) + (sharded(experts, Ne) if Ne > 1 else experts * 20)
             for n in start["params_per_rank"]]
 
 
@@ -97,6 +100,8 @@ def main():
         refs["nodrop"] = (loss, norms, w)
         _, loss, norms, w, _, _ = run(binary, mpiexec, config, tmp, 1, "ref_l4", "model.n_layers=4")
         refs["l4"] = (loss, norms, w)
+        _, loss, norms, w, _, _ = run(binary, mpiexec, config, tmp, 1, "ref_g16", "train.global_batch=16")
+        refs["g16"] = (loss, norms, w)
         # The dense model differs: the experts change the computation.
         _, dense_loss, _, _, _, _ = run(binary, mpiexec, config, tmp, 1, "dense", "moe.experts=0")
         ok = rel(dense_loss, refs[1][0]) > 1e-3
@@ -144,17 +149,22 @@ def main():
             (4, "t2_d2_e2_z2", ["parallel.tensor=2", "parallel.expert=2", "zero.stage=2"]),
             (4, "p2v2_d2_e2_z3", ["model.n_layers=4", "parallel.pipeline=2", "parallel.schedule=interleaved",
                                   "parallel.virtual_stages=2", "parallel.expert=2", "zero.stage=3"]),
+            # The experts streamed over an expert-data group of 2 at stages 2-3: with two micro-batches
+            # a rank (their reduced gradients accumulate), with recomputation, with pipeline 2.
+            (4, "d4_e2_z2_acc2", ["parallel.expert=2", "zero.stage=2", "train.global_batch=16"]),
+            (4, "d4_e2_z3_full", ["parallel.expert=2", "zero.stage=3", "train.checkpointing=full"]),
+            (8, "p2_d4_e2_z3", ["parallel.pipeline=2", "parallel.expert=2", "zero.stage=3"]),
         ]
         for ranks, tag, sets in cases:
             freq = (2 if "moe.layer_freq=2" in sets else "nodrop" if "model.dropout=0" in sets
-                    else "l4" if "model.n_layers=4" in sets else 1)
+                    else "l4" if "model.n_layers=4" in sets else "g16" if "train.global_batch=16" in sets else 1)
             ref_loss, ref_norms, ref_w = refs[freq]
             start, loss, norms, w, _, _ = run(binary, mpiexec, config, tmp, ranks, tag, *sets)
             dl, dw, l2 = equivalence.compare(loss, ref_loss, w, ref_w)
             dn = rel(norms, ref_norms)
             want_bytes = state_bytes_with_experts(tmp, tag, start, sets)
             bytes_ok = want_bytes is None or start["model_state_bytes_per_rank"] == want_bytes
-            stats, ref_stats = moe_stats(tmp, tag), moe_stats(tmp, f"ref_{freq}" if freq in ("nodrop", "l4") else f"ref{freq}")
+            stats, ref_stats = moe_stats(tmp, tag), moe_stats(tmp, f"ref_{freq}" if freq in ("nodrop", "l4", "g16") else f"ref{freq}")
             ds = max(abs(a - b) for s, r in zip(stats, ref_stats) for a, b in zip(s, r))
             ok = (len(loss) == STEPS and len(w) == len(ref_w) and dl <= LOSS_TOL and dn <= NORM_TOL
                   and dw <= WEIGHT_MAX_TOL and l2 <= WEIGHT_L2_TOL and len(stats) == STEPS and ds <= 1e-5 and bytes_ok)

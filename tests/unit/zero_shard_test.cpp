@@ -109,15 +109,16 @@ TEST(ZeroShard, StreamedStoreHoldsPiecesOfTheSameInitialValues) {
   }
 }
 
-// Expert parallelism: a block's experts are a bucket of their own, cut over the expert-data group
-// (2 ranks here) while the others are cut over the data group (8), and kept whole when streaming.
+// Expert parallelism: a block's experts are a bucket of their own (the block's id), cut over the
+// expert-data group (2 ranks here) while the others are cut over the data group (8), and streamed
+// like the block's; with one rank in that group they are kept whole.
 TEST(ZeroShard, ExpertBucketsAreCutOverTheExpertDataGroup) {
   Runtime rt(RuntimeOptions{});
   std::vector<ParameterSpec> s = specs();
   ParameterSpec expert;
   expert.name = "h.0.moe.experts.1.fc.w";
   expert.shape = {40, 3};
-  expert.bucket = -4;
+  expert.bucket = 0;
   expert.expert = true;
   s.insert(s.begin() + 4, expert);  // after block 0's other parameters
   StoreSharding sh;
@@ -130,23 +131,37 @@ TEST(ZeroShard, ExpertBucketsAreCutOverTheExpertDataGroup) {
   ASSERT_EQ(store.buckets().size(), 6u);
   const ParameterBucket& k = store.buckets()[3];
   EXPECT_TRUE(k.expert);
+  EXPECT_EQ(k.block, 0);
+  EXPECT_EQ(store.bucket_of_block(0), 2);
+  EXPECT_EQ(store.experts_bucket_of_block(0), 3);
+  EXPECT_EQ(store.experts_bucket_of_block(1), -1);
   EXPECT_EQ(k.numel, 120);
   EXPECT_EQ(k.padded, 128);  // a multiple of 2 x 64
   EXPECT_EQ(k.piece, 64);
-  EXPECT_FALSE(k.values_streamed || k.grads_streamed);  // kept whole at every stage
+  EXPECT_TRUE(k.values_streamed && k.grads_streamed);
+  EXPECT_FALSE(store.bucket_values(3).defined());  // this rank keeps its piece only
   EXPECT_EQ(store.shard_of(3), 1);
   EXPECT_EQ(store.shard_of(2), 5);
   EXPECT_EQ(store.buckets()[2].piece * 8, store.buckets()[2].padded);
-  EXPECT_EQ(store.owned_values(3).ptr<float>(), store.bucket_values(3).ptr<float>() + 64);
+  EXPECT_EQ(store.value_bytes(), size_t(3 * 512 + 3 * 64) * 4);  // a, b, c whole; pieces of the blocks and experts
   // The plan alone (what resharding rebuilds) is the store's.
   const std::vector<ParameterBucket> plan = plan_buckets(s, 8, 2);
   ASSERT_EQ(plan.size(), 6u);
   EXPECT_EQ(plan[3].piece, 64);
   EXPECT_EQ(plan[4].offset, store.buckets()[4].offset);
-  // A bucket cannot hold experts and other parameters.
-  s[4].bucket = 0;
+  // One rank per expert-data group (data = expert): nothing to shard, kept whole.
+  sh.expert_shards = 1;
+  sh.expert_shard = 0;
+  ParameterStore whole(rt, s, DType::f32, sh);
+  const ParameterBucket& w = whole.buckets()[3];
+  EXPECT_EQ(w.piece, 120);
+  EXPECT_FALSE(w.values_streamed || w.grads_streamed);
+  EXPECT_TRUE(whole.buckets()[2].values_streamed);
+  EXPECT_EQ(whole.owned_values(3).ptr<float>(), whole.bucket_values(3).ptr<float>());
+  // A block's experts and its other parameters are each one run.
+  std::swap(s[3], s[4]);  // h.0.w, the experts, h.0.b
   GTEST_FLAG_SET(death_test_style, "threadsafe");
-  EXPECT_DEATH(plan_buckets(s, 8, 2), "mixes experts");
+  EXPECT_DEATH(plan_buckets(s, 8, 2), "block 0's parameters are not contiguous");
 }
 
 TEST(ZeroShard, ModelStateBytes) {
@@ -166,11 +181,17 @@ TEST(ZeroShard, ModelStateBytes) {
     EXPECT_EQ(ZeroOptimizer::model_state_bytes(n, DType::f16, 3, N), n * 18 / N);
     EXPECT_EQ(ZeroOptimizer::model_state_bytes(n, DType::f32, 3, N), n * 16 / N);
   }
-  // 400 of the n are experts, over an expert-data group of 2: their parameters and gradients whole,
-  // the reduced pieces, master and moments over 2; the other 600 as before.
-  for (int stage : {1, 2, 3})
+  // 400 of the n are experts, over an expert-data group of 2: sharded (and streamed) over 2 as the
+  // other 600 are over 8; over a group of 1, kept whole with their reduced piece (the whole) and state.
+  for (int stage : {1, 2, 3}) {
     EXPECT_EQ(ZeroOptimizer::model_state_bytes(n, DType::bf16, stage, 8, false, DType::f32, 400, 2),
-              ZeroOptimizer::model_state_bytes(600, DType::bf16, stage, 8) + 400 * (2 + 4) + 400 * (4 + 10) / 2);
+              ZeroOptimizer::model_state_bytes(600, DType::bf16, stage, 8) +
+                  ZeroOptimizer::model_state_bytes(400, DType::bf16, stage, 2));
+    EXPECT_EQ(ZeroOptimizer::model_state_bytes(n, DType::bf16, stage, 8, false, DType::f32, 400, 1),
+              ZeroOptimizer::model_state_bytes(600, DType::bf16, stage, 8) + 400 * (2 + 4 + 4 + 10));
+  }
+  EXPECT_EQ(ZeroOptimizer::model_state_bytes(n, DType::bf16, 3, 8, false, DType::f32, 400, 2),
+            600 * 16 / 8 + 400 * 16 / 2);
   EXPECT_EQ(ZeroOptimizer::model_state_bytes(n, DType::bf16, 0, 8, false, DType::bf16, 400, 2),
             ZeroOptimizer::model_state_bytes(n, DType::bf16, 0, 8, false, DType::bf16));
 }
