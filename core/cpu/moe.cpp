@@ -75,10 +75,10 @@ void moe_dispatch_backward(Runtime&, const Tensor& dx, const Tensor& dxe, const 
 #pragma omp parallel for schedule(static) if (N * C > kParallelMin)
     for (int64_t n = 0; n < N; ++n)
       for (int64_t c = 0; c < C; ++c) {
-        float v = accumulate ? load(pd, n * C + c) : 0.0f;
+        float v = 0.0f;  // the choices' sum, then the earlier gradient (the combine's order)
         for (int64_t k = 0; k < K; ++k)
           if (sl[n * K + k] >= 0) v += load(pe, int64_t(sl[n * K + k]) * C + c);
-        store(pd, n * C + c, v);
+        store(pd, n * C + c, accumulate ? load(pd, n * C + c) + v : v);
       }
   });
 }

@@ -94,8 +94,11 @@ struct alignas(sizeof(T) * V) Vec {
   T e[V];
 };
 
+// Slot rows from token rows: out[s] = x[t / K] for the choice t = slot_token[s] (scaled by gate[t]
+// when given), zero for an empty slot. Dispatch (x the tokens), and the combine's backward (x = dout).
 template <typename T, int V>
-__global__ void dispatch_kernel(T* xe, const T* x, const int32_t* slot_token, int64_t S, int64_t C, int K) {
+__global__ void slots_from_tokens_kernel(T* out, const T* x, const int32_t* slot_token, const float* gate, int64_t S,
+                                         int64_t C, int K) {
   using W = Vec<T, V>;
   const int64_t Cv = C / V;
   TRELLIS_GRID_STRIDE(i, S * Cv) {
@@ -105,35 +108,19 @@ __global__ void dispatch_kernel(T* xe, const T* x, const int32_t* slot_token, in
       for (int j = 0; j < V; ++j) w.e[j] = from_f32<T>(0.0f);
     } else {
       w = reinterpret_cast<const W*>(x)[int64_t(t / K) * Cv + i % Cv];
+      if (gate)
+        for (int j = 0; j < V; ++j) w.e[j] = from_f32<T>(gate[t] * to_f32(w.e[j]));
     }
-    reinterpret_cast<W*>(xe)[i] = w;
+    reinterpret_cast<W*>(out)[i] = w;
   }
 }
 
+// Token rows from slot rows: out[n] = base[n] + sum over n's kept choices k of y[slot[n, k]]
+// (weighted by gate[n, k] when given; base may be none, or out itself). The combine (base the
+// residual), and the dispatch's backward (base = out when accumulating).
 template <typename T, int V>
-__global__ void dispatch_backward_kernel(T* dx, const T* dxe, const int32_t* slot, int64_t N, int64_t C, int K,
-                                         bool accumulate) {
-  using W = Vec<T, V>;
-  const int64_t Cv = C / V;
-  TRELLIS_GRID_STRIDE(i, N * Cv) {
-    const int64_t n = i / Cv, c = i % Cv;
-    float v[V];
-    W d = reinterpret_cast<const W*>(dx)[i];
-    for (int j = 0; j < V; ++j) v[j] = accumulate ? to_f32(d.e[j]) : 0.0f;
-    for (int k = 0; k < K; ++k) {
-      const int32_t s = slot[n * K + k];
-      if (s < 0) continue;
-      const W g = reinterpret_cast<const W*>(dxe)[int64_t(s) * Cv + c];
-      for (int j = 0; j < V; ++j) v[j] += to_f32(g.e[j]);
-    }
-    for (int j = 0; j < V; ++j) d.e[j] = from_f32<T>(v[j]);
-    reinterpret_cast<W*>(dx)[i] = d;
-  }
-}
-
-template <typename T, int V>
-__global__ void combine_kernel(T* out, const T* ye, const int32_t* slot, const float* gate, const T* residual,
-                               int64_t N, int64_t C, int K) {
+__global__ void tokens_from_slots_kernel(T* out, const T* y, const int32_t* slot, const float* gate, const T* base,
+                                         int64_t N, int64_t C, int K) {
   using W = Vec<T, V>;
   const int64_t Cv = C / V;
   TRELLIS_GRID_STRIDE(i, N * Cv) {
@@ -142,37 +129,18 @@ __global__ void combine_kernel(T* out, const T* ye, const int32_t* slot, const f
     for (int k = 0; k < K; ++k) {
       const int32_t s = slot[n * K + k];
       if (s < 0) continue;
-      const float g = gate[n * K + k];
-      const W y = reinterpret_cast<const W*>(ye)[int64_t(s) * Cv + c];
-      for (int j = 0; j < V; ++j) v[j] += g * to_f32(y.e[j]);
+      const float g = gate ? gate[n * K + k] : 1.0f;
+      const W e = reinterpret_cast<const W*>(y)[int64_t(s) * Cv + c];
+      for (int j = 0; j < V; ++j) v[j] += g * to_f32(e.e[j]);
     }
     W o;
-    if (residual) {
-      const W r = reinterpret_cast<const W*>(residual)[i];
+    if (base) {
+      const W r = reinterpret_cast<const W*>(base)[i];
       for (int j = 0; j < V; ++j) o.e[j] = from_f32<T>(to_f32(r.e[j]) + v[j]);
     } else {
       for (int j = 0; j < V; ++j) o.e[j] = from_f32<T>(v[j]);
     }
     reinterpret_cast<W*>(out)[i] = o;
-  }
-}
-
-template <typename T, int V>
-__global__ void combine_backward_slots_kernel(T* dye, const T* dout, const int32_t* slot_token, const float* gate,
-                                              int64_t S, int64_t C, int K) {
-  using W = Vec<T, V>;
-  const int64_t Cv = C / V;
-  TRELLIS_GRID_STRIDE(i, S * Cv) {
-    const int32_t t = slot_token[i / Cv];
-    W w;
-    if (t < 0) {
-      for (int j = 0; j < V; ++j) w.e[j] = from_f32<T>(0.0f);
-    } else {
-      const float g = gate[t];
-      const W d = reinterpret_cast<const W*>(dout)[int64_t(t / K) * Cv + i % Cv];
-      for (int j = 0; j < V; ++j) w.e[j] = from_f32<T>(g * to_f32(d.e[j]));
-    }
-    reinterpret_cast<W*>(dye)[i] = w;
   }
 }
 
@@ -276,39 +244,45 @@ void with_width(int64_t C, std::initializer_list<const void*> ptrs, F f) {
   if (ok) f(std::integral_constant<int, V>{});
   else f(std::integral_constant<int, 1>{});
 }
+template <typename T, int V>
+void slots_from_tokens(cudaStream_t s, void* out, const void* x, const int32_t* slot_token, const float* gate,
+                       int64_t S, int64_t C, int K) {
+  if (S * C == 0) return;
+  slots_from_tokens_kernel<T, V><<<grid_for(S * C / V), kThreads, 0, s>>>(static_cast<T*>(out), static_cast<const T*>(x),
+                                                                          slot_token, gate, S, C, K);
+  CUDA_CHECK_LAUNCH();
+}
+
+template <typename T, int V>
+void tokens_from_slots(cudaStream_t s, void* out, const void* y, const int32_t* slot, const float* gate,
+                       const void* base, int64_t N, int64_t C, int K) {
+  if (N * C == 0) return;
+  tokens_from_slots_kernel<T, V><<<grid_for(N * C / V), kThreads, 0, s>>>(
+      static_cast<T*>(out), static_cast<const T*>(y), slot, gate, static_cast<const T*>(base), N, C, K);
+  CUDA_CHECK_LAUNCH();
+}
+
 }  // namespace
 
 void launch_moe_dispatch(cudaStream_t s, void* xe, const void* x, DType t, const int32_t* slot_token, int64_t S,
                          int64_t C, int K) {
-  if (S * C == 0) return;
   TRELLIS_FLOAT_SWITCH(t, E, with_width<E>(C, {xe, x}, [&](auto v) {
-    constexpr int V = decltype(v)::value;
-    dispatch_kernel<E, V><<<grid_for(S * C / V), kThreads, 0, s>>>(static_cast<E*>(xe), static_cast<const E*>(x),
-                                                                   slot_token, S, C, K);
+    slots_from_tokens<E, decltype(v)::value>(s, xe, x, slot_token, nullptr, S, C, K);
   }));
-  CUDA_CHECK_LAUNCH();
 }
 
 void launch_moe_dispatch_backward(cudaStream_t s, void* dx, const void* dxe, DType t, const int32_t* slot, int64_t N,
                                   int64_t C, int K, bool accumulate) {
-  if (N * C == 0) return;
   TRELLIS_FLOAT_SWITCH(t, E, with_width<E>(C, {dx, dxe}, [&](auto v) {
-    constexpr int V = decltype(v)::value;
-    dispatch_backward_kernel<E, V><<<grid_for(N * C / V), kThreads, 0, s>>>(
-        static_cast<E*>(dx), static_cast<const E*>(dxe), slot, N, C, K, accumulate);
+    tokens_from_slots<E, decltype(v)::value>(s, dx, dxe, slot, nullptr, accumulate ? dx : nullptr, N, C, K);
   }));
-  CUDA_CHECK_LAUNCH();
 }
 
 void launch_moe_combine(cudaStream_t s, void* out, const void* ye, DType t, const int32_t* slot, const float* gate,
                         const void* residual, int64_t N, int64_t C, int K) {
-  if (N * C == 0) return;
   TRELLIS_FLOAT_SWITCH(t, E, with_width<E>(C, {out, ye, residual}, [&](auto v) {
-    constexpr int V = decltype(v)::value;
-    combine_kernel<E, V><<<grid_for(N * C / V), kThreads, 0, s>>>(static_cast<E*>(out), static_cast<const E*>(ye),
-                                                                  slot, gate, static_cast<const E*>(residual), N, C, K);
+    tokens_from_slots<E, decltype(v)::value>(s, out, ye, slot, gate, residual, N, C, K);
   }));
-  CUDA_CHECK_LAUNCH();
 }
 
 void launch_moe_combine_backward(cudaStream_t s, void* dye, float* dgate, const void* dout, const void* ye, DType t,
@@ -316,11 +290,7 @@ void launch_moe_combine_backward(cudaStream_t s, void* dye, float* dgate, const 
                                  int64_t S, int64_t C, int K) {
   TRELLIS_FLOAT_SWITCH(t, E, with_width<E>(C, {dye, dout, ye}, [&](auto v) {
     constexpr int V = decltype(v)::value;
-    if (S * C > 0) {
-      combine_backward_slots_kernel<E, V><<<grid_for(S * C / V), kThreads, 0, s>>>(
-          static_cast<E*>(dye), static_cast<const E*>(dout), slot_token, gate, S, C, K);
-      CUDA_CHECK_LAUNCH();
-    }
+    slots_from_tokens<E, V>(s, dye, dout, slot_token, gate, S, C, K);
     if (N * K > 0) {
       combine_backward_gates_kernel<E, V><<<warps_grid(N * K), kThreads, 0, s>>>(
           dgate, static_cast<const E*>(dout), static_cast<const E*>(ye), slot, N, C, K);
