@@ -323,7 +323,7 @@ static size_t saturating_add(size_t a, size_t b) {
 }
 
 static void check_memory_fits(const Config& cfg, Runtime& rt, const LaunchInfo& launch, size_t model_state,
-                              size_t activations, size_t offload_memory, size_t offload_files) {
+                              size_t zero_slots, size_t activations, size_t offload_memory, size_t offload_files) {
   const std::string knobs = std::string("; lower train.micro_batch, set train.checkpointing = \"elementwise\", "
                                         "\"selective\" or \"full\", raise zero.stage, ") +
                             (cfg.zero.offload == "none" ? "set zero.offload = \"cpu\", " : "") +
@@ -335,11 +335,13 @@ static void check_memory_fits(const Config& cfg, Runtime& rt, const LaunchInfo& 
                        : "host memory (" + format_bytes(free_bytes) + " available)";
   };
   const bool host = rt.device().is_cpu();
-  const size_t need = saturating_add(saturating_add(model_state, activations), host ? offload_memory : 0);
+  const size_t need =
+      saturating_add(saturating_add(saturating_add(model_state, zero_slots), activations), host ? offload_memory : 0);
   const size_t free_bytes = rt.free_memory();
   if (free_bytes > 0 && saturating_mul(need, host ? sharing : 1) > free_bytes)
     throw UserError(cfg.path + ": the run needs at least " + format_bytes(need) + " per rank (model state " +
-                    format_bytes(model_state) + " + activations " + format_bytes(activations) +
+                    format_bytes(model_state) + (zero_slots ? " + ZeRO slots " + format_bytes(zero_slots) : "") +
+                    " + activations " + format_bytes(activations) +
                     (host && offload_memory ? " + offloaded optimizer state " + format_bytes(offload_memory) : "") +
                     ", planned), more than " +
                     (host ? node(free_bytes) : rt.device().str() + " (" + format_bytes(free_bytes) + " free)") + knobs);
@@ -502,9 +504,17 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
     // (the largest piece: of the experts' buckets over the expert-data group, of the others over the
     // data group).
     size_t staging = 0;
+    std::vector<ParameterSpec> others, expert_specs, blocks;
+    for (const ParameterSpec& s : GPT::parameter_specs(mc, part, tp)) {
+      (s.expert ? expert_specs : others).push_back(s);
+      if (s.bucket >= 0 && !s.expert) blocks.push_back(s);
+    }
+    // The streaming slots (stages 2-3): for the largest block's bucket, and its experts' when their
+    // expert-data group has more than one rank (else they are kept whole).
+    const size_t zero_slots = ZeroStreaming::planned_bytes(
+        largest_bucket_numel(blocks), expert_data_size > 1 ? largest_bucket_numel(expert_specs) : 0, zero_stage,
+        data_size, expert_data_size, mc.dtype);
     if (offload) {
-      std::vector<ParameterSpec> others, expert_specs;
-      for (const ParameterSpec& s : GPT::parameter_specs(mc, part, tp)) (s.expert ? expert_specs : others).push_back(s);
       staging = size_t(std::max(
           ZeroOptimizer::offload_staging_bytes(largest_bucket_numel(others), zero_stage, data_size, mc.grad_dtype),
           ZeroOptimizer::offload_staging_bytes(largest_bucket_numel(expert_specs), zero_stage, expert_data_size,
@@ -520,7 +530,7 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
       return ZeroOptimizer::offloaded_pinned_bytes(k, mc.dtype, zero_stage, N);
     }) + staging : 0;
     const bool files = cfg.zero.offload == "nvme";
-    check_memory_fits(cfg, rt, launch, size_t(state_bytes_of({n, experts})), planned_activations,
+    check_memory_fits(cfg, rt, launch, size_t(state_bytes_of({n, experts})), zero_slots, planned_activations,
                       files ? pinned : off, files ? off - pinned : 0);
   }, launch);
   GPT model(rt, mc, B, part, slots, tp, sharding, expert_group);
@@ -672,9 +682,10 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
                   zero_stage >= 3 ? "; each block's parameters all-gathered just before its forward and backward"
                                   : "; updated parameters all-gathered",
                   !expert_parallel ? ""
-                  : zero_stage < 2 || expert_data_size > 1 ? "; the experts' buckets over the expert-data group"
-                                    : "; the experts' buckets held by one rank each (an expert-data group of one), "
-                                      "kept whole");
+                  : expert_data_size > 1 ? "; the experts' buckets over the expert-data group"
+                  : zero_stage >= 2      ? "; the experts' buckets held by one rank each (an expert-data group of one), "
+                                           "kept whole"
+                                         : "; the experts' buckets held by one rank each (an expert-data group of one)");
     else if (reduce)
       std::printf("data parallel: gradients in %zu buckets of ~%lld MiB, %s, reduced in %s%s\n",
                   grad_sync->bucket_count(), (long long)cfg.zero.bucket_mb,

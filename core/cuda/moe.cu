@@ -96,7 +96,7 @@ struct alignas(sizeof(T) * V) Vec {
 
 // Slot rows from token rows: out[s] = x[t / K] for the choice t = slot_token[s] (scaled by gate[t]
 // when given), zero for an empty slot. Dispatch (x the tokens), and the combine's backward (x = dout).
-template <typename T, int V>
+template <typename T, int V, bool Gated>
 __global__ void slots_from_tokens_kernel(T* out, const T* x, const int32_t* slot_token, const float* gate, int64_t S,
                                          int64_t C, int K) {
   using W = Vec<T, V>;
@@ -108,7 +108,7 @@ __global__ void slots_from_tokens_kernel(T* out, const T* x, const int32_t* slot
       for (int j = 0; j < V; ++j) w.e[j] = from_f32<T>(0.0f);
     } else {
       w = reinterpret_cast<const W*>(x)[int64_t(t / K) * Cv + i % Cv];
-      if (gate)
+      if constexpr (Gated)
         for (int j = 0; j < V; ++j) w.e[j] = from_f32<T>(gate[t] * to_f32(w.e[j]));
     }
     reinterpret_cast<W*>(out)[i] = w;
@@ -118,7 +118,7 @@ __global__ void slots_from_tokens_kernel(T* out, const T* x, const int32_t* slot
 // Token rows from slot rows: out[n] = base[n] + sum over n's kept choices k of y[slot[n, k]]
 // (weighted by gate[n, k] when given; base may be none, or out itself). The combine (base the
 // residual), and the dispatch's backward (base = out when accumulating).
-template <typename T, int V>
+template <typename T, int V, bool Gated>
 __global__ void tokens_from_slots_kernel(T* out, const T* y, const int32_t* slot, const float* gate, const T* base,
                                          int64_t N, int64_t C, int K) {
   using W = Vec<T, V>;
@@ -129,9 +129,13 @@ __global__ void tokens_from_slots_kernel(T* out, const T* y, const int32_t* slot
     for (int k = 0; k < K; ++k) {
       const int32_t s = slot[n * K + k];
       if (s < 0) continue;
-      const float g = gate ? gate[n * K + k] : 1.0f;
       const W e = reinterpret_cast<const W*>(y)[int64_t(s) * Cv + c];
-      for (int j = 0; j < V; ++j) v[j] += g * to_f32(e.e[j]);
+      if constexpr (Gated) {
+        const float g = gate[n * K + k];
+        for (int j = 0; j < V; ++j) v[j] += g * to_f32(e.e[j]);
+      } else {
+        for (int j = 0; j < V; ++j) v[j] += to_f32(e.e[j]);
+      }
     }
     W o;
     if (base) {
@@ -248,8 +252,8 @@ template <typename T, int V>
 void slots_from_tokens(cudaStream_t s, void* out, const void* x, const int32_t* slot_token, const float* gate,
                        int64_t S, int64_t C, int K) {
   if (S * C == 0) return;
-  slots_from_tokens_kernel<T, V><<<grid_for(S * C / V), kThreads, 0, s>>>(static_cast<T*>(out), static_cast<const T*>(x),
-                                                                          slot_token, gate, S, C, K);
+  auto kernel = gate ? slots_from_tokens_kernel<T, V, true> : slots_from_tokens_kernel<T, V, false>;
+  kernel<<<grid_for(S * C / V), kThreads, 0, s>>>(static_cast<T*>(out), static_cast<const T*>(x), slot_token, gate, S, C, K);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -257,8 +261,9 @@ template <typename T, int V>
 void tokens_from_slots(cudaStream_t s, void* out, const void* y, const int32_t* slot, const float* gate,
                        const void* base, int64_t N, int64_t C, int K) {
   if (N * C == 0) return;
-  tokens_from_slots_kernel<T, V><<<grid_for(N * C / V), kThreads, 0, s>>>(
-      static_cast<T*>(out), static_cast<const T*>(y), slot, gate, static_cast<const T*>(base), N, C, K);
+  auto kernel = gate ? tokens_from_slots_kernel<T, V, true> : tokens_from_slots_kernel<T, V, false>;
+  kernel<<<grid_for(N * C / V), kThreads, 0, s>>>(static_cast<T*>(out), static_cast<const T*>(y), slot, gate,
+                                                  static_cast<const T*>(base), N, C, K);
   CUDA_CHECK_LAUNCH();
 }
 

@@ -55,6 +55,19 @@ size_t ZeroStreaming::buffer_bytes() const {
   return n;
 }
 
+size_t ZeroStreaming::planned_bytes(int64_t block, int64_t experts, int stage, int shards, int expert_shards,
+                                    DType dtype) {
+  if (stage < 2) return 0;
+  size_t n = 0;
+  for (auto [numel, N] : {std::pair<int64_t, int>{block, shards}, {experts, expert_shards}}) {
+    if (numel == 0) continue;
+    const int64_t multiple = int64_t(N) * 64, padded = (numel + multiple - 1) / multiple * multiple;  // as plan_buckets pads
+    n += kSlots * size_t(padded + padded / N) * 4;                               // gradients and their pieces
+    if (stage >= 3) n += kSlots * size_t(padded) * dtype_size(dtype);  // parameters
+  }
+  return n;
+}
+
 ZeroStreaming::Pool& ZeroStreaming::pool_of(int bucket) { return pools_[params_.buckets().at(size_t(bucket)).expert ? 1 : 0]; }
 
 void ZeroStreaming::on_reduced(std::function<void(int bucket)> f) {

@@ -49,6 +49,10 @@ class ZeroStreaming final : public GradientReduction, public BlockHooks {
   void parameters_changed();
   // Bytes of the slots and receive buffers.
   size_t buffer_bytes() const;
+  // What buffer_bytes() will be, before the store exists: for the largest streamed bucket of each
+  // kind (`block` elements of a block's, `experts` of a block's experts, 0 if none is streamed),
+  // cut over `shards` / `expert_shards` ranks, with `dtype` parameters.
+  static size_t planned_bytes(int64_t block, int64_t experts, int stage, int shards, int expert_shards, DType dtype);
 
  private:
   struct GradSlot {

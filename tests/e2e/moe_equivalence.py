@@ -13,7 +13,8 @@ gradients are summed over the expert-data group; with pipeline 2; with checkpoin
 1-3, the experts' optimizer state sharded over the expert-data group, with pipeline 2, with the
 optimizer offloaded, with tensor 2 and with an interleaved pipeline of 4 blocks, and at stages 2-3
 the experts' gradients and parameters streamed over an expert-data group of 2, with two micro-batches
-a rank, with recomputation and with pipeline 2; the start record's
+a rank, with recomputation, with pipeline 2 (also interleaved), prefetched past a dense block and
+with the optimizer offloaded; the start record's
 model state per rank as the formula with the experts apart) gives the same losses, gradient norms and exported weights (gathered from the
 expert ranks) as one rank, up to fp32 reduction-order rounding.
 A run stopped after step 3 and resumed continues bitwise on one rank; a stage-1 checkpoint at data 2
@@ -21,8 +22,8 @@ and an expert-parallel one resumed on one rank, a one-rank checkpoint resumed at
 stage-1 checkpoint resumed at data 2 x expert 2, and a tensor 2 x expert 2 checkpoint resumed on one
 rank and the reverse, continue as the uninterrupted run; so do ZeRO checkpoints with expert
 parallelism, on their own layout (each rank reading its own pieces) and resharded: onto one rank,
-onto another expert size and ZeRO stage, from a dense data-parallel layout, to one without experts
-split, from pipeline 2, from an interleaved pipeline and from tensor 2 x expert 2. A checkpoint whose experts sit in other blocks is refused with one line.
+onto another expert size and ZeRO stage, from a dense data-parallel layout (also onto streamed
+experts), to one without experts split, from pipeline 2, from an interleaved pipeline and from tensor 2 x expert 2. A checkpoint whose experts sit in other blocks is refused with one line.
 An expert group that does not divide the experts stops every rank, with one line.
 Usage: moe_equivalence.py TRAIN_GPT MPIEXEC CONFIG"""
 import json
@@ -35,6 +36,8 @@ import equivalence
 from equivalence import LOSS_TOL, NORM_TOL, WEIGHT_L2_TOL, WEIGHT_MAX_TOL
 
 STEPS = 6
+# Settings that change the model trained: a layout with them is compared with one rank with them.
+MODEL_KEYS = {"moe.layer_freq", "model.dropout", "model.n_layers", "train.global_batch"}
 BASE = ["train.device=cpu", f"train.steps={STEPS}", "train.micro_batch=2", "train.global_batch=8",
         "model.dropout=0.1", "train.grad_clip=0.5", "log.val_every=0", "moe.experts=4", "moe.top_k=2",
         "moe.capacity_factor=1.0", "moe.aux_loss_coef=0.05",
@@ -89,22 +92,26 @@ def main():
             ok = "experts: 4 in" in out and len(experts) == 4 * 4 * (2 // freq)
             failed |= not ok
             print(f"{'ok  ' if ok else 'FAIL'} one rank, experts every {freq} block(s): {len(experts)} expert tensors")
-            refs[freq] = (loss, norms, w)
+            refs[("moe.layer_freq=2",) if freq == 2 else ()] = (loss, norms, w, f"ref{freq}")
             stats = moe_stats(tmp, f"ref{freq}")
             ok = len(stats) == STEPS and all(0.99 < a < 1.5 for a, _ in stats) and any(d > 0 for _, d in stats)
             failed |= not ok
             print(f"{'ok  ' if ok else 'FAIL'} one rank, experts every {freq} block(s): the log's balancing loss "
                   f"{stats[0][0]:.4f} .. {stats[-1][0]:.4f}, choices dropped {stats[0][1]:.2%} .. {stats[-1][1]:.2%}")
-        # Without dropout the residual adds are the combine's (and, under tensor parallelism, rank 0's).
-        _, loss, norms, w, _, _ = run(binary, mpiexec, config, tmp, 1, "ref_nodrop", "model.dropout=0")
-        refs["nodrop"] = (loss, norms, w)
-        _, loss, norms, w, _, _ = run(binary, mpiexec, config, tmp, 1, "ref_l4", "model.n_layers=4")
-        refs["l4"] = (loss, norms, w)
-        _, loss, norms, w, _, _ = run(binary, mpiexec, config, tmp, 1, "ref_g16", "train.global_batch=16")
-        refs["g16"] = (loss, norms, w)
+
+        # The one-rank run of the settings that change the model trained (the others are layouts),
+        # run when first needed: (loss, norms, weights, tag).
+        def reference(sets):
+            key = tuple(sorted(x for x in sets if x.split("=")[0] in MODEL_KEYS))
+            if key not in refs:
+                tag = "ref_" + "_".join(x.replace("=", "").replace(".", "_") for x in key)
+                _, loss, norms, w, _, _ = run(binary, mpiexec, config, tmp, 1, tag, *key)
+                refs[key] = (loss, norms, w, tag)
+            return refs[key]
+
         # The dense model differs: the experts change the computation.
         _, dense_loss, _, _, _, _ = run(binary, mpiexec, config, tmp, 1, "dense", "moe.experts=0")
-        ok = rel(dense_loss, refs[1][0]) > 1e-3
+        ok = rel(dense_loss, refs[()][0]) > 1e-3
         failed |= not ok
         print(f"{'ok  ' if ok else 'FAIL'} the dense model's losses differ from the experts' (control)")
 
@@ -154,17 +161,21 @@ def main():
             (4, "d4_e2_z2_acc2", ["parallel.expert=2", "zero.stage=2", "train.global_batch=16"]),
             (4, "d4_e2_z3_full", ["parallel.expert=2", "zero.stage=3", "train.checkpointing=full"]),
             (8, "p2_d4_e2_z3", ["parallel.pipeline=2", "parallel.expert=2", "zero.stage=3"]),
+            # ... prefetched past a dense block, in an interleaved pipeline, with the optimizer offloaded.
+            (4, "l4_freq2_d4_e2_z3", ["model.n_layers=4", "moe.layer_freq=2", "parallel.expert=2", "zero.stage=3"]),
+            (8, "p2v2_d4_e2_z3", ["model.n_layers=4", "parallel.pipeline=2", "parallel.schedule=interleaved",
+                                  "parallel.virtual_stages=2", "parallel.expert=2", "zero.stage=3",
+                                  "train.global_batch=16"]),
+            (4, "d4_e2_z3_offload", ["parallel.expert=2", "zero.stage=3", "zero.offload=cpu"]),
         ]
         for ranks, tag, sets in cases:
-            freq = (2 if "moe.layer_freq=2" in sets else "nodrop" if "model.dropout=0" in sets
-                    else "l4" if "model.n_layers=4" in sets else "g16" if "train.global_batch=16" in sets else 1)
-            ref_loss, ref_norms, ref_w = refs[freq]
+            ref_loss, ref_norms, ref_w, ref_tag = reference(sets)
             start, loss, norms, w, _, _ = run(binary, mpiexec, config, tmp, ranks, tag, *sets)
             dl, dw, l2 = equivalence.compare(loss, ref_loss, w, ref_w)
             dn = rel(norms, ref_norms)
             want_bytes = state_bytes_with_experts(tmp, tag, start, sets)
             bytes_ok = want_bytes is None or start["model_state_bytes_per_rank"] == want_bytes
-            stats, ref_stats = moe_stats(tmp, tag), moe_stats(tmp, f"ref_{freq}" if freq in ("nodrop", "l4", "g16") else f"ref{freq}")
+            stats, ref_stats = moe_stats(tmp, tag), moe_stats(tmp, ref_tag)
             ds = max(abs(a - b) for s, r in zip(stats, ref_stats) for a, b in zip(s, r))
             ok = (len(loss) == STEPS and len(w) == len(ref_w) and dl <= LOSS_TOL and dn <= NORM_TOL
                   and dw <= WEIGHT_MAX_TOL and l2 <= WEIGHT_L2_TOL and len(stats) == STEPS and ds <= 1e-5 and bytes_ok)
@@ -200,10 +211,14 @@ def main():
                                         ["model.n_layers=4", "parallel.pipeline=2", "parallel.schedule=interleaved",
                                          "parallel.virtual_stages=2", "parallel.expert=2", "zero.stage=3"],
                                         (1, ["model.n_layers=4"])),
+                                       (4, "resume_d4_e2_z3", ["parallel.expert=2", "zero.stage=3"],
+                                        (4, ["parallel.expert=2", "zero.stage=3"])),
+                                       (2, "resume_d2_z1_to_d4_e2_z3", ["zero.stage=1"],
+                                        (4, ["parallel.expert=2", "zero.stage=3"])),
                                        (4, "resume_t2_d2_e2_z2_to_d4_e4_z1",
                                         ["parallel.tensor=2", "parallel.expert=2", "zero.stage=2"],
                                         (4, ["parallel.expert=4", "zero.stage=1"]))]:
-            ref_loss, ref_norms, ref_w = refs["l4" if "model.n_layers=4" in sets else 1]
+            ref_loss, ref_norms, ref_w, _ = reference(sets)
             ck = os.path.join(tmp, tag + "_ck")
             run(binary, mpiexec, config, tmp, ranks, tag + "_a", f"checkpoint.dir={ck}", "train.stop_after=3", *sets)
             _, loss, norms, w, _, out = run(binary, mpiexec, config, tmp, then[0], tag + "_b", f"checkpoint.dir={ck}",
