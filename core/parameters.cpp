@@ -20,14 +20,6 @@ uint64_t hash_name(uint64_t seed, const std::string& name) {
   return h;
 }
 
-// A bucket of n elements padded for `shards` data ranks: to a multiple of shards, and when sharded
-// of shards x 64, so that every piece, and every bucket after it, starts 256-byte aligned for f32
-// (128 for 16-bit) as the vectorized kernels and cuBLASLt's fastest paths want.
-int64_t padded_size(int64_t n, int shards) {
-  const int64_t multiple = shards > 1 ? int64_t(shards) * 64 : 1;
-  return (n + multiple - 1) / multiple * multiple;
-}
-
 // Product of the dimensions after `dim`.
 int64_t inner_size(const Shape& s, int dim) {
   int64_t n = 1;
@@ -67,6 +59,14 @@ int64_t TensorSplit::global_index(const Shape& local, int64_t local_index) const
   const int64_t outer = local_index / (n * inner), j = local_index / inner % n, in = local_index % inner;
   const int64_t gj = (j / piece * parts + index) * piece + j % piece;
   return (outer * n * parts + gj) * inner + in;
+}
+
+// Padded to a multiple of shards x 64 when sharded, so that every piece, and every bucket after it,
+// starts 256-byte aligned for f32 (128 for 16-bit) as the vectorized kernels and cuBLASLt's fastest
+// paths want.
+int64_t padded_bucket_size(int64_t n, int shards) {
+  const int64_t multiple = shards > 1 ? int64_t(shards) * 64 : 1;
+  return (n + multiple - 1) / multiple * multiple;
 }
 
 ParameterSpec shard_spec(const ParameterSpec& full, int dim, int parts, int index, int groups) {
@@ -135,7 +135,7 @@ std::vector<ParameterBucket> plan_buckets(const std::vector<ParameterSpec>& spec
     b.numel += s.shape.numel();
     b.end = i + 1;
     const int n = b.expert ? expert_shards : shards;
-    b.padded = padded_size(b.numel, n);
+    b.padded = padded_bucket_size(b.numel, n);
     b.piece = b.padded / n;
     offset = b.offset + b.padded;
   }

@@ -102,6 +102,9 @@ struct ParameterBucket {
   int64_t piece = 0;               // padded / its shard count: what each rank of its group owns
 };
 
+// A bucket of n elements padded for `shards` ranks: what each bucket's `padded` is.
+int64_t padded_bucket_size(int64_t n, int shards);
+
 // The buckets of a store of `specs` whose buckets are cut into `shards` pieces, the experts' into
 // `expert_shards` (nothing streamed): what decides which elements each rank owns at ZeRO stages >= 1.
 std::vector<ParameterBucket> plan_buckets(const std::vector<ParameterSpec>& specs, int shards, int expert_shards = 1);

@@ -500,10 +500,7 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
   };
   agree_on([&] {
     const auto [n, experts] = numel_of_part(stage, part_index(groups.coords()));
-    // Offloaded: the state, and pinned beside it the parameters' copy and the gradient staging
-    // (the largest piece: of the experts' buckets over the expert-data group, of the others over the
-    // data group).
-    size_t staging = 0;
+    // The experts' parameters, the others (for the offload staging), and of those the blocks'.
     std::vector<ParameterSpec> others, expert_specs, blocks;
     for (const ParameterSpec& s : GPT::parameter_specs(mc, part, tp)) {
       (s.expert ? expert_specs : others).push_back(s);
@@ -514,6 +511,10 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
     const size_t zero_slots = ZeroStreaming::planned_bytes(
         largest_bucket_numel(blocks), expert_data_size > 1 ? largest_bucket_numel(expert_specs) : 0, zero_stage,
         data_size, expert_data_size, mc.dtype);
+    // Offloaded: the state, and pinned beside it the parameters' copy and the gradient staging
+    // (the largest piece: of the experts' buckets over the expert-data group, of the others over the
+    // data group).
+    size_t staging = 0;
     if (offload) {
       staging = size_t(std::max(
           ZeroOptimizer::offload_staging_bytes(largest_bucket_numel(others), zero_stage, data_size, mc.grad_dtype),

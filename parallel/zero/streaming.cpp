@@ -61,8 +61,8 @@ size_t ZeroStreaming::planned_bytes(int64_t block, int64_t experts, int stage, i
   size_t n = 0;
   for (auto [numel, N] : {std::pair<int64_t, int>{block, shards}, {experts, expert_shards}}) {
     if (numel == 0) continue;
-    const int64_t multiple = int64_t(N) * 64, padded = (numel + multiple - 1) / multiple * multiple;  // as plan_buckets pads
-    n += kSlots * size_t(padded + padded / N) * 4;                               // gradients and their pieces
+    const int64_t padded = padded_bucket_size(numel, N);
+    n += kSlots * size_t(padded + padded / N) * 4;                     // gradients and their pieces
     if (stage >= 3) n += kSlots * size_t(padded) * dtype_size(dtype);  // parameters
   }
   return n;

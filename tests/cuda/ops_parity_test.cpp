@@ -629,9 +629,11 @@ TEST_P(Parity, MoERouting) {
 
     HostTensor ye = random_host(dt(), {S, c.C}, 202), res = random_host(dt(), {c.N, c.C}, 203), out(dt(), {c.N, c.C});
     DeviceTensor gye = to_device(ye), gres = to_device(res), gout = device_empty(dt(), {c.N, c.C});
-    moe_combine(cpu(), out.t, ye.t, slot.t, gate.t, res.t);
-    moe_combine(gpu(), gout.t, gye.t, gslot.t, ggate.t, gres.t);
-    expect_close(to_host(gout), out, tolerance(dt()), "moe_combine" + at);
+    for (bool residual : {false, true}) {  // the model's combine without (tensor ranks > 0) and with it
+      moe_combine(cpu(), out.t, ye.t, slot.t, gate.t, residual ? res.t : Tensor());
+      moe_combine(gpu(), gout.t, gye.t, gslot.t, ggate.t, residual ? gres.t : Tensor());
+      expect_close(to_host(gout), out, tolerance(dt()), "moe_combine" + std::string(residual ? " + residual" : "") + at);
+    }
 
     HostTensor dout = random_host(dt(), {c.N, c.C}, 204), dye(dt(), {S, c.C}), dgate(DType::f32, {c.N, c.K});
     DeviceTensor gdout = to_device(dout), gdye = device_empty(dt(), {S, c.C}), gdgate = device_empty(DType::f32, {c.N, c.K});
@@ -640,11 +642,14 @@ TEST_P(Parity, MoERouting) {
     expect_close(to_host(gdye), dye, tolerance(dt()), "moe_combine_backward dye" + at);
     expect_close(to_host(gdgate), dgate, tolerance(dt()), "moe_combine_backward dgate" + at);
 
-    HostTensor dx = random_host(dt(), {c.N, c.C}, 205);
-    DeviceTensor gdx = to_device(dx);
-    moe_dispatch_backward(cpu(), dx.t, dye.t, slot.t, true);
-    moe_dispatch_backward(gpu(), gdx.t, gdye.t, gslot.t, true);
-    expect_close(to_host(gdx), dx, tolerance(dt()), "moe_dispatch_backward" + at);
+    for (bool accumulate : {false, true}) {  // the model's (overwrite), and onto an earlier gradient
+      HostTensor dx = random_host(dt(), {c.N, c.C}, 205);
+      DeviceTensor gdx = to_device(dx);
+      moe_dispatch_backward(cpu(), dx.t, dye.t, slot.t, accumulate);
+      moe_dispatch_backward(gpu(), gdx.t, gdye.t, gslot.t, accumulate);
+      expect_close(to_host(gdx), dx, tolerance(dt()),
+                   "moe_dispatch_backward" + std::string(accumulate ? " accumulating" : "") + at);
+    }
 
     HostTensor dlogits(DType::f32, {c.N, c.E});
     DeviceTensor gdlogits = device_empty(DType::f32, {c.N, c.E}), gdg = to_device(dgate);
