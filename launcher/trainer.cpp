@@ -502,10 +502,17 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
     const auto [n, experts] = numel_of_part(stage, part_index(groups.coords()));
     // The experts' parameters, the others (for the offload staging), and of those the blocks'.
     std::vector<ParameterSpec> others, expert_specs, blocks;
+    int64_t kept_whole = 0;  // elements of the buckets every stage keeps whole (wte, wpe, the final LayerNorm)
     for (const ParameterSpec& s : GPT::parameter_specs(mc, part, tp)) {
       (s.expert ? expert_specs : others).push_back(s);
       if (s.bucket >= 0 && !s.expert) blocks.push_back(s);
+      if (s.bucket < 0) kept_whole += s.shape.numel();
     }
+    // The ZeRO formula counts every gradient (stages 2-3) and parameter (stage 3) as a 1/N piece;
+    // the buckets kept whole hold all of theirs.
+    const int64_t unsharded = kept_whole - kept_whole / data_size;
+    const size_t whole_extra = size_t((zero_stage >= 2 ? unsharded * 4 : 0) +
+                                      (zero_stage >= 3 ? unsharded * int64_t(dtype_size(mc.dtype)) : 0));
     // The streaming slots (stages 2-3): for the largest block's bucket, and its experts' when their
     // expert-data group has more than one rank (else they are kept whole).
     const size_t zero_slots = ZeroStreaming::planned_bytes(
@@ -531,7 +538,7 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
       return ZeroOptimizer::offloaded_pinned_bytes(k, mc.dtype, zero_stage, N);
     }) + staging : 0;
     const bool files = cfg.zero.offload == "nvme";
-    check_memory_fits(cfg, rt, launch, size_t(state_bytes_of({n, experts})), zero_slots, planned_activations,
+    check_memory_fits(cfg, rt, launch, size_t(state_bytes_of({n, experts})) + whole_extra, zero_slots, planned_activations,
                       files ? pinned : off, files ? off - pinned : 0);
   }, launch);
   GPT model(rt, mc, B, part, slots, tp, sharding, expert_group);
