@@ -28,6 +28,7 @@ class GPTConfig:
     moe_top_k: int = 2
     moe_capacity_factor: float = 1.25
     moe_aux_loss_coef: float = 0.01
+    moe_z_loss_coef: float = 0.0
     moe_layer_freq: int = 1
 
     @property
@@ -78,8 +79,8 @@ class MLP(nn.Module):
 class MoE(nn.Module):
     """Top-k routing with a fixed capacity per expert (GShard, as Trellis's moe/moe_mlp.h): every
     token's first choice takes slots first, in token order, then the second choices; a choice past
-    an expert's capacity is dropped. Returns the gated sum of the experts' outputs and the
-    balancing loss E * sum_e f_e P_e."""
+    an expert's capacity is dropped. Returns the gated sum of the experts' outputs, the
+    balancing loss E * sum_e f_e P_e and the router z-loss mean_n logsumexp(logits_n)^2."""
 
     def __init__(self, cfg):
         super().__init__()
@@ -110,7 +111,8 @@ class MoE(nn.Module):
         g = gate.t().reshape(-1) * keep
         out = (ye[slot].float() * g[:, None]).view(K, N, C).sum(0)
         aux = E * (onehot.sum(0).float() / (N * K) * probs.mean(0)).sum()
-        return out.to(x.dtype).view(B, T, C), aux
+        z = logits.logsumexp(-1).square().mean()
+        return out.to(x.dtype).view(B, T, C), aux, z
 
 
 class Block(nn.Module):  # pre-LN; dropout on each residual branch output (and in attention)
@@ -125,12 +127,12 @@ class Block(nn.Module):  # pre-LN; dropout on each residual branch output (and i
             self.mlp = MLP(cfg)
         self.drop = nn.Dropout(cfg.dropout)
 
-    def forward(self, x):  # (output, the block's balancing loss or 0)
+    def forward(self, x):  # (output, the block's balancing loss and z-loss, or 0s)
         x = x + self.drop(self.attn(self.ln1(x)))
         if hasattr(self, "moe"):
-            y, aux = self.moe(self.ln2(x))
-            return x + self.drop(y), aux
-        return x + self.drop(self.mlp(self.ln2(x))), 0.0
+            y, aux, z = self.moe(self.ln2(x))
+            return x + self.drop(y), aux, z
+        return x + self.drop(self.mlp(self.ln2(x))), 0.0, 0.0
 
 
 
@@ -173,18 +175,18 @@ class GPT(nn.Module):
         B, T = idx.shape
         pos = torch.arange(T, device=idx.device)
         x = self.drop(self.wte(idx) + self.wpe(pos))  # (B, T, C)
-        aux = 0.0
+        aux = z = 0.0
         for block in self.h:
-            x, a = block(x)
-            aux = aux + a
+            x, a, zb = block(x)
+            aux, z = aux + a, z + zb
         logits = F.linear(self.lnf(x), self.wte.weight)  # (B, T, Vp)
         if self.cfg.padded_vocab != self.cfg.vocab_size:
             logits = logits.masked_fill(self.pad_mask, float("-inf"))
         if targets is None:
             return logits
         loss = F.cross_entropy(logits.view(B * T, -1), targets.reshape(B * T))  # mean over B*T
-        self.lm_loss = loss.detach()  # what Trellis reports; the objective adds the balancing losses
-        return logits, loss + self.cfg.moe_aux_loss_coef * aux
+        self.lm_loss = loss.detach()  # what Trellis reports; the objective adds the routers' losses
+        return logits, loss + self.cfg.moe_aux_loss_coef * aux + self.cfg.moe_z_loss_coef * z
 
 
 # ---- Trellis dumps ----------------------------------------------------------------------------
@@ -215,7 +217,8 @@ def load_trellis_dump(dump_dir, dtype=torch.float64, attn="sdpa"):
     cfg = GPTConfig(c["vocab_size"], c["seq_len"], c["n_layers"], c["n_heads"], c["d_model"],
                     dropout=float(c.get("dropout", 0.0)), attn=attn, moe_experts=moe.get("experts", 0),
                     moe_top_k=moe.get("top_k", 2), moe_capacity_factor=moe.get("capacity_factor", 1.25),
-                    moe_aux_loss_coef=moe.get("aux_loss_coef", 0.01), moe_layer_freq=moe.get("layer_freq", 1))
+                    moe_aux_loss_coef=moe.get("aux_loss_coef", 0.01), moe_z_loss_coef=moe.get("z_loss_coef", 0.0),
+                    moe_layer_freq=moe.get("layer_freq", 1))
     if "padded_vocab" in c and c["padded_vocab"] != cfg.padded_vocab:
         raise ValueError(f"padded_vocab {c['padded_vocab']} != expected {cfg.padded_vocab}")
     model = GPT(cfg).to(dtype)

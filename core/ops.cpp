@@ -536,18 +536,18 @@ void check_rows(Runtime& rt, const char* op, const Tensor& t, int64_t rows, int6
 }
 }  // namespace
 
-void moe_route(Runtime& rt, const Tensor& probs, const Tensor& expert, const Tensor& gate, const Tensor& slot,
-               const Tensor& slot_token, const Tensor& counts, const Tensor& logits) {
+void moe_route(Runtime& rt, const Tensor& probs, const Tensor& lse, const Tensor& expert, const Tensor& gate,
+               const Tensor& slot, const Tensor& slot_token, const Tensor& counts, const Tensor& logits) {
   const char* op = "moe_route";
-  for (const Tensor* t : {&probs, &gate, &counts, &logits}) { check_device(rt, *t, op); check_dtype(*t, DType::f32, op); }
+  for (const Tensor* t : {&probs, &lse, &gate, &counts, &logits}) { check_device(rt, *t, op); check_dtype(*t, DType::f32, op); }
   check_device(rt, expert, op); check_dtype(expert, DType::i32, op);
   TRELLIS_CHECK(logits.dim() == 2, std::string(op) + ": logits " + logits.str() + " are not (N, E)");
   const MoEShape m = check_routing(rt, op, slot, slot_token, logits.size(1));
   TRELLIS_CHECK(m.N == logits.size(0) && m.K >= 1 && m.K <= m.E && m.capacity >= 1 && probs.numel() == m.N * m.E &&
                     expert.dim() == 2 && expert.size(0) == m.N && expert.size(1) == m.K && gate.numel() == m.N * m.K &&
-                    counts.numel() == m.E,
+                    counts.numel() == m.E && lse.numel() == m.N,
                 std::string(op) + ": shapes do not match logits " + logits.str() + ", slot " + slot.str());
-  TRELLIS_DISPATCH(rt, moe_route, rt, probs, expert, gate, slot, slot_token, counts, logits);
+  TRELLIS_DISPATCH(rt, moe_route, rt, probs, lse, expert, gate, slot, slot_token, counts, logits);
 }
 
 void moe_dispatch(Runtime& rt, const Tensor& xe, const Tensor& x, const Tensor& slot_token, int64_t top_k) {
@@ -600,24 +600,28 @@ void moe_combine_backward(Runtime& rt, const Tensor& dye, const Tensor& dgate, c
 }
 
 void moe_router_backward(Runtime& rt, const Tensor& dlogits, const Tensor& dgate, const Tensor& probs,
-                         const Tensor& expert, const Tensor& gate, const Tensor& counts, float aux_scale) {
+                         const Tensor& lse, const Tensor& expert, const Tensor& gate, const Tensor& counts,
+                         float aux_scale, float z_scale) {
   const char* op = "moe_router_backward";
-  for (const Tensor* t : {&dlogits, &dgate, &probs, &gate, &counts}) { check_device(rt, *t, op); check_dtype(*t, DType::f32, op); }
+  for (const Tensor* t : {&dlogits, &dgate, &probs, &lse, &gate, &counts}) { check_device(rt, *t, op); check_dtype(*t, DType::f32, op); }
   check_device(rt, expert, op); check_dtype(expert, DType::i32, op);
   TRELLIS_CHECK(probs.dim() == 2 && expert.dim() == 2 && expert.size(0) == probs.size(0), std::string(op) + ": probs " + probs.str() + ", expert " + expert.str());
   const int64_t N = probs.size(0), E = probs.size(1), K = expert.size(1);
-  TRELLIS_CHECK(dlogits.numel() == N * E && dgate.numel() == N * K && gate.numel() == N * K && counts.numel() == E && K <= E,
+  TRELLIS_CHECK(dlogits.numel() == N * E && dgate.numel() == N * K && gate.numel() == N * K && counts.numel() == E &&
+                    lse.numel() == N && K <= E,
                 std::string(op) + ": shapes do not match probs " + probs.str() + ", expert " + expert.str());
-  TRELLIS_DISPATCH(rt, moe_router_backward, rt, dlogits, dgate, probs, expert, gate, counts, aux_scale);
+  TRELLIS_DISPATCH(rt, moe_router_backward, rt, dlogits, dgate, probs, lse, expert, gate, counts, aux_scale, z_scale);
 }
 
-void moe_statistics(Runtime& rt, const Tensor& stats, const Tensor& probs, const Tensor& counts, int64_t top_k,
-                    int64_t capacity) {
+void moe_statistics(Runtime& rt, const Tensor& stats, const Tensor& probs, const Tensor& lse, const Tensor& counts,
+                    int64_t top_k, int64_t capacity) {
   const char* op = "moe_statistics";
-  for (const Tensor* t : {&stats, &probs, &counts}) { check_device(rt, *t, op); check_dtype(*t, DType::f32, op); }
-  TRELLIS_CHECK(stats.numel() == 2 && probs.dim() == 2 && counts.numel() == probs.size(1) && top_k >= 1 && capacity >= 1,
-                std::string(op) + ": stats " + stats.str() + ", probs " + probs.str() + ", counts " + counts.str());
-  TRELLIS_DISPATCH(rt, moe_statistics, rt, stats, probs, counts, top_k, capacity);
+  for (const Tensor* t : {&stats, &probs, &lse, &counts}) { check_device(rt, *t, op); check_dtype(*t, DType::f32, op); }
+  TRELLIS_CHECK(stats.numel() == 3 && probs.dim() == 2 && lse.numel() == probs.size(0) && counts.numel() == probs.size(1) &&
+                    top_k >= 1 && capacity >= 1,
+                std::string(op) + ": stats " + stats.str() + ", probs " + probs.str() + ", lse " + lse.str() + ", counts " +
+                    counts.str());
+  TRELLIS_DISPATCH(rt, moe_statistics, rt, stats, probs, lse, counts, top_k, capacity);
 }
 
 void adamw_step(Runtime& rt, const Tensor& master, const Tensor& m, const Tensor& v, const Tensor& grad,

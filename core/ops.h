@@ -210,14 +210,15 @@ void dropout_backward(Runtime& rt, const Tensor& dx, const Tensor& dout, float p
 // N tokens over E experts, K choices each; an expert takes at most `capacity` choices (its slots,
 // rows [e * capacity, (e + 1) * capacity) of the (E * capacity, C) expert tensors); a choice past
 // that is dropped (it adds nothing; the residual stream carries the token on).
-// logits: f32 (N, E). Writes probs f32 (N, E) = softmax(logits); expert i32 (N, K): the K largest
+// logits: f32 (N, E). Writes probs f32 (N, E) = softmax(logits); lse f32 (N) = log sum_e exp(logits[n, e])
+// (the router z-loss's term); expert i32 (N, K): the K largest
 // logits in descending order (the lower expert first among equals); gate f32 (N, K): their probs,
 // divided by their sum when K > 1; slot i32 (N, K): expert * capacity + position, or -1 if dropped;
 // slot_token i32 (E * capacity): n * K + k of the choice in each slot, or -1 (empty); counts f32 (E):
 // the choices of each expert before any was dropped. Positions go in priority order: every token's
 // first choice in token order, then the second choices, and so on (GShard).
-void moe_route(Runtime& rt, const Tensor& probs, const Tensor& expert, const Tensor& gate, const Tensor& slot,
-               const Tensor& slot_token, const Tensor& counts, const Tensor& logits);
+void moe_route(Runtime& rt, const Tensor& probs, const Tensor& lse, const Tensor& expert, const Tensor& gate,
+               const Tensor& slot, const Tensor& slot_token, const Tensor& counts, const Tensor& logits);
 // xe (E * capacity, C) = the rows of x (N, C) that slot_token places, zeros in empty slots.
 void moe_dispatch(Runtime& rt, const Tensor& xe, const Tensor& x, const Tensor& slot_token, int64_t top_k);
 // dx (N, C) = [dx +] the sum over the token's choices that were not dropped of dxe[slot].
@@ -232,13 +233,16 @@ void moe_combine_backward(Runtime& rt, const Tensor& dye, const Tensor& dgate, c
                           const Tensor& slot, const Tensor& slot_token, const Tensor& gate);
 // dlogits f32 (N, E) from dgate through the gates and the softmax, plus aux_scale times the gradient
 // of the balancing loss E * sum_e f_e P_e (f_e = counts[e] / (N K), P_e = the mean of probs[:, e];
-// 1 when balanced; f_e taken as constant, as in Switch Transformer).
+// 1 when balanced; f_e taken as constant, as in Switch Transformer), plus z_scale times the gradient
+// of the router z-loss mean_n lse[n]^2 (ST-MoE): 2 lse[n] probs[n, e] / N.
 void moe_router_backward(Runtime& rt, const Tensor& dlogits, const Tensor& dgate, const Tensor& probs,
-                         const Tensor& expert, const Tensor& gate, const Tensor& counts, float aux_scale);
-// For the log: stats f32 (2) += (the balancing loss E * sum_e f_e P_e, the choices dropped: sum_e
-// max(0, counts[e] - capacity)), from moe_route's probs (N, E) and counts (E); K = the choices per token.
-void moe_statistics(Runtime& rt, const Tensor& stats, const Tensor& probs, const Tensor& counts, int64_t top_k,
-                    int64_t capacity);
+                         const Tensor& lse, const Tensor& expert, const Tensor& gate, const Tensor& counts,
+                         float aux_scale, float z_scale);
+// For the log: stats f32 (3) += (the balancing loss E * sum_e f_e P_e, the choices dropped: sum_e
+// max(0, counts[e] - capacity), the z-loss mean_n lse[n]^2), from moe_route's probs (N, E), lse (N)
+// and counts (E); K = the choices per token.
+void moe_statistics(Runtime& rt, const Tensor& stats, const Tensor& probs, const Tensor& lse, const Tensor& counts,
+                    int64_t top_k, int64_t capacity);
 
 // ---- optimizer ----
 struct AdamWHyper {

@@ -74,6 +74,7 @@ struct MoESection {
   int64_t top_k = 2;               // experts per token
   double capacity_factor = 1.25;   // slots per expert = factor x top_k x tokens / experts
   double aux_loss_coef = 0.01;     // load-balancing loss weight
+  double z_loss_coef = 0.0;        // router z-loss weight
   int64_t layer_freq = 1;          // block l has experts when l % layer_freq == 0
 };
 

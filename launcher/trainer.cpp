@@ -96,6 +96,7 @@ Resolved resolve(const Config& cfg, const LaunchInfo& launch) {
   r.model.moe.top_k = cfg.moe.top_k;
   r.model.moe.capacity_factor = cfg.moe.capacity_factor;
   r.model.moe.aux_loss_coef = float(cfg.moe.aux_loss_coef);
+  r.model.moe.z_loss_coef = float(cfg.moe.z_loss_coef);
   r.model.moe.layer_freq = cfg.moe.layer_freq;
   r.model.moe.expert_parallel = cfg.parallel.expert;
   r.model.checkpointing = cfg.train.checkpointing == "full"          ? Checkpointing::full
@@ -633,10 +634,11 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
                 (long long)mc.vocab_size, (long long)mc.padded_vocab());
     if (mc.moe.experts > 0)
       std::printf("experts: %lld in %lld of %lld blocks (every %lld from block 0), top %lld, capacity %lld of a "
-                  "micro-batch's %lld tokens each (factor %g), balancing loss x %g; %s parameters active per token%s\n",
+                  "micro-batch's %lld tokens each (factor %g), balancing loss x %g, z-loss x %g; %s parameters active "
+                  "per token%s\n",
                   (long long)mc.moe.experts, (long long)mc.moe.layers(mc.n_layers), (long long)mc.n_layers,
                   (long long)mc.moe.layer_freq, (long long)mc.moe.top_k, (long long)mc.moe.capacity(B * T),
-                  (long long)(B * T), mc.moe.capacity_factor, double(mc.moe.aux_loss_coef),
+                  (long long)(B * T), mc.moe.capacity_factor, double(mc.moe.aux_loss_coef), double(mc.moe.z_loss_coef),
                   with_commas(mc.active_parameter_count()).c_str(),
                   expert_parallel ? ("; each rank holds " + std::to_string(mc.moe.local_experts()) +
                                      " of them (parallel.expert = " + std::to_string(layout.expert) + ")")
@@ -771,10 +773,10 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
   Tensor probe = scalars.tensor(DType::f32, {1}, 8);
   Buffer expert_sq_buf(rt.allocator(), 4, "expert squares");
   const Tensor expert_sq = expert_sq_buf.tensor(DType::f32, {1});
-  // With experts: the step's balancing losses and dropped choices over its MoE blocks (for the log).
+  // With experts: the step's balancing losses, dropped choices and z-losses over its MoE blocks (for the log).
   const bool moe = mc.moe.experts > 0;
-  Buffer moe_stats_buf(rt.allocator(), 2 * 4, "MoE statistics");
-  const Tensor moe_stats = moe_stats_buf.tensor(DType::f32, {2});
+  Buffer moe_stats_buf(rt.allocator(), 3 * 4, "MoE statistics");
+  const Tensor moe_stats = moe_stats_buf.tensor(DType::f32, {3});
   // The step's AdamW values (core/step_scalars.h): what the host knows goes up at the start of the
   // step, the rest is computed on the device, so the host waits only once, at the end of the step.
   Buffer step_scalars_buf(rt.allocator(), kStepScalarCount * sizeof(float), "step scalars");
@@ -893,7 +895,7 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
       if (moe) {  // each data rank routed its own micro-batches, each stage its own blocks
         if (reduce) data_group.all_reduce(moe_stats);
         if (pipeline_group) pipeline_group->all_reduce(moe_stats);
-        copy(rt, step_readback.slice(3, {2}), moe_stats);
+        copy(rt, step_readback.slice(3, {3}), moe_stats);
       }
       marks.mark(3);
     };
@@ -915,11 +917,12 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
     const double loss = double(host[0]) / tokens_per_step;
     const double norm = std::sqrt(double(host[1])) / loss_scale;
     const bool finite = host[2] != 0.0f;  // the device skipped the update otherwise
-    // The balancing loss averaged over the step's MoE blocks and micro-batches, and the fraction of
-    // the choices dropped at full experts.
+    // The balancing loss and the z-loss averaged over the step's MoE blocks and micro-batches, and
+    // the fraction of the choices dropped at full experts.
     const double moe_passes = double(mc.moe.layers(mc.n_layers)) * double(res.accumulation * data_size);
     const double moe_aux = moe ? double(host[3]) / moe_passes : 0.0;
     const double moe_dropped = moe ? double(host[4]) / (moe_passes * double(B * T * mc.moe.top_k)) : 0.0;
+    const double moe_z = moe ? double(host[5]) / moe_passes : 0.0;
     if (!finite && !lsc.enabled)
       throw UserError("step " + std::to_string(step) + ": non-finite " + (std::isfinite(loss) ? "gradient norm" : "loss") +
                       "; first non-finite gradient in " +
@@ -947,7 +950,7 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
       JsonObject rec;
       rec.add("step", step).add("loss", loss).add("lr", lr).add("grad_norm", norm);
       if (lsc.enabled) rec.add("loss_scale", double(loss_scale)).add("skipped", !apply);
-      if (moe) rec.add("moe_aux_loss", moe_aux).add("moe_dropped", moe_dropped);
+      if (moe) rec.add("moe_aux_loss", moe_aux).add("moe_dropped", moe_dropped).add("moe_z_loss", moe_z);
       rec.add("tokens_per_s", tokens_per_s).add("step_ms", seconds * 1e3).add("peak_mem_bytes", int64_t(peak_mem));
       JsonObject phases;  // device time (compute stream), ms; the rest of step_ms is host time
       phases.add("schedule", marks.ms(0, 1)).add("reductions", marks.ms(1, 2)).add("optimizer", marks.ms(2, 3));
@@ -961,6 +964,7 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
         if (moe) {
           v.emplace_back("train/moe_aux_loss", moe_aux);
           v.emplace_back("train/moe_dropped", moe_dropped);
+          v.emplace_back("train/moe_z_loss", moe_z);
         }
         v.emplace_back("train/tokens_per_s", tokens_per_s);
         v.emplace_back("train/step_ms", seconds * 1e3);
@@ -979,7 +983,7 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
         std::printf("step %5lld/%lld | loss %.4f | lr %.2e | norm %.3f |", (long long)step, (long long)cfg.train.steps,
                     loss, lr, norm);
         if (lsc.enabled) std::printf(" scale %g (skipped %lld) |", double(loss_scale), (long long)scaler.skipped());
-        if (moe) std::printf(" moe aux %.3f, dropped %.1f%% |", moe_aux, 100.0 * moe_dropped);
+        if (moe) std::printf(" moe aux %.3f, z %.3f, dropped %.1f%% |", moe_aux, moe_z, 100.0 * moe_dropped);
         std::printf(" %.0f tok/s |", tokens_per_s);
         if (peak > 0) std::printf(" MFU %.1f%% |", 100.0 * mfu);
         std::printf(" %.1f ms | peak %s\n", seconds * 1e3, format_bytes(peak_mem).c_str());

@@ -232,6 +232,7 @@ Tensor GPT::forward_chunk(int slot, const StepContext& ctx, const Tensor& tokens
   s.ctx = ctx;
   s.ctx.seq_len = T;  // the blocks' token shards do not show it
   s.ctx.moe_aux_scale = cfg_.moe.aux_loss_coef * dloss * float(B * T);
+  s.ctx.moe_z_scale = cfg_.moe.z_loss_coef * dloss * float(B * T);
   work_.reset();
   Tensor x = s.input;
   if (part_.has_embedding(s.chunk)) {

@@ -417,7 +417,7 @@ void TransformerBlock::backward(Runtime& rt, const StepContext& ctx, const Tenso
   Tensor dln = work.take(dt, act);
   Tensor dh = moe_ ? Tensor() : work.take(dt, {B, T, 4 * Cl});
   if (moe_) {
-    moe_->backward(rt, dln, dbranch, s.ln2, s.moe, ctx.moe_aux_scale, work);
+    moe_->backward(rt, dln, dbranch, s.ln2, s.moe, ctx.moe_aux_scale, ctx.moe_z_scale, work);
   } else if (defer) {
     fc_proj_->backward_input(rt, dh, dbranch, &s.h);
     fc_->backward(rt, dln, dh, s.ln2, work, [&] { fc_proj_->weight_grads(rt, dbranch, s.g, bias_sums_in_ln2); });

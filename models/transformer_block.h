@@ -37,8 +37,10 @@ struct StepContext {
   // d(objective)/d(each MoE block's balancing loss) for this micro-batch: moe.aux_loss_coef x the
   // loss gradient's scale x its tokens (the mean over micro-batches, as the language-model loss).
   float moe_aux_scale = 0.0f;
-  // Defined (f32 (2) on the device): each MoE block's forward adds its balancing loss and dropped
-  // choices (moe_statistics), for the log; a recomputation does not.
+  // d(objective)/d(each MoE block's z-loss), alike with moe.z_loss_coef.
+  float moe_z_scale = 0.0f;
+  // Defined (f32 (3) on the device): each MoE block's forward adds its balancing loss, dropped
+  // choices and z-loss (moe_statistics), for the log; a recomputation does not.
   Tensor moe_stats;
 };
 

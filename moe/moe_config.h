@@ -12,6 +12,7 @@ struct MoEConfig {
   int64_t top_k = 2;               // experts per token
   double capacity_factor = 1.25;   // an expert's slots per micro-batch: factor x top_k x tokens / experts
   float aux_loss_coef = 0.01f;     // weight of the load-balancing loss (Switch Transformer)
+  float z_loss_coef = 0.0f;        // weight of the router z-loss (ST-MoE): mean of log(sum exp(logits))^2
   int64_t layer_freq = 1;          // block l has experts when l % layer_freq == 0
   int64_t expert_parallel = 1;     // experts split over this many data-parallel ranks
 

@@ -216,13 +216,14 @@ void MoEMLP::forward(Runtime& rt, const Tensor& out, const Tensor& x_in, const T
   o.trans_b = true;
   matmul(rt, logits, x, p_.router_w->value, o);
   s.probs = keep.take(DType::f32, {N, E});
+  s.lse = keep.take(DType::f32, {N});
   s.expert = keep.take(DType::i32, {N, K});
   s.gate = keep.take(DType::f32, {N, K});
   s.slot = keep.take(DType::i32, {N, K});
   s.slot_token = keep.take(DType::i32, {S});
   s.counts = keep.take(DType::f32, {E});
-  moe_route(rt, s.probs, s.expert, s.gate, s.slot, s.slot_token, s.counts, logits);
-  if (stats.defined()) moe_statistics(rt, stats, s.probs, s.counts, K, moe_.capacity(N));
+  moe_route(rt, s.probs, s.lse, s.expert, s.gate, s.slot, s.slot_token, s.counts, logits);
+  if (stats.defined()) moe_statistics(rt, stats, s.probs, s.lse, s.counts, K, moe_.capacity(N));
   const bool exchanged = group_ && group_->size() > 1;
   Tensor routed = exchanged ? temp.take(dtype_, {S, C}) : keep.take(dtype_, {S, C});
   moe_dispatch(rt, routed, x, s.slot_token, K);
@@ -249,7 +250,7 @@ void MoEMLP::forward(Runtime& rt, const Tensor& out, const Tensor& x_in, const T
 }
 
 void MoEMLP::backward(Runtime& rt, const Tensor& dx_in, const Tensor& dout_in, const Tensor& x_in, const MoESaved& s,
-                      float aux_scale, Arena& work) const {
+                      float aux_scale, float z_scale, Arena& work) const {
   NvtxRange r("moe_backward");
   // With sequence parallelism x, dout and dx are this rank's token rows: the layer runs on all of them.
   const Tensor x = gathered(x_in.view({x_in.rows(), x_in.cols()}), work);
@@ -267,9 +268,9 @@ void MoEMLP::backward(Runtime& rt, const Tensor& dx_in, const Tensor& dout_in, c
   // Each rank's fc shard gives a part; the router's part below is the same on every rank (added once
   // to the parts that sequence parallelism reduce-scatters).
   if (!sequence_parallel_) tensor_sum(dx);
-  // The router: dlogits (f32) through the gates, the softmax and the balancing loss; then its GEMMs.
+  // The router: dlogits (f32) through the gates, the softmax, the balancing loss and the z-loss; then its GEMMs.
   Tensor dlogits = work.take(DType::f32, {N, E});
-  moe_router_backward(rt, dlogits, dgate, s.probs, s.expert, s.gate, s.counts, aux_scale);
+  moe_router_backward(rt, dlogits, dgate, s.probs, s.lse, s.expert, s.gate, s.counts, aux_scale, z_scale);
   Tensor dl = dlogits;
   if (dtype_ != DType::f32) {
     dl = work.take(dtype_, {N, E});
@@ -292,7 +293,8 @@ Tensor MoEMLP::gathered(const Tensor& rows, Arena& arena) const {
 size_t MoEMLP::kept_bytes(const MoEConfig& moe, int64_t C, DType dtype, int64_t N, int t) {
   const int64_t E = moe.experts, K = moe.top_k, S = E * moe.capacity(N);
   const size_t e = dtype_size(dtype);
-  return aligned(size_t(N * E) * 4) + 3 * aligned(size_t(N * K) * 4) + aligned(size_t(S) * 4) + aligned(size_t(E) * 4) +
+  return aligned(size_t(N * E) * 4) + aligned(size_t(N) * 4) + 3 * aligned(size_t(N * K) * 4) + aligned(size_t(S) * 4) +
+         aligned(size_t(E) * 4) +
          2 * aligned(size_t(S * C) * e) + 2 * aligned(size_t(S * 4 * C / t) * e);
 }
 

@@ -3,7 +3,9 @@
 // is the gate-weighted sum of theirs. Each expert takes at most `capacity` tokens of a micro-batch
 // (moe_config.h), so every shape is fixed: no host synchronization, CUDA graphs still apply, and
 // a choice past an expert's capacity is dropped (the residual stream carries that token on).
-// A load-balancing loss (aux_loss_coef x E x sum_e f_e P_e) is added to the objective.
+// A load-balancing loss (aux_loss_coef x E x sum_e f_e P_e) and the router z-loss (z_loss_coef x
+// the tokens' mean of log(sum_e exp(logit_e))^2, ST-MoE: it keeps the router's logits small) are
+// added to the objective.
 //
 // Expert parallelism (an expert group of G data-parallel ranks, MoEConfig::expert_parallel): rank g
 // holds experts [g E/G, (g+1) E/G). Each rank routes its own tokens, sends each expert's slots to
@@ -45,7 +47,7 @@ struct MoEParams {
 // expert parallelism the expert tensors hold this rank's experts' slots from every rank of the group
 // (G * E/G * capacity = S rows as well).
 struct MoESaved {
-  Tensor probs, expert, gate, slot, slot_token, counts;  // routing (moe_route)
+  Tensor probs, lse, expert, gate, slot, slot_token, counts;  // routing (moe_route)
   Tensor xe, he, ge, ye;  // expert inputs (S, C), fc outputs and their GELU (S, 4C), outputs (S, C)
 };
 
@@ -73,9 +75,10 @@ class MoEMLP {
   void forward(Runtime& rt, const Tensor& out, const Tensor& x, const Tensor* residual, MoESaved& s, Arena& keep,
                Arena& temp, const Tensor& stats = Tensor()) const;
   // dx (N, C) = dL/dx (written) from dout = dL/dout; the parameters' gradients are added.
-  // aux_scale: d(objective)/d(balancing loss) for this micro-batch (see GPT's StepContext).
+  // aux_scale, z_scale: d(objective)/d(balancing loss), d(objective)/d(z-loss) for this micro-batch
+  // (see GPT's StepContext).
   void backward(Runtime& rt, const Tensor& dx, const Tensor& dout, const Tensor& x, const MoESaved& s, float aux_scale,
-                Arena& work) const;
+                float z_scale, Arena& work) const;
 
   std::vector<const Parameter*> parameters() const;
 

@@ -9,11 +9,11 @@
 
 namespace trellis::cpu {
 
-void moe_route(Runtime&, const Tensor& probs, const Tensor& expert, const Tensor& gate, const Tensor& slot,
-               const Tensor& slot_token, const Tensor& counts, const Tensor& logits) {
+void moe_route(Runtime&, const Tensor& probs, const Tensor& lse, const Tensor& expert, const Tensor& gate,
+               const Tensor& slot, const Tensor& slot_token, const Tensor& counts, const Tensor& logits) {
   const int64_t N = logits.size(0), E = logits.size(1), K = expert.size(1), cap = slot_token.numel() / E;
   const float* lg = logits.ptr<float>();
-  float *pr = probs.ptr<float>(), *gt = gate.ptr<float>(), *cn = counts.ptr<float>();
+  float *pr = probs.ptr<float>(), *ls = lse.ptr<float>(), *gt = gate.ptr<float>(), *cn = counts.ptr<float>();
   int32_t *ex = expert.ptr<int32_t>(), *sl = slot.ptr<int32_t>(), *st = slot_token.ptr<int32_t>();
 #pragma omp parallel for schedule(static) if (N * E > kParallelMin)
   for (int64_t n = 0; n < N; ++n) {
@@ -24,6 +24,7 @@ void moe_route(Runtime&, const Tensor& probs, const Tensor& expert, const Tensor
     float sum = 0;
     for (int64_t e = 0; e < E; ++e) sum += (p[e] = std::exp(l[e] - mx));
     for (int64_t e = 0; e < E; ++e) p[e] /= sum;
+    ls[n] = mx + std::log(sum);
     // The K largest logits (softmax keeps their order), the lower expert first among equals.
     int32_t* x = ex + n * K;
     for (int64_t k = 0; k < K; ++k) {
@@ -131,14 +132,18 @@ void moe_combine_backward(Runtime&, const Tensor& dye, const Tensor& dgate, cons
 }
 
 void moe_router_backward(Runtime&, const Tensor& dlogits, const Tensor& dgate, const Tensor& probs,
-                         const Tensor& expert, const Tensor& gate, const Tensor& counts, float aux_scale) {
+                         const Tensor& lse, const Tensor& expert, const Tensor& gate, const Tensor& counts,
+                         float aux_scale, float z_scale) {
   const int64_t N = probs.size(0), E = probs.size(1), K = expert.size(1);
-  const float *pr = probs.ptr<float>(), *dg = dgate.ptr<float>(), *gt = gate.ptr<float>(), *cn = counts.ptr<float>();
+  const float *pr = probs.ptr<float>(), *ls = lse.ptr<float>(), *dg = dgate.ptr<float>(), *gt = gate.ptr<float>(),
+              *cn = counts.ptr<float>();
   const int32_t* ex = expert.ptr<int32_t>();
   float* dl = dlogits.ptr<float>();
   // The balancing loss E * sum_e f_e P_e, f_e = counts_e / (N K), P_e = the mean of probs[:, e]:
   // d/dprobs[n, e] = E f_e / N.
   const float aux = aux_scale * float(E) / (float(N) * float(N) * float(K));
+  // The z-loss mean_n lse_n^2: d/dlogits[n, e] = 2 lse_n probs[n, e] / N (dlse/dlogits = probs).
+  const float z = z_scale * 2.0f / float(N);
 #pragma omp parallel for schedule(static) if (N * E > kParallelMin)
   for (int64_t n = 0; n < N; ++n) {
     const float* p = pr + n * E;
@@ -156,15 +161,17 @@ void moe_router_backward(Runtime&, const Tensor& dlogits, const Tensor& dgate, c
     }
     float pd = 0;
     for (int64_t e = 0; e < E; ++e) pd += p[e] * d[e];
-    for (int64_t e = 0; e < E; ++e) d[e] = p[e] * (d[e] - pd);
+    const float zn = z * ls[n];
+    for (int64_t e = 0; e < E; ++e) d[e] = p[e] * (d[e] - pd + zn);
   }
 }
 
-void moe_statistics(Runtime&, const Tensor& stats, const Tensor& probs, const Tensor& counts, int64_t top_k,
-                    int64_t capacity) {
+void moe_statistics(Runtime&, const Tensor& stats, const Tensor& probs, const Tensor& lse, const Tensor& counts,
+                    int64_t top_k, int64_t capacity) {
   const int64_t N = probs.size(0), E = probs.size(1);
-  const float *pr = probs.ptr<float>(), *cn = counts.ptr<float>();
-  double aux = 0, dropped = 0;
+  const float *pr = probs.ptr<float>(), *ls = lse.ptr<float>(), *cn = counts.ptr<float>();
+  double aux = 0, dropped = 0, z = 0;
+  for (int64_t n = 0; n < N; ++n) z += double(ls[n]) * double(ls[n]);
   for (int64_t e = 0; e < E; ++e) {
     double mean_p = 0;
     for (int64_t n = 0; n < N; ++n) mean_p += pr[n * E + e];
@@ -174,6 +181,7 @@ void moe_statistics(Runtime&, const Tensor& stats, const Tensor& probs, const Te
   float* st = stats.ptr<float>();
   st[0] += float(aux);
   st[1] += float(dropped);
+  st[2] += float(z / double(N));
 }
 
 }  // namespace trellis::cpu

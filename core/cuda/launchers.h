@@ -201,8 +201,8 @@ void launch_embedding_backward(cudaStream_t s, void* dwte, DType dwte_t, void* d
                                int64_t V, int64_t vocab_size, void* scratch, size_t scratch_bytes);
 
 // ---- moe.cu (core/ops.h's moe_* ops; E experts, K choices, S = E * cap slots) ----
-void launch_moe_route(cudaStream_t s, float* probs, int32_t* expert, float* gate, int32_t* slot, int32_t* slot_token,
-                      float* counts, const float* logits, int64_t N, int E, int K, int64_t cap);
+void launch_moe_route(cudaStream_t s, float* probs, float* lse, int32_t* expert, float* gate, int32_t* slot,
+                      int32_t* slot_token, float* counts, const float* logits, int64_t N, int E, int K, int64_t cap);
 void launch_moe_dispatch(cudaStream_t s, void* xe, const void* x, DType t, const int32_t* slot_token, int64_t S,
                          int64_t C, int K);
 void launch_moe_dispatch_backward(cudaStream_t s, void* dx, const void* dxe, DType t, const int32_t* slot, int64_t N,
@@ -212,11 +212,12 @@ void launch_moe_combine(cudaStream_t s, void* out, const void* ye, DType t, cons
 void launch_moe_combine_backward(cudaStream_t s, void* dye, float* dgate, const void* dout, const void* ye, DType t,
                                  const int32_t* slot, const int32_t* slot_token, const float* gate, int64_t N,
                                  int64_t S, int64_t C, int K);
-// stats (2) += (balancing loss, dropped choices); partial: 2 E floats of scratch.
-void launch_moe_statistics(cudaStream_t s, float* stats, float* partial, const float* probs, const float* counts,
-                           int64_t N, int E, int K, int64_t cap);
+// stats (3) += (balancing loss, dropped choices, z-loss); partial: 2 E floats of scratch.
+void launch_moe_statistics(cudaStream_t s, float* stats, float* partial, const float* probs, const float* lse,
+                           const float* counts, int64_t N, int E, int K, int64_t cap);
+// aux, z: the balancing loss's and the z-loss's factors (core/cuda/moe_ops.cpp).
 void launch_moe_router_backward(cudaStream_t s, float* dlogits, const float* dgate, const float* probs,
-                                const int32_t* expert, const float* gate, const float* counts, float aux, int64_t N,
-                                int E, int K);
+                                const float* lse, const int32_t* expert, const float* gate, const float* counts,
+                                float aux, float z, int64_t N, int E, int K);
 
 }  // namespace trellis::gpu

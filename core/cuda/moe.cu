@@ -16,9 +16,10 @@ namespace {
 
 constexpr int kMaxExpertsPerLane = 32;  // E <= 1024 (the moe.experts key's bound)
 
-// A warp per token: probs, the top-k experts (largest logits, the lower expert among equals), gates.
-__global__ void route_probs_kernel(float* probs, int32_t* expert, float* gate, const float* logits, int64_t N,
-                                   int E, int K) {
+// A warp per token: probs, their log-sum-exp, the top-k experts (largest logits, the lower expert
+// among equals), gates.
+__global__ void route_probs_kernel(float* probs, float* lse, int32_t* expert, float* gate, const float* logits,
+                                   int64_t N, int E, int K) {
   const int64_t n = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
   const int lane = threadIdx.x & 31;
   if (n >= N) return;
@@ -30,6 +31,7 @@ __global__ void route_probs_kernel(float* probs, int32_t* expert, float* gate, c
   for (int e = lane; e < E; e += 32) sum += expf(l[e] - mx);
   sum = warp_sum(sum);
   for (int e = lane; e < E; e += 32) probs[n * E + e] = expf(l[e] - mx) / sum;
+  if (lane == 0) lse[n] = mx + logf(sum);
   uint32_t taken = 0;  // bit i: this lane's expert lane + 32 i is chosen
   float chosen = 0.0f;
   int mine = 0;  // lane k < K: the k-th choice
@@ -167,9 +169,11 @@ __global__ void combine_backward_gates_kernel(float* dgate, const T* dout, const
   if (lane == 0) dgate[w] = v;
 }
 
-// A warp per token: dL/dprobs (the gates' and the balancing loss's), then through the softmax.
-__global__ void router_backward_kernel(float* dlogits, const float* dgate, const float* probs, const int32_t* expert,
-                                       const float* gate, const float* counts, float aux, int64_t N, int E, int K) {
+// A warp per token: dL/dprobs (the gates' and the balancing loss's), then through the softmax, plus
+// the z-loss's z lse[n] probs[n, e].
+__global__ void router_backward_kernel(float* dlogits, const float* dgate, const float* probs, const float* lse,
+                                       const int32_t* expert, const float* gate, const float* counts, float aux,
+                                       float z, int64_t N, int E, int K) {
   const int64_t n = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
   const int lane = threadIdx.x & 31;
   if (n >= N) return;
@@ -190,11 +194,12 @@ __global__ void router_backward_kernel(float* dlogits, const float* dgate, const
     pd += p[e] * v;
   }
   pd = warp_sum(pd);
-  for (int i = 0, e = lane; e < E; ++i, e += 32) dlogits[n * E + e] = p[e] * (d[i] - pd);
+  const float zn = z * lse[n];
+  for (int i = 0, e = lane; e < E; ++i, e += 32) dlogits[n * E + e] = p[e] * (d[i] - pd + zn);
 }
 
 // A block per expert: its term of the balancing loss and its dropped choices, into partial[e] and
-// partial[E + e]; then one block sums them in expert order (deterministic) into stats.
+// partial[E + e]; then one block sums them in expert order, and the tokens' lse^2 (deterministic), into stats.
 __global__ void statistics_partial_kernel(float* partial, const float* probs, const float* counts, int64_t N, int E,
                                           int K, int64_t cap) {
   __shared__ float shared[32];
@@ -208,18 +213,21 @@ __global__ void statistics_partial_kernel(float* partial, const float* probs, co
   }
 }
 
-__global__ void statistics_sum_kernel(float* stats, const float* partial, int E) {
+__global__ void statistics_sum_kernel(float* stats, const float* partial, const float* lse, int64_t N, int E) {
   __shared__ float shared[32];
-  float aux = 0.0f, dropped = 0.0f;
+  float aux = 0.0f, dropped = 0.0f, z = 0.0f;
   for (int e = threadIdx.x; e < E; e += blockDim.x) {
     aux += partial[e];
     dropped += partial[E + e];
   }
+  for (int64_t n = threadIdx.x; n < N; n += blockDim.x) z += lse[n] * lse[n];
   aux = block_sum(aux, shared);
   dropped = block_sum(dropped, shared);
+  z = block_sum(z, shared);
   if (threadIdx.x == 0) {
     stats[0] += aux;
     stats[1] += dropped;
+    stats[2] += z / float(N);
   }
 }
 
@@ -227,11 +235,11 @@ unsigned warps_grid(int64_t warps) { return unsigned((warps * 32 + kThreads - 1)
 
 }  // namespace
 
-void launch_moe_route(cudaStream_t s, float* probs, int32_t* expert, float* gate, int32_t* slot, int32_t* slot_token,
-                      float* counts, const float* logits, int64_t N, int E, int K, int64_t cap) {
+void launch_moe_route(cudaStream_t s, float* probs, float* lse, int32_t* expert, float* gate, int32_t* slot,
+                      int32_t* slot_token, float* counts, const float* logits, int64_t N, int E, int K, int64_t cap) {
   TRELLIS_CHECK(E <= 32 * kMaxExpertsPerLane && K <= 32, "moe_route: at most 1024 experts and 32 choices on the GPU");
   if (N > 0) {
-    route_probs_kernel<<<warps_grid(N), kThreads, 0, s>>>(probs, expert, gate, logits, N, E, K);
+    route_probs_kernel<<<warps_grid(N), kThreads, 0, s>>>(probs, lse, expert, gate, logits, N, E, K);
     CUDA_CHECK_LAUNCH();
   }
   route_slots_kernel<<<unsigned(E), kScanThreads, 0, s>>>(slot, slot_token, counts, expert, N, K, cap);
@@ -305,19 +313,20 @@ void launch_moe_combine_backward(cudaStream_t s, void* dye, float* dgate, const 
 }
 
 void launch_moe_router_backward(cudaStream_t s, float* dlogits, const float* dgate, const float* probs,
-                                const int32_t* expert, const float* gate, const float* counts, float aux, int64_t N,
-                                int E, int K) {
+                                const float* lse, const int32_t* expert, const float* gate, const float* counts,
+                                float aux, float z, int64_t N, int E, int K) {
   if (N == 0) return;
   TRELLIS_CHECK(E <= 32 * kMaxExpertsPerLane, "moe_router_backward: at most 1024 experts on the GPU");
-  router_backward_kernel<<<warps_grid(N), kThreads, 0, s>>>(dlogits, dgate, probs, expert, gate, counts, aux, N, E, K);
+  router_backward_kernel<<<warps_grid(N), kThreads, 0, s>>>(dlogits, dgate, probs, lse, expert, gate, counts, aux, z, N,
+                                                            E, K);
   CUDA_CHECK_LAUNCH();
 }
 
-void launch_moe_statistics(cudaStream_t s, float* stats, float* partial, const float* probs, const float* counts,
-                           int64_t N, int E, int K, int64_t cap) {
+void launch_moe_statistics(cudaStream_t s, float* stats, float* partial, const float* probs, const float* lse,
+                           const float* counts, int64_t N, int E, int K, int64_t cap) {
   statistics_partial_kernel<<<unsigned(E), kThreads, 0, s>>>(partial, probs, counts, N, E, K, cap);
   CUDA_CHECK_LAUNCH();
-  statistics_sum_kernel<<<1, kThreads, 0, s>>>(stats, partial, E);
+  statistics_sum_kernel<<<1, kThreads, 0, s>>>(stats, partial, lse, N, E);
   CUDA_CHECK_LAUNCH();
 }
 

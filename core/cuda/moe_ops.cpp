@@ -5,10 +5,10 @@
 
 namespace trellis::gpu {
 
-void moe_route(Runtime& rt, const Tensor& probs, const Tensor& expert, const Tensor& gate, const Tensor& slot,
-               const Tensor& slot_token, const Tensor& counts, const Tensor& logits) {
+void moe_route(Runtime& rt, const Tensor& probs, const Tensor& lse, const Tensor& expert, const Tensor& gate,
+               const Tensor& slot, const Tensor& slot_token, const Tensor& counts, const Tensor& logits) {
   const int64_t N = logits.size(0), E = logits.size(1);
-  launch_moe_route(compute_stream(rt), probs.ptr<float>(), expert.ptr<int32_t>(), gate.ptr<float>(),
+  launch_moe_route(compute_stream(rt), probs.ptr<float>(), lse.ptr<float>(), expert.ptr<int32_t>(), gate.ptr<float>(),
                    slot.ptr<int32_t>(), slot_token.ptr<int32_t>(), counts.ptr<float>(), logits.ptr<float>(), N,
                    int(E), int(expert.size(1)), slot_token.numel() / E);
 }
@@ -37,20 +37,24 @@ void moe_combine_backward(Runtime& rt, const Tensor& dye, const Tensor& dgate, c
 }
 
 void moe_router_backward(Runtime& rt, const Tensor& dlogits, const Tensor& dgate, const Tensor& probs,
-                         const Tensor& expert, const Tensor& gate, const Tensor& counts, float aux_scale) {
+                         const Tensor& lse, const Tensor& expert, const Tensor& gate, const Tensor& counts,
+                         float aux_scale, float z_scale) {
   const int64_t N = probs.size(0), E = probs.size(1), K = expert.size(1);
-  // aux_scale times d(balancing loss)/dprobs[n, e] = E counts[e] / (N N K), as the CPU computes it.
+  // aux_scale times d(balancing loss)/dprobs[n, e] = E counts[e] / (N N K), and z_scale times the
+  // z-loss's 2 / N, as the CPU computes them.
   const float aux = aux_scale * float(E) / (float(N) * float(N) * float(K));
+  const float z = z_scale * 2.0f / float(N);
   launch_moe_router_backward(compute_stream(rt), dlogits.ptr<float>(), dgate.ptr<float>(), probs.ptr<float>(),
-                             expert.ptr<int32_t>(), gate.ptr<float>(), counts.ptr<float>(), aux, N, int(E), int(K));
+                             lse.ptr<float>(), expert.ptr<int32_t>(), gate.ptr<float>(), counts.ptr<float>(), aux, z, N,
+                             int(E), int(K));
 }
 
-void moe_statistics(Runtime& rt, const Tensor& stats, const Tensor& probs, const Tensor& counts, int64_t top_k,
-                    int64_t capacity) {
+void moe_statistics(Runtime& rt, const Tensor& stats, const Tensor& probs, const Tensor& lse, const Tensor& counts,
+                    int64_t top_k, int64_t capacity) {
   const int64_t E = probs.size(1);
   float* partial = static_cast<float*>(rt.scratch(size_t(2 * E) * sizeof(float)));
-  launch_moe_statistics(compute_stream(rt), stats.ptr<float>(), partial, probs.ptr<float>(), counts.ptr<float>(),
-                        probs.size(0), int(E), int(top_k), capacity);
+  launch_moe_statistics(compute_stream(rt), stats.ptr<float>(), partial, probs.ptr<float>(), lse.ptr<float>(),
+                        counts.ptr<float>(), probs.size(0), int(E), int(top_k), capacity);
 }
 
 }  // namespace trellis::gpu

@@ -603,19 +603,20 @@ TEST_P(Parity, MoERouting) {
     const int64_t cap = (c.K * c.N + c.E - 1) / c.E, S = c.E * cap;
     const std::string at = " (N " + std::to_string(c.N) + ", E " + std::to_string(c.E) + ", K " + std::to_string(c.K) + ")";
     HostTensor logits = random_host(DType::f32, {c.N, c.E}, 200, -3.0f, 3.0f);
-    HostTensor probs(DType::f32, {c.N, c.E}), expert(DType::i32, {c.N, c.K}), gate(DType::f32, {c.N, c.K}),
-        slot(DType::i32, {c.N, c.K}), slot_token(DType::i32, {S}), counts(DType::f32, {c.E});
-    moe_route(cpu(), probs.t, expert.t, gate.t, slot.t, slot_token.t, counts.t, logits.t);
-    DeviceTensor gprobs = device_empty(DType::f32, {c.N, c.E}), gexpert = device_empty(DType::i32, {c.N, c.K}),
-                 ggate = device_empty(DType::f32, {c.N, c.K}), gslot = device_empty(DType::i32, {c.N, c.K}),
-                 gslot_token = device_empty(DType::i32, {S}), gcounts = device_empty(DType::f32, {c.E}),
-                 glogits = to_device(logits);
-    moe_route(gpu(), gprobs.t, gexpert.t, ggate.t, gslot.t, gslot_token.t, gcounts.t, glogits.t);
+    HostTensor probs(DType::f32, {c.N, c.E}), lse(DType::f32, {c.N}), expert(DType::i32, {c.N, c.K}),
+        gate(DType::f32, {c.N, c.K}), slot(DType::i32, {c.N, c.K}), slot_token(DType::i32, {S}), counts(DType::f32, {c.E});
+    moe_route(cpu(), probs.t, lse.t, expert.t, gate.t, slot.t, slot_token.t, counts.t, logits.t);
+    DeviceTensor gprobs = device_empty(DType::f32, {c.N, c.E}), glse = device_empty(DType::f32, {c.N}),
+                 gexpert = device_empty(DType::i32, {c.N, c.K}), ggate = device_empty(DType::f32, {c.N, c.K}),
+                 gslot = device_empty(DType::i32, {c.N, c.K}), gslot_token = device_empty(DType::i32, {S}),
+                 gcounts = device_empty(DType::f32, {c.E}), glogits = to_device(logits);
+    moe_route(gpu(), gprobs.t, glse.t, gexpert.t, ggate.t, gslot.t, gslot_token.t, gcounts.t, glogits.t);
     expect_bitwise(to_host(gexpert), expert, "moe_route expert" + at);
     expect_bitwise(to_host(gslot), slot, "moe_route slot" + at);
     expect_bitwise(to_host(gslot_token), slot_token, "moe_route slot_token" + at);
     expect_bitwise(to_host(gcounts), counts, "moe_route counts" + at);
     expect_close(to_host(gprobs), probs, tolerance(DType::f32), "moe_route probs" + at);
+    expect_close(to_host(glse), lse, tolerance(DType::f32), "moe_route lse" + at);
     expect_close(to_host(ggate), gate, tolerance(DType::f32), "moe_route gate" + at);
     int64_t dropped = 0;
     for (int64_t i = 0; i < c.N * c.K; ++i) dropped += slot.t.ptr<int32_t>()[i] < 0;
@@ -653,16 +654,20 @@ TEST_P(Parity, MoERouting) {
 
     HostTensor dlogits(DType::f32, {c.N, c.E});
     DeviceTensor gdlogits = device_empty(DType::f32, {c.N, c.E}), gdg = to_device(dgate);
-    moe_router_backward(cpu(), dlogits.t, dgate.t, probs.t, expert.t, gate.t, counts.t, 0.3f);
-    moe_router_backward(gpu(), gdlogits.t, gdg.t, gprobs.t, gexpert.t, ggate.t, gcounts.t, 0.3f);
-    expect_close(to_host(gdlogits), dlogits, tolerance(DType::f32, 10.0f), "moe_router_backward" + at);
+    for (float z : {0.0f, 0.2f}) {  // without and with the z-loss
+      moe_router_backward(cpu(), dlogits.t, dgate.t, probs.t, lse.t, expert.t, gate.t, counts.t, 0.3f, z);
+      moe_router_backward(gpu(), gdlogits.t, gdg.t, gprobs.t, glse.t, gexpert.t, ggate.t, gcounts.t, 0.3f, z);
+      expect_close(to_host(gdlogits), dlogits, tolerance(DType::f32, 10.0f),
+                   "moe_router_backward" + std::string(z > 0 ? " with the z-loss" : "") + at);
+    }
 
-    HostTensor stats(DType::f32, {2});
+    HostTensor stats(DType::f32, {3});
     stats.set(0, 0.5f);
     stats.set(1, 2.0f);
+    stats.set(2, 1.5f);
     DeviceTensor gstats = to_device(stats);
-    moe_statistics(cpu(), stats.t, probs.t, counts.t, c.K, cap);
-    moe_statistics(gpu(), gstats.t, gprobs.t, gcounts.t, c.K, cap);
+    moe_statistics(cpu(), stats.t, probs.t, lse.t, counts.t, c.K, cap);
+    moe_statistics(gpu(), gstats.t, gprobs.t, glse.t, gcounts.t, c.K, cap);
     expect_close(to_host(gstats), stats, tolerance(DType::f32), "moe_statistics" + at);
   }
 }

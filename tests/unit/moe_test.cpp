@@ -31,15 +31,15 @@ template <typename T> Tensor host(std::vector<T>& v, DType t, Shape s) {
 // Routing outputs for N tokens, E experts, K choices, `cap` slots per expert.
 struct Routing {
   int64_t N, E, K, cap;
-  std::vector<float> probs, gate, counts;
+  std::vector<float> probs, lse, gate, counts;
   std::vector<int32_t> expert, slot, slot_token;
   Routing(int64_t n, int64_t e, int64_t k, int64_t c)
-      : N(n), E(e), K(k), cap(c), probs(size_t(n * e)), gate(size_t(n * k)), counts(size_t(e)),
+      : N(n), E(e), K(k), cap(c), probs(size_t(n * e)), lse(size_t(n)), gate(size_t(n * k)), counts(size_t(e)),
         expert(size_t(n * k)), slot(size_t(n * k)), slot_token(size_t(e * c)) {}
   void route(std::vector<float>& logits) {
-    moe_route(rt(), host(probs, DType::f32, {N, E}), host(expert, DType::i32, {N, K}), host(gate, DType::f32, {N, K}),
-              host(slot, DType::i32, {N, K}), host(slot_token, DType::i32, {E * cap}), host(counts, DType::f32, {E}),
-              host(logits, DType::f32, {N, E}));
+    moe_route(rt(), host(probs, DType::f32, {N, E}), host(lse, DType::f32, {N}), host(expert, DType::i32, {N, K}),
+              host(gate, DType::f32, {N, K}), host(slot, DType::i32, {N, K}), host(slot_token, DType::i32, {E * cap}),
+              host(counts, DType::f32, {E}), host(logits, DType::f32, {N, E}));
   }
 };
 
@@ -72,9 +72,13 @@ TEST(MoE, RoutingFollowsPriorityAndCapacity) {
   EXPECT_EQ(r.slot_token, (std::vector<int32_t>{0, 2, 1, 7, 3, 5}));
   EXPECT_EQ(r.counts, (std::vector<float>{4, 2, 2}));
   for (int64_t n = 0; n < 4; ++n) {
-    double sum = 0;
-    for (int64_t e = 0; e < 3; ++e) sum += r.probs[size_t(n * 3 + e)];
+    double sum = 0, exps = 0;
+    for (int64_t e = 0; e < 3; ++e) {
+      sum += r.probs[size_t(n * 3 + e)];
+      exps += std::exp(double(logits[size_t(n * 3 + e)]));
+    }
     EXPECT_NEAR(sum, 1.0, 1e-6);
+    EXPECT_NEAR(r.lse[size_t(n)], std::log(exps), 1e-6);
     // top_k = 2: the chosen probabilities renormalized.
     const double p0 = r.probs[size_t(n * 3 + r.expert[size_t(n * 2)])], p1 = r.probs[size_t(n * 3 + r.expert[size_t(n * 2 + 1)])];
     EXPECT_NEAR(r.gate[size_t(n * 2)], p0 / (p0 + p1), 1e-6);
@@ -120,11 +124,11 @@ TEST(MoE, DispatchAndCombineMatchReference) {
   }
 }
 
-// J = sum dout . combine(ye, gates(logits)) + a * balancing loss: the analytic gradients of ye
-// (combine backward) and of the logits (combine and router backward) against central differences.
+// J = sum dout . combine(ye, gates(logits)) + a * balancing loss + z * z-loss: the analytic gradients
+// of ye (combine backward) and of the logits (combine and router backward) against central differences.
 TEST(MoE, BackwardMatchesFiniteDifferences) {
   const int64_t N = 6, E = 4, K = 2, cap = 4, C = 3, S = E * cap;
-  const float aux_scale = 0.7f;
+  const float aux_scale = 0.7f, z_scale = 0.3f;
   std::vector<float> logits = random_vector(size_t(N * E), 5, 3.0f), ye = random_vector(size_t(S * C), 6);
   std::vector<float> dout = random_vector(size_t(N * C), 7);
   auto objective = [&](std::vector<float>& lg, std::vector<float>& y) {
@@ -133,25 +137,32 @@ TEST(MoE, BackwardMatchesFiniteDifferences) {
     std::vector<float> out(size_t(N * C));
     moe_combine(rt(), host(out, DType::f32, {N, C}), host(y, DType::f32, {S, C}), host(r.slot, DType::i32, {N, K}),
                 host(r.gate, DType::f32, {N, K}));
-    double j = 0, aux = 0;
+    double j = 0, aux = 0, z = 0;
     for (size_t i = 0; i < out.size(); ++i) j += double(dout[i]) * out[i];
     for (int64_t e = 0; e < E; ++e) {
       double mean_p = 0;
       for (int64_t n = 0; n < N; ++n) mean_p += r.probs[size_t(n * E + e)] / double(N);
       aux += double(E) * (r.counts[size_t(e)] / double(N * K)) * mean_p;
     }
-    return j + aux_scale * aux;
+    for (int64_t n = 0; n < N; ++n) {  // the z-loss from the logits themselves, not from route's lse
+      double exps = 0;
+      for (int64_t e = 0; e < E; ++e) exps += std::exp(double(lg[size_t(n * E + e)]));
+      z += std::log(exps) * std::log(exps) / double(N);
+    }
+    return j + aux_scale * aux + z_scale * z;
   };
   Routing r(N, E, K, cap);
   r.route(logits);
   ASSERT_NE(std::count(r.slot.begin(), r.slot.end(), -1), 0) << "the case should drop a choice";
-  // The log's statistics: the balancing loss as the objective computes it, and the dropped choices.
-  std::vector<float> stats = {1.0f, 1.0f};
-  moe_statistics(rt(), host(stats, DType::f32, {2}), host(r.probs, DType::f32, {N, E}), host(r.counts, DType::f32, {E}),
-                 K, cap);
+  // The log's statistics: the balancing loss and the z-loss as the objective computes them, and the
+  // dropped choices (added to what stats held).
+  std::vector<float> stats = {1.0f, 1.0f, 1.0f};
+  moe_statistics(rt(), host(stats, DType::f32, {3}), host(r.probs, DType::f32, {N, E}), host(r.lse, DType::f32, {N}),
+                 host(r.counts, DType::f32, {E}), K, cap);
   std::vector<float> zero_dout(dout.size(), 0.0f);
-  std::swap(dout, zero_dout);  // the objective without its first term: the balancing loss alone
-  EXPECT_NEAR(stats[0] - 1.0f, objective(logits, ye) / aux_scale, 1e-5);
+  std::swap(dout, zero_dout);  // the objective without its first term: the two losses alone
+  EXPECT_NEAR(aux_scale * (stats[0] - 1.0f) + z_scale * (stats[2] - 1.0f), objective(logits, ye), 1e-4);
+  EXPECT_GT(stats[2] - 1.0f, 1.0f) << "the case's logits should give a z-loss well above 0";
   std::swap(dout, zero_dout);
   EXPECT_EQ(stats[1] - 1.0f, float(std::count(r.slot.begin(), r.slot.end(), -1)));
   std::vector<float> dye(size_t(S * C)), dgate(size_t(N * K)), dlogits(size_t(N * E));
@@ -159,8 +170,8 @@ TEST(MoE, BackwardMatchesFiniteDifferences) {
                        host(ye, DType::f32, {S, C}), host(r.slot, DType::i32, {N, K}), host(r.slot_token, DType::i32, {S}),
                        host(r.gate, DType::f32, {N, K}));
   moe_router_backward(rt(), host(dlogits, DType::f32, {N, E}), host(dgate, DType::f32, {N, K}), host(r.probs, DType::f32, {N, E}),
-                      host(r.expert, DType::i32, {N, K}), host(r.gate, DType::f32, {N, K}), host(r.counts, DType::f32, {E}),
-                      aux_scale);
+                      host(r.lse, DType::f32, {N}), host(r.expert, DType::i32, {N, K}), host(r.gate, DType::f32, {N, K}),
+                      host(r.counts, DType::f32, {E}), aux_scale, z_scale);
   const float eps = 1e-3f;
   auto central = [&](float& v, std::vector<float>& lg, std::vector<float>& y) {
     const float saved = v;
@@ -257,34 +268,37 @@ TEST(MoE, CheckpointingGivesBitwiseEqualGradients) {
   }
 }
 
-// The balancing loss is not part of the reported loss; its gradient is linear in its coefficient, moves
-// the routers' (and, through a router's input, everything below it), and leaves what lies above the
-// last router alone: the last block's experts and the final layer norm.
-TEST(MoE, BalancingLossGradient) {
-  std::vector<Result> results;
-  std::vector<std::string> names;
-  for (float coef : {0.0f, 0.5f, 1.0f}) {
-    GPTConfig c = moe_config();
-    c.moe.aux_loss_coef = coef;
-    GPT model(rt(), c, 2);
-    model.initialize(5);
-    results.push_back(run(model, make_batch(c, 2), 2, StepContext{}));
-    if (names.empty())
-      for (const Parameter& p : model.params().all())
-        for (int64_t i = 0; i < p.spec.shape.numel(); ++i) names.push_back(p.spec.name);
-  }
-  EXPECT_EQ(results[1].loss, results[0].loss);
-  int routers = 0;
-  for (size_t i = 0; i < names.size(); ++i) {
-    const double g0 = results[0].grads[i], g1 = results[1].grads[i], g2 = results[2].grads[i];
-    EXPECT_NEAR(g2 - g0, 2 * (g1 - g0), 1e-6 + 1e-3 * std::fabs(g2 - g0)) << names[i];
-    if (names[i].rfind("h.1.moe.experts.", 0) == 0 || names[i].rfind("lnf.", 0) == 0) {
-      ASSERT_EQ(g1, g0) << names[i];
-    } else if (names[i].find(".moe.router.") != std::string::npos && g1 != g0) {
-      ++routers;
+// The balancing loss and the router z-loss are not part of the reported loss; the gradient of each is
+// linear in its coefficient, moves the routers' (and, through a router's input, everything below it),
+// and leaves what lies above the last router alone: the last block's experts and the final layer norm.
+TEST(MoE, BalancingAndZLossGradients) {
+  for (float MoEConfig::*coef_of : {&MoEConfig::aux_loss_coef, &MoEConfig::z_loss_coef}) {
+    const char* which = coef_of == &MoEConfig::aux_loss_coef ? "balancing loss" : "z-loss";
+    std::vector<Result> results;
+    std::vector<std::string> names;
+    for (float coef : {0.0f, 0.5f, 1.0f}) {
+      GPTConfig c = moe_config();
+      c.moe.*coef_of = coef;
+      GPT model(rt(), c, 2);
+      model.initialize(5);
+      results.push_back(run(model, make_batch(c, 2), 2, StepContext{}));
+      if (names.empty())
+        for (const Parameter& p : model.params().all())
+          for (int64_t i = 0; i < p.spec.shape.numel(); ++i) names.push_back(p.spec.name);
     }
+    EXPECT_EQ(results[1].loss, results[0].loss) << which;
+    int routers = 0;
+    for (size_t i = 0; i < names.size(); ++i) {
+      const double g0 = results[0].grads[i], g1 = results[1].grads[i], g2 = results[2].grads[i];
+      EXPECT_NEAR(g2 - g0, 2 * (g1 - g0), 1e-6 + 1e-3 * std::fabs(g2 - g0)) << which << ": " << names[i];
+      if (names[i].rfind("h.1.moe.experts.", 0) == 0 || names[i].rfind("lnf.", 0) == 0) {
+        ASSERT_EQ(g1, g0) << which << ": " << names[i];
+      } else if (names[i].find(".moe.router.") != std::string::npos && g1 != g0) {
+        ++routers;
+      }
+    }
+    EXPECT_GT(routers, 0) << which;
   }
-  EXPECT_GT(routers, 0);
 }
 
 TEST(MoE, ParameterCounts) {
