@@ -20,14 +20,15 @@ timeout 280 python3 tests/e2e/gpu_e2e.py build/train_gpt mpiexec examples/config
 echo "gpu_e2e exit $?"; grep -c "^ok" "$out/gpu_e2e.log"; grep -E "FAIL|PASS|experts" "$out/gpu_e2e.log" | head -8
 MOE="--set train.micro_batch=16 --set moe.experts=8 --set moe.top_k=2 --set moe.layer_freq=2 --set data.source=synthetic
   --set train.steps=400 --set log.every=50 --set log.val_every=0"
-for z in 0 0.001 0 0.001; do
+for run in 0:a 0.001:a 0:b 0.001:b; do
+  z=${run%:*}; tag=z$z${run#*:}
   echo "=== 124M, 8 experts, z_loss_coef $z $(date +%T)"
   timeout 120 build/train_gpt bench/profile_124m.toml $MOE --set moe.z_loss_coef=$z \
-    --set log.metrics_file="$out/z$z.jsonl" > "$out/z$z.log" 2>&1
-  echo "exit $?"; grep -E "^step " "$out/z$z.log" | sed -E 's/\| lr [^|]*\|//'
+    --set log.metrics_file="$out/$tag.jsonl" > "$out/$tag.log" 2>&1
+  echo "exit $?"; grep -E "^step " "$out/$tag.log" | sed -E 's/\| lr [^|]*\|//'
   python3 -c "
 import json,statistics,sys
-r=[json.loads(l) for l in open('$out/z$z.jsonl')]; s=[x for x in r if 'step' in x and x['step']>20]
+r=[json.loads(l) for l in open('$out/$tag.jsonl')]; s=[x for x in r if 'step' in x and x['step']>20]
 print('median step ms %.2f over steps 21-400, peak %.2f GiB' % (statistics.median(x['step_ms'] for x in s), max(x['peak_mem_bytes'] for x in s)/2**30))"
 done
 echo "=== done $(date +%T)"
