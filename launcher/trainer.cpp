@@ -895,6 +895,7 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
       if (moe) {  // each data rank routed its own micro-batches, each stage its own blocks
         if (reduce) data_group.all_reduce(moe_stats);
         if (pipeline_group) pipeline_group->all_reduce(moe_stats);
+        static_assert(3 + 3 <= kStepScalarCount, "the step's readback holds the loss, norm, apply and 3 MoE statistics");
         copy(rt, step_readback.slice(3, {3}), moe_stats);
       }
       marks.mark(3);
