@@ -391,6 +391,11 @@ void warn_on_unused_settings(const Config& cfg, const std::string& precision, in
   if (precision != "fp16" && (f.initial_scale_power != d.initial_scale_power || f.loss_scale_window != d.loss_scale_window ||
                               f.hysteresis != d.hysteresis || f.min_scale != d.min_scale))
     warn("the [fp16] loss-scaling keys apply to train.precision = fp16 only; this run is " + precision);
+  const MoESection dm;
+  const MoESection& m = cfg.moe;
+  if (m.experts == 0 && (m.top_k != dm.top_k || m.capacity_factor != dm.capacity_factor ||
+                         m.aux_loss_coef != dm.aux_loss_coef || m.z_loss_coef != dm.z_loss_coef || m.layer_freq != dm.layer_freq))
+    warn("the [moe] keys apply with moe.experts > 0 only; this run's MLPs are dense (moe.experts = 0)");
 }
 
 void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions& opts) {

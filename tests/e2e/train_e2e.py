@@ -102,11 +102,14 @@ def main():
               "the traced ops are in the order they ran")
 
         # Settings the run will not act on are said, not ignored silently.
-        out, _ = train(binary, config, tmp, "unused", "train.steps=3", "checkpoint.every=1", "fp16.hysteresis=1")
+        out, _ = train(binary, config, tmp, "unused", "train.steps=3", "checkpoint.every=1", "fp16.hysteresis=1",
+                       "moe.z_loss_coef=0.001")
         check("checkpoint.every = 1 without checkpoint.dir: no checkpoint is saved" in out
               and "the [fp16] loss-scaling keys apply to train.precision = fp16 only; this run is fp32" in out
-              and "optimizer.warmup_steps = 20 is beyond train.steps = 3" in out,
-              "checkpoint.every without checkpoint.dir, [fp16] keys in fp32 and a warmup past the end are warned of")
+              and "optimizer.warmup_steps = 20 is beyond train.steps = 3" in out
+              and "the [moe] keys apply with moe.experts > 0 only" in out,
+              "checkpoint.every without checkpoint.dir, [fp16] keys in fp32, a warmup past the end and [moe] keys "
+              "without experts are warned of")
     print("PASS")
 
 
