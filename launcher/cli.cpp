@@ -1,6 +1,7 @@
 // Command-line parsing for train_gpt; bad usage is a UserError with one line.
 #include "launcher/cli.h"
 
+#include <cstdlib>
 #include <string_view>
 
 #include "core/error.h"
@@ -9,12 +10,15 @@ namespace trellis {
 
 std::string usage() {
   return "usage: train_gpt CONFIG.toml [--set section.key=value]... [--dump-grads DIR] [--export-weights DIR]\n"
+         "       train_gpt CONFIG.toml [--set section.key=value]... --plan [--world N]\n"
          "       train_gpt --config-doc\n"
          "\n"
          "  CONFIG.toml             the run's configuration (see docs/config.md)\n"
          "  --set section.key=value override one config key (repeatable; also --set=section.key=value)\n"
          "  --dump-grads DIR        write the gradients of the first step to DIR (new or empty) and exit\n"
          "  --export-weights DIR    after training, write the weights (model.json + params.f32) to DIR (new or empty)\n"
+         "  --plan                  print each pipeline stage's memory per rank and the step's compute, and exit\n"
+         "  --world N               with --plan: for N ranks (default: the ranks launched)\n"
          "  --config-doc            print the configuration reference (docs/config.md) and exit\n"
          "  --help                  print this help and exit\n"
          "\n"
@@ -51,6 +55,15 @@ CliArgs parse_cli(int argc, char** argv) {
     } else if (is_opt(arg, "--export-weights")) {
       a.export_weights_dir = value_of("--export-weights", arg, i);
       if (a.export_weights_dir.empty()) throw UserError("--export-weights: missing directory" + hint);
+    } else if (arg == "--plan") {
+      a.plan = true;
+    } else if (is_opt(arg, "--world")) {
+      const std::string n = value_of("--world", arg, i);
+      char* end = nullptr;
+      const long w = std::strtol(n.c_str(), &end, 10);
+      if (n.empty() || *end != '\0' || w < 1 || w > (1 << 20))
+        throw UserError("--world " + n + ": expected a number of ranks from 1 to " + std::to_string(1 << 20) + hint);
+      a.plan_world = int(w);
     } else if (arg.size() > 1 && arg[0] == '-') {
       throw UserError("unknown option " + std::string(arg) + hint);
     } else if (!a.config_path.empty()) {
@@ -62,6 +75,10 @@ CliArgs parse_cli(int argc, char** argv) {
   if (!a.dump_grads_dir.empty() && !a.export_weights_dir.empty())
     throw UserError("--dump-grads writes the first step's gradients and exits without training; it does not go "
                     "with --export-weights" + hint);
+  if (a.plan_world > 0 && !a.plan) throw UserError("--world goes with --plan" + hint);
+  if (a.plan && (!a.dump_grads_dir.empty() || !a.export_weights_dir.empty()))
+    throw UserError("--plan prints the plan and exits without training; it does not go with --dump-grads or "
+                    "--export-weights" + hint);
   if (a.config_path.empty() && !a.help && !a.print_config_doc)
     throw UserError("missing the config file: train_gpt CONFIG.toml [--set section.key=value]..." + hint);
   return a;

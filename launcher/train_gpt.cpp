@@ -14,6 +14,7 @@
 #include "launcher/checkpointing.h"
 #include "launcher/cli.h"
 #include "launcher/model_files.h"
+#include "launcher/plan.h"
 #include "launcher/train_config.h"
 #include "launcher/trainer.h"
 
@@ -105,6 +106,11 @@ int main(int argc, char** argv) {
     if (launch.rank == 0) std::printf("%s", usage().c_str());
   } else if (ok && args.print_config_doc) {
     if (launch.rank == 0) std::printf("%s", config_reference_markdown().c_str());
+  } else if (ok && args.plan) {
+    ok = agree(launch, [&] {
+      cfg = load_config(args.config_path, args.overrides);
+      if (launch.rank == 0) print_plan(cfg, args.plan_world > 0 ? args.plan_world : launch.world);
+    }, args.overrides);
   } else if (ok) {
     // Every rank reads and checks its config before any other collective; all fail alike.
     ok = agree(launch, [&] {

@@ -35,6 +35,8 @@
 #include "core/checkpoint.h"
 #include "launcher/checkpointing.h"
 #include "launcher/lr_schedule.h"
+#include "launcher/memory_plan.h"
+#include "launcher/resolved_run.h"
 #include "launcher/metrics.h"
 #include "launcher/model_files.h"
 #include "launcher/stage_timing_report.h"
@@ -59,67 +61,6 @@
 namespace trellis {
 
 namespace {
-
-struct Resolved {
-  Device device;
-  DType dtype;
-  std::string precision;
-  GPTConfig model;
-  int64_t accumulation = 1;  // micro-batches per step on this rank
-};
-
-Resolved resolve(const Config& cfg, const LaunchInfo& launch) {
-  Resolved r;
-  const int gpus = cuda_device_count();
-  const std::string& dev = cfg.train.device;
-  if (dev == "cuda" && gpus == 0)
-    throw UserError(cfg.path + ": train.device = cuda but no CUDA device is available" +
-                    (built_with_cuda() ? "" : " (this build has no CUDA backend)") + " (allowed here: auto, cpu)");
-  const bool use_gpu = dev == "cuda" || (dev == "auto" && gpus > 0);
-  if (use_gpu && launch.local_size > gpus)
-    throw UserError(cfg.path + ": train.device = " + dev + ": " + std::to_string(launch.local_size) + " ranks on host " +
-                    process_identity().host + " but only " + std::to_string(gpus) +
-                    " GPU(s); start at most one rank per GPU on each node");
-  r.device = use_gpu ? Device::CUDA(launch.local_rank) : Device::CPU();
-  r.precision = cfg.train.precision == "auto" ? (use_gpu ? "bf16" : "fp32") : cfg.train.precision;
-  parse_dtype(r.precision, r.dtype);
-  r.model.vocab_size = cfg.model.vocab_size;
-  r.model.seq_len = cfg.model.seq_len;
-  r.model.n_layers = cfg.model.n_layers;
-  r.model.n_heads = cfg.model.n_heads;
-  r.model.d_model = cfg.model.d_model;
-  r.model.dropout = float(cfg.model.dropout);
-  r.model.attention_dropout = float(cfg.model.attention_dropout < 0 ? cfg.model.dropout : cfg.model.attention_dropout);
-  r.model.dtype = r.dtype;
-  r.model.stage_layers = parse_stage_layers(cfg);
-  r.model.moe.experts = cfg.moe.experts;
-  r.model.moe.top_k = cfg.moe.top_k;
-  r.model.moe.capacity_factor = cfg.moe.capacity_factor;
-  r.model.moe.aux_loss_coef = float(cfg.moe.aux_loss_coef);
-  r.model.moe.z_loss_coef = float(cfg.moe.z_loss_coef);
-  r.model.moe.layer_freq = cfg.moe.layer_freq;
-  r.model.moe.expert_parallel = cfg.parallel.expert;
-  r.model.checkpointing = cfg.train.checkpointing == "full"          ? Checkpointing::full
-                          : cfg.train.checkpointing == "selective"   ? Checkpointing::selective
-                          : cfg.train.checkpointing == "elementwise" ? Checkpointing::elementwise
-                                                                     : Checkpointing::none;
-  const int64_t data = launch.world / (cfg.parallel.tensor * cfg.parallel.pipeline);
-  const int64_t global = cfg.train.global_batch > 0 ? cfg.train.global_batch : cfg.train.micro_batch * data;
-  r.accumulation = global / (cfg.train.micro_batch * data);
-  // 16-bit gradients only where no gradient is summed over micro-batches or ranks (train.grad_dtype).
-  if (cfg.train.grad_dtype == "auto" && r.dtype != DType::f32 && launch.world == 1 && r.accumulation == 1)
-    r.model.grad_dtype = r.dtype;
-  return r;
-}
-
-std::string with_commas(int64_t n) {
-  std::string s = std::to_string(n), out;
-  for (size_t i = 0; i < s.size(); ++i) {
-    if (i && (s.size() - i) % 3 == 0) out += ',';
-    out += s[i];
-  }
-  return out;
-}
 
 // Reads a device f32 scalar (synchronizes).
 float read_scalar(Runtime& rt, const Tensor& t) {
@@ -312,19 +253,9 @@ void check_trace_file(const Config& cfg, const LaunchInfo& launch) {
 // (`offload_memory`) or, with nvme, the offload directory's disk (`offload_files`) cannot hold.
 // The plan is a lower bound (no library workspaces, no allocator slack), so a run this lets
 // through may still not fit; one it stops cannot.
-// The plan's sums and products saturate: a layout far too large must read as "too much", never
-// wrap to a figure that fits.
-static size_t saturating_mul(size_t a, size_t b) {
-  size_t r;
-  return __builtin_mul_overflow(a, b, &r) ? SIZE_MAX : r;
-}
-static size_t saturating_add(size_t a, size_t b) {
-  size_t r;
-  return __builtin_add_overflow(a, b, &r) ? SIZE_MAX : r;
-}
-
-static void check_memory_fits(const Config& cfg, Runtime& rt, const LaunchInfo& launch, size_t model_state,
-                              size_t zero_slots, size_t activations, size_t offload_memory, size_t offload_files) {
+static void check_memory_fits(const Config& cfg, Runtime& rt, const LaunchInfo& launch, const RankMemoryPlan& plan) {
+  const size_t model_state = plan.model_state, zero_slots = plan.zero_slots, activations = plan.activations;
+  const size_t offload_memory = plan.offload_memory, offload_files = plan.offload_files;
   const std::string knobs = std::string("; lower train.micro_batch, set train.checkpointing = \"elementwise\", "
                                         "\"selective\" or \"full\", raise zero.stage, ") +
                             (cfg.zero.offload == "none" ? "set zero.offload = \"cpu\", " : "") +
@@ -489,8 +420,8 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
   const int expert_data_size = data_size / layout.expert;
   const WholeModelLayout whole(mc, p, v, layout.tensor);
   const bool offload = cfg.zero.offload != "none";
-  const ActivationBytes act = GPT::activation_bytes(mc, part, B, T, tp);
-  const size_t planned_activations = saturating_add(saturating_mul(act.kept, size_t(slots)), act.work);
+  const RankMemoryPlan plan = plan_rank_memory(cfg, mc, layout, stage, tp, m);
+  const size_t planned_activations = plan.activations;
   // A rank's parameters and, of them, its experts' (sharded apart under expert parallelism).
   auto numel_of_part = [&](int pipeline_rank, int part) {
     int64_t n = 0, experts = 0;
@@ -504,49 +435,7 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
     return ZeroOptimizer::model_state_bytes(n.first, mc.dtype, zero_stage, data_size, offload, mc.grad_dtype, n.second,
                                             expert_data_size);
   };
-  agree_on([&] {
-    const auto [n, experts] = numel_of_part(stage, part_index(groups.coords()));
-    // The experts' parameters, the others (for the offload staging), and of those the blocks'.
-    std::vector<ParameterSpec> others, expert_specs, blocks;
-    int64_t kept_whole = 0;  // elements of the buckets every stage keeps whole (wte, wpe, the final LayerNorm)
-    for (const ParameterSpec& s : GPT::parameter_specs(mc, part, tp)) {
-      (s.expert ? expert_specs : others).push_back(s);
-      if (s.bucket >= 0 && !s.expert) blocks.push_back(s);
-      if (s.bucket < 0) kept_whole += s.shape.numel();
-    }
-    // The ZeRO formula counts every gradient (stages 2-3) and parameter (stage 3) as a 1/N piece;
-    // the buckets kept whole hold all of theirs.
-    const int64_t unsharded = kept_whole - kept_whole / data_size;
-    const size_t whole_extra = size_t((zero_stage >= 2 ? unsharded * 4 : 0) +
-                                      (zero_stage >= 3 ? unsharded * int64_t(dtype_size(mc.dtype)) : 0));
-    // The streaming slots (stages 2-3): for the largest block's bucket, and its experts' when their
-    // expert-data group has more than one rank (else they are kept whole).
-    const size_t zero_slots = ZeroStreaming::planned_bytes(
-        largest_bucket_numel(blocks), expert_data_size > 1 ? largest_bucket_numel(expert_specs) : 0, zero_stage,
-        data_size, expert_data_size, mc.dtype);
-    // Offloaded: the state, and pinned beside it the parameters' copy and the gradient staging
-    // (the largest piece: of the experts' buckets over the expert-data group, of the others over the
-    // data group).
-    size_t staging = 0;
-    if (offload) {
-      staging = size_t(std::max(
-          ZeroOptimizer::offload_staging_bytes(largest_bucket_numel(others), zero_stage, data_size, mc.grad_dtype),
-          ZeroOptimizer::offload_staging_bytes(largest_bucket_numel(expert_specs), zero_stage, expert_data_size,
-                                               mc.grad_dtype)));
-    }
-    auto split = [&](auto bytes) {  // the other parameters' state over the data group, the experts' apart
-      return size_t(bytes(n - experts, data_size) + (experts > 0 ? bytes(experts, expert_data_size) : 0));
-    };
-    const size_t off = offload ? split([&](int64_t k, int N) {
-      return ZeroOptimizer::offloaded_state_bytes(k, mc.dtype, zero_stage, N);
-    }) + staging : 0;
-    const size_t pinned = offload ? split([&](int64_t k, int N) {
-      return ZeroOptimizer::offloaded_pinned_bytes(k, mc.dtype, zero_stage, N);
-    }) + staging : 0;
-    const bool files = cfg.zero.offload == "nvme";
-    check_memory_fits(cfg, rt, launch, size_t(state_bytes_of({n, experts})) + whole_extra, zero_slots, planned_activations,
-                      files ? pinned : off, files ? off - pinned : 0);
-  }, launch);
+  agree_on([&] { check_memory_fits(cfg, rt, launch, plan); }, launch);
   GPT model(rt, mc, B, part, slots, tp, sharding, expert_group);
   // Each data rank draws 1/N of the parameters; the data group completes them (unless its ranks
   // hold different experts: then each draws its own).
@@ -673,7 +562,8 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
                 p > 1 ? " (stage 0)" : "", format_bytes(state_bytes).c_str(), format_bytes(param_bytes).c_str(),
                 format_bytes(grad_bytes).c_str(), std::string(dtype_name(mc.grad_dtype)).c_str(), format_bytes(optimizer.state_bytes()).c_str(),
                 slot_bytes ? (" + ZeRO slots " + format_bytes(slot_bytes)).c_str() : "", slots,
-                format_bytes(act.kept).c_str(), format_bytes(act.work).c_str(), cfg.train.checkpointing.c_str());
+                format_bytes(plan.per_slot.kept).c_str(), format_bytes(plan.per_slot.work).c_str(),
+                cfg.train.checkpointing.c_str());
     if (optimizer.offloaded())
       std::printf("offload: master weights and Adam moments in %s (%s), AdamW on the host's %d threads\n",
                   cfg.zero.offload == "nvme" ? ("files in " + cfg.zero.offload_dir + ", mapped").c_str() : "host memory",

@@ -1,0 +1,126 @@
+// train_gpt --plan (launcher/plan.h): per pipeline stage, the memory plan the run's check before
+// the model is built uses (launcher/memory_plan.h), and the step's compute per rank.
+#include "launcher/plan.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "core/alloc.h"
+#include "core/process_groups.h"
+#include "core/runtime.h"
+#include "launcher/memory_plan.h"
+#include "launcher/resolved_run.h"
+
+namespace trellis {
+
+namespace {
+
+std::string layers_of(const GPTPart& part) {
+  std::string s;
+  for (const LayerRange& c : part.chunks) {
+    if (!s.empty()) s += ",";
+    const auto [begin, end] = c;  // blocks [begin, end)
+    s += end - begin == 1 ? std::to_string(begin) : std::to_string(begin) + "-" + std::to_string(end - 1);
+  }
+  if (part.embedding) s += " +emb";
+  if (part.head) s += " +head";
+  return s;
+}
+
+// "1.23 TFLOP", "456 GFLOP", ...
+std::string flop_text(double flops) {
+  const char* units[] = {"FLOP", "kFLOP", "MFLOP", "GFLOP", "TFLOP", "PFLOP"};
+  int u = 0;
+  while (flops >= 1000 && u < 5) {
+    flops /= 1000;
+    ++u;
+  }
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.3g %s", flops, units[u]);
+  return buf;
+}
+
+}  // namespace
+
+void print_plan(const Config& cfg, int world) {
+  validate_for_world(cfg, world);
+  LaunchInfo launch;
+  launch.world = world;  // one local rank: the plan looks at this machine's first device only
+  const Resolved res = resolve(cfg, launch);
+  const GPTConfig& mc = res.model;
+  const Layout layout =
+      make_layout(world, int(cfg.parallel.tensor), int(cfg.parallel.pipeline), int(cfg.parallel.expert));
+  const int p = layout.pipeline, v = int(cfg.parallel.virtual_stages);
+  const int64_t m = res.accumulation, B = cfg.train.micro_batch, T = mc.seq_len;
+  const int zero_stage = layout.data > 1 ? int(cfg.zero.stage) : 0;
+  TensorParallelContext tp;
+  tp.size = layout.tensor;
+  tp.sequence_parallel = cfg.parallel.sequence_parallel;
+  tp.comm_chunks = resolved_tensor_comm_chunks(cfg, res.device.is_cuda());
+  tp.split_batch = tensor_splits_batch(cfg);
+
+  std::printf("plan for %d rank%s: tensor %d x pipeline %d x data %d", world, world == 1 ? "" : "s", layout.tensor, p,
+              layout.data);
+  if (layout.expert > 1) std::printf(" (expert groups of %d)", layout.expert);
+  std::printf(", ZeRO stage %d%s%s\n", zero_stage, cfg.zero.offload != "none" ? ", offload " : "",
+              cfg.zero.offload != "none" ? cfg.zero.offload.c_str() : "");
+  std::printf("batch: %lld samples a step = micro-batch %lld x %lld micro-batch%s x data %d, %lld tokens each%s%s\n",
+              (long long)(B * m * layout.data), (long long)B, (long long)m, m == 1 ? "" : "es", layout.data, (long long)T,
+              p > 1 ? "; schedule " : "", p > 1 ? cfg.parallel.schedule.c_str() : "");
+  std::printf("model: %s parameters, %s, checkpointing %s; %s a token (6N + 12 L C T)\n",
+              with_commas(mc.parameter_count()).c_str(), res.precision.c_str(), cfg.train.checkpointing.c_str(),
+              flop_text(mc.flops_per_token()).c_str());
+  std::printf("per rank, by pipeline stage (every tensor, data and expert rank of a stage alike; a lower bound: "
+              "no library workspaces, communication buffers or allocator slack):\n");
+  std::vector<RankMemoryPlan> plans;
+  std::vector<std::string> layers;
+  int width = 6;  // of the layers column
+  for (int stage = 0; stage < p; ++stage) {
+    plans.push_back(plan_rank_memory(cfg, mc, layout, stage, tp, m));
+    layers.push_back(layers_of(GPTPart::of_rank(mc, p, v, stage)));
+    width = std::max(width, int(layers.back().size()));
+  }
+  std::printf("%6s  %-*s %14s %12s %11s %26s %12s", "stage", width, "layers", "parameters", "model state", "ZeRO slots",
+              "activations", "device");
+  const bool offload = cfg.zero.offload != "none", files = cfg.zero.offload == "nvme";
+  if (offload) std::printf(" %12s", files ? "host pinned" : "host");
+  if (files) std::printf(" %12s", "files");
+  std::printf("\n");
+  size_t largest = 0;
+  int largest_stage = 0;
+  for (int stage = 0; stage < p; ++stage) {
+    const RankMemoryPlan& plan = plans[size_t(stage)];
+    const std::string act = std::to_string(plan.slots) + " x " + format_bytes(plan.per_slot.kept) + " + " +
+                            format_bytes(plan.per_slot.work);
+    std::printf("%6d  %-*s %14s %12s %11s %26s %12s", stage, width, layers[size_t(stage)].c_str(),
+                with_commas(plan.parameters).c_str(), format_bytes(plan.model_state).c_str(),
+                plan.zero_slots ? format_bytes(plan.zero_slots).c_str() : "-", act.c_str(),
+                format_bytes(plan.device_bytes()).c_str());
+    if (offload) std::printf(" %12s", format_bytes(plan.offload_memory).c_str());
+    if (files) std::printf(" %12s", format_bytes(plan.offload_files).c_str());
+    std::printf("\n");
+    if (plan.device_bytes() > largest) {
+      largest = plan.device_bytes();
+      largest_stage = stage;
+    }
+  }
+  const double flops = mc.flops_per_token() * double(B * m * layout.data * T) / double(world);
+  std::printf("compute: %s per rank a step (the model's FLOPs over %d rank%s)", flop_text(flops).c_str(), world,
+              world == 1 ? "" : "s");
+  if (p > 1) std::printf("; pipeline bubble (p-1)/(m v) = %.1f%%", 100.0 * double(p - 1) / double(m * v));
+  std::printf("\n");
+  if (res.device.is_cpu()) return;
+  RuntimeOptions ro;
+  ro.device = res.device;
+  Runtime rt(ro);
+  const size_t free_bytes = rt.free_memory();
+  std::printf("this machine's %s: %s free, so stage %d's %s %s", rt.device_name().c_str(), format_bytes(free_bytes).c_str(),
+              largest_stage, format_bytes(largest).c_str(), largest <= free_bytes ? "fits" : "does NOT fit");
+  if (rt.peak_flops() > 0) std::printf("; at its peak (%.0f TFLOP/s) a step takes at least %.1f ms",
+                                       rt.peak_flops() / 1e12, 1e3 * flops / rt.peak_flops());
+  std::printf("\n");
+}
+
+}  // namespace trellis

@@ -1,0 +1,62 @@
+// Resolving a config on this launch (launcher/resolved_run.h).
+#include "launcher/resolved_run.h"
+
+#include "core/error.h"
+#include "core/runtime.h"
+
+namespace trellis {
+
+Resolved resolve(const Config& cfg, const LaunchInfo& launch) {
+  Resolved r;
+  const int gpus = cuda_device_count();
+  const std::string& dev = cfg.train.device;
+  if (dev == "cuda" && gpus == 0)
+    throw UserError(cfg.path + ": train.device = cuda but no CUDA device is available" +
+                    (built_with_cuda() ? "" : " (this build has no CUDA backend)") + " (allowed here: auto, cpu)");
+  const bool use_gpu = dev == "cuda" || (dev == "auto" && gpus > 0);
+  if (use_gpu && launch.local_size > gpus)
+    throw UserError(cfg.path + ": train.device = " + dev + ": " + std::to_string(launch.local_size) + " ranks on host " +
+                    process_identity().host + " but only " + std::to_string(gpus) +
+                    " GPU(s); start at most one rank per GPU on each node");
+  r.device = use_gpu ? Device::CUDA(launch.local_rank) : Device::CPU();
+  r.precision = cfg.train.precision == "auto" ? (use_gpu ? "bf16" : "fp32") : cfg.train.precision;
+  parse_dtype(r.precision, r.dtype);
+  r.model.vocab_size = cfg.model.vocab_size;
+  r.model.seq_len = cfg.model.seq_len;
+  r.model.n_layers = cfg.model.n_layers;
+  r.model.n_heads = cfg.model.n_heads;
+  r.model.d_model = cfg.model.d_model;
+  r.model.dropout = float(cfg.model.dropout);
+  r.model.attention_dropout = float(cfg.model.attention_dropout < 0 ? cfg.model.dropout : cfg.model.attention_dropout);
+  r.model.dtype = r.dtype;
+  r.model.stage_layers = parse_stage_layers(cfg);
+  r.model.moe.experts = cfg.moe.experts;
+  r.model.moe.top_k = cfg.moe.top_k;
+  r.model.moe.capacity_factor = cfg.moe.capacity_factor;
+  r.model.moe.aux_loss_coef = float(cfg.moe.aux_loss_coef);
+  r.model.moe.z_loss_coef = float(cfg.moe.z_loss_coef);
+  r.model.moe.layer_freq = cfg.moe.layer_freq;
+  r.model.moe.expert_parallel = cfg.parallel.expert;
+  r.model.checkpointing = cfg.train.checkpointing == "full"          ? Checkpointing::full
+                          : cfg.train.checkpointing == "selective"   ? Checkpointing::selective
+                          : cfg.train.checkpointing == "elementwise" ? Checkpointing::elementwise
+                                                                     : Checkpointing::none;
+  const int64_t data = launch.world / (cfg.parallel.tensor * cfg.parallel.pipeline);
+  const int64_t global = cfg.train.global_batch > 0 ? cfg.train.global_batch : cfg.train.micro_batch * data;
+  r.accumulation = global / (cfg.train.micro_batch * data);
+  // 16-bit gradients only where no gradient is summed over micro-batches or ranks (train.grad_dtype).
+  if (cfg.train.grad_dtype == "auto" && r.dtype != DType::f32 && launch.world == 1 && r.accumulation == 1)
+    r.model.grad_dtype = r.dtype;
+  return r;
+}
+
+std::string with_commas(int64_t n) {
+  std::string s = std::to_string(n), out;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (i && (s.size() - i) % 3 == 0) out += ',';
+    out += s[i];
+  }
+  return out;
+}
+
+}  // namespace trellis

@@ -1,0 +1,30 @@
+// What a config resolves to on this launch: the device, the precision, the model's shape and
+// options, and the micro-batches a data rank runs per step.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "core/dtype.h"
+#include "core/tensor.h"
+#include "launcher/train_config.h"
+#include "launcher/trainer.h"
+#include "models/gpt.h"
+
+namespace trellis {
+
+struct Resolved {
+  Device device;
+  DType dtype;
+  std::string precision;
+  GPTConfig model;
+  int64_t accumulation = 1;  // micro-batches per step on this rank
+};
+
+// Throws UserError when the device the config asks for is not there (or too few GPUs for the
+// node's ranks). `launch.world` sets the data size, hence the accumulation.
+Resolved resolve(const Config& cfg, const LaunchInfo& launch);
+
+// 1234567 -> "1,234,567".
+std::string with_commas(int64_t n);
+
+}  // namespace trellis

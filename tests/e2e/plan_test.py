@@ -1,0 +1,69 @@
+#!/usr/bin/env python3
+"""train_gpt --plan: one row per pipeline stage whose parameters and activation plan are the ones a
+run of that layout starts with (its start record's params_per_rank, its "memory per rank" line);
+any world size without launching it; a layout that does not fit the world gives one error line.
+Usage: plan_test.py TRAIN_GPT MPIEXEC CONFIG"""
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import equivalence  # noqa: E402
+
+
+def check(cond, what):
+    if not cond:
+        sys.exit("FAIL: " + what)
+    print("ok:", what)
+
+
+def plan(binary, config, *args):
+    p = subprocess.run([binary, config, "--set", "train.device=cpu", "--plan", *args], capture_output=True, text=True,
+                       timeout=60)
+    return p.returncode, p.stdout, p.stderr
+
+
+def rows(out):
+    """{stage: (parameters, activations cell)} from the plan's table."""
+    table = {}
+    for line in out.splitlines():
+        m = re.match(r"\s+(\d+)\s+\S+(?: \+\w+)*\s+([\d,]+)\s+\S+ \S+\s+(?:-|\S+ \S+)\s+(\d+ x \S+ \S+ \+ \S+ \S+)", line)
+        if m:
+            table[int(m.group(1))] = (int(m.group(2).replace(",", "")), m.group(3))
+    return table
+
+
+def main():
+    binary, mpiexec, config = sys.argv[1:4]
+    layout = ["parallel.pipeline=2", "zero.stage=1", "train.global_batch=32"]
+    sets = sum((["--set", s] for s in layout), [])
+    code, out, err = plan(binary, config, "--world", "4", *sets)
+    table = rows(out)
+    check(code == 0 and sorted(table) == [0, 1] and "plan for 4 ranks: tensor 1 x pipeline 2 x data 2" in out,
+          f"--plan --world 4 prints both stages of pipeline 2 x data 2 ({table})")
+    with tempfile.TemporaryDirectory() as tmp:
+        start, _, _, _, _, _, run_out = equivalence.run(binary, mpiexec, config, tmp, 4, "run",
+                                                        ["train.device=cpu", "train.steps=1", *layout])
+    # World ranks 0-1 are stage 0, 2-3 stage 1 (rank = tensor + T (data + D pipeline)).
+    check(start["params_per_rank"][0] == table[0][0] and start["params_per_rank"][2] == table[1][0],
+          f"each stage's parameters are the run's ({start['params_per_rank']})")
+    m = re.search(r"memory per rank \(stage 0\):.*activations (\d+ x \S+ \S+) kept \+ (\S+ \S+) workspace", run_out)
+    check(m is not None and f"{m.group(1)} + {m.group(2)}" == table[0][1],
+          f"stage 0's activation plan is the run's ({table[0][1]})")
+
+    code, out, _ = plan(binary, config, "--world", "512", "--set", "parallel.tensor=2", "--set", "parallel.pipeline=2",
+                        "--set", "zero.stage=3", "--set", "train.global_batch=1024")
+    check(code == 0 and "plan for 512 ranks: tensor 2 x pipeline 2 x data 128" in out and sorted(rows(out)) == [0, 1],
+          "a 512-rank layout is planned on one process")
+    code, out, err = plan(binary, config, "--world", "3", "--set", "parallel.tensor=2")
+    check(code == 1 and len(err.strip().splitlines()) == 1 and "parallel.tensor" in err,
+          f"a layout that does not fit the world: one line ({err.strip()})")
+    p = subprocess.run([binary, config, "--world", "4"], capture_output=True, text=True, timeout=60)
+    check(p.returncode == 1 and "--world goes with --plan" in p.stderr, "--world without --plan is refused")
+    print("PASS")
+
+
+if __name__ == "__main__":
+    main()
