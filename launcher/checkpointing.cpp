@@ -446,6 +446,12 @@ std::optional<std::string> choose_resume(const Config& cfg, MPI_Comm world) {
       // A path that cannot hold checkpoints is found now, not at the first save.
       if (checkpoints) {
         const std::string what = cfg.path + ": checkpoint.dir = " + cfg.checkpoint.dir;
+        // A checkpoint (step_X, best/) named as the directory of checkpoints: auto would find none
+        // in it and start afresh, saving into the user's checkpoint.
+        std::error_code ec;
+        if (std::filesystem::exists(std::filesystem::path(cfg.checkpoint.dir) / "manifest.json", ec))
+          throw UserError(what + " is itself a checkpoint (it holds manifest.json): give the run a directory of its "
+                                 "own, and set checkpoint.resume = " + cfg.checkpoint.dir + " to continue from it");
         check_writable_dir(what, cfg.checkpoint.dir);
         // With the lock no writer is live, so a swap interrupted on any host (a job restarted on
         // other nodes) is undone too, not only this host's.

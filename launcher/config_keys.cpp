@@ -113,7 +113,7 @@ const std::vector<KeySpec> kKeys = {
   {"checkpoint", "keep_best", T::Bool, TRELLIS_FIELD(checkpoint, keep_best), "After each validation that beats the best so far, save the state to checkpoint.dir/best (replaced atomically; never pruned, never picked by resume = auto), as nanoGPT keeps its best model.", {}},
   {"log", "profile_ops", T::Bool, TRELLIS_FIELD(log, profile_ops), "Print a per-op time breakdown at the end (GPU: CUDA events around every op; matmuls per shape with TFLOP/s).", {}},
   {"log", "trace_step", T::Int, TRELLIS_FIELD(log, trace_step), "Write a trace of this step to log.trace_file: every op with its start and end and, on the GPU, every collective on the communication stream, as a Chrome trace (open in ui.perfetto.dev or chrome://tracing) to see what overlaps what; 0 = none. Each rank writes its own file. A step that is not run (beyond train.steps, or before a resumed run's first) writes nothing.", {}, 0},
-  {"log", "trace_file", T::String, TRELLIS_FIELD(log, trace_file), "Where log.trace_step's trace goes; with more than one rank each writes its own, .rankN inserted before .json (trace.rank0.json, ...).", {}},
+  {"log", "trace_file", T::String, TRELLIS_FIELD(log, trace_file), "Where log.trace_step's trace goes; with more than one rank each writes its own, .rankN inserted before .json (trace.rank0.json, ...). An earlier trace there is replaced; any other existing file is refused.", {}},
 };
 // clang-format on
 

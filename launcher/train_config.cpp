@@ -14,6 +14,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <sstream>
 
 #include "core/error.h"
@@ -96,7 +97,9 @@ std::string read_file(const std::string& path) {
   return s.str();
 }
 
-void apply_table(const toml::table& root, Config& c, const std::string& path) {
+// `replaced`: "section.key" names a --set gives; the file's values of those are not read (the
+// override wins, so a bad value in the file can be fixed from the command line).
+void apply_table(const toml::table& root, Config& c, const std::string& path, const std::set<std::string>& replaced) {
   for (auto&& [section_key, section_node] : root) {
     const std::string section(section_key.str());
     if (!config_keys::is_section(section)) {
@@ -113,7 +116,7 @@ void apply_table(const toml::table& root, Config& c, const std::string& path) {
       if (k == nullptr)
         throw UserError(path + ": unknown key " + section + "." + std::string(key.str()) +
                         " (known keys in [" + section + "]: " + config_keys::key_list(section) + ")");
-      assign_node(*k, node, c, path);
+      if (!replaced.count(section + "." + std::string(key.str()))) assign_node(*k, node, c, path);
     }
   }
 }
@@ -284,7 +287,9 @@ Config load_config_text(const std::string& text, const std::string& path, const 
     throw UserError(path + ":" + std::to_string(where.line) + ":" + std::to_string(where.column) +
                     ": TOML syntax error: " + what);
   }
-  apply_table(root, c, path);
+  std::set<std::string> replaced;
+  for (const auto& item : overrides) replaced.insert(item.substr(0, item.find('=')));
+  apply_table(root, c, path, replaced);
   for (const auto& item : overrides) apply_override(item, c);
   validate_relations(c);
   return c;

@@ -224,14 +224,19 @@ bool use_embedding_row_exchange(const Config& cfg, int data_ranks, int64_t B, in
 // With log.trace_step: every rank checks that it can write its trace file (its directory is
 // created; the file itself is not touched: an earlier trace stays until this run traces its step),
 // and every rank learns whether all could, so a bad path fails at the start on all ranks, not
-// after the traced step on some.
+// after the traced step on some. An existing file that is not a trace (a config, say) is never
+// replaced.
 void check_trace_file(const Config& cfg, const LaunchInfo& launch) {
   if (cfg.log.trace_step <= 0) return;
   const std::string path = trace_path(cfg.log.trace_file, launch.rank, launch.world);
-  int failed = 0;
+  int failed = 0;  // 1: cannot write it, 2: a file that is not a trace is in the way
   std::error_code ec;
   if (std::filesystem::exists(path, ec)) {
-    failed = std::ofstream(path, std::ios::binary | std::ios::app) ? 0 : 1;
+    const std::string start = "{\"displayTimeUnit\"";  // how OpProfiler::end_trace begins a trace
+    std::string head(start.size(), '\0');
+    std::ifstream(path, std::ios::binary).read(head.data(), std::streamsize(head.size()));
+    const bool trace = head == start || std::filesystem::is_empty(path, ec);
+    failed = !trace ? 2 : std::ofstream(path, std::ios::binary | std::ios::app) ? 0 : 1;
   } else {
     try {
       const std::string parent = std::filesystem::path(path).parent_path().string();
@@ -242,6 +247,9 @@ void check_trace_file(const Config& cfg, const LaunchInfo& launch) {
   }
   const int mine = failed;
   TRELLIS_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &failed, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD));
+  if (failed == 2 && mine == 2)
+    throw UserError("log.trace_file = " + cfg.log.trace_file + ": " + path +
+                    " exists and is not a Trellis trace; refusing to replace it: choose another path");
   if (failed)
     throw UserError("log.trace_file: " + (mine ? "cannot write " + path : "another rank cannot write its trace file") +
                     " (a writable path, e.g. \"runs/trace.json\")");

@@ -133,6 +133,30 @@ check export_dir_not_empty "--export-weights $tmp/user_dir: is not empty (it hol
   { failures=$((failures + 1)); echo "FAIL export_dir_not_empty: the user's directory changed"; }
 check export_dir_under_file "--export-weights $tmp/a_file/w: cannot create it as a directory" -- \
   "$train_gpt" "$tmp/good.toml" --export-weights "$tmp/a_file/w"
+# A trace file over a file that is not a trace (here the run's own config) is refused, the file kept.
+cp "$tmp/good.toml" "$tmp/config_copy.toml"
+check trace_over_config "log.trace_file = $tmp/config_copy.toml" "is not a Trellis trace; refusing to replace it" -- \
+  "$train_gpt" "$tmp/config_copy.toml" --set log.trace_step=1 --set log.trace_file="$tmp/config_copy.toml"
+cmp -s "$tmp/good.toml" "$tmp/config_copy.toml" ||
+  { failures=$((failures + 1)); echo "FAIL trace_over_config: the config was changed"; }
+# checkpoint.dir naming a checkpoint (a step_X directory) instead of a directory of them: refused,
+# with the key that continues it; nothing is written into the checkpoint.
+mkdir -p "$tmp/ck/step_00000002" && echo '{}' > "$tmp/ck/step_00000002/manifest.json"
+check checkpoint_dir_is_a_checkpoint "checkpoint.dir = $tmp/ck/step_00000002 is itself a checkpoint" \
+  "set checkpoint.resume = $tmp/ck/step_00000002 to continue from it" -- \
+  "$train_gpt" "$tmp/good.toml" --set checkpoint.dir="$tmp/ck/step_00000002"
+[[ $(ls "$tmp/ck/step_00000002") == manifest.json ]] ||
+  { failures=$((failures + 1)); echo "FAIL checkpoint_dir_is_a_checkpoint: the checkpoint changed"; }
+# A --set replaces the file's value of its key, so a bad value there can be fixed from the command line.
+write bad_lr.toml "$good
+[optimizer]
+lr = \"fast\""
+check file_value_named_not_set "bad_lr.toml: optimizer.lr must be a float, got string" -- "$train_gpt" "$tmp/bad_lr.toml"
+if "$train_gpt" "$tmp/bad_lr.toml" --set optimizer.lr=0.001 >"$tmp/out" 2>"$tmp/err"; then
+  echo "ok   set_replaces_bad_file_value"
+else
+  failures=$((failures + 1)); echo "FAIL set_replaces_bad_file_value: $(cat "$tmp/err")"
+fi
 
 # Under mpirun every rank fails alike; the message comes once (rank 0). mpirun adds its own
 # "exited with non-zero status" banner, so count the program's lines instead of all of stderr.
