@@ -59,6 +59,11 @@ void BlendedDataset::sample(Split split, int64_t index, int32_t* inputs, int32_t
 }
 
 std::unique_ptr<SampleSource> open_dataset(const std::string& spec, const DatasetOptions& options) {
+  // A path with spaces in it: one dataset when the whole text names one (a file, or a Megatron prefix).
+  std::error_code ec;
+  if (spec.find_first_of(" \t") != std::string::npos &&
+      (std::filesystem::is_regular_file(spec, ec) || std::filesystem::is_regular_file(spec + ".bin", ec)))
+    return std::make_unique<TokenDataset>(spec, options);
   std::istringstream in(spec);
   std::vector<std::string> words;
   for (std::string w; in >> w;) words.push_back(w);
@@ -87,7 +92,8 @@ std::unique_ptr<SampleSource> open_dataset(const std::string& spec, const Datase
     char* end = nullptr;
     const double w = std::strtod(words[i].c_str(), &end);
     if (end == words[i].c_str() || *end != '\0')
-      throw UserError("data path \"" + spec + "\": \"" + words[i] + "\" is not a weight (expected WEIGHT PATH pairs)");
+      throw UserError("data path \"" + spec + "\": \"" + words[i] + "\" is not a weight (expected WEIGHT PATH pairs; " +
+                      "a single path with spaces is taken whole only when it exists)");
     weights.push_back(w);
     sources.push_back(std::make_unique<TokenDataset>(words[i + 1], options));
   }

@@ -103,7 +103,9 @@ std::vector<std::pair<std::string, std::string>> read_merges(const std::string& 
     if (line.empty() || line.rfind("#version", 0) == 0) continue;
     const size_t sp = line.find(' ');
     if (sp == 0 || sp == std::string::npos || sp + 1 == line.size() || line.find(' ', sp + 1) != std::string::npos)
-      throw UserError(path + ":" + std::to_string(line_no) + ": expected a merge \"left right\", got " + json_quote(line));
+      throw UserError(path + ":" + std::to_string(line_no) + ": expected a merge \"left right\", got " +
+                      (line.size() > 80 ? json_quote(line.substr(0, 80)) + "... (" + std::to_string(line.size()) + " bytes)"
+                                        : json_quote(line)));
     merges.emplace_back(line.substr(0, sp), line.substr(sp + 1));
   }
   return merges;

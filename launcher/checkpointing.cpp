@@ -375,9 +375,15 @@ std::string resolve_resume_path(const Config& cfg, const std::string& r) {
   std::string why;
   const std::optional<std::string> chosen = checkpoint_named_by(r, &why);
   if (!why.empty()) std::printf("checkpoint: skipped invalid checkpoints:\n%s\n", why.c_str());
-  if (!chosen)
-    throw UserError(cfg.path + ": checkpoint.resume = " + r + ": no valid checkpoint in it" +
-                    (why.empty() ? " (no step_NNNNNNNN directories)" : ""));
+  if (!chosen) {
+    const bool step_dir = parse_checkpoint_dir_name(std::filesystem::path(r).lexically_normal().filename().string()) ||
+                          parse_checkpoint_dir_name(std::filesystem::path(r).lexically_normal().parent_path().filename().string());
+    throw UserError(cfg.path + ": checkpoint.resume = " + r + ": " +
+                    (step_dir && why.empty() ? "not a checkpoint (a step directory without manifest.json: incomplete, "
+                                               "or not written by Trellis)"
+                                             : "no valid checkpoint in it" +
+                                                   std::string(why.empty() ? " (no step_NNNNNNNN directories)" : "")));
+  }
   return *chosen;
 }
 

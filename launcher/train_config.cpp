@@ -14,6 +14,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <set>
 #include <sstream>
 
@@ -127,15 +128,29 @@ static std::string allowed_suffix(const KeySpec& k) {
   return allowed.empty() ? "" : " (allowed: " + allowed + ")";
 }
 
+// "section.key=value" split in three, spaces around each part dropped ("train.steps = 5" as one
+// argument too); nullopt when it has no '=' or no '.' before it.
+struct OverrideParts {
+  std::string section, name, value;
+};
+std::optional<OverrideParts> split_override(const std::string& item) {
+  const size_t eq = item.find('='), dot = item.find('.');
+  if (eq == std::string::npos || dot == std::string::npos || dot > eq) return std::nullopt;
+  auto trim = [](std::string s) {
+    const size_t b = s.find_first_not_of(" \t"), e = s.find_last_not_of(" \t");
+    return b == std::string::npos ? std::string() : s.substr(b, e - b + 1);
+  };
+  return OverrideParts{trim(item.substr(0, dot)), trim(item.substr(dot + 1, eq - dot - 1)), trim(item.substr(eq + 1))};
+}
+
 // Applies one "section.key=value" override, converting the text by the key's type.
 void apply_override(const std::string& item, Config& c) {
   const std::string where = "--set " + item;
-  const size_t eq = item.find('=');
-  const size_t dot = item.find('.');
-  if (eq == std::string::npos || dot == std::string::npos || dot > eq)
-    throw UserError(where + ": expected section.key=value");
-  const std::string section = item.substr(0, dot), name = item.substr(dot + 1, eq - dot - 1);
-  std::string value = item.substr(eq + 1);
+  const std::optional<OverrideParts> parts = split_override(item);
+  if (!parts) throw UserError(where + ": expected section.key=value");
+  const std::string& section = parts->section;
+  const std::string& name = parts->name;
+  std::string value = parts->value;
   if (!config_keys::is_section(section))
     throw UserError(where + ": unknown section [" + section +
                     "] (known sections: " + config_keys::section_list() + ")");
@@ -288,7 +303,8 @@ Config load_config_text(const std::string& text, const std::string& path, const 
                     ": TOML syntax error: " + what);
   }
   std::set<std::string> replaced;
-  for (const auto& item : overrides) replaced.insert(item.substr(0, item.find('=')));
+  for (const auto& item : overrides)
+    if (const auto parts = split_override(item)) replaced.insert(parts->section + "." + parts->name);
   apply_table(root, c, path, replaced);
   for (const auto& item : overrides) apply_override(item, c);
   validate_relations(c);
@@ -384,7 +400,9 @@ BatchLayout resolve_batch(const Config& c, int world_size) {
     throw UserError(c.path + ": world size " + std::to_string(world_size) +
                     " is not a multiple of parallel.tensor (" + std::to_string(c.parallel.tensor) +
                     ") x parallel.pipeline (" + std::to_string(c.parallel.pipeline) +
-                    ") = " + std::to_string(model_ranks));
+                    ") = " + std::to_string(model_ranks) + "; launch a multiple of " + std::to_string(model_ranks) +
+                    " ranks (mpirun -np " + std::to_string(model_ranks) + " train_gpt ..., srun -n " +
+                    std::to_string(model_ranks) + " ...)");
   BatchLayout b;
   b.data = world_size / model_ranks;
   const int64_t per_step = c.train.micro_batch * b.data;

@@ -213,7 +213,9 @@ std::string resolve_model_dir(const std::string& path) {
 
 StoredModel open_stored_model(const std::string& path, const std::string& verb) {
   std::error_code ec;
-  if (!fs::is_directory(path, ec)) throw UserError(path + ": no such checkpoint or export directory");
+  if (!fs::is_directory(path, ec))
+    throw UserError(path + (fs::exists(path, ec) ? ": is a file, not a checkpoint, export or Hugging Face directory"
+                                                 : ": no such checkpoint or export directory"));
   const bool checkpoint = fs::exists(fs::path(path) / "manifest.json", ec);
   const bool is_export = !checkpoint && fs::exists(fs::path(path) / "model.json", ec);
   const bool hf = !checkpoint && !is_export && is_hf_model_dir(path);

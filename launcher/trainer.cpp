@@ -335,6 +335,10 @@ void warn_on_unused_settings(const Config& cfg, const std::string& precision, in
   if (m.experts == 0 && (m.top_k != dm.top_k || m.capacity_factor != dm.capacity_factor ||
                          m.aux_loss_coef != dm.aux_loss_coef || m.z_loss_coef != dm.z_loss_coef || m.layer_freq != dm.layer_freq))
     warn("the [moe] keys apply with moe.experts > 0 only; this run's MLPs are dense (moe.experts = 0)");
+  const unsigned cores = std::thread::hardware_concurrency();
+  if (cores > 0 && cfg.train.cpu_threads > int64_t(cores))
+    warn("train.cpu_threads = " + std::to_string(cfg.train.cpu_threads) + " is more than this node's " +
+         std::to_string(cores) + " hardware threads: oversubscribed threads slow every CPU op (0 = automatic)");
 }
 
 void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions& opts) {

@@ -227,6 +227,16 @@ TEST(DataDataset, BlendingFollowsWeights) {
             std::string::npos);
 }
 
+// A path with spaces that names one dataset is that dataset, not a blend.
+TEST(DataDataset, PathWithSpacesIsOneDataset) {
+  TempDir dir;
+  write_counting_megatron(dir / "with space", 4000);
+  const auto d = open_dataset(dir / "with space", options(8, 5));
+  EXPECT_NE(dynamic_cast<TokenDataset*>(d.get()), nullptr);
+  EXPECT_NE(error_of([&] { open_dataset(dir / "no such", options(8, 5)); }).find("taken whole only when it exists"),
+            std::string::npos);
+}
+
 TEST(DataDataset, BlendingNeedsOneVocabulary) {
   TempDir dir;
   std::vector<int32_t> toks(1000);
