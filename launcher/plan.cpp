@@ -118,8 +118,11 @@ void print_plan(const Config& cfg, int world) {
   const size_t free_bytes = rt.free_memory();
   std::printf("this machine's %s: %s free, so stage %d's %s %s", rt.device_name().c_str(), format_bytes(free_bytes).c_str(),
               largest_stage, format_bytes(largest).c_str(), largest <= free_bytes ? "fits" : "does NOT fit");
-  if (rt.peak_flops() > 0) std::printf("; at its peak (%.0f TFLOP/s) a step takes at least %.1f ms",
-                                       rt.peak_flops() / 1e12, 1e3 * flops / rt.peak_flops());
+  if (rt.peak_flops() > 0) {
+    const double ms = 1e3 * flops / rt.peak_flops();
+    std::printf("; at its peak (%.0f TFLOP/s) a step takes at least %.1f ms", rt.peak_flops() / 1e12, ms);
+    if (p > 1) std::printf(" (%.1f ms with the bubble)", ms * (1.0 + double(p - 1) / double(m * v)));
+  }
   std::printf("\n");
 }
 
