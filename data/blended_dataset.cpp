@@ -58,6 +58,12 @@ void BlendedDataset::sample(Split split, int64_t index, int32_t* inputs, int32_t
   sources_[size_t(source_of(index))]->sample(split, index_in_source(index), inputs, targets);
 }
 
+std::string BlendedDataset::identity() const {
+  std::string s;
+  for (const auto& src : sources_) s += (s.empty() ? "" : ", ") + src->identity();
+  return s;
+}
+
 std::unique_ptr<SampleSource> open_dataset(const std::string& spec, const DatasetOptions& options) {
   // A path with spaces in it: one dataset when the whole text names one (a file, or a Megatron prefix).
   std::error_code ec;

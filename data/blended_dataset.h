@@ -23,6 +23,7 @@ class BlendedDataset : public SampleSource {
   void sample(Split split, int64_t index, int32_t* inputs, int32_t* targets) const override;
   int64_t vocab_size() const override { return vocab_size_; }  // the largest of the sources'
   int64_t seq_len() const override { return sources_[0]->seq_len(); }
+  std::string identity() const override;  // the sources', in order
 
   int64_t sources() const { return int64_t(sources_.size()); }
   // Which source sample `index` comes from, and its index within that source.

@@ -3,6 +3,7 @@
 // The data position in the training state is therefore just the next global sample index.
 #pragma once
 #include <cstdint>
+#include <string>
 
 namespace trellis {
 
@@ -16,6 +17,9 @@ class SampleSource {
   // Token ids are in [0, vocab_size()).
   virtual int64_t vocab_size() const = 0;
   virtual int64_t seq_len() const = 0;
+  // What decides the samples beyond the config, for a checkpoint to compare on resume: a token
+  // file's size ("N tokens"); empty when the config decides them all (synthetic data).
+  virtual std::string identity() const { return ""; }
 };
 
 }  // namespace trellis

@@ -314,7 +314,15 @@ std::string write_rank_state(Runtime& rt, TrainingState s, const std::string& te
 // What decides which samples a step trains on: a resumed run that changes it trains on other data
 // than the uninterrupted run would have, so say so (it may be meant: a new data blend, say). Also
 // an initial loss scale that the checkpoint's scale overrides.
-void warn_on_changed_data(const Config& cfg, const JsonValue& meta, const std::string& dir) {
+void warn_on_changed_data(const Config& cfg, const JsonValue& meta, const std::string& dir,
+                          const std::string& data_identity) {
+  // The same data.path rewritten (regenerated, or other text tokenized into it) since the save.
+  const JsonValue* data = meta.find("data");
+  const JsonValue* saved = data ? data->find("identity") : nullptr;
+  if (saved && saved->kind == JsonValue::Kind::kString && !data_identity.empty() && saved->as_string() != data_identity)
+    std::printf("warning: resumed on data of %s, but the checkpoint's run read %s: the steps from here train on "
+                "other samples than an uninterrupted run would\n",
+                data_identity.c_str(), saved->as_string().c_str());
   const JsonValue* text = meta.find("config");
   if (!text) return;
   Config was;
@@ -596,7 +604,7 @@ int64_t load_training_checkpoint(Runtime& rt, const Config& cfg, const std::stri
                       std::to_string(step) + " steps, not " + std::to_string(global_batch) +
                       " a step as this run has (train.global_batch, train.micro_batch and the data-parallel size "
                       "must give the same)");
-    if (world_rank() == 0) warn_on_changed_data(cfg, meta, dir);
+    if (world_rank() == 0) warn_on_changed_data(cfg, meta, dir, s.data_identity);
     return step;
   } catch (const CheckpointError& e) {
     throw UserError(cfg.path + ": cannot resume from " + dir + ": " + e.what());
@@ -732,6 +740,7 @@ std::string write_state(Runtime& rt, const Config& cfg, TrainingState s, const s
   scaler.add("scale", st.scale).add("clean_steps", st.clean_steps).add("hysteresis_left", st.hysteresis_left);
   scaler.add("skipped", st.skipped);
   data.add("samples_seen", samples_seen).add("source", cfg.data.source);
+  if (!s.data_identity.empty()) data.add("identity", s.data_identity);
   meta.add("step", step).add("loss", loss).add("version", kVersion);
   meta.add("time", int64_t(std::chrono::duration_cast<std::chrono::seconds>(
                                std::chrono::system_clock::now().time_since_epoch()).count()));

@@ -34,6 +34,7 @@ struct TrainingState {
   Communicator* tensor = nullptr;    // this rank's tensor group; null without tensor parallelism
   int data_rank = 0;                 // this rank's place in the data group
   int data_size = 1;                 // the data group's size
+  std::string data_identity;         // SampleSource::identity(): saved, and compared on resume
   int pipeline_rank() const { return pipeline ? pipeline->rank() : 0; }
   int tensor_rank() const { return tensor ? tensor->rank() : 0; }
   bool saver() const { return data_rank == 0; }  // sends its (pipeline, tensor) part to the writer

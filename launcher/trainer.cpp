@@ -637,7 +637,8 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
   TrainingState state{model,         optimizer,
                       scaler,        whole,
                       pipeline_group, parts_group,
-                      expert_parallel ? groups.coords().expert_data : data_rank, data_size};
+                      expert_parallel ? groups.coords().expert_data : data_rank, data_size,
+                      data->identity()};
   int64_t start_step = 0;
   if (from) {
     // Every rank reads the checkpoint; all must succeed before any goes on to a collective.

@@ -6,7 +6,8 @@ before training, a save that fails later gives a warning while training goes on 
 ends the run with an error); no run overwrites
 another run's newer checkpoints, nor uses a checkpoint.dir another run is using; checkpoint.resume may name a checkpoint.dir; the metrics file of a
 resumed run reads as one run, an earlier run's is moved aside, and a file that is not a metrics
-file is never replaced; checkpoint.keep_best keeps the best validation state. Usage: resume_test.py TRAIN_GPT CONFIG"""
+file is never replaced; checkpoint.keep_best keeps the best validation state; a resume on a data file
+rewritten since the save is warned of. Usage: resume_test.py TRAIN_GPT CONFIG"""
 import json
 import os
 import subprocess
@@ -232,6 +233,20 @@ def main():
                          "train.steps=32")
         check(sorted(again) == [26, 27, 28, 29, 30, 31, 32],
               "checkpoint.resume = checkpoint.dir continues it past its damaged newest checkpoint, as auto")
+
+        # A data file rewritten in place since the save (same data.path): the resume says so.
+        prepare = os.path.join(os.path.dirname(binary), "prepare_data")
+        text, prefix, ck3 = os.path.join(tmp, "text.txt"), os.path.join(tmp, "data", "t"), os.path.join(tmp, "ck3")
+        for n in (3000, 2000):
+            with open(text, "w") as f:
+                f.write("abcdefgh " * n)
+            subprocess.run([prepare, "--input", text, "--output", prefix, "--tokenizer", "char", "--format", "llmc",
+                            "--force"], check=True, capture_output=True, timeout=60)
+            out, _ = train(binary, config, os.path.join(tmp, f"d{n}.jsonl"), "data.source=file",
+                           "data.path=" + prefix + ".tok", "checkpoint.dir=" + ck3, "checkpoint.every=5",
+                           f"train.steps={5 if n == 3000 else 7}")
+        check("warning: resumed on data of 18000 tokens, but the checkpoint's run read 27000 tokens" in out,
+              "a resume on a data file rewritten since the save is warned of")
     print("PASS")
 
 
