@@ -67,8 +67,9 @@ std::string BlendedDataset::identity() const {
 std::unique_ptr<SampleSource> open_dataset(const std::string& spec, const DatasetOptions& options) {
   // A path with spaces in it: one dataset when the whole text names one (a file, or a Megatron prefix).
   std::error_code ec;
+  auto file = [&](const std::string& p) { return std::filesystem::is_regular_file(p, ec); };
   if (spec.find_first_of(" \t") != std::string::npos &&
-      (std::filesystem::is_regular_file(spec, ec) || std::filesystem::is_regular_file(spec + ".bin", ec)))
+      (file(spec) || file(spec + ".idx") || file(spec + ".bin") || file(spec + ".tok")))
     return std::make_unique<TokenDataset>(spec, options);
   std::istringstream in(spec);
   std::vector<std::string> words;

@@ -316,13 +316,6 @@ std::string write_rank_state(Runtime& rt, TrainingState s, const std::string& te
 // an initial loss scale that the checkpoint's scale overrides.
 void warn_on_changed_data(const Config& cfg, const JsonValue& meta, const std::string& dir,
                           const std::string& data_identity) {
-  // The same data.path rewritten (regenerated, or other text tokenized into it) since the save.
-  const JsonValue* data = meta.find("data");
-  const JsonValue* saved = data ? data->find("identity") : nullptr;
-  if (saved && saved->kind == JsonValue::Kind::kString && !data_identity.empty() && saved->as_string() != data_identity)
-    std::printf("warning: resumed on data of %s, but the checkpoint's run read %s: the steps from here train on "
-                "other samples than an uninterrupted run would\n",
-                data_identity.c_str(), saved->as_string().c_str());
   const JsonValue* text = meta.find("config");
   if (!text) return;
   Config was;
@@ -331,6 +324,15 @@ void warn_on_changed_data(const Config& cfg, const JsonValue& meta, const std::s
   } catch (const UserError&) {
     return;  // written by a version with other keys: nothing to compare
   }
+  // The same data.path rewritten (regenerated, or other text tokenized into it) since the save; a
+  // rewrite to the same number of tokens is not seen.
+  const JsonValue* data = meta.find("data");
+  const JsonValue* saved = data ? data->find("identity") : nullptr;
+  if (saved && saved->kind == JsonValue::Kind::kString && !data_identity.empty() &&
+      saved->as_string() != data_identity && was.data.path == cfg.data.path && was.data.source == cfg.data.source)
+    std::printf("warning: resumed on data of %s, but the checkpoint's run read %s from the same data.path: the steps "
+                "from here train on other samples than an uninterrupted run would\n",
+                data_identity.c_str(), saved->as_string().c_str());
   const std::pair<const char*, std::pair<std::string, std::string>> keys[] = {
       {"train.seed", {std::to_string(cfg.train.seed), std::to_string(was.train.seed)}},
       {"data.source", {cfg.data.source, was.data.source}},
@@ -384,8 +386,9 @@ std::string resolve_resume_path(const Config& cfg, const std::string& r) {
   const std::optional<std::string> chosen = checkpoint_named_by(r, &why);
   if (!why.empty()) std::printf("checkpoint: skipped invalid checkpoints:\n%s\n", why.c_str());
   if (!chosen) {
-    const bool step_dir = parse_checkpoint_dir_name(std::filesystem::path(r).lexically_normal().filename().string()) ||
-                          parse_checkpoint_dir_name(std::filesystem::path(r).lexically_normal().parent_path().filename().string());
+    std::filesystem::path named = std::filesystem::path(r).lexically_normal();
+    if (named.filename().empty()) named = named.parent_path();  // "step_X/"
+    const bool step_dir = parse_checkpoint_dir_name(named.filename().string()).has_value();
     throw UserError(cfg.path + ": checkpoint.resume = " + r + ": " +
                     (step_dir && why.empty() ? "not a checkpoint (a step directory without manifest.json: incomplete, "
                                                "or not written by Trellis)"

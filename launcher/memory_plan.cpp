@@ -47,10 +47,11 @@ RankMemoryPlan plan_rank_memory(const Config& cfg, const GPTConfig& mc, const La
   }
   const bool offload = cfg.zero.offload != "none";
   // The ZeRO formula counts every gradient (stages 2-3) and parameter (stage 3) as a 1/N piece;
-  // the buckets kept whole hold all of theirs.
+  // the buckets kept whole hold all of their gradients in f32 beside that reduced piece, and all of
+  // their parameters (the piece is a view of them).
   const int64_t unsharded = kept_whole - kept_whole / data_size;
   const int64_t whole_extra =
-      (zero_stage >= 2 ? unsharded * 4 : 0) + (zero_stage >= 3 ? unsharded * int64_t(dtype_size(mc.dtype)) : 0);
+      (zero_stage >= 2 ? kept_whole * 4 : 0) + (zero_stage >= 3 ? unsharded * int64_t(dtype_size(mc.dtype)) : 0);
   plan.model_state = size_t(ZeroOptimizer::model_state_bytes(plan.parameters, mc.dtype, zero_stage, data_size, offload,
                                                              mc.grad_dtype, experts, expert_data_size) +
                             whole_extra);

@@ -44,8 +44,17 @@ std::string flop_text(double flops) {
 
 }  // namespace
 
-void print_plan(const Config& cfg, int world) {
-  validate_for_world(cfg, world);
+void print_plan(const Config& cfg_in, int world) {
+  validate_for_world(cfg_in, world);
+  // A run for GPUs (train.device cuda or auto) is planned as on GPUs also where this machine has
+  // none: auto precision is then bf16, as there.
+  Config cfg = cfg_in;
+  const bool gpu_target = cfg.train.device != "cpu";
+  const bool gpu_here = gpu_target && cuda_device_count() > 0;
+  if (gpu_target && !gpu_here) {
+    cfg.train.device = "cpu";
+    if (cfg.train.precision == "auto") cfg.train.precision = "bf16";
+  }
   LaunchInfo launch;
   launch.world = world;  // one local rank: the plan looks at this machine's first device only
   const Resolved res = resolve(cfg, launch);
@@ -58,14 +67,15 @@ void print_plan(const Config& cfg, int world) {
   TensorParallelContext tp;
   tp.size = layout.tensor;
   tp.sequence_parallel = cfg.parallel.sequence_parallel;
-  tp.comm_chunks = resolved_tensor_comm_chunks(cfg, res.device.is_cuda());
+  tp.comm_chunks = resolved_tensor_comm_chunks(cfg, gpu_target);
   tp.split_batch = tensor_splits_batch(cfg);
 
   std::printf("plan for %d rank%s: tensor %d x pipeline %d x data %d", world, world == 1 ? "" : "s", layout.tensor, p,
               layout.data);
   if (layout.expert > 1) std::printf(" (expert groups of %d)", layout.expert);
-  std::printf(", ZeRO stage %d%s%s\n", zero_stage, cfg.zero.offload != "none" ? ", offload " : "",
-              cfg.zero.offload != "none" ? cfg.zero.offload.c_str() : "");
+  std::printf(", ZeRO stage %d%s%s%s\n", zero_stage, cfg.zero.offload != "none" ? ", offload " : "",
+              cfg.zero.offload != "none" ? cfg.zero.offload.c_str() : "",
+              gpu_target ? (gpu_here ? ", on GPUs" : ", on GPUs (this machine has none)") : ", on CPUs");
   std::printf("batch: %lld samples a step = micro-batch %lld x %lld micro-batch%s x data %d, %lld tokens each%s%s\n",
               (long long)(B * m * layout.data), (long long)B, (long long)m, m == 1 ? "" : "es", layout.data, (long long)T,
               p > 1 ? "; schedule " : "", p > 1 ? cfg.parallel.schedule.c_str() : "");
@@ -111,7 +121,7 @@ void print_plan(const Config& cfg, int world) {
               world == 1 ? "" : "s");
   if (p > 1) std::printf("; pipeline bubble (p-1)/(m v) = %.1f%%", 100.0 * double(p - 1) / double(m * v));
   std::printf("\n");
-  if (res.device.is_cpu()) return;
+  if (!gpu_here) return;
   RuntimeOptions ro;
   ro.device = res.device;
   Runtime rt(ro);

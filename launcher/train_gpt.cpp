@@ -3,6 +3,7 @@
 #include <mpi.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cstdio>
 #include <exception>
@@ -55,7 +56,9 @@ std::string with_set_note(const std::string& message, const std::vector<std::str
   if (message.find("--set") != std::string::npos) return message;
   std::string from_set;
   for (const std::string& o : overrides) {
-    const std::string key = o.substr(0, o.find('='));
+    std::string key = o.substr(0, o.find('='));
+    key.erase(std::remove(key.begin(), key.end(), ' '), key.end());  // "--set 'a.b = 1'" names a.b
+    key.erase(std::remove(key.begin(), key.end(), '\t'), key.end());
     if (!key.empty() && names_key(message, key)) from_set += (from_set.empty() ? "" : ", ") + o;
   }
   return from_set.empty() ? message : message + " (from --set " + from_set + ")";

@@ -235,7 +235,7 @@ void check_trace_file(const Config& cfg, const LaunchInfo& launch) {
     const std::string start = "{\"displayTimeUnit\"";  // how OpProfiler::end_trace begins a trace
     std::string head(start.size(), '\0');
     std::ifstream(path, std::ios::binary).read(head.data(), std::streamsize(head.size()));
-    const bool trace = head == start || std::filesystem::is_empty(path, ec);
+    const bool trace = head == start || !std::filesystem::is_regular_file(path, ec) || std::filesystem::is_empty(path, ec);
     failed = !trace ? 2 : std::ofstream(path, std::ios::binary | std::ios::app) ? 0 : 1;
   } else {
     try {
@@ -247,8 +247,9 @@ void check_trace_file(const Config& cfg, const LaunchInfo& launch) {
   }
   const int mine = failed;
   TRELLIS_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &failed, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD));
-  if (failed == 2 && mine == 2)
-    throw UserError("log.trace_file = " + cfg.log.trace_file + ": " + path +
+  if (failed == 2 && mine != 1)  // another rank's file may be the one in the way
+    throw UserError("log.trace_file = " + cfg.log.trace_file + ": " +
+                    (mine == 2 ? path : "a rank's trace file (" + trace_path(cfg.log.trace_file, -1, launch.world) + ")") +
                     " exists and is not a Trellis trace; refusing to replace it: choose another path");
   if (failed)
     throw UserError("log.trace_file: " + (mine ? "cannot write " + path : "another rank cannot write its trace file") +

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """train_gpt --plan: one row per pipeline stage whose parameters and activation plan are the ones a
 run of that layout starts with (its start record's params_per_rank, its "memory per rank" line);
-any world size without launching it; a layout that does not fit the world gives one error line.
+any world size without launching it; a GPU config planned as on GPUs on any machine; a layout that
+does not fit the world gives one error line.
 Usage: plan_test.py TRAIN_GPT MPIEXEC CONFIG"""
 import os
 import re
@@ -60,6 +61,11 @@ def main():
     code, out, err = plan(binary, config, "--world", "3", "--set", "parallel.tensor=2")
     check(code == 1 and len(err.strip().splitlines()) == 1 and "parallel.tensor" in err,
           f"a layout that does not fit the world: one line ({err.strip()})")
+    # A GPU config is planned as on GPUs (bf16) also on a machine without one.
+    gpt2 = os.path.join(os.path.dirname(config), "gpt2_124m.toml")
+    p = subprocess.run([binary, gpt2, "--plan", "--world", "8"], capture_output=True, text=True, timeout=60)
+    check(p.returncode == 0 and ", on GPUs" in p.stdout and "bf16" in p.stdout and sorted(rows(p.stdout)) == [0],
+          "a GPU config is planned as on GPUs, in bf16, on any machine")
     p = subprocess.run([binary, config, "--world", "4"], capture_output=True, text=True, timeout=60)
     check(p.returncode == 1 and "--world goes with --plan" in p.stderr, "--world without --plan is refused")
     print("PASS")
