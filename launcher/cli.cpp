@@ -76,6 +76,9 @@ CliArgs parse_cli(int argc, char** argv) {
     throw UserError("--dump-grads writes the first step's gradients and exits without training; it does not go "
                     "with --export-weights" + hint);
   if (a.plan_world > 0 && !a.plan) throw UserError("--world goes with --plan" + hint);
+  if (a.print_config_doc && !a.config_path.empty())
+    throw UserError("--config-doc prints the configuration reference and takes no config file (" + a.config_path + ")" +
+                    hint);
   if (a.plan && (!a.dump_grads_dir.empty() || !a.export_weights_dir.empty()))
     throw UserError("--plan prints the plan and exits without training; it does not go with --dump-grads or "
                     "--export-weights" + hint);

@@ -7,6 +7,7 @@
 #include <cctype>
 #include <cstdio>
 #include <exception>
+#include <filesystem>
 #include <functional>
 #include <string>
 #include <vector>
@@ -122,6 +123,14 @@ int main(int argc, char** argv) {
       check_devices(cfg, launch);
       // Found now rather than after training: without a checkpoint the weights would be lost.
       if (!args.export_weights_dir.empty() && launch.rank == 0) {
+        auto where = [](const std::string& d) {  // "a/b/" and "a/b" alike
+          std::error_code ec;
+          std::filesystem::path p = std::filesystem::weakly_canonical(d, ec).lexically_normal();
+          return p.filename().empty() ? p.parent_path() : p;
+        };
+        if (!cfg.checkpoint.dir.empty() && where(args.export_weights_dir) == where(cfg.checkpoint.dir))
+          throw UserError("--export-weights " + args.export_weights_dir +
+                          ": is checkpoint.dir; the export goes into a directory of its own");
         check_export_outside_checkpoints("--export-weights", args.export_weights_dir);
         check_export_dir_free("--export-weights", args.export_weights_dir);
       }

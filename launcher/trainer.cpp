@@ -305,7 +305,7 @@ static void check_memory_fits(const Config& cfg, Runtime& rt, const LaunchInfo& 
 
 // Settings this run will not act on, said once the resume is settled (rank 0): a run must not look
 // as if it did something it does not.
-void warn_on_unused_settings(const Config& cfg, const std::string& precision, int64_t start_step) {
+void warn_on_unused_settings(const Config& cfg, const std::string& precision, int64_t start_step, int local_ranks) {
   const int64_t steps = cfg.train.steps;
   const int64_t stop = cfg.train.stop_after;
   const int64_t last = stop > start_step && stop < steps ? stop : steps;  // the last step this run trains
@@ -337,9 +337,11 @@ void warn_on_unused_settings(const Config& cfg, const std::string& precision, in
                          m.aux_loss_coef != dm.aux_loss_coef || m.z_loss_coef != dm.z_loss_coef || m.layer_freq != dm.layer_freq))
     warn("the [moe] keys apply with moe.experts > 0 only; this run's MLPs are dense (moe.experts = 0)");
   const unsigned cores = std::thread::hardware_concurrency();
-  if (cores > 0 && cfg.train.cpu_threads > int64_t(cores))
-    warn("train.cpu_threads = " + std::to_string(cfg.train.cpu_threads) + " is more than this node's " +
-         std::to_string(cores) + " hardware threads: oversubscribed threads slow every CPU op (0 = automatic)");
+  if (cores > 0 && cfg.train.cpu_threads * local_ranks > int64_t(cores))
+    warn("train.cpu_threads = " + std::to_string(cfg.train.cpu_threads) +
+         (local_ranks > 1 ? " x " + std::to_string(local_ranks) + " ranks on this node" : std::string()) +
+         " is more than its " + std::to_string(cores) +
+         " hardware threads: oversubscribed threads slow every CPU op (0 = automatic)");
 }
 
 void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions& opts) {
@@ -671,7 +673,7 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
   double best_val = keep_best && main_rank ? best_checkpoint_val_loss(cfg) : 0.0;
   if (cfg.train.stop_after > 0 && !checkpoints && main_rank)
     std::printf("warning: train.stop_after without checkpoint.dir: the run stops and nothing is saved\n");
-  if (main_rank) warn_on_unused_settings(cfg, res.precision, start_step);
+  if (main_rank) warn_on_unused_settings(cfg, res.precision, start_step, launch.local_size);
 
   Buffer scalars(rt.allocator(), 3 * 4, "step scalars");
   Tensor loss_sum = scalars.tensor(DType::f32, {1}), norm_sq = scalars.tensor(DType::f32, {1}, 4);

@@ -133,6 +133,10 @@ check export_dir_not_empty "--export-weights $tmp/user_dir: is not empty (it hol
   { failures=$((failures + 1)); echo "FAIL export_dir_not_empty: the user's directory changed"; }
 check export_dir_under_file "--export-weights $tmp/a_file/w: cannot create it as a directory" -- \
   "$train_gpt" "$tmp/good.toml" --export-weights "$tmp/a_file/w"
+check export_is_checkpoint_dir "--export-weights $tmp/ck_and_export/: is checkpoint.dir" -- \
+  "$train_gpt" "$tmp/good.toml" --set checkpoint.dir="$tmp/ck_and_export" --export-weights "$tmp/ck_and_export/"
+check config_doc_with_file "--config-doc prints the configuration reference and takes no config file" -- \
+  "$train_gpt" --config-doc "$tmp/good.toml"
 # A trace file over a file that is not a trace (here the run's own config) is refused, the file kept.
 cp "$tmp/good.toml" "$tmp/config_copy.toml"
 check trace_over_config "log.trace_file = $tmp/config_copy.toml" "is not a Trellis trace; refusing to replace it" -- \
