@@ -359,13 +359,19 @@ TEST(ConfigDoc, DocsConfigMdIsUpToDate) {
 
 TEST(Cli, ParsesOptions) {
   const char* argv[] = {"train_gpt", "run.toml", "--set", "train.steps=3", "--set=model.n_layers=2",
-                        "--dump-grads", "g", "--config-doc"};
-  const CliArgs a = parse_cli(8, const_cast<char**>(argv));
+                        "--dump-grads", "g"};
+  const CliArgs a = parse_cli(7, const_cast<char**>(argv));
   EXPECT_EQ(a.config_path, "run.toml");
   EXPECT_EQ(a.overrides, (std::vector<std::string>{"train.steps=3", "model.n_layers=2"}));
   EXPECT_EQ(a.dump_grads_dir, "g");
-  EXPECT_TRUE(a.print_config_doc);
+  EXPECT_FALSE(a.print_config_doc);
   EXPECT_FALSE(a.help);
+  const char* doc[] = {"train_gpt", "--config-doc"};
+  EXPECT_TRUE(parse_cli(2, const_cast<char**>(doc)).print_config_doc);
+  const char* plan[] = {"train_gpt", "run.toml", "--plan", "--world=64"};
+  const CliArgs p = parse_cli(4, const_cast<char**>(plan));
+  EXPECT_TRUE(p.plan);
+  EXPECT_EQ(p.plan_world, 64);
   const char* help[] = {"train_gpt", "--help"};
   EXPECT_TRUE(parse_cli(2, const_cast<char**>(help)).help);
   EXPECT_HAS(usage(), "--set section.key=value");
@@ -386,6 +392,10 @@ TEST(Cli, BadUsage) {
   EXPECT_HAS(error_of({"a.toml", "--sett", "x"}), "unknown option --sett");
   EXPECT_HAS(error_of({"a.toml", "--set"}), "--set: missing value");
   EXPECT_HAS(error_of({"a.toml", "--set", "train.steps"}), "--set train.steps: expected section.key=value");
+  EXPECT_HAS(error_of({"a.toml", "--config-doc"}), "--config-doc prints the configuration reference and takes no config file");
+  EXPECT_HAS(error_of({"a.toml", "--world", "8"}), "--world goes with --plan");
+  EXPECT_HAS(error_of({"a.toml", "--plan", "--world", "0"}), "--world 0: expected a number of ranks");
+  EXPECT_HAS(error_of({"a.toml", "--plan", "--export-weights", "w"}), "--plan prints the plan and exits without training");
 }
 
 }  // namespace
