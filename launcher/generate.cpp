@@ -62,7 +62,11 @@ Args parse(int argc, char** argv) {
     if (f == "--prompt") a.prompts.push_back(value());
     else if (f == "--tokens") a.tokens = to_int(f, value());
     else if (f == "--top-k") a.top_k = to_int(f, value());
-    else if (f == "--seed") a.seed = uint64_t(to_int(f, value()));
+    else if (f == "--seed") {
+      const int64_t seed = to_int(f, value());
+      if (seed < 0) throw UserError(f + ": " + std::to_string(seed) + " is negative (a seed is 0 or more)");
+      a.seed = uint64_t(seed);
+    }
     else if (f == "--temperature") {
       const std::string v = value();
       char* end = nullptr;

@@ -186,11 +186,12 @@ std::unique_ptr<MetricsFile> open_metrics(const Config& cfg, const LaunchInfo& l
     m = std::make_unique<MetricsFile>(launch.rank == 0 ? cfg.log.metrics_file : "");
     tb = std::make_unique<TensorBoardWriter>(launch.rank == 0 ? cfg.log.tensorboard_dir : "");
   } catch (const UserError& e) {
-    error = e.what();
+    error = cfg.path + ": " + e.what();  // the config file that named the path, as for every key
   }
   int failed = error.empty() ? 0 : 1;
   TRELLIS_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &failed, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD));
-  if (failed) throw UserError(error.empty() ? "log.metrics_file / log.tensorboard_dir: rank 0 cannot open it" : error);
+  if (failed)
+    throw UserError(error.empty() ? cfg.path + ": log.metrics_file / log.tensorboard_dir: rank 0 cannot open it" : error);
   return m;
 }
 
