@@ -124,6 +124,10 @@ int64_t TokenDataset::sample_start(Split split, int64_t index) const {
   return split_begin(split) + shift + window * L;
 }
 
+std::string TokenDataset::identity() const {
+  return std::filesystem::path(data_path_).filename().string() + ": " + std::to_string(view_.count) + " tokens";
+}
+
 void TokenDataset::sample(Split split, int64_t index, int32_t* inputs, int32_t* targets) const {
   const int64_t start = sample_start(split, index);
   view_.copy(start, opt_.seq_len, inputs);

@@ -35,7 +35,8 @@ class TokenDataset : public SampleSource {
   // The stored vocabulary's size if there is a vocabulary file, else the largest id + 1.
   int64_t vocab_size() const override { return vocab_size_; }
   int64_t seq_len() const override { return opt_.seq_len; }
-  std::string identity() const override { return std::to_string(view_.count) + " tokens"; }
+  // "NAME: N tokens", NAME the data file's name (the path may differ between machines).
+  std::string identity() const override;
 
   const std::string& format() const { return format_; }  // "megatron" or "llmc"
   const std::string& data_path() const { return data_path_; }

@@ -245,7 +245,7 @@ def main():
             out, _ = train(binary, config, os.path.join(tmp, f"d{n}.jsonl"), "data.source=file",
                            "data.path=" + prefix + ".tok", "checkpoint.dir=" + ck3, "checkpoint.every=5",
                            f"train.steps={5 if n == 3000 else 7}")
-        check("warning: resumed on data of 18000 tokens, but the checkpoint's run read 27000 tokens" in out,
+        check("warning: resumed on data of t.tok: 18000 tokens, but the checkpoint's run read t.tok: 27000 tokens" in out,
               "a resume on a data file rewritten since the save is warned of")
     print("PASS")
 
