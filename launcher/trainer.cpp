@@ -436,7 +436,12 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
   const int expert_data_size = data_size / layout.expert;
   const WholeModelLayout whole(mc, p, v, layout.tensor);
   const bool offload = cfg.zero.offload != "none";
-  const RankMemoryPlan plan = plan_rank_memory(cfg, mc, layout, stage, tp, m);
+  // Planned and checked inside the agreement: a plan that fails on one stage fails every rank alike.
+  RankMemoryPlan plan;
+  agree_on([&] {
+    plan = plan_rank_memory(cfg, mc, layout, stage, tp, m);
+    check_memory_fits(cfg, rt, launch, plan);
+  }, launch);
   const size_t planned_activations = plan.activations;
   // A rank's parameters and, of them, its experts' (sharded apart under expert parallelism).
   auto numel_of_part = [&](int pipeline_rank, int part) {
@@ -451,7 +456,6 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
     return ZeroOptimizer::model_state_bytes(n.first, mc.dtype, zero_stage, data_size, offload, mc.grad_dtype, n.second,
                                             expert_data_size);
   };
-  agree_on([&] { check_memory_fits(cfg, rt, launch, plan); }, launch);
   GPT model(rt, mc, B, part, slots, tp, sharding, expert_group);
   // Each data rank draws 1/N of the parameters; the data group completes them (unless its ranks
   // hold different experts: then each draws its own).
