@@ -60,7 +60,7 @@ void BlendedDataset::sample(Split split, int64_t index, int32_t* inputs, int32_t
 
 std::string BlendedDataset::identity() const {
   std::string s;
-  for (const auto& src : sources_) s += (s.empty() ? "" : ", ") + src->identity();
+  for (const auto& src : sources_) s += (s.empty() ? "" : "; ") + src->identity();
   return s;
 }
 

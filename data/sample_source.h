@@ -18,7 +18,8 @@ class SampleSource {
   virtual int64_t vocab_size() const = 0;
   virtual int64_t seq_len() const = 0;
   // What decides the samples beyond the config, for a checkpoint to compare on resume: a token
-  // file's name and size ("t.tok: N tokens"); empty when the config decides them all (synthetic data).
+  // file's name, size and checksum ("t.tok: N tokens, checksum HEX16"; a blend's joined by "; ");
+  // empty when the config decides them all (synthetic data).
   virtual std::string identity() const { return ""; }
 };
 

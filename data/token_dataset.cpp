@@ -96,6 +96,7 @@ TokenDataset::TokenDataset(const std::string& path, const DatasetOptions& option
                     " (the data needs a vocabulary of at least " + std::to_string(scan.max_id + 1) + ")");
   }
   vocab_size_ = stored > 0 ? stored : scan.max_id + 1;
+  checksum_ = scan.checksum;
 
   train_tokens_ = int64_t(double(view_.count) * (1.0 - opt_.val_fraction));
   const auto too_small = [&](Split s, const char* name) {
@@ -125,7 +126,10 @@ int64_t TokenDataset::sample_start(Split split, int64_t index) const {
 }
 
 std::string TokenDataset::identity() const {
-  return std::filesystem::path(data_path_).filename().string() + ": " + std::to_string(view_.count) + " tokens";
+  char sum[17];
+  std::snprintf(sum, sizeof sum, "%016llx", (unsigned long long)checksum_);
+  return std::filesystem::path(data_path_).filename().string() + ": " + std::to_string(view_.count) + " tokens, checksum " +
+         sum;
 }
 
 void TokenDataset::sample(Split split, int64_t index, int32_t* inputs, int32_t* targets) const {

@@ -35,7 +35,8 @@ class TokenDataset : public SampleSource {
   // The stored vocabulary's size if there is a vocabulary file, else the largest id + 1.
   int64_t vocab_size() const override { return vocab_size_; }
   int64_t seq_len() const override { return opt_.seq_len; }
-  // "NAME: N tokens", NAME the data file's name (the path may differ between machines).
+  // "NAME: N tokens, checksum HEX16", NAME the data file's name (the path may differ between
+  // machines), HEX16 the ids' checksum (the scan's at open: a rewrite to the same size shows).
   std::string identity() const override;
 
   const std::string& format() const { return format_; }  // "megatron" or "llmc"
@@ -61,6 +62,7 @@ class TokenDataset : public SampleSource {
   std::unique_ptr<TokenFile> token_file_;
   TokenView view_;
   int64_t train_tokens_ = 0, vocab_size_ = 0;
+  uint64_t checksum_ = 0;
 };
 
 }  // namespace trellis

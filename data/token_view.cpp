@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <vector>
 
 namespace trellis {
 
@@ -74,19 +75,26 @@ void TokenView::copy(int64_t start, int64_t n, int32_t* out) const {
 
 TokenScan scan_tokens(const TokenView& v, int64_t limit) {
   constexpr int64_t kChunk = 1 << 16;
+  constexpr uint64_t kPrime = 0x100000001b3ull;  // FNV-1a's, over whole ids instead of bytes
   const int64_t chunks = (v.count + kChunk - 1) / kChunk;
+  std::vector<uint64_t> chunk_sums(size_t(std::max<int64_t>(chunks, 0)));
   int64_t max_id = -1, first_bad = INT64_MAX;
 #pragma omp parallel for schedule(static) reduction(max : max_id) reduction(min : first_bad)
   for (int64_t c = 0; c < chunks; ++c) {
     const int64_t begin = c * kChunk, end = std::min(v.count, begin + kChunk);
+    uint64_t h = 0xcbf29ce484222325ull;
     for (int64_t i = begin; i < end; ++i) {
       const int64_t id = v.at(i);
+      h = (h ^ uint64_t(id)) * kPrime;
       max_id = std::max(max_id, id);
       if ((id < 0 || (limit > 0 && id >= limit)) && i < first_bad) first_bad = i;
     }
+    chunk_sums[size_t(c)] = h;
   }
   TokenScan s;
   s.max_id = max_id;
+  s.checksum = (0xcbf29ce484222325ull ^ uint64_t(v.count)) * kPrime;
+  for (const uint64_t h : chunk_sums) s.checksum = (s.checksum ^ h) * kPrime;  // in order: a reordering changes it
   if (first_bad != INT64_MAX) {
     s.first_bad = first_bad;
     s.bad_id = v.at(first_bad);

@@ -23,11 +23,13 @@ struct TokenView {
 };
 
 // What one pass over the tokens finds: the largest id and the first position of an id outside
-// [0, limit) (-1 if none; limit <= 0 checks only for negative ids).
+// [0, limit) (-1 if none; limit <= 0 checks only for negative ids), and a 64-bit checksum of the
+// ids in order (the same for the same ids whatever their on-disk type).
 struct TokenScan {
   int64_t max_id = -1;
   int64_t first_bad = -1;
   int64_t bad_id = 0;
+  uint64_t checksum = 0;
 };
 TokenScan scan_tokens(const TokenView& v, int64_t limit);
 

@@ -16,6 +16,7 @@
 #include <limits>
 #include <map>
 #include <optional>
+#include <regex>
 #include <sstream>
 #include <vector>
 
@@ -311,6 +312,14 @@ std::string write_rank_state(Runtime& rt, TrainingState s, const std::string& te
   }
 }
 
+// Whether a checkpoint's data identity names the data now read. A checkpoint written before the
+// identity held checksums ("a.tok: N tokens, b.tok: M tokens") is compared by names and sizes alone.
+bool same_data_identity(const std::string& saved, const std::string& now) {
+  if (saved.find(", checksum ") != std::string::npos) return saved == now;
+  static const std::regex checksum(", checksum [0-9a-f]{16}"), blend_separator("; ");
+  return saved == std::regex_replace(std::regex_replace(now, checksum, ""), blend_separator, ", ");
+}
+
 // What decides which samples a step trains on: a resumed run that changes it trains on other data
 // than the uninterrupted run would have, so say so (it may be meant: a new data blend, say). Also
 // an initial loss scale that the checkpoint's scale overrides.
@@ -324,12 +333,12 @@ void warn_on_changed_data(const Config& cfg, const JsonValue& meta, const std::s
   } catch (const UserError&) {
     return;  // written by a version with other keys: nothing to compare
   }
-  // The same data.path rewritten (regenerated, or other text tokenized into it) since the save; a
-  // rewrite to the same number of tokens is not seen.
+  // The same data.path rewritten (regenerated, or other text tokenized into it) since the save.
   const JsonValue* data = meta.find("data");
   const JsonValue* saved = data ? data->find("identity") : nullptr;
   if (saved && saved->kind == JsonValue::Kind::kString && !data_identity.empty() &&
-      saved->as_string() != data_identity && was.data.path == cfg.data.path && was.data.source == cfg.data.source)
+      !same_data_identity(saved->as_string(), data_identity) && was.data.path == cfg.data.path &&
+      was.data.source == cfg.data.source)
     std::printf("warning: resumed on data of %s, but the checkpoint's run read %s from the same data.path: the steps "
                 "from here train on other samples than an uninterrupted run would\n",
                 data_identity.c_str(), saved->as_string().c_str());

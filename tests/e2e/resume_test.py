@@ -10,6 +10,7 @@ file is never replaced; checkpoint.keep_best keeps the best validation state; a 
 rewritten since the save is warned of. Usage: resume_test.py TRAIN_GPT CONFIG"""
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -237,16 +238,25 @@ def main():
         # A data file rewritten in place since the save (same data.path): the resume says so.
         prepare = os.path.join(os.path.dirname(binary), "prepare_data")
         text, prefix, ck3 = os.path.join(tmp, "text.txt"), os.path.join(tmp, "data", "t"), os.path.join(tmp, "ck3")
-        for n in (3000, 2000):
+        def rewrite_and_train(words, steps):
             with open(text, "w") as f:
-                f.write("abcdefgh " * n)
+                f.write(words)
             subprocess.run([prepare, "--input", text, "--output", prefix, "--tokenizer", "char", "--format", "llmc",
                             "--force"], check=True, capture_output=True, timeout=60)
-            out, _ = train(binary, config, os.path.join(tmp, f"d{n}.jsonl"), "data.source=file",
+            out, _ = train(binary, config, os.path.join(tmp, f"d{steps}.jsonl"), "data.source=file",
                            "data.path=" + prefix + ".tok", "checkpoint.dir=" + ck3, "checkpoint.every=5",
-                           f"train.steps={5 if n == 3000 else 7}")
-        check("warning: resumed on data of t.tok: 18000 tokens, but the checkpoint's run read t.tok: 27000 tokens" in out,
-              "a resume on a data file rewritten since the save is warned of")
+                           f"train.steps={steps}")
+            return out
+        rewrite_and_train("abcdefgh " * 3000, 5)
+        out = rewrite_and_train("abcdefgh " * 2000, 7)
+        changed = re.search(r"warning: resumed on data of t\.tok: 18000 tokens, checksum [0-9a-f]{16}, but the "
+                            r"checkpoint's run read t\.tok: 27000 tokens, checksum [0-9a-f]{16} ", out)
+        check(changed is not None, "a resume on a data file rewritten since the save is warned of")
+        out = rewrite_and_train("hgfedcba " * 2000, 9)  # the same characters, so the same vocabulary and size
+        check("warning: resumed on data of t.tok: 18000 tokens, checksum" in out,
+              "... also when the rewrite has the same number of tokens")
+        out = rewrite_and_train("hgfedcba " * 2000, 11)
+        check("warning: resumed on data" not in out, "... and not when the data is the same")
     print("PASS")
 
 

@@ -73,6 +73,32 @@ TEST(DataDataset, OpensEitherFormatByMagic) {
             std::string::npos);
 }
 
+// The identity a checkpoint records: the file's name, its size and a checksum of the ids in order,
+// whatever type stores them; any change to the ids, a swap across the scan's chunks too, changes it.
+TEST(DataDataset, IdentityChecksumsTheIdsInOrder) {
+  TempDir dir;
+  const int64_t n = 200000;  // over three of the scan's chunks of 65536
+  std::vector<int32_t> toks(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) toks[size_t(i)] = int32_t((i * 7) % kMod);
+  write_token_file(dir / "a.tok", toks);
+  IndexedDatasetWriter wide(dir / "w", TokenType::i32);
+  wide.add_document(toks);
+  wide.finish();
+  const std::string a = TokenDataset(dir / "a.tok", options(8, 1)).identity();
+  EXPECT_EQ(a.substr(0, std::string("a.tok: 200000 tokens, checksum ").size()), "a.tok: 200000 tokens, checksum ") << a;
+  EXPECT_EQ(a.size(), std::string("a.tok: 200000 tokens, checksum ").size() + 16) << a;
+  const std::string w = TokenDataset(dir / "w", options(8, 1)).identity();
+  EXPECT_EQ(w.substr(w.find(", checksum")), a.substr(a.find(", checksum"))) << "same ids as u16 and as i32";
+  std::swap(toks[10], toks[150000]);
+  write_token_file(dir / "a.tok", toks);
+  const std::string swapped = TokenDataset(dir / "a.tok", options(8, 1)).identity();
+  EXPECT_NE(swapped, a);
+  EXPECT_EQ(swapped.size(), a.size());
+  std::swap(toks[10], toks[150000]);
+  write_token_file(dir / "a.tok", toks);
+  EXPECT_EQ(TokenDataset(dir / "a.tok", options(8, 1)).identity(), a);
+}
+
 TEST(DataDataset, SamplesAreWindowsKeyedByIndex) {
   TempDir dir;
   write_counting_megatron(dir / "m", 10000);
