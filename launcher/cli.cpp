@@ -10,7 +10,7 @@ namespace trellis {
 
 std::string usage() {
   return "usage: train_gpt CONFIG.toml [--set section.key=value]... [--dump-grads DIR] [--export-weights DIR]\n"
-         "       train_gpt CONFIG.toml [--set section.key=value]... --plan [--world N]\n"
+         "       train_gpt CONFIG.toml [--set section.key=value]... --plan | --layouts [--world N] [--device-memory GIB]\n"
          "       train_gpt --config-doc\n"
          "\n"
          "  CONFIG.toml             the run's configuration (see docs/config.md)\n"
@@ -18,7 +18,11 @@ std::string usage() {
          "  --dump-grads DIR        write the gradients of the first step to DIR (new or empty) and exit\n"
          "  --export-weights DIR    after training, write the weights (model.json + params.f32) to DIR (new or empty)\n"
          "  --plan                  print each pipeline stage's memory per rank and the step's compute, and exit\n"
-         "  --world N               with --plan: for N ranks (default: the ranks launched)\n"
+         "  --layouts               list every tensor x pipeline x data layout of the world for this config, each with\n"
+         "                          its largest rank's memory and pipeline bubble at the same global batch, and exit\n"
+         "  --world N               with --plan or --layouts: for N ranks (default: the ranks launched)\n"
+         "  --device-memory GIB     with --plan or --layouts: say which layouts fit a device of GIB GiB (default: this\n"
+         "                          machine's GPU's free memory, if it has one)\n"
          "  --config-doc            print the configuration reference (docs/config.md) and exit\n"
          "  --help                  print this help and exit\n"
          "\n"
@@ -57,6 +61,15 @@ CliArgs parse_cli(int argc, char** argv) {
       if (a.export_weights_dir.empty()) throw UserError("--export-weights: missing directory" + hint);
     } else if (arg == "--plan") {
       a.plan = true;
+    } else if (arg == "--layouts") {
+      a.layouts = true;
+    } else if (is_opt(arg, "--device-memory")) {
+      const std::string g = value_of("--device-memory", arg, i);
+      char* end = nullptr;
+      const double gib = std::strtod(g.c_str(), &end);
+      if (g.empty() || *end != '\0' || !(gib > 0 && gib <= 1 << 20))
+        throw UserError("--device-memory " + g + ": expected GiB of device memory, a number above 0 (e.g. 80)" + hint);
+      a.device_memory_gib = gib;
     } else if (is_opt(arg, "--world")) {
       const std::string n = value_of("--world", arg, i);
       char* end = nullptr;
@@ -75,13 +88,18 @@ CliArgs parse_cli(int argc, char** argv) {
   if (!a.dump_grads_dir.empty() && !a.export_weights_dir.empty())
     throw UserError("--dump-grads writes the first step's gradients and exits without training; it does not go "
                     "with --export-weights" + hint);
-  if (a.plan_world > 0 && !a.plan) throw UserError("--world goes with --plan" + hint);
+  if (a.plan && a.layouts)
+    throw UserError("--plan prints one layout, --layouts every layout of the world: give one of them" + hint);
+  if (a.plan_world > 0 && !a.plan && !a.layouts) throw UserError("--world goes with --plan or --layouts" + hint);
+  if (a.device_memory_gib > 0 && !a.plan && !a.layouts)
+    throw UserError("--device-memory goes with --plan or --layouts" + hint);
   if (a.print_config_doc && !a.config_path.empty())
     throw UserError("--config-doc prints the configuration reference and takes no config file (" + a.config_path + ")" +
                     hint);
-  if (a.plan && (!a.dump_grads_dir.empty() || !a.export_weights_dir.empty()))
-    throw UserError("--plan prints the plan and exits without training; it does not go with --dump-grads or "
-                    "--export-weights" + hint);
+  if ((a.plan || a.layouts) && (!a.dump_grads_dir.empty() || !a.export_weights_dir.empty()))
+    throw UserError(std::string(a.plan ? "--plan" : "--layouts") +
+                    " prints a plan and exits without training; it does not go with --dump-grads or --export-weights" +
+                    hint);
   if (a.config_path.empty() && !a.help && !a.print_config_doc)
     throw UserError("missing the config file: train_gpt CONFIG.toml [--set section.key=value]..." + hint);
   return a;

@@ -1,6 +1,6 @@
 // Command-line parsing for train_gpt:
 //   train_gpt CONFIG.toml [--set section.key=value]... [--dump-grads DIR] [--export-weights DIR]
-//             [--plan [--world N]] [--config-doc] [--help]
+//             [--plan | --layouts] [--world N] [--device-memory GIB] [--config-doc] [--help]
 #pragma once
 #include <string>
 #include <vector>
@@ -14,7 +14,9 @@ struct CliArgs {
   std::string dump_grads_dir;          // write gradients after the first step here; empty = off
   std::string export_weights_dir;      // write the final weights here; empty = off
   bool plan = false;                   // print the layout's per-rank memory and compute, and exit
-  int plan_world = 0;                  // --plan's world size; 0 = this launch's
+  bool layouts = false;                // print every layout of the world with its memory and bubble, and exit
+  int plan_world = 0;                  // --plan's / --layouts' world size; 0 = this launch's
+  double device_memory_gib = 0;        // --plan / --layouts: the device memory to fit in; 0 = this GPU's, if any
   bool help = false;
 };
 

@@ -16,6 +16,7 @@
 #include "launcher/checkpointing.h"
 #include "launcher/cli.h"
 #include "launcher/model_files.h"
+#include "launcher/layout_sweep.h"
 #include "launcher/plan.h"
 #include "launcher/train_config.h"
 #include "launcher/trainer.h"
@@ -110,10 +111,13 @@ int main(int argc, char** argv) {
     if (launch.rank == 0) std::printf("%s", usage().c_str());
   } else if (ok && args.print_config_doc) {
     if (launch.rank == 0) std::printf("%s", config_reference_markdown().c_str());
-  } else if (ok && args.plan) {
+  } else if (ok && (args.plan || args.layouts)) {
     ok = agree(launch, [&] {
       cfg = load_config(args.config_path, args.overrides);
-      if (launch.rank == 0) print_plan(cfg, args.plan_world > 0 ? args.plan_world : launch.world);
+      const int world = args.plan_world > 0 ? args.plan_world : launch.world;
+      if (launch.rank != 0) return;
+      if (args.plan) print_plan(cfg, world, args.device_memory_gib);
+      else print_layouts(cfg, world, args.device_memory_gib);
     }, args.overrides);
   } else if (ok) {
     // Every rank reads and checks its config before any other collective; all fail alike.

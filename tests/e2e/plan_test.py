@@ -68,6 +68,37 @@ def main():
           "a GPU config is planned as on GPUs, in bf16, on any machine")
     p = subprocess.run([binary, config, "--world", "4"], capture_output=True, text=True, timeout=60)
     check(p.returncode == 1 and "--world goes with --plan" in p.stderr, "--world without --plan is refused")
+
+    # --layouts: every split of 16 ranks at the config's global batch; each row's largest stage is
+    # what --plan gives for that layout, and the fit column compares it with --device-memory.
+    p = subprocess.run([binary, gpt2, "--layouts", "--world", "16", "--device-memory", "4"], capture_output=True,
+                       text=True, timeout=60)
+    found = re.findall(r"^\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\S+)\s+([\d.]+ \S+) \((\d+)\)\s+(yes|no)", p.stdout, re.M)
+    batch = re.search(r"global batch (\d+) sequences", p.stdout)
+    check(p.returncode == 0 and len(found) == 11 and batch is not None,
+          f"--layouts --world 16 lists the 11 layouts GPT-2 124M allows ({len(found)})")
+    check("tensor 8 x pipeline 1: tensor parallelism splits the attention heads" in p.stdout and
+          "tensor 1 x pipeline 16: model.n_layers = 12" in p.stdout, "... and says why the others are not possible")
+    fits = 0
+    for t, pp, d, m, bubble, device, stage, fit in found:
+        check(int(t) * int(pp) * int(d) == 16 and int(m) * int(d) * 16 == int(batch.group(1)),
+              f"tensor {t} x pipeline {pp} x data {d}, {m} micro-batches of 16 make the global batch")
+        q = subprocess.run([binary, gpt2, "--plan", "--world", "16", "--device-memory", "4", "--set",
+                            f"parallel.tensor={t}", "--set", f"parallel.pipeline={pp}", "--set",
+                            f"train.global_batch={batch.group(1)}"], capture_output=True, text=True, timeout=60)
+        line = re.search(r"on a device of 4.00 GiB \(--device-memory\), stage (\d+)'s (\S+ \S+) (fits|does NOT fit)",
+                         q.stdout)
+        check(q.returncode == 0 and line is not None and (line.group(1), line.group(2)) == (stage, device) and
+              (line.group(3) == "fits") == (fit == "yes"), f"... its memory is --plan's ({device}, stage {stage}, {fit})")
+        expected = "-" if pp == "1" else f"{100.0 * (int(pp) - 1) / int(m):.1f}%"
+        check(bubble == expected, f"... its bubble is (p-1)/m ({bubble})")
+        fits += fit == "yes"
+    check(f"{fits} of 11 layouts fit" in p.stdout and 0 < fits < 11, f"{fits} of 11 fit a 4 GiB device")
+    # 24 sequences are no multiple of micro-batch 16 x any data size of 16 ranks.
+    p = subprocess.run([binary, gpt2, "--layouts", "--world", "16", "--set", "train.global_batch=24"],
+                       capture_output=True, text=True, timeout=60)
+    check(p.returncode == 1 and len(p.stderr.strip().splitlines()) == 1 and "no tensor x pipeline x data layout of 16" in
+          p.stderr, "a world no layout fits: the reasons, then one error line")
     print("PASS")
 
 

@@ -395,7 +395,21 @@ TEST(Cli, BadUsage) {
   EXPECT_HAS(error_of({"a.toml", "--config-doc"}), "--config-doc prints the configuration reference and takes no config file");
   EXPECT_HAS(error_of({"a.toml", "--world", "8"}), "--world goes with --plan");
   EXPECT_HAS(error_of({"a.toml", "--plan", "--world", "0"}), "--world 0: expected a number of ranks");
-  EXPECT_HAS(error_of({"a.toml", "--plan", "--export-weights", "w"}), "--plan prints the plan and exits without training");
+  EXPECT_HAS(error_of({"a.toml", "--plan", "--export-weights", "w"}), "--plan prints a plan and exits without training");
+  EXPECT_HAS(error_of({"a.toml", "--layouts", "--dump-grads", "g"}), "--layouts prints a plan and exits without training");
+  EXPECT_HAS(error_of({"a.toml", "--plan", "--layouts"}), "give one of them");
+  EXPECT_HAS(error_of({"a.toml", "--device-memory", "80"}), "--device-memory goes with --plan or --layouts");
+  EXPECT_HAS(error_of({"a.toml", "--layouts", "--device-memory", "0"}), "--device-memory 0: expected GiB of device memory");
+  EXPECT_HAS(error_of({"a.toml", "--layouts", "--device-memory=80GB"}), "--device-memory 80GB: expected GiB");
+}
+
+TEST(Cli, LayoutsTakeTheWorldAndADeviceSize) {
+  std::vector<const char*> args = {"train_gpt", "a.toml", "--layouts", "--world", "64", "--device-memory", "79.5"};
+  const CliArgs a = parse_cli(static_cast<int>(args.size()), const_cast<char**>(args.data()));
+  EXPECT_TRUE(a.layouts);
+  EXPECT_FALSE(a.plan);
+  EXPECT_EQ(a.plan_world, 64);
+  EXPECT_DOUBLE_EQ(a.device_memory_gib, 79.5);
 }
 
 }  // namespace
