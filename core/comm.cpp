@@ -215,10 +215,18 @@ namespace {
 std::string pair_text(const Tensor& a, const Tensor& b) { return a.str() + " and " + b.str(); }
 }  // namespace
 
+void Communicator::count(size_t bytes, int64_t parts) {
+  if (size_ == 1) return;
+  traffic_.bytes += uint64_t(bytes) / uint64_t(size_) * uint64_t(parts) +
+                    uint64_t(bytes) % uint64_t(size_) * uint64_t(parts) / uint64_t(size_);
+  traffic_.ops += 1;
+}
+
 // ---- operations ----
 
 CommHandle Communicator::all_reduce_async(const Tensor& x, ReduceOp op) {
   CommHandle h = handle("all_reduce");
+  count(x.nbytes(), 2 * int64_t(size_ - 1));
   if (on_device(x, "all_reduce")) {
 #if TRELLIS_HAVE_CUDA
     queue_on_device(h);
@@ -240,6 +248,7 @@ CommHandle Communicator::reduce_scatter_async(const Tensor& out, const Tensor& i
     fail("reduce_scatter", "in must have size() = " + std::to_string(size_) + " times out's elements, same dtype: " +
                                pair_text(in, out));
   CommHandle h = handle("reduce_scatter");
+  count(in.nbytes(), size_ - 1);
   bool dev = on_device(in, "reduce_scatter");
   if (on_device(out, "reduce_scatter") != dev) fail("reduce_scatter", "mixed host/device: " + pair_text(in, out));
   if (dev) {
@@ -263,6 +272,7 @@ CommHandle Communicator::all_gather_async(const Tensor& out, const Tensor& in) {
     fail("all_gather", "out must have size() = " + std::to_string(size_) + " times in's elements, same dtype: " +
                            pair_text(out, in));
   CommHandle h = handle("all_gather");
+  count(out.nbytes(), size_ - 1);
   bool dev = on_device(in, "all_gather");
   if (on_device(out, "all_gather") != dev) fail("all_gather", "mixed host/device: " + pair_text(out, in));
   if (dev) {
@@ -284,6 +294,7 @@ CommHandle Communicator::all_gather_async(const Tensor& out, const Tensor& in) {
 CommHandle Communicator::broadcast_async(const Tensor& x, int root) {
   if (root < 0 || root >= size_) fail("broadcast", "root " + std::to_string(root) + " out of range");
   CommHandle h = handle("broadcast");
+  count(x.nbytes(), size_ - 1);
   if (on_device(x, "broadcast")) {
 #if TRELLIS_HAVE_CUDA
     queue_on_device(h);
@@ -300,6 +311,7 @@ CommHandle Communicator::broadcast_async(const Tensor& x, int root) {
 CommHandle Communicator::send_async(const Tensor& x, int peer) {
   if (peer < 0 || peer >= size_) fail("send", "peer " + std::to_string(peer) + " out of range");
   CommHandle h = handle("send");
+  count(x.nbytes(), size_);
   if (on_device(x, "send")) {
 #if TRELLIS_HAVE_CUDA
     queue_on_device(h);
@@ -333,6 +345,7 @@ CommHandle Communicator::send_recv_async(const Tensor& send, int dst, const Tens
   if (dst < 0 || dst >= size_ || src < 0 || src >= size_)
     fail("send_recv", "peers " + std::to_string(dst) + ", " + std::to_string(src) + " out of range");
   CommHandle h = handle("send_recv");
+  count(send.nbytes(), size_);
   bool dev = on_device(send, "send_recv");
   if (on_device(recv, "send_recv") != dev) fail("send_recv", "mixed host/device: " + pair_text(send, recv));
   if (dev) {
@@ -353,6 +366,9 @@ CommHandle Communicator::send_recv_async(const Tensor& send, int dst, const Tens
 CommHandle Communicator::batch_p2p_async(std::span<const P2POp> ops) {
   CommHandle h = handle("batch_p2p");
   if (ops.empty()) return h;
+  size_t sent = 0;
+  for (const P2POp& op : ops) sent += op.kind == P2POp::send ? op.tensor.nbytes() : 0;
+  if (sent > 0) count(sent, size_);  // receives alone send nothing
   const bool dev = on_device(ops[0].tensor, "batch_p2p");
   for (const P2POp& op : ops) {
     if (op.peer < 0 || op.peer >= size_) fail("batch_p2p", "peer " + std::to_string(op.peer) + " out of range");
@@ -396,6 +412,7 @@ CommHandle Communicator::all_to_all_async(const Tensor& out, const Tensor& in) {
   bool dev_out = on_device(out, "all_to_all");
   if (dev_out) fail("all_to_all", "mixed host/device: " + pair_text(in, out));
   CommHandle h = handle("all_to_all");
+  count(in.nbytes(), size_ - 1);
   int n = as_int(block, "all_to_all block", *this);
   h.requests_.resize(1);
   TRELLIS_MPI_CHECK(MPI_Ialltoall(in.data, n, mpi_type(in.dtype), out.data, n, mpi_type(in.dtype), comm_,
@@ -416,6 +433,9 @@ CommHandle Communicator::all_to_allv_async(const Tensor& out, const Tensor& in, 
       fail("all_to_allv", "recv block for peer " + std::to_string(j) + " outside " + out.str());
   }
   CommHandle h = handle("all_to_allv");
+  int64_t sent = 0;
+  for (size_t j = 0; j < n; ++j) sent += j == size_t(rank_) ? 0 : plan.send_counts[j];
+  count(size_t(sent) * dtype_size(in.dtype), size_);
   bool dev = on_device(in, "all_to_allv");
   if (on_device(out, "all_to_allv") != dev) fail("all_to_allv", "mixed host/device: " + pair_text(in, out));
   if (dev) {

@@ -141,6 +141,16 @@ class Communicator {
   // Host barrier over the group (MPI); does not order GPU streams.
   void barrier();
   CommHandle barrier_async();
+  // What this rank has sent through the group since it was made, counted as the ring algorithms
+  // move it: an all-reduce of S bytes sends 2 (n-1)/n S, a reduce-scatter (of S in) or an
+  // all-gather (of S out) and a broadcast (n-1)/n S, an all-to-all what goes to the other ranks,
+  // point to point what it sends. The same count over NCCL, MPI or the peer path, and for a
+  // device op from when it is queued. `ops`: the operations that sent. A group of one rank sends
+  // nothing.
+  struct Traffic {
+    uint64_t bytes = 0, ops = 0;
+  };
+  Traffic traffic() const { return traffic_; }
   // "communicator data (rank 1 of 4)": where an operation waits, for messages.
   const std::string& where() const { return where_; }
   // Non-null when the runtime watches waits (parallel.collective_timeout_s).
@@ -155,6 +165,8 @@ class Communicator {
   // Validates that t is host memory or memory of this runtime's GPU; true for device.
   bool on_device(const Tensor& t, const char* op) const;
   [[noreturn]] void fail(const char* op, const std::string& what) const;
+  // Adds one operation's bytes to traffic_: `bytes` x `parts` / size() (parts = size() for a whole).
+  void count(size_t bytes, int64_t parts);
 
   MPI_Comm comm_ = MPI_COMM_NULL;
   int rank_ = 0, size_ = 1;
@@ -162,6 +174,7 @@ class Communicator {
   Device device_;
   NcclComm* nccl_ = nullptr;
   Watchdog* watchdog_ = nullptr;
+  Traffic traffic_;
   MPI_Op half_ops_[4] = {MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL};  // bf16/f16 x sum/max
 };
 

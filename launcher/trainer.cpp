@@ -37,6 +37,7 @@
 #include "launcher/lr_schedule.h"
 #include "launcher/memory_plan.h"
 #include "launcher/resolved_run.h"
+#include "launcher/comm_tally.h"
 #include "launcher/metrics.h"
 #include "launcher/model_files.h"
 #include "launcher/stage_timing_report.h"
@@ -378,6 +379,7 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
   const Layout layout =
       make_layout(launch.world, int(cfg.parallel.tensor), int(cfg.parallel.pipeline), int(cfg.parallel.expert));
   ProcessGroups groups(MPI_COMM_WORLD, layout, rt);
+  CommTally tally(groups, cfg.moe.experts > 0);
   Communicator& data_group = groups.data();
   const int data_rank = groups.coords().data, data_size = layout.data;
   // Expert parallelism: the expert group's ranks hold different experts. For the whole-model layout
@@ -734,6 +736,7 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
     const bool traced = step == cfg.log.trace_step;
     if (traced) rt.profiler()->begin_trace();
     const auto t0 = std::chrono::steady_clock::now();
+    tally.start();
     const float loss_scale = scaler.scale();
     const float dloss = float(loss_scale / tokens_per_step);
     const double lr = learning_rate(step, cfg.train.steps, cfg.optimizer.warmup_steps, cfg.optimizer.lr, cfg.optimizer.min_lr);
@@ -830,6 +833,7 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
     }
     rt.synchronize();
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    tally.stop();
     const float* host = step_readback.ptr<float>();
     const double loss = double(host[0]) / tokens_per_step;
     const double norm = std::sqrt(double(host[1])) / loss_scale;
@@ -874,6 +878,7 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
       rec.add("phase_ms", phases);
       rec.add("stage_timing", stage_timing);
       if (peak > 0) rec.add("mfu", mfu);
+      if (tally.any()) rec.add("comm_bytes", tally.json());  // sent by rank 0, by group
       metrics->write(rec);
       if (tb->enabled()) {
         std::vector<std::pair<std::string, double>> v = {{"train/loss", loss}, {"train/lr", lr}, {"train/grad_norm", norm}};
@@ -963,6 +968,7 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
   if (main_rank) {
     std::printf("done: %lld steps; activation arenas peaked at %s; device memory peak %s\n", (long long)last_step,
                 format_bytes(model.activation_peak()).c_str(), format_bytes(rt.allocator().stats().peak).c_str());
+    if (tally.any()) std::printf("sent by rank 0 in the last step: %s\n", tally.text().c_str());
     if (graphs)
       std::printf("cuda graphs: %lld of %lld steps launched from a graph (train.cuda_graphs)\n",
                   (long long)step_graph.replays(), (long long)(last_step - start_step));

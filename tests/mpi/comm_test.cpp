@@ -454,6 +454,40 @@ TEST(MpiComm, AllOperationsOnHalves) {
   check_all_operations(b, *c);
 }
 
+// Communicator::traffic counts what a rank sends as the ring algorithms move it, whatever the op.
+TEST(MpiComm, TrafficCountsTheRingAlgorithmsBytes) {
+  Backend b = make_backend(false);
+  auto c = Communicator::create(MPI_COMM_WORLD, *b.rt, "world");
+  const int n = c->size(), r = c->rank();
+  std::vector<float> whole(size_t(n) * 1000), piece(1000);
+  const Tensor w(whole.data(), DType::f32, Device::CPU(), {int64_t(n) * 1000});
+  const Tensor p(piece.data(), DType::f32, Device::CPU(), {1000});
+  uint64_t bytes = 0, ops = 0;
+  auto expect = [&](uint64_t more, const char* what) {
+    bytes += more;
+    ops += more > 0;
+    EXPECT_EQ(c->traffic().bytes, bytes) << what;
+    EXPECT_EQ(c->traffic().ops, ops) << what;
+  };
+  const uint64_t W = uint64_t(n) * 4000;  // bytes of `whole`
+  c->all_reduce(w);
+  expect(2 * W * uint64_t(n - 1) / uint64_t(n), "all_reduce: 2 (n-1)/n of the tensor");
+  c->reduce_scatter(p, w);
+  expect(W * uint64_t(n - 1) / uint64_t(n), "reduce_scatter: (n-1)/n of the input");
+  c->all_gather(w, p);
+  expect(W * uint64_t(n - 1) / uint64_t(n), "all_gather: (n-1)/n of the output");
+  c->broadcast(p, 0);
+  expect(4000 * uint64_t(n - 1) / uint64_t(n), "broadcast: (n-1)/n of the tensor");
+  std::vector<float> exchanged(whole.size()), received(1000);
+  c->all_to_all(Tensor(exchanged.data(), DType::f32, Device::CPU(), {int64_t(n) * 1000}), w);
+  expect(W * uint64_t(n - 1) / uint64_t(n), "all_to_all: the blocks for the other ranks");
+  // A ring: each rank sends `piece` to the next and receives from the previous.
+  const P2POp ring[] = {{P2POp::send, p, (r + 1) % n},
+                        {P2POp::recv, Tensor(received.data(), DType::f32, Device::CPU(), {1000}), (r + n - 1) % n}};
+  c->batch_p2p(ring);
+  expect(4000, "batch_p2p: what it sends");
+}
+
 TEST(MpiProcessGroups, EveryLayoutOfTheWorld) {
   Backend b = make_backend(false);
   check_process_groups(b);

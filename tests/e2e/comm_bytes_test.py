@@ -1,0 +1,68 @@
+#!/usr/bin/env python3
+"""The step record's comm_bytes: what rank 0 sent in the step, by process group, counted as the
+ring algorithms move it (Communicator::traffic). On the tiny model in fp32 (micro-batch B = 8,
+T = 32 tokens, d_model C = 64, 2 blocks, vocabulary padded to 128):
+  data = 2: one all-reduce of rank 0's gradients, 2 (n-1)/n = 1 times their bytes;
+  pipeline = 2, 4 micro-batches: stage 0 sends each micro-batch's activations, B T C floats, and
+    the tied embedding's gradient (128 x C floats) is all-reduced with the last stage;
+  tensor = 2: each block's four all-reduces of B T C floats, the embedding's and the head's one
+    each, and the vocabulary-parallel loss's few of B T floats;
+a one-rank run has no comm_bytes. Usage: comm_bytes_test.py TRAIN_GPT MPIEXEC CONFIG"""
+import json
+import os
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import equivalence  # noqa: E402
+
+B, T, C, L, PADDED_VOCAB = 8, 32, 64, 2, 128
+ACTIVATION = B * T * C * 4  # bytes of one micro-batch's (B, T, C) f32 tensor
+
+
+def check(cond, what):
+    if not cond:
+        sys.exit("FAIL: " + what)
+    print("ok:", what)
+
+
+def last_step(binary, mpiexec, config, tmp, ranks, tag, sets):
+    """(start record, the last step record, stdout) of a 2-step run."""
+    metrics = os.path.join(tmp, tag + ".jsonl")
+    cmd, p = equivalence.launch(binary, mpiexec, config, ranks,
+                                ["train.device=cpu", "train.steps=2", "log.metrics_file=" + metrics, *sets])
+    if p.returncode != 0:
+        sys.exit(f"FAIL: {' '.join(cmd)}\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}")
+    records = [json.loads(line) for line in open(metrics)]
+    steps = [r for r in records if r.get("step") == 2 and r.get("split") != "val"]
+    return records[0], steps[-1], p.stdout
+
+
+def main():
+    binary, mpiexec, config = sys.argv[1:4]
+    with tempfile.TemporaryDirectory() as tmp:
+        _, step, _ = last_step(binary, mpiexec, config, tmp, 1, "one", [])
+        check("comm_bytes" not in step, "one rank: no comm_bytes")
+
+        start, step, out = last_step(binary, mpiexec, config, tmp, 2, "data", ["zero.embedding_grad=all_reduce"])
+        sent, grads = step.get("comm_bytes", {}), 4 * start["params_per_rank"][0]
+        check(list(sent) == ["data"] and 0 <= sent["data"] - grads <= 64,
+              f"data = 2: the gradients' bytes {grads} (+ the loss and norm): {sent}")
+        check("sent by rank 0 in the last step: data " in out, "the closing line says it")
+
+        start, step, _ = last_step(binary, mpiexec, config, tmp, 2, "pipe", ["parallel.pipeline=2",
+                                                                            "train.global_batch=32"])
+        sent = step.get("comm_bytes", {})
+        check(sorted(sent) == ["embedding", "pipeline"] and 0 <= sent["pipeline"] - 4 * ACTIVATION <= 64,
+              f"pipeline = 2: stage 0 sends 4 micro-batches' activations, {4 * ACTIVATION} bytes: {sent}")
+        check(sent["embedding"] == PADDED_VOCAB * C * 4, f"... and all-reduces the tied embedding's gradient: {sent}")
+
+        _, step, _ = last_step(binary, mpiexec, config, tmp, 2, "tensor", ["parallel.tensor=2"])
+        sent, blocks = step.get("comm_bytes", {}), (4 * L + 2) * ACTIVATION
+        check(list(sent) == ["tensor"] and 1.0 <= sent["tensor"] / blocks <= 1.02,
+              f"tensor = 2: (4 L + 2) all-reduces of B T C floats, {blocks} bytes, and the loss's: {sent}")
+    print("PASS")
+
+
+if __name__ == "__main__":
+    main()
