@@ -14,6 +14,14 @@ std::string format_bytes(size_t bytes) {
   return s;
 }
 
+std::string format_decimal_bytes(double b) {
+  char s[32];
+  if (b >= 1e9) std::snprintf(s, sizeof s, "%.2f GB", b / 1e9);
+  else if (b >= 1e6) std::snprintf(s, sizeof s, "%.2f MB", b / 1e6);
+  else std::snprintf(s, sizeof s, "%.2f kB", b / 1e3);
+  return s;
+}
+
 void AllocationLedger::add(void* p, size_t bytes) {
   std::lock_guard<std::mutex> lock(mu_);
   sizes_[p] = bytes;

@@ -91,5 +91,7 @@ class Arena {
 };
 
 std::string format_bytes(size_t bytes);  // "1.50 GiB"
+// "1.61 GB": decimal units, as link bandwidths are quoted (GB/s).
+std::string format_decimal_bytes(double bytes);
 
 }  // namespace trellis

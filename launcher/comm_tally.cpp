@@ -1,22 +1,9 @@
 // CommTally (launcher/comm_tally.h).
 #include "launcher/comm_tally.h"
 
-#include <cstdio>
+#include "core/alloc.h"
 
 namespace trellis {
-
-namespace {
-
-// Decimal units, as link bandwidths are quoted (GB/s).
-std::string decimal_bytes(uint64_t b) {
-  char s[32];
-  if (b >= 1000000000ull) std::snprintf(s, sizeof s, "%.2f GB", double(b) / 1e9);
-  else if (b >= 1000000ull) std::snprintf(s, sizeof s, "%.2f MB", double(b) / 1e6);
-  else std::snprintf(s, sizeof s, "%.2f kB", double(b) / 1e3);
-  return s;
-}
-
-}  // namespace
 
 CommTally::CommTally(ProcessGroups& groups, bool experts) {
   for (const GroupKind k : {GroupKind::tensor, GroupKind::data, GroupKind::pipeline, GroupKind::embedding,
@@ -51,7 +38,7 @@ std::string CommTally::text() const {
   std::string s;
   for (size_t i = 0; i < groups_.size(); ++i) {
     if (step_[i].ops == 0) continue;
-    s += (s.empty() ? "" : ", ") + std::string(groups_[i].first) + " " + decimal_bytes(step_[i].bytes) + " in " +
+    s += (s.empty() ? "" : ", ") + std::string(groups_[i].first) + " " + format_decimal_bytes(double(step_[i].bytes)) + " in " +
          std::to_string(step_[i].ops) + (s.empty() ? " operations" : "");
   }
   return s.empty() ? "none" : s;

@@ -1,6 +1,7 @@
 // train_gpt --layouts (launcher/layout_sweep.h): plan_stages over every split of the world.
 #include "launcher/layout_sweep.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -19,6 +20,7 @@ struct Row {
   double bubble = 0;  // (p - 1) / (m v), 0 without a pipeline
   size_t largest = 0;
   int largest_stage = 0;
+  RankCommPlan sent;  // each group's most over the stages
 };
 
 // A run's error without the config path it starts with (every row would repeat it).
@@ -69,6 +71,12 @@ void print_layouts(const Config& cfg_in, int world, double device_memory_gib) {
         r.bubble = p > 1 ? double(p - 1) / double(r.micro_batches * v) : 0.0;
         r.largest = plans.largest();
         r.largest_stage = plans.largest_stage();
+        for (const RankCommPlan& c : plans.comm) {
+          r.sent.tensor = std::max(r.sent.tensor, c.tensor);
+          r.sent.data = std::max(r.sent.data, c.data + c.expert_data);
+          r.sent.pipeline = std::max(r.sent.pipeline, c.pipeline + c.embedding);
+          r.sent.expert = std::max(r.sent.expert, c.expert);
+        }
         rows.push_back(r);
         if (rows.size() == 1) first = std::move(plans);
       } catch (const UserError& e) {
@@ -94,8 +102,12 @@ void print_layouts(const Config& cfg_in, int world, double device_memory_gib) {
                     " ranks is possible (the reasons above)");
   }
   const MemoryBudget budget = memory_budget(first, device_memory_gib);
-  std::printf("device memory per rank: the largest pipeline stage's, a lower bound as --plan's; bubble: (p-1)/(m v)\n");
-  std::printf("%8s %9s %6s %14s %7s %22s", "tensor", "pipeline", "data", "micro-batches", "bubble", "device (stage)");
+  const bool experts = cfg_in.moe.experts > 0;
+  std::printf("device memory per rank: the largest pipeline stage's, a lower bound as --plan's; bubble: (p-1)/(m v);\n"
+              "sent a step: the most a rank sends over each group (ring algorithms, as --plan estimates it)\n");
+  std::printf("%8s %9s %6s %14s %7s %22s %12s %12s %12s", "tensor", "pipeline", "data", "micro-batches", "bubble",
+              "device (stage)", "sent: tensor", "data", "pipeline");
+  if (experts) std::printf(" %12s", "expert");
   if (budget.bytes) std::printf("  fits %s", budget.where.c_str());
   std::printf("\n");
   int fitting = 0;
@@ -106,8 +118,11 @@ void print_layouts(const Config& cfg_in, int world, double device_memory_gib) {
       return std::string(b);
     }() : std::string("-");
     const std::string device = format_bytes(r.largest) + " (" + std::to_string(r.largest_stage) + ")";
-    std::printf("%8d %9d %6d %14lld %7s %22s", r.tensor, r.pipeline, r.data, (long long)r.micro_batches, bubble.c_str(),
-                device.c_str());
+    auto sent = [](double b) { return b > 0 ? format_decimal_bytes(b) : std::string("-"); };
+    std::printf("%8d %9d %6d %14lld %7s %22s %12s %12s %12s", r.tensor, r.pipeline, r.data, (long long)r.micro_batches,
+                bubble.c_str(), device.c_str(), sent(r.sent.tensor).c_str(), sent(r.sent.data).c_str(),
+                sent(r.sent.pipeline).c_str());
+    if (experts) std::printf(" %12s", sent(r.sent.expert).c_str());
     if (budget.bytes) {
       fitting += r.largest <= budget.bytes;
       std::printf("  %s", r.largest <= budget.bytes ? "yes" : "no");

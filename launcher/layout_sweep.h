@@ -1,6 +1,7 @@
 // train_gpt --layouts: every tensor x pipeline x data split of a world for one config, at the same
-// global batch, each with its largest rank's device memory and pipeline bubble, and whether it fits a
-// device; what a study of layouts starts from, before any GPU is spent on it.
+// global batch, each with its largest rank's device memory, pipeline bubble and bytes sent a step
+// over each group, and whether it fits a device; what a study of layouts starts from, before any GPU
+// is spent on it.
 #pragma once
 #include "launcher/train_config.h"
 

@@ -42,6 +42,17 @@ std::string flop_text(double flops) {
   return buf;
 }
 
+// "tensor 1.31 MB, data 441.34 kB": the groups it sends over.
+std::string comm_text(const RankCommPlan& c) {
+  std::string s;
+  const std::pair<const char*, double> groups[] = {{"tensor", c.tensor},       {"data", c.data},
+                                                   {"pipeline", c.pipeline},   {"embedding", c.embedding},
+                                                   {"expert", c.expert},       {"expert_data", c.expert_data}};
+  for (const auto& [name, bytes] : groups)
+    if (bytes > 0) s += (s.empty() ? "" : ", ") + std::string(name) + " " + format_decimal_bytes(bytes);
+  return s.empty() ? "nothing" : s;
+}
+
 }  // namespace
 
 size_t StagePlans::largest() const {
@@ -79,8 +90,10 @@ StagePlans plan_stages(const Config& cfg_in, int world) {
   tp.sequence_parallel = cfg.parallel.sequence_parallel;
   tp.comm_chunks = resolved_tensor_comm_chunks(cfg, out.gpu_target);
   tp.split_batch = tensor_splits_batch(cfg);
-  for (int stage = 0; stage < out.layout.pipeline; ++stage)
+  for (int stage = 0; stage < out.layout.pipeline; ++stage) {
     out.stages.push_back(plan_rank_memory(cfg, out.res.model, out.layout, stage, tp, out.res.accumulation));
+    out.comm.push_back(plan_rank_comm(cfg, out.res.model, out.layout, stage, tp, out.res.accumulation));
+  }
   return out;
 }
 
@@ -147,6 +160,10 @@ void print_plan(const Config& cfg_in, int world, double device_memory_gib) {
     if (offload) std::printf(" %12s", format_bytes(plan.offload_memory).c_str());
     if (files) std::printf(" %12s", format_bytes(plan.offload_files).c_str());
     std::printf("\n");
+  }
+  if (world > 1) {
+    std::printf("sent per rank a step (estimated as the step record's comm_bytes counts it: ring algorithms):\n");
+    for (int stage = 0; stage < p; ++stage) std::printf("%6d  %s\n", stage, comm_text(plans.comm[size_t(stage)]).c_str());
   }
   const double flops = mc.flops_per_token() * double(B * m * layout.data * T) / double(world);
   std::printf("compute: %s per rank a step (the model's FLOPs over %d rank%s)", flop_text(flops).c_str(), world,

@@ -6,13 +6,14 @@
 #include <vector>
 
 #include "core/process_groups.h"
+#include "launcher/comm_plan.h"
 #include "launcher/memory_plan.h"
 #include "launcher/resolved_run.h"
 #include "launcher/train_config.h"
 
 namespace trellis {
 
-// A config planned on `world` ranks: each pipeline stage's memory per rank.
+// A config planned on `world` ranks: each pipeline stage's memory per rank and what a rank sends a step.
 struct StagePlans {
   Config cfg;               // as planned: a GPU config on a machine without one is planned as on GPUs (bf16)
   bool gpu_target = false;  // train.device is cuda or auto
@@ -20,6 +21,7 @@ struct StagePlans {
   Resolved res;
   Layout layout;
   std::vector<RankMemoryPlan> stages;  // by pipeline stage
+  std::vector<RankCommPlan> comm;      // by pipeline stage
   size_t largest() const;              // the largest stage's device bytes
   int largest_stage() const;
 };

@@ -3,6 +3,7 @@
 #include <string>
 
 #include "launcher/train_config.h"
+#include "models/gpt_config.h"
 
 namespace trellis {
 
@@ -13,6 +14,11 @@ struct LaunchInfo {
 // Checks what depends on this rank's node (GPUs present for device = cuda, one GPU per local
 // rank). Throws UserError.
 void check_devices(const Config& cfg, const LaunchInfo& launch);
+
+// zero.embedding_grad resolved: whether `data_ranks` > 1 data ranks reduce the token embedding's
+// gradient as backward begins and gather the last micro-batch's embedding rows (EmbeddingRowExchange).
+// Throws UserError when gather_rows is asked for where it cannot run.
+bool use_embedding_row_exchange(const Config& cfg, int data_ranks, int64_t B, int64_t T, const GPTConfig& mc);
 
 // Trains as the config says. Throws UserError for problems the user can act on (including a
 // non-finite loss, naming the step and the first parameter where it appeared).

@@ -7,9 +7,14 @@ T = 32 tokens, d_model C = 64, 2 blocks, vocabulary padded to 128):
     the tied embedding's gradient (128 x C floats) is all-reduced with the last stage;
   tensor = 2: each block's four all-reduces of B T C floats, the embedding's and the head's one
     each, and the vocabulary-parallel loss's few of B T floats;
-a one-rank run has no comm_bytes. Usage: comm_bytes_test.py TRAIN_GPT MPIEXEC CONFIG"""
+a one-rank run has no comm_bytes. Then --plan's estimate of each group's bytes (launcher/comm_plan.h)
+against the run's, within 3%, on layouts that exercise each of its terms (ZeRO stages 0-3, gather_rows,
+16-bit reduction, tensor with sequence parallelism and full recomputation, 1F1B and interleaved
+pipelines, 3D, expert parallelism). Usage: comm_bytes_test.py TRAIN_GPT MPIEXEC CONFIG"""
 import json
 import os
+import re
+import subprocess
 import sys
 import tempfile
 
@@ -61,7 +66,42 @@ def main():
         sent, blocks = step.get("comm_bytes", {}), (4 * L + 2) * ACTIVATION
         check(list(sent) == ["tensor"] and 1.0 <= sent["tensor"] / blocks <= 1.02,
               f"tensor = 2: (4 L + 2) all-reduces of B T C floats, {blocks} bytes, and the loss's: {sent}")
+
+        # --plan's estimate of stage 0's traffic against what rank 0 sent, group by group, over
+        # layouts that exercise each term (4 blocks; 2 ranks unless said).
+        four = ["model.n_layers=4"]
+        layouts = [
+            (2, []), (4, []), (2, ["zero.reduce_dtype=bf16"]), (2, ["zero.embedding_grad=gather_rows"]),
+            (2, ["zero.stage=1"]), (4, ["zero.stage=1"]), (2, ["zero.stage=2", "train.global_batch=32"]),
+            (2, ["zero.stage=3"]), (2, ["zero.stage=3", "train.global_batch=32"]), (4, ["zero.stage=3", "train.global_batch=64"]),
+            (2, ["parallel.tensor=2"]), (4, ["parallel.tensor=4", "train.global_batch=16"]),
+            (2, ["parallel.tensor=2", "parallel.sequence_parallel=true"]),
+            (2, ["parallel.tensor=2", "train.checkpointing=full"]),
+            (2, ["parallel.tensor=2", "parallel.sequence_parallel=true", "train.checkpointing=full"]),
+            (2, ["parallel.pipeline=2", "train.global_batch=32"]),
+            (2, ["parallel.pipeline=2", "train.global_batch=32", "parallel.schedule=interleaved",
+                 "parallel.virtual_stages=2"]),
+            (4, ["parallel.pipeline=2", "parallel.tensor=2", "train.global_batch=32"]),
+            (4, ["parallel.pipeline=2", "zero.stage=1", "train.global_batch=32"]),
+            (4, ["parallel.pipeline=2", "zero.stage=3", "train.global_batch=32"]),
+            (4, ["parallel.tensor=2", "zero.stage=2", "train.global_batch=32"]),
+            (2, ["moe.experts=4", "parallel.expert=2"]), (4, ["moe.experts=4", "parallel.expert=2", "zero.stage=1"]),
+        ]
+        for ranks, sets in layouts:
+            sets = ["train.device=cpu", *four, *sets]
+            _, step, _ = last_step(binary, mpiexec, config, tmp, ranks, "plan", sets)
+            q = subprocess.run([binary, config, "--plan", "--world", str(ranks), *sum((["--set", x] for x in sets), [])],
+                               capture_output=True, text=True, timeout=60)
+            line = re.search(r"^\s+0  (.*)$", q.stdout.split("sent per rank a step")[-1], re.M)
+            planned = {g: float(n) * UNITS[u] for g, n, u in re.findall(r"(\w+) ([\d.]+) (kB|MB|GB)", line.group(1))}
+            sent = step.get("comm_bytes", {})
+            worst = max(abs(planned.get(g, 0) - sent.get(g, 0)) / max(sent.get(g, 0), 1) for g in set(sent) | set(planned))
+            check(worst <= 0.03 and all(g in sent for g in planned),
+                  f"{ranks} ranks {' '.join(sets[2:])}: --plan {planned} against {sent} (worst {100 * worst:.1f}%)")
     print("PASS")
+
+
+UNITS = {"kB": 1e3, "MB": 1e6, "GB": 1e9}
 
 
 if __name__ == "__main__":

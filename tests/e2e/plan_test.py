@@ -73,14 +73,18 @@ def main():
     # what --plan gives for that layout, and the fit column compares it with --device-memory.
     p = subprocess.run([binary, gpt2, "--layouts", "--world", "16", "--device-memory", "4"], capture_output=True,
                        text=True, timeout=60)
-    found = re.findall(r"^\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\S+)\s+([\d.]+ \S+) \((\d+)\)\s+(yes|no)", p.stdout, re.M)
+    num = r"(-|[\d.]+ [kMG]B)"
+    found = re.findall(r"^\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\S+)\s+([\d.]+ \S+) \((\d+)\)\s+" + num + r"\s+" + num +
+                       r"\s+" + num + r"\s+(yes|no)", p.stdout, re.M)
     batch = re.search(r"global batch (\d+) sequences", p.stdout)
     check(p.returncode == 0 and len(found) == 11 and batch is not None,
           f"--layouts --world 16 lists the 11 layouts GPT-2 124M allows ({len(found)})")
     check("tensor 8 x pipeline 1: tensor parallelism splits the attention heads" in p.stdout and
           "tensor 1 x pipeline 16: model.n_layers = 12" in p.stdout, "... and says why the others are not possible")
     fits = 0
-    for t, pp, d, m, bubble, device, stage, fit in found:
+    for t, pp, d, m, bubble, device, stage, sent_t, sent_d, sent_p, fit in found:
+        check((sent_t == "-") == (t == "1") and (sent_d == "-") == (d == "1") and (sent_p == "-") == (pp == "1"),
+              f"... it sends over the groups of more than one rank ({sent_t}, {sent_d}, {sent_p})")
         check(int(t) * int(pp) * int(d) == 16 and int(m) * int(d) * 16 == int(batch.group(1)),
               f"tensor {t} x pipeline {pp} x data {d}, {m} micro-batches of 16 make the global batch")
         q = subprocess.run([binary, gpt2, "--plan", "--world", "16", "--device-memory", "4", "--set",
