@@ -53,6 +53,8 @@ struct OptimizerConfig {
   double lr = 6e-4;
   double min_lr = 6e-5;
   int64_t warmup_steps = 100;
+  std::string schedule = "cosine";  // cosine | linear | constant | wsd (launcher/lr_schedule.h)
+  int64_t decay_steps = 0;          // wsd: the final decay's steps; 0 = train.steps / 5
   double beta1 = 0.9;
   double beta2 = 0.95;
   double eps = 1e-8;

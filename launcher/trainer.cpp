@@ -328,6 +328,16 @@ void warn_on_unused_settings(const Config& cfg, const std::string& precision, in
   if (cfg.optimizer.warmup_steps > steps)
     warn("optimizer.warmup_steps = " + std::to_string(cfg.optimizer.warmup_steps) + " is beyond train.steps = " +
          std::to_string(steps) + ": the learning rate never reaches optimizer.lr");
+  const OptimizerConfig& o = cfg.optimizer;
+  if (o.decay_steps > 0 && o.schedule != "wsd")
+    warn("optimizer.decay_steps applies to optimizer.schedule = \"wsd\" only; this run's is \"" + o.schedule + "\"");
+  if (o.schedule == "wsd") {
+    const LrSchedule s{o.schedule, steps, o.warmup_steps, o.decay_steps, o.lr, o.min_lr};
+    if (s.decay_start() < o.warmup_steps)
+      warn("optimizer.schedule = wsd decays over the last " + std::to_string(steps - s.decay_start()) +
+           " steps (optimizer.decay_steps), which begin at step " + std::to_string(std::max<int64_t>(s.decay_start() + 1, 1)) +
+           ", before optimizer.warmup_steps = " + std::to_string(o.warmup_steps) + " ends: there is no stable phase");
+  }
   const Fp16Config d;
   const Fp16Config& f = cfg.fp16;
   if (precision != "fp16" && (f.initial_scale_power != d.initial_scale_power || f.loss_scale_window != d.loss_scale_window ||
@@ -693,6 +703,8 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
   const Tensor expert_sq = expert_sq_buf.tensor(DType::f32, {1});
   // With experts: the step's balancing losses, dropped choices and z-losses over its MoE blocks (for the log).
   const bool moe = mc.moe.experts > 0;
+  const LrSchedule lr_schedule{cfg.optimizer.schedule, cfg.train.steps,        cfg.optimizer.warmup_steps,
+                               cfg.optimizer.decay_steps, cfg.optimizer.lr, cfg.optimizer.min_lr};
   Buffer moe_stats_buf(rt.allocator(), 3 * 4, "MoE statistics");
   const Tensor moe_stats = moe_stats_buf.tensor(DType::f32, {3});
   // The step's AdamW values (core/step_scalars.h): what the host knows goes up at the start of the
@@ -739,7 +751,7 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
     tally.start();
     const float loss_scale = scaler.scale();
     const float dloss = float(loss_scale / tokens_per_step);
-    const double lr = learning_rate(step, cfg.train.steps, cfg.optimizer.warmup_steps, cfg.optimizer.lr, cfg.optimizer.min_lr);
+    const double lr = lr_schedule.at(step);
     {
       float* plan = step_plan.ptr<float>();  // pinned: the previous step's copy of it finished at its end
       const int64_t t = step - scaler.skipped();  // the steps applied so far, this one included

@@ -61,6 +61,17 @@ def main():
             _, ck = train(binary, config, tmp, mode, *short, "train.checkpointing=" + mode)
             check(losses(ck) == losses(none), f"checkpointing={mode} leaves the losses bit-identical")
 
+        # optimizer.schedule = wsd: warm-up, lr held, then the last decay_steps steps down to min_lr.
+        out, w = train(binary, config, tmp, "wsd", "train.steps=20", "optimizer.warmup_steps=4", "optimizer.schedule=wsd",
+                       "optimizer.decay_steps=5", "optimizer.lr=1e-3", "optimizer.min_lr=1e-4")
+        lrs = {r["step"]: r["lr"] for r in w if "lr" in r}
+        check(abs(lrs[2] - 5e-4) < 1e-12 and all(abs(lrs[k] - 1e-3) < 1e-12 for k in range(4, 16)) and
+              abs(lrs[18] - (1e-4 + 9e-4 * 2 / 5)) < 1e-12 and abs(lrs[20] - 1e-4) < 1e-12,
+              f"optimizer.schedule = wsd: the step records' lr ({[round(lrs[k], 6) for k in sorted(lrs)]})")
+        out, _ = train(binary, config, tmp, "decay_unused", "train.steps=2", "optimizer.decay_steps=5")
+        check("warning: optimizer.decay_steps applies to optimizer.schedule = \"wsd\" only" in out,
+              "optimizer.decay_steps without wsd is warned of")
+
         _, acc = train(binary, config, tmp, "acc", "train.steps=10", "train.micro_batch=4", "train.global_batch=8")
         base = losses(a)[:10]
         worst = max(abs(x - y) for x, y in zip(losses(acc), base))
