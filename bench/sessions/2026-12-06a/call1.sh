@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Session call 1 (one GPU): after this session's host-side changes (communication counting and
+# estimates, --layouts, the learning-rate schedules, the data checksum): the whole build, every CUDA
+# test (label cuda), gpu_e2e; --plan and --layouts on a GPU host (the fit against this GPU); GPT-2
+# 1.3B trained 12 steps under optimizer.schedule = wsd (the log's lr and step time).
+set -uo pipefail
+cd "$(dirname "$0")/../../.."
+source bench/device_env.sh
+build_trellis
+echo "=== ctest -L cuda $(date +%T)"
+(cd build && timeout 300 ctest -L cuda -j4 > "$out/ctest_cuda.log" 2>&1); echo "ctest exit $?"
+grep -E "tests passed|tests failed|Failed|\*\*\*Failed|Total Test" "$out/ctest_cuda.log" | head -12
+echo "=== gpu_e2e $(date +%T)"
+timeout 280 python3 tests/e2e/gpu_e2e.py build/train_gpt mpiexec examples/configs/tiny.toml > "$out/gpu_e2e.log" 2>&1
+echo "gpu_e2e exit $?"; grep -c "^ok" "$out/gpu_e2e.log"; grep -E "FAIL|PASS" "$out/gpu_e2e.log" | head -4
+echo "=== plan and layouts $(date +%T)"
+L13="--set model.n_layers=24 --set model.d_model=2048 --set model.n_heads=16 --set train.micro_batch=16"
+build/train_gpt bench/profile_124m.toml $L13 --plan | tail -4
+build/train_gpt bench/profile_124m.toml $L13 --layouts --world 8 --set train.global_batch=128
+echo "=== 1.3B, wsd $(date +%T)"
+timeout 150 build/train_gpt bench/profile_124m.toml $L13 --set train.steps=12 --set optimizer.schedule=wsd \
+  --set optimizer.warmup_steps=4 --set optimizer.decay_steps=4 --set log.every=1 | grep -E "memory per rank|^step"
+echo "=== done $(date +%T)"
