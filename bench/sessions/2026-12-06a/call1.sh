@@ -2,7 +2,8 @@
 # Session call 1 (one GPU): after this session's host-side changes (communication counting and
 # estimates, --layouts, the learning-rate schedules, the data checksum): the whole build, every CUDA
 # test (label cuda), gpu_e2e; --plan and --layouts on a GPU host (the fit against this GPU); GPT-2
-# 1.3B trained 12 steps under optimizer.schedule = wsd (the log's lr and step time).
+# 1.3B trained 12 steps under optimizer.schedule = wsd (the log's lr and step time); its per-op
+# profile (issue 8: each GEMM shape's rate).
 set -uo pipefail
 cd "$(dirname "$0")/../../.."
 source bench/device_env.sh
@@ -20,4 +21,8 @@ build/train_gpt bench/profile_124m.toml $L13 --layouts --world 8 --set train.glo
 echo "=== 1.3B, wsd $(date +%T)"
 timeout 150 build/train_gpt bench/profile_124m.toml $L13 --set train.steps=12 --set optimizer.schedule=wsd \
   --set optimizer.warmup_steps=4 --set optimizer.decay_steps=4 --set log.every=1 | grep -E "memory per rank|^step"
+echo "=== 1.3B per-op profile $(date +%T)"
+timeout 150 build/train_gpt bench/profile_124m.toml $L13 --set train.steps=12 --set log.profile_ops=true \
+  --set log.every=100 > "$out/profile_13b.log" 2>&1; echo "profile exit $?"
+sed -n '/per-op device time/,$p' "$out/profile_13b.log" | head -60
 echo "=== done $(date +%T)"
