@@ -30,6 +30,7 @@ class GPTConfig:
     moe_aux_loss_coef: float = 0.01
     moe_z_loss_coef: float = 0.0
     moe_layer_freq: int = 1
+    moe_shared_experts: int = 0  # one more MLP of this x 4C every token goes through
 
     @property
     def padded_vocab(self):  # Trellis pads the vocabulary to a multiple of 128
@@ -67,10 +68,10 @@ class Attention(nn.Module):
 
 
 class MLP(nn.Module):
-    def __init__(self, cfg):
+    def __init__(self, cfg, width=1):  # hidden width: width x 4C
         super().__init__()
-        self.fc = nn.Linear(cfg.d_model, 4 * cfg.d_model)
-        self.proj = nn.Linear(4 * cfg.d_model, cfg.d_model)
+        self.fc = nn.Linear(cfg.d_model, width * 4 * cfg.d_model)
+        self.proj = nn.Linear(width * 4 * cfg.d_model, cfg.d_model)
 
     def forward(self, x):
         return self.proj(F.gelu(self.fc(x), approximate="tanh"))
@@ -79,13 +80,16 @@ class MLP(nn.Module):
 class MoE(nn.Module):
     """Top-k routing with a fixed capacity per expert (GShard, as Trellis's moe/moe_mlp.h): every
     token's first choice takes slots first, in token order, then the second choices; a choice past
-    an expert's capacity is dropped. Returns the gated sum of the experts' outputs, the
-    balancing loss E * sum_e f_e P_e and the router z-loss mean_n logsumexp(logits_n)^2."""
+    an expert's capacity is dropped. Returns the gated sum of the experts' outputs (plus the shared
+    MLP's, which every token goes through), the balancing loss E * sum_e f_e P_e and the router
+    z-loss mean_n logsumexp(logits_n)^2."""
 
     def __init__(self, cfg):
         super().__init__()
         self.E, self.K, self.cf = cfg.moe_experts, cfg.moe_top_k, cfg.moe_capacity_factor
         self.router = nn.Linear(cfg.d_model, self.E, bias=False)
+        if cfg.moe_shared_experts > 0:  # registered before the experts: Trellis's parameter order
+            self.shared = MLP(cfg, cfg.moe_shared_experts)
         self.experts = nn.ModuleList(MLP(cfg) for _ in range(self.E))
 
     def forward(self, x):
@@ -110,6 +114,8 @@ class MoE(nn.Module):
         ye = torch.cat([ye, ye.new_zeros(1, C)])
         g = gate.t().reshape(-1) * keep
         out = (ye[slot].float() * g[:, None]).view(K, N, C).sum(0)
+        if hasattr(self, "shared"):
+            out = out + self.shared(x2).float()
         aux = E * (onehot.sum(0).float() / (N * K) * probs.mean(0)).sum()
         z = logits.logsumexp(-1).square().mean()
         return out.to(x.dtype).view(B, T, C), aux, z
@@ -218,7 +224,7 @@ def load_trellis_dump(dump_dir, dtype=torch.float64, attn="sdpa"):
                     dropout=float(c.get("dropout", 0.0)), attn=attn, moe_experts=moe.get("experts", 0),
                     moe_top_k=moe.get("top_k", 2), moe_capacity_factor=moe.get("capacity_factor", 1.25),
                     moe_aux_loss_coef=moe.get("aux_loss_coef", 0.01), moe_z_loss_coef=moe.get("z_loss_coef", 0.0),
-                    moe_layer_freq=moe.get("layer_freq", 1))
+                    moe_layer_freq=moe.get("layer_freq", 1), moe_shared_experts=moe.get("shared_experts", 0))
     if "padded_vocab" in c and c["padded_vocab"] != cfg.padded_vocab:
         raise ValueError(f"padded_vocab {c['padded_vocab']} != expected {cfg.padded_vocab}")
     model = GPT(cfg).to(dtype)

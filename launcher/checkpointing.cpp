@@ -93,7 +93,10 @@ void set_from_whole(Runtime& rt, TrainingState s, const StateBlob& b, const std:
 std::string model_signature(const GPTConfig& m) {
   // Which blocks have experts, and how many, decide the parameters (top_k, the capacity and the
   // balancing loss may change between runs); a dense model's signature is as before experts existed.
-  const std::string experts = m.moe.experts == 0 ? "" : ", moe.experts " + std::to_string(m.moe.experts) +
+  // A shared MLP is named only where there is one, so signatures written before it existed still match.
+  const std::string shared =
+      m.moe.shared_experts == 0 ? "" : " and " + std::to_string(m.moe.shared_experts) + " shared";
+  const std::string experts = m.moe.experts == 0 ? "" : ", moe.experts " + std::to_string(m.moe.experts) + shared +
                                                             " every " + std::to_string(m.moe.layer_freq) + " blocks";
   return "vocab_size " + std::to_string(m.vocab_size) + ", seq_len " + std::to_string(m.seq_len) + ", n_layers " +
          std::to_string(m.n_layers) + ", n_heads " + std::to_string(m.n_heads) + ", d_model " +

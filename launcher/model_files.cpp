@@ -100,6 +100,7 @@ void write_model_json(const GPTConfig& mc, const std::vector<ParameterSpec>& spe
     moe.add("experts", mc.moe.experts).add("top_k", mc.moe.top_k).add("capacity_factor", mc.moe.capacity_factor);
     moe.add("aux_loss_coef", double(mc.moe.aux_loss_coef)).add("layer_freq", mc.moe.layer_freq);
     if (mc.moe.z_loss_coef > 0) moe.add("z_loss_coef", double(mc.moe.z_loss_coef));  // written when used
+    if (mc.moe.shared_experts > 0) moe.add("shared_experts", mc.moe.shared_experts);
     config.add("moe", moe);
   }
   std::string params = "[";

@@ -36,6 +36,7 @@ Resolved resolve(const Config& cfg, const LaunchInfo& launch) {
   r.model.moe.aux_loss_coef = float(cfg.moe.aux_loss_coef);
   r.model.moe.z_loss_coef = float(cfg.moe.z_loss_coef);
   r.model.moe.layer_freq = cfg.moe.layer_freq;
+  r.model.moe.shared_experts = cfg.moe.shared_experts;
   r.model.moe.expert_parallel = cfg.parallel.expert;
   r.model.checkpointing = cfg.train.checkpointing == "full"          ? Checkpointing::full
                           : cfg.train.checkpointing == "selective"   ? Checkpointing::selective

@@ -213,9 +213,9 @@ void validate_relations(const Config& c) {
   if (const double elements = L * B * T * 4 * C; elements >= 0x1p56)
     throw beyond("model.n_layers x train.micro_batch x model.seq_len x 4 x model.d_model", elements,
                  "elements of activations is beyond what the memory plan can count (allowed: below 2^56)");
-  const double mlps = 1.0 + double(c.moe.experts);  // a dense MLP and the experts' (8 C^2 each)
+  const double mlps = 1.0 + double(c.moe.experts) + double(c.moe.shared_experts);  // dense, experts', shared (8 C^2 each)
   if (const double params = L * (4 + 8 * mlps) * C * C + (V + T) * C; params >= 0x1p50)
-    throw beyond("model.n_layers x (4 + 8 x (1 + moe.experts)) x model.d_model^2 + (model.vocab_size + model.seq_len) x model.d_model",
+    throw beyond("model.n_layers x (4 + 8 x (1 + moe.experts + moe.shared_experts)) x model.d_model^2 + (model.vocab_size + model.seq_len) x model.d_model",
                  params, "parameters is beyond what the memory plan can count (allowed: below 2^50)");
   if (c.moe.experts > 0) {  // the experts' slots: int32 indices, and their activations in every block
     const double E = double(c.moe.experts), tokens = B * T;

@@ -27,12 +27,12 @@ int64_t stored_numel(const GPTConfig& m) { return m.parameter_count() + (m.padde
 // The experts of a stored model's description, checked as train_gpt's config would (one rank holds
 // them all).
 MoEConfig experts_of(int64_t experts, int64_t top_k, double capacity_factor, double aux_loss_coef, int64_t layer_freq,
-                     const std::string& where) {
+                     int64_t shared_experts, const std::string& where) {
   MoEConfig m;
   if (experts == 0) return m;
   if (experts < 0 || experts > 1024 || top_k < 1 || top_k > std::min<int64_t>(experts, 8) || layer_freq < 1 ||
       layer_freq > INT32_MAX ||
-      !(capacity_factor > 0 && capacity_factor <= 64) || !(aux_loss_coef >= 0))
+      !(capacity_factor > 0 && capacity_factor <= 64) || !(aux_loss_coef >= 0) || shared_experts < 0 || shared_experts > 64)
     throw UserError(where + ": its experts (" + std::to_string(experts) + " experts, top " + std::to_string(top_k) +
                     ", every " + std::to_string(layer_freq) + " blocks) are not a valid [moe] section");
   m.experts = experts;
@@ -40,6 +40,7 @@ MoEConfig experts_of(int64_t experts, int64_t top_k, double capacity_factor, dou
   m.capacity_factor = capacity_factor;
   m.aux_loss_coef = float(aux_loss_coef);
   m.layer_freq = layer_freq;
+  m.shared_experts = shared_experts;
   return m;
 }
 
@@ -95,7 +96,8 @@ StoredModel open_checkpoint(const std::string& path, const std::string& verb) {
   const auto& mc = s.config->model;
   s.shape = shape_of(mc.vocab_size, mc.seq_len, mc.n_layers, mc.n_heads, mc.d_model, s.dir + " (config)");
   const MoESection& e = s.config->moe;
-  s.shape.moe = experts_of(e.experts, e.top_k, e.capacity_factor, e.aux_loss_coef, e.layer_freq, s.dir + " (config)");
+  s.shape.moe = experts_of(e.experts, e.top_k, e.capacity_factor, e.aux_loss_coef, e.layer_freq, e.shared_experts,
+                           s.dir + " (config)");
   // The params blob must hold the model its config describes (an edited config could ask for far
   // more memory than there is).
   const BlobInfo& info = reader->blob_info("params");
@@ -128,13 +130,15 @@ StoredModel open_export(const std::string& dir) {
     // Its parameter list must be the whole model's, in order: the layout params.f32 is read in.
     if (const JsonValue* moe = c.find("moe"))
       s.shape.moe = experts_of(moe->at("experts").as_int(), moe->at("top_k").as_int(), moe->at("capacity_factor").as_double(),
-                               moe->at("aux_loss_coef").as_double(), moe->at("layer_freq").as_int(), json);
+                               moe->at("aux_loss_coef").as_double(), moe->at("layer_freq").as_int(),
+                               moe->find("shared_experts") ? moe->at("shared_experts").as_int() : 0, json);
     const JsonValue& params = root.at("params");
-    // The list's length first (blocks with experts have 9 + 4 x experts tensors, the others 12; wte,
-    // wpe and the final LayerNorm's two), before a config claiming a huge model is laid out.
+    // The list's length first (blocks with experts have 9 + 4 x experts tensors and 4 more with a
+    // shared MLP, the others 12; wte, wpe and the final LayerNorm's two), before a config claiming a
+    // huge model is laid out.
     const int64_t blocks_with_experts = s.shape.moe.layers(s.shape.n_layers);
     const int64_t tensors = 4 + 12 * (s.shape.n_layers - blocks_with_experts) +
-                            (9 + 4 * s.shape.moe.experts) * blocks_with_experts;
+                            (9 + 4 * s.shape.moe.experts + (s.shape.moe.shared_experts > 0 ? 4 : 0)) * blocks_with_experts;
     if (int64_t(params.items.size()) != tensors)
       throw UserError(json + ": its parameter list has " + std::to_string(params.items.size()) +
                       " tensors; the GPT model of its config has " + std::to_string(tensors));

@@ -35,7 +35,8 @@ GPT::StageCosts GPT::stage_costs(const GPTConfig& cfg) {
   s.block = 72 * C * C + 12 * T * C;
   s.head = 6 * C * cfg.padded_vocab() + 8 * C;
   s.embedding = 8 * C;
-  const double expert_rows = cfg.moe.capacity_factor * double(cfg.moe.top_k);
+  // Each token's rows through an expert-sized MLP: its routed slots, and the shared MLP's width.
+  const double expert_rows = cfg.moe.capacity_factor * double(cfg.moe.top_k) + double(cfg.moe.shared_experts);
   s.moe_block = 24 * C * C + 12 * T * C + 6 * cfg.moe.experts * C + int64_t(expert_rows * double(48 * C * C));
   return s;
 }

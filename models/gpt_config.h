@@ -33,9 +33,9 @@ struct GPTConfig {
   int64_t padded_vocab() const { return (vocab_size + kVocabPadMultiple - 1) / kVocabPadMultiple * kVocabPadMultiple; }
   int64_t head_dim() const { return d_model / n_heads; }
   // Parameters of the model as published (no vocabulary padding), tied embedding counted once;
-  // a block with experts counts its router and every expert.
+  // a block with experts counts its router, every expert and the shared MLP.
   int64_t parameter_count() const { return count_parameters(moe.experts); }
-  // The parameters one token's forward uses: a block with experts counts top_k of them.
+  // The parameters one token's forward uses: a block with experts counts top_k of them (and the shared MLP).
   int64_t active_parameter_count() const { return count_parameters(moe.top_k); }
   // Model FLOPs per trained token: 6N + 12 L C T (REFERENCE.md), N = active_parameter_count().
   double flops_per_token() const {
@@ -47,7 +47,8 @@ struct GPTConfig {
     const int64_t C = d_model, mlp = (4 * C * C + 4 * C) + (4 * C * C + C);
     const int64_t per_layer = 2 * C + (3 * C * C + 3 * C) + (C * C + C) + 2 * C + mlp;
     const int64_t moe_layers = moe.layers(n_layers);
-    const int64_t moe_extra = moe_layers * (moe.experts * C + (experts_per_moe_block - 1) * mlp);
+    const int64_t H = moe.shared_width(C), shared = H > 0 ? (H * C + H) + (C * H + C) : 0;  // every token's
+    const int64_t moe_extra = moe_layers * (moe.experts * C + (experts_per_moe_block - 1) * mlp + shared);
     return vocab_size * C + seq_len * C + n_layers * per_layer + moe_extra + 2 * C;
   }
 };

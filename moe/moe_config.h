@@ -14,11 +14,14 @@ struct MoEConfig {
   float aux_loss_coef = 0.01f;     // weight of the load-balancing loss (Switch Transformer)
   float z_loss_coef = 0.0f;        // weight of the router z-loss (ST-MoE): mean of log(sum exp(logits))^2
   int64_t layer_freq = 1;          // block l has experts when l % layer_freq == 0
+  int64_t shared_experts = 0;      // expert-sized MLPs every token also goes through, as one MLP of this x 4C
   int64_t expert_parallel = 1;     // experts split over this many data-parallel ranks
 
   bool in_layer(int64_t layer) const { return experts > 0 && layer % layer_freq == 0; }
   int64_t layers(int64_t n_layers) const { return experts > 0 && n_layers > 0 ? (n_layers - 1) / layer_freq + 1 : 0; }
   int64_t local_experts() const { return experts / expert_parallel; }
+  // The shared MLP's hidden width (0: none).
+  int64_t shared_width(int64_t d_model) const { return shared_experts * 4 * d_model; }
   // Slots per expert for a micro-batch of `tokens` tokens: at least 1, at most every token.
   int64_t capacity(int64_t tokens) const {
     const double c = capacity_factor * double(top_k) * double(tokens) / double(experts);

@@ -31,6 +31,14 @@ void MoEMLP::append_specs(const MoEConfig& moe, int64_t C, int64_t n_layers, int
   auto row = [&](ParameterSpec s) { return t > 1 ? shard_spec(s, 1, t, r) : s; };
   const float resid_std = 0.02f / std::sqrt(2.0f * float(n_layers));  // as the dense MLP's projection
   out.push_back({"h." + std::to_string(layer) + ".moe.router.w", {moe.experts, C}, Init::normal, 0.02f, true});
+  if (moe.shared_experts > 0) {  // dense: before the experts, in the block's bucket with the router
+    const std::string p = "h." + std::to_string(layer) + ".moe.shared.";
+    const int64_t H = moe.shared_width(C);
+    out.push_back(column({p + "fc.w", {H, C}, Init::normal, 0.02f, true}));
+    out.push_back(column({p + "fc.b", {H}, Init::zeros, 0, false}));
+    out.push_back(row({p + "proj.w", {C, H}, Init::normal, resid_std, true}));
+    out.push_back({p + "proj.b", {C}, Init::zeros, 0, false});
+  }
   const int64_t first = int64_t(expert_rank) * moe.local_experts();
   for (int64_t j = first; j < first + moe.local_experts(); ++j) {
     const std::string p = expert_prefix(layer, j);
@@ -44,6 +52,10 @@ void MoEMLP::append_specs(const MoEConfig& moe, int64_t C, int64_t n_layers, int
 MoEParams MoEMLP::params_of(const ParameterStore& ps, const MoEConfig& moe, int layer, int expert_rank) {
   MoEParams p;
   p.router_w = &ps.get("h." + std::to_string(layer) + ".moe.router.w");
+  if (moe.shared_experts > 0) {
+    const std::string s = "h." + std::to_string(layer) + ".moe.shared.";
+    p.shared = {&ps.get(s + "fc.w"), &ps.get(s + "fc.b"), &ps.get(s + "proj.w"), &ps.get(s + "proj.b")};
+  }
   const int64_t first = int64_t(expert_rank) * moe.local_experts();
   for (int64_t j = first; j < first + moe.local_experts(); ++j) {
     const std::string e = expert_prefix(layer, j);
@@ -57,6 +69,9 @@ MoEMLP::MoEMLP(const MoEConfig& moe, DType dtype, const MoEParams& p, Communicat
     : moe_(moe), dtype_(dtype), p_(p), group_(group), tensor_(tensor && tensor->size() > 1 ? tensor : nullptr),
       sequence_parallel_(sequence_parallel && tensor_) {
   const int t = tensor_ ? tensor_->size() : 1;
+  if (has_shared())
+    TRELLIS_CHECK(p_.shared.fc_w->spec.split.parts == t && p_.shared.proj_w->spec.split.parts == t,
+                  "MoEMLP: " + p_.shared.fc_w->spec.name + " is not split over the tensor group of " + std::to_string(t));
   for (const ExpertParams& e : p_.experts)
     TRELLIS_CHECK(e.fc_w->spec.split.parts == t && e.proj_w->spec.split.parts == t,
                   "MoEMLP: " + e.fc_w->spec.name + " is not split over the tensor group of " + std::to_string(t));
@@ -73,6 +88,7 @@ void MoEMLP::tensor_sum(const Tensor& t) const {
 
 std::vector<const Parameter*> MoEMLP::parameters() const {
   std::vector<const Parameter*> out{p_.router_w};
+  if (has_shared()) out.insert(out.end(), {p_.shared.fc_w, p_.shared.fc_b, p_.shared.proj_w, p_.shared.proj_b});
   for (const ExpertParams& e : p_.experts) out.insert(out.end(), {e.fc_w, e.fc_b, e.proj_w, e.proj_b});
   return out;
 }
@@ -206,6 +222,37 @@ void MoEMLP::experts_backward(Runtime& rt, const Tensor& dxe, const Tensor& dye,
   });
 }
 
+void MoEMLP::shared_hidden(Runtime& rt, const Tensor& x, MoESaved& s, Arena& keep) const {
+  const int64_t H = p_.shared.fc_w->spec.shape[0];  // this tensor rank's columns of the shared width
+  s.hs = keep.take(dtype_, {x.rows(), H});
+  s.gs = keep.take(dtype_, {x.rows(), H});
+  MatmulOptions fc;
+  fc.trans_b = true;
+  fc.bias = &p_.shared.fc_b->value;
+  fc.gelu_input = &s.hs;
+  matmul(rt, s.gs, x, p_.shared.fc_w->value, fc);
+}
+
+void MoEMLP::shared_output(Runtime& rt, const Tensor& out, const MoESaved& s) const {
+  MatmulOptions proj;
+  proj.trans_b = true;
+  proj.residual = &out;
+  if (first_tensor_rank()) proj.bias = &p_.shared.proj_b->value;  // once in the sum over the tensor group
+  matmul(rt, out, s.gs, p_.shared.proj_w->value, proj);
+}
+
+void MoEMLP::shared_backward(Runtime& rt, const Tensor& dx, const Tensor& dout, const Tensor& x, const MoESaved& s) const {
+  weight_and_bias_grad(rt, *p_.shared.proj_w, *p_.shared.proj_b, dout, s.gs);
+  const Tensor dh = s.gs;  // gs is read: its rows take dh = (dout W_proj) * gelu'(hs)
+  MatmulOptions dgelu;
+  dgelu.gelu_grad_of = &s.hs;
+  matmul(rt, dh, dout, p_.shared.proj_w->value, dgelu);
+  weight_and_bias_grad(rt, *p_.shared.fc_w, *p_.shared.fc_b, dh, x);
+  MatmulOptions acc;
+  acc.accumulate = true;
+  matmul(rt, dx, dh, p_.shared.fc_w->value, acc);
+}
+
 void MoEMLP::forward(Runtime& rt, const Tensor& out, const Tensor& x_in, const Tensor* residual, MoESaved& s,
                      Arena& keep, Arena& temp, const Tensor& stats) const {
   NvtxRange r("moe_forward");
@@ -235,17 +282,20 @@ void MoEMLP::forward(Runtime& rt, const Tensor& out, const Tensor& x_in, const T
   s.ye = ye;
   experts_forward(rt, s);
   s.ye = exchanged ? exchange(ye, keep) : ye;  // back in routing order, for the combine
+  if (has_shared()) shared_hidden(rt, x, s, keep);
   if (!out.defined()) return;
   if (sequence_parallel_) {  // the partial sums of every token, reduce-scattered into this rank's rows
     TRELLIS_CHECK(!residual, "MoEMLP: the residual add of sequence parallelism is the block's");
     const Tensor full = temp.take(dtype_, {N, C});
     moe_combine(rt, full, s.ye, s.slot, s.gate, Tensor());
+    if (has_shared()) shared_output(rt, full, s);
     reduce_scatter_to_token_shards_forward(*tensor_, out.view({out.rows(), C}), full).wait();
     return;
   }
   // Under tensor parallelism the outputs are partial sums: rank 0 adds the residual, the group sums.
   const Tensor res = residual && first_tensor_rank() ? residual->view({N, C}) : Tensor();
   moe_combine(rt, out.view({N, C}), s.ye, s.slot, s.gate, res);
+  if (has_shared()) shared_output(rt, out.view({N, C}), s);
   tensor_sum(out);
 }
 
@@ -265,6 +315,7 @@ void MoEMLP::backward(Runtime& rt, const Tensor& dx_in, const Tensor& dout_in, c
   Tensor dxe = work.take(dtype_, {S, C});
   experts_backward(rt, dxe, dye_experts, s);
   moe_dispatch_backward(rt, dx, exchange(dxe, work), s.slot, false);
+  if (has_shared()) shared_backward(rt, dx, dout, x, s);
   // Each rank's fc shard gives a part; the router's part below is the same on every rank (added once
   // to the parts that sequence parallelism reduce-scatters).
   if (!sequence_parallel_) tensor_sum(dx);
@@ -295,7 +346,8 @@ size_t MoEMLP::kept_bytes(const MoEConfig& moe, int64_t C, DType dtype, int64_t 
   const size_t e = dtype_size(dtype);
   return aligned(size_t(N * E) * 4) + aligned(size_t(N) * 4) + 3 * aligned(size_t(N * K) * 4) + aligned(size_t(S) * 4) +
          aligned(size_t(E) * 4) +
-         2 * aligned(size_t(S * C) * e) + 2 * aligned(size_t(S * 4 * C / t) * e);
+         2 * aligned(size_t(S * C) * e) + 2 * aligned(size_t(S * 4 * C / t) * e) +
+         2 * aligned(size_t(N * moe.shared_width(C) / t) * e);  // the shared MLP's hs, gs
 }
 
 size_t MoEMLP::work_bytes(const MoEConfig& moe, int64_t C, DType dtype, int64_t N, int /*t: (S, C) temporaries only*/,

@@ -19,9 +19,15 @@
 // all-reduce of the output, rank 0 adding the residual and the proj biases), and backward sums the
 // gates' gradients and the input's over the group.
 //
+// Shared experts (moe.shared_experts = s > 0, DeepSeekMoE's, Megatron's shared expert): one more MLP
+// of hidden width s x 4C that every token goes through, its output added to the gated sum. It is
+// not an expert: every rank of an expert group holds it (as the router), its gradient is summed
+// over the data group, and tensor parallelism splits it as a dense MLP.
+//
 // Parameters: h.L.moe.router.w (E, C), and per expert j (global index) h.L.moe.experts.j.fc.w
 // (4C, C), .fc.b, .proj.w (C, 4C), .proj.b: initialized by name and index like every parameter, so
-// which rank holds an expert (or which shard of it) does not change it.
+// which rank holds an expert (or which shard of it) does not change it; the shared MLP's
+// h.L.moe.shared.fc.w (s 4C, C), .fc.b, .proj.w (C, s 4C), .proj.b.
 #pragma once
 #include <string>
 #include <vector>
@@ -41,6 +47,7 @@ struct ExpertParams {
 struct MoEParams {
   const Parameter* router_w = nullptr;
   std::vector<ExpertParams> experts;  // this rank's, in expert order
+  ExpertParams shared = {};           // moe.shared_experts > 0: the MLP every token goes through
 };
 
 // What backward needs, for one micro-batch. N tokens, K choices, S = E * capacity slots; with
@@ -49,6 +56,7 @@ struct MoEParams {
 struct MoESaved {
   Tensor probs, lse, expert, gate, slot, slot_token, counts;  // routing (moe_route)
   Tensor xe, he, ge, ye;  // expert inputs (S, C), fc outputs and their GELU (S, 4C), outputs (S, C)
+  Tensor hs, gs;          // the shared MLP's fc outputs and their GELU (N, shared width)
 };
 
 class MoEMLP {
@@ -96,6 +104,13 @@ class MoEMLP {
   // The expert MLPs on xe's slots: he, ge, ye (forward) or, given dye, dxe and the gradients.
   void experts_forward(Runtime& rt, const MoESaved& s) const;
   void experts_backward(Runtime& rt, const Tensor& dxe, const Tensor& dye, const MoESaved& s) const;
+  // The shared MLP: its fc and GELU for x into s.hs, s.gs (from `keep`); then out += its output (this
+  // rank's part under tensor parallelism, the bias on the first rank). Backward adds its part of dx
+  // (N, C) for dout (N, C), and its gradients; s.gs is overwritten.
+  void shared_hidden(Runtime& rt, const Tensor& x, MoESaved& s, Arena& keep) const;
+  void shared_output(Runtime& rt, const Tensor& out, const MoESaved& s) const;
+  void shared_backward(Runtime& rt, const Tensor& dx, const Tensor& dout, const Tensor& x, const MoESaved& s) const;
+  bool has_shared() const { return p_.shared.fc_w != nullptr; }
   // Slots in routing order (E experts' capacity each) <-> slots in expert order on the ranks holding
   // them; with one rank a copy is not needed (returns `in`).
   Tensor exchange(const Tensor& in, Arena& arena) const;

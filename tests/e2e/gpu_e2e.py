@@ -184,7 +184,8 @@ def main():
         graphed, _ = train_with_log(binary, config, tmp, "graphs_cudnn", *fast)
         plain = train(binary, mpiexec, config, tmp, "plain_cudnn", 1, *fast, "train.cuda_graphs=false")
         check_same_model("CUDA graphs with cuDNN attention against without, bf16", graphed, plain, half)
-        moe = ["moe.experts=4", "moe.top_k=2", "moe.capacity_factor=1.0", "moe.aux_loss_coef=0.05", "moe.z_loss_coef=0.05"]
+        moe = ["moe.experts=4", "moe.top_k=2", "moe.capacity_factor=1.0", "moe.aux_loss_coef=0.05", "moe.z_loss_coef=0.05",
+               "moe.shared_experts=1"]
         moe_cpu = train(binary, mpiexec, config, tmp, "moe_cpu", 1, "train.device=cpu", f32, *moe)
         moe_one = train(binary, mpiexec, config, tmp, "moe_gpu1", 1, "train.device=cuda", f32, *moe)
         check_same_model("experts: one GPU against the CPU, fp32", moe_one, moe_cpu)

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Mixture-of-experts layout equivalence on the CPU in fp32 (DESIGN.md section 4): a tiny GPT whose
-blocks have 4 experts (top 2, capacity factor 1: choices are dropped), with dropout, gradient
+blocks have 4 experts (top 2, capacity factor 1: choices are dropped) and a shared MLP one expert
+wide (moe.shared_experts = 1, in every layout), with dropout, gradient
 clipping, a large weight decay and the balancing loss, trained for K steps at data 2 and 4, pipeline 2 (1f1b and gpipe),
 pipeline 2 x data 2, ZeRO stages 1-3, full and elementwise activation checkpointing, with the
 experts in every other block, with tensor parallelism (each expert's MLP split over tensor = 2; with
@@ -40,7 +41,7 @@ STEPS = 6
 MODEL_KEYS = {"moe.layer_freq", "model.dropout", "model.n_layers", "train.global_batch"}
 BASE = ["train.device=cpu", f"train.steps={STEPS}", "train.micro_batch=2", "train.global_batch=8",
         "model.dropout=0.1", "train.grad_clip=0.5", "log.val_every=0", "moe.experts=4", "moe.top_k=2",
-        "moe.capacity_factor=1.0", "moe.aux_loss_coef=0.05", "moe.z_loss_coef=0.05",
+        "moe.capacity_factor=1.0", "moe.aux_loss_coef=0.05", "moe.z_loss_coef=0.05", "moe.shared_experts=1",
         "optimizer.weight_decay=10"]  # large: a piece updated with the wrong decay flag shows
 
 
@@ -90,9 +91,11 @@ def main():
         for freq in (1, 2):
             _, loss, norms, w, names, out = run(binary, mpiexec, config, tmp, 1, f"ref{freq}", f"moe.layer_freq={freq}")
             experts = [n for n in names if ".moe.experts." in n]
-            ok = "experts: 4 in" in out and len(experts) == 4 * 4 * (2 // freq)
+            shared = [n for n in names if ".moe.shared." in n]
+            ok = "experts: 4 and 1 shared in" in out and len(experts) == 4 * 4 * (2 // freq) and len(shared) == 4 * (2 // freq)
             failed |= not ok
-            print(f"{'ok  ' if ok else 'FAIL'} one rank, experts every {freq} block(s): {len(experts)} expert tensors")
+            print(f"{'ok  ' if ok else 'FAIL'} one rank, experts every {freq} block(s): {len(experts)} expert tensors, "
+                  f"{len(shared)} of the shared MLP")
             refs[("moe.layer_freq=2",) if freq == 2 else ()] = (loss, norms, w, f"ref{freq}")
             stats = moe_stats(tmp, f"ref{freq}")
             # The z-loss is near log(4)^2 = 1.92 while the router's logits are small.
@@ -245,7 +248,7 @@ def main():
         # A checkpoint of other expert blocks (the same sizes) is refused, not read into the wrong tensors.
         ck = os.path.join(tmp, "resume_d1_ck")
         for ranks, sets, want in [(1, [f"checkpoint.dir={ck}", "moe.layer_freq=2", "model.n_layers=2"],
-                                   "moe.experts 4 every 1 blocks"),
+                                   "moe.experts 4 and 1 shared every 1 blocks"),
                                   (2, ["moe.experts=3", "parallel.expert=2"], "parallel.expert = 2 must divide moe.experts = 3")]:
             cmd, p = equivalence.launch(binary, mpiexec, config, ranks, BASE + sets)
             lines = [l for l in p.stderr.splitlines() if l.startswith("error:")]

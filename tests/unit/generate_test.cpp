@@ -155,6 +155,8 @@ TEST(GPTInference, CachedLogitsWithExpertsMatchTheTrainingForward) {
   cfg.moe.layer_freq = 2;
   cfg.moe.capacity_factor = 1.5;  // = experts / top_k: no choice dropped
   check_cached_logits(cfg);
+  cfg.moe.shared_experts = 1;  // and a shared MLP beside them
+  check_cached_logits(cfg);
 }
 
 TEST(GPTInference, GenerationIsDeterministicAndStaysInTheVocabulary) {

@@ -212,11 +212,16 @@ GPTConfig moe_config() {
 }  // namespace
 
 // Every parameter of a GPT whose blocks both have four experts (top 2, capacity for every token, no
-// balancing loss: the loss is the reported one) against central differences.
-TEST(MoE, GptGradientsMatchFiniteDifferences) {
+// balancing loss: the loss is the reported one) against central differences; without and with a
+// shared MLP two experts wide.
+class MoEShared : public ::testing::TestWithParam<int64_t> {};
+INSTANTIATE_TEST_SUITE_P(SharedExperts, MoEShared, ::testing::Values(0, 2));
+
+TEST_P(MoEShared, GptGradientsMatchFiniteDifferences) {
   GPTConfig c = moe_config();
   c.moe.capacity_factor = 2.0;  // every token fits: a step of eps cannot move a choice across the capacity
   c.moe.aux_loss_coef = 0.0f;
+  c.moe.shared_experts = GetParam();
   const int64_t B = 2;
   GPT model(rt(), c, B);
   model.initialize(3);
@@ -225,7 +230,7 @@ TEST(MoE, GptGradientsMatchFiniteDifferences) {
   const Batch batch = make_batch(c, B);
   StepContext ctx;
   const Result r = run(model, batch, B, ctx);
-  int checked = 0, experts = 0;
+  int checked = 0, experts = 0, shared = 0;
   for (const Parameter& p : model.params().all()) {
     const int64_t n = p.spec.shape.numel();
     const bool embedding = p.spec.name == "wte" || p.spec.name == "wpe";
@@ -244,10 +249,12 @@ TEST(MoE, GptGradientsMatchFiniteDifferences) {
       EXPECT_NEAR(an, fd, 3e-3 + 2e-2 * std::fabs(fd)) << p.spec.name << "[" << i << "]";
       ++checked;
       if (p.spec.name.find(".moe.") != std::string::npos && std::fabs(an) > 1e-3) ++experts;
+      if (p.spec.name.find(".moe.shared.") != std::string::npos && std::fabs(an) > 1e-3) ++shared;
     }
   }
   EXPECT_GT(checked, 100);
   EXPECT_GT(experts, 20) << "the experts' and routers' gradients should mostly be non-zero";
+  EXPECT_EQ(shared > 0, c.moe.shared_experts > 0) << shared << " shared MLP gradients checked non-zero";
 }
 
 // Recomputing a block with experts (full) or its attention (selective) or its layer norms
@@ -260,6 +267,7 @@ TEST(MoE, CheckpointingGivesBitwiseEqualGradients) {
     c.n_layers = 3;
     c.moe.layer_freq = 2;  // blocks 0 and 2
     c.moe.z_loss_coef = 0.1f;  // its gradient reads the recomputed lse
+    c.moe.shared_experts = 1;  // and the shared MLP's recomputed hidden rows
     c.dropout = 0.1f;
     c.checkpointing = mode;
     GPT model(rt(), c, 2);
@@ -330,4 +338,13 @@ TEST(MoE, ParameterCounts) {
     }
   }
   EXPECT_EQ(held, c.parameter_count() + 47 * C - 6 * 4 * mlp);
+  // Two shared experts: one MLP of 2 x 4C in each of the 6 blocks with experts, active for every token.
+  c.moe.expert_parallel = 1;
+  c.moe.shared_experts = 2;
+  const int64_t shared = 16 * C * C + 9 * C;
+  EXPECT_EQ(c.parameter_count(), 124439808 + 6 * (8 * C + 7 * mlp + shared));
+  EXPECT_EQ(c.active_parameter_count(), 124439808 + 6 * (8 * C + mlp + shared));
+  stored = 0;
+  for (const ParameterSpec& s : GPT::parameter_specs(c)) stored += s.shape.numel();
+  EXPECT_EQ(stored, c.parameter_count() + 47 * C);
 }
