@@ -315,14 +315,6 @@ std::string write_rank_state(Runtime& rt, TrainingState s, const std::string& te
   }
 }
 
-// Whether a checkpoint's data identity names the data now read. A checkpoint written before the
-// identity held checksums ("a.tok: N tokens, b.tok: M tokens") is compared by names and sizes alone.
-bool same_data_identity(const std::string& saved, const std::string& now) {
-  if (saved.find(", checksum ") != std::string::npos) return saved == now;
-  static const std::regex checksum(", checksum [0-9a-f]{16}"), blend_separator("; ");
-  return saved == std::regex_replace(std::regex_replace(now, checksum, ""), blend_separator, ", ");
-}
-
 // What decides which samples a step trains on: a resumed run that changes it trains on other data
 // than the uninterrupted run would have, so say so (it may be meant: a new data blend, say). Also
 // an initial loss scale that the checkpoint's scale overrides.
@@ -827,6 +819,12 @@ bool save_best_checkpoint(Runtime& rt, const Config& cfg, TrainingState s, int64
     std::fflush(stdout);
     return false;
   }
+}
+
+bool same_data_identity(const std::string& saved, const std::string& now) {
+  if (saved.find(", checksum ") != std::string::npos) return saved == now;
+  static const std::regex checksum(", checksum [0-9a-f]{16}"), blend_separator("; ");
+  return saved == std::regex_replace(std::regex_replace(now, checksum, ""), blend_separator, ", ");
 }
 
 }  // namespace trellis

@@ -45,6 +45,11 @@ struct TrainingState {
 // "<what>: cannot ..." otherwise (`what` names the setting, e.g. "run.toml: checkpoint.dir = d").
 void check_writable_dir(const std::string& what, const std::string& dir);
 
+// Whether a checkpoint's data identity (SampleSource::identity) names the data now read; one
+// written before identities held checksums ("a.tok: N tokens, b.tok: M tokens") is compared by names
+// and sizes alone.
+bool same_data_identity(const std::string& saved, const std::string& now);
+
 // For a rank other than 0 when every rank writes into checkpoint.dir (ZeRO stage >= 1): throws
 // UserError unless the directory rank 0 created is visible here and takes a file.
 void check_checkpoint_dir_shared(const Config& cfg);

@@ -81,7 +81,9 @@ RankCommPlan plan_rank_comm(const Config& cfg, const GPTConfig& mc, const Layout
     const double per_block = 4.0 + (sp ? 1.0 : 0.0) + (full ? (sp ? 1.5 : 1.0) : 0.0);
     const double units = per_block * double(layers) + (part.embedding ? 1.0 : 0.0) + (part.head ? 1.0 : 0.0);
     const double loss = part.head ? 3.0 * double(B * T) * 4.0 : 0.0;
-    r.tensor = double(m) * all_reduce(units * A + loss, t);
+    // A block with experts also sums its gates' gradients (N x top_k floats) over the group.
+    const double gates = double(moe_layers) * double(B * T * mc.moe.top_k) * 4.0;
+    r.tensor = double(m) * all_reduce(units * A + loss + gates, t);
   }
 
   // Pipeline: each chunk sends its output forward unless it is the model's last, and its input's
@@ -112,10 +114,12 @@ RankCommPlan plan_rank_comm(const Config& cfg, const GPTConfig& mc, const Layout
     r.expert_data = zero_traffic(expert_data > 1 ? int(cfg.zero.stage) : 0, expert_data, n.experts, 0,
                                  n.expert_buckets, m, reduce_bytes, a);
     // Expert parallelism: each block with experts exchanges its slots (experts x capacity, C wide)
-    // four times a micro-batch (dispatch and combine, forward and backward).
+    // four times a micro-batch (dispatch and combine, forward and backward), six when full
+    // recomputation runs its forward's two again.
     if (layout.expert > 1) {
       const double slots = double(mc.moe.experts * mc.moe.capacity(B * T));
-      r.expert = double(m) * double(moe_layers) * 4.0 * gather(slots * double(C) * a, layout.expert);
+      const double exchanges = cfg.train.checkpointing == "full" ? 6.0 : 4.0;
+      r.expert = double(m) * double(moe_layers) * exchanges * gather(slots * double(C) * a, layout.expert);
     }
   }
   return r;

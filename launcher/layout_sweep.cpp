@@ -58,7 +58,10 @@ void print_layouts(const Config& cfg_in, int world, double device_memory_gib) {
       cfg.parallel.pipeline = p;
       cfg.train.global_batch = global_batch;
       if (p != cfg_in.parallel.pipeline) cfg.parallel.stage_layers = "";  // written for the config's pipeline
-      if (p == 1) cfg.parallel.virtual_stages = 1;
+      if (p == 1) {  // no pipeline: no chunks, and no schedule that needs one
+        cfg.parallel.virtual_stages = 1;
+        cfg.parallel.schedule = "1f1b";
+      }
       try {
         parse_stage_layers(cfg);
         StagePlans plans = plan_stages(cfg, world);

@@ -16,7 +16,8 @@ struct LrSchedule {
   int64_t decay_steps = 0;  // wsd; 0 = total_steps / 5 (at least 1)
   double lr = 0, min_lr = 0;
 
-  // The first step of wsd's decay (its lr is still just under lr).
+  // wsd's last stable step (its lr is lr; the decay's first step is the next one). Negative when
+  // decay_steps exceed total_steps: the run starts partway down the decay.
   int64_t decay_start() const {
     const int64_t d = decay_steps > 0 ? decay_steps : std::max<int64_t>(total_steps / 5, 1);
     return total_steps - d;

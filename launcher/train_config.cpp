@@ -207,11 +207,18 @@ void validate_relations(const Config& c) {
   };
   const double B = double(c.train.micro_batch), T = double(c.model.seq_len), C = double(c.model.d_model),
                L = double(c.model.n_layers), V = double(c.model.vocab_size);
-  if (const double elements = B * T * std::max(4 * C, V); elements >= 0x1p56)
-    throw beyond("train.micro_batch x model.seq_len x max(4 x model.d_model, model.vocab_size)", elements,
+  // The widest MLP: 4C, or a shared one of moe.shared_experts x 4C (named only where there is one).
+  const bool shared = c.moe.shared_experts > 0;
+  const double S = std::max(1.0, double(c.moe.shared_experts));
+  if (const double elements = B * T * std::max(4 * C * S, V); elements >= 0x1p56)
+    throw beyond(std::string("train.micro_batch x model.seq_len x max(4 x model.d_model") +
+                     (shared ? " x max(1, moe.shared_experts)" : "") + ", model.vocab_size)",
+                 elements,
                  "elements is beyond what a tensor can index (allowed: below 2^56)");
-  if (const double elements = L * B * T * 4 * C; elements >= 0x1p56)
-    throw beyond("model.n_layers x train.micro_batch x model.seq_len x 4 x model.d_model", elements,
+  if (const double elements = L * B * T * 4 * C * (1 + double(c.moe.shared_experts)); elements >= 0x1p56)
+    throw beyond(std::string("model.n_layers x train.micro_batch x model.seq_len x 4 x model.d_model") +
+                     (shared ? " x (1 + moe.shared_experts)" : ""),
+                 elements,
                  "elements of activations is beyond what the memory plan can count (allowed: below 2^56)");
   const double mlps = 1.0 + double(c.moe.experts) + double(c.moe.shared_experts);  // dense, experts', shared (8 C^2 each)
   if (const double params = L * (4 + 8 * mlps) * C * C + (V + T) * C; params >= 0x1p50)

@@ -34,7 +34,8 @@ MoEConfig experts_of(int64_t experts, int64_t top_k, double capacity_factor, dou
       layer_freq > INT32_MAX ||
       !(capacity_factor > 0 && capacity_factor <= 64) || !(aux_loss_coef >= 0) || shared_experts < 0 || shared_experts > 64)
     throw UserError(where + ": its experts (" + std::to_string(experts) + " experts, top " + std::to_string(top_k) +
-                    ", every " + std::to_string(layer_freq) + " blocks) are not a valid [moe] section");
+                    ", every " + std::to_string(layer_freq) + " blocks, " + std::to_string(shared_experts) +
+                    " shared) are not a valid [moe] section");
   m.experts = experts;
   m.top_k = top_k;
   m.capacity_factor = capacity_factor;

@@ -333,9 +333,12 @@ void warn_on_unused_settings(const Config& cfg, const std::string& precision, in
     warn("optimizer.decay_steps applies to optimizer.schedule = \"wsd\" only; this run's is \"" + o.schedule + "\"");
   if (o.schedule == "wsd") {
     const LrSchedule s{o.schedule, steps, o.warmup_steps, o.decay_steps, o.lr, o.min_lr};
-    if (s.decay_start() < o.warmup_steps)
+    if (s.decay_start() < 0)
+      warn("optimizer.decay_steps = " + std::to_string(o.decay_steps) + " is more than train.steps = " +
+           std::to_string(steps) + ": optimizer.schedule = wsd starts partway down its decay and never reaches optimizer.lr");
+    else if (s.decay_start() < o.warmup_steps)
       warn("optimizer.schedule = wsd decays over the last " + std::to_string(steps - s.decay_start()) +
-           " steps (optimizer.decay_steps), which begin at step " + std::to_string(std::max<int64_t>(s.decay_start() + 1, 1)) +
+           " steps (optimizer.decay_steps), which begin at step " + std::to_string(s.decay_start() + 1) +
            ", before optimizer.warmup_steps = " + std::to_string(o.warmup_steps) + " ends: there is no stable phase");
   }
   const Fp16Config d;

@@ -98,6 +98,13 @@ def main():
         check(bubble == expected, f"... its bubble is (p-1)/m ({bubble})")
         fits += fit == "yes"
     check(f"{fits} of 11 layouts fit" in p.stdout and 0 < fits < 11, f"{fits} of 11 fit a 4 GiB device")
+    # An interleaved config's sweep keeps the layouts without a pipeline (they run 1f1b, one chunk).
+    p = subprocess.run([binary, config, "--layouts", "--world", "4", "--set", "train.device=cpu", "--set",
+                        "parallel.pipeline=2", "--set", "parallel.schedule=interleaved", "--set", "parallel.virtual_stages=2",
+                        "--set", "model.n_layers=4", "--set", "train.global_batch=32"], capture_output=True, text=True,
+                       timeout=60)
+    pipeline_one = re.findall(r"^\s+(\d+)\s+1\s+(\d+)\s+\d+\s+-\s", p.stdout, re.M)
+    check(p.returncode == 0 and len(pipeline_one) == 3, f"an interleaved config's sweep lists pipeline 1 ({pipeline_one})")
     # 24 sequences are no multiple of micro-batch 16 x any data size of 16 ranks.
     p = subprocess.run([binary, gpt2, "--layouts", "--world", "16", "--set", "train.global_batch=24"],
                        capture_output=True, text=True, timeout=60)

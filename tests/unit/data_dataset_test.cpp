@@ -18,6 +18,7 @@
 #include "data/token_dataset.h"
 #include "data/token_file.h"
 #include "data/tokenizer.h"
+#include "launcher/checkpointing.h"
 
 namespace fs = std::filesystem;
 using namespace trellis;
@@ -97,6 +98,13 @@ TEST(DataDataset, IdentityChecksumsTheIdsInOrder) {
   std::swap(toks[10], toks[150000]);
   write_token_file(dir / "a.tok", toks);
   EXPECT_EQ(TokenDataset(dir / "a.tok", options(8, 1)).identity(), a);
+  // A checkpoint written before identities held checksums is compared by names and sizes (a
+  // blend's sources were joined by ", " then).
+  const std::string now = "a.tok: 5 tokens, checksum 0123456789abcdef; b.tok: 7 tokens, checksum fedcba9876543210";
+  EXPECT_TRUE(same_data_identity("a.tok: 5 tokens, b.tok: 7 tokens", now));
+  EXPECT_FALSE(same_data_identity("a.tok: 5 tokens, b.tok: 8 tokens", now));
+  EXPECT_TRUE(same_data_identity(now, now));
+  EXPECT_FALSE(same_data_identity("a.tok: 5 tokens, checksum 0123456789abcdee; b.tok: 7 tokens, checksum fedcba9876543210", now));
 }
 
 TEST(DataDataset, SamplesAreWindowsKeyedByIndex) {
