@@ -6,12 +6,11 @@
 namespace trellis {
 
 CommTally::CommTally(ProcessGroups& groups, bool experts) {
-  for (const GroupKind k : {GroupKind::tensor, GroupKind::data, GroupKind::pipeline, GroupKind::embedding,
-                            GroupKind::expert, GroupKind::expert_data}) {
+  for (const GroupKind k : kKinds) {
     if (k == GroupKind::embedding && !groups.in_embedding_group()) continue;
     if ((k == GroupKind::expert || k == GroupKind::expert_data) && !experts) continue;
     Communicator& c = groups.group(k);
-    if (c.size() > 1) groups_.emplace_back(group_kind_name(k), &c);
+    if (c.size() > 1) groups_.emplace_back(k, &c);
   }
   at_start_.resize(groups_.size());
   step_.resize(groups_.size());
@@ -30,7 +29,7 @@ void CommTally::stop() {
 
 JsonObject CommTally::json() const {
   JsonObject o;
-  for (size_t i = 0; i < groups_.size(); ++i) o.add(groups_[i].first, int64_t(step_[i].bytes));
+  for (size_t i = 0; i < groups_.size(); ++i) o.add(group_kind_name(groups_[i].first), int64_t(step_[i].bytes));
   return o;
 }
 
@@ -38,9 +37,26 @@ std::string CommTally::text() const {
   std::string s;
   for (size_t i = 0; i < groups_.size(); ++i) {
     if (step_[i].ops == 0) continue;
-    s += (s.empty() ? "" : ", ") + std::string(groups_[i].first) + " " + format_decimal_bytes(double(step_[i].bytes)) + " in " +
+    s += (s.empty() ? "" : ", ") + std::string(group_kind_name(groups_[i].first)) + " " +
+         format_decimal_bytes(double(step_[i].bytes)) + " in " +
          std::to_string(step_[i].ops) + (s.empty() ? " operations" : "");
   }
+  return s.empty() ? "none" : s;
+}
+
+CommTally::ByKind CommTally::bytes_by_kind() const {
+  ByKind out{};
+  for (size_t i = 0; i < groups_.size(); ++i)
+    for (size_t k = 0; k < out.size(); ++k)
+      if (kKinds[k] == groups_[i].first) out[k] = step_[i].bytes;
+  return out;
+}
+
+std::string CommTally::text(const ByKind& bytes) {
+  std::string s;
+  for (size_t k = 0; k < bytes.size(); ++k)
+    if (bytes[k] > 0)
+      s += (s.empty() ? "" : ", ") + std::string(group_kind_name(kKinds[k])) + " " + format_decimal_bytes(double(bytes[k]));
   return s.empty() ? "none" : s;
 }
 

@@ -2,6 +2,8 @@
 // the step record's comm_bytes, and the run's closing line, so that a slow layout shows where its
 // communication goes.
 #pragma once
+#include <array>
+#include <iterator>
 #include <string>
 #include <utility>
 #include <vector>
@@ -25,8 +27,16 @@ class CommTally {
   // "data 1.21 GB in 6 operations, pipeline 50.3 MB in 8": of the last step.
   std::string text() const;
 
+  // The last step's bytes by group kind, in kKinds' order (0 for a group this rank is not in):
+  // what ranks compare (the most any rank sent), and its text ("pipeline 50.3 MB, embedding 1.2 MB").
+  static constexpr GroupKind kKinds[] = {GroupKind::tensor,    GroupKind::data,   GroupKind::pipeline,
+                                         GroupKind::embedding, GroupKind::expert, GroupKind::expert_data};
+  using ByKind = std::array<uint64_t, std::size(kKinds)>;
+  ByKind bytes_by_kind() const;
+  static std::string text(const ByKind& bytes);
+
  private:
-  std::vector<std::pair<const char*, Communicator*>> groups_;
+  std::vector<std::pair<GroupKind, Communicator*>> groups_;
   std::vector<Communicator::Traffic> at_start_, step_;
 };
 

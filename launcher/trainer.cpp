@@ -983,10 +983,18 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
       break;
     }
   }
+  // The most any rank sent in the last step, by group: the busiest pipeline stage, as --layouts shows it.
+  CommTally::ByKind most_sent{};
+  if (launch.world > 1) {
+    const CommTally::ByKind mine = tally.bytes_by_kind();
+    Watchdog::Guard g(rt.watchdog(), "the communication tally's reduction", "the world");
+    TRELLIS_MPI_CHECK(MPI_Reduce(mine.data(), most_sent.data(), int(mine.size()), MPI_UINT64_T, MPI_MAX, 0, MPI_COMM_WORLD));
+  }
   if (main_rank) {
     std::printf("done: %lld steps; activation arenas peaked at %s; device memory peak %s\n", (long long)last_step,
                 format_bytes(model.activation_peak()).c_str(), format_bytes(rt.allocator().stats().peak).c_str());
     if (tally.any()) std::printf("sent by rank 0 in the last step: %s\n", tally.text().c_str());
+    if (launch.world > 1) std::printf("the most any rank sent in the last step: %s\n", CommTally::text(most_sent).c_str());
     if (graphs)
       std::printf("cuda graphs: %lld of %lld steps launched from a graph (train.cuda_graphs)\n",
                   (long long)step_graph.replays(), (long long)(last_step - start_step));

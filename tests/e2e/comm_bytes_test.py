@@ -7,6 +7,7 @@ T = 32 tokens, d_model C = 64, 2 blocks, vocabulary padded to 128):
     the tied embedding's gradient (128 x C floats) is all-reduced with the last stage;
   tensor = 2: each block's four all-reduces of B T C floats, the embedding's and the head's one
     each, and the vocabulary-parallel loss's few of B T floats;
+pipeline = 3: the closing line's most any rank sent is the middle stage's, twice stage 0's;
 a one-rank run has no comm_bytes. Then --plan's estimate of each group's bytes (launcher/comm_plan.h)
 against the run's, within 3%, on layouts that exercise each of its terms (ZeRO stages 0-3, gather_rows,
 16-bit reduction, tensor with sequence parallelism and full recomputation, 1F1B and interleaved
@@ -61,6 +62,17 @@ def main():
         check(sorted(sent) == ["embedding", "pipeline"] and 0 <= sent["pipeline"] - 4 * ACTIVATION <= 64,
               f"pipeline = 2: stage 0 sends 4 micro-batches' activations, {4 * ACTIVATION} bytes: {sent}")
         check(sent["embedding"] == PADDED_VOCAB * C * 4, f"... and all-reduces the tied embedding's gradient: {sent}")
+
+        # Pipeline 3: the middle stage sends both ways, twice stage 0's; the closing line gives the
+        # most any rank sent, as --plan's busiest stage.
+        _, step, out = last_step(binary, mpiexec, config, tmp, 3, "pipe3", ["parallel.pipeline=3", "model.n_layers=4",
+                                                                            "train.global_batch=32"])
+        most = re.search(r"the most any rank sent in the last step: pipeline ([\d.]+) kB, embedding ([\d.]+) kB", out)
+        close = lambda text, want: abs(float(text) * 1e3 - want) <= 1e-3 * want  # printed in kB, 2 decimals
+        check(most is not None and close(most.group(1), 8 * ACTIVATION) and close(most.group(2), PADDED_VOCAB * C * 4) and
+              abs(step["comm_bytes"]["pipeline"] - 4 * ACTIVATION) <= 64,
+              f"pipeline = 3: the middle stage sends 8 activations, stage 0 four ({most and most.group(0)}; "
+              f"rank 0 {step['comm_bytes']})")
 
         _, step, _ = last_step(binary, mpiexec, config, tmp, 2, "tensor", ["parallel.tensor=2"])
         sent, blocks = step.get("comm_bytes", {}), (4 * L + 2) * ACTIVATION
