@@ -3,6 +3,7 @@
 #include "launcher/comm_plan.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "launcher/trainer.h"
 
@@ -57,6 +58,13 @@ double zero_traffic(int stage, int n, double blocks, double whole, int64_t bucke
 }
 
 }  // namespace
+
+CommTally::ByKind RankCommPlan::by_kind() const {
+  static_assert(std::size(CommTally::kKinds) == 6 && CommTally::kKinds[0] == GroupKind::tensor &&
+                CommTally::kKinds[5] == GroupKind::expert_data);
+  auto bytes = [](double b) { return uint64_t(std::llround(b)); };
+  return {bytes(tensor), bytes(data), bytes(pipeline), bytes(embedding), bytes(expert), bytes(expert_data)};
+}
 
 RankCommPlan plan_rank_comm(const Config& cfg, const GPTConfig& mc, const Layout& layout, int stage,
                             const TensorParallelContext& tp, int64_t accumulation) {

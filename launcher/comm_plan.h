@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "core/process_groups.h"
+#include "launcher/comm_tally.h"
 #include "launcher/train_config.h"
 #include "models/gpt.h"
 #include "parallel/tensor/context.h"
@@ -15,7 +16,8 @@ namespace trellis {
 
 struct RankCommPlan {
   double tensor = 0, data = 0, pipeline = 0, embedding = 0, expert = 0, expert_data = 0;
-  double total() const { return tensor + data + pipeline + embedding + expert + expert_data; }
+  // Rounded to bytes, in the tally's group order: printed as a run's closing lines print what it sent.
+  CommTally::ByKind by_kind() const;
 };
 
 // Pipeline rank `stage` of `layout` (every tensor, data and expert rank of a stage alike), with

@@ -6,11 +6,12 @@
 namespace trellis {
 
 CommTally::CommTally(ProcessGroups& groups, bool experts) {
-  for (const GroupKind k : kKinds) {
+  for (size_t i = 0; i < std::size(kKinds); ++i) {
+    const GroupKind k = kKinds[i];
     if (k == GroupKind::embedding && !groups.in_embedding_group()) continue;
     if ((k == GroupKind::expert || k == GroupKind::expert_data) && !experts) continue;
     Communicator& c = groups.group(k);
-    if (c.size() > 1) groups_.emplace_back(k, &c);
+    if (c.size() > 1) groups_.emplace_back(i, &c);
   }
   at_start_.resize(groups_.size());
   step_.resize(groups_.size());
@@ -29,7 +30,7 @@ void CommTally::stop() {
 
 JsonObject CommTally::json() const {
   JsonObject o;
-  for (size_t i = 0; i < groups_.size(); ++i) o.add(group_kind_name(groups_[i].first), int64_t(step_[i].bytes));
+  for (size_t i = 0; i < groups_.size(); ++i) o.add(group_kind_name(kKinds[groups_[i].first]), int64_t(step_[i].bytes));
   return o;
 }
 
@@ -37,7 +38,7 @@ std::string CommTally::text() const {
   std::string s;
   for (size_t i = 0; i < groups_.size(); ++i) {
     if (step_[i].ops == 0) continue;
-    s += (s.empty() ? "" : ", ") + std::string(group_kind_name(groups_[i].first)) + " " +
+    s += (s.empty() ? "" : ", ") + std::string(group_kind_name(kKinds[groups_[i].first])) + " " +
          format_decimal_bytes(double(step_[i].bytes)) + " in " +
          std::to_string(step_[i].ops) + (s.empty() ? " operations" : "");
   }
@@ -46,9 +47,7 @@ std::string CommTally::text() const {
 
 CommTally::ByKind CommTally::bytes_by_kind() const {
   ByKind out{};
-  for (size_t i = 0; i < groups_.size(); ++i)
-    for (size_t k = 0; k < out.size(); ++k)
-      if (kKinds[k] == groups_[i].first) out[k] = step_[i].bytes;
+  for (size_t i = 0; i < groups_.size(); ++i) out[groups_[i].first] = step_[i].bytes;
   return out;
 }
 

@@ -36,7 +36,7 @@ class CommTally {
   static std::string text(const ByKind& bytes);
 
  private:
-  std::vector<std::pair<GroupKind, Communicator*>> groups_;
+  std::vector<std::pair<size_t, Communicator*>> groups_;  // index in kKinds, communicator
   std::vector<Communicator::Traffic> at_start_, step_;
 };
 

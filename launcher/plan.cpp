@@ -42,24 +42,9 @@ std::string flop_text(double flops) {
   return buf;
 }
 
-// "tensor 1.31 MB, data 441.34 kB": the groups it sends over.
-std::string comm_text(const RankCommPlan& c) {
-  std::string s;
-  const std::pair<const char*, double> groups[] = {{"tensor", c.tensor},       {"data", c.data},
-                                                   {"pipeline", c.pipeline},   {"embedding", c.embedding},
-                                                   {"expert", c.expert},       {"expert_data", c.expert_data}};
-  for (const auto& [name, bytes] : groups)
-    if (bytes > 0) s += (s.empty() ? "" : ", ") + std::string(name) + " " + format_decimal_bytes(bytes);
-  return s.empty() ? "nothing" : s;
-}
-
 }  // namespace
 
-size_t StagePlans::largest() const {
-  size_t most = 0;
-  for (const RankMemoryPlan& p : stages) most = std::max(most, p.device_bytes());
-  return most;
-}
+size_t StagePlans::largest() const { return stages.empty() ? 0 : stages[size_t(largest_stage())].device_bytes(); }
 
 int StagePlans::largest_stage() const {
   int at = 0;
@@ -163,7 +148,8 @@ void print_plan(const Config& cfg_in, int world, double device_memory_gib) {
   }
   if (world > 1) {
     std::printf("sent per rank a step (estimated as the step record's comm_bytes counts it: ring algorithms):\n");
-    for (int stage = 0; stage < p; ++stage) std::printf("%6d  %s\n", stage, comm_text(plans.comm[size_t(stage)]).c_str());
+    for (int stage = 0; stage < p; ++stage)
+      std::printf("%6d  %s\n", stage, CommTally::text(plans.comm[size_t(stage)].by_kind()).c_str());
   }
   const double flops = mc.flops_per_token() * double(B * m * layout.data * T) / double(world);
   std::printf("compute: %s per rank a step (the model's FLOPs over %d rank%s)", flop_text(flops).c_str(), world,
