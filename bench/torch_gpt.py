@@ -31,6 +31,7 @@ class GPTConfig:
     moe_z_loss_coef: float = 0.0
     moe_layer_freq: int = 1
     moe_shared_experts: int = 0  # one more MLP of this x 4C every token goes through
+    rope_theta: float = 0.0  # > 0: rotary positions of this base (model.position_embedding = rope), no wpe
 
     @property
     def padded_vocab(self):  # Trellis pads the vocabulary to a multiple of 128
@@ -45,10 +46,24 @@ PRESETS = {  # name -> (n_layers, n_heads, d_model); vocab 50257, seq 1024
 }
 
 
+def rotary(x, theta):
+    """x (B, H, T, hd) turned by its positions as Trellis's rotary_embedding: dims (i, i + hd/2) of
+    each head by t * theta^(-2i/hd), the angle's cosine and sine in float64, the rotation in float32
+    (or float64) and rounded to x's dtype."""
+    T, half = x.shape[-2], x.shape[-1] // 2
+    inv = theta ** (-torch.arange(half, dtype=torch.float64, device=x.device) / half)
+    angle = torch.arange(T, dtype=torch.float64, device=x.device)[:, None] * inv[None, :]
+    work = torch.float64 if x.dtype == torch.float64 else torch.float32
+    cos, sin, y = angle.cos().to(work), angle.sin().to(work), x.to(work)
+    y1, y2 = y[..., :half], y[..., half:]
+    return torch.cat([y1 * cos - y2 * sin, y2 * cos + y1 * sin], dim=-1).to(x.dtype)
+
+
 class Attention(nn.Module):
     def __init__(self, cfg):
         super().__init__()
         self.n_heads, self.impl, self.p = cfg.n_heads, cfg.attn, cfg.dropout  # dropout on the probabilities too
+        self.rope_theta = cfg.rope_theta
         self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model)  # W (3C, C): [q | k | v] along out
         self.proj = nn.Linear(cfg.d_model, cfg.d_model)
 
@@ -56,6 +71,8 @@ class Attention(nn.Module):
         B, T, C = x.shape
         q, k, v = self.qkv(x).split(C, dim=2)  # each (B, T, C); head h = cols h*hd..(h+1)*hd
         q, k, v = (t.view(B, T, self.n_heads, C // self.n_heads).transpose(1, 2) for t in (q, k, v))
+        if self.rope_theta > 0:
+            q, k = rotary(q, self.rope_theta), rotary(k, self.rope_theta)
         if self.impl == "manual":  # (B, H, T, T) scores, causal, softmax
             att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
             causal = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()
@@ -147,7 +164,8 @@ class GPT(nn.Module):
         super().__init__()
         self.cfg = cfg
         self.wte = nn.Embedding(cfg.padded_vocab, cfg.d_model)  # (Vp, C), tied with the head
-        self.wpe = nn.Embedding(cfg.seq_len, cfg.d_model)  # (T, C)
+        if cfg.rope_theta == 0:  # learned positions; rotary ones turn q and k in attention
+            self.wpe = nn.Embedding(cfg.seq_len, cfg.d_model)  # (T, C)
         self.drop = nn.Dropout(cfg.dropout)
         self.h = nn.ModuleList(Block(cfg, cfg.moe_experts > 0 and l % cfg.moe_layer_freq == 0)
                                for l in range(cfg.n_layers))
@@ -180,7 +198,8 @@ class GPT(nn.Module):
     def forward(self, idx, targets=None):  # idx, targets (B, T) int64
         B, T = idx.shape
         pos = torch.arange(T, device=idx.device)
-        x = self.drop(self.wte(idx) + self.wpe(pos))  # (B, T, C)
+        x = self.wte(idx) + self.wpe(pos) if hasattr(self, "wpe") else self.wte(idx)
+        x = self.drop(x)  # (B, T, C)
         aux = z = 0.0
         for block in self.h:
             x, a, zb = block(x)
@@ -224,7 +243,8 @@ def load_trellis_dump(dump_dir, dtype=torch.float64, attn="sdpa"):
                     dropout=float(c.get("dropout", 0.0)), attn=attn, moe_experts=moe.get("experts", 0),
                     moe_top_k=moe.get("top_k", 2), moe_capacity_factor=moe.get("capacity_factor", 1.25),
                     moe_aux_loss_coef=moe.get("aux_loss_coef", 0.01), moe_z_loss_coef=moe.get("z_loss_coef", 0.0),
-                    moe_layer_freq=moe.get("layer_freq", 1), moe_shared_experts=moe.get("shared_experts", 0))
+                    moe_layer_freq=moe.get("layer_freq", 1), moe_shared_experts=moe.get("shared_experts", 0),
+                    rope_theta=float(c["rope_theta"]) if c.get("position_embedding") == "rope" else 0.0)
     if "padded_vocab" in c and c["padded_vocab"] != cfg.padded_vocab:
         raise ValueError(f"padded_vocab {c['padded_vocab']} != expected {cfg.padded_vocab}")
     model = GPT(cfg).to(dtype)
@@ -306,6 +326,26 @@ def _to_bytes(t):  # raw little-endian bytes, with or without numpy
         return bytes(t.view(torch.uint8).tolist())
 
 
+def rope_selftest():
+    """rotary() against Hugging Face's Llama rotation (rotate_half with its own frequencies), where
+    transformers is installed: the same turn of q and k, so Trellis's RoPE is Llama's."""
+    try:
+        from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
+    except ImportError:
+        print("rope: transformers not installed, Llama's rotation not compared")
+        return True
+    B, H, T, hd, theta = 2, 3, 40, 16, 500.0
+    q, k = torch.randn(B, H, T, hd, dtype=torch.float64), torch.randn(B, H, T, hd, dtype=torch.float64)
+    inv = 1.0 / (theta ** (torch.arange(0, hd, 2, dtype=torch.float64) / hd))  # Llama's inv_freq
+    freqs = torch.arange(T, dtype=torch.float64)[:, None] * inv[None, :]
+    emb = torch.cat((freqs, freqs), dim=-1)
+    hq, hk = apply_rotary_pos_emb(q, k, emb.cos()[None], emb.sin()[None])
+    err = max((rotary(q, theta) - hq).abs().max().item(), (rotary(k, theta) - hk).abs().max().item())
+    good = err < 1e-12
+    print(f"rope against transformers' Llama rotation: max abs diff {err:.1e}: {'ok' if good else 'FAIL'}")
+    return good
+
+
 def selftest():
     """Writes a dump from a tiny model, loads it back in float64 with both attention paths and in
     float32, and checks loss and gradients agree; checks the 124M parameter count."""
@@ -338,6 +378,7 @@ def selftest():
             print(f"{attn:6s} {str(dtype):13s} loss {loss.item():.8f} rel err {lerr:.2e}, "
                   f"worst grad rel err {worst:.2e}, padded wte grad {pad_grad:.1e}: "
                   f"{'ok' if good else 'FAIL'}")
+    ok &= rope_selftest()
     n124 = GPT(GPTConfig()).num_params()
     print(f"124m num_params {n124:,} (GPT-2 small: 124,439,808): "
           f"{'ok' if n124 == 124439808 else 'FAIL'}")

@@ -278,6 +278,19 @@ void gelu_backward(Runtime& rt, const Tensor& dx, const Tensor& dout, const Tens
   TRELLIS_DISPATCH(rt, gelu_backward, rt, dx, dout, x);
 }
 
+void rotary_embedding(Runtime& rt, const Tensor& qkv, int n_heads, double theta, int64_t first_position,
+                      bool inverse) {
+  check_device(rt, qkv, "rotary_embedding");
+  check_float(qkv, "rotary_embedding");
+  TRELLIS_CHECK(qkv.shape.rank == 3 && qkv.size(2) % 3 == 0, "rotary_embedding: qkv " + qkv.str() + " is not (B, T, 3C)");
+  const int64_t C = qkv.size(2) / 3;
+  TRELLIS_CHECK(n_heads > 0 && C % n_heads == 0 && (C / n_heads) % 2 == 0,
+                "rotary_embedding: head size C / n_heads must be a whole, even number (C " + std::to_string(C) +
+                    ", n_heads " + std::to_string(n_heads) + ")");
+  TRELLIS_CHECK(theta > 0.0 && first_position >= 0, "rotary_embedding: theta > 0 and first_position >= 0");
+  TRELLIS_DISPATCH(rt, rotary_embedding, rt, qkv, n_heads, theta, first_position, inverse);
+}
+
 namespace {
 void check_attention(Runtime& rt, const Tensor& out, const Tensor& lse, const Tensor& qkv, int n_heads,
                      const char* op) {

@@ -102,6 +102,16 @@ void gelu_forward(Runtime& rt, const Tensor& out, const Tensor& x);
 // dx = dout * gelu'(x); dx may alias dout.
 void gelu_backward(Runtime& rt, const Tensor& dx, const Tensor& dout, const Tensor& x);
 
+// ---- rotary position embedding (RoPE) ----
+// Rotates the q and k parts of qkv (B, T, 3C), in place, by their positions: in every head the dims
+// (i, i + hd/2), i < hd/2, are one pair (the rotate-half form of GPT-NeoX, Llama and Megatron),
+// turned by the angle (first_position + t) x theta^(-2i/hd). The angle and its cosine and sine are
+// computed in double, the rotation in f32. inverse: by the negative angle (the rotation's transpose),
+// which is its backward: applied to dqkv it turns the gradient of the rotated q, k into that of the
+// unrotated. v is not touched. hd = C / n_heads must be even.
+void rotary_embedding(Runtime& rt, const Tensor& qkv, int n_heads, double theta, int64_t first_position = 0,
+                      bool inverse = false);
+
 // ---- causal self-attention core ----
 // Dropout on the attention probabilities (after the softmax, before the product with v), with a
 // mask keyed by the global (sample, head, query, key) index (core/philox.h): the same on every

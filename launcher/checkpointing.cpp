@@ -98,9 +98,14 @@ std::string model_signature(const GPTConfig& m) {
       m.moe.shared_experts == 0 ? "" : " and " + std::to_string(m.moe.shared_experts) + " shared";
   const std::string experts = m.moe.experts == 0 ? "" : ", moe.experts " + std::to_string(m.moe.experts) + shared +
                                                             " every " + std::to_string(m.moe.layer_freq) + " blocks";
+  // Rotary positions are named (with their base, which the trained weights depend on); learned
+  // ones are not, so signatures written before RoPE existed still match.
+  char theta[32];
+  std::snprintf(theta, sizeof theta, "%.17g", m.rope_theta);
+  const std::string positions = m.rope ? std::string(", rope theta ") + theta : "";
   return "vocab_size " + std::to_string(m.vocab_size) + ", seq_len " + std::to_string(m.seq_len) + ", n_layers " +
          std::to_string(m.n_layers) + ", n_heads " + std::to_string(m.n_heads) + ", d_model " +
-         std::to_string(m.d_model) + experts + ", precision " + std::string(dtype_name(m.dtype));
+         std::to_string(m.d_model) + experts + positions + ", precision " + std::string(dtype_name(m.dtype));
 }
 
 // The layout that decides which pieces of the optimizer state each rank holds: a checkpoint with
@@ -636,10 +641,19 @@ std::vector<float> initial_parameters(const Config& cfg, const GPTConfig& want, 
     return "vocab_size " + std::to_string(m.vocab_size) + ", n_layers " + std::to_string(m.n_layers) + ", n_heads " +
            std::to_string(m.n_heads) + ", d_model " + std::to_string(m.d_model) + ", seq_len " + std::to_string(m.seq_len);
   };
+  // Rotary positions have no table, so a RoPE model's context may also grow.
   if (have.vocab_size != want.vocab_size || have.n_layers != want.n_layers || have.n_heads != want.n_heads ||
-      have.d_model != want.d_model || have.seq_len < want.seq_len)
+      have.d_model != want.d_model || (have.seq_len < want.seq_len && !want.rope))
     throw UserError(what + " holds a model of " + shape(have) + "; this run has " + shape(want) +
                     " (model.seq_len may be shorter than the source's: its first positions are taken)");
+  auto positions = [](const GPTConfig& m) {
+    char theta[32];
+    std::snprintf(theta, sizeof theta, "%g", m.rope_theta);
+    return m.rope ? "rotary positions (model.position_embedding = rope, model.rope_theta = " + std::string(theta) + ")"
+                  : std::string("learned positions (model.position_embedding = learned)");
+  };
+  if (have.rope != want.rope || (want.rope && have.rope_theta != want.rope_theta))
+    throw UserError(what + " holds a model with " + positions(have) + "; this run has " + positions(want));
   const std::vector<float> values = [&] {
     try {
       return src.read_f32();

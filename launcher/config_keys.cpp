@@ -33,10 +33,12 @@ const Section kSections[] = {
 // clang-format off
 const std::vector<KeySpec> kKeys = {
   {"model", "vocab_size", T::Int, TRELLIS_FIELD(model, vocab_size), "Vocabulary size (padded to a multiple of 128 internally).", {}, 1},
-  {"model", "seq_len", T::Int, TRELLIS_FIELD(model, seq_len), "Context length in tokens (learned positions).", {}, 1},
+  {"model", "seq_len", T::Int, TRELLIS_FIELD(model, seq_len), "Context length in tokens.", {}, 1},
   {"model", "n_layers", T::Int, TRELLIS_FIELD(model, n_layers), "Number of transformer blocks.", {}, 1, false, 4096},
   {"model", "n_heads", T::Int, TRELLIS_FIELD(model, n_heads), "Attention heads per block; must divide d_model.", {}, 1},
   {"model", "d_model", T::Int, TRELLIS_FIELD(model, d_model), "Hidden size.", {}, 1},
+  {"model", "position_embedding", T::String, TRELLIS_FIELD(model, position_embedding), "How a token's position enters the model: learned = a trained (seq_len, d_model) table added to the token embedding (GPT-2); rope = rotary position embedding (RoPE; GPT-NeoX, Llama, Megatron's --position-embedding-type rope): every head's queries and keys turned by angles proportional to their positions before attention (the rotate-half form, base model.rope_theta), no position table.", {"learned", "rope"}},
+  {"model", "rope_theta", T::Float, TRELLIS_FIELD(model, rope_theta), "model.position_embedding = rope: the base of the rotation frequencies, pair i of a head of size hd turning by position x rope_theta^(-2i/hd) (10000 in GPT-NeoX and Llama 2, 500000 in Llama 3).", {}, 1, true, 1e12},
   {"model", "dropout", T::Float, TRELLIS_FIELD(model, dropout), "Dropout probability of the embeddings, of each residual branch and (unless model.attention_dropout says otherwise) of the attention probabilities, as in nanoGPT and GPT-2.", {}, 0, false, 1, true},
   {"model", "attention_dropout", T::Float, TRELLIS_FIELD(model, attention_dropout), "Dropout probability of the attention probabilities; -1 = model.dropout.", {}, -1, false, 1, true},
   {"model", "init_from", T::String, TRELLIS_FIELD(model, init_from), "A fresh run starts from these trained parameters instead of random ones: a Hugging Face GPT-2 directory (config.json + model.safetensors, as transformers saves GPT-2 or export_hf writes), a weight export (--export-weights) or a checkpoint (its parameters as stored: a 16-bit run's 16-bit values, not its f32 master). The optimizer, step and data start afresh. The model's shape must be this config's (model.seq_len may be shorter: the first positions are taken). Empty = random initialization; a resumed run continues its checkpoint and ignores it.", {}},

@@ -32,6 +32,9 @@ int run(int argc, char** argv) {
   const std::string& out = args[1];
   check_export_outside_checkpoints("export_hf", out);
   const StoredModel src = open_stored_model(args[0], "exporting");
+  if (src.shape.rope)
+    throw UserError(src.dir + ": the model has rotary positions (model.position_embedding = rope); a Hugging Face GPT-2 "
+                    "has a learned position table");
   if (src.shape.moe.experts > 0)
     throw UserError(src.dir + ": the model has mixture-of-experts blocks (moe.experts = " +
                     std::to_string(src.shape.moe.experts) + "); a Hugging Face GPT-2 has none");

@@ -26,6 +26,8 @@ Resolved resolve(const Config& cfg, const LaunchInfo& launch) {
   r.model.n_layers = cfg.model.n_layers;
   r.model.n_heads = cfg.model.n_heads;
   r.model.d_model = cfg.model.d_model;
+  r.model.rope = cfg.model.position_embedding == "rope";
+  r.model.rope_theta = cfg.model.rope_theta;
   r.model.dropout = float(cfg.model.dropout);
   r.model.attention_dropout = float(cfg.model.attention_dropout < 0 ? cfg.model.dropout : cfg.model.attention_dropout);
   r.model.dtype = r.dtype;

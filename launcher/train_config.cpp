@@ -240,6 +240,9 @@ void validate_relations(const Config& c) {
   if (c.model.d_model % c.model.n_heads != 0)
     throw UserError(p + ": model.n_heads = " + std::to_string(c.model.n_heads) +
                     " does not divide model.d_model = " + std::to_string(c.model.d_model));
+  if (c.model.position_embedding == "rope" && (c.model.d_model / c.model.n_heads) % 2 != 0)
+    throw UserError(p + ": model.position_embedding = rope turns pairs of a head's dims: the head size model.d_model / "
+                    "model.n_heads = " + std::to_string(c.model.d_model / c.model.n_heads) + " must be even");
   if (c.optimizer.lr < c.optimizer.min_lr) {
     const auto* lr = config_keys::find_key("optimizer", "lr");
     const auto* min_lr = config_keys::find_key("optimizer", "min_lr");

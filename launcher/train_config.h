@@ -10,10 +10,12 @@ namespace trellis {
 
 struct ModelConfig {
   int64_t vocab_size = 50257;   // real vocabulary; padded to a multiple of 128 internally
-  int64_t seq_len = 1024;       // context length (learned positions)
+  int64_t seq_len = 1024;       // context length
   int64_t n_layers = 12;
   int64_t n_heads = 12;
   int64_t d_model = 768;
+  std::string position_embedding = "learned";  // learned | rope
+  double rope_theta = 10000.0;  // RoPE's frequency base
   double dropout = 0.0;         // residual, embedding and (by default) attention dropout probability
   double attention_dropout = -1.0;  // attention-probability dropout; -1 = the same as dropout
   std::string init_from;        // trained parameters a fresh run starts from; empty = random

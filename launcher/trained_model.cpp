@@ -68,6 +68,18 @@ GPTConfig shape_of(int64_t vocab, int64_t seq, int64_t layers, int64_t heads, in
   return m;
 }
 
+// The positions of a stored model's description: "learned" (or absent: written before RoPE) or
+// "rope" with its base.
+void set_positions(GPTConfig& m, const std::string& kind, double theta, const std::string& where) {
+  if (kind != "learned" && kind != "rope")
+    throw UserError(where + ": position_embedding \"" + kind + "\" is not one of learned, rope");
+  if (kind == "rope" && (!(theta > 1 && theta <= 1e12) || m.head_dim() % 2 != 0))
+    throw UserError(where + ": rotary positions with rope_theta " + std::to_string(theta) + " and head size " +
+                    std::to_string(m.head_dim()) + " (allowed: rope_theta in (1, 1e12], an even head size)");
+  m.rope = kind == "rope";
+  m.rope_theta = theta;
+}
+
 StoredModel open_checkpoint(const std::string& path, const std::string& verb) {
   std::string why;
   const std::optional<std::string> chosen = checkpoint_named_by(path, &why);
@@ -96,6 +108,7 @@ StoredModel open_checkpoint(const std::string& path, const std::string& verb) {
   s.config = load_config_text(config_text, s.dir + " (config)", {});
   const auto& mc = s.config->model;
   s.shape = shape_of(mc.vocab_size, mc.seq_len, mc.n_layers, mc.n_heads, mc.d_model, s.dir + " (config)");
+  set_positions(s.shape, mc.position_embedding, mc.rope_theta, s.dir + " (config)");
   const MoESection& e = s.config->moe;
   s.shape.moe = experts_of(e.experts, e.top_k, e.capacity_factor, e.aux_loss_coef, e.layer_freq, e.shared_experts,
                            s.dir + " (config)");
@@ -128,6 +141,8 @@ StoredModel open_export(const std::string& dir) {
     const JsonValue& c = root.at("config");
     s.shape = shape_of(c.at("vocab_size").as_int(), c.at("seq_len").as_int(), c.at("n_layers").as_int(),
                        c.at("n_heads").as_int(), c.at("d_model").as_int(), json);
+    if (const JsonValue* kind = c.find("position_embedding"))
+      set_positions(s.shape, kind->as_string(), c.at("rope_theta").as_double(), json);
     // Its parameter list must be the whole model's, in order: the layout params.f32 is read in.
     if (const JsonValue* moe = c.find("moe"))
       s.shape.moe = experts_of(moe->at("experts").as_int(), moe->at("top_k").as_int(), moe->at("capacity_factor").as_double(),
@@ -135,10 +150,10 @@ StoredModel open_export(const std::string& dir) {
                                moe->find("shared_experts") ? moe->at("shared_experts").as_int() : 0, json);
     const JsonValue& params = root.at("params");
     // The list's length first (blocks with experts have 9 + 4 x experts tensors and 4 more with a
-    // shared MLP, the others 12; wte, wpe and the final LayerNorm's two), before a config claiming a
-    // huge model is laid out.
+    // shared MLP, the others 12; wte, wpe (not with rotary positions) and the final LayerNorm's two),
+    // before a config claiming a huge model is laid out.
     const int64_t blocks_with_experts = s.shape.moe.layers(s.shape.n_layers);
-    const int64_t tensors = 4 + 12 * (s.shape.n_layers - blocks_with_experts) +
+    const int64_t tensors = (s.shape.rope ? 3 : 4) + 12 * (s.shape.n_layers - blocks_with_experts) +
                             (9 + 4 * s.shape.moe.experts + (s.shape.moe.shared_experts > 0 ? 4 : 0)) * blocks_with_experts;
     if (int64_t(params.items.size()) != tensors)
       throw UserError(json + ": its parameter list has " + std::to_string(params.items.size()) +

@@ -63,6 +63,12 @@ namespace trellis {
 
 namespace {
 
+std::string number_g(double v) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%g", v);
+  return text;
+}
+
 // Reads a device f32 scalar (synchronizes).
 float read_scalar(Runtime& rt, const Tensor& t) {
   float v = 0;
@@ -346,6 +352,8 @@ void warn_on_unused_settings(const Config& cfg, const std::string& precision, in
   if (precision != "fp16" && (f.initial_scale_power != d.initial_scale_power || f.loss_scale_window != d.loss_scale_window ||
                               f.hysteresis != d.hysteresis || f.min_scale != d.min_scale))
     warn("the [fp16] loss-scaling keys apply to train.precision = fp16 only; this run is " + precision);
+  if (cfg.model.position_embedding != "rope" && cfg.model.rope_theta != ModelConfig().rope_theta)
+    warn("model.rope_theta applies to model.position_embedding = rope only; this run's positions are learned");
   const MoESection dm;
   const MoESection& m = cfg.moe;
   if (m.experts == 0 && (m.top_k != dm.top_k || m.capacity_factor != dm.capacity_factor ||
@@ -559,9 +567,10 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
                 res.precision.c_str(), layout.tensor, layout.pipeline, layout.data, zero_stage);
     const std::string libraries = rt.library_versions();  // for the log and the start record
     if (!libraries.empty()) std::printf("libraries: %s\n", libraries.c_str());
-    std::printf("model: %lld layers, %lld heads, d_model %lld, seq %lld, vocab %lld (padded to %lld)\n",
+    std::printf("model: %lld layers, %lld heads, d_model %lld, seq %lld, vocab %lld (padded to %lld)%s\n",
                 (long long)mc.n_layers, (long long)mc.n_heads, (long long)mc.d_model, (long long)T,
-                (long long)mc.vocab_size, (long long)mc.padded_vocab());
+                (long long)mc.vocab_size, (long long)mc.padded_vocab(),
+                mc.rope ? (", rotary positions (theta " + number_g(mc.rope_theta) + ")").c_str() : "");
     if (mc.moe.experts > 0)
       std::printf("experts: %lld%s in %lld of %lld blocks (every %lld from block 0), top %lld, capacity %lld of a "
                   "micro-batch's %lld tokens each (factor %g), balancing loss x %g, z-loss x %g; %s parameters active "

@@ -84,7 +84,7 @@ std::vector<ParameterSpec> GPT::parameter_specs(const GPTConfig& cfg, const GPTP
   ParameterSpec wte{"wte", {cfg.padded_vocab(), C}, Init::normal, 0.02f, true};
   wte.bucket = -1;
   if (part.embedding || part.head) specs.push_back(tp.active() ? shard_spec(wte, 0, tp.size, tp.rank) : wte);
-  if (part.embedding) {
+  if (part.embedding && !cfg.rope) {  // rotary positions need no table
     specs.push_back({"wpe", {cfg.seq_len, C}, Init::normal, 0.01f, true});
     specs.back().bucket = -2;
   }
@@ -161,9 +161,9 @@ GPT::GPT(Runtime& rt, const GPTConfig& cfg, int64_t micro_batch, const GPTPart& 
     for (const Parameter* p : b.first_written_grads()) params_.write_first(*p);
   if (part.head) lnf_range_ = range_of("lnf.");
   if (part.embedding || part.head) wte_range_ = range_of("wte");
-  if (part.embedding) wpe_range_ = range_of("wpe");
+  if (part.embedding && !cfg_.rope) wpe_range_ = range_of("wpe");
   if (part.embedding && tp_.active())
-    vocab_embedding_.emplace(*tp_.group, params_.get("wte"), params_.get("wpe"), cfg_.padded_vocab(),
+    vocab_embedding_.emplace(*tp_.group, params_.get("wte"), wpe(), cfg_.padded_vocab(),
                              tp_.sequence_parallel);
   const ActivationBytes a = activation_bytes(cfg, part, micro_batch, cfg.seq_len, tp_);
   slots_.resize(size_t(slots));
@@ -278,7 +278,7 @@ Tensor GPT::forward_chunk(int slot, const StepContext& ctx, const Tensor& tokens
 
 void GPT::embed(const Tensor& tokens, const Tensor& x) {
   if (vocab_embedding_) vocab_embedding_->forward(rt_, x, tokens, work_);
-  else embedding_forward(rt_, x, tokens, params_.get("wte").value, params_.get("wpe").value);
+  else embedding_forward(rt_, x, tokens, params_.get("wte").value, wpe() ? wpe()->value : Tensor());
 }
 
 void GPT::cross_entropy(const Tensor& losses, const Tensor& logits, const Tensor& targets, const Tensor& stats,
@@ -359,7 +359,7 @@ void GPT::backward_chunk(int slot, const Tensor& dres_in, const GradsReady& grad
   Slot& s = slots_.at(size_t(slot));
   TRELLIS_CHECK(s.chunk >= 0, "backward_chunk on a free slot");
   auto ready = [&](const std::pair<int64_t, int64_t>& r) {
-    if (grads_ready) grads_ready(r.first, r.second);
+    if (grads_ready && r.first >= 0) grads_ready(r.first, r.second);  // (-1, -1): no such parameters
   };
   const StepContext& ctx = s.ctx;
   const int64_t B = s.B, T = s.T, C = cfg_.d_model, rows = rows_of(B, T);
@@ -397,12 +397,12 @@ void GPT::backward_chunk(int slot, const Tensor& dres_in, const GradsReady& grad
     } else if (exchange) {
       // The rows' gather goes first, then the last bucket's reduction (its wpe now final), which
       // runs while the gathered rows are added into wte's gradient.
-      embedding_backward(rt_, Tensor(), params_.get("wpe").grad, demb, s.tokens);
+      if (wpe()) embedding_backward(rt_, Tensor(), wpe()->grad, demb, s.tokens);
       embedding_exchange_->gather(demb, s.tokens);
       ready(wpe_range_);
       embedding_exchange_->add_rows(params_.get("wte").grad, vocab_begin(), cfg_.padded_vocab());
     } else {
-      embedding_backward(rt_, params_.get("wte").grad, params_.get("wpe").grad, demb, s.tokens, vocab_begin(),
+      embedding_backward(rt_, params_.get("wte").grad, wpe() ? wpe()->grad : Tensor(), demb, s.tokens, vocab_begin(),
                          cfg_.padded_vocab());
       ready(wte_range_);
       ready(wpe_range_);

@@ -203,6 +203,8 @@ class GPT {
   std::vector<Slot> slots_;
   Arena work_;       // temporaries, reset after each block
   Buffer dres_buf_;  // gradient of the residual stream for forward_backward
+  // The learned position table of the embedding stage; null with rotary positions (model.rope).
+  const Parameter* wpe() const { return cfg_.rope ? nullptr : &params_.get("wpe"); }
   // Gradient ranges reported to GradsReady: blocks (as in blocks_), then lnf, wte, wpe.
   std::vector<std::pair<int64_t, int64_t>> block_ranges_;
   std::pair<int64_t, int64_t> lnf_range_{-1, -1}, wte_range_{-1, -1}, wpe_range_{-1, -1};

@@ -20,6 +20,10 @@ struct GPTConfig {
   int64_t n_layers = 12;
   int64_t n_heads = 12;
   int64_t d_model = 768;
+  // Positions: a learned table wpe (GPT-2), or rotary embedding of q and k (RoPE, base rope_theta)
+  // and no table.
+  bool rope = false;
+  double rope_theta = 10000.0;
   float dropout = 0.0f;            // embeddings and residual branches
   float attention_dropout = 0.0f;  // attention probabilities
   DType dtype = DType::f32;  // parameters and activations; statistics are f32
@@ -49,7 +53,7 @@ struct GPTConfig {
     const int64_t moe_layers = moe.layers(n_layers);
     const int64_t H = moe.shared_width(C), shared = H > 0 ? (H * C + H) + (C * H + C) : 0;  // every token's
     const int64_t moe_extra = moe_layers * (moe.experts * C + (experts_per_moe_block - 1) * mlp + shared);
-    return vocab_size * C + seq_len * C + n_layers * per_layer + moe_extra + 2 * C;
+    return vocab_size * C + (rope ? 0 : seq_len * C) + n_layers * per_layer + moe_extra + 2 * C;
   }
 };
 

@@ -89,8 +89,8 @@ std::vector<float> GPTInference::forward(const std::vector<int32_t>& tokens, int
   Tensor tok = acts_.take(DType::i32, {B, n});
   copy(rt_, tok, Tensor(const_cast<int32_t*>(tokens.data()), DType::i32, Device::CPU(), {B, n}));
   Tensor x = acts_.take(dt, {B, n, C}), y = acts_.take(dt, {B, n, C});
-  const Tensor& wpe = ps.get("wpe").value;
-  embedding_forward(rt_, x, tok, ps.get("wte").value, wpe.slice(pos_ * C, {n, C}));
+  const Tensor wpe = cfg_.rope ? Tensor() : ps.get("wpe").value.slice(pos_ * C, {n, C});
+  embedding_forward(rt_, x, tok, ps.get("wte").value, wpe);
   for (int64_t l = 0; l < cfg_.n_layers; ++l) {
     const std::string p = "h." + std::to_string(l) + ".";
     auto P = [&](const char* name) -> const Parameter& { return ps.get(p + name); };
@@ -102,6 +102,7 @@ std::vector<float> GPTInference::forward(const std::vector<int32_t>& tokens, int
     layernorm_forward(rt_, ln, mean, rstd, x, P("ln1.w").value, P("ln1.b").value);
     Tensor qkv = work_.take(dt, {B, n, 3 * C});
     linear(rt_, qkv, ln, P("attn.qkv.w"), P("attn.qkv.b"));
+    if (cfg_.rope) rotary_embedding(rt_, qkv, int(cfg_.n_heads), cfg_.rope_theta, pos_);  // cached k turned
     kv_cache_append(rt_, kc, vc, qkv, pos_);
     Tensor att = work_.take(dt, {B, n, C});
     attention_with_cache(rt_, att, qkv, kc, vc, pos_, int(cfg_.n_heads));

@@ -89,6 +89,12 @@ void gelu_backward(Runtime& rt, const Tensor& dx, const Tensor& dout, const Tens
   launch_gelu_backward(compute_stream(rt), dx.data, dout.data, x.data, x.dtype, x.numel());
 }
 
+void rotary_embedding(Runtime& rt, const Tensor& qkv, int n_heads, double theta, int64_t first_position,
+                      bool inverse) {
+  launch_rotary_embedding(compute_stream(rt), qkv.data, qkv.dtype, qkv.size(0), qkv.size(1), qkv.size(2) / 3,
+                          n_heads, theta, first_position, inverse);
+}
+
 void kv_cache_append(Runtime& rt, const Tensor& k_cache, const Tensor& v_cache, const Tensor& qkv, int64_t pos) {
   launch_kv_cache_append(compute_stream(rt), k_cache.data, v_cache.data, qkv.data, qkv.dtype, qkv.size(0),
                          qkv.size(1), qkv.size(2) / 3, k_cache.size(1), pos);

@@ -158,6 +158,11 @@ void launch_flash_attention_backward(cudaStream_t s, void* dqkv, const void* dou
                                      const float* D, DType t, int64_t B, int64_t T, int64_t H, int64_t hd,
                                      const AttentionDropoutKey& drop);
 
+// ---- rotary.cu ----
+// rotary_embedding (core/ops.h) on qkv (B, T, 3C) with H heads.
+void launch_rotary_embedding(cudaStream_t s, void* qkv, DType t, int64_t B, int64_t T, int64_t C, int64_t H,
+                             double theta, int64_t first_position, bool inverse);
+
 // ---- kv_cache.cu: generation with a KV cache ----
 // Rows [pos, pos + n) of k_cache, v_cache (B, Tmax, C) <- the k, v parts of qkv (B, n, 3C).
 void launch_kv_cache_append(cudaStream_t s, void* k_cache, void* v_cache, const void* qkv, DType t, int64_t B,

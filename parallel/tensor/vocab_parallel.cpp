@@ -8,9 +8,9 @@
 
 namespace trellis {
 
-VocabParallelEmbedding::VocabParallelEmbedding(Communicator& tensor, const Parameter& wte, const Parameter& wpe,
+VocabParallelEmbedding::VocabParallelEmbedding(Communicator& tensor, const Parameter& wte, const Parameter* wpe,
                                                int64_t padded_vocab, bool sequence_parallel)
-    : tensor_(&tensor), wte_(&wte), wpe_(&wpe), padded_vocab_(padded_vocab), sp_(sequence_parallel) {
+    : tensor_(&tensor), wte_(&wte), wpe_(wpe), padded_vocab_(padded_vocab), sp_(sequence_parallel) {
   const int t = tensor.size();
   const TensorSplit& s = wte.spec.split;
   TRELLIS_CHECK(padded_vocab % t == 0 && wte.value.size(0) == padded_vocab / t &&
@@ -18,11 +18,12 @@ VocabParallelEmbedding::VocabParallelEmbedding(Communicator& tensor, const Param
                 "VocabParallelEmbedding: " + wte.spec.name + " " + wte.value.str() + " is not rank " +
                     std::to_string(tensor.rank()) + "'s row shard of a " + std::to_string(padded_vocab) +
                     "-row table over " + std::to_string(t) + " ranks");
-  TRELLIS_CHECK(wpe.spec.split.replicated(), "VocabParallelEmbedding: " + wpe.spec.name + " must be replicated");
+  TRELLIS_CHECK(!wpe || wpe->spec.split.replicated(), "VocabParallelEmbedding: " + (wpe ? wpe->spec.name : "") +
+                                                         " must be replicated");
 }
 
 void VocabParallelEmbedding::forward(Runtime& rt, const Tensor& x, const Tensor& tokens, Arena& work) const {
-  const Tensor wpe = tensor_->rank() == 0 ? wpe_->value : Tensor();
+  const Tensor wpe = wpe_ && tensor_->rank() == 0 ? wpe_->value : Tensor();
   if (!sp_) {
     embedding_forward(rt, x, tokens, wte_->value, wpe, vocab_begin(), padded_vocab_);
     reduce_from_tensor_region_forward(*tensor_, x).wait();
@@ -39,7 +40,7 @@ void VocabParallelEmbedding::backward(Runtime& rt, const Tensor& dx, const Tenso
     dfull = work.take(dx.dtype, {tokens.size(0), tokens.size(1), dx.cols()});
     reduce_scatter_to_token_shards_backward(*tensor_, dfull, dx).wait();
   }
-  embedding_backward(rt, wte_->grad, wpe_->grad, dfull, tokens, vocab_begin(), padded_vocab_);
+  embedding_backward(rt, wte_->grad, wpe_ ? wpe_->grad : Tensor(), dfull, tokens, vocab_begin(), padded_vocab_);
 }
 
 void vocab_parallel_cross_entropy(Runtime& rt, Communicator& tensor, const Tensor& losses, const Tensor& logits,

@@ -15,10 +15,10 @@ namespace trellis {
 inline int64_t vocab_shard_begin(int rank, int parts, int64_t padded_vocab) { return rank * (padded_vocab / parts); }
 
 // wte (Vp/t, C), TensorSplit dim 0: rank r holds the rows of vocabulary [r Vp/t, (r+1) Vp/t) of the
-// padded vocabulary Vp. wpe (T_max, C) replicated.
+// padded vocabulary Vp. wpe (T_max, C) replicated, or null (no position table: rotary positions).
 class VocabParallelEmbedding {
  public:
-  VocabParallelEmbedding(Communicator& tensor, const Parameter& wte, const Parameter& wpe, int64_t padded_vocab,
+  VocabParallelEmbedding(Communicator& tensor, const Parameter& wte, const Parameter* wpe, int64_t padded_vocab,
                          bool sequence_parallel);
 
   int64_t vocab_begin() const { return vocab_shard_begin(tensor_->rank(), tensor_->size(), padded_vocab_); }
@@ -37,7 +37,7 @@ class VocabParallelEmbedding {
  private:
   Communicator* tensor_;
   const Parameter* wte_;
-  const Parameter* wpe_;
+  const Parameter* wpe_;  // null: none
   int64_t padded_vocab_;
   bool sp_;
 };

@@ -103,6 +103,22 @@ TEST_P(Parity, Gelu) {
   expect_close(to_host(gdx), dx, tolerance(dt()), "gelu_backward");
 }
 
+// Rotary positions forward and inverse, at a head size of 128 and a position offset (generation's
+// cached case): the cosines and sines are the same double computation on both backends.
+TEST_P(Parity, RotaryEmbedding) {
+  for (int64_t first : {int64_t(0), int64_t(1000)}) {
+    Shape s{3, 37, 3 * 2 * 128};
+    HostTensor x = random_host(dt(), s, 9, -2.0f, 2.0f);
+    DeviceTensor gx = to_device(x);
+    for (bool inverse : {false, true}) {
+      rotary_embedding(cpu(), x.t, 2, 10000.0, first, inverse);
+      rotary_embedding(gpu(), gx.t, 2, 10000.0, first, inverse);
+      expect_close(to_host(gx), x, tolerance(dt()),
+                   std::string("rotary_embedding") + (inverse ? " inverse" : "") + " from " + std::to_string(first));
+    }
+  }
+}
+
 TEST_P(Parity, DropoutMasksMatchExactly) {
   Shape s{6, 40};
   HostTensor x = random_host(dt(), s, 7, 0.5f, 1.5f);  // no zeros: a zero output means "dropped"

@@ -9,6 +9,8 @@ with the reason). The tiny config, dropout on, deterministic mode:
 - one GPU with mixture-of-experts blocks (4 experts, top 2, capacity factor 1: choices dropped) in
   fp32 trains the same model as the CPU; in bf16 its steps replayed as CUDA graphs equal launched
   ones bitwise, and N + resume + N equals 2N;
+- one GPU with rotary positions (model.position_embedding = rope) in fp32 trains the same model as
+  the CPU; in bf16 with cuDNN attention its graphed steps match launched ones;
 - one GPU with the optimizer offloaded (zero.offload = cpu: AdamW on the host) trains the same model
   as without, in fp32, bf16 and fp16 (the host's AdamW rounds like the device's up to fused
   multiply-adds), also with the state in files (zero.offload = nvme, fp32), and so do two GPUs at
@@ -195,6 +197,16 @@ def main():
         check(f"cuda graphs: {STEPS - 1} of {STEPS} steps" in out and graphed == plain,
               "experts, bf16: steps replayed as CUDA graphs equal launched ones bitwise")
         check_resume(binary, mpiexec, config, tmp, "moe_bf16_resume", 1, *moe_bf)
+        # Rotary positions: one GPU against the CPU in fp32; in bf16 with cuDNN attention, graphs equal
+        # launched steps.
+        rope = ["model.position_embedding=rope", "model.rope_theta=500"]
+        rope_cpu = train(binary, mpiexec, config, tmp, "rope_cpu", 1, "train.device=cpu", f32, *rope)
+        rope_one = train(binary, mpiexec, config, tmp, "rope_gpu1", 1, "train.device=cuda", f32, *rope)
+        check_same_model("rotary positions: one GPU against the CPU, fp32", rope_one, rope_cpu)
+        rope_bf = fast + rope
+        graphed, out = train_with_log(binary, config, tmp, "rope_graphs", *rope_bf)
+        plain = train(binary, mpiexec, config, tmp, "rope_plain", 1, *rope_bf, "train.cuda_graphs=false")
+        check_same_model("rotary positions, bf16, cuDNN attention: CUDA graphs against without", graphed, plain, half)
         if gpus < 2:
             print("one GPU: the two-GPU layouts are not checked")
             return

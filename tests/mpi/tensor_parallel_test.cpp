@@ -227,7 +227,7 @@ void check_vocab_embedding(Runtime& rt, Communicator& tp, bool sp) {
   embedding_forward(rt, x.t, tokens, full[0].value, full[1].value);
   embedding_backward(rt, full[0].grad, full[1].grad, dy.t, tokens);
 
-  const VocabParallelEmbedding emb(tp, part[0], part[1], kPadded, sp);
+  const VocabParallelEmbedding emb(tp, part[0], &part[1], kPadded, sp);
   EXPECT_EQ(emb.vocab_begin(), r * kPadded / t);
   const int64_t rows = sp ? N / t : N;
   const Shape act = sp ? Shape{rows, C} : Shape{B, T, C};

@@ -94,7 +94,7 @@ std::vector<float> reference_logits(Runtime& rt, const GPTConfig& cfg, const Par
   std::vector<float> x(size_t(B * T * C)), y(x.size());
   std::vector<int32_t> tok = tokens;
   embedding_forward(rt, host(x, {B, T, C}), Tensor(tok.data(), DType::i32, Device::CPU(), {B, T}), ps.get("wte").value,
-                    ps.get("wpe").value);
+                    cfg.rope ? Tensor() : ps.get("wpe").value);
   std::vector<BlockSaved> saved(size_t(cfg.n_layers));
   StepContext ctx;
   ctx.training = false;
@@ -156,6 +156,14 @@ TEST(GPTInference, CachedLogitsWithExpertsMatchTheTrainingForward) {
   cfg.moe.capacity_factor = 1.5;  // = experts / top_k: no choice dropped
   check_cached_logits(cfg);
   cfg.moe.shared_experts = 1;  // and a shared MLP beside them
+  check_cached_logits(cfg);
+}
+
+// Rotary positions: each new query and key turned at its own position, the cached keys as they were.
+TEST(GPTInference, CachedLogitsWithRotaryPositionsMatchTheTrainingForward) {
+  GPTConfig cfg = tiny_config();
+  cfg.rope = true;
+  cfg.rope_theta = 100.0;
   check_cached_logits(cfg);
 }
 

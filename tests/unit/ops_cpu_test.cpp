@@ -696,6 +696,61 @@ TEST(OpsCpu, AttentionBackwardFiniteDifferences) {
   check_fd(qkv, dqkv.values(), loss, "dqkv");
 }
 
+// ---------------------------------------------------------------- rotary positions
+
+// Each q and k pair (i, i + hd/2) of each head turned by (first + t) theta^(-2i/hd), v untouched.
+TEST(OpsCpu, RotaryEmbeddingMatchesReference) {
+  std::mt19937 g(12);
+  const int64_t B = 2, T = 5, H = 2, hd = 8, C = H * hd, first = 3;
+  const double theta = 100.0;
+  for (DType dt : kFloatTypes) {
+    SCOPED_TRACE(std::string(dtype_name(dt)));
+    HostTensor x(dt, {B, T, 3 * C});
+    x.randomize(g, -2.0, 2.0);
+    const std::vector<double> in = x.values();
+    std::vector<double> want = in;
+    for (int64_t row = 0; row < B * T; ++row)
+      for (int64_t h = 0; h < 2 * H; ++h)
+        for (int64_t i = 0; i < hd / 2; ++i) {
+          const double a = double(first + row % T) * std::pow(theta, -2.0 * double(i) / double(hd));
+          const int64_t j = row * 3 * C + h * hd + i, k = j + hd / 2;
+          want[size_t(j)] = in[size_t(j)] * std::cos(a) - in[size_t(k)] * std::sin(a);
+          want[size_t(k)] = in[size_t(k)] * std::cos(a) + in[size_t(j)] * std::sin(a);
+        }
+    rotary_embedding(rt(), x.t(), int(H), theta, first);
+    expect_close(x.values(), want, 1e-6, out_rtol(dt), "rotated");
+    rotary_embedding(rt(), x.t(), int(H), theta, first, true);  // turned back (its backward: the transpose)
+    // The forward's rounding to the dtype, turned back: within a few roundings of a pair's size (< 2.9).
+    expect_close(x.values(), in, 12 * out_rtol(dt), 0, "turned back");
+  }
+}
+
+// What RoPE is for: a query and a key turned by their positions score the same at any shift of
+// both, and a row at first_position p is turned as row p of the whole sequence (generation's cache).
+TEST(OpsCpu, RotaryEmbeddingScoresDependOnRelativePosition) {
+  std::mt19937 g(13);
+  const int64_t T = 6, H = 1, hd = 16, C = H * hd;
+  HostTensor a(DType::f32, {1, T, 3 * C});
+  a.randomize(g);
+  HostTensor b = a;
+  rotary_embedding(rt(), a.t(), int(H), 10000.0, 0);
+  rotary_embedding(rt(), b.t(), int(H), 10000.0, 11);
+  auto score = [&](const HostTensor& x, int64_t tq, int64_t tk) {
+    double s = 0;
+    for (int64_t d = 0; d < hd; ++d) s += x.get(tq * 3 * C + d) * x.get(tk * 3 * C + C + d);
+    return s;
+  };
+  for (int64_t tq = 0; tq < T; ++tq)
+    for (int64_t tk = 0; tk <= tq; ++tk) EXPECT_NEAR(score(a, tq, tk), score(b, tq, tk), 1e-5) << tq << ", " << tk;
+  // Row 4 alone at first_position 4 equals row 4 of the whole sequence, bitwise.
+  HostTensor whole(DType::f32, {1, T, 3 * C}), row(DType::f32, {1, 1, 3 * C});
+  whole.randomize(g);
+  for (int64_t j = 0; j < 3 * C; ++j) row.set(j, whole.get(4 * 3 * C + j));
+  rotary_embedding(rt(), whole.t(), int(H), 10000.0, 0);
+  rotary_embedding(rt(), row.t(), int(H), 10000.0, 4);
+  for (int64_t j = 0; j < 3 * C; ++j) ASSERT_EQ(row.get(j), whole.get(4 * 3 * C + j)) << j;
+}
+
 AttentionDropout test_attention_dropout(float p) {
   AttentionDropout d;
   d.p = p;

@@ -1,0 +1,115 @@
+#!/usr/bin/env python3
+"""Rotary positions (model.position_embedding = rope) on the CPU in fp32 (DESIGN.md section 4): a
+tiny GPT with RoPE and dropout trained for K steps at data 2 (with gradient accumulation), tensor 2
+(the batch split), tensor 2 and 4 with sequence parallelism, pipeline 2 (1F1B and interleaved),
+ZeRO stage 3 with full recomputation, tensor 2 x pipeline 2 x data 2, and with experts at tensor 2
+x expert 2, gives the same losses, gradient norms and exported weights as one rank, up to fp32
+reduction-order rounding. The model has no position table (exported: no wpe; the start line names
+the rotary positions). A run stopped after step 3 and resumed continues bitwise on one rank, and a
+tensor 2 checkpoint resumed on one rank continues as the uninterrupted run. Starting a RoPE run
+from a learned-position checkpoint (model.init_from), or resuming one with another model.rope_theta,
+is refused with one line; so is exporting a RoPE model to Hugging Face GPT-2, and a head size that is odd.
+Usage: rope_equivalence.py TRAIN_GPT MPIEXEC CONFIG [EXPORT_HF]"""
+import os
+import subprocess
+import sys
+import tempfile
+
+import equivalence
+from equivalence import LOSS_TOL, NORM_TOL, WEIGHT_L2_TOL, WEIGHT_MAX_TOL
+
+STEPS = 6
+BASE = ["train.device=cpu", f"train.steps={STEPS}", "train.micro_batch=2", "train.global_batch=8",
+        "model.dropout=0.1", "model.n_layers=4", "model.position_embedding=rope", "model.rope_theta=500",
+        "log.val_every=0", "train.grad_clip=0.5"]
+MOE = ["moe.experts=4", "moe.top_k=2", "moe.capacity_factor=1.0"]
+
+
+def run(binary, mpiexec, config, tmp, ranks, tag, *sets):
+    return equivalence.run(binary, mpiexec, config, tmp, ranks, tag, BASE + list(sets))
+
+
+def one_line_error(binary, mpiexec, config, ranks, sets, want, extra=()):
+    """A run that must stop with exit code != 0 and one line holding `want`; returns (ok, line)."""
+    _, p = equivalence.launch(binary, mpiexec, config, ranks, BASE + list(sets), extra)
+    errors = [l for l in p.stderr.splitlines() if l.startswith("error:")]
+    line = errors[0] if errors else (p.stderr.strip().splitlines() or [""])[-1]
+    return p.returncode != 0 and len(errors) == 1 and want in line, line
+
+
+def main():
+    binary, mpiexec, config = sys.argv[1:4]
+    export_hf = sys.argv[4] if len(sys.argv) > 4 else None
+    failed = False
+
+    def check(ok, text):
+        nonlocal failed
+        failed |= not ok
+        print(f"{'ok  ' if ok else 'FAIL'} {text}")
+
+    with tempfile.TemporaryDirectory() as tmp:
+        _, ref_loss, _, ref_w, names, ref_norms, out = run(binary, mpiexec, config, tmp, 1, "ref")
+        check("wpe" not in names and "rotary positions (theta 500)" in out and ref_loss[-1] < ref_loss[0],
+              f"one rank: no position table among {len(names)} tensors, the start line names the rotary "
+              f"positions, loss {ref_loss[0]:.4f} -> {ref_loss[-1]:.4f}")
+        _, moe_loss, _, moe_w, _, moe_norms, _ = run(binary, mpiexec, config, tmp, 1, "ref_moe", *MOE)
+
+        layouts = [
+            (2, "data 2, two micro-batches a rank", []),
+            (2, "tensor 2 (batch split)", ["parallel.tensor=2"]),
+            (2, "tensor 2, sequence parallel", ["parallel.tensor=2", "parallel.sequence_parallel=true"]),
+            (4, "tensor 4, sequence parallel", ["parallel.tensor=4", "parallel.sequence_parallel=true"]),
+            (2, "pipeline 2 (1f1b)", ["parallel.pipeline=2"]),
+            (2, "pipeline 2 interleaved", ["parallel.pipeline=2", "parallel.schedule=interleaved",
+                                           "parallel.virtual_stages=2"]),
+            (2, "data 2, ZeRO 3, full recompute", ["zero.stage=3", "train.checkpointing=full"]),
+            (8, "tensor 2 x pipeline 2 x data 2, sequence parallel, ZeRO 1",
+             ["parallel.tensor=2", "parallel.pipeline=2", "parallel.sequence_parallel=true", "zero.stage=1"]),
+            (4, "experts: tensor 2 x expert 2", MOE + ["parallel.tensor=2", "parallel.expert=2"]),
+        ]
+        for ranks, what, sets in layouts:
+            experts = any(s.startswith("moe.") for s in sets)
+            loss0, w0, norms0 = (moe_loss, moe_w, moe_norms) if experts else (ref_loss, ref_w, ref_norms)
+            tag = "l" + str(layouts.index((ranks, what, sets)))
+            _, loss, _, w, _, norms, _ = run(binary, mpiexec, config, tmp, ranks, tag, *sets)
+            dl, dw, l2 = equivalence.compare(loss, loss0, w, w0)
+            dn = max(abs(a - b) / abs(b) for a, b in zip(norms, norms0))
+            check(len(loss) == STEPS and dl <= LOSS_TOL and dn <= NORM_TOL and dw <= WEIGHT_MAX_TOL and l2 <= WEIGHT_L2_TOL,
+                  f"{what}: loss rel diff {dl:.2e}, grad norm {dn:.2e}, weights max {dw:.2e}, rel L2 {l2:.2e}")
+
+        # Stop after step 3 and resume: bitwise on one rank; from tensor 2 onto one rank, as uninterrupted.
+        for ranks, what, sets in [(1, "one rank", []), (2, "tensor 2 -> one rank", ["parallel.tensor=2"])]:
+            ckpt = os.path.join(tmp, f"ckpt{ranks}")
+            run(binary, mpiexec, config, tmp, ranks, f"stop{ranks}", "checkpoint.dir=" + ckpt, "train.stop_after=3", *sets)
+            _, loss, _, w, _, _, _ = run(binary, mpiexec, config, tmp, 1, f"resume{ranks}", "checkpoint.dir=" + ckpt)
+            dl, dw, l2 = equivalence.compare(loss, ref_loss[3:], w, ref_w)
+            exact = ranks == 1 and loss == ref_loss[3:] and list(w) == list(ref_w)
+            check(exact if ranks == 1 else (dl <= LOSS_TOL and dw <= WEIGHT_MAX_TOL and l2 <= WEIGHT_L2_TOL),
+                  f"resume, {what}: steps 4-{STEPS} loss rel diff {dl:.2e}, weights max {dw:.2e}" +
+                  (" (bitwise)" if exact else ""))
+
+        ckpt = os.path.join(tmp, "ckpt1")
+        ok, line = one_line_error(binary, mpiexec, config, 1, ["checkpoint.dir=" + ckpt, "model.rope_theta=10000",
+                                                                "train.steps=8"], "rope theta 10000")
+        check(ok, f"resume with another model.rope_theta: {line}")
+        learned = os.path.join(tmp, "learned")
+        equivalence.run(binary, mpiexec, config, tmp, 1, "learned", ["train.device=cpu", "train.steps=2",
+                                                                       "checkpoint.dir=" + learned])
+        ok, line = one_line_error(binary, mpiexec, config, 1, ["model.init_from=" + learned, "model.n_layers=2",
+                                                                "model.dropout=0"], "learned positions")
+        check(ok, f"init_from a learned-position model: {line}")
+        ok, line = one_line_error(binary, mpiexec, config, 1, ["model.n_heads=64"], "must be even")
+        check(ok, f"an odd head size: {line}")
+        if export_hf:
+            p = subprocess.run([export_hf, os.path.join(tmp, "ref_weights"), os.path.join(tmp, "hf")],
+                               capture_output=True, text=True, timeout=60)
+            line = (p.stderr.strip().splitlines() or [""])[-1]
+            check(p.returncode != 0 and "rotary positions" in line and len(p.stderr.strip().splitlines()) == 1,
+                  f"export to Hugging Face GPT-2: {line}")
+    if failed:
+        sys.exit("FAIL")
+    print("PASS")
+
+
+if __name__ == "__main__":
+    main()
