@@ -103,11 +103,14 @@ TEST_P(Parity, Gelu) {
   expect_close(to_host(gdx), dx, tolerance(dt()), "gelu_backward");
 }
 
-// Rotary positions forward and inverse, at a head size of 128 and a position offset (generation's
-// cached case): the cosines and sines are the same double computation on both backends.
+// Rotary positions forward and inverse, at head sizes of 128, 12 and 6 (the kernel's 4-, 2- and
+// 1-pair loads) and a position offset (generation's cached case): the cosines and sines are the same
+// double computation on both backends.
 TEST_P(Parity, RotaryEmbedding) {
+  for (int64_t hd : {128, 12, 6})
   for (int64_t first : {int64_t(0), int64_t(1000)}) {
-    Shape s{3, 37, 3 * 2 * 128};
+    SCOPED_TRACE("head size " + std::to_string(hd));
+    Shape s{3, 37, 3 * 2 * hd};
     HostTensor x = random_host(dt(), s, 9, -2.0f, 2.0f);
     DeviceTensor gx = to_device(x);
     for (bool inverse : {false, true}) {
