@@ -45,11 +45,12 @@ PRESETS = {"tiny": (2, 2, 64), "124m": (12, 12, 768), "350m": (24, 16, 1024),
            "1.3b": (24, 16, 2048), "7b": (32, 32, 4096)}  # (n_layers, n_heads, d_model); kept in step with torch_gpt
 
 
-def num_params(L, C, V=VOCAB, T=SEQ, moe=None, active=False):
+def num_params(L, C, V=VOCAB, T=SEQ, moe=None, active=False, rope=False):
     """N as in torch_gpt.GPT.num_params, without building the model. moe = (experts, top_k,
-    layer_freq): a block with experts has a router (E x C) and E MLPs (active: top_k of them)."""
+    layer_freq): a block with experts has a router (E x C) and E MLPs (active: top_k of them).
+    rope: rotary positions, no position table."""
     per_layer = 12 * C * C + 13 * C  # qkv 3C^2+3C, proj C^2+C, fc 4C^2+4C, proj 4C^2+C, 2 LN 4C
-    n = V * C + T * C + L * per_layer + 2 * C
+    n = V * C + (0 if rope else T * C) + L * per_layer + 2 * C
     if moe:
         E, K, freq = moe
         mlp = 8 * C * C + 5 * C
@@ -57,9 +58,9 @@ def num_params(L, C, V=VOCAB, T=SEQ, moe=None, active=False):
     return n
 
 
-def mfu(tokens_per_s, L, C, T=SEQ, moe=None):
+def mfu(tokens_per_s, L, C, T=SEQ, moe=None, rope=False):
     """Model FLOPs: 6 x the parameters a token uses (top_k experts of a block with experts)."""
-    return tokens_per_s * (6 * num_params(L, C, moe=moe, active=True) + 12 * L * C * T) / PEAK_FLOPS
+    return tokens_per_s * (6 * num_params(L, C, moe=moe, active=True, rope=rope) + 12 * L * C * T) / PEAK_FLOPS
 
 
 # ---- PyTorch side (runs in a child process: bench_gpt.py --torch-worker) ---------------------
@@ -93,8 +94,10 @@ def torch_worker(args):
     torch.backends.cudnn.allow_tf32 = True
     moe = args.moe
     extra = dict(moe_experts=moe[0], moe_top_k=moe[1], moe_layer_freq=moe[2]) if moe else {}
+    if args.rope:
+        extra["rope_theta"] = args.rope
     model = GPT(GPTConfig(VOCAB, SEQ, L, H, C, dropout=0.0, **extra)).to(dev)
-    assert model.num_params() == num_params(L, C, moe=moe)
+    assert model.num_params() == num_params(L, C, moe=moe, rope=bool(args.rope))
     net = model
     if world > 1 and args.torch_parallel == "fsdp":
         # FSDP2: each block and then the root sharded over the ranks (parameters, gradients and
@@ -185,6 +188,8 @@ def run_torch(args, preset, mb, dp=1):
               "--torch-device", args.torch_device, "--torch-parallel", args.torch_parallel]
     if args.moe:
         worker += ["--moe", ",".join(map(str, args.moe))]
+    if args.rope:
+        worker += ["--rope", str(args.rope)]
     env = None
     if dp == 1:
         cmd = [sys.executable] + worker
@@ -197,7 +202,7 @@ def run_torch(args, preset, mb, dp=1):
 
 # ---- Trellis side ------------------------------------------------------------------------------
 
-def trellis_toml(preset, mb, steps, precision, checkpointing, moe=None):
+def trellis_toml(preset, mb, steps, precision, checkpointing, moe=None, rope=0.0):
     L, H, C = PRESETS[preset]
     experts = f"""
 [moe]
@@ -213,6 +218,7 @@ n_layers = {L}
 n_heads = {H}
 d_model = {C}
 dropout = 0.0
+{f'position_embedding = "rope"{chr(10)}rope_theta = {rope}' if rope else ''}
 
 [train]
 device = "cuda"
@@ -268,7 +274,7 @@ def run_trellis(args, preset, mb, workdir, dp=1):
     metrics = os.path.join(workdir, f"{tag}.metrics.jsonl")
     with open(cfg_path, "w") as f:
         f.write(trellis_toml(preset, mb, args.warmup + args.steps, args.precision,
-                             args.checkpointing, args.moe))
+                             args.checkpointing, args.moe, args.rope))
     env = dict(args.trellis_env) or None
     if dp == 1:
         prefix = shlex.split(args.trellis_prefix)
@@ -455,6 +461,8 @@ def main():
     ap.add_argument("--moe", metavar="E,K,FREQ",
                     help="both frameworks: E experts, top K, in every FREQ-th block from the first "
                          "(capacity factor 1.25, balancing loss 0.01)")
+    ap.add_argument("--rope", type=float, default=0.0, metavar="THETA",
+                    help="both frameworks: rotary positions of this base instead of the learned table")
     ap.add_argument("--skip-torch", action="store_true")
     ap.add_argument("--skip-trellis", action="store_true")
     ap.add_argument("--timeout", type=int, default=1800, help="seconds per run")
@@ -526,7 +534,7 @@ def main():
                                "round": rnd, "error": err}
                         if res:
                             # MFU per GPU: tokens/s are for the global batch of dp GPUs
-                            row.update(res, mfu=mfu(res["tokens_per_s"] / dp, L, C, moe=args.moe),
+                            row.update(res, mfu=mfu(res["tokens_per_s"] / dp, L, C, moe=args.moe, rope=bool(args.rope)),
                                        tokens_per_s_per_gpu=res["tokens_per_s"] / dp)
                             got[fw] = row
                             rep = res.get("mfu_reported")
@@ -578,6 +586,9 @@ def main():
                    f"{args.moe[2]}-th block from the first, capacity factor 1.25, balancing loss 0.01 (PyTorch: "
                    f"bench/torch_gpt.py's MoE, its experts a loop of nn.Linear pairs over fixed-capacity "
                    f"slots); MFU counts the top {args.moe[1]} experts' parameters.\n")
+    if args.rope:
+        header += (f"Both with rotary positions (base {args.rope:g}; PyTorch: bench/torch_gpt.py's rotary(), "
+                   f"under torch.compile), no position table.\n")
     loaded = sorted({r["libraries"] for r in rows if r.get("libraries")})
     if loaded:  # what Trellis's start record says it loaded
         header += "Trellis loaded: " + "; ".join(loaded) + ".\n"

@@ -2,7 +2,7 @@
 # Session call 2 (one GPU): the rotary kernel with 2- and 4-pair loads: its parity test (head sizes
 # 128, 12, 6), GPT-2 1.3B learned / rope alternating (the rotation's cost); MoE shared experts timed
 # (350M shape, 8 experts top 2 in every other block, moe.shared_experts 0 / 1 alternating); one
-# bench_gpt round at 1.3B against PyTorch.
+# bench_gpt round at 1.3B against PyTorch, and one with both on rotary positions (bench_gpt --rope).
 set -uo pipefail
 cd "$(dirname "$0")/../../.."
 source bench/device_env.sh
@@ -30,4 +30,7 @@ done
 echo "=== bench_gpt 1.3B $(date +%T)"
 timeout 200 python3 bench/bench_gpt.py --steps 15 --warmup 5 --trellis build/train_gpt --trellis-libs torch \
   --models 1.3b --micro-batch 16 --rounds 1 2>&1 | tail -4
+echo "=== bench_gpt 1.3B, both with rotary positions $(date +%T)"
+timeout 200 python3 bench/bench_gpt.py --steps 15 --warmup 5 --trellis build/train_gpt --trellis-libs torch \
+  --models 1.3b --micro-batch 16 --rounds 1 --rope 10000 2>&1 | tail -4
 echo "=== done $(date +%T)"
