@@ -46,15 +46,21 @@ PRESETS = {  # name -> (n_layers, n_heads, d_model); vocab 50257, seq 1024
 }
 
 
-def rotary(x, theta):
+def rotary_table(seq_len, head_dim, theta):
+    """cos and sin (seq_len, head_dim / 2) of the angles t * theta^(-2i/hd), in float64."""
+    half = head_dim // 2
+    inv = theta ** (-torch.arange(half, dtype=torch.float64) / half)
+    angle = torch.arange(seq_len, dtype=torch.float64)[:, None] * inv[None, :]
+    return angle.cos(), angle.sin()
+
+
+def rotary(x, cos, sin):
     """x (B, H, T, hd) turned by its positions as Trellis's rotary_embedding: dims (i, i + hd/2) of
-    each head by t * theta^(-2i/hd), the angle's cosine and sine in float64, the rotation in float32
-    (or float64) and rounded to x's dtype."""
+    each head by the angle whose cos and sin (>= T, hd/2) rotary_table gives, the rotation in float32
+    (float64 for a float64 x) and rounded to x's dtype."""
     T, half = x.shape[-2], x.shape[-1] // 2
-    inv = theta ** (-torch.arange(half, dtype=torch.float64, device=x.device) / half)
-    angle = torch.arange(T, dtype=torch.float64, device=x.device)[:, None] * inv[None, :]
     work = torch.float64 if x.dtype == torch.float64 else torch.float32
-    cos, sin, y = angle.cos().to(work), angle.sin().to(work), x.to(work)
+    cos, sin, y = cos[:T].to(work), sin[:T].to(work), x.to(work)
     y1, y2 = y[..., :half], y[..., half:]
     return torch.cat([y1 * cos - y2 * sin, y2 * cos + y1 * sin], dim=-1).to(x.dtype)
 
@@ -63,7 +69,10 @@ class Attention(nn.Module):
     def __init__(self, cfg):
         super().__init__()
         self.n_heads, self.impl, self.p = cfg.n_heads, cfg.attn, cfg.dropout  # dropout on the probabilities too
-        self.rope_theta = cfg.rope_theta
+        if cfg.rope_theta > 0:  # the angles' cos and sin, once (float64; cast where used)
+            cos, sin = rotary_table(cfg.seq_len, cfg.d_model // cfg.n_heads, cfg.rope_theta)
+            self.register_buffer("rope_cos", cos, persistent=False)
+            self.register_buffer("rope_sin", sin, persistent=False)
         self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model)  # W (3C, C): [q | k | v] along out
         self.proj = nn.Linear(cfg.d_model, cfg.d_model)
 
@@ -71,8 +80,8 @@ class Attention(nn.Module):
         B, T, C = x.shape
         q, k, v = self.qkv(x).split(C, dim=2)  # each (B, T, C); head h = cols h*hd..(h+1)*hd
         q, k, v = (t.view(B, T, self.n_heads, C // self.n_heads).transpose(1, 2) for t in (q, k, v))
-        if self.rope_theta > 0:
-            q, k = rotary(q, self.rope_theta), rotary(k, self.rope_theta)
+        if hasattr(self, "rope_cos"):
+            q, k = rotary(q, self.rope_cos, self.rope_sin), rotary(k, self.rope_cos, self.rope_sin)
         if self.impl == "manual":  # (B, H, T, T) scores, causal, softmax
             att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
             causal = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()
@@ -340,7 +349,8 @@ def rope_selftest():
     freqs = torch.arange(T, dtype=torch.float64)[:, None] * inv[None, :]
     emb = torch.cat((freqs, freqs), dim=-1)
     hq, hk = apply_rotary_pos_emb(q, k, emb.cos()[None], emb.sin()[None])
-    err = max((rotary(q, theta) - hq).abs().max().item(), (rotary(k, theta) - hk).abs().max().item())
+    cos, sin = rotary_table(T, hd, theta)
+    err = max((rotary(q, cos, sin) - hq).abs().max().item(), (rotary(k, cos, sin) - hk).abs().max().item())
     good = err < 1e-12
     print(f"rope against transformers' Llama rotation: max abs diff {err:.1e}: {'ok' if good else 'FAIL'}")
     return good
