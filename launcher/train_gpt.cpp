@@ -89,15 +89,32 @@ bool agree(const LaunchInfo& l, const std::function<void()>& step, const std::ve
   return false;
 }
 
-// Every rank must run the same resolved config: compare a hash of its TOML text.
-void check_same_config(const Config& cfg) {
-  const uint64_t h = std::hash<std::string>{}(config_to_toml(cfg));
+// Whether `text` is the same on every rank (compares a hash of it).
+bool same_on_every_rank(const std::string& text) {
+  const uint64_t h = std::hash<std::string>{}(text);
   uint64_t lo = h, hi = h;
   TRELLIS_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &lo, 1, MPI_UINT64_T, MPI_MIN, MPI_COMM_WORLD));
   TRELLIS_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &hi, 1, MPI_UINT64_T, MPI_MAX, MPI_COMM_WORLD));
-  if (lo != hi)
+  return lo == hi;
+}
+
+// Every rank must run the same resolved config.
+void check_same_config(const Config& cfg) {
+  if (!same_on_every_rank(config_to_toml(cfg)))
     throw UserError(cfg.path + ": the resolved config differs between ranks (different files or --set values); "
                                "every rank must run the same config");
+}
+
+// Every rank must do the same thing: one rank planning or dumping while the others train would wait
+// forever in the others' collectives. (The config is compared once it is read.)
+void check_same_options(const CliArgs& a) {
+  const std::string options = std::to_string(a.help) + "|" + std::to_string(a.print_config_doc) + "|" +
+                              std::to_string(a.plan) + "|" + std::to_string(a.layouts) + "|" +
+                              std::to_string(a.plan_world) + "|" + std::to_string(a.device_memory_gib) + "|" +
+                              a.dump_grads_dir + "|" + a.export_weights_dir;
+  if (!same_on_every_rank(options))
+    throw UserError("the command-line options (--plan, --layouts, --world, --device-memory, --dump-grads, "
+                    "--export-weights, --help, --config-doc) differ between ranks; start every rank with the same ones");
 }
 
 }  // namespace
@@ -107,6 +124,7 @@ int main(int argc, char** argv) {
   CliArgs args;
   Config cfg;
   bool ok = agree(launch, [&] { args = parse_cli(argc, argv); });
+  ok = ok && agree(launch, [&] { check_same_options(args); });
   if (ok && args.help) {
     if (launch.rank == 0) std::printf("%s", usage().c_str());
   } else if (ok && args.print_config_doc) {

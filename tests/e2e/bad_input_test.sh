@@ -151,6 +151,17 @@ check checkpoint_dir_is_a_checkpoint "checkpoint.dir = $tmp/ck/step_00000002 is 
   "$train_gpt" "$tmp/good.toml" --set checkpoint.dir="$tmp/ck/step_00000002"
 [[ $(ls "$tmp/ck/step_00000002") == manifest.json ]] ||
   { failures=$((failures + 1)); echo "FAIL checkpoint_dir_is_a_checkpoint: the checkpoint changed"; }
+# A checkpoint holding files no checkpoint writes (a user's notes) is not replaced or pruned: a run
+# that could do either is refused, and the files stay.
+mkdir -p "$tmp/ck_notes/step_00000001" "$tmp/ck_best/best"
+echo mine > "$tmp/ck_notes/step_00000001/notes.txt"
+echo mine > "$tmp/ck_best/best/notes.txt"
+check checkpoint_with_user_files "step_00000001 holds files that no checkpoint writes (notes.txt)" "move them away" -- \
+  "$train_gpt" "$tmp/good.toml" --set checkpoint.dir="$tmp/ck_notes"
+check best_with_user_files "best holds files that no checkpoint writes (notes.txt)" -- \
+  "$train_gpt" "$tmp/good.toml" --set checkpoint.dir="$tmp/ck_best" --set checkpoint.keep_best=true --set log.val_every=1
+[[ -f $tmp/ck_notes/step_00000001/notes.txt && -f $tmp/ck_best/best/notes.txt ]] ||
+  { failures=$((failures + 1)); echo "FAIL checkpoint_with_user_files: a user's file is gone"; }
 # A --set replaces the file's value of its key, so a bad value there can be fixed from the command line.
 write bad_lr.toml "$good
 [optimizer]
@@ -195,6 +206,11 @@ mpi_case() {
 }
 mpi_case mpirun_config_differs "the resolved config differs between ranks" \
   -np 1 "$train_gpt" "$tmp/good.toml" --set train.steps=5 : -np 1 "$train_gpt" "$tmp/good.toml" --set train.steps=6
+# One rank planning, dumping or exporting while the other trains would wait in its collectives.
+mpi_case mpirun_plan_on_one_rank "the command-line options (--plan" \
+  -np 1 "$train_gpt" "$tmp/good.toml" --plan : -np 1 "$train_gpt" "$tmp/good.toml"
+mpi_case mpirun_export_on_one_rank "differ between ranks" \
+  -np 1 "$train_gpt" "$tmp/good.toml" : -np 1 "$train_gpt" "$tmp/good.toml" --export-weights "$tmp/ew_one_rank"
 mpi_case mpirun_file_missing_on_one_rank "cannot read config file" \
   -np 1 "$train_gpt" "$tmp/good.toml" : -np 1 "$train_gpt" "$tmp/nope.toml"
 # ZeRO stage 1 over two data ranks: each rank writes into checkpoint.dir, so one that does not see
