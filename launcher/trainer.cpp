@@ -939,16 +939,32 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
         std::fflush(stdout);
       }
     }
-    if (cfg.log.val_every > 0 && (step % cfg.log.val_every == 0 || step == cfg.train.steps)) {
+    const bool validating = cfg.log.val_every > 0 && (step % cfg.log.val_every == 0 || step == cfg.train.steps);
+    bool abandoned = false;
+    if (validating) {
       NvtxRange r("validation");
       // Not a training step: left out of log.profile_ops's per-step times.
       if (rt.profiler()) rt.profiler()->set_paused(true);
       fill(rt, loss_sum, 0.0f);
       auto val_sample = [&](int vb) { return (int64_t(vb) * data_size + data_rank) * B; };
-      GPTStage val_model(
-          model, [&](int vb) { return context_at(val_sample(vb), false); },
-          [&](int vb) { return loader.load(Split::val, val_sample(vb)); }, 0.0f, loss_sum);
-      engine.run_forward(int(cfg.log.val_batches), val_model);
+      // In runs of kValidationRun micro-batches, with a look for a stop signal between them: a long
+      // validation (log.val_batches) must not keep a preempted job from its checkpoint.
+      constexpr int kValidationRun = 32;
+      const int val_batches = int(cfg.log.val_batches);
+      for (int first = 0; first < val_batches && !abandoned; first += kValidationRun) {
+        GPTStage val_model(
+            model, [&](int vb) { return context_at(val_sample(first + vb), false); },
+            [&](int vb) { return loader.load(Split::val, val_sample(first + vb)); }, 0.0f, loss_sum);
+        engine.run_forward(std::min(kValidationRun, val_batches - first), val_model);
+        if (first + kValidationRun < val_batches) abandoned = stop_requested(MPI_COMM_WORLD, rt.watchdog());
+      }
+      if (abandoned) {  // the stop below saves the step's checkpoint
+        if (rt.profiler()) rt.profiler()->set_paused(false);
+        if (main_rank)
+          std::printf("step %5lld/%lld | validation abandoned: a stop signal\n", (long long)step, (long long)cfg.train.steps);
+      }
+    }
+    if (validating && !abandoned) {
       if (reduce) data_group.all_reduce(loss_sum);
       if (pipeline_group) pipeline_group->all_reduce(loss_sum);  // known on the last stage
       const double val = double(read_scalar(rt, loss_sum)) / double(cfg.log.val_batches * B * T * data_size);

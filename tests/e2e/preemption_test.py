@@ -16,6 +16,7 @@ signal sent once the metrics file shows a few steps:
      task itself, so both signals work there.
   2. one process (no mpirun), SIGTERM sent to it directly.
   3. one process, SIGINT (a first Ctrl-C; a second would quit at once).
+  4. one process, SIGTERM during a validation of a million micro-batches: abandoned, the step saved.
 Checks: exit code 0 within 60 s of the signal; "stopping after step N" printed exactly once (rank 0
 only, one agreed step); the metrics file's last step record is N and "done: N steps" follows; no
 rank printed an error or a crash banner (stderr holds nothing of the kind, and mpirun would exit
@@ -54,8 +55,9 @@ def steps_in(metrics):
     return out
 
 
-def run_case(name, cmd, sig, metrics, tmp):
-    """Starts cmd, sends sig once it has trained a few steps, checks the clean stop. Returns ok."""
+def run_case(name, cmd, sig, metrics, tmp, warmup=WARMUP_STEPS, expect=None):
+    """Starts cmd, sends sig once it has trained `warmup` steps, checks the clean stop (and that stdout
+    holds `expect`). Returns ok."""
     out_path, err_path = os.path.join(tmp, name + ".out"), os.path.join(tmp, name + ".err")
     env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OMP_NUM_THREADS="1")
     with open(out_path, "w") as out, open(err_path, "w") as err:
@@ -63,12 +65,13 @@ def run_case(name, cmd, sig, metrics, tmp):
         problems = []
         try:
             deadline = time.monotonic() + START_TIMEOUT
-            while len(steps_in(metrics)) < WARMUP_STEPS and proc.poll() is None and time.monotonic() < deadline:
+            while len(steps_in(metrics)) < warmup and proc.poll() is None and time.monotonic() < deadline:
                 time.sleep(0.1)
+            time.sleep(0.5 if expect else 0)  # into what follows the step
             if proc.poll() is not None:
                 problems.append(f"exited ({proc.returncode}) before the signal")
-            elif len(steps_in(metrics)) < WARMUP_STEPS:
-                problems.append(f"fewer than {WARMUP_STEPS} steps in {START_TIMEOUT} s")
+            elif len(steps_in(metrics)) < warmup:
+                problems.append(f"fewer than {warmup} steps in {START_TIMEOUT} s")
             else:
                 signalled_at = len(steps_in(metrics))
                 proc.send_signal(sig)
@@ -103,6 +106,8 @@ def run_case(name, cmd, sig, metrics, tmp):
                 problems.append(f"stopped after step {n}, before the {signalled_at} steps already recorded")
             if f"done: {n} steps" not in stdout:
                 problems.append(f"no 'done: {n} steps'")
+            if expect and expect not in stdout:
+                problems.append(f"no '{expect}'")
         bad = [line for line in (stderr + stdout).splitlines() if CRASH.search(line)]
         if bad:
             problems.append("error output: " + " / ".join(bad[:5]))
@@ -136,6 +141,15 @@ def main():
         ok &= run_case("one process, SIGTERM", args, signal.SIGTERM, metrics, tmp)
         metrics, args = train_args("ctrl_c")
         ok &= run_case("one process, Ctrl-C (SIGINT)", args, signal.SIGINT, metrics, tmp)
+        # A validation far longer than the stop timeout: abandoned at the signal, the step saved.
+        metrics, args = train_args("validation")
+        ckpt = os.path.join(tmp, "validation_ckpt")
+        args += ["--set", "log.val_every=1", "--set", "log.val_batches=1000000", "--set", "checkpoint.dir=" + ckpt]
+        ok &= run_case("one process, SIGTERM during a long validation", args, signal.SIGTERM, metrics, tmp, warmup=1,
+                       expect="validation abandoned: a stop signal")
+        saved = sorted(os.listdir(ckpt)) if os.path.isdir(ckpt) else []
+        ok &= saved == ["step_00000001"]
+        print(f"{'ok  ' if saved == ['step_00000001'] else 'FAIL'} ... and its checkpoint saved: {saved}")
     print("PASS" if ok else "FAIL")
     sys.exit(0 if ok else 1)
 
