@@ -82,6 +82,9 @@ void assign_node(const KeySpec& k, const toml::node& n, Config& c, const std::st
     case KeyType::String:
       if (!n.is_string()) throw wrong();
       k.string_ref(c) = n.as_string()->get();
+      // A NUL (TOML's \u0000) would cut every path and message built from the value short.
+      if (k.string_ref(c).find('\0') != std::string::npos)
+        throw UserError(where + ": " + k.full_name() + " holds a NUL character (\\u0000), which no path or name may hold");
       break;
   }
   config_keys::check_allowed(k, c, where);
@@ -243,6 +246,9 @@ void validate_relations(const Config& c) {
   if (c.model.position_embedding == "rope" && (c.model.d_model / c.model.n_heads) % 2 != 0)
     throw UserError(p + ": model.position_embedding = rope turns pairs of a head's dims: the head size model.d_model / "
                     "model.n_heads = " + std::to_string(c.model.d_model / c.model.n_heads) + " must be even");
+  if (c.log.trace_step > 0 && c.log.trace_file.empty())
+    throw UserError(p + ": log.trace_file is empty; log.trace_step = " + std::to_string(c.log.trace_step) +
+                    " writes its trace there (allowed: a file path, e.g. \"runs/trace.json\")");
   if (c.optimizer.lr < c.optimizer.min_lr) {
     const auto* lr = config_keys::find_key("optimizer", "lr");
     const auto* min_lr = config_keys::find_key("optimizer", "min_lr");

@@ -256,11 +256,11 @@ void check_trace_file(const Config& cfg, const LaunchInfo& launch) {
   const int mine = failed;
   TRELLIS_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &failed, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD));
   if (failed == 2 && mine != 1)  // another rank's file may be the one in the way
-    throw UserError("log.trace_file = " + cfg.log.trace_file + ": " +
+    throw UserError(cfg.path + ": log.trace_file = " + cfg.log.trace_file + ": " +
                     (mine == 2 ? path : "a rank's trace file (" + trace_path(cfg.log.trace_file, -1, launch.world) + ")") +
                     " exists and is not a Trellis trace; refusing to replace it: choose another path");
   if (failed)
-    throw UserError("log.trace_file: " + (mine ? "cannot write " + path : "another rank cannot write its trace file") +
+    throw UserError(cfg.path + ": log.trace_file = " + cfg.log.trace_file + ": " + (mine ? "cannot write " + path : "another rank cannot write its trace file") +
                     " (a writable path, e.g. \"runs/trace.json\")");
 }
 
@@ -567,6 +567,9 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
                 res.precision.c_str(), layout.tensor, layout.pipeline, layout.data, zero_stage);
     const std::string libraries = rt.library_versions();  // for the log and the start record
     if (!libraries.empty()) std::printf("libraries: %s\n", libraries.c_str());
+    if (cfg.zero.stage > 0 && zero_stage == 0)
+      std::printf("warning: zero.stage = %lld shards over the data-parallel group, which has one rank in this layout: "
+                  "each rank keeps its whole optimizer state (stage 0)\n", (long long)cfg.zero.stage);
     std::printf("model: %lld layers, %lld heads, d_model %lld, seq %lld, vocab %lld (padded to %lld)%s\n",
                 (long long)mc.n_layers, (long long)mc.n_heads, (long long)mc.d_model, (long long)T,
                 (long long)mc.vocab_size, (long long)mc.padded_vocab(),

@@ -162,6 +162,11 @@ check best_with_user_files "best holds files that no checkpoint writes (notes.tx
   "$train_gpt" "$tmp/good.toml" --set checkpoint.dir="$tmp/ck_best" --set checkpoint.keep_best=true --set log.val_every=1
 [[ -f $tmp/ck_notes/step_00000001/notes.txt && -f $tmp/ck_best/best/notes.txt ]] ||
   { failures=$((failures + 1)); echo "FAIL checkpoint_with_user_files: a user's file is gone"; }
+# An empty trace path, and a NUL in a string (which would cut the message short), get a whole line.
+check trace_file_empty "good.toml: log.trace_file is empty; log.trace_step = 1 writes its trace there" -- \
+  "$train_gpt" "$tmp/good.toml" --set log.trace_step=1 --set log.trace_file=
+printf '%s\n[data]\npath = "a\\u0000b"\n' "$good" > "$tmp/nul.toml"
+check string_with_nul "nul.toml: data.path holds a NUL character" -- "$train_gpt" "$tmp/nul.toml"
 # A --set replaces the file's value of its key, so a bad value there can be fixed from the command line.
 write bad_lr.toml "$good
 [optimizer]
