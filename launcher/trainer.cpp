@@ -382,8 +382,6 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
   const int64_t data_ranks = launch.world / (cfg.parallel.tensor * cfg.parallel.pipeline);
   if (!cfg.checkpoint.dir.empty() && cfg.zero.stage >= 1 && data_ranks > 1)
     agree_on([&] { if (launch.rank != 0) check_checkpoint_dir_shared(cfg); }, launch);
-  std::unique_ptr<SampleSource> data;
-  agree_on([&] { data = open_samples(cfg, res.model); }, launch);
   RuntimeOptions ro;
   ro.device = res.device;
   ro.deterministic = cfg.train.deterministic;
@@ -466,6 +464,10 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
     plan = plan_rank_memory(cfg, mc, layout, stage, tp, m);
     check_memory_fits(cfg, rt, launch, plan);
   }, launch);
+  // After the memory check: a synthetic source holds a table of the vocabulary, so a vocabulary far
+  // too large for the memory is refused before it is built.
+  std::unique_ptr<SampleSource> data;
+  agree_on([&] { data = open_samples(cfg, res.model); }, launch);
   const size_t planned_activations = plan.activations;
   // A rank's parameters and, of them, its experts' (sharded apart under expert parallelism).
   auto numel_of_part = [&](int pipeline_rank, int part) {
