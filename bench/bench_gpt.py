@@ -109,7 +109,9 @@ def torch_worker(args):
         fully_shard(model, mp_policy=mp)
     elif world > 1:
         from torch.nn.parallel import DistributedDataParallel as DDP
-        net = DDP(model, device_ids=[local_rank] if cuda else None, bucket_cap_mb=25,
+        # broadcast_buffers=False: the buffers (the padding mask, the rotary tables) are constants, so
+        # DDP need not send rank 0's at every forward.
+        net = DDP(model, device_ids=[local_rank] if cuda else None, bucket_cap_mb=25, broadcast_buffers=False,
                   gradient_as_bucket_view=True)
     # After the wrapping: FSDP replaces the parameters by sharded ones.
     decay = [p for p in model.parameters() if p.dim() >= 2]

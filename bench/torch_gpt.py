@@ -315,7 +315,8 @@ def write_dump(model, tokens, targets, dump_dir):
     c = model.cfg
     meta = {"config": {"vocab_size": c.vocab_size, "padded_vocab": c.padded_vocab,
                        "seq_len": c.seq_len, "n_layers": c.n_layers, "n_heads": c.n_heads,
-                       "d_model": c.d_model, "dropout": c.dropout},
+                       "d_model": c.d_model, "dropout": c.dropout,
+                       **({"position_embedding": "rope", "rope_theta": c.rope_theta} if c.rope_theta > 0 else {})},
             "params": entries, "batch": {"B": tokens.shape[0], "T": tokens.shape[1]},
             "loss": loss.item()}
     with open(os.path.join(dump_dir, "model.json"), "w") as f:
@@ -357,11 +358,26 @@ def rope_selftest():
 
 
 def selftest():
-    """Writes a dump from a tiny model, loads it back in float64 with both attention paths and in
-    float32, and checks loss and gradients agree; checks the 124M parameter count."""
+    """Dumps of a tiny model with learned and with rotary positions loaded back (dump_selftest),
+    the rotation against transformers' Llama one, the 124M parameter count."""
+    ok = True
+    for theta in (0.0, 500.0):  # learned positions, then rotary ones
+        ok &= dump_selftest(theta)
+    ok &= rope_selftest()
+    n124 = GPT(GPTConfig()).num_params()
+    print(f"124m num_params {n124:,} (GPT-2 small: 124,439,808): "
+          f"{'ok' if n124 == 124439808 else 'FAIL'}")
+    ok &= n124 == 124439808
+    print("selftest", "passed" if ok else "FAILED")
+    return 0 if ok else 1
+
+
+def dump_selftest(rope_theta):
+    """One model's dump (rotary positions of this base, or learned ones with 0) loaded back in
+    float64 and float32 with both attention paths: loss and gradients agree."""
     import tempfile
     torch.manual_seed(0)
-    cfg = GPTConfig(vocab_size=100, seq_len=16, n_layers=2, n_heads=4, d_model=32, attn="manual")
+    cfg = GPTConfig(vocab_size=100, seq_len=16, n_layers=2, n_heads=4, d_model=32, attn="manual", rope_theta=rope_theta)
     ref = GPT(cfg).double()
     with torch.no_grad():  # non-trivial biases and LayerNorms, so that their gradients matter
         for name, p in ref.named_parameters():
@@ -370,6 +386,7 @@ def selftest():
     tokens = torch.randint(0, cfg.vocab_size, (3, 12))
     targets = torch.randint(0, cfg.vocab_size, (3, 12))
     ok = True
+    positions = f"rope {rope_theta:g}" if rope_theta > 0 else "learned"
     with tempfile.TemporaryDirectory() as d:
         write_dump(ref, tokens, targets, d)
         for attn, dtype, tol in (("manual", torch.float64, 1e-6), ("sdpa", torch.float64, 1e-6),
@@ -385,16 +402,10 @@ def selftest():
             pad_grad = model.wte.weight.grad[cfg.vocab_size:].abs().max().item()
             good = lerr <= tol and worst <= tol and pad_grad == 0.0
             ok &= good
-            print(f"{attn:6s} {str(dtype):13s} loss {loss.item():.8f} rel err {lerr:.2e}, "
+            print(f"{positions:9s} {attn:6s} {str(dtype):13s} loss {loss.item():.8f} rel err {lerr:.2e}, "
                   f"worst grad rel err {worst:.2e}, padded wte grad {pad_grad:.1e}: "
                   f"{'ok' if good else 'FAIL'}")
-    ok &= rope_selftest()
-    n124 = GPT(GPTConfig()).num_params()
-    print(f"124m num_params {n124:,} (GPT-2 small: 124,439,808): "
-          f"{'ok' if n124 == 124439808 else 'FAIL'}")
-    ok &= n124 == 124439808
-    print("selftest", "passed" if ok else "FAILED")
-    return 0 if ok else 1
+    return ok
 
 
 if __name__ == "__main__":
