@@ -163,8 +163,16 @@ StoredModel open_export(const std::string& dir) {
     int64_t offset = 0;
     for (size_t i = 0; same && i < specs.size(); ++i) {
       same = params.items[i].at("name").as_string() == specs[i].name && params.items[i].at("offset").as_int() == offset;
+      const JsonValue& shape = params.items[i].at("shape");  // redundant with the config, so it must agree
+      same = same && int64_t(shape.items.size()) == specs[i].shape.rank;
+      for (size_t d = 0; same && d < shape.items.size(); ++d)
+        same = shape.items[d].as_int() == specs[i].shape.dims[d];
       offset += specs[i].shape.numel();
     }
+    if (const JsonValue* padded = c.find("padded_vocab"); padded && padded->as_int() != s.shape.padded_vocab())
+      throw UserError(json + ": padded_vocab " + padded->text + " is not vocab_size " +
+                      std::to_string(s.shape.vocab_size) + " padded to a multiple of " + std::to_string(kVocabPadMultiple) +
+                      " (" + std::to_string(s.shape.padded_vocab()) + ")");
     if (!same) throw UserError(json + ": its parameter list is not the whole GPT model's of its config");
   } catch (const CheckpointError& e) {
     throw UserError(json + ": " + e.what());

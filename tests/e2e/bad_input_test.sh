@@ -167,6 +167,12 @@ check trace_file_empty "good.toml: log.trace_file is empty; log.trace_step = 1 w
   "$train_gpt" "$tmp/good.toml" --set log.trace_step=1 --set log.trace_file=
 printf '%s\n[data]\npath = "a\\u0000b"\n' "$good" > "$tmp/nul.toml"
 check string_with_nul "nul.toml: data.path holds a NUL character" -- "$train_gpt" "$tmp/nul.toml"
+# A weight export whose model.json disagrees with itself (a shape, the padded vocabulary) is refused.
+"$train_gpt" "$tmp/good.toml" --export-weights "$tmp/export_edited" >/dev/null 2>&1
+python3 -c "import json,sys; p=sys.argv[1]; m=json.load(open(p)); m['params'][1]['shape']=[1,2]; json.dump(m,open(p,'w'))" \
+  "$tmp/export_edited/model.json"
+check export_shape_edited "export_edited/model.json: its parameter list is not the whole GPT model's" -- \
+  "$train_gpt" "$tmp/good.toml" --set model.init_from="$tmp/export_edited"
 # A --set replaces the file's value of its key, so a bad value there can be fixed from the command line.
 write bad_lr.toml "$good
 [optimizer]
