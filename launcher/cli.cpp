@@ -36,6 +36,9 @@ CliArgs parse_cli(int argc, char** argv) {
   auto value_of = [&](std::string_view opt, std::string_view arg, int& i) -> std::string {
     if (arg.size() > opt.size()) return std::string(arg.substr(opt.size() + 1));
     if (i + 1 >= argc) throw UserError(std::string(opt) + ": missing value" + hint);
+    // "--dump-grads --set ..." names no directory: the next option is not a value.
+    if (std::string_view(argv[i + 1]).substr(0, 2) == "--")
+      throw UserError(std::string(opt) + ": missing value before " + argv[i + 1] + hint);
     return argv[++i];
   };
   auto is_opt = [](std::string_view arg, std::string_view opt) {

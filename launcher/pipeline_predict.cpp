@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <string>
 #include <string_view>
@@ -102,6 +103,8 @@ struct StepTimes {
 
 int run(int argc, char** argv) {
   const Args a = parse(argc, argv);
+  std::error_code ec;
+  if (std::filesystem::is_directory(a.path, ec)) throw UserError(a.path + ": is a directory, not a metrics file");
   std::ifstream in(a.path);
   if (!in) throw UserError(a.path + ": cannot open");
   std::string schedule_name;

@@ -173,6 +173,9 @@ python3 -c "import json,sys; p=sys.argv[1]; m=json.load(open(p)); m['params'][1]
   "$tmp/export_edited/model.json"
 check export_shape_edited "export_edited/model.json: its parameter list is not the whole GPT model's" -- \
   "$train_gpt" "$tmp/good.toml" --set model.init_from="$tmp/export_edited"
+# An option whose value is missing before the next option says so (not "more than one config file").
+check dump_grads_no_dir "--dump-grads: missing value before --set" -- \
+  "$train_gpt" "$tmp/good.toml" --dump-grads --set train.steps=2
 # A --set replaces the file's value of its key, so a bad value there can be fixed from the command line.
 write bad_lr.toml "$good
 [optimizer]
