@@ -403,8 +403,9 @@ std::vector<std::string> foreign_files(const std::string& dir) {
   std::error_code ec;
   for (auto it = fs::recursive_directory_iterator(dir, ec); !ec && it != fs::recursive_directory_iterator();
        it.increment(ec)) {
-    if (it->is_directory(ec) && !it->is_symlink(ec)) continue;
-    const std::string rel = fs::relative(it->path(), dir, ec).generic_string();
+    std::error_code kind;
+    if (it->is_directory(kind) && !it->is_symlink(kind)) continue;
+    const std::string rel = it->path().lexically_relative(dir).generic_string();  // a link as named
     if (rel == "manifest.json" || std::regex_match(rel, state_blob) || (reader && reader->has_blob(rel))) continue;
     out.push_back(rel);
   }
@@ -416,10 +417,15 @@ std::vector<std::string> foreign_files(const std::string& dir) {
 // checkpoint.keep_best, best/ (a better validation replaces it). Those files would be lost.
 void refuse_replacing_foreign_files(const Config& cfg) {
   namespace fs = std::filesystem;
+  // best/ is replaced only where the trainer keeps one (keep_best with validation).
+  const bool keeps_best = cfg.checkpoint.keep_best && cfg.log.val_every > 0;
   std::error_code ec;
-  for (const fs::directory_entry& e : fs::directory_iterator(cfg.checkpoint.dir, ec)) {
+  for (auto it = fs::directory_iterator(cfg.checkpoint.dir, ec); !ec && it != fs::directory_iterator();
+       it.increment(ec)) {
+    const fs::directory_entry& e = *it;
     const std::string name = e.path().filename().string();
-    if (!e.is_directory(ec) || !(parse_checkpoint_dir_name(name) || (name == "best" && cfg.checkpoint.keep_best)))
+    std::error_code kind;
+    if (!e.is_directory(kind) || !(parse_checkpoint_dir_name(name) || (name == "best" && keeps_best)))
       continue;
     const std::vector<std::string> foreign = foreign_files(e.path().string());
     if (foreign.empty()) continue;

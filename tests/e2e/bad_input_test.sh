@@ -160,6 +160,10 @@ check checkpoint_with_user_files "step_00000001 holds files that no checkpoint w
   "$train_gpt" "$tmp/good.toml" --set checkpoint.dir="$tmp/ck_notes"
 check best_with_user_files "best holds files that no checkpoint writes (notes.txt)" -- \
   "$train_gpt" "$tmp/good.toml" --set checkpoint.dir="$tmp/ck_best" --set checkpoint.keep_best=true --set log.val_every=1
+# Without validation no best checkpoint is kept, so best/'s files are no reason to refuse.
+if "$train_gpt" "$tmp/good.toml" --set checkpoint.dir="$tmp/ck_best" --set checkpoint.keep_best=true \
+  --set log.val_every=0 >"$tmp/out" 2>"$tmp/err"; then echo "ok   best_untouched_without_validation"
+else failures=$((failures + 1)); echo "FAIL best_untouched_without_validation: $(cat "$tmp/err")"; fi
 [[ -f $tmp/ck_notes/step_00000001/notes.txt && -f $tmp/ck_best/best/notes.txt ]] ||
   { failures=$((failures + 1)); echo "FAIL checkpoint_with_user_files: a user's file is gone"; }
 # An empty trace path, and a NUL in a string (which would cut the message short), get a whole line.
