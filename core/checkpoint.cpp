@@ -13,6 +13,8 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <regex>
+#include <set>
 
 #include "core/crc32c.h"
 
@@ -425,6 +427,29 @@ void CheckpointWriter::set_meta(std::string json_object_text) {
   });
 }
 
+namespace {
+
+// Hard links in `to` (a new checkpoint, not yet published) to the files of `from` (the one it
+// replaces) that no checkpoint writes, so a user's files outlive the swap with one published
+// checkpoint holding them at every moment. Returns the directories that received links.
+std::set<std::string> link_files_no_checkpoint_writes(const std::string& from, const std::string& to) {
+  std::set<std::string> dirs;
+  for (const std::string& rel : files_no_checkpoint_writes(from)) {
+    const std::string src = join(from, rel), dst = join(to, rel);
+    const fs::path parent = fs::path(dst).parent_path();
+    std::error_code ec;
+    fs::create_directories(parent, ec);
+    if (ec) fail("cannot create directory " + parent.string() + ": " + ec.message());
+    if (::linkat(AT_FDCWD, src.c_str(), AT_FDCWD, dst.c_str(), 0) != 0)
+      fail_errno(src + " is a file no checkpoint writes and the checkpoint replacing it cannot keep it (not "
+                 "replaced): cannot link it to", dst, errno);
+    for (fs::path p = parent; p.string().size() > to.size(); p = p.parent_path()) dirs.insert(p.string());
+  }
+  return dirs;
+}
+
+}  // namespace
+
 std::string CheckpointWriter::commit() {
   if (!s_) fail("use of a moved-from writer");
   State& s = *s_;
@@ -449,13 +474,17 @@ std::string CheckpointWriter::commit() {
     write_all(fd.get(), m.data(), m.size(), mpath);
     if (::fsync(fd.get()) != 0) fail_errno("cannot fsync", mpath, errno);
     fd.close(mpath);
+    struct stat st;
+    const bool replacing = ::lstat(s.final_dir.c_str(), &st) == 0;
+    std::set<std::string> linked_dirs;
+    if (replacing && S_ISDIR(st.st_mode)) linked_dirs = link_files_no_checkpoint_writes(s.final_dir, s.tmp_dir);
     s.files.fsync_subdirs();
+    for (auto it = linked_dirs.rbegin(); it != linked_dirs.rend(); ++it) fsync_dir(*it);  // deepest first
     fsync_dir(s.tmp_dir);
 
     // Publish. Over an existing checkpoint, swap atomically (RENAME_EXCHANGE) so there is never
     // a moment without one; where the filesystem cannot, move the old one aside first.
-    struct stat st;
-    if (::lstat(s.final_dir.c_str(), &st) != 0) {
+    if (!replacing) {
       if (::rename(s.tmp_dir.c_str(), s.final_dir.c_str()) != 0)
         fail_errno("cannot rename " + s.tmp_dir + " to", s.final_dir, errno);
     } else if (!S_ISDIR(st.st_mode)) {
@@ -706,7 +735,56 @@ std::optional<std::string> checkpoint_named_by(const std::string& path, std::str
   return latest_valid_checkpoint(path, why_skipped);
 }
 
-std::vector<std::string> prune_checkpoints(const std::string& root, int keep, int64_t up_to_step) {
+std::vector<std::string> files_no_checkpoint_writes(const std::string& dir) {
+  static const std::regex state_blob(R"((params|master|adam_m|adam_v)|rank\d{5}/(master|adam_m|adam_v)\.bin)");
+  std::optional<CheckpointReader> reader;
+  try {
+    reader.emplace(CheckpointReader::open(dir, CheckpointVerify::kSizes));
+  } catch (const CheckpointError&) {
+  }
+  std::vector<std::string> out;
+  std::error_code ec;
+  for (auto it = fs::recursive_directory_iterator(dir, ec); !ec && it != fs::recursive_directory_iterator();
+       it.increment(ec)) {
+    std::error_code kind;
+    if (it->is_directory(kind) && !it->is_symlink(kind)) continue;
+    const std::string rel = it->path().lexically_relative(dir).generic_string();  // a link as named
+    if (rel == kManifest || std::regex_match(rel, state_blob) || (reader && reader->has_blob(rel))) continue;
+    out.push_back(rel);
+  }
+  if (ec) fail("cannot list " + dir + ": " + ec.message());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+namespace {
+
+// Removes step dir `dir`'s manifest (first: it is then no checkpoint) and every file but `keep`,
+// then its emptied subdirectories. Returns whether it had a manifest.
+bool remove_all_but(const std::string& dir, const std::vector<std::string>& keep) {
+  std::error_code ec;
+  const bool had_manifest = fs::remove(join(dir, kManifest), ec);
+  if (ec) fail("cannot remove " + join(dir, kManifest) + ": " + ec.message());
+  std::vector<fs::path> files, dirs;
+  for (auto it = fs::recursive_directory_iterator(dir, ec); !ec && it != fs::recursive_directory_iterator();
+       it.increment(ec)) {
+    std::error_code kind;
+    const bool is_dir = it->is_directory(kind) && !it->is_symlink(kind);
+    const std::string rel = it->path().lexically_relative(dir).generic_string();
+    if (is_dir) dirs.push_back(it->path());
+    else if (std::find(keep.begin(), keep.end(), rel) == keep.end()) files.push_back(it->path());
+  }
+  if (ec) fail("cannot list " + dir + ": " + ec.message());
+  for (const fs::path& f : files)
+    if (!fs::remove(f, ec) && ec) fail("cannot remove " + f.string() + ": " + ec.message());
+  for (auto it = dirs.rbegin(); it != dirs.rend(); ++it) fs::remove(*it, ec);  // fails where a kept file is
+  return had_manifest;
+}
+
+}  // namespace
+
+std::vector<std::string> prune_checkpoints(const std::string& root, int keep, int64_t up_to_step,
+                                           std::vector<std::string>* kept_for_files) {
   std::vector<std::string> temps, doomed;
   restore_interrupted_swaps(root, false);
   auto steps = list_step_dirs(root, &temps);
@@ -730,6 +808,24 @@ std::vector<std::string> prune_checkpoints(const std::string& root, int keep, in
   std::vector<std::string> removed;
   for (const std::string& d : doomed) {
     std::error_code ec;
+    if (parse_checkpoint_dir_name(fs::path(d).filename().string())) {
+      // A user's files in a step dir stay: only the checkpoint's own files go.
+      try {
+        const std::vector<std::string> theirs = files_no_checkpoint_writes(d);
+        if (!theirs.empty()) {
+          if (remove_all_but(d, theirs) && kept_for_files) {
+            std::string list;
+            for (size_t i = 0; i < theirs.size() && i < 3; ++i) list += (i ? ", " : "") + theirs[i];
+            if (theirs.size() > 3) list += ", ... (" + std::to_string(theirs.size()) + " in all)";
+            kept_for_files->push_back(d + " (" + list + ")");
+          }
+          continue;
+        }
+      } catch (const CheckpointError& e) {
+        if (first_error.empty()) first_error = std::string(e.what()).substr(std::strlen("checkpoint: "));
+        continue;
+      }
+    }
     fs::remove_all(d, ec);
     if (!ec) removed.push_back(d);
     else if (first_error.empty()) first_error = "cannot remove " + d + ": " + ec.message();

@@ -171,13 +171,25 @@ std::optional<std::string> latest_valid_checkpoint(const std::string& root, std:
 // checkpoint.dir), or nullopt when there is none; skipped ones as latest_valid_checkpoint says.
 std::optional<std::string> checkpoint_named_by(const std::string& path, std::string* why_skipped = nullptr);
 
+// The files under checkpoint `dir` that no checkpoint writes (a user's notes, an evaluation's
+// output), relative to it: all but its manifest, the blobs the manifest lists and, whether or not
+// the manifest can be read, files named as Trellis's state blobs ("params", "adam_m",
+// "rank00003/master.bin": launcher/checkpointing.cpp). Links are listed as named, not followed.
+// Throws CheckpointError if `dir` cannot be listed whole: then nothing under it may be removed.
+// A commit over an existing checkpoint carries these files into the new one, and pruning leaves
+// them in place (it removes the checkpoint's own files and keeps the directory).
+std::vector<std::string> files_no_checkpoint_writes(const std::string& dir);
+
 // Keeps the newest `keep` step dirs that pass a kSizes check and removes every step dir older
 // than the oldest kept one (corrupt dirs newer than that are left for inspection); keep <= 0
 // removes no step dir. Also removes .tmp.* dirs left by dead writers on this host. Touches
 // only names matching step_X and .tmp.[old.]step_X.<host>.<pid>. Returns the removed paths.
 // Only checkpoints at or before `up_to_step` take part: newer ones (left by an abandoned run that
-// was resumed from an earlier step) are never counted or removed.
+// was resumed from an earlier step) are never counted or removed. A step dir holding files no
+// checkpoint writes loses its manifest and blobs but stays with those files; where it was still a
+// checkpoint, it is named in *kept_for_files ("step_X (notes.txt)").
 std::vector<std::string> prune_checkpoints(const std::string& root, int keep,
-                                           int64_t up_to_step = std::numeric_limits<int64_t>::max());
+                                           int64_t up_to_step = std::numeric_limits<int64_t>::max(),
+                                           std::vector<std::string>* kept_for_files = nullptr);
 
 }  // namespace trellis

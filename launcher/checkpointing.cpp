@@ -388,56 +388,6 @@ void refuse_overwriting(const Config& cfg, int64_t from_step, bool continues_thi
                   "point into this one), move them away, or continue them with checkpoint.resume = auto");
 }
 
-// The files under checkpoint `dir` that no checkpoint writes (a user's notes, say): all but its
-// manifest, the blobs its manifest lists, and the state blobs Trellis writes (which an unreadable
-// checkpoint may hold without a manifest), whole or a rank's ("rank00003/adam_m.bin").
-std::vector<std::string> foreign_files(const std::string& dir) {
-  namespace fs = std::filesystem;
-  static const std::regex state_blob(R"((params|master|adam_m|adam_v)|rank\d{5}/(master|adam_m|adam_v)\.bin)");
-  std::optional<CheckpointReader> reader;
-  try {
-    reader.emplace(CheckpointReader::open(dir, CheckpointVerify::kSizes));
-  } catch (const CheckpointError&) {
-  }
-  std::vector<std::string> out;
-  std::error_code ec;
-  for (auto it = fs::recursive_directory_iterator(dir, ec); !ec && it != fs::recursive_directory_iterator();
-       it.increment(ec)) {
-    std::error_code kind;
-    if (it->is_directory(kind) && !it->is_symlink(kind)) continue;
-    const std::string rel = it->path().lexically_relative(dir).generic_string();  // a link as named
-    if (rel == "manifest.json" || std::regex_match(rel, state_blob) || (reader && reader->has_blob(rel))) continue;
-    out.push_back(rel);
-  }
-  return out;
-}
-
-// Refuses a run that could replace or prune a checkpoint holding files no checkpoint writes: a
-// step checkpoint (a save of the same step replaces it, pruning removes it) or, with
-// checkpoint.keep_best, best/ (a better validation replaces it). Those files would be lost.
-void refuse_replacing_foreign_files(const Config& cfg) {
-  namespace fs = std::filesystem;
-  // best/ is replaced only where the trainer keeps one (keep_best with validation).
-  const bool keeps_best = cfg.checkpoint.keep_best && cfg.log.val_every > 0;
-  std::error_code ec;
-  for (auto it = fs::directory_iterator(cfg.checkpoint.dir, ec); !ec && it != fs::directory_iterator();
-       it.increment(ec)) {
-    const fs::directory_entry& e = *it;
-    const std::string name = e.path().filename().string();
-    std::error_code kind;
-    if (!e.is_directory(kind) || !(parse_checkpoint_dir_name(name) || (name == "best" && keeps_best)))
-      continue;
-    const std::vector<std::string> foreign = foreign_files(e.path().string());
-    if (foreign.empty()) continue;
-    std::string list;
-    for (size_t i = 0; i < foreign.size() && i < 3; ++i) list += (i ? ", " : "") + foreign[i];
-    if (foreign.size() > 3) list += ", ... (" + std::to_string(foreign.size()) + " in all)";
-    throw UserError(cfg.path + ": checkpoint.dir = " + cfg.checkpoint.dir + ": " + name +
-                    " holds files that no checkpoint writes (" + list + "); this run could replace " +
-                    (name == "best" ? "it" : "or prune it") + " and they would be lost: move them away");
-  }
-}
-
 // checkpoint.resume names a checkpoint directory (its manifest), or a checkpoint.dir: then its
 // newest valid checkpoint, saying which it skipped. Throws UserError when there is none.
 std::string resolve_resume_path(const Config& cfg, const std::string& r) {
@@ -532,7 +482,6 @@ std::optional<std::string> choose_resume(const Config& cfg, MPI_Comm world) {
         // With the lock no writer is live, so a swap interrupted on any host (a job restarted on
         // other nodes) is undone too, not only this host's.
         if (lock_checkpoint_dir(what, cfg.checkpoint.dir)) restore_interrupted_swaps(cfg.checkpoint.dir, true);
-        refuse_replacing_foreign_files(cfg);
       }
       // checkpoint.resume = checkpoint.dir itself is auto: it continues that directory.
       const bool auto_resume = r == "auto" || (checkpoints && same_directory(r, cfg.checkpoint.dir));
@@ -838,7 +787,10 @@ bool save_training_checkpoint(Runtime& rt, const Config& cfg, TrainingState s, i
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     std::printf("checkpoint: saved step %lld to %s (%.1f s)\n", (long long)step, where.c_str(), secs);
     try {
-      prune_checkpoints(cfg.checkpoint.dir, int(cfg.checkpoint.keep), step);
+      std::vector<std::string> kept;
+      prune_checkpoints(cfg.checkpoint.dir, int(cfg.checkpoint.keep), step, &kept);
+      for (const std::string& k : kept)
+        std::printf("checkpoint: pruned %s but for files no checkpoint writes, which stay\n", k.c_str());
     } catch (const CheckpointError& e) {
       std::printf("warning: checkpoint of step %lld saved, but removing older ones failed: %s\n", (long long)step,
                   e.what());

@@ -486,6 +486,52 @@ TEST(Checkpoint, CommitOverExistingReplacesIt) {
   EXPECT_EQ(entries(tmp.sub("step_00000007")), (std::vector<std::string>{"b.bin", "manifest.json"}));
 }
 
+std::string read_text(const std::string& path) {
+  std::ifstream f(path);
+  return std::string(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+}
+
+// A user's files inside a checkpoint (not its manifest, not a blob it lists, not named as a state
+// blob) survive a commit that replaces it: they are carried into the new one.
+TEST(Checkpoint, CommitOverExistingKeepsTheUsersFiles) {
+  TempDir tmp;
+  const std::string dir = write_simple(tmp.str(), 7);
+  fs::create_directories(dir + "/eval");
+  fs::create_directories(dir + "/rank00001");
+  std::ofstream(dir + "/notes.txt") << "mine";
+  std::ofstream(dir + "/eval/scores.json") << "{}";
+  std::ofstream(dir + "/rank00001/adam_m.bin") << "a state blob's name: the checkpoint's own";
+  fs::create_symlink("notes.txt", dir + "/link");
+  EXPECT_EQ(files_no_checkpoint_writes(dir), (std::vector<std::string>{"eval/scores.json", "link", "notes.txt"}));
+  write_simple(tmp.str(), 7, R"({"v": 2})");
+  EXPECT_EQ(CheckpointReader::open(dir).meta(), R"({"v": 2})");
+  EXPECT_EQ(entries(dir), (std::vector<std::string>{"eval", "link", "manifest.json", "notes.txt", "params.bin"}));
+  EXPECT_EQ(read_text(dir + "/notes.txt"), "mine");
+  EXPECT_EQ(read_text(dir + "/eval/scores.json"), "{}");
+  EXPECT_TRUE(fs::is_symlink(dir + "/link"));
+  EXPECT_EQ(entries(tmp.str()), std::vector<std::string>{"step_00000007"});  // no temp or old dir left
+}
+
+// Pruning removes a checkpoint's own files and leaves a user's in its directory, naming them once.
+TEST(Checkpoint, PruneLeavesTheUsersFiles) {
+  TempDir tmp;
+  for (int64_t step = 1; step <= 3; ++step) write_simple(tmp.str(), step);
+  fs::create_directories(tmp.sub("step_00000001/eval"));
+  std::ofstream(tmp.sub("step_00000001/eval/notes.txt")) << "mine";
+  std::vector<std::string> kept;
+  EXPECT_EQ(prune_checkpoints(tmp.str(), 1, 3, &kept), std::vector<std::string>{tmp.sub("step_00000002")});
+  EXPECT_EQ(kept, std::vector<std::string>{tmp.sub("step_00000001") + " (eval/notes.txt)"});
+  EXPECT_EQ(entries(tmp.sub("step_00000001")), std::vector<std::string>{"eval"});
+  EXPECT_EQ(read_text(tmp.sub("step_00000001/eval/notes.txt")), "mine");
+  // No longer a checkpoint: skipped by lookups, and a later prune does not name it again.
+  EXPECT_EQ(latest_valid_checkpoint(tmp.str()), tmp.sub("step_00000003"));
+  write_simple(tmp.str(), 4);
+  kept.clear();
+  EXPECT_EQ(prune_checkpoints(tmp.str(), 1, 4, &kept), std::vector<std::string>{tmp.sub("step_00000003")});
+  EXPECT_TRUE(kept.empty());
+  EXPECT_EQ(read_text(tmp.sub("step_00000001/eval/notes.txt")), "mine");
+}
+
 TEST(Checkpoint, WeightsOnlyExportAtPath) {
   TempDir tmp;
   const std::vector<char> p = pattern(4096, 5);
