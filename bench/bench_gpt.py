@@ -45,11 +45,13 @@ PRESETS = {"tiny": (2, 2, 64), "124m": (12, 12, 768), "350m": (24, 16, 1024),
            "1.3b": (24, 16, 2048), "7b": (32, 32, 4096)}  # (n_layers, n_heads, d_model); kept in step with torch_gpt
 
 
-def num_params(L, C, V=VOCAB, T=SEQ, moe=None, active=False, rope=False):
+def num_params(L, C, V=VOCAB, T=SEQ, moe=None, active=False, rope=False, swiglu=False):
     """N as in torch_gpt.GPT.num_params, without building the model. moe = (experts, top_k,
     layer_freq): a block with experts has a router (E x C) and E MLPs (active: top_k of them).
-    rope: rotary positions, no position table."""
+    rope: rotary positions, no position table. swiglu: fc 8C x C (gate and up), no experts."""
     per_layer = 12 * C * C + 13 * C  # qkv 3C^2+3C, proj C^2+C, fc 4C^2+4C, proj 4C^2+C, 2 LN 4C
+    if swiglu:
+        per_layer += 4 * C * C + 4 * C  # fc's up half
     n = V * C + (0 if rope else T * C) + L * per_layer + 2 * C
     if moe:
         E, K, freq = moe
@@ -58,9 +60,10 @@ def num_params(L, C, V=VOCAB, T=SEQ, moe=None, active=False, rope=False):
     return n
 
 
-def mfu(tokens_per_s, L, C, T=SEQ, moe=None, rope=False):
+def mfu(tokens_per_s, L, C, T=SEQ, moe=None, rope=False, swiglu=False):
     """Model FLOPs: 6 x the parameters a token uses (top_k experts of a block with experts)."""
-    return tokens_per_s * (6 * num_params(L, C, moe=moe, active=True, rope=rope) + 12 * L * C * T) / PEAK_FLOPS
+    return tokens_per_s * (6 * num_params(L, C, moe=moe, active=True, rope=rope, swiglu=swiglu)
+                           + 12 * L * C * T) / PEAK_FLOPS
 
 
 # ---- PyTorch side (runs in a child process: bench_gpt.py --torch-worker) ---------------------
@@ -96,8 +99,10 @@ def torch_worker(args):
     extra = dict(moe_experts=moe[0], moe_top_k=moe[1], moe_layer_freq=moe[2]) if moe else {}
     if args.rope:
         extra["rope_theta"] = args.rope
+    if args.swiglu:
+        extra["mlp"] = "swiglu"
     model = GPT(GPTConfig(VOCAB, SEQ, L, H, C, dropout=0.0, **extra)).to(dev)
-    assert model.num_params() == num_params(L, C, moe=moe, rope=bool(args.rope))
+    assert model.num_params() == num_params(L, C, moe=moe, rope=bool(args.rope), swiglu=args.swiglu)
     net = model
     if world > 1 and args.torch_parallel == "fsdp":
         # FSDP2: each block and then the root sharded over the ranks (parameters, gradients and
@@ -192,6 +197,8 @@ def run_torch(args, preset, mb, dp=1):
         worker += ["--moe", ",".join(map(str, args.moe))]
     if args.rope:
         worker += ["--rope", str(args.rope)]
+    if args.swiglu:
+        worker += ["--swiglu"]
     env = None
     if dp == 1:
         cmd = [sys.executable] + worker
@@ -204,7 +211,7 @@ def run_torch(args, preset, mb, dp=1):
 
 # ---- Trellis side ------------------------------------------------------------------------------
 
-def trellis_toml(preset, mb, steps, precision, checkpointing, moe=None, rope=0.0):
+def trellis_toml(preset, mb, steps, precision, checkpointing, moe=None, rope=0.0, swiglu=False):
     L, H, C = PRESETS[preset]
     experts = f"""
 [moe]
@@ -221,6 +228,7 @@ n_heads = {H}
 d_model = {C}
 dropout = 0.0
 {f'position_embedding = "rope"{chr(10)}rope_theta = {rope}' if rope else ''}
+{'mlp = "swiglu"' if swiglu else ''}
 
 [train]
 device = "cuda"
@@ -276,7 +284,7 @@ def run_trellis(args, preset, mb, workdir, dp=1):
     metrics = os.path.join(workdir, f"{tag}.metrics.jsonl")
     with open(cfg_path, "w") as f:
         f.write(trellis_toml(preset, mb, args.warmup + args.steps, args.precision,
-                             args.checkpointing, args.moe, args.rope))
+                             args.checkpointing, args.moe, args.rope, args.swiglu))
     env = dict(args.trellis_env) or None
     if dp == 1:
         prefix = shlex.split(args.trellis_prefix)
@@ -465,6 +473,8 @@ def main():
                          "(capacity factor 1.25, balancing loss 0.01)")
     ap.add_argument("--rope", type=float, default=0.0, metavar="THETA",
                     help="both frameworks: rotary positions of this base instead of the learned table")
+    ap.add_argument("--swiglu", action="store_true",
+                    help='both frameworks with the SwiGLU MLP, model.mlp = "swiglu"')
     ap.add_argument("--skip-torch", action="store_true")
     ap.add_argument("--skip-trellis", action="store_true")
     ap.add_argument("--timeout", type=int, default=1800, help="seconds per run")
@@ -481,6 +491,8 @@ def main():
             assert len(args.moe) == 3 and min(args.moe) >= 1 and args.moe[1] <= args.moe[0]
         except (ValueError, AssertionError):
             ap.error("--moe must be E,K,FREQ with 1 <= K <= E and FREQ >= 1")
+    if args.moe and args.swiglu:  # as both models: experts have no SwiGLU
+        ap.error("--swiglu is for dense MLPs only, not with --moe")
     if args.torch_worker:
         args.micro_batch = int(args.micro_batch)
         return torch_worker(args)
@@ -536,7 +548,8 @@ def main():
                                "round": rnd, "error": err}
                         if res:
                             # MFU per GPU: tokens/s are for the global batch of dp GPUs
-                            row.update(res, mfu=mfu(res["tokens_per_s"] / dp, L, C, moe=args.moe, rope=bool(args.rope)),
+                            row.update(res, mfu=mfu(res["tokens_per_s"] / dp, L, C, moe=args.moe, rope=bool(args.rope),
+                                                   swiglu=args.swiglu),
                                        tokens_per_s_per_gpu=res["tokens_per_s"] / dp)
                             got[fw] = row
                             rep = res.get("mfu_reported")
@@ -591,6 +604,9 @@ def main():
     if args.rope:
         header += (f"Both with rotary positions (base {args.rope:g}; PyTorch: bench/torch_gpt.py's rotary(), "
                    f"under torch.compile), no position table.\n")
+    if args.swiglu:
+        header += ("Both with the SwiGLU MLP (model.mlp = \"swiglu\": fc 8C x C, gate and up, silu(gate) x up, "
+                   "proj C x 4C; PyTorch: bench/torch_gpt.py's MLP, F.silu); N counts fc's 8C x C.\n")
     loaded = sorted({r["libraries"] for r in rows if r.get("libraries")})
     if loaded:  # what Trellis's start record says it loaded
         header += "Trellis loaded: " + "; ".join(loaded) + ".\n"

@@ -2,7 +2,7 @@
 `train_gpt --dump-grads DIR` dumps (model.json, params.f32, grads.f32, tokens.i32, targets.i32).
 
 Run `python3 bench/torch_gpt.py --selftest` to check the loader and that the SDPA and manual
-attention paths agree (CPU is enough)."""
+attention paths agree, for learned and rotary positions and the SwiGLU MLP (CPU is enough)."""
 import json
 import math
 import os
@@ -32,6 +32,13 @@ class GPTConfig:
     moe_layer_freq: int = 1
     moe_shared_experts: int = 0  # one more MLP of this x 4C every token goes through
     rope_theta: float = 0.0  # > 0: rotary positions of this base (model.position_embedding = rope), no wpe
+    mlp: str = "gelu"  # gelu | swiglu (model.mlp): swiglu's fc is (8C, C), rows [gate | up]
+
+    def __post_init__(self):  # as Trellis's config checks: its experts have no SwiGLU
+        if self.mlp not in ("gelu", "swiglu"):
+            raise ValueError(f'mlp must be "gelu" or "swiglu", not {self.mlp!r}')
+        if self.mlp == "swiglu" and self.moe_experts > 0:
+            raise ValueError('mlp = "swiglu" is for dense MLPs only: not with moe_experts > 0')
 
     @property
     def padded_vocab(self):  # Trellis pads the vocabulary to a multiple of 128
@@ -96,10 +103,16 @@ class Attention(nn.Module):
 class MLP(nn.Module):
     def __init__(self, cfg, width=1):  # hidden width: width x 4C
         super().__init__()
-        self.fc = nn.Linear(cfg.d_model, width * 4 * cfg.d_model)
+        # SwiGLU (dense blocks only, GPTConfig refuses it with experts): fc gives the gate and the up
+        # projection, 4C each, in one matmul, as Trellis's one (8C, C) weight.
+        self.swiglu = cfg.mlp == "swiglu"
+        self.fc = nn.Linear(cfg.d_model, (2 if self.swiglu else 1) * width * 4 * cfg.d_model)
         self.proj = nn.Linear(width * 4 * cfg.d_model, cfg.d_model)
 
     def forward(self, x):
+        if self.swiglu:  # silu(gate) * up, gate = fc's first 4C outputs
+            gate, up = self.fc(x).chunk(2, dim=-1)
+            return self.proj(F.silu(gate) * up)
         return self.proj(F.gelu(self.fc(x), approximate="tanh"))
 
 
@@ -253,7 +266,8 @@ def load_trellis_dump(dump_dir, dtype=torch.float64, attn="sdpa"):
                     moe_top_k=moe.get("top_k", 2), moe_capacity_factor=moe.get("capacity_factor", 1.25),
                     moe_aux_loss_coef=moe.get("aux_loss_coef", 0.01), moe_z_loss_coef=moe.get("z_loss_coef", 0.0),
                     moe_layer_freq=moe.get("layer_freq", 1), moe_shared_experts=moe.get("shared_experts", 0),
-                    rope_theta=float(c["rope_theta"]) if c.get("position_embedding") == "rope" else 0.0)
+                    rope_theta=float(c["rope_theta"]) if c.get("position_embedding") == "rope" else 0.0,
+                    mlp=c.get("mlp", "gelu"))
     if "padded_vocab" in c and c["padded_vocab"] != cfg.padded_vocab:
         raise ValueError(f"padded_vocab {c['padded_vocab']} != expected {cfg.padded_vocab}")
     model = GPT(cfg).to(dtype)
@@ -316,7 +330,8 @@ def write_dump(model, tokens, targets, dump_dir):
     meta = {"config": {"vocab_size": c.vocab_size, "padded_vocab": c.padded_vocab,
                        "seq_len": c.seq_len, "n_layers": c.n_layers, "n_heads": c.n_heads,
                        "d_model": c.d_model, "dropout": c.dropout,
-                       **({"position_embedding": "rope", "rope_theta": c.rope_theta} if c.rope_theta > 0 else {})},
+                       **({"position_embedding": "rope", "rope_theta": c.rope_theta} if c.rope_theta > 0 else {}),
+                       **({"mlp": c.mlp} if c.mlp != "gelu" else {})},
             "params": entries, "batch": {"B": tokens.shape[0], "T": tokens.shape[1]},
             "loss": loss.item()}
     with open(os.path.join(dump_dir, "model.json"), "w") as f:
@@ -357,13 +372,37 @@ def rope_selftest():
     return good
 
 
+def swiglu_selftest():
+    """The SwiGLU MLP against the formula written out (fc's rows [0, 4C) the gate, [4C, 8C) the up
+    projection, silu(z) = z sigmoid(z)), and a config with experts refused."""
+    torch.manual_seed(0)
+    C = 8
+    mlp = MLP(GPTConfig(d_model=C, mlp="swiglu")).double()
+    x = torch.randn(2, 3, C, dtype=torch.float64)
+    a = x @ mlp.fc.weight.T + mlp.fc.bias
+    gate, up = a[..., :4 * C], a[..., 4 * C:]
+    want = (gate * torch.sigmoid(gate) * up) @ mlp.proj.weight.T + mlp.proj.bias
+    err = (mlp(x) - want).abs().max().item()
+    good = tuple(mlp.fc.weight.shape) == (8 * C, C) and tuple(mlp.proj.weight.shape) == (C, 4 * C) and err < 1e-12
+    try:
+        GPTConfig(mlp="swiglu", moe_experts=4)
+        good = False
+    except ValueError:
+        pass
+    print(f"swiglu MLP against its formula: max abs diff {err:.1e}, fc {tuple(mlp.fc.weight.shape)}, "
+          f"experts refused: {'ok' if good else 'FAIL'}")
+    return good
+
+
 def selftest():
-    """Dumps of a tiny model with learned and with rotary positions loaded back (dump_selftest),
-    the rotation against transformers' Llama one, the 124M parameter count."""
+    """Dumps of a tiny model with learned and with rotary positions and with the SwiGLU MLP loaded
+    back (dump_selftest), the rotation against transformers' Llama one, SwiGLU against its formula,
+    the 124M parameter count."""
     ok = True
-    for theta in (0.0, 500.0):  # learned positions, then rotary ones
-        ok &= dump_selftest(theta)
+    for theta, mlp in ((0.0, "gelu"), (500.0, "gelu"), (0.0, "swiglu")):  # learned, rotary, SwiGLU
+        ok &= dump_selftest(theta, mlp)
     ok &= rope_selftest()
+    ok &= swiglu_selftest()
     n124 = GPT(GPTConfig()).num_params()
     print(f"124m num_params {n124:,} (GPT-2 small: 124,439,808): "
           f"{'ok' if n124 == 124439808 else 'FAIL'}")
@@ -372,12 +411,13 @@ def selftest():
     return 0 if ok else 1
 
 
-def dump_selftest(rope_theta):
-    """One model's dump (rotary positions of this base, or learned ones with 0) loaded back in
-    float64 and float32 with both attention paths: loss and gradients agree."""
+def dump_selftest(rope_theta, mlp="gelu"):
+    """One model's dump (rotary positions of this base, or learned ones with 0; this MLP) loaded back
+    in float64 and float32 with both attention paths: loss and gradients agree."""
     import tempfile
     torch.manual_seed(0)
-    cfg = GPTConfig(vocab_size=100, seq_len=16, n_layers=2, n_heads=4, d_model=32, attn="manual", rope_theta=rope_theta)
+    cfg = GPTConfig(vocab_size=100, seq_len=16, n_layers=2, n_heads=4, d_model=32, attn="manual", rope_theta=rope_theta,
+                    mlp=mlp)
     ref = GPT(cfg).double()
     with torch.no_grad():  # non-trivial biases and LayerNorms, so that their gradients matter
         for name, p in ref.named_parameters():
@@ -385,10 +425,14 @@ def dump_selftest(rope_theta):
                 p.add_(0.1 * torch.randn_like(p))
     tokens = torch.randint(0, cfg.vocab_size, (3, 12))
     targets = torch.randint(0, cfg.vocab_size, (3, 12))
-    ok = True
-    positions = f"rope {rope_theta:g}" if rope_theta > 0 else "learned"
+    positions = (f"rope {rope_theta:g}" if rope_theta > 0 else "learned") + (f" {mlp}" if mlp != "gelu" else "")
     with tempfile.TemporaryDirectory() as d:
         write_dump(ref, tokens, targets, d)
+        with open(os.path.join(d, "model.json")) as f:  # "mlp" written as Trellis does: for SwiGLU only
+            written = json.load(f)["config"].get("mlp")
+        ok = written == (mlp if mlp != "gelu" else None)
+        if not ok:
+            print(f"{positions}: model.json's config has mlp {written!r}: FAIL")
         for attn, dtype, tol in (("manual", torch.float64, 1e-6), ("sdpa", torch.float64, 1e-6),
                                  ("sdpa", torch.float32, 1e-4), ("manual", torch.float32, 1e-4)):
             model, info = load_trellis_dump(d, dtype=dtype, attn=attn)
@@ -402,7 +446,7 @@ def dump_selftest(rope_theta):
             pad_grad = model.wte.weight.grad[cfg.vocab_size:].abs().max().item()
             good = lerr <= tol and worst <= tol and pad_grad == 0.0
             ok &= good
-            print(f"{positions:9s} {attn:6s} {str(dtype):13s} loss {loss.item():.8f} rel err {lerr:.2e}, "
+            print(f"{positions:14s} {attn:6s} {str(dtype):13s} loss {loss.item():.8f} rel err {lerr:.2e}, "
                   f"worst grad rel err {worst:.2e}, padded wte grad {pad_grad:.1e}: "
                   f"{'ok' if good else 'FAIL'}")
     return ok

@@ -278,6 +278,31 @@ void gelu_backward(Runtime& rt, const Tensor& dx, const Tensor& dout, const Tens
   TRELLIS_DISPATCH(rt, gelu_backward, rt, dx, dout, x);
 }
 
+namespace {
+// h (..., 2F) against g (..., F): the same rows, twice the width.
+void check_swiglu(const Tensor& h, const Tensor& g, const char* op) {
+  check_float(h, op);
+  TRELLIS_CHECK(g.dtype == h.dtype, std::string(op) + ": dtypes differ");
+  TRELLIS_CHECK(h.shape.rank >= 1 && g.shape.rank == h.shape.rank && h.cols() == 2 * g.cols() && h.rows() == g.rows(),
+                std::string(op) + ": h " + h.str() + " is not [gate | up] of g " + g.str());
+}
+}  // namespace
+
+void swiglu_forward(Runtime& rt, const Tensor& g, const Tensor& h) {
+  check_device(rt, g, "swiglu_forward"); check_device(rt, h, "swiglu_forward");
+  check_swiglu(h, g, "swiglu_forward");
+  TRELLIS_DISPATCH(rt, swiglu_forward, rt, g, h);
+}
+
+void swiglu_backward(Runtime& rt, const Tensor& dh, const Tensor& dg, const Tensor& h) {
+  check_device(rt, dh, "swiglu_backward"); check_device(rt, dg, "swiglu_backward"); check_device(rt, h, "swiglu_backward");
+  check_swiglu(h, dg, "swiglu_backward");
+  check_same_numel(dh, h, "swiglu_backward");
+  TRELLIS_CHECK(dh.dtype == h.dtype, "swiglu_backward: dtypes differ");
+  TRELLIS_CHECK(dh.data != dg.data && dh.data != h.data, "swiglu_backward: dh aliases dg or h");
+  TRELLIS_DISPATCH(rt, swiglu_backward, rt, dh, dg, h);
+}
+
 void rotary_embedding(Runtime& rt, const Tensor& qkv, int n_heads, double theta, int64_t first_position,
                       bool inverse) {
   check_device(rt, qkv, "rotary_embedding");

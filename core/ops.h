@@ -102,6 +102,12 @@ void gelu_forward(Runtime& rt, const Tensor& out, const Tensor& x);
 // dx = dout * gelu'(x); dx may alias dout.
 void gelu_backward(Runtime& rt, const Tensor& dx, const Tensor& dout, const Tensor& x);
 
+// ---- SwiGLU (Shazeer 2020; Llama's MLP) ----
+// Each row of h (..., 2F) is [gate | up]: g (..., F) = silu(gate) * up, silu(a) = a * sigmoid(a).
+void swiglu_forward(Runtime& rt, const Tensor& g, const Tensor& h);
+// dh (..., 2F) = [dg * up * silu'(gate) | dg * silu(gate)]; dh must not alias dg or h.
+void swiglu_backward(Runtime& rt, const Tensor& dh, const Tensor& dg, const Tensor& h);
+
 // ---- rotary position embedding (RoPE) ----
 // Rotates the q and k parts of qkv (B, T, 3C), in place, by their positions: in every head the dims
 // (i, i + hd/2), i < hd/2, are one pair (the rotate-half form of GPT-NeoX, Llama and Megatron),

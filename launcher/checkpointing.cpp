@@ -103,9 +103,10 @@ std::string model_signature(const GPTConfig& m) {
   char theta[32];
   std::snprintf(theta, sizeof theta, "%.17g", m.rope_theta);
   const std::string positions = m.rope ? std::string(", rope theta ") + theta : "";
+  const std::string mlp = m.swiglu ? ", swiglu MLP" : "";  // likewise
   return "vocab_size " + std::to_string(m.vocab_size) + ", seq_len " + std::to_string(m.seq_len) + ", n_layers " +
          std::to_string(m.n_layers) + ", n_heads " + std::to_string(m.n_heads) + ", d_model " +
-         std::to_string(m.d_model) + experts + positions + ", precision " + std::string(dtype_name(m.dtype));
+         std::to_string(m.d_model) + experts + positions + mlp + ", precision " + std::string(dtype_name(m.dtype));
 }
 
 // The layout that decides which pieces of the optimizer state each rank holds: a checkpoint with
@@ -654,6 +655,9 @@ std::vector<float> initial_parameters(const Config& cfg, const GPTConfig& want, 
   };
   if (have.rope != want.rope || (want.rope && have.rope_theta != want.rope_theta))
     throw UserError(what + " holds a model with " + positions(have) + "; this run has " + positions(want));
+  auto mlp = [](const GPTConfig& m) { return std::string(m.swiglu ? "a SwiGLU MLP (model.mlp = swiglu)" : "a GELU MLP (model.mlp = gelu)"); };
+  if (have.swiglu != want.swiglu)
+    throw UserError(what + " holds a model with " + mlp(have) + "; this run has " + mlp(want));
   const std::vector<float> values = [&] {
     try {
       return src.read_f32();

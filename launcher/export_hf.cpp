@@ -35,6 +35,8 @@ int run(int argc, char** argv) {
   if (src.shape.rope)
     throw UserError(src.dir + ": the model has rotary positions (model.position_embedding = rope); a Hugging Face GPT-2 "
                     "has a learned position table");
+  if (src.shape.swiglu)
+    throw UserError(src.dir + ": the model has SwiGLU MLPs (model.mlp = swiglu); a Hugging Face GPT-2 has GELU ones");
   if (src.shape.moe.experts > 0)
     throw UserError(src.dir + ": the model has mixture-of-experts blocks (moe.experts = " +
                     std::to_string(src.shape.moe.experts) + "); a Hugging Face GPT-2 has none");

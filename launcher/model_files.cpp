@@ -96,6 +96,7 @@ void write_model_json(const GPTConfig& mc, const std::vector<ParameterSpec>& spe
   config.add("n_layers", mc.n_layers).add("n_heads", mc.n_heads).add("d_model", mc.d_model);
   config.add("dropout", double(mc.dropout)).add("attention_dropout", double(mc.attention_dropout));
   if (mc.rope) config.add("position_embedding", std::string("rope")).add("rope_theta", mc.rope_theta);  // else learned
+  if (mc.swiglu) config.add("mlp", std::string("swiglu"));  // else gelu
   if (mc.moe.experts > 0) {
     JsonObject moe;
     moe.add("experts", mc.moe.experts).add("top_k", mc.moe.top_k).add("capacity_factor", mc.moe.capacity_factor);

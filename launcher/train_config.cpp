@@ -210,22 +210,27 @@ void validate_relations(const Config& c) {
   };
   const double B = double(c.train.micro_batch), T = double(c.model.seq_len), C = double(c.model.d_model),
                L = double(c.model.n_layers), V = double(c.model.vocab_size);
-  // The widest MLP: 4C, or a shared one of moe.shared_experts x 4C (named only where there is one).
-  const bool shared = c.moe.shared_experts > 0;
-  const double S = std::max(1.0, double(c.moe.shared_experts));
-  if (const double elements = B * T * std::max(4 * C * S, V); elements >= 0x1p56)
-    throw beyond(std::string("train.micro_batch x model.seq_len x max(4 x model.d_model") +
-                     (shared ? " x max(1, moe.shared_experts)" : "") + ", model.vocab_size)",
+  // The widest MLP: 4C (SwiGLU's fc 8C), or a shared one of moe.shared_experts x 4C (named only where
+  // there is one; SwiGLU has no experts, checked above).
+  const bool shared = c.moe.shared_experts > 0, swiglu = c.model.mlp == "swiglu";
+  const double S = std::max(1.0, double(c.moe.shared_experts)), W = swiglu ? 8 : 4;
+  const std::string width = swiglu ? "8 x model.d_model" : "4 x model.d_model";
+  if (const double elements = B * T * std::max(W * C * S, V); elements >= 0x1p56)
+    throw beyond("train.micro_batch x model.seq_len x max(" + width + (shared ? " x max(1, moe.shared_experts)" : "") +
+                     ", model.vocab_size)",
                  elements,
                  "elements is beyond what a tensor can index (allowed: below 2^56)");
-  if (const double elements = L * B * T * 4 * C * (1 + double(c.moe.shared_experts)); elements >= 0x1p56)
-    throw beyond(std::string("model.n_layers x train.micro_batch x model.seq_len x 4 x model.d_model") +
+  if (const double elements = L * B * T * W * C * (1 + double(c.moe.shared_experts)); elements >= 0x1p56)
+    throw beyond("model.n_layers x train.micro_batch x model.seq_len x " + width +
                      (shared ? " x (1 + moe.shared_experts)" : ""),
                  elements,
                  "elements of activations is beyond what the memory plan can count (allowed: below 2^56)");
-  const double mlps = 1.0 + double(c.moe.experts) + double(c.moe.shared_experts);  // dense, experts', shared (8 C^2 each)
-  if (const double params = L * (4 + 8 * mlps) * C * C + (V + T) * C; params >= 0x1p50)
-    throw beyond("model.n_layers x (4 + 8 x (1 + moe.experts + moe.shared_experts)) x model.d_model^2 + (model.vocab_size + model.seq_len) x model.d_model",
+  // dense (8 C^2, SwiGLU 12), experts' and shared (8 C^2 each)
+  const double mlp_c2 = (swiglu ? 12 : 8) + 8 * (double(c.moe.experts) + double(c.moe.shared_experts));
+  if (const double params = L * (4 + mlp_c2) * C * C + (V + T) * C; params >= 0x1p50)
+    throw beyond(std::string("model.n_layers x (4 + ") +
+                     (swiglu ? "12" : "8 x (1 + moe.experts + moe.shared_experts)") +
+                     ") x model.d_model^2 + (model.vocab_size + model.seq_len) x model.d_model",
                  params, "parameters is beyond what the memory plan can count (allowed: below 2^50)");
   if (c.moe.experts > 0) {  // the experts' slots: int32 indices, and their activations in every block
     const double E = double(c.moe.experts), tokens = B * T;
@@ -246,6 +251,9 @@ void validate_relations(const Config& c) {
   if (c.model.position_embedding == "rope" && (c.model.d_model / c.model.n_heads) % 2 != 0)
     throw UserError(p + ": model.position_embedding = rope turns pairs of a head's dims: the head size model.d_model / "
                     "model.n_heads = " + std::to_string(c.model.d_model / c.model.n_heads) + " must be even");
+  if (c.model.mlp == "swiglu" && c.moe.experts > 0)
+    throw UserError(p + ": model.mlp = swiglu with moe.experts = " + std::to_string(c.moe.experts) +
+                    ": the experts are GELU MLPs (allowed: model.mlp = gelu with experts)");
   if (c.log.trace_step > 0 && c.log.trace_file.empty())
     throw UserError(p + ": log.trace_file is empty; log.trace_step = " + std::to_string(c.log.trace_step) +
                     " writes its trace there (allowed: a file path, e.g. \"runs/trace.json\")");

@@ -16,6 +16,7 @@ struct ModelConfig {
   int64_t d_model = 768;
   std::string position_embedding = "learned";  // learned | rope
   double rope_theta = 10000.0;  // RoPE's frequency base
+  std::string mlp = "gelu";     // gelu | swiglu
   double dropout = 0.0;         // residual, embedding and (by default) attention dropout probability
   double attention_dropout = -1.0;  // attention-probability dropout; -1 = the same as dropout
   std::string init_from;        // trained parameters a fresh run starts from; empty = random

@@ -80,6 +80,12 @@ void set_positions(GPTConfig& m, const std::string& kind, double theta, const st
   m.rope_theta = theta;
 }
 
+// The MLP of a stored model's description: "gelu" (or absent: written before SwiGLU) or "swiglu".
+void set_mlp(GPTConfig& m, const std::string& kind, const std::string& where) {
+  if (kind != "gelu" && kind != "swiglu") throw UserError(where + ": mlp \"" + kind + "\" is not one of gelu, swiglu");
+  m.swiglu = kind == "swiglu";
+}
+
 StoredModel open_checkpoint(const std::string& path, const std::string& verb) {
   std::string why;
   const std::optional<std::string> chosen = checkpoint_named_by(path, &why);
@@ -109,6 +115,7 @@ StoredModel open_checkpoint(const std::string& path, const std::string& verb) {
   const auto& mc = s.config->model;
   s.shape = shape_of(mc.vocab_size, mc.seq_len, mc.n_layers, mc.n_heads, mc.d_model, s.dir + " (config)");
   set_positions(s.shape, mc.position_embedding, mc.rope_theta, s.dir + " (config)");
+  set_mlp(s.shape, mc.mlp, s.dir + " (config)");
   const MoESection& e = s.config->moe;
   s.shape.moe = experts_of(e.experts, e.top_k, e.capacity_factor, e.aux_loss_coef, e.layer_freq, e.shared_experts,
                            s.dir + " (config)");
@@ -143,6 +150,7 @@ StoredModel open_export(const std::string& dir) {
                        c.at("n_heads").as_int(), c.at("d_model").as_int(), json);
     if (const JsonValue* kind = c.find("position_embedding"))
       set_positions(s.shape, kind->as_string(), c.at("rope_theta").as_double(), json);
+    if (const JsonValue* mlp = c.find("mlp")) set_mlp(s.shape, mlp->as_string(), json);
     // Its parameter list must be the whole model's, in order: the layout params.f32 is read in.
     if (const JsonValue* moe = c.find("moe"))
       s.shape.moe = experts_of(moe->at("experts").as_int(), moe->at("top_k").as_int(), moe->at("capacity_factor").as_double(),

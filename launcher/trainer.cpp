@@ -572,10 +572,11 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
     if (cfg.zero.stage > 0 && zero_stage == 0)
       std::printf("warning: zero.stage = %lld shards over the data-parallel group, which has one rank in this layout: "
                   "each rank keeps its whole optimizer state (stage 0)\n", (long long)cfg.zero.stage);
-    std::printf("model: %lld layers, %lld heads, d_model %lld, seq %lld, vocab %lld (padded to %lld)%s\n",
+    std::printf("model: %lld layers, %lld heads, d_model %lld, seq %lld, vocab %lld (padded to %lld)%s%s\n",
                 (long long)mc.n_layers, (long long)mc.n_heads, (long long)mc.d_model, (long long)T,
                 (long long)mc.vocab_size, (long long)mc.padded_vocab(),
-                mc.rope ? (", rotary positions (theta " + number_g(mc.rope_theta) + ")").c_str() : "");
+                mc.rope ? (", rotary positions (theta " + number_g(mc.rope_theta) + ")").c_str() : "",
+                mc.swiglu ? ", SwiGLU MLPs" : "");
     if (mc.moe.experts > 0)
       std::printf("experts: %lld%s in %lld of %lld blocks (every %lld from block 0), top %lld, capacity %lld of a "
                   "micro-batch's %lld tokens each (factor %g), balancing loss x %g, z-loss x %g; %s parameters active "

@@ -32,7 +32,7 @@ GPTPart GPTPart::of_rank(const GPTConfig& cfg, int p, int v, int rank) {
 GPT::StageCosts GPT::stage_costs(const GPTConfig& cfg) {
   const int64_t C = cfg.d_model, T = cfg.seq_len;
   StageCosts s;
-  s.block = 72 * C * C + 12 * T * C;
+  s.block = 6 * (4 * C * C + (cfg.fc_width() + cfg.mlp_width()) * C) + 12 * T * C;  // 72 C^2 + ... with GELU
   s.head = 6 * C * cfg.padded_vocab() + 8 * C;
   s.embedding = 8 * C;
   // Each token's rows through an expert-sized MLP: its routed slots, and the shared MLP's width.

@@ -24,6 +24,9 @@ struct GPTConfig {
   // and no table.
   bool rope = false;
   double rope_theta = 10000.0;
+  // The dense MLP: GPT-2's GELU, or SwiGLU (Llama's: silu(gate) * up, the fc layer twice as wide,
+  // [gate | up]). Its hidden width is 4 * d_model either way. Experts are GELU MLPs.
+  bool swiglu = false;
   float dropout = 0.0f;            // embeddings and residual branches
   float attention_dropout = 0.0f;  // attention probabilities
   DType dtype = DType::f32;  // parameters and activations; statistics are f32
@@ -36,6 +39,8 @@ struct GPTConfig {
 
   int64_t padded_vocab() const { return (vocab_size + kVocabPadMultiple - 1) / kVocabPadMultiple * kVocabPadMultiple; }
   int64_t head_dim() const { return d_model / n_heads; }
+  int64_t mlp_width() const { return 4 * d_model; }                       // F: mlp.proj's input
+  int64_t fc_width() const { return (swiglu ? 2 : 1) * mlp_width(); }     // mlp.fc's output
   // Parameters of the model as published (no vocabulary padding), tied embedding counted once;
   // a block with experts counts its router, every expert and the shared MLP.
   int64_t parameter_count() const { return count_parameters(moe.experts); }
@@ -48,11 +53,12 @@ struct GPTConfig {
 
  private:
   int64_t count_parameters(int64_t experts_per_moe_block) const {
-    const int64_t C = d_model, mlp = (4 * C * C + 4 * C) + (4 * C * C + C);
+    const int64_t C = d_model, mlp = (fc_width() * C + fc_width()) + (mlp_width() * C + C);
+    const int64_t expert = (4 * C * C + 4 * C) + (4 * C * C + C);
     const int64_t per_layer = 2 * C + (3 * C * C + 3 * C) + (C * C + C) + 2 * C + mlp;
     const int64_t moe_layers = moe.layers(n_layers);
     const int64_t H = moe.shared_width(C), shared = H > 0 ? (H * C + H) + (C * H + C) : 0;  // every token's
-    const int64_t moe_extra = moe_layers * (moe.experts * C + (experts_per_moe_block - 1) * mlp + shared);
+    const int64_t moe_extra = moe_layers * (moe.experts * C + experts_per_moe_block * expert - mlp + shared);
     return vocab_size * C + (rope ? 0 : seq_len * C) + n_layers * per_layer + moe_extra + 2 * C;
   }
 };

@@ -60,7 +60,8 @@ GPTInference::GPTInference(Runtime& rt, const GPTConfig& cfg, int64_t batch, int
                                                    aligned(BT * size_t(cfg.moe.experts) * 4)
                                              : 0;
   work_ = Arena(rt.allocator(),
-                aligned(BT * C * e) * 5 + aligned(3 * BT * C * e) + 2 * aligned(4 * BT * C * e) + 4 * aligned(BT * 4) +
+                aligned(BT * C * e) * 5 + aligned(3 * BT * C * e) + aligned(BT * size_t(cfg.fc_width()) * e) +
+                    aligned(BT * size_t(cfg.mlp_width()) * e) + 4 * aligned(BT * 4) +
                     experts,
                 "inference workspace");
   for (int64_t l = 0; l < cfg_.n_layers; ++l) {
@@ -119,9 +120,10 @@ std::vector<float> GPTInference::forward(const std::vector<int32_t>& tokens, int
       std::swap(x, y);
       continue;
     }
-    Tensor h = work_.take(dt, {B, n, 4 * C}), g = work_.take(dt, {B, n, 4 * C});
+    Tensor h = work_.take(dt, {B, n, cfg_.fc_width()}), g = work_.take(dt, {B, n, cfg_.mlp_width()});
     linear(rt_, h, ln2, P("mlp.fc.w"), P("mlp.fc.b"));
-    gelu_forward(rt_, g, h);
+    if (cfg_.swiglu) swiglu_forward(rt_, g, h);
+    else gelu_forward(rt_, g, h);
     linear(rt_, branch, g, P("mlp.proj.w"), P("mlp.proj.b"));
     add(rt_, y, r, branch);
     std::swap(x, y);

@@ -118,9 +118,11 @@ void TransformerBlock::append_specs(const GPTConfig& cfg, int layer, std::vector
     MoEMLP::append_specs(cfg.moe, C, cfg.n_layers, layer, expert_rank, out, t, r);
     return;
   }
-  out.push_back(column({p + "mlp.fc.w", {4 * C, C}, Init::normal, 0.02f, true}));
-  out.push_back(column({p + "mlp.fc.b", {4 * C}, Init::zeros, 0, false}));
-  out.push_back(row({p + "mlp.proj.w", {C, 4 * C}, Init::normal, resid_std, true}));
+  // SwiGLU's fc is [gate | up], split as 2 groups so that each rank holds matching columns of both.
+  const int fc_groups = cfg.swiglu ? 2 : 1;
+  out.push_back(column({p + "mlp.fc.w", {cfg.fc_width(), C}, Init::normal, 0.02f, true}, fc_groups));
+  out.push_back(column({p + "mlp.fc.b", {cfg.fc_width()}, Init::zeros, 0, false}, fc_groups));
+  out.push_back(row({p + "mlp.proj.w", {C, cfg.mlp_width()}, Init::normal, resid_std, true}));
   out.push_back({p + "mlp.proj.b", {C}, Init::zeros, 0, false});
 }
 
@@ -143,6 +145,8 @@ TransformerBlock::TransformerBlock(const GPTConfig& cfg, int layer, const BlockP
   proj_.emplace(g, *p_.proj_w, *p_.proj_b, sp, tp_.comm_chunks);
   if (moe_) return;  // its experts are split over the group inside MoEMLP
   fc_.emplace(g, *p_.fc_w, *p_.fc_b, sp);
+  TRELLIS_CHECK(p_.fc_w->spec.split.groups == (cfg.swiglu ? 2 : 1),
+                p_.fc_w->spec.name + (cfg.swiglu ? " must be split in 2 groups (gate, up)" : " must be split whole"));
   fc_proj_.emplace(g, *p_.fc_proj_w, *p_.fc_proj_b, sp, tp_.comm_chunks);
 }
 
@@ -294,9 +298,14 @@ CommHandle TransformerBlock::mlp_half(Runtime& rt, const StepContext& ctx, Block
                   y.defined() ? ctx.moe_stats : Tensor());
     return {};
   }
-  // g = gelu(h), h = fc(ln2): one GEMM with the GELU as its epilogue, writing both (h for backward).
-  if (fc_) fc_->forward(rt, s.g, s.ln2, temp, &s.h);
-  else linear_forward(rt, s.g, s.ln2, *p_.fc_w, *p_.fc_b, &s.h);
+  if (cfg_.swiglu) {  // h = fc(ln2) = [gate | up], g = silu(gate) * up
+    linear_forward(rt, fc_, s.h, s.ln2, *p_.fc_w, *p_.fc_b, temp);
+    swiglu_forward(rt, s.g, s.h);
+  } else if (fc_) {  // g = gelu(h), h = fc(ln2): one GEMM with the GELU as its epilogue, writing both
+    fc_->forward(rt, s.g, s.ln2, temp, &s.h);
+  } else {
+    linear_forward(rt, s.g, s.ln2, *p_.fc_w, *p_.fc_b, &s.h);
+  }
   if (!y.defined()) return {};
   if (residual_in_gemm(ctx))  // y = r + fc_proj(g)
     return row_forward(rt, fc_proj_, y, s.g, *p_.fc_proj_w, *p_.fc_proj_b, temp, &s.r);
@@ -326,8 +335,8 @@ void TransformerBlock::forward_into(Runtime& rt, const StepContext& ctx, const T
   s.ln2_mean = rest.take(DType::f32, {n.rows});
   s.ln2_rstd = rest.take(DType::f32, {n.rows});
   if (!moe_) {
-    s.h = rest.take(dt, {B, T, 4 * Cl});
-    s.g = elementwise.take(dt, {B, T, 4 * Cl});
+    s.h = rest.take(dt, {B, T, cfg_.fc_width() / t});
+    s.g = elementwise.take(dt, {B, T, cfg_.mlp_width() / t});
   }
   // Without dropout (and sequence parallelism) each residual add is its projection's GEMM epilogue
   // (rank 0's under tensor parallelism, before the all-reduce); else branch = projection, then the add.
@@ -398,8 +407,9 @@ void TransformerBlock::backward(Runtime& rt, const StepContext& ctx, const Tenso
     layernorm_forward(rt, s.ln1, s.ln1_mean, s.ln1_rstd, s.x, p_.ln1_w->value, p_.ln1_b->value);
     layernorm_forward(rt, s.ln2, s.ln2_mean, s.ln2_rstd, s.r, p_.ln2_w->value, p_.ln2_b->value);
     if (!moe_) {  // the experts keep their GELU outputs
-      s.g = work.take(dt, {B, T, 4 * Cl});
-      gelu_forward(rt, s.g, s.h);
+      s.g = work.take(dt, {B, T, cfg_.mlp_width() / tp_.size});
+      if (cfg_.swiglu) swiglu_forward(rt, s.g, s.h);
+      else gelu_forward(rt, s.g, s.h);
     }
   }
   // MLP branch: y = r + drop(fc_proj(gelu(fc(ln2(r))))).
@@ -415,17 +425,22 @@ void TransformerBlock::backward(Runtime& rt, const StepContext& ctx, const Tenso
   // Under tensor parallelism without sequence parallelism each row-parallel layer's weight gradients
   // run beside the next column-parallel layer's input-gradient all-reduce, with that layer's own.
   const bool defer = fc_proj_ && !tp_.sharded_tokens();
-  // dh = (dbranch W_proj) * gelu'(h): fc_proj's input-gradient GEMM with GELU's backward as its epilogue.
+  // GELU: dh = (dbranch W_proj) * gelu'(h), fc_proj's input-gradient GEMM with GELU's backward as its
+  // epilogue. SwiGLU: dg = dbranch W_proj, then dh = [dgate | dup] from dg and h.
   Tensor dln = work.take(dt, act);
-  Tensor dh = moe_ ? Tensor() : work.take(dt, {B, T, 4 * Cl});
+  Tensor dh = moe_ ? Tensor() : work.take(dt, {B, T, cfg_.fc_width() / tp_.size});
+  Tensor dg = cfg_.swiglu && !moe_ ? work.take(dt, {B, T, cfg_.mlp_width() / tp_.size}) : dh;
+  const Tensor* gelu_of = cfg_.swiglu ? nullptr : &s.h;
   if (moe_) {
     moe_->backward(rt, dln, dbranch, s.ln2, s.moe, ctx.moe_aux_scale, ctx.moe_z_scale, work);
   } else if (defer) {
-    fc_proj_->backward_input(rt, dh, dbranch, &s.h);
+    fc_proj_->backward_input(rt, dg, dbranch, gelu_of);
+    if (cfg_.swiglu) swiglu_backward(rt, dh, dg, s.h);
     fc_->backward(rt, dln, dh, s.ln2, work, [&] { fc_proj_->weight_grads(rt, dbranch, s.g, bias_sums_in_ln2); });
   } else {
-    if (fc_proj_) fc_proj_->backward(rt, dh, dbranch, s.g, work, &s.h);  // sequence parallel: no bias sums
-    else linear_backward(rt, dh, dbranch, s.g, *p_.fc_proj_w, *p_.fc_proj_b, &s.h, bias_sums_in_ln2);
+    if (fc_proj_) fc_proj_->backward(rt, dg, dbranch, s.g, work, gelu_of);  // sequence parallel: no bias sums
+    else linear_backward(rt, dg, dbranch, s.g, *p_.fc_proj_w, *p_.fc_proj_b, gelu_of, bias_sums_in_ln2);
+    if (cfg_.swiglu) swiglu_backward(rt, dh, dg, s.h);
     linear_backward(rt, fc_, dln, dh, s.ln2, *p_.fc_w, *p_.fc_b, work);
   }
   ResidualColumnSums bias_sums;
@@ -468,10 +483,11 @@ size_t TransformerBlock::kept_bytes(const GPTConfig& cfg, int64_t B, int64_t T, 
   const size_t bt = size_t(rows) * 4;
   const size_t attention = aligned(local) + aligned(size_t(B * (cfg.n_heads / t) * T) * 4);
   // ln1 + stats, qkv, r, ln2 + stats, h, g; of them ln1, ln2 and g are the element-wise outputs
-  size_t elementwise = aligned(btc) * 2 + aligned(4 * local);
-  size_t rest = aligned(btc) * 3 + aligned(3 * local) + aligned(4 * local) * 2 + aligned(bt) * 4;
+  const size_t h = aligned(size_t(cfg.fc_width() / cfg.d_model) * local), g = aligned(4 * local);
+  size_t elementwise = aligned(btc) * 2 + g;
+  size_t rest = aligned(btc) * 3 + aligned(3 * local) + h + g + aligned(bt) * 4;
   if (moe) {  // the experts' tensors instead of h and g, none of them recomputed element-wise
-    rest += MoEMLP::kept_bytes(cfg.moe, cfg.d_model, cfg.dtype, N, int(t)) - aligned(4 * local) * 2;
+    rest += MoEMLP::kept_bytes(cfg.moe, cfg.d_model, cfg.dtype, N, int(t)) - h - g;
     elementwise = aligned(btc) * 2;
   }
   switch (cfg.checkpointing) {
@@ -496,8 +512,9 @@ size_t TransformerBlock::work_bytes(const GPTConfig& cfg, int64_t B, int64_t T, 
   everything.checkpointing = Checkpointing::none;
   // recompute, branch, y
   const size_t forward = kept_bytes(everything, B, T, tp) + 2 * aligned(btc) + 4 * gathered;
-  // dbranch, dln, datt, dh, dqkv
-  const size_t backward = aligned(btc) * 2 + aligned(local) + aligned(4 * local) + aligned(3 * local) + 6 * gathered;
+  // dbranch, dln, datt, dh (and SwiGLU's dg), dqkv
+  const size_t dh = aligned(size_t(cfg.fc_width() / cfg.d_model) * local) + (cfg.swiglu ? aligned(4 * local) : 0);
+  const size_t backward = aligned(btc) * 2 + aligned(local) + dh + aligned(3 * local) + 6 * gathered;
   if (cfg.moe.experts == 0) return forward + backward;
   // A block with experts: its recomputation, and the experts' temporaries of forward and backward.
   const size_t moe = kept_bytes(everything, B, T, tp, true) + 2 * aligned(btc) +

@@ -1,11 +1,12 @@
 // One pre-LayerNorm GPT-2 block with explicit forward and backward:
 //   r = x + drop(proj(attn(ln1(x))));  y = r + drop(fc2(gelu(fc1(ln2(r)))))
+// (with model.mlp = swiglu: fc1 is twice as wide, [gate | up], and gelu(.) is silu(gate) * up).
 // What backward needs is kept in BlockSaved; with activation checkpointing part of it is dropped
 // after forward and recomputed in backward.
 //
 // Tensor parallelism (Megatron's intra-layer split over a group of t ranks): qkv and fc are
 // column-parallel (rank r holds heads [r*H/t, (r+1)*H/t) and columns [r*4C/t, (r+1)*4C/t) of the
-// MLP), attn.proj and mlp.proj row-parallel; attention runs on the local heads. Without sequence
+// MLP; SwiGLU's fc holds those columns of both gate and up), attn.proj and mlp.proj row-parallel; attention runs on the local heads. Without sequence
 // parallelism the block's input and output are the full (B, T, C) activation on every rank; with
 // it they are this rank's token shard, rows [r*N/t, (r+1)*N/t) of the flattened (N = B*T, C)
 // activation, and LayerNorm, dropout and the residual adds run on the shard. Dropout masks are the
@@ -67,7 +68,7 @@ struct BlockSaved {
   Tensor att, lse;               // attention output; lse f32 (B, H, T)
   Tensor r;                      // residual after attention
   Tensor ln2, ln2_mean, ln2_rstd;
-  Tensor h, g;                   // (B, T, 4C): fc output and its GELU (a dense MLP)
+  Tensor h, g;                   // fc output (B, T, 4C; SwiGLU 8C) and its activation (B, T, 4C)
   MoESaved moe;                  // a mixture of experts instead
 
   // Part `i` of `parts` equal parts of the samples (views): what the batch split runs on.

@@ -1,4 +1,4 @@
-// CUDA elementwise ops: fill, copy, cast, add, accumulate, scale, bias add, GELU, dropout, AdamW.
+// CUDA elementwise ops: fill, copy, cast, add, accumulate, scale, bias add, GELU, SwiGLU, dropout, AdamW.
 #include <cmath>
 
 #include "core/cuda/kernel_common.cuh"
@@ -167,6 +167,56 @@ __global__ void gelu_backward_kernel(T* dx, const T* dout, const T* x, int64_t n
     for (int j = 0; j < V; ++j) o.e[j] = from_f32<T>(to_f32(vd.e[j]) * gelu_grad(to_f32(vx.e[j])));
     vstore<T, V>(dx + i0, o);
   }, [&](int64_t i) { dx[i] = from_f32<T>(to_f32(dout[i]) * gelu_grad(to_f32(x[i]))); });
+}
+
+// SwiGLU over rows of h = [gate | up] (width 2F), g of width F. With V > 1, F % V == 0, so a
+// vector stays within one row.
+__device__ __forceinline__ float silu_sigmoid(float a) { return 1.0f / (1.0f + expf(-a)); }
+
+template <typename T, int V>
+__global__ void swiglu_forward_kernel(T* g, const T* h, int64_t F, int64_t n) {
+  auto at = [&](int64_t i) { return (i / F) * 2 * F + i % F; };  // gate of g's element i
+  vec_loop<V>(n, [&](int64_t i0) {
+    const int64_t a0 = at(i0);
+    Vec<T, V> va = vload<T, V>(h + a0), vb = vload<T, V>(h + a0 + F), o;
+#pragma unroll
+    for (int j = 0; j < V; ++j) {
+      const float a = to_f32(va.e[j]);
+      o.e[j] = from_f32<T>(a * silu_sigmoid(a) * to_f32(vb.e[j]));
+    }
+    vstore<T, V>(g + i0, o);
+  }, [&](int64_t i) {
+    const float a = to_f32(h[at(i)]);
+    g[i] = from_f32<T>(a * silu_sigmoid(a) * to_f32(h[at(i) + F]));
+  });
+}
+
+template <typename T, int V>
+__global__ void swiglu_backward_kernel(T* dh, const T* dg, const T* h, int64_t F, int64_t n) {
+  auto at = [&](int64_t i) { return (i / F) * 2 * F + i % F; };
+  auto both = [](float a, float b, float d, float& da, float& db) {
+    const float s = silu_sigmoid(a);
+    da = d * b * s * (1.0f + a * (1.0f - s));  // silu'(a) = s (1 + a (1 - s))
+    db = d * a * s;
+  };
+  vec_loop<V>(n, [&](int64_t i0) {
+    const int64_t a0 = at(i0);
+    Vec<T, V> va = vload<T, V>(h + a0), vb = vload<T, V>(h + a0 + F), vd = vload<T, V>(dg + i0), oa, ob;
+#pragma unroll
+    for (int j = 0; j < V; ++j) {
+      float da, db;
+      both(to_f32(va.e[j]), to_f32(vb.e[j]), to_f32(vd.e[j]), da, db);
+      oa.e[j] = from_f32<T>(da);
+      ob.e[j] = from_f32<T>(db);
+    }
+    vstore<T, V>(dh + a0, oa);
+    vstore<T, V>(dh + a0 + F, ob);
+  }, [&](int64_t i) {
+    float da, db;
+    both(to_f32(h[at(i)]), to_f32(h[at(i) + F]), to_f32(dg[i]), da, db);
+    dh[at(i)] = from_f32<T>(da);
+    dh[at(i) + F] = from_f32<T>(db);
+  });
 }
 
 __device__ __forceinline__ bool dropout_keep(const DropoutIndex& k, int64_t i) {
@@ -374,6 +424,38 @@ void launch_gelu_forward(cudaStream_t s, void* out, const void* x, DType t, int6
       gelu_forward_kernel<T, V><<<grid_for(n / V), kThreads, 0, s>>>(o, px, n);
     } else {
       gelu_forward_kernel<T, 1><<<grid_for(n), kThreads, 0, s>>>(o, px, n);
+    });
+  CUDA_CHECK_LAUNCH();
+}
+
+void launch_swiglu_forward(cudaStream_t s, void* g, const void* h, DType t, int64_t rows, int64_t F) {
+  const int64_t n = rows * F;
+  if (n == 0) return;
+  TRELLIS_FLOAT_SWITCH(t, T,
+    auto* o = static_cast<T*>(g);
+    auto* ph = static_cast<const T*>(h);
+    constexpr int V = vec_width<T>();
+    if (all_aligned(o, ph) && F % V == 0) {
+      swiglu_forward_kernel<T, V><<<grid_for(n / V), kThreads, 0, s>>>(o, ph, F, n);
+    } else {
+      swiglu_forward_kernel<T, 1><<<grid_for(n), kThreads, 0, s>>>(o, ph, F, n);
+    });
+  CUDA_CHECK_LAUNCH();
+}
+
+void launch_swiglu_backward(cudaStream_t s, void* dh, const void* dg, const void* h, DType t, int64_t rows,
+                            int64_t F) {
+  const int64_t n = rows * F;
+  if (n == 0) return;
+  TRELLIS_FLOAT_SWITCH(t, T,
+    auto* o = static_cast<T*>(dh);
+    auto* pd = static_cast<const T*>(dg);
+    auto* ph = static_cast<const T*>(h);
+    constexpr int V = vec_width<T>();
+    if (all_aligned(o, pd, ph) && F % V == 0) {
+      swiglu_backward_kernel<T, V><<<grid_for(n / V), kThreads, 0, s>>>(o, pd, ph, F, n);
+    } else {
+      swiglu_backward_kernel<T, 1><<<grid_for(n), kThreads, 0, s>>>(o, pd, ph, F, n);
     });
   CUDA_CHECK_LAUNCH();
 }

@@ -89,6 +89,14 @@ void gelu_backward(Runtime& rt, const Tensor& dx, const Tensor& dout, const Tens
   launch_gelu_backward(compute_stream(rt), dx.data, dout.data, x.data, x.dtype, x.numel());
 }
 
+void swiglu_forward(Runtime& rt, const Tensor& g, const Tensor& h) {
+  launch_swiglu_forward(compute_stream(rt), g.data, h.data, h.dtype, g.rows(), g.cols());
+}
+
+void swiglu_backward(Runtime& rt, const Tensor& dh, const Tensor& dg, const Tensor& h) {
+  launch_swiglu_backward(compute_stream(rt), dh.data, dg.data, h.data, h.dtype, dg.rows(), dg.cols());
+}
+
 void rotary_embedding(Runtime& rt, const Tensor& qkv, int n_heads, double theta, int64_t first_position,
                       bool inverse) {
   launch_rotary_embedding(compute_stream(rt), qkv.data, qkv.dtype, qkv.size(0), qkv.size(1), qkv.size(2) / 3,

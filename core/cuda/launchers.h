@@ -23,6 +23,10 @@ void launch_bias_add(cudaStream_t s, void* out, DType out_t, const void* bias, D
                      int64_t cols);
 void launch_gelu_forward(cudaStream_t s, void* out, const void* x, DType t, int64_t n);
 void launch_gelu_backward(cudaStream_t s, void* dx, const void* dout, const void* x, DType t, int64_t n);
+// swiglu_forward / swiglu_backward (core/ops.h) on `rows` rows of g (F wide) and h (2F wide).
+void launch_swiglu_forward(cudaStream_t s, void* g, const void* h, DType t, int64_t rows, int64_t F);
+void launch_swiglu_backward(cudaStream_t s, void* dh, const void* dg, const void* h, DType t, int64_t rows,
+                            int64_t F);
 
 // The layout-independent element index of ops.h's DropoutKey, resolved on the host.
 struct DropoutIndex {

@@ -103,6 +103,23 @@ TEST_P(Parity, Gelu) {
   expect_close(to_host(gdx), dx, tolerance(dt()), "gelu_backward");
 }
 
+// SwiGLU forward and backward at a width the kernel loads in vectors (F = 64) and one it does not (F = 13).
+TEST_P(Parity, Swiglu) {
+  for (int64_t F : {64, 13}) {
+    SCOPED_TRACE("F " + std::to_string(F));
+    HostTensor h = random_host(dt(), {3, 37, 2 * F}, 21, -4.0f, 4.0f), dg = random_host(dt(), {3, 37, F}, 22);
+    HostTensor g(dt(), {3, 37, F}), dh(dt(), {3, 37, 2 * F});
+    DeviceTensor gh = to_device(h), gdg = to_device(dg), gg = device_empty(dt(), {3, 37, F}),
+                 gdh = device_empty(dt(), {3, 37, 2 * F});
+    swiglu_forward(cpu(), g.t, h.t);
+    swiglu_forward(gpu(), gg.t, gh.t);
+    expect_close(to_host(gg), g, tolerance(dt()), "swiglu_forward");
+    swiglu_backward(cpu(), dh.t, dg.t, h.t);
+    swiglu_backward(gpu(), gdh.t, gdg.t, gh.t);
+    expect_close(to_host(gdh), dh, tolerance(dt()), "swiglu_backward");
+  }
+}
+
 // Rotary positions forward and inverse, at head sizes of 128, 12 and 6 (the kernel's 4-, 2- and
 // 1-pair loads) and a position offset (generation's cached case): the cosines and sines are the same
 // double computation on both backends.

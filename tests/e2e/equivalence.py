@@ -41,6 +41,14 @@ def run(binary, mpiexec, config, tmp, ranks, tag, sets):
     return records[0], losses, val, struct.unpack(f"<{len(raw) // 4}f", raw), names, norms, p.stdout
 
 
+def one_line_error(binary, mpiexec, config, ranks, sets, want, extra=()):
+    """A run that must stop with exit code != 0 and one line holding `want`; returns (ok, line)."""
+    _, p = launch(binary, mpiexec, config, ranks, sets, extra)
+    errors = [l for l in p.stderr.splitlines() if l.startswith("error:")]
+    line = errors[0] if errors else (p.stderr.strip().splitlines() or [""])[-1]
+    return p.returncode != 0 and len(errors) == 1 and want in line, line
+
+
 def compare(loss, ref_loss, w, ref_w):
     """Max relative loss difference, max absolute and relative L2 weight differences."""
     dl = max(abs(a - b) / abs(b) for a, b in zip(loss, ref_loss))

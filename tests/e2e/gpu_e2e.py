@@ -11,6 +11,8 @@ with the reason). The tiny config, dropout on, deterministic mode:
   ones bitwise, and N + resume + N equals 2N;
 - one GPU with rotary positions (model.position_embedding = rope) in fp32 trains the same model as
   the CPU; in bf16 with cuDNN attention its graphed steps match launched ones;
+- one GPU with SwiGLU MLPs (model.mlp = swiglu) in fp32 trains the same model as the CPU; in bf16
+  with cuDNN attention its graphed steps match launched ones;
 - one GPU with the optimizer offloaded (zero.offload = cpu: AdamW on the host) trains the same model
   as without, in fp32, bf16 and fp16 (the host's AdamW rounds like the device's up to fused
   multiply-adds), also with the state in files (zero.offload = nvme, fp32), and so do two GPUs at
@@ -207,6 +209,13 @@ def main():
         graphed, out = train_with_log(binary, config, tmp, "rope_graphs", *rope_bf)
         plain = train(binary, mpiexec, config, tmp, "rope_plain", 1, *rope_bf, "train.cuda_graphs=false")
         check_same_model("rotary positions, bf16, cuDNN attention: CUDA graphs against without", graphed, plain, half)
+        swiglu = ["model.mlp=swiglu"]
+        swiglu_cpu = train(binary, mpiexec, config, tmp, "swiglu_cpu", 1, "train.device=cpu", f32, *swiglu)
+        swiglu_one = train(binary, mpiexec, config, tmp, "swiglu_gpu1", 1, "train.device=cuda", f32, *swiglu)
+        check_same_model("SwiGLU: one GPU against the CPU, fp32", swiglu_one, swiglu_cpu)
+        graphed, out = train_with_log(binary, config, tmp, "swiglu_graphs", *fast, *swiglu)
+        plain = train(binary, mpiexec, config, tmp, "swiglu_plain", 1, *fast, *swiglu, "train.cuda_graphs=false")
+        check_same_model("SwiGLU, bf16, cuDNN attention: CUDA graphs against without", graphed, plain, half)
         if gpus < 2:
             print("one GPU: the two-GPU layouts are not checked")
             return

@@ -29,12 +29,8 @@ def run(binary, mpiexec, config, tmp, ranks, tag, *sets):
     return equivalence.run(binary, mpiexec, config, tmp, ranks, tag, BASE + list(sets))
 
 
-def one_line_error(binary, mpiexec, config, ranks, sets, want, extra=()):
-    """A run that must stop with exit code != 0 and one line holding `want`; returns (ok, line)."""
-    _, p = equivalence.launch(binary, mpiexec, config, ranks, BASE + list(sets), extra)
-    errors = [l for l in p.stderr.splitlines() if l.startswith("error:")]
-    line = errors[0] if errors else (p.stderr.strip().splitlines() or [""])[-1]
-    return p.returncode != 0 and len(errors) == 1 and want in line, line
+def one_line_error(binary, mpiexec, config, ranks, sets, want):
+    return equivalence.one_line_error(binary, mpiexec, config, ranks, BASE + list(sets), want)
 
 
 def main():

@@ -167,6 +167,12 @@ TEST(GPTInference, CachedLogitsWithRotaryPositionsMatchTheTrainingForward) {
   check_cached_logits(cfg);
 }
 
+TEST(GPTInference, CachedLogitsWithSwigluMatchTheTrainingForward) {
+  GPTConfig cfg = tiny_config();
+  cfg.swiglu = true;
+  check_cached_logits(cfg);
+}
+
 TEST(GPTInference, GenerationIsDeterministicAndStaysInTheVocabulary) {
   Runtime rt(RuntimeOptions{});
   const GPTConfig cfg = tiny_config();

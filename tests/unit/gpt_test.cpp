@@ -105,6 +105,23 @@ TEST(GPT, RotaryPositionsGradientsMatchFiniteDifferences) {
   check_gradients_against_finite_differences(c);
 }
 
+// SwiGLU MLPs: fc [gate | up] twice as wide, silu(gate) * up into proj.
+TEST(GPT, SwigluGradientsMatchFiniteDifferences) {
+  GPTConfig c = tiny_config();
+  c.swiglu = true;
+  check_gradients_against_finite_differences(c);
+}
+
+// A SwiGLU model's fc is 8C wide: GPT-2 small's count plus 4C^2 + 4C per block.
+TEST(GPT, SwigluParameterCount) {
+  GPTConfig c;
+  c.swiglu = true;
+  EXPECT_EQ(c.parameter_count(), 124439808 + 12 * (4 * 768 * 768 + 4 * 768));
+  int64_t n = 0;
+  for (const ParameterSpec& s : GPT::parameter_specs(c)) n += s.shape.numel();
+  EXPECT_EQ(n, c.parameter_count() + (c.padded_vocab() - c.vocab_size) * c.d_model);
+}
+
 // A RoPE model has no position table: its parameters are GPT-2's less wpe, and its loss depends on
 // the order of the tokens only through the rotations.
 TEST(GPT, RotaryPositionsHaveNoTable) {
@@ -152,13 +169,15 @@ TEST(GPT, FreshGradientsAreOverwrittenNotAccumulated) {
 TEST(GPT, CheckpointingGivesBitwiseEqualGradients) {
   Runtime rt(RuntimeOptions{});
   const int64_t B = 2;
-  for (bool rope : {false, true}) {  // the recomputed forward turns q and k again
-  SCOPED_TRACE(rope ? "rotary positions" : "learned positions");
+  for (int variant : {0, 1, 2}) {  // rotary: the recomputed forward turns q and k again; SwiGLU's g
+  const bool rope = variant == 1, swiglu = variant == 2;
+  SCOPED_TRACE(rope ? "rotary positions" : swiglu ? "SwiGLU" : "learned positions, GELU");
   std::vector<Result> results;
   for (Checkpointing mode :
        {Checkpointing::none, Checkpointing::full, Checkpointing::selective, Checkpointing::elementwise}) {
     GPTConfig c = tiny_config();
     c.rope = rope;
+    c.swiglu = swiglu;
     c.dropout = 0.1f;
     c.attention_dropout = 0.1f;  // recomputed attention must redraw the same mask
     c.checkpointing = mode;

@@ -423,6 +423,49 @@ TEST(OpsCpu, GeluBackwardFiniteDifferences) {
   check_fd(x, dx.values(), [&] { gelu_forward(rt(), out.t(), x.t()); return project(r, out); }, "dx");
 }
 
+// ---------------------------------------------------------------- swiglu
+
+TEST(OpsCpu, SwigluMatchesReference) {
+  std::mt19937 g(18);
+  const int64_t rows = 5, F = 7;
+  for (DType dt : kFloatTypes) {
+    SCOPED_TRACE(std::string(dtype_name(dt)));
+    HostTensor h(dt, {rows, 2 * F}), out(dt, {rows, F}), dout(dt, {rows, F}), dh(dt, {rows, 2 * F});
+    h.randomize(g, -4.0, 4.0);
+    dout.randomize(g);
+    std::vector<double> ref(size_t(rows * F)), dref(size_t(rows * 2 * F));
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t i = 0; i < F; ++i) {  // silu(a) b; d/da = b s (1 + a (1 - s)), d/db = silu(a)
+        const double a = h.get(r * 2 * F + i), b = h.get(r * 2 * F + F + i), s = 1 / (1 + std::exp(-a)),
+                     d = dout.get(r * F + i);
+        ref[size_t(r * F + i)] = a * s * b;
+        dref[size_t(r * 2 * F + i)] = d * b * s * (1 + a * (1 - s));
+        dref[size_t(r * 2 * F + F + i)] = d * a * s;
+      }
+    swiglu_forward(rt(), out.t(), h.t());
+    swiglu_backward(rt(), dh.t(), dout.t(), h.t());
+    expect_close(out.values(), ref, 2e-6, out_rtol(dt), "swiglu");
+    expect_close(dh.values(), dref, 2e-6, out_rtol(dt), "swiglu'");
+  }
+}
+
+TEST(OpsCpu, SwigluBackwardFiniteDifferences) {
+  std::mt19937 g(19);
+  HostTensor h(DType::f32, {3, 10}), out(DType::f32, {3, 5}), r(DType::f32, {3, 5}), dh(DType::f32, {3, 10});
+  h.randomize(g, -3.0, 3.0);
+  r.randomize(g);
+  swiglu_backward(rt(), dh.t(), r.t(), h.t());
+  check_fd(h, dh.values(), [&] { swiglu_forward(rt(), out.t(), h.t()); return project(r, out); }, "dh");
+}
+
+TEST(OpsCpu, SwigluRejectsBadShapes) {
+  HostTensor h(DType::f32, {3, 10}), g(DType::f32, {3, 4}), dh(DType::f32, {3, 10});
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_DEATH(swiglu_forward(rt(), g.t(), h.t()), "is not \\[gate \\| up\\]");
+  HostTensor g5(DType::f32, {3, 5});
+  EXPECT_DEATH(swiglu_backward(rt(), h.t(), g5.t(), h.t()), "dh aliases dg or h");
+}
+
 // MatmulOptions::gelu_input / gelu_grad_of are, on the CPU, exactly matmul followed by gelu_forward
 // or gelu_backward (bitwise), for every dtype, transposes, with and without bias.
 TEST(OpsCpu, MatmulFusedGeluEqualsSeparateOps) {

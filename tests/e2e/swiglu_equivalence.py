@@ -1,0 +1,103 @@
+#!/usr/bin/env python3
+"""SwiGLU MLPs (model.mlp = swiglu) on the CPU in fp32 (DESIGN.md section 4): a tiny GPT with SwiGLU
+and dropout trained for K steps at data 2, tensor 2 (the batch split; fc's [gate | up] split as two
+groups, so each rank gates its own columns), tensor 2 and 4 with sequence parallelism, tensor 2 with
+element-wise recomputation (g recomputed from h), pipeline 2, ZeRO stage 3 with full recomputation
+and tensor 2 x pipeline 2 x data 2 gives the same losses, gradient norms and exported weights as one
+rank, up to fp32 reduction-order rounding. The export holds fc at twice the width. A run stopped
+after step 3 and resumed continues bitwise on one rank, and a tensor 2 checkpoint resumed on one
+rank continues as the uninterrupted run. Resuming a SwiGLU checkpoint as a GELU model, starting a
+SwiGLU run from a GELU model (model.init_from), SwiGLU with experts and exporting a SwiGLU model to
+Hugging Face GPT-2 are refused with one line.
+Usage: swiglu_equivalence.py TRAIN_GPT MPIEXEC CONFIG [EXPORT_HF]"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+import equivalence
+from equivalence import LOSS_TOL, NORM_TOL, WEIGHT_L2_TOL, WEIGHT_MAX_TOL
+
+STEPS = 6
+BASE = ["train.device=cpu", f"train.steps={STEPS}", "train.micro_batch=2", "train.global_batch=8",
+        "model.dropout=0.1", "model.n_layers=4", "model.mlp=swiglu", "log.val_every=0", "train.grad_clip=0.5"]
+
+
+def run(binary, mpiexec, config, tmp, ranks, tag, *sets):
+    return equivalence.run(binary, mpiexec, config, tmp, ranks, tag, BASE + list(sets))
+
+
+def main():
+    binary, mpiexec, config = sys.argv[1:4]
+    export_hf = sys.argv[4] if len(sys.argv) > 4 else None
+    failed = False
+
+    def check(ok, text):
+        nonlocal failed
+        failed |= not ok
+        print(f"{'ok  ' if ok else 'FAIL'} {text}")
+
+    def refused(ranks, sets, want, what):
+        ok, line = equivalence.one_line_error(binary, mpiexec, config, ranks, sets, want)
+        check(ok, f"{what}: {line}")
+
+    with tempfile.TemporaryDirectory() as tmp:
+        _, ref_loss, _, ref_w, _, ref_norms, out = run(binary, mpiexec, config, tmp, 1, "ref")
+        shapes = {q["name"]: q["shape"] for q in json.load(open(os.path.join(tmp, "ref_weights", "model.json")))["params"]}
+        C = shapes["h.0.ln1.w"][0]
+        check(shapes["h.0.mlp.fc.w"] == [8 * C, C] and shapes["h.0.mlp.proj.w"] == [C, 4 * C] and
+              "SwiGLU MLPs" in out and ref_loss[-1] < ref_loss[0],
+              f"one rank: fc {shapes['h.0.mlp.fc.w']}, proj {shapes['h.0.mlp.proj.w']}, the start line names SwiGLU, "
+              f"loss {ref_loss[0]:.4f} -> {ref_loss[-1]:.4f}")
+
+        layouts = [
+            (2, "data 2, two micro-batches a rank", []),
+            (2, "tensor 2 (batch split)", ["parallel.tensor=2"]),
+            (2, "tensor 2, sequence parallel", ["parallel.tensor=2", "parallel.sequence_parallel=true"]),
+            (4, "tensor 4, sequence parallel", ["parallel.tensor=4", "parallel.sequence_parallel=true"]),
+            (2, "tensor 2, element-wise recomputation", ["parallel.tensor=2", "train.checkpointing=elementwise"]),
+            (2, "pipeline 2 (1f1b)", ["parallel.pipeline=2"]),
+            (2, "data 2, ZeRO 3, full recompute", ["zero.stage=3", "train.checkpointing=full"]),
+            (8, "tensor 2 x pipeline 2 x data 2, sequence parallel, ZeRO 1",
+             ["parallel.tensor=2", "parallel.pipeline=2", "parallel.sequence_parallel=true", "zero.stage=1"]),
+        ]
+        for i, (ranks, what, sets) in enumerate(layouts):
+            _, loss, _, w, _, norms, _ = run(binary, mpiexec, config, tmp, ranks, f"l{i}", *sets)
+            dl, dw, l2 = equivalence.compare(loss, ref_loss, w, ref_w)
+            dn = max(abs(a - b) / abs(b) for a, b in zip(norms, ref_norms))
+            check(len(loss) == STEPS and dl <= LOSS_TOL and dn <= NORM_TOL and dw <= WEIGHT_MAX_TOL and l2 <= WEIGHT_L2_TOL,
+                  f"{what}: loss rel diff {dl:.2e}, grad norm {dn:.2e}, weights max {dw:.2e}, rel L2 {l2:.2e}")
+
+        # Stop after step 3 and resume: bitwise on one rank; from tensor 2 onto one rank, as uninterrupted.
+        for ranks, what, sets in [(1, "one rank", []), (2, "tensor 2 -> one rank", ["parallel.tensor=2"])]:
+            ckpt = os.path.join(tmp, f"ckpt{ranks}")
+            run(binary, mpiexec, config, tmp, ranks, f"stop{ranks}", "checkpoint.dir=" + ckpt, "train.stop_after=3", *sets)
+            _, loss, _, w, _, _, _ = run(binary, mpiexec, config, tmp, 1, f"resume{ranks}", "checkpoint.dir=" + ckpt)
+            dl, dw, l2 = equivalence.compare(loss, ref_loss[3:], w, ref_w)
+            exact = ranks == 1 and loss == ref_loss[3:] and list(w) == list(ref_w)
+            check(exact if ranks == 1 else (dl <= LOSS_TOL and dw <= WEIGHT_MAX_TOL and l2 <= WEIGHT_L2_TOL),
+                  f"resume, {what}: steps 4-{STEPS} loss rel diff {dl:.2e}, weights max {dw:.2e}" +
+                  (" (bitwise)" if exact else ""))
+
+        refused(1, BASE + ["checkpoint.dir=" + os.path.join(tmp, "ckpt1"), "model.mlp=gelu", "train.steps=8"],
+                "swiglu MLP, precision", "resume a SwiGLU checkpoint as a GELU model")
+        gelu = os.path.join(tmp, "gelu")
+        equivalence.run(binary, mpiexec, config, tmp, 1, "gelu", ["train.device=cpu", "train.steps=2",
+                                                                 "checkpoint.dir=" + gelu])
+        refused(1, BASE + ["model.init_from=" + gelu, "model.n_layers=2", "model.dropout=0"], "a GELU MLP",
+                "init_from a GELU model")
+        refused(1, BASE + ["moe.experts=4", "moe.top_k=2"], "the experts are GELU MLPs", "SwiGLU with experts")
+        if export_hf:
+            p = subprocess.run([export_hf, os.path.join(tmp, "ref_weights"), os.path.join(tmp, "hf")],
+                               capture_output=True, text=True, timeout=60)
+            line = (p.stderr.strip().splitlines() or [""])[-1]
+            check(p.returncode != 0 and "SwiGLU" in line and len(p.stderr.strip().splitlines()) == 1,
+                  f"export to Hugging Face GPT-2: {line}")
+    if failed:
+        sys.exit("FAIL")
+    print("PASS")
+
+
+if __name__ == "__main__":
+    main()
