@@ -1,22 +1,22 @@
 #!/usr/bin/env bash
-# Session call 1 (one GPU): issue 8's measurement. The PyTorch reference's selftest (its rope dump
-# round trip, never run on a GPU machine); GPT-2 1.3B against PyTorch, two rounds; 124M and 350M,
-# one round each. Trellis on PyTorch's cuBLAS/cuDNN wheels (--trellis-libs torch), as before.
+# Session call 1 (one GPU): SwiGLU MLPs (model.mlp = swiglu) and the session's checkpoint change on
+# a GPU: the whole build, every CUDA test (label cuda: Parity.Swiglu new), the PyTorch reference's
+# selftest and parity tests (torch_parity_swiglu new), gpu_e2e (SwiGLU cases new).
 set -uo pipefail
 cd "$(dirname "$0")/../../.."
 source bench/device_env.sh
 nvidia-smi --query-gpu=name,memory.total,power.limit,clocks.max.sm --format=csv,noheader
-build_targets train_gpt
+build_trellis
+echo "=== ctest -L cuda $(date +%T)"
+(cd build && timeout 300 ctest -L cuda -j4 > "$out/ctest_cuda.log" 2>&1); echo "ctest exit $?"
+grep -E "tests passed|tests failed|Failed|\*\*\*Failed|Total Test" "$out/ctest_cuda.log" | head -12
+build/tests/ops_parity_test --gtest_filter='*Swiglu*' 2>&1 | tail -3
 echo "=== torch selftest $(date +%T)"
-timeout 120 python3 bench/torch_gpt.py --selftest 2>&1 | tail -6
-B="python3 bench/bench_gpt.py --steps 15 --warmup 5 --trellis build/train_gpt --trellis-libs torch"
-echo "=== 1.3B $(date +%T)"
-timeout 260 $B --models 1.3b --micro-batch 16 --rounds 2 --out "$out/bench_1.3b.md" > "$out/bench_1.3b.log" 2>&1
-echo "exit $?"; grep -E "^\| [0-9]|^- " "$out/bench_1.3b.md"
-echo "=== 124M $(date +%T)"
-timeout 110 $B --models 124m --micro-batch 32 --out "$out/bench_124m.md" > "$out/bench_124m.log" 2>&1
-echo "exit $?"; grep -E "^\| [0-9]" "$out/bench_124m.md"
-echo "=== 350M $(date +%T)"
-timeout 110 $B --models 350m --micro-batch 16 --out "$out/bench_350m.md" > "$out/bench_350m.log" 2>&1
-echo "exit $?"; grep -E "^\| [0-9]" "$out/bench_350m.md"
+timeout 120 python3 bench/torch_gpt.py --selftest 2>&1 | grep -E "swiglu|rope|FAIL|passed|failed" | head -12
+echo "=== torch parity $(date +%T)"
+(cd build && timeout 240 ctest -R torch_parity --output-on-failure > "$out/torch_parity.log" 2>&1); echo "torch parity exit $?"
+grep -E "worst|rel err|Passed|Failed|tests passed" "$out/torch_parity.log" | head -16
+echo "=== gpu_e2e $(date +%T)"
+timeout 300 python3 tests/e2e/gpu_e2e.py build/train_gpt mpiexec examples/configs/tiny.toml > "$out/gpu_e2e.log" 2>&1
+echo "gpu_e2e exit $?"; grep -c "^ok" "$out/gpu_e2e.log"; grep -E "FAIL|PASS|SwiGLU" "$out/gpu_e2e.log" | head -6
 echo "=== done $(date +%T)"
