@@ -14,7 +14,6 @@
 #include <cstring>
 #include <filesystem>
 #include <regex>
-#include <set>
 
 #include "core/crc32c.h"
 
@@ -311,11 +310,12 @@ struct CheckpointWriter::State {
   BlobFiles files;    // in tmp_dir
   bool done = false;  // committed or failed: no further calls
 
+  std::string users_files;  // after commit: where the replaced checkpoint's files of a user went
   void cleanup() noexcept {
     done = true;
     files.close_quietly();
     std::error_code ec;
-    fs::remove_all(tmp_dir, ec);
+    if (!tmp_dir.empty()) fs::remove_all(tmp_dir, ec);
   }
   // Runs f; any exception removes the temporary directory first.
   template <class F>
@@ -365,6 +365,11 @@ CheckpointWriter::CheckpointWriter(CheckpointWriter&&) noexcept = default;
 
 CheckpointWriter::~CheckpointWriter() {
   if (s_ && !s_->done) s_->cleanup();
+}
+
+const std::string& CheckpointWriter::users_files_set_aside() const {
+  if (!s_) fail("use of a moved-from writer");
+  return s_->users_files;
 }
 
 const std::string& CheckpointWriter::final_dir() const { return s_->final_dir; }
@@ -427,29 +432,6 @@ void CheckpointWriter::set_meta(std::string json_object_text) {
   });
 }
 
-namespace {
-
-// Hard links in `to` (a new checkpoint, not yet published) to the files of `from` (the one it
-// replaces) that no checkpoint writes, so a user's files outlive the swap with one published
-// checkpoint holding them at every moment. Returns the directories that received links.
-std::set<std::string> link_files_no_checkpoint_writes(const std::string& from, const std::string& to) {
-  std::set<std::string> dirs;
-  for (const std::string& rel : files_no_checkpoint_writes(from)) {
-    const std::string src = join(from, rel), dst = join(to, rel);
-    const fs::path parent = fs::path(dst).parent_path();
-    std::error_code ec;
-    fs::create_directories(parent, ec);
-    if (ec) fail("cannot create directory " + parent.string() + ": " + ec.message());
-    if (::linkat(AT_FDCWD, src.c_str(), AT_FDCWD, dst.c_str(), 0) != 0)
-      fail_errno(src + " is a file no checkpoint writes and the checkpoint replacing it cannot keep it (not "
-                 "replaced): cannot link it to", dst, errno);
-    for (fs::path p = parent; p.string().size() > to.size(); p = p.parent_path()) dirs.insert(p.string());
-  }
-  return dirs;
-}
-
-}  // namespace
-
 std::string CheckpointWriter::commit() {
   if (!s_) fail("use of a moved-from writer");
   State& s = *s_;
@@ -474,16 +456,13 @@ std::string CheckpointWriter::commit() {
     write_all(fd.get(), m.data(), m.size(), mpath);
     if (::fsync(fd.get()) != 0) fail_errno("cannot fsync", mpath, errno);
     fd.close(mpath);
-    struct stat st;
-    const bool replacing = ::lstat(s.final_dir.c_str(), &st) == 0;
-    std::set<std::string> linked_dirs;
-    if (replacing && S_ISDIR(st.st_mode)) linked_dirs = link_files_no_checkpoint_writes(s.final_dir, s.tmp_dir);
     s.files.fsync_subdirs();
-    for (auto it = linked_dirs.rbegin(); it != linked_dirs.rend(); ++it) fsync_dir(*it);  // deepest first
     fsync_dir(s.tmp_dir);
 
     // Publish. Over an existing checkpoint, swap atomically (RENAME_EXCHANGE) so there is never
     // a moment without one; where the filesystem cannot, move the old one aside first.
+    struct stat st;
+    const bool replacing = ::lstat(s.final_dir.c_str(), &st) == 0;
     if (!replacing) {
       if (::rename(s.tmp_dir.c_str(), s.final_dir.c_str()) != 0)
         fail_errno("cannot rename " + s.tmp_dir + " to", s.final_dir, errno);
@@ -506,7 +485,18 @@ std::string CheckpointWriter::commit() {
       s.tmp_dir = aside;  // cleanup() below removes the old checkpoint
     }
     fsync_dir(s.root);
-    s.cleanup();  // the temporary path now holds the replaced checkpoint, if any
+    // The temporary path now holds the replaced checkpoint, if any. A user's files in it are set
+    // aside with it; where that fails the old checkpoint stays there (prune sets it aside later).
+    if (replacing) {
+      try {
+        const std::string moved = set_aside_users_files(s.tmp_dir, s.base);
+        if (!moved.empty()) s.users_files = "moved to " + moved;
+      } catch (const CheckpointError& e) {
+        s.users_files = "left in " + s.tmp_dir + " (" + e.what() + ")";
+        s.tmp_dir.clear();
+      }
+    }
+    s.cleanup();
     return s.final_dir;
   });
 }
@@ -759,11 +749,11 @@ std::vector<std::string> files_no_checkpoint_writes(const std::string& dir) {
 
 namespace {
 
-// Removes step dir `dir`'s manifest (first: it is then no checkpoint) and every file but `keep`,
-// then its emptied subdirectories. Returns whether it had a manifest.
-bool remove_all_but(const std::string& dir, const std::vector<std::string>& keep) {
+// Removes checkpoint `dir`'s manifest (first: it is then no checkpoint) and every file but `keep`,
+// then its emptied subdirectories.
+void remove_all_but(const std::string& dir, const std::vector<std::string>& keep) {
   std::error_code ec;
-  const bool had_manifest = fs::remove(join(dir, kManifest), ec);
+  fs::remove(join(dir, kManifest), ec);
   if (ec) fail("cannot remove " + join(dir, kManifest) + ": " + ec.message());
   std::vector<fs::path> files, dirs;
   for (auto it = fs::recursive_directory_iterator(dir, ec); !ec && it != fs::recursive_directory_iterator();
@@ -778,13 +768,40 @@ bool remove_all_but(const std::string& dir, const std::vector<std::string>& keep
   for (const fs::path& f : files)
     if (!fs::remove(f, ec) && ec) fail("cannot remove " + f.string() + ": " + ec.message());
   for (auto it = dirs.rbegin(); it != dirs.rend(); ++it) fs::remove(*it, ec);  // fails where a kept file is
-  return had_manifest;
 }
 
 }  // namespace
 
+std::string set_aside_users_files(const std::string& dir, const std::string& base) {
+  const std::vector<std::string> theirs = files_no_checkpoint_writes(dir);
+  if (theirs.empty()) return "";
+  remove_all_but(dir, theirs);
+  const std::string root = fs::path(dir).parent_path().string();
+  for (int n = 1; n < 1000; ++n) {
+    const std::string to = join(root, base + ".user-files" + (n > 1 ? "." + std::to_string(n) : ""));
+    if (::renameat2(AT_FDCWD, dir.c_str(), AT_FDCWD, to.c_str(), RENAME_NOREPLACE) == 0) {
+      fsync_dir(root);
+      std::string list;
+      for (size_t i = 0; i < theirs.size() && i < 3; ++i) list += (i ? ", " : "") + theirs[i];
+      if (theirs.size() > 3) list += ", ... (" + std::to_string(theirs.size()) + " in all)";
+      return to + " (" + list + ")";
+    }
+    if (errno == EEXIST) continue;
+    if (errno == EINVAL || errno == ENOSYS || errno == ENOTSUP) {  // no RENAME_NOREPLACE: check, then rename
+      struct stat st;
+      if (::lstat(to.c_str(), &st) == 0) continue;
+      if (::rename(dir.c_str(), to.c_str()) == 0) {
+        fsync_dir(root);
+        return to + " (" + theirs.front() + (theirs.size() > 1 ? ", ..." : "") + ")";
+      }
+    }
+    fail_errno("cannot move " + dir + " (files no checkpoint writes) to", to, errno);
+  }
+  fail("cannot set aside " + dir + ": " + base + ".user-files .. .999 are all taken");
+}
+
 std::vector<std::string> prune_checkpoints(const std::string& root, int keep, int64_t up_to_step,
-                                           std::vector<std::string>* kept_for_files) {
+                                           std::vector<std::string>* set_aside) {
   std::vector<std::string> temps, doomed;
   restore_interrupted_swaps(root, false);
   auto steps = list_step_dirs(root, &temps);
@@ -808,17 +825,15 @@ std::vector<std::string> prune_checkpoints(const std::string& root, int keep, in
   std::vector<std::string> removed;
   for (const std::string& d : doomed) {
     std::error_code ec;
-    if (parse_checkpoint_dir_name(fs::path(d).filename().string())) {
-      // A user's files in a step dir stay: only the checkpoint's own files go.
+    // A user's files in a step dir, or in a replaced checkpoint its writer died before setting aside
+    // (a temp dir with a manifest), stay: only the checkpoint's own files go.
+    const std::string name = fs::path(d).filename().string();
+    const std::optional<TempName> temp = parse_temp_name(name);
+    if (!temp || fs::exists(join(d, kManifest), ec)) {
       try {
-        const std::vector<std::string> theirs = files_no_checkpoint_writes(d);
-        if (!theirs.empty()) {
-          if (remove_all_but(d, theirs) && kept_for_files) {
-            std::string list;
-            for (size_t i = 0; i < theirs.size() && i < 3; ++i) list += (i ? ", " : "") + theirs[i];
-            if (theirs.size() > 3) list += ", ... (" + std::to_string(theirs.size()) + " in all)";
-            kept_for_files->push_back(d + " (" + list + ")");
-          }
+        const std::string moved = set_aside_users_files(d, temp ? temp->base : name);
+        if (!moved.empty()) {
+          if (set_aside) set_aside->push_back(d + " -> " + moved);
           continue;
         }
       } catch (const CheckpointError& e) {

@@ -81,8 +81,12 @@ class CheckpointWriter {
   void add_written_blob(const BlobInfo& blob);
   // The caller's metadata: the text of one JSON object, stored verbatim (default "{}").
   void set_meta(std::string json_object_text);
-  // Publishes the checkpoint; returns the final directory. The writer is done afterwards.
+  // Publishes the checkpoint; returns the final directory. The writer is done afterwards. Where it
+  // replaced a checkpoint holding files no checkpoint writes, those are set aside with it
+  // (set_aside_users_files) and users_files_set_aside() says where ("moved to DIR (files)", or
+  // "left in TEMP_DIR (why)" where that failed: a later prune sets it aside), else it is "".
   std::string commit();
+  const std::string& users_files_set_aside() const;
 
   const std::string& final_dir() const;
   const std::string& temp_dir() const;
@@ -172,24 +176,29 @@ std::optional<std::string> latest_valid_checkpoint(const std::string& root, std:
 std::optional<std::string> checkpoint_named_by(const std::string& path, std::string* why_skipped = nullptr);
 
 // The files under checkpoint `dir` that no checkpoint writes (a user's notes, an evaluation's
-// output), relative to it: all but its manifest, the blobs the manifest lists and, whether or not
-// the manifest can be read, files named as Trellis's state blobs ("params", "adam_m",
+// output), relative to it, sorted: all but its manifest, the blobs the manifest lists and, whether
+// or not the manifest can be read, files named as Trellis's state blobs ("params", "adam_m",
 // "rank00003/master.bin": launcher/checkpointing.cpp). Links are listed as named, not followed.
 // Throws CheckpointError if `dir` cannot be listed whole: then nothing under it may be removed.
-// A commit over an existing checkpoint carries these files into the new one, and pruning leaves
-// them in place (it removes the checkpoint's own files and keeps the directory).
 std::vector<std::string> files_no_checkpoint_writes(const std::string& dir);
+
+// A checkpoint about to be removed (pruned, or replaced by a commit) that holds such files loses its
+// manifest and its own files, and the directory with the user's is renamed to
+// <its parent>/<base>.user-files (.user-files.2, ... where taken), so they are never removed and the
+// directory is no checkpoint any more. Returns "that path (the files)", or "" when there are none
+// (nothing done). Throws CheckpointError where it cannot list, remove or rename.
+std::string set_aside_users_files(const std::string& dir, const std::string& base);
 
 // Keeps the newest `keep` step dirs that pass a kSizes check and removes every step dir older
 // than the oldest kept one (corrupt dirs newer than that are left for inspection); keep <= 0
 // removes no step dir. Also removes .tmp.* dirs left by dead writers on this host. Touches
 // only names matching step_X and .tmp.[old.]step_X.<host>.<pid>. Returns the removed paths.
 // Only checkpoints at or before `up_to_step` take part: newer ones (left by an abandoned run that
-// was resumed from an earlier step) are never counted or removed. A step dir holding files no
-// checkpoint writes loses its manifest and blobs but stays with those files; where it was still a
-// checkpoint, it is named in *kept_for_files ("step_X (notes.txt)").
+// was resumed from an earlier step) are never counted or removed. A step dir (or a replaced
+// checkpoint a dead writer left in its temp dir) holding files no checkpoint writes is set aside
+// (set_aside_users_files) instead, named in *set_aside ("step_X -> step_X.user-files (notes.txt)").
 std::vector<std::string> prune_checkpoints(const std::string& root, int keep,
                                            int64_t up_to_step = std::numeric_limits<int64_t>::max(),
-                                           std::vector<std::string>* kept_for_files = nullptr);
+                                           std::vector<std::string>* set_aside = nullptr);
 
 }  // namespace trellis

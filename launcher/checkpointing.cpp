@@ -776,7 +776,11 @@ std::string write_state(Runtime& rt, const Config& cfg, TrainingState s, const s
   meta.add("scaler", scaler).add("data", data).add("config", config_to_toml(cfg));
   if (val_loss) meta.add("val_loss", *val_loss);
   w->set_meta(meta.str());
-  return w->commit();
+  const std::string where = w->commit();
+  if (const std::string& theirs = w->users_files_set_aside(); !theirs.empty())
+    std::printf("checkpoint: the checkpoint %s replaced held files no checkpoint writes: %s\n", where.c_str(),
+                theirs.c_str());
+  return where;
 }
 
 }  // namespace
@@ -791,10 +795,10 @@ bool save_training_checkpoint(Runtime& rt, const Config& cfg, TrainingState s, i
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     std::printf("checkpoint: saved step %lld to %s (%.1f s)\n", (long long)step, where.c_str(), secs);
     try {
-      std::vector<std::string> kept;
-      prune_checkpoints(cfg.checkpoint.dir, int(cfg.checkpoint.keep), step, &kept);
-      for (const std::string& k : kept)
-        std::printf("checkpoint: pruned %s but for files no checkpoint writes, which stay\n", k.c_str());
+      std::vector<std::string> set_aside;
+      prune_checkpoints(cfg.checkpoint.dir, int(cfg.checkpoint.keep), step, &set_aside);
+      for (const std::string& a : set_aside)
+        std::printf("checkpoint: pruned %s, which held files no checkpoint writes\n", a.c_str());
     } catch (const CheckpointError& e) {
       std::printf("warning: checkpoint of step %lld saved, but removing older ones failed: %s\n", (long long)step,
                   e.what());

@@ -210,8 +210,11 @@ void validate_relations(const Config& c) {
   };
   const double B = double(c.train.micro_batch), T = double(c.model.seq_len), C = double(c.model.d_model),
                L = double(c.model.n_layers), V = double(c.model.vocab_size);
+  if (c.model.mlp == "swiglu" && c.moe.experts > 0)
+    throw UserError(p + ": model.mlp = swiglu with moe.experts = " + std::to_string(c.moe.experts) +
+                    ": the experts are GELU MLPs (allowed: model.mlp = gelu with experts)");
   // The widest MLP: 4C (SwiGLU's fc 8C), or a shared one of moe.shared_experts x 4C (named only where
-  // there is one; SwiGLU has no experts, checked above).
+  // there is one; SwiGLU has no experts, checked just above).
   const bool shared = c.moe.shared_experts > 0, swiglu = c.model.mlp == "swiglu";
   const double S = std::max(1.0, double(c.moe.shared_experts)), W = swiglu ? 8 : 4;
   const std::string width = swiglu ? "8 x model.d_model" : "4 x model.d_model";
@@ -251,9 +254,6 @@ void validate_relations(const Config& c) {
   if (c.model.position_embedding == "rope" && (c.model.d_model / c.model.n_heads) % 2 != 0)
     throw UserError(p + ": model.position_embedding = rope turns pairs of a head's dims: the head size model.d_model / "
                     "model.n_heads = " + std::to_string(c.model.d_model / c.model.n_heads) + " must be even");
-  if (c.model.mlp == "swiglu" && c.moe.experts > 0)
-    throw UserError(p + ": model.mlp = swiglu with moe.experts = " + std::to_string(c.moe.experts) +
-                    ": the experts are GELU MLPs (allowed: model.mlp = gelu with experts)");
   if (c.log.trace_step > 0 && c.log.trace_file.empty())
     throw UserError(p + ": log.trace_file is empty; log.trace_step = " + std::to_string(c.log.trace_step) +
                     " writes its trace there (allowed: a file path, e.g. \"runs/trace.json\")");

@@ -94,7 +94,7 @@ class TransformerBlock {
                    Communicator* experts = nullptr);
 
   // The parameter specs of block `layer`, in buffer order; with tp.size > 1 this rank's shards
-  // (qkv.w/b column-split in 3 groups, attn.proj.w row-split, mlp.fc.w/b column-split,
+  // (qkv.w/b column-split in 3 groups, attn.proj.w row-split, mlp.fc.w/b column-split (SwiGLU: 2 groups),
   // mlp.proj.w row-split; LayerNorms and the two proj biases replicated). Only tp.size and
   // tp.rank are used.
   // A block with experts (moe.in_layer) has MoEMLP's parameters in place of mlp.*: those of expert

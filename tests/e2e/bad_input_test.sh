@@ -151,23 +151,24 @@ check checkpoint_dir_is_a_checkpoint "checkpoint.dir = $tmp/ck/step_00000002 is 
   "$train_gpt" "$tmp/good.toml" --set checkpoint.dir="$tmp/ck/step_00000002"
 [[ $(ls "$tmp/ck/step_00000002") == manifest.json ]] ||
   { failures=$((failures + 1)); echo "FAIL checkpoint_dir_is_a_checkpoint: the checkpoint changed"; }
-# Files of the user's inside a checkpoint (notes) are never removed: pruning a step checkpoint
-# leaves them in its directory (and says so), and a better validation replacing best/ carries them
-# into the new one.
+# Files of the user's inside a checkpoint (notes) are never removed: a checkpoint pruned or replaced
+# (by a better validation's best/) loses its own files, and its directory with theirs is renamed to
+# NAME.user-files, which the log names.
 "$train_gpt" "$tmp/good.toml" --set checkpoint.dir="$tmp/ck_notes" >/dev/null 2>&1
 mkdir -p "$tmp/ck_best/best"
 echo mine > "$tmp/ck_notes/step_00000001/notes.txt"
 echo mine > "$tmp/ck_best/best/notes.txt"
 if "$train_gpt" "$tmp/good.toml" --set checkpoint.dir="$tmp/ck_notes" --set train.steps=3 --set checkpoint.every=1 \
   --set checkpoint.keep=1 >"$tmp/out" 2>"$tmp/err" &&
-  grep -q "pruned $tmp/ck_notes/step_00000001 (notes.txt) but for files no checkpoint writes, which stay" "$tmp/out" &&
-  [[ $(ls "$tmp/ck_notes/step_00000001") == notes.txt && $(cat "$tmp/ck_notes/step_00000001/notes.txt") == mine ]]
+  grep -q "pruned $tmp/ck_notes/step_00000001 -> $tmp/ck_notes/step_00000001.user-files (notes.txt)" "$tmp/out" &&
+  [[ ! -e $tmp/ck_notes/step_00000001 && $(cat "$tmp/ck_notes/step_00000001.user-files/notes.txt") == mine ]]
 then echo "ok   prune_keeps_user_files"
 else failures=$((failures + 1)); echo "FAIL prune_keeps_user_files: $(cat "$tmp/err") $(ls "$tmp/ck_notes"/*)"; fi
 if "$train_gpt" "$tmp/good.toml" --set checkpoint.dir="$tmp/ck_best" --set checkpoint.keep_best=true \
   --set log.val_every=1 --set train.steps=2 >"$tmp/out" 2>"$tmp/err" &&
   grep -q "best validation loss .* at step 2" "$tmp/out" && [[ -f $tmp/ck_best/best/manifest.json ]] &&
-  [[ $(cat "$tmp/ck_best/best/notes.txt") == mine ]]
+  grep -q "moved to $tmp/ck_best/best.user-files (notes.txt)" "$tmp/out" &&
+  [[ $(cat "$tmp/ck_best/best.user-files/notes.txt") == mine && ! -e $tmp/ck_best/best/notes.txt ]]
 then echo "ok   best_keeps_user_files"
 else failures=$((failures + 1)); echo "FAIL best_keeps_user_files: $(cat "$tmp/err") $(ls "$tmp/ck_best/best")"; fi
 # An empty trace path, and a NUL in a string (which would cut the message short), get a whole line.

@@ -5,7 +5,8 @@
 // output gradient, and compares the output, the input gradient and every parameter gradient it
 // holds with the matching slice of the full block's: the full activation without sequence
 // parallelism, its own token rows with it (after summing the LayerNorm gradients over the tensor
-// group, as the trainer does once per step). Checkpointing none, selective, full and elementwise; tensor 2, and
+// group, as the trainer does once per step). GELU and SwiGLU MLPs; checkpointing none, selective, full and
+// elementwise; tensor 2, and
 // on 4 ranks tensor 4 and tensor 2 x data 2.
 //
 // Not bitwise: the row-parallel outputs and the column-parallel input gradients are sums of t
@@ -38,8 +39,9 @@ using namespace tp_test;
 constexpr int64_t T = 8, C = 16, H = 4;
 constexpr int kLayer = 1;
 
-GPTConfig test_config(Checkpointing ck, float dropout = 0.1f) {
+GPTConfig test_config(Checkpointing ck, float dropout = 0.1f, bool swiglu = false) {
   GPTConfig cfg;
+  cfg.swiglu = swiglu;
   cfg.vocab_size = 64;
   cfg.seq_len = T;
   cfg.n_layers = 2;
@@ -101,7 +103,7 @@ void run_block(Runtime& rt, const GPTConfig& cfg, const TensorParallelContext& t
 }
 
 // Without dropout the residual adds are the projections' GEMM epilogues (rank 0's, before the all-reduce).
-void check_block(Runtime& rt, ProcessGroups& pg, Checkpointing ck, bool sp, int64_t B, float dropout) {
+void check_block(Runtime& rt, ProcessGroups& pg, Checkpointing ck, bool sp, int64_t B, float dropout, bool swiglu) {
   const int64_t N = B * T;
   Communicator& tensor = pg.tensor();
   const int t = tensor.size(), r = tensor.rank(), d = pg.coords().data;
@@ -111,8 +113,8 @@ void check_block(Runtime& rt, ProcessGroups& pg, Checkpointing ck, bool sp, int6
                                                            : "elementwise";
   SCOPED_TRACE("tensor " + std::to_string(t) + " x data " + std::to_string(pg.layout().data) +
                (sp ? " with" : " without") + " sequence parallelism, checkpointing " + ck_name + ", micro-batch " +
-               std::to_string(B) + ", dropout " + std::to_string(dropout));
-  const GPTConfig cfg = test_config(ck, dropout);
+               std::to_string(B) + ", dropout " + std::to_string(dropout) + (swiglu ? ", SwiGLU" : ""));
+  const GPTConfig cfg = test_config(ck, dropout, swiglu);
   StepContext ctx;
   ctx.seed = 1234;
   ctx.step = 3;
@@ -126,7 +128,7 @@ void check_block(Runtime& rt, ProcessGroups& pg, Checkpointing ck, bool sp, int6
   TransformerBlock::append_specs(cfg, kLayer, full_specs);
   Run full(rt, full_specs);
   draw_parameters(full.params);
-  run_block(rt, test_config(Checkpointing::none, dropout), {}, ctx, B, x, dy, {B, T, C}, full);
+  run_block(rt, test_config(Checkpointing::none, dropout, swiglu), {}, ctx, B, x, dy, {B, T, C}, full);
 
   // This rank's part of the tensor-parallel block.
   const TensorParallelContext tp = TensorParallelContext::of(tensor, sp, 1, /*split_batch=*/true);
@@ -252,7 +254,8 @@ TEST(TensorParallelBlock, MatchesTheFullBlock) {
       for (Checkpointing ck : {Checkpointing::none, Checkpointing::selective, Checkpointing::full,
                                Checkpointing::elementwise})
         for (int64_t B : {2, 3, 4})
-          for (float dropout : {0.1f, 0.0f}) check_block(rt, pg, ck, sp, B, dropout);
+          for (float dropout : {0.1f, 0.0f})
+            for (bool swiglu : {false, true}) check_block(rt, pg, ck, sp, B, dropout, swiglu);
   }
 }
 

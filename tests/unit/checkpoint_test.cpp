@@ -492,44 +492,82 @@ std::string read_text(const std::string& path) {
 }
 
 // A user's files inside a checkpoint (not its manifest, not a blob it lists, not named as a state
-// blob) survive a commit that replaces it: they are carried into the new one.
-TEST(Checkpoint, CommitOverExistingKeepsTheUsersFiles) {
+// blob) survive a commit that replaces it: the old checkpoint's own files go, and its directory with
+// theirs is renamed to step_X.user-files (.2 the next time), which is no checkpoint.
+TEST(Checkpoint, CommitOverExistingSetsTheUsersFilesAside) {
   TempDir tmp;
   const std::string dir = write_simple(tmp.str(), 7);
   fs::create_directories(dir + "/eval");
-  fs::create_directories(dir + "/rank00001");
+  fs::create_directories(dir + "/rank00000");
   std::ofstream(dir + "/notes.txt") << "mine";
   std::ofstream(dir + "/eval/scores.json") << "{}";
-  std::ofstream(dir + "/rank00001/adam_m.bin") << "a state blob's name: the checkpoint's own";
+  std::ofstream(dir + "/rank00000/adam_m.bin") << "a state blob's name: the checkpoint's own";
   fs::create_symlink("notes.txt", dir + "/link");
   EXPECT_EQ(files_no_checkpoint_writes(dir), (std::vector<std::string>{"eval/scores.json", "link", "notes.txt"}));
-  write_simple(tmp.str(), 7, R"({"v": 2})");
-  EXPECT_EQ(CheckpointReader::open(dir).meta(), R"({"v": 2})");
-  EXPECT_EQ(entries(dir), (std::vector<std::string>{"eval", "link", "manifest.json", "notes.txt", "params.bin"}));
-  EXPECT_EQ(read_text(dir + "/notes.txt"), "mine");
-  EXPECT_EQ(read_text(dir + "/eval/scores.json"), "{}");
-  EXPECT_TRUE(fs::is_symlink(dir + "/link"));
-  EXPECT_EQ(entries(tmp.str()), std::vector<std::string>{"step_00000007"});  // no temp or old dir left
+  for (int round = 1; round <= 2; ++round) {
+    const std::vector<char> data = pattern(100, round);
+    CheckpointWriter w(tmp.str(), 7);
+    w.add_blob("params.bin", data.data(), data.size());
+    w.set_meta(R"({"v": 2})");
+    EXPECT_EQ(w.commit(), dir);
+    const std::string aside = tmp.sub(round == 1 ? "step_00000007.user-files" : "step_00000007.user-files.2");
+    EXPECT_EQ(w.users_files_set_aside(), "moved to " + aside + " (eval/scores.json, link, notes.txt)");
+    EXPECT_EQ(entries(dir), (std::vector<std::string>{"manifest.json", "params.bin"}));
+    EXPECT_EQ(entries(aside), (std::vector<std::string>{"eval", "link", "notes.txt"}));
+    EXPECT_EQ(read_text(aside + "/notes.txt"), "mine");
+    EXPECT_EQ(read_text(aside + "/eval/scores.json"), "{}");
+    EXPECT_TRUE(fs::is_symlink(aside + "/link"));
+    fs::create_directories(dir + "/eval");  // the same again, for round 2
+    std::ofstream(dir + "/notes.txt") << "mine";
+    std::ofstream(dir + "/eval/scores.json") << "{}";
+    fs::create_symlink("notes.txt", dir + "/link");
+  }
+  EXPECT_EQ(latest_valid_checkpoint(tmp.str()), dir);
+  // Without such files the replaced checkpoint is removed whole, as before.
+  fs::remove_all(dir + "/eval");
+  fs::remove(dir + "/notes.txt");
+  fs::remove(dir + "/link");
+  CheckpointWriter w(tmp.str(), 7);
+  w.set_meta("{}");
+  w.commit();
+  EXPECT_EQ(w.users_files_set_aside(), "");
+  EXPECT_EQ(entries(tmp.str()), (std::vector<std::string>{"step_00000007", "step_00000007.user-files",
+                                                          "step_00000007.user-files.2"}));
 }
 
-// Pruning removes a checkpoint's own files and leaves a user's in its directory, naming them once.
-TEST(Checkpoint, PruneLeavesTheUsersFiles) {
+// Pruning sets a step checkpoint holding a user's files aside instead of removing it, and a replaced
+// checkpoint its writer died before setting aside (a temp dir with a manifest) too.
+TEST(Checkpoint, PruneSetsTheUsersFilesAside) {
   TempDir tmp;
   for (int64_t step = 1; step <= 3; ++step) write_simple(tmp.str(), step);
   fs::create_directories(tmp.sub("step_00000001/eval"));
   std::ofstream(tmp.sub("step_00000001/eval/notes.txt")) << "mine";
-  std::vector<std::string> kept;
-  EXPECT_EQ(prune_checkpoints(tmp.str(), 1, 3, &kept), std::vector<std::string>{tmp.sub("step_00000002")});
-  EXPECT_EQ(kept, std::vector<std::string>{tmp.sub("step_00000001") + " (eval/notes.txt)"});
-  EXPECT_EQ(entries(tmp.sub("step_00000001")), std::vector<std::string>{"eval"});
-  EXPECT_EQ(read_text(tmp.sub("step_00000001/eval/notes.txt")), "mine");
-  // No longer a checkpoint: skipped by lookups, and a later prune does not name it again.
+  std::vector<std::string> aside;
+  EXPECT_EQ(prune_checkpoints(tmp.str(), 1, 3, &aside), std::vector<std::string>{tmp.sub("step_00000002")});
+  EXPECT_EQ(aside, std::vector<std::string>{tmp.sub("step_00000001") + " -> " + tmp.sub("step_00000001.user-files") +
+                                            " (eval/notes.txt)"});
+  EXPECT_EQ(entries(tmp.str()), (std::vector<std::string>{"step_00000001.user-files", "step_00000003"}));
+  EXPECT_EQ(entries(tmp.sub("step_00000001.user-files")), std::vector<std::string>{"eval"});
+  EXPECT_EQ(read_text(tmp.sub("step_00000001.user-files/eval/notes.txt")), "mine");
+
+  // A dead writer's temp dir holding a whole checkpoint (the replaced one, after the swap) and notes.
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    CheckpointWriter w(tmp.str(), 9);
+    ::_exit(0);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  const std::string dead = tmp.sub(entries(tmp.str())[0]);  // ".tmp.step_00000009.<host>.<pid>" sorts first
+  ASSERT_TRUE(fs::is_directory(dead)) << dead;
+  fs::copy(tmp.sub("step_00000003"), dead, fs::copy_options::recursive | fs::copy_options::overwrite_existing);
+  std::ofstream(dead + "/notes.txt") << "mine";
+  aside.clear();
+  EXPECT_TRUE(prune_checkpoints(tmp.str(), 1, 3, &aside).empty());
+  EXPECT_EQ(aside, std::vector<std::string>{dead + " -> " + tmp.sub("step_00000009.user-files") + " (notes.txt)"});
+  EXPECT_EQ(entries(tmp.sub("step_00000009.user-files")), std::vector<std::string>{"notes.txt"});
   EXPECT_EQ(latest_valid_checkpoint(tmp.str()), tmp.sub("step_00000003"));
-  write_simple(tmp.str(), 4);
-  kept.clear();
-  EXPECT_EQ(prune_checkpoints(tmp.str(), 1, 4, &kept), std::vector<std::string>{tmp.sub("step_00000003")});
-  EXPECT_TRUE(kept.empty());
-  EXPECT_EQ(read_text(tmp.sub("step_00000001/eval/notes.txt")), "mine");
 }
 
 TEST(Checkpoint, WeightsOnlyExportAtPath) {
