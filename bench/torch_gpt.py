@@ -32,7 +32,8 @@ class GPTConfig:
     moe_layer_freq: int = 1
     moe_shared_experts: int = 0  # one more MLP of this x 4C every token goes through
     rope_theta: float = 0.0  # > 0: rotary positions of this base (model.position_embedding = rope), no wpe
-    mlp: str = "gelu"  # gelu | swiglu (model.mlp): swiglu's fc is (8C, C), rows [gate | up]
+    mlp: str = "gelu"  # gelu | swiglu (model.mlp): swiglu's fc is (2F, C), rows [gate | up]
+    ffn_hidden: int = 0  # the dense MLP's hidden width F (model.ffn_hidden_size); 0 = 4C. Experts keep 4C
 
     def __post_init__(self):  # as Trellis's config checks: its experts have no SwiGLU
         if self.mlp not in ("gelu", "swiglu"):
@@ -101,16 +102,17 @@ class Attention(nn.Module):
 
 
 class MLP(nn.Module):
-    def __init__(self, cfg, width=1):  # hidden width: width x 4C
+    def __init__(self, cfg, width=0):  # hidden width: width x 4C (experts, shared); 0: the dense F
         super().__init__()
+        hidden = width * 4 * cfg.d_model if width else (cfg.ffn_hidden or 4 * cfg.d_model)
         # SwiGLU (dense blocks only, GPTConfig refuses it with experts): fc gives the gate and the up
-        # projection, 4C each, in one matmul, as Trellis's one (8C, C) weight.
+        # projection, F each, in one matmul, as Trellis's one (2F, C) weight.
         self.swiglu = cfg.mlp == "swiglu"
-        self.fc = nn.Linear(cfg.d_model, (2 if self.swiglu else 1) * width * 4 * cfg.d_model)
-        self.proj = nn.Linear(width * 4 * cfg.d_model, cfg.d_model)
+        self.fc = nn.Linear(cfg.d_model, (2 if self.swiglu else 1) * hidden)
+        self.proj = nn.Linear(hidden, cfg.d_model)
 
     def forward(self, x):
-        if self.swiglu:  # silu(gate) * up, gate = fc's first 4C outputs
+        if self.swiglu:  # silu(gate) * up, gate = fc's first F outputs
             gate, up = self.fc(x).chunk(2, dim=-1)
             return self.proj(F.silu(gate) * up)
         return self.proj(F.gelu(self.fc(x), approximate="tanh"))
@@ -129,7 +131,7 @@ class MoE(nn.Module):
         self.router = nn.Linear(cfg.d_model, self.E, bias=False)
         if cfg.moe_shared_experts > 0:  # registered before the experts: Trellis's parameter order
             self.shared = MLP(cfg, cfg.moe_shared_experts)
-        self.experts = nn.ModuleList(MLP(cfg) for _ in range(self.E))
+        self.experts = nn.ModuleList(MLP(cfg, 1) for _ in range(self.E))
 
     def forward(self, x):
         B, T, C = x.shape
@@ -267,7 +269,7 @@ def load_trellis_dump(dump_dir, dtype=torch.float64, attn="sdpa"):
                     moe_aux_loss_coef=moe.get("aux_loss_coef", 0.01), moe_z_loss_coef=moe.get("z_loss_coef", 0.0),
                     moe_layer_freq=moe.get("layer_freq", 1), moe_shared_experts=moe.get("shared_experts", 0),
                     rope_theta=float(c["rope_theta"]) if c.get("position_embedding") == "rope" else 0.0,
-                    mlp=c.get("mlp", "gelu"))
+                    mlp=c.get("mlp", "gelu"), ffn_hidden=c.get("ffn_hidden_size", 0))
     if "padded_vocab" in c and c["padded_vocab"] != cfg.padded_vocab:
         raise ValueError(f"padded_vocab {c['padded_vocab']} != expected {cfg.padded_vocab}")
     model = GPT(cfg).to(dtype)
@@ -331,7 +333,8 @@ def write_dump(model, tokens, targets, dump_dir):
                        "seq_len": c.seq_len, "n_layers": c.n_layers, "n_heads": c.n_heads,
                        "d_model": c.d_model, "dropout": c.dropout,
                        **({"position_embedding": "rope", "rope_theta": c.rope_theta} if c.rope_theta > 0 else {}),
-                       **({"mlp": c.mlp} if c.mlp != "gelu" else {})},
+                       **({"mlp": c.mlp} if c.mlp != "gelu" else {}),
+                       **({"ffn_hidden_size": c.ffn_hidden} if c.ffn_hidden not in (0, 4 * c.d_model) else {})},
             "params": entries, "batch": {"B": tokens.shape[0], "T": tokens.shape[1]},
             "loss": loss.item()}
     with open(os.path.join(dump_dir, "model.json"), "w") as f:
@@ -399,8 +402,10 @@ def selftest():
     back (dump_selftest), the rotation against transformers' Llama one, SwiGLU against its formula,
     the 124M parameter count."""
     ok = True
-    for theta, mlp in ((0.0, "gelu"), (500.0, "gelu"), (0.0, "swiglu")):  # learned, rotary, SwiGLU
-        ok &= dump_selftest(theta, mlp)
+    # learned, rotary, SwiGLU, and GELU and SwiGLU MLPs of another width than 4C
+    for theta, mlp, ffn in ((0.0, "gelu", 0), (500.0, "gelu", 0), (0.0, "swiglu", 0), (0.0, "gelu", 40),
+                            (0.0, "swiglu", 40)):
+        ok &= dump_selftest(theta, mlp, ffn)
     ok &= rope_selftest()
     ok &= swiglu_selftest()
     n124 = GPT(GPTConfig()).num_params()
@@ -411,13 +416,13 @@ def selftest():
     return 0 if ok else 1
 
 
-def dump_selftest(rope_theta, mlp="gelu"):
-    """One model's dump (rotary positions of this base, or learned ones with 0; this MLP) loaded back
+def dump_selftest(rope_theta, mlp="gelu", ffn_hidden=0):
+    """One model's dump (rotary positions of this base, or learned ones with 0; this MLP and width) loaded back
     in float64 and float32 with both attention paths: loss and gradients agree."""
     import tempfile
     torch.manual_seed(0)
     cfg = GPTConfig(vocab_size=100, seq_len=16, n_layers=2, n_heads=4, d_model=32, attn="manual", rope_theta=rope_theta,
-                    mlp=mlp)
+                    mlp=mlp, ffn_hidden=ffn_hidden)
     ref = GPT(cfg).double()
     with torch.no_grad():  # non-trivial biases and LayerNorms, so that their gradients matter
         for name, p in ref.named_parameters():
@@ -425,7 +430,8 @@ def dump_selftest(rope_theta, mlp="gelu"):
                 p.add_(0.1 * torch.randn_like(p))
     tokens = torch.randint(0, cfg.vocab_size, (3, 12))
     targets = torch.randint(0, cfg.vocab_size, (3, 12))
-    positions = (f"rope {rope_theta:g}" if rope_theta > 0 else "learned") + (f" {mlp}" if mlp != "gelu" else "")
+    positions = ((f"rope {rope_theta:g}" if rope_theta > 0 else "learned") + (f" {mlp}" if mlp != "gelu" else "") +
+                 (f" F {ffn_hidden}" if ffn_hidden else ""))
     with tempfile.TemporaryDirectory() as d:
         write_dump(ref, tokens, targets, d)
         with open(os.path.join(d, "model.json")) as f:  # "mlp" written as Trellis does: for SwiGLU only

@@ -103,7 +103,8 @@ std::string model_signature(const GPTConfig& m) {
   char theta[32];
   std::snprintf(theta, sizeof theta, "%.17g", m.rope_theta);
   const std::string positions = m.rope ? std::string(", rope theta ") + theta : "";
-  const std::string mlp = m.swiglu ? ", swiglu MLP" : "";  // likewise
+  const std::string mlp = std::string(m.swiglu ? ", swiglu MLP" : "") +  // likewise, and a width not 4C
+                          (m.mlp_width() != 4 * m.d_model ? ", ffn_hidden_size " + std::to_string(m.mlp_width()) : "");
   return "vocab_size " + std::to_string(m.vocab_size) + ", seq_len " + std::to_string(m.seq_len) + ", n_layers " +
          std::to_string(m.n_layers) + ", n_heads " + std::to_string(m.n_heads) + ", d_model " +
          std::to_string(m.d_model) + experts + positions + mlp + ", precision " + std::string(dtype_name(m.dtype));
@@ -655,8 +656,11 @@ std::vector<float> initial_parameters(const Config& cfg, const GPTConfig& want, 
   };
   if (have.rope != want.rope || (want.rope && have.rope_theta != want.rope_theta))
     throw UserError(what + " holds a model with " + positions(have) + "; this run has " + positions(want));
-  auto mlp = [](const GPTConfig& m) { return std::string(m.swiglu ? "a SwiGLU MLP (model.mlp = swiglu)" : "a GELU MLP (model.mlp = gelu)"); };
-  if (have.swiglu != want.swiglu)
+  auto mlp = [](const GPTConfig& m) {
+    return std::string(m.swiglu ? "a SwiGLU MLP (model.mlp = swiglu" : "a GELU MLP (model.mlp = gelu") +
+           ", model.ffn_hidden_size = " + std::to_string(m.mlp_width()) + ")";
+  };
+  if (have.swiglu != want.swiglu || have.mlp_width() != want.mlp_width())
     throw UserError(what + " holds a model with " + mlp(have) + "; this run has " + mlp(want));
   const std::vector<float> values = [&] {
     try {

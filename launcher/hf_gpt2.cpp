@@ -2,6 +2,7 @@
 #include "launcher/hf_gpt2.h"
 
 #include <algorithm>
+#include <climits>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -70,7 +71,9 @@ std::string config_json(const GPTConfig& m) {
   return "{\"architectures\":[\"GPT2LMHeadModel\"],\"model_type\":\"gpt2\",\"vocab_size\":" +
          std::to_string(m.vocab_size) + ",\"n_positions\":" + std::to_string(m.seq_len) + ",\"n_embd\":" +
          std::to_string(m.d_model) + ",\"n_layer\":" + std::to_string(m.n_layers) + ",\"n_head\":" +
-         std::to_string(m.n_heads) + ",\"activation_function\":\"gelu_new\",\"layer_norm_epsilon\":1e-05," +
+         std::to_string(m.n_heads) +
+         (m.mlp_width() != 4 * m.d_model ? ",\"n_inner\":" + std::to_string(m.mlp_width()) : std::string()) +
+         ",\"activation_function\":\"gelu_new\",\"layer_norm_epsilon\":1e-05," +
          "\"resid_pdrop\":0.0,\"embd_pdrop\":0.0,\"attn_pdrop\":0.0,\"initializer_range\":0.02," +
          "\"tie_word_embeddings\":true,\"torch_dtype\":\"float32\",\"bos_token_id\":" + eos +
          ",\"eos_token_id\":" + eos + "}\n";
@@ -110,7 +113,7 @@ GPTConfig read_hf_gpt2_config(const std::string& dir) {
   if (c.kind != JsonValue::Kind::kObject) throw UserError(path + ": not a JSON object");
   auto refuse = [&](const std::string& what) {
     throw UserError(path + ": " + what + "; Trellis computes GPT-2 with the tanh GELU (gelu_new), layer-norm eps "
-                    "1e-5, MLP width 4 x n_embd and the head tied to the token embedding");
+                    "1e-5 and the head tied to the token embedding");
   };
   // Each key as GPT2Config reads it: absent (or null) is its default, another JSON type is refused.
   auto member = [&](const char* key, JsonValue::Kind kind, const char* type) -> const JsonValue* {
@@ -151,9 +154,11 @@ GPTConfig read_hf_gpt2_config(const std::string& dir) {
   m.n_layers = number("n_layer", 12);
   m.n_heads = number("n_head", 12);
   m.d_model = number("n_embd", 768);
-  // n_inner absent (null) is 4 x n_embd; compared by division, before the sizes are checked.
-  if (const int64_t inner = number("n_inner", 0); inner != 0 && (inner % 4 != 0 || inner / 4 != m.d_model))
-    refuse("n_inner is not 4 x n_embd");
+  // n_inner absent (null) is 4 x n_embd, as model.ffn_hidden_size = 0.
+  const int64_t inner = number("n_inner", 0);
+  if (inner < 0 || inner > INT32_MAX)
+    throw UserError(path + ": n_inner is " + std::to_string(inner) + " (allowed: null, or 1 to 2147483647)");
+  m.ffn_hidden = inner;
   return m;
 }
 

@@ -213,27 +213,27 @@ void validate_relations(const Config& c) {
   if (c.model.mlp == "swiglu" && c.moe.experts > 0)
     throw UserError(p + ": model.mlp = swiglu with moe.experts = " + std::to_string(c.moe.experts) +
                     ": the experts are GELU MLPs (allowed: model.mlp = gelu with experts)");
-  // The widest MLP: 4C (SwiGLU's fc 8C), or a shared one of moe.shared_experts x 4C (named only where
-  // there is one; SwiGLU has no experts, checked just above).
-  const bool shared = c.moe.shared_experts > 0, swiglu = c.model.mlp == "swiglu";
-  const double S = std::max(1.0, double(c.moe.shared_experts)), W = swiglu ? 8 : 4;
-  const std::string width = swiglu ? "8 x model.d_model" : "4 x model.d_model";
-  if (const double elements = B * T * std::max(W * C * S, V); elements >= 0x1p56)
-    throw beyond("train.micro_batch x model.seq_len x max(" + width + (shared ? " x max(1, moe.shared_experts)" : "") +
-                     ", model.vocab_size)",
-                 elements,
-                 "elements is beyond what a tensor can index (allowed: below 2^56)");
-  if (const double elements = L * B * T * W * C * (1 + double(c.moe.shared_experts)); elements >= 0x1p56)
-    throw beyond("model.n_layers x train.micro_batch x model.seq_len x " + width +
-                     (shared ? " x (1 + moe.shared_experts)" : ""),
+  // The widest MLP activation: the dense fc's output (F, SwiGLU 2F; F = model.ffn_hidden_size or 4C),
+  // or a shared MLP of moe.shared_experts x 4C (named only where there is one; SwiGLU has no
+  // experts, checked just above).
+  const bool shared = c.moe.shared_experts > 0, swiglu = c.model.mlp == "swiglu", ffn = c.model.ffn_hidden_size > 0;
+  const double F = ffn ? double(c.model.ffn_hidden_size) : 4 * C, fc = (swiglu ? 2 : 1) * F;
+  const std::string fc_name = std::string(swiglu ? "2 x " : "") + (ffn ? "model.ffn_hidden_size" : "4 x model.d_model");
+  const double S = double(c.moe.shared_experts);
+  if (const double elements = B * T * std::max({fc, 4 * C * S, V}); elements >= 0x1p56)
+    throw beyond("train.micro_batch x model.seq_len x max(" + fc_name +
+                     (shared ? ", 4 x model.d_model x moe.shared_experts" : "") + ", model.vocab_size)",
+                 elements, "elements is beyond what a tensor can index (allowed: below 2^56)");
+  if (const double elements = L * B * T * (fc + 4 * C * S); elements >= 0x1p56)
+    throw beyond("model.n_layers x train.micro_batch x model.seq_len x " +
+                     (shared ? "(" + fc_name + " + 4 x model.d_model x moe.shared_experts)" : fc_name),
                  elements,
                  "elements of activations is beyond what the memory plan can count (allowed: below 2^56)");
-  // dense (8 C^2, SwiGLU 12), experts' and shared (8 C^2 each)
-  const double mlp_c2 = (swiglu ? 12 : 8) + 8 * (double(c.moe.experts) + double(c.moe.shared_experts));
-  if (const double params = L * (4 + mlp_c2) * C * C + (V + T) * C; params >= 0x1p50)
-    throw beyond(std::string("model.n_layers x (4 + ") +
-                     (swiglu ? "12" : "8 x (1 + moe.experts + moe.shared_experts)") +
-                     ") x model.d_model^2 + (model.vocab_size + model.seq_len) x model.d_model",
+  // attention 4 C^2, the dense MLP (fc + F) C, each expert and shared MLP 8 C^2
+  const double mlp_c = fc + F + 8 * C * (double(c.moe.experts) + S);
+  if (const double params = L * (4 * C + mlp_c) * C + (V + T) * C; params >= 0x1p50)
+    throw beyond("model.n_layers x (4 x model.d_model + " + fc_name + " + " + (ffn ? "model.ffn_hidden_size" : "4 x model.d_model") +
+                     " + 8 x model.d_model x (moe.experts + moe.shared_experts)) x model.d_model + (model.vocab_size + model.seq_len) x model.d_model",
                  params, "parameters is beyond what the memory plan can count (allowed: below 2^50)");
   if (c.moe.experts > 0) {  // the experts' slots: int32 indices, and their activations in every block
     const double E = double(c.moe.experts), tokens = B * T;
@@ -382,13 +382,14 @@ void validate_for_world(const Config& c, int world_size) {
   if (c.zero.stage >= 1 && c.zero.reduce_dtype != "f32")
     throw UserError(c.path + ": zero.reduce_dtype = " + c.zero.reduce_dtype + ": ZeRO stage " +
                     std::to_string(c.zero.stage) + " reduce-scatters gradients in f32 only (allowed with zero.stage >= 1: f32)");
-  // The model must split over the tensor group: heads, d_ffn, the padded vocabulary; with sequence
+  // The model must split over the tensor group: heads, the MLP's width, the padded vocabulary; with sequence
   // parallelism the tokens of a micro-batch too.
   try {
     GPTConfig m;
     m.vocab_size = c.model.vocab_size;
     m.n_heads = c.model.n_heads;
     m.d_model = c.model.d_model;
+    m.ffn_hidden = c.model.ffn_hidden_size;
     GPT::check_tensor_parallel(m, int(par.tensor));
   } catch (const UserError& e) {
     throw UserError(c.path + ": " + e.what());

@@ -80,10 +80,18 @@ void set_positions(GPTConfig& m, const std::string& kind, double theta, const st
   m.rope_theta = theta;
 }
 
-// The MLP of a stored model's description: "gelu" (or absent: written before SwiGLU) or "swiglu".
-void set_mlp(GPTConfig& m, const std::string& kind, const std::string& where) {
+// The MLP of a stored model's description: "gelu" (or absent: written before SwiGLU) or "swiglu",
+// and its hidden width (0 or absent: 4 x d_model).
+void set_mlp(GPTConfig& m, const std::string& kind, int64_t ffn_hidden, const std::string& where) {
   if (kind != "gelu" && kind != "swiglu") throw UserError(where + ": mlp \"" + kind + "\" is not one of gelu, swiglu");
+  if (ffn_hidden < 0 || ffn_hidden > INT32_MAX)
+    throw UserError(where + ": ffn_hidden_size " + std::to_string(ffn_hidden) + " (allowed: 0 to 2147483647)");
   m.swiglu = kind == "swiglu";
+  m.ffn_hidden = ffn_hidden;
+  // As shape_of's estimate: the MLP's weights alone must count in 64 bits.
+  if (double(m.n_layers) * 3.0 * double(m.mlp_width()) * double(m.d_model) > double(int64_t(1) << 40))
+    throw UserError(where + ": an MLP of width " + std::to_string(m.mlp_width()) + " in " + std::to_string(m.n_layers) +
+                    " layers of d_model " + std::to_string(m.d_model) + " is not plausible");
 }
 
 StoredModel open_checkpoint(const std::string& path, const std::string& verb) {
@@ -115,7 +123,7 @@ StoredModel open_checkpoint(const std::string& path, const std::string& verb) {
   const auto& mc = s.config->model;
   s.shape = shape_of(mc.vocab_size, mc.seq_len, mc.n_layers, mc.n_heads, mc.d_model, s.dir + " (config)");
   set_positions(s.shape, mc.position_embedding, mc.rope_theta, s.dir + " (config)");
-  set_mlp(s.shape, mc.mlp, s.dir + " (config)");
+  set_mlp(s.shape, mc.mlp, mc.ffn_hidden_size, s.dir + " (config)");
   const MoESection& e = s.config->moe;
   s.shape.moe = experts_of(e.experts, e.top_k, e.capacity_factor, e.aux_loss_coef, e.layer_freq, e.shared_experts,
                            s.dir + " (config)");
@@ -150,7 +158,8 @@ StoredModel open_export(const std::string& dir) {
                        c.at("n_heads").as_int(), c.at("d_model").as_int(), json);
     if (const JsonValue* kind = c.find("position_embedding"))
       set_positions(s.shape, kind->as_string(), c.at("rope_theta").as_double(), json);
-    if (const JsonValue* mlp = c.find("mlp")) set_mlp(s.shape, mlp->as_string(), json);
+    const JsonValue *mlp = c.find("mlp"), *ffn = c.find("ffn_hidden_size");
+    set_mlp(s.shape, mlp ? mlp->as_string() : "gelu", ffn ? ffn->as_int() : 0, json);
     // Its parameter list must be the whole model's, in order: the layout params.f32 is read in.
     if (const JsonValue* moe = c.find("moe"))
       s.shape.moe = experts_of(moe->at("experts").as_int(), moe->at("top_k").as_int(), moe->at("capacity_factor").as_double(),
@@ -204,6 +213,7 @@ StoredModel open_hf(const std::string& dir) {
   s.dir = dir;
   const GPTConfig c = read_hf_gpt2_config(dir);
   s.shape = shape_of(c.vocab_size, c.seq_len, c.n_layers, c.n_heads, c.d_model, dir + "/config.json");
+  set_mlp(s.shape, "gelu", c.ffn_hidden, dir + "/config.json");
   // Its weights take at least 2 bytes a parameter: a config.json that claims more than
   // model.safetensors holds is found before anything is sized by it.
   const std::string weights = dir + "/model.safetensors";

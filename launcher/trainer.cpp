@@ -576,7 +576,9 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
                 (long long)mc.n_layers, (long long)mc.n_heads, (long long)mc.d_model, (long long)T,
                 (long long)mc.vocab_size, (long long)mc.padded_vocab(),
                 mc.rope ? (", rotary positions (theta " + number_g(mc.rope_theta) + ")").c_str() : "",
-                mc.swiglu ? ", SwiGLU MLPs" : "");
+                (std::string(mc.swiglu ? ", SwiGLU MLPs" : "") +
+                 (mc.mlp_width() != 4 * mc.d_model ? ", MLP width " + std::to_string(mc.mlp_width()) : ""))
+                    .c_str());
     if (mc.moe.experts > 0)
       std::printf("experts: %lld%s in %lld of %lld blocks (every %lld from block 0), top %lld, capacity %lld of a "
                   "micro-batch's %lld tokens each (factor %g), balancing loss x %g, z-loss x %g; %s parameters active "

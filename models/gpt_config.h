@@ -25,8 +25,9 @@ struct GPTConfig {
   bool rope = false;
   double rope_theta = 10000.0;
   // The dense MLP: GPT-2's GELU, or SwiGLU (Llama's: silu(gate) * up, the fc layer twice as wide,
-  // [gate | up]). Its hidden width is 4 * d_model either way. Experts are GELU MLPs.
+  // [gate | up]). Experts are GELU MLPs of width 4 * d_model.
   bool swiglu = false;
+  int64_t ffn_hidden = 0;  // the dense MLP's hidden width F; 0 = 4 * d_model
   float dropout = 0.0f;            // embeddings and residual branches
   float attention_dropout = 0.0f;  // attention probabilities
   DType dtype = DType::f32;  // parameters and activations; statistics are f32
@@ -39,7 +40,7 @@ struct GPTConfig {
 
   int64_t padded_vocab() const { return (vocab_size + kVocabPadMultiple - 1) / kVocabPadMultiple * kVocabPadMultiple; }
   int64_t head_dim() const { return d_model / n_heads; }
-  int64_t mlp_width() const { return 4 * d_model; }                       // F: mlp.proj's input
+  int64_t mlp_width() const { return ffn_hidden > 0 ? ffn_hidden : 4 * d_model; }  // F: mlp.proj's input
   int64_t fc_width() const { return (swiglu ? 2 : 1) * mlp_width(); }     // mlp.fc's output
   // Parameters of the model as published (no vocabulary padding), tied embedding counted once;
   // a block with experts counts its router, every expert and the shared MLP.

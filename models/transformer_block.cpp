@@ -68,9 +68,10 @@ void TransformerBlock::check_tensor_parallel(const GPTConfig& cfg, int tensor) {
   if (cfg.n_heads % tensor != 0)
     throw UserError("tensor parallelism splits the attention heads: model.n_heads = " + std::to_string(cfg.n_heads) +
                     " must be divisible by parallel.tensor = " + std::to_string(tensor));
-  if (4 * cfg.d_model % tensor != 0)
-    throw UserError("tensor parallelism splits the MLP: 4 * model.d_model = " + std::to_string(4 * cfg.d_model) +
-                    " must be divisible by parallel.tensor = " + std::to_string(tensor));
+  if (cfg.mlp_width() % tensor != 0)
+    throw UserError(std::string("tensor parallelism splits the MLP: its hidden width ") +
+                    (cfg.ffn_hidden > 0 ? "model.ffn_hidden_size = " : "4 x model.d_model = ") +
+                    std::to_string(cfg.mlp_width()) + " must be divisible by parallel.tensor = " + std::to_string(tensor));
 }
 
 BlockParams BlockParams::of(const ParameterStore& ps, const GPTConfig& cfg, int layer, int expert_rank) {
@@ -483,7 +484,7 @@ size_t TransformerBlock::kept_bytes(const GPTConfig& cfg, int64_t B, int64_t T, 
   const size_t bt = size_t(rows) * 4;
   const size_t attention = aligned(local) + aligned(size_t(B * (cfg.n_heads / t) * T) * 4);
   // ln1 + stats, qkv, r, ln2 + stats, h, g; of them ln1, ln2 and g are the element-wise outputs
-  const size_t h = aligned(size_t(cfg.fc_width() / cfg.d_model) * local), g = aligned(4 * local);
+  const size_t h = aligned(size_t(N * (cfg.fc_width() / t)) * e), g = aligned(size_t(N * (cfg.mlp_width() / t)) * e);
   size_t elementwise = aligned(btc) * 2 + g;
   size_t rest = aligned(btc) * 3 + aligned(3 * local) + h + g + aligned(bt) * 4;
   if (moe) {  // the experts' tensors instead of h and g, none of them recomputed element-wise
@@ -513,7 +514,8 @@ size_t TransformerBlock::work_bytes(const GPTConfig& cfg, int64_t B, int64_t T, 
   // recompute, branch, y
   const size_t forward = kept_bytes(everything, B, T, tp) + 2 * aligned(btc) + 4 * gathered;
   // dbranch, dln, datt, dh (and SwiGLU's dg), dqkv
-  const size_t dh = aligned(size_t(cfg.fc_width() / cfg.d_model) * local) + (cfg.swiglu ? aligned(4 * local) : 0);
+  const size_t dh = aligned(size_t(N * (cfg.fc_width() / t)) * e) +
+                    (cfg.swiglu ? aligned(size_t(N * (cfg.mlp_width() / t)) * e) : 0);
   const size_t backward = aligned(btc) * 2 + aligned(local) + dh + aligned(3 * local) + 6 * gathered;
   if (cfg.moe.experts == 0) return forward + backward;
   // A block with experts: its recomputation, and the experts' temporaries of forward and backward.

@@ -1,11 +1,12 @@
 // One pre-LayerNorm GPT-2 block with explicit forward and backward:
 //   r = x + drop(proj(attn(ln1(x))));  y = r + drop(fc2(gelu(fc1(ln2(r)))))
-// (with model.mlp = swiglu: fc1 is twice as wide, [gate | up], and gelu(.) is silu(gate) * up).
+// fc1 is C -> F (F = model.ffn_hidden_size, 4C by default); with model.mlp = swiglu it is twice as
+// wide, [gate | up], and gelu(.) is silu(gate) * up.
 // What backward needs is kept in BlockSaved; with activation checkpointing part of it is dropped
 // after forward and recomputed in backward.
 //
 // Tensor parallelism (Megatron's intra-layer split over a group of t ranks): qkv and fc are
-// column-parallel (rank r holds heads [r*H/t, (r+1)*H/t) and columns [r*4C/t, (r+1)*4C/t) of the
+// column-parallel (rank r holds heads [r*H/t, (r+1)*H/t) and columns [r*F/t, (r+1)*F/t) of the
 // MLP; SwiGLU's fc holds those columns of both gate and up), attn.proj and mlp.proj row-parallel; attention runs on the local heads. Without sequence
 // parallelism the block's input and output are the full (B, T, C) activation on every rank; with
 // it they are this rank's token shard, rows [r*N/t, (r+1)*N/t) of the flattened (N = B*T, C)
@@ -58,8 +59,8 @@ struct BlockParams {
 };
 
 // Activations of one block for one micro-batch. Shapes: (B, T, C) unless noted; under tensor
-// parallelism C, 3C, 4C and H of the tensor-parallel region (qkv, att, lse, h, g) are the local
-// C/t, 3C/t, 4C/t and H/t, and with sequence parallelism x, ln1, r, ln2 and the stats are this
+// parallelism C, 3C, F and H of the tensor-parallel region (qkv, att, lse, h, g) are the local
+// C/t, 3C/t, F/t and H/t, and with sequence parallelism x, ln1, r, ln2 and the stats are this
 // rank's (N/t, C) token shard.
 struct BlockSaved {
   Tensor x;                      // block input (always kept; the previous block's output)
@@ -68,7 +69,7 @@ struct BlockSaved {
   Tensor att, lse;               // attention output; lse f32 (B, H, T)
   Tensor r;                      // residual after attention
   Tensor ln2, ln2_mean, ln2_rstd;
-  Tensor h, g;                   // fc output (B, T, 4C; SwiGLU 8C) and its activation (B, T, 4C)
+  Tensor h, g;                   // fc output (B, T, F; SwiGLU 2F) and its activation (B, T, F)
   MoESaved moe;                  // a mixture of experts instead
 
   // Part `i` of `parts` equal parts of the samples (views): what the batch split runs on.

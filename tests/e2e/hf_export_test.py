@@ -12,7 +12,8 @@ Where torch and transformers import (the GPU machine), GPT2LMHeadModel.from_pret
 computes the loss Trellis computed (a --dump-grads dump, exported) on the same tokens, within 1e-5;
 elsewhere that part says it is skipped. model.init_from starts a run from the Hugging Face directory,
 the weight export or the checkpoint with exactly their parameters (a shorter model.seq_len takes
-the first positions); another shape is one error line.
+the first positions); another shape is one error line. A model of MLP width 96 (model.ffn_hidden_size)
+exports with n_inner 96 and starts a run of that width; transformers computes its loss too.
 Training from it (learning rate 0, so the exported weights are the start's): on one rank, and at
 data 2 with ZeRO stage 1 (each rank its pieces), exactly the source's; in bf16 the source rounded.
 Usage: hf_export_test.py TRAIN_GPT EXPORT_HF CONFIG MPIEXEC"""
@@ -291,6 +292,36 @@ def main():
             rel = abs(trellis - ref) / abs(ref)
             check(rel <= 1e-5, f"transformers GPT2LMHeadModel.from_pretrained on the export: loss {ref:.7f}, Trellis "
                   f"{trellis:.7f}, rel diff {rel:.1e}")
+
+        # An MLP width other than 4 x n_embd (model.ffn_hidden_size) is GPT-2's n_inner, both ways: the
+        # export's config.json and c_fc shape; the Hugging Face directory starts a run of that width
+        # exactly, and one of another width gets one error line.
+        wide, hf_wide = os.path.join(tmp, "wide"), os.path.join(tmp, "hf_wide")
+        train(binary, config, "train.precision=fp32", "model.ffn_hidden_size=96", extra=["--dump-grads", wide])
+        p = run([export_hf, wide, hf_wide])
+        wcfg = json.load(open(os.path.join(hf_wide, "config.json"))) if p.returncode == 0 else {}
+        _, wt, _ = read_safetensors(os.path.join(hf_wide, "model.safetensors")) if p.returncode == 0 else (0, {}, 0)
+        check(wcfg.get("n_inner") == 96 and wt.get("transformer.h.0.mlp.c_fc.weight", ("", []))[1] == [C, 96] and
+              "n_inner" not in cfg, f"model.ffn_hidden_size = 96: config.json n_inner {wcfg.get('n_inner')}, c_fc "
+              f"{wt.get('transformer.h.0.mlp.c_fc.weight', ('', []))[1]} (the 4C model's config has no n_inner)")
+        d = os.path.join(tmp, "init_wide")
+        train(binary, config, "model.init_from=" + hf_wide, "model.ffn_hidden_size=96", "train.steps=1",
+              extra=["--dump-grads", d])
+        raw_wide = open(os.path.join(wide, "params.f32"), "rb").read()
+        src_w = struct.unpack(f"<{len(raw_wide) // 4}f", raw_wide)
+        got = struct.unpack(f"<{len(src_w)}f", open(os.path.join(d, "params.f32"), "rb").read())
+        check(got == src_w[:V * C] + (0.0,) * ((P - V) * C) + src_w[P * C:],
+              "model.init_from = the n_inner 96 directory with model.ffn_hidden_size = 96: the source's parameters")
+        p = run([binary, config, "--set", "train.device=cpu", "--set", "model.init_from=" + hf_wide])
+        lines = [x for x in p.stderr.splitlines() if x.startswith("error")]
+        check(p.returncode != 0 and len(lines) == 1 and "model.ffn_hidden_size = 96" in lines[0] and
+              "model.ffn_hidden_size = 256" in lines[0], f"model.init_from of it at width 4C: {lines}")
+        got = hf_loss(hf_wide, wide) if wcfg else (float("nan"), 0.0)
+        if got is not None:
+            ref, trellis = got
+            rel = abs(trellis - ref) / abs(ref)
+            check(rel <= 1e-5, f"transformers on the n_inner 96 export: loss {ref:.7f}, Trellis {trellis:.7f}, "
+                  f"rel diff {rel:.1e}")
     print("FAIL" if failed else "PASS")
     sys.exit(1 if failed else 0)
 

@@ -8,7 +8,10 @@ rank, up to fp32 reduction-order rounding. The export holds fc at twice the widt
 after step 3 and resumed continues bitwise on one rank, and a tensor 2 checkpoint resumed on one
 rank continues as the uninterrupted run. Resuming a SwiGLU checkpoint as a GELU model, starting a
 SwiGLU run from a GELU model (model.init_from), SwiGLU with experts and exporting a SwiGLU model to
-Hugging Face GPT-2 are refused with one line.
+Hugging Face GPT-2 are refused with one line. An MLP width of model.ffn_hidden_size = 88 (no multiple
+of d_model), SwiGLU and GELU, at tensor 2, tensor 4 with sequence parallelism and tensor 2 x pipeline 2
+x data 2 gives one rank's results at that width; a width tensor 4 cannot split and resuming at
+another width are refused with one line.
 Usage: swiglu_equivalence.py TRAIN_GPT MPIEXEC CONFIG [EXPORT_HF]"""
 import json
 import os
@@ -80,6 +83,39 @@ def main():
                   f"resume, {what}: steps 4-{STEPS} loss rel diff {dl:.2e}, weights max {dw:.2e}" +
                   (" (bitwise)" if exact else ""))
 
+        # model.ffn_hidden_size: a width F = 88 that is no multiple of d_model = 64, SwiGLU and GELU,
+        # split by tensor 2 and 4 (22 columns of gate and of up a rank) and across stages, against one
+        # rank of that width.
+        wide = ["model.ffn_hidden_size=88"]
+        for mlp in ("swiglu", "gelu"):
+            _, wref_loss, _, wref_w, _, wref_norms, out = run(binary, mpiexec, config, tmp, 1, f"w{mlp}", *wide,
+                                                               "model.mlp=" + mlp)
+            wshapes = {q["name"]: q["shape"] for q in
+                       json.load(open(os.path.join(tmp, f"w{mlp}_weights", "model.json")))["params"]}
+            fc_rows = 176 if mlp == "swiglu" else 88
+            check(wshapes["h.0.mlp.fc.w"] == [fc_rows, C] and wshapes["h.0.mlp.proj.w"] == [C, 88] and
+                  "MLP width 88" in out and wref_loss[-1] < wref_loss[0],
+                  f"{mlp}, width 88, one rank: fc {wshapes['h.0.mlp.fc.w']}, proj {wshapes['h.0.mlp.proj.w']}, "
+                  f"loss {wref_loss[0]:.4f} -> {wref_loss[-1]:.4f}")
+            wide_layouts = [
+                (2, "tensor 2 (batch split)", ["parallel.tensor=2"]),
+                (4, "tensor 4, sequence parallel", ["parallel.tensor=4", "parallel.sequence_parallel=true"]),
+                (8, "tensor 2 x pipeline 2 x data 2, sequence parallel, ZeRO 1",
+                 ["parallel.tensor=2", "parallel.pipeline=2", "parallel.sequence_parallel=true", "zero.stage=1"]),
+            ]
+            for i, (ranks, what, sets) in enumerate(wide_layouts):
+                _, loss, _, w, _, norms, _ = run(binary, mpiexec, config, tmp, ranks, f"w{mlp}{i}", *wide,
+                                                 "model.mlp=" + mlp, *sets)
+                dl, dw, l2 = equivalence.compare(loss, wref_loss, w, wref_w)
+                dn = max(abs(a - b) / abs(b) for a, b in zip(norms, wref_norms))
+                check(len(loss) == STEPS and dl <= LOSS_TOL and dn <= NORM_TOL and dw <= WEIGHT_MAX_TOL and
+                      l2 <= WEIGHT_L2_TOL, f"{mlp}, width 88, {what}: loss rel diff {dl:.2e}, grad norm {dn:.2e}, "
+                      f"weights max {dw:.2e}, rel L2 {l2:.2e}")
+        refused(4, BASE + ["model.ffn_hidden_size=90", "parallel.tensor=4"],
+                "its hidden width model.ffn_hidden_size = 90 must be divisible by parallel.tensor = 4",
+                "a width tensor 4 cannot split")
+        refused(1, BASE + ["checkpoint.dir=" + os.path.join(tmp, "ckpt1"), "model.ffn_hidden_size=88", "train.steps=8"],
+                "ffn_hidden_size 88", "resume a 4C checkpoint at width 88")
         refused(1, BASE + ["checkpoint.dir=" + os.path.join(tmp, "ckpt1"), "model.mlp=gelu", "train.steps=8"],
                 "swiglu MLP, precision", "resume a SwiGLU checkpoint as a GELU model")
         gelu = os.path.join(tmp, "gelu")

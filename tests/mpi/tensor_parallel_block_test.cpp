@@ -39,9 +39,10 @@ using namespace tp_test;
 constexpr int64_t T = 8, C = 16, H = 4;
 constexpr int kLayer = 1;
 
-GPTConfig test_config(Checkpointing ck, float dropout = 0.1f, bool swiglu = false) {
+GPTConfig test_config(Checkpointing ck, float dropout = 0.1f, bool swiglu = false, int64_t ffn_hidden = 0) {
   GPTConfig cfg;
   cfg.swiglu = swiglu;
+  cfg.ffn_hidden = ffn_hidden;
   cfg.vocab_size = 64;
   cfg.seq_len = T;
   cfg.n_layers = 2;
@@ -103,7 +104,8 @@ void run_block(Runtime& rt, const GPTConfig& cfg, const TensorParallelContext& t
 }
 
 // Without dropout the residual adds are the projections' GEMM epilogues (rank 0's, before the all-reduce).
-void check_block(Runtime& rt, ProcessGroups& pg, Checkpointing ck, bool sp, int64_t B, float dropout, bool swiglu) {
+void check_block(Runtime& rt, ProcessGroups& pg, Checkpointing ck, bool sp, int64_t B, float dropout, bool swiglu,
+                 int64_t ffn_hidden) {
   const int64_t N = B * T;
   Communicator& tensor = pg.tensor();
   const int t = tensor.size(), r = tensor.rank(), d = pg.coords().data;
@@ -113,8 +115,9 @@ void check_block(Runtime& rt, ProcessGroups& pg, Checkpointing ck, bool sp, int6
                                                            : "elementwise";
   SCOPED_TRACE("tensor " + std::to_string(t) + " x data " + std::to_string(pg.layout().data) +
                (sp ? " with" : " without") + " sequence parallelism, checkpointing " + ck_name + ", micro-batch " +
-               std::to_string(B) + ", dropout " + std::to_string(dropout) + (swiglu ? ", SwiGLU" : ""));
-  const GPTConfig cfg = test_config(ck, dropout, swiglu);
+               std::to_string(B) + ", dropout " + std::to_string(dropout) + (swiglu ? ", SwiGLU" : "") +
+               (ffn_hidden ? ", MLP width " + std::to_string(ffn_hidden) : ""));
+  const GPTConfig cfg = test_config(ck, dropout, swiglu, ffn_hidden);
   StepContext ctx;
   ctx.seed = 1234;
   ctx.step = 3;
@@ -128,7 +131,7 @@ void check_block(Runtime& rt, ProcessGroups& pg, Checkpointing ck, bool sp, int6
   TransformerBlock::append_specs(cfg, kLayer, full_specs);
   Run full(rt, full_specs);
   draw_parameters(full.params);
-  run_block(rt, test_config(Checkpointing::none, dropout, swiglu), {}, ctx, B, x, dy, {B, T, C}, full);
+  run_block(rt, test_config(Checkpointing::none, dropout, swiglu, ffn_hidden), {}, ctx, B, x, dy, {B, T, C}, full);
 
   // This rank's part of the tensor-parallel block.
   const TensorParallelContext tp = TensorParallelContext::of(tensor, sp, 1, /*split_batch=*/true);
@@ -208,8 +211,17 @@ TEST(TensorParallelBlock, HeadsMustDivide) {
     TransformerBlock::check_tensor_parallel(cfg, 16);
     ADD_FAILURE() << "no UserError";
   } catch (const UserError& e) {
-    EXPECT_STREQ(e.what(), "tensor parallelism splits the MLP: 4 * model.d_model = 72 must be divisible by "
-                           "parallel.tensor = 16");
+    EXPECT_STREQ(e.what(), "tensor parallelism splits the MLP: its hidden width 4 x model.d_model = 72 must be "
+                           "divisible by parallel.tensor = 16");
+  }
+  cfg.d_model = 16;
+  cfg.ffn_hidden = 40;  // a width of its own
+  try {
+    TransformerBlock::check_tensor_parallel(cfg, 16);
+    ADD_FAILURE() << "no UserError";
+  } catch (const UserError& e) {
+    EXPECT_STREQ(e.what(), "tensor parallelism splits the MLP: its hidden width model.ffn_hidden_size = 40 must be "
+                           "divisible by parallel.tensor = 16");
   }
 }
 
@@ -255,7 +267,8 @@ TEST(TensorParallelBlock, MatchesTheFullBlock) {
                                Checkpointing::elementwise})
         for (int64_t B : {2, 3, 4})
           for (float dropout : {0.1f, 0.0f})
-            for (bool swiglu : {false, true}) check_block(rt, pg, ck, sp, B, dropout, swiglu);
+            for (bool swiglu : {false, true})  // SwiGLU at a width F = 40 that is not a multiple of C
+              check_block(rt, pg, ck, sp, B, dropout, swiglu, swiglu ? 40 : 0);
   }
 }
 

@@ -168,6 +168,14 @@ TEST_F(ConfigTest, RelationsBetweenKeys) {
   EXPECT_HAS(error_of("[model]\nn_layers = 4096\nseq_len = 1048576\nd_model = 128\nn_heads = 2\n"
                       "[train]\nmicro_batch = 65536\n"),
              "model.n_layers x train.micro_batch x model.seq_len x 4 x model.d_model = 1.44e+17 elements of activations");
+  // A wide dense MLP counts by its own width, SwiGLU's fc twice it.
+  EXPECT_HAS(error_of("[model]\nffn_hidden_size = 1073741824\n[train]\nmicro_batch = 1048576\n"),
+             "tiny.toml: train.micro_batch x model.seq_len x max(model.ffn_hidden_size, model.vocab_size) =");
+  EXPECT_HAS(error_of("[model]\nn_layers = 4096\nseq_len = 64\nmlp = \"swiglu\"\nffn_hidden_size = 1073741824\n"
+                      "[train]\nmicro_batch = 1\n"),
+             "x (4 x model.d_model + 2 x model.ffn_hidden_size + model.ffn_hidden_size + 8 x model.d_model x "
+             "(moe.experts + moe.shared_experts)) x model.d_model");
+  EXPECT_NO_THROW(load_config(write("[model]\nmlp = \"swiglu\"\nffn_hidden_size = 11008\n"), {}));
 }
 
 TEST_F(ConfigTest, SetConvertsByType) {

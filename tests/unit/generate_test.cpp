@@ -171,6 +171,8 @@ TEST(GPTInference, CachedLogitsWithSwigluMatchTheTrainingForward) {
   GPTConfig cfg = tiny_config();
   cfg.swiglu = true;
   check_cached_logits(cfg);
+  cfg.ffn_hidden = 40;  // a width that is not 4C
+  check_cached_logits(cfg);
 }
 
 TEST(GPTInference, GenerationIsDeterministicAndStaysInTheVocabulary) {

@@ -122,6 +122,31 @@ TEST(GPT, SwigluParameterCount) {
   EXPECT_EQ(n, c.parameter_count() + (c.padded_vocab() - c.vocab_size) * c.d_model);
 }
 
+// model.ffn_hidden_size: an MLP width that is not 4C (nor a multiple of C), GELU and SwiGLU.
+TEST(GPT, MlpWidthGradientsMatchFiniteDifferences) {
+  for (bool swiglu : {false, true}) {
+    SCOPED_TRACE(swiglu ? "SwiGLU" : "GELU");
+    GPTConfig c = tiny_config();
+    c.swiglu = swiglu;
+    c.ffn_hidden = 40;
+    check_gradients_against_finite_differences(c);
+  }
+}
+
+// A width F makes fc (F, C) (SwiGLU (2F, C)) and proj (C, F). GPT-2 small at F = 4C is unchanged; with
+// SwiGLU at F = 8/3 x C = 2048 its MLP weights are GELU's 8C^2 again, the biases 1024 more a block.
+TEST(GPT, MlpWidthParameterCount) {
+  GPTConfig c;
+  c.ffn_hidden = 3072;
+  EXPECT_EQ(c.parameter_count(), 124439808);
+  c.swiglu = true;
+  c.ffn_hidden = 2048;
+  EXPECT_EQ(c.parameter_count(), 124439808 + 12 * ((3 * 2048 - 2 * 3072) * 768 + (2 * 2048 - 3072)));
+  int64_t n = 0;
+  for (const ParameterSpec& s : GPT::parameter_specs(c)) n += s.shape.numel();
+  EXPECT_EQ(n, c.parameter_count() + (c.padded_vocab() - c.vocab_size) * c.d_model);
+}
+
 // A RoPE model has no position table: its parameters are GPT-2's less wpe, and its loss depends on
 // the order of the tokens only through the rotations.
 TEST(GPT, RotaryPositionsHaveNoTable) {
@@ -169,15 +194,16 @@ TEST(GPT, FreshGradientsAreOverwrittenNotAccumulated) {
 TEST(GPT, CheckpointingGivesBitwiseEqualGradients) {
   Runtime rt(RuntimeOptions{});
   const int64_t B = 2;
-  for (int variant : {0, 1, 2}) {  // rotary: the recomputed forward turns q and k again; SwiGLU's g
-  const bool rope = variant == 1, swiglu = variant == 2;
-  SCOPED_TRACE(rope ? "rotary positions" : swiglu ? "SwiGLU" : "learned positions, GELU");
+  for (int variant : {0, 1, 2, 3}) {  // rotary: the recomputed forward turns q and k again; SwiGLU's g
+  const bool rope = variant == 1, swiglu = variant >= 2, wide = variant == 3;
+  SCOPED_TRACE(rope ? "rotary positions" : wide ? "SwiGLU of width 40" : swiglu ? "SwiGLU" : "learned positions, GELU");
   std::vector<Result> results;
   for (Checkpointing mode :
        {Checkpointing::none, Checkpointing::full, Checkpointing::selective, Checkpointing::elementwise}) {
     GPTConfig c = tiny_config();
     c.rope = rope;
     c.swiglu = swiglu;
+    c.ffn_hidden = wide ? 40 : 0;
     c.dropout = 0.1f;
     c.attention_dropout = 0.1f;  // recomputed attention must redraw the same mask
     c.checkpointing = mode;
