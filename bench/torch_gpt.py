@@ -34,8 +34,11 @@ class GPTConfig:
     rope_theta: float = 0.0  # > 0: rotary positions of this base (model.position_embedding = rope), no wpe
     mlp: str = "gelu"  # gelu | swiglu (model.mlp): swiglu's fc is (2F, C), rows [gate | up]
     ffn_hidden: int = 0  # the dense MLP's hidden width F (model.ffn_hidden_size); 0 = 4C. Experts keep 4C
+    norm: str = "layernorm"  # layernorm | rmsnorm (model.norm): ln1, ln2, lnf; RMSNorm has a weight only
 
     def __post_init__(self):  # as Trellis's config checks: its experts have no SwiGLU
+        if self.norm not in ("layernorm", "rmsnorm"):
+            raise ValueError(f'norm must be "layernorm" or "rmsnorm", not {self.norm!r}')
         if self.mlp not in ("gelu", "swiglu"):
             raise ValueError(f'mlp must be "gelu" or "swiglu", not {self.mlp!r}')
         if self.mlp == "swiglu" and self.moe_experts > 0:
@@ -162,12 +165,17 @@ class MoE(nn.Module):
         return out.to(x.dtype).view(B, T, C), aux, z
 
 
+def norm(cfg):
+    """The normalization Trellis's model.norm names, eps 1e-5 as in Trellis."""
+    return nn.RMSNorm(cfg.d_model, eps=1e-5) if cfg.norm == "rmsnorm" else nn.LayerNorm(cfg.d_model, eps=1e-5)
+
+
 class Block(nn.Module):  # pre-LN; dropout on each residual branch output (and in attention)
     def __init__(self, cfg, moe=False):
         super().__init__()
-        self.ln1 = nn.LayerNorm(cfg.d_model, eps=1e-5)
+        self.ln1 = norm(cfg)
         self.attn = Attention(cfg)
-        self.ln2 = nn.LayerNorm(cfg.d_model, eps=1e-5)
+        self.ln2 = norm(cfg)
         if moe:
             self.moe = MoE(cfg)
         else:
@@ -193,7 +201,7 @@ class GPT(nn.Module):
         self.drop = nn.Dropout(cfg.dropout)
         self.h = nn.ModuleList(Block(cfg, cfg.moe_experts > 0 and l % cfg.moe_layer_freq == 0)
                                for l in range(cfg.n_layers))
-        self.lnf = nn.LayerNorm(cfg.d_model, eps=1e-5)
+        self.lnf = norm(cfg)
         # Padded vocabulary columns get -inf before the softmax, as in Trellis.
         pad = torch.arange(cfg.padded_vocab) >= cfg.vocab_size
         self.register_buffer("pad_mask", pad, persistent=False)
@@ -269,7 +277,7 @@ def load_trellis_dump(dump_dir, dtype=torch.float64, attn="sdpa"):
                     moe_aux_loss_coef=moe.get("aux_loss_coef", 0.01), moe_z_loss_coef=moe.get("z_loss_coef", 0.0),
                     moe_layer_freq=moe.get("layer_freq", 1), moe_shared_experts=moe.get("shared_experts", 0),
                     rope_theta=float(c["rope_theta"]) if c.get("position_embedding") == "rope" else 0.0,
-                    mlp=c.get("mlp", "gelu"), ffn_hidden=c.get("ffn_hidden_size", 0))
+                    mlp=c.get("mlp", "gelu"), ffn_hidden=c.get("ffn_hidden_size", 0), norm=c.get("norm", "layernorm"))
     if "padded_vocab" in c and c["padded_vocab"] != cfg.padded_vocab:
         raise ValueError(f"padded_vocab {c['padded_vocab']} != expected {cfg.padded_vocab}")
     model = GPT(cfg).to(dtype)
@@ -334,7 +342,8 @@ def write_dump(model, tokens, targets, dump_dir):
                        "d_model": c.d_model, "dropout": c.dropout,
                        **({"position_embedding": "rope", "rope_theta": c.rope_theta} if c.rope_theta > 0 else {}),
                        **({"mlp": c.mlp} if c.mlp != "gelu" else {}),
-                       **({"ffn_hidden_size": c.ffn_hidden} if c.ffn_hidden not in (0, 4 * c.d_model) else {})},
+                       **({"ffn_hidden_size": c.ffn_hidden} if c.ffn_hidden not in (0, 4 * c.d_model) else {}),
+                       **({"norm": c.norm} if c.norm != "layernorm" else {})},
             "params": entries, "batch": {"B": tokens.shape[0], "T": tokens.shape[1]},
             "loss": loss.item()}
     with open(os.path.join(dump_dir, "model.json"), "w") as f:
@@ -403,9 +412,11 @@ def selftest():
     the 124M parameter count."""
     ok = True
     # learned, rotary, SwiGLU, and GELU and SwiGLU MLPs of another width than 4C
-    for theta, mlp, ffn in ((0.0, "gelu", 0), (500.0, "gelu", 0), (0.0, "swiglu", 0), (0.0, "gelu", 40),
-                            (0.0, "swiglu", 40)):
-        ok &= dump_selftest(theta, mlp, ffn)
+    for theta, mlp, ffn, norm_ in ((0.0, "gelu", 0, "layernorm"), (500.0, "gelu", 0, "layernorm"),
+                                   (0.0, "swiglu", 0, "layernorm"), (0.0, "gelu", 40, "layernorm"),
+                                   (0.0, "swiglu", 40, "layernorm"), (0.0, "gelu", 0, "rmsnorm"),
+                                   (500.0, "swiglu", 40, "rmsnorm")):  # the last: Llama's block
+        ok &= dump_selftest(theta, mlp, ffn, norm_)
     ok &= rope_selftest()
     ok &= swiglu_selftest()
     n124 = GPT(GPTConfig()).num_params()
@@ -416,13 +427,13 @@ def selftest():
     return 0 if ok else 1
 
 
-def dump_selftest(rope_theta, mlp="gelu", ffn_hidden=0):
+def dump_selftest(rope_theta, mlp="gelu", ffn_hidden=0, norm_="layernorm"):
     """One model's dump (rotary positions of this base, or learned ones with 0; this MLP and width) loaded back
     in float64 and float32 with both attention paths: loss and gradients agree."""
     import tempfile
     torch.manual_seed(0)
     cfg = GPTConfig(vocab_size=100, seq_len=16, n_layers=2, n_heads=4, d_model=32, attn="manual", rope_theta=rope_theta,
-                    mlp=mlp, ffn_hidden=ffn_hidden)
+                    mlp=mlp, ffn_hidden=ffn_hidden, norm=norm_)
     ref = GPT(cfg).double()
     with torch.no_grad():  # non-trivial biases and LayerNorms, so that their gradients matter
         for name, p in ref.named_parameters():
@@ -431,7 +442,7 @@ def dump_selftest(rope_theta, mlp="gelu", ffn_hidden=0):
     tokens = torch.randint(0, cfg.vocab_size, (3, 12))
     targets = torch.randint(0, cfg.vocab_size, (3, 12))
     positions = ((f"rope {rope_theta:g}" if rope_theta > 0 else "learned") + (f" {mlp}" if mlp != "gelu" else "") +
-                 (f" F {ffn_hidden}" if ffn_hidden else ""))
+                 (f" F {ffn_hidden}" if ffn_hidden else "") + (" rms" if norm_ == "rmsnorm" else ""))
     with tempfile.TemporaryDirectory() as d:
         write_dump(ref, tokens, targets, d)
         with open(os.path.join(d, "model.json")) as f:  # "mlp" written as Trellis does: for SwiGLU only

@@ -212,31 +212,33 @@ void check_layernorm_forward(Runtime& rt, const char* op, const Tensor& out, con
   check_float(x, op); check_same_numel(out, x, op);
   check_dtype(mean, DType::f32, op); check_dtype(rstd, DType::f32, op);
   TRELLIS_CHECK(mean.numel() == x.rows() && rstd.numel() == x.rows() && w.numel() == x.cols() &&
-                    b.numel() == x.cols() && w.dtype == x.dtype && b.dtype == x.dtype && out.dtype == x.dtype,
+                    (!b.defined() || (b.numel() == x.cols() && b.dtype == x.dtype)) && w.dtype == x.dtype &&
+                    out.dtype == x.dtype,
                 std::string(op) + ": shapes or dtypes");
 }
 }  // namespace
 
 void layernorm_forward(Runtime& rt, const Tensor& out, const Tensor& mean, const Tensor& rstd,
-                       const Tensor& x, const Tensor& w, const Tensor& b, float eps) {
+                       const Tensor& x, const Tensor& w, const Tensor& b, float eps, bool rms) {
   check_layernorm_forward(rt, "layernorm_forward", out, mean, rstd, x, w, b);
-  TRELLIS_DISPATCH(rt, layernorm_forward, rt, out, mean, rstd, x, w, b, eps);
+  TRELLIS_DISPATCH(rt, layernorm_forward, rt, out, mean, rstd, x, w, b, eps, rms);
 }
 
 void add_layernorm_forward(Runtime& rt, const Tensor& r, const Tensor& out, const Tensor& mean, const Tensor& rstd,
-                           const Tensor& x, const Tensor& branch, const Tensor& w, const Tensor& b, float eps) {
+                           const Tensor& x, const Tensor& branch, const Tensor& w, const Tensor& b, float eps,
+                           bool rms) {
   check_layernorm_forward(rt, "add_layernorm_forward", out, mean, rstd, x, w, b);
   for (const Tensor* t : {&r, &branch}) {
     check_device(rt, *t, "add_layernorm_forward");
     check_same_numel(*t, x, "add_layernorm_forward");
     TRELLIS_CHECK(t->dtype == x.dtype, "add_layernorm_forward: shapes or dtypes");
   }
-  TRELLIS_DISPATCH(rt, add_layernorm_forward, rt, r, out, mean, rstd, x, branch, w, b, eps);
+  TRELLIS_DISPATCH(rt, add_layernorm_forward, rt, r, out, mean, rstd, x, branch, w, b, eps, rms);
 }
 
 void layernorm_backward(Runtime& rt, const Tensor& dx, const Tensor& dw, const Tensor& db,
                         const Tensor& dout, const Tensor& x, const Tensor& w, const Tensor& mean,
-                        const Tensor& rstd, bool accumulate_params, const ResidualColumnSums* sums) {
+                        const Tensor& rstd, bool accumulate_params, const ResidualColumnSums* sums, bool rms) {
   for (const Tensor* t : {&dx, &dw, &db, &dout, &x, &w, &mean, &rstd}) check_device(rt, *t, "layernorm_backward");
   if (sums) {
     for (const Tensor* t : {&sums->before, &sums->after}) {
@@ -246,22 +248,24 @@ void layernorm_backward(Runtime& rt, const Tensor& dx, const Tensor& dw, const T
     }
   }
   check_same_numel(dx, x, "layernorm_backward"); check_same_numel(dout, x, "layernorm_backward");
-  check_grad_dtype(dw, x.dtype, "layernorm_backward"); check_grad_dtype(db, x.dtype, "layernorm_backward");
-  TRELLIS_CHECK(db.dtype == dw.dtype && (!sums || (sums->before.dtype == dw.dtype && sums->after.dtype == dw.dtype)),
+  check_grad_dtype(dw, x.dtype, "layernorm_backward");
+  if (db.defined()) check_grad_dtype(db, x.dtype, "layernorm_backward");
+  TRELLIS_CHECK((!db.defined() || db.dtype == dw.dtype) &&
+                    (!sums || (sums->before.dtype == dw.dtype && sums->after.dtype == dw.dtype)),
                 "layernorm_backward: the gradients are of one dtype");
-  TRELLIS_CHECK(dw.numel() == x.cols() && db.numel() == x.cols() && mean.numel() == x.rows() &&
+  TRELLIS_CHECK(dw.numel() == x.cols() && (!db.defined() || db.numel() == x.cols()) && mean.numel() == x.rows() &&
                     dx.dtype == x.dtype && dout.dtype == x.dtype,
                 "layernorm_backward: shapes or dtypes");
   if (x.rows() == 0) {  // no rows: dx is empty, the parameter sums are 0
     if (!accumulate_params) {
       fill(rt, dw, 0.0f);
-      fill(rt, db, 0.0f);
+      if (db.defined()) fill(rt, db, 0.0f);
     }
     if (sums && !sums->accumulate_before) fill(rt, sums->before, 0.0f);
     if (sums && !sums->accumulate_after) fill(rt, sums->after, 0.0f);
     return;
   }
-  TRELLIS_DISPATCH(rt, layernorm_backward, rt, dx, dw, db, dout, x, w, mean, rstd, accumulate_params, sums);
+  TRELLIS_DISPATCH(rt, layernorm_backward, rt, dx, dw, db, dout, x, w, mean, rstd, accumulate_params, sums, rms);
 }
 
 void gelu_forward(Runtime& rt, const Tensor& out, const Tensor& x) {

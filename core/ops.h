@@ -71,14 +71,16 @@ void bias_backward(Runtime& rt, const Tensor& db, const Tensor& dy, bool accumul
                    int64_t db_stride = 0);
 
 // ---- layer norm over the last dimension C ----
-// out = (x - mean) * rstd * w + b. mean, rstd: f32 (rows). w, b: (C), x's dtype.
+// out = (x - mean) * rstd * w + b. mean, rstd: f32 (rows). w, b: (C), x's dtype; b may be empty (no
+// bias). rms: RMSNorm (Zhang & Sennrich 2019; Llama's), no mean subtracted: mean is written as 0
+// and rstd = 1 / sqrt(mean(x^2) + eps).
 void layernorm_forward(Runtime& rt, const Tensor& out, const Tensor& mean, const Tensor& rstd,
-                       const Tensor& x, const Tensor& w, const Tensor& b, float eps = 1e-5f);
+                       const Tensor& x, const Tensor& w, const Tensor& b, float eps = 1e-5f, bool rms = false);
 // The residual add fused with the layer norm that follows it: r = x + branch (rounded to x's dtype,
 // as add writes it), then layernorm_forward of r into out, mean, rstd. r, out: x's shape and dtype.
 void add_layernorm_forward(Runtime& rt, const Tensor& r, const Tensor& out, const Tensor& mean, const Tensor& rstd,
                            const Tensor& x, const Tensor& branch, const Tensor& w, const Tensor& b,
-                           float eps = 1e-5f);
+                           float eps = 1e-5f, bool rms = false);
 // The column sums of the residual-stream gradient that a layer norm's backward updates: of dx as it
 // comes in (`before`) and as it leaves (`after`), f32 or x's dtype (C), each added to, or written where its flag
 // says so. In a pre-LN block they are the bias gradients of the two projections whose outputs join
@@ -91,11 +93,12 @@ struct ResidualColumnSums {
 
 // dx += d/dx (x's dtype; accumulating lets the residual gradient pass through), dw += and db +=
 // (f32 or x's dtype, C; with accumulate_params = false written, not read). mean and rstd are the forward's.
-// With sums: also the column sums of dx before and after (ResidualColumnSums).
+// With sums: also the column sums of dx before and after (ResidualColumnSums). db empty: no bias.
+// rms: the forward's RMSNorm (its mean is 0; dx has no mean(dnorm) term).
 void layernorm_backward(Runtime& rt, const Tensor& dx, const Tensor& dw, const Tensor& db,
                         const Tensor& dout, const Tensor& x, const Tensor& w, const Tensor& mean,
                         const Tensor& rstd, bool accumulate_params = true,
-                        const ResidualColumnSums* sums = nullptr);
+                        const ResidualColumnSums* sums = nullptr, bool rms = false);
 
 // ---- GELU, GPT-2's tanh approximation ----
 void gelu_forward(Runtime& rt, const Tensor& out, const Tensor& x);

@@ -256,9 +256,14 @@ Tensor ParameterStore::flat_grads() const {
 }
 
 const Parameter& ParameterStore::get(const std::string& name) const {
-  for (const Parameter& p : params_)
-    if (p.spec.name == name) return p;
+  if (const Parameter* p = find(name)) return *p;
   TRELLIS_FATAL("no parameter named " + name);
+}
+
+const Parameter* ParameterStore::find(const std::string& name) const {
+  for (const Parameter& p : params_)
+    if (p.spec.name == name) return &p;
+  return nullptr;
 }
 
 void ParameterStore::initialize(uint64_t seed, Communicator* data) {

@@ -150,6 +150,7 @@ class ParameterStore {
 
   const Parameter& operator[](size_t i) const { return params_[i]; }
   const Parameter& get(const std::string& name) const;
+  const Parameter* find(const std::string& name) const;  // null where there is none
   size_t size() const { return params_.size(); }
   const std::vector<Parameter>& all() const { return params_; }
   int64_t numel() const { return numel_; }         // real elements

@@ -104,7 +104,8 @@ std::string model_signature(const GPTConfig& m) {
   std::snprintf(theta, sizeof theta, "%.17g", m.rope_theta);
   const std::string positions = m.rope ? std::string(", rope theta ") + theta : "";
   const std::string mlp = std::string(m.swiglu ? ", swiglu MLP" : "") +  // likewise, and a width not 4C
-                          (m.mlp_width() != 4 * m.d_model ? ", ffn_hidden_size " + std::to_string(m.mlp_width()) : "");
+                          (m.mlp_width() != 4 * m.d_model ? ", ffn_hidden_size " + std::to_string(m.mlp_width()) : "") +
+                          (m.rmsnorm ? ", rmsnorm" : "");
   return "vocab_size " + std::to_string(m.vocab_size) + ", seq_len " + std::to_string(m.seq_len) + ", n_layers " +
          std::to_string(m.n_layers) + ", n_heads " + std::to_string(m.n_heads) + ", d_model " +
          std::to_string(m.d_model) + experts + positions + mlp + ", precision " + std::string(dtype_name(m.dtype));
@@ -662,6 +663,9 @@ std::vector<float> initial_parameters(const Config& cfg, const GPTConfig& want, 
   };
   if (have.swiglu != want.swiglu || have.mlp_width() != want.mlp_width())
     throw UserError(what + " holds a model with " + mlp(have) + "; this run has " + mlp(want));
+  auto norm = [](const GPTConfig& m) { return std::string(m.rmsnorm ? "RMSNorm (model.norm = rmsnorm)" : "LayerNorm (model.norm = layernorm)"); };
+  if (have.rmsnorm != want.rmsnorm)
+    throw UserError(what + " holds a model with " + norm(have) + "; this run has " + norm(want));
   const std::vector<float> values = [&] {
     try {
       return src.read_f32();

@@ -37,6 +37,8 @@ int run(int argc, char** argv) {
                     "has a learned position table");
   if (src.shape.swiglu)
     throw UserError(src.dir + ": the model has SwiGLU MLPs (model.mlp = swiglu); a Hugging Face GPT-2 has GELU ones");
+  if (src.shape.rmsnorm)
+    throw UserError(src.dir + ": the model has RMSNorm (model.norm = rmsnorm); a Hugging Face GPT-2 has LayerNorm");
   if (src.shape.moe.experts > 0)
     throw UserError(src.dir + ": the model has mixture-of-experts blocks (moe.experts = " +
                     std::to_string(src.shape.moe.experts) + "); a Hugging Face GPT-2 has none");

@@ -30,6 +30,7 @@ Resolved resolve(const Config& cfg, const LaunchInfo& launch) {
   r.model.rope_theta = cfg.model.rope_theta;
   r.model.swiglu = cfg.model.mlp == "swiglu";
   r.model.ffn_hidden = cfg.model.ffn_hidden_size;
+  r.model.rmsnorm = cfg.model.norm == "rmsnorm";
   r.model.dropout = float(cfg.model.dropout);
   r.model.attention_dropout = float(cfg.model.attention_dropout < 0 ? cfg.model.dropout : cfg.model.attention_dropout);
   r.model.dtype = r.dtype;

@@ -80,6 +80,14 @@ void set_positions(GPTConfig& m, const std::string& kind, double theta, const st
   m.rope_theta = theta;
 }
 
+// The normalization of a stored model's description: "layernorm" (or absent: written before RMSNorm)
+// or "rmsnorm".
+void set_norm(GPTConfig& m, const std::string& kind, const std::string& where) {
+  if (kind != "layernorm" && kind != "rmsnorm")
+    throw UserError(where + ": norm \"" + kind + "\" is not one of layernorm, rmsnorm");
+  m.rmsnorm = kind == "rmsnorm";
+}
+
 // The MLP of a stored model's description: "gelu" (or absent: written before SwiGLU) or "swiglu",
 // and its hidden width (0 or absent: 4 x d_model).
 void set_mlp(GPTConfig& m, const std::string& kind, int64_t ffn_hidden, const std::string& where) {
@@ -124,6 +132,7 @@ StoredModel open_checkpoint(const std::string& path, const std::string& verb) {
   s.shape = shape_of(mc.vocab_size, mc.seq_len, mc.n_layers, mc.n_heads, mc.d_model, s.dir + " (config)");
   set_positions(s.shape, mc.position_embedding, mc.rope_theta, s.dir + " (config)");
   set_mlp(s.shape, mc.mlp, mc.ffn_hidden_size, s.dir + " (config)");
+  set_norm(s.shape, mc.norm, s.dir + " (config)");
   const MoESection& e = s.config->moe;
   s.shape.moe = experts_of(e.experts, e.top_k, e.capacity_factor, e.aux_loss_coef, e.layer_freq, e.shared_experts,
                            s.dir + " (config)");
@@ -160,6 +169,7 @@ StoredModel open_export(const std::string& dir) {
       set_positions(s.shape, kind->as_string(), c.at("rope_theta").as_double(), json);
     const JsonValue *mlp = c.find("mlp"), *ffn = c.find("ffn_hidden_size");
     set_mlp(s.shape, mlp ? mlp->as_string() : "gelu", ffn ? ffn->as_int() : 0, json);
+    if (const JsonValue* norm = c.find("norm")) set_norm(s.shape, norm->as_string(), json);
     // Its parameter list must be the whole model's, in order: the layout params.f32 is read in.
     if (const JsonValue* moe = c.find("moe"))
       s.shape.moe = experts_of(moe->at("experts").as_int(), moe->at("top_k").as_int(), moe->at("capacity_factor").as_double(),
@@ -167,11 +177,12 @@ StoredModel open_export(const std::string& dir) {
                                moe->find("shared_experts") ? moe->at("shared_experts").as_int() : 0, json);
     const JsonValue& params = root.at("params");
     // The list's length first (blocks with experts have 9 + 4 x experts tensors and 4 more with a
-    // shared MLP, the others 12; wte, wpe (not with rotary positions) and the final LayerNorm's two),
-    // before a config claiming a huge model is laid out.
-    const int64_t blocks_with_experts = s.shape.moe.layers(s.shape.n_layers);
-    const int64_t tensors = (s.shape.rope ? 3 : 4) + 12 * (s.shape.n_layers - blocks_with_experts) +
-                            (9 + 4 * s.shape.moe.experts + (s.shape.moe.shared_experts > 0 ? 4 : 0)) * blocks_with_experts;
+    // shared MLP, the others 12, both 2 fewer with RMSNorm; wte, wpe (not with rotary positions) and
+    // the final norm's two (RMSNorm: one)), before a config claiming a huge model is laid out.
+    const int64_t blocks_with_experts = s.shape.moe.layers(s.shape.n_layers), norm_biases = s.shape.rmsnorm ? 0 : 1;
+    const int64_t tensors = (s.shape.rope ? 2 : 3) + norm_biases + (10 + 2 * norm_biases) * (s.shape.n_layers - blocks_with_experts) +
+                            (7 + 2 * norm_biases + 4 * s.shape.moe.experts + (s.shape.moe.shared_experts > 0 ? 4 : 0)) *
+                                blocks_with_experts;
     if (int64_t(params.items.size()) != tensors)
       throw UserError(json + ": its parameter list has " + std::to_string(params.items.size()) +
                       " tensors; the GPT model of its config has " + std::to_string(tensors));

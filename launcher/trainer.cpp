@@ -577,7 +577,8 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
                 (long long)mc.vocab_size, (long long)mc.padded_vocab(),
                 mc.rope ? (", rotary positions (theta " + number_g(mc.rope_theta) + ")").c_str() : "",
                 (std::string(mc.swiglu ? ", SwiGLU MLPs" : "") +
-                 (mc.mlp_width() != 4 * mc.d_model ? ", MLP width " + std::to_string(mc.mlp_width()) : ""))
+                 (mc.mlp_width() != 4 * mc.d_model ? ", MLP width " + std::to_string(mc.mlp_width()) : "") +
+                 (mc.rmsnorm ? ", RMSNorm" : ""))
                     .c_str());
     if (mc.moe.experts > 0)
       std::printf("experts: %lld%s in %lld of %lld blocks (every %lld from block 0), top %lld, capacity %lld of a "

@@ -101,8 +101,11 @@ std::vector<ParameterSpec> GPT::parameter_specs(const GPTConfig& cfg, const GPTP
     }
   if (part.head) {
     specs.push_back({"lnf.w", {C}, Init::ones, 0, false});
-    specs.push_back({"lnf.b", {C}, Init::zeros, 0, false});
-    specs[specs.size() - 2].bucket = specs.back().bucket = -3;
+    specs.back().bucket = -3;
+    if (!cfg.rmsnorm) {  // RMSNorm has no bias
+      specs.push_back({"lnf.b", {C}, Init::zeros, 0, false});
+      specs.back().bucket = -3;
+    }
   }
   return specs;
 }
@@ -260,7 +263,9 @@ Tensor GPT::forward_chunk(int slot, const StepContext& ctx, const Tensor& tokens
   s.lnf = s.acts.take(dt, {rows, C});
   s.lnf_mean = s.acts.take(DType::f32, {rows});
   s.lnf_rstd = s.acts.take(DType::f32, {rows});
-  layernorm_forward(rt_, s.lnf, s.lnf_mean, s.lnf_rstd, x, params_.get("lnf.w").value, params_.get("lnf.b").value);
+  const Parameter* lnf_b = params_.find("lnf.b");  // none with RMSNorm
+  layernorm_forward(rt_, s.lnf, s.lnf_mean, s.lnf_rstd, x, params_.get("lnf.w").value, lnf_b ? lnf_b->value : Tensor(),
+                    1e-5f, cfg_.rmsnorm);
   // The head needs every token row: with sequence parallelism the shards are gathered, and this
   // rank's part of dL/d(lnf) is reduce-scattered back (the shards' sum); without, the parts are
   // summed over the tensor group (copy_to_tensor_region's backward).
@@ -370,8 +375,9 @@ void GPT::backward_chunk(int slot, const Tensor& dres_in, const GradsReady& grad
   if (exchange) ready(wte_range_);
   if (part_.has_head(s.chunk)) {
     fill(rt_, dres, 0.0f);
-    layernorm_backward(rt_, dres, params_.get("lnf.w").grad, params_.get("lnf.b").grad, s.lnf, s.out,
-                       params_.get("lnf.w").value, s.lnf_mean, s.lnf_rstd);
+    const Parameter* lnf_b = params_.find("lnf.b");  // none with RMSNorm
+    layernorm_backward(rt_, dres, params_.get("lnf.w").grad, lnf_b ? lnf_b->grad : Tensor(), s.lnf, s.out,
+                       params_.get("lnf.w").value, s.lnf_mean, s.lnf_rstd, true, nullptr, cfg_.rmsnorm);
     ready(lnf_range_);
   }
   const size_t first = chunk_begin_[size_t(s.chunk)];

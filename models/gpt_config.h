@@ -28,6 +28,9 @@ struct GPTConfig {
   // [gate | up]). Experts are GELU MLPs of width 4 * d_model.
   bool swiglu = false;
   int64_t ffn_hidden = 0;  // the dense MLP's hidden width F; 0 = 4 * d_model
+  // The normalization of ln1, ln2 and lnf: GPT-2's LayerNorm (weight and bias), or RMSNorm (Llama's:
+  // no mean subtracted, a weight only).
+  bool rmsnorm = false;
   float dropout = 0.0f;            // embeddings and residual branches
   float attention_dropout = 0.0f;  // attention probabilities
   DType dtype = DType::f32;  // parameters and activations; statistics are f32
@@ -56,11 +59,12 @@ struct GPTConfig {
   int64_t count_parameters(int64_t experts_per_moe_block) const {
     const int64_t C = d_model, mlp = (fc_width() * C + fc_width()) + (mlp_width() * C + C);
     const int64_t expert = (4 * C * C + 4 * C) + (4 * C * C + C);
-    const int64_t per_layer = 2 * C + (3 * C * C + 3 * C) + (C * C + C) + 2 * C + mlp;
+    const int64_t norm = rmsnorm ? C : 2 * C;  // a norm's weight (and LayerNorm's bias)
+    const int64_t per_layer = norm + (3 * C * C + 3 * C) + (C * C + C) + norm + mlp;
     const int64_t moe_layers = moe.layers(n_layers);
     const int64_t H = moe.shared_width(C), shared = H > 0 ? (H * C + H) + (C * H + C) : 0;  // every token's
     const int64_t moe_extra = moe_layers * (moe.experts * C + experts_per_moe_block * expert - mlp + shared);
-    return vocab_size * C + (rope ? 0 : seq_len * C) + n_layers * per_layer + moe_extra + 2 * C;
+    return vocab_size * C + (rope ? 0 : seq_len * C) + n_layers * per_layer + moe_extra + norm;
   }
 };
 

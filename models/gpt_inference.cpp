@@ -95,12 +95,13 @@ std::vector<float> GPTInference::forward(const std::vector<int32_t>& tokens, int
   for (int64_t l = 0; l < cfg_.n_layers; ++l) {
     const std::string p = "h." + std::to_string(l) + ".";
     auto P = [&](const char* name) -> const Parameter& { return ps.get(p + name); };
+    auto bias = [&](const char* name) { const Parameter* b = ps.find(p + name); return b ? b->value : Tensor(); };
     work_.reset();
     Tensor kc = k_cache_[size_t(l)].tensor(dt, {B, max_len_, C});
     Tensor vc = v_cache_[size_t(l)].tensor(dt, {B, max_len_, C});
     Tensor ln = work_.take(dt, {B, n, C});
     Tensor mean = work_.take(DType::f32, {B * n}), rstd = work_.take(DType::f32, {B * n});
-    layernorm_forward(rt_, ln, mean, rstd, x, P("ln1.w").value, P("ln1.b").value);
+    layernorm_forward(rt_, ln, mean, rstd, x, P("ln1.w").value, bias("ln1.b"), 1e-5f, cfg_.rmsnorm);
     Tensor qkv = work_.take(dt, {B, n, 3 * C});
     linear(rt_, qkv, ln, P("attn.qkv.w"), P("attn.qkv.b"));
     if (cfg_.rope) rotary_embedding(rt_, qkv, int(cfg_.n_heads), cfg_.rope_theta, pos_);  // cached k turned
@@ -113,7 +114,7 @@ std::vector<float> GPTInference::forward(const std::vector<int32_t>& tokens, int
     add(rt_, r, x, branch);
     Tensor ln2 = work_.take(dt, {B, n, C});
     Tensor mean2 = work_.take(DType::f32, {B * n}), rstd2 = work_.take(DType::f32, {B * n});
-    layernorm_forward(rt_, ln2, mean2, rstd2, r, P("ln2.w").value, P("ln2.b").value);
+    layernorm_forward(rt_, ln2, mean2, rstd2, r, P("ln2.w").value, bias("ln2.b"), 1e-5f, cfg_.rmsnorm);
     if (experts_[size_t(l)]) {  // y = r + the experts' gated sum
       MoESaved saved;
       experts_[size_t(l)]->forward(rt_, y, ln2, &r, saved, work_, work_);
@@ -131,7 +132,9 @@ std::vector<float> GPTInference::forward(const std::vector<int32_t>& tokens, int
   // Final LayerNorm and the tied head on the last position of each sequence.
   Tensor lnf = acts_.take(dt, {B, n, C});
   Tensor mean = acts_.take(DType::f32, {B * n}), rstd = acts_.take(DType::f32, {B * n});
-  layernorm_forward(rt_, lnf, mean, rstd, x, ps.get("lnf.w").value, ps.get("lnf.b").value);
+  const Parameter* lnf_b = ps.find("lnf.b");  // none with RMSNorm
+  layernorm_forward(rt_, lnf, mean, rstd, x, ps.get("lnf.w").value, lnf_b ? lnf_b->value : Tensor(), 1e-5f,
+                    cfg_.rmsnorm);
   Tensor last = acts_.take(dt, {B, C});
   for (int64_t b = 0; b < B; ++b) copy(rt_, last.slice(b * C, {C}), lnf.slice((b * n + n - 1) * C, {C}));
   Tensor logits = acts_.take(dt, {B, Vp});

@@ -38,11 +38,21 @@ void linear_backward(Runtime& rt, const Tensor& dx, const Tensor& dy, const Tens
   if (dx.defined()) matmul(rt, rows2d(dx), rows2d(dy), w.value, o);
 }
 
-// grad_accumulates for a layer norm's weight and bias, which one op writes together.
-bool layernorm_grads_accumulate(const Parameter& w, const Parameter& b) {
-  const bool aw = grad_accumulates(w), ab = grad_accumulates(b);
-  TRELLIS_CHECK(aw == ab, "internal: " + w.spec.name + " and " + b.spec.name + " differ in freshness");
+// grad_accumulates for a layer norm's weight and bias (none with RMSNorm), which one op writes together.
+bool layernorm_grads_accumulate(const Parameter& w, const Parameter* b) {
+  const bool aw = grad_accumulates(w);
+  TRELLIS_CHECK(!b || grad_accumulates(*b) == aw, "internal: " + w.spec.name + " and its bias differ in freshness");
   return aw;
+}
+
+// A norm's bias value and gradient, or empty tensors where it has none (RMSNorm).
+const Tensor& value_of(const Parameter* p) {
+  static const Tensor none;
+  return p ? p->value : none;
+}
+const Tensor& grad_of(const Parameter* p) {
+  static const Tensor none;
+  return p ? p->grad : none;
 }
 
 // Through the column-parallel layer when there is one (t > 1), else the plain linear (row-parallel
@@ -78,13 +88,13 @@ BlockParams BlockParams::of(const ParameterStore& ps, const GPTConfig& cfg, int 
   const std::string p = "h." + std::to_string(layer) + ".";
   BlockParams b;
   b.ln1_w = &ps.get(p + "ln1.w");
-  b.ln1_b = &ps.get(p + "ln1.b");
+  b.ln1_b = cfg.rmsnorm ? nullptr : &ps.get(p + "ln1.b");
   b.qkv_w = &ps.get(p + "attn.qkv.w");
   b.qkv_b = &ps.get(p + "attn.qkv.b");
   b.proj_w = &ps.get(p + "attn.proj.w");
   b.proj_b = &ps.get(p + "attn.proj.b");
   b.ln2_w = &ps.get(p + "ln2.w");
-  b.ln2_b = &ps.get(p + "ln2.b");
+  b.ln2_b = cfg.rmsnorm ? nullptr : &ps.get(p + "ln2.b");
   if (cfg.moe.in_layer(layer)) {
     b.moe = MoEMLP::params_of(ps, cfg.moe, layer, expert_rank);
   } else {
@@ -108,13 +118,13 @@ void TransformerBlock::append_specs(const GPTConfig& cfg, int layer, std::vector
   auto column = [&](ParameterSpec s, int groups = 1) { return t > 1 ? shard_spec(s, 0, t, r, groups) : s; };
   auto row = [&](ParameterSpec s) { return t > 1 ? shard_spec(s, 1, t, r) : s; };
   out.push_back({p + "ln1.w", {C}, Init::ones, 0, false});
-  out.push_back({p + "ln1.b", {C}, Init::zeros, 0, false});
+  if (!cfg.rmsnorm) out.push_back({p + "ln1.b", {C}, Init::zeros, 0, false});
   out.push_back(column({p + "attn.qkv.w", {3 * C, C}, Init::normal, 0.02f, true}, 3));
   out.push_back(column({p + "attn.qkv.b", {3 * C}, Init::zeros, 0, false}, 3));
   out.push_back(row({p + "attn.proj.w", {C, C}, Init::normal, resid_std, true}));
   out.push_back({p + "attn.proj.b", {C}, Init::zeros, 0, false});
   out.push_back({p + "ln2.w", {C}, Init::ones, 0, false});
-  out.push_back({p + "ln2.b", {C}, Init::zeros, 0, false});
+  if (!cfg.rmsnorm) out.push_back({p + "ln2.b", {C}, Init::zeros, 0, false});
   if (cfg.moe.in_layer(layer)) {
     MoEMLP::append_specs(cfg.moe, C, cfg.n_layers, layer, expert_rank, out, t, r);
     return;
@@ -153,6 +163,7 @@ TransformerBlock::TransformerBlock(const GPTConfig& cfg, int layer, const BlockP
 
 std::vector<const Parameter*> TransformerBlock::first_written_grads() const {
   std::vector<const Parameter*> out{p_.ln1_w, p_.ln1_b, p_.qkv_w, p_.qkv_b, p_.proj_w, p_.proj_b, p_.ln2_w, p_.ln2_b};
+  std::erase(out, nullptr);  // RMSNorm's missing biases
   if (moe_) {
     for (const Parameter* q : moe_->parameters()) out.push_back(q);
   } else {
@@ -163,7 +174,9 @@ std::vector<const Parameter*> TransformerBlock::first_written_grads() const {
 
 std::vector<const Parameter*> TransformerBlock::tensor_partial_grads() const {
   if (!tp_.sharded_tokens()) return {};
-  return {p_.ln1_w, p_.ln1_b, p_.ln2_w, p_.ln2_b};
+  std::vector<const Parameter*> out{p_.ln1_w, p_.ln1_b, p_.ln2_w, p_.ln2_b};
+  std::erase(out, nullptr);  // RMSNorm's missing biases
+  return out;
 }
 
 namespace {
@@ -273,7 +286,8 @@ void TransformerBlock::attention_part(Runtime& rt, const StepContext& ctx, Block
 
 CommHandle TransformerBlock::attention_half(Runtime& rt, const StepContext& ctx, BlockSaved& s, const Tensor& branch,
                                             Arena& temp) const {
-  layernorm_forward(rt, s.ln1, s.ln1_mean, s.ln1_rstd, s.x, p_.ln1_w->value, p_.ln1_b->value);
+  layernorm_forward(rt, s.ln1, s.ln1_mean, s.ln1_rstd, s.x, p_.ln1_w->value, value_of(p_.ln1_b), 1e-5f,
+                      cfg_.rmsnorm);
   linear_forward(rt, qkv_, s.qkv, s.ln1, *p_.qkv_w, *p_.qkv_b, temp);
   // Rotary positions turn q and k in place: attention and its backward read the turned ones.
   if (cfg_.rope) rotary_embedding(rt, s.qkv, int(cfg_.n_heads / tp_.size), cfg_.rope_theta);
@@ -286,12 +300,14 @@ CommHandle TransformerBlock::attention_half(Runtime& rt, const StepContext& ctx,
 CommHandle TransformerBlock::mlp_half(Runtime& rt, const StepContext& ctx, BlockSaved& s, const Tensor& branch,
                                       const Tensor& y, Arena& keep, Arena& temp) const {
   if (residual_in_gemm(ctx)) {
-    layernorm_forward(rt, s.ln2, s.ln2_mean, s.ln2_rstd, s.r, p_.ln2_w->value, p_.ln2_b->value);
+    layernorm_forward(rt, s.ln2, s.ln2_mean, s.ln2_rstd, s.r, p_.ln2_w->value, value_of(p_.ln2_b), 1e-5f,
+                      cfg_.rmsnorm);
   } else {
     if (dropout_on(ctx))
       dropout_forward(rt, branch, branch, cfg_.dropout, dropout_key(ctx, 1, tokens_of(ctx, s.x)));
     // r = x + branch and ln2 = LN(r) in one pass over the rows.
-    add_layernorm_forward(rt, s.r, s.ln2, s.ln2_mean, s.ln2_rstd, s.x, branch, p_.ln2_w->value, p_.ln2_b->value);
+    add_layernorm_forward(rt, s.r, s.ln2, s.ln2_mean, s.ln2_rstd, s.x, branch, p_.ln2_w->value, value_of(p_.ln2_b),
+                          1e-5f, cfg_.rmsnorm);
   }
   if (moe_) {  // y = r + moe(ln2) (the residual added in the combine), or branch = moe(ln2)
     const bool in_gemm = residual_in_gemm(ctx) && y.defined();
@@ -405,8 +421,10 @@ void TransformerBlock::backward(Runtime& rt, const StepContext& ctx, const Tenso
     NvtxRange rr("recompute_elementwise");
     s.ln1 = work.take(dt, act);
     s.ln2 = work.take(dt, act);
-    layernorm_forward(rt, s.ln1, s.ln1_mean, s.ln1_rstd, s.x, p_.ln1_w->value, p_.ln1_b->value);
-    layernorm_forward(rt, s.ln2, s.ln2_mean, s.ln2_rstd, s.r, p_.ln2_w->value, p_.ln2_b->value);
+    layernorm_forward(rt, s.ln1, s.ln1_mean, s.ln1_rstd, s.x, p_.ln1_w->value, value_of(p_.ln1_b), 1e-5f,
+                      cfg_.rmsnorm);
+    layernorm_forward(rt, s.ln2, s.ln2_mean, s.ln2_rstd, s.r, p_.ln2_w->value, value_of(p_.ln2_b), 1e-5f,
+                      cfg_.rmsnorm);
     if (!moe_) {  // the experts keep their GELU outputs
       s.g = work.take(dt, {B, T, cfg_.mlp_width() / tp_.size});
       if (cfg_.swiglu) swiglu_forward(rt, s.g, s.h);
@@ -447,8 +465,9 @@ void TransformerBlock::backward(Runtime& rt, const StepContext& ctx, const Tenso
   ResidualColumnSums bias_sums;
   if (bias_sums_in_ln2)
     bias_sums = {p_.fc_proj_b->grad, p_.proj_b->grad, grad_accumulates(*p_.fc_proj_b), grad_accumulates(*p_.proj_b)};
-  layernorm_backward(rt, dres, p_.ln2_w->grad, p_.ln2_b->grad, dln, s.r, p_.ln2_w->value, s.ln2_mean, s.ln2_rstd,
-                     layernorm_grads_accumulate(*p_.ln2_w, *p_.ln2_b), bias_sums_in_ln2 ? &bias_sums : nullptr);
+  layernorm_backward(rt, dres, p_.ln2_w->grad, grad_of(p_.ln2_b), dln, s.r, p_.ln2_w->value, s.ln2_mean, s.ln2_rstd,
+                     layernorm_grads_accumulate(*p_.ln2_w, p_.ln2_b), bias_sums_in_ln2 ? &bias_sums : nullptr,
+                     cfg_.rmsnorm);
   // Attention branch: r = x + drop(proj(attn(ln1(x)))). dres now holds dL/dr.
   if (drop) dropout_backward(rt, dbranch, dres, cfg_.dropout, dropout_key(ctx, 1, n));
   Tensor datt = work.take(dt, {B, T, Cl});
@@ -466,8 +485,8 @@ void TransformerBlock::backward(Runtime& rt, const StepContext& ctx, const Tenso
     if (cfg_.rope) rotary_embedding(rt, dqkv, H, cfg_.rope_theta, 0, true);  // to the unturned q, k
     linear_backward(rt, qkv_, dln, dqkv, s.ln1, *p_.qkv_w, *p_.qkv_b, work);
   }
-  layernorm_backward(rt, dres, p_.ln1_w->grad, p_.ln1_b->grad, dln, s.x, p_.ln1_w->value, s.ln1_mean, s.ln1_rstd,
-                     layernorm_grads_accumulate(*p_.ln1_w, *p_.ln1_b));
+  layernorm_backward(rt, dres, p_.ln1_w->grad, grad_of(p_.ln1_b), dln, s.x, p_.ln1_w->value, s.ln1_mean, s.ln1_rstd,
+                     layernorm_grads_accumulate(*p_.ln1_w, p_.ln1_b), nullptr, cfg_.rmsnorm);
 }
 
 namespace {

@@ -1,4 +1,5 @@
-// CPU layer norm over the last dimension: forward (saving mean, rstd) and accumulating backward.
+// CPU layer norm over the last dimension: forward (saving mean, rstd) and accumulating backward;
+// with rms, RMSNorm (the mean taken as 0). A missing bias b adds nothing and gets no gradient.
 #include <algorithm>
 #include <cmath>
 
@@ -8,7 +9,7 @@
 namespace trellis::cpu {
 
 void layernorm_forward(Runtime&, const Tensor& out, const Tensor& mean, const Tensor& rstd, const Tensor& x,
-                       const Tensor& w, const Tensor& b, float eps) {
+                       const Tensor& w, const Tensor& b, float eps, bool rms) {
   const int64_t R = outer_dim(x), C = inner_dim(x);
   dispatch_float(x.dtype, "layernorm_forward", [&](auto tag) {
     using T = decltype(tag);
@@ -20,14 +21,15 @@ void layernorm_forward(Runtime&, const Tensor& out, const Tensor& mean, const Te
       const T* xr = px + r * C;
       double s = 0;
       for (int64_t c = 0; c < C; ++c) s += load(xr, c);
-      const double mu = s / double(C);
+      const double mu = rms ? 0.0 : s / double(C);
       double v = 0;
       for (int64_t c = 0; c < C; ++c) {
         const double d = load(xr, c) - mu;
         v += d * d;
       }
       const float m = float(mu), rs = float(1.0 / std::sqrt(v / double(C) + double(eps)));
-      for (int64_t c = 0; c < C; ++c) store(po, r * C + c, (load(xr, c) - m) * rs * load(pw, c) + load(pb, c));
+      for (int64_t c = 0; c < C; ++c)
+        store(po, r * C + c, (load(xr, c) - m) * rs * load(pw, c) + (pb ? load(pb, c) : 0.0f));
       pm[r] = m;
       ps[r] = rs;
     }
@@ -36,14 +38,15 @@ void layernorm_forward(Runtime&, const Tensor& out, const Tensor& mean, const Te
 
 // The separate ops in turn: bitwise what add then layernorm_forward write.
 void add_layernorm_forward(Runtime& rt, const Tensor& r, const Tensor& out, const Tensor& mean, const Tensor& rstd,
-                           const Tensor& x, const Tensor& branch, const Tensor& w, const Tensor& b, float eps) {
+                           const Tensor& x, const Tensor& branch, const Tensor& w, const Tensor& b, float eps,
+                           bool rms) {
   cpu::add(rt, r, x, branch);
-  cpu::layernorm_forward(rt, out, mean, rstd, r, w, b, eps);
+  cpu::layernorm_forward(rt, out, mean, rstd, r, w, b, eps, rms);
 }
 
 void layernorm_backward(Runtime& rt, const Tensor& dx, const Tensor& dw, const Tensor& db, const Tensor& dout,
                         const Tensor& x, const Tensor& w, const Tensor& mean, const Tensor& rstd,
-                        bool accumulate_params, const ResidualColumnSums* sums) {
+                        bool accumulate_params, const ResidualColumnSums* sums, bool rms) {
   const int64_t R = outer_dim(x), C = inner_dim(x);
   const Tensor dx2d = dx.view({R, C});
   if (sums) cpu::bias_backward(rt, sums->before, dx2d, sums->accumulate_before);
@@ -63,7 +66,7 @@ void layernorm_backward(Runtime& rt, const Tensor& dx, const Tensor& dw, const T
         sum_g += g;
         sum_gx += double(g) * ((load(xr, c) - m) * rs);
       }
-      const float mg = float(sum_g / double(C)), mgx = float(sum_gx / double(C));
+      const float mg = rms ? 0.0f : float(sum_g / double(C)), mgx = float(sum_gx / double(C));
       for (int64_t c = 0; c < C; ++c) {
         const float xhat = (load(xr, c) - m) * rs;
         const float g = load(dr, c) * load(pw, c);
@@ -87,7 +90,7 @@ void layernorm_backward(Runtime& rt, const Tensor& dx, const Tensor& dw, const T
       }
       for (int64_t c = c0; c < c1; ++c) {
         add_into(dw, c, aw[c - c0], accumulate_params);
-        add_into(db, c, ab[c - c0], accumulate_params);
+        if (db.defined()) add_into(db, c, ab[c - c0], accumulate_params);
       }
     }
   });

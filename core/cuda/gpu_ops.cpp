@@ -55,20 +55,21 @@ void bias_backward(Runtime& rt, const Tensor& db, const Tensor& dy, bool accumul
 }
 
 void layernorm_forward(Runtime& rt, const Tensor& out, const Tensor& mean, const Tensor& rstd, const Tensor& x,
-                       const Tensor& w, const Tensor& b, float eps) {
+                       const Tensor& w, const Tensor& b, float eps, bool rms) {
   launch_layernorm_forward(compute_stream(rt), out.data, mean.ptr<float>(), rstd.ptr<float>(), x.data, w.data, b.data,
-                           x.dtype, x.rows(), x.cols(), eps);
+                           x.dtype, x.rows(), x.cols(), eps, rms);
 }
 
 void add_layernorm_forward(Runtime& rt, const Tensor& r, const Tensor& out, const Tensor& mean, const Tensor& rstd,
-                           const Tensor& x, const Tensor& branch, const Tensor& w, const Tensor& b, float eps) {
+                           const Tensor& x, const Tensor& branch, const Tensor& w, const Tensor& b, float eps,
+                           bool rms) {
   launch_add_layernorm_forward(compute_stream(rt), r.data, out.data, mean.ptr<float>(), rstd.ptr<float>(), x.data,
-                               branch.data, w.data, b.data, x.dtype, x.rows(), x.cols(), eps);
+                               branch.data, w.data, b.data, x.dtype, x.rows(), x.cols(), eps, rms);
 }
 
 void layernorm_backward(Runtime& rt, const Tensor& dx, const Tensor& dw, const Tensor& db, const Tensor& dout,
                         const Tensor& x, const Tensor& w, const Tensor& mean, const Tensor& rstd,
-                        bool accumulate_params, const ResidualColumnSums* sums) {
+                        bool accumulate_params, const ResidualColumnSums* sums, bool rms) {
   int64_t rows = x.rows(), cols = x.cols();
   if (rows == 0 || cols == 0) return;
   const int64_t floats = layernorm_backward_scratch(rows, cols, sums != nullptr);
@@ -78,7 +79,7 @@ void layernorm_backward(Runtime& rt, const Tensor& dx, const Tensor& dw, const T
   CudaState& st = cuda_state(rt);
   launch_layernorm_backward(st.compute, dx.data, dw.data, db.data, dw.dtype, dout.data, x.data, w.data,
                             mean.ptr<float>(), rstd.ptr<float>(), x.dtype, rows, cols, scratch, accumulate_params,
-                            st.block_shared_memory, extra);
+                            st.block_shared_memory, extra, rms);
 }
 
 void gelu_forward(Runtime& rt, const Tensor& out, const Tensor& x) {

@@ -102,20 +102,21 @@ struct ColumnSumOutputs {
   void* after = nullptr;
   bool accumulate_before = true, accumulate_after = true;
 };
+// b null: no bias; rms: RMSNorm (mean written as 0, not subtracted).
 void launch_layernorm_forward(cudaStream_t s, void* out, float* mean, float* rstd, const void* x, const void* w,
-                              const void* b, DType t, int64_t rows, int64_t cols, float eps);
+                              const void* b, DType t, int64_t rows, int64_t cols, float eps, bool rms = false);
 // r = x + branch, out = layer norm of r (one pass where the row fits the vectorized kernel).
 void launch_add_layernorm_forward(cudaStream_t s, void* r, void* out, float* mean, float* rstd, const void* x,
                                   const void* branch, const void* w, const void* b, DType t, int64_t rows,
-                                  int64_t cols, float eps);
+                                  int64_t cols, float eps, bool rms = false);
 // dx += ..., dw += ..., db += ... (dw, db = ... without accumulate_params), and the dx column sums
 // `sums` asks for; the gradients dw, db and the sums are grad_t (f32, or t: train.grad_dtype);
 // scratch: layernorm_backward_scratch(rows, cols, sums asked) floats; block_shared_memory: what a
-// block of the device may opt in to (CudaState's).
+// block of the device may opt in to (CudaState's). db null: no bias; rms: the forward's RMSNorm.
 void launch_layernorm_backward(cudaStream_t s, void* dx, void* dw, void* db, DType grad_t, const void* dout,
                                const void* x, const void* w, const float* mean, const float* rstd, DType t,
                                int64_t rows, int64_t cols, float* scratch, bool accumulate_params,
-                               size_t block_shared_memory, const ColumnSumOutputs& sums = {});
+                               size_t block_shared_memory, const ColumnSumOutputs& sums = {}, bool rms = false);
 // db (grad_t) += column sums of dy (db = without accumulate); scratch: colsum_chunks(rows) * cols floats.
 // Batched: dy is `batch` blocks of `rows` rows, block i's sums into db + i x db_stride elements;
 // scratch: batch x batch_colsum_chunks(rows) x cols floats.

@@ -1,4 +1,4 @@
-// CUDA layer norm (forward, backward), bias gradient and the scalar reductions, all deterministic:
+// CUDA layer norm (forward, backward; with rms RMSNorm, with a null bias none), bias gradient and the scalar reductions, all deterministic:
 // column sums go through per-chunk partials summed in a fixed order, never through atomics. The
 // chunking (colsum_chunks, layernorm_chunks) depends on the shape only, so results are bitwise
 // repeatable on any GPU; which kernel runs (vectorized or not) also depends on the tensors'
@@ -54,14 +54,14 @@ int row_iters(int64_t cols) {
 // E[x^2] - E[x]^2), a third to write.
 template <typename T>
 __global__ void layernorm_forward_kernel(T* out, float* mean, float* rstd, const T* x, const T* w, const T* b,
-                                         int64_t rows, int64_t cols, float eps) {
+                                         int64_t rows, int64_t cols, float eps, bool rms) {
   int64_t row = int64_t(blockIdx.x) * kWarpsPerBlock + (threadIdx.x >> 5);
   int lane = threadIdx.x & 31;
   if (row >= rows) return;
   const T* xr = x + row * cols;
   float s = 0.0f;
   for (int64_t c = lane; c < cols; c += 32) s += to_f32(xr[c]);
-  float m = warp_sum(s) / float(cols);
+  float m = rms ? 0.0f : warp_sum(s) / float(cols);
   float v = 0.0f;
   for (int64_t c = lane; c < cols; c += 32) {
     float d = to_f32(xr[c]) - m;
@@ -70,7 +70,7 @@ __global__ void layernorm_forward_kernel(T* out, float* mean, float* rstd, const
   float r = 1.0f / sqrtf(warp_sum(v) / float(cols) + eps);
   T* orow = out + row * cols;
   for (int64_t c = lane; c < cols; c += 32)
-    orow[c] = from_f32<T>((to_f32(xr[c]) - m) * r * to_f32(w[c]) + to_f32(b[c]));
+    orow[c] = from_f32<T>((to_f32(xr[c]) - m) * r * to_f32(w[c]) + (b ? to_f32(b[c]) : 0.0f));
   if (lane == 0) {
     mean[row] = m;
     rstd[row] = r;
@@ -86,7 +86,7 @@ __global__ void layernorm_forward_kernel(T* out, float* mean, float* rstd, const
 template <typename T, int ITERS, bool ADD>
 __global__ void __launch_bounds__(kThreads)
     layernorm_forward_vec_kernel(T* out, float* mean, float* rstd, const T* x, const T* w, const T* b, int64_t rows,
-                                 int cols, float eps, const T* branch, T* r_out) {
+                                 int cols, float eps, bool rms, const T* branch, T* r_out) {
   constexpr int N = Pack<T>::N;
   int64_t row = int64_t(blockIdx.x) * kWarpsPerBlock + (threadIdx.x >> 5);
   int lane = threadIdx.x & 31;
@@ -124,7 +124,7 @@ __global__ void __launch_bounds__(kThreads)
       for (int j = 0; j < N; ++j) s += to_f32(xv[i].e[j]);
     }
   }
-  float m = warp_sum(s) / float(cols);
+  float m = rms ? 0.0f : warp_sum(s) / float(cols);
   float var = 0.0f;
 #pragma unroll
   for (int i = 0; i < ITERS; ++i) {
@@ -142,7 +142,8 @@ __global__ void __launch_bounds__(kThreads)
   for (int i = 0; i < ITERS; ++i) {
     int v = lane + 32 * i;
     if (v < nvec) {
-      Pack<T> wv = ld16(w + v * N), bv = ld16(b + v * N), o;
+      Pack<T> wv = ld16(w + v * N), bv{}, o;  // bv{}: zeros where there is no bias
+      if (b) bv = ld16(b + v * N);
 #pragma unroll
       for (int j = 0; j < N; ++j)
         o.e[j] = from_f32<T>((to_f32(xv[i].e[j]) - m) * r * to_f32(wv.e[j]) + to_f32(bv.e[j]));
@@ -161,7 +162,7 @@ __global__ void __launch_bounds__(kThreads)
 // dnorm = dout * w. One warp per row.
 template <typename T>
 __global__ void layernorm_backward_dx_kernel(T* dx, const T* dout, const T* x, const T* w, const float* mean,
-                                             const float* rstd, int64_t rows, int64_t cols) {
+                                             const float* rstd, int64_t rows, int64_t cols, bool rms) {
   int64_t row = int64_t(blockIdx.x) * kWarpsPerBlock + (threadIdx.x >> 5);
   int lane = threadIdx.x & 31;
   if (row >= rows) return;
@@ -175,7 +176,7 @@ __global__ void layernorm_backward_dx_kernel(T* dx, const T* dout, const T* x, c
     sd += dn;
     sdx += dn * xh;
   }
-  float mean_d = warp_sum(sd) / float(cols);
+  float mean_d = rms ? 0.0f : warp_sum(sd) / float(cols);
   float mean_dx = warp_sum(sdx) / float(cols);
   T* dxr = dx + row * cols;
   for (int64_t c = lane; c < cols; c += 32) {
@@ -247,7 +248,7 @@ template <typename T, int ITERS, int STAGES, bool SUMS>
 __global__ void __launch_bounds__(512, ITERS == 1 ? 2 : 1)  // ITERS 1: <= 64 registers, 4 blocks of 256 an SM
     layernorm_backward_fused_kernel(T* dx, float* p_dw, float* p_db, float* p_before, float* p_after,
                                     const T* dout, const T* x, const T* w, const float* mean, const float* rstd,
-                                    int64_t rows, int cols, int64_t rows_per_chunk) {
+                                    int64_t rows, int cols, int64_t rows_per_chunk, bool rms) {
   constexpr int N = Pack<T>::N;
   extern __shared__ int4 ring[];  // [STAGES][x, dout, dx][ITERS][blockDim.x], then [STAGES][blockDim.x] stats
   __shared__ float2 sums[2][16];  // per warp (sum dnorm, sum dnorm * xhat), by row parity
@@ -327,7 +328,7 @@ __global__ void __launch_bounds__(512, ITERS == 1 ? 2 : 1)  // ITERS 1: <= 64 re
       tot.x += sums[parity][q].x;
       tot.y += sums[parity][q].y;
     }
-    const float mean_d = tot.x * inv_cols, mean_dx = tot.y * inv_cols;
+    const float mean_d = rms ? 0.0f : tot.x * inv_cols, mean_dx = tot.y * inv_cols;
 #pragma unroll
     for (int i = 0; i < ITERS; ++i) {
       const int v = threadIdx.x + i * nt;
@@ -566,43 +567,44 @@ unsigned row_blocks(int64_t rows) { return unsigned((rows + kWarpsPerBlock - 1) 
 
 template <typename T, int ITERS>
 void layernorm_forward_vec(cudaStream_t s, T* out, float* mean, float* rstd, const T* x, const T* w, const T* b,
-                           int64_t rows, int64_t cols, float eps, const T* branch, T* r_out) {
+                           int64_t rows, int64_t cols, float eps, bool rms, const T* branch, T* r_out) {
   if (branch)
     layernorm_forward_vec_kernel<T, ITERS, true>
-        <<<row_blocks(rows), kThreads, 0, s>>>(out, mean, rstd, x, w, b, rows, int(cols), eps, branch, r_out);
+        <<<row_blocks(rows), kThreads, 0, s>>>(out, mean, rstd, x, w, b, rows, int(cols), eps, rms, branch, r_out);
   else
     layernorm_forward_vec_kernel<T, ITERS, false>
-        <<<row_blocks(rows), kThreads, 0, s>>>(out, mean, rstd, x, w, b, rows, int(cols), eps, nullptr, nullptr);
+        <<<row_blocks(rows), kThreads, 0, s>>>(out, mean, rstd, x, w, b, rows, int(cols), eps, rms, nullptr, nullptr);
 }
 
 // With branch: r_out = x + branch first (fused where the vectorized kernel applies, else the add
 // kernel, then the layer norm of r_out).
 template <typename T>
 void layernorm_forward_impl(cudaStream_t s, T* out, float* mean, float* rstd, const T* x, const T* w, const T* b,
-                            int64_t rows, int64_t cols, float eps, const T* branch = nullptr, T* r_out = nullptr) {
+                            int64_t rows, int64_t cols, float eps, bool rms, const T* branch = nullptr,
+                            T* r_out = nullptr) {
   constexpr int N = Pack<T>::N;
   int iters = row_iters<T>(cols);
   bool vec = cols % N == 0 && iters <= kMaxRowIters && aligned16(out) && aligned16(x) && aligned16(w) &&
-             aligned16(b) && (!branch || (aligned16(branch) && aligned16(r_out)));
+             aligned16(b) && (!branch || (aligned16(branch) && aligned16(r_out)));  // a null b is aligned
   if (!vec && branch) {  // the two ops in turn, the layer norm choosing its kernel by r_out as alone
     launch_add(s, r_out, x, branch, dtype_of<T>(), rows * cols);
-    layernorm_forward_impl<T>(s, out, mean, rstd, r_out, w, b, rows, cols, eps);
+    layernorm_forward_impl<T>(s, out, mean, rstd, r_out, w, b, rows, cols, eps, rms);
     return;
   }
   if (!vec) {
-    layernorm_forward_kernel<T><<<row_blocks(rows), kThreads, 0, s>>>(out, mean, rstd, x, w, b, rows, cols, eps);
+    layernorm_forward_kernel<T><<<row_blocks(rows), kThreads, 0, s>>>(out, mean, rstd, x, w, b, rows, cols, eps, rms);
     CUDA_CHECK_LAUNCH();
     return;
   }
   switch (iters) {
-    case 1: layernorm_forward_vec<T, 1>(s, out, mean, rstd, x, w, b, rows, cols, eps, branch, r_out); break;
-    case 2: layernorm_forward_vec<T, 2>(s, out, mean, rstd, x, w, b, rows, cols, eps, branch, r_out); break;
-    case 3: layernorm_forward_vec<T, 3>(s, out, mean, rstd, x, w, b, rows, cols, eps, branch, r_out); break;
-    case 4: layernorm_forward_vec<T, 4>(s, out, mean, rstd, x, w, b, rows, cols, eps, branch, r_out); break;
-    case 5: layernorm_forward_vec<T, 5>(s, out, mean, rstd, x, w, b, rows, cols, eps, branch, r_out); break;
-    case 6: layernorm_forward_vec<T, 6>(s, out, mean, rstd, x, w, b, rows, cols, eps, branch, r_out); break;
-    case 7: layernorm_forward_vec<T, 7>(s, out, mean, rstd, x, w, b, rows, cols, eps, branch, r_out); break;
-    default: layernorm_forward_vec<T, 8>(s, out, mean, rstd, x, w, b, rows, cols, eps, branch, r_out); break;
+    case 1: layernorm_forward_vec<T, 1>(s, out, mean, rstd, x, w, b, rows, cols, eps, rms, branch, r_out); break;
+    case 2: layernorm_forward_vec<T, 2>(s, out, mean, rstd, x, w, b, rows, cols, eps, rms, branch, r_out); break;
+    case 3: layernorm_forward_vec<T, 3>(s, out, mean, rstd, x, w, b, rows, cols, eps, rms, branch, r_out); break;
+    case 4: layernorm_forward_vec<T, 4>(s, out, mean, rstd, x, w, b, rows, cols, eps, rms, branch, r_out); break;
+    case 5: layernorm_forward_vec<T, 5>(s, out, mean, rstd, x, w, b, rows, cols, eps, rms, branch, r_out); break;
+    case 6: layernorm_forward_vec<T, 6>(s, out, mean, rstd, x, w, b, rows, cols, eps, rms, branch, r_out); break;
+    case 7: layernorm_forward_vec<T, 7>(s, out, mean, rstd, x, w, b, rows, cols, eps, rms, branch, r_out); break;
+    default: layernorm_forward_vec<T, 8>(s, out, mean, rstd, x, w, b, rows, cols, eps, rms, branch, r_out); break;
   }
   CUDA_CHECK_LAUNCH();
 }
@@ -620,7 +622,7 @@ inline int fused_threads(int64_t nvec, int64_t iters) { return int(((nvec + iter
 template <typename T, int ITERS>
 void layernorm_backward_fused(cudaStream_t s, T* dx, float* p_dw, float* p_db, float* p_before, float* p_after,
                               const T* dout, const T* x, const T* w, const float* mean, const float* rstd,
-                              int64_t rows, int64_t cols, int64_t chunks) {
+                              int64_t rows, int64_t cols, int64_t chunks, bool rms) {
   const int threads = fused_threads(cols / Pack<T>::N, ITERS);
   const int64_t rows_per_chunk = (rows + chunks - 1) / chunks;
   const size_t bytes = fused_ring_bytes(kFusedStages, ITERS, threads);
@@ -628,7 +630,7 @@ void layernorm_backward_fused(cudaStream_t s, T* dx, float* p_dw, float* p_db, f
                          : layernorm_backward_fused_kernel<T, ITERS, kFusedStages, false>;
   if (bytes > 48 * 1024) CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
   kernel<<<unsigned(chunks), threads, bytes, s>>>(dx, p_dw, p_db, p_before, p_after, dout, x, w, mean, rstd, rows,
-                                                  int(cols), rows_per_chunk);
+                                                  int(cols), rows_per_chunk, rms);
 }
 
 // Batched: the blocks' rows one after another, cut in chunks that never span two blocks (so block
@@ -655,7 +657,8 @@ void bias_backward_impl(cudaStream_t s, void* db, DType grad_t, const T* dy, int
 template <typename T>
 void layernorm_backward_impl(cudaStream_t s, T* dx, void* dw, void* db, DType grad_t, const T* dout, const T* x,
                              const T* w, const float* mean, const float* rstd, int64_t rows, int64_t cols,
-                             float* scratch, bool accumulate, size_t block_shared_memory, const ColumnSumOutputs& sums) {
+                             float* scratch, bool accumulate, size_t block_shared_memory, const ColumnSumOutputs& sums,
+                             bool rms) {
   constexpr int N = Pack<T>::N;
   const bool with_sums = sums.before != nullptr;
   const int64_t nvec = cols / N, iters = nvec > kFusedRowThreads ? 2 : 1;
@@ -675,12 +678,12 @@ void layernorm_backward_impl(cudaStream_t s, T* dx, void* dw, void* db, DType gr
     float* p_before = with_sums ? scratch + 2 * chunks * cols : nullptr;
     float* p_after = with_sums ? scratch + 3 * chunks * cols : nullptr;
     auto fused_launch = iters == 1 ? &layernorm_backward_fused<T, 1> : &layernorm_backward_fused<T, 2>;
-    fused_launch(s, dx, p_dw, p_db, p_before, p_after, dout, x, w, mean, rstd, rows, cols, chunks);
+    fused_launch(s, dx, p_dw, p_db, p_before, p_after, dout, x, w, mean, rstd, rows, cols, chunks, rms);
     CUDA_CHECK_LAUNCH();
     FinalizeJobs jobs;
     jobs.out_t = grad_t;
     jobs.add(dw, p_dw, accumulate);
-    jobs.add(db, p_db, accumulate);
+    if (db) jobs.add(db, p_db, accumulate);  // no bias: its partials are not summed
     if (with_sums) {
       jobs.add(sums.before, p_before, sums.accumulate_before);
       jobs.add(sums.after, p_after, sums.accumulate_after);
@@ -695,13 +698,13 @@ void layernorm_backward_impl(cudaStream_t s, T* dx, void* dw, void* db, DType gr
   const int64_t rows_per_chunk = (rows + chunks - 1) / chunks;
   float* p_db = scratch;
   float* p_dw = scratch + chunks * cols;
-  layernorm_backward_dx_kernel<T><<<row_blocks(rows), kThreads, 0, s>>>(dx, dout, x, w, mean, rstd, rows, cols);
+  layernorm_backward_dx_kernel<T><<<row_blocks(rows), kThreads, 0, s>>>(dx, dout, x, w, mean, rstd, rows, cols, rms);
   CUDA_CHECK_LAUNCH();
   launch_column_partials<T>(s, p_db, p_dw, dout, x, mean, rstd, rows, cols, chunks, rows_per_chunk);
   FinalizeJobs jobs;
   jobs.out_t = grad_t;
   jobs.add(dw, p_dw, accumulate);
-  jobs.add(db, p_db, accumulate);
+  if (db) jobs.add(db, p_db, accumulate);
   finalize_columns(s, jobs, chunks, cols);
   if (with_sums) bias_backward_impl<T>(s, sums.after, grad_t, dx, rows, cols, scratch, sums.accumulate_after);
 }
@@ -709,32 +712,32 @@ void layernorm_backward_impl(cudaStream_t s, T* dx, void* dw, void* db, DType gr
 }  // namespace
 
 void launch_layernorm_forward(cudaStream_t s, void* out, float* mean, float* rstd, const void* x, const void* w,
-                              const void* b, DType t, int64_t rows, int64_t cols, float eps) {
+                              const void* b, DType t, int64_t rows, int64_t cols, float eps, bool rms) {
   if (rows == 0) return;
   TRELLIS_FLOAT_SWITCH(t, T,
     layernorm_forward_impl<T>(s, static_cast<T*>(out), mean, rstd, static_cast<const T*>(x),
-                              static_cast<const T*>(w), static_cast<const T*>(b), rows, cols, eps));
+                              static_cast<const T*>(w), static_cast<const T*>(b), rows, cols, eps, rms));
 }
 
 void launch_add_layernorm_forward(cudaStream_t s, void* r, void* out, float* mean, float* rstd, const void* x,
                                   const void* branch, const void* w, const void* b, DType t, int64_t rows,
-                                  int64_t cols, float eps) {
+                                  int64_t cols, float eps, bool rms) {
   if (rows == 0) return;
   TRELLIS_FLOAT_SWITCH(t, T,
     layernorm_forward_impl<T>(s, static_cast<T*>(out), mean, rstd, static_cast<const T*>(x),
-                              static_cast<const T*>(w), static_cast<const T*>(b), rows, cols, eps,
+                              static_cast<const T*>(w), static_cast<const T*>(b), rows, cols, eps, rms,
                               static_cast<const T*>(branch), static_cast<T*>(r)));
 }
 
 void launch_layernorm_backward(cudaStream_t s, void* dx, void* dw, void* db, DType grad_t, const void* dout,
                                const void* x, const void* w, const float* mean, const float* rstd, DType t,
                                int64_t rows, int64_t cols, float* scratch, bool accumulate_params,
-                               size_t block_shared_memory, const ColumnSumOutputs& sums) {
+                               size_t block_shared_memory, const ColumnSumOutputs& sums, bool rms) {
   if (rows == 0 || cols == 0) return;
   TRELLIS_FLOAT_SWITCH(t, T,
     layernorm_backward_impl<T>(s, static_cast<T*>(dx), dw, db, grad_t, static_cast<const T*>(dout),
                                static_cast<const T*>(x), static_cast<const T*>(w), mean, rstd, rows, cols,
-                               scratch, accumulate_params, block_shared_memory, sums));
+                               scratch, accumulate_params, block_shared_memory, sums, rms));
 }
 
 void launch_bias_backward(cudaStream_t s, void* db, DType grad_t, const void* dy, DType t, int64_t rows, int64_t cols,

@@ -555,6 +555,61 @@ TEST_P(Parity, LayerNormAndDeterminism) {
   }
 }
 
+// RMSNorm (rms = true, no bias) through every kernel path of LayerNormAndDeterminism's shapes:
+// forward (vectorized and not), the fused add, the fused backward with and without the residual
+// column sums, the two-pass fallback (C = 98); against the CPU, and bitwise repeatable.
+TEST_P(Parity, RmsNorm) {
+  struct Case { int64_t B, T, C; };
+  uint32_t seed = 90;
+  for (const Case& c : {Case{2, 33, 96}, Case{3, 37, 1000}, Case{1, 70, 4104}, Case{2, 33, 98}, Case{4, 300, 64}}) {
+    const int64_t B = c.B, T = c.T, C = c.C, R = B * T;
+    const std::string tag = " B=" + std::to_string(B) + " T=" + std::to_string(T) + " C=" + std::to_string(C);
+    HostTensor x = random_host(dt(), {B, T, C}, seed++, -1.0f, 3.0f), w = random_host(dt(), {C}, seed++, 0.5f, 1.5f);
+    HostTensor br = random_host(dt(), {B, T, C}, seed++);
+    DeviceTensor gx = to_device(x), gw = to_device(w), gbr = to_device(br);
+    HostTensor y(dt(), {B, T, C}), mean(DType::f32, {R}), rstd(DType::f32, {R}), r(dt(), {B, T, C});
+    DeviceTensor gy = device_empty(dt(), {B, T, C}), gmean = device_empty(DType::f32, {R}),
+                 grstd = device_empty(DType::f32, {R}), gr = device_empty(dt(), {B, T, C}),
+                 gy2 = device_empty(dt(), {B, T, C}), gm2 = device_empty(DType::f32, {R}),
+                 gs2 = device_empty(DType::f32, {R}), gr2 = device_empty(dt(), {B, T, C});
+    layernorm_forward(cpu(), y.t, mean.t, rstd.t, x.t, w.t, Tensor(), 1e-5f, true);
+    layernorm_forward(gpu(), gy.t, gmean.t, grstd.t, gx.t, gw.t, Tensor(), 1e-5f, true);
+    expect_close(to_host(gy), y, tolerance(dt()), "rmsnorm forward out" + tag);
+    expect_close(to_host(gmean), mean, tolerance(DType::f32), "rmsnorm forward mean (0)" + tag);
+    expect_close(to_host(grstd), rstd, tolerance(DType::f32), "rmsnorm forward rstd" + tag);
+    add(gpu(), gr.t, gx.t, gbr.t);
+    layernorm_forward(gpu(), gy2.t, gm2.t, gs2.t, gr.t, gw.t, Tensor(), 1e-5f, true);
+    add_layernorm_forward(gpu(), gr2.t, gy.t, gmean.t, grstd.t, gx.t, gbr.t, gw.t, Tensor(), 1e-5f, true);
+    expect_bitwise(to_host(gy), to_host(gy2), "add + rmsnorm fused vs separate" + tag);
+    expect_bitwise(to_host(grstd), to_host(gs2), "add + rmsnorm rstd" + tag);
+    layernorm_forward(gpu(), gy.t, gmean.t, grstd.t, gx.t, gw.t, Tensor(), 1e-5f, true);  // back to RMS(x)
+
+    HostTensor dy = random_host(dt(), {B, T, C}, seed++), dx0 = random_host(dt(), {B, T, C}, seed++);
+    HostTensor dw0 = random_host(DType::f32, {C}, seed++), dx = dx0, dw = dw0;
+    layernorm_backward(cpu(), dx.t, dw.t, Tensor(), dy.t, x.t, w.t, mean.t, rstd.t, true, nullptr, true);
+    DeviceTensor gdy = to_device(dy);
+    HostTensor runs[2][4] = {{HostTensor(dt(), {1}), HostTensor(dt(), {1}), HostTensor(dt(), {1}), HostTensor(dt(), {1})},
+                             {HostTensor(dt(), {1}), HostTensor(dt(), {1}), HostTensor(dt(), {1}), HostTensor(dt(), {1})}};
+    for (auto& run : runs) {
+      DeviceTensor gdx = to_device(dx0), gdw = to_device(dw0), gdx2 = to_device(dx0), gdw2 = to_device(dw0);
+      DeviceTensor gbefore = device_empty(DType::f32, {C}), gafter = device_empty(DType::f32, {C});
+      layernorm_backward(gpu(), gdx.t, gdw.t, Tensor(), gdy.t, gx.t, gw.t, gmean.t, grstd.t, true, nullptr, true);
+      const ResidualColumnSums cs{gbefore.t, gafter.t, false, false};
+      layernorm_backward(gpu(), gdx2.t, gdw2.t, Tensor(), gdy.t, gx.t, gw.t, gmean.t, grstd.t, true, &cs, true);
+      run[0] = to_host(gdx);
+      run[1] = to_host(gdw);
+      run[2] = to_host(gdx2);
+      run[3] = to_host(gdw2);
+    }
+    const Tolerance sums = tolerance(dt() == DType::f32 ? DType::f32 : DType::f16, 2.0f);
+    expect_close(runs[0][0], dx, tolerance(dt(), 2.0f), "rmsnorm backward dx" + tag);
+    expect_close(runs[0][1], dw, sums, "rmsnorm backward dw" + tag);
+    expect_close(runs[0][2], runs[0][0], tolerance(dt()), "rmsnorm backward dx with column sums" + tag);
+    expect_bitwise(runs[0][3], runs[0][1], "rmsnorm backward dw with column sums" + tag);
+    for (int i = 0; i < 4; ++i) expect_bitwise(runs[0][i], runs[1][i], "rmsnorm backward determinism" + tag);
+  }
+}
+
 void attention_case(Runtime& cpu, Runtime& gpu, DType dt, int64_t B, int64_t T, int64_t H, int64_t hd,
                     float dropout = 0.0f, bool deterministic = true);
 

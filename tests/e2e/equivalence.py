@@ -55,3 +55,27 @@ def compare(loss, ref_loss, w, ref_w):
     dw = max(abs(a - b) for a, b in zip(w, ref_w))
     l2 = (sum((a - b) ** 2 for a, b in zip(w, ref_w)) / sum(b * b for b in ref_w)) ** 0.5
     return dl, dw, l2
+
+
+def layout_line(loss, ref, steps):
+    """(ok, text) for a run (loss, weights, norms) against the one-rank reference within tolerance."""
+    (loss, w, norms), (ref_loss, ref_w, ref_norms) = loss, ref
+    dl, dw, l2 = compare(loss, ref_loss, w, ref_w)
+    dn = max(abs(a - b) / abs(b) for a, b in zip(norms, ref_norms))
+    ok = len(loss) == steps and dl <= LOSS_TOL and dn <= NORM_TOL and dw <= WEIGHT_MAX_TOL and l2 <= WEIGHT_L2_TOL
+    return ok, f"loss rel diff {dl:.2e}, grad norm {dn:.2e}, weights max {dw:.2e}, rel L2 {l2:.2e}"
+
+
+def check_resumes(run, check, tmp, ref_loss, ref_w, steps):
+    """Stop after step 3 and resume: bitwise on one rank; from tensor 2 onto one rank, as the
+    uninterrupted run. run(ranks, tag, *sets) runs the test's model; the one-rank checkpoint stays in
+    tmp/ckpt1 for the test's refusals."""
+    for ranks, what, sets in [(1, "one rank", []), (2, "tensor 2 -> one rank", ["parallel.tensor=2"])]:
+        ckpt = os.path.join(tmp, f"ckpt{ranks}")
+        run(ranks, f"stop{ranks}", "checkpoint.dir=" + ckpt, "train.stop_after=3", *sets)
+        _, loss, _, w, _, _, _ = run(1, f"resume{ranks}", "checkpoint.dir=" + ckpt)
+        dl, dw, l2 = compare(loss, ref_loss[3:], w, ref_w)
+        exact = ranks == 1 and loss == ref_loss[3:] and list(w) == list(ref_w)
+        check(exact if ranks == 1 else (dl <= LOSS_TOL and dw <= WEIGHT_MAX_TOL and l2 <= WEIGHT_L2_TOL),
+              f"resume, {what}: steps 4-{steps} loss rel diff {dl:.2e}, weights max {dw:.2e}" +
+              (" (bitwise)" if exact else ""))

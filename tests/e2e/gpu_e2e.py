@@ -13,7 +13,7 @@ with the reason). The tiny config, dropout on, deterministic mode:
   the CPU; in bf16 with cuDNN attention its graphed steps match launched ones;
 - one GPU with SwiGLU MLPs (model.mlp = swiglu) in fp32 trains the same model as the CPU; in bf16
   with cuDNN attention its graphed steps match launched ones; so with an MLP width of 90
-  (model.ffn_hidden_size), SwiGLU and GELU;
+  (model.ffn_hidden_size), GELU and in Llama's block (RMSNorm, rotary positions, SwiGLU);
 - one GPU with the optimizer offloaded (zero.offload = cpu: AdamW on the host) trains the same model
   as without, in fp32, bf16 and fp16 (the host's AdamW rounds like the device's up to fused
   multiply-adds), also with the state in files (zero.offload = nvme, fp32), and so do two GPUs at
@@ -218,15 +218,18 @@ def main():
         plain = train(binary, mpiexec, config, tmp, "swiglu_plain", 1, *fast, *swiglu, "train.cuda_graphs=false")
         check_same_model("SwiGLU, bf16, cuDNN attention: CUDA graphs against without", graphed, plain, half)
         # An MLP width F = 90 (model.ffn_hidden_size): rows no multiple of the kernels' vectors, leading
-        # dimensions no multiple of 16 bytes in bf16.
-        for mlp in ("swiglu", "gelu"):
-            odd = ["model.ffn_hidden_size=90", "model.mlp=" + mlp]
-            odd_cpu = train(binary, mpiexec, config, tmp, f"odd_{mlp}_cpu", 1, "train.device=cpu", f32, *odd)
-            odd_one = train(binary, mpiexec, config, tmp, f"odd_{mlp}_gpu1", 1, "train.device=cuda", f32, *odd)
-            check_same_model(f"{mlp}, MLP width 90: one GPU against the CPU, fp32", odd_one, odd_cpu)
-            graphed, out = train_with_log(binary, config, tmp, f"odd_{mlp}_graphs", *fast, *odd)
-            plain = train(binary, mpiexec, config, tmp, f"odd_{mlp}_plain", 1, *fast, *odd, "train.cuda_graphs=false")
-            check_same_model(f"{mlp}, MLP width 90, bf16: CUDA graphs against without", graphed, plain, half)
+        # dimensions no multiple of 16 bytes in bf16. GELU, and Llama's block (RMSNorm, rotary
+        # positions, SwiGLU).
+        for name, sets in (("GELU", ["model.mlp=gelu"]),
+                           ("RMSNorm, rope, SwiGLU", ["model.mlp=swiglu", "model.norm=rmsnorm",
+                                                      "model.position_embedding=rope", "model.rope_theta=500"])):
+            tag, odd = name.split(",")[0].lower(), ["model.ffn_hidden_size=90", *sets]
+            odd_cpu = train(binary, mpiexec, config, tmp, f"odd_{tag}_cpu", 1, "train.device=cpu", f32, *odd)
+            odd_one = train(binary, mpiexec, config, tmp, f"odd_{tag}_gpu1", 1, "train.device=cuda", f32, *odd)
+            check_same_model(f"{name}, MLP width 90: one GPU against the CPU, fp32", odd_one, odd_cpu)
+            graphed, out = train_with_log(binary, config, tmp, f"odd_{tag}_graphs", *fast, *odd)
+            plain = train(binary, mpiexec, config, tmp, f"odd_{tag}_plain", 1, *fast, *odd, "train.cuda_graphs=false")
+            check_same_model(f"{name}, MLP width 90, bf16: CUDA graphs against without", graphed, plain, half)
         if gpus < 2:
             print("one GPU: the two-GPU layouts are not checked")
             return

@@ -16,7 +16,6 @@ import sys
 import tempfile
 
 import equivalence
-from equivalence import LOSS_TOL, NORM_TOL, WEIGHT_L2_TOL, WEIGHT_MAX_TOL
 
 STEPS = 6
 BASE = ["train.device=cpu", f"train.steps={STEPS}", "train.micro_batch=2", "train.global_batch=8",
@@ -68,21 +67,10 @@ def main():
             loss0, w0, norms0 = (moe_loss, moe_w, moe_norms) if experts else (ref_loss, ref_w, ref_norms)
             tag = "l" + str(layouts.index((ranks, what, sets)))
             _, loss, _, w, _, norms, _ = run(binary, mpiexec, config, tmp, ranks, tag, *sets)
-            dl, dw, l2 = equivalence.compare(loss, loss0, w, w0)
-            dn = max(abs(a - b) / abs(b) for a, b in zip(norms, norms0))
-            check(len(loss) == STEPS and dl <= LOSS_TOL and dn <= NORM_TOL and dw <= WEIGHT_MAX_TOL and l2 <= WEIGHT_L2_TOL,
-                  f"{what}: loss rel diff {dl:.2e}, grad norm {dn:.2e}, weights max {dw:.2e}, rel L2 {l2:.2e}")
+            ok, text = equivalence.layout_line((loss, w, norms), (loss0, w0, norms0), STEPS)
+            check(ok, f"{what}: {text}")
 
-        # Stop after step 3 and resume: bitwise on one rank; from tensor 2 onto one rank, as uninterrupted.
-        for ranks, what, sets in [(1, "one rank", []), (2, "tensor 2 -> one rank", ["parallel.tensor=2"])]:
-            ckpt = os.path.join(tmp, f"ckpt{ranks}")
-            run(binary, mpiexec, config, tmp, ranks, f"stop{ranks}", "checkpoint.dir=" + ckpt, "train.stop_after=3", *sets)
-            _, loss, _, w, _, _, _ = run(binary, mpiexec, config, tmp, 1, f"resume{ranks}", "checkpoint.dir=" + ckpt)
-            dl, dw, l2 = equivalence.compare(loss, ref_loss[3:], w, ref_w)
-            exact = ranks == 1 and loss == ref_loss[3:] and list(w) == list(ref_w)
-            check(exact if ranks == 1 else (dl <= LOSS_TOL and dw <= WEIGHT_MAX_TOL and l2 <= WEIGHT_L2_TOL),
-                  f"resume, {what}: steps 4-{STEPS} loss rel diff {dl:.2e}, weights max {dw:.2e}" +
-                  (" (bitwise)" if exact else ""))
+        equivalence.check_resumes(lambda *a: run(binary, mpiexec, config, tmp, *a), check, tmp, ref_loss, ref_w, STEPS)
 
         ckpt = os.path.join(tmp, "ckpt1")
         ok, line = one_line_error(binary, mpiexec, config, 1, ["checkpoint.dir=" + ckpt, "model.rope_theta=10000",

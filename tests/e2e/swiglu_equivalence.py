@@ -20,7 +20,6 @@ import sys
 import tempfile
 
 import equivalence
-from equivalence import LOSS_TOL, NORM_TOL, WEIGHT_L2_TOL, WEIGHT_MAX_TOL
 
 STEPS = 6
 BASE = ["train.device=cpu", f"train.steps={STEPS}", "train.micro_batch=2", "train.global_batch=8",
@@ -67,21 +66,9 @@ def main():
         ]
         for i, (ranks, what, sets) in enumerate(layouts):
             _, loss, _, w, _, norms, _ = run(binary, mpiexec, config, tmp, ranks, f"l{i}", *sets)
-            dl, dw, l2 = equivalence.compare(loss, ref_loss, w, ref_w)
-            dn = max(abs(a - b) / abs(b) for a, b in zip(norms, ref_norms))
-            check(len(loss) == STEPS and dl <= LOSS_TOL and dn <= NORM_TOL and dw <= WEIGHT_MAX_TOL and l2 <= WEIGHT_L2_TOL,
-                  f"{what}: loss rel diff {dl:.2e}, grad norm {dn:.2e}, weights max {dw:.2e}, rel L2 {l2:.2e}")
-
-        # Stop after step 3 and resume: bitwise on one rank; from tensor 2 onto one rank, as uninterrupted.
-        for ranks, what, sets in [(1, "one rank", []), (2, "tensor 2 -> one rank", ["parallel.tensor=2"])]:
-            ckpt = os.path.join(tmp, f"ckpt{ranks}")
-            run(binary, mpiexec, config, tmp, ranks, f"stop{ranks}", "checkpoint.dir=" + ckpt, "train.stop_after=3", *sets)
-            _, loss, _, w, _, _, _ = run(binary, mpiexec, config, tmp, 1, f"resume{ranks}", "checkpoint.dir=" + ckpt)
-            dl, dw, l2 = equivalence.compare(loss, ref_loss[3:], w, ref_w)
-            exact = ranks == 1 and loss == ref_loss[3:] and list(w) == list(ref_w)
-            check(exact if ranks == 1 else (dl <= LOSS_TOL and dw <= WEIGHT_MAX_TOL and l2 <= WEIGHT_L2_TOL),
-                  f"resume, {what}: steps 4-{STEPS} loss rel diff {dl:.2e}, weights max {dw:.2e}" +
-                  (" (bitwise)" if exact else ""))
+            ok, text = equivalence.layout_line((loss, w, norms), (ref_loss, ref_w, ref_norms), STEPS)
+            check(ok, f"{what}: {text}")
+        equivalence.check_resumes(lambda *a: run(binary, mpiexec, config, tmp, *a), check, tmp, ref_loss, ref_w, STEPS)
 
         # model.ffn_hidden_size: a width F = 88 that is no multiple of d_model = 64, SwiGLU and GELU,
         # split by tensor 2 and 4 (22 columns of gate and of up a rank) and across stages, against one
@@ -106,11 +93,8 @@ def main():
             for i, (ranks, what, sets) in enumerate(wide_layouts):
                 _, loss, _, w, _, norms, _ = run(binary, mpiexec, config, tmp, ranks, f"w{mlp}{i}", *wide,
                                                  "model.mlp=" + mlp, *sets)
-                dl, dw, l2 = equivalence.compare(loss, wref_loss, w, wref_w)
-                dn = max(abs(a - b) / abs(b) for a, b in zip(norms, wref_norms))
-                check(len(loss) == STEPS and dl <= LOSS_TOL and dn <= NORM_TOL and dw <= WEIGHT_MAX_TOL and
-                      l2 <= WEIGHT_L2_TOL, f"{mlp}, width 88, {what}: loss rel diff {dl:.2e}, grad norm {dn:.2e}, "
-                      f"weights max {dw:.2e}, rel L2 {l2:.2e}")
+                ok, text = equivalence.layout_line((loss, w, norms), (wref_loss, wref_w, wref_norms), STEPS)
+                check(ok, f"{mlp}, width 88, {what}: {text}")
         refused(4, BASE + ["model.ffn_hidden_size=90", "parallel.tensor=4"],
                 "its hidden width model.ffn_hidden_size = 90 must be divisible by parallel.tensor = 4",
                 "a width tensor 4 cannot split")

@@ -106,7 +106,7 @@ std::vector<float> reference_logits(Runtime& rt, const GPTConfig& cfg, const Par
   }
   std::vector<float> ln(x.size()), mean(size_t(B * T)), rstd(size_t(B * T)), last(size_t(B * C)), logits(size_t(B * Vp));
   layernorm_forward(rt, host(ln, {B * T, C}), host(mean, {B * T}), host(rstd, {B * T}), host(x, {B * T, C}),
-                    ps.get("lnf.w").value, ps.get("lnf.b").value);
+                    ps.get("lnf.w").value, cfg.rmsnorm ? Tensor() : ps.get("lnf.b").value, 1e-5f, cfg.rmsnorm);
   for (int64_t b = 0; b < B; ++b)
     std::copy_n(ln.begin() + (b * T + T - 1) * C, C, last.begin() + b * C);
   MatmulOptions o;
@@ -172,6 +172,14 @@ TEST(GPTInference, CachedLogitsWithSwigluMatchTheTrainingForward) {
   cfg.swiglu = true;
   check_cached_logits(cfg);
   cfg.ffn_hidden = 40;  // a width that is not 4C
+  check_cached_logits(cfg);
+}
+
+TEST(GPTInference, CachedLogitsWithRmsnormMatchTheTrainingForward) {
+  GPTConfig cfg = tiny_config();
+  cfg.rmsnorm = true;
+  check_cached_logits(cfg);
+  cfg.rope = cfg.swiglu = true;  // Llama's block
   check_cached_logits(cfg);
 }
 

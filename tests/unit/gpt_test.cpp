@@ -91,7 +91,8 @@ void check_gradients_against_finite_differences(const GPTConfig& c) {
       ++checked;
     }
   }
-  EXPECT_GT(checked, 70);
+  EXPECT_EQ(checked, 3 * int(model.params().size()));  // three elements of every tensor
+  EXPECT_GT(checked, 60);
 }
 
 TEST(GPT, GradientsMatchFiniteDifferences) { check_gradients_against_finite_differences(tiny_config()); }
@@ -131,6 +132,31 @@ TEST(GPT, MlpWidthGradientsMatchFiniteDifferences) {
     c.ffn_hidden = 40;
     check_gradients_against_finite_differences(c);
   }
+}
+
+// RMSNorm (model.norm = rmsnorm): a weight only in ln1, ln2 and lnf; with the rest of Llama's block
+// (SwiGLU of width 40, rotary positions) too.
+TEST(GPT, RmsnormGradientsMatchFiniteDifferences) {
+  for (bool llama : {false, true}) {
+    SCOPED_TRACE(llama ? "with SwiGLU and rotary positions" : "GPT-2 otherwise");
+    GPTConfig c = tiny_config();
+    c.rmsnorm = true;
+    c.swiglu = c.rope = llama;
+    c.ffn_hidden = llama ? 40 : 0;
+    check_gradients_against_finite_differences(c);
+  }
+}
+
+TEST(GPT, RmsnormParameterCount) {
+  GPTConfig c;
+  c.rmsnorm = true;
+  EXPECT_EQ(c.parameter_count(), 124439808 - (2 * 12 + 1) * 768);  // no bias in 25 norms
+  int64_t n = 0;
+  for (const ParameterSpec& s : GPT::parameter_specs(c)) {
+    EXPECT_FALSE(s.name.ends_with("ln1.b") || s.name.ends_with("ln2.b") || s.name == "lnf.b") << s.name;
+    n += s.shape.numel();
+  }
+  EXPECT_EQ(n, c.parameter_count() + (c.padded_vocab() - c.vocab_size) * c.d_model);
 }
 
 // A width F makes fc (F, C) (SwiGLU (2F, C)) and proj (C, F). GPT-2 small at F = 4C is unchanged; with
@@ -196,7 +222,7 @@ TEST(GPT, CheckpointingGivesBitwiseEqualGradients) {
   const int64_t B = 2;
   for (int variant : {0, 1, 2, 3}) {  // rotary: the recomputed forward turns q and k again; SwiGLU's g
   const bool rope = variant == 1, swiglu = variant >= 2, wide = variant == 3;
-  SCOPED_TRACE(rope ? "rotary positions" : wide ? "SwiGLU of width 40" : swiglu ? "SwiGLU" : "learned positions, GELU");
+  SCOPED_TRACE(rope ? "rotary positions" : wide ? "SwiGLU of width 40, RMSNorm" : swiglu ? "SwiGLU" : "learned positions, GELU");
   std::vector<Result> results;
   for (Checkpointing mode :
        {Checkpointing::none, Checkpointing::full, Checkpointing::selective, Checkpointing::elementwise}) {
@@ -204,6 +230,7 @@ TEST(GPT, CheckpointingGivesBitwiseEqualGradients) {
     c.rope = rope;
     c.swiglu = swiglu;
     c.ffn_hidden = wide ? 40 : 0;
+    c.rmsnorm = wide;  // the recomputed norms
     c.dropout = 0.1f;
     c.attention_dropout = 0.1f;  // recomputed attention must redraw the same mask
     c.checkpointing = mode;

@@ -384,6 +384,84 @@ TEST(OpsCpu, LayernormBackwardFiniteDifferences) {
   check_fd(b, db.values(), loss, "db");
 }
 
+// RMSNorm (rms = true, no bias): out = x / sqrt(mean(x^2) + eps) * w, mean written as 0; backward
+// dx = rstd * (dnorm - xhat * mean(dnorm * xhat)), dw = sums of dout * xhat. Against the formula in
+// double, every dtype, with the residual column sums; and LayerNorm without a bias (b empty).
+TEST(OpsCpu, RmsnormMatchesReference) {
+  std::mt19937 g(16);
+  const int64_t R = 5, C = 40;
+  for (DType dt : kFloatTypes) {
+    SCOPED_TRACE(std::string(dtype_name(dt)));
+    HostTensor x(dt, {R, C}), w(dt, {C}), out(dt, {R, C}), dout(dt, {R, C}), dx(dt, {R, C});
+    HostTensor mean(DType::f32, {R}), rstd(DType::f32, {R}), dw(DType::f32, {C});
+    x.randomize(g, 1.0, 3.0);  // an offset mean: RMSNorm must not remove it
+    w.randomize(g, 0.5, 1.5);
+    dout.randomize(g);
+    dx.randomize(g);
+    dw.randomize(g);
+    std::vector<double> want_out(R * C, 0.0), want_dx(R * C, 0.0), want_dw(C, 0.0), want_rstd(R, 0.0);
+    for (int64_t c = 0; c < C; ++c) want_dw[size_t(c)] = dw.get(c);
+    for (int64_t r = 0; r < R; ++r) {
+      double ss = 0, sgx = 0;
+      for (int64_t c = 0; c < C; ++c) ss += x.get(r * C + c) * x.get(r * C + c);
+      const double rs = 1.0 / std::sqrt(ss / double(C) + 1e-5);
+      want_rstd[size_t(r)] = rs;
+      for (int64_t c = 0; c < C; ++c) sgx += dout.get(r * C + c) * w.get(c) * x.get(r * C + c) * rs;
+      for (int64_t c = 0; c < C; ++c) {
+        const double xh = x.get(r * C + c) * rs;
+        want_out[size_t(r * C + c)] = xh * w.get(c);
+        want_dx[size_t(r * C + c)] = dx.get(r * C + c) + (dout.get(r * C + c) * w.get(c) - xh * sgx / double(C)) * rs;
+        want_dw[size_t(c)] += dout.get(r * C + c) * xh;
+      }
+    }
+    layernorm_forward(rt(), out.t(), mean.t(), rstd.t(), x.t(), w.t(), Tensor(), 1e-5f, true);
+    HostTensor before(DType::f32, {C}), after(DType::f32, {C});
+    const ResidualColumnSums sums{before.t(), after.t(), false, false};
+    layernorm_backward(rt(), dx.t(), dw.t(), Tensor(), dout.t(), x.t(), w.t(), mean.t(), rstd.t(), true, &sums, true);
+    expect_close(out.values(), want_out, 2e-5, out_rtol(dt), "out");
+    expect_close(mean.values(), std::vector<double>(size_t(R), 0.0), 0, 0, "mean");
+    expect_close(rstd.values(), want_rstd, 1e-6, 1e-6, "rstd");
+    expect_close(dx.values(), want_dx, 2e-5, out_rtol(dt), "dx");
+    expect_close(dw.values(), want_dw, 2e-5, 1e-6, "dw");
+    std::vector<double> sum_after(size_t(C), 0.0);
+    for (int64_t i = 0; i < R * C; ++i) sum_after[size_t(i % C)] += dx.get(i);
+    expect_close(after.values(), sum_after, 1e-5, 1e-6, "column sums of dx after");
+    // add_layernorm_forward with rms: add, then the RMSNorm, bitwise.
+    HostTensor br(dt, {R, C}), r1(dt, {R, C}), y1(dt, {R, C}), r2(dt, {R, C}), y2(dt, {R, C});
+    br.randomize(g);
+    add(rt(), r1.t(), x.t(), br.t());
+    layernorm_forward(rt(), y1.t(), mean.t(), rstd.t(), r1.t(), w.t(), Tensor(), 1e-5f, true);
+    add_layernorm_forward(rt(), r2.t(), y2.t(), mean.t(), rstd.t(), x.t(), br.t(), w.t(), Tensor(), 1e-5f, true);
+    EXPECT_TRUE(r1.bitwise_equal(r2) && y1.bitwise_equal(y2)) << "add + RMSNorm";
+    // LayerNorm without a bias is LayerNorm with a zero bias, and writes no bias gradient.
+    HostTensor zero(dt, {C}), y3(dt, {R, C}), y4(dt, {R, C});
+    fill(rt(), zero.t(), 0.0f);
+    layernorm_forward(rt(), y3.t(), mean.t(), rstd.t(), x.t(), w.t(), zero.t());
+    layernorm_forward(rt(), y4.t(), mean.t(), rstd.t(), x.t(), w.t(), Tensor());
+    EXPECT_TRUE(y3.bitwise_equal(y4)) << "LayerNorm without a bias";
+  }
+}
+
+TEST(OpsCpu, RmsnormBackwardFiniteDifferences) {
+  std::mt19937 g(17);
+  const int64_t R = 3, C = 6;
+  HostTensor x(DType::f32, {R, C}), w(DType::f32, {C}), out(DType::f32, {R, C});
+  HostTensor mean(DType::f32, {R}), rstd(DType::f32, {R}), r(DType::f32, {R, C});
+  x.randomize(g, 0.5, 2.0);
+  w.randomize(g, 0.5, 1.5);
+  r.randomize(g);
+  auto loss = [&] {
+    layernorm_forward(rt(), out.t(), mean.t(), rstd.t(), x.t(), w.t(), Tensor(), 1e-5f, true);
+    return project(r, out);
+  };
+  loss();
+  HostTensor dx(DType::f32, {R, C}), dw(DType::f32, {C});
+  for (HostTensor* t : {&dx, &dw}) fill(rt(), t->t(), 0.0f);
+  layernorm_backward(rt(), dx.t(), dw.t(), Tensor(), r.t(), x.t(), w.t(), mean.t(), rstd.t(), true, nullptr, true);
+  check_fd(x, dx.values(), loss, "dx");
+  check_fd(w, dw.values(), loss, "dw");
+}
+
 // ---------------------------------------------------------------- gelu
 
 double gelu_ref(double x) { return 0.5 * x * (1 + std::tanh(std::sqrt(2 / M_PI) * (x + 0.044715 * x * x * x))); }
