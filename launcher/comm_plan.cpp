@@ -91,10 +91,12 @@ RankCommPlan plan_rank_comm(const Config& cfg, const GPTConfig& mc, const Layout
     const double loss = part.head ? 3.0 * double(B * T) * 4.0 : 0.0;
     // A block with experts also sums its gates' gradients (N x top_k floats) over the group.
     const double gates = double(moe_layers) * double(B * T * mc.moe.top_k) * 4.0;
-    // Once a step: the gradient norm's sum of squares, and with sequence parallelism the layer norms'
-    // gradients (each rank's are partial sums over its token shard), the final one's on the head's stage;
-    // at ZeRO stages >= 1 a rank's f32 pieces of them, 1/d on average (which rank holds which varies).
-    const double ln_values = double(4 * layers + (part.head ? 2 : 0)) * double(C);
+    // Once a step: the gradient norm's sum of squares, and with sequence parallelism the norms'
+    // gradients (each rank's are partial sums over its token shard: a weight and, but for RMSNorm, a
+    // bias), the final one's on the head's stage; at ZeRO stages >= 1 a rank's f32 pieces of them, 1/d
+    // on average (which rank holds which varies).
+    const int64_t per_norm = mc.rmsnorm ? 1 : 2;
+    const double ln_values = double(per_norm * (2 * layers + (part.head ? 1 : 0))) * double(C);
     const double norms = zero_stage >= 1 ? ln_values * 4.0 / double(d) : ln_values * double(dtype_size(mc.grad_dtype));
     r.tensor = double(m) * all_reduce(units * A + loss + gates, t) + all_reduce(4.0 + (sp ? norms : 0.0), t);
   }

@@ -154,9 +154,10 @@ GPTConfig read_hf_gpt2_config(const std::string& dir) {
   m.n_layers = number("n_layer", 12);
   m.n_heads = number("n_head", 12);
   m.d_model = number("n_embd", 768);
-  // n_inner absent (null) is 4 x n_embd, as model.ffn_hidden_size = 0.
+  // n_inner absent (null) is 4 x n_embd, as model.ffn_hidden_size = 0; 0 itself is no width.
   const int64_t inner = number("n_inner", 0);
-  if (inner < 0 || inner > INT32_MAX)
+  if (const JsonValue* v = c.find("n_inner"); (v && v->kind == JsonValue::Kind::kNumber && inner == 0) || inner < 0 ||
+                                              inner > INT32_MAX)
     throw UserError(path + ": n_inner is " + std::to_string(inner) + " (allowed: null, or 1 to 2147483647)");
   m.ffn_hidden = inner;
   return m;

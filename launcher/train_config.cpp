@@ -218,7 +218,8 @@ void validate_relations(const Config& c) {
   // experts, checked just above).
   const bool shared = c.moe.shared_experts > 0, swiglu = c.model.mlp == "swiglu", ffn = c.model.ffn_hidden_size > 0;
   const double F = ffn ? double(c.model.ffn_hidden_size) : 4 * C, fc = (swiglu ? 2 : 1) * F;
-  const std::string fc_name = std::string(swiglu ? "2 x " : "") + (ffn ? "model.ffn_hidden_size" : "4 x model.d_model");
+  const std::string fc_name = ffn ? std::string(swiglu ? "2 x " : "") + "model.ffn_hidden_size"
+                                  : std::string(swiglu ? "8" : "4") + " x model.d_model";
   const double S = double(c.moe.shared_experts);
   if (const double elements = B * T * std::max({fc, 4 * C * S, V}); elements >= 0x1p56)
     throw beyond("train.micro_batch x model.seq_len x max(" + fc_name +

@@ -586,10 +586,12 @@ TEST_P(Parity, RmsNorm) {
 
     HostTensor dy = random_host(dt(), {B, T, C}, seed++), dx0 = random_host(dt(), {B, T, C}, seed++);
     HostTensor dw0 = random_host(DType::f32, {C}, seed++), dx = dx0, dw = dw0;
-    layernorm_backward(cpu(), dx.t, dw.t, Tensor(), dy.t, x.t, w.t, mean.t, rstd.t, true, nullptr, true);
+    HostTensor before(DType::f32, {C}), after(DType::f32, {C});
+    const ResidualColumnSums cpu_sums{before.t, after.t, false, false};
+    layernorm_backward(cpu(), dx.t, dw.t, Tensor(), dy.t, x.t, w.t, mean.t, rstd.t, true, &cpu_sums, true);
     DeviceTensor gdy = to_device(dy);
-    HostTensor runs[2][4] = {{HostTensor(dt(), {1}), HostTensor(dt(), {1}), HostTensor(dt(), {1}), HostTensor(dt(), {1})},
-                             {HostTensor(dt(), {1}), HostTensor(dt(), {1}), HostTensor(dt(), {1}), HostTensor(dt(), {1})}};
+    auto h1 = [&] { return HostTensor(dt(), {1}); };
+    HostTensor runs[2][6] = {{h1(), h1(), h1(), h1(), h1(), h1()}, {h1(), h1(), h1(), h1(), h1(), h1()}};
     for (auto& run : runs) {
       DeviceTensor gdx = to_device(dx0), gdw = to_device(dw0), gdx2 = to_device(dx0), gdw2 = to_device(dw0);
       DeviceTensor gbefore = device_empty(DType::f32, {C}), gafter = device_empty(DType::f32, {C});
@@ -600,13 +602,18 @@ TEST_P(Parity, RmsNorm) {
       run[1] = to_host(gdw);
       run[2] = to_host(gdx2);
       run[3] = to_host(gdw2);
+      run[4] = to_host(gbefore);
+      run[5] = to_host(gafter);
     }
     const Tolerance sums = tolerance(dt() == DType::f32 ? DType::f32 : DType::f16, 2.0f);
     expect_close(runs[0][0], dx, tolerance(dt(), 2.0f), "rmsnorm backward dx" + tag);
     expect_close(runs[0][1], dw, sums, "rmsnorm backward dw" + tag);
     expect_close(runs[0][2], runs[0][0], tolerance(dt()), "rmsnorm backward dx with column sums" + tag);
     expect_bitwise(runs[0][3], runs[0][1], "rmsnorm backward dw with column sums" + tag);
-    for (int i = 0; i < 4; ++i) expect_bitwise(runs[0][i], runs[1][i], "rmsnorm backward determinism" + tag);
+    const Tolerance order = tolerance(DType::f32, 4.0f);  // the same values, summed in another order
+    expect_close(runs[0][4], before, order, "rmsnorm backward column sums of dx before" + tag);
+    expect_close(runs[0][5], after, sums, "rmsnorm backward column sums of dx after" + tag);
+    for (int i = 0; i < 6; ++i) expect_bitwise(runs[0][i], runs[1][i], "rmsnorm backward determinism" + tag);
   }
 }
 

@@ -252,9 +252,11 @@ def main():
                  ("offsets_short", {**header, "transformer.wpe.weight": {**header["transformer.wpe.weight"],
                                                                          "data_offsets": [0]}}, data, "is not [begin, end]"),
                  ("nan", header, bytes(nan), "non-finite"),
-                 ("too_big", header, data, "too few for the GPT-2 of config.json")]
+                 ("too_big", header, data, "too few for the GPT-2 of config.json"),
+                 ("n_inner_zero", header, data, "n_inner is 0 (allowed: null, or 1 to 2147483647)")]
         for name, hdr, body, want_text in cases:
-            cfg_text = json.dumps({**cfg, "n_layer": 40}) if name == "too_big" else None
+            cfg_text = (json.dumps({**cfg, "n_layer": 40}) if name == "too_big" else
+                        json.dumps({**cfg, "n_inner": 0}) if name == "n_inner_zero" else None)
             d = write_hf(name, hdr, body, cfg_text)
             o = os.path.join(tmp, name + "_out")
             p = run([export_hf, d, o])

@@ -399,6 +399,7 @@ TEST(OpsCpu, RmsnormMatchesReference) {
     dout.randomize(g);
     dx.randomize(g);
     dw.randomize(g);
+    const HostTensor dx0 = dx;  // dx as it comes in
     std::vector<double> want_out(R * C, 0.0), want_dx(R * C, 0.0), want_dw(C, 0.0), want_rstd(R, 0.0);
     for (int64_t c = 0; c < C; ++c) want_dw[size_t(c)] = dw.get(c);
     for (int64_t r = 0; r < R; ++r) {
@@ -423,8 +424,12 @@ TEST(OpsCpu, RmsnormMatchesReference) {
     expect_close(rstd.values(), want_rstd, 1e-6, 1e-6, "rstd");
     expect_close(dx.values(), want_dx, 2e-5, out_rtol(dt), "dx");
     expect_close(dw.values(), want_dw, 2e-5, 1e-6, "dw");
-    std::vector<double> sum_after(size_t(C), 0.0);
-    for (int64_t i = 0; i < R * C; ++i) sum_after[size_t(i % C)] += dx.get(i);
+    std::vector<double> sum_before(size_t(C), 0.0), sum_after(size_t(C), 0.0);
+    for (int64_t i = 0; i < R * C; ++i) {
+      sum_before[size_t(i % C)] += dx0.get(i);
+      sum_after[size_t(i % C)] += dx.get(i);
+    }
+    expect_close(before.values(), sum_before, 1e-5, 1e-6, "column sums of dx before");
     expect_close(after.values(), sum_after, 1e-5, 1e-6, "column sums of dx after");
     // add_layernorm_forward with rms: add, then the RMSNorm, bitwise.
     HostTensor br(dt, {R, C}), r1(dt, {R, C}), y1(dt, {R, C}), r2(dt, {R, C}), y2(dt, {R, C});
