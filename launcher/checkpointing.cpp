@@ -663,7 +663,9 @@ std::vector<float> initial_parameters(const Config& cfg, const GPTConfig& want, 
   };
   if (have.swiglu != want.swiglu || have.mlp_width() != want.mlp_width())
     throw UserError(what + " holds a model with " + mlp(have) + "; this run has " + mlp(want));
-  auto norm = [](const GPTConfig& m) { return std::string(m.rmsnorm ? "RMSNorm (model.norm = rmsnorm)" : "LayerNorm (model.norm = layernorm)"); };
+  auto norm = [](const GPTConfig& m) {
+    return std::string(m.rmsnorm ? "RMSNorm (model.norm = rmsnorm)" : "LayerNorm (model.norm = layernorm)");
+  };
   if (have.rmsnorm != want.rmsnorm)
     throw UserError(what + " holds a model with " + norm(have) + "; this run has " + norm(want));
   const std::vector<float> values = [&] {

@@ -233,8 +233,10 @@ void validate_relations(const Config& c) {
   // attention 4 C^2, the dense MLP (fc + F) C, each expert and shared MLP 8 C^2
   const double mlp_c = fc + F + 8 * C * (double(c.moe.experts) + S);
   if (const double params = L * (4 * C + mlp_c) * C + (V + T) * C; params >= 0x1p50)
-    throw beyond("model.n_layers x (4 x model.d_model + " + fc_name + " + " + (ffn ? "model.ffn_hidden_size" : "4 x model.d_model") +
-                     " + 8 x model.d_model x (moe.experts + moe.shared_experts)) x model.d_model + (model.vocab_size + model.seq_len) x model.d_model",
+    throw beyond("model.n_layers x (4 x model.d_model + " + fc_name + " + " +
+                     (ffn ? "model.ffn_hidden_size" : "4 x model.d_model") +
+                     " + 8 x model.d_model x (moe.experts + moe.shared_experts)) x model.d_model + "
+                     "(model.vocab_size + model.seq_len) x model.d_model",
                  params, "parameters is beyond what the memory plan can count (allowed: below 2^50)");
   if (c.moe.experts > 0) {  // the experts' slots: int32 indices, and their activations in every block
     const double E = double(c.moe.experts), tokens = B * T;

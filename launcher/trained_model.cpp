@@ -180,7 +180,8 @@ StoredModel open_export(const std::string& dir) {
     // shared MLP, the others 12, both 2 fewer with RMSNorm; wte, wpe (not with rotary positions) and
     // the final norm's two (RMSNorm: one)), before a config claiming a huge model is laid out.
     const int64_t blocks_with_experts = s.shape.moe.layers(s.shape.n_layers), norm_biases = s.shape.rmsnorm ? 0 : 1;
-    const int64_t tensors = (s.shape.rope ? 2 : 3) + norm_biases + (10 + 2 * norm_biases) * (s.shape.n_layers - blocks_with_experts) +
+    const int64_t tensors = (s.shape.rope ? 2 : 3) + norm_biases +
+                            (10 + 2 * norm_biases) * (s.shape.n_layers - blocks_with_experts) +
                             (7 + 2 * norm_biases + 4 * s.shape.moe.experts + (s.shape.moe.shared_experts > 0 ? 4 : 0)) *
                                 blocks_with_experts;
     if (int64_t(params.items.size()) != tensors)

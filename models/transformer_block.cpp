@@ -81,7 +81,8 @@ void TransformerBlock::check_tensor_parallel(const GPTConfig& cfg, int tensor) {
   if (cfg.mlp_width() % tensor != 0)
     throw UserError(std::string("tensor parallelism splits the MLP: its hidden width ") +
                     (cfg.ffn_hidden > 0 ? "model.ffn_hidden_size = " : "4 x model.d_model = ") +
-                    std::to_string(cfg.mlp_width()) + " must be divisible by parallel.tensor = " + std::to_string(tensor));
+                    std::to_string(cfg.mlp_width()) + " must be divisible by parallel.tensor = " +
+                    std::to_string(tensor));
 }
 
 BlockParams BlockParams::of(const ParameterStore& ps, const GPTConfig& cfg, int layer, int expert_rank) {

@@ -1,4 +1,5 @@
-// CUDA layer norm (forward, backward; with rms RMSNorm, with a null bias none), bias gradient and the scalar reductions, all deterministic:
+// CUDA layer norm (forward, backward; with rms RMSNorm, with a null bias none), bias gradient and
+// the scalar reductions, all deterministic:
 // column sums go through per-chunk partials summed in a fixed order, never through atomics. The
 // chunking (colsum_chunks, layernorm_chunks) depends on the shape only, so results are bitwise
 // repeatable on any GPU; which kernel runs (vectorized or not) also depends on the tensors'

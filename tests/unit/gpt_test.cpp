@@ -224,7 +224,9 @@ TEST(GPT, CheckpointingGivesBitwiseEqualGradients) {
   const int64_t B = 2;
   for (int variant : {0, 1, 2, 3}) {  // rotary: the recomputed forward turns q and k again; SwiGLU's g
   const bool rope = variant == 1, swiglu = variant >= 2, wide = variant == 3;
-  SCOPED_TRACE(rope ? "rotary positions" : wide ? "SwiGLU of width 40, RMSNorm" : swiglu ? "SwiGLU" : "learned positions, GELU");
+  SCOPED_TRACE(rope ? "rotary positions"
+               : wide ? "SwiGLU of width 40, RMSNorm"
+               : swiglu ? "SwiGLU" : "learned positions, GELU");
   std::vector<Result> results;
   for (Checkpointing mode :
        {Checkpointing::none, Checkpointing::full, Checkpointing::selective, Checkpointing::elementwise}) {
