@@ -45,24 +45,28 @@ PRESETS = {"tiny": (2, 2, 64), "124m": (12, 12, 768), "350m": (24, 16, 1024),
            "1.3b": (24, 16, 2048), "7b": (32, 32, 4096)}  # (n_layers, n_heads, d_model); kept in step with torch_gpt
 
 
-def num_params(L, C, V=VOCAB, T=SEQ, moe=None, active=False, rope=False, swiglu=False):
+def num_params(L, C, V=VOCAB, T=SEQ, moe=None, active=False, rope=False, swiglu=False, ffn=0, rmsnorm=False):
     """N as in torch_gpt.GPT.num_params, without building the model. moe = (experts, top_k,
-    layer_freq): a block with experts has a router (E x C) and E MLPs (active: top_k of them).
-    rope: rotary positions, no position table. swiglu: fc 8C x C (gate and up), no experts."""
-    per_layer = 12 * C * C + 13 * C  # qkv 3C^2+3C, proj C^2+C, fc 4C^2+4C, proj 4C^2+C, 2 LN 4C
-    if swiglu:
-        per_layer += 4 * C * C + 4 * C  # fc's up half
-    n = V * C + (0 if rope else T * C) + L * per_layer + 2 * C
+    layer_freq): a block with experts has a router (E x C) and E MLPs of width 4C (active: top_k of
+    them) instead of the dense one. rope: rotary positions, no position table. swiglu: fc 2F x C
+    (gate and up), no experts. ffn: the dense MLP's width F (0: 4C). rmsnorm: norms without a bias."""
+    F = ffn or 4 * C
+    fc = (2 if swiglu else 1) * F
+    dense = (fc * C + fc) + (F * C + C)
+    norm = C if rmsnorm else 2 * C
+    per_layer = (3 * C * C + 3 * C) + (C * C + C) + dense + 2 * norm  # qkv, proj, the MLP, two norms
+    n = V * C + (0 if rope else T * C) + L * per_layer + norm
     if moe:
         E, K, freq = moe
-        mlp = 8 * C * C + 5 * C
-        n += len(range(0, L, freq)) * (E * C + ((K if active else E) - 1) * mlp)
+        expert = 8 * C * C + 5 * C
+        n += len(range(0, L, freq)) * (E * C + (K if active else E) * expert - dense)
     return n
 
 
-def mfu(tokens_per_s, L, C, T=SEQ, moe=None, rope=False, swiglu=False):
+def mfu(tokens_per_s, L, C, T=SEQ, moe=None, rope=False, swiglu=False, ffn=0, rmsnorm=False):
     """Model FLOPs: 6 x the parameters a token uses (top_k experts of a block with experts)."""
-    return tokens_per_s * (6 * num_params(L, C, moe=moe, active=True, rope=rope, swiglu=swiglu)
+    return tokens_per_s * (6 * num_params(L, C, moe=moe, active=True, rope=rope, swiglu=swiglu, ffn=ffn,
+                                          rmsnorm=rmsnorm)
                            + 12 * L * C * T) / PEAK_FLOPS
 
 
@@ -101,8 +105,13 @@ def torch_worker(args):
         extra["rope_theta"] = args.rope
     if args.swiglu:
         extra["mlp"] = "swiglu"
+    if args.ffn_hidden:
+        extra["ffn_hidden"] = args.ffn_hidden
+    if args.rmsnorm:
+        extra["norm"] = "rmsnorm"
     model = GPT(GPTConfig(VOCAB, SEQ, L, H, C, dropout=0.0, **extra)).to(dev)
-    assert model.num_params() == num_params(L, C, moe=moe, rope=bool(args.rope), swiglu=args.swiglu)
+    assert model.num_params() == num_params(L, C, moe=moe, rope=bool(args.rope), swiglu=args.swiglu,
+                                            ffn=args.ffn_hidden, rmsnorm=args.rmsnorm)
     net = model
     if world > 1 and args.torch_parallel == "fsdp":
         # FSDP2: each block and then the root sharded over the ranks (parameters, gradients and
@@ -199,6 +208,10 @@ def run_torch(args, preset, mb, dp=1):
         worker += ["--rope", str(args.rope)]
     if args.swiglu:
         worker += ["--swiglu"]
+    if args.ffn_hidden:
+        worker += ["--ffn-hidden", str(args.ffn_hidden)]
+    if args.rmsnorm:
+        worker += ["--rmsnorm"]
     env = None
     if dp == 1:
         cmd = [sys.executable] + worker
@@ -211,7 +224,8 @@ def run_torch(args, preset, mb, dp=1):
 
 # ---- Trellis side ------------------------------------------------------------------------------
 
-def trellis_toml(preset, mb, steps, precision, checkpointing, moe=None, rope=0.0, swiglu=False):
+def trellis_toml(preset, mb, steps, precision, checkpointing, moe=None, rope=0.0, swiglu=False, ffn=0,
+                 rmsnorm=False):
     L, H, C = PRESETS[preset]
     experts = f"""
 [moe]
@@ -229,6 +243,8 @@ d_model = {C}
 dropout = 0.0
 {f'position_embedding = "rope"{chr(10)}rope_theta = {rope}' if rope else ''}
 {'mlp = "swiglu"' if swiglu else ''}
+{f'ffn_hidden_size = {ffn}' if ffn else ''}
+{'norm = "rmsnorm"' if rmsnorm else ''}
 
 [train]
 device = "cuda"
@@ -284,7 +300,7 @@ def run_trellis(args, preset, mb, workdir, dp=1):
     metrics = os.path.join(workdir, f"{tag}.metrics.jsonl")
     with open(cfg_path, "w") as f:
         f.write(trellis_toml(preset, mb, args.warmup + args.steps, args.precision,
-                             args.checkpointing, args.moe, args.rope, args.swiglu))
+                             args.checkpointing, args.moe, args.rope, args.swiglu, args.ffn_hidden, args.rmsnorm))
     env = dict(args.trellis_env) or None
     if dp == 1:
         prefix = shlex.split(args.trellis_prefix)
@@ -475,6 +491,9 @@ def main():
                     help="both frameworks: rotary positions of this base instead of the learned table")
     ap.add_argument("--swiglu", action="store_true",
                     help='both frameworks with the SwiGLU MLP, model.mlp = "swiglu"')
+    ap.add_argument("--ffn-hidden", type=int, default=0, metavar="F",
+                    help="both frameworks with a dense MLP of width F (model.ffn_hidden_size; 0: 4 x d_model)")
+    ap.add_argument("--rmsnorm", action="store_true", help='both frameworks with RMSNorm, model.norm = "rmsnorm"')
     ap.add_argument("--skip-torch", action="store_true")
     ap.add_argument("--skip-trellis", action="store_true")
     ap.add_argument("--timeout", type=int, default=1800, help="seconds per run")
@@ -549,7 +568,7 @@ def main():
                         if res:
                             # MFU per GPU: tokens/s are for the global batch of dp GPUs
                             row.update(res, mfu=mfu(res["tokens_per_s"] / dp, L, C, moe=args.moe, rope=bool(args.rope),
-                                                   swiglu=args.swiglu),
+                                                   swiglu=args.swiglu, ffn=args.ffn_hidden, rmsnorm=args.rmsnorm),
                                        tokens_per_s_per_gpu=res["tokens_per_s"] / dp)
                             got[fw] = row
                             rep = res.get("mfu_reported")
@@ -607,6 +626,11 @@ def main():
     if args.swiglu:
         header += ("Both with the SwiGLU MLP (model.mlp = \"swiglu\": fc 8C x C, gate and up, silu(gate) x up, "
                    "proj C x 4C; PyTorch: bench/torch_gpt.py's MLP, F.silu); N counts fc's 8C x C.\n")
+    if args.ffn_hidden:
+        header += (f"Both with a dense MLP of width {args.ffn_hidden} (model.ffn_hidden_size) instead of 4 x d_model; "
+                   f"N counts it.\n")
+    if args.rmsnorm:
+        header += "Both with RMSNorm (model.norm = \"rmsnorm\"; PyTorch: nn.RMSNorm), no norm biases.\n"
     loaded = sorted({r["libraries"] for r in rows if r.get("libraries")})
     if loaded:  # what Trellis's start record says it loaded
         header += "Trellis loaded: " + "; ".join(loaded) + ".\n"
