@@ -255,6 +255,16 @@ Tensor ParameterStore::flat_grads() const {
   return grads_.tensor(grad_dtype_, {padded_numel_});
 }
 
+const Tensor& value_or_empty(const Parameter* p) {
+  static const Tensor empty;
+  return p ? p->value : empty;
+}
+
+const Tensor& grad_or_empty(const Parameter* p) {
+  static const Tensor empty;
+  return p ? p->grad : empty;
+}
+
 const Parameter& ParameterStore::get(const std::string& name) const {
   if (const Parameter* p = find(name)) return *p;
   TRELLIS_FATAL("no parameter named " + name);

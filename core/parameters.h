@@ -75,6 +75,10 @@ struct Parameter {
   mutable bool grad_fresh = false;
 };
 
+// p's value / gradient, or an empty tensor where p is null (an optional parameter: RMSNorm has no bias).
+const Tensor& value_or_empty(const Parameter* p);
+const Tensor& grad_or_empty(const Parameter* p);
+
 // Whether an op writing p's gradient must add to it: false for the first write of a step into a
 // fresh (unzeroed) gradient, which must overwrite it. Marks the gradient written.
 inline bool grad_accumulates(const Parameter& p) {

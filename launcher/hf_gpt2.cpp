@@ -156,8 +156,7 @@ GPTConfig read_hf_gpt2_config(const std::string& dir) {
   m.d_model = number("n_embd", 768);
   // n_inner absent (null) is 4 x n_embd, as model.ffn_hidden_size = 0; 0 itself is no width.
   const int64_t inner = number("n_inner", 0);
-  if (const JsonValue* v = c.find("n_inner"); (v && v->kind == JsonValue::Kind::kNumber && inner == 0) || inner < 0 ||
-                                              inner > INT32_MAX)
+  if (member("n_inner", JsonValue::Kind::kNumber, "an integer") && (inner < 1 || inner > INT32_MAX))
     throw UserError(path + ": n_inner is " + std::to_string(inner) + " (allowed: null, or 1 to 2147483647)");
   m.ffn_hidden = inner;
   return m;

@@ -263,9 +263,8 @@ Tensor GPT::forward_chunk(int slot, const StepContext& ctx, const Tensor& tokens
   s.lnf = s.acts.take(dt, {rows, C});
   s.lnf_mean = s.acts.take(DType::f32, {rows});
   s.lnf_rstd = s.acts.take(DType::f32, {rows});
-  const Parameter* lnf_b = params_.find("lnf.b");  // none with RMSNorm
-  layernorm_forward(rt_, s.lnf, s.lnf_mean, s.lnf_rstd, x, params_.get("lnf.w").value, lnf_b ? lnf_b->value : Tensor(),
-                    1e-5f, cfg_.rmsnorm);
+  layernorm_forward(rt_, s.lnf, s.lnf_mean, s.lnf_rstd, x, params_.get("lnf.w").value,
+                    value_or_empty(params_.find("lnf.b")), 1e-5f, cfg_.rmsnorm);  // no bias with RMSNorm
   // The head needs every token row: with sequence parallelism the shards are gathered, and this
   // rank's part of dL/d(lnf) is reduce-scattered back (the shards' sum); without, the parts are
   // summed over the tensor group (copy_to_tensor_region's backward).
@@ -375,8 +374,7 @@ void GPT::backward_chunk(int slot, const Tensor& dres_in, const GradsReady& grad
   if (exchange) ready(wte_range_);
   if (part_.has_head(s.chunk)) {
     fill(rt_, dres, 0.0f);
-    const Parameter* lnf_b = params_.find("lnf.b");  // none with RMSNorm
-    layernorm_backward(rt_, dres, params_.get("lnf.w").grad, lnf_b ? lnf_b->grad : Tensor(), s.lnf, s.out,
+    layernorm_backward(rt_, dres, params_.get("lnf.w").grad, grad_or_empty(params_.find("lnf.b")), s.lnf, s.out,
                        params_.get("lnf.w").value, s.lnf_mean, s.lnf_rstd, true, nullptr, cfg_.rmsnorm);
     ready(lnf_range_);
   }

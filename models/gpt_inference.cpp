@@ -95,7 +95,7 @@ std::vector<float> GPTInference::forward(const std::vector<int32_t>& tokens, int
   for (int64_t l = 0; l < cfg_.n_layers; ++l) {
     const std::string p = "h." + std::to_string(l) + ".";
     auto P = [&](const char* name) -> const Parameter& { return ps.get(p + name); };
-    auto bias = [&](const char* name) { const Parameter* b = ps.find(p + name); return b ? b->value : Tensor(); };
+    auto bias = [&](const char* name) { return value_or_empty(ps.find(p + name)); };  // none with RMSNorm
     work_.reset();
     Tensor kc = k_cache_[size_t(l)].tensor(dt, {B, max_len_, C});
     Tensor vc = v_cache_[size_t(l)].tensor(dt, {B, max_len_, C});
@@ -132,8 +132,7 @@ std::vector<float> GPTInference::forward(const std::vector<int32_t>& tokens, int
   // Final LayerNorm and the tied head on the last position of each sequence.
   Tensor lnf = acts_.take(dt, {B, n, C});
   Tensor mean = acts_.take(DType::f32, {B * n}), rstd = acts_.take(DType::f32, {B * n});
-  const Parameter* lnf_b = ps.find("lnf.b");  // none with RMSNorm
-  layernorm_forward(rt_, lnf, mean, rstd, x, ps.get("lnf.w").value, lnf_b ? lnf_b->value : Tensor(), 1e-5f,
+  layernorm_forward(rt_, lnf, mean, rstd, x, ps.get("lnf.w").value, value_or_empty(ps.find("lnf.b")), 1e-5f,
                     cfg_.rmsnorm);
   Tensor last = acts_.take(dt, {B, C});
   for (int64_t b = 0; b < B; ++b) copy(rt_, last.slice(b * C, {C}), lnf.slice((b * n + n - 1) * C, {C}));

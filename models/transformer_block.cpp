@@ -45,15 +45,6 @@ bool layernorm_grads_accumulate(const Parameter& w, const Parameter* b) {
   return aw;
 }
 
-// A norm's bias value and gradient, or empty tensors where it has none (RMSNorm).
-const Tensor& value_of(const Parameter* p) {
-  static const Tensor none;
-  return p ? p->value : none;
-}
-const Tensor& grad_of(const Parameter* p) {
-  static const Tensor none;
-  return p ? p->grad : none;
-}
 
 // Through the column-parallel layer when there is one (t > 1), else the plain linear (row-parallel
 // forwards: row_forward below, which returns the all-reduce in flight).
@@ -287,7 +278,7 @@ void TransformerBlock::attention_part(Runtime& rt, const StepContext& ctx, Block
 
 CommHandle TransformerBlock::attention_half(Runtime& rt, const StepContext& ctx, BlockSaved& s, const Tensor& branch,
                                             Arena& temp) const {
-  layernorm_forward(rt, s.ln1, s.ln1_mean, s.ln1_rstd, s.x, p_.ln1_w->value, value_of(p_.ln1_b), 1e-5f,
+  layernorm_forward(rt, s.ln1, s.ln1_mean, s.ln1_rstd, s.x, p_.ln1_w->value, value_or_empty(p_.ln1_b), 1e-5f,
                       cfg_.rmsnorm);
   linear_forward(rt, qkv_, s.qkv, s.ln1, *p_.qkv_w, *p_.qkv_b, temp);
   // Rotary positions turn q and k in place: attention and its backward read the turned ones.
@@ -301,13 +292,13 @@ CommHandle TransformerBlock::attention_half(Runtime& rt, const StepContext& ctx,
 CommHandle TransformerBlock::mlp_half(Runtime& rt, const StepContext& ctx, BlockSaved& s, const Tensor& branch,
                                       const Tensor& y, Arena& keep, Arena& temp) const {
   if (residual_in_gemm(ctx)) {
-    layernorm_forward(rt, s.ln2, s.ln2_mean, s.ln2_rstd, s.r, p_.ln2_w->value, value_of(p_.ln2_b), 1e-5f,
+    layernorm_forward(rt, s.ln2, s.ln2_mean, s.ln2_rstd, s.r, p_.ln2_w->value, value_or_empty(p_.ln2_b), 1e-5f,
                       cfg_.rmsnorm);
   } else {
     if (dropout_on(ctx))
       dropout_forward(rt, branch, branch, cfg_.dropout, dropout_key(ctx, 1, tokens_of(ctx, s.x)));
     // r = x + branch and ln2 = LN(r) in one pass over the rows.
-    add_layernorm_forward(rt, s.r, s.ln2, s.ln2_mean, s.ln2_rstd, s.x, branch, p_.ln2_w->value, value_of(p_.ln2_b),
+    add_layernorm_forward(rt, s.r, s.ln2, s.ln2_mean, s.ln2_rstd, s.x, branch, p_.ln2_w->value, value_or_empty(p_.ln2_b),
                           1e-5f, cfg_.rmsnorm);
   }
   if (moe_) {  // y = r + moe(ln2) (the residual added in the combine), or branch = moe(ln2)
@@ -422,9 +413,9 @@ void TransformerBlock::backward(Runtime& rt, const StepContext& ctx, const Tenso
     NvtxRange rr("recompute_elementwise");
     s.ln1 = work.take(dt, act);
     s.ln2 = work.take(dt, act);
-    layernorm_forward(rt, s.ln1, s.ln1_mean, s.ln1_rstd, s.x, p_.ln1_w->value, value_of(p_.ln1_b), 1e-5f,
+    layernorm_forward(rt, s.ln1, s.ln1_mean, s.ln1_rstd, s.x, p_.ln1_w->value, value_or_empty(p_.ln1_b), 1e-5f,
                       cfg_.rmsnorm);
-    layernorm_forward(rt, s.ln2, s.ln2_mean, s.ln2_rstd, s.r, p_.ln2_w->value, value_of(p_.ln2_b), 1e-5f,
+    layernorm_forward(rt, s.ln2, s.ln2_mean, s.ln2_rstd, s.r, p_.ln2_w->value, value_or_empty(p_.ln2_b), 1e-5f,
                       cfg_.rmsnorm);
     if (!moe_) {  // the experts keep their GELU outputs
       s.g = work.take(dt, {B, T, cfg_.mlp_width() / tp_.size});
@@ -466,7 +457,7 @@ void TransformerBlock::backward(Runtime& rt, const StepContext& ctx, const Tenso
   ResidualColumnSums bias_sums;
   if (bias_sums_in_ln2)
     bias_sums = {p_.fc_proj_b->grad, p_.proj_b->grad, grad_accumulates(*p_.fc_proj_b), grad_accumulates(*p_.proj_b)};
-  layernorm_backward(rt, dres, p_.ln2_w->grad, grad_of(p_.ln2_b), dln, s.r, p_.ln2_w->value, s.ln2_mean, s.ln2_rstd,
+  layernorm_backward(rt, dres, p_.ln2_w->grad, grad_or_empty(p_.ln2_b), dln, s.r, p_.ln2_w->value, s.ln2_mean, s.ln2_rstd,
                      layernorm_grads_accumulate(*p_.ln2_w, p_.ln2_b), bias_sums_in_ln2 ? &bias_sums : nullptr,
                      cfg_.rmsnorm);
   // Attention branch: r = x + drop(proj(attn(ln1(x)))). dres now holds dL/dr.
@@ -486,7 +477,7 @@ void TransformerBlock::backward(Runtime& rt, const StepContext& ctx, const Tenso
     if (cfg_.rope) rotary_embedding(rt, dqkv, H, cfg_.rope_theta, 0, true);  // to the unturned q, k
     linear_backward(rt, qkv_, dln, dqkv, s.ln1, *p_.qkv_w, *p_.qkv_b, work);
   }
-  layernorm_backward(rt, dres, p_.ln1_w->grad, grad_of(p_.ln1_b), dln, s.x, p_.ln1_w->value, s.ln1_mean, s.ln1_rstd,
+  layernorm_backward(rt, dres, p_.ln1_w->grad, grad_or_empty(p_.ln1_b), dln, s.x, p_.ln1_w->value, s.ln1_mean, s.ln1_rstd,
                      layernorm_grads_accumulate(*p_.ln1_w, p_.ln1_b), nullptr, cfg_.rmsnorm);
 }
 

@@ -57,9 +57,9 @@ def compare(loss, ref_loss, w, ref_w):
     return dl, dw, l2
 
 
-def layout_line(loss, ref, steps):
+def layout_line(run, ref, steps):
     """(ok, text) for a run (loss, weights, norms) against the one-rank reference within tolerance."""
-    (loss, w, norms), (ref_loss, ref_w, ref_norms) = loss, ref
+    (loss, w, norms), (ref_loss, ref_w, ref_norms) = run, ref
     dl, dw, l2 = compare(loss, ref_loss, w, ref_w)
     dn = max(abs(a - b) / abs(b) for a, b in zip(norms, ref_norms))
     ok = len(loss) == steps and dl <= LOSS_TOL and dn <= NORM_TOL and dw <= WEIGHT_MAX_TOL and l2 <= WEIGHT_L2_TOL
