@@ -35,6 +35,7 @@ class GPTConfig:
     mlp: str = "gelu"  # gelu | swiglu (model.mlp): swiglu's fc is (2F, C), rows [gate | up]
     ffn_hidden: int = 0  # the dense MLP's hidden width F (model.ffn_hidden_size); 0 = 4C. Experts keep 4C
     norm: str = "layernorm"  # layernorm | rmsnorm (model.norm): ln1, ln2, lnf; RMSNorm has a weight only
+    tie_embeddings: bool = True  # model.tie_embeddings: the head is wte, else lm_head (Vp, C) of its own
 
     def __post_init__(self):  # as Trellis's config checks: its experts have no SwiGLU
         if self.norm not in ("layernorm", "rmsnorm"):
@@ -195,13 +196,15 @@ class GPT(nn.Module):
     def __init__(self, cfg):
         super().__init__()
         self.cfg = cfg
-        self.wte = nn.Embedding(cfg.padded_vocab, cfg.d_model)  # (Vp, C), tied with the head
+        self.wte = nn.Embedding(cfg.padded_vocab, cfg.d_model)  # (Vp, C), the head's weight if tied
         if cfg.rope_theta == 0:  # learned positions; rotary ones turn q and k in attention
             self.wpe = nn.Embedding(cfg.seq_len, cfg.d_model)  # (T, C)
         self.drop = nn.Dropout(cfg.dropout)
         self.h = nn.ModuleList(Block(cfg, cfg.moe_experts > 0 and l % cfg.moe_layer_freq == 0)
                                for l in range(cfg.n_layers))
         self.lnf = norm(cfg)
+        if not cfg.tie_embeddings:  # after lnf, as in Trellis's parameter order
+            self.lm_head = nn.Linear(cfg.d_model, cfg.padded_vocab, bias=False)
         # Padded vocabulary columns get -inf before the softmax, as in Trellis.
         pad = torch.arange(cfg.padded_vocab) >= cfg.vocab_size
         self.register_buffer("pad_mask", pad, persistent=False)
@@ -222,10 +225,11 @@ class GPT(nn.Module):
                 nn.init.normal_(p, 0.0, 0.02)
 
     def num_params(self):
-        """All parameters, tied embedding counted once, position embeddings included, vocabulary
-        padding excluded: the N of MFU's 6N + 12*L*C*T (GPT-2 small: 124,439,808)."""
+        """All parameters, a tied embedding counted once, position embeddings included, vocabulary
+        padding excluded (GPT-2 small: 124,439,808); tied, the N of MFU's 6N + 12*L*C*T."""
         n = sum(p.numel() for p in self.parameters())
-        return n - (self.cfg.padded_vocab - self.cfg.vocab_size) * self.cfg.d_model
+        tables = 1 if self.cfg.tie_embeddings else 2  # wte and lm_head each hold the padding rows
+        return n - tables * (self.cfg.padded_vocab - self.cfg.vocab_size) * self.cfg.d_model
 
     def forward(self, idx, targets=None):  # idx, targets (B, T) int64
         B, T = idx.shape
@@ -236,7 +240,8 @@ class GPT(nn.Module):
         for block in self.h:
             x, a, zb = block(x)
             aux, z = aux + a, z + zb
-        logits = F.linear(self.lnf(x), self.wte.weight)  # (B, T, Vp)
+        head = self.wte.weight if self.cfg.tie_embeddings else self.lm_head.weight
+        logits = F.linear(self.lnf(x), head)  # (B, T, Vp)
         if self.cfg.padded_vocab != self.cfg.vocab_size:
             logits = logits.masked_fill(self.pad_mask, float("-inf"))
         if targets is None:
@@ -277,7 +282,8 @@ def load_trellis_dump(dump_dir, dtype=torch.float64, attn="sdpa"):
                     moe_aux_loss_coef=moe.get("aux_loss_coef", 0.01), moe_z_loss_coef=moe.get("z_loss_coef", 0.0),
                     moe_layer_freq=moe.get("layer_freq", 1), moe_shared_experts=moe.get("shared_experts", 0),
                     rope_theta=float(c["rope_theta"]) if c.get("position_embedding") == "rope" else 0.0,
-                    mlp=c.get("mlp", "gelu"), ffn_hidden=c.get("ffn_hidden_size", 0), norm=c.get("norm", "layernorm"))
+                    mlp=c.get("mlp", "gelu"), ffn_hidden=c.get("ffn_hidden_size", 0), norm=c.get("norm", "layernorm"),
+                    tie_embeddings=c.get("tie_embeddings", True))
     if "padded_vocab" in c and c["padded_vocab"] != cfg.padded_vocab:
         raise ValueError(f"padded_vocab {c['padded_vocab']} != expected {cfg.padded_vocab}")
     model = GPT(cfg).to(dtype)
@@ -343,7 +349,8 @@ def write_dump(model, tokens, targets, dump_dir):
                        **({"position_embedding": "rope", "rope_theta": c.rope_theta} if c.rope_theta > 0 else {}),
                        **({"mlp": c.mlp} if c.mlp != "gelu" else {}),
                        **({"ffn_hidden_size": c.ffn_hidden} if c.ffn_hidden not in (0, 4 * c.d_model) else {}),
-                       **({"norm": c.norm} if c.norm != "layernorm" else {})},
+                       **({"norm": c.norm} if c.norm != "layernorm" else {}),
+                       **({"tie_embeddings": False} if not c.tie_embeddings else {})},
             "params": entries, "batch": {"B": tokens.shape[0], "T": tokens.shape[1]},
             "loss": loss.item()}
     with open(os.path.join(dump_dir, "model.json"), "w") as f:
@@ -417,6 +424,7 @@ def selftest():
                                    (0.0, "swiglu", 40, "layernorm"), (0.0, "gelu", 0, "rmsnorm"),
                                    (500.0, "swiglu", 40, "rmsnorm")):  # the last: Llama's block
         ok &= dump_selftest(theta, mlp, ffn, norm_)
+    ok &= dump_selftest(500.0, "swiglu", 40, "rmsnorm", tie=False)  # and with Llama's untied head
     ok &= rope_selftest()
     ok &= swiglu_selftest()
     n124 = GPT(GPTConfig()).num_params()
@@ -427,13 +435,13 @@ def selftest():
     return 0 if ok else 1
 
 
-def dump_selftest(rope_theta, mlp="gelu", ffn_hidden=0, norm_="layernorm"):
+def dump_selftest(rope_theta, mlp="gelu", ffn_hidden=0, norm_="layernorm", tie=True):
     """One model's dump (rotary positions of this base, or learned ones with 0; this MLP and width) loaded back
     in float64 and float32 with both attention paths: loss and gradients agree."""
     import tempfile
     torch.manual_seed(0)
     cfg = GPTConfig(vocab_size=100, seq_len=16, n_layers=2, n_heads=4, d_model=32, attn="manual", rope_theta=rope_theta,
-                    mlp=mlp, ffn_hidden=ffn_hidden, norm=norm_)
+                    mlp=mlp, ffn_hidden=ffn_hidden, norm=norm_, tie_embeddings=tie)
     ref = GPT(cfg).double()
     with torch.no_grad():  # non-trivial biases and LayerNorms, so that their gradients matter
         for name, p in ref.named_parameters():
@@ -442,7 +450,8 @@ def dump_selftest(rope_theta, mlp="gelu", ffn_hidden=0, norm_="layernorm"):
     tokens = torch.randint(0, cfg.vocab_size, (3, 12))
     targets = torch.randint(0, cfg.vocab_size, (3, 12))
     positions = ((f"rope {rope_theta:g}" if rope_theta > 0 else "learned") + (f" {mlp}" if mlp != "gelu" else "") +
-                 (f" F {ffn_hidden}" if ffn_hidden else "") + (" rms" if norm_ == "rmsnorm" else ""))
+                 (f" F {ffn_hidden}" if ffn_hidden else "") + (" rms" if norm_ == "rmsnorm" else "") +
+                 ("" if tie else " untied"))
     with tempfile.TemporaryDirectory() as d:
         write_dump(ref, tokens, targets, d)
         with open(os.path.join(d, "model.json")) as f:  # "mlp" written as Trellis does: for SwiGLU only
@@ -460,11 +469,12 @@ def dump_selftest(rope_theta, mlp="gelu", ffn_hidden=0, norm_="layernorm"):
             g = info["grads"]
             worst = max((p.grad - g[n]).norm().item() / max(g[n].norm().item(), 1e-12)
                         for n, p in model.named_parameters())
-            pad_grad = model.wte.weight.grad[cfg.vocab_size:].abs().max().item()
+            pad_grad = max(p.grad[cfg.vocab_size:].abs().max().item() for n, p in model.named_parameters()
+                           if n in ("wte.weight", "lm_head.weight"))
             good = lerr <= tol and worst <= tol and pad_grad == 0.0
             ok &= good
             print(f"{positions:14s} {attn:6s} {str(dtype):13s} loss {loss.item():.8f} rel err {lerr:.2e}, "
-                  f"worst grad rel err {worst:.2e}, padded wte grad {pad_grad:.1e}: "
+                  f"worst grad rel err {worst:.2e}, padded vocabulary grad {pad_grad:.1e}: "
                   f"{'ok' if good else 'FAIL'}")
     return ok
 

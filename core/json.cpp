@@ -233,6 +233,11 @@ const std::string& JsonValue::as_string() const {
   return text;
 }
 
+bool JsonValue::as_bool() const {
+  if (kind != Kind::kBool) json_type_error(*this, "true or false");
+  return boolean;
+}
+
 std::string json_quote(std::string_view s) {
   std::string out = "\"";
   for (unsigned char ch : s) {

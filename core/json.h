@@ -27,6 +27,7 @@ struct JsonValue {
   int64_t as_int() const;
   double as_double() const;
   const std::string& as_string() const;
+  bool as_bool() const;
 };
 
 // Parses one JSON value (RFC 8259, nesting depth <= 64).

@@ -105,7 +105,7 @@ std::string model_signature(const GPTConfig& m) {
   const std::string positions = m.rope ? std::string(", rope theta ") + theta : "";
   const std::string mlp = std::string(m.swiglu ? ", swiglu MLP" : "") +  // likewise, and a width not 4C
                           (m.mlp_width() != 4 * m.d_model ? ", ffn_hidden_size " + std::to_string(m.mlp_width()) : "") +
-                          (m.rmsnorm ? ", rmsnorm" : "");
+                          (m.rmsnorm ? ", rmsnorm" : "") + (m.tied_head ? "" : ", untied head");
   return "vocab_size " + std::to_string(m.vocab_size) + ", seq_len " + std::to_string(m.seq_len) + ", n_layers " +
          std::to_string(m.n_layers) + ", n_heads " + std::to_string(m.n_heads) + ", d_model " +
          std::to_string(m.d_model) + experts + positions + mlp + ", precision " + std::string(dtype_name(m.dtype));
@@ -668,6 +668,12 @@ std::vector<float> initial_parameters(const Config& cfg, const GPTConfig& want, 
   };
   if (have.rmsnorm != want.rmsnorm)
     throw UserError(what + " holds a model with " + norm(have) + "; this run has " + norm(want));
+  auto head = [](const GPTConfig& m) {
+    return std::string(m.tied_head ? "a head tied to the token embedding (model.tie_embeddings = true)"
+                                   : "a head of its own (model.tie_embeddings = false)");
+  };
+  if (have.tied_head != want.tied_head)
+    throw UserError(what + " holds a model with " + head(have) + "; this run has " + head(want));
   const std::vector<float> values = [&] {
     try {
       return src.read_f32();

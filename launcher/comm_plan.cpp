@@ -103,7 +103,7 @@ RankCommPlan plan_rank_comm(const Config& cfg, const GPTConfig& mc, const Layout
 
   // Pipeline: each chunk sends its output forward unless it is the model's last, and its input's
   // gradient back unless it is the first; the first and last stage all-reduce the tied embedding's
-  // gradient (this rank's vocabulary rows).
+  // gradient (this rank's vocabulary rows; an untied head has none to sum).
   if (p > 1) {
     double sends = 0;
     for (int c = 0; c < int(part.chunks.size()); ++c) {
@@ -113,7 +113,7 @@ RankCommPlan plan_rank_comm(const Config& cfg, const GPTConfig& mc, const Layout
     r.pipeline = double(m) * sends * A;
     // Reduced over the data group first: at ZeRO stages >= 1 this rank's f32 piece of it.
     const double rows = double(mc.padded_vocab() / t * C);
-    if (stage == 0 || stage == p - 1)
+    if ((stage == 0 || stage == p - 1) && mc.tied_head)
       r.embedding = all_reduce(zero_stage >= 1 ? rows / double(d) * 4.0 : rows * double(dtype_size(mc.grad_dtype)), 2);
   }
 

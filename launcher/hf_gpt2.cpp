@@ -32,6 +32,7 @@ struct HfTensor {
 // Trellis name -> GPT-2 name: "h.3.attn.qkv.w" -> "transformer.h.3.attn.c_attn.weight".
 std::string hf_name(const std::string& name) {
   if (name == "wte" || name == "wpe") return "transformer." + name + ".weight";
+  if (name == "lm_head.w") return "lm_head.weight";  // an untied head's (nn.Linear, not in the transformer)
   const size_t dot = name.rfind('.');
   std::string stem = name.substr(0, dot);
   const std::string kind = name.substr(dot + 1) == "w" ? "weight" : "bias";
@@ -54,7 +55,7 @@ std::vector<HfTensor> hf_tensors(const GPTConfig& m) {
   int64_t offset = 0;
   for (const ParameterSpec& s : GPT::parameter_specs(m)) {
     HfTensor t{hf_name(s.name), s.shape[0], s.shape.rank == 2 ? s.shape[1] : 0, offset, false};
-    if (s.name == "wte") t.rows = m.vocab_size;  // without the padding rows
+    if (s.name == "wte" || s.name == "lm_head.w") t.rows = m.vocab_size;  // without the padding rows
     else if (s.shape.rank == 2 && s.name != "wpe") {  // (out, in) -> Conv1D's (in, out)
       t.transpose = true;
       std::swap(t.rows, t.cols);
@@ -75,7 +76,8 @@ std::string config_json(const GPTConfig& m) {
          (m.mlp_width() != 4 * m.d_model ? ",\"n_inner\":" + std::to_string(m.mlp_width()) : std::string()) +
          ",\"activation_function\":\"gelu_new\",\"layer_norm_epsilon\":1e-05," +
          "\"resid_pdrop\":0.0,\"embd_pdrop\":0.0,\"attn_pdrop\":0.0,\"initializer_range\":0.02," +
-         "\"tie_word_embeddings\":true,\"torch_dtype\":\"float32\",\"bos_token_id\":" + eos +
+         "\"tie_word_embeddings\":" + (m.tied_head ? "true" : "false") +
+         ",\"torch_dtype\":\"float32\",\"bos_token_id\":" + eos +
          ",\"eos_token_id\":" + eos + "}\n";
 }
 
@@ -112,8 +114,8 @@ GPTConfig read_hf_gpt2_config(const std::string& dir) {
   const JsonValue c = parse_json(read_text_file(path), path);
   if (c.kind != JsonValue::Kind::kObject) throw UserError(path + ": not a JSON object");
   auto refuse = [&](const std::string& what) {
-    throw UserError(path + ": " + what + "; Trellis computes GPT-2 with the tanh GELU (gelu_new), layer-norm eps "
-                    "1e-5 and the head tied to the token embedding");
+    throw UserError(path + ": " + what + "; Trellis computes GPT-2 with the tanh GELU (gelu_new) and layer-norm eps "
+                    "1e-5");
   };
   // Each key as GPT2Config reads it: absent (or null) is its default, another JSON type is refused.
   auto member = [&](const char* key, JsonValue::Kind kind, const char* type) -> const JsonValue* {
@@ -144,7 +146,6 @@ GPTConfig read_hf_gpt2_config(const std::string& dir) {
   if (const JsonValue* eps = member("layer_norm_epsilon", JsonValue::Kind::kNumber, "a number");
       eps && std::fabs(eps->as_double() - 1e-5) > 1e-12)
     refuse("layer_norm_epsilon is " + eps->text);
-  if (!flag("tie_word_embeddings", true)) refuse("tie_word_embeddings is false");
   for (const char* off : {"scale_attn_by_inverse_layer_idx", "add_cross_attention"})
     if (flag(off, false)) refuse(std::string(off) + " is true");
   if (!flag("scale_attn_weights", true)) refuse("scale_attn_weights is false");
@@ -159,6 +160,7 @@ GPTConfig read_hf_gpt2_config(const std::string& dir) {
   if (member("n_inner", JsonValue::Kind::kNumber, "an integer") && (inner < 1 || inner > INT32_MAX))
     throw UserError(path + ": n_inner is " + std::to_string(inner) + " (allowed: null, or 1 to 2147483647)");
   m.ffn_hidden = inner;
+  m.tied_head = flag("tie_word_embeddings", true);  // untied: lm_head.weight is a tensor of its own
   return m;
 }
 
@@ -183,7 +185,7 @@ void read_hf_gpt2(const std::string& dir, const GPTConfig& shape, float* whole) 
   for (const ParameterSpec& s : GPT::parameter_specs(shape)) total += s.shape.numel();
   std::fill(whole, whole + total, 0.0f);
   std::vector<bool> found(tensors.size(), false);
-  std::vector<float> head;  // lm_head.weight, if the file has it: tied, it must be the token embedding
+  std::vector<float> head;  // a tied head's lm_head.weight, if the file has it: it must be the token embedding
   std::vector<std::pair<uint64_t, uint64_t>> spans;  // every tensor's bytes: they must tile the data
   std::vector<char> raw;
   for (const auto& [key, t] : header.members) {
@@ -197,11 +199,12 @@ void read_hf_gpt2(const std::string& dir, const GPTConfig& shape, float* whole) 
         throw UserError(path + ": tensor " + key + "'s data_offsets [" + std::to_string(begin) + ", " +
                         std::to_string(end) + "] lie outside its " + std::to_string(data_size) + " bytes of data");
       spans.emplace_back(uint64_t(begin), uint64_t(end));
-      const std::string name = key.rfind("transformer.", 0) == 0 ? key : "transformer." + key;
+      const bool head_name = key == "lm_head.weight";
+      const std::string name = key.rfind("transformer.", 0) == 0 || head_name ? key : "transformer." + key;
       size_t i = 0;
       while (i < tensors.size() && tensors[i].name != name) ++i;
       const bool buffer = name.ends_with(".attn.bias") || name.ends_with(".attn.masked_bias");
-      const bool is_head = key == "lm_head.weight";
+      const bool is_head = head_name && shape.tied_head;  // tied: the token embedding's other name
       if (i == tensors.size() && !buffer && !is_head)
         throw UserError(path + ": tensor " + key + " is not part of a GPT-2 of config.json's shape");
       if (buffer) continue;  // the causal mask, which older transformers saved
@@ -260,7 +263,8 @@ void read_hf_gpt2(const std::string& dir, const GPTConfig& shape, float* whole) 
       std::memcpy(wte, head.data(), head.size() * 4);
       found[0] = true;
     } else if (std::memcmp(head.data(), wte, head.size() * 4) != 0) {
-      throw UserError(path + ": lm_head.weight differs from the token embedding; Trellis ties them");
+      throw UserError(path + ": lm_head.weight differs from the token embedding, which config.json ties it to "
+                      "(tie_word_embeddings)");
     }
   }
   for (size_t i = 0; i < tensors.size(); ++i)

@@ -37,7 +37,7 @@ RankMemoryPlan plan_rank_memory(const Config& cfg, const GPTConfig& mc, const La
   // The experts' parameters (sharded over the expert-data group), the others (for the offload
   // staging), and of those the blocks'.
   std::vector<ParameterSpec> others, expert_specs, blocks;
-  int64_t experts = 0, kept_whole = 0;  // kept whole: the buckets of wte, wpe and the final LayerNorm
+  int64_t experts = 0, kept_whole = 0;  // kept whole: the buckets of wte, wpe, the final LayerNorm and an untied head
   for (const ParameterSpec& s : GPT::parameter_specs(mc, part, tp)) {
     plan.parameters += s.shape.numel();
     (s.expert ? expert_specs : others).push_back(s);

@@ -31,6 +31,7 @@ Resolved resolve(const Config& cfg, const LaunchInfo& launch) {
   r.model.swiglu = cfg.model.mlp == "swiglu";
   r.model.ffn_hidden = cfg.model.ffn_hidden_size;
   r.model.rmsnorm = cfg.model.norm == "rmsnorm";
+  r.model.tied_head = cfg.model.tie_embeddings;
   r.model.dropout = float(cfg.model.dropout);
   r.model.attention_dropout = float(cfg.model.attention_dropout < 0 ? cfg.model.dropout : cfg.model.attention_dropout);
   r.model.dtype = r.dtype;

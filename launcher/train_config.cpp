@@ -231,12 +231,12 @@ void validate_relations(const Config& c) {
                  elements,
                  "elements of activations is beyond what the memory plan can count (allowed: below 2^56)");
   // attention 4 C^2, the dense MLP (fc + F) C, each expert and shared MLP 8 C^2
-  const double mlp_c = fc + F + 8 * C * (double(c.moe.experts) + S);
-  if (const double params = L * (4 * C + mlp_c) * C + (V + T) * C; params >= 0x1p50)
+  const double mlp_c = fc + F + 8 * C * (double(c.moe.experts) + S), heads = c.model.tie_embeddings ? 1 : 2;
+  if (const double params = L * (4 * C + mlp_c) * C + (heads * V + T) * C; params >= 0x1p50)
     throw beyond("model.n_layers x (4 x model.d_model + " + fc_name + " + " +
                      (ffn ? "model.ffn_hidden_size" : "4 x model.d_model") +
-                     " + 8 x model.d_model x (moe.experts + moe.shared_experts)) x model.d_model + "
-                     "(model.vocab_size + model.seq_len) x model.d_model",
+                     " + 8 x model.d_model x (moe.experts + moe.shared_experts)) x model.d_model + (" +
+                     (heads > 1 ? "2 x " : "") + "model.vocab_size + model.seq_len) x model.d_model",
                  params, "parameters is beyond what the memory plan can count (allowed: below 2^50)");
   if (c.moe.experts > 0) {  // the experts' slots: int32 indices, and their activations in every block
     const double E = double(c.moe.experts), tokens = B * T;

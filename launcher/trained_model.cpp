@@ -22,7 +22,7 @@ namespace {
 namespace fs = std::filesystem;
 
 // The whole model's parameters, vocabulary padding included.
-int64_t stored_numel(const GPTConfig& m) { return m.parameter_count() + (m.padded_vocab() - m.vocab_size) * m.d_model; }
+int64_t stored_numel(const GPTConfig& m) { return m.parameter_count() + m.padding_parameter_count(); }
 
 // The experts of a stored model's description, checked as train_gpt's config would (one rank holds
 // them all).
@@ -170,6 +170,7 @@ StoredModel open_export(const std::string& dir) {
     const JsonValue *mlp = c.find("mlp"), *ffn = c.find("ffn_hidden_size");
     set_mlp(s.shape, mlp ? mlp->as_string() : "gelu", ffn ? ffn->as_int() : 0, json);
     if (const JsonValue* norm = c.find("norm")) set_norm(s.shape, norm->as_string(), json);
+    if (const JsonValue* tie = c.find("tie_embeddings")) s.shape.tied_head = tie->as_bool();  // absent: tied
     // Its parameter list must be the whole model's, in order: the layout params.f32 is read in.
     if (const JsonValue* moe = c.find("moe"))
       s.shape.moe = experts_of(moe->at("experts").as_int(), moe->at("top_k").as_int(), moe->at("capacity_factor").as_double(),
@@ -178,9 +179,10 @@ StoredModel open_export(const std::string& dir) {
     const JsonValue& params = root.at("params");
     // The list's length first (blocks with experts have 9 + 4 x experts tensors and 4 more with a
     // shared MLP, the others 12, both 2 fewer with RMSNorm; wte, wpe (not with rotary positions) and
-    // the final norm's two (RMSNorm: one)), before a config claiming a huge model is laid out.
+    // the final norm's two (RMSNorm: one), and an untied head), before a config claiming a huge
+    // model is laid out.
     const int64_t blocks_with_experts = s.shape.moe.layers(s.shape.n_layers), norm_biases = s.shape.rmsnorm ? 0 : 1;
-    const int64_t tensors = (s.shape.rope ? 2 : 3) + norm_biases +
+    const int64_t tensors = (s.shape.rope ? 2 : 3) + norm_biases + (s.shape.tied_head ? 0 : 1) +
                             (10 + 2 * norm_biases) * (s.shape.n_layers - blocks_with_experts) +
                             (7 + 2 * norm_biases + 4 * s.shape.moe.experts + (s.shape.moe.shared_experts > 0 ? 4 : 0)) *
                                 blocks_with_experts;

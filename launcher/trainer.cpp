@@ -219,11 +219,13 @@ std::string trace_path(const std::string& file, int rank, int world) {
 bool use_embedding_row_exchange(const Config& cfg, int data_ranks, int64_t B, int64_t T, const GPTConfig& mc) {
   const std::string& mode = cfg.zero.embedding_grad;
   if (mode == "all_reduce") return false;
-  const bool possible =
-      cfg.zero.stage == 0 && cfg.parallel.pipeline == 1 && cfg.parallel.tensor == 1 && cfg.zero.overlap;
+  // Untied, the token embedding's gradient is the lookups' alone: its all-reduce first would sum zeros.
+  const bool possible = cfg.zero.stage == 0 && cfg.parallel.pipeline == 1 && cfg.parallel.tensor == 1 &&
+                        cfg.zero.overlap && mc.tied_head;
   if (mode == "gather_rows" && !possible)
     throw UserError(cfg.path + ": zero.embedding_grad = gather_rows needs zero.stage = 0, parallel.pipeline = 1, "
-                    "parallel.tensor = 1 and zero.overlap = true (or use auto / all_reduce)");
+                    "parallel.tensor = 1, zero.overlap = true and model.tie_embeddings = true (or use auto / "
+                    "all_reduce)");
   return possible &&
          (mode == "gather_rows" ||
           EmbeddingRowExchange::pays(data_ranks, B, T, mc.d_model, mc.dtype, mc.padded_vocab()));
@@ -538,7 +540,7 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
   if (streaming) reduction.data = streaming.get();
   else reduction.data = grad_sync.get();
   reduction.overlap = cfg.zero.overlap;
-  if (p > 1 && groups.in_embedding_group()) {  // the tied embedding on the first and last stage
+  if (p > 1 && mc.tied_head && groups.in_embedding_group()) {  // the tied embedding on the first and last stage
     reduction.tied = &groups.embedding();
     reduction.tied_grads = optimizer.owned_grads(model.tied_embedding());  // reduced over the data group first
   }
@@ -581,7 +583,7 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
                 mc.rope ? (", rotary positions (theta " + number_g(mc.rope_theta) + ")").c_str() : "",
                 (std::string(mc.swiglu ? ", SwiGLU MLPs" : "") +
                  (mc.mlp_width() != 4 * mc.d_model ? ", MLP width " + std::to_string(mc.mlp_width()) : "") +
-                 (mc.rmsnorm ? ", RMSNorm" : ""))
+                 (mc.rmsnorm ? ", RMSNorm" : "") + (mc.tied_head ? "" : ", untied head"))
                     .c_str());
     if (mc.moe.experts > 0)
       std::printf("experts: %lld%s in %lld of %lld blocks (every %lld from block 0), top %lld, capacity %lld of a "
@@ -598,7 +600,7 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
                                         .c_str()
                                   : "");
     std::printf("parameters: %s (vocabulary padding adds %s; %s stored%s)\n", with_commas(mc.parameter_count()).c_str(),
-                with_commas((mc.padded_vocab() - mc.vocab_size) * mc.d_model).c_str(), with_commas(stored).c_str(),
+                with_commas(mc.padding_parameter_count()).c_str(), with_commas(stored).c_str(),
                 p > 1 || tp.active() || expert_parallel ? " on rank 0" : "");
     std::printf("batch: global %lld = micro %lld x %s %lld x data %d; %lld tokens per step\n", (long long)global_batch,
                 (long long)B, p > 1 ? "micro-batches" : "accumulation", (long long)res.accumulation, data_size,

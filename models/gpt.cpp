@@ -13,8 +13,8 @@ namespace trellis {
 namespace {
 
 constexpr int64_t kHeadChunkRows = 8192;
-// Bucket ids: -1 wte, -2 wpe, -3 the final LayerNorm (negative: kept whole at every ZeRO stage), l
-// block l (its experts, under expert parallelism, a bucket of their own with the same id).
+// Bucket ids: -1 wte, -2 wpe, -3 the final LayerNorm, -4 an untied head (negative: kept whole at
+// every ZeRO stage), l block l (its experts, under expert parallelism, a bucket of their own with the same id).
 constexpr size_t kAlign = 256;
 size_t aligned(size_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; }
 
@@ -77,13 +77,14 @@ std::vector<ParameterSpec> GPT::parameter_specs(const GPTConfig& cfg, const GPTP
   const int64_t C = cfg.d_model;
   if (tp.active()) check_tensor_parallel(cfg, tp.size);
   std::vector<ParameterSpec> specs;
-  // The head reads the token embedding too (tied), so the last stage holds a copy (of the same
+  // A tied head reads the token embedding too, so the last stage holds a copy (of the same
   // vocabulary shard).
   // ZeRO buckets of their own (kept whole at every stage): wte (the same bucket on the first and
-  // last stage, so their pieces match for the tied sum), wpe, and the final LayerNorm.
+  // last stage, so their pieces match for the tied sum), wpe, the final LayerNorm, an untied head.
+  auto vocab_rows = [&](ParameterSpec s) { return tp.active() ? shard_spec(s, 0, tp.size, tp.rank) : s; };
   ParameterSpec wte{"wte", {cfg.padded_vocab(), C}, Init::normal, 0.02f, true};
   wte.bucket = -1;
-  if (part.embedding || part.head) specs.push_back(tp.active() ? shard_spec(wte, 0, tp.size, tp.rank) : wte);
+  if (part.embedding || (part.head && cfg.tied_head)) specs.push_back(vocab_rows(wte));
   if (part.embedding && !cfg.rope) {  // rotary positions need no table
     specs.push_back({"wpe", {cfg.seq_len, C}, Init::normal, 0.01f, true});
     specs.back().bucket = -2;
@@ -105,6 +106,11 @@ std::vector<ParameterSpec> GPT::parameter_specs(const GPTConfig& cfg, const GPTP
     if (!cfg.rmsnorm) {  // RMSNorm has no bias
       specs.push_back({"lnf.b", {C}, Init::zeros, 0, false});
       specs.back().bucket = -3;
+    }
+    if (!cfg.tied_head) {
+      ParameterSpec head{"lm_head.w", {cfg.padded_vocab(), C}, Init::normal, 0.02f, true};
+      head.bucket = -4;
+      specs.push_back(vocab_rows(head));
     }
   }
   return specs;
@@ -163,7 +169,8 @@ GPT::GPT(Runtime& rt, const GPTConfig& cfg, int64_t micro_batch, const GPTPart& 
   for (const TransformerBlock& b : blocks_)
     for (const Parameter* p : b.first_written_grads()) params_.write_first(*p);
   if (part.head) lnf_range_ = range_of("lnf.");
-  if (part.embedding || part.head) wte_range_ = range_of("wte");
+  if (part.embedding || (part.head && cfg_.tied_head)) wte_range_ = range_of("wte");
+  if (part.head) head_range_ = cfg_.tied_head ? wte_range_ : range_of("lm_head.");
   if (part.embedding && !cfg_.rope) wpe_range_ = range_of("wpe");
   if (part.embedding && tp_.active())
     vocab_embedding_.emplace(*tp_.group, params_.get("wte"), wpe(), cfg_.padded_vocab(),
@@ -299,8 +306,8 @@ void GPT::cross_entropy(const Tensor& losses, const Tensor& logits, const Tensor
 
 void GPT::head(const Tensor& lnf, const Tensor& targets, float dloss, const Tensor& loss_sum, bool backward) {
   NvtxRange r(backward ? "head_forward_backward" : "head_forward");
-  const Parameter& wte = params_.get("wte");
-  const int64_t N = lnf.size(0), C = cfg_.d_model, Vl = wte.value.size(0);  // Vl: this rank's vocabulary columns
+  const Parameter& w = head_weight();
+  const int64_t N = lnf.size(0), C = cfg_.d_model, Vl = w.value.size(0);  // Vl: this rank's vocabulary columns
   const int64_t chunk = std::min<int64_t>(kHeadChunkRows, N);
   Tensor logits_buf = work_.take(cfg_.dtype, {chunk, Vl});
   Tensor losses_buf = work_.take(DType::f32, {chunk});
@@ -314,14 +321,14 @@ void GPT::head(const Tensor& lnf, const Tensor& targets, float dloss, const Tens
     Tensor tgt = flat_targets.slice(r0, {rows});
     MatmulOptions o;
     o.trans_b = true;
-    matmul(rt_, logits, x, wte.value, o);
+    matmul(rt_, logits, x, w.value, o);
     cross_entropy(losses, logits, tgt, stats_buf.slice(0, {3 * rows}), dloss, backward);
     if (backward) {
       MatmulOptions acc;
       acc.trans_a = true;
       acc.accumulate = true;
-      matmul(rt_, wte.grad, logits, x, acc);  // dwte += dlogits^T x
-      matmul(rt_, x, logits, wte.value);      // dx = dlogits wte, over x's rows (read above)
+      matmul(rt_, w.grad, logits, x, acc);  // dW += dlogits^T x
+      matmul(rt_, x, logits, w.value);      // dx = dlogits W, over x's rows (read above)
     }
     sum_accumulate(rt_, loss_sum, losses);
   }
@@ -377,6 +384,7 @@ void GPT::backward_chunk(int slot, const Tensor& dres_in, const GradsReady& grad
     layernorm_backward(rt_, dres, params_.get("lnf.w").grad, grad_or_empty(params_.find("lnf.b")), s.lnf, s.out,
                        params_.get("lnf.w").value, s.lnf_mean, s.lnf_rstd, true, nullptr, cfg_.rmsnorm);
     ready(lnf_range_);
+    if (!cfg_.tied_head) ready(head_range_);  // final since this micro-batch's forward
   }
   const size_t first = chunk_begin_[size_t(s.chunk)];
   for (size_t i = s.blocks.size(); i-- > 0;) {
@@ -411,7 +419,7 @@ void GPT::backward_chunk(int slot, const Tensor& dres_in, const GradsReady& grad
       ready(wte_range_);
       ready(wpe_range_);
     }
-  } else if (part_.has_head(s.chunk)) {
+  } else if (part_.has_head(s.chunk) && cfg_.tied_head) {
     ready(wte_range_);  // the head's copy: final since this micro-batch's forward
   }
   release_slot(slot);
@@ -470,8 +478,10 @@ GPT::Ranges GPT::tensor_partial_grads() const {
 }
 
 GPT::Ranges GPT::tied_embedding() const {
-  if (!part_.embedding && !part_.head) return {};
+  if (!cfg_.tied_head || (!part_.embedding && !part_.head)) return {};
   return {wte_range_};
 }
+
+const Parameter& GPT::head_weight() const { return params_.get(cfg_.tied_head ? "wte" : "lm_head.w"); }
 
 }  // namespace trellis

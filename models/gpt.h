@@ -1,14 +1,15 @@
-// GPT-2: token + position embedding -> n_layers pre-LN blocks -> final LayerNorm -> LM head tied
-// to the token embedding, with a cross-entropy loss over the padded vocabulary (padding masked).
+// GPT-2: token + position embedding -> n_layers pre-LN blocks -> final LayerNorm -> LM head (tied
+// to the token embedding, or a matrix of its own: model.tie_embeddings), with a cross-entropy loss
+// over the padded vocabulary (padding masked).
 // A GPT object holds the whole model or, under pipeline parallelism, one rank's part of it: one or
 // more chunks of consecutive blocks, the first possibly starting with the embedding and the last
 // possibly ending with the head. Parameter names keep global layer indices ("h.7.attn.qkv.w"), so
 // initialization, dropout masks and checkpoints do not depend on the split.
 //
 // Under tensor parallelism (a TensorParallelContext) the blocks are split as transformer_block.h
-// says, and the token embedding wte (Vp, C) by rows: rank r holds the vocabulary shard
-// [r*Vp/t, (r+1)*Vp/t). The embedding sums the shards' lookups over the tensor group (all-reduce,
-// or reduce-scatter into token shards with sequence parallelism); the tied head computes the
+// says, and the token embedding wte (Vp, C), and an untied head's lm_head.w, by rows: rank r holds
+// the vocabulary shard [r*Vp/t, (r+1)*Vp/t). The embedding sums the shards' lookups over the tensor
+// group (all-reduce, or reduce-scatter into token shards with sequence parallelism); the head computes the
 // logits of its own vocabulary shard only and the vocabulary-parallel cross-entropy, so the full
 // logits never exist on any rank. With sequence parallelism the activations between the
 // embedding and the head, the final LayerNorm included, are this rank's token rows.
@@ -98,7 +99,7 @@ class GPT {
   // gradients reports wte's first (its classifier part is final since the forward) and hands the
   // embedding's rows to `x` instead of scattering them (null: the plain embedding backward).
   void set_embedding_exchange(EmbeddingRowExchange* x) {
-    TRELLIS_CHECK(!x || !tp_.active(), "GPT: the embedding row exchange needs tensor = 1");
+    TRELLIS_CHECK(!x || (!tp_.active() && cfg_.tied_head), "GPT: the embedding row exchange needs tensor = 1 and a tied head");
     embedding_exchange_ = x;
   }
   ParameterStore& params() { return params_; }
@@ -151,7 +152,7 @@ class GPT {
   // Gradients that are partial sums over the tensor group after backward (sequence parallelism:
   // the LayerNorms, applied to token shards); the trainer all-reduces them once per step.
   Ranges tensor_partial_grads() const;
-  // The token embedding's range when this rank holds it, else none.
+  // The token embedding's range when this rank holds it and the head is tied to it, else none.
   Ranges tied_embedding() const;
 
   // Peak bytes used in the activation arenas so far.
@@ -170,7 +171,7 @@ class GPT {
     int64_t B = 0, T = 0;            // the micro-batch's shape
   };
   // Head over row chunks of x, the full (B*T, C) final LayerNorm output: logits of this rank's
-  // vocabulary shard, loss (and, if backward, dlogits -> dwte, and this rank's part of dL/dx
+  // vocabulary shard, loss (and, if backward, dlogits -> the head weight's gradient, and this rank's part of dL/dx
   // written over x, to be summed over the tensor group by the caller).
   void head(const Tensor& x, const Tensor& targets, float dloss, const Tensor& loss_sum, bool backward);
   // The cross-entropy of one row chunk of logits (this rank's vocabulary columns); dlogits
@@ -181,7 +182,8 @@ class GPT {
   void embed(const Tensor& tokens, const Tensor& x);
   int64_t rows_of(int64_t B, int64_t T) const;      // this rank's token rows of a (B, T) micro-batch
   Shape activation_shape(int64_t B, int64_t T) const;  // (B, T, C), or (rows, C) for token shards
-  int64_t vocab_begin() const;                     // the first row of this rank's wte shard
+  int64_t vocab_begin() const;                     // the first row of this rank's wte (and lm_head.w) shard
+  const Parameter& head_weight() const;            // wte if the head is tied to it, else lm_head.w
   DropoutKey embedding_dropout_key(const StepContext& ctx, int64_t rows) const;
   // [begin, end) of the parameters whose names start with `prefix` (consecutive by construction;
   // a block's experts may be a bucket of their own, after the padding of the block's other bucket).
@@ -205,9 +207,10 @@ class GPT {
   Buffer dres_buf_;  // gradient of the residual stream for forward_backward
   // The learned position table of the embedding stage; null with rotary positions (model.rope).
   const Parameter* wpe() const { return cfg_.rope ? nullptr : &params_.get("wpe"); }
-  // Gradient ranges reported to GradsReady: blocks (as in blocks_), then lnf, wte, wpe.
+  // Gradient ranges reported to GradsReady: blocks (as in blocks_), then lnf, wte, wpe; head_range_
+  // is lm_head.w's (reported with lnf) or, tied, wte's.
   std::vector<std::pair<int64_t, int64_t>> block_ranges_;
-  std::pair<int64_t, int64_t> lnf_range_{-1, -1}, wte_range_{-1, -1}, wpe_range_{-1, -1};
+  std::pair<int64_t, int64_t> lnf_range_{-1, -1}, wte_range_{-1, -1}, wpe_range_{-1, -1}, head_range_{-1, -1};
   std::vector<int> block_buckets_;  // the store's bucket of each block (as in blocks_)
   std::vector<int> experts_buckets_;  // its experts' bucket, or -1 (as in blocks_)
   BlockHooks* hooks_ = nullptr;

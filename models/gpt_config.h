@@ -31,6 +31,9 @@ struct GPTConfig {
   // The normalization of ln1, ln2 and lnf: GPT-2's LayerNorm (weight and bias), or RMSNorm (Llama's:
   // no mean subtracted, a weight only).
   bool rmsnorm = false;
+  // The head (logits = lnf(x) W^T): GPT-2's, W the token embedding wte itself (tied), or Llama's, a
+  // matrix lm_head.w of its own (Vp, C), initialized and trained apart.
+  bool tied_head = true;
   float dropout = 0.0f;            // embeddings and residual branches
   float attention_dropout = 0.0f;  // attention probabilities
   DType dtype = DType::f32;  // parameters and activations; statistics are f32
@@ -45,14 +48,18 @@ struct GPTConfig {
   int64_t head_dim() const { return d_model / n_heads; }
   int64_t mlp_width() const { return ffn_hidden > 0 ? ffn_hidden : 4 * d_model; }  // F: mlp.proj's input
   int64_t fc_width() const { return (swiglu ? 2 : 1) * mlp_width(); }     // mlp.fc's output
-  // Parameters of the model as published (no vocabulary padding), tied embedding counted once;
+  // Parameters of the model as published (no vocabulary padding), a tied embedding counted once;
   // a block with experts counts its router, every expert and the shared MLP.
   int64_t parameter_count() const { return count_parameters(moe.experts); }
+  // The vocabulary padding's rows: of wte and of an untied head.
+  int64_t padding_parameter_count() const { return (tied_head ? 1 : 2) * (padded_vocab() - vocab_size) * d_model; }
   // The parameters one token's forward uses: a block with experts counts top_k of them (and the shared MLP).
   int64_t active_parameter_count() const { return count_parameters(moe.top_k); }
-  // Model FLOPs per trained token: 6N + 12 L C T (REFERENCE.md), N = active_parameter_count().
+  // Model FLOPs per trained token: 6N + 12 L C T (REFERENCE.md), N = active_parameter_count() less
+  // an untied token embedding (its lookups are no matmul; tied, its N counts the head's).
   double flops_per_token() const {
-    return 6.0 * double(active_parameter_count()) + 12.0 * double(n_layers * d_model * seq_len);
+    const int64_t lookup_only = tied_head ? 0 : vocab_size * d_model;
+    return 6.0 * double(active_parameter_count() - lookup_only) + 12.0 * double(n_layers * d_model * seq_len);
   }
 
  private:
@@ -64,7 +71,7 @@ struct GPTConfig {
     const int64_t moe_layers = moe.layers(n_layers);
     const int64_t H = moe.shared_width(C), shared = H > 0 ? (H * C + H) + (C * H + C) : 0;  // every token's
     const int64_t moe_extra = moe_layers * (moe.experts * C + experts_per_moe_block * expert - mlp + shared);
-    return vocab_size * C + (rope ? 0 : seq_len * C) + n_layers * per_layer + moe_extra + norm;
+    return (tied_head ? 1 : 2) * vocab_size * C + (rope ? 0 : seq_len * C) + n_layers * per_layer + moe_extra + norm;
   }
 };
 

@@ -129,7 +129,7 @@ std::vector<float> GPTInference::forward(const std::vector<int32_t>& tokens, int
     add(rt_, y, r, branch);
     std::swap(x, y);
   }
-  // Final LayerNorm and the tied head on the last position of each sequence.
+  // Final norm and the head on the last position of each sequence.
   Tensor lnf = acts_.take(dt, {B, n, C});
   Tensor mean = acts_.take(DType::f32, {B * n}), rstd = acts_.take(DType::f32, {B * n});
   layernorm_forward(rt_, lnf, mean, rstd, x, ps.get("lnf.w").value, value_or_empty(ps.find("lnf.b")), 1e-5f,
@@ -139,7 +139,7 @@ std::vector<float> GPTInference::forward(const std::vector<int32_t>& tokens, int
   Tensor logits = acts_.take(dt, {B, Vp});
   MatmulOptions o;
   o.trans_b = true;
-  matmul(rt_, logits, last, ps.get("wte").value, o);
+  matmul(rt_, logits, last, ps.get(cfg_.tied_head ? "wte" : "lm_head.w").value, o);
   Tensor logits32 = logits;
   if (dt != DType::f32) {
     logits32 = acts_.take(DType::f32, {B, Vp});

@@ -111,7 +111,7 @@ std::vector<float> reference_logits(Runtime& rt, const GPTConfig& cfg, const Par
     std::copy_n(ln.begin() + (b * T + T - 1) * C, C, last.begin() + b * C);
   MatmulOptions o;
   o.trans_b = true;
-  matmul(rt, host(logits, {B, Vp}), host(last, {B, C}), ps.get("wte").value, o);
+  matmul(rt, host(logits, {B, Vp}), host(last, {B, C}), ps.get(cfg.tied_head ? "wte" : "lm_head.w").value, o);
   return logits;
 }
 
@@ -180,6 +180,8 @@ TEST(GPTInference, CachedLogitsWithRmsnormMatchTheTrainingForward) {
   cfg.rmsnorm = true;
   check_cached_logits(cfg);
   cfg.rope = cfg.swiglu = true;  // Llama's block
+  check_cached_logits(cfg);
+  cfg.tied_head = false;  // and its head
   check_cached_logits(cfg);
 }
 

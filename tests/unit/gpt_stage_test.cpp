@@ -1,7 +1,8 @@
 // GPT split into pipeline parts, run by hand on one process (each part's chunk output copied into
 // the next part's input, gradients passed back): the loss and every block's and norm's gradient
 // are bitwise those of the whole model; the tied embedding's gradients of the first and last
-// stage add up to the whole model's. Also: several micro-batches in flight in separate slots.
+// stage add up to the whole model's (untied, the head's lm_head.w is the last stage's alone and
+// every gradient is bitwise the whole model's). Also: several micro-batches in flight in separate slots.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -71,9 +72,10 @@ float run_pipeline(std::vector<std::unique_ptr<GPT>>& parts, int v, Batch& b, in
   return loss;
 }
 
-void check_split(int p, int v) {
+void check_split(int p, int v, bool tied = true) {
   Runtime rt(RuntimeOptions{});
-  const GPTConfig c = tiny();
+  GPTConfig c = tiny();
+  c.tied_head = tied;
   const int64_t B = 2;
   StepContext ctx;
   ctx.seed = 4;
@@ -114,13 +116,18 @@ void check_split(int p, int v) {
       for (int64_t i = 0; i < prm.value.numel(); i += 37)
         ASSERT_EQ(prm.value.ptr<float>()[i], whole.params().get(prm.spec.name).value.ptr<float>()[i]) << prm.spec.name;
   }
-  for (const auto& [name, g] : want) EXPECT_EQ(seen[name], name == "wte" && p > 1 ? 2 : 1) << name;
+  for (const auto& [name, g] : want) EXPECT_EQ(seen[name], name == "wte" && p > 1 && tied ? 2 : 1) << name;
+  EXPECT_EQ(want.count("lm_head.w"), tied ? 0u : 1u);
   for (size_t i = 0; i < wte_sum.size(); ++i) ASSERT_NEAR(wte_sum[i], want["wte"][i], 1e-7 + 1e-5 * std::fabs(want["wte"][i]));
 }
 
 TEST(GPTStages, TwoStagesMatchTheWholeModel) { check_split(2, 1); }
 TEST(GPTStages, FourStagesMatchTheWholeModel) { check_split(4, 1); }
 TEST(GPTStages, InterleavedChunksMatchTheWholeModel) { check_split(2, 2); }
+TEST(GPTStages, UntiedHeadStagesMatchTheWholeModel) {
+  check_split(2, 1, false);
+  check_split(2, 2, false);
+}
 
 int64_t counted(const GPT& m) {
   int64_t n = 0;
@@ -139,6 +146,21 @@ TEST(GPTStages, NormCountsTheTiedEmbeddingOnce) {
   GPT middle(rt, c, 2, GPTPart::of_rank(c, 4, 1, 1));
   EXPECT_TRUE(middle.tied_embedding().empty());
   EXPECT_EQ(counted(middle), middle.params().numel());
+}
+
+// Untied, the last stage holds lm_head.w and no copy of wte: nothing to sum between the stages,
+// and each stage's norm counts all it holds.
+TEST(GPTStages, UntiedHeadHasNoEmbeddingCopy) {
+  Runtime rt(RuntimeOptions{});
+  GPTConfig c = tiny();
+  c.tied_head = false;
+  GPT first(rt, c, 2, GPTPart::of_rank(c, 2, 1, 0)), last(rt, c, 2, GPTPart::of_rank(c, 2, 1, 1));
+  EXPECT_TRUE(first.params().find("wte") && !first.params().find("lm_head.w"));
+  EXPECT_TRUE(!last.params().find("wte") && last.params().find("lm_head.w"));
+  EXPECT_EQ(counted(first), first.params().numel());
+  EXPECT_EQ(counted(last), last.params().numel());
+  EXPECT_TRUE(first.tied_embedding().empty());
+  EXPECT_TRUE(last.tied_embedding().empty());
 }
 
 // Two micro-batches in flight (GPipe order: both forwards, then both backwards) give the

@@ -78,6 +78,7 @@ void check_gradients_against_finite_differences(const GPTConfig& c) {
     for (int64_t k = 0; k < 3; ++k) {
       int64_t i = (k * 7919 + 13) % n;
       if (p.spec.name == "wte") i = batch.tokens[size_t(k)] * c.d_model + k;  // a row that is used
+      if (p.spec.name == "lm_head.w") i %= c.vocab_size * c.d_model;         // not a padding row
       float* w = p.value.ptr<float>() + i;
       const float saved = *w;
       *w = saved + eps;
@@ -91,10 +92,11 @@ void check_gradients_against_finite_differences(const GPTConfig& c) {
       ++checked;
     }
   }
-  // Three elements of every tensor: 12 a block (10 with RMSNorm), wte, wpe (not with RoPE) and lnf's
-  // two (one with RMSNorm).
+  // Three elements of every tensor: 12 a block (10 with RMSNorm), wte, wpe (not with RoPE), lnf's
+  // two (one with RMSNorm) and an untied head's.
   const int norm_biases = c.rmsnorm ? 0 : 1;
-  EXPECT_EQ(checked, 3 * (int(c.n_layers) * (10 + 2 * norm_biases) + (c.rope ? 1 : 2) + 1 + norm_biases));
+  EXPECT_EQ(checked, 3 * (int(c.n_layers) * (10 + 2 * norm_biases) + (c.rope ? 1 : 2) + 1 + norm_biases +
+                          (c.tied_head ? 0 : 1)));
 }
 
 TEST(GPT, GradientsMatchFiniteDifferences) { check_gradients_against_finite_differences(tiny_config()); }
@@ -161,6 +163,34 @@ TEST(GPT, RmsnormParameterCount) {
   EXPECT_EQ(n, c.parameter_count() + (c.padded_vocab() - c.vocab_size) * c.d_model);
 }
 
+// An untied head (model.tie_embeddings = false): lm_head.w of its own, alone and with Llama's block.
+TEST(GPT, UntiedHeadGradientsMatchFiniteDifferences) {
+  for (bool llama : {false, true}) {
+    SCOPED_TRACE(llama ? "with Llama's block" : "GPT-2 otherwise");
+    GPTConfig c = tiny_config();
+    c.tied_head = false;
+    c.rmsnorm = c.swiglu = c.rope = llama;
+    check_gradients_against_finite_differences(c);
+  }
+}
+
+// Untied, the vocabulary's parameters count twice, wte's padding rows and lm_head.w's are stored,
+// lm_head.w comes last, and the model FLOPs leave out the lookup table (its N counts the head).
+TEST(GPT, UntiedHeadParameterCount) {
+  GPTConfig c;
+  c.tied_head = false;
+  EXPECT_EQ(c.parameter_count(), 124439808 + 50257 * 768);
+  EXPECT_EQ(c.padding_parameter_count(), 2 * 47 * 768);
+  const std::vector<ParameterSpec> specs = GPT::parameter_specs(c);
+  EXPECT_EQ(specs.back().name, "lm_head.w");
+  EXPECT_EQ(specs.back().shape[0], c.padded_vocab());
+  int64_t n = 0;
+  for (const ParameterSpec& s : specs) n += s.shape.numel();
+  EXPECT_EQ(n, c.parameter_count() + c.padding_parameter_count());
+  GPTConfig tied;
+  EXPECT_EQ(c.flops_per_token(), tied.flops_per_token());
+}
+
 // A width F makes fc (F, C) (SwiGLU (2F, C)) and proj (C, F). GPT-2 small at F = 4C is unchanged; with
 // SwiGLU at F = 8/3 x C = 2048 its MLP weights are GELU's 8C^2 again, the biases 1024 more a block.
 TEST(GPT, MlpWidthParameterCount) {
@@ -185,12 +215,20 @@ TEST(GPT, RotaryPositionsHaveNoTable) {
 }
 
 TEST(GPT, PaddedVocabularyGetsNoGradient) {
-  Runtime rt(RuntimeOptions{});
-  GPTConfig c = tiny_config();
-  GPT model(rt, c, 2);
-  model.initialize(3);
-  Result r = run(model, make_batch(c, 2), 2, StepContext{});
-  for (int64_t i = c.vocab_size * c.d_model; i < c.padded_vocab() * c.d_model; ++i) ASSERT_EQ(r.grads[size_t(i)], 0.0f);
+  for (bool tied : {true, false}) {
+    Runtime rt(RuntimeOptions{});
+    GPTConfig c = tiny_config();
+    c.tied_head = tied;
+    GPT model(rt, c, 2);
+    model.initialize(3);
+    Result r = run(model, make_batch(c, 2), 2, StepContext{});
+    for (const char* name : {"wte", "lm_head.w"}) {
+      const Parameter* p = model.params().find(name);
+      if (!p) continue;
+      for (int64_t i = c.vocab_size * c.d_model; i < c.padded_vocab() * c.d_model; ++i)
+        ASSERT_EQ(r.grads[size_t(p->offset + i)], 0.0f) << name;
+    }
+  }
 }
 
 // The blocks' gradients are not zeroed between steps but overwritten by their first write
