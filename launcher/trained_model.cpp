@@ -228,6 +228,7 @@ StoredModel open_hf(const std::string& dir) {
   const GPTConfig c = read_hf_gpt2_config(dir);
   s.shape = shape_of(c.vocab_size, c.seq_len, c.n_layers, c.n_heads, c.d_model, dir + "/config.json");
   set_mlp(s.shape, "gelu", c.ffn_hidden, dir + "/config.json");
+  s.shape.tied_head = c.tied_head;
   // Its weights take at least 2 bytes a parameter: a config.json that claims more than
   // model.safetensors holds is found before anything is sized by it.
   const std::string weights = dir + "/model.safetensors";

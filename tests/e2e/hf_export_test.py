@@ -13,7 +13,10 @@ computes the loss Trellis computed (a --dump-grads dump, exported) on the same t
 elsewhere that part says it is skipped. model.init_from starts a run from the Hugging Face directory,
 the weight export or the checkpoint with exactly their parameters (a shorter model.seq_len takes
 the first positions); another shape is one error line. A model of MLP width 96 (model.ffn_hidden_size)
-exports with n_inner 96 and starts a run of that width; transformers computes its loss too.
+exports with n_inner 96 and starts a run of that width; transformers computes its loss too. A model
+with a head of its own (model.tie_embeddings = false) exports with tie_word_embeddings false and an
+lm_head.weight of its unpadded rows, starts an untied run exactly, and a tied run from it gets one
+error line; transformers computes its loss.
 Training from it (learning rate 0, so the exported weights are the start's): on one rank, and at
 data 2 with ZeRO stage 1 (each rank its pieces), exactly the source's; in bf16 the source rounded.
 Usage: hf_export_test.py TRAIN_GPT EXPORT_HF CONFIG MPIEXEC"""
@@ -323,6 +326,40 @@ def main():
             ref, trellis = got
             rel = abs(trellis - ref) / abs(ref)
             check(rel <= 1e-5, f"transformers on the n_inner 96 export: loss {ref:.7f}, Trellis {trellis:.7f}, "
+                  f"rel diff {rel:.1e}")
+
+        # An untied head (model.tie_embeddings = false) is GPT-2's tie_word_embeddings = false, both ways.
+        untied, hf_untied = os.path.join(tmp, "untied"), os.path.join(tmp, "hf_untied")
+        train(binary, config, "train.precision=fp32", "model.tie_embeddings=false", extra=["--dump-grads", untied])
+        p = run([export_hf, untied, hf_untied])
+        ucfg = json.load(open(os.path.join(hf_untied, "config.json"))) if p.returncode == 0 else {}
+        _, ut, _ = read_safetensors(os.path.join(hf_untied, "model.safetensors")) if p.returncode == 0 else (0, {}, 0)
+        raw_u = open(os.path.join(untied, "params.f32"), "rb").read()
+        src_u = struct.unpack(f"<{len(raw_u) // 4}f", raw_u)
+        head_at = next(q["offset"] for q in json.load(open(os.path.join(untied, "model.json")))["params"]
+                       if q["name"] == "lm_head.w")
+        head = ut.get("lm_head.weight", ("", [], ()))
+        check(ucfg.get("tie_word_embeddings") is False and head[1] == [V, C] and
+              head[2] == src_u[head_at:head_at + V * C] and head[2] != ut["transformer.wte.weight"][2],
+              f"model.tie_embeddings = false: config.json tie_word_embeddings {ucfg.get('tie_word_embeddings')}, "
+              f"lm_head.weight {head[1]}, its values Trellis's lm_head.w (not the token embedding)")
+        d = os.path.join(tmp, "init_untied")
+        train(binary, config, "model.init_from=" + hf_untied, "model.tie_embeddings=false", "train.steps=1",
+              extra=["--dump-grads", d])
+        got = struct.unpack(f"<{len(src_u)}f", open(os.path.join(d, "params.f32"), "rb").read())
+        pad = (0.0,) * ((P - V) * C)
+        want_u = src_u[:V * C] + pad + src_u[P * C:head_at + V * C] + pad
+        check(got == want_u, "model.init_from = the untied directory with model.tie_embeddings = false: the source's "
+              "parameters (padding rows zero)")
+        p = run([binary, config, "--set", "train.device=cpu", "--set", "model.init_from=" + hf_untied])
+        lines = [x for x in p.stderr.splitlines() if x.startswith("error")]
+        check(p.returncode != 0 and len(lines) == 1 and "model.tie_embeddings = false" in lines[0] and
+              "model.tie_embeddings = true" in lines[0], f"model.init_from of it with a tied head: {lines}")
+        got = hf_loss(hf_untied, untied) if ucfg else (float("nan"), 0.0)
+        if got is not None:
+            ref, trellis = got
+            rel = abs(trellis - ref) / abs(ref)
+            check(rel <= 1e-5, f"transformers on the untied export: loss {ref:.7f}, Trellis {trellis:.7f}, "
                   f"rel diff {rel:.1e}")
     print("FAIL" if failed else "PASS")
     sys.exit(1 if failed else 0)
