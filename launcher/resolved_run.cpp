@@ -29,7 +29,7 @@ Resolved resolve(const Config& cfg, const LaunchInfo& launch) {
   r.model.rope = cfg.model.position_embedding == "rope";
   r.model.rope_theta = cfg.model.rope_theta;
   r.model.swiglu = cfg.model.mlp == "swiglu";
-  r.model.ffn_hidden = cfg.model.ffn_hidden_size;
+  r.model.ffn_hidden = dense_ffn_hidden_size(cfg);
   r.model.rmsnorm = cfg.model.norm == "rmsnorm";
   r.model.tied_head = cfg.model.tie_embeddings;
   r.model.dropout = float(cfg.model.dropout);

@@ -280,6 +280,10 @@ void validate_relations(const Config& c) {
 
 }  // namespace
 
+int64_t dense_ffn_hidden_size(const Config& c) {
+  return c.moe.experts > 0 && c.moe.layer_freq == 1 ? 0 : c.model.ffn_hidden_size;
+}
+
 std::vector<int> parse_stage_layers(const Config& c) {
   const std::string& text = c.parallel.stage_layers;
   const int64_t parts = c.parallel.pipeline * c.parallel.virtual_stages;
@@ -392,7 +396,7 @@ void validate_for_world(const Config& c, int world_size) {
     m.vocab_size = c.model.vocab_size;
     m.n_heads = c.model.n_heads;
     m.d_model = c.model.d_model;
-    m.ffn_hidden = c.model.ffn_hidden_size;
+    m.ffn_hidden = dense_ffn_hidden_size(c);
     GPT::check_tensor_parallel(m, int(par.tensor));
   } catch (const UserError& e) {
     throw UserError(c.path + ": " + e.what());

@@ -146,6 +146,10 @@ Config load_config_text(const std::string& toml_text, const std::string& name,
 // unless it lists parallel.pipeline x parallel.virtual_stages integers >= 1 summing to
 // model.n_layers. load_config checks it already.
 std::vector<int> parse_stage_layers(const Config& c);
+// model.ffn_hidden_size where some block has a dense MLP, else 0: with moe.layer_freq = 1 every
+// block has experts, so the key sets nothing and enters neither the model's description (checkpoint
+// signature, model.json) nor its checks.
+int64_t dense_ffn_hidden_size(const Config& c);
 // Checks that need the world size (batch arithmetic, layout), features not built yet, and those of
 // a training run rather than of the config itself (what checkpoints keep must still load).
 void validate_for_world(const Config& c, int world_size);

@@ -358,7 +358,7 @@ void warn_on_unused_settings(const Config& cfg, const std::string& precision, in
     warn("model.rope_theta applies to model.position_embedding = rope only; this run's positions are learned");
   if (cfg.model.ffn_hidden_size > 0 && cfg.moe.experts > 0 && cfg.moe.layer_freq == 1)
     warn("model.ffn_hidden_size sets the dense MLPs' width; with moe.layer_freq = 1 every block has experts, which "
-         "are 4 x model.d_model wide");
+         "are 4 x model.d_model wide: the key is ignored");
   const MoESection dm;
   const MoESection& m = cfg.moe;
   if (m.experts == 0 && (m.top_k != dm.top_k || m.capacity_factor != dm.capacity_factor ||

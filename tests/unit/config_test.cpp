@@ -259,6 +259,18 @@ TEST_F(ConfigTest, TensorShapes) {
   EXPECT_HAS(error_of("[parallel]\ntensor_comm_chunks = -1\n"), "tensor_comm_chunks");
 }
 
+// With experts in every block (moe.layer_freq = 1) there is no dense MLP: model.ffn_hidden_size sets
+// nothing, so its tensor split is not checked and the model's description takes 0 (a checkpoint
+// written with one width resumes with another); with a dense block left, it counts.
+TEST_F(ConfigTest, FfnHiddenSizeCountsOnlyWithADenseBlock) {
+  const std::string all_moe = "[model]\nffn_hidden_size = 1001\n[moe]\nexperts = 4\nlayer_freq = 1\n";
+  const Config c = load_config(write(all_moe), {});
+  EXPECT_EQ(dense_ffn_hidden_size(c), 0);
+  EXPECT_NO_THROW(validate_for_world(load_config(write(all_moe + "[parallel]\ntensor = 2\n"), {}), 2));
+  const Config mixed = load_config(write("[model]\nffn_hidden_size = 1001\n[moe]\nexperts = 4\nlayer_freq = 2\n"), {});
+  EXPECT_EQ(dense_ffn_hidden_size(mixed), 1001);
+}
+
 TEST_F(ConfigTest, TensorCommChunksAutoIsTwoOnlyWithThePeerAllReduceAndAWholeBatch) {
   auto chunks = [&](const std::string& text, bool gpu) { return resolved_tensor_comm_chunks(load_config(write(text), {}), gpu); };
   const std::string odd = "[train]\nmicro_batch = 3\n";  // no batch split
