@@ -307,28 +307,37 @@ void swiglu_backward(Runtime& rt, const Tensor& dh, const Tensor& dg, const Tens
   TRELLIS_DISPATCH(rt, swiglu_backward, rt, dh, dg, h);
 }
 
-void rotary_embedding(Runtime& rt, const Tensor& qkv, int n_heads, double theta, int64_t first_position,
+namespace {
+// The head size of qkv (B, T, (H + 2 Hkv) hd); fatal unless `heads` fits it.
+int64_t head_size(const Tensor& qkv, AttentionHeads heads, const char* op) {
+  TRELLIS_CHECK(heads.q > 0 && heads.kv > 0 && heads.q % heads.kv == 0,
+                std::string(op) + ": " + std::to_string(heads.kv) + " key-value heads do not divide " +
+                    std::to_string(heads.q) + " query heads");
+  TRELLIS_CHECK(qkv.dim() == 3 && qkv.size(2) % heads.qkv_heads() == 0,
+                std::string(op) + ": qkv " + qkv.str() + " is not (B, T, (" + std::to_string(heads.q) + " + 2 x " +
+                    std::to_string(heads.kv) + ") x head size)");
+  return qkv.size(2) / heads.qkv_heads();
+}
+}  // namespace
+
+void rotary_embedding(Runtime& rt, const Tensor& qkv, AttentionHeads heads, double theta, int64_t first_position,
                       bool inverse) {
   check_device(rt, qkv, "rotary_embedding");
   check_float(qkv, "rotary_embedding");
-  TRELLIS_CHECK(qkv.shape.rank == 3 && qkv.size(2) % 3 == 0, "rotary_embedding: qkv " + qkv.str() + " is not (B, T, 3C)");
-  const int64_t C = qkv.size(2) / 3;
-  TRELLIS_CHECK(n_heads > 0 && C % n_heads == 0 && (C / n_heads) % 2 == 0,
-                "rotary_embedding: head size C / n_heads must be a whole, even number (C " + std::to_string(C) +
-                    ", n_heads " + std::to_string(n_heads) + ")");
+  const int64_t hd = head_size(qkv, heads, "rotary_embedding");
+  TRELLIS_CHECK(hd % 2 == 0, "rotary_embedding: head size " + std::to_string(hd) + " is not even");
   TRELLIS_CHECK(theta > 0.0 && first_position >= 0, "rotary_embedding: theta > 0 and first_position >= 0");
-  TRELLIS_DISPATCH(rt, rotary_embedding, rt, qkv, n_heads, theta, first_position, inverse);
+  TRELLIS_DISPATCH(rt, rotary_embedding, rt, qkv, heads, theta, first_position, inverse);
 }
 
 namespace {
-void check_attention(Runtime& rt, const Tensor& out, const Tensor& lse, const Tensor& qkv, int n_heads,
+void check_attention(Runtime& rt, const Tensor& out, const Tensor& lse, const Tensor& qkv, AttentionHeads heads,
                      const char* op) {
   check_device(rt, out, op); check_device(rt, lse, op); check_device(rt, qkv, op);
-  TRELLIS_CHECK(qkv.dim() == 3 && qkv.size(2) % 3 == 0, std::string(op) + ": qkv must be (B, T, 3C): " + qkv.str());
-  int64_t B = qkv.size(0), T = qkv.size(1), C = qkv.size(2) / 3;
-  TRELLIS_CHECK(n_heads > 0 && C % n_heads == 0, std::string(op) + ": n_heads does not divide C");
+  const int64_t B = qkv.dim() == 3 ? qkv.size(0) : 0, T = qkv.dim() == 3 ? qkv.size(1) : 0;
+  const int64_t C = heads.q * head_size(qkv, heads, op);
   TRELLIS_CHECK(out.numel() == B * T * C && out.dtype == qkv.dtype, std::string(op) + ": out " + out.str());
-  TRELLIS_CHECK(lse.numel() == B * n_heads * T && lse.dtype == DType::f32, std::string(op) + ": lse " + lse.str());
+  TRELLIS_CHECK(lse.numel() == B * heads.q * T && lse.dtype == DType::f32, std::string(op) + ": lse " + lse.str());
 }
 
 // The backends' form of the dropout: the 16-bit threshold and the exact 1 / P(keep).
@@ -350,33 +359,32 @@ AttentionDropoutKey resolve(const AttentionDropout& d, const Tensor& qkv, int n_
 }
 }  // namespace
 
-void attention_forward(Runtime& rt, const Tensor& out, const Tensor& lse, const Tensor& qkv, int n_heads,
+void attention_forward(Runtime& rt, const Tensor& out, const Tensor& lse, const Tensor& qkv, AttentionHeads heads,
                        const AttentionDropout& drop) {
-  check_attention(rt, out, lse, qkv, n_heads, "attention_forward");
-  const AttentionDropoutKey key = resolve(drop, qkv, n_heads, "attention_forward");
-  TRELLIS_DISPATCH(rt, attention_forward, rt, out, lse, qkv, n_heads, key);
+  check_attention(rt, out, lse, qkv, heads, "attention_forward");
+  const AttentionDropoutKey key = resolve(drop, qkv, heads.q, "attention_forward");
+  TRELLIS_DISPATCH(rt, attention_forward, rt, out, lse, qkv, heads, key);
 }
 
 void attention_backward(Runtime& rt, const Tensor& dqkv, const Tensor& dout, const Tensor& qkv,
-                        const Tensor& out, const Tensor& lse, int n_heads, const AttentionDropout& drop) {
-  check_attention(rt, out, lse, qkv, n_heads, "attention_backward");
-  const AttentionDropoutKey key = resolve(drop, qkv, n_heads, "attention_backward");
+                        const Tensor& out, const Tensor& lse, AttentionHeads heads, const AttentionDropout& drop) {
+  check_attention(rt, out, lse, qkv, heads, "attention_backward");
+  const AttentionDropoutKey key = resolve(drop, qkv, heads.q, "attention_backward");
   check_device(rt, dqkv, "attention_backward"); check_device(rt, dout, "attention_backward");
   TRELLIS_CHECK(dqkv.numel() == qkv.numel() && dqkv.dtype == qkv.dtype && dout.numel() == out.numel() &&
                     dout.dtype == out.dtype,
                 "attention_backward: dqkv/dout shapes or dtypes");
-  TRELLIS_DISPATCH(rt, attention_backward, rt, dqkv, dout, qkv, out, lse, n_heads, key);
+  TRELLIS_DISPATCH(rt, attention_backward, rt, dqkv, dout, qkv, out, lse, heads, key);
 }
 
 namespace {
 void check_kv_cache(Runtime& rt, const Tensor& qkv, const Tensor& k_cache, const Tensor& v_cache, int64_t pos,
-                    const char* op) {
+                    AttentionHeads heads, const char* op) {
   check_device(rt, qkv, op); check_device(rt, k_cache, op); check_device(rt, v_cache, op);
   check_float(qkv, op);
-  TRELLIS_CHECK(qkv.dim() == 3 && qkv.size(2) % 3 == 0, std::string(op) + ": qkv must be (B, n, 3C): " + qkv.str());
-  const int64_t B = qkv.size(0), n = qkv.size(1), C = qkv.size(2) / 3;
+  const int64_t Ckv = heads.kv * head_size(qkv, heads, op), B = qkv.size(0), n = qkv.size(1);
   for (const Tensor* c : {&k_cache, &v_cache})
-    TRELLIS_CHECK(c->dim() == 3 && c->size(0) == B && c->size(2) == C && c->dtype == qkv.dtype,
+    TRELLIS_CHECK(c->dim() == 3 && c->size(0) == B && c->size(2) == Ckv && c->dtype == qkv.dtype,
                   std::string(op) + ": cache " + c->str() + " does not fit qkv " + qkv.str());
   TRELLIS_CHECK(k_cache.shape == v_cache.shape, std::string(op) + ": k and v caches differ in shape");
   TRELLIS_CHECK(pos >= 0 && pos + n <= k_cache.size(1),
@@ -385,20 +393,20 @@ void check_kv_cache(Runtime& rt, const Tensor& qkv, const Tensor& k_cache, const
 }
 }  // namespace
 
-void kv_cache_append(Runtime& rt, const Tensor& k_cache, const Tensor& v_cache, const Tensor& qkv, int64_t pos) {
-  check_kv_cache(rt, qkv, k_cache, v_cache, pos, "kv_cache_append");
-  TRELLIS_DISPATCH(rt, kv_cache_append, rt, k_cache, v_cache, qkv, pos);
+void kv_cache_append(Runtime& rt, const Tensor& k_cache, const Tensor& v_cache, const Tensor& qkv, int64_t pos,
+                     AttentionHeads heads) {
+  check_kv_cache(rt, qkv, k_cache, v_cache, pos, heads, "kv_cache_append");
+  TRELLIS_DISPATCH(rt, kv_cache_append, rt, k_cache, v_cache, qkv, pos, heads);
 }
 
 void attention_with_cache(Runtime& rt, const Tensor& out, const Tensor& qkv, const Tensor& k_cache,
-                          const Tensor& v_cache, int64_t pos, int n_heads) {
-  check_kv_cache(rt, qkv, k_cache, v_cache, pos, "attention_with_cache");
+                          const Tensor& v_cache, int64_t pos, AttentionHeads heads) {
+  check_kv_cache(rt, qkv, k_cache, v_cache, pos, heads, "attention_with_cache");
   check_device(rt, out, "attention_with_cache");
-  const int64_t C = qkv.size(2) / 3;
-  TRELLIS_CHECK(n_heads > 0 && C % n_heads == 0, "attention_with_cache: n_heads does not divide C");
+  const int64_t C = heads.q * (qkv.size(2) / heads.qkv_heads());
   TRELLIS_CHECK(out.numel() == qkv.size(0) * qkv.size(1) * C && out.dtype == qkv.dtype,
                 "attention_with_cache: out " + out.str());
-  TRELLIS_DISPATCH(rt, attention_with_cache, rt, out, qkv, k_cache, v_cache, pos, n_heads);
+  TRELLIS_DISPATCH(rt, attention_with_cache, rt, out, qkv, k_cache, v_cache, pos, heads);
 }
 
 namespace {

@@ -111,14 +111,28 @@ void swiglu_forward(Runtime& rt, const Tensor& g, const Tensor& h);
 // dh (..., 2F) = [dg * up * silu'(gate) | dg * silu(gate)]; dh must not alias dg or h.
 void swiglu_backward(Runtime& rt, const Tensor& dh, const Tensor& dg, const Tensor& h);
 
+// ---- attention heads ----
+// The heads of a qkv tensor (B, T, (H + 2 Hkv) hd): [q | k | v] along the last dim, H query heads
+// of hd dims, then Hkv key heads and Hkv value heads; head h of each part at columns [h*hd, (h+1)*hd)
+// of it. Query head h reads key-value head h / (H / Hkv): grouped-query attention (Ainslie et al.
+// 2023; Hkv = 1 is multi-query), or with Hkv = H (an int converts to that) multi-head attention,
+// qkv (B, T, 3C) for C = H hd.
+struct AttentionHeads {
+  int q = 0, kv = 0;
+  AttentionHeads(int heads) : q(heads), kv(heads) {}  // NOLINT(google-explicit-constructor): multi-head
+  AttentionHeads(int q_heads, int kv_heads) : q(q_heads), kv(kv_heads) {}
+  int group() const { return q / kv; }                        // query heads per key-value head
+  int64_t qkv_heads() const { return int64_t(q) + 2 * kv; }   // head-sized column blocks of a qkv row
+};
+
 // ---- rotary position embedding (RoPE) ----
-// Rotates the q and k parts of qkv (B, T, 3C), in place, by their positions: in every head the dims
+// Rotates the q and k parts of qkv (B, T, (H + 2 Hkv) hd), in place, by their positions: in every head the dims
 // (i, i + hd/2), i < hd/2, are one pair (the rotate-half form of GPT-NeoX, Llama and Megatron),
 // turned by the angle (first_position + t) x theta^(-2i/hd). The angle and its cosine and sine are
 // computed in double, the rotation in f32. inverse: by the negative angle (the rotation's transpose),
 // which is its backward: applied to dqkv it turns the gradient of the rotated q, k into that of the
-// unrotated. v is not touched. hd = C / n_heads must be even.
-void rotary_embedding(Runtime& rt, const Tensor& qkv, int n_heads, double theta, int64_t first_position = 0,
+// unrotated. v is not touched. hd must be even.
+void rotary_embedding(Runtime& rt, const Tensor& qkv, AttentionHeads heads, double theta, int64_t first_position = 0,
                       bool inverse = false);
 
 // ---- causal self-attention core ----
@@ -131,24 +145,26 @@ struct AttentionDropout {
   int64_t sample_offset = 0;                  // global index of the micro-batch's first sample
   int64_t head_offset = 0, global_heads = 0;  // this rank's heads among all (0: its own heads)
 };
-// qkv: (B, T, 3C), [q | k | v] along the last dim, head h at columns [h*hd, (h+1)*hd) of each.
-// out: (B, T, C) = dropout(softmax(q k^T / sqrt(hd), causal)) v per head. lse: f32 (B, n_heads, T),
-// the log-sum-exp of each score row (before dropout), kept for backward; the score matrix itself
-// is not kept.
-void attention_forward(Runtime& rt, const Tensor& out, const Tensor& lse, const Tensor& qkv, int n_heads,
+// qkv: (B, T, (H + 2 Hkv) hd) as AttentionHeads says. out: (B, T, C = H hd) = dropout(softmax(q k^T /
+// sqrt(hd), causal)) v per query head (with its key-value head). lse: f32 (B, H, T), the log-sum-exp
+// of each score row (before dropout), kept for backward; the score matrix itself is not kept.
+void attention_forward(Runtime& rt, const Tensor& out, const Tensor& lse, const Tensor& qkv, AttentionHeads heads,
                        const AttentionDropout& drop = {});
-// dqkv (B, T, 3C) is overwritten. out and lse are the forward's; drop must be the forward's.
+// dqkv (as qkv) is overwritten; a key-value head's gradient sums its query heads'. out and lse are
+// the forward's; drop must be the forward's.
 void attention_backward(Runtime& rt, const Tensor& dqkv, const Tensor& dout, const Tensor& qkv,
-                        const Tensor& out, const Tensor& lse, int n_heads, const AttentionDropout& drop = {});
+                        const Tensor& out, const Tensor& lse, AttentionHeads heads, const AttentionDropout& drop = {});
 
 // ---- inference with a KV cache (generation) ----
-// k_cache, v_cache: (B, Tmax, C); qkv: (B, n, 3C) as above, all one dtype. Rows [pos, pos + n)
-// of the caches <- the k and v parts of qkv (pos + n <= Tmax).
-void kv_cache_append(Runtime& rt, const Tensor& k_cache, const Tensor& v_cache, const Tensor& qkv, int64_t pos);
-// out (B, n, C): the query of qkv row i (position pos + i) attends causally to cache rows
-// [0, pos + i] (append the rows first); softmax scale 1/sqrt(hd), accumulation in f32.
+// k_cache, v_cache: (B, Tmax, Hkv hd); qkv: (B, n, (H + 2 Hkv) hd) as above, all one dtype. Rows
+// [pos, pos + n) of the caches <- the k and v parts of qkv (pos + n <= Tmax).
+void kv_cache_append(Runtime& rt, const Tensor& k_cache, const Tensor& v_cache, const Tensor& qkv, int64_t pos,
+                     AttentionHeads heads);
+// out (B, n, H hd): the query of qkv row i (position pos + i) attends causally to cache rows
+// [0, pos + i] of its key-value head (append the rows first); softmax scale 1/sqrt(hd),
+// accumulation in f32.
 void attention_with_cache(Runtime& rt, const Tensor& out, const Tensor& qkv, const Tensor& k_cache,
-                          const Tensor& v_cache, int64_t pos, int n_heads);
+                          const Tensor& v_cache, int64_t pos, AttentionHeads heads);
 
 // ---- softmax cross-entropy over a padded vocabulary ----
 // logits: (N, Vp), only the first `vocab` columns are real (padding is masked out).

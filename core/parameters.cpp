@@ -31,10 +31,11 @@ int64_t inner_size(const Shape& s, int dim) {
 
 Shape TensorSplit::global_shape(const Shape& local) const {
   if (replicated()) return local;
-  TRELLIS_CHECK(dim >= 0 && dim < local.rank && index >= 0 && index < parts && groups >= 1 &&
-                    local[dim] % groups == 0,
+  TRELLIS_CHECK(dim >= 0 && dim < local.rank && index >= 0 && index < parts && groups >= 1 && first_units >= 1 &&
+                    local[dim] % units() == 0,
                 "bad tensor split: dim " + std::to_string(dim) + ", part " + std::to_string(index) + " of " +
-                    std::to_string(parts) + ", " + std::to_string(groups) + " groups, local shape " + local.str());
+                    std::to_string(parts) + ", " + std::to_string(groups) + " groups of " + std::to_string(units()) +
+                    " units, local shape " + local.str());
   Shape g = local;
   g.dims[size_t(dim)] *= parts;
   return g;
@@ -42,9 +43,10 @@ Shape TensorSplit::global_shape(const Shape& local) const {
 
 Shape TensorSplit::local_shape(const Shape& global) const {
   if (replicated()) return global;
-  TRELLIS_CHECK(dim >= 0 && dim < global.rank && global[dim] % (int64_t(groups) * parts) == 0,
+  TRELLIS_CHECK(dim >= 0 && dim < global.rank && first_units >= 1 && global[dim] % (int64_t(units()) * parts) == 0,
                 "cannot split " + global.str() + " along dim " + std::to_string(dim) + " into " +
-                    std::to_string(groups) + " groups of " + std::to_string(parts) + " parts");
+                    std::to_string(groups) + " groups (" + std::to_string(units()) + " units) of " +
+                    std::to_string(parts) + " parts");
   Shape l = global;
   l.dims[size_t(dim)] /= parts;
   global_shape(l);  // validates the rest
@@ -53,11 +55,14 @@ Shape TensorSplit::local_shape(const Shape& global) const {
 
 int64_t TensorSplit::global_index(const Shape& local, int64_t local_index) const {
   if (replicated()) return local_index;
-  // local = (outer, n, inner) with n = groups * piece; global = (outer, n * parts, inner), and
-  // local row j of group g is global row (g * parts + index) * piece + j % piece.
-  const int64_t inner = inner_size(local, dim), n = local[dim], piece = n / groups;
+  // local = (outer, n, inner), global = (outer, n * parts, inner); local row j, at offset o in group
+  // g (local rows [b, e)), is global row parts * b + index * (e - b) + o.
+  const int64_t inner = inner_size(local, dim), n = local[dim];
   const int64_t outer = local_index / (n * inner), j = local_index / inner % n, in = local_index % inner;
-  const int64_t gj = (j / piece * parts + index) * piece + j % piece;
+  int g = 0;
+  while (group_range(n, g).second <= j) ++g;
+  const auto [b, e] = group_range(n, g);
+  const int64_t gj = parts * b + index * (e - b) + (j - b);
   return (outer * n * parts + gj) * inner + in;
 }
 
@@ -69,10 +74,10 @@ int64_t padded_bucket_size(int64_t n, int shards) {
   return (n + multiple - 1) / multiple * multiple;
 }
 
-ParameterSpec shard_spec(const ParameterSpec& full, int dim, int parts, int index, int groups) {
+ParameterSpec shard_spec(const ParameterSpec& full, int dim, int parts, int index, int groups, int first_units) {
   TRELLIS_CHECK(full.split.replicated(), full.name + " is already split");
   ParameterSpec s = full;
-  s.split = TensorSplit{dim, parts, index, groups};
+  s.split = TensorSplit{dim, parts, index, groups, first_units};
   s.shape = s.split.local_shape(full.shape);
   return s;
 }

@@ -31,9 +31,19 @@ struct TensorSplit {
   int dim = 0;  // 0 = rows (out features of a weight), 1 = columns (in features)
   int parts = 1;
   int index = 0;
+  // The dimension is `groups` consecutive groups, each split over the parts (rank r holds part r of
+  // every group): equal ones, or with first_units > 1 a first group that many times as wide as each
+  // other (grouped-query attention's qkv: [q | k | v], q H / Hkv times k's width).
   int groups = 1;
+  int first_units = 1;
 
   bool replicated() const { return parts == 1; }
+  int units() const { return groups - 1 + first_units; }
+  // [begin, end) of group g along a split dimension of n elements (the whole or one shard's).
+  std::pair<int64_t, int64_t> group_range(int64_t n, int g) const {
+    const int64_t unit = n / units(), begin = g == 0 ? 0 : int64_t(first_units + g - 1) * unit;
+    return {begin, begin + (g == 0 ? first_units : 1) * unit};
+  }
   // The full tensor's shape, from a shard of shape `local`.
   Shape global_shape(const Shape& local) const;
   // The shard's shape, from the full tensor's (fatal unless groups * parts divides the dimension).
@@ -62,7 +72,8 @@ struct ParameterSpec {
 };
 
 // `full` (shape = the full shape) as rank `index` of `parts` holds it, split along `dim`.
-ParameterSpec shard_spec(const ParameterSpec& full, int dim, int parts, int index, int groups = 1);
+ParameterSpec shard_spec(const ParameterSpec& full, int dim, int parts, int index, int groups = 1,
+                         int first_units = 1);
 
 struct Parameter {
   ParameterSpec spec;

@@ -105,7 +105,8 @@ std::string model_signature(const GPTConfig& m) {
   const std::string positions = m.rope ? std::string(", rope theta ") + theta : "";
   const std::string mlp = std::string(m.swiglu ? ", swiglu MLP" : "") +  // likewise, and a width not 4C
                           (m.mlp_width() != 4 * m.d_model ? ", ffn_hidden_size " + std::to_string(m.mlp_width()) : "") +
-                          (m.rmsnorm ? ", rmsnorm" : "") + (m.tied_head ? "" : ", untied head");
+                          (m.rmsnorm ? ", rmsnorm" : "") + (m.tied_head ? "" : ", untied head") +
+                          (m.kv_heads() != m.n_heads ? ", n_kv_heads " + std::to_string(m.kv_heads()) : "");
   return "vocab_size " + std::to_string(m.vocab_size) + ", seq_len " + std::to_string(m.seq_len) + ", n_layers " +
          std::to_string(m.n_layers) + ", n_heads " + std::to_string(m.n_heads) + ", d_model " +
          std::to_string(m.d_model) + experts + positions + mlp + ", precision " + std::string(dtype_name(m.dtype));
@@ -668,6 +669,10 @@ std::vector<float> initial_parameters(const Config& cfg, const GPTConfig& want, 
   };
   if (have.rmsnorm != want.rmsnorm)
     throw UserError(what + " holds a model with " + norm(have) + "; this run has " + norm(want));
+  auto attention = [](const GPTConfig& m) { return "model.n_kv_heads = " + std::to_string(m.kv_heads()); };
+  if (have.kv_heads() != want.kv_heads())
+    throw UserError(what + " holds a model with " + attention(have) + " key-value heads; this run has " +
+                    attention(want));
   auto head = [](const GPTConfig& m) {
     return std::string(m.tied_head ? "a head tied to the token embedding (model.tie_embeddings = true)"
                                    : "a head of its own (model.tie_embeddings = false)");

@@ -25,6 +25,7 @@ Resolved resolve(const Config& cfg, const LaunchInfo& launch) {
   r.model.seq_len = cfg.model.seq_len;
   r.model.n_layers = cfg.model.n_layers;
   r.model.n_heads = cfg.model.n_heads;
+  r.model.n_kv_heads = cfg.model.n_kv_heads == cfg.model.n_heads ? 0 : cfg.model.n_kv_heads;  // 0: as many as n_heads
   r.model.d_model = cfg.model.d_model;
   r.model.rope = cfg.model.position_embedding == "rope";
   r.model.rope_theta = cfg.model.rope_theta;

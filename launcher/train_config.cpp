@@ -254,6 +254,9 @@ void validate_relations(const Config& c) {
   if (c.model.d_model % c.model.n_heads != 0)
     throw UserError(p + ": model.n_heads = " + std::to_string(c.model.n_heads) +
                     " does not divide model.d_model = " + std::to_string(c.model.d_model));
+  if (c.model.n_kv_heads > 0 && c.model.n_heads % c.model.n_kv_heads != 0)
+    throw UserError(p + ": model.n_kv_heads = " + std::to_string(c.model.n_kv_heads) + " does not divide model.n_heads = " +
+                    std::to_string(c.model.n_heads) + " (allowed: 0, or a divisor of model.n_heads)");
   if (c.model.position_embedding == "rope" && (c.model.d_model / c.model.n_heads) % 2 != 0)
     throw UserError(p + ": model.position_embedding = rope turns pairs of a head's dims: the head size model.d_model / "
                     "model.n_heads = " + std::to_string(c.model.d_model / c.model.n_heads) + " must be even");
@@ -395,6 +398,7 @@ void validate_for_world(const Config& c, int world_size) {
     GPTConfig m;
     m.vocab_size = c.model.vocab_size;
     m.n_heads = c.model.n_heads;
+    m.n_kv_heads = c.model.n_kv_heads;
     m.d_model = c.model.d_model;
     m.ffn_hidden = dense_ffn_hidden_size(c);
     GPT::check_tensor_parallel(m, int(par.tensor));

@@ -13,6 +13,7 @@ struct ModelConfig {
   int64_t seq_len = 1024;       // context length
   int64_t n_layers = 12;
   int64_t n_heads = 12;
+  int64_t n_kv_heads = 0;       // key-value heads (grouped-query attention); 0 = n_heads
   int64_t d_model = 768;
   std::string position_embedding = "learned";  // learned | rope
   double rope_theta = 10000.0;  // RoPE's frequency base

@@ -88,6 +88,15 @@ void set_norm(GPTConfig& m, const std::string& kind, const std::string& where) {
   m.rmsnorm = kind == "rmsnorm";
 }
 
+// The key-value heads of a stored model's description: 0 (or absent: written before grouped-query
+// attention) or a divisor of n_heads.
+void set_kv_heads(GPTConfig& m, int64_t kv_heads, const std::string& where) {
+  if (kv_heads < 0 || kv_heads > m.n_heads || (kv_heads > 0 && m.n_heads % kv_heads != 0))
+    throw UserError(where + ": n_kv_heads " + std::to_string(kv_heads) + " does not divide n_heads " +
+                    std::to_string(m.n_heads));
+  m.n_kv_heads = kv_heads == m.n_heads ? 0 : kv_heads;
+}
+
 // The MLP of a stored model's description: "gelu" (or absent: written before SwiGLU) or "swiglu",
 // and its hidden width (0 or absent: 4 x d_model).
 void set_mlp(GPTConfig& m, const std::string& kind, int64_t ffn_hidden, const std::string& where) {
@@ -133,6 +142,8 @@ StoredModel open_checkpoint(const std::string& path, const std::string& verb) {
   set_positions(s.shape, mc.position_embedding, mc.rope_theta, s.dir + " (config)");
   set_mlp(s.shape, mc.mlp, mc.ffn_hidden_size, s.dir + " (config)");
   set_norm(s.shape, mc.norm, s.dir + " (config)");
+  set_kv_heads(s.shape, mc.n_kv_heads, s.dir + " (config)");
+  s.shape.tied_head = mc.tie_embeddings;
   const MoESection& e = s.config->moe;
   s.shape.moe = experts_of(e.experts, e.top_k, e.capacity_factor, e.aux_loss_coef, e.layer_freq, e.shared_experts,
                            s.dir + " (config)");
@@ -171,6 +182,7 @@ StoredModel open_export(const std::string& dir) {
     set_mlp(s.shape, mlp ? mlp->as_string() : "gelu", ffn ? ffn->as_int() : 0, json);
     if (const JsonValue* norm = c.find("norm")) set_norm(s.shape, norm->as_string(), json);
     if (const JsonValue* tie = c.find("tie_embeddings")) s.shape.tied_head = tie->as_bool();  // absent: tied
+    if (const JsonValue* kv = c.find("n_kv_heads")) set_kv_heads(s.shape, kv->as_int(), json);  // absent: n_heads
     // Its parameter list must be the whole model's, in order: the layout params.f32 is read in.
     if (const JsonValue* moe = c.find("moe"))
       s.shape.moe = experts_of(moe->at("experts").as_int(), moe->at("top_k").as_int(), moe->at("capacity_factor").as_double(),

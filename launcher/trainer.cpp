@@ -583,7 +583,8 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
                 mc.rope ? (", rotary positions (theta " + number_g(mc.rope_theta) + ")").c_str() : "",
                 (std::string(mc.swiglu ? ", SwiGLU MLPs" : "") +
                  (mc.mlp_width() != 4 * mc.d_model ? ", MLP width " + std::to_string(mc.mlp_width()) : "") +
-                 (mc.rmsnorm ? ", RMSNorm" : "") + (mc.tied_head ? "" : ", untied head"))
+                 (mc.rmsnorm ? ", RMSNorm" : "") + (mc.tied_head ? "" : ", untied head") +
+                 (mc.kv_heads() != mc.n_heads ? ", " + std::to_string(mc.kv_heads()) + " key-value heads" : ""))
                     .c_str());
     if (mc.moe.experts > 0)
       std::printf("experts: %lld%s in %lld of %lld blocks (every %lld from block 0), top %lld, capacity %lld of a "

@@ -37,16 +37,23 @@ std::vector<char> to_host(Runtime& rt, const Tensor& t) {
 }
 
 // Calls f(local index, global index, n) for runs of n elements of the shard `s` that are
-// contiguous in the whole tensor too: a piece of the split dimension times what lies inside it.
+// contiguous in the whole tensor too: a group's piece of the split dimension times what lies inside it.
 template <class F>
 void for_each_run(const ParameterSpec& s, F f) {
   const int64_t numel = s.shape.numel();
-  int64_t run = numel;
-  if (!s.split.replicated()) {
-    run = s.shape[s.split.dim] / s.split.groups;
-    for (int d = s.split.dim + 1; d < s.shape.rank; ++d) run *= s.shape[d];
+  if (s.split.replicated()) {
+    f(int64_t(0), int64_t(0), numel);
+    return;
   }
-  for (int64_t i = 0; i < numel; i += run) f(i, s.split.global_index(s.shape, i), run);
+  const int64_t n = s.shape[s.split.dim];
+  int64_t inner = 1;
+  for (int d = s.split.dim + 1; d < s.shape.rank; ++d) inner *= s.shape[d];
+  for (int64_t outer = 0; outer < numel; outer += n * inner)
+    for (int g = 0; g < s.split.groups; ++g) {
+      const auto [b, e] = s.split.group_range(n, g);
+      const int64_t i = outer + b * inner;
+      f(i, s.split.global_index(s.shape, i), (e - b) * inner);
+    }
 }
 
 // Tensor rank 0 gets the whole tensors of pipeline rank `pr`'s stage from every tensor rank's

@@ -19,6 +19,9 @@ struct GPTConfig {
   int64_t seq_len = 1024;
   int64_t n_layers = 12;
   int64_t n_heads = 12;
+  // Key-value heads: 0 = n_heads (multi-head attention), fewer for grouped-query attention (each
+  // shared by n_heads / n_kv_heads query heads; 1 = multi-query).
+  int64_t n_kv_heads = 0;
   int64_t d_model = 768;
   // Positions: a learned table wpe (GPT-2), or rotary embedding of q and k (RoPE, base rope_theta)
   // and no table.
@@ -46,6 +49,8 @@ struct GPTConfig {
 
   int64_t padded_vocab() const { return (vocab_size + kVocabPadMultiple - 1) / kVocabPadMultiple * kVocabPadMultiple; }
   int64_t head_dim() const { return d_model / n_heads; }
+  int64_t kv_heads() const { return n_kv_heads > 0 ? n_kv_heads : n_heads; }
+  int64_t qkv_width() const { return d_model + 2 * kv_heads() * head_dim(); }  // attn.qkv's output: [q | k | v]
   int64_t mlp_width() const { return ffn_hidden > 0 ? ffn_hidden : 4 * d_model; }  // F: mlp.proj's input
   int64_t fc_width() const { return (swiglu ? 2 : 1) * mlp_width(); }     // mlp.fc's output
   // Parameters of the model as published (no vocabulary padding), a tied embedding counted once;
@@ -67,7 +72,7 @@ struct GPTConfig {
     const int64_t C = d_model, mlp = (fc_width() * C + fc_width()) + (mlp_width() * C + C);
     const int64_t expert = (4 * C * C + 4 * C) + (4 * C * C + C);
     const int64_t norm = rmsnorm ? C : 2 * C;  // a norm's weight (and LayerNorm's bias)
-    const int64_t per_layer = norm + (3 * C * C + 3 * C) + (C * C + C) + norm + mlp;
+    const int64_t per_layer = norm + (qkv_width() * C + qkv_width()) + (C * C + C) + norm + mlp;
     const int64_t moe_layers = moe.layers(n_layers);
     const int64_t H = moe.shared_width(C), shared = H > 0 ? (H * C + H) + (C * H + C) : 0;  // every token's
     const int64_t moe_extra = moe_layers * (moe.experts * C + experts_per_moe_block * expert - mlp + shared);

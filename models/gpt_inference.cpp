@@ -45,9 +45,10 @@ GPTInference::GPTInference(Runtime& rt, const GPTConfig& cfg, int64_t batch, int
                 "GPTInference: max_len " + std::to_string(max_len) + " must be in [1, seq_len = " +
                     std::to_string(cfg.seq_len) + "]");
   const size_t e = dtype_size(cfg.dtype), C = size_t(cfg.d_model), BT = size_t(batch * max_len);
+  const size_t Ckv = size_t(cfg.kv_heads() * cfg.head_dim());  // grouped-query attention caches fewer heads
   for (int64_t l = 0; l < cfg.n_layers; ++l) {
-    k_cache_.emplace_back(rt.allocator(), BT * C * e, "k cache");
-    v_cache_.emplace_back(rt.allocator(), BT * C * e, "v cache");
+    k_cache_.emplace_back(rt.allocator(), BT * Ckv * e, "k cache");
+    v_cache_.emplace_back(rt.allocator(), BT * Ckv * e, "v cache");
   }
   const size_t Vp = size_t(cfg.padded_vocab()), Bs = size_t(batch);
   acts_ = Arena(rt.allocator(),
@@ -60,7 +61,8 @@ GPTInference::GPTInference(Runtime& rt, const GPTConfig& cfg, int64_t batch, int
                                                    aligned(BT * size_t(cfg.moe.experts) * 4)
                                              : 0;
   work_ = Arena(rt.allocator(),
-                aligned(BT * C * e) * 5 + aligned(3 * BT * C * e) + aligned(BT * size_t(cfg.fc_width()) * e) +
+                aligned(BT * C * e) * 5 + aligned(BT * size_t(cfg.qkv_width()) * e) +
+                    aligned(BT * size_t(cfg.fc_width()) * e) +
                     aligned(BT * size_t(cfg.mlp_width()) * e) + 4 * aligned(BT * 4) +
                     experts,
                 "inference workspace");
@@ -97,17 +99,19 @@ std::vector<float> GPTInference::forward(const std::vector<int32_t>& tokens, int
     auto P = [&](const char* name) -> const Parameter& { return ps.get(p + name); };
     auto bias = [&](const char* name) { return value_or_empty(ps.find(p + name)); };  // none with RMSNorm
     work_.reset();
-    Tensor kc = k_cache_[size_t(l)].tensor(dt, {B, max_len_, C});
-    Tensor vc = v_cache_[size_t(l)].tensor(dt, {B, max_len_, C});
+    const AttentionHeads heads(int(cfg_.n_heads), int(cfg_.kv_heads()));
+    const int64_t Ckv = cfg_.kv_heads() * cfg_.head_dim();
+    Tensor kc = k_cache_[size_t(l)].tensor(dt, {B, max_len_, Ckv});
+    Tensor vc = v_cache_[size_t(l)].tensor(dt, {B, max_len_, Ckv});
     Tensor ln = work_.take(dt, {B, n, C});
     Tensor mean = work_.take(DType::f32, {B * n}), rstd = work_.take(DType::f32, {B * n});
     layernorm_forward(rt_, ln, mean, rstd, x, P("ln1.w").value, bias("ln1.b"), 1e-5f, cfg_.rmsnorm);
-    Tensor qkv = work_.take(dt, {B, n, 3 * C});
+    Tensor qkv = work_.take(dt, {B, n, cfg_.qkv_width()});
     linear(rt_, qkv, ln, P("attn.qkv.w"), P("attn.qkv.b"));
-    if (cfg_.rope) rotary_embedding(rt_, qkv, int(cfg_.n_heads), cfg_.rope_theta, pos_);  // cached k turned
-    kv_cache_append(rt_, kc, vc, qkv, pos_);
+    if (cfg_.rope) rotary_embedding(rt_, qkv, heads, cfg_.rope_theta, pos_);  // cached k turned
+    kv_cache_append(rt_, kc, vc, qkv, pos_, heads);
     Tensor att = work_.take(dt, {B, n, C});
-    attention_with_cache(rt_, att, qkv, kc, vc, pos_, int(cfg_.n_heads));
+    attention_with_cache(rt_, att, qkv, kc, vc, pos_, heads);
     Tensor branch = work_.take(dt, {B, n, C});
     linear(rt_, branch, att, P("attn.proj.w"), P("attn.proj.b"));
     Tensor r = work_.take(dt, {B, n, C});

@@ -69,6 +69,9 @@ void TransformerBlock::check_tensor_parallel(const GPTConfig& cfg, int tensor) {
   if (cfg.n_heads % tensor != 0)
     throw UserError("tensor parallelism splits the attention heads: model.n_heads = " + std::to_string(cfg.n_heads) +
                     " must be divisible by parallel.tensor = " + std::to_string(tensor));
+  if (cfg.kv_heads() % tensor != 0)
+    throw UserError("tensor parallelism splits the key-value heads: model.n_kv_heads = " +
+                    std::to_string(cfg.kv_heads()) + " must be divisible by parallel.tensor = " + std::to_string(tensor));
   if (cfg.mlp_width() % tensor != 0)
     throw UserError(std::string("tensor parallelism splits the MLP: its hidden width ") +
                     (cfg.ffn_hidden > 0 ? "model.ffn_hidden_size = " : "4 x model.d_model = ") +
@@ -107,12 +110,17 @@ void TransformerBlock::append_specs(const GPTConfig& cfg, int layer, std::vector
   // (initialized as the matching slice of the full tensor: keyed by name and global index).
   const int t = tp.size, r = tp.rank;
   if (t > 1) check_tensor_parallel(cfg, t);
-  auto column = [&](ParameterSpec s, int groups = 1) { return t > 1 ? shard_spec(s, 0, t, r, groups) : s; };
+  auto column = [&](ParameterSpec s, int groups = 1, int first_units = 1) {
+    return t > 1 ? shard_spec(s, 0, t, r, groups, first_units) : s;
+  };
   auto row = [&](ParameterSpec s) { return t > 1 ? shard_spec(s, 1, t, r) : s; };
   out.push_back({p + "ln1.w", {C}, Init::ones, 0, false});
   if (!cfg.rmsnorm) out.push_back({p + "ln1.b", {C}, Init::zeros, 0, false});
-  out.push_back(column({p + "attn.qkv.w", {3 * C, C}, Init::normal, 0.02f, true}, 3));
-  out.push_back(column({p + "attn.qkv.b", {3 * C}, Init::zeros, 0, false}, 3));
+  // qkv is [q | k | v], split as 3 groups so that rank r holds the query heads [r H/t, (r+1) H/t) and
+  // the key-value heads they read; with grouped-query attention q is H / Hkv times as wide as k.
+  const int q_units = int(cfg.n_heads / cfg.kv_heads());
+  out.push_back(column({p + "attn.qkv.w", {cfg.qkv_width(), C}, Init::normal, 0.02f, true}, 3, q_units));
+  out.push_back(column({p + "attn.qkv.b", {cfg.qkv_width()}, Init::zeros, 0, false}, 3, q_units));
   out.push_back(row({p + "attn.proj.w", {C, C}, Init::normal, resid_std, true}));
   out.push_back({p + "attn.proj.b", {C}, Init::zeros, 0, false});
   out.push_back({p + "ln2.w", {C}, Init::ones, 0, false});
@@ -144,7 +152,8 @@ TransformerBlock::TransformerBlock(const GPTConfig& cfg, int layer, const BlockP
   Communicator& g = *tp_.group;
   const bool sp = tp_.sequence_parallel;
   qkv_.emplace(g, *p_.qkv_w, *p_.qkv_b, sp);
-  TRELLIS_CHECK(p_.qkv_w->spec.split.groups == 3, p_.qkv_w->spec.name + " must be split in 3 groups (q, k, v)");
+  TRELLIS_CHECK(p_.qkv_w->spec.split.groups == 3 && p_.qkv_w->spec.split.first_units == cfg.n_heads / cfg.kv_heads(),
+                p_.qkv_w->spec.name + " must be split in 3 groups (q, k, v)");
   proj_.emplace(g, *p_.proj_w, *p_.proj_b, sp, tp_.comm_chunks);
   if (moe_) return;  // its experts are split over the group inside MoEMLP
   fc_.emplace(g, *p_.fc_w, *p_.fc_b, sp);
@@ -262,8 +271,12 @@ bool TransformerBlock::residual_in_gemm(const StepContext& ctx) const {
   return !dropout_on(ctx) && !tp_.sharded_tokens();
 }
 
+AttentionHeads TransformerBlock::local_heads() const {
+  return {int(cfg_.n_heads / tp_.size), int(cfg_.kv_heads() / tp_.size)};
+}
+
 void TransformerBlock::attention_part(Runtime& rt, const StepContext& ctx, BlockSaved& s, Arena& a) const {
-  // qkv holds this rank's heads: (B, T, 3C/t).
+  // qkv holds this rank's heads: (B, T, qkv_width/t).
   const int64_t B = s.qkv.size(0), T = s.qkv.size(1), t = tp_.size, C = cfg_.d_model / t, H = cfg_.n_heads / t;
   s.att = a.take(cfg_.dtype, {B, T, C});
   s.lse = a.take(DType::f32, {B, H, T});
@@ -272,7 +285,7 @@ void TransformerBlock::attention_part(Runtime& rt, const StepContext& ctx, Block
   const int parts = batch_parts(n);
   for (int i = 0; i < parts; ++i) {
     const BlockSaved p = s.part(i, parts);
-    attention_forward(rt, p.att, p.lse, p.qkv, int(H), attention_dropout(part_context(ctx, n, i, parts)));
+    attention_forward(rt, p.att, p.lse, p.qkv, local_heads(), attention_dropout(part_context(ctx, n, i, parts)));
   }
 }
 
@@ -282,8 +295,8 @@ CommHandle TransformerBlock::attention_half(Runtime& rt, const StepContext& ctx,
                       cfg_.rmsnorm);
   linear_forward(rt, qkv_, s.qkv, s.ln1, *p_.qkv_w, *p_.qkv_b, temp);
   // Rotary positions turn q and k in place: attention and its backward read the turned ones.
-  if (cfg_.rope) rotary_embedding(rt, s.qkv, int(cfg_.n_heads / tp_.size), cfg_.rope_theta);
-  attention_forward(rt, s.att, s.lse, s.qkv, int(cfg_.n_heads / tp_.size), attention_dropout(ctx));
+  if (cfg_.rope) rotary_embedding(rt, s.qkv, local_heads(), cfg_.rope_theta);
+  attention_forward(rt, s.att, s.lse, s.qkv, local_heads(), attention_dropout(ctx));
   if (residual_in_gemm(ctx))  // r = x + proj(att)
     return row_forward(rt, proj_, s.r, s.att, *p_.proj_w, *p_.proj_b, temp, &s.x);
   return row_forward(rt, proj_, branch, s.att, *p_.proj_w, *p_.proj_b, temp, nullptr);
@@ -336,7 +349,7 @@ void TransformerBlock::forward_into(Runtime& rt, const StepContext& ctx, const T
   s.ln1 = elementwise.take(dt, act);
   s.ln1_mean = rest.take(DType::f32, {n.rows});
   s.ln1_rstd = rest.take(DType::f32, {n.rows});
-  s.qkv = rest.take(dt, {B, T, 3 * Cl});
+  s.qkv = rest.take(dt, {B, T, cfg_.qkv_width() / t});
   s.att = attention.take(dt, {B, T, Cl});
   s.lse = attention.take(DType::f32, {B, H, T});
   s.r = rest.take(dt, act);
@@ -463,8 +476,8 @@ void TransformerBlock::backward(Runtime& rt, const StepContext& ctx, const Tenso
   // Attention branch: r = x + drop(proj(attn(ln1(x)))). dres now holds dL/dr.
   if (drop) dropout_backward(rt, dbranch, dres, cfg_.dropout, dropout_key(ctx, 1, n));
   Tensor datt = work.take(dt, {B, T, Cl});
-  Tensor dqkv = work.take(dt, {B, T, 3 * Cl});
-  const int H = int(cfg_.n_heads / tp_.size);
+  Tensor dqkv = work.take(dt, {B, T, cfg_.qkv_width() / tp_.size});
+  const AttentionHeads H = local_heads();
   if (defer) {
     proj_->backward_input(rt, datt, dbranch);
     attention_backward(rt, dqkv, datt, s.qkv, s.att, s.lse, H, attention_dropout(ctx));
@@ -494,10 +507,11 @@ size_t TransformerBlock::kept_bytes(const GPTConfig& cfg, int64_t B, int64_t T, 
   const size_t local = size_t(N * (cfg.d_model / t)) * e;    // (B, T, C/t) in the tensor-parallel region
   const size_t bt = size_t(rows) * 4;
   const size_t attention = aligned(local) + aligned(size_t(B * (cfg.n_heads / t) * T) * 4);
+  const size_t qkv = aligned(size_t(N * (cfg.qkv_width() / t)) * e);
   // ln1 + stats, qkv, r, ln2 + stats, h, g; of them ln1, ln2 and g are the element-wise outputs
   const size_t h = aligned(size_t(N * (cfg.fc_width() / t)) * e), g = aligned(size_t(N * (cfg.mlp_width() / t)) * e);
   size_t elementwise = aligned(btc) * 2 + g;
-  size_t rest = aligned(btc) * 3 + aligned(3 * local) + h + g + aligned(bt) * 4;
+  size_t rest = aligned(btc) * 3 + qkv + h + g + aligned(bt) * 4;
   if (moe) {  // the experts' tensors instead of h and g, none of them recomputed element-wise
     rest += MoEMLP::kept_bytes(cfg.moe, cfg.d_model, cfg.dtype, N, int(t)) - h - g;
     elementwise = aligned(btc) * 2;
@@ -527,7 +541,8 @@ size_t TransformerBlock::work_bytes(const GPTConfig& cfg, int64_t B, int64_t T, 
   // dbranch, dln, datt, dh (and SwiGLU's dg), dqkv
   const size_t dh = aligned(size_t(N * (cfg.fc_width() / t)) * e) +
                     (cfg.swiglu ? aligned(size_t(N * (cfg.mlp_width() / t)) * e) : 0);
-  const size_t backward = aligned(btc) * 2 + aligned(local) + dh + aligned(3 * local) + 6 * gathered;
+  const size_t dqkv = aligned(size_t(N * (cfg.qkv_width() / t)) * e);
+  const size_t backward = aligned(btc) * 2 + aligned(local) + dh + dqkv + 6 * gathered;
   if (cfg.moe.experts == 0) return forward + backward;
   // A block with experts: its recomputation, and the experts' temporaries of forward and backward.
   const size_t moe = kept_bytes(everything, B, T, tp, true) + 2 * aligned(btc) +

@@ -140,6 +140,7 @@ class TransformerBlock {
   Tokens tokens_of(const StepContext& ctx, const Tensor& x) const;
   DropoutKey dropout_key(const StepContext& ctx, int site, const Tokens& n) const;
   AttentionDropout attention_dropout(const StepContext& ctx) const;
+  AttentionHeads local_heads() const;  // this rank's query and key-value heads
   // How many parts of the samples forward runs in: 2 under the batch split (an even micro-batch
   // without sequence parallelism), else 1.
   int batch_parts(const Tokens& n) const;

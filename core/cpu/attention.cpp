@@ -15,16 +15,20 @@ namespace trellis::cpu {
 namespace {
 
 struct Dims {
-  int64_t B, T, C, H, hd;
+  int64_t B, T, H, Hkv, hd, C, W;  // C = H hd: out's row; W = (H + 2 Hkv) hd: qkv's row
   float scale;
-  // Element offset of (b, t, which in {0:q, 1:k, 2:v}, head h) in qkv (B, T, 3C).
-  int64_t qkv(int64_t b, int64_t t, int which, int64_t h) const { return (b * T + t) * 3 * C + which * C + h * hd; }
+  // Element offset of (b, t, which in {0:q, 1:k, 2:v}, query head h) in qkv (B, T, W): k and v of
+  // the key-value head h / (H / Hkv).
+  int64_t qkv(int64_t b, int64_t t, int which, int64_t h) const {
+    const int64_t col = which == 0 ? h * hd : C + (which - 1) * Hkv * hd + h / (H / Hkv) * hd;
+    return (b * T + t) * W + col;
+  }
   int64_t row(int64_t b, int64_t t, int64_t h) const { return (b * T + t) * C + h * hd; }  // in (B, T, C)
 };
 
-Dims dims_of(const Tensor& qkv, int n_heads) {
-  Dims d{qkv.size(0), qkv.size(1), qkv.size(2) / 3, n_heads, 0, 0.0f};
-  d.hd = d.C / d.H;
+Dims dims_of(const Tensor& qkv, AttentionHeads heads) {
+  Dims d{qkv.size(0), qkv.size(1), heads.q, heads.kv, qkv.size(2) / heads.qkv_heads(), 0, qkv.size(2), 0.0f};
+  d.C = d.H * d.hd;
   d.scale = 1.0f / std::sqrt(float(d.hd));
   return d;
 }
@@ -77,7 +81,7 @@ void forward_f32(const Dims& d, const float* qkv, float* out, float* lse, float*
 void backward_f32(const Dims& d, float* dqkv, const float* qkv, const float* dout, const float* lse,
                   const float* D, const AttentionDropoutKey& k) {
   const int64_t rows = d.B * d.H * d.T;
-  std::memset(dqkv, 0, sizeof(float) * size_t(d.B * d.T * 3 * d.C));
+  std::memset(dqkv, 0, sizeof(float) * size_t(d.B * d.T * d.W));
   // Dropped probability and score gradient of query t, key s (s <= t) of head (b, h): with
   // o = sum_s p_s m_s v_s, dL/dp_s = m_s (do . v_s) and sum_s p_s dL/dp_s = do . o = D.
   auto grads = [&](int64_t b, int64_t h, int64_t t, int64_t s, float& pm, float& ds) {
@@ -99,30 +103,32 @@ void backward_f32(const Dims& d, float* dqkv, const float* qkv, const float* dou
       for (int64_t i = 0; i < d.hd; ++i) dq[i] += ds * d.scale * k[i];
     }
   }
-  // dk, dv: one key row per iteration, queries in order.
+  // dk, dv: one key row of a key-value head per iteration, its query heads and their queries in order.
+  const int64_t group = d.H / d.Hkv;
 #pragma omp parallel for schedule(dynamic, 8)
-  for (int64_t idx = 0; idx < rows; ++idx) {
-    const int64_t b = idx / (d.H * d.T), h = (idx / d.T) % d.H, s = idx % d.T;
-    float* dk = dqkv + d.qkv(b, s, 1, h);
-    float* dv = dqkv + d.qkv(b, s, 2, h);
-    for (int64_t t = s; t < d.T; ++t) {
-      float p, ds;
-      grads(b, h, t, s, p, ds);
-      const float* q = qkv + d.qkv(b, t, 0, h);
-      const float* g = dout + d.row(b, t, h);
-      for (int64_t i = 0; i < d.hd; ++i) {
-        dk[i] += ds * d.scale * q[i];
-        dv[i] += p * g[i];
+  for (int64_t idx = 0; idx < d.B * d.Hkv * d.T; ++idx) {
+    const int64_t b = idx / (d.Hkv * d.T), kv = (idx / d.T) % d.Hkv, s = idx % d.T;
+    float* dk = dqkv + d.qkv(b, s, 1, kv * group);
+    float* dv = dqkv + d.qkv(b, s, 2, kv * group);
+    for (int64_t h = kv * group; h < (kv + 1) * group; ++h)
+      for (int64_t t = s; t < d.T; ++t) {
+        float p, ds;
+        grads(b, h, t, s, p, ds);
+        const float* q = qkv + d.qkv(b, t, 0, h);
+        const float* g = dout + d.row(b, t, h);
+        for (int64_t i = 0; i < d.hd; ++i) {
+          dk[i] += ds * d.scale * q[i];
+          dv[i] += p * g[i];
+        }
       }
-    }
   }
 }
 
 }  // namespace
 
-void attention_forward(Runtime& rt, const Tensor& out, const Tensor& lse, const Tensor& qkv, int n_heads,
+void attention_forward(Runtime& rt, const Tensor& out, const Tensor& lse, const Tensor& qkv, AttentionHeads heads,
                        const AttentionDropoutKey& drop) {
-  const Dims d = dims_of(qkv, n_heads);
+  const Dims d = dims_of(qkv, heads);
   const bool f32 = qkv.dtype == DType::f32;
   const int64_t n_qkv = qkv.numel(), n_out = out.numel();
   ScratchF32 scratch(rt, {f32 ? 0 : n_qkv, f32 ? 0 : n_out, int64_t(omp_get_max_threads()) * d.T});
@@ -134,8 +140,8 @@ void attention_forward(Runtime& rt, const Tensor& out, const Tensor& lse, const 
 }
 
 void attention_backward(Runtime& rt, const Tensor& dqkv, const Tensor& dout, const Tensor& qkv,
-                        const Tensor& out, const Tensor& lse, int n_heads, const AttentionDropoutKey& drop) {
-  const Dims d = dims_of(qkv, n_heads);
+                        const Tensor& out, const Tensor& lse, AttentionHeads heads, const AttentionDropoutKey& drop) {
+  const Dims d = dims_of(qkv, heads);
   const bool f32 = qkv.dtype == DType::f32;
   const int64_t n_qkv = qkv.numel(), n_out = out.numel(), rows = d.B * d.H * d.T;
   ScratchF32 scratch(rt, {f32 ? 0 : n_qkv, f32 ? 0 : n_out, f32 ? 0 : n_qkv, rows});

@@ -6,19 +6,20 @@
 
 namespace trellis::cpu {
 
-void rotary_embedding(Runtime&, const Tensor& qkv, int n_heads, double theta, int64_t first_position, bool inverse) {
-  const int64_t B = qkv.size(0), T = qkv.size(1), C = qkv.size(2) / 3, hd = C / n_heads, half = hd / 2;
+void rotary_embedding(Runtime&, const Tensor& qkv, AttentionHeads heads, double theta, int64_t first_position,
+                      bool inverse) {
+  const int64_t B = qkv.size(0), T = qkv.size(1), W = qkv.size(2), hd = W / heads.qkv_heads(), half = hd / 2;
   dispatch_float(qkv.dtype, "rotary_embedding", [&](auto tag) {
     using T_ = decltype(tag);
     T_* base = qkv.ptr<T_>();
-#pragma omp parallel for schedule(static) if (B * T * C > kParallelMin)
+#pragma omp parallel for schedule(static) if (B * T * W > kParallelMin)
     for (int64_t row = 0; row < B * T; ++row) {
       const double pos = double(first_position + row % T);
-      T_* r = base + row * 3 * C;
+      T_* r = base + row * W;
       for (int64_t i = 0; i < half; ++i) {
         const double angle = pos * std::pow(theta, -double(i) / double(half));  // theta^(-2i/hd)
         const float c = float(std::cos(angle)), s = inverse ? -float(std::sin(angle)) : float(std::sin(angle));
-        for (int64_t h = 0; h < 2 * n_heads; ++h) {  // q's heads, then k's
+        for (int64_t h = 0; h < heads.q + heads.kv; ++h) {  // q's heads, then k's
           T_* x = r + h * hd;
           const float x1 = load(x, i), x2 = load(x, i + half);
           store(x, i, x1 * c - x2 * s);

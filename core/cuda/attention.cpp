@@ -2,7 +2,8 @@
 // where cudnn_attention() accepts the problem (no attention dropout, not deterministic, built with
 // the cuDNN frontend), else the fused FlashAttention-2 style kernels of flash_attention.cu (no T x T
 // matrix; backward scratch only D, B*H*T*4 bytes). Everything else (f32, other head sizes) takes
-// the unfused reference-speed version: heads permuted into scratch,
+// the unfused reference-speed version: heads permuted into scratch (a key-value head repeated for each
+// query head of its group, and their gradients summed back),
 // S = q k^T / sqrt(hd) and the products with P by cuBLAS strided-batched GEMMs (f32 compute), a
 // causal softmax kernel that keeps only the log-sum-exp for backward. Attention dropout is applied
 // to the probabilities by the softmax kernels. Its scratch (bytes, es = dtype size, 256-byte
@@ -47,17 +48,21 @@ void gemm(CudaState& st, cublasOperation_t ta, cublasOperation_t tb, int64_t m, 
 }
 
 struct Dims {
-  int64_t B, T, C, H, hd, BH;
+  int64_t B, T, C, H, Hkv, hd, BH, W;  // C = H hd (out's row), W = (H + 2 Hkv) hd (qkv's row)
   size_t es;
+  int64_t group() const { return H / Hkv; }
+  int64_t Ckv() const { return Hkv * hd; }
 };
 
-Dims dims_of(const Tensor& qkv, int n_heads) {
+Dims dims_of(const Tensor& qkv, AttentionHeads heads) {
   Dims d{};
   d.B = qkv.size(0);
   d.T = qkv.size(1);
-  d.C = qkv.size(2) / 3;
-  d.H = n_heads;
-  d.hd = d.C / n_heads;
+  d.W = qkv.size(2);
+  d.H = heads.q;
+  d.Hkv = heads.kv;
+  d.hd = d.W / heads.qkv_heads();
+  d.C = d.H * d.hd;
   d.BH = d.B * d.H;
   d.es = dtype_size(qkv.dtype);
   return d;
@@ -76,7 +81,7 @@ void times_values(CudaState& st, void* Out, const void* P, const void* V, const 
 
 // The fused kernels read 16-byte pieces of rows and index with 32-bit rows and a grid.y of B*H.
 bool use_flash(const Dims& d, DType t, std::initializer_list<const void*> ptrs) {
-  if (!flash_attention_supported(t, d.hd) || d.BH > 65535 || d.T > (int64_t(1) << 30) || d.C > (int64_t(1) << 28))
+  if (!flash_attention_supported(t, d.hd) || d.BH > 65535 || d.T > (int64_t(1) << 30) || d.W > (int64_t(1) << 28))
     return false;
   for (const void* p : ptrs)
     if (reinterpret_cast<uintptr_t>(p) % 16 != 0) return false;
@@ -85,21 +90,22 @@ bool use_flash(const Dims& d, DType t, std::initializer_list<const void*> ptrs) 
 
 }  // namespace
 
-void attention_forward(Runtime& rt, const Tensor& out, const Tensor& lse, const Tensor& qkv, int n_heads,
+void attention_forward(Runtime& rt, const Tensor& out, const Tensor& lse, const Tensor& qkv, AttentionHeads heads,
                        const AttentionDropoutKey& drop) {
   CudaState& st = cuda_state(rt);
-  Dims d = dims_of(qkv, n_heads);
+  Dims d = dims_of(qkv, heads);
   if (d.B * d.T == 0) return;
   DType t = qkv.dtype;
   const bool flash = use_flash(d, t, {qkv.data, out.data});
 #if TRELLIS_HAVE_CUDNN
-  if (flash && cudnn_attention(rt, d.B, d.T, d.H, d.hd, t, drop.threshold != 0)) {
-    cudnn_attention_forward(rt, out.data, lse.ptr<float>(), qkv.data, d.B, d.T, d.H, d.hd, t);
+  if (flash && cudnn_attention(rt, d.B, d.T, d.H, d.Hkv, d.hd, t, drop.threshold != 0)) {
+    cudnn_attention_forward(rt, out.data, lse.ptr<float>(), qkv.data, d.B, d.T, d.H, d.Hkv, d.hd, t);
     return;
   }
 #endif
   if (flash) {
-    launch_flash_attention_forward(st.compute, out.data, lse.ptr<float>(), qkv.data, t, d.B, d.T, d.H, d.hd, drop);
+    launch_flash_attention_forward(st.compute, out.data, lse.ptr<float>(), qkv.data, t, d.B, d.T, d.H, d.Hkv, d.hd,
+                                   drop);
     return;
   }
   size_t head_bytes = size_t(d.BH * d.T * d.hd) * d.es, score_cells = size_t(d.BH * d.T * d.T);
@@ -108,10 +114,9 @@ void attention_forward(Runtime& rt, const Tensor& out, const Tensor& lse, const 
   size_t S = plan.take(score_cells * 4), P = plan.take(score_cells * d.es);
   char* base = static_cast<char*>(rt.scratch(plan.total()));
   cudaStream_t s = st.compute;
-  int64_t row3 = 3 * d.C;
-  launch_to_heads(s, base + q, qkv.data, row3, 0, t, d.B, d.T, d.H, d.hd);
-  launch_to_heads(s, base + k, qkv.data, row3, d.C, t, d.B, d.T, d.H, d.hd);
-  launch_to_heads(s, base + v, qkv.data, row3, 2 * d.C, t, d.B, d.T, d.H, d.hd);
+  launch_to_heads(s, base + q, qkv.data, d.W, 0, t, d.B, d.T, d.H, d.hd);
+  launch_to_heads(s, base + k, qkv.data, d.W, d.C, t, d.B, d.T, d.H, d.hd, d.group());
+  launch_to_heads(s, base + v, qkv.data, d.W, d.C + d.Ckv(), t, d.B, d.T, d.H, d.hd, d.group());
   float scale = float(1.0 / std::sqrt(double(d.hd)));
   float* Sp = reinterpret_cast<float*>(base + S);
   scores(st, Sp, base + q, base + k, d, t, scale);                         // (B, H, T, T) f32
@@ -121,15 +126,16 @@ void attention_forward(Runtime& rt, const Tensor& out, const Tensor& lse, const 
 }
 
 void attention_backward(Runtime& rt, const Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
-                        const Tensor& lse, int n_heads, const AttentionDropoutKey& drop) {
+                        const Tensor& lse, AttentionHeads heads, const AttentionDropoutKey& drop) {
   CudaState& st = cuda_state(rt);
-  Dims d = dims_of(qkv, n_heads);
+  Dims d = dims_of(qkv, heads);
   if (d.B * d.T == 0) return;
   DType t = qkv.dtype;
   const bool flash = use_flash(d, t, {qkv.data, out.data, dout.data, dqkv.data});
 #if TRELLIS_HAVE_CUDNN
-  if (flash && cudnn_attention(rt, d.B, d.T, d.H, d.hd, t, drop.threshold != 0)) {
-    cudnn_attention_backward(rt, dqkv.data, dout.data, qkv.data, out.data, lse.ptr<float>(), d.B, d.T, d.H, d.hd, t);
+  if (flash && cudnn_attention(rt, d.B, d.T, d.H, d.Hkv, d.hd, t, drop.threshold != 0)) {
+    cudnn_attention_backward(rt, dqkv.data, dout.data, qkv.data, out.data, lse.ptr<float>(), d.B, d.T, d.H, d.Hkv,
+                             d.hd, t);
     return;
   }
 #endif
@@ -137,7 +143,7 @@ void attention_backward(Runtime& rt, const Tensor& dqkv, const Tensor& dout, con
     float* Dp = static_cast<float*>(rt.scratch(size_t(d.BH * d.T) * 4));  // (B, H, T)
     launch_attention_rowdot(st.compute, Dp, dout.data, out.data, t, d.B, d.T, d.H, d.hd);  // D = rowsum(dO * O)
     launch_flash_attention_backward(st.compute, dqkv.data, dout.data, qkv.data, lse.ptr<float>(), Dp, t, d.B, d.T,
-                                    d.H, d.hd, drop);
+                                    d.H, d.Hkv, d.hd, drop);
     return;
   }
   size_t head_bytes = size_t(d.BH * d.T * d.hd) * d.es, score_cells = size_t(d.BH * d.T * d.T);
@@ -149,10 +155,9 @@ void attention_backward(Runtime& rt, const Tensor& dqkv, const Tensor& dout, con
   size_t S = plan.take(score_cells * 4), dPs = plan.take(score_cells * 4), P = plan.take(score_cells * d.es);
   char* base = static_cast<char*>(rt.scratch(plan.total()));
   cudaStream_t s = st.compute;
-  int64_t row3 = 3 * d.C;
-  launch_to_heads(s, base + q, qkv.data, row3, 0, t, d.B, d.T, d.H, d.hd);
-  launch_to_heads(s, base + k, qkv.data, row3, d.C, t, d.B, d.T, d.H, d.hd);
-  launch_to_heads(s, base + v, qkv.data, row3, 2 * d.C, t, d.B, d.T, d.H, d.hd);
+  launch_to_heads(s, base + q, qkv.data, d.W, 0, t, d.B, d.T, d.H, d.hd);
+  launch_to_heads(s, base + k, qkv.data, d.W, d.C, t, d.B, d.T, d.H, d.hd, d.group());
+  launch_to_heads(s, base + v, qkv.data, d.W, d.C + d.Ckv(), t, d.B, d.T, d.H, d.hd, d.group());
   launch_to_heads(s, base + dO, dout.data, d.C, 0, t, d.B, d.T, d.H, d.hd);
   float* Dp = reinterpret_cast<float*>(base + D);
   launch_attention_rowdot(s, Dp, dout.data, out.data, t, d.B, d.T, d.H, d.hd);  // D = rowsum(dO * O)
@@ -167,9 +172,9 @@ void attention_backward(Runtime& rt, const Tensor& dqkv, const Tensor& dout, con
                           drop);  // dS = P (m dP - D) scale (over P m)
   times_values(st, base + dQ, base + P, base + k, d, t, false);           // dQ = dS K
   times_values(st, base + dK, base + P, base + q, d, t, true);            // dK = dS^T Q
-  launch_from_heads(s, dqkv.data, row3, 0, base + dQ, t, d.B, d.T, d.H, d.hd);
-  launch_from_heads(s, dqkv.data, row3, d.C, base + dK, t, d.B, d.T, d.H, d.hd);
-  launch_from_heads(s, dqkv.data, row3, 2 * d.C, base + dV, t, d.B, d.T, d.H, d.hd);
+  launch_from_heads(s, dqkv.data, d.W, 0, base + dQ, t, d.B, d.T, d.H, d.hd);
+  launch_from_heads(s, dqkv.data, d.W, d.C, base + dK, t, d.B, d.T, d.H, d.hd, d.group());
+  launch_from_heads(s, dqkv.data, d.W, d.C + d.Ckv(), base + dV, t, d.B, d.T, d.H, d.hd, d.group());
 }
 
 }  // namespace trellis::gpu

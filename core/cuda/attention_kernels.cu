@@ -12,19 +12,23 @@ constexpr int kWarpsPerBlock = kThreads / 32;
 
 template <typename T>
 __global__ void to_heads_kernel(T* dst, const T* src, int64_t row_stride, int64_t col_offset, int64_t B, int64_t T_,
-                                int64_t H, int64_t hd) {
+                                int64_t H, int64_t hd, int64_t group) {
   TRELLIS_GRID_STRIDE(i, B * H * T_ * hd) {
     int64_t d = i % hd, t = (i / hd) % T_, h = (i / (hd * T_)) % H, b = i / (hd * T_ * H);
-    dst[i] = src[(b * T_ + t) * row_stride + col_offset + h * hd + d];
+    dst[i] = src[(b * T_ + t) * row_stride + col_offset + h / group * hd + d];
   }
 }
 
+// dst head g (of H / group) <- the sum of src heads [g * group, (g + 1) * group), in order, in f32.
 template <typename T>
 __global__ void from_heads_kernel(T* dst, int64_t row_stride, int64_t col_offset, const T* src, int64_t B,
-                                  int64_t T_, int64_t H, int64_t hd) {
-  TRELLIS_GRID_STRIDE(i, B * H * T_ * hd) {
-    int64_t d = i % hd, t = (i / hd) % T_, h = (i / (hd * T_)) % H, b = i / (hd * T_ * H);
-    dst[(b * T_ + t) * row_stride + col_offset + h * hd + d] = src[i];
+                                  int64_t T_, int64_t H, int64_t hd, int64_t group) {
+  const int64_t G = H / group;
+  TRELLIS_GRID_STRIDE(i, B * G * T_ * hd) {
+    int64_t d = i % hd, t = (i / hd) % T_, g = (i / (hd * T_)) % G, b = i / (hd * T_ * G);
+    float sum = 0.0f;
+    for (int64_t j = 0; j < group; ++j) sum += to_f32(src[((b * H + g * group + j) * T_ + t) * hd + d]);
+    dst[(b * T_ + t) * row_stride + col_offset + g * hd + d] = from_f32<T>(sum);
   }
 }
 
@@ -88,22 +92,22 @@ unsigned warp_rows_grid(int64_t rows) { return unsigned((rows + kWarpsPerBlock -
 }  // namespace
 
 void launch_to_heads(cudaStream_t s, void* dst, const void* src, int64_t row_stride, int64_t col_offset, DType t,
-                     int64_t B, int64_t T_, int64_t H, int64_t hd) {
+                     int64_t B, int64_t T_, int64_t H, int64_t hd, int64_t group) {
   int64_t n = B * H * T_ * hd;
   if (n == 0) return;
   TRELLIS_FLOAT_SWITCH(t, E,
     to_heads_kernel<E><<<grid_for(n), kThreads, 0, s>>>(static_cast<E*>(dst), static_cast<const E*>(src),
-                                                        row_stride, col_offset, B, T_, H, hd));
+                                                        row_stride, col_offset, B, T_, H, hd, group));
   CUDA_CHECK_LAUNCH();
 }
 
 void launch_from_heads(cudaStream_t s, void* dst, int64_t row_stride, int64_t col_offset, const void* src, DType t,
-                       int64_t B, int64_t T_, int64_t H, int64_t hd) {
-  int64_t n = B * H * T_ * hd;
+                       int64_t B, int64_t T_, int64_t H, int64_t hd, int64_t group) {
+  int64_t n = B * (H / group) * T_ * hd;
   if (n == 0) return;
   TRELLIS_FLOAT_SWITCH(t, E,
     from_heads_kernel<E><<<grid_for(n), kThreads, 0, s>>>(static_cast<E*>(dst), row_stride, col_offset,
-                                                          static_cast<const E*>(src), B, T_, H, hd));
+                                                          static_cast<const E*>(src), B, T_, H, hd, group));
   CUDA_CHECK_LAUNCH();
 }
 

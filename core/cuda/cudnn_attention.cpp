@@ -1,8 +1,9 @@
 // Causal self-attention through cuDNN's fused flash attention (the frontend's SDPA graphs), for
 // bf16/f16 without attention dropout outside deterministic mode: on Hopper it runs forward and
 // backward several times faster than the mma.sync kernels of flash_attention.cu. Q, K and V are
-// strided views into qkv (B, T, 3C), the output and its gradient are (B, T, C), so nothing is
-// permuted. The saved statistics are the natural-log log-sum-exp of the scaled scores per (b, h, t),
+// strided views into qkv (B, T, (H + 2 Hkv) hd), the output and its gradient are (B, T, C), so nothing
+// is permuted; with fewer key-value heads than query heads cuDNN's SDPA runs grouped-query attention
+// (query head h on key-value head h / (H / Hkv), its dK and dV summed over the group). The saved statistics are the natural-log log-sum-exp of the scaled scores per (b, h, t),
 // the same quantity the own kernels keep, so either backward can follow either forward. Each problem
 // builds its forward and backward graphs once; one that cuDNN does not support is remembered and
 // takes the own kernels, forward and backward alike.
@@ -34,9 +35,12 @@ enum : int64_t { kQ = 1, kK, kV, kO, kStats, kdO, kdQ, kdK, kdV, kIds };
 using Pointers = std::array<void*, kIds>;
 
 struct Problem {
-  int64_t B, H, T, hd;
+  int64_t B, H, Hkv, T, hd;
   DType t;
-  bool operator<(const Problem& o) const { return std::tie(B, H, T, hd, t) < std::tie(o.B, o.H, o.T, o.hd, o.t); }
+  bool operator<(const Problem& o) const {
+    return std::tie(B, H, Hkv, T, hd, t) < std::tie(o.B, o.H, o.Hkv, o.T, o.hd, o.t);
+  }
+  int64_t row() const { return (H + 2 * Hkv) * hd; }  // of qkv
 };
 
 // A built graph, its workspace and its tensor ids in the order execute() takes their pointers.
@@ -72,14 +76,14 @@ std::shared_ptr<fe::graph::Graph> new_graph(DType t) {
   return g;
 }
 
-// (B, H, T, hd) views: into qkv (rows of 3C) for q, k, v and their gradients, into (B, T, C) for
-// the output and its gradient.
+// (B, heads, T, hd) views: into qkv rows for q, k, v (H, Hkv, Hkv heads), into (B, T, C) for the
+// output and its gradient.
 std::shared_ptr<fe::graph::Tensor_attributes> head_view(fe::graph::Graph& g, const char* name, int64_t uid,
-                                                        const Problem& p, int64_t row) {
+                                                        const Problem& p, int64_t heads, int64_t row) {
   return g.tensor(fe::graph::Tensor_attributes()
                       .set_name(name)
                       .set_uid(uid)
-                      .set_dim({p.B, p.H, p.T, p.hd})
+                      .set_dim({p.B, heads, p.T, p.hd})
                       .set_stride({p.T * row, p.hd, row, 1}));
 }
 
@@ -106,11 +110,12 @@ bool finish(std::shared_ptr<fe::graph::Graph> g, cudnnHandle_t h, Built& out) {
 
 Graphs build(cudnnHandle_t h, const Problem& p) {
   Graphs out;
-  const int64_t C = p.H * p.hd;
+  const int64_t C = p.H * p.hd, W = p.row();
   const float scale = float(1.0 / std::sqrt(double(p.hd)));
   {
     auto g = new_graph(p.t);
-    auto q = head_view(*g, "q", kQ, p, 3 * C), k = head_view(*g, "k", kK, p, 3 * C), v = head_view(*g, "v", kV, p, 3 * C);
+    auto q = head_view(*g, "q", kQ, p, p.H, W), k = head_view(*g, "k", kK, p, p.Hkv, W),
+         v = head_view(*g, "v", kV, p, p.Hkv, W);
     auto opt = fe::graph::SDPA_attributes().set_name("attention").set_generate_stats(true).set_causal_mask(true)
                    .set_attn_scale(scale);
     auto [o, stats] = g->sdpa(q, k, v, opt);
@@ -121,14 +126,15 @@ Graphs build(cudnnHandle_t h, const Problem& p) {
   }
   {
     auto g = new_graph(p.t);
-    auto q = head_view(*g, "q", kQ, p, 3 * C), k = head_view(*g, "k", kK, p, 3 * C), v = head_view(*g, "v", kV, p, 3 * C);
-    auto o = head_view(*g, "o", kO, p, C), d_o = head_view(*g, "dO", kdO, p, C);
+    auto q = head_view(*g, "q", kQ, p, p.H, W), k = head_view(*g, "k", kK, p, p.Hkv, W),
+         v = head_view(*g, "v", kV, p, p.Hkv, W);
+    auto o = head_view(*g, "o", kO, p, p.H, C), d_o = head_view(*g, "dO", kdO, p, p.H, C);
     auto stats = stats_view(*g, p);
     auto opt = fe::graph::SDPA_backward_attributes().set_name("attention_backward").set_causal_mask(true)
                    .set_attn_scale(scale);
     auto [dq, dk, dv] = g->sdpa_backward(q, k, v, o, d_o, stats, opt);
-    for (auto [t, uid] : {std::pair{dq, kdQ}, std::pair{dk, kdK}, std::pair{dv, kdV}})
-      t->set_output(true).set_uid(uid).set_dim({p.B, p.H, p.T, p.hd}).set_stride({p.T * 3 * C, p.hd, 3 * C, 1});
+    for (auto [t, uid, heads] : {std::tuple{dq, kdQ, p.H}, std::tuple{dk, kdK, p.Hkv}, std::tuple{dv, kdV, p.Hkv}})
+      t->set_output(true).set_uid(uid).set_dim({p.B, heads, p.T, p.hd}).set_stride({p.T * W, p.hd, W, 1});
     if (!finish(g, h, out.backward)) return out;
   }
   out.supported = true;
@@ -184,45 +190,45 @@ void run(Runtime& rt, CudaState& st, const Built& b, const Pointers& by_id) {
 
 }  // namespace
 
-bool cudnn_attention(Runtime& rt, int64_t B, int64_t T, int64_t H, int64_t hd, DType t, bool dropout) {
+bool cudnn_attention(Runtime& rt, int64_t B, int64_t T, int64_t H, int64_t Hkv, int64_t hd, DType t, bool dropout) {
   CudaState& st = cuda_state(rt);
   if (st.deterministic || dropout || !enabled_by_environment()) return false;
   if ((t != DType::bf16 && t != DType::f16) || (hd != 64 && hd != 128) || st.cc_major < 8) return false;
-  return graphs_for(st, Problem{B, H, T, hd, t})->supported;
+  return graphs_for(st, Problem{B, H, Hkv, T, hd, t})->supported;
 }
 
 void cudnn_attention_forward(Runtime& rt, void* out, float* lse, const void* qkv, int64_t B, int64_t T, int64_t H,
-                             int64_t hd, DType t) {
+                             int64_t Hkv, int64_t hd, DType t) {
   CudaState& st = cuda_state(rt);
-  const Graphs& g = *graphs_for(st, Problem{B, H, T, hd, t});
-  const int64_t C = H * hd, es = int64_t(dtype_size(t));
+  const Graphs& g = *graphs_for(st, Problem{B, H, Hkv, T, hd, t});
+  const int64_t C = H * hd, Ckv = Hkv * hd, es = int64_t(dtype_size(t));
   char* base = static_cast<char*>(const_cast<void*>(qkv));
   Pointers p{};
   p[kQ] = base;
   p[kK] = base + C * es;
-  p[kV] = base + 2 * C * es;
+  p[kV] = base + (C + Ckv) * es;
   p[kO] = out;
   p[kStats] = lse;
   run(rt, st, g.forward, p);
 }
 
 void cudnn_attention_backward(Runtime& rt, void* dqkv, const void* dout, const void* qkv, const void* out,
-                              const float* lse, int64_t B, int64_t T, int64_t H, int64_t hd, DType t) {
+                              const float* lse, int64_t B, int64_t T, int64_t H, int64_t Hkv, int64_t hd, DType t) {
   CudaState& st = cuda_state(rt);
-  const Graphs& g = *graphs_for(st, Problem{B, H, T, hd, t});
-  const int64_t C = H * hd, es = int64_t(dtype_size(t));
+  const Graphs& g = *graphs_for(st, Problem{B, H, Hkv, T, hd, t});
+  const int64_t C = H * hd, Ckv = Hkv * hd, es = int64_t(dtype_size(t));
   char* in = static_cast<char*>(const_cast<void*>(qkv));
   char* grad = static_cast<char*>(dqkv);
   Pointers p{};
   p[kQ] = in;
   p[kK] = in + C * es;
-  p[kV] = in + 2 * C * es;
+  p[kV] = in + (C + Ckv) * es;
   p[kO] = const_cast<void*>(out);
   p[kdO] = const_cast<void*>(dout);
   p[kStats] = const_cast<float*>(lse);
   p[kdQ] = grad;
   p[kdK] = grad + C * es;
-  p[kdV] = grad + 2 * C * es;
+  p[kdV] = grad + (C + Ckv) * es;
   run(rt, st, g.backward, p);
 }
 

@@ -1,8 +1,9 @@
 // Fused causal attention in the FlashAttention-2 manner for bf16/f16, head_dim 64 or 128: q, k, v read
-// straight from the (B, T, 3C) qkv rows, tensor cores through mma.sync m16n8k16 (f32 accumulate) fed by
+// straight from the (B, T, (H + 2 Hkv) hd) qkv rows (query head h on key-value head h / (H / Hkv)), tensor cores through mma.sync m16n8k16 (f32 accumulate) fed by
 // ldmatrix, K/V (or Q/dO) tiles double-buffered in shared memory by cp.async, online softmax in f32
 // registers. The backward recomputes P: one kernel per key block accumulates dK, dV over the query
-// blocks, another per query block accumulates dQ. No atomics, so the results are bitwise repeatable.
+// blocks (of every query head of its key-value head's group), another per query block accumulates dQ.
+// No atomics, so the results are bitwise repeatable.
 // Attention dropout (kDrop) multiplies each probability by its Philox factor (core/philox.h) after
 // the row sums are taken, in forward and in both backward kernels.
 #include <cmath>
@@ -156,7 +157,7 @@ __device__ __forceinline__ void store_rows(E* g, int64_t stride, int row0, int T
 // ---- forward: one block per (64-query block, b*H + h) ----
 template <typename E, int HD, bool kDrop>
 __global__ void __launch_bounds__(kFlashThreads) flash_fwd_kernel(E* __restrict__ out, float* __restrict__ lse,
-                                                                  const E* __restrict__ qkv, int T_, int H, int C,
+                                                                  const E* __restrict__ qkv, int T_, int H, int Hkv,
                                                                   float sl2, AttentionDropoutKey drop) {
   constexpr int BM = 64, BN = 64, LD = HD + kPad;
   extern __shared__ __align__(16) unsigned char smem[];
@@ -166,10 +167,11 @@ __global__ void __launch_bounds__(kFlashThreads) flash_fwd_kernel(E* __restrict_
   const int m = gridDim.x - 1 - blockIdx.x;  // the longest rows first
   const int b = blockIdx.y / H, h = blockIdx.y % H;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int64_t rs = 3 * int64_t(C);
+  const int C = H * HD, Ckv = Hkv * HD;
+  const int64_t rs = int64_t(C) + 2 * Ckv;
   const E* q = qkv + int64_t(b) * T_ * rs + int64_t(h) * HD;
-  const E* k = q + C;
-  const E* v = q + 2 * C;
+  const E* k = qkv + int64_t(b) * T_ * rs + C + int64_t(h / (H / Hkv)) * HD;
+  const E* v = k + Ckv;
   const int q0 = m * BM;
   const int n_tiles = m + 1;  // causal, BM == BN: key blocks 0..m, only the last one masked
 
@@ -262,13 +264,14 @@ __global__ void __launch_bounds__(kFlashThreads) flash_fwd_kernel(E* __restrict_
   }
 }
 
-// ---- backward, dK and dV: one block per (64-key block, b*H + h), query tiles of BM ----
+// ---- backward, dK and dV: one block per (64-key block, b*Hkv + g), query tiles of BM of the group's
+// query heads, one head after the other ----
 template <typename E, int HD, int BM, bool kDrop>
 __global__ void __launch_bounds__(kFlashThreads) flash_bwd_dkv_kernel(E* __restrict__ dqkv, const E* __restrict__ qkv,
                                                                       const E* __restrict__ dout,
                                                                       const float* __restrict__ lse,
                                                                       const float* __restrict__ Dsum, int T_, int H,
-                                                                      int C, float scale, float sl2,
+                                                                      int Hkv, float scale, float sl2,
                                                                       AttentionDropoutKey drop) {
   constexpr int BN = 64, LD = HD + kPad;
   extern __shared__ __align__(16) unsigned char smem[];
@@ -279,21 +282,24 @@ __global__ void __launch_bounds__(kFlashThreads) flash_bwd_dkv_kernel(E* __restr
   float* sL = reinterpret_cast<float*>(sdO + 2 * BM * LD);  // 2 x BM: lse * log2e (+inf past T)
   float* sD = sL + 2 * BM;                                  // 2 x BM: rowsum(dO * O) (0 past T)
   const int n = blockIdx.x;  // low key blocks see the most queries: launched first
-  const int b = blockIdx.y / H, h = blockIdx.y % H;
+  const int b = blockIdx.y / Hkv, g = blockIdx.y % Hkv, group = H / Hkv;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int64_t rs = 3 * int64_t(C);
-  const E* q = qkv + int64_t(b) * T_ * rs + int64_t(h) * HD;
-  const E* k = q + C;
-  const E* v = q + 2 * C;
-  const E* dO = dout + int64_t(b) * T_ * C + int64_t(h) * HD;
-  const float* L = lse + int64_t(blockIdx.y) * T_;
-  const float* Dr = Dsum + int64_t(blockIdx.y) * T_;
+  const int C = H * HD, Ckv = Hkv * HD;
+  const int64_t rs = int64_t(C) + 2 * Ckv;
+  const E* rows = qkv + int64_t(b) * T_ * rs;
+  const E* k = rows + C + int64_t(g) * HD;
+  const E* v = k + Ckv;
   const int k0 = n * BN;
-  const int m_begin = k0 / BM, m_end = (T_ + BM - 1) / BM;
-
-  auto load_q_tile = [&](int mi, int buf) {
-    load_tile<BM, HD, LD>(sQ + buf * BM * LD, q, rs, mi * BM, T_);
-    load_tile<BM, HD, LD>(sdO + buf * BM * LD, dO, C, mi * BM, T_);
+  const int m_begin = k0 / BM, m_end = (T_ + BM - 1) / BM, tiles = m_end - m_begin;
+  // Step `it` takes query tile m_begin + it % tiles of query head g * group + it / tiles.
+  auto head_of = [&](int it) { return g * group + it / tiles; };
+  auto tile_of = [&](int it) { return m_begin + it % tiles; };
+  auto load_q_tile = [&](int it, int buf) {
+    const int hq = head_of(it), mi = tile_of(it);
+    const float* L = lse + (int64_t(b) * H + hq) * T_;
+    const float* Dr = Dsum + (int64_t(b) * H + hq) * T_;
+    load_tile<BM, HD, LD>(sQ + buf * BM * LD, rows + int64_t(hq) * HD, rs, mi * BM, T_);
+    load_tile<BM, HD, LD>(sdO + buf * BM * LD, dout + int64_t(b) * T_ * C + int64_t(hq) * HD, C, mi * BM, T_);
     for (int i = threadIdx.x; i < BM; i += kFlashThreads) {
       int row = mi * BM + i;
       sL[buf * BM + i] = row < T_ ? L[row] * kLog2e : INFINITY;
@@ -302,7 +308,7 @@ __global__ void __launch_bounds__(kFlashThreads) flash_bwd_dkv_kernel(E* __restr
   };
   load_tile<BN, HD, LD>(sK, k, rs, k0, T_);
   load_tile<BN, HD, LD>(sV, v, rs, k0, T_);
-  load_q_tile(m_begin, 0);
+  load_q_tile(0, 0);
   cp_async_commit();
 
   float dk[HD / 8][4], dv[HD / 8][4];
@@ -312,10 +318,10 @@ __global__ void __launch_bounds__(kFlashThreads) flash_bwd_dkv_kernel(E* __restr
     for (int e = 0; e < 4; ++e) dk[i][e] = dv[i][e] = 0.0f;
   const int key_lo = k0 + warp * 16 + (lane >> 2);  // this thread's keys: key_lo, key_lo + 8
 
-  for (int mi = m_begin; mi < m_end; ++mi) {
-    const int buf = (mi - m_begin) & 1;
-    if (mi + 1 < m_end) {
-      load_q_tile(mi + 1, buf ^ 1);
+  for (int it = 0; it < group * tiles; ++it) {
+    const int buf = it & 1, mi = tile_of(it), h = head_of(it);
+    if (it + 1 < group * tiles) {
+      load_q_tile(it + 1, buf ^ 1);
       cp_async_commit();
       cp_async_wait<1>();
     } else {
@@ -352,9 +358,9 @@ __global__ void __launch_bounds__(kFlashThreads) flash_bwd_dkv_kernel(E* __restr
     __syncthreads();  // this buffer is refilled two tiles on
   }
 
-  E* dst = dqkv + int64_t(b) * T_ * rs + int64_t(h) * HD;
-  store_rows<E, HD>(dst + C, rs, k0 + warp * 16, T_, dk, scale, scale, lane);
-  store_rows<E, HD>(dst + 2 * C, rs, k0 + warp * 16, T_, dv, 1.0f, 1.0f, lane);
+  E* dst = dqkv + int64_t(b) * T_ * rs + C + int64_t(g) * HD;
+  store_rows<E, HD>(dst, rs, k0 + warp * 16, T_, dk, scale, scale, lane);
+  store_rows<E, HD>(dst + Ckv, rs, k0 + warp * 16, T_, dv, 1.0f, 1.0f, lane);
 }
 
 // ---- backward, dQ: one block per (64-query block, b*H + h), key tiles of BN ----
@@ -363,7 +369,7 @@ __global__ void __launch_bounds__(kFlashThreads) flash_bwd_dq_kernel(E* __restri
                                                                      const E* __restrict__ dout,
                                                                      const float* __restrict__ lse,
                                                                      const float* __restrict__ Dsum, int T_, int H,
-                                                                     int C, float scale, float sl2,
+                                                                     int Hkv, float scale, float sl2,
                                                                      AttentionDropoutKey drop) {
   constexpr int BM = 64, LD = HD + kPad;
   extern __shared__ __align__(16) unsigned char smem[];
@@ -374,10 +380,11 @@ __global__ void __launch_bounds__(kFlashThreads) flash_bwd_dq_kernel(E* __restri
   const int m = gridDim.x - 1 - blockIdx.x;  // the longest rows first
   const int b = blockIdx.y / H, h = blockIdx.y % H;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int64_t rs = 3 * int64_t(C);
+  const int C = H * HD, Ckv = Hkv * HD;
+  const int64_t rs = int64_t(C) + 2 * Ckv;
   const E* q = qkv + int64_t(b) * T_ * rs + int64_t(h) * HD;
-  const E* k = q + C;
-  const E* v = q + 2 * C;
+  const E* k = qkv + int64_t(b) * T_ * rs + C + int64_t(h / (H / Hkv)) * HD;
+  const E* v = k + Ckv;
   const E* dO = dout + int64_t(b) * T_ * C + int64_t(h) * HD;
   const int q0 = m * BM;
   const int q_last = min(T_, q0 + BM);  // exclusive
@@ -447,36 +454,35 @@ template <typename K> void allow_smem(K kernel, size_t bytes) {
 }
 
 template <typename E, int HD, bool kDrop>
-void flash_forward(cudaStream_t s, void* out, float* lse, const void* qkv, int B, int T_, int H, float sl2,
+void flash_forward(cudaStream_t s, void* out, float* lse, const void* qkv, int B, int T_, int H, int Hkv, float sl2,
                    const AttentionDropoutKey& drop) {
   constexpr int BM = 64, BN = 64;
   size_t smem = size_t(BM + 4 * BN) * (HD + kPad) * sizeof(E);
   auto kernel = flash_fwd_kernel<E, HD, kDrop>;
   allow_smem(kernel, smem);
   dim3 grid((T_ + BM - 1) / BM, B * H);
-  kernel<<<grid, kFlashThreads, smem, s>>>(static_cast<E*>(out), lse, static_cast<const E*>(qkv), T_, H, H * HD, sl2,
+  kernel<<<grid, kFlashThreads, smem, s>>>(static_cast<E*>(out), lse, static_cast<const E*>(qkv), T_, H, Hkv, sl2,
                                            drop);
   CUDA_CHECK_LAUNCH();
 }
 
 template <typename E, int HD, bool kDrop>
 void flash_backward(cudaStream_t s, void* dqkv, const void* dout, const void* qkv, const float* lse, const float* D,
-                    int B, int T_, int H, float scale, float sl2, const AttentionDropoutKey& drop) {
+                    int B, int T_, int H, int Hkv, float scale, float sl2, const AttentionDropoutKey& drop) {
   // Query tiles (dK/dV) and key tiles (dQ) of 32 rows at head_dim 128 keep the accumulators in registers.
   constexpr int BT = HD <= 64 ? 64 : 32, BN = 64, BM = 64, LD = HD + kPad;
-  const int C = H * HD;
   size_t smem_kv = size_t(2 * BN + 4 * BT) * LD * sizeof(E) + 4 * BT * sizeof(float);
   auto kv = flash_bwd_dkv_kernel<E, HD, BT, kDrop>;
   allow_smem(kv, smem_kv);
-  kv<<<dim3((T_ + BN - 1) / BN, B * H), kFlashThreads, smem_kv, s>>>(
-      static_cast<E*>(dqkv), static_cast<const E*>(qkv), static_cast<const E*>(dout), lse, D, T_, H, C, scale, sl2,
+  kv<<<dim3((T_ + BN - 1) / BN, B * Hkv), kFlashThreads, smem_kv, s>>>(
+      static_cast<E*>(dqkv), static_cast<const E*>(qkv), static_cast<const E*>(dout), lse, D, T_, H, Hkv, scale, sl2,
       drop);
   CUDA_CHECK_LAUNCH();
   size_t smem_q = size_t(2 * BM + 4 * BT) * LD * sizeof(E);
   auto dq = flash_bwd_dq_kernel<E, HD, BT, kDrop>;
   allow_smem(dq, smem_q);
   dq<<<dim3((T_ + BM - 1) / BM, B * H), kFlashThreads, smem_q, s>>>(
-      static_cast<E*>(dqkv), static_cast<const E*>(qkv), static_cast<const E*>(dout), lse, D, T_, H, C, scale, sl2,
+      static_cast<E*>(dqkv), static_cast<const E*>(qkv), static_cast<const E*>(dout), lse, D, T_, H, Hkv, scale, sl2,
       drop);
   CUDA_CHECK_LAUNCH();
 }
@@ -497,27 +503,29 @@ bool flash_attention_supported(DType t, int64_t hd) {
 }
 
 void launch_flash_attention_forward(cudaStream_t s, void* out, float* lse, const void* qkv, DType t, int64_t B,
-                                    int64_t T_, int64_t H, int64_t hd, const AttentionDropoutKey& drop) {
+                                    int64_t T_, int64_t H, int64_t Hkv, int64_t hd, const AttentionDropoutKey& drop) {
   if (B * T_ * H == 0) return;
   float sl2 = float(kLog2e / std::sqrt(double(hd)));
   if (drop.threshold != 0)
-    TRELLIS_FLASH_SWITCH(t, hd, flash_forward<E, HD, true>(s, out, lse, qkv, int(B), int(T_), int(H), sl2, drop));
+    TRELLIS_FLASH_SWITCH(t, hd, flash_forward<E, HD, true>(s, out, lse, qkv, int(B), int(T_), int(H), int(Hkv), sl2,
+                                                           drop));
   else
-    TRELLIS_FLASH_SWITCH(t, hd, flash_forward<E, HD, false>(s, out, lse, qkv, int(B), int(T_), int(H), sl2, drop));
+    TRELLIS_FLASH_SWITCH(t, hd, flash_forward<E, HD, false>(s, out, lse, qkv, int(B), int(T_), int(H), int(Hkv), sl2,
+                                                            drop));
 }
 
 void launch_flash_attention_backward(cudaStream_t s, void* dqkv, const void* dout, const void* qkv, const float* lse,
-                                     const float* D, DType t, int64_t B, int64_t T_, int64_t H, int64_t hd,
+                                     const float* D, DType t, int64_t B, int64_t T_, int64_t H, int64_t Hkv, int64_t hd,
                                      const AttentionDropoutKey& drop) {
   if (B * T_ * H == 0) return;
   float scale = float(1.0 / std::sqrt(double(hd)));
   float sl2 = float(kLog2e / std::sqrt(double(hd)));
   if (drop.threshold != 0)
     TRELLIS_FLASH_SWITCH(t, hd, flash_backward<E, HD, true>(s, dqkv, dout, qkv, lse, D, int(B), int(T_), int(H),
-                                                            scale, sl2, drop));
+                                                            int(Hkv), scale, sl2, drop));
   else
     TRELLIS_FLASH_SWITCH(t, hd, flash_backward<E, HD, false>(s, dqkv, dout, qkv, lse, D, int(B), int(T_), int(H),
-                                                             scale, sl2, drop));
+                                                             int(Hkv), scale, sl2, drop));
 }
 
 }  // namespace trellis::gpu

@@ -98,21 +98,25 @@ void swiglu_backward(Runtime& rt, const Tensor& dh, const Tensor& dg, const Tens
   launch_swiglu_backward(compute_stream(rt), dh.data, dg.data, h.data, h.dtype, dg.rows(), dg.cols());
 }
 
-void rotary_embedding(Runtime& rt, const Tensor& qkv, int n_heads, double theta, int64_t first_position,
+void rotary_embedding(Runtime& rt, const Tensor& qkv, AttentionHeads heads, double theta, int64_t first_position,
                       bool inverse) {
-  launch_rotary_embedding(compute_stream(rt), qkv.data, qkv.dtype, qkv.size(0), qkv.size(1), qkv.size(2) / 3,
-                          n_heads, theta, first_position, inverse);
+  launch_rotary_embedding(compute_stream(rt), qkv.data, qkv.dtype, qkv.size(0), qkv.size(1),
+                          qkv.size(2) / heads.qkv_heads(), qkv.size(2), heads.q + heads.kv, theta, first_position,
+                          inverse);
 }
 
-void kv_cache_append(Runtime& rt, const Tensor& k_cache, const Tensor& v_cache, const Tensor& qkv, int64_t pos) {
+void kv_cache_append(Runtime& rt, const Tensor& k_cache, const Tensor& v_cache, const Tensor& qkv, int64_t pos,
+                     AttentionHeads heads) {
+  const int64_t hd = qkv.size(2) / heads.qkv_heads();
   launch_kv_cache_append(compute_stream(rt), k_cache.data, v_cache.data, qkv.data, qkv.dtype, qkv.size(0),
-                         qkv.size(1), qkv.size(2) / 3, k_cache.size(1), pos);
+                         qkv.size(1), heads.q * hd, heads.kv * hd, k_cache.size(1), pos);
 }
 
 void attention_with_cache(Runtime& rt, const Tensor& out, const Tensor& qkv, const Tensor& k_cache,
-                          const Tensor& v_cache, int64_t pos, int n_heads) {
+                          const Tensor& v_cache, int64_t pos, AttentionHeads heads) {
   launch_attention_with_cache(compute_stream(rt), out.data, qkv.data, k_cache.data, v_cache.data, qkv.dtype,
-                              qkv.size(0), qkv.size(1), qkv.size(2) / 3, n_heads, k_cache.size(1), pos);
+                              qkv.size(0), qkv.size(1), heads.q, heads.kv, qkv.size(2) / heads.qkv_heads(),
+                              k_cache.size(1), pos);
 }
 
 void softmax_cross_entropy_forward(Runtime& rt, const Tensor& losses, const Tensor& logits, const Tensor& targets,

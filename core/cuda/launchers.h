@@ -127,12 +127,14 @@ constexpr int kSumPartials = 512;
 void launch_sum(cudaStream_t s, float* out, const void* x, DType t, int64_t n, bool squares, float* scratch);
 
 // ---- attention_kernels.cu: the pieces around the batched GEMMs of attention.cpp ----
-// dst (B, H, T, hd) <- columns [col_offset + h*hd, ...) of src rows (B*T rows of row_stride elements).
+// dst (B, H, T, hd) <- columns [col_offset + (h / group)*hd, ...) of src rows (B*T rows of row_stride
+// elements): with group > 1 each source head fills `group` consecutive heads (grouped-query k, v).
 void launch_to_heads(cudaStream_t s, void* dst, const void* src, int64_t row_stride, int64_t col_offset, DType t,
-                     int64_t B, int64_t T, int64_t H, int64_t hd);
-// The inverse: columns [col_offset + h*hd, ...) of dst rows <- src (B, H, T, hd).
+                     int64_t B, int64_t T, int64_t H, int64_t hd, int64_t group = 1);
+// The inverse: columns [col_offset + g*hd, ...) of dst rows <- src (B, H, T, hd), head g the f32 sum
+// of src heads [g*group, (g+1)*group) (their gradients), H / group of them.
 void launch_from_heads(cudaStream_t s, void* dst, int64_t row_stride, int64_t col_offset, const void* src, DType t,
-                       int64_t B, int64_t T, int64_t H, int64_t hd);
+                       int64_t B, int64_t T, int64_t H, int64_t hd, int64_t group = 1);
 // Forward: per row i of each (T, T) block of S (f32, already scaled; blocks ordered (b, h) with H
 // heads), causal softmax over j <= i: lse[i] (before dropout) and P (t, zeros above the diagonal)
 // times the dropout factor of `drop`.
@@ -150,33 +152,37 @@ void launch_softmax_backward(cudaStream_t s, void* dS, const float* S, const flo
                              const float* D, DType t, int64_t B, int64_t H, int64_t T, float scale,
                              const AttentionDropoutKey& drop);
 
-// ---- flash_attention.cu: fused causal attention (FlashAttention-2 style) on the (B, T, 3C) qkv rows ----
+// ---- flash_attention.cu: fused causal attention (FlashAttention-2 style) on the (B, T, (H + 2 Hkv) hd)
+// qkv rows, query head h on key-value head h / (H / Hkv) ----
 // True for the dtypes and head sizes the fused kernels cover (bf16/f16, head_dim 64 or 128); the
 // pointers must also be 16-byte aligned. Otherwise attention.cpp takes the cuBLAS path.
 bool flash_attention_supported(DType t, int64_t hd);
-// out (B, T, H*hd), lse (B, H, T) f32 natural log, from qkv (B, T, 3*H*hd).
+// out (B, T, H*hd), lse (B, H, T) f32 natural log, from qkv.
 void launch_flash_attention_forward(cudaStream_t s, void* out, float* lse, const void* qkv, DType t, int64_t B,
-                                    int64_t T, int64_t H, int64_t hd, const AttentionDropoutKey& drop);
-// dqkv (B, T, 3*H*hd), every element written; D (B, H, T) = rowsum(dout * out) (launch_attention_rowdot).
-// Deterministic: no atomics, fixed summation order.
+                                    int64_t T, int64_t H, int64_t Hkv, int64_t hd, const AttentionDropoutKey& drop);
+// dqkv (as qkv), every element written (a key-value head's dK, dV summed over its query heads, in
+// order); D (B, H, T) = rowsum(dout * out) (launch_attention_rowdot). Deterministic: no atomics,
+// fixed summation order.
 void launch_flash_attention_backward(cudaStream_t s, void* dqkv, const void* dout, const void* qkv, const float* lse,
-                                     const float* D, DType t, int64_t B, int64_t T, int64_t H, int64_t hd,
+                                     const float* D, DType t, int64_t B, int64_t T, int64_t H, int64_t Hkv, int64_t hd,
                                      const AttentionDropoutKey& drop);
 
 // ---- rotary.cu ----
-// rotary_embedding (core/ops.h) on qkv (B, T, 3C) with H heads.
-void launch_rotary_embedding(cudaStream_t s, void* qkv, DType t, int64_t B, int64_t T, int64_t C, int64_t H,
-                             double theta, int64_t first_position, bool inverse);
+// rotary_embedding (core/ops.h) on the first `heads` heads of hd dims (q's, then k's) of each qkv
+// row (B*T rows of W elements).
+void launch_rotary_embedding(cudaStream_t s, void* qkv, DType t, int64_t B, int64_t T, int64_t hd, int64_t W,
+                             int64_t heads, double theta, int64_t first_position, bool inverse);
 
 // ---- kv_cache.cu: generation with a KV cache ----
-// Rows [pos, pos + n) of k_cache, v_cache (B, Tmax, C) <- the k, v parts of qkv (B, n, 3C).
+// Rows [pos, pos + n) of k_cache, v_cache (B, Tmax, Ckv) <- the k, v parts of qkv (B, n, C + 2 Ckv).
 void launch_kv_cache_append(cudaStream_t s, void* k_cache, void* v_cache, const void* qkv, DType t, int64_t B,
-                            int64_t n, int64_t C, int64_t Tmax, int64_t pos);
-// out (B, n, C): query i of qkv attends to cache rows [0, pos + i]; head_dim <= kMaxHeadDim.
+                            int64_t n, int64_t C, int64_t Ckv, int64_t Tmax, int64_t pos);
+// out (B, n, H hd): query i of qkv (B, n, (H + 2 Hkv) hd) attends to cache rows [0, pos + i] of its
+// key-value head h / (H / Hkv); head_dim <= kMaxHeadDim.
 constexpr int kMaxHeadDim = 256;
 void launch_attention_with_cache(cudaStream_t s, void* out, const void* qkv, const void* k_cache,
-                                 const void* v_cache, DType t, int64_t B, int64_t n, int64_t C, int64_t H,
-                                 int64_t Tmax, int64_t pos);
+                                 const void* v_cache, DType t, int64_t B, int64_t n, int64_t H, int64_t Hkv,
+                                 int64_t hd, int64_t Tmax, int64_t pos);
 
 // ---- loss_embed.cu ----
 // losses (N) and, when dlogits is non-null, dlogits = dloss * (softmax - onehot) (padded columns 0;

@@ -48,7 +48,8 @@ ColumnParallelLinear::ColumnParallelLinear(Communicator& tensor, const Parameter
     : tensor_(&tensor), w_(&w), b_(&b), sp_(sequence_parallel) {
   check_split(tensor, w, 0, "ColumnParallelLinear");
   check_split(tensor, b, 0, "ColumnParallelLinear");
-  TRELLIS_CHECK(w.spec.split.groups == b.spec.split.groups, w.spec.name + " and its bias are grouped differently");
+  TRELLIS_CHECK(w.spec.split.groups == b.spec.split.groups && w.spec.split.first_units == b.spec.split.first_units,
+                w.spec.name + " and its bias are grouped differently");
 }
 
 void ColumnParallelLinear::forward(Runtime& rt, const Tensor& y, const Tensor& x, Arena& work,

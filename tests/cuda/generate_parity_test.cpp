@@ -1,5 +1,5 @@
 // CUDA against CPU for the KV-cache ops (kv_cache_append, attention_with_cache) in f32, bf16 and
-// f16: the same seeded inputs on both backends. Skips itself when no CUDA device is visible.
+// f16, with grouped-query, multi-query and multi-head attention: the same seeded inputs on both backends. Skips itself when no CUDA device is visible.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -18,6 +18,7 @@ struct Case {
   DType dtype;
   float tol;
   int64_t hd;
+  int64_t kv_heads = 2;  // of 4 query heads: grouped-query (2), multi-query (1), multi-head (4)
 };
 
 // Host storage of random values in [-1, 1], as the dtype's bytes.
@@ -46,17 +47,18 @@ TEST_P(GenerateParity, KvCacheOpsMatchCpu) {
   if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
   const Case k = GetParam();
   const DType d = k.dtype;
-  const int64_t B = 3, n = 5, H = 2, C = H * k.hd, Tmax = 40, pos = 17;
-  auto qkv = random_bytes(d, B * n * 3 * C, 1), kc = random_bytes(d, B * Tmax * C, 2),
-       vc = random_bytes(d, B * Tmax * C, 3);
+  const int64_t B = 3, n = 5, H = 4, C = H * k.hd, Ckv = k.kv_heads * k.hd, W = C + 2 * Ckv, Tmax = 40, pos = 17;
+  const AttentionHeads heads{int(H), int(k.kv_heads)};
+  auto qkv = random_bytes(d, B * n * W, 1), kc = random_bytes(d, B * Tmax * Ckv, 2),
+       vc = random_bytes(d, B * Tmax * Ckv, 3);
   std::vector<unsigned char> out(size_t(B * n * C) * dtype_size(d));
   auto host = [&](std::vector<unsigned char>& v, Shape s) { return Tensor(v.data(), d, Device::CPU(), s); };
   // CPU reference on copies.
   Runtime cpu(RuntimeOptions{});
   auto ckc = kc, cvc = vc, cout = out;
-  kv_cache_append(cpu, host(ckc, {B, Tmax, C}), host(cvc, {B, Tmax, C}), host(qkv, {B, n, 3 * C}), pos);
-  attention_with_cache(cpu, host(cout, {B, n, C}), host(qkv, {B, n, 3 * C}), host(ckc, {B, Tmax, C}),
-                       host(cvc, {B, Tmax, C}), pos, int(H));
+  kv_cache_append(cpu, host(ckc, {B, Tmax, Ckv}), host(cvc, {B, Tmax, Ckv}), host(qkv, {B, n, W}), pos, heads);
+  attention_with_cache(cpu, host(cout, {B, n, C}), host(qkv, {B, n, W}), host(ckc, {B, Tmax, Ckv}),
+                       host(cvc, {B, Tmax, Ckv}), pos, heads);
   // GPU.
   RuntimeOptions go;
   go.device = Device::CUDA(0);
@@ -68,12 +70,12 @@ TEST_P(GenerateParity, KvCacheOpsMatchCpu) {
     return t;
   };
   Buffer b1, b2, b3, b4;
-  Tensor gqkv = dev(qkv, {B, n, 3 * C}, b1), gkc = dev(kc, {B, Tmax, C}, b2), gvc = dev(vc, {B, Tmax, C}, b3),
+  Tensor gqkv = dev(qkv, {B, n, W}, b1), gkc = dev(kc, {B, Tmax, Ckv}, b2), gvc = dev(vc, {B, Tmax, Ckv}, b3),
          gout = dev(out, {B, n, C}, b4);
-  kv_cache_append(gpu, gkc, gvc, gqkv, pos);
-  attention_with_cache(gpu, gout, gqkv, gkc, gvc, pos, int(H));
-  copy(gpu, host(kc, {B, Tmax, C}), gkc);
-  copy(gpu, host(vc, {B, Tmax, C}), gvc);
+  kv_cache_append(gpu, gkc, gvc, gqkv, pos, heads);
+  attention_with_cache(gpu, gout, gqkv, gkc, gvc, pos, heads);
+  copy(gpu, host(kc, {B, Tmax, Ckv}), gkc);
+  copy(gpu, host(vc, {B, Tmax, Ckv}), gvc);
   copy(gpu, host(out, {B, n, C}), gout);
   gpu.synchronize();
   EXPECT_EQ(kc, ckc);
@@ -83,8 +85,9 @@ TEST_P(GenerateParity, KvCacheOpsMatchCpu) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Dtypes, GenerateParity,
-                         ::testing::Values(Case{DType::f32, 1e-5f, 16}, Case{DType::f32, 1e-5f, 64},
-                                           Case{DType::bf16, 2e-2f, 64}, Case{DType::f16, 4e-3f, 128}));
+                         ::testing::Values(Case{DType::f32, 1e-5f, 16}, Case{DType::f32, 1e-5f, 64, 1},
+                                           Case{DType::f32, 1e-5f, 16, 4}, Case{DType::bf16, 2e-2f, 64},
+                                           Case{DType::f16, 4e-3f, 128, 1}));
 
 }  // namespace
 }  // namespace trellis

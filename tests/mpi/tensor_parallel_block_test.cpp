@@ -39,8 +39,10 @@ using namespace tp_test;
 constexpr int64_t T = 8, C = 16, H = 4;
 constexpr int kLayer = 1;
 
-GPTConfig test_config(Checkpointing ck, float dropout = 0.1f, bool swiglu = false, int64_t ffn_hidden = 0) {
+GPTConfig test_config(Checkpointing ck, float dropout = 0.1f, bool swiglu = false, int64_t ffn_hidden = 0,
+                      int64_t kv_heads = 0) {
   GPTConfig cfg;
+  cfg.n_kv_heads = kv_heads;
   cfg.swiglu = swiglu;
   cfg.ffn_hidden = ffn_hidden;
   cfg.vocab_size = 64;
@@ -105,7 +107,7 @@ void run_block(Runtime& rt, const GPTConfig& cfg, const TensorParallelContext& t
 
 // Without dropout the residual adds are the projections' GEMM epilogues (rank 0's, before the all-reduce).
 void check_block(Runtime& rt, ProcessGroups& pg, Checkpointing ck, bool sp, int64_t B, float dropout, bool swiglu,
-                 int64_t ffn_hidden) {
+                 int64_t ffn_hidden, int64_t kv_heads = 0) {
   const int64_t N = B * T;
   Communicator& tensor = pg.tensor();
   const int t = tensor.size(), r = tensor.rank(), d = pg.coords().data;
@@ -116,8 +118,9 @@ void check_block(Runtime& rt, ProcessGroups& pg, Checkpointing ck, bool sp, int6
   SCOPED_TRACE("tensor " + std::to_string(t) + " x data " + std::to_string(pg.layout().data) +
                (sp ? " with" : " without") + " sequence parallelism, checkpointing " + ck_name + ", micro-batch " +
                std::to_string(B) + ", dropout " + std::to_string(dropout) + (swiglu ? ", SwiGLU" : "") +
-               (ffn_hidden ? ", MLP width " + std::to_string(ffn_hidden) : ""));
-  const GPTConfig cfg = test_config(ck, dropout, swiglu, ffn_hidden);
+               (ffn_hidden ? ", MLP width " + std::to_string(ffn_hidden) : "") +
+               (kv_heads ? ", " + std::to_string(kv_heads) + " key-value heads" : ""));
+  const GPTConfig cfg = test_config(ck, dropout, swiglu, ffn_hidden, kv_heads);
   StepContext ctx;
   ctx.seed = 1234;
   ctx.step = 3;
@@ -131,7 +134,7 @@ void check_block(Runtime& rt, ProcessGroups& pg, Checkpointing ck, bool sp, int6
   TransformerBlock::append_specs(cfg, kLayer, full_specs);
   Run full(rt, full_specs);
   draw_parameters(full.params);
-  run_block(rt, test_config(Checkpointing::none, dropout, swiglu, ffn_hidden), {}, ctx, B, x, dy, {B, T, C}, full);
+  run_block(rt, test_config(Checkpointing::none, dropout, swiglu, ffn_hidden, kv_heads), {}, ctx, B, x, dy, {B, T, C}, full);
 
   // This rank's part of the tensor-parallel block.
   const TensorParallelContext tp = TensorParallelContext::of(tensor, sp, 1, /*split_batch=*/true);
@@ -188,7 +191,7 @@ TEST(TensorParallelBlock, SpecsAreTheShardsOfTheFullBlock) {
     EXPECT_EQ(part[i].name, full[i].name);
     EXPECT_EQ(part[i].global_shape(), full[i].shape) << full[i].name;
     EXPECT_TRUE(got.dim == want.dim && got.parts == want.parts && got.index == want.index &&
-                got.groups == want.groups)
+                got.groups == want.groups && got.first_units == want.first_units)
         << full[i].name;
     EXPECT_EQ(part[i].init, full[i].init) << full[i].name;
     EXPECT_EQ(part[i].std, full[i].std) << full[i].name;
@@ -205,6 +208,15 @@ TEST(TensorParallelBlock, HeadsMustDivide) {
     EXPECT_STREQ(e.what(), "tensor parallelism splits the attention heads: model.n_heads = 4 must be divisible by "
                            "parallel.tensor = 3");
   }
+  cfg.n_kv_heads = 2;  // key-value heads split too
+  try {
+    TransformerBlock::check_tensor_parallel(cfg, 4);
+    ADD_FAILURE() << "no UserError";
+  } catch (const UserError& e) {
+    EXPECT_STREQ(e.what(), "tensor parallelism splits the key-value heads: model.n_kv_heads = 2 must be divisible by "
+                           "parallel.tensor = 4");
+  }
+  cfg.n_kv_heads = 0;
   cfg.n_heads = 16;
   cfg.d_model = 18;  // not a multiple of the heads: only the MLP check catches it
   try {
@@ -269,6 +281,11 @@ TEST(TensorParallelBlock, MatchesTheFullBlock) {
           for (float dropout : {0.1f, 0.0f})
             for (bool swiglu : {false, true})  // SwiGLU at a width F = 40 that is not a multiple of C
               check_block(rt, pg, ck, sp, B, dropout, swiglu, swiglu ? 40 : 0);
+    // Grouped-query attention: 2 key-value heads for the 4 query heads, split over the group.
+    if (2 % t == 0)
+      for (bool sp : {false, true})
+        for (Checkpointing ck : {Checkpointing::none, Checkpointing::selective, Checkpointing::elementwise})
+          for (int64_t B : {3, 4}) check_block(rt, pg, ck, sp, B, 0.1f, false, 0, 2);
   }
 }
 

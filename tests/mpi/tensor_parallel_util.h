@@ -31,33 +31,38 @@ struct HostTensor {
 
 inline std::vector<float> values(const Tensor& t) { return {t.ptr<float>(), t.ptr<float>() + t.numel()}; }
 
-// Rank `index`'s part of `full` split along `dim` into groups x parts (a 1-D tensor is one row),
-// in the order a shard stores it.
-inline std::vector<float> slice_of(const Tensor& full, int dim, int parts, int index, int groups = 1) {
+// The part of `full` that split `s` gives its rank (a 1-D tensor is one row), in the order a shard
+// stores it: rank r's piece of each group in turn.
+inline std::vector<float> slice_of(const Tensor& full, const TensorSplit& s) {
   const int64_t rows = full.rows(), cols = full.cols();
   const float* p = full.ptr<float>();
   std::vector<float> out;
-  if (full.dim() > 1 && dim == 0) {
-    const int64_t piece = rows / (groups * parts);
-    for (int g = 0; g < groups; ++g)
-      for (int64_t i = (g * parts + index) * piece; i < (g * parts + index + 1) * piece; ++i)
-        out.insert(out.end(), p + i * cols, p + (i + 1) * cols);
+  const bool by_rows = full.dim() > 1 && s.dim == 0;
+  auto piece = [&](int64_t n, int g) {  // [begin, end) of this rank's piece of group g of n
+    const auto [b, e] = s.group_range(n, g);
+    const int64_t w = (e - b) / s.parts;
+    return std::pair<int64_t, int64_t>{b + s.index * w, b + (s.index + 1) * w};
+  };
+  if (by_rows) {
+    for (int g = 0; g < s.groups; ++g)
+      for (auto [b, e] = piece(rows, g); b < e; ++b) out.insert(out.end(), p + b * cols, p + (b + 1) * cols);
   } else {
-    const int64_t piece = cols / (groups * parts);
     for (int64_t i = 0; i < rows; ++i)
-      for (int g = 0; g < groups; ++g) {
-        const float* row = p + i * cols + (g * parts + index) * piece;
-        out.insert(out.end(), row, row + piece);
+      for (int g = 0; g < s.groups; ++g) {
+        const auto [b, e] = piece(cols, g);
+        out.insert(out.end(), p + i * cols + b, p + i * cols + e);
       }
   }
   return out;
 }
 
-// The part of a full parameter's tensor (value or gradient) that the shard `spec` holds.
-inline std::vector<float> slice_of(const Tensor& full, const ParameterSpec& spec) {
-  const TensorSplit& s = spec.split;
-  return slice_of(full, s.dim, s.parts, s.index, s.groups);
+// Rank `index`'s part of `full` split along `dim` into groups x parts.
+inline std::vector<float> slice_of(const Tensor& full, int dim, int parts, int index, int groups = 1) {
+  return slice_of(full, TensorSplit{dim, parts, index, groups});
 }
+
+// The part of a full parameter's tensor (value or gradient) that the shard `spec` holds.
+inline std::vector<float> slice_of(const Tensor& full, const ParameterSpec& spec) { return slice_of(full, spec.split); }
 
 // |got - want| <= tol * max(|want|, largest |want|): relative to the element, but never tighter
 // than tol of the tensor's scale (an element near zero is a cancellation of larger terms).

@@ -37,51 +37,57 @@ GPTConfig tiny_config() {
 
 }  // namespace
 
+// Multi-head, grouped-query (2 query heads a key-value head) and multi-query attention.
 TEST(KvCacheOps, MatchFloat64Reference) {
   Runtime rt(RuntimeOptions{});
-  const int64_t B = 2, n = 3, C = 8, H = 2, hd = C / H, Tmax = 9, pos = 4;
-  std::vector<float> qkv = random_vec(size_t(B * n * 3 * C), 1);
-  std::vector<float> kc = random_vec(size_t(B * Tmax * C), 2), vc = random_vec(size_t(B * Tmax * C), 3);
-  const std::vector<float> kc0 = kc, vc0 = vc;
-  kv_cache_append(rt, host(kc, {B, Tmax, C}), host(vc, {B, Tmax, C}), host(qkv, {B, n, 3 * C}), pos);
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t t = 0; t < Tmax; ++t)
-      for (int64_t c = 0; c < C; ++c) {
-        const size_t at = size_t((b * Tmax + t) * C + c);
-        const bool new_row = t >= pos && t < pos + n;
-        const size_t src = size_t((b * n + (t - pos)) * 3 * C + c);
-        EXPECT_EQ(kc[at], new_row ? qkv[src + size_t(C)] : kc0[at]);
-        EXPECT_EQ(vc[at], new_row ? qkv[src + 2 * size_t(C)] : vc0[at]);
-      }
-  std::vector<float> out(size_t(B * n * C));
-  attention_with_cache(rt, host(out, {B, n, C}), host(qkv, {B, n, 3 * C}), host(kc, {B, Tmax, C}),
-                       host(vc, {B, Tmax, C}), pos, int(H));
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t h = 0; h < H; ++h)
-      for (int64_t i = 0; i < n; ++i) {
-        std::vector<double> s(size_t(pos + i + 1));
-        double mx = -1e300, sum = 0.0;
-        for (int64_t j = 0; j <= pos + i; ++j) {
-          double d = 0.0;
-          for (int64_t k = 0; k < hd; ++k)
-            d += double(qkv[size_t((b * n + i) * 3 * C + h * hd + k)]) * kc[size_t((b * Tmax + j) * C + h * hd + k)];
-          s[size_t(j)] = d / std::sqrt(double(hd));
-          mx = std::max(mx, s[size_t(j)]);
+  for (const auto& [H, Hkv] : {std::pair<int64_t, int64_t>{2, 2}, {4, 2}, {4, 1}}) {
+    SCOPED_TRACE(std::to_string(H) + " heads, " + std::to_string(Hkv) + " key-value heads");
+    const int64_t B = 2, n = 3, hd = 4, C = H * hd, Ckv = Hkv * hd, W = C + 2 * Ckv, Tmax = 9, pos = 4;
+    const AttentionHeads heads{int(H), int(Hkv)};
+    std::vector<float> qkv = random_vec(size_t(B * n * W), 1);
+    std::vector<float> kc = random_vec(size_t(B * Tmax * Ckv), 2), vc = random_vec(size_t(B * Tmax * Ckv), 3);
+    const std::vector<float> kc0 = kc, vc0 = vc;
+    kv_cache_append(rt, host(kc, {B, Tmax, Ckv}), host(vc, {B, Tmax, Ckv}), host(qkv, {B, n, W}), pos, heads);
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t t = 0; t < Tmax; ++t)
+        for (int64_t c = 0; c < Ckv; ++c) {
+          const size_t at = size_t((b * Tmax + t) * Ckv + c);
+          const bool new_row = t >= pos && t < pos + n;
+          const size_t src = size_t((b * n + (t - pos)) * W + C + c);  // k's columns follow q's
+          EXPECT_EQ(kc[at], new_row ? qkv[src] : kc0[at]);
+          EXPECT_EQ(vc[at], new_row ? qkv[src + size_t(Ckv)] : vc0[at]);
         }
-        for (double& x : s) sum += x = std::exp(x - mx);
-        for (int64_t k = 0; k < hd; ++k) {
-          double o = 0.0;
-          for (int64_t j = 0; j <= pos + i; ++j) o += s[size_t(j)] / sum * vc[size_t((b * Tmax + j) * C + h * hd + k)];
-          EXPECT_NEAR(out[size_t((b * n + i) * C + h * hd + k)], o, 1e-5);
+    std::vector<float> out(size_t(B * n * C));
+    attention_with_cache(rt, host(out, {B, n, C}), host(qkv, {B, n, W}), host(kc, {B, Tmax, Ckv}),
+                         host(vc, {B, Tmax, Ckv}), pos, heads);
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t h = 0; h < H; ++h)
+        for (int64_t i = 0; i < n; ++i) {
+          const int64_t kv = h / (H / Hkv) * hd;  // its key-value head's columns
+          std::vector<double> s(size_t(pos + i + 1));
+          double mx = -1e300, sum = 0.0;
+          for (int64_t j = 0; j <= pos + i; ++j) {
+            double d = 0.0;
+            for (int64_t k = 0; k < hd; ++k)
+              d += double(qkv[size_t((b * n + i) * W + h * hd + k)]) * kc[size_t((b * Tmax + j) * Ckv + kv + k)];
+            s[size_t(j)] = d / std::sqrt(double(hd));
+            mx = std::max(mx, s[size_t(j)]);
+          }
+          for (double& x : s) sum += x = std::exp(x - mx);
+          for (int64_t k = 0; k < hd; ++k) {
+            double o = 0.0;
+            for (int64_t j = 0; j <= pos + i; ++j) o += s[size_t(j)] / sum * vc[size_t((b * Tmax + j) * Ckv + kv + k)];
+            EXPECT_NEAR(out[size_t((b * n + i) * C + h * hd + k)], o, 1e-5);
+          }
         }
-      }
+  }
 }
 
 TEST(KvCacheOps, RejectRowsOutsideTheCache) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   Runtime rt(RuntimeOptions{});
   std::vector<float> qkv(2 * 3 * 12), kc(4 * 4), vc(4 * 4);
-  EXPECT_DEATH(kv_cache_append(rt, host(kc, {1, 4, 4}), host(vc, {1, 4, 4}), host(qkv, {1, 2, 12}), 3),
+  EXPECT_DEATH(kv_cache_append(rt, host(kc, {1, 4, 4}), host(vc, {1, 4, 4}), host(qkv, {1, 2, 12}), 3, 1),
                "outside the cache");
 }
 
@@ -182,6 +188,8 @@ TEST(GPTInference, CachedLogitsWithRmsnormMatchTheTrainingForward) {
   cfg.rope = cfg.swiglu = true;  // Llama's block
   check_cached_logits(cfg);
   cfg.tied_head = false;  // and its head
+  check_cached_logits(cfg);
+  cfg.n_kv_heads = 1;  // and grouped-query (here multi-query) attention: a cache of one head
   check_cached_logits(cfg);
 }
 

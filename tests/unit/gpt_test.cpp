@@ -163,6 +163,33 @@ TEST(GPT, RmsnormParameterCount) {
   EXPECT_EQ(n, c.parameter_count() + (c.padded_vocab() - c.vocab_size) * c.d_model);
 }
 
+// Grouped-query attention (model.n_kv_heads): multi-query (1 key-value head of 2), and 2 of 4 with
+// Llama's block (RMSNorm, SwiGLU, rotary positions, an untied head).
+TEST(GPT, GroupedQueryAttentionGradientsMatchFiniteDifferences) {
+  GPTConfig c = tiny_config();
+  c.n_kv_heads = 1;
+  check_gradients_against_finite_differences(c);
+  c.n_heads = 4;
+  c.n_kv_heads = 2;
+  c.rmsnorm = c.swiglu = c.rope = true;
+  c.tied_head = false;
+  check_gradients_against_finite_differences(c);
+}
+
+// With K key-value heads of hd dims qkv is (C + 2 K hd, C): GPT-2 small with 4 of its 12 heads has
+// 2 x 8 x 64 fewer rows a block (and biases).
+TEST(GPT, GroupedQueryAttentionParameterCount) {
+  GPTConfig c;
+  c.n_kv_heads = 4;
+  EXPECT_EQ(c.qkv_width(), 768 + 2 * 4 * 64);
+  EXPECT_EQ(c.parameter_count(), 124439808 - 12 * (2 * 8 * 64) * (768 + 1));
+  int64_t n = 0;
+  for (const ParameterSpec& s : GPT::parameter_specs(c)) n += s.shape.numel();
+  EXPECT_EQ(n, c.parameter_count() + c.padding_parameter_count());
+  c.n_kv_heads = 12;  // as many as heads: multi-head attention
+  EXPECT_EQ(c.parameter_count(), 124439808);
+}
+
 // An untied head (model.tie_embeddings = false): lm_head.w of its own, alone and with Llama's block.
 TEST(GPT, UntiedHeadGradientsMatchFiniteDifferences) {
   for (bool llama : {false, true}) {

@@ -717,7 +717,13 @@ TEST(OpsCpu, MatmulFusedGeluRejectsBadArguments) {
 
 // ---------------------------------------------------------------- attention
 
-struct AttnDims { int64_t B, T, C, H; };
+// Hkv: key-value heads (grouped-query attention), 0 = H.
+struct AttnDims {
+  int64_t B, T, C, H, Hkv = 0;
+  int64_t kv() const { return Hkv > 0 ? Hkv : H; }
+  int64_t W() const { return C + 2 * kv() * (C / H); }  // qkv's row
+  AttentionHeads heads() const { return {int(H), int(kv())}; }
+};
 
 // out, lse, and dqkv with the textbook softmax gradient dS = P (dP - rowsum(P dP)); mag holds, per
 // dqkv element, the sum of the magnitudes of its terms (for the 16-bit bound below).
@@ -728,11 +734,14 @@ using AttnMask = std::function<double(int64_t, int64_t, int64_t, int64_t)>;
 
 AttnRef attention_ref(const HostTensor& qkv, const HostTensor& dout, const AttnDims& a, const AttnMask& mask = nullptr) {
   auto m = [&](int64_t b, int64_t h, int64_t t, int64_t s) { return mask ? mask(b, h, t, s) : 1.0; };
-  const int64_t hd = a.C / a.H, C3 = 3 * a.C;
+  const int64_t hd = a.C / a.H, W = a.W(), group = a.H / a.kv();
   const double sc = 1.0 / std::sqrt(double(hd));
   AttnRef f{std::vector<double>(size_t(a.B * a.T * a.C)), std::vector<double>(size_t(a.B * a.H * a.T)),
             std::vector<double>(size_t(qkv.numel())), std::vector<double>(size_t(qkv.numel()))};
-  auto at = [&](int64_t b, int64_t t, int which, int64_t h, int64_t i) { return (b * a.T + t) * C3 + which * a.C + h * hd + i; };
+  // q of head h, or k, v of its key-value head h / group.
+  auto at = [&](int64_t b, int64_t t, int which, int64_t h, int64_t i) {
+    return (b * a.T + t) * W + (which == 0 ? h * hd : a.C + (which - 1) * a.kv() * hd + h / group * hd) + i;
+  };
   for (int64_t b = 0; b < a.B; ++b)
     for (int64_t h = 0; h < a.H; ++h) {
       std::vector<std::vector<double>> P(size_t(a.T), std::vector<double>(size_t(a.T), 0.0)), dP = P;
@@ -779,19 +788,21 @@ AttnRef attention_ref(const HostTensor& qkv, const HostTensor& dout, const AttnD
   return f;
 }
 
+// Multi-head, and grouped-query with 2 query heads a key-value head, and multi-query.
 TEST(OpsCpu, AttentionMatchesReference) {
   std::mt19937 g(10);
-  const AttnDims a{2, 7, 12, 3};
-  for (DType dt : kFloatTypes) {
-    SCOPED_TRACE(std::string(dtype_name(dt)));
-    HostTensor qkv(dt, {a.B, a.T, 3 * a.C}), out(dt, {a.B, a.T, a.C}), dout(dt, {a.B, a.T, a.C});
-    HostTensor lse(DType::f32, {a.B, a.H, a.T}), dqkv(dt, {a.B, a.T, 3 * a.C});
+  for (auto [dt, a] : {std::pair{DType::f32, AttnDims{2, 7, 12, 3}}, {DType::bf16, AttnDims{2, 7, 12, 3}},
+                       {DType::f16, AttnDims{2, 7, 12, 3}}, {DType::f32, AttnDims{2, 7, 16, 4, 2}},
+                       {DType::bf16, AttnDims{2, 7, 16, 4, 2}}, {DType::f32, AttnDims{2, 7, 12, 3, 1}}}) {
+    SCOPED_TRACE(std::string(dtype_name(dt)) + ", " + std::to_string(a.kv()) + " key-value heads");
+    HostTensor qkv(dt, {a.B, a.T, a.W()}), out(dt, {a.B, a.T, a.C}), dout(dt, {a.B, a.T, a.C});
+    HostTensor lse(DType::f32, {a.B, a.H, a.T}), dqkv(dt, {a.B, a.T, a.W()});
     qkv.randomize(g, -2.0, 2.0);
     dout.randomize(g);
     dqkv.randomize(g);  // must be overwritten
     AttnRef f = attention_ref(qkv, dout, a);
-    attention_forward(rt(), out.t(), lse.t(), qkv.t(), int(a.H));
-    attention_backward(rt(), dqkv.t(), dout.t(), qkv.t(), out.t(), lse.t(), int(a.H));
+    attention_forward(rt(), out.t(), lse.t(), qkv.t(), a.heads());
+    attention_backward(rt(), dqkv.t(), dout.t(), qkv.t(), out.t(), lse.t(), a.heads());
     // f32: dot products of 4 terms of size <= 4, exp and sums over <= 7 keys: < 1e-5.
     expect_close(out.values(), f.out, 1e-5, out_rtol(dt), "out");
     expect_close(lse.values(), f.lse, 1e-5, 1e-6, "lse");
@@ -808,44 +819,50 @@ TEST(OpsCpu, AttentionMatchesReference) {
 
 TEST(OpsCpu, AttentionBackwardFiniteDifferences) {
   std::mt19937 g(11);
-  const AttnDims a{1, 4, 6, 2};
-  HostTensor qkv(DType::f32, {a.B, a.T, 3 * a.C}), out(DType::f32, {a.B, a.T, a.C}), r(DType::f32, {a.B, a.T, a.C});
-  HostTensor lse(DType::f32, {a.B, a.H, a.T}), dqkv(DType::f32, {a.B, a.T, 3 * a.C});
-  qkv.randomize(g);
-  r.randomize(g);
-  auto loss = [&] {
-    attention_forward(rt(), out.t(), lse.t(), qkv.t(), int(a.H));
-    return project(r, out);
-  };
-  loss();
-  attention_backward(rt(), dqkv.t(), r.t(), qkv.t(), out.t(), lse.t(), int(a.H));
-  check_fd(qkv, dqkv.values(), loss, "dqkv");
+  for (const AttnDims a : {AttnDims{1, 4, 6, 2}, AttnDims{1, 4, 8, 4, 2}, AttnDims{1, 4, 6, 2, 1}}) {
+    SCOPED_TRACE(std::to_string(a.kv()) + " key-value heads");
+    HostTensor qkv(DType::f32, {a.B, a.T, a.W()}), out(DType::f32, {a.B, a.T, a.C}), r(DType::f32, {a.B, a.T, a.C});
+    HostTensor lse(DType::f32, {a.B, a.H, a.T}), dqkv(DType::f32, {a.B, a.T, a.W()});
+    qkv.randomize(g);
+    r.randomize(g);
+    auto loss = [&] {
+      attention_forward(rt(), out.t(), lse.t(), qkv.t(), a.heads());
+      return project(r, out);
+    };
+    loss();
+    attention_backward(rt(), dqkv.t(), r.t(), qkv.t(), out.t(), lse.t(), a.heads());
+    check_fd(qkv, dqkv.values(), loss, "dqkv");
+  }
 }
 
 // ---------------------------------------------------------------- rotary positions
 
-// Each q and k pair (i, i + hd/2) of each head turned by (first + t) theta^(-2i/hd), v untouched.
+// Each q and k pair (i, i + hd/2) of each head turned by (first + t) theta^(-2i/hd), v untouched; with
+// 2 key-value heads of 4 (grouped-query) k has 2 heads.
 TEST(OpsCpu, RotaryEmbeddingMatchesReference) {
   std::mt19937 g(12);
-  const int64_t B = 2, T = 5, H = 2, hd = 8, C = H * hd, first = 3;
+  const int64_t B = 2, T = 5, hd = 8, first = 3;
   const double theta = 100.0;
-  for (DType dt : kFloatTypes) {
-    SCOPED_TRACE(std::string(dtype_name(dt)));
-    HostTensor x(dt, {B, T, 3 * C});
+  for (const auto& [dt, H, Hkv] : {std::tuple{DType::f32, 2, 2}, {DType::bf16, 2, 2}, {DType::f16, 2, 2},
+                                   {DType::f32, 4, 2}, {DType::bf16, 4, 1}}) {
+    SCOPED_TRACE(std::string(dtype_name(dt)) + ", " + std::to_string(Hkv) + " key-value heads");
+    const int64_t W = (H + 2 * Hkv) * hd;
+    HostTensor x(dt, {B, T, W});
     x.randomize(g, -2.0, 2.0);
     const std::vector<double> in = x.values();
     std::vector<double> want = in;
     for (int64_t row = 0; row < B * T; ++row)
-      for (int64_t h = 0; h < 2 * H; ++h)
+      for (int64_t h = 0; h < H + Hkv; ++h)  // q's heads, then k's
         for (int64_t i = 0; i < hd / 2; ++i) {
           const double a = double(first + row % T) * std::pow(theta, -2.0 * double(i) / double(hd));
-          const int64_t j = row * 3 * C + h * hd + i, k = j + hd / 2;
+          const int64_t j = row * W + h * hd + i, k = j + hd / 2;
           want[size_t(j)] = in[size_t(j)] * std::cos(a) - in[size_t(k)] * std::sin(a);
           want[size_t(k)] = in[size_t(k)] * std::cos(a) + in[size_t(j)] * std::sin(a);
         }
-    rotary_embedding(rt(), x.t(), int(H), theta, first);
+    const AttentionHeads heads{H, Hkv};
+    rotary_embedding(rt(), x.t(), heads, theta, first);
     expect_close(x.values(), want, 1e-6, out_rtol(dt), "rotated");
-    rotary_embedding(rt(), x.t(), int(H), theta, first, true);  // turned back (its backward: the transpose)
+    rotary_embedding(rt(), x.t(), heads, theta, first, true);  // turned back (its backward: the transpose)
     // The forward's rounding to the dtype, turned back: within a few roundings of a pair's size (< 2.9).
     expect_close(x.values(), in, 12 * out_rtol(dt), 0, "turned back");
   }

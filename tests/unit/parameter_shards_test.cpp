@@ -84,6 +84,22 @@ TEST(ParameterShards, QkvShardHoldsItsHeadsOfQKAndV) {
     for (int64_t c = 0; c < 8; ++c) EXPECT_EQ(s.split.global_index(s.shape, j * 8 + c), rows[j] * 8 + c);
 }
 
+TEST(ParameterShards, GroupedQueryQkvShardHoldsItsQueryAndKeyValueHeads) {
+  // Grouped-query attention: 4 query heads of 2 on 2 key-value heads (q twice as wide as k: first_units
+  // 2), t = 2: rank 1 holds query heads 2-3 (full rows 4-7) and key-value head 1 (k row 10-11, v 14-15).
+  const ParameterSpec full{"qkv.w", {16, 8}, Init::normal, 0.02f, true};
+  const ParameterSpec s = shard_spec(full, 0, 2, 1, 3, 2);
+  EXPECT_EQ(s.shape, (Shape{8, 8}));
+  EXPECT_EQ(s.global_shape(), full.shape);
+  const int64_t rows[] = {4, 5, 6, 7, 10, 11, 14, 15};
+  for (int64_t j = 0; j < 8; ++j)
+    for (int64_t c = 0; c < 8; ++c) EXPECT_EQ(s.split.global_index(s.shape, j * 8 + c), rows[j] * 8 + c);
+  // Each shard initializes to its rows of the full tensor.
+  const std::vector<float> whole = initialized(full, 7), mine = initialized(s, 7);
+  for (int64_t j = 0; j < 8; ++j)
+    for (int64_t c = 0; c < 8; ++c) ASSERT_EQ(mine[size_t(j * 8 + c)], whole[size_t(rows[j] * 8 + c)]);
+}
+
 TEST(ParameterShards, ReplicatedIsTheDefault) {
   const ParameterSpec w{"w", {4, 6}, Init::normal, 0.02f, true};
   EXPECT_TRUE(w.split.replicated());
