@@ -36,6 +36,7 @@ class GPTConfig:
     ffn_hidden: int = 0  # the dense MLP's hidden width F (model.ffn_hidden_size); 0 = 4C. Experts keep 4C
     norm: str = "layernorm"  # layernorm | rmsnorm (model.norm): ln1, ln2, lnf; RMSNorm has a weight only
     tie_embeddings: bool = True  # model.tie_embeddings: the head is wte, else lm_head (Vp, C) of its own
+    n_kv_heads: int = 0  # model.n_kv_heads: key-value heads (grouped-query attention); 0 = n_heads
 
     def __post_init__(self):  # as Trellis's config checks: its experts have no SwiGLU
         if self.norm not in ("layernorm", "rmsnorm"):
@@ -81,19 +82,25 @@ class Attention(nn.Module):
     def __init__(self, cfg):
         super().__init__()
         self.n_heads, self.impl, self.p = cfg.n_heads, cfg.attn, cfg.dropout  # dropout on the probabilities too
+        self.n_kv = cfg.n_kv_heads or cfg.n_heads  # query head h reads key-value head h // (n_heads // n_kv)
+        self.kv_width = self.n_kv * (cfg.d_model // cfg.n_heads)
         if cfg.rope_theta > 0:  # the angles' cos and sin, once (float64; cast where used)
             cos, sin = rotary_table(cfg.seq_len, cfg.d_model // cfg.n_heads, cfg.rope_theta)
             self.register_buffer("rope_cos", cos, persistent=False)
             self.register_buffer("rope_sin", sin, persistent=False)
-        self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model)  # W (3C, C): [q | k | v] along out
+        self.qkv = nn.Linear(cfg.d_model, cfg.d_model + 2 * self.kv_width)  # W: [q | k | v] along out
         self.proj = nn.Linear(cfg.d_model, cfg.d_model)
 
     def forward(self, x):  # x (B, T, C)
         B, T, C = x.shape
-        q, k, v = self.qkv(x).split(C, dim=2)  # each (B, T, C); head h = cols h*hd..(h+1)*hd
-        q, k, v = (t.view(B, T, self.n_heads, C // self.n_heads).transpose(1, 2) for t in (q, k, v))
+        q, k, v = self.qkv(x).split([C, self.kv_width, self.kv_width], dim=2)  # head h = cols h*hd..(h+1)*hd
+        hd = C // self.n_heads
+        q = q.view(B, T, self.n_heads, hd).transpose(1, 2)
+        k, v = (t.view(B, T, self.n_kv, hd).transpose(1, 2) for t in (k, v))
         if hasattr(self, "rope_cos"):
             q, k = rotary(q, self.rope_cos, self.rope_sin), rotary(k, self.rope_cos, self.rope_sin)
+        if self.n_kv != self.n_heads:  # each key-value head serves its group of consecutive query heads
+            k, v = (t.repeat_interleave(self.n_heads // self.n_kv, dim=1) for t in (k, v))
         if self.impl == "manual":  # (B, H, T, T) scores, causal, softmax
             att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
             causal = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()
@@ -283,7 +290,7 @@ def load_trellis_dump(dump_dir, dtype=torch.float64, attn="sdpa"):
                     moe_layer_freq=moe.get("layer_freq", 1), moe_shared_experts=moe.get("shared_experts", 0),
                     rope_theta=float(c["rope_theta"]) if c.get("position_embedding") == "rope" else 0.0,
                     mlp=c.get("mlp", "gelu"), ffn_hidden=c.get("ffn_hidden_size", 0), norm=c.get("norm", "layernorm"),
-                    tie_embeddings=c.get("tie_embeddings", True))
+                    tie_embeddings=c.get("tie_embeddings", True), n_kv_heads=c.get("n_kv_heads", 0))
     if "padded_vocab" in c and c["padded_vocab"] != cfg.padded_vocab:
         raise ValueError(f"padded_vocab {c['padded_vocab']} != expected {cfg.padded_vocab}")
     model = GPT(cfg).to(dtype)
@@ -350,7 +357,8 @@ def write_dump(model, tokens, targets, dump_dir):
                        **({"mlp": c.mlp} if c.mlp != "gelu" else {}),
                        **({"ffn_hidden_size": c.ffn_hidden} if c.ffn_hidden not in (0, 4 * c.d_model) else {}),
                        **({"norm": c.norm} if c.norm != "layernorm" else {}),
-                       **({"tie_embeddings": False} if not c.tie_embeddings else {})},
+                       **({"tie_embeddings": False} if not c.tie_embeddings else {}),
+                       **({"n_kv_heads": c.n_kv_heads} if c.n_kv_heads not in (0, c.n_heads) else {})},
             "params": entries, "batch": {"B": tokens.shape[0], "T": tokens.shape[1]},
             "loss": loss.item()}
     with open(os.path.join(dump_dir, "model.json"), "w") as f:
@@ -425,6 +433,7 @@ def selftest():
                                    (500.0, "swiglu", 40, "rmsnorm")):  # the last: Llama's block
         ok &= dump_selftest(theta, mlp, ffn, norm_)
     ok &= dump_selftest(500.0, "swiglu", 40, "rmsnorm", tie=False)  # and with Llama's untied head
+    ok &= dump_selftest(500.0, "swiglu", 40, "rmsnorm", tie=False, kv_heads=2)  # and grouped-query attention
     ok &= rope_selftest()
     ok &= swiglu_selftest()
     n124 = GPT(GPTConfig()).num_params()
@@ -435,13 +444,13 @@ def selftest():
     return 0 if ok else 1
 
 
-def dump_selftest(rope_theta, mlp="gelu", ffn_hidden=0, norm_="layernorm", tie=True):
+def dump_selftest(rope_theta, mlp="gelu", ffn_hidden=0, norm_="layernorm", tie=True, kv_heads=0):
     """One model's dump (rotary positions of this base, or learned ones with 0; this MLP and width) loaded back
     in float64 and float32 with both attention paths: loss and gradients agree."""
     import tempfile
     torch.manual_seed(0)
     cfg = GPTConfig(vocab_size=100, seq_len=16, n_layers=2, n_heads=4, d_model=32, attn="manual", rope_theta=rope_theta,
-                    mlp=mlp, ffn_hidden=ffn_hidden, norm=norm_, tie_embeddings=tie)
+                    mlp=mlp, ffn_hidden=ffn_hidden, norm=norm_, tie_embeddings=tie, n_kv_heads=kv_heads)
     ref = GPT(cfg).double()
     with torch.no_grad():  # non-trivial biases and LayerNorms, so that their gradients matter
         for name, p in ref.named_parameters():
@@ -451,7 +460,7 @@ def dump_selftest(rope_theta, mlp="gelu", ffn_hidden=0, norm_="layernorm", tie=T
     targets = torch.randint(0, cfg.vocab_size, (3, 12))
     positions = ((f"rope {rope_theta:g}" if rope_theta > 0 else "learned") + (f" {mlp}" if mlp != "gelu" else "") +
                  (f" F {ffn_hidden}" if ffn_hidden else "") + (" rms" if norm_ == "rmsnorm" else "") +
-                 ("" if tie else " untied"))
+                 ("" if tie else " untied") + (f" kv {kv_heads}" if kv_heads else ""))
     with tempfile.TemporaryDirectory() as d:
         write_dump(ref, tokens, targets, d)
         with open(os.path.join(d, "model.json")) as f:  # "mlp" written as Trellis does: for SwiGLU only

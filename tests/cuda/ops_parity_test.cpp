@@ -125,14 +125,15 @@ TEST_P(Parity, Swiglu) {
 // double computation on both backends.
 TEST_P(Parity, RotaryEmbedding) {
   for (int64_t hd : {128, 12, 6})
-  for (int64_t first : {int64_t(0), int64_t(1000)}) {
-    SCOPED_TRACE("head size " + std::to_string(hd));
-    Shape s{3, 37, 3 * 2 * hd};
+  for (int64_t first : {int64_t(0), int64_t(1000)})
+  for (int kv : {2, 1}) {  // 2 heads, and grouped-query with one key-value head
+    SCOPED_TRACE("head size " + std::to_string(hd) + ", " + std::to_string(kv) + " key-value heads");
+    Shape s{3, 37, (2 + 2 * kv) * hd};
     HostTensor x = random_host(dt(), s, 9, -2.0f, 2.0f);
     DeviceTensor gx = to_device(x);
     for (bool inverse : {false, true}) {
-      rotary_embedding(cpu(), x.t, 2, 10000.0, first, inverse);
-      rotary_embedding(gpu(), gx.t, 2, 10000.0, first, inverse);
+      rotary_embedding(cpu(), x.t, AttentionHeads{2, kv}, 10000.0, first, inverse);
+      rotary_embedding(gpu(), gx.t, AttentionHeads{2, kv}, 10000.0, first, inverse);
       expect_close(to_host(gx), x, tolerance(dt()),
                    std::string("rotary_embedding") + (inverse ? " inverse" : "") + " from " + std::to_string(first));
     }
@@ -618,7 +619,7 @@ TEST_P(Parity, RmsNorm) {
 }
 
 void attention_case(Runtime& cpu, Runtime& gpu, DType dt, int64_t B, int64_t T, int64_t H, int64_t hd,
-                    float dropout = 0.0f, bool deterministic = true);
+                    float dropout = 0.0f, bool deterministic = true, int64_t kv_heads = 0);
 
 TEST_P(Parity, AttentionSmall) { attention_case(cpu(), gpu(), dt(), 2, 17, 2, 16); }
 TEST_P(Parity, AttentionBig) { attention_case(cpu(), gpu(), dt(), 2, 256, 4, 64); }
@@ -630,6 +631,15 @@ TEST_P(Parity, AttentionShort) { attention_case(cpu(), gpu(), dt(), 3, 17, 3, 64
 // CPU's mask.
 TEST_P(Parity, AttentionDropout) { attention_case(cpu(), gpu(), dt(), 2, 256, 4, 64, 0.2f); }
 TEST_P(Parity, AttentionDropoutHead128OddLength) { attention_case(cpu(), gpu(), dt(), 1, 100, 2, 128, 0.1f); }
+// Grouped-query attention (2 query heads a key-value head; 1 key-value head: multi-query) on every
+// path: the unfused one (f32, head_dim 16), the fused kernels (dK, dV summed over a group's heads),
+// with dropout, at an odd length.
+TEST_P(Parity, AttentionGroupedQuery) {
+  attention_case(cpu(), gpu(), dt(), 2, 17, 4, 16, 0.0f, true, 2);
+  attention_case(cpu(), gpu(), dt(), 2, 256, 4, 64, 0.0f, true, 2);
+  attention_case(cpu(), gpu(), dt(), 1, 100, 4, 128, 0.0f, true, 1);
+  attention_case(cpu(), gpu(), dt(), 2, 130, 6, 64, 0.2f, true, 2);
+}
 // Outside deterministic mode bf16/f16 without dropout take cuDNN's fused attention where the build
 // has it (asserted); its backward is not bitwise reproducible, so only parity is checked.
 TEST_P(Parity, AttentionNotDeterministic) {
@@ -638,15 +648,19 @@ TEST_P(Parity, AttentionNotDeterministic) {
   Runtime fast(o);
 #if TRELLIS_HAVE_CUDNN
   if (dt() != DType::f32) {
-    EXPECT_TRUE(gpu::cudnn_attention(fast, 2, 256, 4, 64, dt(), false));
-    EXPECT_FALSE(gpu::cudnn_attention(fast, 2, 256, 4, 64, dt(), true)) << "dropout takes the own kernels";
-    EXPECT_FALSE(gpu::cudnn_attention(gpu(), 2, 256, 4, 64, dt(), false)) << "deterministic takes the own kernels";
+    EXPECT_TRUE(gpu::cudnn_attention(fast, 2, 256, 4, 4, 64, dt(), false));
+    EXPECT_FALSE(gpu::cudnn_attention(fast, 2, 256, 4, 4, 64, dt(), true)) << "dropout takes the own kernels";
+    EXPECT_FALSE(gpu::cudnn_attention(gpu(), 2, 256, 4, 4, 64, dt(), false)) << "deterministic takes the own kernels";
+    std::printf("cuDNN takes grouped-query attention (4 heads on 2): %s\n",
+                gpu::cudnn_attention(fast, 2, 256, 4, 2, 64, dt(), false) ? "yes" : "no (the own kernels)");
   }
 #endif
   attention_case(cpu(), fast, dt(), 2, 256, 4, 64, 0.0f, false);
   attention_case(cpu(), fast, dt(), 1, 100, 2, 128, 0.0f, false);
   attention_case(cpu(), fast, dt(), 3, 17, 3, 64, 0.0f, false);
   attention_case(cpu(), fast, dt(), 2, 256, 4, 64, 0.2f, false);  // dropout: the own kernels
+  attention_case(cpu(), fast, dt(), 2, 256, 4, 64, 0.0f, false, 2);  // grouped-query: cuDNN's where it takes it
+  attention_case(cpu(), fast, dt(), 1, 100, 4, 128, 0.0f, false, 1);
 }
 
 // Small rows, and GPT-2's vocabulary padded to 50304; the vocabulary's end inside a vector (beside
@@ -1073,8 +1087,9 @@ TEST_P(Parity, Sums) {
 }
 
 void attention_case(Runtime& cpu, Runtime& gpu, DType dt, int64_t B, int64_t T, int64_t H, int64_t hd,
-                    float dropout, bool deterministic) {
-  const int64_t C = H * hd;
+                    float dropout, bool deterministic, int64_t kv_heads) {
+  const int64_t C = H * hd, Hkv = kv_heads > 0 ? kv_heads : H, W = C + 2 * Hkv * hd;
+  const AttentionHeads heads{int(H), int(Hkv)};
   AttentionDropout drop;
   drop.p = dropout;
   drop.seed = 99;
@@ -1093,23 +1108,24 @@ void attention_case(Runtime& cpu, Runtime& gpu, DType dt, int64_t B, int64_t T, 
     gpu.synchronize();
     return h;
   };
-  HostTensor qkv = random_host(dt, {B, T, 3 * C}, 70), dout = random_host(dt, {B, T, C}, 71);
-  HostTensor out(dt, {B, T, C}), lse(DType::f32, {B, H, T}), dqkv(dt, {B, T, 3 * C});
+  HostTensor qkv = random_host(dt, {B, T, W}, 70), dout = random_host(dt, {B, T, C}, 71);
+  HostTensor out(dt, {B, T, C}), lse(DType::f32, {B, H, T}), dqkv(dt, {B, T, W});
   DeviceTensor gqkv = dev(qkv), gdout = dev(dout), gout = dev(out), glse = dev(lse), gdqkv = dev(dqkv);
-  attention_forward(cpu, out.t, lse.t, qkv.t, int(H), drop);
-  attention_forward(gpu, gout.t, glse.t, gqkv.t, int(H), drop);
-  std::string tag = " B=" + std::to_string(B) + " T=" + std::to_string(T) + " dropout=" + std::to_string(dropout);
+  attention_forward(cpu, out.t, lse.t, qkv.t, heads, drop);
+  attention_forward(gpu, gout.t, glse.t, gqkv.t, heads, drop);
+  std::string tag = " B=" + std::to_string(B) + " T=" + std::to_string(T) + " H=" + std::to_string(H) +
+                    " Hkv=" + std::to_string(Hkv) + " hd=" + std::to_string(hd) + " dropout=" + std::to_string(dropout);
   expect_close(host(gout), out, tolerance(dt, 2.0f), "attention_forward out" + tag);
   expect_close(host(glse), lse, tolerance(dt == DType::f32 ? DType::f32 : DType::f16), "attention_forward lse" + tag);
-  attention_backward(cpu, dqkv.t, dout.t, qkv.t, out.t, lse.t, int(H), drop);
-  attention_backward(gpu, gdqkv.t, gdout.t, gqkv.t, gout.t, glse.t, int(H), drop);
+  attention_backward(cpu, dqkv.t, dout.t, qkv.t, out.t, lse.t, heads, drop);
+  attention_backward(gpu, gdqkv.t, gdout.t, gqkv.t, gout.t, glse.t, heads, drop);
   HostTensor first = host(gdqkv);
   expect_close(first, dqkv, tolerance(dt, 4.0f), "attention_backward dqkv" + tag);
   if (!deterministic) return;
   // Determinism (train.deterministic): a second run over a poisoned dqkv must match bitwise, which
   // also shows that every element of dqkv is written.
   fill(gpu, gdqkv.t, 7.0f);
-  attention_backward(gpu, gdqkv.t, gdout.t, gqkv.t, gout.t, glse.t, int(H), drop);
+  attention_backward(gpu, gdqkv.t, gdout.t, gqkv.t, gout.t, glse.t, heads, drop);
   expect_bitwise(host(gdqkv), first, "attention_backward determinism" + tag);
 }
 

@@ -8,7 +8,7 @@ data 2 give the same losses, gradient norms and exported weights as one rank, up
 reduction-order rounding. A run stopped after step 3 and resumed continues bitwise on one rank; a
 tensor 2 checkpoint resumed on one rank continues as the uninterrupted run. Resuming it with a tied
 head, starting an untied run from a tied model (model.init_from) and zero.embedding_grad =
-gather_rows are refused with one line.
+gather_rows are refused with one line; the untied checkpoint starts a fresh untied run (model.init_from).
 Usage: untied_head_equivalence.py TRAIN_GPT MPIEXEC CONFIG"""
 import os
 import sys
@@ -64,6 +64,10 @@ def main():
             check(ok, f"{what}: {text}")
         equivalence.check_resumes(lambda *a: run(binary, mpiexec, config, tmp, *a), check, tmp, ref_loss, ref_w, STEPS)
 
+        # The untied checkpoint starts a fresh untied run (model.init_from reads the head from its config).
+        _, loss, _, _, _, _, _ = run(binary, mpiexec, config, tmp, 1, "from_untied",
+                                     "model.init_from=" + os.path.join(tmp, "ckpt1"), "train.steps=1")
+        check(loss[0] < ref_loss[0], f"init_from the untied checkpoint: first loss {loss[0]:.4f} (fresh {ref_loss[0]:.4f})")
         refused(1, BASE + ["checkpoint.dir=" + os.path.join(tmp, "ckpt1"), "model.tie_embeddings=true", "train.steps=8"],
                 "untied head", "resume an untied checkpoint with a tied head")
         tied = os.path.join(tmp, "tied")
