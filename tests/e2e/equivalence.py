@@ -79,3 +79,25 @@ def check_resumes(run, check, tmp, ref_loss, ref_w, steps):
         check(exact if ranks == 1 else (dl <= LOSS_TOL and dw <= WEIGHT_MAX_TOL and l2 <= WEIGHT_L2_TOL),
               f"resume, {what}: steps 4-{steps} loss rel diff {dl:.2e}, weights max {dw:.2e}" +
               (" (bitwise)" if exact else ""))
+
+
+class Checks:
+    """The ok/FAIL lines of a test and their tally: check(ok, text) prints one; refused(ranks, sets,
+    want, what) checks a run that must stop with one error line holding `want`; finish() exits with
+    FAIL if any failed, else prints PASS."""
+
+    def __init__(self, binary, mpiexec, config):
+        self.binary, self.mpiexec, self.config, self.failed = binary, mpiexec, config, False
+
+    def __call__(self, ok, text):
+        self.failed |= not ok
+        print(f"{'ok  ' if ok else 'FAIL'} {text}")
+
+    def refused(self, ranks, sets, want, what):
+        ok, line = one_line_error(self.binary, self.mpiexec, self.config, ranks, sets, want)
+        self(ok, f"{what}: {line}")
+
+    def finish(self):
+        if self.failed:
+            sys.exit("FAIL")
+        print("PASS")

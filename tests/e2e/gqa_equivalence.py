@@ -30,16 +30,8 @@ def run(binary, mpiexec, config, tmp, ranks, tag, *sets):
 def main():
     binary, mpiexec, config = sys.argv[1:4]
     export_hf = sys.argv[4] if len(sys.argv) > 4 else None
-    failed = False
-
-    def check(ok, text):
-        nonlocal failed
-        failed |= not ok
-        print(f"{'ok  ' if ok else 'FAIL'} {text}")
-
-    def refused(ranks, sets, want, what):
-        ok, line = equivalence.one_line_error(binary, mpiexec, config, ranks, sets, want)
-        check(ok, f"{what}: {line}")
+    check = equivalence.Checks(binary, mpiexec, config)
+    refused = check.refused
 
     with tempfile.TemporaryDirectory() as tmp:
         _, ref_loss, _, ref_w, _, ref_norms, out = run(binary, mpiexec, config, tmp, 1, "ref")
@@ -88,9 +80,7 @@ def main():
             lines = p.stderr.strip().splitlines()
             check(p.returncode != 0 and len(lines) == 1 and "grouped-query" in lines[0] and
                   not os.path.exists(os.path.join(tmp, "hf")), f"export to Hugging Face GPT-2: {lines}")
-    if failed:
-        sys.exit("FAIL")
-    print("PASS")
+    check.finish()
 
 
 if __name__ == "__main__":

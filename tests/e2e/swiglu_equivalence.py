@@ -33,16 +33,8 @@ def run(binary, mpiexec, config, tmp, ranks, tag, *sets):
 def main():
     binary, mpiexec, config = sys.argv[1:4]
     export_hf = sys.argv[4] if len(sys.argv) > 4 else None
-    failed = False
-
-    def check(ok, text):
-        nonlocal failed
-        failed |= not ok
-        print(f"{'ok  ' if ok else 'FAIL'} {text}")
-
-    def refused(ranks, sets, want, what):
-        ok, line = equivalence.one_line_error(binary, mpiexec, config, ranks, sets, want)
-        check(ok, f"{what}: {line}")
+    check = equivalence.Checks(binary, mpiexec, config)
+    refused = check.refused
 
     with tempfile.TemporaryDirectory() as tmp:
         _, ref_loss, _, ref_w, _, ref_norms, out = run(binary, mpiexec, config, tmp, 1, "ref")
@@ -114,9 +106,7 @@ def main():
             line = (p.stderr.strip().splitlines() or [""])[-1]
             check(p.returncode != 0 and "SwiGLU" in line and len(p.stderr.strip().splitlines()) == 1,
                   f"export to Hugging Face GPT-2: {line}")
-    if failed:
-        sys.exit("FAIL")
-    print("PASS")
+    check.finish()
 
 
 if __name__ == "__main__":

@@ -28,16 +28,8 @@ def run(binary, mpiexec, config, tmp, ranks, tag, *sets):
 
 def main():
     binary, mpiexec, config = sys.argv[1:4]
-    failed = False
-
-    def check(ok, text):
-        nonlocal failed
-        failed |= not ok
-        print(f"{'ok  ' if ok else 'FAIL'} {text}")
-
-    def refused(ranks, sets, want, what):
-        ok, line = equivalence.one_line_error(binary, mpiexec, config, ranks, sets, want)
-        check(ok, f"{what}: {line}")
+    check = equivalence.Checks(binary, mpiexec, config)
+    refused = check.refused
 
     with tempfile.TemporaryDirectory() as tmp:
         _, ref_loss, _, ref_w, names, ref_norms, out = run(binary, mpiexec, config, tmp, 1, "ref")
@@ -77,9 +69,7 @@ def main():
                 "a head tied to the token embedding (model.tie_embeddings = true)", "init_from a tied model")
         refused(2, BASE + ["zero.embedding_grad=gather_rows"], "model.tie_embeddings = true",
                 "zero.embedding_grad = gather_rows")
-    if failed:
-        sys.exit("FAIL")
-    print("PASS")
+    check.finish()
 
 
 if __name__ == "__main__":
