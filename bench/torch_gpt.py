@@ -37,6 +37,7 @@ class GPTConfig:
     norm: str = "layernorm"  # layernorm | rmsnorm (model.norm): ln1, ln2, lnf; RMSNorm has a weight only
     tie_embeddings: bool = True  # model.tie_embeddings: the head is wte, else lm_head (Vp, C) of its own
     n_kv_heads: int = 0  # model.n_kv_heads: key-value heads (grouped-query attention); 0 = n_heads
+    norm_eps: float = 1e-5  # model.norm_eps
 
     def __post_init__(self):  # as Trellis's config checks: its experts have no SwiGLU
         if self.norm not in ("layernorm", "rmsnorm"):
@@ -174,8 +175,9 @@ class MoE(nn.Module):
 
 
 def norm(cfg):
-    """The normalization Trellis's model.norm names, eps 1e-5 as in Trellis."""
-    return nn.RMSNorm(cfg.d_model, eps=1e-5) if cfg.norm == "rmsnorm" else nn.LayerNorm(cfg.d_model, eps=1e-5)
+    """The normalization Trellis's model.norm names, with model.norm_eps."""
+    eps = cfg.norm_eps
+    return nn.RMSNorm(cfg.d_model, eps=eps) if cfg.norm == "rmsnorm" else nn.LayerNorm(cfg.d_model, eps=eps)
 
 
 class Block(nn.Module):  # pre-LN; dropout on each residual branch output (and in attention)
@@ -290,7 +292,8 @@ def load_trellis_dump(dump_dir, dtype=torch.float64, attn="sdpa"):
                     moe_layer_freq=moe.get("layer_freq", 1), moe_shared_experts=moe.get("shared_experts", 0),
                     rope_theta=float(c["rope_theta"]) if c.get("position_embedding") == "rope" else 0.0,
                     mlp=c.get("mlp", "gelu"), ffn_hidden=c.get("ffn_hidden_size", 0), norm=c.get("norm", "layernorm"),
-                    tie_embeddings=c.get("tie_embeddings", True), n_kv_heads=c.get("n_kv_heads", 0))
+                    tie_embeddings=c.get("tie_embeddings", True), n_kv_heads=c.get("n_kv_heads", 0),
+                    norm_eps=float(c.get("norm_eps", 1e-5)))
     if "padded_vocab" in c and c["padded_vocab"] != cfg.padded_vocab:
         raise ValueError(f"padded_vocab {c['padded_vocab']} != expected {cfg.padded_vocab}")
     model = GPT(cfg).to(dtype)
@@ -358,7 +361,8 @@ def write_dump(model, tokens, targets, dump_dir):
                        **({"ffn_hidden_size": c.ffn_hidden} if c.ffn_hidden not in (0, 4 * c.d_model) else {}),
                        **({"norm": c.norm} if c.norm != "layernorm" else {}),
                        **({"tie_embeddings": False} if not c.tie_embeddings else {}),
-                       **({"n_kv_heads": c.n_kv_heads} if c.n_kv_heads not in (0, c.n_heads) else {})},
+                       **({"n_kv_heads": c.n_kv_heads} if c.n_kv_heads not in (0, c.n_heads) else {}),
+                       **({"norm_eps": c.norm_eps} if c.norm_eps != 1e-5 else {})},
             "params": entries, "batch": {"B": tokens.shape[0], "T": tokens.shape[1]},
             "loss": loss.item()}
     with open(os.path.join(dump_dir, "model.json"), "w") as f:

@@ -25,6 +25,7 @@
 #include "core/ops.h"
 #include "launcher/metrics.h"
 #include "launcher/optimizer_pieces.h"
+#include "launcher/resolved_run.h"
 #include "launcher/trained_model.h"
 
 namespace trellis {
@@ -106,7 +107,8 @@ std::string model_signature(const GPTConfig& m) {
   const std::string mlp = std::string(m.swiglu ? ", swiglu MLP" : "") +  // likewise, and a width not 4C
                           (m.mlp_width() != 4 * m.d_model ? ", ffn_hidden_size " + std::to_string(m.mlp_width()) : "") +
                           (m.rmsnorm ? ", rmsnorm" : "") + (m.tied_head ? "" : ", untied head") +
-                          (m.kv_heads() != m.n_heads ? ", n_kv_heads " + std::to_string(m.kv_heads()) : "");
+                          (m.kv_heads() != m.n_heads ? ", n_kv_heads " + std::to_string(m.kv_heads()) : "") +
+                          (float(m.norm_eps) != 1e-5f ? ", norm_eps " + number_g(m.norm_eps) : "");
   return "vocab_size " + std::to_string(m.vocab_size) + ", seq_len " + std::to_string(m.seq_len) + ", n_layers " +
          std::to_string(m.n_layers) + ", n_heads " + std::to_string(m.n_heads) + ", d_model " +
          std::to_string(m.d_model) + experts + positions + mlp + ", precision " + std::string(dtype_name(m.dtype));
@@ -669,6 +671,9 @@ std::vector<float> initial_parameters(const Config& cfg, const GPTConfig& want, 
   };
   if (have.rmsnorm != want.rmsnorm)
     throw UserError(what + " holds a model with " + norm(have) + "; this run has " + norm(want));
+  if (float(have.norm_eps) != float(want.norm_eps))
+    throw UserError(what + " holds a model with model.norm_eps = " + number_g(have.norm_eps) + "; this run has " +
+                    number_g(want.norm_eps));
   auto attention = [](const GPTConfig& m) { return "model.n_kv_heads = " + std::to_string(m.kv_heads()); };
   if (have.kv_heads() != want.kv_heads())
     throw UserError(what + " holds a model with " + attention(have) + " key-value heads; this run has " +

@@ -15,6 +15,7 @@
 #include "core/json.h"
 #include "data/mapped_file.h"
 #include "launcher/model_files.h"
+#include "launcher/resolved_run.h"
 #include "models/gpt.h"
 
 namespace trellis {
@@ -74,7 +75,7 @@ std::string config_json(const GPTConfig& m) {
          std::to_string(m.d_model) + ",\"n_layer\":" + std::to_string(m.n_layers) + ",\"n_head\":" +
          std::to_string(m.n_heads) +
          (m.mlp_width() != 4 * m.d_model ? ",\"n_inner\":" + std::to_string(m.mlp_width()) : std::string()) +
-         ",\"activation_function\":\"gelu_new\",\"layer_norm_epsilon\":1e-05," +
+         ",\"activation_function\":\"gelu_new\",\"layer_norm_epsilon\":" + number_g(m.norm_eps) + "," +
          "\"resid_pdrop\":0.0,\"embd_pdrop\":0.0,\"attn_pdrop\":0.0,\"initializer_range\":0.02," +
          "\"tie_word_embeddings\":" + (m.tied_head ? "true" : "false") +
          ",\"torch_dtype\":\"float32\",\"bos_token_id\":" + eos +
@@ -114,8 +115,7 @@ GPTConfig read_hf_gpt2_config(const std::string& dir) {
   const JsonValue c = parse_json(read_text_file(path), path);
   if (c.kind != JsonValue::Kind::kObject) throw UserError(path + ": not a JSON object");
   auto refuse = [&](const std::string& what) {
-    throw UserError(path + ": " + what + "; Trellis computes GPT-2 with the tanh GELU (gelu_new) and layer-norm eps "
-                    "1e-5");
+    throw UserError(path + ": " + what + "; Trellis computes GPT-2 with the tanh GELU (gelu_new)");
   };
   // Each key as GPT2Config reads it: absent (or null) is its default, another JSON type is refused.
   auto member = [&](const char* key, JsonValue::Kind kind, const char* type) -> const JsonValue* {
@@ -143,9 +143,6 @@ GPTConfig read_hf_gpt2_config(const std::string& dir) {
   if (text("model_type", "gpt2") != "gpt2") refuse("model_type is \"" + text("model_type", "") + "\", not gpt2");
   const std::string act = text("activation_function", "gelu_new");
   if (act != "gelu_new" && act != "gelu_pytorch_tanh") refuse("activation_function is \"" + act + "\"");
-  if (const JsonValue* eps = member("layer_norm_epsilon", JsonValue::Kind::kNumber, "a number");
-      eps && std::fabs(eps->as_double() - 1e-5) > 1e-12)
-    refuse("layer_norm_epsilon is " + eps->text);
   for (const char* off : {"scale_attn_by_inverse_layer_idx", "add_cross_attention"})
     if (flag(off, false)) refuse(std::string(off) + " is true");
   if (!flag("scale_attn_weights", true)) refuse("scale_attn_weights is false");
@@ -161,6 +158,11 @@ GPTConfig read_hf_gpt2_config(const std::string& dir) {
     throw UserError(path + ": n_inner is " + std::to_string(inner) + " (allowed: null, or 1 to 2147483647)");
   m.ffn_hidden = inner;
   m.tied_head = flag("tie_word_embeddings", true);  // untied: lm_head.weight is a tensor of its own
+  if (const JsonValue* eps = member("layer_norm_epsilon", JsonValue::Kind::kNumber, "a number")) {
+    m.norm_eps = eps->as_double();
+    if (!(m.norm_eps > 0 && m.norm_eps <= 0.1))
+      throw UserError(path + ": layer_norm_epsilon is " + eps->text + " (allowed: above 0, at most 0.1)");
+  }
   return m;
 }
 

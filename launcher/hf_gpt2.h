@@ -1,8 +1,8 @@
 // Trellis's GPT and Hugging Face's GPT-2 (transformers' GPT2LMHeadModel): a model directory with
 // config.json and model.safetensors. Names are GPT-2's; Trellis's linear weights are (out, in),
 // GPT-2's Conv1D ones (in, out), so they are transposed; the token embedding has no vocabulary
-// padding there (nor has an untied head's lm_head.weight); GELU is the tanh form ("gelu_new"), layer norms
-// use eps 1e-5. Values move in the whole model's flat layout (GPT::parameter_specs), as f32.
+// padding there (nor has an untied head's lm_head.weight); GELU is the tanh form ("gelu_new"), the
+// layer norms' eps is layer_norm_epsilon (model.norm_eps). Values move in the whole model's flat layout (GPT::parameter_specs), as f32.
 #pragma once
 #include <string>
 #include <vector>

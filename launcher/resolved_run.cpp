@@ -1,6 +1,8 @@
 // Resolving a config on this launch (launcher/resolved_run.h).
 #include "launcher/resolved_run.h"
 
+#include <cstdio>
+
 #include "core/error.h"
 #include "core/runtime.h"
 
@@ -32,6 +34,7 @@ Resolved resolve(const Config& cfg, const LaunchInfo& launch) {
   r.model.swiglu = cfg.model.mlp == "swiglu";
   r.model.ffn_hidden = dense_ffn_hidden_size(cfg);
   r.model.rmsnorm = cfg.model.norm == "rmsnorm";
+  r.model.norm_eps = cfg.model.norm_eps;
   r.model.tied_head = cfg.model.tie_embeddings;
   r.model.dropout = float(cfg.model.dropout);
   r.model.attention_dropout = float(cfg.model.attention_dropout < 0 ? cfg.model.dropout : cfg.model.attention_dropout);
@@ -56,6 +59,12 @@ Resolved resolve(const Config& cfg, const LaunchInfo& launch) {
   if (cfg.train.grad_dtype == "auto" && r.dtype != DType::f32 && launch.world == 1 && r.accumulation == 1)
     r.model.grad_dtype = r.dtype;
   return r;
+}
+
+std::string number_g(double v) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%g", v);
+  return text;
 }
 
 std::string with_commas(int64_t n) {

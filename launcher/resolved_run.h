@@ -26,5 +26,7 @@ Resolved resolve(const Config& cfg, const LaunchInfo& launch);
 
 // 1234567 -> "1,234,567".
 std::string with_commas(int64_t n);
+// A number as printf's %g writes it: 1e-05, 0.5, 10000.
+std::string number_g(double v);
 
 }  // namespace trellis

@@ -13,6 +13,7 @@
 #include "core/json.h"
 #include "data/mapped_file.h"
 #include "launcher/hf_gpt2.h"
+#include "launcher/resolved_run.h"
 #include "models/gpt.h"
 
 namespace trellis {
@@ -88,6 +89,12 @@ void set_norm(GPTConfig& m, const std::string& kind, const std::string& where) {
   m.rmsnorm = kind == "rmsnorm";
 }
 
+// The norms' epsilon of a stored model's description: in (0, 0.1], as model.norm_eps.
+void set_norm_eps(GPTConfig& m, double eps, const std::string& where) {
+  if (!(eps > 0 && eps <= 0.1)) throw UserError(where + ": norm_eps " + number_g(eps) + " (allowed: above 0, at most 0.1)");
+  m.norm_eps = eps;
+}
+
 // The key-value heads of a stored model's description: 0 (or absent: written before grouped-query
 // attention) or a divisor of n_heads.
 void set_kv_heads(GPTConfig& m, int64_t kv_heads, const std::string& where) {
@@ -142,6 +149,7 @@ StoredModel open_checkpoint(const std::string& path, const std::string& verb) {
   set_positions(s.shape, mc.position_embedding, mc.rope_theta, s.dir + " (config)");
   set_mlp(s.shape, mc.mlp, mc.ffn_hidden_size, s.dir + " (config)");
   set_norm(s.shape, mc.norm, s.dir + " (config)");
+  set_norm_eps(s.shape, mc.norm_eps, s.dir + " (config)");
   set_kv_heads(s.shape, mc.n_kv_heads, s.dir + " (config)");
   s.shape.tied_head = mc.tie_embeddings;
   const MoESection& e = s.config->moe;
@@ -181,6 +189,7 @@ StoredModel open_export(const std::string& dir) {
     const JsonValue *mlp = c.find("mlp"), *ffn = c.find("ffn_hidden_size");
     set_mlp(s.shape, mlp ? mlp->as_string() : "gelu", ffn ? ffn->as_int() : 0, json);
     if (const JsonValue* norm = c.find("norm")) set_norm(s.shape, norm->as_string(), json);
+    if (const JsonValue* eps = c.find("norm_eps")) set_norm_eps(s.shape, eps->as_double(), json);  // absent: 1e-5
     if (const JsonValue* tie = c.find("tie_embeddings")) s.shape.tied_head = tie->as_bool();  // absent: tied
     if (const JsonValue* kv = c.find("n_kv_heads")) set_kv_heads(s.shape, kv->as_int(), json);  // absent: n_heads
     // Its parameter list must be the whole model's, in order: the layout params.f32 is read in.
@@ -241,6 +250,7 @@ StoredModel open_hf(const std::string& dir) {
   s.shape = shape_of(c.vocab_size, c.seq_len, c.n_layers, c.n_heads, c.d_model, dir + "/config.json");
   set_mlp(s.shape, "gelu", c.ffn_hidden, dir + "/config.json");
   s.shape.tied_head = c.tied_head;
+  s.shape.norm_eps = c.norm_eps;
   // Its weights take at least 2 bytes a parameter: a config.json that claims more than
   // model.safetensors holds is found before anything is sized by it.
   const std::string weights = dir + "/model.safetensors";

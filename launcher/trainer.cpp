@@ -63,12 +63,6 @@ namespace trellis {
 
 namespace {
 
-std::string number_g(double v) {
-  char text[32];
-  std::snprintf(text, sizeof text, "%g", v);
-  return text;
-}
-
 // Reads a device f32 scalar (synchronizes).
 float read_scalar(Runtime& rt, const Tensor& t) {
   float v = 0;
@@ -583,7 +577,8 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
                 mc.rope ? (", rotary positions (theta " + number_g(mc.rope_theta) + ")").c_str() : "",
                 (std::string(mc.swiglu ? ", SwiGLU MLPs" : "") +
                  (mc.mlp_width() != 4 * mc.d_model ? ", MLP width " + std::to_string(mc.mlp_width()) : "") +
-                 (mc.rmsnorm ? ", RMSNorm" : "") + (mc.tied_head ? "" : ", untied head") +
+                 (mc.rmsnorm ? ", RMSNorm" : "") + (float(mc.norm_eps) != 1e-5f ? ", norm eps " + number_g(mc.norm_eps) : "") +
+                 (mc.tied_head ? "" : ", untied head") +
                  (mc.kv_heads() != mc.n_heads ? ", " + std::to_string(mc.kv_heads()) + " key-value heads" : ""))
                     .c_str());
     if (mc.moe.experts > 0)

@@ -272,7 +272,7 @@ Tensor GPT::forward_chunk(int slot, const StepContext& ctx, const Tensor& tokens
   s.lnf_mean = s.acts.take(DType::f32, {rows});
   s.lnf_rstd = s.acts.take(DType::f32, {rows});
   layernorm_forward(rt_, s.lnf, s.lnf_mean, s.lnf_rstd, x, params_.get("lnf.w").value,
-                    value_or_empty(params_.find("lnf.b")), 1e-5f, cfg_.rmsnorm);  // no bias with RMSNorm
+                    value_or_empty(params_.find("lnf.b")), float(cfg_.norm_eps), cfg_.rmsnorm);  // no bias with RMSNorm
   // The head needs every token row: with sequence parallelism the shards are gathered, and this
   // rank's part of dL/d(lnf) is reduce-scattered back (the shards' sum); without, the parts are
   // summed over the tensor group (copy_to_tensor_region's backward).

@@ -34,6 +34,7 @@ struct GPTConfig {
   // The normalization of ln1, ln2 and lnf: GPT-2's LayerNorm (weight and bias), or RMSNorm (Llama's:
   // no mean subtracted, a weight only).
   bool rmsnorm = false;
+  double norm_eps = 1e-5;  // added to the variance (LayerNorm) or the mean square (RMSNorm)
   // The head (logits = lnf(x) W^T): GPT-2's, W the token embedding wte itself (tied), or Llama's, a
   // matrix lm_head.w of its own (Vp, C), initialized and trained apart.
   bool tied_head = true;

@@ -105,7 +105,7 @@ std::vector<float> GPTInference::forward(const std::vector<int32_t>& tokens, int
     Tensor vc = v_cache_[size_t(l)].tensor(dt, {B, max_len_, Ckv});
     Tensor ln = work_.take(dt, {B, n, C});
     Tensor mean = work_.take(DType::f32, {B * n}), rstd = work_.take(DType::f32, {B * n});
-    layernorm_forward(rt_, ln, mean, rstd, x, P("ln1.w").value, bias("ln1.b"), 1e-5f, cfg_.rmsnorm);
+    layernorm_forward(rt_, ln, mean, rstd, x, P("ln1.w").value, bias("ln1.b"), float(cfg_.norm_eps), cfg_.rmsnorm);
     Tensor qkv = work_.take(dt, {B, n, cfg_.qkv_width()});
     linear(rt_, qkv, ln, P("attn.qkv.w"), P("attn.qkv.b"));
     if (cfg_.rope) rotary_embedding(rt_, qkv, heads, cfg_.rope_theta, pos_);  // cached k turned
@@ -118,7 +118,7 @@ std::vector<float> GPTInference::forward(const std::vector<int32_t>& tokens, int
     add(rt_, r, x, branch);
     Tensor ln2 = work_.take(dt, {B, n, C});
     Tensor mean2 = work_.take(DType::f32, {B * n}), rstd2 = work_.take(DType::f32, {B * n});
-    layernorm_forward(rt_, ln2, mean2, rstd2, r, P("ln2.w").value, bias("ln2.b"), 1e-5f, cfg_.rmsnorm);
+    layernorm_forward(rt_, ln2, mean2, rstd2, r, P("ln2.w").value, bias("ln2.b"), float(cfg_.norm_eps), cfg_.rmsnorm);
     if (experts_[size_t(l)]) {  // y = r + the experts' gated sum
       MoESaved saved;
       experts_[size_t(l)]->forward(rt_, y, ln2, &r, saved, work_, work_);
@@ -136,7 +136,7 @@ std::vector<float> GPTInference::forward(const std::vector<int32_t>& tokens, int
   // Final norm and the head on the last position of each sequence.
   Tensor lnf = acts_.take(dt, {B, n, C});
   Tensor mean = acts_.take(DType::f32, {B * n}), rstd = acts_.take(DType::f32, {B * n});
-  layernorm_forward(rt_, lnf, mean, rstd, x, ps.get("lnf.w").value, value_or_empty(ps.find("lnf.b")), 1e-5f,
+  layernorm_forward(rt_, lnf, mean, rstd, x, ps.get("lnf.w").value, value_or_empty(ps.find("lnf.b")), float(cfg_.norm_eps),
                     cfg_.rmsnorm);
   Tensor last = acts_.take(dt, {B, C});
   for (int64_t b = 0; b < B; ++b) copy(rt_, last.slice(b * C, {C}), lnf.slice((b * n + n - 1) * C, {C}));

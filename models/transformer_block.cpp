@@ -291,7 +291,7 @@ void TransformerBlock::attention_part(Runtime& rt, const StepContext& ctx, Block
 
 CommHandle TransformerBlock::attention_half(Runtime& rt, const StepContext& ctx, BlockSaved& s, const Tensor& branch,
                                             Arena& temp) const {
-  layernorm_forward(rt, s.ln1, s.ln1_mean, s.ln1_rstd, s.x, p_.ln1_w->value, value_or_empty(p_.ln1_b), 1e-5f,
+  layernorm_forward(rt, s.ln1, s.ln1_mean, s.ln1_rstd, s.x, p_.ln1_w->value, value_or_empty(p_.ln1_b), float(cfg_.norm_eps),
                       cfg_.rmsnorm);
   linear_forward(rt, qkv_, s.qkv, s.ln1, *p_.qkv_w, *p_.qkv_b, temp);
   // Rotary positions turn q and k in place: attention and its backward read the turned ones.
@@ -305,14 +305,14 @@ CommHandle TransformerBlock::attention_half(Runtime& rt, const StepContext& ctx,
 CommHandle TransformerBlock::mlp_half(Runtime& rt, const StepContext& ctx, BlockSaved& s, const Tensor& branch,
                                       const Tensor& y, Arena& keep, Arena& temp) const {
   if (residual_in_gemm(ctx)) {
-    layernorm_forward(rt, s.ln2, s.ln2_mean, s.ln2_rstd, s.r, p_.ln2_w->value, value_or_empty(p_.ln2_b), 1e-5f,
+    layernorm_forward(rt, s.ln2, s.ln2_mean, s.ln2_rstd, s.r, p_.ln2_w->value, value_or_empty(p_.ln2_b), float(cfg_.norm_eps),
                       cfg_.rmsnorm);
   } else {
     if (dropout_on(ctx))
       dropout_forward(rt, branch, branch, cfg_.dropout, dropout_key(ctx, 1, tokens_of(ctx, s.x)));
     // r = x + branch and ln2 = LN(r) in one pass over the rows.
     add_layernorm_forward(rt, s.r, s.ln2, s.ln2_mean, s.ln2_rstd, s.x, branch, p_.ln2_w->value, value_or_empty(p_.ln2_b),
-                          1e-5f, cfg_.rmsnorm);
+                          float(cfg_.norm_eps), cfg_.rmsnorm);
   }
   if (moe_) {  // y = r + moe(ln2) (the residual added in the combine), or branch = moe(ln2)
     const bool in_gemm = residual_in_gemm(ctx) && y.defined();
@@ -426,9 +426,9 @@ void TransformerBlock::backward(Runtime& rt, const StepContext& ctx, const Tenso
     NvtxRange rr("recompute_elementwise");
     s.ln1 = work.take(dt, act);
     s.ln2 = work.take(dt, act);
-    layernorm_forward(rt, s.ln1, s.ln1_mean, s.ln1_rstd, s.x, p_.ln1_w->value, value_or_empty(p_.ln1_b), 1e-5f,
+    layernorm_forward(rt, s.ln1, s.ln1_mean, s.ln1_rstd, s.x, p_.ln1_w->value, value_or_empty(p_.ln1_b), float(cfg_.norm_eps),
                       cfg_.rmsnorm);
-    layernorm_forward(rt, s.ln2, s.ln2_mean, s.ln2_rstd, s.r, p_.ln2_w->value, value_or_empty(p_.ln2_b), 1e-5f,
+    layernorm_forward(rt, s.ln2, s.ln2_mean, s.ln2_rstd, s.r, p_.ln2_w->value, value_or_empty(p_.ln2_b), float(cfg_.norm_eps),
                       cfg_.rmsnorm);
     if (!moe_) {  // the experts keep their GELU outputs
       s.g = work.take(dt, {B, T, cfg_.mlp_width() / tp_.size});

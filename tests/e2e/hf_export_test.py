@@ -16,7 +16,8 @@ the first positions); another shape is one error line. A model of MLP width 96 (
 exports with n_inner 96 and starts a run of that width; transformers computes its loss too. A model
 with a head of its own (model.tie_embeddings = false) exports with tie_word_embeddings false and an
 lm_head.weight of its unpadded rows, starts an untied run exactly, and a tied run from it gets one
-error line; transformers computes its loss.
+error line; transformers computes its loss. So does a model with model.norm_eps = 0.01, exported with
+layer_norm_epsilon 0.01, which starts a run of that eps and no other.
 Training from it (learning rate 0, so the exported weights are the start's): on one rank, and at
 data 2 with ZeRO stage 1 (each rank its pieces), exactly the source's; in bf16 the source rounded.
 Usage: hf_export_test.py TRAIN_GPT EXPORT_HF CONFIG MPIEXEC"""
@@ -360,6 +361,28 @@ def main():
             ref, trellis = got
             rel = abs(trellis - ref) / abs(ref)
             check(rel <= 1e-5, f"transformers on the untied export: loss {ref:.7f}, Trellis {trellis:.7f}, "
+                  f"rel diff {rel:.1e}")
+
+        # The norms' epsilon (model.norm_eps) is GPT-2's layer_norm_epsilon, both ways.
+        eps, hf_eps = os.path.join(tmp, "eps"), os.path.join(tmp, "hf_eps")
+        train(binary, config, "train.precision=fp32", "model.norm_eps=0.01", extra=["--dump-grads", eps])
+        p = run([export_hf, eps, hf_eps])
+        ecfg = json.load(open(os.path.join(hf_eps, "config.json"))) if p.returncode == 0 else {}
+        check(ecfg.get("layer_norm_epsilon") == 0.01, f"model.norm_eps = 0.01: config.json layer_norm_epsilon "
+              f"{ecfg.get('layer_norm_epsilon')}")
+        d = os.path.join(tmp, "init_eps")
+        train(binary, config, "model.init_from=" + hf_eps, "model.norm_eps=0.01", "train.steps=1", extra=["--dump-grads", d])
+        check(json.load(open(os.path.join(d, "model.json")))["config"].get("norm_eps") == 0.01,
+              "model.init_from = the layer_norm_epsilon 0.01 directory with model.norm_eps = 0.01 starts")
+        p = run([binary, config, "--set", "train.device=cpu", "--set", "model.init_from=" + hf_eps])
+        lines = [x for x in p.stderr.splitlines() if x.startswith("error")]
+        check(p.returncode != 0 and len(lines) == 1 and "model.norm_eps = 0.01" in lines[0],
+              f"model.init_from of it at the default eps: {lines}")
+        got = hf_loss(hf_eps, eps) if ecfg else (float("nan"), 0.0)
+        if got is not None:
+            ref, trellis = got
+            rel = abs(trellis - ref) / abs(ref)
+            check(rel <= 1e-5, f"transformers on the eps 0.01 export: loss {ref:.7f}, Trellis {trellis:.7f}, "
                   f"rel diff {rel:.1e}")
     print("FAIL" if failed else "PASS")
     sys.exit(1 if failed else 0)
