@@ -38,6 +38,7 @@ class GPTConfig:
     tie_embeddings: bool = True  # model.tie_embeddings: the head is wte, else lm_head (Vp, C) of its own
     n_kv_heads: int = 0  # model.n_kv_heads: key-value heads (grouped-query attention); 0 = n_heads
     norm_eps: float = 1e-5  # model.norm_eps
+    bias: bool = True  # model.bias: biases in qkv, attn.proj, mlp.fc, mlp.proj
 
     def __post_init__(self):  # as Trellis's config checks: its experts have no SwiGLU
         if self.norm not in ("layernorm", "rmsnorm"):
@@ -46,6 +47,8 @@ class GPTConfig:
             raise ValueError(f'mlp must be "gelu" or "swiglu", not {self.mlp!r}')
         if self.mlp == "swiglu" and self.moe_experts > 0:
             raise ValueError('mlp = "swiglu" is for dense MLPs only: not with moe_experts > 0')
+        if not self.bias and self.moe_experts > 0:
+            raise ValueError("bias = False is for dense models only: not with moe_experts > 0")
 
     @property
     def padded_vocab(self):  # Trellis pads the vocabulary to a multiple of 128
@@ -89,8 +92,8 @@ class Attention(nn.Module):
             cos, sin = rotary_table(cfg.seq_len, cfg.d_model // cfg.n_heads, cfg.rope_theta)
             self.register_buffer("rope_cos", cos, persistent=False)
             self.register_buffer("rope_sin", sin, persistent=False)
-        self.qkv = nn.Linear(cfg.d_model, cfg.d_model + 2 * self.kv_width)  # W: [q | k | v] along out
-        self.proj = nn.Linear(cfg.d_model, cfg.d_model)
+        self.qkv = nn.Linear(cfg.d_model, cfg.d_model + 2 * self.kv_width, bias=cfg.bias)  # W: [q | k | v] along out
+        self.proj = nn.Linear(cfg.d_model, cfg.d_model, bias=cfg.bias)
 
     def forward(self, x):  # x (B, T, C)
         B, T, C = x.shape
@@ -120,8 +123,9 @@ class MLP(nn.Module):
         # SwiGLU (dense blocks only, GPTConfig refuses it with experts): fc gives the gate and the up
         # projection, F each, in one matmul, as Trellis's one (2F, C) weight.
         self.swiglu = cfg.mlp == "swiglu"
-        self.fc = nn.Linear(cfg.d_model, (2 if self.swiglu else 1) * hidden)
-        self.proj = nn.Linear(hidden, cfg.d_model)
+        bias = cfg.bias or width > 0  # the experts keep theirs (GPTConfig refuses bias=False with them)
+        self.fc = nn.Linear(cfg.d_model, (2 if self.swiglu else 1) * hidden, bias=bias)
+        self.proj = nn.Linear(hidden, cfg.d_model, bias=bias)
 
     def forward(self, x):
         if self.swiglu:  # silu(gate) * up, gate = fc's first F outputs
@@ -293,7 +297,7 @@ def load_trellis_dump(dump_dir, dtype=torch.float64, attn="sdpa"):
                     rope_theta=float(c["rope_theta"]) if c.get("position_embedding") == "rope" else 0.0,
                     mlp=c.get("mlp", "gelu"), ffn_hidden=c.get("ffn_hidden_size", 0), norm=c.get("norm", "layernorm"),
                     tie_embeddings=c.get("tie_embeddings", True), n_kv_heads=c.get("n_kv_heads", 0),
-                    norm_eps=float(c.get("norm_eps", 1e-5)))
+                    norm_eps=float(c.get("norm_eps", 1e-5)), bias=c.get("bias", True))
     if "padded_vocab" in c and c["padded_vocab"] != cfg.padded_vocab:
         raise ValueError(f"padded_vocab {c['padded_vocab']} != expected {cfg.padded_vocab}")
     model = GPT(cfg).to(dtype)
@@ -362,7 +366,8 @@ def write_dump(model, tokens, targets, dump_dir):
                        **({"norm": c.norm} if c.norm != "layernorm" else {}),
                        **({"tie_embeddings": False} if not c.tie_embeddings else {}),
                        **({"n_kv_heads": c.n_kv_heads} if c.n_kv_heads not in (0, c.n_heads) else {}),
-                       **({"norm_eps": c.norm_eps} if c.norm_eps != 1e-5 else {})},
+                       **({"norm_eps": c.norm_eps} if c.norm_eps != 1e-5 else {}),
+                       **({"bias": False} if not c.bias else {})},
             "params": entries, "batch": {"B": tokens.shape[0], "T": tokens.shape[1]},
             "loss": loss.item()}
     with open(os.path.join(dump_dir, "model.json"), "w") as f:
@@ -438,6 +443,7 @@ def selftest():
         ok &= dump_selftest(theta, mlp, ffn, norm_)
     ok &= dump_selftest(500.0, "swiglu", 40, "rmsnorm", tie=False)  # and with Llama's untied head
     ok &= dump_selftest(500.0, "swiglu", 40, "rmsnorm", tie=False, kv_heads=2)  # and grouped-query attention
+    ok &= dump_selftest(500.0, "swiglu", 40, "rmsnorm", tie=False, kv_heads=2, bias=False)  # and no linear biases
     ok &= rope_selftest()
     ok &= swiglu_selftest()
     n124 = GPT(GPTConfig()).num_params()
@@ -448,13 +454,13 @@ def selftest():
     return 0 if ok else 1
 
 
-def dump_selftest(rope_theta, mlp="gelu", ffn_hidden=0, norm_="layernorm", tie=True, kv_heads=0):
+def dump_selftest(rope_theta, mlp="gelu", ffn_hidden=0, norm_="layernorm", tie=True, kv_heads=0, bias=True):
     """One model's dump (rotary positions of this base, or learned ones with 0; this MLP and width) loaded back
     in float64 and float32 with both attention paths: loss and gradients agree."""
     import tempfile
     torch.manual_seed(0)
     cfg = GPTConfig(vocab_size=100, seq_len=16, n_layers=2, n_heads=4, d_model=32, attn="manual", rope_theta=rope_theta,
-                    mlp=mlp, ffn_hidden=ffn_hidden, norm=norm_, tie_embeddings=tie, n_kv_heads=kv_heads)
+                    mlp=mlp, ffn_hidden=ffn_hidden, norm=norm_, tie_embeddings=tie, n_kv_heads=kv_heads, bias=bias)
     ref = GPT(cfg).double()
     with torch.no_grad():  # non-trivial biases and LayerNorms, so that their gradients matter
         for name, p in ref.named_parameters():
@@ -464,7 +470,7 @@ def dump_selftest(rope_theta, mlp="gelu", ffn_hidden=0, norm_="layernorm", tie=T
     targets = torch.randint(0, cfg.vocab_size, (3, 12))
     positions = ((f"rope {rope_theta:g}" if rope_theta > 0 else "learned") + (f" {mlp}" if mlp != "gelu" else "") +
                  (f" F {ffn_hidden}" if ffn_hidden else "") + (" rms" if norm_ == "rmsnorm" else "") +
-                 ("" if tie else " untied") + (f" kv {kv_heads}" if kv_heads else ""))
+                 ("" if tie else " untied") + (f" kv {kv_heads}" if kv_heads else "") + ("" if bias else " nobias"))
     with tempfile.TemporaryDirectory() as d:
         write_dump(ref, tokens, targets, d)
         with open(os.path.join(d, "model.json")) as f:  # "mlp" written as Trellis does: for SwiGLU only

@@ -40,6 +40,9 @@ int run(int argc, char** argv) {
   if (src.shape.kv_heads() != src.shape.n_heads)
     throw UserError(src.dir + ": the model has grouped-query attention (model.n_kv_heads = " +
                     std::to_string(src.shape.kv_heads()) + "); a Hugging Face GPT-2 has as many key-value heads as heads");
+  if (!src.shape.bias)
+    throw UserError(src.dir + ": the model has no biases in its linear layers (model.bias = false); a Hugging Face GPT-2 "
+                    "has them");
   if (src.shape.rmsnorm)
     throw UserError(src.dir + ": the model has RMSNorm (model.norm = rmsnorm); a Hugging Face GPT-2 has LayerNorm");
   if (src.shape.moe.experts > 0)

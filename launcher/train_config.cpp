@@ -210,6 +210,9 @@ void validate_relations(const Config& c) {
   };
   const double B = double(c.train.micro_batch), T = double(c.model.seq_len), C = double(c.model.d_model),
                L = double(c.model.n_layers), V = double(c.model.vocab_size);
+  if (!c.model.bias && c.moe.experts > 0)
+    throw UserError(p + ": model.bias = false with moe.experts = " + std::to_string(c.moe.experts) +
+                    ": the experts keep their biases (allowed: model.bias = true with experts)");
   if (c.model.mlp == "swiglu" && c.moe.experts > 0)
     throw UserError(p + ": model.mlp = swiglu with moe.experts = " + std::to_string(c.moe.experts) +
                     ": the experts are GELU MLPs (allowed: model.mlp = gelu with experts)");

@@ -21,6 +21,7 @@ struct ModelConfig {
   int64_t ffn_hidden_size = 0;  // the dense MLP's hidden width; 0 = 4 x d_model
   std::string norm = "layernorm";  // layernorm | rmsnorm
   double norm_eps = 1e-5;       // the norms' epsilon
+  bool bias = true;             // biases in the blocks' linear layers
   bool tie_embeddings = true;   // the head's weight is the token embedding (else a matrix of its own)
   double dropout = 0.0;         // residual, embedding and (by default) attention dropout probability
   double attention_dropout = -1.0;  // attention-probability dropout; -1 = the same as dropout

@@ -150,6 +150,7 @@ StoredModel open_checkpoint(const std::string& path, const std::string& verb) {
   set_mlp(s.shape, mc.mlp, mc.ffn_hidden_size, s.dir + " (config)");
   set_norm(s.shape, mc.norm, s.dir + " (config)");
   set_norm_eps(s.shape, mc.norm_eps, s.dir + " (config)");
+  s.shape.bias = mc.bias;
   set_kv_heads(s.shape, mc.n_kv_heads, s.dir + " (config)");
   s.shape.tied_head = mc.tie_embeddings;
   const MoESection& e = s.config->moe;
@@ -190,6 +191,7 @@ StoredModel open_export(const std::string& dir) {
     set_mlp(s.shape, mlp ? mlp->as_string() : "gelu", ffn ? ffn->as_int() : 0, json);
     if (const JsonValue* norm = c.find("norm")) set_norm(s.shape, norm->as_string(), json);
     if (const JsonValue* eps = c.find("norm_eps")) set_norm_eps(s.shape, eps->as_double(), json);  // absent: 1e-5
+    if (const JsonValue* bias = c.find("bias")) s.shape.bias = bias->as_bool();                    // absent: true
     if (const JsonValue* tie = c.find("tie_embeddings")) s.shape.tied_head = tie->as_bool();  // absent: tied
     if (const JsonValue* kv = c.find("n_kv_heads")) set_kv_heads(s.shape, kv->as_int(), json);  // absent: n_heads
     // Its parameter list must be the whole model's, in order: the layout params.f32 is read in.
@@ -199,12 +201,12 @@ StoredModel open_export(const std::string& dir) {
                                moe->find("shared_experts") ? moe->at("shared_experts").as_int() : 0, json);
     const JsonValue& params = root.at("params");
     // The list's length first (blocks with experts have 9 + 4 x experts tensors and 4 more with a
-    // shared MLP, the others 12, both 2 fewer with RMSNorm; wte, wpe (not with rotary positions) and
+    // shared MLP, the others 12 (8 without linear biases), both 2 fewer with RMSNorm; wte, wpe (not with rotary positions) and
     // the final norm's two (RMSNorm: one), and an untied head), before a config claiming a huge
     // model is laid out.
     const int64_t blocks_with_experts = s.shape.moe.layers(s.shape.n_layers), norm_biases = s.shape.rmsnorm ? 0 : 1;
     const int64_t tensors = (s.shape.rope ? 2 : 3) + norm_biases + (s.shape.tied_head ? 0 : 1) +
-                            (10 + 2 * norm_biases) * (s.shape.n_layers - blocks_with_experts) +
+                            (6 + (s.shape.bias ? 4 : 0) + 2 * norm_biases) * (s.shape.n_layers - blocks_with_experts) +
                             (7 + 2 * norm_biases + 4 * s.shape.moe.experts + (s.shape.moe.shared_experts > 0 ? 4 : 0)) *
                                 blocks_with_experts;
     if (int64_t(params.items.size()) != tensors)

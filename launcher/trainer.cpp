@@ -578,7 +578,7 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
                 (std::string(mc.swiglu ? ", SwiGLU MLPs" : "") +
                  (mc.mlp_width() != 4 * mc.d_model ? ", MLP width " + std::to_string(mc.mlp_width()) : "") +
                  (mc.rmsnorm ? ", RMSNorm" : "") + (float(mc.norm_eps) != 1e-5f ? ", norm eps " + number_g(mc.norm_eps) : "") +
-                 (mc.tied_head ? "" : ", untied head") +
+                 (mc.tied_head ? "" : ", untied head") + (mc.bias ? "" : ", no linear biases") +
                  (mc.kv_heads() != mc.n_heads ? ", " + std::to_string(mc.kv_heads()) + " key-value heads" : ""))
                     .c_str());
     if (mc.moe.experts > 0)

@@ -35,6 +35,8 @@ struct GPTConfig {
   // no mean subtracted, a weight only).
   bool rmsnorm = false;
   double norm_eps = 1e-5;  // added to the variance (LayerNorm) or the mean square (RMSNorm)
+  // Biases in the blocks' linear layers (qkv, attn.proj, mlp.fc, mlp.proj): GPT-2's, or none (Llama's).
+  bool bias = true;
   // The head (logits = lnf(x) W^T): GPT-2's, W the token embedding wte itself (tied), or Llama's, a
   // matrix lm_head.w of its own (Vp, C), initialized and trained apart.
   bool tied_head = true;
@@ -70,10 +72,11 @@ struct GPTConfig {
 
  private:
   int64_t count_parameters(int64_t experts_per_moe_block) const {
-    const int64_t C = d_model, mlp = (fc_width() * C + fc_width()) + (mlp_width() * C + C);
+    const int64_t C = d_model, mlp = (fc_width() * C + (bias ? fc_width() : 0)) + (mlp_width() * C + (bias ? C : 0));
     const int64_t expert = (4 * C * C + 4 * C) + (4 * C * C + C);
     const int64_t norm = rmsnorm ? C : 2 * C;  // a norm's weight (and LayerNorm's bias)
-    const int64_t per_layer = norm + (qkv_width() * C + qkv_width()) + (C * C + C) + norm + mlp;
+    const int64_t linear_biases = bias ? qkv_width() + C : 0;  // qkv's and attn.proj's
+    const int64_t per_layer = norm + qkv_width() * C + C * C + linear_biases + norm + mlp;
     const int64_t moe_layers = moe.layers(n_layers);
     const int64_t H = moe.shared_width(C), shared = H > 0 ? (H * C + H) + (C * H + C) : 0;  // every token's
     const int64_t moe_extra = moe_layers * (moe.experts * C + experts_per_moe_block * expert - mlp + shared);

@@ -29,10 +29,10 @@ GPTConfig inference_config(GPTConfig c) {
   return c;
 }
 
-void linear(Runtime& rt, const Tensor& y, const Tensor& x, const Parameter& w, const Parameter& b) {
+void linear(Runtime& rt, const Tensor& y, const Tensor& x, const Parameter& w, const Parameter* b) {
   MatmulOptions o;
   o.trans_b = true;
-  o.bias = &b.value;
+  o.bias = b ? &b->value : nullptr;
   matmul(rt, rows2d(y), rows2d(x), w.value, o);
 }
 
@@ -107,13 +107,13 @@ std::vector<float> GPTInference::forward(const std::vector<int32_t>& tokens, int
     Tensor mean = work_.take(DType::f32, {B * n}), rstd = work_.take(DType::f32, {B * n});
     layernorm_forward(rt_, ln, mean, rstd, x, P("ln1.w").value, bias("ln1.b"), float(cfg_.norm_eps), cfg_.rmsnorm);
     Tensor qkv = work_.take(dt, {B, n, cfg_.qkv_width()});
-    linear(rt_, qkv, ln, P("attn.qkv.w"), P("attn.qkv.b"));
+    linear(rt_, qkv, ln, P("attn.qkv.w"), ps.find(p + "attn.qkv.b"));  // none with model.bias = false
     if (cfg_.rope) rotary_embedding(rt_, qkv, heads, cfg_.rope_theta, pos_);  // cached k turned
     kv_cache_append(rt_, kc, vc, qkv, pos_, heads);
     Tensor att = work_.take(dt, {B, n, C});
     attention_with_cache(rt_, att, qkv, kc, vc, pos_, heads);
     Tensor branch = work_.take(dt, {B, n, C});
-    linear(rt_, branch, att, P("attn.proj.w"), P("attn.proj.b"));
+    linear(rt_, branch, att, P("attn.proj.w"), ps.find(p + "attn.proj.b"));
     Tensor r = work_.take(dt, {B, n, C});
     add(rt_, r, x, branch);
     Tensor ln2 = work_.take(dt, {B, n, C});
@@ -126,10 +126,10 @@ std::vector<float> GPTInference::forward(const std::vector<int32_t>& tokens, int
       continue;
     }
     Tensor h = work_.take(dt, {B, n, cfg_.fc_width()}), g = work_.take(dt, {B, n, cfg_.mlp_width()});
-    linear(rt_, h, ln2, P("mlp.fc.w"), P("mlp.fc.b"));
+    linear(rt_, h, ln2, P("mlp.fc.w"), ps.find(p + "mlp.fc.b"));
     if (cfg_.swiglu) swiglu_forward(rt_, g, h);
     else gelu_forward(rt_, g, h);
-    linear(rt_, branch, g, P("mlp.proj.w"), P("mlp.proj.b"));
+    linear(rt_, branch, g, P("mlp.proj.w"), ps.find(p + "mlp.proj.b"));
     add(rt_, y, r, branch);
     std::swap(x, y);
   }

@@ -16,11 +16,11 @@ Tensor rows2d(const Tensor& t) { return t.view({t.rows(), t.cols()}); }
 
 // y = x W^T + b, for x (N, in), W (out, in). With gelu_input: y = gelu(x W^T + b), *gelu_input = x W^T + b.
 // With residual: y = residual + x W^T + b, rounded once.
-void linear_forward(Runtime& rt, const Tensor& y, const Tensor& x, const Parameter& w, const Parameter& b,
+void linear_forward(Runtime& rt, const Tensor& y, const Tensor& x, const Parameter& w, const Parameter* b,
                     const Tensor* gelu_input = nullptr, const Tensor* residual = nullptr) {
   MatmulOptions o;
   o.trans_b = true;
-  o.bias = &b.value;
+  o.bias = b ? &b->value : nullptr;
   o.gelu_input = gelu_input;
   const Tensor res = residual ? rows2d(*residual) : Tensor();
   o.residual = residual ? &res : nullptr;
@@ -28,9 +28,9 @@ void linear_forward(Runtime& rt, const Tensor& y, const Tensor& x, const Paramet
 }
 
 // dx = dy W (written) and the parameter gradients (weight_and_bias_grad; without the bias's with
-// bias_elsewhere). With gelu_grad_of = &h where x = gelu(h): dx = (dy W) * gelu'(h).
+// bias_elsewhere; b null: no bias). With gelu_grad_of = &h where x = gelu(h): dx = (dy W) * gelu'(h).
 void linear_backward(Runtime& rt, const Tensor& dx, const Tensor& dy, const Tensor& x, const Parameter& w,
-                     const Parameter& b, const Tensor* gelu_grad_of = nullptr, bool bias_elsewhere = false) {
+                     const Parameter* b, const Tensor* gelu_grad_of = nullptr, bool bias_elsewhere = false) {
   if (bias_elsewhere) weight_grad(rt, w, dy, x);
   else weight_and_bias_grad(rt, w, b, dy, x);
   MatmulOptions o;
@@ -50,14 +50,14 @@ bool layernorm_grads_accumulate(const Parameter& w, const Parameter* b) {
 // forwards: row_forward below, which returns the all-reduce in flight).
 template <class Parallel>
 void linear_forward(Runtime& rt, const std::optional<Parallel>& par, const Tensor& y, const Tensor& x,
-                    const Parameter& w, const Parameter& b, Arena& work) {
+                    const Parameter& w, const Parameter* b, Arena& work) {
   if (par) par->forward(rt, y, x, work);
   else linear_forward(rt, y, x, w, b);
 }
 
 template <class Parallel>
 void linear_backward(Runtime& rt, const std::optional<Parallel>& par, const Tensor& dx, const Tensor& dy,
-                     const Tensor& x, const Parameter& w, const Parameter& b, Arena& work) {
+                     const Tensor& x, const Parameter& w, const Parameter* b, Arena& work) {
   if (par) par->backward(rt, dx, dy, x, work);
   else linear_backward(rt, dx, dy, x, w, b);
 }
@@ -85,18 +85,18 @@ BlockParams BlockParams::of(const ParameterStore& ps, const GPTConfig& cfg, int 
   b.ln1_w = &ps.get(p + "ln1.w");
   b.ln1_b = cfg.rmsnorm ? nullptr : &ps.get(p + "ln1.b");
   b.qkv_w = &ps.get(p + "attn.qkv.w");
-  b.qkv_b = &ps.get(p + "attn.qkv.b");
+  b.qkv_b = cfg.bias ? &ps.get(p + "attn.qkv.b") : nullptr;  // model.bias = false: none
   b.proj_w = &ps.get(p + "attn.proj.w");
-  b.proj_b = &ps.get(p + "attn.proj.b");
+  b.proj_b = cfg.bias ? &ps.get(p + "attn.proj.b") : nullptr;
   b.ln2_w = &ps.get(p + "ln2.w");
   b.ln2_b = cfg.rmsnorm ? nullptr : &ps.get(p + "ln2.b");
   if (cfg.moe.in_layer(layer)) {
     b.moe = MoEMLP::params_of(ps, cfg.moe, layer, expert_rank);
   } else {
     b.fc_w = &ps.get(p + "mlp.fc.w");
-    b.fc_b = &ps.get(p + "mlp.fc.b");
+    b.fc_b = cfg.bias ? &ps.get(p + "mlp.fc.b") : nullptr;
     b.fc_proj_w = &ps.get(p + "mlp.proj.w");
-    b.fc_proj_b = &ps.get(p + "mlp.proj.b");
+    b.fc_proj_b = cfg.bias ? &ps.get(p + "mlp.proj.b") : nullptr;
   }
   return b;
 }
@@ -120,9 +120,9 @@ void TransformerBlock::append_specs(const GPTConfig& cfg, int layer, std::vector
   // the key-value heads they read; with grouped-query attention q is H / Hkv times as wide as k.
   const int q_units = int(cfg.n_heads / cfg.kv_heads());
   out.push_back(column({p + "attn.qkv.w", {cfg.qkv_width(), C}, Init::normal, 0.02f, true}, 3, q_units));
-  out.push_back(column({p + "attn.qkv.b", {cfg.qkv_width()}, Init::zeros, 0, false}, 3, q_units));
+  if (cfg.bias) out.push_back(column({p + "attn.qkv.b", {cfg.qkv_width()}, Init::zeros, 0, false}, 3, q_units));
   out.push_back(row({p + "attn.proj.w", {C, C}, Init::normal, resid_std, true}));
-  out.push_back({p + "attn.proj.b", {C}, Init::zeros, 0, false});
+  if (cfg.bias) out.push_back({p + "attn.proj.b", {C}, Init::zeros, 0, false});
   out.push_back({p + "ln2.w", {C}, Init::ones, 0, false});
   if (!cfg.rmsnorm) out.push_back({p + "ln2.b", {C}, Init::zeros, 0, false});
   if (cfg.moe.in_layer(layer)) {
@@ -132,9 +132,9 @@ void TransformerBlock::append_specs(const GPTConfig& cfg, int layer, std::vector
   // SwiGLU's fc is [gate | up], split as 2 groups so that each rank holds matching columns of both.
   const int fc_groups = cfg.swiglu ? 2 : 1;
   out.push_back(column({p + "mlp.fc.w", {cfg.fc_width(), C}, Init::normal, 0.02f, true}, fc_groups));
-  out.push_back(column({p + "mlp.fc.b", {cfg.fc_width()}, Init::zeros, 0, false}, fc_groups));
+  if (cfg.bias) out.push_back(column({p + "mlp.fc.b", {cfg.fc_width()}, Init::zeros, 0, false}, fc_groups));
   out.push_back(row({p + "mlp.proj.w", {C, cfg.mlp_width()}, Init::normal, resid_std, true}));
-  out.push_back({p + "mlp.proj.b", {C}, Init::zeros, 0, false});
+  if (cfg.bias) out.push_back({p + "mlp.proj.b", {C}, Init::zeros, 0, false});
 }
 
 TransformerBlock::TransformerBlock(const GPTConfig& cfg, int layer, const BlockParams& p,
@@ -151,25 +151,25 @@ TransformerBlock::TransformerBlock(const GPTConfig& cfg, int layer, const BlockP
   // The layers check that each parameter is this rank's part of the split they expect.
   Communicator& g = *tp_.group;
   const bool sp = tp_.sequence_parallel;
-  qkv_.emplace(g, *p_.qkv_w, *p_.qkv_b, sp);
+  qkv_.emplace(g, *p_.qkv_w, p_.qkv_b, sp);
   TRELLIS_CHECK(p_.qkv_w->spec.split.groups == 3 && p_.qkv_w->spec.split.first_units == cfg.n_heads / cfg.kv_heads(),
                 p_.qkv_w->spec.name + " must be split in 3 groups (q, k, v)");
-  proj_.emplace(g, *p_.proj_w, *p_.proj_b, sp, tp_.comm_chunks);
+  proj_.emplace(g, *p_.proj_w, p_.proj_b, sp, tp_.comm_chunks);
   if (moe_) return;  // its experts are split over the group inside MoEMLP
-  fc_.emplace(g, *p_.fc_w, *p_.fc_b, sp);
+  fc_.emplace(g, *p_.fc_w, p_.fc_b, sp);
   TRELLIS_CHECK(p_.fc_w->spec.split.groups == (cfg.swiglu ? 2 : 1),
                 p_.fc_w->spec.name + (cfg.swiglu ? " must be split in 2 groups (gate, up)" : " must be split whole"));
-  fc_proj_.emplace(g, *p_.fc_proj_w, *p_.fc_proj_b, sp, tp_.comm_chunks);
+  fc_proj_.emplace(g, *p_.fc_proj_w, p_.fc_proj_b, sp, tp_.comm_chunks);
 }
 
 std::vector<const Parameter*> TransformerBlock::first_written_grads() const {
   std::vector<const Parameter*> out{p_.ln1_w, p_.ln1_b, p_.qkv_w, p_.qkv_b, p_.proj_w, p_.proj_b, p_.ln2_w, p_.ln2_b};
-  std::erase(out, nullptr);  // RMSNorm's missing biases
   if (moe_) {
     for (const Parameter* q : moe_->parameters()) out.push_back(q);
   } else {
     out.insert(out.end(), {p_.fc_w, p_.fc_b, p_.fc_proj_w, p_.fc_proj_b});
   }
+  std::erase(out, nullptr);  // the biases RMSNorm and model.bias = false leave out
   return out;
 }
 
@@ -240,7 +240,7 @@ Tensor part_of(const Tensor& t, int i, int parts) {
 
 // Through the row-parallel layer when there is one (its all-reduce in flight), else the plain linear.
 CommHandle row_forward(Runtime& rt, const std::optional<RowParallelLinear>& par, const Tensor& y, const Tensor& x,
-                       const Parameter& w, const Parameter& b, Arena& work, const Tensor* residual) {
+                       const Parameter& w, const Parameter* b, Arena& work, const Tensor* residual) {
   if (par) return par->forward(rt, y, x, work, residual);
   linear_forward(rt, y, x, w, b, nullptr, residual);
   return {};
@@ -293,13 +293,13 @@ CommHandle TransformerBlock::attention_half(Runtime& rt, const StepContext& ctx,
                                             Arena& temp) const {
   layernorm_forward(rt, s.ln1, s.ln1_mean, s.ln1_rstd, s.x, p_.ln1_w->value, value_or_empty(p_.ln1_b), float(cfg_.norm_eps),
                       cfg_.rmsnorm);
-  linear_forward(rt, qkv_, s.qkv, s.ln1, *p_.qkv_w, *p_.qkv_b, temp);
+  linear_forward(rt, qkv_, s.qkv, s.ln1, *p_.qkv_w, p_.qkv_b, temp);
   // Rotary positions turn q and k in place: attention and its backward read the turned ones.
   if (cfg_.rope) rotary_embedding(rt, s.qkv, local_heads(), cfg_.rope_theta);
   attention_forward(rt, s.att, s.lse, s.qkv, local_heads(), attention_dropout(ctx));
   if (residual_in_gemm(ctx))  // r = x + proj(att)
-    return row_forward(rt, proj_, s.r, s.att, *p_.proj_w, *p_.proj_b, temp, &s.x);
-  return row_forward(rt, proj_, branch, s.att, *p_.proj_w, *p_.proj_b, temp, nullptr);
+    return row_forward(rt, proj_, s.r, s.att, *p_.proj_w, p_.proj_b, temp, &s.x);
+  return row_forward(rt, proj_, branch, s.att, *p_.proj_w, p_.proj_b, temp, nullptr);
 }
 
 CommHandle TransformerBlock::mlp_half(Runtime& rt, const StepContext& ctx, BlockSaved& s, const Tensor& branch,
@@ -321,17 +321,17 @@ CommHandle TransformerBlock::mlp_half(Runtime& rt, const StepContext& ctx, Block
     return {};
   }
   if (cfg_.swiglu) {  // h = fc(ln2) = [gate | up], g = silu(gate) * up
-    linear_forward(rt, fc_, s.h, s.ln2, *p_.fc_w, *p_.fc_b, temp);
+    linear_forward(rt, fc_, s.h, s.ln2, *p_.fc_w, p_.fc_b, temp);
     swiglu_forward(rt, s.g, s.h);
   } else if (fc_) {  // g = gelu(h), h = fc(ln2): one GEMM with the GELU as its epilogue, writing both
     fc_->forward(rt, s.g, s.ln2, temp, &s.h);
   } else {
-    linear_forward(rt, s.g, s.ln2, *p_.fc_w, *p_.fc_b, &s.h);
+    linear_forward(rt, s.g, s.ln2, *p_.fc_w, p_.fc_b, &s.h);
   }
   if (!y.defined()) return {};
   if (residual_in_gemm(ctx))  // y = r + fc_proj(g)
-    return row_forward(rt, fc_proj_, y, s.g, *p_.fc_proj_w, *p_.fc_proj_b, temp, &s.r);
-  return row_forward(rt, fc_proj_, branch, s.g, *p_.fc_proj_w, *p_.fc_proj_b, temp, nullptr);
+    return row_forward(rt, fc_proj_, y, s.g, *p_.fc_proj_w, p_.fc_proj_b, temp, &s.r);
+  return row_forward(rt, fc_proj_, branch, s.g, *p_.fc_proj_w, p_.fc_proj_b, temp, nullptr);
 }
 
 void TransformerBlock::forward_into(Runtime& rt, const StepContext& ctx, const Tensor& x, const Tensor& y,
@@ -445,7 +445,7 @@ void TransformerBlock::backward(Runtime& rt, const StepContext& ctx, const Tenso
   // Without dropout (and sequence parallelism, whose dres is a token shard), the two projections' output
   // gradients are dres as ln2's backward reads it (fc_proj's) and as it writes it (proj's): their bias
   // gradients (replicated under tensor parallelism) are summed there.
-  const bool bias_sums_in_ln2 = !drop && !tp_.sharded_tokens() && !moe_;
+  const bool bias_sums_in_ln2 = !drop && !tp_.sharded_tokens() && !moe_ && cfg_.bias;
   // Under tensor parallelism without sequence parallelism each row-parallel layer's weight gradients
   // run beside the next column-parallel layer's input-gradient all-reduce, with that layer's own.
   const bool defer = fc_proj_ && !tp_.sharded_tokens();
@@ -463,9 +463,9 @@ void TransformerBlock::backward(Runtime& rt, const StepContext& ctx, const Tenso
     fc_->backward(rt, dln, dh, s.ln2, work, [&] { fc_proj_->weight_grads(rt, dbranch, s.g, bias_sums_in_ln2); });
   } else {
     if (fc_proj_) fc_proj_->backward(rt, dg, dbranch, s.g, work, gelu_of);  // sequence parallel: no bias sums
-    else linear_backward(rt, dg, dbranch, s.g, *p_.fc_proj_w, *p_.fc_proj_b, gelu_of, bias_sums_in_ln2);
+    else linear_backward(rt, dg, dbranch, s.g, *p_.fc_proj_w, p_.fc_proj_b, gelu_of, bias_sums_in_ln2);
     if (cfg_.swiglu) swiglu_backward(rt, dh, dg, s.h);
-    linear_backward(rt, fc_, dln, dh, s.ln2, *p_.fc_w, *p_.fc_b, work);
+    linear_backward(rt, fc_, dln, dh, s.ln2, *p_.fc_w, p_.fc_b, work);
   }
   ResidualColumnSums bias_sums;
   if (bias_sums_in_ln2)
@@ -485,10 +485,10 @@ void TransformerBlock::backward(Runtime& rt, const StepContext& ctx, const Tenso
     qkv_->backward(rt, dln, dqkv, s.ln1, work, [&] { proj_->weight_grads(rt, dbranch, s.att, bias_sums_in_ln2); });
   } else {
     if (proj_) proj_->backward(rt, datt, dbranch, s.att, work);
-    else linear_backward(rt, datt, dbranch, s.att, *p_.proj_w, *p_.proj_b, nullptr, bias_sums_in_ln2);
+    else linear_backward(rt, datt, dbranch, s.att, *p_.proj_w, p_.proj_b, nullptr, bias_sums_in_ln2);
     attention_backward(rt, dqkv, datt, s.qkv, s.att, s.lse, H, attention_dropout(ctx));
     if (cfg_.rope) rotary_embedding(rt, dqkv, H, cfg_.rope_theta, 0, true);  // to the unturned q, k
-    linear_backward(rt, qkv_, dln, dqkv, s.ln1, *p_.qkv_w, *p_.qkv_b, work);
+    linear_backward(rt, qkv_, dln, dqkv, s.ln1, *p_.qkv_w, p_.qkv_b, work);
   }
   layernorm_backward(rt, dres, p_.ln1_w->grad, grad_or_empty(p_.ln1_b), dln, s.x, p_.ln1_w->value, s.ln1_mean, s.ln1_rstd,
                      layernorm_grads_accumulate(*p_.ln1_w, p_.ln1_b), nullptr, cfg_.rmsnorm);

@@ -242,12 +242,12 @@ void MoEMLP::shared_output(Runtime& rt, const Tensor& out, const MoESaved& s) co
 }
 
 void MoEMLP::shared_backward(Runtime& rt, const Tensor& dx, const Tensor& dout, const Tensor& x, const MoESaved& s) const {
-  weight_and_bias_grad(rt, *p_.shared.proj_w, *p_.shared.proj_b, dout, s.gs);
+  weight_and_bias_grad(rt, *p_.shared.proj_w, p_.shared.proj_b, dout, s.gs);
   const Tensor dh = s.gs;  // gs is read: its rows take dh = (dout W_proj) * gelu'(hs)
   MatmulOptions dgelu;
   dgelu.gelu_grad_of = &s.hs;
   matmul(rt, dh, dout, p_.shared.proj_w->value, dgelu);
-  weight_and_bias_grad(rt, *p_.shared.fc_w, *p_.shared.fc_b, dh, x);
+  weight_and_bias_grad(rt, *p_.shared.fc_w, p_.shared.fc_b, dh, x);
   MatmulOptions acc;
   acc.accumulate = true;
   matmul(rt, dx, dh, p_.shared.fc_w->value, acc);

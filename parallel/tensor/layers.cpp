@@ -38,17 +38,18 @@ void weight_grad(Runtime& rt, const Parameter& w, const Tensor& dy, const Tensor
   matmul(rt, w.grad, rows2d(dy), rows2d(x), acc);
 }
 
-void weight_and_bias_grad(Runtime& rt, const Parameter& w, const Parameter& b, const Tensor& dy, const Tensor& x) {
+void weight_and_bias_grad(Runtime& rt, const Parameter& w, const Parameter* b, const Tensor& dy, const Tensor& x) {
   weight_grad(rt, w, dy, x);
-  bias_backward(rt, b.grad, rows2d(dy), grad_accumulates(b));
+  if (b) bias_backward(rt, b->grad, rows2d(dy), grad_accumulates(*b));
 }
 
-ColumnParallelLinear::ColumnParallelLinear(Communicator& tensor, const Parameter& w, const Parameter& b,
+ColumnParallelLinear::ColumnParallelLinear(Communicator& tensor, const Parameter& w, const Parameter* b,
                                            bool sequence_parallel)
-    : tensor_(&tensor), w_(&w), b_(&b), sp_(sequence_parallel) {
+    : tensor_(&tensor), w_(&w), b_(b), sp_(sequence_parallel) {
   check_split(tensor, w, 0, "ColumnParallelLinear");
-  check_split(tensor, b, 0, "ColumnParallelLinear");
-  TRELLIS_CHECK(w.spec.split.groups == b.spec.split.groups && w.spec.split.first_units == b.spec.split.first_units,
+  if (!b) return;
+  check_split(tensor, *b, 0, "ColumnParallelLinear");
+  TRELLIS_CHECK(w.spec.split.groups == b->spec.split.groups && w.spec.split.first_units == b->spec.split.first_units,
                 w.spec.name + " and its bias are grouped differently");
 }
 
@@ -61,7 +62,7 @@ void ColumnParallelLinear::forward(Runtime& rt, const Tensor& y, const Tensor& x
   }
   MatmulOptions o;
   o.trans_b = true;
-  o.bias = &b_->value;
+  o.bias = b_ ? &b_->value : nullptr;
   o.gelu_input = gelu_input;
   matmul(rt, rows2d(y), rows2d(in), w_->value, o);
 }
@@ -81,15 +82,15 @@ void ColumnParallelLinear::backward(Runtime& rt, const Tensor& dx, const Tensor&
   CommHandle reduced = sp_ ? gather_from_token_shards_backward(*tensor_, dx, din)
                            : copy_to_tensor_region_backward(*tensor_, dx);
   if (beside) beside();
-  weight_and_bias_grad(rt, *w_, *b_, dy, in);
+  weight_and_bias_grad(rt, *w_, b_, dy, in);
   reduced.wait();
 }
 
-RowParallelLinear::RowParallelLinear(Communicator& tensor, const Parameter& w, const Parameter& b,
+RowParallelLinear::RowParallelLinear(Communicator& tensor, const Parameter& w, const Parameter* b,
                                      bool sequence_parallel, int comm_chunks)
-    : tensor_(&tensor), w_(&w), b_(&b), sp_(sequence_parallel), comm_chunks_(comm_chunks) {
+    : tensor_(&tensor), w_(&w), b_(b), sp_(sequence_parallel), comm_chunks_(comm_chunks) {
   check_split(tensor, w, 1, "RowParallelLinear");
-  check_split(tensor, b, -1, "RowParallelLinear");
+  if (b) check_split(tensor, *b, -1, "RowParallelLinear");
   TRELLIS_CHECK(comm_chunks >= 1, "RowParallelLinear: comm_chunks must be at least 1");
 }
 
@@ -104,7 +105,7 @@ CommHandle RowParallelLinear::forward(Runtime& rt, const Tensor& y, const Tensor
   // The bias (and the residual) must enter the sum once: rank 0 adds them in its GEMM epilogue (free),
   // the others not.
   const bool first = tensor_->rank() == 0;
-  if (first) o.bias = &b_->value;
+  if (first && b_) o.bias = &b_->value;
   const Tensor y2 = rows2d(partial), x2 = rows2d(x), res2 = residual && first ? rows2d(*residual) : Tensor();
   if (sp_) {
     matmul(rt, y2, x2, w_->value, o);
@@ -135,7 +136,7 @@ void RowParallelLinear::backward(Runtime& rt, const Tensor& dx, const Tensor& dy
   MatmulOptions o;
   o.gelu_grad_of = gelu_grad_of;
   matmul(rt, rows2d(dx), rows2d(dfull), w_->value, o);
-  weight_and_bias_grad(rt, *w_, *b_, dfull, x);
+  weight_and_bias_grad(rt, *w_, b_, dfull, x);
 }
 
 void RowParallelLinear::backward_input(Runtime& rt, const Tensor& dx, const Tensor& dy,
@@ -149,7 +150,7 @@ void RowParallelLinear::backward_input(Runtime& rt, const Tensor& dx, const Tens
 void RowParallelLinear::weight_grads(Runtime& rt, const Tensor& dy, const Tensor& x, bool bias_elsewhere) const {
   TRELLIS_CHECK(!sp_, "RowParallelLinear::weight_grads: only without sequence parallelism");
   if (bias_elsewhere) weight_grad(rt, *w_, dy, x);
-  else weight_and_bias_grad(rt, *w_, *b_, dy, x);
+  else weight_and_bias_grad(rt, *w_, b_, dy, x);
 }
 
 }  // namespace trellis

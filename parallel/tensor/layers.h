@@ -18,17 +18,17 @@ namespace trellis {
 
 // The parameter gradients of y = x W^T + b (x: (N, in), dy: (N, out)): w.grad += dy^T x (f32) and
 // b.grad += column sums of dy, each written instead where it is fresh (grad_accumulates: its first
-// write in the step). The tensor-parallel layers' and the plain linear's (t = 1).
-void weight_and_bias_grad(Runtime& rt, const Parameter& w, const Parameter& b, const Tensor& dy, const Tensor& x);
+// write in the step); b null: a layer without a bias. The tensor-parallel layers' and the plain linear's (t = 1).
+void weight_and_bias_grad(Runtime& rt, const Parameter& w, const Parameter* b, const Tensor& dy, const Tensor& x);
 // The weight's part alone, for a bias whose gradient is summed elsewhere.
 void weight_grad(Runtime& rt, const Parameter& w, const Tensor& dy, const Tensor& x);
 
-// W split by rows (output features): w (out/t, in) and b (out/t), both TensorSplit dim 0 with the
+// W split by rows (output features): w (out/t, in) and b (out/t; null: no bias), both TensorSplit dim 0 with the
 // same groups (3 for the fused qkv, giving each rank [q | k | v] of its own heads). The output is
 // this rank's columns of the full output, in the same order.
 class ColumnParallelLinear {
  public:
-  ColumnParallelLinear(Communicator& tensor, const Parameter& w, const Parameter& b, bool sequence_parallel);
+  ColumnParallelLinear(Communicator& tensor, const Parameter& w, const Parameter* b, bool sequence_parallel);
 
   // x: the full (N, in) input, or this rank's (N/t, in) token shard with sequence parallelism
   // (gathered into an (N, in) tensor from `work`). y: (N, out/t). With gelu_input (y's size and
@@ -51,14 +51,14 @@ class ColumnParallelLinear {
   bool sp_;
 };
 
-// W split by columns (input features): w (out, in/t), TensorSplit dim 1; b (out) replicated. The
+// W split by columns (input features): w (out, in/t), TensorSplit dim 1; b (out) replicated, or null. The
 // input is this rank's columns of the full input (a column-parallel layer's output).
 class RowParallelLinear {
  public:
   // comm_chunks > 1 (without sequence parallelism): forward computes and all-reduces y in that many
   // blocks of rows, each block's all-reduce in flight while the next block's GEMM runs, so only the
   // last block's is exposed.
-  RowParallelLinear(Communicator& tensor, const Parameter& w, const Parameter& b, bool sequence_parallel,
+  RowParallelLinear(Communicator& tensor, const Parameter& w, const Parameter* b, bool sequence_parallel,
                     int comm_chunks = 1);
 
   // x: (N, in/t). y: the full (N, out), summed over the group, or with sequence parallelism this

@@ -231,6 +231,15 @@ TEST_P(Parity, Matmul) {
       matmul(gpu(), gcr.t, ga.t, gb.t, orr);
       expect_close(to_host(gcr), cr, tolerance(dt()), "matmul + bias + residual" + tag);
       expect_close(to_host(gres), res, tolerance(DType::f32), "matmul's residual left unchanged" + tag);
+      // a residual without a bias (a bias-free model's projection, model.bias = false)
+      MatmulOptions orn = opt;
+      HostTensor crn(dt(), {M, N});
+      DeviceTensor gcrn = device_empty(dt(), {M, N});
+      orn.residual = &res.t;
+      matmul(cpu(), crn.t, a.t, b.t, orn);
+      orn.residual = &gres.t;
+      matmul(gpu(), gcrn.t, ga.t, gb.t, orn);
+      expect_close(to_host(gcrn), crn, tolerance(dt()), "matmul + residual, no bias" + tag);
     }
   }
 }

@@ -40,9 +40,10 @@ constexpr int64_t T = 8, C = 16, H = 4;
 constexpr int kLayer = 1;
 
 GPTConfig test_config(Checkpointing ck, float dropout = 0.1f, bool swiglu = false, int64_t ffn_hidden = 0,
-                      int64_t kv_heads = 0) {
+                      int64_t kv_heads = 0, bool bias = true) {
   GPTConfig cfg;
   cfg.n_kv_heads = kv_heads;
+  cfg.bias = bias;
   cfg.swiglu = swiglu;
   cfg.ffn_hidden = ffn_hidden;
   cfg.vocab_size = 64;
@@ -107,7 +108,7 @@ void run_block(Runtime& rt, const GPTConfig& cfg, const TensorParallelContext& t
 
 // Without dropout the residual adds are the projections' GEMM epilogues (rank 0's, before the all-reduce).
 void check_block(Runtime& rt, ProcessGroups& pg, Checkpointing ck, bool sp, int64_t B, float dropout, bool swiglu,
-                 int64_t ffn_hidden, int64_t kv_heads = 0) {
+                 int64_t ffn_hidden, int64_t kv_heads = 0, bool bias = true) {
   const int64_t N = B * T;
   Communicator& tensor = pg.tensor();
   const int t = tensor.size(), r = tensor.rank(), d = pg.coords().data;
@@ -119,8 +120,8 @@ void check_block(Runtime& rt, ProcessGroups& pg, Checkpointing ck, bool sp, int6
                (sp ? " with" : " without") + " sequence parallelism, checkpointing " + ck_name + ", micro-batch " +
                std::to_string(B) + ", dropout " + std::to_string(dropout) + (swiglu ? ", SwiGLU" : "") +
                (ffn_hidden ? ", MLP width " + std::to_string(ffn_hidden) : "") +
-               (kv_heads ? ", " + std::to_string(kv_heads) + " key-value heads" : ""));
-  const GPTConfig cfg = test_config(ck, dropout, swiglu, ffn_hidden, kv_heads);
+               (kv_heads ? ", " + std::to_string(kv_heads) + " key-value heads" : "") + (bias ? "" : ", no biases"));
+  const GPTConfig cfg = test_config(ck, dropout, swiglu, ffn_hidden, kv_heads, bias);
   StepContext ctx;
   ctx.seed = 1234;
   ctx.step = 3;
@@ -134,7 +135,8 @@ void check_block(Runtime& rt, ProcessGroups& pg, Checkpointing ck, bool sp, int6
   TransformerBlock::append_specs(cfg, kLayer, full_specs);
   Run full(rt, full_specs);
   draw_parameters(full.params);
-  run_block(rt, test_config(Checkpointing::none, dropout, swiglu, ffn_hidden, kv_heads), {}, ctx, B, x, dy, {B, T, C}, full);
+  run_block(rt, test_config(Checkpointing::none, dropout, swiglu, ffn_hidden, kv_heads, bias), {}, ctx, B, x, dy,
+            {B, T, C}, full);
 
   // This rank's part of the tensor-parallel block.
   const TensorParallelContext tp = TensorParallelContext::of(tensor, sp, 1, /*split_batch=*/true);
@@ -286,6 +288,11 @@ TEST(TensorParallelBlock, MatchesTheFullBlock) {
       for (bool sp : {false, true})
         for (Checkpointing ck : {Checkpointing::none, Checkpointing::selective, Checkpointing::elementwise})
           for (int64_t B : {3, 4}) check_block(rt, pg, ck, sp, B, 0.1f, false, 0, 2);
+    // No linear biases (the row-parallel layers add none on rank 0), with and without dropout (the
+    // residual in the GEMM epilogue alone).
+    for (bool sp : {false, true})
+      for (float dropout : {0.1f, 0.0f})
+        for (int64_t B : {3, 4}) check_block(rt, pg, Checkpointing::none, sp, B, dropout, true, 40, 0, false);
   }
 }
 

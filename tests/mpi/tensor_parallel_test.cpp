@@ -155,8 +155,8 @@ void check_layers(Runtime& rt, Communicator& tp, bool sp, int comm_chunks = 1) {
 
   // The parallel layers. With sequence parallelism the input, the output, their gradients and
   // the input gradient are this rank's token rows; without, they are full.
-  const ColumnParallelLinear fc(tp, part[0], part[1], sp), qkv_proj(tp, part[4], part[5], sp);
-  const RowParallelLinear proj(tp, part[2], part[3], sp, comm_chunks);
+  const ColumnParallelLinear fc(tp, part[0], &part[1], sp), qkv_proj(tp, part[4], &part[5], sp);
+  const RowParallelLinear proj(tp, part[2], &part[3], sp, comm_chunks);
   const int64_t rows = sp ? N / t : N;
   const Tensor x_in = sp ? scatter_to_token_shards_forward(tp, x.t) : x.t;
   const Tensor dy_in = sp ? scatter_to_token_shards_forward(tp, dy.t) : dy.t;

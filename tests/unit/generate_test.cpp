@@ -191,6 +191,8 @@ TEST(GPTInference, CachedLogitsWithRmsnormMatchTheTrainingForward) {
   check_cached_logits(cfg);
   cfg.n_kv_heads = 1;  // and grouped-query (here multi-query) attention: a cache of one head
   check_cached_logits(cfg);
+  cfg.bias = false;  // and no linear biases
+  check_cached_logits(cfg);
 }
 
 TEST(GPTInference, GenerationIsDeterministicAndStaysInTheVocabulary) {

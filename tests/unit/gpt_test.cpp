@@ -92,11 +92,11 @@ void check_gradients_against_finite_differences(const GPTConfig& c) {
       ++checked;
     }
   }
-  // Three elements of every tensor: 12 a block (10 with RMSNorm), wte, wpe (not with RoPE), lnf's
-  // two (one with RMSNorm) and an untied head's.
-  const int norm_biases = c.rmsnorm ? 0 : 1;
-  EXPECT_EQ(checked, 3 * (int(c.n_layers) * (10 + 2 * norm_biases) + (c.rope ? 1 : 2) + 1 + norm_biases +
-                          (c.tied_head ? 0 : 1)));
+  // Three elements of every tensor: 12 a block (2 fewer with RMSNorm, 4 fewer without linear biases),
+  // wte, wpe (not with RoPE), lnf's two (one with RMSNorm) and an untied head's.
+  const int norm_biases = c.rmsnorm ? 0 : 1, linear_biases = c.bias ? 4 : 0;
+  EXPECT_EQ(checked, 3 * (int(c.n_layers) * (6 + linear_biases + 2 * norm_biases) + (c.rope ? 1 : 2) + 1 +
+                          norm_biases + (c.tied_head ? 0 : 1)));
 }
 
 TEST(GPT, GradientsMatchFiniteDifferences) { check_gradients_against_finite_differences(tiny_config()); }
@@ -188,6 +188,35 @@ TEST(GPT, GroupedQueryAttentionParameterCount) {
   EXPECT_EQ(n, c.parameter_count() + c.padding_parameter_count());
   c.n_kv_heads = 12;  // as many as heads: multi-head attention
   EXPECT_EQ(c.parameter_count(), 124439808);
+}
+
+// No biases in the linear layers (model.bias = false): alone, and with the rest of Llama's
+// architecture (RMSNorm of eps 1e-6, SwiGLU, rotary positions, an untied head, 2 key-value heads of 4).
+TEST(GPT, BiasFreeGradientsMatchFiniteDifferences) {
+  GPTConfig c = tiny_config();
+  c.bias = false;
+  check_gradients_against_finite_differences(c);
+  c.n_heads = 4;
+  c.n_kv_heads = 2;
+  c.rmsnorm = c.swiglu = c.rope = true;
+  c.tied_head = false;
+  c.norm_eps = 1e-6;
+  check_gradients_against_finite_differences(c);
+}
+
+// Without linear biases GPT-2 small loses 12 x (3C + C + 4C + C) parameters, and no spec is a bias
+// but the norms'.
+TEST(GPT, BiasFreeParameterCount) {
+  GPTConfig c;
+  c.bias = false;
+  EXPECT_EQ(c.parameter_count(), 124439808 - 12 * 9 * 768);
+  int64_t n = 0;
+  for (const ParameterSpec& s : GPT::parameter_specs(c)) {
+    EXPECT_TRUE(!s.name.ends_with(".b") || s.name.ends_with("ln1.b") || s.name.ends_with("ln2.b") || s.name == "lnf.b")
+        << s.name;
+    n += s.shape.numel();
+  }
+  EXPECT_EQ(n, c.parameter_count() + c.padding_parameter_count());
 }
 
 // An untied head (model.tie_embeddings = false): lm_head.w of its own, alone and with Llama's block.

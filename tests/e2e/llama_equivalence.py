@@ -1,0 +1,83 @@
+#!/usr/bin/env python3
+"""Llama's architecture whole on the CPU in fp32 (DESIGN.md section 4): RMSNorm of eps 1e-6, rotary
+positions, SwiGLU of width 88, a head of its own, 2 key-value heads of 4, and no biases in the linear
+layers (model.bias = false), dropout on. K steps at data 2, tensor 2 (the batch split), tensor 2
+without dropout (the residual added in the projections' GEMM epilogue, with no bias), tensor 2 with
+sequence parallelism, pipeline 2 (interleaved), ZeRO stage 3 with full recomputation, and tensor 2 x
+pipeline 2 x data 2 give the same losses, gradient norms and exported weights as one rank, up to
+fp32 reduction-order rounding. A run stopped after step 3 and resumed continues bitwise on one rank;
+a tensor 2 checkpoint resumed on one rank continues as the uninterrupted run. One line refuses:
+resuming it with biases, init_from a model with biases, model.bias = false with experts, and
+exporting it to Hugging Face GPT-2.
+Usage: llama_equivalence.py TRAIN_GPT MPIEXEC CONFIG [EXPORT_HF]"""
+import os
+import subprocess
+import sys
+import tempfile
+
+import equivalence
+
+STEPS = 6
+LLAMA = ["model.norm=rmsnorm", "model.norm_eps=1e-6", "model.position_embedding=rope", "model.mlp=swiglu",
+         "model.ffn_hidden_size=88", "model.tie_embeddings=false", "model.n_kv_heads=2", "model.bias=false"]
+BASE = ["train.device=cpu", f"train.steps={STEPS}", "train.micro_batch=2", "train.global_batch=8",
+        "model.dropout=0.1", "model.n_layers=4", "log.val_every=0", "train.grad_clip=0.5"] + LLAMA
+
+
+def run(binary, mpiexec, config, tmp, ranks, tag, *sets):
+    return equivalence.run(binary, mpiexec, config, tmp, ranks, tag, BASE + list(sets))
+
+
+def main():
+    binary, mpiexec, config = sys.argv[1:4]
+    export_hf = sys.argv[4] if len(sys.argv) > 4 else None
+    check = equivalence.Checks(binary, mpiexec, config)
+
+    with tempfile.TemporaryDirectory() as tmp:
+        _, ref_loss, _, ref_w, names, ref_norms, out = run(binary, mpiexec, config, tmp, 1, "ref")
+        biases = [n for n in names if n.endswith(".b")]
+        model_line = next((line for line in out.splitlines() if line.startswith("model:")), "")
+        check(not biases and "no linear biases" in model_line and "norm eps 1e-06" in model_line and
+              ref_loss[-1] < ref_loss[0],
+              f"one rank: no biases among {len(names)} tensors; {model_line}; loss {ref_loss[0]:.4f} -> {ref_loss[-1]:.4f}")
+        _, nodrop_loss, _, nodrop_w, _, nodrop_norms, _ = run(binary, mpiexec, config, tmp, 1, "ref0", "model.dropout=0")
+
+        layouts = [
+            (2, "data 2, two micro-batches a rank", [], False),
+            (2, "tensor 2 (batch split)", ["parallel.tensor=2"], False),
+            (2, "tensor 2 without dropout (residual in the GEMM)", ["parallel.tensor=2", "model.dropout=0"], True),
+            (2, "tensor 2, sequence parallel", ["parallel.tensor=2", "parallel.sequence_parallel=true"], False),
+            (2, "pipeline 2 (interleaved, 2 virtual stages)",
+             ["parallel.pipeline=2", "parallel.schedule=interleaved", "parallel.virtual_stages=2"], False),
+            (2, "data 2, ZeRO 3, full recompute", ["zero.stage=3", "train.checkpointing=full"], False),
+            (8, "tensor 2 x pipeline 2 x data 2, sequence parallel, ZeRO 1",
+             ["parallel.tensor=2", "parallel.pipeline=2", "parallel.sequence_parallel=true", "zero.stage=1"], False),
+        ]
+        for i, (ranks, what, sets, nodrop) in enumerate(layouts):
+            _, loss, _, w, _, norms, _ = run(binary, mpiexec, config, tmp, ranks, f"l{i}", *sets)
+            ref = (nodrop_loss, nodrop_w, nodrop_norms) if nodrop else (ref_loss, ref_w, ref_norms)
+            ok, text = equivalence.layout_line((loss, w, norms), ref, STEPS)
+            check(ok, f"{what}: {text}")
+        equivalence.check_resumes(lambda *a: run(binary, mpiexec, config, tmp, *a), check, tmp, ref_loss, ref_w, STEPS)
+
+        check.refused(1, BASE + ["checkpoint.dir=" + os.path.join(tmp, "ckpt1"), "model.bias=true", "train.steps=8"],
+                      "no linear biases", "resume a bias-free checkpoint with biases")
+        biased = os.path.join(tmp, "biased")
+        equivalence.run(binary, mpiexec, config, tmp, 1, "biased", ["train.device=cpu", "train.steps=2",
+                                                                   "checkpoint.dir=" + biased] + LLAMA[:-1])
+        check.refused(1, ["train.device=cpu", "model.init_from=" + biased] + LLAMA,
+                      "biases in its linear layers (model.bias = true)", "init_from the same model with biases")
+        check.refused(1, ["train.device=cpu", "model.bias=false", "moe.experts=4"],
+                      "model.bias = false with moe.experts = 4", "model.bias = false with experts")
+        if export_hf:  # biases alone missing (Llama's other parts would be refused first)
+            equivalence.run(binary, mpiexec, config, tmp, 1, "nobias", ["train.device=cpu", "train.steps=2", "model.bias=false"])
+            p = subprocess.run([export_hf, os.path.join(tmp, "nobias_weights"), os.path.join(tmp, "hf")],
+                               capture_output=True, text=True, timeout=60)
+            lines = p.stderr.strip().splitlines()
+            check(p.returncode != 0 and len(lines) == 1 and "model.bias = false" in lines[0] and
+                  not os.path.exists(os.path.join(tmp, "hf")), f"export to Hugging Face GPT-2: {lines}")
+    check.finish()
+
+
+if __name__ == "__main__":
+    main()
