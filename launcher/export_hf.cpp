@@ -1,9 +1,10 @@
-// export_hf: writes a trained model as a Hugging Face GPT-2 model directory (config.json and
-// model.safetensors, f32), which transformers' GPT2LMHeadModel.from_pretrained(DIR) loads.
+// export_hf: writes a trained model as a Hugging Face GPT-2 or Llama model directory (config.json and
+// model.safetensors, f32), which transformers' GPT2LMHeadModel / LlamaForCausalLM.from_pretrained(DIR)
+// loads.
 //   export_hf SOURCE OUT_DIR
 // SOURCE is a checkpoint (a step_X directory, or a checkpoint.dir: its newest valid one) or a weight
 // export (model.json + params.f32, from --export-weights or --dump-grads); OUT_DIR is new or empty.
-// The mapping is launcher/hf_gpt2.h's. Bad input prints one line "error: ..." and exits 1.
+// The mappings are launcher/hf_model.h's. Bad input prints one line "error: ..." and exits 1.
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -11,7 +12,7 @@
 #include "core/error.h"
 #include "launcher/checkpointing.h"
 #include "launcher/model_files.h"
-#include "launcher/hf_gpt2.h"
+#include "launcher/hf_model.h"
 #include "launcher/trained_model.h"
 #include "launcher/tool_main.h"
 
@@ -32,29 +33,14 @@ int run(int argc, char** argv) {
   const std::string& out = args[1];
   check_export_outside_checkpoints("export_hf", out);
   const StoredModel src = open_stored_model(args[0], "exporting");
-  if (src.shape.rope)
-    throw UserError(src.dir + ": the model has rotary positions (model.position_embedding = rope); a Hugging Face GPT-2 "
-                    "has a learned position table");
-  if (src.shape.swiglu)
-    throw UserError(src.dir + ": the model has SwiGLU MLPs (model.mlp = swiglu); a Hugging Face GPT-2 has GELU ones");
-  if (src.shape.kv_heads() != src.shape.n_heads)
-    throw UserError(src.dir + ": the model has grouped-query attention (model.n_kv_heads = " +
-                    std::to_string(src.shape.kv_heads()) + "); a Hugging Face GPT-2 has as many key-value heads as heads");
-  if (!src.shape.bias)
-    throw UserError(src.dir + ": the model has no biases in its linear layers (model.bias = false); a Hugging Face GPT-2 "
-                    "has them");
-  if (src.shape.rmsnorm)
-    throw UserError(src.dir + ": the model has RMSNorm (model.norm = rmsnorm); a Hugging Face GPT-2 has LayerNorm");
-  if (src.shape.moe.experts > 0)
-    throw UserError(src.dir + ": the model has mixture-of-experts blocks (moe.experts = " +
-                    std::to_string(src.shape.moe.experts) + "); a Hugging Face GPT-2 has none");
+  if (const std::string why = hf_family_mismatch(src.shape); !why.empty()) throw UserError(src.dir + ": " + why);
   const std::vector<float> values = src.read_f32();
   check_export_dir_free("export_hf", out);  // creates it: only once the source has been read
-  write_hf_gpt2(src.shape, values, out);
-  std::printf("export_hf: wrote %s/model.safetensors and config.json (GPT-2, %lld layers, d_model %lld, vocabulary %lld) "
+  write_hf_model(src.shape, values, out);
+  std::printf("export_hf: wrote %s/model.safetensors and config.json (%s, %lld layers, d_model %lld, vocabulary %lld) "
               "from %s\n",
-              out.c_str(), (long long)src.shape.n_layers, (long long)src.shape.d_model, (long long)src.shape.vocab_size,
-              src.dir.c_str());
+              out.c_str(), hf_family_name(src.shape), (long long)src.shape.n_layers, (long long)src.shape.d_model,
+              (long long)src.shape.vocab_size, src.dir.c_str());
   return 0;
 }
 

@@ -2,6 +2,7 @@
 #include "launcher/resolved_run.h"
 
 #include <cstdio>
+#include <cstdlib>
 
 #include "core/error.h"
 #include "core/runtime.h"
@@ -64,7 +65,10 @@ Resolved resolve(const Config& cfg, const LaunchInfo& launch) {
 
 std::string number_g(double v) {
   char text[32];
-  std::snprintf(text, sizeof text, "%g", v);
+  for (int digits : {6, 17}) {  // %g's short form where it reads back exactly
+    std::snprintf(text, sizeof text, "%.*g", digits, v);
+    if (std::strtod(text, nullptr) == v) break;
+  }
   return text;
 }
 

@@ -26,7 +26,7 @@ Resolved resolve(const Config& cfg, const LaunchInfo& launch);
 
 // 1234567 -> "1,234,567".
 std::string with_commas(int64_t n);
-// A number as printf's %g writes it: 1e-05, 0.5, 10000.
+// A number as printf's %g writes it (1e-05, 0.5, 10000), with 17 digits where 6 would not read back exactly.
 std::string number_g(double v);
 
 }  // namespace trellis

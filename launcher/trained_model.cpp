@@ -12,7 +12,7 @@
 #include "core/error.h"
 #include "core/json.h"
 #include "data/mapped_file.h"
-#include "launcher/hf_gpt2.h"
+#include "launcher/hf_model.h"
 #include "launcher/resolved_run.h"
 #include "models/gpt.h"
 
@@ -248,11 +248,16 @@ StoredModel open_export(const std::string& dir) {
 StoredModel open_hf(const std::string& dir) {
   StoredModel s;
   s.dir = dir;
-  const GPTConfig c = read_hf_gpt2_config(dir);
-  s.shape = shape_of(c.vocab_size, c.seq_len, c.n_layers, c.n_heads, c.d_model, dir + "/config.json");
-  set_mlp(s.shape, "gelu", c.ffn_hidden, dir + "/config.json");
+  const std::string where = dir + "/config.json";
+  const GPTConfig c = read_hf_config(dir);
+  s.shape = shape_of(c.vocab_size, c.seq_len, c.n_layers, c.n_heads, c.d_model, where);
+  set_positions(s.shape, c.rope ? "rope" : "learned", c.rope_theta, where);
+  set_mlp(s.shape, c.swiglu ? "swiglu" : "gelu", c.ffn_hidden, where);
+  set_norm(s.shape, c.rmsnorm ? "rmsnorm" : "layernorm", where);
+  set_norm_eps(s.shape, c.norm_eps, where);
+  set_kv_heads(s.shape, c.n_kv_heads, where);
+  s.shape.bias = c.bias;
   s.shape.tied_head = c.tied_head;
-  s.shape.norm_eps = c.norm_eps;
   // Its weights take at least 2 bytes a parameter: a config.json that claims more than
   // model.safetensors holds is found before anything is sized by it.
   const std::string weights = dir + "/model.safetensors";
@@ -260,11 +265,12 @@ StoredModel open_hf(const std::string& dir) {
   const uint64_t bytes = fs::file_size(weights, ec);
   if (ec) throw UserError(weights + ": cannot read it: " + ec.message());
   if (bytes < 2 * uint64_t(s.shape.parameter_count()))
-    throw UserError(weights + ": holds " + std::to_string(bytes) + " bytes, too few for the GPT-2 of config.json (" +
+    throw UserError(weights + ": holds " + std::to_string(bytes) + " bytes, too few for the " +
+                    hf_family_name(s.shape) + " of config.json (" +
                     std::to_string(s.shape.parameter_count()) + " parameters)");
   s.numel = stored_numel(s.shape);
   const GPTConfig shape = s.shape;
-  s.read = [dir, shape](void* dst) { read_hf_gpt2(dir, shape, static_cast<float*>(dst)); };
+  s.read = [dir, shape](void* dst) { read_hf_weights(dir, shape, static_cast<float*>(dst)); };
   return s;
 }
 

@@ -74,7 +74,7 @@ def main():
             p = subprocess.run([export_hf, os.path.join(tmp, "nobias_weights"), os.path.join(tmp, "hf")],
                                capture_output=True, text=True, timeout=60)
             lines = p.stderr.strip().splitlines()
-            check(p.returncode != 0 and len(lines) == 1 and "model.bias = false" in lines[0] and
+            check(p.returncode != 0 and len(lines) == 1 and "no linear biases" in lines[0] and
                   not os.path.exists(os.path.join(tmp, "hf")), f"export to Hugging Face GPT-2: {lines}")
     check.finish()
 

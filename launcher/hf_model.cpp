@@ -1,5 +1,6 @@
-// Hugging Face GPT-2 directories: the tensor mapping, config.json, safetensors both ways.
-#include "launcher/hf_gpt2.h"
+// Hugging Face model directories (GPT-2 and Llama): the tensor mappings, config.json, safetensors
+// both ways.
+#include "launcher/hf_model.h"
 
 #include <algorithm>
 #include <climits>
@@ -30,10 +31,15 @@ struct HfTensor {
   bool transpose = false;      // stored (cols, rows) there
 };
 
+bool llama_family(const GPTConfig& m) { return m.rope && m.swiglu && m.rmsnorm && !m.bias; }
+const char* family_name(const GPTConfig& m) { return llama_family(m) ? "Llama" : "GPT-2"; }
+// Names outside the model's prefix: an untied (or tied, safetensors keeping one name) head.
+constexpr const char* kHeadName = "lm_head.weight";
+
 // Trellis name -> GPT-2 name: "h.3.attn.qkv.w" -> "transformer.h.3.attn.c_attn.weight".
 std::string hf_name(const std::string& name) {
   if (name == "wte" || name == "wpe") return "transformer." + name + ".weight";
-  if (name == "lm_head.w") return "lm_head.weight";  // an untied head's (nn.Linear, not in the transformer)
+  if (name == "lm_head.w") return kHeadName;  // an untied head's (nn.Linear, not in the transformer)
   const size_t dot = name.rfind('.');
   std::string stem = name.substr(0, dot);
   const std::string kind = name.substr(dot + 1) == "w" ? "weight" : "bias";
@@ -51,10 +57,38 @@ std::string hf_name(const std::string& name) {
   return "transformer." + stem + "." + kind;
 }
 
+// Llama's tensors of a Trellis parameter, with their rows (nn.Linear's (out, in), as Trellis's): qkv
+// is q_proj, k_proj and v_proj one after the other, fc gate_proj and up_proj.
+void llama_tensors(const GPTConfig& m, const ParameterSpec& s, int64_t offset, std::vector<HfTensor>& out) {
+  const int64_t C = m.d_model, Ckv = m.kv_heads() * m.head_dim(), F = m.mlp_width();
+  if (s.name == "wte") return out.push_back({"model.embed_tokens.weight", m.vocab_size, C, offset});
+  if (s.name == "lm_head.w") return out.push_back({kHeadName, m.vocab_size, C, offset});
+  if (s.name == "lnf.w") return out.push_back({"model.norm.weight", C, 0, offset});
+  const size_t dot = s.name.find('.', 2);  // "h.3.attn.qkv.w" -> layer "3", rest "attn.qkv.w"
+  const std::string layer = "model.layers." + s.name.substr(2, dot - 2) + ".", rest = s.name.substr(dot + 1);
+  if (rest == "ln1.w") return out.push_back({layer + "input_layernorm.weight", C, 0, offset});
+  if (rest == "ln2.w") return out.push_back({layer + "post_attention_layernorm.weight", C, 0, offset});
+  if (rest == "attn.proj.w") return out.push_back({layer + "self_attn.o_proj.weight", C, C, offset});
+  if (rest == "mlp.proj.w") return out.push_back({layer + "mlp.down_proj.weight", C, F, offset});
+  if (rest == "attn.qkv.w") {
+    out.push_back({layer + "self_attn.q_proj.weight", C, C, offset});
+    out.push_back({layer + "self_attn.k_proj.weight", Ckv, C, offset + C * C});
+    return out.push_back({layer + "self_attn.v_proj.weight", Ckv, C, offset + (C + Ckv) * C});
+  }
+  TRELLIS_CHECK(rest == "mlp.fc.w", "Llama mapping: no tensor for " + s.name);
+  out.push_back({layer + "mlp.gate_proj.weight", F, C, offset});
+  out.push_back({layer + "mlp.up_proj.weight", F, C, offset + F * C});
+}
+
 std::vector<HfTensor> hf_tensors(const GPTConfig& m) {
   std::vector<HfTensor> out;
   int64_t offset = 0;
   for (const ParameterSpec& s : GPT::parameter_specs(m)) {
+    if (llama_family(m)) {
+      llama_tensors(m, s, offset, out);
+      offset += s.shape.numel();
+      continue;
+    }
     HfTensor t{hf_name(s.name), s.shape[0], s.shape.rank == 2 ? s.shape[1] : 0, offset, false};
     if (s.name == "wte" || s.name == "lm_head.w") t.rows = m.vocab_size;  // without the padding rows
     else if (s.shape.rank == 2 && s.name != "wpe") {  // (out, in) -> Conv1D's (in, out)
@@ -68,6 +102,17 @@ std::vector<HfTensor> hf_tensors(const GPTConfig& m) {
 }
 
 std::string config_json(const GPTConfig& m) {
+  if (llama_family(m))  // no special tokens: Trellis's vocabularies name none
+    return "{\"architectures\":[\"LlamaForCausalLM\"],\"model_type\":\"llama\",\"vocab_size\":" +
+           std::to_string(m.vocab_size) + ",\"hidden_size\":" + std::to_string(m.d_model) + ",\"intermediate_size\":" +
+           std::to_string(m.mlp_width()) + ",\"num_hidden_layers\":" + std::to_string(m.n_layers) +
+           ",\"num_attention_heads\":" + std::to_string(m.n_heads) + ",\"num_key_value_heads\":" +
+           std::to_string(m.kv_heads()) + ",\"head_dim\":" + std::to_string(m.head_dim()) +
+           ",\"max_position_embeddings\":" + std::to_string(m.seq_len) + ",\"rms_norm_eps\":" + number_g(m.norm_eps) +
+           ",\"rope_theta\":" + number_g(m.rope_theta) + ",\"rope_scaling\":null,\"hidden_act\":\"silu\"," +
+           "\"attention_bias\":false,\"mlp_bias\":false,\"attention_dropout\":0.0,\"initializer_range\":0.02," +
+           "\"tie_word_embeddings\":" + (m.tied_head ? "true" : "false") +
+           ",\"torch_dtype\":\"float32\",\"bos_token_id\":null,\"eos_token_id\":null}\n";
   // GPT-2's <|endoftext|> is id 50256; another vocabulary's last id is an ordinary token.
   const std::string eos = m.vocab_size == 50257 ? "50256" : "null";
   return "{\"architectures\":[\"GPT2LMHeadModel\"],\"model_type\":\"gpt2\",\"vocab_size\":" +
@@ -102,6 +147,9 @@ std::string safetensors_header(const std::vector<HfTensor>& tensors) {
 }
 
 
+// A JSON value as written in its file, for messages.
+std::string text_of(const JsonValue& v) { return v.kind == JsonValue::Kind::kString ? "\"" + v.text + "\"" : v.text; }
+
 }  // namespace
 
 bool is_hf_model_dir(const std::string& dir) {
@@ -110,14 +158,12 @@ bool is_hf_model_dir(const std::string& dir) {
   return fs::exists(fs::path(dir) / "config.json", ec) && fs::exists(fs::path(dir) / "model.safetensors", ec);
 }
 
-GPTConfig read_hf_gpt2_config(const std::string& dir) {
+GPTConfig read_hf_config(const std::string& dir) {
   const std::string path = dir + "/config.json";
   const JsonValue c = parse_json(read_text_file(path), path);
   if (c.kind != JsonValue::Kind::kObject) throw UserError(path + ": not a JSON object");
-  auto refuse = [&](const std::string& what) {
-    throw UserError(path + ": " + what + "; Trellis computes GPT-2 with the tanh GELU (gelu_new)");
-  };
-  // Each key as GPT2Config reads it: absent (or null) is its default, another JSON type is refused.
+  // Each key as GPT2Config / LlamaConfig reads it: absent (or null) is its default, another JSON type
+  // is refused.
   auto member = [&](const char* key, JsonValue::Kind kind, const char* type) -> const JsonValue* {
     const JsonValue* v = c.find(key);
     if (!v || v->kind == JsonValue::Kind::kNull) return nullptr;
@@ -140,13 +186,62 @@ GPTConfig read_hf_gpt2_config(const std::string& dir) {
       throw UserError(path + ": " + key + " is not an integer");
     }
   };
-  if (text("model_type", "gpt2") != "gpt2") refuse("model_type is \"" + text("model_type", "") + "\", not gpt2");
+  auto real = [&](const char* key, double absent, double lo, double hi) {
+    const JsonValue* v = member(key, JsonValue::Kind::kNumber, "a number");
+    const double x = v ? v->as_double() : absent;
+    if (!(x > lo && x <= hi))
+      throw UserError(path + ": " + key + " is " + v->text + " (allowed: above " + number_g(lo) + ", at most " +
+                      number_g(hi) + ")");
+    return x;
+  };
+  const std::string type = text("model_type", "gpt2");
+  GPTConfig m;
+  if (type == "llama") {
+    auto refuse = [&](const std::string& what) {
+      throw UserError(path + ": " + what + "; Trellis computes Llama with SiLU, no biases and plain rotary positions");
+    };
+    if (text("hidden_act", "silu") != "silu") refuse("hidden_act is \"" + text("hidden_act", "") + "\"");
+    for (const char* off : {"attention_bias", "mlp_bias"})
+      if (flag(off, false)) refuse(std::string(off) + " is true");
+    if (c.find("rope_scaling") && c.find("rope_scaling")->kind != JsonValue::Kind::kNull) refuse("rope_scaling is set");
+    if (number("pretraining_tp", 1) != 1) refuse("pretraining_tp is not 1");
+    m.vocab_size = number("vocab_size", 32000);
+    m.seq_len = number("max_position_embeddings", 2048);
+    m.n_layers = number("num_hidden_layers", 32);
+    m.n_heads = number("num_attention_heads", 32);
+    m.d_model = number("hidden_size", 4096);
+    m.n_kv_heads = number("num_key_value_heads", m.n_heads);
+    const int64_t hd = number("head_dim", m.n_heads > 0 ? m.d_model / m.n_heads : 0);
+    if (m.n_heads > 0 && hd * m.n_heads != m.d_model)
+      refuse("head_dim " + std::to_string(hd) + " x num_attention_heads is not hidden_size");
+    m.ffn_hidden = number("intermediate_size", 11008);
+    if (m.ffn_hidden < 1 || m.ffn_hidden > INT32_MAX)
+      throw UserError(path + ": intermediate_size is " + std::to_string(m.ffn_hidden) + " (allowed: 1 to 2147483647)");
+    m.rope = m.swiglu = m.rmsnorm = true;
+    m.bias = false;
+    m.rope_theta = real("rope_theta", 10000.0, 1.0, 1e12);
+    // transformers 5 writes the rotation as rope_parameters {rope_type, rope_theta}.
+    if (const JsonValue* rp = member("rope_parameters", JsonValue::Kind::kObject, "an object")) {
+      const JsonValue *kind = rp->find("rope_type"), *theta = rp->find("rope_theta");
+      if (kind && (kind->kind != JsonValue::Kind::kString || kind->text != "default"))
+        refuse("rope_parameters.rope_type is " + text_of(*kind) + ", not \"default\"");
+      if (theta && (theta->kind != JsonValue::Kind::kNumber || !(theta->as_double() > 1 && theta->as_double() <= 1e12)))
+        throw UserError(path + ": rope_parameters.rope_theta is " + text_of(*theta) + " (allowed: above 1, at most 1e12)");
+      if (theta) m.rope_theta = theta->as_double();
+    }
+    m.norm_eps = real("rms_norm_eps", 1e-6, 0.0, 0.1);
+    m.tied_head = flag("tie_word_embeddings", false);
+    return m;
+  }
+  if (type != "gpt2") throw UserError(path + ": model_type is \"" + type + "\" (allowed: gpt2, llama)");
+  auto refuse = [&](const std::string& what) {
+    throw UserError(path + ": " + what + "; Trellis computes GPT-2 with the tanh GELU (gelu_new)");
+  };
   const std::string act = text("activation_function", "gelu_new");
   if (act != "gelu_new" && act != "gelu_pytorch_tanh") refuse("activation_function is \"" + act + "\"");
   for (const char* off : {"scale_attn_by_inverse_layer_idx", "add_cross_attention"})
     if (flag(off, false)) refuse(std::string(off) + " is true");
   if (!flag("scale_attn_weights", true)) refuse("scale_attn_weights is false");
-  GPTConfig m;
   m.vocab_size = number("vocab_size", 50257);
   m.seq_len = number("n_positions", 1024);
   m.n_layers = number("n_layer", 12);
@@ -158,15 +253,28 @@ GPTConfig read_hf_gpt2_config(const std::string& dir) {
     throw UserError(path + ": n_inner is " + std::to_string(inner) + " (allowed: null, or 1 to 2147483647)");
   m.ffn_hidden = inner;
   m.tied_head = flag("tie_word_embeddings", true);  // untied: lm_head.weight is a tensor of its own
-  if (const JsonValue* eps = member("layer_norm_epsilon", JsonValue::Kind::kNumber, "a number")) {
-    m.norm_eps = eps->as_double();
-    if (!(m.norm_eps > 0 && m.norm_eps <= 0.1))
-      throw UserError(path + ": layer_norm_epsilon is " + eps->text + " (allowed: above 0, at most 0.1)");
-  }
+  m.norm_eps = real("layer_norm_epsilon", 1e-5, 0.0, 0.1);
   return m;
 }
 
-void read_hf_gpt2(const std::string& dir, const GPTConfig& shape, float* whole) {
+std::string hf_family_mismatch(const GPTConfig& m) {
+  if (m.moe.experts > 0)
+    return "the model has mixture-of-experts blocks (moe.experts = " + std::to_string(m.moe.experts) +
+           "); a Hugging Face GPT-2 or Llama has none";
+  if (llama_family(m)) return "";
+  const bool gpt2 = !m.rope && !m.swiglu && !m.rmsnorm && m.bias && m.kv_heads() == m.n_heads;
+  if (gpt2) return "";
+  auto has = [](bool on, const char* yes, const char* no) { return std::string(on ? yes : no); };
+  return "the model has " + has(m.rope, "rotary", "learned") + " positions, " + has(m.swiglu, "SwiGLU", "GELU") +
+         " MLPs, " + has(m.rmsnorm, "RMSNorm", "LayerNorm") + ", " + has(m.bias, "", "no ") +
+         "linear biases and " + std::to_string(m.kv_heads()) + " key-value heads of " + std::to_string(m.n_heads) +
+         "; a Hugging Face GPT-2 has learned positions, GELU, LayerNorm, biases and as many key-value heads as heads "
+         "(grouped-query attention is Llama's), a Llama rotary positions, SwiGLU, RMSNorm and no biases";
+}
+
+const char* hf_family_name(const GPTConfig& m) { return family_name(m); }
+
+void read_hf_weights(const std::string& dir, const GPTConfig& shape, float* whole) {
   const std::string path = dir + "/model.safetensors";
   std::ifstream f(path, std::ios::binary);
   unsigned char len[8];
@@ -183,6 +291,7 @@ void read_hf_gpt2(const std::string& dir, const GPTConfig& shape, float* whole) 
   const JsonValue header = parse_json(text, path + " (header)");
   if (header.kind != JsonValue::Kind::kObject) throw UserError(path + ": its header is not a JSON object");
   const std::vector<HfTensor> tensors = hf_tensors(shape);
+  const std::string prefix = llama_family(shape) ? "model." : "transformer.";  // optional in the file
   int64_t total = 0;
   for (const ParameterSpec& s : GPT::parameter_specs(shape)) total += s.shape.numel();
   std::fill(whole, whole + total, 0.0f);
@@ -202,13 +311,15 @@ void read_hf_gpt2(const std::string& dir, const GPTConfig& shape, float* whole) 
                         std::to_string(end) + "] lie outside its " + std::to_string(data_size) + " bytes of data");
       spans.emplace_back(uint64_t(begin), uint64_t(end));
       const bool head_name = key == "lm_head.weight";
-      const std::string name = key.rfind("transformer.", 0) == 0 || head_name ? key : "transformer." + key;
+      const std::string name = key.rfind(prefix, 0) == 0 || head_name ? key : prefix + key;
       size_t i = 0;
       while (i < tensors.size() && tensors[i].name != name) ++i;
-      const bool buffer = name.ends_with(".attn.bias") || name.ends_with(".attn.masked_bias");
+      // Buffers older transformers saved: GPT-2's causal masks, Llama's rotary frequencies.
+      const bool buffer = name.ends_with(".attn.bias") || name.ends_with(".attn.masked_bias") ||
+                          name.ends_with(".rotary_emb.inv_freq");
       const bool is_head = head_name && shape.tied_head;  // tied: the token embedding's other name
       if (i == tensors.size() && !buffer && !is_head)
-        throw UserError(path + ": tensor " + key + " is not part of a GPT-2 of config.json's shape");
+        throw UserError(path + ": tensor " + key + " is not part of a " + family_name(shape) + " of config.json's shape");
       if (buffer) continue;  // the causal mask, which older transformers saved
       const HfTensor& h = is_head ? tensors[0] : tensors[i];
       const std::string& dtype = t.at("dtype").as_string();
@@ -270,10 +381,10 @@ void read_hf_gpt2(const std::string& dir, const GPTConfig& shape, float* whole) 
     }
   }
   for (size_t i = 0; i < tensors.size(); ++i)
-    if (!found[i]) throw UserError(path + ": has no tensor " + tensors[i].name + " (nor without \"transformer.\")");
+    if (!found[i]) throw UserError(path + ": has no tensor " + tensors[i].name + " (nor without \"" + prefix + "\")");
 }
 
-void write_hf_gpt2(const GPTConfig& shape, const std::vector<float>& whole, const std::string& dir) {
+void write_hf_model(const GPTConfig& shape, const std::vector<float>& whole, const std::string& dir) {
   const std::vector<HfTensor> tensors = hf_tensors(shape);
   const std::string header = safetensors_header(tensors);
   write_file_atomically(dir + "/model.safetensors", [&](const ByteSink& write) {

@@ -1,0 +1,39 @@
+// Trellis's GPT and Hugging Face's models: a model directory with config.json and model.safetensors,
+// of transformers' GPT2LMHeadModel or LlamaForCausalLM.
+// - GPT-2 (learned positions, GELU, LayerNorm, biases, multi-head): GPT-2's names; Trellis's linear
+//   weights are (out, in), GPT-2's Conv1D ones (in, out), so they are transposed; GELU is the tanh
+//   form ("gelu_new"); layer_norm_epsilon is model.norm_eps; n_inner the MLP's width.
+// - Llama (rotary positions, SwiGLU, RMSNorm, no linear biases; any number of key-value heads, tied
+//   or untied head): qkv is q_proj, k_proj and v_proj, fc gate_proj and up_proj, all (out, in) as in
+//   Trellis; Llama's rotate-half rotary embedding is Trellis's; rms_norm_eps and rope_theta carry
+//   over; rope_scaling, biases and activations other than SiLU are refused.
+// The token embedding and an untied head have no vocabulary padding there. Values move in the whole
+// model's flat layout (GPT::parameter_specs), as f32.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "models/gpt_config.h"
+
+namespace trellis {
+
+// Whether `dir` holds a Hugging Face model (config.json and model.safetensors).
+bool is_hf_model_dir(const std::string& dir);
+// The model's shape from its config.json (model_type gpt2, the default, or llama; the config
+// class's defaults where a key is absent), as written there (the sizes are the caller's to check);
+// throws UserError naming the file and key where it is not a model Trellis computes the same way.
+GPTConfig read_hf_config(const std::string& dir);
+// Why `m` is neither a Hugging Face GPT-2 nor a Llama (one line), or "" when it is one of them.
+std::string hf_family_mismatch(const GPTConfig& m);
+// "GPT-2" or "Llama": the family `m` is written as (hf_family_mismatch(m) empty).
+const char* hf_family_name(const GPTConfig& m);
+// Its parameters into `whole` (the whole layout of `shape`, read_hf_config's, with the vocabulary
+// padding rows zero). Accepts F32, F16 and BF16 tensors, names with or without the model's prefix
+// ("transformer.", "model."), the buffers older transformers saved (GPT-2's causal masks, Llama's
+// inv_freq), and, tied, an lm_head equal to the token embedding. Throws UserError.
+void read_hf_weights(const std::string& dir, const GPTConfig& shape, float* whole);
+// Writes config.json and model.safetensors (F32) of `whole` into `dir`, each through a temporary
+// file and a rename, tensor by tensor. Throws UserError.
+void write_hf_model(const GPTConfig& shape, const std::vector<float>& whole, const std::string& dir);
+
+}  // namespace trellis

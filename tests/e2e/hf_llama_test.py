@@ -1,0 +1,198 @@
+#!/usr/bin/env python3
+"""Hugging Face Llama directories (transformers' LlamaForCausalLM), both ways.
+
+Everywhere (pure Python): a tiny Llama (rotary positions of base 500, SwiGLU of width 88, RMSNorm of
+eps 1e-6, 2 key-value heads of 4, no linear biases, an untied head) trained 3 steps on the CPU and
+exported: config.json describes it (model_type llama, num_key_value_heads, intermediate_size,
+rms_norm_eps, rope_theta, tie_word_embeddings false), model.safetensors holds Llama's tensors with
+exactly Trellis's values (qkv as q_proj, k_proj, v_proj; fc as gate_proj, up_proj; no vocabulary
+padding); model.init_from of the export starts the same model exactly (padding rows zero), and one of
+another shape gets one error line. Tied, the export has no lm_head.weight and says
+tie_word_embeddings true. One error line, nothing written, for a model that is neither a GPT-2 nor a
+Llama; one error line from model.init_from for a config.json with rope_scaling, another activation,
+biases, or another model_type.
+Where torch and transformers import: LlamaForCausalLM.from_pretrained(export) computes the loss
+Trellis computed (a --dump-grads dump) within 1e-5, and a random Llama that transformers wrote starts
+a Trellis run whose first loss is transformers' on the same tokens.
+Usage: hf_llama_test.py TRAIN_GPT EXPORT_HF CONFIG"""
+import json
+import os
+import struct
+import subprocess
+import sys
+import tempfile
+
+LLAMA = ["model.position_embedding=rope", "model.rope_theta=500", "model.mlp=swiglu", "model.ffn_hidden_size=88",
+         "model.norm=rmsnorm", "model.norm_eps=1e-6", "model.n_kv_heads=2", "model.bias=false",
+         "model.tie_embeddings=false"]
+failed = False
+
+
+def check(ok, what):
+    global failed
+    failed |= not ok
+    print(f"{'ok  ' if ok else 'FAIL'} {what}")
+
+
+def run(cmd):
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+
+
+def train(binary, config, sets, extra=()):
+    cmd = [binary, config]
+    for s in ["train.device=cpu", "train.steps=3", "model.dropout=0", "train.precision=fp32"] + sets:
+        cmd += ["--set", s]
+    p = run(cmd + list(extra))
+    if p.returncode != 0:
+        sys.exit(f"FAIL: {' '.join(cmd)}\n{p.stdout[-2000:]}\n{p.stderr[-2000:]}")
+
+
+def one_error(cmd, want):
+    p = run(cmd)
+    lines = [x for x in p.stderr.splitlines() if x.startswith("error")]
+    return p.returncode != 0 and len(lines) == 1 and want in lines[0], lines
+
+
+def floats(path):
+    raw = open(path, "rb").read()
+    return struct.unpack(f"<{len(raw) // 4}f", raw)
+
+
+def read_safetensors(path):
+    raw = open(path, "rb").read()
+    n = struct.unpack("<Q", raw[:8])[0]
+    header, data = json.loads(raw[8:8 + n]), raw[8 + n:]
+    return {k: (t["shape"], struct.unpack(f"<{(t['data_offsets'][1] - t['data_offsets'][0]) // 4}f",
+                                          data[t["data_offsets"][0]:t["data_offsets"][1]]))
+            for k, t in header.items() if k != "__metadata__"}
+
+
+def expected(weights_dir):
+    """Llama's tensors from a Trellis weight export: {name: (shape, values)}."""
+    meta = json.load(open(os.path.join(weights_dir, "model.json")))
+    flat, c = floats(os.path.join(weights_dir, "params.f32")), meta["config"]
+    V, C, F = c["vocab_size"], c["d_model"], c["ffn_hidden_size"]
+    Ckv = c.get("n_kv_heads", c["n_heads"]) * (C // c["n_heads"])
+    out = {}
+    for p in meta["params"]:
+        name, off = p["name"], p["offset"]
+        if name in ("wte", "lm_head.w"):
+            out["model.embed_tokens.weight" if name == "wte" else "lm_head.weight"] = ([V, C], flat[off:off + V * C])
+            continue
+        if name == "lnf.w":
+            out["model.norm.weight"] = ([C], flat[off:off + C])
+            continue
+        layer, rest = name.split(".", 2)[1], name.split(".", 2)[2]
+        pre = f"model.layers.{layer}."
+        pieces = {"ln1.w": [("input_layernorm.weight", [C])], "ln2.w": [("post_attention_layernorm.weight", [C])],
+                  "attn.qkv.w": [("self_attn.q_proj.weight", [C, C]), ("self_attn.k_proj.weight", [Ckv, C]),
+                                 ("self_attn.v_proj.weight", [Ckv, C])],
+                  "attn.proj.w": [("self_attn.o_proj.weight", [C, C])],
+                  "mlp.fc.w": [("mlp.gate_proj.weight", [F, C]), ("mlp.up_proj.weight", [F, C])],
+                  "mlp.proj.w": [("mlp.down_proj.weight", [C, F])]}[rest]
+        for hf, shape in pieces:
+            n = shape[0] * (shape[1] if len(shape) > 1 else 1)
+            out[pre + hf] = (shape, flat[off:off + n])
+            off += n
+    return out
+
+
+def transformers_loss(hf_dir, dump_dir):
+    """Loss of transformers' Llama on the dump's tokens, or None where torch/transformers are missing."""
+    try:
+        import torch
+        import torch.nn.functional as F
+        from transformers import LlamaForCausalLM
+    except ImportError:
+        return None
+    meta = json.load(open(os.path.join(dump_dir, "model.json")))
+    B, T = meta["batch"]["B"], meta["batch"]["T"]
+    read = lambda f: torch.frombuffer(bytearray(open(os.path.join(dump_dir, f), "rb").read()), dtype=torch.int32)  # noqa: E731
+    tokens, targets = read("tokens.i32").long().view(B, T), read("targets.i32").long().view(B, T)
+    model = LlamaForCausalLM.from_pretrained(hf_dir, torch_dtype=torch.float32).eval()
+    with torch.no_grad():
+        logits = model(tokens).logits
+    return F.cross_entropy(logits.reshape(B * T, -1).double(), targets.reshape(-1)).item(), float(meta["loss"])
+
+
+def main():
+    binary, export_hf, config = sys.argv[1:4]
+    with tempfile.TemporaryDirectory() as tmp:
+        dump, hf = os.path.join(tmp, "dump"), os.path.join(tmp, "hf")
+        train(binary, config, LLAMA, ["--dump-grads", dump])
+        p = run([export_hf, dump, hf])
+        check(p.returncode == 0 and "Llama" in p.stdout, f"export_hf of the Llama: exit {p.returncode} {p.stderr.strip()}")
+        cfg = json.load(open(os.path.join(hf, "config.json")))
+        check(cfg["model_type"] == "llama" and cfg["num_key_value_heads"] == 2 and cfg["num_attention_heads"] == 4 and
+              cfg["intermediate_size"] == 88 and cfg["rms_norm_eps"] == 1e-6 and cfg["rope_theta"] == 500 and
+              cfg["tie_word_embeddings"] is False and cfg["hidden_act"] == "silu" and cfg["attention_bias"] is False,
+              "config.json: " + json.dumps(cfg))
+        got, want = read_safetensors(os.path.join(hf, "model.safetensors")), expected(dump)
+        same = set(got) == set(want) and all(got[k][0] == want[k][0] and got[k][1] == want[k][1] for k in want)
+        check(same, f"{len(got)} tensors, each with Llama's name, shape and exactly Trellis's values")
+
+        init = os.path.join(tmp, "init")
+        train(binary, config, LLAMA + ["model.init_from=" + hf, "train.steps=1"], ["--dump-grads", init])
+        src, back = floats(os.path.join(dump, "params.f32")), floats(os.path.join(init, "params.f32"))
+        meta = json.load(open(os.path.join(dump, "model.json")))
+        V, P, C = meta["config"]["vocab_size"], meta["config"]["padded_vocab"], meta["config"]["d_model"]
+        head_at = next(q["offset"] for q in meta["params"] if q["name"] == "lm_head.w")
+        pad = (0.0,) * ((P - V) * C)
+        check(back == src[:V * C] + pad + src[P * C:head_at + V * C] + pad,
+              "model.init_from = the Llama directory: the source's parameters (padding rows zero)")
+        ok, lines = one_error([binary, config, "--set", "train.device=cpu", "--set", "model.init_from=" + hf] +
+                              sum((["--set", s] for s in LLAMA if "n_kv_heads" not in s), []), "model.n_kv_heads = 2")
+        check(ok, f"model.init_from with 4 key-value heads: {lines}")
+
+        tied, hf_tied = os.path.join(tmp, "tied"), os.path.join(tmp, "hf_tied")
+        train(binary, config, LLAMA[:-1], ["--export-weights", tied])
+        p = run([export_hf, tied, hf_tied])
+        tcfg = json.load(open(os.path.join(hf_tied, "config.json"))) if p.returncode == 0 else {}
+        names = set(read_safetensors(os.path.join(hf_tied, "model.safetensors"))) if p.returncode == 0 else set()
+        check(tcfg.get("tie_word_embeddings") is True and "lm_head.weight" not in names and
+              "model.embed_tokens.weight" in names, "a tied Llama: tie_word_embeddings true, no lm_head.weight")
+
+        mixed, out = os.path.join(tmp, "mixed"), os.path.join(tmp, "hf_mixed")
+        train(binary, config, ["model.position_embedding=rope"], ["--export-weights", mixed])
+        p = run([export_hf, mixed, out])
+        lines = p.stderr.strip().splitlines()
+        check(p.returncode == 1 and len(lines) == 1 and "a Llama rotary positions, SwiGLU" in lines[0] and
+              not os.path.exists(out), f"export_hf of a model with rotary positions and GELU: {lines}")
+        for key, value, want in [("rope_scaling", {"rope_type": "linear", "factor": 2.0}, "rope_scaling is set"),
+                                 ("hidden_act", "gelu", 'hidden_act is "gelu"'),
+                                 ("attention_bias", True, "attention_bias is true"),
+                                 ("model_type", "mistral", '"mistral" (allowed: gpt2, llama)')]:
+            d = os.path.join(tmp, "bad_" + key)
+            os.makedirs(d)
+            json.dump({**cfg, key: value}, open(os.path.join(d, "config.json"), "w"))
+            os.link(os.path.join(hf, "model.safetensors"), os.path.join(d, "model.safetensors"))
+            ok, lines = one_error([binary, config, "--set", "train.device=cpu", "--set", "model.init_from=" + d] +
+                                  sum((["--set", s] for s in LLAMA), []), want)
+            check(ok, f"config.json with {key} = {json.dumps(value)}: {lines}")
+
+        got = transformers_loss(hf, dump)
+        if got is None:
+            print("skip transformers' LlamaForCausalLM: torch or transformers is not installed here")
+        else:
+            ref, trellis = got
+            check(abs(trellis - ref) / abs(ref) <= 1e-5,
+                  f"transformers LlamaForCausalLM on the export: loss {ref:.7f}, Trellis {trellis:.7f}")
+            import torch
+            from transformers import LlamaConfig, LlamaForCausalLM
+            torch.manual_seed(0)
+            theirs = os.path.join(tmp, "theirs")
+            LlamaForCausalLM(LlamaConfig(vocab_size=64, hidden_size=64, intermediate_size=88, num_hidden_layers=2,
+                                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=32,
+                                         rms_norm_eps=1e-6, rope_theta=500.0, tie_word_embeddings=False)
+                             ).save_pretrained(theirs, safe_serialization=True)
+            first = os.path.join(tmp, "first")
+            train(binary, config, LLAMA + ["model.init_from=" + theirs, "train.steps=1"], ["--dump-grads", first])
+            ref, trellis = transformers_loss(theirs, first)
+            check(abs(trellis - ref) / abs(ref) <= 1e-5,
+                  f"a Llama transformers wrote, started in Trellis: first loss {trellis:.7f}, transformers' {ref:.7f}")
+    print("FAIL" if failed else "PASS")
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()
