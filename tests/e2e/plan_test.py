@@ -66,6 +66,12 @@ def main():
     p = subprocess.run([binary, gpt2, "--plan", "--world", "8"], capture_output=True, text=True, timeout=60)
     check(p.returncode == 0 and ", on GPUs" in p.stdout and "bf16" in p.stdout and sorted(rows(p.stdout)) == [0],
           "a GPU config is planned as on GPUs, in bf16, on any machine")
+    # The Llama example (grouped-query attention, no biases, an untied head) plans, its parameters
+    # those of its shape.
+    llama = os.path.join(os.path.dirname(config), "llama_125m.toml")
+    p = subprocess.run([binary, llama, "--plan", "--world", "8"], capture_output=True, text=True, timeout=60)
+    check(p.returncode == 0 and "model: 124,668,672 parameters" in p.stdout and sorted(rows(p.stdout)) == [0],
+          f"examples/configs/llama_125m.toml plans ({p.stderr.strip()})")
     p = subprocess.run([binary, config, "--world", "4"], capture_output=True, text=True, timeout=60)
     check(p.returncode == 1 and "--world goes with --plan" in p.stderr, "--world without --plan is refused")
 
