@@ -45,17 +45,22 @@ PRESETS = {"tiny": (2, 2, 64), "124m": (12, 12, 768), "350m": (24, 16, 1024),
            "1.3b": (24, 16, 2048), "7b": (32, 32, 4096)}  # (n_layers, n_heads, d_model); kept in step with torch_gpt
 
 
-def num_params(L, C, V=VOCAB, T=SEQ, moe=None, active=False, rope=False, swiglu=False, ffn=0, rmsnorm=False):
+def num_params(L, C, V=VOCAB, T=SEQ, moe=None, active=False, rope=False, swiglu=False, ffn=0, rmsnorm=False,
+               kv_width=0, untied=False, bias=True):
     """N as in torch_gpt.GPT.num_params, without building the model. moe = (experts, top_k,
     layer_freq): a block with experts has a router (E x C) and E MLPs of width 4C (active: top_k of
     them) instead of the dense one. rope: rotary positions, no position table. swiglu: fc 2F x C
-    (gate and up), no experts. ffn: the dense MLP's width F (0: 4C). rmsnorm: norms without a bias."""
+    (gate and up), no experts. ffn: the dense MLP's width F (0: 4C). rmsnorm: norms without a bias.
+    kv_width: the key-value heads' width (grouped-query attention; 0: C). untied: a head of its own
+    (V x C). bias: the linear layers' biases."""
     F = ffn or 4 * C
     fc = (2 if swiglu else 1) * F
-    dense = (fc * C + fc) + (F * C + C)
+    b = 1 if bias else 0
+    dense = (fc * C + b * fc) + (F * C + b * C)
     norm = C if rmsnorm else 2 * C
-    per_layer = (3 * C * C + 3 * C) + (C * C + C) + dense + 2 * norm  # qkv, proj, the MLP, two norms
-    n = V * C + (0 if rope else T * C) + L * per_layer + norm
+    qkv = C + 2 * (kv_width or C)
+    per_layer = (qkv * C + b * qkv) + (C * C + b * C) + dense + 2 * norm  # qkv, proj, the MLP, two norms
+    n = (2 if untied else 1) * V * C + (0 if rope else T * C) + L * per_layer + norm
     if moe:
         E, K, freq = moe
         expert = 8 * C * C + 5 * C
@@ -63,11 +68,19 @@ def num_params(L, C, V=VOCAB, T=SEQ, moe=None, active=False, rope=False, swiglu=
     return n
 
 
-def mfu(tokens_per_s, L, C, T=SEQ, moe=None, rope=False, swiglu=False, ffn=0, rmsnorm=False):
-    """Model FLOPs: 6 x the parameters a token uses (top_k experts of a block with experts)."""
-    return tokens_per_s * (6 * num_params(L, C, moe=moe, active=True, rope=rope, swiglu=swiglu, ffn=ffn,
-                                          rmsnorm=rmsnorm)
-                           + 12 * L * C * T) / PEAK_FLOPS
+def mfu(tokens_per_s, L, C, T=SEQ, moe=None, rope=False, swiglu=False, ffn=0, rmsnorm=False, kv_width=0,
+        untied=False, bias=True):
+    """Model FLOPs: 6 x the parameters a token uses (top_k experts of a block with experts), less an
+    untied embedding table (its lookups are no matmul), as Trellis counts."""
+    n = num_params(L, C, moe=moe, active=True, rope=rope, swiglu=swiglu, ffn=ffn, rmsnorm=rmsnorm,
+                   kv_width=kv_width, untied=untied, bias=bias) - (VOCAB * C if untied else 0)
+    return tokens_per_s * (6 * n + 12 * L * C * T) / PEAK_FLOPS
+
+
+def arch(args, H, C):
+    """The architecture flags of num_params and mfu from the command line."""
+    return dict(rope=bool(args.rope), swiglu=args.swiglu, ffn=args.ffn_hidden, rmsnorm=args.rmsnorm,
+                kv_width=args.kv_heads * (C // H), untied=args.untied, bias=not args.no_bias)
 
 
 # ---- PyTorch side (runs in a child process: bench_gpt.py --torch-worker) ---------------------
@@ -109,9 +122,9 @@ def torch_worker(args):
         extra["ffn_hidden"] = args.ffn_hidden
     if args.rmsnorm:
         extra["norm"] = "rmsnorm"
+    extra.update(n_kv_heads=args.kv_heads, tie_embeddings=not args.untied, bias=not args.no_bias)
     model = GPT(GPTConfig(VOCAB, SEQ, L, H, C, dropout=0.0, **extra)).to(dev)
-    assert model.num_params() == num_params(L, C, moe=moe, rope=bool(args.rope), swiglu=args.swiglu,
-                                            ffn=args.ffn_hidden, rmsnorm=args.rmsnorm)
+    assert model.num_params() == num_params(L, C, moe=moe, **arch(args, H, C))
     net = model
     if world > 1 and args.torch_parallel == "fsdp":
         # FSDP2: each block and then the root sharded over the ranks (parameters, gradients and
@@ -212,6 +225,10 @@ def run_torch(args, preset, mb, dp=1):
         worker += ["--ffn-hidden", str(args.ffn_hidden)]
     if args.rmsnorm:
         worker += ["--rmsnorm"]
+    if args.kv_heads:
+        worker += ["--kv-heads", str(args.kv_heads)]
+    worker += ["--untied"] if args.untied else []
+    worker += ["--no-bias"] if args.no_bias else []
     env = None
     if dp == 1:
         cmd = [sys.executable] + worker
@@ -225,7 +242,7 @@ def run_torch(args, preset, mb, dp=1):
 # ---- Trellis side ------------------------------------------------------------------------------
 
 def trellis_toml(preset, mb, steps, precision, checkpointing, moe=None, rope=0.0, swiglu=False, ffn=0,
-                 rmsnorm=False):
+                 rmsnorm=False, kv_heads=0, untied=False, no_bias=False):
     L, H, C = PRESETS[preset]
     experts = f"""
 [moe]
@@ -245,6 +262,9 @@ dropout = 0.0
 {'mlp = "swiglu"' if swiglu else ''}
 {f'ffn_hidden_size = {ffn}' if ffn else ''}
 {'norm = "rmsnorm"' if rmsnorm else ''}
+{f'n_kv_heads = {kv_heads}' if kv_heads else ''}
+{'tie_embeddings = false' if untied else ''}
+{'bias = false' if no_bias else ''}
 
 [train]
 device = "cuda"
@@ -300,7 +320,8 @@ def run_trellis(args, preset, mb, workdir, dp=1):
     metrics = os.path.join(workdir, f"{tag}.metrics.jsonl")
     with open(cfg_path, "w") as f:
         f.write(trellis_toml(preset, mb, args.warmup + args.steps, args.precision,
-                             args.checkpointing, args.moe, args.rope, args.swiglu, args.ffn_hidden, args.rmsnorm))
+                             args.checkpointing, args.moe, args.rope, args.swiglu, args.ffn_hidden, args.rmsnorm,
+                             args.kv_heads, args.untied, args.no_bias))
     env = dict(args.trellis_env) or None
     if dp == 1:
         prefix = shlex.split(args.trellis_prefix)
@@ -494,6 +515,10 @@ def main():
     ap.add_argument("--ffn-hidden", type=int, default=0, metavar="F",
                     help="both frameworks with a dense MLP of width F (model.ffn_hidden_size; 0: 4 x d_model)")
     ap.add_argument("--rmsnorm", action="store_true", help='both frameworks with RMSNorm, model.norm = "rmsnorm"')
+    ap.add_argument("--kv-heads", type=int, default=0, metavar="K",
+                    help="both frameworks with K key-value heads (grouped-query attention, model.n_kv_heads; 0: all)")
+    ap.add_argument("--untied", action="store_true", help="both frameworks with a head of its own (model.tie_embeddings = false)")
+    ap.add_argument("--no-bias", action="store_true", help="both frameworks without linear biases (model.bias = false)")
     ap.add_argument("--skip-torch", action="store_true")
     ap.add_argument("--skip-trellis", action="store_true")
     ap.add_argument("--timeout", type=int, default=1800, help="seconds per run")
@@ -567,8 +592,7 @@ def main():
                                "round": rnd, "error": err}
                         if res:
                             # MFU per GPU: tokens/s are for the global batch of dp GPUs
-                            row.update(res, mfu=mfu(res["tokens_per_s"] / dp, L, C, moe=args.moe, rope=bool(args.rope),
-                                                   swiglu=args.swiglu, ffn=args.ffn_hidden, rmsnorm=args.rmsnorm),
+                            row.update(res, mfu=mfu(res["tokens_per_s"] / dp, L, C, moe=args.moe, **arch(args, H, C)),
                                        tokens_per_s_per_gpu=res["tokens_per_s"] / dp)
                             got[fw] = row
                             rep = res.get("mfu_reported")
@@ -631,6 +655,13 @@ def main():
                    f"N counts it.\n")
     if args.rmsnorm:
         header += "Both with RMSNorm (model.norm = \"rmsnorm\"; PyTorch: nn.RMSNorm), no norm biases.\n"
+    if args.kv_heads:
+        header += (f"Both with {args.kv_heads} key-value heads (grouped-query attention, model.n_kv_heads; PyTorch: "
+                   f"k, v repeat_interleave'd before SDPA).\n")
+    if args.untied:
+        header += "Both with a head of its own (model.tie_embeddings = false); MFU leaves out the embedding table.\n"
+    if args.no_bias:
+        header += "Both without biases in the linear layers (model.bias = false).\n"
     loaded = sorted({r["libraries"] for r in rows if r.get("libraries")})
     if loaded:  # what Trellis's start record says it loaded
         header += "Trellis loaded: " + "; ".join(loaded) + ".\n"
