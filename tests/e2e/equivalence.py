@@ -81,6 +81,23 @@ def check_resumes(run, check, tmp, ref_loss, ref_w, steps):
               (" (bitwise)" if exact else ""))
 
 
+def check_layouts(run, check, layouts, ref, steps):
+    """Each (ranks, what, sets) of `layouts` run (run(ranks, tag, *sets) -> equivalence.run's tuple)
+    against ref = (losses, weights, gradient norms) of one rank, one line each."""
+    for i, (ranks, what, sets) in enumerate(layouts):
+        _, loss, _, w, _, norms, _ = run(ranks, f"l{i}", *sets)
+        ok, text = layout_line((loss, w, norms), ref, steps)
+        check(ok, f"{what}: {text}")
+
+
+def check_export_refused(check, export_hf, weights, out, want):
+    """export_hf of `weights` must stop with one line holding `want` and write nothing at `out`."""
+    p = subprocess.run([export_hf, weights, out], capture_output=True, text=True, timeout=60)
+    lines = p.stderr.strip().splitlines()
+    check(p.returncode != 0 and len(lines) == 1 and want in lines[0] and not os.path.exists(out),
+          f"export to Hugging Face: {lines}")
+
+
 class Checks:
     """The ok/FAIL lines of a test and their tally: check(ok, text) prints one; refused(ranks, sets,
     want, what) checks a run that must stop with one error line holding `want`; finish() exits with

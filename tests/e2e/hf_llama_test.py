@@ -22,6 +22,8 @@ import subprocess
 import sys
 import tempfile
 
+from hf_export_test import check_hf_loss, hf_loss, read_safetensors
+
 LLAMA = ["model.position_embedding=rope", "model.rope_theta=500", "model.mlp=swiglu", "model.ffn_hidden_size=88",
          "model.norm=rmsnorm", "model.norm_eps=1e-6", "model.n_kv_heads=2", "model.bias=false",
          "model.tie_embeddings=false"]
@@ -58,15 +60,6 @@ def floats(path):
     return struct.unpack(f"<{len(raw) // 4}f", raw)
 
 
-def read_safetensors(path):
-    raw = open(path, "rb").read()
-    n = struct.unpack("<Q", raw[:8])[0]
-    header, data = json.loads(raw[8:8 + n]), raw[8 + n:]
-    return {k: (t["shape"], struct.unpack(f"<{(t['data_offsets'][1] - t['data_offsets'][0]) // 4}f",
-                                          data[t["data_offsets"][0]:t["data_offsets"][1]]))
-            for k, t in header.items() if k != "__metadata__"}
-
-
 def expected(weights_dir):
     """Llama's tensors from a Trellis weight export: {name: (shape, values)}."""
     meta = json.load(open(os.path.join(weights_dir, "model.json")))
@@ -97,24 +90,6 @@ def expected(weights_dir):
     return out
 
 
-def transformers_loss(hf_dir, dump_dir):
-    """Loss of transformers' Llama on the dump's tokens, or None where torch/transformers are missing."""
-    try:
-        import torch
-        import torch.nn.functional as F
-        from transformers import LlamaForCausalLM
-    except ImportError:
-        return None
-    meta = json.load(open(os.path.join(dump_dir, "model.json")))
-    B, T = meta["batch"]["B"], meta["batch"]["T"]
-    read = lambda f: torch.frombuffer(bytearray(open(os.path.join(dump_dir, f), "rb").read()), dtype=torch.int32)  # noqa: E731
-    tokens, targets = read("tokens.i32").long().view(B, T), read("targets.i32").long().view(B, T)
-    model = LlamaForCausalLM.from_pretrained(hf_dir, torch_dtype=torch.float32).eval()
-    with torch.no_grad():
-        logits = model(tokens).logits
-    return F.cross_entropy(logits.reshape(B * T, -1).double(), targets.reshape(-1)).item(), float(meta["loss"])
-
-
 def main():
     binary, export_hf, config = sys.argv[1:4]
     with tempfile.TemporaryDirectory() as tmp:
@@ -127,8 +102,8 @@ def main():
               cfg["intermediate_size"] == 88 and cfg["rms_norm_eps"] == 1e-6 and cfg["rope_theta"] == 500 and
               cfg["tie_word_embeddings"] is False and cfg["hidden_act"] == "silu" and cfg["attention_bias"] is False,
               "config.json: " + json.dumps(cfg))
-        got, want = read_safetensors(os.path.join(hf, "model.safetensors")), expected(dump)
-        same = set(got) == set(want) and all(got[k][0] == want[k][0] and got[k][1] == want[k][1] for k in want)
+        got, want = read_safetensors(os.path.join(hf, "model.safetensors"))[1], expected(dump)
+        same = set(got) == set(want) and all(got[k][1:] == want[k] for k in want)
         check(same, f"{len(got)} tensors, each with Llama's name, shape and exactly Trellis's values")
 
         init = os.path.join(tmp, "init")
@@ -148,7 +123,7 @@ def main():
         train(binary, config, LLAMA[:-1], ["--export-weights", tied])
         p = run([export_hf, tied, hf_tied])
         tcfg = json.load(open(os.path.join(hf_tied, "config.json"))) if p.returncode == 0 else {}
-        names = set(read_safetensors(os.path.join(hf_tied, "model.safetensors"))) if p.returncode == 0 else set()
+        names = set(read_safetensors(os.path.join(hf_tied, "model.safetensors"))[1]) if p.returncode == 0 else set()
         check(tcfg.get("tie_word_embeddings") is True and "lm_head.weight" not in names and
               "model.embed_tokens.weight" in names, "a tied Llama: tie_word_embeddings true, no lm_head.weight")
 
@@ -170,13 +145,8 @@ def main():
                                   sum((["--set", s] for s in LLAMA), []), want)
             check(ok, f"config.json with {key} = {json.dumps(value)}: {lines}")
 
-        got = transformers_loss(hf, dump)
-        if got is None:
-            print("skip transformers' LlamaForCausalLM: torch or transformers is not installed here")
-        else:
-            ref, trellis = got
-            check(abs(trellis - ref) / abs(ref) <= 1e-5,
-                  f"transformers LlamaForCausalLM on the export: loss {ref:.7f}, Trellis {trellis:.7f}")
+        check_hf_loss(check, hf, dump, "the Llama export", model_class="LlamaForCausalLM")
+        if hf_loss(hf, dump, "LlamaForCausalLM") is not None:  # a Llama transformers wrote, started in Trellis
             import torch
             from transformers import LlamaConfig, LlamaForCausalLM
             torch.manual_seed(0)
@@ -187,9 +157,8 @@ def main():
                              ).save_pretrained(theirs, safe_serialization=True)
             first = os.path.join(tmp, "first")
             train(binary, config, LLAMA + ["model.init_from=" + theirs, "train.steps=1"], ["--dump-grads", first])
-            ref, trellis = transformers_loss(theirs, first)
-            check(abs(trellis - ref) / abs(ref) <= 1e-5,
-                  f"a Llama transformers wrote, started in Trellis: first loss {trellis:.7f}, transformers' {ref:.7f}")
+            check_hf_loss(check, theirs, first, "a Llama it wrote, started in Trellis (the first step's loss)",
+                          model_class="LlamaForCausalLM")
     print("FAIL" if failed else "PASS")
     sys.exit(1 if failed else 0)
 

@@ -11,7 +11,6 @@ from a learned-position checkpoint (model.init_from), or resuming one with anoth
 is refused with one line; so is exporting a RoPE model to Hugging Face GPT-2, and a head size that is odd.
 Usage: rope_equivalence.py TRAIN_GPT MPIEXEC CONFIG [EXPORT_HF]"""
 import os
-import subprocess
 import sys
 import tempfile
 
@@ -80,11 +79,8 @@ def main():
         ok, line = one_line_error(binary, mpiexec, config, 1, ["model.n_heads=64"], "must be even")
         check(ok, f"an odd head size: {line}")
         if export_hf:
-            p = subprocess.run([export_hf, os.path.join(tmp, "ref_weights"), os.path.join(tmp, "hf")],
-                               capture_output=True, text=True, timeout=60)
-            line = (p.stderr.strip().splitlines() or [""])[-1]
-            check(p.returncode != 0 and "rotary positions" in line and len(p.stderr.strip().splitlines()) == 1,
-                  f"export to Hugging Face GPT-2: {line}")
+            equivalence.check_export_refused(check, export_hf, os.path.join(tmp, "ref_weights"),
+                                             os.path.join(tmp, "hf"), "rotary positions")
     check.finish()
 
 

@@ -15,7 +15,6 @@ another width are refused with one line.
 Usage: swiglu_equivalence.py TRAIN_GPT MPIEXEC CONFIG [EXPORT_HF]"""
 import json
 import os
-import subprocess
 import sys
 import tempfile
 
@@ -56,10 +55,8 @@ def main():
             (8, "tensor 2 x pipeline 2 x data 2, sequence parallel, ZeRO 1",
              ["parallel.tensor=2", "parallel.pipeline=2", "parallel.sequence_parallel=true", "zero.stage=1"]),
         ]
-        for i, (ranks, what, sets) in enumerate(layouts):
-            _, loss, _, w, _, norms, _ = run(binary, mpiexec, config, tmp, ranks, f"l{i}", *sets)
-            ok, text = equivalence.layout_line((loss, w, norms), (ref_loss, ref_w, ref_norms), STEPS)
-            check(ok, f"{what}: {text}")
+        equivalence.check_layouts(lambda *a: run(binary, mpiexec, config, tmp, *a), check, layouts,
+                                  (ref_loss, ref_w, ref_norms), STEPS)
         equivalence.check_resumes(lambda *a: run(binary, mpiexec, config, tmp, *a), check, tmp, ref_loss, ref_w, STEPS)
 
         # model.ffn_hidden_size: a width F = 88 that is no multiple of d_model = 64, SwiGLU and GELU,
@@ -101,11 +98,8 @@ def main():
                 "init_from a GELU model")
         refused(1, BASE + ["moe.experts=4", "moe.top_k=2"], "the experts are GELU MLPs", "SwiGLU with experts")
         if export_hf:
-            p = subprocess.run([export_hf, os.path.join(tmp, "ref_weights"), os.path.join(tmp, "hf")],
-                               capture_output=True, text=True, timeout=60)
-            line = (p.stderr.strip().splitlines() or [""])[-1]
-            check(p.returncode != 0 and "SwiGLU" in line and len(p.stderr.strip().splitlines()) == 1,
-                  f"export to Hugging Face GPT-2: {line}")
+            equivalence.check_export_refused(check, export_hf, os.path.join(tmp, "ref_weights"),
+                                             os.path.join(tmp, "hf"), "SwiGLU")
     check.finish()
 
 

@@ -50,10 +50,8 @@ def main():
             (8, "tensor 2 x pipeline 2 x data 2, sequence parallel, ZeRO 1",
              ["parallel.tensor=2", "parallel.pipeline=2", "parallel.sequence_parallel=true", "zero.stage=1"]),
         ]
-        for i, (ranks, what, sets) in enumerate(layouts):
-            _, loss, _, w, _, norms, _ = run(binary, mpiexec, config, tmp, ranks, f"l{i}", *sets)
-            ok, text = equivalence.layout_line((loss, w, norms), (ref_loss, ref_w, ref_norms), STEPS)
-            check(ok, f"{what}: {text}")
+        equivalence.check_layouts(lambda *a: run(binary, mpiexec, config, tmp, *a), check, layouts,
+                                  (ref_loss, ref_w, ref_norms), STEPS)
         equivalence.check_resumes(lambda *a: run(binary, mpiexec, config, tmp, *a), check, tmp, ref_loss, ref_w, STEPS)
 
         # The untied checkpoint starts a fresh untied run (model.init_from reads the head from its config).
