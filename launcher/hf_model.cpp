@@ -155,7 +155,8 @@ std::string text_of(const JsonValue& v) { return v.kind == JsonValue::Kind::kStr
 bool is_hf_model_dir(const std::string& dir) {
   namespace fs = std::filesystem;
   std::error_code ec;
-  return fs::exists(fs::path(dir) / "config.json", ec) && fs::exists(fs::path(dir) / "model.safetensors", ec);
+  return fs::exists(fs::path(dir) / "config.json", ec) && (fs::exists(fs::path(dir) / "model.safetensors", ec) ||
+                                                            fs::exists(fs::path(dir) / "model.safetensors.index.json", ec));
 }
 
 GPTConfig read_hf_config(const std::string& dir) {
@@ -274,8 +275,27 @@ std::string hf_family_mismatch(const GPTConfig& m) {
 
 const char* hf_family_name(const GPTConfig& m) { return family_name(m); }
 
-void read_hf_weights(const std::string& dir, const GPTConfig& shape, float* whole) {
-  const std::string path = dir + "/model.safetensors";
+namespace {
+
+// What reading a model's safetensors files fills in: the tensors Trellis wants, which were found,
+// and a tied head's lm_head.weight where a file has it (it must be the token embedding).
+struct WeightReading {
+  const GPTConfig& shape;
+  std::vector<HfTensor> tensors;
+  std::string prefix;  // the model's name prefix, optional in the files
+  float* whole;
+  std::vector<bool> found;
+  std::vector<float> head;
+};
+
+// One safetensors file's tensors into r.whole. Its tensors' bytes must tile its data.
+void read_safetensors_file(const std::string& path, WeightReading& r) {
+  const GPTConfig& shape = r.shape;
+  const std::vector<HfTensor>& tensors = r.tensors;
+  const std::string& prefix = r.prefix;
+  std::vector<bool>& found = r.found;
+  std::vector<float>& head = r.head;
+  float* whole = r.whole;
   std::ifstream f(path, std::ios::binary);
   unsigned char len[8];
   if (!f.read(reinterpret_cast<char*>(len), 8)) throw UserError(path + ": cannot read it");
@@ -290,13 +310,6 @@ void read_hf_weights(const std::string& dir, const GPTConfig& shape, float* whol
   if (!f.read(text.data(), std::streamsize(n))) throw UserError(path + ": cannot read it");
   const JsonValue header = parse_json(text, path + " (header)");
   if (header.kind != JsonValue::Kind::kObject) throw UserError(path + ": its header is not a JSON object");
-  const std::vector<HfTensor> tensors = hf_tensors(shape);
-  const std::string prefix = llama_family(shape) ? "model." : "transformer.";  // optional in the file
-  int64_t total = 0;
-  for (const ParameterSpec& s : GPT::parameter_specs(shape)) total += s.shape.numel();
-  std::fill(whole, whole + total, 0.0f);
-  std::vector<bool> found(tensors.size(), false);
-  std::vector<float> head;  // a tied head's lm_head.weight, if the file has it: it must be the token embedding
   std::vector<std::pair<uint64_t, uint64_t>> spans;  // every tensor's bytes: they must tile the data
   std::vector<char> raw;
   for (const auto& [key, t] : header.members) {
@@ -370,6 +383,44 @@ void read_hf_weights(const std::string& dir, const GPTConfig& shape, float* whol
     covered = end;
   }
   if (covered != data_size) throw UserError(path + ": holds bytes after its last tensor");
+}
+
+}  // namespace
+
+// The model's safetensors files: model.safetensors, or the shards its index
+// (model.safetensors.index.json, transformers' save_pretrained of a large model) names, in order.
+std::vector<std::string> hf_weight_files(const std::string& dir) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (fs::exists(fs::path(dir) / "model.safetensors", ec)) return {dir + "/model.safetensors"};
+  const std::string index = dir + "/model.safetensors.index.json";
+  const JsonValue root = parse_json(read_text_file(index), index);
+  const JsonValue* map = root.find("weight_map");
+  if (!map || map->kind != JsonValue::Kind::kObject) throw UserError(index + ": has no weight_map object");
+  std::vector<std::string> files;
+  for (const auto& [name, file] : map->members) {
+    if (file.kind != JsonValue::Kind::kString || file.text.empty() || file.text.find('/') != std::string::npos ||
+        file.text[0] == '.')
+      throw UserError(index + ": weight_map gives tensor " + name + " no plain file name in this directory");
+    if (std::find(files.begin(), files.end(), dir + "/" + file.text) == files.end()) files.push_back(dir + "/" + file.text);
+  }
+  if (files.empty()) throw UserError(index + ": its weight_map names no file");
+  return files;
+}
+
+void read_hf_weights(const std::string& dir, const GPTConfig& shape, float* whole) {
+  WeightReading r{shape, hf_tensors(shape), llama_family(shape) ? "model." : "transformer.", whole, {}, {}};
+  int64_t total = 0;
+  for (const ParameterSpec& s : GPT::parameter_specs(shape)) total += s.shape.numel();
+  std::fill(whole, whole + total, 0.0f);
+  r.found.assign(r.tensors.size(), false);
+  const std::vector<std::string> files = hf_weight_files(dir);
+  for (const std::string& file : files) read_safetensors_file(file, r);
+  const std::string path = files.size() == 1 ? files[0] : dir + "/model.safetensors.index.json";
+  const std::vector<HfTensor>& tensors = r.tensors;
+  std::vector<bool>& found = r.found;
+  const std::vector<float>& head = r.head;
+  const std::string& prefix = r.prefix;
   if (!head.empty()) {  // wte itself, or (safetensors keeps one of two tied names) only the head
     float* wte = whole + tensors[0].offset;
     if (!found[0]) {

@@ -17,8 +17,11 @@
 
 namespace trellis {
 
-// Whether `dir` holds a Hugging Face model (config.json and model.safetensors).
+// Whether `dir` holds a Hugging Face model (config.json, and model.safetensors or the shards of
+// model.safetensors.index.json).
 bool is_hf_model_dir(const std::string& dir);
+// Its safetensors files: model.safetensors, or the shards the index names. Throws UserError.
+std::vector<std::string> hf_weight_files(const std::string& dir);
 // The model's shape from its config.json (model_type gpt2, the default, or llama; the config
 // class's defaults where a key is absent), as written there (the sizes are the caller's to check);
 // throws UserError naming the file and key where it is not a model Trellis computes the same way.
@@ -30,7 +33,8 @@ const char* hf_family_name(const GPTConfig& m);
 // Its parameters into `whole` (the whole layout of `shape`, read_hf_config's, with the vocabulary
 // padding rows zero). Accepts F32, F16 and BF16 tensors, names with or without the model's prefix
 // ("transformer.", "model."), the buffers older transformers saved (GPT-2's causal masks, Llama's
-// inv_freq), and, tied, an lm_head equal to the token embedding. Throws UserError.
+// inv_freq), and, tied, an lm_head equal to the token embedding; from one file or the index's shards.
+// Throws UserError.
 void read_hf_weights(const std::string& dir, const GPTConfig& shape, float* whole);
 // Writes config.json and model.safetensors (F32) of `whole` into `dir`, each through a temporary
 // file and a rename, tensor by tensor. Throws UserError.

@@ -260,10 +260,14 @@ StoredModel open_hf(const std::string& dir) {
   s.shape.tied_head = c.tied_head;
   // Its weights take at least 2 bytes a parameter: a config.json that claims more than
   // model.safetensors holds is found before anything is sized by it.
-  const std::string weights = dir + "/model.safetensors";
-  std::error_code ec;
-  const uint64_t bytes = fs::file_size(weights, ec);
-  if (ec) throw UserError(weights + ": cannot read it: " + ec.message());
+  const std::vector<std::string> files = hf_weight_files(dir);
+  const std::string weights = files.size() == 1 ? files[0] : dir + "/model.safetensors.index.json";
+  uint64_t bytes = 0;
+  for (const std::string& file : files) {
+    std::error_code ec;
+    bytes += fs::file_size(file, ec);
+    if (ec) throw UserError(file + ": cannot read it: " + ec.message());
+  }
   if (bytes < 2 * uint64_t(s.shape.parameter_count()))
     throw UserError(weights + ": holds " + std::to_string(bytes) + " bytes, too few for the " +
                     hf_family_name(s.shape) + " of config.json (" +
@@ -311,8 +315,8 @@ StoredModel open_stored_model(const std::string& path, const std::string& verb) 
   const bool is_export = !checkpoint && fs::exists(fs::path(path) / "model.json", ec);
   const bool hf = !checkpoint && !is_export && is_hf_model_dir(path);
   if (!checkpoint && !is_export && !hf && fs::exists(fs::path(path) / "config.json", ec))
-    throw UserError(path + ": a Hugging Face directory without one model.safetensors (sharded, or "
-                           "pytorch_model.bin): save the model with save_pretrained(DIR, max_shard_size=\"100GB\")");
+    throw UserError(path + ": a Hugging Face directory without model.safetensors or model.safetensors.index.json "
+                           "(pytorch_model.bin is not read): save the model with save_pretrained(DIR)");
   return is_export ? open_export(path) : hf ? open_hf(path) : open_checkpoint(path, verb);
 }
 

@@ -7,7 +7,9 @@ exported: config.json describes it (model_type llama, num_key_value_heads, inter
 rms_norm_eps, rope_theta, tie_word_embeddings false), model.safetensors holds Llama's tensors with
 exactly Trellis's values (qkv as q_proj, k_proj, v_proj; fc as gate_proj, up_proj; no vocabulary
 padding); model.init_from of the export starts the same model exactly (padding rows zero), and one of
-another shape gets one error line. Tied, the export has no lm_head.weight and says
+another shape gets one error line; the same tensors split into two shards with a
+model.safetensors.index.json (as transformers saves a large model) start it the same, and an index
+naming a file outside the directory gets one error line. Tied, the export has no lm_head.weight and says
 tie_word_embeddings true. One error line, nothing written, for a model that is neither a GPT-2 nor a
 Llama; one error line from model.init_from for a config.json with rope_scaling, another activation,
 biases, or another model_type.
@@ -58,6 +60,28 @@ def one_error(cmd, want):
 def floats(path):
     raw = open(path, "rb").read()
     return struct.unpack(f"<{len(raw) // 4}f", raw)
+
+
+def write_shards(src, dst, names_per_shard):
+    """dst: src's model.safetensors split into shards of these tensor names, and the index."""
+    raw = open(src, "rb").read()
+    n = struct.unpack("<Q", raw[:8])[0]
+    header, data = json.loads(raw[8:8 + n]), raw[8 + n:]
+    os.makedirs(dst)
+    weight_map = {}
+    for k, names in enumerate(names_per_shard):
+        file = f"model-{k + 1:05d}-of-{len(names_per_shard):05d}.safetensors"
+        hdr, body = {}, b""
+        for name in names:
+            a, b = header[name]["data_offsets"]
+            hdr[name] = {**header[name], "data_offsets": [len(body), len(body) + b - a]}
+            body += data[a:b]
+            weight_map[name] = file
+        text = json.dumps(hdr).encode()
+        text += b" " * ((8 - len(text) % 8) % 8)
+        open(os.path.join(dst, file), "wb").write(struct.pack("<Q", len(text)) + text + body)
+    json.dump({"metadata": {}, "weight_map": weight_map}, open(os.path.join(dst, "model.safetensors.index.json"), "w"))
+    os.link(os.path.join(os.path.dirname(src), "config.json"), os.path.join(dst, "config.json"))
 
 
 def expected(weights_dir):
@@ -118,6 +142,19 @@ def main():
         ok, lines = one_error([binary, config, "--set", "train.device=cpu", "--set", "model.init_from=" + hf] +
                               sum((["--set", s] for s in LLAMA if "n_kv_heads" not in s), []), "model.n_kv_heads = 2")
         check(ok, f"model.init_from with 4 key-value heads: {lines}")
+        names = sorted(read_safetensors(os.path.join(hf, "model.safetensors"))[1])
+        sharded, init_sharded = os.path.join(tmp, "sharded"), os.path.join(tmp, "init_sharded")
+        write_shards(os.path.join(hf, "model.safetensors"), sharded, [names[::2], names[1::2]])
+        train(binary, config, LLAMA + ["model.init_from=" + sharded, "train.steps=1"], ["--dump-grads", init_sharded])
+        check(floats(os.path.join(init_sharded, "params.f32")) == back,
+              "model.init_from = the same tensors in 2 shards with an index: the same parameters")
+        index = os.path.join(sharded, "model.safetensors.index.json")
+        bad = json.load(open(index))
+        bad["weight_map"][names[0]] = "../" + bad["weight_map"][names[0]]
+        json.dump(bad, open(index, "w"))
+        ok, lines = one_error([binary, config, "--set", "train.device=cpu", "--set", "model.init_from=" + sharded] +
+                              sum((["--set", s] for s in LLAMA), []), "no plain file name in this directory")
+        check(ok, f"an index naming a file outside the directory: {lines}")
 
         tied, hf_tied = os.path.join(tmp, "tied"), os.path.join(tmp, "hf_tied")
         train(binary, config, LLAMA[:-1], ["--export-weights", tied])
