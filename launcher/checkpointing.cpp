@@ -680,10 +680,11 @@ std::vector<float> initial_parameters(const Config& cfg, const GPTConfig& want, 
   if (float(have.norm_eps) != float(want.norm_eps))
     throw UserError(what + " holds a model with model.norm_eps = " + number_g(have.norm_eps) + "; this run has " +
                     number_g(want.norm_eps));
-  auto attention = [](const GPTConfig& m) { return "model.n_kv_heads = " + std::to_string(m.kv_heads()); };
+  auto attention = [](const GPTConfig& m) {
+    return std::to_string(m.kv_heads()) + " key-value heads (model.n_kv_heads = " + std::to_string(m.kv_heads()) + ")";
+  };
   if (have.kv_heads() != want.kv_heads())
-    throw UserError(what + " holds a model with " + attention(have) + " key-value heads; this run has " +
-                    attention(want));
+    throw UserError(what + " holds a model with " + attention(have) + "; this run has " + attention(want));
   auto head = [](const GPTConfig& m) {
     return std::string(m.tied_head ? "a head tied to the token embedding (model.tie_embeddings = true)"
                                    : "a head of its own (model.tie_embeddings = false)");

@@ -2,8 +2,8 @@
 //   generate MODEL_DIR --prompt TEXT [--prompt TEXT]... [--tokens 200] [--temperature 0.8]
 //            [--top-k 40] [--seed 1] [--device auto|cpu|cuda] [--precision auto|fp32|bf16|fp16] [--vocab FILE]
 // MODEL_DIR is a step_X directory or a checkpoint.dir (its newest valid checkpoint is used), a
-// weight export or a Hugging Face GPT-2 directory (launcher/trained_model.h). Without a vocabulary
-// (synthetic data; an export or GPT-2 directory without --vocab) prompts are whitespace-separated
+// weight export or a Hugging Face GPT-2 or Llama directory (launcher/trained_model.h). Without a
+// vocabulary (synthetic data; an export or Hugging Face directory without --vocab) prompts are whitespace-separated
 // token ids and ids are printed. Bad input prints one line "error: ..." and exits 1.
 #include <algorithm>
 #include <cerrno>

@@ -212,6 +212,7 @@ GPTConfig read_hf_config(const std::string& dir) {
     m.n_heads = number("num_attention_heads", 32);
     m.d_model = number("hidden_size", 4096);
     m.n_kv_heads = number("num_key_value_heads", m.n_heads);
+    if (m.n_kv_heads < 1) refuse("num_key_value_heads is " + std::to_string(m.n_kv_heads));
     const int64_t hd = number("head_dim", m.n_heads > 0 ? m.d_model / m.n_heads : 0);
     if (m.n_heads > 0 && hd * m.n_heads != m.d_model)
       refuse("head_dim " + std::to_string(hd) + " x num_attention_heads is not hidden_size");

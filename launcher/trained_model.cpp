@@ -99,8 +99,8 @@ void set_norm_eps(GPTConfig& m, double eps, const std::string& where) {
 // attention) or a divisor of n_heads.
 void set_kv_heads(GPTConfig& m, int64_t kv_heads, const std::string& where) {
   if (kv_heads < 0 || kv_heads > m.n_heads || (kv_heads > 0 && m.n_heads % kv_heads != 0))
-    throw UserError(where + ": n_kv_heads " + std::to_string(kv_heads) + " does not divide n_heads " +
-                    std::to_string(m.n_heads));
+    throw UserError(where + ": n_kv_heads " + std::to_string(kv_heads) + " (allowed: 0, or a divisor of n_heads " +
+                    std::to_string(m.n_heads) + ")");
   m.n_kv_heads = kv_heads == m.n_heads ? 0 : kv_heads;
 }
 
@@ -147,7 +147,7 @@ StoredModel open_checkpoint(const std::string& path, const std::string& verb) {
   const auto& mc = s.config->model;
   s.shape = shape_of(mc.vocab_size, mc.seq_len, mc.n_layers, mc.n_heads, mc.d_model, s.dir + " (config)");
   set_positions(s.shape, mc.position_embedding, mc.rope_theta, s.dir + " (config)");
-  set_mlp(s.shape, mc.mlp, mc.ffn_hidden_size, s.dir + " (config)");
+  set_mlp(s.shape, mc.mlp, dense_ffn_hidden_size(*s.config), s.dir + " (config)");  // as training resolved it
   set_norm(s.shape, mc.norm, s.dir + " (config)");
   set_norm_eps(s.shape, mc.norm_eps, s.dir + " (config)");
   s.shape.bias = mc.bias;

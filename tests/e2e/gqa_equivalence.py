@@ -66,7 +66,7 @@ def main():
         equivalence.run(binary, mpiexec, config, tmp, 1, "plain", ["train.device=cpu", "train.steps=2",
                                                                   "checkpoint.dir=" + plain])
         refused(1, ["train.device=cpu", "model.n_kv_heads=2", "model.init_from=" + plain],
-                "model.n_kv_heads = 4 key-value heads; this run has model.n_kv_heads = 2", "init_from a multi-head model")
+                "4 key-value heads (model.n_kv_heads = 4); this run has 2 key-value heads", "init_from a multi-head model")
         refused(1, ["train.device=cpu", "model.n_kv_heads=3"], "model.n_kv_heads = 3 does not divide model.n_heads = 4",
                 "n_kv_heads 3 of 4 heads")
         refused(4, ["train.device=cpu", "model.n_kv_heads=2", "parallel.tensor=4"],
