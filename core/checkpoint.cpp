@@ -727,6 +727,7 @@ std::optional<std::string> checkpoint_named_by(const std::string& path, std::str
 
 std::vector<std::string> files_no_checkpoint_writes(const std::string& dir) {
   static const std::regex state_blob(R"((params|master|adam_m|adam_v)|rank\d{5}/(master|adam_m|adam_v)\.bin)");
+  static const std::regex rank_dir(R"(rank\d{5})");
   std::optional<CheckpointReader> reader;
   try {
     reader.emplace(CheckpointReader::open(dir, CheckpointVerify::kSizes));
@@ -736,9 +737,13 @@ std::vector<std::string> files_no_checkpoint_writes(const std::string& dir) {
   std::error_code ec;
   for (auto it = fs::recursive_directory_iterator(dir, ec); !ec && it != fs::recursive_directory_iterator();
        it.increment(ec)) {
-    std::error_code kind;
-    if (it->is_directory(kind) && !it->is_symlink(kind)) continue;
+    std::error_code kind, empty;
     const std::string rel = it->path().lexically_relative(dir).generic_string();  // a link as named
+    if (it->is_directory(kind) && !it->is_symlink(kind)) {
+      // An empty directory no checkpoint makes is the user's too (say, for an evaluation's output).
+      if (fs::is_empty(it->path(), empty) && !empty && !std::regex_match(rel, rank_dir)) out.push_back(rel + "/");
+      continue;
+    }
     if (rel == kManifest || std::regex_match(rel, state_blob) || (reader && reader->has_blob(rel))) continue;
     out.push_back(rel);
   }
@@ -761,8 +766,9 @@ void remove_all_but(const std::string& dir, const std::vector<std::string>& keep
     std::error_code kind;
     const bool is_dir = it->is_directory(kind) && !it->is_symlink(kind);
     const std::string rel = it->path().lexically_relative(dir).generic_string();
-    if (is_dir) dirs.push_back(it->path());
-    else if (std::find(keep.begin(), keep.end(), rel) == keep.end()) files.push_back(it->path());
+    const bool kept = std::find(keep.begin(), keep.end(), is_dir ? rel + "/" : rel) != keep.end();
+    if (is_dir && !kept) dirs.push_back(it->path());
+    else if (!is_dir && !kept) files.push_back(it->path());
   }
   if (ec) fail("cannot list " + dir + ": " + ec.message());
   for (const fs::path& f : files)

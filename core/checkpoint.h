@@ -178,7 +178,8 @@ std::optional<std::string> checkpoint_named_by(const std::string& path, std::str
 // The files under checkpoint `dir` that no checkpoint writes (a user's notes, an evaluation's
 // output), relative to it, sorted: all but its manifest, the blobs the manifest lists and, whether
 // or not the manifest can be read, files named as Trellis's state blobs ("params", "adam_m",
-// "rank00003/master.bin": launcher/checkpointing.cpp). Links are listed as named, not followed.
+// "rank00003/master.bin": launcher/checkpointing.cpp); and empty directories but rankNNNNN ones,
+// listed as "name/". Links are listed as named, not followed.
 // Throws CheckpointError if `dir` cannot be listed whole: then nothing under it may be removed.
 std::vector<std::string> files_no_checkpoint_writes(const std::string& dir);
 

@@ -503,7 +503,9 @@ TEST(Checkpoint, CommitOverExistingSetsTheUsersFilesAside) {
   std::ofstream(dir + "/eval/scores.json") << "{}";
   std::ofstream(dir + "/rank00000/adam_m.bin") << "a state blob's name: the checkpoint's own";
   fs::create_symlink("notes.txt", dir + "/link");
-  EXPECT_EQ(files_no_checkpoint_writes(dir), (std::vector<std::string>{"eval/scores.json", "link", "notes.txt"}));
+  fs::create_directories(dir + "/later/empty");  // an empty directory of the user's is theirs too
+  EXPECT_EQ(files_no_checkpoint_writes(dir),
+            (std::vector<std::string>{"eval/scores.json", "later/empty/", "link", "notes.txt"}));
   for (int round = 1; round <= 2; ++round) {
     const std::vector<char> data = pattern(100, round);
     CheckpointWriter w(tmp.str(), 7);
@@ -511,9 +513,11 @@ TEST(Checkpoint, CommitOverExistingSetsTheUsersFilesAside) {
     w.set_meta(R"({"v": 2})");
     EXPECT_EQ(w.commit(), dir);
     const std::string aside = tmp.sub(round == 1 ? "step_00000007.user-files" : "step_00000007.user-files.2");
-    EXPECT_EQ(w.users_files_set_aside(), "moved to " + aside + " (eval/scores.json, link, notes.txt)");
+    EXPECT_EQ(w.users_files_set_aside(),
+              "moved to " + aside + " (eval/scores.json, later/empty/, link, ... (4 in all))");
     EXPECT_EQ(entries(dir), (std::vector<std::string>{"manifest.json", "params.bin"}));
-    EXPECT_EQ(entries(aside), (std::vector<std::string>{"eval", "link", "notes.txt"}));
+    EXPECT_EQ(entries(aside), (std::vector<std::string>{"eval", "later", "link", "notes.txt"}));
+    EXPECT_TRUE(fs::is_directory(aside + "/later/empty"));
     EXPECT_EQ(read_text(aside + "/notes.txt"), "mine");
     EXPECT_EQ(read_text(aside + "/eval/scores.json"), "{}");
     EXPECT_TRUE(fs::is_symlink(aside + "/link"));
@@ -521,10 +525,12 @@ TEST(Checkpoint, CommitOverExistingSetsTheUsersFilesAside) {
     std::ofstream(dir + "/notes.txt") << "mine";
     std::ofstream(dir + "/eval/scores.json") << "{}";
     fs::create_symlink("notes.txt", dir + "/link");
+    fs::create_directories(dir + "/later/empty");
   }
   EXPECT_EQ(latest_valid_checkpoint(tmp.str()), dir);
   // Without such files the replaced checkpoint is removed whole, as before.
   fs::remove_all(dir + "/eval");
+  fs::remove_all(dir + "/later");
   fs::remove(dir + "/notes.txt");
   fs::remove(dir + "/link");
   CheckpointWriter w(tmp.str(), 7);
