@@ -32,7 +32,6 @@ struct HfTensor {
 };
 
 bool llama_family(const GPTConfig& m) { return m.rope && m.swiglu && m.rmsnorm && !m.bias; }
-const char* family_name(const GPTConfig& m) { return llama_family(m) ? "Llama" : "GPT-2"; }
 // Names outside the model's prefix: an untied (or tied, safetensors keeping one name) head.
 constexpr const char* kHeadName = "lm_head.weight";
 
@@ -274,7 +273,7 @@ std::string hf_family_mismatch(const GPTConfig& m) {
          "(grouped-query attention is Llama's), a Llama rotary positions, SwiGLU, RMSNorm and no biases";
 }
 
-const char* hf_family_name(const GPTConfig& m) { return family_name(m); }
+const char* hf_family_name(const GPTConfig& m) { return llama_family(m) ? "Llama" : "GPT-2"; }
 
 namespace {
 
@@ -291,12 +290,6 @@ struct WeightReading {
 
 // One safetensors file's tensors into r.whole. Its tensors' bytes must tile its data.
 void read_safetensors_file(const std::string& path, WeightReading& r) {
-  const GPTConfig& shape = r.shape;
-  const std::vector<HfTensor>& tensors = r.tensors;
-  const std::string& prefix = r.prefix;
-  std::vector<bool>& found = r.found;
-  std::vector<float>& head = r.head;
-  float* whole = r.whole;
   std::ifstream f(path, std::ios::binary);
   unsigned char len[8];
   if (!f.read(reinterpret_cast<char*>(len), 8)) throw UserError(path + ": cannot read it");
@@ -325,17 +318,18 @@ void read_safetensors_file(const std::string& path, WeightReading& r) {
                         std::to_string(end) + "] lie outside its " + std::to_string(data_size) + " bytes of data");
       spans.emplace_back(uint64_t(begin), uint64_t(end));
       const bool head_name = key == "lm_head.weight";
-      const std::string name = key.rfind(prefix, 0) == 0 || head_name ? key : prefix + key;
+      const std::string name = key.rfind(r.prefix, 0) == 0 || head_name ? key : r.prefix + key;
       size_t i = 0;
-      while (i < tensors.size() && tensors[i].name != name) ++i;
+      while (i < r.tensors.size() && r.tensors[i].name != name) ++i;
       // Buffers older transformers saved: GPT-2's causal masks, Llama's rotary frequencies.
       const bool buffer = name.ends_with(".attn.bias") || name.ends_with(".attn.masked_bias") ||
                           name.ends_with(".rotary_emb.inv_freq");
-      const bool is_head = head_name && shape.tied_head;  // tied: the token embedding's other name
-      if (i == tensors.size() && !buffer && !is_head)
-        throw UserError(path + ": tensor " + key + " is not part of a " + family_name(shape) + " of config.json's shape");
+      const bool is_head = head_name && r.shape.tied_head;  // tied: the token embedding's other name
+      if (i == r.tensors.size() && !buffer && !is_head)
+        throw UserError(path + ": tensor " + key + " is not part of a " + hf_family_name(r.shape) +
+                        " of config.json's shape");
       if (buffer) continue;  // the causal mask, which older transformers saved
-      const HfTensor& h = is_head ? tensors[0] : tensors[i];
+      const HfTensor& h = is_head ? r.tensors[0] : r.tensors[i];
       const std::string& dtype = t.at("dtype").as_string();
       const JsonValue& dims = t.at("shape");
       const size_t e = dtype == "F32" ? 4 : dtype == "F16" || dtype == "BF16" ? 2 : 0;
@@ -359,13 +353,13 @@ void read_safetensors_file(const std::string& path, WeightReading& r) {
         if (!std::isfinite(v[k])) throw UserError(path + ": tensor " + key + " holds non-finite values");
       }
       if (is_head) {
-        if (!head.empty()) throw UserError(path + ": tensor " + key + " appears twice");
-        head = std::move(v);
+        if (!r.head.empty()) throw UserError(path + ": tensor " + key + " appears twice");
+        r.head = std::move(v);
         continue;
       }
-      if (found[i]) throw UserError(path + ": tensor " + key + " appears twice");
-      found[i] = true;
-      float* dst = whole + h.offset;
+      if (r.found[i]) throw UserError(path + ": tensor " + key + " appears twice");
+      r.found[i] = true;
+      float* dst = r.whole + h.offset;
       if (!h.transpose) {
         std::memcpy(dst, v.data(), v.size() * 4);
       } else {  // GPT-2's (rows, cols) = Trellis's (cols, rows) transposed
@@ -418,22 +412,18 @@ void read_hf_weights(const std::string& dir, const GPTConfig& shape, float* whol
   const std::vector<std::string> files = hf_weight_files(dir);
   for (const std::string& file : files) read_safetensors_file(file, r);
   const std::string path = files.size() == 1 ? files[0] : dir + "/model.safetensors.index.json";
-  const std::vector<HfTensor>& tensors = r.tensors;
-  std::vector<bool>& found = r.found;
-  const std::vector<float>& head = r.head;
-  const std::string& prefix = r.prefix;
-  if (!head.empty()) {  // wte itself, or (safetensors keeps one of two tied names) only the head
-    float* wte = whole + tensors[0].offset;
-    if (!found[0]) {
-      std::memcpy(wte, head.data(), head.size() * 4);
-      found[0] = true;
-    } else if (std::memcmp(head.data(), wte, head.size() * 4) != 0) {
+  if (!r.head.empty()) {  // wte itself, or (safetensors keeps one of two tied names) only the head
+    float* wte = whole + r.tensors[0].offset;
+    if (!r.found[0]) {
+      std::memcpy(wte, r.head.data(), r.head.size() * 4);
+      r.found[0] = true;
+    } else if (std::memcmp(r.head.data(), wte, r.head.size() * 4) != 0) {
       throw UserError(path + ": lm_head.weight differs from the token embedding, which config.json ties it to "
                       "(tie_word_embeddings)");
     }
   }
-  for (size_t i = 0; i < tensors.size(); ++i)
-    if (!found[i]) throw UserError(path + ": has no tensor " + tensors[i].name + " (nor without \"" + prefix + "\")");
+  for (size_t i = 0; i < r.tensors.size(); ++i)
+    if (!r.found[i]) throw UserError(path + ": has no tensor " + r.tensors[i].name + " (nor without \"" + r.prefix + "\")");
 }
 
 void write_hf_model(const GPTConfig& shape, const std::vector<float>& whole, const std::string& dir) {

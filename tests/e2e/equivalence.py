@@ -81,6 +81,13 @@ def check_resumes(run, check, tmp, ref_loss, ref_w, steps):
               (" (bitwise)" if exact else ""))
 
 
+def short_checkpoint(binary, mpiexec, config, tmp, tag, sets=()):
+    """A 2-step one-rank CPU run's checkpoint.dir, tmp/tag: the source of the tests' init_from refusals."""
+    ckpt = os.path.join(tmp, tag)
+    run(binary, mpiexec, config, tmp, 1, tag, ["train.device=cpu", "train.steps=2", "checkpoint.dir=" + ckpt, *sets])
+    return ckpt
+
+
 def check_layouts(run, check, layouts, ref, steps):
     """Each (ranks, what, sets) of `layouts` run (run(ranks, tag, *sets) -> equivalence.run's tuple)
     against ref = (losses, weights, gradient norms) of one rank, one line each."""

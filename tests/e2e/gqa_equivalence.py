@@ -62,9 +62,7 @@ def main():
 
         refused(1, BASE + ["checkpoint.dir=" + os.path.join(tmp, "ckpt1"), "model.n_kv_heads=4", "train.steps=8"],
                 "n_kv_heads 2", "resume a 2-key-value-head checkpoint with 4")
-        plain = os.path.join(tmp, "plain")
-        equivalence.run(binary, mpiexec, config, tmp, 1, "plain", ["train.device=cpu", "train.steps=2",
-                                                                  "checkpoint.dir=" + plain])
+        plain = equivalence.short_checkpoint(binary, mpiexec, config, tmp, "plain")
         refused(1, ["train.device=cpu", "model.n_kv_heads=2", "model.init_from=" + plain],
                 "4 key-value heads (model.n_kv_heads = 4); this run has 2 key-value heads", "init_from a multi-head model")
         refused(1, ["train.device=cpu", "model.n_kv_heads=3"], "model.n_kv_heads = 3 does not divide model.n_heads = 4",

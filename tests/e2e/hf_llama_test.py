@@ -20,26 +20,16 @@ Usage: hf_llama_test.py TRAIN_GPT EXPORT_HF CONFIG"""
 import json
 import os
 import struct
-import subprocess
 import sys
 import tempfile
 
-from hf_export_test import check_hf_loss, hf_loss, read_safetensors
+import equivalence
+from hf_export_test import check_hf_loss, hf_loss, read_safetensors, run
 
 LLAMA = ["model.position_embedding=rope", "model.rope_theta=500", "model.mlp=swiglu", "model.ffn_hidden_size=88",
          "model.norm=rmsnorm", "model.norm_eps=1e-6", "model.n_kv_heads=2", "model.bias=false",
          "model.tie_embeddings=false"]
-failed = False
-
-
-def check(ok, what):
-    global failed
-    failed |= not ok
-    print(f"{'ok  ' if ok else 'FAIL'} {what}")
-
-
-def run(cmd):
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+check = equivalence.Checks(None, None, None)  # the ok/FAIL tally
 
 
 def train(binary, config, sets, extra=()):
@@ -196,8 +186,7 @@ def main():
             train(binary, config, LLAMA + ["model.init_from=" + theirs, "train.steps=1"], ["--dump-grads", first])
             check_hf_loss(check, theirs, first, "a Llama it wrote, started in Trellis (the first step's loss)",
                           model_class="LlamaForCausalLM")
-    print("FAIL" if failed else "PASS")
-    sys.exit(1 if failed else 0)
+    check.finish()
 
 
 if __name__ == "__main__":

@@ -61,9 +61,7 @@ def main():
 
         check.refused(1, BASE + ["checkpoint.dir=" + os.path.join(tmp, "ckpt1"), "model.bias=true", "train.steps=8"],
                       "no linear biases", "resume a bias-free checkpoint with biases")
-        biased = os.path.join(tmp, "biased")
-        equivalence.run(binary, mpiexec, config, tmp, 1, "biased", ["train.device=cpu", "train.steps=2",
-                                                                   "checkpoint.dir=" + biased] + LLAMA[:-1])
+        biased = equivalence.short_checkpoint(binary, mpiexec, config, tmp, "biased", LLAMA[:-1])
         check.refused(1, ["train.device=cpu", "model.init_from=" + biased] + LLAMA,
                       "biases in its linear layers (model.bias = true)", "init_from the same model with biases")
         check.refused(1, ["train.device=cpu", "model.bias=false", "moe.experts=4"],

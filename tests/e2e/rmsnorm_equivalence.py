@@ -58,9 +58,7 @@ def main():
 
         refused(1, BASE + ["checkpoint.dir=" + os.path.join(tmp, "ckpt1"), "model.norm=layernorm", "train.steps=8"],
                 "rmsnorm, precision", "resume an RMSNorm checkpoint with LayerNorm")
-        plain = os.path.join(tmp, "plain")
-        equivalence.run(binary, mpiexec, config, tmp, 1, "plain", ["train.device=cpu", "train.steps=2",
-                                                                  "checkpoint.dir=" + plain])
+        plain = equivalence.short_checkpoint(binary, mpiexec, config, tmp, "plain")
         refused(1, ["train.device=cpu", "model.norm=rmsnorm", "model.init_from=" + plain], "LayerNorm (model.norm = layernorm)",
                 "init_from a LayerNorm model")
         if export_hf:  # a model with RMSNorm alone (its rotary positions would be refused first)

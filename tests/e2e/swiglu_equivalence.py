@@ -91,9 +91,7 @@ def main():
                 "ffn_hidden_size 88", "resume a 4C checkpoint at width 88")
         refused(1, BASE + ["checkpoint.dir=" + os.path.join(tmp, "ckpt1"), "model.mlp=gelu", "train.steps=8"],
                 "swiglu MLP, precision", "resume a SwiGLU checkpoint as a GELU model")
-        gelu = os.path.join(tmp, "gelu")
-        equivalence.run(binary, mpiexec, config, tmp, 1, "gelu", ["train.device=cpu", "train.steps=2",
-                                                                 "checkpoint.dir=" + gelu])
+        gelu = equivalence.short_checkpoint(binary, mpiexec, config, tmp, "gelu")
         refused(1, BASE + ["model.init_from=" + gelu, "model.n_layers=2", "model.dropout=0"], "a GELU MLP",
                 "init_from a GELU model")
         refused(1, BASE + ["moe.experts=4", "moe.top_k=2"], "the experts are GELU MLPs", "SwiGLU with experts")
