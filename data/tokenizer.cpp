@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "core/json.h"
 #include "data/gpt2_bpe.h"
+#include "data/hf_tokenizer.h"
 #include "data/mapped_file.h"
 #include "data/utf8.h"
 
@@ -160,7 +161,8 @@ void save_vocabulary(const Tokenizer& tok, const std::string& path) {
 }
 
 std::unique_ptr<Tokenizer> load_vocabulary(const std::string& path) {
-  const JsonValue v = parse_json(read_text_file(path), path);
+  const std::string text = read_text_file(path);
+  const JsonValue v = parse_json(text, path);
   if (v.kind != JsonValue::Kind::kObject) throw UserError(path + ": a vocabulary file must be a JSON object");
   const std::string kind = member(v, "kind", JsonValue::Kind::kString, path).text;
   std::unique_ptr<Tokenizer> tok;
@@ -183,8 +185,11 @@ std::unique_ptr<Tokenizer> load_vocabulary(const std::string& path) {
     }
     tok = std::make_unique<Gpt2BpeTokenizer>(vocab_from_json(member(v, "vocab", JsonValue::Kind::kObject, path), path),
                                              std::move(merges), path);
+  } else if (kind == "hf_bpe") {
+    const JsonValue& t = member(v, "tokenizer", JsonValue::Kind::kObject, path);
+    tok = hf_tokenizer_from_json(t, text.substr(t.begin, t.end - t.begin), path + ": tokenizer");
   } else {
-    throw UserError(path + ": unknown vocabulary kind \"" + kind + "\" (expected byte, char or gpt2_bpe)");
+    throw UserError(path + ": unknown vocabulary kind \"" + kind + "\" (expected byte, char, gpt2_bpe or hf_bpe)");
   }
   const JsonValue* size = v.find("vocab_size");
   if (size && size->kind == JsonValue::Kind::kNumber && whole_number(*size) != tok->vocab_size())

@@ -3,6 +3,7 @@
 //   {"kind": "byte", "vocab_size": 256}
 //   {"kind": "char", "vocab_size": N, "chars": ["\n", " ", "!", ...]}        (id = position)
 //   {"kind": "gpt2_bpe", "vocab_size": N, "vocab": {"!": 0, ...}, "merges": ["Ġ t", ...]}
+//   {"kind": "hf_bpe", "vocab_size": N, "source": PATH, "tokenizer": {...tokenizer.json...}}
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -14,7 +15,7 @@ namespace trellis {
 class Tokenizer {
  public:
   virtual ~Tokenizer() = default;
-  virtual std::string kind() const = 0;  // "byte", "char" or "gpt2_bpe"
+  virtual std::string kind() const = 0;  // "byte", "char", "gpt2_bpe" or "hf_bpe"
   virtual int64_t vocab_size() const = 0;
   // UserError if the text holds something the vocabulary cannot express.
   virtual std::vector<int32_t> encode(const std::string& text) const = 0;

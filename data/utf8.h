@@ -11,5 +11,10 @@ void append_utf8(std::string& out, uint32_t cp);
 // Decodes the code point at s[i], advancing i; invalid bytes decode as U+FFFD, one byte each.
 uint32_t next_utf8(const std::string& s, size_t& i);
 std::vector<uint32_t> decode_utf8(const std::string& s);
+// Strict UTF-8: no overlong forms, surrogates or code points past U+10FFFF.
+bool is_valid_utf8(const std::string& s);
+// `s` with each maximal ill-formed part replaced by one U+FFFD (what Rust's from_utf8_lossy and
+// Python's errors="replace" do).
+std::string utf8_lossy(const std::string& s);
 
 }  // namespace trellis

@@ -2,9 +2,10 @@
 //   generate MODEL_DIR --prompt TEXT [--prompt TEXT]... [--tokens 200] [--temperature 0.8]
 //            [--top-k 40] [--seed 1] [--device auto|cpu|cuda] [--precision auto|fp32|bf16|fp16] [--vocab FILE]
 // MODEL_DIR is a step_X directory or a checkpoint.dir (its newest valid checkpoint is used), a
-// weight export or a Hugging Face GPT-2 or Llama directory (launcher/trained_model.h). Without a
-// vocabulary (synthetic data; an export or Hugging Face directory without --vocab) prompts are whitespace-separated
-// token ids and ids are printed. Bad input prints one line "error: ..." and exits 1.
+// weight export or a Hugging Face GPT-2 or Llama directory (launcher/trained_model.h). The
+// vocabulary is --vocab (a file prepare_data wrote, or a Hugging Face tokenizer.json or its
+// directory), else the training data's, else the directory's tokenizer.json. Without one (synthetic
+// data; an export without --vocab) prompts are whitespace-separated token ids and ids are printed. Bad input prints one line "error: ..." and exits 1.
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
@@ -21,6 +22,7 @@
 #include "core/error.h"
 #include "core/ops.h"
 #include "core/runtime.h"
+#include "data/hf_tokenizer.h"
 #include "data/tokenizer.h"
 #include "launcher/train_config.h"
 #include "launcher/trained_model.h"
@@ -95,10 +97,25 @@ Args parse(int argc, char** argv) {
   return a;
 }
 
-// The vocabulary: --vocab, else the data file's <stem>.vocab.json; null = token ids.
-std::unique_ptr<Tokenizer> vocabulary(const Args& a, const std::optional<Config>& training) {
-  if (!a.vocab.empty()) return load_vocabulary(a.vocab);
-  if (!training || training->data.source != "file") return nullptr;  // a weight export or GPT-2 directory: --vocab
+// A Hugging Face tokenizer (a directory holding tokenizer.json, or the file) rather than a
+// vocabulary file prepare_data wrote.
+bool is_hf_tokenizer(const std::string& path) {
+  std::error_code ec;
+  return std::filesystem::is_directory(path, ec) || std::filesystem::path(path).filename() == "tokenizer.json";
+}
+
+// The vocabulary: --vocab, else the data file's <stem>.vocab.json, else the tokenizer.json of a
+// Hugging Face directory; null = token ids.
+std::unique_ptr<Tokenizer> vocabulary(const Args& a, const StoredModel& stored) {
+  if (!a.vocab.empty()) return is_hf_tokenizer(a.vocab) ? load_hf_tokenizer(a.vocab) : load_vocabulary(a.vocab);
+  const std::optional<Config>& training = stored.config;
+  if (!training) {  // a weight export or a Hugging Face directory
+    const std::string file = (std::filesystem::path(stored.dir) / "tokenizer.json").string();
+    if (!std::filesystem::exists(file)) return nullptr;
+    std::fprintf(stderr, "note: the vocabulary is %s\n", file.c_str());
+    return load_hf_tokenizer(file);
+  }
+  if (training->data.source != "file") return nullptr;
   const Config& cfg = *training;
   std::istringstream blend(cfg.data.path);  // a path, or "w1 PATH1 w2 PATH2 ...": the first path
   std::vector<std::string> parts;
@@ -153,7 +170,7 @@ int run(int argc, char** argv) {
   GPTConfig m = stored.shape;
   parse_dtype(precision, m.dtype);
 
-  std::unique_ptr<Tokenizer> tok = vocabulary(a, stored.config);
+  std::unique_ptr<Tokenizer> tok = vocabulary(a, stored);
   if (tok && tok->vocab_size() > m.vocab_size)
     throw UserError("the vocabulary has " + std::to_string(tok->vocab_size()) + " tokens, the model " +
                     std::to_string(m.vocab_size));

@@ -1,6 +1,7 @@
 // prepare_data: tokenizes text files into a dataset the trainer reads, plus its vocabulary.
-//   prepare_data --input a.txt [--input b.txt] --output PREFIX --tokenizer byte|char|gpt2
-//                [--vocab vocab.json --merges merges.txt] [--format megatron|llmc]
+//   prepare_data --input a.txt [--input b.txt] --output PREFIX --tokenizer byte|char|gpt2|hf
+//                [--vocab vocab.json --merges merges.txt] [--tokenizer-model DIR|tokenizer.json]
+//                [--format megatron|llmc]
 //                [--documents-split file|lines] [--force]
 // writes PREFIX.bin + PREFIX.idx (megatron, the default) or PREFIX.tok (llmc), and
 // PREFIX.vocab.json. Existing outputs of PREFIX are replaced only with --force (which removes all
@@ -18,6 +19,7 @@
 
 #include "core/error.h"
 #include "data/indexed_dataset.h"
+#include "data/hf_tokenizer.h"
 #include "data/mapped_file.h"
 #include "data/token_file.h"
 #include "data/tokenizer.h"
@@ -29,14 +31,17 @@ namespace {
 
 struct Args {
   std::vector<std::string> inputs;
-  std::string output, tokenizer, vocab, merges, format = "megatron", split = "file";
+  std::string output, tokenizer, vocab, merges, tokenizer_model, format = "megatron", split = "file";
   bool force = false;  // replace PREFIX's existing outputs
 };
 
 const char* kUsage =
-    "usage: prepare_data --input FILE [--input FILE ...] --output PREFIX --tokenizer byte|char|gpt2\n"
-    "                    [--vocab vocab.json --merges merges.txt] [--format megatron|llmc]\n"
+    "usage: prepare_data --input FILE [--input FILE ...] --output PREFIX --tokenizer byte|char|gpt2|hf\n"
+    "                    [--vocab vocab.json --merges merges.txt] [--tokenizer-model DIR|tokenizer.json]\n"
+    "                    [--format megatron|llmc]\n"
     "                    [--documents-split file|lines] [--force]\n"
+    "--tokenizer hf reads a Hugging Face tokenizer.json (BPE: GPT-2, Llama 2 and 3, Mistral, ...); each\n"
+    "document becomes the ids transformers' tokenizer(text) gives, its special tokens included.\n"
     "--force replaces existing outputs of PREFIX (without it, prepare_data refuses to).\n";
 
 Args parse(int argc, char** argv) {
@@ -51,7 +56,7 @@ Args parse(int argc, char** argv) {
       a.force = true;
       continue;
     }
-    static const char* const kValued[] = {"--input", "--output", "--tokenizer", "--vocab", "--merges", "--format",
+    static const char* const kValued[] = {"--input", "--output", "--tokenizer", "--vocab", "--merges", "--tokenizer-model", "--format",
                                           "--documents-split"};
     if (std::find(std::begin(kValued), std::end(kValued), flag) == std::end(kValued))
       throw UserError("unknown option " + flag + " (see --help)");
@@ -62,18 +67,22 @@ Args parse(int argc, char** argv) {
     else if (flag == "--tokenizer") a.tokenizer = value;
     else if (flag == "--vocab") a.vocab = value;
     else if (flag == "--merges") a.merges = value;
+    else if (flag == "--tokenizer-model") a.tokenizer_model = value;
     else if (flag == "--format") a.format = value;
     else if (flag == "--documents-split") a.split = value;
     else throw UserError("unknown option " + flag + " (see --help)");
   }
   if (a.inputs.empty()) throw UserError("no --input given (see --help)");
   if (a.output.empty()) throw UserError("no --output PREFIX given (see --help)");
-  if (a.tokenizer != "byte" && a.tokenizer != "char" && a.tokenizer != "gpt2")
-    throw UserError("--tokenizer must be byte, char or gpt2, got \"" + a.tokenizer + "\"");
+  if (a.tokenizer != "byte" && a.tokenizer != "char" && a.tokenizer != "gpt2" && a.tokenizer != "hf")
+    throw UserError("--tokenizer must be byte, char, gpt2 or hf, got \"" + a.tokenizer + "\"");
   if (a.tokenizer == "gpt2" && (a.vocab.empty() || a.merges.empty()))
     throw UserError("--tokenizer gpt2 needs --vocab vocab.json and --merges merges.txt");
   if (a.tokenizer != "gpt2" && (!a.vocab.empty() || !a.merges.empty()))
     throw UserError("--vocab and --merges are for --tokenizer gpt2 only");
+  if (a.tokenizer == "hf" && a.tokenizer_model.empty())
+    throw UserError("--tokenizer hf needs --tokenizer-model (a directory with tokenizer.json, or the file)");
+  if (a.tokenizer != "hf" && !a.tokenizer_model.empty()) throw UserError("--tokenizer-model is for --tokenizer hf only");
   if (a.format != "megatron" && a.format != "llmc") throw UserError("--format must be megatron or llmc, got \"" + a.format + "\"");
   if (a.split != "file" && a.split != "lines")
     throw UserError("--documents-split must be file or lines, got \"" + a.split + "\"");
@@ -182,6 +191,7 @@ int run(int argc, char** argv) {
 
   std::unique_ptr<Tokenizer> tok = a.tokenizer == "byte"   ? make_byte_tokenizer()
                                    : a.tokenizer == "char" ? make_char_tokenizer(texts)
+                                   : a.tokenizer == "hf"   ? load_hf_tokenizer(a.tokenizer_model)
                                                            : load_gpt2_tokenizer(a.vocab, a.merges);
   for (const std::string& out : existing) {
     std::error_code ec;

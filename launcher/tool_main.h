@@ -1,4 +1,4 @@
-// The main() of the one-process tools (generate, export_hf, prepare_data, pipeline_predict): bad
+// The main() of the one-process tools (generate, export_hf, prepare_data, pipeline_predict, tokenize): bad
 // input ends in one "error: ..." line and exit status 1, never an abort with a backtrace.
 #pragma once
 #include <cstdio>

@@ -1,5 +1,7 @@
 // Tokenizers: byte and char round trips, GPT-2 byte-level BPE on a small vocabulary this test
-// writes itself (vocab.json + merges.txt), GPT-2 pre-tokenization, and vocabulary files.
+// writes itself (vocab.json + merges.txt), the pre-tokenization patterns and Unicode classes, BPE
+// merge order, a hand-written SentencePiece-style tokenizer.json, and vocabulary files.
+// (tests/e2e/hf_tokenizer_test.py checks tokenizer.json files against the tokenizers library.)
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -10,8 +12,12 @@
 
 #include "core/error.h"
 #include "tests/unit/test_util.h"
-#include "data/gpt2_bpe.h"
+#include "data/bpe.h"
+#include "data/hf_tokenizer.h"
+#include "data/pretokenize.h"
 #include "data/tokenizer.h"
+#include "data/unicode_classes.h"
+#include "data/utf8.h"
 
 namespace fs = std::filesystem;
 using namespace trellis;
@@ -69,6 +75,7 @@ TEST(DataTokenizer, CharRoundTripAndSortedVocabulary) {
 
 TEST(DataTokenizer, Gpt2Pretokenize) {
   using V = std::vector<std::string>;
+  const auto gpt2_pretokenize = [](const std::string& t) { return pretokenize(t, SplitPattern::kGpt2); };
   EXPECT_EQ(gpt2_pretokenize("hello world"), (V{"hello", " world"}));
   EXPECT_EQ(gpt2_pretokenize("it's  ok\n"), (V{"it", "'s", " ", " ok", "\n"}));
   EXPECT_EQ(gpt2_pretokenize("Hello 123 !!x"), (V{"Hello", " 123", " !!", "x"}));
@@ -77,6 +84,75 @@ TEST(DataTokenizer, Gpt2Pretokenize) {
   EXPECT_EQ(gpt2_pretokenize("a\n\nb  "), (V{"a", "\n", "\n", "b", "  "}));
   EXPECT_EQ(gpt2_pretokenize("a\n\n b"), (V{"a", "\n\n", " b"}));
   EXPECT_EQ(gpt2_pretokenize(" café—x"), (V{" café", "—", "x"}));
+  // Exact classes beyond Latin-1: CJK punctuation is not a letter, Arabic-Indic digits are numbers.
+  EXPECT_EQ(gpt2_pretokenize("中文，好 ٣٤x"), (V{"中文", "，", "好", " ٣٤", "x"}));
+}
+
+TEST(DataTokenizer, Llama3AndQwen2Pretokenize) {
+  using V = std::vector<std::string>;
+  EXPECT_EQ(pretokenize("x 1234567 (hi) it'S\n\n  y", SplitPattern::kLlama3),
+            (V{"x", " ", "123", "456", "7", " (", "hi", ")", " it", "'S", "\n\n", " ", " y"}));
+  EXPECT_EQ(pretokenize("1234 \t\nA", SplitPattern::kQwen2), (V{"1", "2", "3", "4", " \t\n", "A"}));
+  EXPECT_EQ(split_pattern_of_regex("\\w+"), std::nullopt);
+}
+
+TEST(DataTokenizer, UnicodeClassesAndLossyUtf8) {
+  EXPECT_TRUE(is_unicode_letter(U'ǅ') && is_unicode_letter(U'中') && !is_unicode_letter(U'，') && !is_unicode_letter('1'));
+  EXPECT_TRUE(is_unicode_number(U'٣') && is_unicode_number(U'½') && is_unicode_number(U'²') && !is_unicode_number('x'));
+  EXPECT_TRUE(is_unicode_space(0x3000) && is_unicode_space(0x85) && !is_unicode_space(0x200B));
+  // One U+FFFD for each maximal ill-formed part: a cut 3-byte character is one, a stray byte another.
+  EXPECT_EQ(utf8_lossy("a\xE6\x97" "b\x80"), "a\uFFFDb\uFFFD");
+  EXPECT_EQ(utf8_lossy("\xED\xA0\x80"), "\uFFFD\uFFFD\uFFFD");  // a surrogate is not UTF-8
+  EXPECT_TRUE(is_valid_utf8("日本") && !is_valid_utf8("\xC0\xAF"));
+}
+
+TEST(DataTokenizer, BpeMergesLowestRankFirst) {
+  // a=0 b=1 c=2 ab=3 bc=4 abc=5; "b c" outranks "a b", so "abc" merges as a (bc), and "ab c" never forms.
+  const BpeModel bpe({{"a", 0}, {"b", 1}, {"c", 2}, {"ab", 3}, {"bc", 4}, {"abc", 5}}, {{"b", "c"}, {"a", "b"}, {"ab", "c"}},
+                     "test");
+  std::vector<int32_t> word{0, 1, 2};
+  bpe.merge(word);
+  EXPECT_EQ(word, (std::vector<int32_t>{0, 4}));
+  word = {0, 1, 0, 1};
+  bpe.merge(word);
+  EXPECT_EQ(word, (std::vector<int32_t>{3, 3}));
+  const std::string e = error_of([] { BpeModel({{"a", 0}}, {{"a", "a"}}, "test"); });
+  EXPECT_NE(e.find("merge 1 (\"a\" \"a\") needs \"aa\", which is not in the vocabulary"), std::string::npos) << e;
+}
+
+// A SentencePiece-style tokenizer.json written by hand: Prepend/Replace, byte fallback, <s> first.
+TEST(DataTokenizer, HfSentencePieceStyleJson) {
+  std::string vocab = "\"<unk>\": 0, \"<s>\": 1, \"\u2581\": 2, \"h\": 3, \"i\": 4, \"hi\": 5, \"\u2581hi\": 6";
+  for (int b = 0; b < 256; ++b) {
+    char buf[32];
+    std::snprintf(buf, sizeof(buf), ", \"<0x%02X>\": %d", b, 7 + b);
+    vocab += buf;
+  }
+  const std::string json =
+      "{\"added_tokens\": [{\"id\": 1, \"content\": \"<s>\", \"special\": true}],"
+      " \"normalizer\": {\"type\": \"Sequence\", \"normalizers\": [{\"type\": \"Prepend\", \"prepend\": \"\u2581\"},"
+      "   {\"type\": \"Replace\", \"pattern\": {\"String\": \" \"}, \"content\": \"\u2581\"}]},"
+      " \"pre_tokenizer\": null,"
+      " \"post_processor\": {\"type\": \"TemplateProcessing\", \"single\": [{\"SpecialToken\": {\"id\": \"<s>\"}},"
+      "   {\"Sequence\": {\"id\": \"A\"}}], \"special_tokens\": {\"<s>\": {\"id\": \"<s>\", \"ids\": [1]}}},"
+      " \"decoder\": {\"type\": \"Sequence\", \"decoders\": [{\"type\": \"Replace\", \"pattern\": {\"String\": \"\u2581\"},"
+      "   \"content\": \" \"}, {\"type\": \"ByteFallback\"}, {\"type\": \"Fuse\"},"
+      "   {\"type\": \"Strip\", \"content\": \" \", \"start\": 1, \"stop\": 0}]},"
+      " \"model\": {\"type\": \"BPE\", \"byte_fallback\": true, \"unk_token\": \"<unk>\", \"vocab\": {" + vocab +
+      "}, \"merges\": [\"h i\", [\"\u2581\", \"hi\"]]}}";
+  const auto tok = hf_tokenizer_from_json(parse_json(json, "t.json"), json, "t.json");
+  EXPECT_EQ(tok->kind(), "hf_bpe");
+  EXPECT_EQ(tok->vocab_size(), 263);
+  // "hi hé": ▁hi ▁ h <0xC3> <0xA9> (é is not a token: its bytes), <s> first.
+  EXPECT_EQ(tok->encode("hi hé"), (std::vector<int32_t>{1, 6, 2, 3, 7 + 0xC3, 7 + 0xA9}));
+  EXPECT_EQ(tok->decode({6, 2, 3, 7 + 0xC3, 7 + 0xA9}), "hi hé");
+  EXPECT_EQ(tok->decode({6, 7 + 0xC3}), "hi\uFFFD");  // a cut character: U+FFFD per byte, as the library does
+  TempDir dir;
+  save_vocabulary(*tok, dir / "v.json");
+  EXPECT_EQ(load_vocabulary(dir / "v.json")->encode("hi hé"), tok->encode("hi hé"));
+  const std::string bad = "{\"model\": {\"type\": \"Unigram\"}}";
+  const std::string e = error_of([&] { hf_tokenizer_from_json(parse_json(bad, "u.json"), bad, "u.json"); });
+  EXPECT_NE(e.find("u.json: model.type: \"Unigram\" is not supported (supported: BPE)"), std::string::npos) << e;
 }
 
 TEST(DataTokenizer, Gpt2BpeOnSmallVocabulary) {
@@ -132,6 +208,11 @@ TEST(DataTokenizer, BadVocabularyFilesAreReported) {
   EXPECT_NE(error_of([&] { load_gpt2_tokenizer(dir / "vocab.json", dir / "merges.txt"); }).find("merges.txt:2: expected a merge"),
             std::string::npos);
   std::ofstream(dir / "merges.txt") << "h e\n";
+  EXPECT_NE(error_of([&] { load_gpt2_tokenizer(dir / "vocab.json", dir / "merges.txt"); })
+                .find("merge 1 (\"h\" \"e\") needs \"he\", which is not in the vocabulary"),
+            std::string::npos);
+  std::ofstream(dir / "merges.txt") << "\n";
   const auto tok = load_gpt2_tokenizer(dir / "vocab.json", dir / "merges.txt");
-  EXPECT_NE(error_of([&] { tok->encode("he"); }).find("the vocabulary has no token \"he\" (needed to encode \"he\")"), std::string::npos);
+  EXPECT_NE(error_of([&] { tok->encode("hex"); }).find("the vocabulary has no token \"x\" (needed to encode \"hex\")"),
+            std::string::npos);
 }

@@ -1,0 +1,230 @@
+#!/usr/bin/env python3
+"""Hugging Face tokenizer.json files read by prepare_data and tokenize, against the tokenizers library.
+
+Where the tokenizers package imports (else exit 77, skipped): six BPE tokenizers are trained here on a
+built-in multilingual text (plus tinyshakespeare where ../shared/data has it), shaped as the real ones
+are: GPT-2's (byte-level, <|endoftext|>), Llama 3's (its Split regex, ignore_merges, <|begin_of_text|>
+prepended), Qwen2's regex with a prefix space, Llama 2's (SentencePiece-style: Prepend and Replace
+normalizers, byte fallback, <s> prepended, its decoder chain), a Metaspace one that splits (prepend
+"first", unk tokens fused), and Digits + ByteLevel with added tokens that strip whitespace and
+Roberta's <s> ... </s>. For each, prepare_data --tokenizer hf on texts with accents, CJK, emoji,
+digit runs, contractions in both cases, odd whitespace and the added tokens in the text gives, per
+line, exactly the ids tokenizer.encode(line) gives; tokenize --decode of those ids gives what
+tokenizer.decode gives; the vocabulary file prepare_data wrote decodes the same and embeds a
+tokenizer.json the library loads. Unsupported files (a WordPiece model, the NFC normalizer, another
+Split regex) get one error line naming the key.
+Usage: hf_tokenizer_test.py PREPARE_DATA TOKENIZE"""
+import json
+import os
+import struct
+import subprocess
+import sys
+import tempfile
+
+try:
+    from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
+    from tokenizers import trainers
+except ImportError:
+    print("skipped: the tokenizers package is not installed (pip install tokenizers)")
+    sys.exit(77)
+
+import equivalence
+
+LLAMA3 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|"
+          r"\s*[\r\n]+|\s+(?!\S)|\s+")
+QWEN2 = LLAMA3.replace(r"\p{N}{1,3}", r"\p{N}")
+
+CORPUS = """The quick brown fox jumps over the lazy dog. It's 2024; we'll see 12345 foxes.
+Le café était très agréable, n'est-ce pas? Ça va très bien, merci!
+Der Fluß ist größer als der Bach. Übermäßig schöne Straßen.
+Быстрая коричневая лиса прыгает через ленивую собаку.
+日本語のテキストも少し含めます。中文也有一些。한국어도 조금.
+Emoji: 🦊🐶 and symbols like ±×÷ ≠ ∞ — “quotes” ‘single’ … done.
+    indented code: def f(x): return x**2 + 3.14159
+Numbers: 1, 22, 333, 4444, 55555, ٣٤٥, ²³.
+Years 1999 2000 2023 2024 2025 12 123 1234 12345 123456 1234567 456 567 678 789 3456 4567.
+"""
+
+TEXTS = [
+    "Hello world", " leading space", "  two leading spaces", "trailing space ", "it's THEY'RE We'LL I'D 'quote'",
+    "The year 2024 and 1234567 and ٣٤٥٦ and ½ ²³", "tab\there\nnewline\r\nwindows  \n\n double",
+    "café naïve Übermäßig Straße", "日本語のテキスト。中文，标点！", "🦊🐶👍🏽 emoji and ZWJ 👩‍👩‍👧",
+    "mixed: (hello) [world] {x} <y> !!! ??? ...", "word\u00a0nbsp\u2003emspace\u3000ideographic",
+    "unseen chars: ǅ ꙮ 𝔘𝔫𝔦 ᚠᛇᚻ", "   ", "x", "a<|endoftext|>b <|endoftext|> c", "<|begin_of_text|>Hi<|eot_id|>",
+    "before <mask>  after", "A <special> and <special>again", "x" * 300 + " long word",
+    "ſ 's 'ſ", "line one\n\nline three\n",
+]
+
+
+def corpus():
+    text = CORPUS * 3 + "1234567 2024 123 456 789 12 34 56 " * 50  # digit merges, so that the digit split shows
+    shakespeare = os.path.join(os.path.dirname(__file__), "..", "..", "..", "shared", "data", "tinyshakespeare.txt")
+    if os.path.exists(shakespeare):
+        with open(shakespeare, encoding="utf-8") as f:
+            text += f.read()[:200000]
+    return text
+
+
+def byte_level(split=None, prefix=False, ignore_merges=False, specials=("<|endoftext|>",), post=None):
+    tok = Tokenizer(models.BPE(ignore_merges=ignore_merges))
+    byte = pre_tokenizers.ByteLevel(add_prefix_space=prefix, use_regex=split is None)
+    tok.pre_tokenizer = byte if split is None else pre_tokenizers.Sequence(
+        [pre_tokenizers.Split(Regex(split), behavior="isolated"), byte])
+    tok.decoder = decoders.ByteLevel()
+    tok.post_processor = post or processors.ByteLevel(trim_offsets=False)
+    trainer = trainers.BpeTrainer(vocab_size=600, special_tokens=list(specials),
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    tok.train_from_iterator([corpus()], trainer)
+    return tok
+
+
+def llama3():
+    tok = byte_level(LLAMA3, ignore_merges=True, specials=("<|begin_of_text|>", "<|end_of_text|>", "<|eot_id|>"))
+    bos = tok.token_to_id("<|begin_of_text|>")
+    tok.post_processor = processors.Sequence([
+        processors.ByteLevel(trim_offsets=False),
+        processors.TemplateProcessing(single="<|begin_of_text|> $A", special_tokens=[("<|begin_of_text|>", bos)])])
+    return tok
+
+
+def sentencepiece_style(metaspace):
+    """Llama 2's shape (Prepend/Replace, byte fallback), or a Metaspace pre-tokenizer with unk only."""
+    base = Tokenizer(models.BPE(unk_token="<unk>"))
+    base.normalizer = normalizers.Sequence([normalizers.Prepend("▁"), normalizers.Replace(" ", "▁")])
+    trainer = trainers.BpeTrainer(vocab_size=500, special_tokens=["<unk>", "<s>", "</s>"], limit_alphabet=90,
+                                  show_progress=False)
+    base.train_from_iterator([corpus()], trainer)
+    model = json.loads(base.to_str())["model"]
+    vocab, merges = model["vocab"], [tuple(m) if isinstance(m, list) else tuple(m.split(" ")) for m in model["merges"]]
+    if not metaspace:
+        for b in range(256):
+            vocab[f"<0x{b:02X}>"] = len(vocab)
+    tok = Tokenizer(models.BPE(vocab, merges, unk_token="<unk>", fuse_unk=True, byte_fallback=not metaspace))
+    tok.add_special_tokens(["<unk>", "<s>", "</s>"])
+    bos = tok.token_to_id("<s>")
+    tok.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", bos)])
+    if metaspace:
+        tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="first", split=True)
+        tok.decoder = decoders.Metaspace(replacement="▁", prepend_scheme="first")
+    else:
+        tok.normalizer = normalizers.Sequence([normalizers.Prepend("▁"), normalizers.Replace(" ", "▁")])
+        tok.decoder = decoders.Sequence([decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse(),
+                                         decoders.Strip(" ", 1, 0)])
+    return tok
+
+
+def digits_roberta():
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True),
+                                                 pre_tokenizers.ByteLevel(add_prefix_space=False)])
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=500, special_tokens=["<s>", "</s>"],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    tok.train_from_iterator([corpus()], trainer)
+    tok.add_special_tokens([AddedToken("<mask>", lstrip=True, rstrip=True)])
+    tok.add_tokens([AddedToken("<special>", normalized=True)])
+    tok.post_processor = processors.RobertaProcessing(("</s>", tok.token_to_id("</s>")), ("<s>", tok.token_to_id("<s>")),
+                                                      trim_offsets=False)
+    return tok
+
+
+def read_megatron(prefix):
+    """The documents of a Megatron .bin/.idx pair, as lists of ids."""
+    with open(prefix + ".idx", "rb") as f:
+        idx = f.read()
+    assert idx[:9] == b"MMIDIDX\x00\x00", idx[:9]
+    dtype_code = idx[17]
+    count = struct.unpack_from("<Q", idx, 18)[0]
+    sizes = struct.unpack_from(f"<{count}i", idx, 34)
+    pointers = struct.unpack_from(f"<{count}q", idx, 34 + 4 * count)
+    fmt, width = {1: ("B", 1), 3: ("h", 2), 4: ("i", 4), 8: ("H", 2), 9: ("I", 4)}[dtype_code]
+    with open(prefix + ".bin", "rb") as f:
+        data = f.read()
+    return [list(struct.unpack_from(f"<{n}{fmt}", data, p)) for n, p in zip(sizes, pointers)]
+
+
+def run(cmd, stdin=None):
+    """The command's exit status, standard output as bytes, standard error as text."""
+    p = subprocess.run(cmd, input=None if stdin is None else stdin.encode(), capture_output=True)
+    return p.returncode, p.stdout, p.stderr.decode(errors="replace").strip()
+
+
+def main():
+    prepare, tokenize = sys.argv[1], sys.argv[2]
+    checks = equivalence.Checks(None, None, None)
+
+    def check(ok, text, detail=""):  # the detail is printed only for a failure
+        checks(ok, text if ok or not detail else f"{text}: {detail}")
+        return ok
+    cases = {"gpt2": byte_level(), "llama3": llama3(), "qwen2_prefix": byte_level(QWEN2, prefix=True),
+             "llama2": sentencepiece_style(False), "metaspace": sentencepiece_style(True),
+             "digits_roberta": digits_roberta()}
+    with tempfile.TemporaryDirectory() as tmp:
+        # One input file a document, so that documents may hold newlines.
+        lines = TEXTS + [line + "\n" for line in CORPUS.splitlines()]
+        inputs = []
+        for i, line in enumerate(lines):
+            inputs += ["--input", os.path.join(tmp, f"text{i:02d}.txt")]
+            with open(inputs[-1], "w", encoding="utf-8", newline="") as f:
+                f.write(line)
+        for name, tok in cases.items():
+            d = os.path.join(tmp, name)
+            os.makedirs(d)
+            tok.save(os.path.join(d, "tokenizer.json"))
+            prefix = os.path.join(tmp, name + "_data")
+            status, _, err = run([prepare, *inputs, "--output", prefix, "--tokenizer", "hf", "--tokenizer-model", d])
+            if not check(status == 0, f"{name}: prepare_data ran", err):
+                continue
+            docs = read_megatron(prefix)
+            want = [tok.encode(line).ids for line in lines]
+            bad = [(lines[i], docs[i], want[i]) for i in range(len(lines)) if i >= len(docs) or docs[i] != want[i]]
+            check(len(docs) == len(lines) and not bad, f"{name}: {len(lines)} documents encode as the library's",
+                  f"first difference: {bad[0]!r}" if bad else f"{len(docs)} documents")
+            # Decoding: each document's ids, and a stretch that cuts a multi-byte character.
+            vocab_file = prefix + ".vocab.json"
+            wrong = []
+            for ids in want + [want[9][1:4], want[9][2:]]:
+                for flag in (["--tokenizer-model", d], ["--vocab", vocab_file]):
+                    status, out, err = run([tokenize, *flag, "--decode"], stdin=" ".join(map(str, ids)))
+                    want_text = tok.decode(ids, skip_special_tokens=False).encode()
+                    if status != 0 or out != want_text:
+                        wrong.append((flag[0], ids, out, err, want_text))
+            check(not wrong, f"{name}: tokenize --decode gives the library's text", repr(wrong[:1]))
+            _, out, err = run([tokenize, "--tokenizer-model", d, TEXTS[8]])
+            check(out.split() == [str(i).encode() for i in tok.encode(TEXTS[8]).ids], f"{name}: tokenize encodes TEXT",
+                  f"{out!r} {err}")
+            with open(vocab_file, encoding="utf-8") as f:
+                embedded = json.load(f)["tokenizer"]
+            back = Tokenizer.from_str(json.dumps(embedded))
+            check(back.encode(TEXTS[9]).ids == tok.encode(TEXTS[9]).ids, f"{name}: the vocabulary file embeds the tokenizer")
+
+        # Refusals: one line naming the key.
+        base = json.loads(cases["gpt2"].to_str())
+        refusals = {
+            "WordPiece": (lambda j: j["model"].update(type="WordPiece"), "model.type: \"WordPiece\" is not supported"),
+            "NFC": (lambda j: j.update(normalizer={"type": "NFC"}), "normalizer.type: \"NFC\" is not supported"),
+            "regex": (lambda j: j.update(pre_tokenizer={"type": "Split", "pattern": {"Regex": "\\w+"},
+                                                        "behavior": "Isolated", "invert": False}),
+                      "pre_tokenizer.pattern: only GPT-2's, Llama 3's and Qwen2's regex are supported"),
+            "dropout": (lambda j: j["model"].update(dropout=0.1), "model.dropout: BPE dropout is not supported"),
+        }
+        for name, (change, message) in refusals.items():
+            j = json.loads(json.dumps(base))
+            change(j)
+            path = os.path.join(tmp, name + ".json")
+            with open(path, "w") as f:
+                json.dump(j, f)
+            status, _, err = run([prepare, *inputs[:2], "--output", os.path.join(tmp, "refused"), "--tokenizer", "hf",
+                                  "--tokenizer-model", path])
+            check(status == 1 and len(err.splitlines()) == 1 and message in err and
+                  not os.path.exists(os.path.join(tmp, "refused.bin")), f"refused: {name}", err)
+        empty = os.path.join(tmp, "empty_dir")
+        os.makedirs(empty)
+        status, _, err = run([prepare, *inputs[:2], "--output", os.path.join(tmp, "x"), "--tokenizer", "hf",
+                              "--tokenizer-model", empty])
+        check(status == 1 and "has no tokenizer.json" in err, "refused: a directory without tokenizer.json", err)
+    checks.finish()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
