@@ -198,6 +198,15 @@ std::unique_ptr<Tokenizer> load_vocabulary(const std::string& path) {
   return tok;
 }
 
+std::string embedded_hf_tokenizer(const std::string& path) {
+  const std::string text = read_text_file(path);
+  const JsonValue v = parse_json(text, path);
+  const JsonValue* kind = v.find("kind");
+  if (!kind || kind->kind != JsonValue::Kind::kString || kind->text != "hf_bpe") return "";
+  const JsonValue& t = member(v, "tokenizer", JsonValue::Kind::kObject, path);
+  return text.substr(t.begin, t.end - t.begin);
+}
+
 int64_t read_vocabulary_size(const std::string& path) {
   const JsonValue v = parse_json(read_text_file(path), path);
   const std::optional<int64_t> size = whole_number(member(v, "vocab_size", JsonValue::Kind::kNumber, path));

@@ -35,6 +35,8 @@ std::unique_ptr<Tokenizer> load_gpt2_tokenizer(const std::string& vocab_json_pat
 // Writes / reads a vocabulary file; reading names the file in any error.
 void save_vocabulary(const Tokenizer& tok, const std::string& path);
 std::unique_ptr<Tokenizer> load_vocabulary(const std::string& path);
+// The tokenizer.json a vocabulary file of kind hf_bpe embeds, verbatim; "" for another kind.
+std::string embedded_hf_tokenizer(const std::string& path);
 // Only the "vocab_size" of a vocabulary file, without building the tokenizer.
 int64_t read_vocabulary_size(const std::string& path);
 

@@ -108,20 +108,14 @@ bool is_hf_tokenizer(const std::string& path) {
 // Hugging Face directory; null = token ids.
 std::unique_ptr<Tokenizer> vocabulary(const Args& a, const StoredModel& stored) {
   if (!a.vocab.empty()) return is_hf_tokenizer(a.vocab) ? load_hf_tokenizer(a.vocab) : load_vocabulary(a.vocab);
-  const std::optional<Config>& training = stored.config;
-  if (!training) {  // a weight export or a Hugging Face directory
+  if (!stored.config) {  // a weight export or a Hugging Face directory
     const std::string file = (std::filesystem::path(stored.dir) / "tokenizer.json").string();
     if (!std::filesystem::exists(file)) return nullptr;
     std::fprintf(stderr, "note: the vocabulary is %s\n", file.c_str());
     return load_hf_tokenizer(file);
   }
-  if (training->data.source != "file") return nullptr;
-  const Config& cfg = *training;
-  std::istringstream blend(cfg.data.path);  // a path, or "w1 PATH1 w2 PATH2 ...": the first path
-  std::vector<std::string> parts;
-  for (std::string s; blend >> s;) parts.push_back(s);
-  const std::string data = parts.size() > 1 ? parts[1] : cfg.data.path;
-  const std::string file = vocabulary_path(data);
+  const std::string file = training_vocabulary_path(stored);
+  if (file.empty()) return nullptr;  // synthetic data
   if (!std::filesystem::exists(file)) {
     std::fprintf(stderr,
                  "note: no vocabulary file %s (data.path is relative to where training ran; --vocab FILE names "

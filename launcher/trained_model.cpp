@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "core/json.h"
 #include "data/mapped_file.h"
+#include "data/tokenizer.h"
 #include "launcher/hf_model.h"
 #include "launcher/resolved_run.h"
 #include "models/gpt.h"
@@ -318,6 +319,15 @@ StoredModel open_stored_model(const std::string& path, const std::string& verb) 
     throw UserError(path + ": a Hugging Face directory without model.safetensors or model.safetensors.index.json "
                            "(pytorch_model.bin is not read): save the model with save_pretrained(DIR)");
   return is_export ? open_export(path) : hf ? open_hf(path) : open_checkpoint(path, verb);
+}
+
+std::string training_vocabulary_path(const StoredModel& stored) {
+  if (!stored.config || stored.config->data.source != "file") return "";
+  const std::string& path = stored.config->data.path;
+  std::istringstream blend(path);  // a path, or "w1 PATH1 w2 PATH2 ...": the first path
+  std::vector<std::string> parts;
+  for (std::string s; blend >> s;) parts.push_back(s);
+  return vocabulary_path(parts.size() > 1 ? parts[1] : path);
 }
 
 }  // namespace trellis

@@ -29,6 +29,9 @@ struct StoredModel {
 // `verb` says what the caller does with the checkpoint it chose ("note: sampling from X, the newest
 // valid checkpoint in DIR"). Throws UserError.
 StoredModel open_stored_model(const std::string& path, const std::string& verb);
+// The vocabulary file of the data a checkpoint trained on (data.path's first file, its
+// <stem>.vocab.json; it may not exist), or "" for synthetic data or an export (no config).
+std::string training_vocabulary_path(const StoredModel& stored);
 // The directory open_stored_model would read: a checkpoint.dir's newest valid checkpoint, else
 // `path` itself. For ranks that must all read the same one (one decides, the others are told).
 std::string resolve_model_dir(const std::string& path);

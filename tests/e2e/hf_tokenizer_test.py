@@ -12,8 +12,11 @@ digit runs, contractions in both cases, odd whitespace and the added tokens in t
 line, exactly the ids tokenizer.encode(line) gives; tokenize --decode of those ids gives what
 tokenizer.decode gives; the vocabulary file prepare_data wrote decodes the same and embeds a
 tokenizer.json the library loads. Unsupported files (a WordPiece model, the NFC normalizer, another
-Split regex) get one error line naming the key.
-Usage: hf_tokenizer_test.py PREPARE_DATA TOKENIZE"""
+Split regex) get one error line naming the key. With TRAIN_GPT, EXPORT_HF, GENERATE and CONFIG: a model
+trained on data prepared with the Llama 3-shaped tokenizer samples text from prompts through it,
+export_hf writes that tokenizer.json beside the weights (byte for byte), and generate on the export
+reads it.
+Usage: hf_tokenizer_test.py PREPARE_DATA TOKENIZE [TRAIN_GPT EXPORT_HF GENERATE CONFIG]"""
 import json
 import os
 import struct
@@ -149,6 +152,26 @@ def run(cmd, stdin=None):
     return p.returncode, p.stdout, p.stderr.decode(errors="replace").strip()
 
 
+def train_export_generate(binaries, tokenizer_dir, prefix, tmp, check):
+    """The tokenizer through training, sampling and export_hf."""
+    train, export, generate, config = binaries
+    ck, out = os.path.join(tmp, "ck"), os.path.join(tmp, "export")
+    status, _, err = run([train, config, "--set", "model.vocab_size=600", "--set", "data.source=file", "--set",
+                          f"data.path={prefix}", "--set", "train.steps=3", "--set", "train.device=cpu", "--set",
+                          "model.seq_len=16", "--set", f"checkpoint.dir={ck}"])
+    if not check(status == 0, "trained on data prepared with tokenizer.json", err):
+        return
+    for source in (ck, out):
+        if source == out:
+            status, text, err = run([export, ck, out])
+            with open(os.path.join(tokenizer_dir, "tokenizer.json"), "rb") as a, \
+                    open(os.path.join(out, "tokenizer.json"), "rb") as b:
+                check(status == 0 and a.read() == b.read(), "export_hf writes the tokenizer.json", err)
+        status, text, err = run([generate, source, "--prompt", "Hello, wörld", "--tokens", "4", "--device", "cpu"])
+        check(status == 0 and b"Hello, w\xc3\xb6rld" in text, f"generate samples through it ({os.path.basename(source)})",
+              f"{text!r} {err}")
+
+
 def main():
     prepare, tokenize = sys.argv[1], sys.argv[2]
     checks = equivalence.Checks(None, None, None)
@@ -218,6 +241,8 @@ def main():
                                   "--tokenizer-model", path])
             check(status == 1 and len(err.splitlines()) == 1 and message in err and
                   not os.path.exists(os.path.join(tmp, "refused.bin")), f"refused: {name}", err)
+        if len(sys.argv) > 3:
+            train_export_generate(sys.argv[3:], os.path.join(tmp, "llama3"), os.path.join(tmp, "llama3_data"), tmp, check)
         empty = os.path.join(tmp, "empty_dir")
         os.makedirs(empty)
         status, _, err = run([prepare, *inputs[:2], "--output", os.path.join(tmp, "x"), "--tokenizer", "hf",
