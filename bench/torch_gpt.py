@@ -32,6 +32,9 @@ class GPTConfig:
     moe_layer_freq: int = 1
     moe_shared_experts: int = 0  # one more MLP of this x 4C every token goes through
     rope_theta: float = 0.0  # > 0: rotary positions of this base (model.position_embedding = rope), no wpe
+    # Llama 3's frequency scaling (model.rope_scaling = llama3): (factor, low_freq_factor,
+    # high_freq_factor, original positions); () = none
+    rope_scaling: tuple = ()
     mlp: str = "gelu"  # gelu | swiglu (model.mlp): swiglu's fc is (2F, C), rows [gate | up]
     ffn_hidden: int = 0  # the dense MLP's hidden width F (model.ffn_hidden_size); 0 = 4C. Experts keep 4C
     norm: str = "layernorm"  # layernorm | rmsnorm (model.norm): ln1, ln2, lnf; RMSNorm has a weight only
@@ -63,10 +66,19 @@ PRESETS = {  # name -> (n_layers, n_heads, d_model); vocab 50257, seq 1024
 }
 
 
-def rotary_table(seq_len, head_dim, theta):
-    """cos and sin (seq_len, head_dim / 2) of the angles t * theta^(-2i/hd), in float64."""
+def rotary_table(seq_len, head_dim, theta, scaling=()):
+    """cos and sin (seq_len, head_dim / 2) of the angles t * theta^(-2i/hd), in float64; with
+    scaling = (factor, low_freq_factor, high_freq_factor, original positions), Llama 3's rescaled
+    frequencies (transformers' rope_type "llama3")."""
     half = head_dim // 2
     inv = theta ** (-torch.arange(half, dtype=torch.float64) / half)
+    if scaling:
+        factor, low, high, original = scaling
+        wavelength = 2 * math.pi / inv
+        smooth = (original / wavelength - low) / (high - low)
+        blended = (1 - smooth) * inv / factor + smooth * inv
+        inv = torch.where(wavelength < original / high, inv,
+                          torch.where(wavelength > original / low, inv / factor, blended))
     angle = torch.arange(seq_len, dtype=torch.float64)[:, None] * inv[None, :]
     return angle.cos(), angle.sin()
 
@@ -89,7 +101,7 @@ class Attention(nn.Module):
         self.n_kv = cfg.n_kv_heads or cfg.n_heads  # query head h reads key-value head h // (n_heads // n_kv)
         self.kv_width = self.n_kv * (cfg.d_model // cfg.n_heads)
         if cfg.rope_theta > 0:  # the angles' cos and sin, once (float64; cast where used)
-            cos, sin = rotary_table(cfg.seq_len, cfg.d_model // cfg.n_heads, cfg.rope_theta)
+            cos, sin = rotary_table(cfg.seq_len, cfg.d_model // cfg.n_heads, cfg.rope_theta, cfg.rope_scaling)
             self.register_buffer("rope_cos", cos, persistent=False)
             self.register_buffer("rope_sin", sin, persistent=False)
         self.qkv = nn.Linear(cfg.d_model, cfg.d_model + 2 * self.kv_width, bias=cfg.bias)  # W: [q | k | v] along out
@@ -295,6 +307,9 @@ def load_trellis_dump(dump_dir, dtype=torch.float64, attn="sdpa"):
                     moe_aux_loss_coef=moe.get("aux_loss_coef", 0.01), moe_z_loss_coef=moe.get("z_loss_coef", 0.0),
                     moe_layer_freq=moe.get("layer_freq", 1), moe_shared_experts=moe.get("shared_experts", 0),
                     rope_theta=float(c["rope_theta"]) if c.get("position_embedding") == "rope" else 0.0,
+                    rope_scaling=((float(c["rope_scaling_factor"]), float(c["rope_low_freq_factor"]),
+                                   float(c["rope_high_freq_factor"]), float(c["rope_original_positions"]))
+                                  if c.get("rope_scaling") == "llama3" else ()),
                     mlp=c.get("mlp", "gelu"), ffn_hidden=c.get("ffn_hidden_size", 0), norm=c.get("norm", "layernorm"),
                     tie_embeddings=c.get("tie_embeddings", True), n_kv_heads=c.get("n_kv_heads", 0),
                     norm_eps=float(c.get("norm_eps", 1e-5)), bias=c.get("bias", True))
@@ -361,6 +376,9 @@ def write_dump(model, tokens, targets, dump_dir):
                        "seq_len": c.seq_len, "n_layers": c.n_layers, "n_heads": c.n_heads,
                        "d_model": c.d_model, "dropout": c.dropout,
                        **({"position_embedding": "rope", "rope_theta": c.rope_theta} if c.rope_theta > 0 else {}),
+                       **(dict(zip(("rope_scaling_factor", "rope_low_freq_factor", "rope_high_freq_factor",
+                                    "rope_original_positions"), c.rope_scaling), rope_scaling="llama3")
+                          if c.rope_scaling else {}),
                        **({"mlp": c.mlp} if c.mlp != "gelu" else {}),
                        **({"ffn_hidden_size": c.ffn_hidden} if c.ffn_hidden not in (0, 4 * c.d_model) else {}),
                        **({"norm": c.norm} if c.norm != "layernorm" else {}),
@@ -405,7 +423,27 @@ def rope_selftest():
     err = max((rotary(q, cos, sin) - hq).abs().max().item(), (rotary(k, cos, sin) - hk).abs().max().item())
     good = err < 1e-12
     print(f"rope against transformers' Llama rotation: max abs diff {err:.1e}: {'ok' if good else 'FAIL'}")
-    return good
+    # Llama 3's scaled frequencies against transformers' own (its float32 inv_freq; all three bands).
+    try:
+        from transformers import LlamaConfig
+        from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+    except ImportError:
+        print("rope: transformers has no ROPE_INIT_FUNCTIONS, Llama 3's scaling not compared")
+        return good
+    scaling = (32.0, 1.0, 4.0, 8192.0)
+    parameters = {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 32.0, "low_freq_factor": 1.0,
+                  "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}
+    config = LlamaConfig(hidden_size=128 * 4, num_attention_heads=4, max_position_embeddings=131072,
+                         rope_theta=500000.0, rope_scaling=parameters)
+    if hasattr(config, "rope_parameters"):
+        config.rope_parameters = parameters
+    want, _ = ROPE_INIT_FUNCTIONS["llama3"](config, "cpu")
+    cos, sin = rotary_table(2, 128, 500000.0, scaling)
+    got = torch.atan2(sin[1], cos[1])  # position 1's angles are the frequencies (all below pi here)
+    rel = ((got - want.double()) / want.double()).abs().max().item()
+    scaled_ok = rel < 1e-5  # transformers computes in float32
+    print(f"rope llama3 scaling against transformers': max rel diff {rel:.1e}: {'ok' if scaled_ok else 'FAIL'}")
+    return good and scaled_ok
 
 
 def swiglu_selftest():

@@ -320,14 +320,17 @@ int64_t head_size(const Tensor& qkv, AttentionHeads heads, const char* op) {
 }
 }  // namespace
 
-void rotary_embedding(Runtime& rt, const Tensor& qkv, AttentionHeads heads, double theta, int64_t first_position,
+void rotary_embedding(Runtime& rt, const Tensor& qkv, AttentionHeads heads, const RotaryFrequencies& freqs,
+                      int64_t first_position,
                       bool inverse) {
   check_device(rt, qkv, "rotary_embedding");
   check_float(qkv, "rotary_embedding");
   const int64_t hd = head_size(qkv, heads, "rotary_embedding");
   TRELLIS_CHECK(hd % 2 == 0, "rotary_embedding: head size " + std::to_string(hd) + " is not even");
-  TRELLIS_CHECK(theta > 0.0 && first_position >= 0, "rotary_embedding: theta > 0 and first_position >= 0");
-  TRELLIS_DISPATCH(rt, rotary_embedding, rt, qkv, heads, theta, first_position, inverse);
+  TRELLIS_CHECK(freqs.theta > 0.0 && freqs.factor >= 1.0 && freqs.high_freq_factor > freqs.low_freq_factor &&
+                    first_position >= 0,
+                "rotary_embedding: theta > 0, factor >= 1, high_freq_factor > low_freq_factor, first_position >= 0");
+  TRELLIS_DISPATCH(rt, rotary_embedding, rt, qkv, heads, freqs, first_position, inverse);
 }
 
 namespace {

@@ -41,10 +41,6 @@ std::vector<uint32_t> decode_utf8(const std::string& s) {
   return out;
 }
 
-}  // namespace trellis
-
-namespace trellis {
-
 namespace {
 
 // The length of the well-formed UTF-8 sequence at s[i] (1 to 4 bytes), or 0 when there is none;

@@ -100,6 +100,14 @@ std::vector<HfTensor> hf_tensors(const GPTConfig& m) {
   return out;
 }
 
+// Llama 3's scaling as transformers writes it, or null.
+std::string rope_scaling_json(const GPTConfig& m) {
+  if (m.rope_factor == 1.0) return "null";
+  return "{\"rope_type\":\"llama3\",\"factor\":" + number_g(m.rope_factor) + ",\"low_freq_factor\":" +
+         number_g(m.rope_low_freq_factor) + ",\"high_freq_factor\":" + number_g(m.rope_high_freq_factor) +
+         ",\"original_max_position_embeddings\":" + number_g(m.rope_original_positions) + "}";
+}
+
 std::string config_json(const GPTConfig& m) {
   if (llama_family(m))  // no special tokens: Trellis's vocabularies name none
     return "{\"architectures\":[\"LlamaForCausalLM\"],\"model_type\":\"llama\",\"vocab_size\":" +
@@ -108,7 +116,8 @@ std::string config_json(const GPTConfig& m) {
            ",\"num_attention_heads\":" + std::to_string(m.n_heads) + ",\"num_key_value_heads\":" +
            std::to_string(m.kv_heads()) + ",\"head_dim\":" + std::to_string(m.head_dim()) +
            ",\"max_position_embeddings\":" + std::to_string(m.seq_len) + ",\"rms_norm_eps\":" + number_g(m.norm_eps) +
-           ",\"rope_theta\":" + number_g(m.rope_theta) + ",\"rope_scaling\":null,\"hidden_act\":\"silu\"," +
+           ",\"rope_theta\":" + number_g(m.rope_theta) + ",\"rope_scaling\":" + rope_scaling_json(m) +
+           ",\"hidden_act\":\"silu\"," +
            "\"attention_bias\":false,\"mlp_bias\":false,\"attention_dropout\":0.0,\"initializer_range\":0.02," +
            "\"tie_word_embeddings\":" + (m.tied_head ? "true" : "false") +
            ",\"torch_dtype\":\"float32\",\"bos_token_id\":null,\"eos_token_id\":null}\n";
@@ -198,12 +207,12 @@ GPTConfig read_hf_config(const std::string& dir) {
   GPTConfig m;
   if (type == "llama") {
     auto refuse = [&](const std::string& what) {
-      throw UserError(path + ": " + what + "; Trellis computes Llama with SiLU, no biases and plain rotary positions");
+      throw UserError(path + ": " + what + "; Trellis computes Llama with SiLU, no biases and rotary positions plain or "
+                      "with Llama 3's scaling");
     };
     if (text("hidden_act", "silu") != "silu") refuse("hidden_act is \"" + text("hidden_act", "") + "\"");
     for (const char* off : {"attention_bias", "mlp_bias"})
       if (flag(off, false)) refuse(std::string(off) + " is true");
-    if (c.find("rope_scaling") && c.find("rope_scaling")->kind != JsonValue::Kind::kNull) refuse("rope_scaling is set");
     if (number("pretraining_tp", 1) != 1) refuse("pretraining_tp is not 1");
     m.vocab_size = number("vocab_size", 32000);
     m.seq_len = number("max_position_embeddings", 2048);
@@ -221,14 +230,32 @@ GPTConfig read_hf_config(const std::string& dir) {
     m.rope = m.swiglu = m.rmsnorm = true;
     m.bias = false;
     m.rope_theta = real("rope_theta", 10000.0, 1.0, 1e12);
-    // transformers 5 writes the rotation as rope_parameters {rope_type, rope_theta}.
-    if (const JsonValue* rp = member("rope_parameters", JsonValue::Kind::kObject, "an object")) {
-      const JsonValue *kind = rp->find("rope_type"), *theta = rp->find("rope_theta");
-      if (kind && (kind->kind != JsonValue::Kind::kString || kind->text != "default"))
-        refuse("rope_parameters.rope_type is " + text_of(*kind) + ", not \"default\"");
-      if (theta && (theta->kind != JsonValue::Kind::kNumber || !(theta->as_double() > 1 && theta->as_double() <= 1e12)))
-        throw UserError(path + ": rope_parameters.rope_theta is " + text_of(*theta) + " (allowed: above 1, at most 1e12)");
-      if (theta) m.rope_theta = theta->as_double();
+    // The rotation's kind: rope_scaling {rope_type (or type), factor, ...} (transformers 4), or
+    // rope_parameters {rope_type, rope_theta, factor, ...} (transformers 5); "default" or "llama3".
+    for (const char* key : {"rope_scaling", "rope_parameters"}) {
+      const JsonValue* rp = member(key, JsonValue::Kind::kObject, "an object");
+      if (!rp) continue;
+      const std::string k = key;
+      const JsonValue* kind = rp->find("rope_type") ? rp->find("rope_type") : rp->find("type");
+      const std::string type = kind && kind->kind == JsonValue::Kind::kString ? kind->text : "";
+      if (type != "default" && type != "llama3")
+        refuse(k + "'s rope_type is " + (kind ? text_of(*kind) : std::string("missing")) + " (allowed: default, llama3)");
+      auto value = [&](const char* name, double absent, double lo, double hi) {
+        const JsonValue* v = rp->find(name);
+        if (!v || v->kind == JsonValue::Kind::kNull) return absent;
+        if (v->kind != JsonValue::Kind::kNumber || !(v->as_double() > lo && v->as_double() <= hi))
+          throw UserError(path + ": " + k + "." + name + " is " + text_of(*v) + " (allowed: above " + number_g(lo) +
+                          ", at most " + number_g(hi) + ")");
+        return v->as_double();
+      };
+      m.rope_theta = value("rope_theta", m.rope_theta, 1, 1e12);
+      if (type != "llama3") continue;
+      m.rope_factor = value("factor", 0, 1, 1e6);
+      if (m.rope_factor == 0) refuse(k + ".factor is missing");
+      m.rope_low_freq_factor = value("low_freq_factor", 1, 0, 1e6);
+      m.rope_high_freq_factor = value("high_freq_factor", 4, 0, 1e6);
+      m.rope_original_positions = value("original_max_position_embeddings", 8192, 0, 1e9);
+      if (!(m.rope_high_freq_factor > m.rope_low_freq_factor)) refuse(k + ".high_freq_factor does not exceed low_freq_factor");
     }
     m.norm_eps = real("rms_norm_eps", 1e-6, 0.0, 0.1);
     m.tied_head = flag("tie_word_embeddings", false);

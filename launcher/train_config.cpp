@@ -263,6 +263,12 @@ void validate_relations(const Config& c) {
   if (c.model.position_embedding == "rope" && (c.model.d_model / c.model.n_heads) % 2 != 0)
     throw UserError(p + ": model.position_embedding = rope turns pairs of a head's dims: the head size model.d_model / "
                     "model.n_heads = " + std::to_string(c.model.d_model / c.model.n_heads) + " must be even");
+  if (c.model.rope_scaling == "llama3" && !(c.model.rope_high_freq_factor > c.model.rope_low_freq_factor))
+    throw UserError(p + ": model.rope_high_freq_factor = " +
+                    config_keys::toml_value(*config_keys::find_key("model", "rope_high_freq_factor"), c) +
+                    " must exceed model.rope_low_freq_factor = " +
+                    config_keys::toml_value(*config_keys::find_key("model", "rope_low_freq_factor"), c) +
+                    " (the wavelengths between them are blended)");
   if (c.log.trace_step > 0 && c.log.trace_file.empty())
     throw UserError(p + ": log.trace_file is empty; log.trace_step = " + std::to_string(c.log.trace_step) +
                     " writes its trace there (allowed: a file path, e.g. \"runs/trace.json\")");

@@ -17,6 +17,9 @@ struct ModelConfig {
   int64_t d_model = 768;
   std::string position_embedding = "learned";  // learned | rope
   double rope_theta = 10000.0;  // RoPE's frequency base
+  std::string rope_scaling = "none";  // none | llama3 (Llama 3.1's frequency scaling)
+  double rope_scaling_factor = 8.0, rope_low_freq_factor = 1.0, rope_high_freq_factor = 4.0;
+  int64_t rope_original_positions = 8192;
   std::string mlp = "gelu";     // gelu | swiglu
   int64_t ffn_hidden_size = 0;  // the dense MLP's hidden width; 0 = 4 x d_model
   std::string norm = "layernorm";  // layernorm | rmsnorm

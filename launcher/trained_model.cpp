@@ -82,6 +82,19 @@ void set_positions(GPTConfig& m, const std::string& kind, double theta, const st
   m.rope_theta = theta;
 }
 
+// Llama 3's rope scaling of a stored model's description (absent: none), checked as the config keys are.
+void set_rope_scaling(GPTConfig& m, double factor, double low, double high, double original, const std::string& where) {
+  if (!(factor >= 1 && factor <= 1e6 && low > 0 && high > low && high <= 1e6 && original >= 1 && original <= 1e9))
+    throw UserError(where + ": rope scaling with factor " + number_g(factor) + ", low_freq_factor " + number_g(low) +
+                    ", high_freq_factor " + number_g(high) + ", original positions " + number_g(original) +
+                    " (allowed: factor 1 to 1e6, 0 < low_freq_factor < high_freq_factor <= 1e6, original positions 1 "
+                    "to 1e9)");
+  m.rope_factor = factor;
+  m.rope_low_freq_factor = low;
+  m.rope_high_freq_factor = high;
+  m.rope_original_positions = original;
+}
+
 // The normalization of a stored model's description: "layernorm" (or absent: written before RMSNorm)
 // or "rmsnorm".
 void set_norm(GPTConfig& m, const std::string& kind, const std::string& where) {
@@ -148,6 +161,9 @@ StoredModel open_checkpoint(const std::string& path, const std::string& verb) {
   const auto& mc = s.config->model;
   s.shape = shape_of(mc.vocab_size, mc.seq_len, mc.n_layers, mc.n_heads, mc.d_model, s.dir + " (config)");
   set_positions(s.shape, mc.position_embedding, mc.rope_theta, s.dir + " (config)");
+  if (s.shape.rope && mc.rope_scaling == "llama3")
+    set_rope_scaling(s.shape, mc.rope_scaling_factor, mc.rope_low_freq_factor, mc.rope_high_freq_factor,
+                     double(mc.rope_original_positions), s.dir + " (config)");
   set_mlp(s.shape, mc.mlp, dense_ffn_hidden_size(*s.config), s.dir + " (config)");  // as training resolved it
   set_norm(s.shape, mc.norm, s.dir + " (config)");
   set_norm_eps(s.shape, mc.norm_eps, s.dir + " (config)");
@@ -188,6 +204,11 @@ StoredModel open_export(const std::string& dir) {
                        c.at("n_heads").as_int(), c.at("d_model").as_int(), json);
     if (const JsonValue* kind = c.find("position_embedding"))
       set_positions(s.shape, kind->as_string(), c.at("rope_theta").as_double(), json);
+    if (const JsonValue* scaling = c.find("rope_scaling")) {  // absent: unscaled
+      if (scaling->as_string() != "llama3") throw UserError(json + ": rope_scaling \"" + scaling->as_string() + "\" is not llama3");
+      set_rope_scaling(s.shape, c.at("rope_scaling_factor").as_double(), c.at("rope_low_freq_factor").as_double(),
+                       c.at("rope_high_freq_factor").as_double(), c.at("rope_original_positions").as_double(), json);
+    }
     const JsonValue *mlp = c.find("mlp"), *ffn = c.find("ffn_hidden_size");
     set_mlp(s.shape, mlp ? mlp->as_string() : "gelu", ffn ? ffn->as_int() : 0, json);
     if (const JsonValue* norm = c.find("norm")) set_norm(s.shape, norm->as_string(), json);
@@ -253,6 +274,7 @@ StoredModel open_hf(const std::string& dir) {
   const GPTConfig c = read_hf_config(dir);
   s.shape = shape_of(c.vocab_size, c.seq_len, c.n_layers, c.n_heads, c.d_model, where);
   set_positions(s.shape, c.rope ? "rope" : "learned", c.rope_theta, where);
+  set_rope_scaling(s.shape, c.rope_factor, c.rope_low_freq_factor, c.rope_high_freq_factor, c.rope_original_positions, where);
   set_mlp(s.shape, c.swiglu ? "swiglu" : "gelu", c.ffn_hidden, where);
   set_norm(s.shape, c.rmsnorm ? "rmsnorm" : "layernorm", where);
   set_norm_eps(s.shape, c.norm_eps, where);

@@ -350,6 +350,8 @@ void warn_on_unused_settings(const Config& cfg, const std::string& precision, in
     warn("the [fp16] loss-scaling keys apply to train.precision = fp16 only; this run is " + precision);
   if (cfg.model.position_embedding != "rope" && cfg.model.rope_theta != ModelConfig().rope_theta)
     warn("model.rope_theta applies to model.position_embedding = rope only; this run's positions are learned");
+  if (cfg.model.position_embedding != "rope" && cfg.model.rope_scaling != ModelConfig().rope_scaling)
+    warn("model.rope_scaling applies to model.position_embedding = rope only; this run's positions are learned");
   if (cfg.model.ffn_hidden_size > 0 && cfg.moe.experts > 0 && cfg.moe.layer_freq == 1)
     warn("model.ffn_hidden_size sets the dense MLPs' width; with moe.layer_freq = 1 every block has experts, which "
          "are 4 x model.d_model wide: the key is ignored");
@@ -574,7 +576,9 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
     std::printf("model: %lld layers, %lld heads, d_model %lld, seq %lld, vocab %lld (padded to %lld)%s%s\n",
                 (long long)mc.n_layers, (long long)mc.n_heads, (long long)mc.d_model, (long long)T,
                 (long long)mc.vocab_size, (long long)mc.padded_vocab(),
-                mc.rope ? (", rotary positions (theta " + number_g(mc.rope_theta) + ")").c_str() : "",
+                mc.rope ? (", rotary positions (theta " + number_g(mc.rope_theta) +
+                           (rope_scaling_text(mc).empty() ? "" : ", " + rope_scaling_text(mc)) + ")").c_str()
+                        : "",
                 (std::string(mc.swiglu ? ", SwiGLU MLPs" : "") +
                  (mc.mlp_width() != 4 * mc.d_model ? ", MLP width " + std::to_string(mc.mlp_width()) : "") +
                  (mc.rmsnorm ? ", RMSNorm" : "") + (float(mc.norm_eps) != 1e-5f ? ", norm eps " + number_g(mc.norm_eps) : "") +

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "core/rotary.h"
 #include "moe/moe_config.h"
 
 namespace trellis {
@@ -27,6 +28,8 @@ struct GPTConfig {
   // and no table.
   bool rope = false;
   double rope_theta = 10000.0;
+  // Llama 3's frequency scaling (core/rotary.h); rope_factor 1 = none.
+  double rope_factor = 1.0, rope_low_freq_factor = 1.0, rope_high_freq_factor = 4.0, rope_original_positions = 8192.0;
   // The dense MLP: GPT-2's GELU, or SwiGLU (Llama's: silu(gate) * up, the fc layer twice as wide,
   // [gate | up]). Experts are GELU MLPs of width 4 * d_model.
   bool swiglu = false;
@@ -50,6 +53,14 @@ struct GPTConfig {
   std::vector<int> stage_layers;
   MoEConfig moe;  // mixture-of-experts MLPs in some blocks ([moe]); experts = 0: none
 
+  RotaryFrequencies rotary() const {
+    RotaryFrequencies f(rope_theta);
+    f.factor = rope_factor;
+    f.low_freq_factor = rope_low_freq_factor;
+    f.high_freq_factor = rope_high_freq_factor;
+    f.original_positions = rope_original_positions;
+    return f;
+  }
   int64_t padded_vocab() const { return (vocab_size + kVocabPadMultiple - 1) / kVocabPadMultiple * kVocabPadMultiple; }
   int64_t head_dim() const { return d_model / n_heads; }
   int64_t kv_heads() const { return n_kv_heads > 0 ? n_kv_heads : n_heads; }

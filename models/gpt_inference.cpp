@@ -108,7 +108,7 @@ std::vector<float> GPTInference::forward(const std::vector<int32_t>& tokens, int
     layernorm_forward(rt_, ln, mean, rstd, x, P("ln1.w").value, bias("ln1.b"), float(cfg_.norm_eps), cfg_.rmsnorm);
     Tensor qkv = work_.take(dt, {B, n, cfg_.qkv_width()});
     linear(rt_, qkv, ln, P("attn.qkv.w"), ps.find(p + "attn.qkv.b"));  // none with model.bias = false
-    if (cfg_.rope) rotary_embedding(rt_, qkv, heads, cfg_.rope_theta, pos_);  // cached k turned
+    if (cfg_.rope) rotary_embedding(rt_, qkv, heads, cfg_.rotary(), pos_);  // cached k turned
     kv_cache_append(rt_, kc, vc, qkv, pos_, heads);
     Tensor att = work_.take(dt, {B, n, C});
     attention_with_cache(rt_, att, qkv, kc, vc, pos_, heads);

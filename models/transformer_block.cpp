@@ -295,7 +295,7 @@ CommHandle TransformerBlock::attention_half(Runtime& rt, const StepContext& ctx,
                       cfg_.rmsnorm);
   linear_forward(rt, qkv_, s.qkv, s.ln1, *p_.qkv_w, p_.qkv_b, temp);
   // Rotary positions turn q and k in place: attention and its backward read the turned ones.
-  if (cfg_.rope) rotary_embedding(rt, s.qkv, local_heads(), cfg_.rope_theta);
+  if (cfg_.rope) rotary_embedding(rt, s.qkv, local_heads(), cfg_.rotary());
   attention_forward(rt, s.att, s.lse, s.qkv, local_heads(), attention_dropout(ctx));
   if (residual_in_gemm(ctx))  // r = x + proj(att)
     return row_forward(rt, proj_, s.r, s.att, *p_.proj_w, p_.proj_b, temp, &s.x);
@@ -481,13 +481,13 @@ void TransformerBlock::backward(Runtime& rt, const StepContext& ctx, const Tenso
   if (defer) {
     proj_->backward_input(rt, datt, dbranch);
     attention_backward(rt, dqkv, datt, s.qkv, s.att, s.lse, H, attention_dropout(ctx));
-    if (cfg_.rope) rotary_embedding(rt, dqkv, H, cfg_.rope_theta, 0, true);  // to the unturned q, k
+    if (cfg_.rope) rotary_embedding(rt, dqkv, H, cfg_.rotary(), 0, true);  // to the unturned q, k
     qkv_->backward(rt, dln, dqkv, s.ln1, work, [&] { proj_->weight_grads(rt, dbranch, s.att, bias_sums_in_ln2); });
   } else {
     if (proj_) proj_->backward(rt, datt, dbranch, s.att, work);
     else linear_backward(rt, datt, dbranch, s.att, *p_.proj_w, p_.proj_b, nullptr, bias_sums_in_ln2);
     attention_backward(rt, dqkv, datt, s.qkv, s.att, s.lse, H, attention_dropout(ctx));
-    if (cfg_.rope) rotary_embedding(rt, dqkv, H, cfg_.rope_theta, 0, true);  // to the unturned q, k
+    if (cfg_.rope) rotary_embedding(rt, dqkv, H, cfg_.rotary(), 0, true);  // to the unturned q, k
     linear_backward(rt, qkv_, dln, dqkv, s.ln1, *p_.qkv_w, p_.qkv_b, work);
   }
   layernorm_backward(rt, dres, p_.ln1_w->grad, grad_or_empty(p_.ln1_b), dln, s.x, p_.ln1_w->value, s.ln1_mean, s.ln1_rstd,

@@ -98,10 +98,10 @@ void swiglu_backward(Runtime& rt, const Tensor& dh, const Tensor& dg, const Tens
   launch_swiglu_backward(compute_stream(rt), dh.data, dg.data, h.data, h.dtype, dg.rows(), dg.cols());
 }
 
-void rotary_embedding(Runtime& rt, const Tensor& qkv, AttentionHeads heads, double theta, int64_t first_position,
-                      bool inverse) {
+void rotary_embedding(Runtime& rt, const Tensor& qkv, AttentionHeads heads, const RotaryFrequencies& freqs,
+                      int64_t first_position, bool inverse) {
   launch_rotary_embedding(compute_stream(rt), qkv.data, qkv.dtype, qkv.size(0), qkv.size(1),
-                          qkv.size(2) / heads.qkv_heads(), qkv.size(2), heads.q + heads.kv, theta, first_position,
+                          qkv.size(2) / heads.qkv_heads(), qkv.size(2), heads.q + heads.kv, freqs, first_position,
                           inverse);
 }
 

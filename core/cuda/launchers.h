@@ -9,6 +9,7 @@
 
 #include "core/dtype.h"
 #include "core/philox.h"
+#include "core/rotary.h"
 
 namespace trellis::gpu {
 
@@ -171,7 +172,7 @@ void launch_flash_attention_backward(cudaStream_t s, void* dqkv, const void* dou
 // rotary_embedding (core/ops.h) on the first `heads` heads of hd dims (q's, then k's) of each qkv
 // row (B*T rows of W elements).
 void launch_rotary_embedding(cudaStream_t s, void* qkv, DType t, int64_t B, int64_t T, int64_t hd, int64_t W,
-                             int64_t heads, double theta, int64_t first_position, bool inverse);
+                             int64_t heads, const RotaryFrequencies& freqs, int64_t first_position, bool inverse);
 
 // ---- kv_cache.cu: generation with a KV cache ----
 // Rows [pos, pos + n) of k_cache, v_cache (B, Tmax, Ckv) <- the k, v parts of qkv (B, n, C + 2 Ckv).

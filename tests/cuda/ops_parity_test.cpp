@@ -121,19 +121,24 @@ TEST_P(Parity, Swiglu) {
 }
 
 // Rotary positions forward and inverse, at head sizes of 128, 12 and 6 (the kernel's 4-, 2- and
-// 1-pair loads) and a position offset (generation's cached case): the cosines and sines are the same
+// 1-pair loads) and a position offset (generation's cached case), plain and with Llama 3.2's scaling
+// (at head size 128 its frequencies fall in all three bands): the cosines and sines are the same
 // double computation on both backends.
 TEST_P(Parity, RotaryEmbedding) {
+  RotaryFrequencies llama32(500000.0);
+  llama32.factor = 32;
+  for (const RotaryFrequencies& freqs : {RotaryFrequencies(10000.0), llama32})
   for (int64_t hd : {128, 12, 6})
   for (int64_t first : {int64_t(0), int64_t(1000)})
   for (int kv : {2, 1}) {  // 2 heads, and grouped-query with one key-value head
-    SCOPED_TRACE("head size " + std::to_string(hd) + ", " + std::to_string(kv) + " key-value heads");
+    SCOPED_TRACE("head size " + std::to_string(hd) + ", " + std::to_string(kv) + " key-value heads, scaling factor " +
+                 std::to_string(freqs.factor));
     Shape s{3, 37, (2 + 2 * kv) * hd};
     HostTensor x = random_host(dt(), s, 9, -2.0f, 2.0f);
     DeviceTensor gx = to_device(x);
     for (bool inverse : {false, true}) {
-      rotary_embedding(cpu(), x.t, AttentionHeads{2, kv}, 10000.0, first, inverse);
-      rotary_embedding(gpu(), gx.t, AttentionHeads{2, kv}, 10000.0, first, inverse);
+      rotary_embedding(cpu(), x.t, AttentionHeads{2, kv}, freqs, first, inverse);
+      rotary_embedding(gpu(), gx.t, AttentionHeads{2, kv}, freqs, first, inverse);
       expect_close(to_host(gx), x, tolerance(dt()),
                    std::string("rotary_embedding") + (inverse ? " inverse" : "") + " from " + std::to_string(first));
     }

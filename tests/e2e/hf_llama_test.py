@@ -12,10 +12,12 @@ model.safetensors.index.json (as transformers saves a large model) start it the 
 naming a file outside the directory gets one error line. Tied, the export has no lm_head.weight and says
 tie_word_embeddings true. One error line, nothing written, for a model that is neither a GPT-2 nor a
 Llama; one error line from model.init_from for a config.json with rope_scaling, another activation,
-biases, or another model_type.
+biases, or another model_type. Llama 3.1's rope scaling (rope_type llama3) is exported as
+transformers writes it, started from, and refused by a run without it.
 Where torch and transformers import: LlamaForCausalLM.from_pretrained(export) computes the loss
-Trellis computed (a --dump-grads dump) within 1e-5, and a random Llama that transformers wrote starts
-a Trellis run whose first loss is transformers' on the same tokens.
+Trellis computed (a --dump-grads dump) within 1e-5, also with rope scaling, and a random Llama that
+transformers wrote (unscaled, and scaled) starts a Trellis run whose first loss is transformers' on
+the same tokens.
 Usage: hf_llama_test.py TRAIN_GPT EXPORT_HF CONFIG"""
 import json
 import os
@@ -29,6 +31,10 @@ from hf_export_test import check_hf_loss, hf_loss, read_safetensors, run
 LLAMA = ["model.position_embedding=rope", "model.rope_theta=500", "model.mlp=swiglu", "model.ffn_hidden_size=88",
          "model.norm=rmsnorm", "model.norm_eps=1e-6", "model.n_kv_heads=2", "model.bias=false",
          "model.tie_embeddings=false"]
+# Llama 3.1's rope scaling, with original positions 64 so that the tiny model's 8 frequencies fall in all three bands.
+SCALED = LLAMA + ["model.rope_scaling=llama3", "model.rope_original_positions=64"]
+SCALING = {"rope_type": "llama3", "factor": 8, "low_freq_factor": 1, "high_freq_factor": 4,
+           "original_max_position_embeddings": 64}
 check = equivalence.Checks(None, None, None)  # the ok/FAIL tally
 
 
@@ -160,7 +166,8 @@ def main():
         lines = p.stderr.strip().splitlines()
         check(p.returncode == 1 and len(lines) == 1 and "a Llama rotary positions, SwiGLU" in lines[0] and
               not os.path.exists(out), f"export_hf of a model with rotary positions and GELU: {lines}")
-        for key, value, want in [("rope_scaling", {"rope_type": "linear", "factor": 2.0}, "rope_scaling is set"),
+        for key, value, want in [("rope_scaling", {"rope_type": "linear", "factor": 2.0},
+                                  'rope_type is "linear" (allowed: default, llama3)'),
                                  ("hidden_act", "gelu", 'hidden_act is "gelu"'),
                                  ("attention_bias", True, "attention_bias is true"),
                                  ("model_type", "mistral", '"mistral" (allowed: gpt2, llama)')]:
@@ -172,7 +179,22 @@ def main():
                                   sum((["--set", s] for s in LLAMA), []), want)
             check(ok, f"config.json with {key} = {json.dumps(value)}: {lines}")
 
+        # Llama 3.1's rope scaling: exported as transformers writes it, started from, refused unscaled.
+        scaled_dump, hf_scaled = os.path.join(tmp, "scaled_dump"), os.path.join(tmp, "hf_scaled")
+        train(binary, config, SCALED, ["--dump-grads", scaled_dump])
+        p = run([export_hf, scaled_dump, hf_scaled])
+        scfg = json.load(open(os.path.join(hf_scaled, "config.json"))) if p.returncode == 0 else {}
+        check(scfg.get("rope_scaling") == SCALING, f"a scaled Llama's config.json: rope_scaling {scfg.get('rope_scaling')}")
+        scaled_init = os.path.join(tmp, "scaled_init")
+        train(binary, config, SCALED + ["model.init_from=" + hf_scaled, "train.steps=1"], ["--dump-grads", scaled_init])
+        ok, lines = one_error([binary, config, "--set", "train.device=cpu", "--set", "model.init_from=" + hf_scaled] +
+                              sum((["--set", s] for s in LLAMA), []), "llama3 rope scaling (factor 8")
+        check(ok, f"model.init_from of the scaled Llama into an unscaled run: {lines}")
+
         check_hf_loss(check, hf, dump, "the Llama export", model_class="LlamaForCausalLM")
+        # 1e-6: the tiny model's loss moves by about 1e-5 between scaled and unscaled rotation.
+        check_hf_loss(check, hf_scaled, scaled_dump, "the Llama export with Llama 3.1's rope scaling",
+                      model_class="LlamaForCausalLM", tol=1e-6)
         if hf_loss(hf, dump, "LlamaForCausalLM") is not None:  # a Llama transformers wrote, started in Trellis
             import torch
             from transformers import LlamaConfig, LlamaForCausalLM
@@ -186,6 +208,17 @@ def main():
             train(binary, config, LLAMA + ["model.init_from=" + theirs, "train.steps=1"], ["--dump-grads", first])
             check_hf_loss(check, theirs, first, "a Llama it wrote, started in Trellis (the first step's loss)",
                           model_class="LlamaForCausalLM")
+            torch.manual_seed(0)
+            theirs_scaled = os.path.join(tmp, "theirs_scaled")
+            LlamaForCausalLM(LlamaConfig(vocab_size=64, hidden_size=64, intermediate_size=88, num_hidden_layers=2,
+                                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=32,
+                                         rms_norm_eps=1e-6, rope_theta=500.0, tie_word_embeddings=False,
+                                         rope_scaling={**SCALING, "factor": 8.0})
+                             ).save_pretrained(theirs_scaled, safe_serialization=True)
+            first = os.path.join(tmp, "first_scaled")
+            train(binary, config, SCALED + ["model.init_from=" + theirs_scaled, "train.steps=1"], ["--dump-grads", first])
+            check_hf_loss(check, theirs_scaled, first, "a Llama with rope scaling it wrote, started in Trellis",
+                          model_class="LlamaForCausalLM", tol=1e-6)
     check.finish()
 
 

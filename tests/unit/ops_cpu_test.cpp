@@ -868,6 +868,44 @@ TEST(OpsCpu, RotaryEmbeddingMatchesReference) {
   }
 }
 
+// Llama 3's scaled frequencies (transformers' _compute_llama3_parameters, written out step by step
+// here): the long wavelengths divided by the factor, the short kept, those between blended; at
+// head size 128 and base 500000 all three bands occur.
+TEST(OpsCpu, RotaryLlama3ScalingMatchesTransformers) {
+  RotaryFrequencies f(500000.0);
+  f.factor = 32;
+  f.low_freq_factor = 1;
+  f.high_freq_factor = 4;
+  f.original_positions = 8192;
+  const int64_t half = 64;
+  int kept = 0, divided = 0, blended = 0;
+  for (int64_t i = 0; i < half; ++i) {
+    const double inv = 1.0 / std::pow(500000.0, double(2 * i) / 128.0), wavelen = 2 * M_PI / inv;
+    const double low_wavelen = 8192 / 1.0, high_wavelen = 8192 / 4.0;
+    double want = wavelen > low_wavelen ? inv / 32 : inv;
+    const double smooth = (8192 / wavelen - 1.0) / (4.0 - 1.0);
+    const bool medium = !(wavelen < high_wavelen) && !(wavelen > low_wavelen);
+    if (medium) want = (1 - smooth) * want / 32 + smooth * want;
+    (medium ? blended : wavelen > low_wavelen ? divided : kept)++;
+    EXPECT_NEAR(f.inverse_frequency(i, half), want, 1e-12 * inv) << i;
+  }
+  EXPECT_GT(kept, 0);
+  EXPECT_GT(divided, 0);
+  EXPECT_GT(blended, 0);
+  // The op turns by those frequencies: position 1000's pair i by 1000 x inverse_frequency(i).
+  HostTensor x(DType::f32, {1, 1001, 3 * 128});  // zeros
+  for (int64_t row = 0; row < 1001; ++row)
+    for (int64_t h = 0; h < 3; ++h)
+      for (int64_t i = 0; i < half; ++i) x.set(row * 384 + h * 128 + i, 1.0);  // (1, 0) in every pair
+  rotary_embedding(rt(), x.t(), AttentionHeads{1, 1}, f);
+  const std::vector<double> got = x.values();
+  for (int64_t i = 0; i < half; i += 7) {
+    const double a = 1000.0 * f.inverse_frequency(i, half);
+    EXPECT_NEAR(got[size_t(1000 * 384 + i)], std::cos(a), 1e-6) << i;
+    EXPECT_NEAR(got[size_t(1000 * 384 + i + half)], std::sin(a), 1e-6) << i;
+  }
+}
+
 // What RoPE is for: a query and a key turned by their positions score the same at any shift of
 // both, and a row at first_position p is turned as row p of the whole sequence (generation's cache).
 TEST(OpsCpu, RotaryEmbeddingScoresDependOnRelativePosition) {
