@@ -633,8 +633,7 @@ int64_t load_training_checkpoint(Runtime& rt, const Config& cfg, const std::stri
   }
 }
 
-std::vector<float> initial_parameters(const Config& cfg, const GPTConfig& want, const std::vector<ParameterSpec>& whole_specs,
-                                      const std::string& source) {
+StoredModel open_init_source(const Config& cfg, const GPTConfig& want, const std::string& source) {
   const std::string what = cfg.path + ": model.init_from = " + cfg.model.init_from;
   const StoredModel src = [&] {
     try {
@@ -697,6 +696,14 @@ std::vector<float> initial_parameters(const Config& cfg, const GPTConfig& want, 
   };
   if (have.tied_head != want.tied_head)
     throw UserError(what + " holds a model with " + head(have) + "; this run has " + head(want));
+  return src;
+}
+
+std::vector<float> initial_parameters(const Config& cfg, const GPTConfig& want, const std::vector<ParameterSpec>& whole_specs,
+                                      const std::string& source) {
+  const std::string what = cfg.path + ": model.init_from = " + cfg.model.init_from;
+  const StoredModel src = open_init_source(cfg, want, source);
+  const GPTConfig& have = src.shape;
   const std::vector<float> values = [&] {
     try {
       return src.read_f32();

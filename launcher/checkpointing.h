@@ -18,6 +18,7 @@
 
 #include "core/runtime.h"
 #include "launcher/train_config.h"
+#include "launcher/trained_model.h"
 #include "launcher/whole_model.h"
 #include "models/gpt.h"
 #include "parallel/zero/loss_scaler.h"
@@ -63,6 +64,10 @@ std::optional<std::string> choose_resume(const Config& cfg, MPI_Comm world);
 // shorter: the first positions are taken), into every rank's part; a separate master takes the
 // f32 values themselves, the moments stay zero. Throws UserError naming model.init_from.
 void load_initial_parameters(Runtime& rt, const Config& cfg, TrainingState state);
+// model.init_from's source (`source`, else model.init_from itself) opened, its description read but
+// not its values, and checked against the model `want`: what a run checks before building its
+// model, so that a wrong source costs seconds. Throws UserError naming model.init_from.
+StoredModel open_init_source(const Config& cfg, const GPTConfig& want, const std::string& source = "");
 // The same parameters as f32 in the layout of `whole_specs` (the model `want`'s whole layout), read
 // from `source` (model.init_from itself where empty).
 std::vector<float> initial_parameters(const Config& cfg, const GPTConfig& want, const std::vector<ParameterSpec>& whole_specs,

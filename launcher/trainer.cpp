@@ -378,6 +378,8 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
   check_trace_file(cfg, launch);
   // Before the model is built: a checkpoint.dir that cannot be used is reported in seconds.
   const std::optional<std::string> from = choose_resume(cfg, MPI_COMM_WORLD);
+  // Likewise a model.init_from that cannot start this model (building a large one takes minutes).
+  if (!from && !cfg.model.init_from.empty()) agree_on([&] { open_init_source(cfg, res.model); }, launch);
   // At ZeRO stages >= 1 over data ranks every rank writes its own optimizer state into
   // checkpoint.dir (rank 0 created it): each checks now that it sees it and can write there.
   const int64_t data_ranks = launch.world / (cfg.parallel.tensor * cfg.parallel.pipeline);

@@ -35,6 +35,16 @@ LLAMA = ["model.position_embedding=rope", "model.rope_theta=500", "model.mlp=swi
 SCALED = LLAMA + ["model.rope_scaling=llama3", "model.rope_original_positions=64"]
 SCALING = {"rope_type": "llama3", "factor": 8, "low_freq_factor": 1, "high_freq_factor": 4,
            "original_max_position_embeddings": 64}
+# Llama 3.2 1B's config.json as published (transformers 4.45).
+LLAMA32_1B = {"architectures": ["LlamaForCausalLM"], "attention_bias": False, "attention_dropout": 0.0,
+              "bos_token_id": 128000, "eos_token_id": 128001, "head_dim": 64, "hidden_act": "silu", "hidden_size": 2048,
+              "initializer_range": 0.02, "intermediate_size": 8192, "max_position_embeddings": 131072,
+              "mlp_bias": False, "model_type": "llama", "num_attention_heads": 32, "num_hidden_layers": 16,
+              "num_key_value_heads": 8, "pretraining_tp": 1, "rms_norm_eps": 1e-05,
+              "rope_scaling": {"factor": 32.0, "high_freq_factor": 4.0, "low_freq_factor": 1.0,
+                               "original_max_position_embeddings": 8192, "rope_type": "llama3"},
+              "rope_theta": 500000.0, "tie_word_embeddings": True, "torch_dtype": "bfloat16",
+              "transformers_version": "4.45.0.dev0", "use_cache": True, "vocab_size": 128256}
 check = equivalence.Checks(None, None, None)  # the ok/FAIL tally
 
 
@@ -78,6 +88,33 @@ def write_shards(src, dst, names_per_shard):
         open(os.path.join(dst, file), "wb").write(struct.pack("<Q", len(text)) + text + body)
     json.dump({"metadata": {}, "weight_map": weight_map}, open(os.path.join(dst, "model.safetensors.index.json"), "w"))
     os.link(os.path.join(os.path.dirname(src), "config.json"), os.path.join(dst, "config.json"))
+
+
+def write_sparse_llama(d, cfg):
+    """A Hugging Face Llama directory of this config.json with a model.safetensors whose header names
+    every tensor (bf16) and whose data are holes: what a reader checks before it reads values."""
+    os.makedirs(d)
+    json.dump(cfg, open(os.path.join(d, "config.json"), "w"))
+    C, F, V, L = cfg["hidden_size"], cfg["intermediate_size"], cfg["vocab_size"], cfg["num_hidden_layers"]
+    Ckv = cfg["num_key_value_heads"] * cfg["head_dim"]
+    shapes = {"model.embed_tokens.weight": [V, C], "model.norm.weight": [C]}
+    for i in range(L):
+        p = f"model.layers.{i}."
+        shapes.update({p + "input_layernorm.weight": [C], p + "post_attention_layernorm.weight": [C],
+                       p + "self_attn.q_proj.weight": [C, C], p + "self_attn.k_proj.weight": [Ckv, C],
+                       p + "self_attn.v_proj.weight": [Ckv, C], p + "self_attn.o_proj.weight": [C, C],
+                       p + "mlp.gate_proj.weight": [F, C], p + "mlp.up_proj.weight": [F, C],
+                       p + "mlp.down_proj.weight": [C, F]})
+    header, at = {}, 0
+    for name, shape in shapes.items():
+        n = 2 * shape[0] * (shape[1] if len(shape) > 1 else 1)
+        header[name] = {"dtype": "BF16", "shape": shape, "data_offsets": [at, at + n]}
+        at += n
+    text = json.dumps(header).encode()
+    text += b" " * ((8 - len(text) % 8) % 8)
+    with open(os.path.join(d, "model.safetensors"), "wb") as f:
+        f.write(struct.pack("<Q", len(text)) + text)
+        f.truncate(8 + len(text) + at)
 
 
 def expected(weights_dir):
@@ -190,6 +227,22 @@ def main():
         ok, lines = one_error([binary, config, "--set", "train.device=cpu", "--set", "model.init_from=" + hf_scaled] +
                               sum((["--set", s] for s in LLAMA), []), "llama3 rope scaling (factor 8")
         check(ok, f"model.init_from of the scaled Llama into an unscaled run: {lines}")
+
+        # examples/configs/llama32_1b_finetune.toml is Llama 3.2 1B's shape. Its config.json and a
+        # sparse model.safetensors of its tensors (bf16, 2.5 GB of holes): the run's shape checks come
+        # before the model is built (else this machine would first be told the 36 GiB run does not fit
+        # it), in order: a wrong rope scaling factor is named, and a head untied, the last check, is
+        # named only when everything before it matched.
+        l32 = os.path.join(tmp, "llama32_1b")
+        write_sparse_llama(l32, LLAMA32_1B)
+        finetune = [binary, os.path.join(os.path.dirname(config), "llama32_1b_finetune.toml"), "--set",
+                    "model.init_from=" + l32, "--set", "data.source=synthetic", "--set", "data.path=", "--set",
+                    "train.device=cpu"]
+        ok, lines = one_error(finetune + ["--set", "model.rope_scaling_factor=8"], "llama3 rope scaling (factor 32")
+        check(ok, f"Llama 3.2 1B's directory into llama32_1b_finetune.toml with another rope scaling factor: {lines}")
+        ok, lines = one_error(finetune + ["--set", "model.tie_embeddings=false"],
+                              "holds a model with a head tied to the token embedding")
+        check(ok, f"... and untied, the one difference named (the example has Llama 3.2 1B's shape): {lines}")
 
         check_hf_loss(check, hf, dump, "the Llama export", model_class="LlamaForCausalLM")
         # 1e-6: the tiny model's loss moves by about 1e-5 between scaled and unscaled rotation.
