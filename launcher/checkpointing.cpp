@@ -250,15 +250,6 @@ std::string rank_blob_name(int rank, const std::string& name) {
   return dir + name + ".bin";
 }
 
-// Rank 0's `text`, on every rank of `comm`.
-std::string broadcast_string(std::string text, MPI_Comm comm) {
-  int len = int(text.size());
-  TRELLIS_MPI_CHECK(MPI_Bcast(&len, 1, MPI_INT, 0, comm));
-  text.resize(size_t(len));
-  TRELLIS_MPI_CHECK(MPI_Bcast(text.data(), len, MPI_CHAR, 0, comm));
-  return text;
-}
-
 // Every rank's `text`, in rank order, on rank 0 (empty elsewhere).
 std::vector<std::string> gather_strings(const std::string& text, MPI_Comm comm) {
   int rank = 0, size = 1;
@@ -633,6 +624,14 @@ int64_t load_training_checkpoint(Runtime& rt, const Config& cfg, const std::stri
   }
 }
 
+std::string broadcast_string(std::string text, MPI_Comm comm) {
+  int len = int(text.size());
+  TRELLIS_MPI_CHECK(MPI_Bcast(&len, 1, MPI_INT, 0, comm));
+  text.resize(size_t(len));
+  TRELLIS_MPI_CHECK(MPI_Bcast(text.data(), len, MPI_CHAR, 0, comm));
+  return text;
+}
+
 StoredModel open_init_source(const Config& cfg, const GPTConfig& want, const std::string& source) {
   const std::string what = cfg.path + ": model.init_from = " + cfg.model.init_from;
   const StoredModel src = [&] {
@@ -733,10 +732,7 @@ std::vector<float> initial_parameters(const Config& cfg, const GPTConfig& want, 
   return whole;
 }
 
-void load_initial_parameters(Runtime& rt, const Config& cfg, TrainingState s) {
-  // Rank 0 picks the checkpoint of a checkpoint.dir, so every rank reads the same one.
-  const std::string source =
-      broadcast_string(world_rank() == 0 ? resolve_model_dir(cfg.model.init_from) : "", MPI_COMM_WORLD);
+void load_initial_parameters(Runtime& rt, const Config& cfg, TrainingState s, const std::string& source) {
   const std::vector<float> whole = initial_parameters(cfg, s.model.config(), s.layout.whole, source);
   // The parameters in the compute dtype; a separate master holds the f32 values themselves. The
   // Adam moments start at zero.

@@ -62,8 +62,11 @@ std::optional<std::string> choose_resume(const Config& cfg, MPI_Comm world);
 // For a fresh run with model.init_from: the parameters from a Hugging Face GPT-2 directory, a weight
 // export or a checkpoint (launcher/trained_model.h) of this run's shape (model.seq_len may be
 // shorter: the first positions are taken), into every rank's part; a separate master takes the
-// f32 values themselves, the moments stay zero. Throws UserError naming model.init_from.
-void load_initial_parameters(Runtime& rt, const Config& cfg, TrainingState state);
+// f32 values themselves, the moments stay zero. `source`: the directory resolve_model_dir chose on
+// rank 0 (the same on every rank). Throws UserError naming model.init_from.
+void load_initial_parameters(Runtime& rt, const Config& cfg, TrainingState state, const std::string& source);
+// Rank 0's `text`, on every rank of `comm`.
+std::string broadcast_string(std::string text, MPI_Comm comm);
 // model.init_from's source (`source`, else model.init_from itself) opened, its description read but
 // not its values, and checked against the model `want`: what a run checks before building its
 // model, so that a wrong source costs seconds. Throws UserError naming model.init_from.

@@ -379,7 +379,12 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
   // Before the model is built: a checkpoint.dir that cannot be used is reported in seconds.
   const std::optional<std::string> from = choose_resume(cfg, MPI_COMM_WORLD);
   // Likewise a model.init_from that cannot start this model (building a large one takes minutes).
-  if (!from && !cfg.model.init_from.empty()) agree_on([&] { open_init_source(cfg, res.model); }, launch);
+  // Rank 0 picks the checkpoint of a checkpoint.dir, once, so every rank later reads the same one.
+  std::string init_source;
+  if (!from && !cfg.model.init_from.empty()) {
+    init_source = broadcast_string(main_rank ? resolve_model_dir(cfg.model.init_from) : "", MPI_COMM_WORLD);
+    agree_on([&] { if (main_rank) open_init_source(cfg, res.model, init_source); }, launch);
+  }
   // At ZeRO stages >= 1 over data ranks every rank writes its own optimizer state into
   // checkpoint.dir (rank 0 created it): each checks now that it sees it and can write there.
   const int64_t data_ranks = launch.world / (cfg.parallel.tensor * cfg.parallel.pipeline);
@@ -701,7 +706,7 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
                   cfg.model.init_from.c_str());
   } else if (!cfg.model.init_from.empty()) {
     Watchdog::Pause p(rt.watchdog());  // as a checkpoint: every rank reads the whole source
-    agree_on([&] { load_initial_parameters(rt, cfg, state); }, launch);
+    agree_on([&] { load_initial_parameters(rt, cfg, state, init_source); }, launch);
   }
   agree_on([&] { metrics->begin(from ? std::optional<int64_t>(start_step) : std::nullopt); }, launch);
   if (main_rank) metrics->write(start);
