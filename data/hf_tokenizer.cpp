@@ -92,7 +92,7 @@ void replace_all(std::string& s, const std::string& from, const std::string& to)
 enum class Prepend { kAlways, kFirst, kNever };
 
 struct NormalizeStep {
-  bool prepend;  // else replace
+  enum class Type { kPrepend, kReplace, kNfc } type;
   std::string a, b;
 };
 struct PreTokenizeStep {
@@ -228,9 +228,11 @@ void HfBpeTokenizer::read_added_tokens(const JsonValue* list, const Where& w) {
 
 void HfBpeTokenizer::read_normalizer(const JsonValue* v, const Where& w) {
   for (const auto& [step, ws] : steps_of(v, w, "normalizers")) {
-    const std::string type = type_of(*step, ws, "Prepend,Replace,Sequence");
-    if (type == "Prepend") normalizer_.push_back({true, need(*step, "prepend", Kind::kString, ws).text, ""});
-    else if (type == "Replace") normalizer_.push_back({false, string_pattern(*step, ws), need(*step, "content", Kind::kString, ws).text});
+    const std::string type = type_of(*step, ws, "NFC,Prepend,Replace,Sequence");
+    using T = NormalizeStep::Type;
+    if (type == "NFC") normalizer_.push_back({T::kNfc, "", ""});
+    else if (type == "Prepend") normalizer_.push_back({T::kPrepend, need(*step, "prepend", Kind::kString, ws).text, ""});
+    else if (type == "Replace") normalizer_.push_back({T::kReplace, string_pattern(*step, ws), need(*step, "content", Kind::kString, ws).text});
     else ws.fail("a Sequence inside a Sequence is not supported");
   }
   // An added token matched on normalized text is matched here on the raw text: the same only where
@@ -419,7 +421,8 @@ std::vector<int32_t> HfBpeTokenizer::encode(const std::string& text) const {
 
 void HfBpeTokenizer::encode_segment(std::string text, bool at_start, std::vector<int32_t>& out) const {
   for (const NormalizeStep& n : normalizer_) {
-    if (!n.prepend) replace_all(text, n.a, n.b);
+    if (n.type == NormalizeStep::Type::kNfc) text = to_nfc(text);
+    else if (n.type == NormalizeStep::Type::kReplace) replace_all(text, n.a, n.b);
     else if (!text.empty()) text = n.a + text;
   }
   std::vector<Piece> pieces{{std::move(text), at_start}};

@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
-"""Writes data/unicode_classes.inc: the code point ranges of Unicode's letters (\\p{L}) and numbers
-(\\p{N}) from Python's unicodedata, for the tokenizers' pre-tokenization patterns.
+"""Writes data/unicode_classes.inc from Python's unicodedata: the code point ranges of Unicode's
+letters (\\p{L}) and numbers (\\p{N}), for the tokenizers' pre-tokenization patterns; and the
+tables of canonical normalization (NFC, the NFC normalizer of tokenizer.json): every canonical
+combining class but 0, and every canonical decomposition with whether its pair composes back.
 Run from the repository root: python3 scripts/gen_unicode_classes.py"""
 import sys
 import unicodedata
@@ -37,3 +39,21 @@ with open("data/unicode_classes.inc", "w") as f:
             f"(Python {sys.version_info.major}.{sys.version_info.minor}); do not edit.\n")
     f.write(table("kLetterRanges", ranges("L")) + "\n")
     f.write(table("kNumberRanges", ranges("N")) + "\n")
+    classes = [(cp, unicodedata.combining(chr(cp))) for cp in range(0x110000) if unicodedata.combining(chr(cp))]
+    f.write("constexpr CombiningClass kCombiningClasses[] = {\n")
+    for k in range(0, len(classes), 8):
+        f.write("    " + " ".join(f"{{0x{cp:X}, {c}}}," for cp, c in classes[k:k + 8]) + "\n")
+    f.write("};\n")
+    rows = []
+    for cp in range(0x110000):
+        d = unicodedata.decomposition(chr(cp))
+        if not d or d.startswith("<"):
+            continue
+        parts = [int(x, 16) for x in d.split()]
+        pair = parts + [0] * (2 - len(parts))
+        composes = len(parts) == 2 and unicodedata.normalize("NFC", chr(parts[0]) + chr(parts[1])) == chr(cp)
+        rows.append(f"{{0x{cp:X}, 0x{pair[0]:X}, 0x{pair[1]:X}, {'true' if composes else 'false'}}},")
+    f.write("constexpr Decomposition kDecompositions[] = {\n")
+    for k in range(0, len(rows), 4):
+        f.write("    " + " ".join(rows[k:k + 4]) + "\n")
+    f.write("};\n")

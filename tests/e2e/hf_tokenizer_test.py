@@ -1,17 +1,18 @@
 #!/usr/bin/env python3
 """Hugging Face tokenizer.json files read by prepare_data and tokenize, against the tokenizers library.
 
-Where the tokenizers package imports (else exit 77, skipped): six BPE tokenizers are trained here on a
+Where the tokenizers package imports (else exit 77, skipped): seven BPE tokenizers are trained here on a
 built-in multilingual text (plus tinyshakespeare where ../shared/data has it), shaped as the real ones
 are: GPT-2's (byte-level, <|endoftext|>), Llama 3's (its Split regex, ignore_merges, <|begin_of_text|>
-prepended), Qwen2's regex with a prefix space, Llama 2's (SentencePiece-style: Prepend and Replace
-normalizers, byte fallback, <s> prepended, its decoder chain), a Metaspace one that splits (prepend
+prepended), Qwen2's regex with a prefix space, and with the NFC normalizer (decomposed text composed),
+Llama 2's (SentencePiece-style: Prepend and Replace normalizers, byte fallback, <s> prepended, its
+decoder chain), a Metaspace one that splits (prepend
 "first", unk tokens fused), and Digits + ByteLevel with added tokens that strip whitespace and
 Roberta's <s> ... </s>. For each, prepare_data --tokenizer hf on texts with accents, CJK, emoji,
 digit runs, contractions in both cases, odd whitespace and the added tokens in the text gives, per
 line, exactly the ids tokenizer.encode(line) gives; tokenize --decode of those ids gives what
 tokenizer.decode gives; the vocabulary file prepare_data wrote decodes the same and embeds a
-tokenizer.json the library loads. Unsupported files (a WordPiece model, the NFC normalizer, another
+tokenizer.json the library loads. Unsupported files (a WordPiece model, the NFKC normalizer, another
 Split regex) get one error line naming the key. With TRAIN_GPT, EXPORT_HF, GENERATE and CONFIG: a model
 trained on data prepared with the Llama 3-shaped tokenizer samples text from prompts through it,
 export_hf writes that tokenizer.json beside the weights (byte for byte), and generate on the export
@@ -56,6 +57,7 @@ TEXTS = [
     "unseen chars: ǅ ꙮ 𝔘𝔫𝔦 ᚠᛇᚻ", "   ", "x", "a<|endoftext|>b <|endoftext|> c", "<|begin_of_text|>Hi<|eot_id|>",
     "before <mask>  after", "A <special> and <special>again", "x" * 300 + " long word",
     "ſ 's 'ſ", "line one\n\nline three\n",
+    "decomposed: e\u0301 A\u030A \u212B \u1100\u1161\u11A8 a\u0301\u0323 q\u0307\u0323 caf\u00e9",
 ]
 
 
@@ -68,8 +70,10 @@ def corpus():
     return text
 
 
-def byte_level(split=None, prefix=False, ignore_merges=False, specials=("<|endoftext|>",), post=None):
+def byte_level(split=None, prefix=False, ignore_merges=False, specials=("<|endoftext|>",), post=None, nfc=False):
     tok = Tokenizer(models.BPE(ignore_merges=ignore_merges))
+    if nfc:
+        tok.normalizer = normalizers.NFC()
     byte = pre_tokenizers.ByteLevel(add_prefix_space=prefix, use_regex=split is None)
     tok.pre_tokenizer = byte if split is None else pre_tokenizers.Sequence(
         [pre_tokenizers.Split(Regex(split), behavior="isolated"), byte])
@@ -180,6 +184,7 @@ def main():
         checks(ok, text if ok or not detail else f"{text}: {detail}")
         return ok
     cases = {"gpt2": byte_level(), "llama3": llama3(), "qwen2_prefix": byte_level(QWEN2, prefix=True),
+             "qwen2_nfc": byte_level(QWEN2, nfc=True),
              "llama2": sentencepiece_style(False), "metaspace": sentencepiece_style(True),
              "digits_roberta": digits_roberta()}
     with tempfile.TemporaryDirectory() as tmp:
@@ -225,7 +230,7 @@ def main():
         base = json.loads(cases["gpt2"].to_str())
         refusals = {
             "WordPiece": (lambda j: j["model"].update(type="WordPiece"), "model.type: \"WordPiece\" is not supported"),
-            "NFC": (lambda j: j.update(normalizer={"type": "NFC"}), "normalizer.type: \"NFC\" is not supported"),
+            "NFKC": (lambda j: j.update(normalizer={"type": "NFKC"}), "normalizer.type: \"NFKC\" is not supported"),
             "regex": (lambda j: j.update(pre_tokenizer={"type": "Split", "pattern": {"Regex": "\\w+"},
                                                         "behavior": "Isolated", "invert": False}),
                       "pre_tokenizer.pattern: only GPT-2's, Llama 3's and Qwen2's regex are supported"),

@@ -106,6 +106,21 @@ TEST(DataTokenizer, UnicodeClassesAndLossyUtf8) {
   EXPECT_TRUE(is_valid_utf8("日本") && !is_valid_utf8("\xC0\xAF"));
 }
 
+// NFC against Python's unicodedata.normalize("NFC", ...): composition, a singleton, Hangul both
+// ways, canonical reordering before composing, and blocked marks left apart.
+TEST(DataTokenizer, NormalizationFormC) {
+  EXPECT_EQ(to_nfc("e\u0301"), "\u00e9");
+  EXPECT_EQ(to_nfc("\u212B"), "\u00C5");                         // the Angstrom sign, a singleton
+  EXPECT_EQ(to_nfc("\u1100\u1161\u11A8"), "\uAC01");             // jamo L V T
+  EXPECT_EQ(to_nfc("\uAC00\u11A8"), "\uAC01");                    // LV + T
+  EXPECT_EQ(to_nfc("a\u0301\u0323"), "\u1EA1\u0301");            // reordered: dot below first
+  EXPECT_EQ(to_nfc("\u1E9B\u0323"), "\u1E9B\u0323");             // long s with dot: no composite
+  EXPECT_EQ(to_nfc("q\u0307\u0323"), "q\u0323\u0307");           // reordered, nothing composes
+  EXPECT_EQ(to_nfc("\u00C5\u0301x"), "\u01FAx");
+  EXPECT_EQ(to_nfc("plain ascii and caf\u00e9"), "plain ascii and caf\u00e9");
+  EXPECT_EQ(to_nfc("e\xC0\xAF\u0301"), "e\xC0\xAF\u0301");    // ill-formed bytes kept, and they block
+}
+
 TEST(DataTokenizer, BpeMergesLowestRankFirst) {
   // a=0 b=1 c=2 ab=3 bc=4 abc=5; "b c" outranks "a b", so "abc" merges as a (bc), and "ab c" never forms.
   const BpeModel bpe({{"a", 0}, {"b", 1}, {"c", 2}, {"ab", 3}, {"bc", 4}, {"abc", 5}}, {{"b", "c"}, {"a", "b"}, {"ab", "c"}},
