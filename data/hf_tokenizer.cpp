@@ -120,6 +120,12 @@ struct Piece {
   bool at_start;
 };
 
+// Added tokens of one kind (matched on raw or on normalized text) by their first byte.
+struct AddedTokenIndex {
+  bool empty = true;
+  std::vector<std::vector<const AddedToken*>> by_first_byte = std::vector<std::vector<const AddedToken*>>(256);
+};
+
 class HfBpeTokenizer : public Tokenizer {
  public:
   HfBpeTokenizer(const JsonValue& json, std::string text, const std::string& source);
@@ -144,6 +150,7 @@ class HfBpeTokenizer : public Tokenizer {
 
   std::string text_, source_;
   std::vector<AddedToken> added_;
+  std::unique_ptr<AddedTokenIndex> raw_added_, normalized_added_;  // into added_ (which no longer grows)
   std::vector<NormalizeStep> normalizer_;
   std::vector<PreTokenizeStep> pre_tokenizer_;
   std::vector<DecodeStep> decoder_;
@@ -165,6 +172,13 @@ HfBpeTokenizer::HfBpeTokenizer(const JsonValue& json, std::string text, const st
   read_pre_tokenizer(json.find("pre_tokenizer"), w / "pre_tokenizer");
   read_post_processor(json.find("post_processor"), w / "post_processor");
   read_decoder(json.find("decoder"), w / "decoder");
+  raw_added_ = std::make_unique<AddedTokenIndex>();
+  normalized_added_ = std::make_unique<AddedTokenIndex>();
+  for (const AddedToken& a : added_) {
+    AddedTokenIndex& index = a.normalized ? *normalized_added_ : *raw_added_;
+    index.by_first_byte[uint8_t(a.content[0])].push_back(&a);
+    index.empty = false;
+  }
 }
 
 void HfBpeTokenizer::read_model(const JsonValue& v, const Where& w) {
@@ -366,10 +380,10 @@ struct Segment {
   int32_t id;  // an added token's, else -1
   bool at_start;
 };
-std::vector<Segment> split_added(const std::vector<Segment>& segments, const std::vector<const AddedToken*>& tokens) {
-  if (tokens.empty()) return segments;
-  std::vector<std::vector<const AddedToken*>> by_first_byte(256);
-  for (const AddedToken* t : tokens) by_first_byte[uint8_t(t->content[0])].push_back(t);
+
+std::vector<Segment> split_added(const std::vector<Segment>& segments, const AddedTokenIndex& tokens) {
+  if (tokens.empty) return segments;
+  const auto& by_first_byte = tokens.by_first_byte;
   std::vector<Segment> out;
   for (const Segment& seg : segments) {
     if (seg.id >= 0) {
@@ -408,10 +422,8 @@ std::vector<Segment> split_added(const std::vector<Segment>& segments, const std
 }
 
 std::vector<int32_t> HfBpeTokenizer::encode(const std::string& text) const {
-  std::vector<const AddedToken*> raw, normalized;
-  for (const AddedToken& a : added_) (a.normalized ? normalized : raw).push_back(&a);
   std::vector<int32_t> ids = prefix_;
-  for (const Segment& seg : split_added(split_added({{text, -1, true}}, raw), normalized)) {
+  for (const Segment& seg : split_added(split_added({{text, -1, true}}, *raw_added_), *normalized_added_)) {
     if (seg.id >= 0) ids.push_back(seg.id);
     else encode_segment(seg.text, seg.at_start, ids);
   }
