@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <optional>
+#include <string_view>
 
 #include "core/error.h"
 #include "data/bpe.h"
@@ -30,11 +31,12 @@ struct Where {
   [[noreturn]] void fail(const std::string& what) const { throw UserError(source + ": " + key + ": " + what); }
 };
 
-const JsonValue& need(const JsonValue& v, const std::string& key, Kind kind, const Where& w) {
+// (`key` by value, not a reference a temporary string binds to: what a returned reference may outlive.)
+const JsonValue& need(const JsonValue& v, std::string_view key, Kind kind, const Where& w) {
   const JsonValue* m = v.find(key);
   if (!m || m->kind != kind) {
     static const char* const kNames[] = {"null", "a boolean", "a number", "a string", "an array", "an object"};
-    (w / key).fail(m ? std::string("must be ") + kNames[int(kind)] : "is missing");
+    (w / std::string(key)).fail(m ? std::string("must be ") + kNames[int(kind)] : "is missing");
   }
   return *m;
 }
@@ -319,9 +321,10 @@ void HfBpeTokenizer::read_post_processor(const JsonValue* v, const Where& w) {
           const std::string name = need(*sp, "id", Kind::kString, wi / "SpecialToken").text;
           const JsonValue* entry = specials.find(name);
           if (!entry || entry->kind != Kind::kObject) (ws / "special_tokens").fail("has no entry " + json_quote(name));
-          const JsonValue& ids = need(*entry, "ids", Kind::kArray, ws / "special_tokens" / name);
+          const Where wn = ws / "special_tokens" / name;
+          const JsonValue& ids = need(*entry, "ids", Kind::kArray, wn);
           for (size_t k = 0; k < ids.items.size(); ++k)
-            (seen_sequence ? after : before).push_back(small_number(ids.items[k], (ws / "special_tokens" / name / "ids")[k]));
+            (seen_sequence ? after : before).push_back(small_number(ids.items[k], (wn / "ids")[k]));
         } else {
           wi.fail("must be {\"SpecialToken\": ...} or {\"Sequence\": ...}");
         }

@@ -132,9 +132,9 @@ std::vector<std::pair<std::string, int32_t>> vocab_from_json(const JsonValue& v,
   return out;
 }
 
-const JsonValue& member(const JsonValue& v, const std::string& key, JsonValue::Kind kind, const std::string& path) {
+const JsonValue& member(const JsonValue& v, std::string_view key, JsonValue::Kind kind, const std::string& path) {
   const JsonValue* m = v.find(key);
-  if (!m || m->kind != kind) throw UserError(path + ": missing or mistyped \"" + key + "\"");
+  if (!m || m->kind != kind) throw UserError(path + ": missing or mistyped \"" + std::string(key) + "\"");
   return *m;
 }
 
