@@ -162,7 +162,7 @@ def train_export_generate(binaries, tokenizer_dir, prefix, tmp, check):
     ck, out = os.path.join(tmp, "ck"), os.path.join(tmp, "export")
     status, _, err = run([train, config, "--set", "model.vocab_size=600", "--set", "data.source=file", "--set",
                           f"data.path={prefix}", "--set", "train.steps=3", "--set", "train.device=cpu", "--set",
-                          "model.seq_len=16", "--set", f"checkpoint.dir={ck}"])
+                          "model.seq_len=64", "--set", f"checkpoint.dir={ck}"])
     if not check(status == 0, "trained on data prepared with tokenizer.json", err):
         return
     for source in (ck, out):
