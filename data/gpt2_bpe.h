@@ -23,6 +23,7 @@ class Gpt2BpeTokenizer : public Tokenizer {
   std::vector<int32_t> encode(const std::string& text) const override;
   std::string decode(const std::vector<int32_t>& ids) const override;
   std::string to_json() const override;
+  int32_t token_id(const std::string& token) const override { return bpe_.id_of(token); }
 
  private:
   std::string source_;

@@ -135,6 +135,11 @@ class HfBpeTokenizer : public Tokenizer {
   int64_t vocab_size() const override { return int64_t(id_to_token_.size()); }
   std::vector<int32_t> encode(const std::string& text) const override;
   std::string decode(const std::vector<int32_t>& ids) const override;
+  int32_t token_id(const std::string& token) const override {
+    for (const AddedToken& a : added_)
+      if (a.content == token) return a.id;
+    return bpe_->id_of(token);
+  }
   std::string to_json() const override {
     return "{\"kind\": \"hf_bpe\", \"vocab_size\": " + std::to_string(vocab_size()) + ", \"source\": " +
            json_quote(source_) + ",\n \"tokenizer\": " + text_ + "}\n";
@@ -627,6 +632,18 @@ std::string HfBpeTokenizer::decode(const std::vector<int32_t>& ids) const {
 
 std::unique_ptr<Tokenizer> hf_tokenizer_from_json(const JsonValue& json, std::string text, const std::string& source) {
   return std::make_unique<HfBpeTokenizer>(json, std::move(text), source);
+}
+
+std::string hf_eos_token(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path dir = fs::is_directory(path, ec) ? fs::path(path) : fs::path(path).parent_path();
+  const std::string file = (dir / "tokenizer_config.json").string();
+  if (!fs::exists(file, ec)) return "";
+  const JsonValue config = parse_json(read_text_file(file), file);
+  const JsonValue* eos = config.kind == Kind::kObject ? config.find("eos_token") : nullptr;
+  if (eos && eos->kind == Kind::kObject) eos = eos->find("content");
+  return eos && eos->kind == Kind::kString ? eos->text : "";
 }
 
 std::unique_ptr<Tokenizer> load_hf_tokenizer(const std::string& path) {

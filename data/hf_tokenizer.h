@@ -23,6 +23,9 @@ namespace trellis {
 
 // `path`: a tokenizer.json, or a directory holding one.
 std::unique_ptr<Tokenizer> load_hf_tokenizer(const std::string& path);
+// The eos_token of the tokenizer_config.json beside a tokenizer.json (`path`: the file or its
+// directory), as transformers saves it (a string, or {"content": ...}); "" where there is none.
+std::string hf_eos_token(const std::string& path);
 // `json` parsed from `text` (the tokenizer's own JSON, kept verbatim in the vocabulary file).
 std::unique_ptr<Tokenizer> hf_tokenizer_from_json(const JsonValue& json, std::string text, const std::string& source);
 

@@ -23,6 +23,8 @@ class Tokenizer {
   virtual std::string decode(const std::vector<int32_t>& ids) const = 0;
   // The vocabulary file's content (see the top of this header).
   virtual std::string to_json() const = 0;
+  // The id of a whole token given by its text ("<|endoftext|>", "</s>"): -1 where there is none.
+  virtual int32_t token_id(const std::string& /*token*/) const { return -1; }
 };
 
 // Every byte is a token: vocabulary of 256, any text round-trips exactly.

@@ -1,7 +1,7 @@
 // prepare_data: tokenizes text files into a dataset the trainer reads, plus its vocabulary.
 //   prepare_data --input a.txt [--input b.txt] --output PREFIX --tokenizer byte|char|gpt2|hf
 //                [--vocab vocab.json --merges merges.txt] [--tokenizer-model DIR|tokenizer.json]
-//                [--format megatron|llmc]
+//                [--format megatron|llmc] [--append-eod [--eod-token TEXT]]
 //                [--documents-split file|lines] [--force]
 // writes PREFIX.bin + PREFIX.idx (megatron, the default) or PREFIX.tok (llmc), and
 // PREFIX.vocab.json. Existing outputs of PREFIX are replaced only with --force (which removes all
@@ -31,17 +31,21 @@ namespace {
 
 struct Args {
   std::vector<std::string> inputs;
-  std::string output, tokenizer, vocab, merges, tokenizer_model, format = "megatron", split = "file";
-  bool force = false;  // replace PREFIX's existing outputs
+  std::string output, tokenizer, vocab, merges, tokenizer_model, format = "megatron", split = "file", eod_token;
+  bool force = false;       // replace PREFIX's existing outputs
+  bool append_eod = false;  // end each document with the end-of-document token
 };
 
 const char* kUsage =
     "usage: prepare_data --input FILE [--input FILE ...] --output PREFIX --tokenizer byte|char|gpt2|hf\n"
     "                    [--vocab vocab.json --merges merges.txt] [--tokenizer-model DIR|tokenizer.json]\n"
-    "                    [--format megatron|llmc]\n"
+    "                    [--format megatron|llmc] [--append-eod [--eod-token TEXT]]\n"
     "                    [--documents-split file|lines] [--force]\n"
     "--tokenizer hf reads a Hugging Face tokenizer.json (BPE: GPT-2, Llama 2 and 3, Mistral, ...); each\n"
     "document becomes the ids transformers' tokenizer(text) gives, its special tokens included.\n"
+    "--append-eod ends every document with the end-of-document token, as Megatron's preprocessing does:\n"
+    "<|endoftext|> for gpt2, the eos_token of tokenizer_config.json beside the tokenizer.json for hf,\n"
+    "or the token --eod-token names.\n"
     "--force replaces existing outputs of PREFIX (without it, prepare_data refuses to).\n";
 
 Args parse(int argc, char** argv) {
@@ -52,11 +56,11 @@ Args parse(int argc, char** argv) {
       std::fputs(kUsage, stdout);
       std::exit(0);
     }
-    if (flag == "--force") {
-      a.force = true;
+    if (flag == "--force" || flag == "--append-eod") {
+      (flag == "--force" ? a.force : a.append_eod) = true;
       continue;
     }
-    static const char* const kValued[] = {"--input", "--output", "--tokenizer", "--vocab", "--merges", "--tokenizer-model", "--format",
+    static const char* const kValued[] = {"--input", "--output", "--tokenizer", "--vocab", "--merges", "--tokenizer-model", "--eod-token", "--format",
                                           "--documents-split"};
     if (std::find(std::begin(kValued), std::end(kValued), flag) == std::end(kValued))
       throw UserError("unknown option " + flag + " (see --help)");
@@ -68,6 +72,7 @@ Args parse(int argc, char** argv) {
     else if (flag == "--vocab") a.vocab = value;
     else if (flag == "--merges") a.merges = value;
     else if (flag == "--tokenizer-model") a.tokenizer_model = value;
+    else if (flag == "--eod-token") a.eod_token = value;
     else if (flag == "--format") a.format = value;
     else if (flag == "--documents-split") a.split = value;
     else throw UserError("unknown option " + flag + " (see --help)");
@@ -83,6 +88,9 @@ Args parse(int argc, char** argv) {
   if (a.tokenizer == "hf" && a.tokenizer_model.empty())
     throw UserError("--tokenizer hf needs --tokenizer-model (a directory with tokenizer.json, or the file)");
   if (a.tokenizer != "hf" && !a.tokenizer_model.empty()) throw UserError("--tokenizer-model is for --tokenizer hf only");
+  if (!a.eod_token.empty() && !a.append_eod) throw UserError("--eod-token names the token --append-eod appends: give both");
+  if (a.append_eod && a.tokenizer != "gpt2" && a.tokenizer != "hf")
+    throw UserError("--append-eod needs a vocabulary with an end-of-document token (--tokenizer gpt2 or hf), not " + a.tokenizer);
   if (a.format != "megatron" && a.format != "llmc") throw UserError("--format must be megatron or llmc, got \"" + a.format + "\"");
   if (a.split != "file" && a.split != "lines")
     throw UserError("--documents-split must be file or lines, got \"" + a.split + "\"");
@@ -113,7 +121,21 @@ std::vector<std::string> documents(const std::string& text, const std::string& s
 }
 
 // Tokenizes the texts into PREFIX's dataset and vocabulary files.
-void write_outputs(const Args& a, const std::vector<std::string>& texts, const Tokenizer& tok) {
+// The end-of-document token's id for --append-eod, else -1.
+int32_t eod_id(const Args& a, const Tokenizer& tok) {
+  if (!a.append_eod) return -1;
+  std::string name = a.eod_token;
+  if (name.empty()) name = a.tokenizer == "gpt2" ? "<|endoftext|>" : hf_eos_token(a.tokenizer_model);
+  if (name.empty())
+    throw UserError("--append-eod: " + a.tokenizer_model + " has no tokenizer_config.json with an eos_token; name the "
+                    "token with --eod-token (e.g. \"</s>\")");
+  const int32_t id = tok.token_id(name);
+  if (id < 0) throw UserError("--append-eod: \"" + name + "\" is not a token of the vocabulary (--eod-token names another)");
+  return id;
+}
+
+// `eod`: the token ending every document, or -1.
+void write_outputs(const Args& a, const std::vector<std::string>& texts, const Tokenizer& tok, int32_t eod) {
   int64_t total = 0, docs = 0;
   std::string data_path;
   std::unique_ptr<IndexedDatasetWriter> writer;
@@ -133,6 +155,7 @@ void write_outputs(const Args& a, const std::vector<std::string>& texts, const T
       } catch (const UserError& e) {
         throw UserError(a.inputs[f] + ": " + e.what());
       }
+      if (eod >= 0) ids.push_back(eod);
       file_tokens += int64_t(ids.size());
       ++docs;
       if (writer) writer->add_document(ids);
@@ -145,8 +168,10 @@ void write_outputs(const Args& a, const std::vector<std::string>& texts, const T
   else write_token_file(a.output + ".tok", stream);
   const std::string vocab_path = a.output + ".vocab.json";
   save_vocabulary(tok, vocab_path);
-  std::printf("wrote %s: %lld tokens in %lld documents; vocabulary (%s, %lld tokens) in %s\n", data_path.c_str(),
-              (long long)total, (long long)docs, tok.kind().c_str(), (long long)tok.vocab_size(), vocab_path.c_str());
+  const std::string ending = eod >= 0 ? ", each ending in token " + std::to_string(eod) : "";
+  std::printf("wrote %s: %lld tokens in %lld documents%s; vocabulary (%s, %lld tokens) in %s\n", data_path.c_str(),
+              (long long)total, (long long)docs, ending.c_str(), tok.kind().c_str(), (long long)tok.vocab_size(),
+              vocab_path.c_str());
 }
 
 int run(int argc, char** argv) {
@@ -193,6 +218,7 @@ int run(int argc, char** argv) {
                                    : a.tokenizer == "char" ? make_char_tokenizer(texts)
                                    : a.tokenizer == "hf"   ? load_hf_tokenizer(a.tokenizer_model)
                                                            : load_gpt2_tokenizer(a.vocab, a.merges);
+  const int32_t eod = eod_id(a, *tok);  // before anything is removed
   for (const std::string& out : existing) {
     std::error_code ec;
     if (!std::filesystem::remove(out, ec) || ec)
@@ -200,7 +226,7 @@ int run(int argc, char** argv) {
   }
   // From here on a failure removes what this run wrote: no partial dataset is left to be read.
   try {
-    write_outputs(a, texts, *tok);
+    write_outputs(a, texts, *tok, eod);
   } catch (...) {
     for (const std::string& out : outputs) {
       std::error_code ec;

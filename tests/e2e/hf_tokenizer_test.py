@@ -13,7 +13,9 @@ digit runs, contractions in both cases, odd whitespace and the added tokens in t
 line, exactly the ids tokenizer.encode(line) gives; tokenize --decode of those ids gives what
 tokenizer.decode gives; the vocabulary file prepare_data wrote decodes the same and embeds a
 tokenizer.json the library loads. Unsupported files (a WordPiece model, the NFKC normalizer, another
-Split regex) get one error line naming the key. With TRAIN_GPT, EXPORT_HF, GENERATE and CONFIG: a model
+Split regex) get one error line naming the key. --append-eod ends each document with the token
+tokenizer_config.json's eos_token or --eod-token names, and GPT-2's vocab.json and merges.txt (written
+from the GPT-2-shaped one) give the library's ids and <|endoftext|>. With TRAIN_GPT, EXPORT_HF, GENERATE and CONFIG: a model
 trained on data prepared with the Llama 3-shaped tokenizer samples text from prompts through it,
 export_hf writes that tokenizer.json beside the weights (byte for byte), and generate on the export
 reads it.
@@ -156,6 +158,46 @@ def run(cmd, stdin=None):
     return p.returncode, p.stdout, p.stderr.decode(errors="replace").strip()
 
 
+def append_eod(prepare, inputs, lines, cases, tmp, check):
+    """--append-eod: each document's ids and then the end-of-document token's, which comes from
+    tokenizer_config.json's eos_token, from --eod-token, or for GPT-2's vocab.json and merges.txt
+    (written from the GPT-2-shaped tokenizer, which then gives the library's ids too) <|endoftext|>."""
+    llama3 = os.path.join(tmp, "llama3")
+    with open(os.path.join(llama3, "tokenizer_config.json"), "w") as f:
+        json.dump({"eos_token": {"content": "<|end_of_text|>", "special": True}}, f)
+    tok = cases["llama3"]
+    gpt2 = os.path.join(tmp, "gpt2_files")
+    os.makedirs(gpt2)
+    model = json.loads(cases["gpt2"].to_str())["model"]
+    with open(os.path.join(gpt2, "vocab.json"), "w", encoding="utf-8") as f:
+        json.dump(model["vocab"], f, ensure_ascii=False)
+    with open(os.path.join(gpt2, "merges.txt"), "w", encoding="utf-8") as f:
+        f.write("#version: 0.2\n" + "".join((m if isinstance(m, str) else " ".join(m)) + "\n" for m in model["merges"]))
+    plain = [k for k, line in enumerate(lines) if "<|" not in line]  # GPT-2's files split no special tokens
+    gpt2_inputs = sum((["--input", inputs[2 * k + 1]] for k in plain), [])
+    runs = [("eos_token of tokenizer_config.json", ["--tokenizer", "hf", "--tokenizer-model", llama3], inputs,
+             [tok.encode(x).ids + [tok.token_to_id("<|end_of_text|>")] for x in lines]),
+            ("--eod-token <|eot_id|>", ["--tokenizer", "hf", "--tokenizer-model", llama3, "--eod-token", "<|eot_id|>"],
+             inputs, [tok.encode(x).ids + [tok.token_to_id("<|eot_id|>")] for x in lines]),
+            ("GPT-2's vocab.json and merges.txt, <|endoftext|>",
+             ["--tokenizer", "gpt2", "--vocab", os.path.join(gpt2, "vocab.json"), "--merges", os.path.join(gpt2, "merges.txt")],
+             gpt2_inputs, [cases["gpt2"].encode(lines[k]).ids + [cases["gpt2"].token_to_id("<|endoftext|>")] for k in plain])]
+    for what, flags, ins, want in runs:
+        prefix = os.path.join(tmp, "eod")
+        status, _, err = run([prepare, *ins, "--output", prefix, *flags, "--append-eod", "--force"])
+        check(status == 0 and read_megatron(prefix) == want, f"--append-eod, {what}: {len(want)} documents", err)
+    # Refused in one line, and with --force the old dataset kept.
+    for what, flags, message in [
+            ("no tokenizer_config.json", ["--tokenizer", "hf", "--tokenizer-model", os.path.join(tmp, "qwen2_nfc")],
+             "name the token with --eod-token"),
+            ("a token not in the vocabulary", ["--tokenizer", "hf", "--tokenizer-model", llama3, "--eod-token", "</s>"],
+             '"</s>" is not a token of the vocabulary'),
+            ("a char vocabulary", ["--tokenizer", "char"], "--append-eod needs a vocabulary with an end-of-document token")]:
+        status, _, err = run([prepare, *inputs[:2], "--output", os.path.join(tmp, "eod"), *flags, "--append-eod", "--force"])
+        check(status == 1 and len(err.splitlines()) == 1 and message in err and
+              os.path.exists(os.path.join(tmp, "eod.bin")), f"--append-eod refused: {what}; the old dataset kept", err)
+
+
 def train_export_generate(binaries, tokenizer_dir, prefix, tmp, check):
     """The tokenizer through training, sampling and export_hf."""
     train, export, generate, config = binaries
@@ -246,6 +288,7 @@ def main():
                                   "--tokenizer-model", path])
             check(status == 1 and len(err.splitlines()) == 1 and message in err and
                   not os.path.exists(os.path.join(tmp, "refused.bin")), f"refused: {name}", err)
+        append_eod(prepare, inputs, lines, cases, tmp, check)
         if len(sys.argv) > 3:
             train_export_generate(sys.argv[3:], os.path.join(tmp, "llama3"), os.path.join(tmp, "llama3_data"), tmp, check)
         empty = os.path.join(tmp, "empty_dir")
