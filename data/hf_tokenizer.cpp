@@ -439,6 +439,44 @@ std::vector<int32_t> HfBpeTokenizer::encode(const std::string& text) const {
   return ids;
 }
 
+// One pre-tokenizer step on one piece: the pieces it becomes (`p` may be changed on the way).
+std::vector<std::string> pre_tokenize(const PreTokenizeStep& s, Piece& p) {
+  std::vector<std::string> parts;
+  switch (s.type) {
+    case PreTokenizeStep::Type::kSplit: return pretokenize(p.text, s.pattern);
+    case PreTokenizeStep::Type::kByteLevel:
+      if (s.add_prefix_space && p.text.rfind(' ', 0) != 0) p.text = " " + p.text;
+      parts = s.use_regex ? pretokenize(p.text, SplitPattern::kGpt2) : std::vector<std::string>{p.text};
+      for (std::string& part : parts) part = to_byte_level(part);
+      return parts;
+    case PreTokenizeStep::Type::kMetaspace: {
+      const std::string& r = s.replacement;
+      replace_all(p.text, " ", r);
+      const bool prepend = s.prepend == Prepend::kAlways || (s.prepend == Prepend::kFirst && p.at_start);
+      if (prepend && p.text.rfind(r, 0) != 0) p.text = r + p.text;
+      if (!s.split) return {p.text};
+      for (size_t at = 0; at < p.text.size();) {  // each replacement begins a piece
+        const size_t from = at + (p.text.compare(at, r.size(), r) == 0 ? r.size() : 0);
+        const size_t next_at = std::min(p.text.find(r, from), p.text.size());
+        parts.push_back(p.text.substr(at, next_at - at));
+        at = next_at;
+      }
+      return parts;
+    }
+    case PreTokenizeStep::Type::kDigits:  // runs of digits (or each digit alone) and runs of the rest
+      for (size_t at = 0; at < p.text.size();) {
+        size_t end = at;
+        const bool digit = is_unicode_number(next_utf8(p.text, end));
+        if (!digit || !s.individual_digits)
+          for (size_t k = end; k < p.text.size() && is_unicode_number(next_utf8(p.text, k)) == digit;) end = k;
+        parts.push_back(p.text.substr(at, end - at));
+        at = end;
+      }
+      return parts;
+  }
+  return parts;
+}
+
 void HfBpeTokenizer::encode_segment(std::string text, bool at_start, std::vector<int32_t>& out) const {
   for (const NormalizeStep& n : normalizer_) {
     if (n.type == NormalizeStep::Type::kNfc) text = to_nfc(text);
@@ -449,43 +487,7 @@ void HfBpeTokenizer::encode_segment(std::string text, bool at_start, std::vector
   for (const PreTokenizeStep& s : pre_tokenizer_) {
     std::vector<Piece> next;
     for (Piece& p : pieces) {
-      std::vector<std::string> parts;
-      switch (s.type) {
-        case PreTokenizeStep::Type::kSplit: parts = pretokenize(p.text, s.pattern); break;
-        case PreTokenizeStep::Type::kByteLevel:
-          if (s.add_prefix_space && p.text.rfind(' ', 0) != 0) p.text = " " + p.text;
-          parts = s.use_regex ? pretokenize(p.text, SplitPattern::kGpt2) : std::vector<std::string>{p.text};
-          for (std::string& part : parts) part = to_byte_level(part);
-          break;
-        case PreTokenizeStep::Type::kMetaspace: {
-          replace_all(p.text, " ", s.replacement);
-          const bool prepend = s.prepend == Prepend::kAlways || (s.prepend == Prepend::kFirst && p.at_start);
-          if (prepend && p.text.rfind(s.replacement, 0) != 0) p.text = s.replacement + p.text;
-          if (!s.split) {
-            parts = {p.text};
-            break;
-          }
-          for (size_t at = 0; at < p.text.size();) {  // each replacement begins a piece
-            size_t next_at = p.text.find(s.replacement, at + (p.text.compare(at, s.replacement.size(), s.replacement) == 0 ? s.replacement.size() : 0));
-            if (next_at == std::string::npos) next_at = p.text.size();
-            parts.push_back(p.text.substr(at, next_at - at));
-            at = next_at;
-          }
-          break;
-        }
-        case PreTokenizeStep::Type::kDigits:
-          for (size_t at = 0; at < p.text.size();) {
-            size_t end = at;
-            const uint32_t c = next_utf8(p.text, end);
-            if (is_unicode_number(c) && !s.individual_digits)
-              for (size_t k = end; k < p.text.size() && is_unicode_number(next_utf8(p.text, k));) end = k;
-            else if (!is_unicode_number(c))
-              for (size_t k = end; k < p.text.size() && !is_unicode_number(next_utf8(p.text, k));) end = k;
-            parts.push_back(p.text.substr(at, end - at));
-            at = end;
-          }
-          break;
-      }
+      std::vector<std::string> parts = pre_tokenize(s, p);
       for (size_t k = 0; k < parts.size(); ++k)
         if (!parts[k].empty()) next.push_back({std::move(parts[k]), p.at_start && k == 0});
     }
