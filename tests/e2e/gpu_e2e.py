@@ -13,7 +13,8 @@ with the reason). The tiny config, dropout on, deterministic mode:
   the CPU; in bf16 with cuDNN attention its graphed steps match launched ones;
 - one GPU with SwiGLU MLPs (model.mlp = swiglu) in fp32 trains the same model as the CPU; in bf16
   with cuDNN attention its graphed steps match launched ones; so with an MLP width of 90
-  (model.ffn_hidden_size), GELU and in Llama's block (RMSNorm, rotary positions, SwiGLU, the head
+  (model.ffn_hidden_size), GELU and in Llama's block (RMSNorm, rotary positions with Llama 3's
+  scaling: model.rope_scaling = llama3, SwiGLU, the head
   untied: model.tie_embeddings = false, 2 key-value heads of 4: model.n_kv_heads = 2, no linear
   biases: model.bias = false, norm eps 1e-6);
 - one GPU with the optimizer offloaded (zero.offload = cpu: AdamW on the host) trains the same model
@@ -223,10 +224,11 @@ def main():
         # dimensions no multiple of 16 bytes in bf16. GELU, and Llama's block (RMSNorm, rotary
         # positions, SwiGLU, an untied head, grouped-query attention, no linear biases).
         for name, sets in (("GELU", ["model.mlp=gelu"]),
-                           ("RMSNorm, rope, SwiGLU, untied head, 2 key-value heads, no linear biases",
+                           ("RMSNorm, rope with Llama 3's scaling, SwiGLU, untied head, 2 key-value heads, no linear biases",
                             ["model.mlp=swiglu", "model.norm=rmsnorm", "model.position_embedding=rope",
-                             "model.rope_theta=500", "model.tie_embeddings=false", "model.n_kv_heads=2",
-                             "model.bias=false", "model.norm_eps=1e-6"])):
+                             "model.rope_theta=500", "model.rope_scaling=llama3", "model.rope_original_positions=64",
+                             "model.tie_embeddings=false", "model.n_kv_heads=2", "model.bias=false",
+                             "model.norm_eps=1e-6"])):
             tag, odd = name.split(",")[0].lower(), ["model.ffn_hidden_size=90", *sets]
             odd_cpu = train(binary, mpiexec, config, tmp, f"odd_{tag}_cpu", 1, "train.device=cpu", f32, *odd)
             odd_one = train(binary, mpiexec, config, tmp, f"odd_{tag}_gpu1", 1, "train.device=cuda", f32, *odd)
