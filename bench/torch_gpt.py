@@ -42,6 +42,7 @@ class GPTConfig:
     n_kv_heads: int = 0  # model.n_kv_heads: key-value heads (grouped-query attention); 0 = n_heads
     norm_eps: float = 1e-5  # model.norm_eps
     bias: bool = True  # model.bias: biases in qkv, attn.proj, mlp.fc, mlp.proj
+    qkv_bias: bool = False  # model.qkv_bias: with bias = False, biases on qkv alone (Qwen2's)
 
     def __post_init__(self):  # as Trellis's config checks: its experts have no SwiGLU
         if self.norm not in ("layernorm", "rmsnorm"):
@@ -104,7 +105,8 @@ class Attention(nn.Module):
             cos, sin = rotary_table(cfg.seq_len, cfg.d_model // cfg.n_heads, cfg.rope_theta, cfg.rope_scaling)
             self.register_buffer("rope_cos", cos, persistent=False)
             self.register_buffer("rope_sin", sin, persistent=False)
-        self.qkv = nn.Linear(cfg.d_model, cfg.d_model + 2 * self.kv_width, bias=cfg.bias)  # W: [q | k | v] along out
+        self.qkv = nn.Linear(cfg.d_model, cfg.d_model + 2 * self.kv_width,  # W: [q | k | v] along out
+                             bias=cfg.bias or cfg.qkv_bias)
         self.proj = nn.Linear(cfg.d_model, cfg.d_model, bias=cfg.bias)
 
     def forward(self, x):  # x (B, T, C)
@@ -312,7 +314,8 @@ def load_trellis_dump(dump_dir, dtype=torch.float64, attn="sdpa"):
                                   if c.get("rope_scaling") == "llama3" else ()),
                     mlp=c.get("mlp", "gelu"), ffn_hidden=c.get("ffn_hidden_size", 0), norm=c.get("norm", "layernorm"),
                     tie_embeddings=c.get("tie_embeddings", True), n_kv_heads=c.get("n_kv_heads", 0),
-                    norm_eps=float(c.get("norm_eps", 1e-5)), bias=c.get("bias", True))
+                    norm_eps=float(c.get("norm_eps", 1e-5)), bias=c.get("bias", True),
+                    qkv_bias=c.get("qkv_bias", False))
     if "padded_vocab" in c and c["padded_vocab"] != cfg.padded_vocab:
         raise ValueError(f"padded_vocab {c['padded_vocab']} != expected {cfg.padded_vocab}")
     model = GPT(cfg).to(dtype)
@@ -385,7 +388,8 @@ def write_dump(model, tokens, targets, dump_dir):
                        **({"tie_embeddings": False} if not c.tie_embeddings else {}),
                        **({"n_kv_heads": c.n_kv_heads} if c.n_kv_heads not in (0, c.n_heads) else {}),
                        **({"norm_eps": c.norm_eps} if c.norm_eps != 1e-5 else {}),
-                       **({"bias": False} if not c.bias else {})},
+                       **({"bias": False} if not c.bias else {}),
+                       **({"qkv_bias": True} if not c.bias and c.qkv_bias else {})},
             "params": entries, "batch": {"B": tokens.shape[0], "T": tokens.shape[1]},
             "loss": loss.item()}
     with open(os.path.join(dump_dir, "model.json"), "w") as f:

@@ -112,7 +112,7 @@ std::string model_signature(const GPTConfig& m) {
                           (m.rmsnorm ? ", rmsnorm" : "") + (m.tied_head ? "" : ", untied head") +
                           (m.kv_heads() != m.n_heads ? ", n_kv_heads " + std::to_string(m.kv_heads()) : "") +
                           (float(m.norm_eps) != 1e-5f ? ", norm_eps " + number_g(m.norm_eps) : "") +
-                          (m.bias ? "" : ", no linear biases");
+                          (m.bias ? "" : m.qkv_bias ? ", qkv biases only" : ", no linear biases");
   return "vocab_size " + std::to_string(m.vocab_size) + ", seq_len " + std::to_string(m.seq_len) + ", n_layers " +
          std::to_string(m.n_layers) + ", n_heads " + std::to_string(m.n_heads) + ", d_model " +
          std::to_string(m.d_model) + experts + positions + mlp + ", precision " + std::string(dtype_name(m.dtype));
@@ -677,9 +677,11 @@ StoredModel open_init_source(const Config& cfg, const GPTConfig& want, const std
   if (have.rmsnorm != want.rmsnorm)
     throw UserError(what + " holds a model with " + norm(have) + "; this run has " + norm(want));
   auto biases = [](const GPTConfig& m) {
-    return std::string(m.bias ? "biases in its linear layers (model.bias = true)" : "no biases in its linear layers (model.bias = false)");
+    return std::string(m.bias       ? "biases in its linear layers (model.bias = true)"
+                       : m.qkv_bias ? "biases on qkv alone (model.bias = false, model.qkv_bias = true)"
+                                    : "no biases in its linear layers (model.bias = false)");
   };
-  if (have.bias != want.bias)
+  if (have.bias != want.bias || have.has_qkv_bias() != want.has_qkv_bias())
     throw UserError(what + " holds a model with " + biases(have) + "; this run has " + biases(want));
   if (float(have.norm_eps) != float(want.norm_eps))
     throw UserError(what + " holds a model with model.norm_eps = " + number_g(have.norm_eps) + "; this run has " +

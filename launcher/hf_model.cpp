@@ -31,6 +31,7 @@ struct HfTensor {
   bool transpose = false;      // stored (cols, rows) there
 };
 
+// Llama's layout of tensors; with biases on qkv alone it is Qwen2's.
 bool llama_family(const GPTConfig& m) { return m.rope && m.swiglu && m.rmsnorm && !m.bias; }
 // Names outside the model's prefix: an untied (or tied, safetensors keeping one name) head.
 constexpr const char* kHeadName = "lm_head.weight";
@@ -74,6 +75,11 @@ void llama_tensors(const GPTConfig& m, const ParameterSpec& s, int64_t offset, s
     out.push_back({layer + "self_attn.k_proj.weight", Ckv, C, offset + C * C});
     return out.push_back({layer + "self_attn.v_proj.weight", Ckv, C, offset + (C + Ckv) * C});
   }
+  if (rest == "attn.qkv.b") {  // Qwen2's
+    out.push_back({layer + "self_attn.q_proj.bias", C, 0, offset});
+    out.push_back({layer + "self_attn.k_proj.bias", Ckv, 0, offset + C});
+    return out.push_back({layer + "self_attn.v_proj.bias", Ckv, 0, offset + C + Ckv});
+  }
   TRELLIS_CHECK(rest == "mlp.fc.w", "Llama mapping: no tensor for " + s.name);
   out.push_back({layer + "mlp.gate_proj.weight", F, C, offset});
   out.push_back({layer + "mlp.up_proj.weight", F, C, offset + F * C});
@@ -110,7 +116,9 @@ std::string rope_scaling_json(const GPTConfig& m) {
 
 std::string config_json(const GPTConfig& m) {
   if (llama_family(m))  // no special tokens: Trellis's vocabularies name none
-    return "{\"architectures\":[\"LlamaForCausalLM\"],\"model_type\":\"llama\",\"vocab_size\":" +
+    return std::string(m.qkv_bias ? "{\"architectures\":[\"Qwen2ForCausalLM\"],\"model_type\":\"qwen2\",\"use_sliding_window\":false,"
+                                    "\"max_window_layers\":" + std::to_string(m.n_layers) + ",\"vocab_size\":"
+                                  : "{\"architectures\":[\"LlamaForCausalLM\"],\"model_type\":\"llama\",\"vocab_size\":") +
            std::to_string(m.vocab_size) + ",\"hidden_size\":" + std::to_string(m.d_model) + ",\"intermediate_size\":" +
            std::to_string(m.mlp_width()) + ",\"num_hidden_layers\":" + std::to_string(m.n_layers) +
            ",\"num_attention_heads\":" + std::to_string(m.n_heads) + ",\"num_key_value_heads\":" +
@@ -118,7 +126,8 @@ std::string config_json(const GPTConfig& m) {
            ",\"max_position_embeddings\":" + std::to_string(m.seq_len) + ",\"rms_norm_eps\":" + number_g(m.norm_eps) +
            ",\"rope_theta\":" + number_g(m.rope_theta) + ",\"rope_scaling\":" + rope_scaling_json(m) +
            ",\"hidden_act\":\"silu\"," +
-           "\"attention_bias\":false,\"mlp_bias\":false,\"attention_dropout\":0.0,\"initializer_range\":0.02," +
+           (m.qkv_bias ? "" : "\"attention_bias\":false,\"mlp_bias\":false,") +
+           "\"attention_dropout\":0.0,\"initializer_range\":0.02," +
            "\"tie_word_embeddings\":" + (m.tied_head ? "true" : "false") +
            ",\"torch_dtype\":\"float32\",\"bos_token_id\":null,\"eos_token_id\":null}\n";
   // GPT-2's <|endoftext|> is id 50256; another vocabulary's last id is an ordinary token.
@@ -205,7 +214,7 @@ GPTConfig read_hf_config(const std::string& dir) {
   };
   const std::string type = text("model_type", "gpt2");
   GPTConfig m;
-  if (type == "llama") {
+  if (type == "llama" || type == "qwen2") {
     auto refuse = [&](const std::string& what) {
       throw UserError(path + ": " + what + "; Trellis computes Llama with SiLU, no biases and rotary positions plain or "
                       "with Llama 3's scaling");
@@ -213,6 +222,7 @@ GPTConfig read_hf_config(const std::string& dir) {
     if (text("hidden_act", "silu") != "silu") refuse("hidden_act is \"" + text("hidden_act", "") + "\"");
     for (const char* off : {"attention_bias", "mlp_bias"})
       if (flag(off, false)) refuse(std::string(off) + " is true");
+    if (flag("use_sliding_window", false)) refuse("use_sliding_window is true");
     if (number("pretraining_tp", 1) != 1) refuse("pretraining_tp is not 1");
     m.vocab_size = number("vocab_size", 32000);
     m.seq_len = number("max_position_embeddings", 2048);
@@ -229,6 +239,7 @@ GPTConfig read_hf_config(const std::string& dir) {
       throw UserError(path + ": intermediate_size is " + std::to_string(m.ffn_hidden) + " (allowed: 1 to 2147483647)");
     m.rope = m.swiglu = m.rmsnorm = true;
     m.bias = false;
+    m.qkv_bias = type == "qwen2";  // Qwen2: biases on q, k and v
     m.rope_theta = real("rope_theta", 10000.0, 1.0, 1e12);
     // The rotation's kind: rope_scaling {rope_type (or type), factor, ...} (transformers 4), or
     // rope_parameters {rope_type, rope_theta, factor, ...} (transformers 5); "default" or "llama3".
@@ -261,7 +272,7 @@ GPTConfig read_hf_config(const std::string& dir) {
     m.tied_head = flag("tie_word_embeddings", false);
     return m;
   }
-  if (type != "gpt2") throw UserError(path + ": model_type is \"" + type + "\" (allowed: gpt2, llama)");
+  if (type != "gpt2") throw UserError(path + ": model_type is \"" + type + "\" (allowed: gpt2, llama, qwen2)");
   auto refuse = [&](const std::string& what) {
     throw UserError(path + ": " + what + "; Trellis computes GPT-2 with the tanh GELU (gelu_new)");
   };
@@ -300,7 +311,7 @@ std::string hf_family_mismatch(const GPTConfig& m) {
          "(grouped-query attention is Llama's), a Llama rotary positions, SwiGLU, RMSNorm and no biases";
 }
 
-const char* hf_family_name(const GPTConfig& m) { return llama_family(m) ? "Llama" : "GPT-2"; }
+const char* hf_family_name(const GPTConfig& m) { return llama_family(m) ? (m.qkv_bias ? "Qwen2" : "Llama") : "GPT-2"; }
 
 namespace {
 

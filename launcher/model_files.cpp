@@ -106,6 +106,7 @@ void write_model_json(const GPTConfig& mc, const std::vector<ParameterSpec>& spe
   if (!mc.tied_head) config.add("tie_embeddings", false);       // else true
   if (float(mc.norm_eps) != 1e-5f) config.add("norm_eps", mc.norm_eps);  // else 1e-5
   if (!mc.bias) config.add("bias", false);                                // else true
+  if (!mc.bias && mc.qkv_bias) config.add("qkv_bias", true);             // else false
   if (mc.kv_heads() != mc.n_heads) config.add("n_kv_heads", mc.kv_heads());  // else n_heads
   if (mc.moe.experts > 0) {
     JsonObject moe;

@@ -43,6 +43,7 @@ Resolved resolve(const Config& cfg, const LaunchInfo& launch) {
   r.model.rmsnorm = cfg.model.norm == "rmsnorm";
   r.model.norm_eps = cfg.model.norm_eps;
   r.model.bias = cfg.model.bias;
+  r.model.qkv_bias = !cfg.model.bias && cfg.model.qkv_bias;
   r.model.tied_head = cfg.model.tie_embeddings;
   r.model.dropout = float(cfg.model.dropout);
   r.model.attention_dropout = float(cfg.model.attention_dropout < 0 ? cfg.model.dropout : cfg.model.attention_dropout);

@@ -25,6 +25,7 @@ struct ModelConfig {
   std::string norm = "layernorm";  // layernorm | rmsnorm
   double norm_eps = 1e-5;       // the norms' epsilon
   bool bias = true;             // biases in the blocks' linear layers
+  bool qkv_bias = false;        // with bias = false, biases on attn.qkv alone (Qwen2's)
   bool tie_embeddings = true;   // the head's weight is the token embedding (else a matrix of its own)
   double dropout = 0.0;         // residual, embedding and (by default) attention dropout probability
   double attention_dropout = -1.0;  // attention-probability dropout; -1 = the same as dropout

@@ -168,6 +168,7 @@ StoredModel open_checkpoint(const std::string& path, const std::string& verb) {
   set_norm(s.shape, mc.norm, s.dir + " (config)");
   set_norm_eps(s.shape, mc.norm_eps, s.dir + " (config)");
   s.shape.bias = mc.bias;
+  s.shape.qkv_bias = !mc.bias && mc.qkv_bias;
   set_kv_heads(s.shape, mc.n_kv_heads, s.dir + " (config)");
   s.shape.tied_head = mc.tie_embeddings;
   const MoESection& e = s.config->moe;
@@ -214,6 +215,7 @@ StoredModel open_export(const std::string& dir) {
     if (const JsonValue* norm = c.find("norm")) set_norm(s.shape, norm->as_string(), json);
     if (const JsonValue* eps = c.find("norm_eps")) set_norm_eps(s.shape, eps->as_double(), json);  // absent: 1e-5
     if (const JsonValue* bias = c.find("bias")) s.shape.bias = bias->as_bool();                    // absent: true
+    if (const JsonValue* qkv = c.find("qkv_bias")) s.shape.qkv_bias = !s.shape.bias && qkv->as_bool();  // absent: false
     if (const JsonValue* tie = c.find("tie_embeddings")) s.shape.tied_head = tie->as_bool();  // absent: tied
     if (const JsonValue* kv = c.find("n_kv_heads")) set_kv_heads(s.shape, kv->as_int(), json);  // absent: n_heads
     // Its parameter list must be the whole model's, in order: the layout params.f32 is read in.
@@ -228,7 +230,8 @@ StoredModel open_export(const std::string& dir) {
     // model is laid out.
     const int64_t blocks_with_experts = s.shape.moe.layers(s.shape.n_layers), norm_biases = s.shape.rmsnorm ? 0 : 1;
     const int64_t tensors = (s.shape.rope ? 2 : 3) + norm_biases + (s.shape.tied_head ? 0 : 1) +
-                            (6 + (s.shape.bias ? 4 : 0) + 2 * norm_biases) * (s.shape.n_layers - blocks_with_experts) +
+                            (6 + (s.shape.bias ? 4 : s.shape.qkv_bias ? 1 : 0) + 2 * norm_biases) *
+                                (s.shape.n_layers - blocks_with_experts) +
                             (7 + 2 * norm_biases + 4 * s.shape.moe.experts + (s.shape.moe.shared_experts > 0 ? 4 : 0)) *
                                 blocks_with_experts;
     if (int64_t(params.items.size()) != tensors)
@@ -280,6 +283,7 @@ StoredModel open_hf(const std::string& dir) {
   set_norm_eps(s.shape, c.norm_eps, where);
   set_kv_heads(s.shape, c.n_kv_heads, where);
   s.shape.bias = c.bias;
+  s.shape.qkv_bias = c.qkv_bias;
   s.shape.tied_head = c.tied_head;
   // Its weights take at least 2 bytes a parameter: a config.json that claims more than
   // model.safetensors holds is found before anything is sized by it.

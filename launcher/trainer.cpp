@@ -350,6 +350,9 @@ void warn_on_unused_settings(const Config& cfg, const std::string& precision, in
     warn("the [fp16] loss-scaling keys apply to train.precision = fp16 only; this run is " + precision);
   if (cfg.model.position_embedding != "rope" && cfg.model.rope_theta != ModelConfig().rope_theta)
     warn("model.rope_theta applies to model.position_embedding = rope only; this run's positions are learned");
+  if (cfg.model.bias && cfg.model.qkv_bias)
+    warn("model.qkv_bias adds qkv biases to a model without biases (model.bias = false); with model.bias = true every "
+         "linear layer has its bias already");
   if (cfg.model.position_embedding != "rope" && cfg.model.rope_scaling != ModelConfig().rope_scaling)
     warn("model.rope_scaling applies to model.position_embedding = rope only; this run's positions are learned");
   if (cfg.model.ffn_hidden_size > 0 && cfg.moe.experts > 0 && cfg.moe.layer_freq == 1)
@@ -589,7 +592,7 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
                 (std::string(mc.swiglu ? ", SwiGLU MLPs" : "") +
                  (mc.mlp_width() != 4 * mc.d_model ? ", MLP width " + std::to_string(mc.mlp_width()) : "") +
                  (mc.rmsnorm ? ", RMSNorm" : "") + (float(mc.norm_eps) != 1e-5f ? ", norm eps " + number_g(mc.norm_eps) : "") +
-                 (mc.tied_head ? "" : ", untied head") + (mc.bias ? "" : ", no linear biases") +
+                 (mc.tied_head ? "" : ", untied head") + (mc.bias ? "" : mc.qkv_bias ? ", qkv biases only" : ", no linear biases") +
                  (mc.kv_heads() != mc.n_heads ? ", " + std::to_string(mc.kv_heads()) + " key-value heads" : ""))
                     .c_str());
     if (mc.moe.experts > 0)

@@ -40,6 +40,8 @@ struct GPTConfig {
   double norm_eps = 1e-5;  // added to the variance (LayerNorm) or the mean square (RMSNorm)
   // Biases in the blocks' linear layers (qkv, attn.proj, mlp.fc, mlp.proj): GPT-2's, or none (Llama's).
   bool bias = true;
+  // With bias = false, biases on qkv alone (Qwen2's; Megatron's --add-qkv-bias).
+  bool qkv_bias = false;
   // The head (logits = lnf(x) W^T): GPT-2's, W the token embedding wte itself (tied), or Llama's, a
   // matrix lm_head.w of its own (Vp, C), initialized and trained apart.
   bool tied_head = true;
@@ -61,6 +63,7 @@ struct GPTConfig {
     f.original_positions = rope_original_positions;
     return f;
   }
+  bool has_qkv_bias() const { return bias || qkv_bias; }
   int64_t padded_vocab() const { return (vocab_size + kVocabPadMultiple - 1) / kVocabPadMultiple * kVocabPadMultiple; }
   int64_t head_dim() const { return d_model / n_heads; }
   int64_t kv_heads() const { return n_kv_heads > 0 ? n_kv_heads : n_heads; }
@@ -86,7 +89,7 @@ struct GPTConfig {
     const int64_t C = d_model, mlp = (fc_width() * C + (bias ? fc_width() : 0)) + (mlp_width() * C + (bias ? C : 0));
     const int64_t expert = (4 * C * C + 4 * C) + (4 * C * C + C);
     const int64_t norm = rmsnorm ? C : 2 * C;  // a norm's weight (and LayerNorm's bias)
-    const int64_t linear_biases = bias ? qkv_width() + C : 0;  // qkv's and attn.proj's
+    const int64_t linear_biases = (has_qkv_bias() ? qkv_width() : 0) + (bias ? C : 0);  // qkv's and attn.proj's
     const int64_t per_layer = norm + qkv_width() * C + C * C + linear_biases + norm + mlp;
     const int64_t moe_layers = moe.layers(n_layers);
     const int64_t H = moe.shared_width(C), shared = H > 0 ? (H * C + H) + (C * H + C) : 0;  // every token's

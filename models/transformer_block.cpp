@@ -85,7 +85,7 @@ BlockParams BlockParams::of(const ParameterStore& ps, const GPTConfig& cfg, int 
   b.ln1_w = &ps.get(p + "ln1.w");
   b.ln1_b = cfg.rmsnorm ? nullptr : &ps.get(p + "ln1.b");
   b.qkv_w = &ps.get(p + "attn.qkv.w");
-  b.qkv_b = cfg.bias ? &ps.get(p + "attn.qkv.b") : nullptr;  // model.bias = false: none
+  b.qkv_b = cfg.has_qkv_bias() ? &ps.get(p + "attn.qkv.b") : nullptr;  // model.bias = false: none, unless qkv_bias
   b.proj_w = &ps.get(p + "attn.proj.w");
   b.proj_b = cfg.bias ? &ps.get(p + "attn.proj.b") : nullptr;
   b.ln2_w = &ps.get(p + "ln2.w");
@@ -120,7 +120,8 @@ void TransformerBlock::append_specs(const GPTConfig& cfg, int layer, std::vector
   // the key-value heads they read; with grouped-query attention q is H / Hkv times as wide as k.
   const int q_units = int(cfg.n_heads / cfg.kv_heads());
   out.push_back(column({p + "attn.qkv.w", {cfg.qkv_width(), C}, Init::normal, 0.02f, true}, 3, q_units));
-  if (cfg.bias) out.push_back(column({p + "attn.qkv.b", {cfg.qkv_width()}, Init::zeros, 0, false}, 3, q_units));
+  if (cfg.has_qkv_bias())
+    out.push_back(column({p + "attn.qkv.b", {cfg.qkv_width()}, Init::zeros, 0, false}, 3, q_units));
   out.push_back(row({p + "attn.proj.w", {C, C}, Init::normal, resid_std, true}));
   if (cfg.bias) out.push_back({p + "attn.proj.b", {C}, Init::zeros, 0, false});
   out.push_back({p + "ln2.w", {C}, Init::ones, 0, false});

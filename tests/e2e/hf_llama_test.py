@@ -33,6 +33,7 @@ LLAMA = ["model.position_embedding=rope", "model.rope_theta=500", "model.mlp=swi
          "model.tie_embeddings=false"]
 # Llama 3.1's rope scaling, with original positions 64 so that the tiny model's 8 frequencies fall in all three bands.
 SCALED = LLAMA + ["model.rope_scaling=llama3", "model.rope_original_positions=64"]
+QWEN2 = LLAMA + ["model.qkv_bias=true"]  # Qwen2's biases on q, k and v
 SCALING = {"rope_type": "llama3", "factor": 8, "low_freq_factor": 1, "high_freq_factor": 4,
            "original_max_position_embeddings": 64}
 # Llama 3.2 1B's config.json as published (transformers 4.45).
@@ -90,6 +91,15 @@ def write_shards(src, dst, names_per_shard):
     os.link(os.path.join(os.path.dirname(src), "config.json"), os.path.join(dst, "config.json"))
 
 
+def padded_source(dump):
+    """A dump's parameters as an init_from of its untied export holds them: padding rows zero."""
+    src, meta = floats(os.path.join(dump, "params.f32")), json.load(open(os.path.join(dump, "model.json")))
+    V, P, C = meta["config"]["vocab_size"], meta["config"]["padded_vocab"], meta["config"]["d_model"]
+    head_at = next(q["offset"] for q in meta["params"] if q["name"] == "lm_head.w")
+    pad = (0.0,) * ((P - V) * C)
+    return src[:V * C] + pad + src[P * C:head_at + V * C] + pad
+
+
 def write_sparse_llama(d, cfg):
     """A Hugging Face Llama directory of this config.json with a model.safetensors whose header names
     every tensor (bf16) and whose data are holes: what a reader checks before it reads values."""
@@ -139,7 +149,9 @@ def expected(weights_dir):
                                  ("self_attn.v_proj.weight", [Ckv, C])],
                   "attn.proj.w": [("self_attn.o_proj.weight", [C, C])],
                   "mlp.fc.w": [("mlp.gate_proj.weight", [F, C]), ("mlp.up_proj.weight", [F, C])],
-                  "mlp.proj.w": [("mlp.down_proj.weight", [C, F])]}[rest]
+                  "mlp.proj.w": [("mlp.down_proj.weight", [C, F])],
+                  "attn.qkv.b": [("self_attn.q_proj.bias", [C]), ("self_attn.k_proj.bias", [Ckv]),
+                                 ("self_attn.v_proj.bias", [Ckv])]}[rest]
         for hf, shape in pieces:
             n = shape[0] * (shape[1] if len(shape) > 1 else 1)
             out[pre + hf] = (shape, flat[off:off + n])
@@ -165,13 +177,8 @@ def main():
 
         init = os.path.join(tmp, "init")
         train(binary, config, LLAMA + ["model.init_from=" + hf, "train.steps=1"], ["--dump-grads", init])
-        src, back = floats(os.path.join(dump, "params.f32")), floats(os.path.join(init, "params.f32"))
-        meta = json.load(open(os.path.join(dump, "model.json")))
-        V, P, C = meta["config"]["vocab_size"], meta["config"]["padded_vocab"], meta["config"]["d_model"]
-        head_at = next(q["offset"] for q in meta["params"] if q["name"] == "lm_head.w")
-        pad = (0.0,) * ((P - V) * C)
-        check(back == src[:V * C] + pad + src[P * C:head_at + V * C] + pad,
-              "model.init_from = the Llama directory: the source's parameters (padding rows zero)")
+        back = floats(os.path.join(init, "params.f32"))
+        check(back == padded_source(dump), "model.init_from = the Llama directory: the source's parameters (padding rows zero)")
         ok, lines = one_error([binary, config, "--set", "train.device=cpu", "--set", "model.init_from=" + hf] +
                               sum((["--set", s] for s in LLAMA if "n_kv_heads" not in s), []), "model.n_kv_heads = 2")
         check(ok, f"model.init_from with 4 key-value heads: {lines}")
@@ -207,7 +214,7 @@ def main():
                                   'rope_type is "linear" (allowed: default, llama3)'),
                                  ("hidden_act", "gelu", 'hidden_act is "gelu"'),
                                  ("attention_bias", True, "attention_bias is true"),
-                                 ("model_type", "mistral", '"mistral" (allowed: gpt2, llama)')]:
+                                 ("model_type", "mistral", '"mistral" (allowed: gpt2, llama, qwen2)')]:
             d = os.path.join(tmp, "bad_" + key)
             os.makedirs(d)
             json.dump({**cfg, key: value}, open(os.path.join(d, "config.json"), "w"))
@@ -244,7 +251,25 @@ def main():
                               "holds a model with a head tied to the token embedding")
         check(ok, f"... and untied, the one difference named (the example has Llama 3.2 1B's shape): {lines}")
 
+        # Qwen2: biases on q, k and v alone (model.qkv_bias), exported as Qwen2ForCausalLM and started from.
+        qdump, hf_q, qinit = os.path.join(tmp, "qdump"), os.path.join(tmp, "hf_qwen2"), os.path.join(tmp, "qinit")
+        train(binary, config, QWEN2, ["--dump-grads", qdump])
+        p = run([export_hf, qdump, hf_q])
+        qcfg = json.load(open(os.path.join(hf_q, "config.json"))) if p.returncode == 0 else {}
+        check(qcfg.get("model_type") == "qwen2" and qcfg.get("architectures") == ["Qwen2ForCausalLM"] and
+              "Qwen2" in p.stdout, f"export_hf of a model with qkv biases: a Qwen2 ({p.stdout.strip()} {p.stderr.strip()})")
+        got, want = read_safetensors(os.path.join(hf_q, "model.safetensors"))[1], expected(qdump)
+        check(set(got) == set(want) and all(got[k][1:] == want[k] for k in want) and
+              "model.layers.0.self_attn.k_proj.bias" in got, f"{len(got)} Qwen2 tensors, q/k/v biases among them, exact")
+        train(binary, config, QWEN2 + ["model.init_from=" + hf_q, "train.steps=1"], ["--dump-grads", qinit])
+        check(floats(os.path.join(qinit, "params.f32")) == padded_source(qdump),
+              "model.init_from = the Qwen2 directory: the source's parameters")
+        ok, lines = one_error([binary, config, "--set", "train.device=cpu", "--set", "model.init_from=" + hf_q] +
+                              sum((["--set", s] for s in LLAMA), []), "biases on qkv alone")
+        check(ok, f"model.init_from of the Qwen2 into a run without qkv biases: {lines}")
+
         check_hf_loss(check, hf, dump, "the Llama export", model_class="LlamaForCausalLM")
+        check_hf_loss(check, hf_q, qdump, "the Qwen2 export", model_class="Qwen2ForCausalLM", tol=1e-6)
         # 1e-6: the tiny model's loss moves by about 1e-5 between scaled and unscaled rotation.
         check_hf_loss(check, hf_scaled, scaled_dump, "the Llama export with Llama 3.1's rope scaling",
                       model_class="LlamaForCausalLM", tol=1e-6)
@@ -272,6 +297,21 @@ def main():
             train(binary, config, SCALED + ["model.init_from=" + theirs_scaled, "train.steps=1"], ["--dump-grads", first])
             check_hf_loss(check, theirs_scaled, first, "a Llama with rope scaling it wrote, started in Trellis",
                           model_class="LlamaForCausalLM", tol=1e-6)
+            from transformers import Qwen2Config, Qwen2ForCausalLM
+            torch.manual_seed(0)
+            theirs_q = os.path.join(tmp, "theirs_qwen2")
+            model = Qwen2ForCausalLM(Qwen2Config(vocab_size=64, hidden_size=64, intermediate_size=88, num_hidden_layers=2,
+                                                 num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=32,
+                                                 rms_norm_eps=1e-6, rope_theta=500.0, tie_word_embeddings=False))
+            with torch.no_grad():  # transformers starts the biases at zero: give them values, so that they show
+                for name, t in model.named_parameters():
+                    if name.endswith("proj.bias"):
+                        t.normal_(0, 0.5)
+            model.save_pretrained(theirs_q, safe_serialization=True)
+            first = os.path.join(tmp, "first_qwen2")
+            train(binary, config, QWEN2 + ["model.init_from=" + theirs_q, "train.steps=1"], ["--dump-grads", first])
+            check_hf_loss(check, theirs_q, first, "a Qwen2 it wrote (biases drawn), started in Trellis",
+                          model_class="Qwen2ForCausalLM", tol=1e-6)
     check.finish()
 
 

@@ -6,7 +6,8 @@ without dropout (the residual added in the projections' GEMM epilogue, with no b
 sequence parallelism, pipeline 2 (interleaved), ZeRO stage 3 with full recomputation, and tensor 2 x
 pipeline 2 x data 2 give the same losses, gradient norms and exported weights as one rank, up to
 fp32 reduction-order rounding. A run stopped after step 3 and resumed continues bitwise on one rank;
-a tensor 2 checkpoint resumed on one rank continues as the uninterrupted run. One line refuses:
+a tensor 2 checkpoint resumed on one rank continues as the uninterrupted run. With biases on qkv alone
+(model.qkv_bias, Qwen2's) tensor 2, also with sequence parallelism, gives one rank's. One line refuses:
 resuming it with biases, init_from a model with biases, model.bias = false with experts, and
 exporting it to Hugging Face GPT-2.
 Usage: llama_equivalence.py TRAIN_GPT MPIEXEC CONFIG [EXPORT_HF]"""
@@ -58,6 +59,17 @@ def main():
             ok, text = equivalence.layout_line((loss, w, norms), ref, STEPS)
             check(ok, f"{what}: {text}")
         equivalence.check_resumes(lambda *a: run(binary, mpiexec, config, tmp, *a), check, tmp, ref_loss, ref_w, STEPS)
+
+        # Qwen2's biases on qkv alone (model.qkv_bias): split over the tensor group as qkv's uneven groups.
+        _, q_loss, _, q_w, q_names, q_norms, _ = run(binary, mpiexec, config, tmp, 1, "qref", "model.qkv_bias=true")
+        q_biases = [n for n in q_names if n.endswith(".b")]
+        check(q_biases == [f"h.{i}.attn.qkv.b" for i in range(4)], f"model.qkv_bias: one rank holds {q_biases}")
+        for i, (what, sets) in enumerate([("tensor 2 (batch split)", ["parallel.tensor=2"]),
+                                          ("tensor 2, sequence parallel", ["parallel.tensor=2",
+                                                                           "parallel.sequence_parallel=true"])]):
+            _, loss, _, w, _, norms, _ = run(binary, mpiexec, config, tmp, 2, f"q{i}", "model.qkv_bias=true", *sets)
+            ok, text = equivalence.layout_line((loss, w, norms), (q_loss, q_w, q_norms), STEPS)
+            check(ok, f"qkv biases, {what}: {text}")
 
         check.refused(1, BASE + ["checkpoint.dir=" + os.path.join(tmp, "ckpt1"), "model.bias=true", "train.steps=8"],
                       "no linear biases", "resume a bias-free checkpoint with biases")

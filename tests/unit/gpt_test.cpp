@@ -163,6 +163,24 @@ TEST(GPT, RmsnormParameterCount) {
   EXPECT_EQ(n, c.parameter_count() + (c.padded_vocab() - c.vocab_size) * c.d_model);
 }
 
+// Biases on qkv alone (model.qkv_bias, Qwen2's): the 12 qkv biases of GPT-2 small are the only ones
+// of its linear layers, and the specs hold exactly the counted parameters.
+TEST(GPT, QkvBiasParameterCount) {
+  GPTConfig c;
+  c.bias = false;
+  c.qkv_bias = true;
+  const int64_t no_linear_biases = 124439808 - 12 * (3 * 768 + 768 + 4 * 768 + 768);
+  EXPECT_EQ(c.parameter_count(), no_linear_biases + 12 * 3 * 768);
+  int64_t n = 0, qkv_biases = 0;
+  for (const ParameterSpec& s : GPT::parameter_specs(c)) {
+    EXPECT_FALSE(s.name.ends_with("proj.b") || s.name.ends_with("fc.b")) << s.name;
+    qkv_biases += s.name.ends_with("attn.qkv.b");
+    n += s.shape.numel();
+  }
+  EXPECT_EQ(qkv_biases, 12);
+  EXPECT_EQ(n, c.parameter_count() + (c.padded_vocab() - c.vocab_size) * c.d_model);
+}
+
 // Grouped-query attention (model.n_kv_heads): multi-query (1 key-value head of 2), and 2 of 4 with
 // Llama's block (RMSNorm, SwiGLU, rotary positions, an untied head).
 TEST(GPT, GroupedQueryAttentionGradientsMatchFiniteDifferences) {
