@@ -11,8 +11,7 @@ namespace trellis {
 Gpt2BpeTokenizer::Gpt2BpeTokenizer(std::vector<std::pair<std::string, int32_t>> vocab,
                                    std::vector<std::pair<std::string, std::string>> merges, const std::string& source)
     : source_(source), vocab_(std::move(vocab)), merges_(std::move(merges)), bpe_(vocab_, merges_, source_) {
-  const auto& b2u = gpt2_byte_to_unicode();
-  for (uint32_t b = 0; b < 256; ++b) unicode_to_byte_[b2u[b]] = uint8_t(b);
+  for (int b = 0; b < 256; ++b) byte_ids_[size_t(b)] = bpe_.id_of(to_byte_level(std::string(1, char(b))));
 }
 
 std::vector<int32_t> Gpt2BpeTokenizer::encode(const std::string& text) const {
@@ -20,11 +19,10 @@ std::vector<int32_t> Gpt2BpeTokenizer::encode(const std::string& text) const {
   for (const std::string& piece : pretokenize(text, SplitPattern::kGpt2)) {
     word.clear();
     for (char ch : piece) {
-      const std::string sym = to_byte_level(std::string(1, ch));
-      const int32_t id = bpe_.id_of(sym);
+      const int32_t id = byte_ids_[uint8_t(ch)];
       if (id < 0)
-        throw UserError(source_ + ": the vocabulary has no token " + json_quote(sym) + " (needed to encode " +
-                        json_quote(piece) + ")");
+        throw UserError(source_ + ": the vocabulary has no token " + json_quote(to_byte_level(std::string(1, ch))) +
+                        " (needed to encode " + json_quote(piece) + ")");
       word.push_back(id);
     }
     bpe_.merge(word);
@@ -40,8 +38,8 @@ std::string Gpt2BpeTokenizer::decode(const std::vector<int32_t>& ids) const {
     const std::string& tok = bpe_.token_of(id);
     for (size_t i = 0; i < tok.size();) {
       const uint32_t cp = next_utf8(tok, i);
-      const auto it = unicode_to_byte_.find(cp);
-      if (it != unicode_to_byte_.end()) out += char(it->second);
+      const int byte = byte_of_byte_level(cp);
+      if (byte >= 0) out += char(byte);
       else append_utf8(out, cp);
     }
   }

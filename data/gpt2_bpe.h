@@ -2,8 +2,8 @@
 // text split by GPT-2's pre-tokenization pattern, each piece merged by merge rank.
 #pragma once
 #include <cstdint>
+#include <array>
 #include <string>
-#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -30,7 +30,7 @@ class Gpt2BpeTokenizer : public Tokenizer {
   std::vector<std::pair<std::string, int32_t>> vocab_;  // file order, for saving
   std::vector<std::pair<std::string, std::string>> merges_;
   BpeModel bpe_;
-  std::unordered_map<uint32_t, uint8_t> unicode_to_byte_;
+  std::array<int32_t, 256> byte_ids_;  // each byte's symbol's id, -1 where the vocabulary lacks it
 };
 
 }  // namespace trellis

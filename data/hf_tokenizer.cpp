@@ -552,20 +552,15 @@ std::string HfBpeTokenizer::decode(const std::vector<int32_t>& ids) const {
   for (const DecodeStep& d : decoder_) {
     switch (d.type) {
       case DecodeStep::Type::kByteLevel: {  // one token of text; a token with a character outside the map stays as it is
-        static const std::vector<int> kByteOf = [] {
-          std::vector<int> t(0x200, -1);
-          const auto& b2u = gpt2_byte_to_unicode();
-          for (int b = 0; b < 256; ++b) t[b2u[size_t(b)]] = b;
-          return t;
-        }();
         std::string bytes;
         for (const std::string& t : tokens) {
           std::string mapped;
           bool all = true;
           for (size_t i = 0; i < t.size() && all;) {
             const uint32_t c = next_utf8(t, i);
-            all = c < kByteOf.size() && kByteOf[c] >= 0;
-            if (all) mapped += char(kByteOf[c]);
+            const int byte = byte_of_byte_level(c);
+            all = byte >= 0;
+            if (all) mapped += char(byte);
           }
           bytes += all ? mapped : t;
         }

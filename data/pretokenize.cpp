@@ -109,6 +109,16 @@ const std::vector<uint32_t>& gpt2_byte_to_unicode() {
   return table;
 }
 
+int byte_of_byte_level(uint32_t cp) {
+  static const std::vector<int> table = [] {
+    std::vector<int> t(0x200, -1);  // the map's code points are below U+0144
+    const auto& b2u = gpt2_byte_to_unicode();
+    for (int b = 0; b < 256; ++b) t[b2u[size_t(b)]] = b;
+    return t;
+  }();
+  return cp < table.size() ? table[cp] : -1;
+}
+
 std::string to_byte_level(const std::string& bytes) {
   const auto& b2u = gpt2_byte_to_unicode();
   std::string out;

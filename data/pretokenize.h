@@ -29,5 +29,7 @@ std::optional<SplitPattern> split_pattern_of_regex(const std::string& regex);
 const std::vector<uint32_t>& gpt2_byte_to_unicode();
 // `bytes` with each byte written as its code point of that map (UTF-8).
 std::string to_byte_level(const std::string& bytes);
+// The byte that map writes as `cp`, or -1 for a code point outside it.
+int byte_of_byte_level(uint32_t cp);
 
 }  // namespace trellis

@@ -146,14 +146,12 @@ std::string to_nfc(const std::string& text) {
     run.clear();
   };
   for (size_t i = 0; i < text.size();) {
-    const size_t at = i;
-    const uint32_t cp = next_utf8(text, i);
-    if (uint8_t(text[at]) >= 0x80 && !is_valid_utf8(text.substr(at, i - at))) {  // ill-formed: kept as they are
+    if (valid_utf8_length(text, i) == 0) {  // an ill-formed byte: kept as it is
       flush();
-      out.append(text, at, i - at);
+      out += text[i++];
       continue;
     }
-    run.push_back(cp);
+    run.push_back(next_utf8(text, i));
   }
   flush();
   return out;

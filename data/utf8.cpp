@@ -65,6 +65,11 @@ size_t utf8_sequence(const std::string& s, size_t i, size_t& subpart) {
 
 }  // namespace
 
+size_t valid_utf8_length(const std::string& s, size_t i) {
+  size_t subpart = 0;
+  return utf8_sequence(s, i, subpart);
+}
+
 bool is_valid_utf8(const std::string& s) {
   size_t subpart = 0;
   for (size_t i = 0; i < s.size();) {
