@@ -17,6 +17,7 @@ struct RotaryFrequencies {
   double factor = 1.0, low_freq_factor = 1.0, high_freq_factor = 4.0, original_positions = 8192.0;
 
   RotaryFrequencies(double base = 10000.0) : theta(base) {}  // implicit: a plain base is unscaled
+  bool operator==(const RotaryFrequencies&) const = default;
 
   // Radians a position for pair i of `half` pairs.
   TRELLIS_HD double inverse_frequency(int64_t i, int64_t half) const {

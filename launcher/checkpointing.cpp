@@ -104,9 +104,8 @@ std::string model_signature(const GPTConfig& m) {
   char theta[32];
   std::snprintf(theta, sizeof theta, "%.17g", m.rope_theta);
   // Llama 3's scaling likewise, only where it is used.
-  const std::string positions = m.rope ? std::string(", rope theta ") + theta +
-                                             (rope_scaling_text(m).empty() ? "" : ", " + rope_scaling_text(m))
-                                       : "";
+  const std::string scaling = rope_scaling_text(m);
+  const std::string positions = m.rope ? std::string(", rope theta ") + theta + (scaling.empty() ? "" : ", " + scaling) : "";
   const std::string mlp = std::string(m.swiglu ? ", swiglu MLP" : "") +  // likewise, and a width not 4C
                           (m.mlp_width() != 4 * m.d_model ? ", ffn_hidden_size " + std::to_string(m.mlp_width()) : "") +
                           (m.rmsnorm ? ", rmsnorm" : "") + (m.tied_head ? "" : ", untied head") +
@@ -662,8 +661,7 @@ StoredModel open_init_source(const Config& cfg, const GPTConfig& want, const std
                         (scaling.empty() ? ", model.rope_scaling = none" : ", " + scaling) + ")"
                   : std::string("learned positions (model.position_embedding = learned)");
   };
-  if (have.rope != want.rope || (want.rope && (have.rope_theta != want.rope_theta ||
-                                               rope_scaling_text(have) != rope_scaling_text(want))))
+  if (have.rope != want.rope || (want.rope && have.rotary() != want.rotary()))
     throw UserError(what + " holds a model with " + positions(have) + "; this run has " + positions(want));
   auto mlp = [](const GPTConfig& m) {
     return std::string(m.swiglu ? "a SwiGLU MLP (model.mlp = swiglu" : "a GELU MLP (model.mlp = gelu") +
