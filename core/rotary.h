@@ -17,7 +17,11 @@ struct RotaryFrequencies {
   double factor = 1.0, low_freq_factor = 1.0, high_freq_factor = 4.0, original_positions = 8192.0;
 
   RotaryFrequencies(double base = 10000.0) : theta(base) {}  // implicit: a plain base is unscaled
-  bool operator==(const RotaryFrequencies&) const = default;
+  bool operator==(const RotaryFrequencies& o) const {  // spelled out: CUDA sources compile as C++17
+    return theta == o.theta && factor == o.factor && low_freq_factor == o.low_freq_factor &&
+           high_freq_factor == o.high_freq_factor && original_positions == o.original_positions;
+  }
+  bool operator!=(const RotaryFrequencies& o) const { return !(*this == o); }
 
   // Radians a position for pair i of `half` pairs.
   TRELLIS_HD double inverse_frequency(int64_t i, int64_t half) const {
