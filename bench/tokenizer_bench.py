@@ -5,6 +5,8 @@ Two tokenizers are trained on TEXT: Llama 3's shape (its split pattern, ignore_m
 and Llama 2's (Prepend/Replace normalizers, byte fallback, <s> first; 32000 asked). The text is
 tokenized as one document and, for the first, as one document a line, by the library (`encode`,
 `encode_batch` on its threads) and by prepare_data (its time includes loading the tokenizer).
+Training the Llama 2-shaped one (no pre-tokenizer: the text is one word) takes the library ~10 min
+on 2 cores for tinyshakespeare.
 Usage: tokenizer_bench.py PREPARE_DATA TEXT"""
 import json
 import os
@@ -63,7 +65,7 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         for name, make, splits in (("Llama 3-shaped", llama3, ("file", "lines")), ("Llama 2-shaped", llama2, ("file",))):
             tok = make(text)
-            d = os.path.join(tmp, name.split()[0])
+            d = os.path.join(tmp, make.__name__)
             os.makedirs(d)
             tok.save(os.path.join(d, "tokenizer.json"))
             print(f"{name}: vocabulary {tok.get_vocab_size()}")
@@ -71,7 +73,7 @@ def main():
                 t0 = time.perf_counter()
                 want = [tok.encode(text).ids] if split == "file" else [e.ids for e in tok.encode_batch(lines)]
                 lib = time.perf_counter() - t0
-                prefix = os.path.join(tmp, f"{name.split()[0]}_{split}")
+                prefix = os.path.join(tmp, f"{make.__name__}_{split}")
                 t0 = time.perf_counter()
                 subprocess.run([prepare, "--input", text_path, "--output", prefix, "--tokenizer", "hf", "--tokenizer-model", d,
                                 "--documents-split", split], check=True, capture_output=True)
