@@ -30,13 +30,14 @@ class GPTConfig:
     moe_aux_loss_coef: float = 0.01
     moe_z_loss_coef: float = 0.0
     moe_layer_freq: int = 1
-    moe_shared_experts: int = 0  # one more MLP of this x 4C every token goes through
+    moe_shared_experts: int = 0  # one more MLP this many experts wide every token goes through
+    moe_ffn_hidden: int = 0  # an expert's hidden width (moe.ffn_hidden_size); 0 = 4C
     rope_theta: float = 0.0  # > 0: rotary positions of this base (model.position_embedding = rope), no wpe
     # Llama 3's frequency scaling (model.rope_scaling = llama3): (factor, low_freq_factor,
     # high_freq_factor, original positions); () = none
     rope_scaling: tuple = ()
     mlp: str = "gelu"  # gelu | swiglu (model.mlp): swiglu's fc is (2F, C), rows [gate | up]
-    ffn_hidden: int = 0  # the dense MLP's hidden width F (model.ffn_hidden_size); 0 = 4C. Experts keep 4C
+    ffn_hidden: int = 0  # the dense MLP's hidden width F (model.ffn_hidden_size); 0 = 4C
     norm: str = "layernorm"  # layernorm | rmsnorm (model.norm): ln1, ln2, lnf; RMSNorm has a weight only
     tie_embeddings: bool = True  # model.tie_embeddings: the head is wte, else lm_head (Vp, C) of its own
     n_kv_heads: int = 0  # model.n_kv_heads: key-value heads (grouped-query attention); 0 = n_heads
@@ -44,15 +45,11 @@ class GPTConfig:
     bias: bool = True  # model.bias: biases in qkv, attn.proj, mlp.fc, mlp.proj
     qkv_bias: bool = False  # model.qkv_bias: with bias = False, biases on qkv alone (Qwen2's)
 
-    def __post_init__(self):  # as Trellis's config checks: its experts have no SwiGLU
+    def __post_init__(self):  # as Trellis's config checks
         if self.norm not in ("layernorm", "rmsnorm"):
             raise ValueError(f'norm must be "layernorm" or "rmsnorm", not {self.norm!r}')
         if self.mlp not in ("gelu", "swiglu"):
             raise ValueError(f'mlp must be "gelu" or "swiglu", not {self.mlp!r}')
-        if self.mlp == "swiglu" and self.moe_experts > 0:
-            raise ValueError('mlp = "swiglu" is for dense MLPs only: not with moe_experts > 0')
-        if not self.bias and self.moe_experts > 0:
-            raise ValueError("bias = False is for dense models only: not with moe_experts > 0")
 
     @property
     def padded_vocab(self):  # Trellis pads the vocabulary to a multiple of 128
@@ -131,15 +128,15 @@ class Attention(nn.Module):
 
 
 class MLP(nn.Module):
-    def __init__(self, cfg, width=0):  # hidden width: width x 4C (experts, shared); 0: the dense F
+    def __init__(self, cfg, width=0):  # hidden width: width experts' (experts, shared); 0: the dense F
         super().__init__()
-        hidden = width * 4 * cfg.d_model if width else (cfg.ffn_hidden or 4 * cfg.d_model)
-        # SwiGLU (dense blocks only, GPTConfig refuses it with experts): fc gives the gate and the up
-        # projection, F each, in one matmul, as Trellis's one (2F, C) weight.
+        expert = cfg.moe_ffn_hidden or 4 * cfg.d_model
+        hidden = width * expert if width else (cfg.ffn_hidden or 4 * cfg.d_model)
+        # SwiGLU (dense, experts and shared alike): fc gives the gate and the up projection, F each, in
+        # one matmul, as Trellis's one (2F, C) weight.
         self.swiglu = cfg.mlp == "swiglu"
-        bias = cfg.bias or width > 0  # the experts keep theirs (GPTConfig refuses bias=False with them)
-        self.fc = nn.Linear(cfg.d_model, (2 if self.swiglu else 1) * hidden, bias=bias)
-        self.proj = nn.Linear(hidden, cfg.d_model, bias=bias)
+        self.fc = nn.Linear(cfg.d_model, (2 if self.swiglu else 1) * hidden, bias=cfg.bias)
+        self.proj = nn.Linear(hidden, cfg.d_model, bias=cfg.bias)
 
     def forward(self, x):
         if self.swiglu:  # silu(gate) * up, gate = fc's first F outputs
@@ -308,7 +305,7 @@ def load_trellis_dump(dump_dir, dtype=torch.float64, attn="sdpa"):
                     moe_top_k=moe.get("top_k", 2), moe_capacity_factor=moe.get("capacity_factor", 1.25),
                     moe_aux_loss_coef=moe.get("aux_loss_coef", 0.01), moe_z_loss_coef=moe.get("z_loss_coef", 0.0),
                     moe_layer_freq=moe.get("layer_freq", 1), moe_shared_experts=moe.get("shared_experts", 0),
-                    rope_theta=float(c["rope_theta"]) if c.get("position_embedding") == "rope" else 0.0,
+                    moe_ffn_hidden=moe.get("ffn_hidden_size", 0), rope_theta=float(c["rope_theta"]) if c.get("position_embedding") == "rope" else 0.0,
                     rope_scaling=((float(c["rope_scaling_factor"]), float(c["rope_low_freq_factor"]),
                                    float(c["rope_high_freq_factor"]), float(c["rope_original_positions"]))
                                   if c.get("rope_scaling") == "llama3" else ()),
@@ -452,7 +449,7 @@ def rope_selftest():
 
 def swiglu_selftest():
     """The SwiGLU MLP against the formula written out (fc's rows [0, 4C) the gate, [4C, 8C) the up
-    projection, silu(z) = z sigmoid(z)), and a config with experts refused."""
+    projection, silu(z) = z sigmoid(z)), and Mixtral's experts: SwiGLU of moe_ffn_hidden without biases."""
     torch.manual_seed(0)
     C = 8
     mlp = MLP(GPTConfig(d_model=C, mlp="swiglu")).double()
@@ -462,13 +459,13 @@ def swiglu_selftest():
     want = (gate * torch.sigmoid(gate) * up) @ mlp.proj.weight.T + mlp.proj.bias
     err = (mlp(x) - want).abs().max().item()
     good = tuple(mlp.fc.weight.shape) == (8 * C, C) and tuple(mlp.proj.weight.shape) == (C, 4 * C) and err < 1e-12
-    try:
-        GPTConfig(mlp="swiglu", moe_experts=4)
-        good = False
-    except ValueError:
-        pass
-    print(f"swiglu MLP against its formula: max abs diff {err:.1e}, fc {tuple(mlp.fc.weight.shape)}, "
-          f"experts refused: {'ok' if good else 'FAIL'}")
+    moe = MoE(GPTConfig(d_model=C, mlp="swiglu", bias=False, moe_experts=4, moe_ffn_hidden=12, moe_shared_experts=2))
+    shapes = {n: tuple(p.shape) for n, p in moe.named_parameters()}
+    good &= shapes == {"router.weight": (4, C), "shared.fc.weight": (48, C), "shared.proj.weight": (C, 24),
+                       **{f"experts.{e}.fc.weight": (24, C) for e in range(4)},
+                       **{f"experts.{e}.proj.weight": (C, 12) for e in range(4)}}
+    print(f"swiglu MLP against its formula: max abs diff {err:.1e}, fc {tuple(mlp.fc.weight.shape)}; "
+          f"Mixtral's experts' shapes: {'ok' if good else 'FAIL'}")
     return good
 
 

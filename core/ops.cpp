@@ -290,6 +290,11 @@ void check_swiglu(const Tensor& h, const Tensor& g, const char* op) {
   TRELLIS_CHECK(h.shape.rank >= 1 && g.shape.rank == h.shape.rank && h.cols() == 2 * g.cols() && h.rows() == g.rows(),
                 std::string(op) + ": h " + h.str() + " is not [gate | up] of g " + g.str());
 }
+// Whether two tensors' bytes overlap.
+bool overlap(const Tensor& a, const Tensor& b) {
+  const char *pa = static_cast<const char*>(a.data), *pb = static_cast<const char*>(b.data);
+  return pa < pb + b.nbytes() && pb < pa + a.nbytes();
+}
 }  // namespace
 
 void swiglu_forward(Runtime& rt, const Tensor& g, const Tensor& h) {
@@ -303,7 +308,8 @@ void swiglu_backward(Runtime& rt, const Tensor& dh, const Tensor& dg, const Tens
   check_swiglu(h, dg, "swiglu_backward");
   check_same_numel(dh, h, "swiglu_backward");
   TRELLIS_CHECK(dh.dtype == h.dtype, "swiglu_backward: dtypes differ");
-  TRELLIS_CHECK(dh.data != dg.data && dh.data != h.data, "swiglu_backward: dh aliases dg or h");
+  TRELLIS_CHECK(!overlap(dh, dg) && (dh.data == h.data || !overlap(dh, h)),
+                "swiglu_backward: dh overlaps dg, or h other than being h");
   TRELLIS_DISPATCH(rt, swiglu_backward, rt, dh, dg, h);
 }
 

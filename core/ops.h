@@ -109,7 +109,8 @@ void gelu_backward(Runtime& rt, const Tensor& dx, const Tensor& dout, const Tens
 // ---- SwiGLU (Shazeer 2020; Llama's MLP) ----
 // Each row of h (..., 2F) is [gate | up]: g (..., F) = silu(gate) * up, silu(a) = a * sigmoid(a).
 void swiglu_forward(Runtime& rt, const Tensor& g, const Tensor& h);
-// dh (..., 2F) = [dg * up * silu'(gate) | dg * silu(gate)]; dh must not alias dg or h.
+// dh (..., 2F) = [dg * up * silu'(gate) | dg * silu(gate)]. dh may be h (each pair is read before it
+// is written: the experts write the gradient over the activation), but must not alias dg.
 void swiglu_backward(Runtime& rt, const Tensor& dh, const Tensor& dg, const Tensor& h);
 
 // ---- attention heads ----

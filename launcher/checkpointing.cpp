@@ -94,9 +94,11 @@ void set_from_whole(Runtime& rt, TrainingState s, const StateBlob& b, const std:
 std::string model_signature(const GPTConfig& m) {
   // Which blocks have experts, and how many, decide the parameters (top_k, the capacity and the
   // balancing loss may change between runs); a dense model's signature is as before experts existed.
-  // A shared MLP is named only where there is one, so signatures written before it existed still match.
+  // A shared MLP is named only where there is one, and the experts' width where it is not 4C, so
+  // signatures written before either existed still match.
   const std::string shared =
-      m.moe.shared_experts == 0 ? "" : " and " + std::to_string(m.moe.shared_experts) + " shared";
+      (m.moe.shared_experts == 0 ? "" : " and " + std::to_string(m.moe.shared_experts) + " shared") +
+      (m.moe.expert_width(m.d_model) == 4 * m.d_model ? "" : " of width " + std::to_string(m.moe.expert_width(m.d_model)));
   const std::string experts = m.moe.experts == 0 ? "" : ", moe.experts " + std::to_string(m.moe.experts) + shared +
                                                             " every " + std::to_string(m.moe.layer_freq) + " blocks";
   // Rotary positions are named (with their base, which the trained weights depend on); learned

@@ -210,35 +210,35 @@ void validate_relations(const Config& c) {
   };
   const double B = double(c.train.micro_batch), T = double(c.model.seq_len), C = double(c.model.d_model),
                L = double(c.model.n_layers), V = double(c.model.vocab_size);
-  if (!c.model.bias && c.moe.experts > 0)
-    throw UserError(p + ": model.bias = false with moe.experts = " + std::to_string(c.moe.experts) +
-                    ": the experts keep their biases (allowed: model.bias = true with experts)");
-  if (c.model.mlp == "swiglu" && c.moe.experts > 0)
-    throw UserError(p + ": model.mlp = swiglu with moe.experts = " + std::to_string(c.moe.experts) +
-                    ": the experts are GELU MLPs (allowed: model.mlp = gelu with experts)");
   // The widest MLP activation: the dense fc's output (F, SwiGLU 2F; F = model.ffn_hidden_size or 4C),
-  // or a shared MLP of moe.shared_experts x 4C (named only where there is one; SwiGLU has no
-  // experts, checked just above).
-  const bool shared = c.moe.shared_experts > 0, swiglu = c.model.mlp == "swiglu", ffn = c.model.ffn_hidden_size > 0;
+  // or a shared MLP's of moe.shared_experts x an expert's width Fe (named only where there is one).
+  const bool shared = c.moe.shared_experts > 0, swiglu = c.model.mlp == "swiglu", ffn = c.model.ffn_hidden_size > 0,
+             moe_ffn = c.moe.ffn_hidden_size > 0;
   const double F = ffn ? double(c.model.ffn_hidden_size) : 4 * C, fc = (swiglu ? 2 : 1) * F;
+  const double Fe = moe_ffn ? double(c.moe.ffn_hidden_size) : 4 * C, fce = (swiglu ? 2 : 1) * Fe;
   const std::string fc_name = ffn ? std::string(swiglu ? "2 x " : "") + "model.ffn_hidden_size"
                                   : std::string(swiglu ? "8" : "4") + " x model.d_model";
+  const std::string fce_name = moe_ffn ? std::string(swiglu ? "2 x " : "") + "moe.ffn_hidden_size"
+                                       : std::string(swiglu ? "8" : "4") + " x model.d_model";
   const double S = double(c.moe.shared_experts);
-  if (const double elements = B * T * std::max({fc, 4 * C * S, V}); elements >= 0x1p56)
+  if (const double elements = B * T * std::max({fc, fce * S, V}); elements >= 0x1p56)
     throw beyond("train.micro_batch x model.seq_len x max(" + fc_name +
-                     (shared ? ", 4 x model.d_model x moe.shared_experts" : "") + ", model.vocab_size)",
+                     (shared ? ", " + fce_name + " x moe.shared_experts" : "") + ", model.vocab_size)",
                  elements, "elements is beyond what a tensor can index (allowed: below 2^56)");
-  if (const double elements = L * B * T * (fc + 4 * C * S); elements >= 0x1p56)
+  if (const double elements = L * B * T * (fc + fce * S); elements >= 0x1p56)
     throw beyond("model.n_layers x train.micro_batch x model.seq_len x " +
-                     (shared ? "(" + fc_name + " + 4 x model.d_model x moe.shared_experts)" : fc_name),
+                     (shared ? "(" + fc_name + " + " + fce_name + " x moe.shared_experts)" : fc_name),
                  elements,
                  "elements of activations is beyond what the memory plan can count (allowed: below 2^56)");
-  // attention 4 C^2, the dense MLP (fc + F) C, each expert and shared MLP 8 C^2
-  const double mlp_c = fc + F + 8 * C * (double(c.moe.experts) + S), heads = c.model.tie_embeddings ? 1 : 2;
+  // attention 4 C^2, the dense MLP (fc + F) C, each expert and the shared MLP (fce + Fe) C a width
+  const double mlp_c = fc + F + (fce + Fe) * (double(c.moe.experts) + S), heads = c.model.tie_embeddings ? 1 : 2;
   if (const double params = L * (4 * C + mlp_c) * C + (heads * V + T) * C; params >= 0x1p50)
     throw beyond("model.n_layers x (4 x model.d_model + " + fc_name + " + " +
                      (ffn ? "model.ffn_hidden_size" : "4 x model.d_model") +
-                     " + 8 x model.d_model x (moe.experts + moe.shared_experts)) x model.d_model + (" +
+                     (c.moe.experts > 0 ? " + (" + fce_name + " + " + (moe_ffn ? "moe.ffn_hidden_size" : "4 x model.d_model") +
+                                              ") x (moe.experts + moe.shared_experts)"
+                                        : "") +
+                     ") x model.d_model + (" +
                      (heads > 1 ? "2 x " : "") + "model.vocab_size + model.seq_len) x model.d_model",
                  params, "parameters is beyond what the memory plan can count (allowed: below 2^50)");
   if (c.moe.experts > 0) {  // the experts' slots: int32 indices, and their activations in every block
@@ -247,8 +247,8 @@ void validate_relations(const Config& c) {
     if (slots >= 0x1p31)
       throw beyond("moe.experts x the capacity of a micro-batch (moe.capacity_factor x moe.top_k x train.micro_batch x "
                    "model.seq_len / moe.experts)", slots, "slots is beyond what a slot index can count (allowed: below 2^31)");
-    if (const double elements = L * slots * 4 * C; elements >= 0x1p56)
-      throw beyond("model.n_layers x the experts' slots x 4 x model.d_model", elements,
+    if (const double elements = L * slots * fce; elements >= 0x1p56)
+      throw beyond("model.n_layers x the experts' slots x " + fce_name, elements,
                    "elements of activations is beyond what the memory plan can count (allowed: below 2^56)");
   }
   if (c.moe.experts > 0 && c.moe.top_k > c.moe.experts)

@@ -91,7 +91,8 @@ struct MoESection {
   double aux_loss_coef = 0.01;     // load-balancing loss weight
   double z_loss_coef = 0.0;        // router z-loss weight
   int64_t layer_freq = 1;          // block l has experts when l % layer_freq == 0
-  int64_t shared_experts = 0;      // expert-sized MLPs every token also goes through (one MLP, this x 4C wide)
+  int64_t shared_experts = 0;      // expert-sized MLPs every token also goes through (one MLP this many experts wide)
+  int64_t ffn_hidden_size = 0;     // an expert's hidden width; 0 = 4 x d_model
 };
 
 struct Fp16Config {

@@ -28,23 +28,33 @@ int64_t stored_numel(const GPTConfig& m) { return m.parameter_count() + m.paddin
 
 // The experts of a stored model's description, checked as train_gpt's config would (one rank holds
 // them all).
-MoEConfig experts_of(int64_t experts, int64_t top_k, double capacity_factor, double aux_loss_coef, int64_t layer_freq,
-                     int64_t shared_experts, const std::string& where) {
-  MoEConfig m;
-  if (experts == 0) return m;
+// The experts of a stored model's description, set into m after its MLP and biases (the experts' are
+// the same kind). ffn_hidden: an expert's hidden width (0 or absent: 4 x d_model).
+void set_experts(GPTConfig& g, int64_t experts, int64_t top_k, double capacity_factor, double aux_loss_coef,
+                 int64_t layer_freq, int64_t shared_experts, int64_t ffn_hidden, const std::string& where) {
+  MoEConfig& m = g.moe;
+  m = MoEConfig();
+  if (experts == 0) return;
   if (experts < 0 || experts > 1024 || top_k < 1 || top_k > std::min<int64_t>(experts, 8) || layer_freq < 1 ||
-      layer_freq > INT32_MAX ||
-      !(capacity_factor > 0 && capacity_factor <= 64) || !(aux_loss_coef >= 0) || shared_experts < 0 || shared_experts > 64)
+      layer_freq > INT32_MAX || !(capacity_factor > 0 && capacity_factor <= 64) || !(aux_loss_coef >= 0) ||
+      shared_experts < 0 || shared_experts > 64 || ffn_hidden < 0 || ffn_hidden > INT32_MAX)
     throw UserError(where + ": its experts (" + std::to_string(experts) + " experts, top " + std::to_string(top_k) +
                     ", every " + std::to_string(layer_freq) + " blocks, " + std::to_string(shared_experts) +
-                    " shared) are not a valid [moe] section");
+                    " shared, width " + std::to_string(ffn_hidden) + ") are not a valid [moe] section");
   m.experts = experts;
   m.top_k = top_k;
   m.capacity_factor = capacity_factor;
   m.aux_loss_coef = float(aux_loss_coef);
   m.layer_freq = layer_freq;
   m.shared_experts = shared_experts;
-  return m;
+  m.ffn_hidden = ffn_hidden;
+  g.set_expert_mlp();
+  // As set_mlp's: the experts' weights alone must count in 64 bits.
+  if (double(m.layers(g.n_layers)) * double(experts + shared_experts) * 3.0 * double(m.expert_width(g.d_model)) *
+          double(g.d_model) > double(int64_t(1) << 44))
+    throw UserError(where + ": " + std::to_string(experts) + " experts of width " + std::to_string(m.expert_width(g.d_model)) +
+                    " in " + std::to_string(m.layers(g.n_layers)) + " blocks of d_model " + std::to_string(g.d_model) +
+                    " are not plausible");
 }
 
 // The shape fields every model description has, checked as train_gpt's config would.
@@ -172,8 +182,8 @@ StoredModel open_checkpoint(const std::string& path, const std::string& verb) {
   set_kv_heads(s.shape, mc.n_kv_heads, s.dir + " (config)");
   s.shape.tied_head = mc.tie_embeddings;
   const MoESection& e = s.config->moe;
-  s.shape.moe = experts_of(e.experts, e.top_k, e.capacity_factor, e.aux_loss_coef, e.layer_freq, e.shared_experts,
-                           s.dir + " (config)");
+  set_experts(s.shape, e.experts, e.top_k, e.capacity_factor, e.aux_loss_coef, e.layer_freq, e.shared_experts,
+              e.ffn_hidden_size, s.dir + " (config)");
   // The params blob must hold the model its config describes (an edited config could ask for far
   // more memory than there is).
   const BlobInfo& info = reader->blob_info("params");
@@ -220,20 +230,23 @@ StoredModel open_export(const std::string& dir) {
     if (const JsonValue* kv = c.find("n_kv_heads")) set_kv_heads(s.shape, kv->as_int(), json);  // absent: n_heads
     // Its parameter list must be the whole model's, in order: the layout params.f32 is read in.
     if (const JsonValue* moe = c.find("moe"))
-      s.shape.moe = experts_of(moe->at("experts").as_int(), moe->at("top_k").as_int(), moe->at("capacity_factor").as_double(),
-                               moe->at("aux_loss_coef").as_double(), moe->at("layer_freq").as_int(),
-                               moe->find("shared_experts") ? moe->at("shared_experts").as_int() : 0, json);
+      set_experts(s.shape, moe->at("experts").as_int(), moe->at("top_k").as_int(), moe->at("capacity_factor").as_double(),
+                  moe->at("aux_loss_coef").as_double(), moe->at("layer_freq").as_int(),
+                  moe->find("shared_experts") ? moe->at("shared_experts").as_int() : 0,
+                  moe->find("ffn_hidden_size") ? moe->at("ffn_hidden_size").as_int() : 0, json);
     const JsonValue& params = root.at("params");
-    // The list's length first (blocks with experts have 9 + 4 x experts tensors and 4 more with a
-    // shared MLP, the others 12 (8 without linear biases), both 2 fewer with RMSNorm; wte, wpe (not with rotary positions) and
+    // The list's length first (a dense block has 12 tensors, 8 without linear biases (9 with qkv's);
+    // a block with experts 5 (7 with biases, 6 with qkv's) and an MLP's 4 (2 without biases) for every
+    // expert and the shared MLP; both 2 fewer with RMSNorm; wte, wpe (not with rotary positions) and
     // the final norm's two (RMSNorm: one), and an untied head), before a config claiming a huge
     // model is laid out.
     const int64_t blocks_with_experts = s.shape.moe.layers(s.shape.n_layers), norm_biases = s.shape.rmsnorm ? 0 : 1;
-    const int64_t tensors = (s.shape.rope ? 2 : 3) + norm_biases + (s.shape.tied_head ? 0 : 1) +
-                            (6 + (s.shape.bias ? 4 : s.shape.qkv_bias ? 1 : 0) + 2 * norm_biases) *
-                                (s.shape.n_layers - blocks_with_experts) +
-                            (7 + 2 * norm_biases + 4 * s.shape.moe.experts + (s.shape.moe.shared_experts > 0 ? 4 : 0)) *
-                                blocks_with_experts;
+    const int64_t linear_biases = s.shape.bias ? 2 : s.shape.qkv_bias ? 1 : 0, mlp_tensors = s.shape.bias ? 4 : 2;
+    const int64_t tensors =
+        (s.shape.rope ? 2 : 3) + norm_biases + (s.shape.tied_head ? 0 : 1) +
+        (4 + linear_biases + mlp_tensors + 2 * norm_biases) * (s.shape.n_layers - blocks_with_experts) +
+        (5 + linear_biases + 2 * norm_biases + mlp_tensors * (s.shape.moe.experts + (s.shape.moe.shared_experts > 0 ? 1 : 0))) *
+            blocks_with_experts;
     if (int64_t(params.items.size()) != tensors)
       throw UserError(json + ": its parameter list has " + std::to_string(params.items.size()) +
                       " tensors; the GPT model of its config has " + std::to_string(tensors));

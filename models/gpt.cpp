@@ -38,7 +38,8 @@ GPT::StageCosts GPT::stage_costs(const GPTConfig& cfg) {
   s.embedding = 8 * C;
   // Each token's rows through an expert-sized MLP: its routed slots, and the shared MLP's width.
   const double expert_rows = cfg.moe.capacity_factor * double(cfg.moe.top_k) + double(cfg.moe.shared_experts);
-  s.moe_block = 6 * attention + 12 * T * C + 6 * cfg.moe.experts * C + int64_t(expert_rows * double(48 * C * C));
+  const int64_t expert_mlp = 6 * (cfg.moe.expert_fc_width(C) + cfg.moe.expert_width(C)) * C;  // fc and proj, 3 passes
+  s.moe_block = 6 * attention + 12 * T * C + 6 * cfg.moe.experts * C + int64_t(expert_rows * double(expert_mlp));
   return s;
 }
 
@@ -76,6 +77,7 @@ void GPT::check_tensor_parallel(const GPTConfig& cfg, int tensor) {
 std::vector<ParameterSpec> GPT::parameter_specs(const GPTConfig& cfg, const GPTPart& part,
                                                 const TensorParallelContext& tp, int expert_rank) {
   const int64_t C = cfg.d_model;
+  TRELLIS_CHECK(cfg.experts_match_model(), "GPT: the experts' MLP is not the model's (GPTConfig::set_expert_mlp)");
   if (tp.active()) check_tensor_parallel(cfg, tp.size);
   std::vector<ParameterSpec> specs;
   // A tied head reads the token embedding too, so the last stage holds a copy (of the same

@@ -31,7 +31,8 @@ struct GPTConfig {
   // Llama 3's frequency scaling (core/rotary.h); rope_factor 1 = none.
   double rope_factor = 1.0, rope_low_freq_factor = 1.0, rope_high_freq_factor = 4.0, rope_original_positions = 8192.0;
   // The dense MLP: GPT-2's GELU, or SwiGLU (Llama's: silu(gate) * up, the fc layer twice as wide,
-  // [gate | up]). Experts are GELU MLPs of width 4 * d_model.
+  // [gate | up]). Experts are MLPs of the same kind and biases, of width moe.ffn_hidden (moe_config.h,
+  // whose swiglu and bias must equal these: experts_match_model()).
   bool swiglu = false;
   int64_t ffn_hidden = 0;  // the dense MLP's hidden width F; 0 = 4 * d_model
   // The normalization of ln1, ln2 and lnf: GPT-2's LayerNorm (weight and bias), or RMSNorm (Llama's:
@@ -70,6 +71,12 @@ struct GPTConfig {
   int64_t qkv_width() const { return d_model + 2 * kv_heads() * head_dim(); }  // attn.qkv's output: [q | k | v]
   int64_t mlp_width() const { return ffn_hidden > 0 ? ffn_hidden : 4 * d_model; }  // F: mlp.proj's input
   int64_t fc_width() const { return (swiglu ? 2 : 1) * mlp_width(); }     // mlp.fc's output
+  // The experts' MLP is the dense one's kind: copied into moe, which MoEMLP reads.
+  void set_expert_mlp() {
+    moe.swiglu = swiglu;
+    moe.bias = bias;
+  }
+  bool experts_match_model() const { return moe.experts == 0 || (moe.swiglu == swiglu && moe.bias == bias); }
   // Parameters of the model as published (no vocabulary padding), a tied embedding counted once;
   // a block with experts counts its router, every expert and the shared MLP.
   int64_t parameter_count() const { return count_parameters(moe.experts); }
@@ -85,14 +92,19 @@ struct GPTConfig {
   }
 
  private:
+  // An MLP of hidden width F of the model's kind: fc (F, SwiGLU 2F) and proj, with their biases where it has them.
+  int64_t mlp_parameters(int64_t F) const {
+    const int64_t fc = (swiglu ? 2 : 1) * F;
+    return (fc * d_model + (bias ? fc : 0)) + (F * d_model + (bias ? d_model : 0));
+  }
   int64_t count_parameters(int64_t experts_per_moe_block) const {
-    const int64_t C = d_model, mlp = (fc_width() * C + (bias ? fc_width() : 0)) + (mlp_width() * C + (bias ? C : 0));
-    const int64_t expert = (4 * C * C + 4 * C) + (4 * C * C + C);
+    const int64_t C = d_model, mlp = mlp_parameters(mlp_width());
+    const int64_t expert = mlp_parameters(moe.expert_width(C));
     const int64_t norm = rmsnorm ? C : 2 * C;  // a norm's weight (and LayerNorm's bias)
     const int64_t linear_biases = (has_qkv_bias() ? qkv_width() : 0) + (bias ? C : 0);  // qkv's and attn.proj's
     const int64_t per_layer = norm + qkv_width() * C + C * C + linear_biases + norm + mlp;
     const int64_t moe_layers = moe.layers(n_layers);
-    const int64_t H = moe.shared_width(C), shared = H > 0 ? (H * C + H) + (C * H + C) : 0;  // every token's
+    const int64_t H = moe.shared_width(C), shared = H > 0 ? mlp_parameters(H) : 0;  // every token's
     const int64_t moe_extra = moe_layers * (moe.experts * C + experts_per_moe_block * expert - mlp + shared);
     return (tied_head ? 1 : 2) * vocab_size * C + (rope ? 0 : seq_len * C) + n_layers * per_layer + moe_extra + norm;
   }

@@ -77,6 +77,11 @@ void TransformerBlock::check_tensor_parallel(const GPTConfig& cfg, int tensor) {
                     (cfg.ffn_hidden > 0 ? "model.ffn_hidden_size = " : "4 x model.d_model = ") +
                     std::to_string(cfg.mlp_width()) + " must be divisible by parallel.tensor = " +
                     std::to_string(tensor));
+  if (cfg.moe.experts > 0 && cfg.moe.expert_width(cfg.d_model) % tensor != 0)  // the shared MLP's is a multiple
+    throw UserError(std::string("tensor parallelism splits each expert's MLP: its hidden width ") +
+                    (cfg.moe.ffn_hidden > 0 ? "moe.ffn_hidden_size = " : "4 x model.d_model = ") +
+                    std::to_string(cfg.moe.expert_width(cfg.d_model)) + " must be divisible by parallel.tensor = " +
+                    std::to_string(tensor));
 }
 
 BlockParams BlockParams::of(const ParameterStore& ps, const GPTConfig& cfg, int layer, int expert_rank) {

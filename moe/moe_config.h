@@ -14,14 +14,22 @@ struct MoEConfig {
   float aux_loss_coef = 0.01f;     // weight of the load-balancing loss (Switch Transformer)
   float z_loss_coef = 0.0f;        // weight of the router z-loss (ST-MoE): mean of log(sum exp(logits))^2
   int64_t layer_freq = 1;          // block l has experts when l % layer_freq == 0
-  int64_t shared_experts = 0;      // expert-sized MLPs every token also goes through, as one MLP of this x 4C
+  int64_t shared_experts = 0;      // expert-sized MLPs every token also goes through, as one MLP this many experts wide
   int64_t expert_parallel = 1;     // experts split over this many data-parallel ranks
+  int64_t ffn_hidden = 0;          // an expert's hidden width F (moe.ffn_hidden_size); 0 = 4 x d_model
+  // The experts' MLP, as the model's dense one (model.mlp, model.bias): GPT-2's fc -> GELU -> proj with
+  // biases, or SwiGLU (Mixtral's, Qwen-MoE's, DeepSeek's: fc is [gate | up], 2F wide), with or without.
+  bool swiglu = false;
+  bool bias = true;
 
   bool in_layer(int64_t layer) const { return experts > 0 && layer % layer_freq == 0; }
   int64_t layers(int64_t n_layers) const { return experts > 0 && n_layers > 0 ? (n_layers - 1) / layer_freq + 1 : 0; }
   int64_t local_experts() const { return experts / expert_parallel; }
-  // The shared MLP's hidden width (0: none).
-  int64_t shared_width(int64_t d_model) const { return shared_experts * 4 * d_model; }
+  // An expert's hidden width F (proj's input), and its fc's output (SwiGLU: 2F).
+  int64_t expert_width(int64_t d_model) const { return ffn_hidden > 0 ? ffn_hidden : 4 * d_model; }
+  int64_t expert_fc_width(int64_t d_model) const { return (swiglu ? 2 : 1) * expert_width(d_model); }
+  // The shared MLP's hidden width (0: none): shared_experts experts' widths.
+  int64_t shared_width(int64_t d_model) const { return shared_experts * expert_width(d_model); }
   // Slots per expert for a micro-batch of `tokens` tokens: at least 1, at most every token.
   int64_t capacity(int64_t tokens) const {
     const double c = capacity_factor * double(top_k) * double(tokens) / double(experts);

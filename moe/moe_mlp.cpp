@@ -26,41 +26,37 @@ Tensor rows_of(const Tensor& t, int64_t first, int64_t n) { return t.slice(first
 
 void MoEMLP::append_specs(const MoEConfig& moe, int64_t C, int64_t n_layers, int layer, int expert_rank,
                           std::vector<ParameterSpec>& out, int t, int r) {
-  // Column-split fc, row-split proj (replicated with t = 1), as the dense MLP's.
-  auto column = [&](ParameterSpec s) { return t > 1 ? shard_spec(s, 0, t, r) : s; };
+  // Column-split fc (SwiGLU's [gate | up] as 2 groups, so a rank holds matching columns of both),
+  // row-split proj (replicated with t = 1), as the dense MLP's.
+  const int fc_groups = moe.swiglu ? 2 : 1;
+  auto column = [&](ParameterSpec s) { return t > 1 ? shard_spec(s, 0, t, r, fc_groups) : s; };
   auto row = [&](ParameterSpec s) { return t > 1 ? shard_spec(s, 1, t, r) : s; };
   const float resid_std = 0.02f / std::sqrt(2.0f * float(n_layers));  // as the dense MLP's projection
+  // One MLP of hidden width F: fc (F or SwiGLU's 2F, C), proj (C, F), their biases where the model has them.
+  auto mlp = [&](const std::string& p, int64_t F) {
+    const int64_t fc = (moe.swiglu ? 2 : 1) * F;
+    out.push_back(column({p + "fc.w", {fc, C}, Init::normal, 0.02f, true}));
+    if (moe.bias) out.push_back(column({p + "fc.b", {fc}, Init::zeros, 0, false}));
+    out.push_back(row({p + "proj.w", {C, F}, Init::normal, resid_std, true}));
+    if (moe.bias) out.push_back({p + "proj.b", {C}, Init::zeros, 0, false});
+  };
   out.push_back({"h." + std::to_string(layer) + ".moe.router.w", {moe.experts, C}, Init::normal, 0.02f, true});
-  if (moe.shared_experts > 0) {  // dense: before the experts, in the block's bucket with the router
-    const std::string p = "h." + std::to_string(layer) + ".moe.shared.";
-    const int64_t H = moe.shared_width(C);
-    out.push_back(column({p + "fc.w", {H, C}, Init::normal, 0.02f, true}));
-    out.push_back(column({p + "fc.b", {H}, Init::zeros, 0, false}));
-    out.push_back(row({p + "proj.w", {C, H}, Init::normal, resid_std, true}));
-    out.push_back({p + "proj.b", {C}, Init::zeros, 0, false});
-  }
+  // The shared MLP is dense: before the experts, in the block's bucket with the router.
+  if (moe.shared_experts > 0) mlp("h." + std::to_string(layer) + ".moe.shared.", moe.shared_width(C));
   const int64_t first = int64_t(expert_rank) * moe.local_experts();
-  for (int64_t j = first; j < first + moe.local_experts(); ++j) {
-    const std::string p = expert_prefix(layer, j);
-    out.push_back(column({p + "fc.w", {4 * C, C}, Init::normal, 0.02f, true}));
-    out.push_back(column({p + "fc.b", {4 * C}, Init::zeros, 0, false}));
-    out.push_back(row({p + "proj.w", {C, 4 * C}, Init::normal, resid_std, true}));
-    out.push_back({p + "proj.b", {C}, Init::zeros, 0, false});
-  }
+  for (int64_t j = first; j < first + moe.local_experts(); ++j) mlp(expert_prefix(layer, j), moe.expert_width(C));
 }
 
 MoEParams MoEMLP::params_of(const ParameterStore& ps, const MoEConfig& moe, int layer, int expert_rank) {
+  auto mlp = [&](const std::string& p) -> ExpertParams {
+    return {&ps.get(p + "fc.w"), moe.bias ? &ps.get(p + "fc.b") : nullptr, &ps.get(p + "proj.w"),
+            moe.bias ? &ps.get(p + "proj.b") : nullptr};
+  };
   MoEParams p;
   p.router_w = &ps.get("h." + std::to_string(layer) + ".moe.router.w");
-  if (moe.shared_experts > 0) {
-    const std::string s = "h." + std::to_string(layer) + ".moe.shared.";
-    p.shared = {&ps.get(s + "fc.w"), &ps.get(s + "fc.b"), &ps.get(s + "proj.w"), &ps.get(s + "proj.b")};
-  }
+  if (moe.shared_experts > 0) p.shared = mlp("h." + std::to_string(layer) + ".moe.shared.");
   const int64_t first = int64_t(expert_rank) * moe.local_experts();
-  for (int64_t j = first; j < first + moe.local_experts(); ++j) {
-    const std::string e = expert_prefix(layer, j);
-    p.experts.push_back({&ps.get(e + "fc.w"), &ps.get(e + "fc.b"), &ps.get(e + "proj.w"), &ps.get(e + "proj.b")});
-  }
+  for (int64_t j = first; j < first + moe.local_experts(); ++j) p.experts.push_back(mlp(expert_prefix(layer, j)));
   return p;
 }
 
@@ -69,12 +65,16 @@ MoEMLP::MoEMLP(const MoEConfig& moe, DType dtype, const MoEParams& p, Communicat
     : moe_(moe), dtype_(dtype), p_(p), group_(group), tensor_(tensor && tensor->size() > 1 ? tensor : nullptr),
       sequence_parallel_(sequence_parallel && tensor_) {
   const int t = tensor_ ? tensor_->size() : 1;
-  if (has_shared())
-    TRELLIS_CHECK(p_.shared.fc_w->spec.split.parts == t && p_.shared.proj_w->spec.split.parts == t,
-                  "MoEMLP: " + p_.shared.fc_w->spec.name + " is not split over the tensor group of " + std::to_string(t));
-  for (const ExpertParams& e : p_.experts)
+  auto check = [&](const ExpertParams& e) {
     TRELLIS_CHECK(e.fc_w->spec.split.parts == t && e.proj_w->spec.split.parts == t,
                   "MoEMLP: " + e.fc_w->spec.name + " is not split over the tensor group of " + std::to_string(t));
+    TRELLIS_CHECK(t == 1 || e.fc_w->spec.split.groups == (moe_.swiglu ? 2 : 1),
+                  "MoEMLP: " + e.fc_w->spec.name + (moe_.swiglu ? " must be split in 2 groups (gate, up)" : " must be split whole"));
+    TRELLIS_CHECK((e.fc_b != nullptr) == moe_.bias && (e.proj_b != nullptr) == moe_.bias,
+                  "MoEMLP: " + e.fc_w->spec.name + (moe_.bias ? " has no biases" : " has biases the model has not"));
+  };
+  if (has_shared()) check(p_.shared);
+  for (const ExpertParams& e : p_.experts) check(e);
   const int G = group_ ? group_->size() : 1;
   TRELLIS_CHECK(G == moe_.expert_parallel && int64_t(p_.experts.size()) == moe_.local_experts(),
                 "MoEMLP: an expert group of " + std::to_string(G) + " ranks holding " +
@@ -90,6 +90,7 @@ std::vector<const Parameter*> MoEMLP::parameters() const {
   std::vector<const Parameter*> out{p_.router_w};
   if (has_shared()) out.insert(out.end(), {p_.shared.fc_w, p_.shared.fc_b, p_.shared.proj_w, p_.shared.proj_b});
   for (const ExpertParams& e : p_.experts) out.insert(out.end(), {e.fc_w, e.fc_b, e.proj_w, e.proj_b});
+  std::erase(out, nullptr);  // the biases a model without them leaves out
   return out;
 }
 
@@ -154,23 +155,33 @@ MatmulOptions MoEMLP::over_experts(int64_t cap, int64_t cols_a, int64_t cols_out
 
 void MoEMLP::experts_forward(Runtime& rt, const MoESaved& s) const {
   const ExpertTensors fc_w = expert_tensors(p_.experts, &ExpertParams::fc_w, false),
-                      fc_b = expert_tensors(p_.experts, &ExpertParams::fc_b, false),
-                      proj_w = expert_tensors(p_.experts, &ExpertParams::proj_w, false),
-                      proj_b = expert_tensors(p_.experts, &ExpertParams::proj_b, false);
-  const int64_t C = s.xe.cols(), H = s.ge.cols();
+                      proj_w = expert_tensors(p_.experts, &ExpertParams::proj_w, false);
+  const ExpertTensors fc_b = moe_.bias ? expert_tensors(p_.experts, &ExpertParams::fc_b, false) : ExpertTensors(),
+                      proj_b = moe_.bias ? expert_tensors(p_.experts, &ExpertParams::proj_b, false) : ExpertTensors();
+  const int64_t C = s.xe.cols(), H = s.he.cols(), F = s.ge.cols();
   for_each_source(s, [&](int64_t row, int64_t cap) {
     const Tensor h = rows_of(s.he, row, cap), g = rows_of(s.ge, row, cap);
+    // GELU: g = gelu(h) in the fc GEMM's epilogue (h kept for backward). SwiGLU: h = [gate | up], then
+    // g = silu(gate) * up over every local expert's slots at once.
     MatmulOptions fc = over_experts(cap, C, H);
     fc.trans_b = true;
     fc.stride_b = fc_w.stride;
-    fc.bias = &fc_b.first;
-    fc.stride_bias = fc_b.stride;
-    fc.gelu_input = &h;
-    matmul(rt, g, rows_of(s.xe, row, cap), fc_w.first, fc);
-    MatmulOptions proj = over_experts(cap, H, C);
+    if (moe_.bias) {
+      fc.bias = &fc_b.first;
+      fc.stride_bias = fc_b.stride;
+    }
+    if (moe_.swiglu) {
+      matmul(rt, h, rows_of(s.xe, row, cap), fc_w.first, fc);
+      const int64_t rows = moe_.local_experts() * cap;
+      swiglu_forward(rt, rows_of(s.ge, row, rows), rows_of(s.he, row, rows));
+    } else {
+      fc.gelu_input = &h;
+      matmul(rt, g, rows_of(s.xe, row, cap), fc_w.first, fc);
+    }
+    MatmulOptions proj = over_experts(cap, F, C);
     proj.trans_b = true;
     proj.stride_b = proj_w.stride;
-    if (first_tensor_rank()) {  // once in the sum over the tensor group
+    if (moe_.bias && first_tensor_rank()) {  // once in the sum over the tensor group
       proj.bias = &proj_b.first;
       proj.stride_bias = proj_b.stride;
     }
@@ -183,7 +194,7 @@ void MoEMLP::experts_backward(Runtime& rt, const Tensor& dxe, const Tensor& dye,
                       proj_w = expert_tensors(p_.experts, &ExpertParams::proj_w, false),
                       fc_dw = expert_tensors(p_.experts, &ExpertParams::fc_w, true),
                       proj_dw = expert_tensors(p_.experts, &ExpertParams::proj_w, true);
-  const int64_t C = s.xe.cols(), H = s.ge.cols();
+  const int64_t C = s.xe.cols(), H = s.he.cols(), F = s.ge.cols();
   // Weight gradients: dW (out, in) += dy^T x over each expert's slots, a batch over the experts.
   auto weight_grads = [&](const ExpertTensors& dw, const Parameter* ExpertParams::*member, const Tensor& dy,
                           const Tensor& x, int64_t cap) {
@@ -201,52 +212,63 @@ void MoEMLP::experts_backward(Runtime& rt, const Tensor& dxe, const Tensor& dye,
     const ExpertTensors db = expert_tensors(p_.experts, member, true);
     bias_backward(rt, db.first, dy, experts_accumulate(p_.experts, member), moe_.local_experts(), db.stride);
   };
-  // dhe is written over ge's rows once they are read: ge is not needed after the projection's gradient.
+  // dh is written over what is no longer read: GELU's over ge (not needed after the projection's
+  // gradient); SwiGLU's dg = dy W_proj over ge, then dh = [dgate | dup] over he, in place.
   for_each_source(s, [&](int64_t row, int64_t cap) {
     // The source's slots of every local expert (the bias sums), and expert 0's (a batch's first problem).
     const int64_t rows = moe_.local_experts() * cap;
-    const Tensor dy = rows_of(dye, row, rows), g = rows_of(s.ge, row, rows);
     const Tensor dy0 = rows_of(dye, row, cap), g0 = rows_of(s.ge, row, cap), h0 = rows_of(s.he, row, cap),
                  x0 = rows_of(s.xe, row, cap);
+    const Tensor dh = moe_.swiglu ? rows_of(s.he, row, rows) : rows_of(s.ge, row, rows), dh0 = rows_of(dh, 0, cap);
     weight_grads(proj_dw, &ExpertParams::proj_w, dy0, g0, cap);
-    bias_grads(&ExpertParams::proj_b, dy);
-    MatmulOptions dgelu = over_experts(cap, C, H);  // dh = (dy W_proj) * gelu'(h), over g
-    dgelu.stride_b = proj_w.stride;
-    dgelu.gelu_grad_of = &h0;
-    matmul(rt, g0, dy0, proj_w.first, dgelu);
-    weight_grads(fc_dw, &ExpertParams::fc_w, g0, x0, cap);
-    bias_grads(&ExpertParams::fc_b, g);
+    if (moe_.bias) bias_grads(&ExpertParams::proj_b, rows_of(dye, row, rows));
+    MatmulOptions dg = over_experts(cap, C, F);  // GELU: dh = (dy W_proj) * gelu'(h), over g
+    dg.stride_b = proj_w.stride;
+    if (!moe_.swiglu) dg.gelu_grad_of = &h0;
+    matmul(rt, g0, dy0, proj_w.first, dg);
+    if (moe_.swiglu) swiglu_backward(rt, dh, rows_of(s.ge, row, rows), dh);
+    weight_grads(fc_dw, &ExpertParams::fc_w, dh0, x0, cap);
+    if (moe_.bias) bias_grads(&ExpertParams::fc_b, dh);
     MatmulOptions dx = over_experts(cap, H, C);
     dx.stride_b = fc_w.stride;
-    matmul(rt, rows_of(dxe, row, cap), g0, fc_w.first, dx);
+    matmul(rt, rows_of(dxe, row, cap), dh0, fc_w.first, dx);
   });
 }
 
 void MoEMLP::shared_hidden(Runtime& rt, const Tensor& x, MoESaved& s, Arena& keep) const {
-  const int64_t H = p_.shared.fc_w->spec.shape[0];  // this tensor rank's columns of the shared width
+  // This tensor rank's columns of the fc output (SwiGLU: [gate | up]) and of the hidden width.
+  const int64_t H = p_.shared.fc_w->spec.shape[0], F = p_.shared.proj_w->spec.shape[1];
   s.hs = keep.take(dtype_, {x.rows(), H});
-  s.gs = keep.take(dtype_, {x.rows(), H});
+  s.gs = keep.take(dtype_, {x.rows(), F});
   MatmulOptions fc;
   fc.trans_b = true;
-  fc.bias = &p_.shared.fc_b->value;
-  fc.gelu_input = &s.hs;
-  matmul(rt, s.gs, x, p_.shared.fc_w->value, fc);
+  if (p_.shared.fc_b) fc.bias = &p_.shared.fc_b->value;
+  if (moe_.swiglu) {
+    matmul(rt, s.hs, x, p_.shared.fc_w->value, fc);
+    swiglu_forward(rt, s.gs, s.hs);
+  } else {
+    fc.gelu_input = &s.hs;
+    matmul(rt, s.gs, x, p_.shared.fc_w->value, fc);
+  }
 }
 
 void MoEMLP::shared_output(Runtime& rt, const Tensor& out, const MoESaved& s) const {
   MatmulOptions proj;
   proj.trans_b = true;
   proj.residual = &out;
-  if (first_tensor_rank()) proj.bias = &p_.shared.proj_b->value;  // once in the sum over the tensor group
+  if (p_.shared.proj_b && first_tensor_rank()) proj.bias = &p_.shared.proj_b->value;  // once in the tensor group's sum
   matmul(rt, out, s.gs, p_.shared.proj_w->value, proj);
 }
 
 void MoEMLP::shared_backward(Runtime& rt, const Tensor& dx, const Tensor& dout, const Tensor& x, const MoESaved& s) const {
   weight_and_bias_grad(rt, *p_.shared.proj_w, p_.shared.proj_b, dout, s.gs);
-  const Tensor dh = s.gs;  // gs is read: its rows take dh = (dout W_proj) * gelu'(hs)
-  MatmulOptions dgelu;
-  dgelu.gelu_grad_of = &s.hs;
-  matmul(rt, dh, dout, p_.shared.proj_w->value, dgelu);
+  // gs is read: its rows take GELU's dh = (dout W_proj) * gelu'(hs), or SwiGLU's dg = dout W_proj,
+  // whose dh = [dgate | dup] goes over hs.
+  const Tensor dh = moe_.swiglu ? s.hs : s.gs;
+  MatmulOptions dg;
+  if (!moe_.swiglu) dg.gelu_grad_of = &s.hs;
+  matmul(rt, s.gs, dout, p_.shared.proj_w->value, dg);
+  if (moe_.swiglu) swiglu_backward(rt, dh, s.gs, s.hs);
   weight_and_bias_grad(rt, *p_.shared.fc_w, p_.shared.fc_b, dh, x);
   MatmulOptions acc;
   acc.accumulate = true;
@@ -275,9 +297,9 @@ void MoEMLP::forward(Runtime& rt, const Tensor& out, const Tensor& x_in, const T
   Tensor routed = exchanged ? temp.take(dtype_, {S, C}) : keep.take(dtype_, {S, C});
   moe_dispatch(rt, routed, x, s.slot_token, K);
   s.xe = exchanged ? exchange(routed, keep) : routed;
-  const int64_t F = p_.experts[0].fc_w->spec.shape[0];  // 4C, or this tensor rank's 4C / t
-  s.he = keep.take(dtype_, {S, F});
-  s.ge = keep.take(dtype_, {S, F});
+  // This tensor rank's columns of an expert's fc output (SwiGLU: [gate | up]) and hidden width.
+  s.he = keep.take(dtype_, {S, p_.experts[0].fc_w->spec.shape[0]});
+  s.ge = keep.take(dtype_, {S, p_.experts[0].proj_w->spec.shape[1]});
   Tensor ye = exchanged ? temp.take(dtype_, {S, C}) : keep.take(dtype_, {S, C});
   s.ye = ye;
   experts_forward(rt, s);
@@ -346,8 +368,10 @@ size_t MoEMLP::kept_bytes(const MoEConfig& moe, int64_t C, DType dtype, int64_t 
   const size_t e = dtype_size(dtype);
   return aligned(size_t(N * E) * 4) + aligned(size_t(N) * 4) + 3 * aligned(size_t(N * K) * 4) + aligned(size_t(S) * 4) +
          aligned(size_t(E) * 4) +
-         2 * aligned(size_t(S * C) * e) + 2 * aligned(size_t(S * 4 * C / t) * e) +
-         2 * aligned(size_t(N * moe.shared_width(C) / t) * e);  // the shared MLP's hs, gs
+         2 * aligned(size_t(S * C) * e) + aligned(size_t(S * moe.expert_fc_width(C) / t) * e) +
+         aligned(size_t(S * moe.expert_width(C) / t) * e) +  // xe, ye, he, ge
+         aligned(size_t(N * (moe.swiglu ? 2 : 1) * moe.shared_width(C) / t) * e) +
+         aligned(size_t(N * moe.shared_width(C) / t) * e);  // the shared MLP's hs, gs
 }
 
 size_t MoEMLP::work_bytes(const MoEConfig& moe, int64_t C, DType dtype, int64_t N, int /*t: (S, C) temporaries only*/,

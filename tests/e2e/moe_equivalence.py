@@ -4,7 +4,10 @@ blocks have 4 experts (top 2, capacity factor 1: choices are dropped) and a shar
 wide (moe.shared_experts = 1, in every layout), with dropout, gradient
 clipping, a large weight decay and the balancing loss, trained for K steps at data 2 and 4, pipeline 2 (1f1b and gpipe),
 pipeline 2 x data 2, ZeRO stages 1-3, full and elementwise activation checkpointing, with the
-experts in every other block, with tensor parallelism (each expert's MLP split over tensor = 2; with
+experts in every other block, with Mixtral's experts (model.mlp = swiglu, model.bias = false,
+moe.ffn_hidden_size = 48: data 2, tensor 2 with and without sequence parallelism, expert 2 at ZeRO
+stages 0 and 3, tensor 2 x expert 2 at stage 1, pipeline 2 with checkpointing, experts every other
+block), with tensor parallelism (each expert's MLP split over tensor = 2; with
 data 2 at ZeRO stage 1, with pipeline 2, with checkpointing, without dropout, with dense blocks
 between; with sequence parallelism too: alone, with pipeline 2, with checkpointing, with data 2 at
 ZeRO stage 3 and dense blocks between; with expert parallelism too: tensor 2 x expert 2, and tensor 2
@@ -24,7 +27,9 @@ stage-1 checkpoint resumed at data 2 x expert 2, and a tensor 2 x expert 2 check
 rank and the reverse, continue as the uninterrupted run; so do ZeRO checkpoints with expert
 parallelism, on their own layout (each rank reading its own pieces) and resharded: onto one rank,
 onto another expert size and ZeRO stage, from a dense data-parallel layout (also onto streamed
-experts), to one without experts split, from pipeline 2, from an interleaved pipeline and from tensor 2 x expert 2. A checkpoint whose experts sit in other blocks is refused with one line.
+experts), to one without experts split, from pipeline 2, from an interleaved pipeline and from tensor 2 x expert 2 (also with
+Mixtral's experts). A checkpoint whose experts sit in other blocks, or are of another width, is
+refused with one line; so is an expert width the tensor group cannot split.
 An expert group that does not divide the experts stops every rank, with one line.
 Usage: moe_equivalence.py TRAIN_GPT MPIEXEC CONFIG"""
 import json
@@ -38,7 +43,10 @@ from equivalence import LOSS_TOL, NORM_TOL, WEIGHT_L2_TOL, WEIGHT_MAX_TOL
 
 STEPS = 6
 # Settings that change the model trained: a layout with them is compared with one rank with them.
-MODEL_KEYS = {"moe.layer_freq", "model.dropout", "model.n_layers", "train.global_batch"}
+MODEL_KEYS = {"moe.layer_freq", "model.dropout", "model.n_layers", "train.global_batch", "model.mlp", "model.bias",
+              "moe.ffn_hidden_size"}
+# Mixtral's experts (and shared MLP): SwiGLU without biases, of a width not 4C.
+MIXTRAL = ["model.mlp=swiglu", "model.bias=false", "moe.ffn_hidden_size=48"]
 BASE = ["train.device=cpu", f"train.steps={STEPS}", "train.micro_batch=2", "train.global_batch=8",
         "model.dropout=0.1", "train.grad_clip=0.5", "log.val_every=0", "moe.experts=4", "moe.top_k=2",
         "moe.capacity_factor=1.0", "moe.aux_loss_coef=0.05", "moe.z_loss_coef=0.05", "moe.shared_experts=1",
@@ -92,7 +100,7 @@ def main():
             _, loss, norms, w, names, out = run(binary, mpiexec, config, tmp, 1, f"ref{freq}", f"moe.layer_freq={freq}")
             experts = [n for n in names if ".moe.experts." in n]
             shared = [n for n in names if ".moe.shared." in n]
-            ok = "experts: 4 and 1 shared in" in out and len(experts) == 4 * 4 * (2 // freq) and len(shared) == 4 * (2 // freq)
+            ok = "experts: 4 and 1 shared of width 256 in" in out and len(experts) == 4 * 4 * (2 // freq) and len(shared) == 4 * (2 // freq)
             failed |= not ok
             print(f"{'ok  ' if ok else 'FAIL'} one rank, experts every {freq} block(s): {len(experts)} expert tensors, "
                   f"{len(shared)} of the shared MLP")
@@ -174,6 +182,15 @@ def main():
                                   "parallel.virtual_stages=2", "parallel.expert=2", "zero.stage=3",
                                   "train.global_batch=16"]),
             (4, "d4_e2_z3_offload", ["parallel.expert=2", "zero.stage=3", "zero.offload=cpu"]),
+            # Mixtral's experts: [gate | up] split in 2 groups over the tensor group, the activation's
+            # gradient written over it in the experts' batched backward, no biases anywhere.
+            (2, "mx_d2", MIXTRAL), (2, "mx_t2", MIXTRAL + ["parallel.tensor=2"]),
+            (2, "mx_t2_sp", MIXTRAL + ["parallel.tensor=2", "parallel.sequence_parallel=true"]),
+            (4, "mx_d4_e2", MIXTRAL + ["parallel.expert=2"]),
+            (4, "mx_t2_e2_z1", MIXTRAL + ["parallel.tensor=2", "parallel.expert=2", "zero.stage=1"]),
+            (2, "mx_p2_full", MIXTRAL + ["parallel.pipeline=2", "train.checkpointing=full"]),
+            (4, "mx_d4_e2_z3", MIXTRAL + ["parallel.expert=2", "zero.stage=3"]),
+            (2, "mx_d2_freq2", MIXTRAL + ["moe.layer_freq=2"]),
         ]
         for ranks, tag, sets in cases:
             ref_loss, ref_norms, ref_w, ref_tag = reference(sets)
@@ -224,7 +241,9 @@ def main():
                                         (4, ["parallel.expert=2", "zero.stage=3"])),
                                        (4, "resume_t2_d2_e2_z2_to_d4_e4_z1",
                                         ["parallel.tensor=2", "parallel.expert=2", "zero.stage=2"],
-                                        (4, ["parallel.expert=4", "zero.stage=1"]))]:
+                                        (4, ["parallel.expert=4", "zero.stage=1"])),
+                                       (4, "resume_mx_t2_e2_z1_to_d1", MIXTRAL + ["parallel.tensor=2", "parallel.expert=2",
+                                                                                  "zero.stage=1"], (1, MIXTRAL))]:
             ref_loss, ref_norms, ref_w, _ = reference(sets)
             ck = os.path.join(tmp, tag + "_ck")
             run(binary, mpiexec, config, tmp, ranks, tag + "_a", f"checkpoint.dir={ck}", "train.stop_after=3", *sets)
@@ -247,8 +266,13 @@ def main():
         # An expert group that does not divide the experts: one line (from rank 0), every rank exits 1.
         # A checkpoint of other expert blocks (the same sizes) is refused, not read into the wrong tensors.
         ck = os.path.join(tmp, "resume_d1_ck")
+        mx_ck = os.path.join(tmp, "resume_mx_t2_e2_z1_to_d1_ck")
         for ranks, sets, want in [(1, [f"checkpoint.dir={ck}", "moe.layer_freq=2", "model.n_layers=2"],
                                    "moe.experts 4 and 1 shared every 1 blocks"),
+                                  (1, [f"checkpoint.dir={mx_ck}"] + MIXTRAL[:-1] + ["moe.ffn_hidden_size=40"],
+                                   "moe.experts 4 and 1 shared of width 48 every 1 blocks"),
+                                  (4, MIXTRAL[:-1] + ["moe.ffn_hidden_size=90", "parallel.tensor=4"],
+                                   "its hidden width moe.ffn_hidden_size = 90 must be divisible by parallel.tensor = 4"),
                                   (2, ["moe.experts=3", "parallel.expert=2"], "parallel.expert = 2 must divide moe.experts = 3")]:
             cmd, p = equivalence.launch(binary, mpiexec, config, ranks, BASE + sets)
             lines = [l for l in p.stderr.splitlines() if l.startswith("error:")]

@@ -173,8 +173,16 @@ TEST_F(ConfigTest, RelationsBetweenKeys) {
              "tiny.toml: train.micro_batch x model.seq_len x max(model.ffn_hidden_size, model.vocab_size) =");
   EXPECT_HAS(error_of("[model]\nn_layers = 4096\nseq_len = 64\nmlp = \"swiglu\"\nffn_hidden_size = 1073741824\n"
                       "[train]\nmicro_batch = 1\n"),
-             "x (4 x model.d_model + 2 x model.ffn_hidden_size + model.ffn_hidden_size + 8 x model.d_model x "
-             "(moe.experts + moe.shared_experts)) x model.d_model");
+             "x (4 x model.d_model + 2 x model.ffn_hidden_size + model.ffn_hidden_size) x model.d_model");
+  // With experts, theirs by their own width (Mixtral's: SwiGLU, twice it in fc).
+  EXPECT_HAS(error_of("[model]\nn_layers = 4096\nseq_len = 64\nmlp = \"swiglu\"\n[moe]\nexperts = 64\n"
+                      "ffn_hidden_size = 16777216\n[train]\nmicro_batch = 1\n"),
+             "x (4 x model.d_model + 8 x model.d_model + 4 x model.d_model + (2 x moe.ffn_hidden_size + "
+             "moe.ffn_hidden_size) x (moe.experts + moe.shared_experts)) x model.d_model");
+  EXPECT_HAS(error_of("[model]\nmlp = \"swiglu\"\n[moe]\nexperts = 4\nshared_experts = 2\nffn_hidden_size = 1073741824\n"
+                      "[train]\nmicro_batch = 1048576\n"),
+             "max(8 x model.d_model, 2 x moe.ffn_hidden_size x moe.shared_experts, model.vocab_size)");
+  EXPECT_NO_THROW(load_config(write("[model]\nmlp = \"swiglu\"\nbias = false\n[moe]\nexperts = 8\nffn_hidden_size = 112\n"), {}));
   EXPECT_NO_THROW(load_config(write("[model]\nmlp = \"swiglu\"\nffn_hidden_size = 11008\n"), {}));
 }
 

@@ -163,6 +163,11 @@ TEST(GPTInference, CachedLogitsWithExpertsMatchTheTrainingForward) {
   check_cached_logits(cfg);
   cfg.moe.shared_experts = 1;  // and a shared MLP beside them
   check_cached_logits(cfg);
+  cfg.swiglu = true;  // Mixtral's experts (and dense SwiGLU MLPs between): no biases, width 24
+  cfg.bias = false;
+  cfg.moe.ffn_hidden = 24;
+  cfg.set_expert_mlp();
+  check_cached_logits(cfg);
 }
 
 // Rotary positions: each new query and key turned at its own position, the cached keys as they were.

@@ -209,22 +209,34 @@ GPTConfig moe_config() {
   return c;
 }
 
+// Mixtral's experts: SwiGLU without biases (the model's MLP kind), of width 24 (not 4C).
+GPTConfig mixtral(GPTConfig c) {
+  c.swiglu = true;
+  c.bias = false;
+  c.moe.ffn_hidden = 24;
+  c.set_expert_mlp();
+  return c;
+}
+
 }  // namespace
 
 // Every parameter of a GPT whose blocks both have four experts (top 2, capacity for every token, no
 // balancing loss: the loss is the reported one) against central differences; without and with a
-// shared MLP two experts wide.
-class MoEShared : public ::testing::TestWithParam<int64_t> {};
-INSTANTIATE_TEST_SUITE_P(SharedExperts, MoEShared, ::testing::Values(0, 2));
+// shared MLP two experts wide; GPT-2's experts and Mixtral's.
+class MoEShared : public ::testing::TestWithParam<std::tuple<int64_t, bool>> {};
+INSTANTIATE_TEST_SUITE_P(SharedExperts, MoEShared, ::testing::Combine(::testing::Values(0, 2), ::testing::Bool()));
 
 TEST_P(MoEShared, GptGradientsMatchFiniteDifferences) {
   GPTConfig c = moe_config();
   c.moe.capacity_factor = 2.0;  // every token fits: a step of eps cannot move a choice across the capacity
   c.moe.aux_loss_coef = 0.0f;
-  c.moe.shared_experts = GetParam();
+  c.moe.shared_experts = std::get<0>(GetParam());
+  if (std::get<1>(GetParam())) c = mixtral(c);
   const int64_t B = 2;
   GPT model(rt(), c, B);
-  model.initialize(3);
+  // Seed 3 puts one of Mixtral's token choices within a step of eps of a tie (a central difference of
+  // -24 against the gradient's -7.04, which eps / 4 to eps / 64 reproduce): 4 has none.
+  model.initialize(std::get<1>(GetParam()) ? 4 : 3);
   Tensor values = model.params().flat_values();
   for (int64_t i = 0; i < values.numel(); ++i) values.ptr<float>()[i] *= 5.0f;
   const Batch batch = make_batch(c, B);
@@ -260,6 +272,8 @@ TEST_P(MoEShared, GptGradientsMatchFiniteDifferences) {
 // Recomputing a block with experts (full) or its attention (selective) or its layer norms
 // (elementwise) gives bitwise the same gradients; so does a second block without experts.
 TEST(MoE, CheckpointingGivesBitwiseEqualGradients) {
+  for (bool swiglu : {false, true}) {
+  SCOPED_TRACE(swiglu ? "Mixtral's experts" : "GPT-2's experts");
   std::vector<Result> results;
   for (Checkpointing mode :
        {Checkpointing::none, Checkpointing::full, Checkpointing::selective, Checkpointing::elementwise}) {
@@ -270,6 +284,7 @@ TEST(MoE, CheckpointingGivesBitwiseEqualGradients) {
     c.moe.shared_experts = 1;  // and the shared MLP's recomputed hidden rows
     c.dropout = 0.1f;
     c.checkpointing = mode;
+    if (swiglu) c = mixtral(c);
     GPT model(rt(), c, 2);
     model.initialize(5);
     StepContext ctx;
@@ -281,6 +296,7 @@ TEST(MoE, CheckpointingGivesBitwiseEqualGradients) {
     EXPECT_EQ(results[m].loss, results[0].loss);
     ASSERT_EQ(results[m].grads.size(), results[0].grads.size());
     EXPECT_EQ(0, std::memcmp(results[m].grads.data(), results[0].grads.data(), results[0].grads.size() * 4)) << "mode " << m;
+  }
   }
 }
 
@@ -347,4 +363,42 @@ TEST(MoE, ParameterCounts) {
   stored = 0;
   for (const ParameterSpec& s : GPT::parameter_specs(c)) stored += s.shape.numel();
   EXPECT_EQ(stored, c.parameter_count() + 47 * C);
+}
+
+// Mixtral's shape at d_model 768: no linear biases, SwiGLU experts of width 1000 (and dense SwiGLU
+// MLPs of width 2048 between), 8 experts in every other block with one shared expert of the same
+// width; its parameter specs: the counts, an expert's fc [gate | up] 2000 rows, no bias anywhere.
+TEST(MoE, ParameterCountsOfSwigluExperts) {
+  GPTConfig c;
+  c.swiglu = true;
+  c.bias = false;
+  c.ffn_hidden = 2048;
+  c.moe.experts = 8;
+  c.moe.top_k = 2;
+  c.moe.layer_freq = 2;
+  c.moe.shared_experts = 1;
+  c.moe.ffn_hidden = 1000;
+  c.set_expert_mlp();
+  const int64_t C = 768, L = 12, V = 50257, T = 1024;
+  const int64_t attention = 4 * C * C + 4 * C, dense = 3 * 2048 * C, expert = 3 * 1000 * C;  // norms: 2 x 2C
+  const int64_t base = V * C + T * C + 2 * C;  // wte, wpe, lnf
+  EXPECT_EQ(c.parameter_count(), base + L * attention + 6 * dense + 6 * (8 * C + 9 * expert));
+  EXPECT_EQ(c.active_parameter_count(), base + L * attention + 6 * dense + 6 * (8 * C + 3 * expert));
+  int64_t stored = 0;
+  for (const ParameterSpec& s : GPT::parameter_specs(c)) {
+    stored += s.shape.numel();
+    EXPECT_TRUE(s.name.find(".b") == std::string::npos || s.name.find("ln") != std::string::npos) << s.name;
+    if (s.name == "h.0.moe.experts.3.fc.w") EXPECT_EQ(s.shape[0], 2000);
+    if (s.name == "h.0.moe.shared.proj.w") EXPECT_EQ(s.shape[1], 1000);
+  }
+  EXPECT_EQ(stored, c.parameter_count() + 47 * C);
+  // Split over a tensor group of 2: the fc rows in 2 groups, so a rank holds matching gate and up rows.
+  TensorParallelContext tp;
+  tp.size = 2;
+  tp.rank = 1;
+  for (const ParameterSpec& s : GPT::parameter_specs(c, GPTPart::whole(c), tp))
+    if (s.name == "h.2.moe.experts.0.fc.w") EXPECT_TRUE(s.shape[0] == 1000 && s.split.groups == 2) << s.shape.str();
+  // The experts' MLP must be the model's.
+  c.moe.swiglu = false;
+  EXPECT_DEATH(GPT::parameter_specs(c), "the experts' MLP is not the model's");
 }

@@ -546,7 +546,24 @@ TEST(OpsCpu, SwigluRejectsBadShapes) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   EXPECT_DEATH(swiglu_forward(rt(), g.t(), h.t()), "is not \\[gate \\| up\\]");
   HostTensor g5(DType::f32, {3, 5});
-  EXPECT_DEATH(swiglu_backward(rt(), h.t(), g5.t(), h.t()), "dh aliases dg or h");
+  EXPECT_DEATH(swiglu_backward(rt(), dh.t(), dh.t().slice(0, {3, 5}), h.t()), "dh overlaps dg");
+  HostTensor both(DType::f32, {3, 12});  // dh two elements past h: overlapping, not the same
+  EXPECT_DEATH(swiglu_backward(rt(), both.t().slice(2, {3, 10}), g5.t(), both.t().slice(0, {3, 10})),
+               "dh overlaps dg, or h other than being h");
+}
+
+// In place (dh = h, as the experts' backward runs it) gives what a separate dh gets, bitwise.
+TEST(OpsCpu, SwigluBackwardInPlace) {
+  std::mt19937 g(20);
+  for (DType dt : kFloatTypes) {
+    SCOPED_TRACE(std::string(dtype_name(dt)));
+    HostTensor h(dt, {4, 18}), dg(dt, {4, 9}), dh(dt, {4, 18});
+    h.randomize(g, -3.0, 3.0);
+    dg.randomize(g);
+    swiglu_backward(rt(), dh.t(), dg.t(), h.t());
+    swiglu_backward(rt(), h.t(), dg.t(), h.t());
+    EXPECT_EQ(h.values(), dh.values());
+  }
 }
 
 // MatmulOptions::gelu_input / gelu_grad_of are, on the CPU, exactly matmul followed by gelu_forward
