@@ -1,5 +1,6 @@
 // A mixture-of-experts MLP (Switch Transformer / GShard): a router picks top_k of E expert MLPs
-// (GPT-2's fc -> GELU -> proj, each with its own weights) for every token, and the token's output
+// (each with its own weights, of the model's kind: GPT-2's fc -> GELU -> proj with biases, or
+// Mixtral's SwiGLU without; hidden width F = moe.ffn_hidden_size, 4C by default) for every token, and the token's output
 // is the gate-weighted sum of theirs. Each expert takes at most `capacity` tokens of a micro-batch
 // (moe_config.h), so every shape is fixed: no host synchronization, CUDA graphs still apply, and
 // a choice past an expert's capacity is dropped (the residual stream carries that token on).
@@ -20,14 +21,14 @@
 // gates' gradients and the input's over the group.
 //
 // Shared experts (moe.shared_experts = s > 0, DeepSeekMoE's, Megatron's shared expert): one more MLP
-// of hidden width s x 4C that every token goes through, its output added to the gated sum. It is
+// of the same kind, hidden width s x F, that every token goes through, its output added to the gated sum. It is
 // not an expert: every rank of an expert group holds it (as the router), its gradient is summed
 // over the data group, and tensor parallelism splits it as a dense MLP.
 //
 // Parameters: h.L.moe.router.w (E, C), and per expert j (global index) h.L.moe.experts.j.fc.w
-// (4C, C), .fc.b, .proj.w (C, 4C), .proj.b: initialized by name and index like every parameter, so
-// which rank holds an expert (or which shard of it) does not change it; the shared MLP's
-// h.L.moe.shared.fc.w (s 4C, C), .fc.b, .proj.w (C, s 4C), .proj.b.
+// (F, C; SwiGLU [gate | up] 2F, C), .fc.b, .proj.w (C, F), .proj.b (the biases where the model has
+// them): initialized by name and index like every parameter, so which rank holds an expert (or which
+// shard of it) does not change it; the shared MLP's h.L.moe.shared.* likewise at width s F.
 #pragma once
 #include <string>
 #include <vector>
@@ -55,8 +56,9 @@ struct MoEParams {
 // (G * E/G * capacity = S rows as well).
 struct MoESaved {
   Tensor probs, lse, expert, gate, slot, slot_token, counts;  // routing (moe_route)
-  Tensor xe, he, ge, ye;  // expert inputs (S, C), fc outputs and their GELU (S, 4C), outputs (S, C)
-  Tensor hs, gs;          // the shared MLP's fc outputs and their GELU (N, shared width)
+  // Expert inputs (S, C), fc outputs (S, F; SwiGLU 2F) and their activation (S, F), outputs (S, C).
+  Tensor xe, he, ge, ye;
+  Tensor hs, gs;  // the shared MLP's fc outputs and their activation (N, its width; SwiGLU hs twice it)
 };
 
 class MoEMLP {
@@ -104,9 +106,9 @@ class MoEMLP {
   // The expert MLPs on xe's slots: he, ge, ye (forward) or, given dye, dxe and the gradients.
   void experts_forward(Runtime& rt, const MoESaved& s) const;
   void experts_backward(Runtime& rt, const Tensor& dxe, const Tensor& dye, const MoESaved& s) const;
-  // The shared MLP: its fc and GELU for x into s.hs, s.gs (from `keep`); then out += its output (this
+  // The shared MLP: its fc and activation for x into s.hs, s.gs (from `keep`); then out += its output (this
   // rank's part under tensor parallelism, the bias on the first rank). Backward adds its part of dx
-  // (N, C) for dout (N, C), and its gradients; s.gs is overwritten.
+  // (N, C) for dout (N, C), and its gradients; s.gs (and with SwiGLU s.hs) is overwritten.
   void shared_hidden(Runtime& rt, const Tensor& x, MoESaved& s, Arena& keep) const;
   void shared_output(Runtime& rt, const Tensor& out, const MoESaved& s) const;
   void shared_backward(Runtime& rt, const Tensor& dx, const Tensor& dout, const Tensor& x, const MoESaved& s) const;
