@@ -8,7 +8,8 @@ with the reason). The tiny config, dropout on, deterministic mode:
   N + resume + N equals 2N with them;
 - one GPU with mixture-of-experts blocks (4 experts, top 2, capacity factor 1: choices dropped) in
   fp32 trains the same model as the CPU; in bf16 its steps replayed as CUDA graphs equal launched
-  ones bitwise, and N + resume + N equals 2N;
+  ones bitwise, and N + resume + N equals 2N; so with Mixtral's experts (SwiGLU without biases, of
+  width 90: model.mlp = swiglu, model.bias = false, moe.ffn_hidden_size = 90) in fp32 and bf16;
 - one GPU with rotary positions (model.position_embedding = rope) in fp32 trains the same model as
   the CPU; in bf16 with cuDNN attention its graphed steps match launched ones;
 - one GPU with SwiGLU MLPs (model.mlp = swiglu) in fp32 trains the same model as the CPU; in bf16
@@ -203,6 +204,17 @@ def main():
         check(f"cuda graphs: {STEPS - 1} of {STEPS} steps" in out and graphed == plain,
               "experts, bf16: steps replayed as CUDA graphs equal launched ones bitwise")
         check_resume(binary, mpiexec, config, tmp, "moe_bf16_resume", 1, *moe_bf)
+        # Mixtral's experts at a width of 90: the batched fc GEMM without epilogue into [gate | up]
+        # rows no multiple of 16 bytes in bf16, SwiGLU over every local expert's slots.
+        mx = moe + ["model.mlp=swiglu", "model.bias=false", "moe.ffn_hidden_size=90"]
+        mx_cpu = train(binary, mpiexec, config, tmp, "mx_cpu", 1, "train.device=cpu", f32, *mx)
+        mx_one = train(binary, mpiexec, config, tmp, "mx_gpu1", 1, "train.device=cuda", f32, *mx)
+        check_same_model("Mixtral's experts, width 90: one GPU against the CPU, fp32", mx_one, mx_cpu)
+        mx_bf = ["train.device=cuda", "train.precision=bf16", "model.dropout=0", *mx]
+        graphed, out = train_with_log(binary, config, tmp, "mx_graphs", *mx_bf)
+        plain = train(binary, mpiexec, config, tmp, "mx_plain", 1, *mx_bf, "train.cuda_graphs=false")
+        check(f"cuda graphs: {STEPS - 1} of {STEPS} steps" in out and graphed == plain,
+              "Mixtral's experts, bf16: steps replayed as CUDA graphs equal launched ones bitwise")
         # Rotary positions: one GPU against the CPU in fp32; in bf16 with cuDNN attention, graphs equal
         # launched steps.
         rope = ["model.position_embedding=rope", "model.rope_theta=500"]
@@ -247,6 +259,8 @@ def main():
             check_same_model(f"{name} against one GPU, fp32", run, one)
         run = train(binary, mpiexec, config, tmp, "moe_expert2", 2, "train.device=cuda", f32, *moe, "parallel.expert=2")
         check_same_model("experts, data = 2 with expert = 2 against one GPU, fp32", run, moe_one)
+        run = train(binary, mpiexec, config, tmp, "mx_expert2", 2, "train.device=cuda", f32, *mx, "parallel.expert=2")
+        check_same_model("Mixtral's experts, data = 2 with expert = 2 against one GPU, fp32", run, mx_one)
         check_resume(binary, mpiexec, config, tmp, "data2_zero1_bf16", 2, "train.device=cuda", "train.precision=bf16",
                      "zero.stage=1")
         z1 = ["train.device=cuda", "train.precision=bf16", "zero.stage=1"]
