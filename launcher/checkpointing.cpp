@@ -643,9 +643,6 @@ StoredModel open_init_source(const Config& cfg, const GPTConfig& want, const std
     }
   }();
   const GPTConfig& have = src.shape;
-  if (have.moe.experts > 0)
-    throw UserError(what + ": the model has mixture-of-experts blocks (moe.experts = " + std::to_string(have.moe.experts) +
-                    "); model.init_from starts dense models only");
   auto shape = [](const GPTConfig& m) {
     return "vocab_size " + std::to_string(m.vocab_size) + ", n_layers " + std::to_string(m.n_layers) + ", n_heads " +
            std::to_string(m.n_heads) + ", d_model " + std::to_string(m.d_model) + ", seq_len " + std::to_string(m.seq_len);
@@ -697,6 +694,17 @@ StoredModel open_init_source(const Config& cfg, const GPTConfig& want, const std
   };
   if (have.tied_head != want.tied_head)
     throw UserError(what + " holds a model with " + head(have) + "; this run has " + head(want));
+  // The experts' parameters: which blocks have them, how many, a shared MLP, their width (top_k, the
+  // capacity and the losses' weights are this run's to choose).
+  auto experts = [](const GPTConfig& m) {
+    const MoEConfig& e = m.moe;
+    if (e.experts == 0) return std::string("dense MLPs (moe.experts = 0)");
+    return std::to_string(e.experts) + " experts of width " + std::to_string(e.expert_width(m.d_model)) + " every " +
+           std::to_string(e.layer_freq) + " blocks with " + std::to_string(e.shared_experts) +
+           " shared (moe.experts, moe.ffn_hidden_size, moe.layer_freq, moe.shared_experts)";
+  };
+  if (experts(have) != experts(want))
+    throw UserError(what + " holds a model with " + experts(have) + "; this run has " + experts(want));
   return src;
 }
 

@@ -1,5 +1,5 @@
-// Hugging Face model directories (GPT-2 and Llama): the tensor mappings, config.json, safetensors
-// both ways.
+// Hugging Face model directories (GPT-2, Llama, Qwen2 and Mixtral): the tensor mappings, config.json,
+// safetensors both ways.
 #include "launcher/hf_model.h"
 
 #include <algorithm>
@@ -31,8 +31,9 @@ struct HfTensor {
   bool transpose = false;      // stored (cols, rows) there
 };
 
-// Llama's layout of tensors; with biases on qkv alone it is Qwen2's.
+// Llama's layout of tensors; with biases on qkv alone it is Qwen2's, with experts Mixtral's.
 bool llama_family(const GPTConfig& m) { return m.rope && m.swiglu && m.rmsnorm && !m.bias; }
+bool mixtral(const GPTConfig& m) { return llama_family(m) && m.moe.experts > 0; }
 // Names outside the model's prefix: an untied (or tied, safetensors keeping one name) head.
 constexpr const char* kHeadName = "lm_head.weight";
 
@@ -58,7 +59,8 @@ std::string hf_name(const std::string& name) {
 }
 
 // Llama's tensors of a Trellis parameter, with their rows (nn.Linear's (out, in), as Trellis's): qkv
-// is q_proj, k_proj and v_proj one after the other, fc gate_proj and up_proj.
+// is q_proj, k_proj and v_proj one after the other, fc gate_proj and up_proj; Mixtral's router is
+// block_sparse_moe.gate, an expert's fc w1 (gate) and w3 (up), its proj w2.
 void llama_tensors(const GPTConfig& m, const ParameterSpec& s, int64_t offset, std::vector<HfTensor>& out) {
   const int64_t C = m.d_model, Ckv = m.kv_heads() * m.head_dim(), F = m.mlp_width();
   if (s.name == "wte") return out.push_back({"model.embed_tokens.weight", m.vocab_size, C, offset});
@@ -79,6 +81,17 @@ void llama_tensors(const GPTConfig& m, const ParameterSpec& s, int64_t offset, s
     out.push_back({layer + "self_attn.q_proj.bias", C, 0, offset});
     out.push_back({layer + "self_attn.k_proj.bias", Ckv, 0, offset + C});
     return out.push_back({layer + "self_attn.v_proj.bias", Ckv, 0, offset + C + Ckv});
+  }
+  if (rest == "moe.router.w") return out.push_back({layer + "block_sparse_moe.gate.weight", m.moe.experts, C, offset});
+  if (rest.rfind("moe.experts.", 0) == 0) {  // "moe.experts.J.fc.w"
+    const size_t j_end = rest.find('.', 12);
+    const std::string expert = layer + "block_sparse_moe.experts." + rest.substr(12, j_end - 12) + ".";
+    const std::string what = rest.substr(j_end + 1);
+    const int64_t Fe = m.moe.expert_width(C);
+    if (what == "proj.w") return out.push_back({expert + "w2.weight", C, Fe, offset});
+    TRELLIS_CHECK(what == "fc.w", "Mixtral mapping: no tensor for " + s.name);
+    out.push_back({expert + "w1.weight", Fe, C, offset});
+    return out.push_back({expert + "w3.weight", Fe, C, offset + Fe * C});
   }
   TRELLIS_CHECK(rest == "mlp.fc.w", "Llama mapping: no tensor for " + s.name);
   out.push_back({layer + "mlp.gate_proj.weight", F, C, offset});
@@ -115,18 +128,27 @@ std::string rope_scaling_json(const GPTConfig& m) {
 }
 
 std::string config_json(const GPTConfig& m) {
+  // Mixtral: Llama's keys, intermediate_size an expert's width, and the experts.
+  const std::string experts =
+      mixtral(m) ? ",\"num_local_experts\":" + std::to_string(m.moe.experts) + ",\"num_experts_per_tok\":" +
+                       std::to_string(m.moe.top_k) + ",\"router_aux_loss_coef\":" + number_g(m.moe.aux_loss_coef) +
+                       ",\"output_router_logits\":false,\"router_jitter_noise\":0.0,\"sliding_window\":null"
+                 : "";
+  const std::string head = mixtral(m)  ? "{\"architectures\":[\"MixtralForCausalLM\"],\"model_type\":\"mixtral\",\"vocab_size\":"
+                           : m.qkv_bias ? "{\"architectures\":[\"Qwen2ForCausalLM\"],\"model_type\":\"qwen2\",\"use_sliding_window\":false,"
+                                          "\"max_window_layers\":" + std::to_string(m.n_layers) + ",\"vocab_size\":"
+                                        : "{\"architectures\":[\"LlamaForCausalLM\"],\"model_type\":\"llama\",\"vocab_size\":";
   if (llama_family(m))  // no special tokens: Trellis's vocabularies name none
-    return std::string(m.qkv_bias ? "{\"architectures\":[\"Qwen2ForCausalLM\"],\"model_type\":\"qwen2\",\"use_sliding_window\":false,"
-                                    "\"max_window_layers\":" + std::to_string(m.n_layers) + ",\"vocab_size\":"
-                                  : "{\"architectures\":[\"LlamaForCausalLM\"],\"model_type\":\"llama\",\"vocab_size\":") +
+    return head +
            std::to_string(m.vocab_size) + ",\"hidden_size\":" + std::to_string(m.d_model) + ",\"intermediate_size\":" +
-           std::to_string(m.mlp_width()) + ",\"num_hidden_layers\":" + std::to_string(m.n_layers) +
+           std::to_string(mixtral(m) ? m.moe.expert_width(m.d_model) : m.mlp_width()) + experts +
+           ",\"num_hidden_layers\":" + std::to_string(m.n_layers) +
            ",\"num_attention_heads\":" + std::to_string(m.n_heads) + ",\"num_key_value_heads\":" +
            std::to_string(m.kv_heads()) + ",\"head_dim\":" + std::to_string(m.head_dim()) +
            ",\"max_position_embeddings\":" + std::to_string(m.seq_len) + ",\"rms_norm_eps\":" + number_g(m.norm_eps) +
            ",\"rope_theta\":" + number_g(m.rope_theta) + ",\"rope_scaling\":" + rope_scaling_json(m) +
            ",\"hidden_act\":\"silu\"," +
-           (m.qkv_bias ? "" : "\"attention_bias\":false,\"mlp_bias\":false,") +
+           (m.qkv_bias || mixtral(m) ? "" : "\"attention_bias\":false,\"mlp_bias\":false,") +
            "\"attention_dropout\":0.0,\"initializer_range\":0.02," +
            "\"tie_word_embeddings\":" + (m.tied_head ? "true" : "false") +
            ",\"torch_dtype\":\"float32\",\"bos_token_id\":null,\"eos_token_id\":null}\n";
@@ -214,7 +236,8 @@ GPTConfig read_hf_config(const std::string& dir) {
   };
   const std::string type = text("model_type", "gpt2");
   GPTConfig m;
-  if (type == "llama" || type == "qwen2") {
+  if (type == "llama" || type == "qwen2" || type == "mixtral") {
+    const bool mx = type == "mixtral";  // MixtralConfig's defaults where they differ from LlamaConfig's
     auto refuse = [&](const std::string& what) {
       throw UserError(path + ": " + what + "; Trellis computes Llama with SiLU, no biases and rotary positions plain or "
                       "with Llama 3's scaling");
@@ -225,22 +248,42 @@ GPTConfig read_hf_config(const std::string& dir) {
     if (flag("use_sliding_window", false)) refuse("use_sliding_window is true");
     if (number("pretraining_tp", 1) != 1) refuse("pretraining_tp is not 1");
     m.vocab_size = number("vocab_size", 32000);
-    m.seq_len = number("max_position_embeddings", 2048);
+    m.seq_len = number("max_position_embeddings", mx ? 131072 : 2048);
     m.n_layers = number("num_hidden_layers", 32);
     m.n_heads = number("num_attention_heads", 32);
     m.d_model = number("hidden_size", 4096);
-    m.n_kv_heads = number("num_key_value_heads", m.n_heads);
+    m.n_kv_heads = number("num_key_value_heads", mx ? 8 : m.n_heads);
+    // Mistral's sliding window (null in Mixtral's published configs) is refused where it is shorter
+    // than the context: Trellis attends to every earlier position.
+    if (mx && number("sliding_window", m.seq_len) < m.seq_len)
+      refuse("sliding_window " + std::to_string(number("sliding_window", 0)) + " is shorter than max_position_embeddings");
     if (m.n_kv_heads < 1) refuse("num_key_value_heads is " + std::to_string(m.n_kv_heads));
     const int64_t hd = number("head_dim", m.n_heads > 0 ? m.d_model / m.n_heads : 0);
     if (m.n_heads > 0 && hd * m.n_heads != m.d_model)
       refuse("head_dim " + std::to_string(hd) + " x num_attention_heads is not hidden_size");
-    m.ffn_hidden = number("intermediate_size", 11008);
-    if (m.ffn_hidden < 1 || m.ffn_hidden > INT32_MAX)
-      throw UserError(path + ": intermediate_size is " + std::to_string(m.ffn_hidden) + " (allowed: 1 to 2147483647)");
+    const int64_t width = number("intermediate_size", mx ? 14336 : 11008);
+    if (width < 1 || width > INT32_MAX)
+      throw UserError(path + ": intermediate_size is " + std::to_string(width) + " (allowed: 1 to 2147483647)");
     m.rope = m.swiglu = m.rmsnorm = true;
     m.bias = false;
     m.qkv_bias = type == "qwen2";  // Qwen2: biases on q, k and v
-    m.rope_theta = real("rope_theta", 10000.0, 1.0, 1e12);
+    if (mx) {  // every block's MLP is experts of that width; routing as Trellis's (softmax, top k renormalized)
+      m.moe.experts = number("num_local_experts", 8);
+      m.moe.top_k = number("num_experts_per_tok", 2);
+      if (m.moe.experts < 1 || m.moe.experts > 1024 || m.moe.top_k < 1 || m.moe.top_k > std::min<int64_t>(m.moe.experts, 8))
+        throw UserError(path + ": num_local_experts " + std::to_string(m.moe.experts) + " with num_experts_per_tok " +
+                        std::to_string(m.moe.top_k) + " (allowed: 1 to 1024 experts, 1 to min(8, experts) a token)");
+      m.moe.ffn_hidden = width;
+      const double aux = real("router_aux_loss_coef", 0.001, -1e300, 1e6);
+      if (aux < 0) throw UserError(path + ": router_aux_loss_coef is " + number_g(aux) + " (allowed: 0 or more)");
+      m.moe.aux_loss_coef = float(aux);
+      // Dropless, as Mixtral routes (within moe.capacity_factor's limit; generation routes dropless anyway).
+      m.moe.capacity_factor = std::min(64.0, double(m.moe.experts) / double(m.moe.top_k));
+      m.set_expert_mlp();
+    } else {
+      m.ffn_hidden = width;
+    }
+    m.rope_theta = real("rope_theta", mx ? 1e6 : 10000.0, 1.0, 1e12);
     // The rotation's kind: rope_scaling {rope_type (or type), factor, ...} (transformers 4), or
     // rope_parameters {rope_type, rope_theta, factor, ...} (transformers 5); "default" or "llama3".
     for (const char* key : {"rope_scaling", "rope_parameters"}) {
@@ -268,11 +311,11 @@ GPTConfig read_hf_config(const std::string& dir) {
       m.rope_original_positions = value("original_max_position_embeddings", 8192, 0, 1e9);
       if (!(m.rope_high_freq_factor > m.rope_low_freq_factor)) refuse(k + ".high_freq_factor does not exceed low_freq_factor");
     }
-    m.norm_eps = real("rms_norm_eps", 1e-6, 0.0, 0.1);
+    m.norm_eps = real("rms_norm_eps", mx ? 1e-5 : 1e-6, 0.0, 0.1);
     m.tied_head = flag("tie_word_embeddings", false);
     return m;
   }
-  if (type != "gpt2") throw UserError(path + ": model_type is \"" + type + "\" (allowed: gpt2, llama, qwen2)");
+  if (type != "gpt2") throw UserError(path + ": model_type is \"" + type + "\" (allowed: gpt2, llama, qwen2, mixtral)");
   auto refuse = [&](const std::string& what) {
     throw UserError(path + ": " + what + "; Trellis computes GPT-2 with the tanh GELU (gelu_new)");
   };
@@ -297,9 +340,16 @@ GPTConfig read_hf_config(const std::string& dir) {
 }
 
 std::string hf_family_mismatch(const GPTConfig& m) {
-  if (m.moe.experts > 0)
-    return "the model has mixture-of-experts blocks (moe.experts = " + std::to_string(m.moe.experts) +
-           "); a Hugging Face GPT-2 or Llama has none";
+  if (m.moe.experts > 0) {  // Mixtral: Llama's block with SwiGLU experts in every block, nothing shared
+    const std::string what = "the model has mixture-of-experts blocks (moe.experts = " + std::to_string(m.moe.experts) + ") ";
+    const char* mixtral_is = "; a Hugging Face Mixtral has Llama's block (rotary positions, RMSNorm, no linear biases) "
+                             "with SwiGLU experts in every block and no shared MLP";
+    if (!llama_family(m)) return what + "of " + (m.swiglu ? "SwiGLU" : "GELU") + " MLPs in a block not Llama's" + mixtral_is;
+    if (m.moe.layer_freq != 1) return what + "in every " + std::to_string(m.moe.layer_freq) + " blocks" + mixtral_is;
+    if (m.moe.shared_experts > 0) return what + "with a shared MLP (moe.shared_experts)" + mixtral_is;
+    if (m.qkv_bias) return what + "with biases on qkv" + mixtral_is;
+    return "";
+  }
   if (llama_family(m)) return "";
   const bool gpt2 = !m.rope && !m.swiglu && !m.rmsnorm && m.bias && m.kv_heads() == m.n_heads;
   if (gpt2) return "";
@@ -311,7 +361,9 @@ std::string hf_family_mismatch(const GPTConfig& m) {
          "(grouped-query attention is Llama's), a Llama rotary positions, SwiGLU, RMSNorm and no biases";
 }
 
-const char* hf_family_name(const GPTConfig& m) { return llama_family(m) ? (m.qkv_bias ? "Qwen2" : "Llama") : "GPT-2"; }
+const char* hf_family_name(const GPTConfig& m) {
+  return mixtral(m) ? "Mixtral" : llama_family(m) ? (m.qkv_bias ? "Qwen2" : "Llama") : "GPT-2";
+}
 
 namespace {
 

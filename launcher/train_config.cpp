@@ -380,9 +380,6 @@ void validate_experts(const Config& c, const BatchLayout& b) {
                       " splits experts, but moe.experts = 0 (set moe.experts, or parallel.expert = 1)");
     return;
   }
-  if (!c.model.init_from.empty())
-    throw UserError(c.path + ": model.init_from = \"" + c.model.init_from +
-                    "\": a model with experts starts from random weights only (allowed with moe.experts > 0: empty)");
   if (E % G != 0 || b.data % G != 0)
     throw UserError(c.path + ": parallel.expert = " + std::to_string(G) + " must divide moe.experts = " +
                     std::to_string(E) + " and the data-parallel size " + std::to_string(b.data));

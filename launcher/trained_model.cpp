@@ -298,6 +298,8 @@ StoredModel open_hf(const std::string& dir) {
   s.shape.bias = c.bias;
   s.shape.qkv_bias = c.qkv_bias;
   s.shape.tied_head = c.tied_head;
+  set_experts(s.shape, c.moe.experts, c.moe.top_k, c.moe.capacity_factor, c.moe.aux_loss_coef, c.moe.layer_freq,
+              c.moe.shared_experts, c.moe.ffn_hidden, where);  // Mixtral's
   // Its weights take at least 2 bytes a parameter: a config.json that claims more than
   // model.safetensors holds is found before anything is sized by it.
   const std::vector<std::string> files = hf_weight_files(dir);

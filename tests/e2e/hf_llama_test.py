@@ -18,6 +18,12 @@ Where torch and transformers import: LlamaForCausalLM.from_pretrained(export) co
 Trellis computed (a --dump-grads dump) within 1e-5, also with rope scaling, and a random Llama that
 transformers wrote (unscaled, and scaled) starts a Trellis run whose first loss is transformers' on
 the same tokens.
+Mixtral (MixtralForCausalLM): a tiny Llama whose MLPs are 4 SwiGLU experts of width 40, top 2, is
+exported with num_local_experts, num_experts_per_tok and intermediate_size 40 and each expert's w1,
+w3 (fc's gate and up rows) and w2, the router as block_sparse_moe.gate, exactly; model.init_from of
+the export starts the same model, and one line refuses it into a run of another expert width and the
+export of experts with a shared MLP; with transformers, its loss is Trellis's, and a Mixtral it wrote
+starts a Trellis run whose first loss is transformers'.
 Usage: hf_llama_test.py TRAIN_GPT EXPORT_HF CONFIG"""
 import json
 import os
@@ -34,6 +40,10 @@ LLAMA = ["model.position_embedding=rope", "model.rope_theta=500", "model.mlp=swi
 # Llama 3.1's rope scaling, with original positions 64 so that the tiny model's 8 frequencies fall in all three bands.
 SCALED = LLAMA + ["model.rope_scaling=llama3", "model.rope_original_positions=64"]
 QWEN2 = LLAMA + ["model.qkv_bias=true"]  # Qwen2's biases on q, k and v
+# Mixtral's: Llama's block whose MLP is 4 SwiGLU experts of width 40 (top 2; capacity for every token,
+# as Mixtral routes without dropping).
+MIXTRAL = [s for s in LLAMA if "ffn_hidden_size" not in s] + ["moe.experts=4", "moe.top_k=2", "moe.ffn_hidden_size=40",
+                                                              "moe.capacity_factor=2"]
 SCALING = {"rope_type": "llama3", "factor": 8, "low_freq_factor": 1, "high_freq_factor": 4,
            "original_max_position_embeddings": 64}
 # Llama 3.2 1B's config.json as published (transformers 4.45).
@@ -131,7 +141,7 @@ def expected(weights_dir):
     """Llama's tensors from a Trellis weight export: {name: (shape, values)}."""
     meta = json.load(open(os.path.join(weights_dir, "model.json")))
     flat, c = floats(os.path.join(weights_dir, "params.f32")), meta["config"]
-    V, C, F = c["vocab_size"], c["d_model"], c["ffn_hidden_size"]
+    V, C, F = c["vocab_size"], c["d_model"], c.get("ffn_hidden_size", 4 * c["d_model"])
     Ckv = c.get("n_kv_heads", c["n_heads"]) * (C // c["n_heads"])
     out = {}
     for p in meta["params"]:
@@ -144,6 +154,19 @@ def expected(weights_dir):
             continue
         layer, rest = name.split(".", 2)[1], name.split(".", 2)[2]
         pre = f"model.layers.{layer}."
+        if rest == "moe.router.w":
+            E = c["moe"]["experts"]
+            out[pre + "block_sparse_moe.gate.weight"] = ([E, C], flat[off:off + E * C])
+            continue
+        if rest.startswith("moe.experts."):  # moe.experts.J.fc.w: w1 (gate) and w3 (up); proj.w: w2
+            j, what = rest.split(".")[2], ".".join(rest.split(".")[3:])
+            Fe, ex = c["moe"]["ffn_hidden_size"], f"{pre}block_sparse_moe.experts.{j}."
+            if what == "fc.w":
+                out[ex + "w1.weight"] = ([Fe, C], flat[off:off + Fe * C])
+                out[ex + "w3.weight"] = ([Fe, C], flat[off + Fe * C:off + 2 * Fe * C])
+            else:
+                out[ex + "w2.weight"] = ([C, Fe], flat[off:off + C * Fe])
+            continue
         pieces = {"ln1.w": [("input_layernorm.weight", [C])], "ln2.w": [("post_attention_layernorm.weight", [C])],
                   "attn.qkv.w": [("self_attn.q_proj.weight", [C, C]), ("self_attn.k_proj.weight", [Ckv, C]),
                                  ("self_attn.v_proj.weight", [Ckv, C])],
@@ -214,7 +237,7 @@ def main():
                                   'rope_type is "linear" (allowed: default, llama3)'),
                                  ("hidden_act", "gelu", 'hidden_act is "gelu"'),
                                  ("attention_bias", True, "attention_bias is true"),
-                                 ("model_type", "mistral", '"mistral" (allowed: gpt2, llama, qwen2)')]:
+                                 ("model_type", "mistral", '"mistral" (allowed: gpt2, llama, qwen2, mixtral)')]:
             d = os.path.join(tmp, "bad_" + key)
             os.makedirs(d)
             json.dump({**cfg, key: value}, open(os.path.join(d, "config.json"), "w"))
@@ -268,7 +291,33 @@ def main():
                               sum((["--set", s] for s in LLAMA), []), "biases on qkv alone")
         check(ok, f"model.init_from of the Qwen2 into a run without qkv biases: {lines}")
 
+        # Mixtral: exported as MixtralForCausalLM (each expert's w1, w3, w2, the router as the gate), started from.
+        mdump, hf_m, minit = os.path.join(tmp, "mdump"), os.path.join(tmp, "hf_mixtral"), os.path.join(tmp, "minit")
+        train(binary, config, MIXTRAL, ["--dump-grads", mdump])
+        p = run([export_hf, mdump, hf_m])
+        mcfg = json.load(open(os.path.join(hf_m, "config.json"))) if p.returncode == 0 else {}
+        check(mcfg.get("model_type") == "mixtral" and mcfg.get("architectures") == ["MixtralForCausalLM"] and
+              mcfg.get("num_local_experts") == 4 and mcfg.get("num_experts_per_tok") == 2 and
+              mcfg.get("intermediate_size") == 40 and "Mixtral" in p.stdout,
+              f"export_hf of Llama's block with SwiGLU experts: a Mixtral ({p.stdout.strip()} {p.stderr.strip()})")
+        got, want = read_safetensors(os.path.join(hf_m, "model.safetensors"))[1], expected(mdump)
+        check(set(got) == set(want) and all(got[k][1:] == want[k] for k in want) and
+              "model.layers.1.block_sparse_moe.experts.3.w3.weight" in got,
+              f"{len(got)} Mixtral tensors (experts' w1, w3, w2 and the gate among them), exact")
+        train(binary, config, MIXTRAL + ["model.init_from=" + hf_m, "train.steps=1"], ["--dump-grads", minit])
+        check(floats(os.path.join(minit, "params.f32")) == padded_source(mdump),
+              "model.init_from = the Mixtral directory: the source's parameters")
+        ok, lines = one_error([binary, config, "--set", "train.device=cpu", "--set", "model.init_from=" + hf_m] +
+                              sum((["--set", s] for s in MIXTRAL + ["moe.ffn_hidden_size=48"]), []),
+                              "holds a model with 4 experts of width 40 every 1 blocks with 0 shared")
+        check(ok, f"model.init_from of the Mixtral into a run of experts of width 48: {lines}")
+        shared = os.path.join(tmp, "shared_experts")
+        train(binary, config, MIXTRAL + ["moe.shared_experts=1"], ["--export-weights", shared])
+        equivalence.check_export_refused(check, export_hf, shared, os.path.join(tmp, "hf_shared"),
+                                         "with a shared MLP (moe.shared_experts)")
+
         check_hf_loss(check, hf, dump, "the Llama export", model_class="LlamaForCausalLM")
+        check_hf_loss(check, hf_m, mdump, "the Mixtral export", model_class="MixtralForCausalLM", tol=1e-6)
         check_hf_loss(check, hf_q, qdump, "the Qwen2 export", model_class="Qwen2ForCausalLM", tol=1e-6)
         # 1e-6: the tiny model's loss moves by about 1e-5 between scaled and unscaled rotation.
         check_hf_loss(check, hf_scaled, scaled_dump, "the Llama export with Llama 3.1's rope scaling",
@@ -312,6 +361,18 @@ def main():
             train(binary, config, QWEN2 + ["model.init_from=" + theirs_q, "train.steps=1"], ["--dump-grads", first])
             check_hf_loss(check, theirs_q, first, "a Qwen2 it wrote (biases drawn), started in Trellis",
                           model_class="Qwen2ForCausalLM", tol=1e-6)
+            from transformers import MixtralConfig, MixtralForCausalLM
+            torch.manual_seed(0)
+            theirs_m = os.path.join(tmp, "theirs_mixtral")
+            MixtralForCausalLM(MixtralConfig(vocab_size=64, hidden_size=64, intermediate_size=40, num_hidden_layers=2,
+                                             num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=32,
+                                             num_local_experts=4, num_experts_per_tok=2, rms_norm_eps=1e-6,
+                                             rope_theta=500.0, tie_word_embeddings=False)
+                               ).save_pretrained(theirs_m, safe_serialization=True)
+            first = os.path.join(tmp, "first_mixtral")
+            train(binary, config, MIXTRAL + ["model.init_from=" + theirs_m, "train.steps=1"], ["--dump-grads", first])
+            check_hf_loss(check, theirs_m, first, "a Mixtral it wrote, started in Trellis", model_class="MixtralForCausalLM",
+                          tol=1e-6)
     check.finish()
 
 

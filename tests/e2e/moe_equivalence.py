@@ -28,7 +28,9 @@ rank and the reverse, continue as the uninterrupted run; so do ZeRO checkpoints 
 parallelism, on their own layout (each rank reading its own pieces) and resharded: onto one rank,
 onto another expert size and ZeRO stage, from a dense data-parallel layout (also onto streamed
 experts), to one without experts split, from pipeline 2, from an interleaved pipeline and from tensor 2 x expert 2 (also with
-Mixtral's experts). A checkpoint whose experts sit in other blocks, or are of another width, is
+Mixtral's experts). model.init_from a one-rank checkpoint with Mixtral's experts starts from its weights,
+and at data 4 x expert 2 (also at ZeRO stage 3) and tensor 2 x expert 2 gives the one-rank run. A
+checkpoint whose experts sit in other blocks, or are of another width, is
 refused with one line; so is an expert width the tensor group cannot split.
 An expert group that does not divide the experts stops every rank, with one line.
 Usage: moe_equivalence.py TRAIN_GPT MPIEXEC CONFIG"""
@@ -209,6 +211,28 @@ def main():
                   f"logged MoE statistics {ds:.1e}"
                   + ("" if want_bytes is None else f"; model state per rank {start['model_state_bytes_per_rank'][0]} "
                      f"bytes ({'as' if bytes_ok else 'NOT as'} the formula with the experts apart: {want_bytes[0]})"))
+
+        # model.init_from a model with experts (a one-rank checkpoint of Mixtral's experts): the run starts
+        # from its weights (a first loss below a fresh run's), and on expert, tensor x expert and ZeRO
+        # stage 3 layouts each rank takes its experts' pieces: the same run as one rank.
+        src = os.path.join(tmp, "init_src")
+        run(binary, mpiexec, config, tmp, 1, "init_src", *MIXTRAL, f"checkpoint.dir={src}")
+        fresh = reference(MIXTRAL)[0]
+        _, i_loss, i_norms, i_w, _, _ = run(binary, mpiexec, config, tmp, 1, "init1", *MIXTRAL, f"model.init_from={src}")
+        ok = len(i_loss) == STEPS and i_loss[0] < fresh[0] - 0.05
+        failed |= not ok
+        print(f"{'ok  ' if ok else 'FAIL'} model.init_from a checkpoint with Mixtral's experts: first loss {i_loss[0]:.4f} "
+              f"(a fresh run's {fresh[0]:.4f})")
+        for ranks, tag, sets in [(4, "init_d4_e2", ["parallel.expert=2"]),
+                                 (4, "init_t2_e2", ["parallel.tensor=2", "parallel.expert=2"]),
+                                 (4, "init_d4_e2_z3", ["parallel.expert=2", "zero.stage=3"])]:
+            _, loss, norms, w, _, _ = run(binary, mpiexec, config, tmp, ranks, tag, *MIXTRAL, f"model.init_from={src}", *sets)
+            dl, dw, l2 = equivalence.compare(loss, i_loss, w, i_w)
+            dn = rel(norms, i_norms)
+            ok = len(loss) == STEPS and dl <= LOSS_TOL and dn <= NORM_TOL and dw <= WEIGHT_MAX_TOL and l2 <= WEIGHT_L2_TOL
+            failed |= not ok
+            print(f"{'ok  ' if ok else 'FAIL'} model.init_from it at {ranks} ranks {' '.join(sets)}: max loss rel diff "
+                  f"{dl:.2e}, grad norm {dn:.2e}, weights: rel L2 diff {l2:.2e}, max abs diff {dw:.2e}")
 
         # Resume: bitwise on the same layout; a data-2 stage-1 checkpoint (each rank's optimizer
         # pieces) resharded onto one rank continues as the uninterrupted run.
