@@ -195,26 +195,21 @@ def main():
         check_same_model("CUDA graphs with cuDNN attention against without, bf16", graphed, plain, half)
         moe = ["moe.experts=4", "moe.top_k=2", "moe.capacity_factor=1.0", "moe.aux_loss_coef=0.05", "moe.z_loss_coef=0.05",
                "moe.shared_experts=1"]
-        moe_cpu = train(binary, mpiexec, config, tmp, "moe_cpu", 1, "train.device=cpu", f32, *moe)
-        moe_one = train(binary, mpiexec, config, tmp, "moe_gpu1", 1, "train.device=cuda", f32, *moe)
-        check_same_model("experts: one GPU against the CPU, fp32", moe_one, moe_cpu)
-        moe_bf = ["train.device=cuda", "train.precision=bf16", "model.dropout=0", *moe]
-        graphed, out = train_with_log(binary, config, tmp, "moe_graphs", *moe_bf)
-        plain = train(binary, mpiexec, config, tmp, "moe_plain", 1, *moe_bf, "train.cuda_graphs=false")
-        check(f"cuda graphs: {STEPS - 1} of {STEPS} steps" in out and graphed == plain,
-              "experts, bf16: steps replayed as CUDA graphs equal launched ones bitwise")
-        check_resume(binary, mpiexec, config, tmp, "moe_bf16_resume", 1, *moe_bf)
         # Mixtral's experts at a width of 90: the batched fc GEMM without epilogue into [gate | up]
         # rows no multiple of 16 bytes in bf16, SwiGLU over every local expert's slots.
         mx = moe + ["model.mlp=swiglu", "model.bias=false", "moe.ffn_hidden_size=90"]
-        mx_cpu = train(binary, mpiexec, config, tmp, "mx_cpu", 1, "train.device=cpu", f32, *mx)
-        mx_one = train(binary, mpiexec, config, tmp, "mx_gpu1", 1, "train.device=cuda", f32, *mx)
-        check_same_model("Mixtral's experts, width 90: one GPU against the CPU, fp32", mx_one, mx_cpu)
-        mx_bf = ["train.device=cuda", "train.precision=bf16", "model.dropout=0", *mx]
-        graphed, out = train_with_log(binary, config, tmp, "mx_graphs", *mx_bf)
-        plain = train(binary, mpiexec, config, tmp, "mx_plain", 1, *mx_bf, "train.cuda_graphs=false")
-        check(f"cuda graphs: {STEPS - 1} of {STEPS} steps" in out and graphed == plain,
-              "Mixtral's experts, bf16: steps replayed as CUDA graphs equal launched ones bitwise")
+        one_gpu = {}
+        for tag, name, sets in (("moe", "experts", moe), ("mx", "Mixtral's experts, width 90", mx)):
+            on_cpu = train(binary, mpiexec, config, tmp, f"{tag}_cpu", 1, "train.device=cpu", f32, *sets)
+            one_gpu[tag] = train(binary, mpiexec, config, tmp, f"{tag}_gpu1", 1, "train.device=cuda", f32, *sets)
+            check_same_model(f"{name}: one GPU against the CPU, fp32", one_gpu[tag], on_cpu)
+            bf = ["train.device=cuda", "train.precision=bf16", "model.dropout=0", *sets]
+            graphed, out = train_with_log(binary, config, tmp, f"{tag}_graphs", *bf)
+            plain = train(binary, mpiexec, config, tmp, f"{tag}_plain", 1, *bf, "train.cuda_graphs=false")
+            check(f"cuda graphs: {STEPS - 1} of {STEPS} steps" in out and graphed == plain,
+                  f"{name}, bf16: steps replayed as CUDA graphs equal launched ones bitwise")
+        check_resume(binary, mpiexec, config, tmp, "moe_bf16_resume", 1, "train.device=cuda", "train.precision=bf16",
+                     "model.dropout=0", *moe)
         # Rotary positions: one GPU against the CPU in fp32; in bf16 with cuDNN attention, graphs equal
         # launched steps.
         rope = ["model.position_embedding=rope", "model.rope_theta=500"]
@@ -258,9 +253,9 @@ def main():
             run = train(binary, mpiexec, config, tmp, tag, 2, "train.device=cuda", f32, *sets)
             check_same_model(f"{name} against one GPU, fp32", run, one)
         run = train(binary, mpiexec, config, tmp, "moe_expert2", 2, "train.device=cuda", f32, *moe, "parallel.expert=2")
-        check_same_model("experts, data = 2 with expert = 2 against one GPU, fp32", run, moe_one)
+        check_same_model("experts, data = 2 with expert = 2 against one GPU, fp32", run, one_gpu["moe"])
         run = train(binary, mpiexec, config, tmp, "mx_expert2", 2, "train.device=cuda", f32, *mx, "parallel.expert=2")
-        check_same_model("Mixtral's experts, data = 2 with expert = 2 against one GPU, fp32", run, mx_one)
+        check_same_model("Mixtral's experts, data = 2 with expert = 2 against one GPU, fp32", run, one_gpu["mx"])
         check_resume(binary, mpiexec, config, tmp, "data2_zero1_bf16", 2, "train.device=cuda", "train.precision=bf16",
                      "zero.stage=1")
         z1 = ["train.device=cuda", "train.precision=bf16", "zero.stage=1"]
