@@ -72,6 +72,13 @@ def main():
     p = subprocess.run([binary, llama, "--plan", "--world", "8"], capture_output=True, text=True, timeout=60)
     check(p.returncode == 0 and "model: 124,668,672 parameters" in p.stdout and sorted(rows(p.stdout)) == [0],
           f"examples/configs/llama_125m.toml plans ({p.stderr.strip()})")
+    # So does the Mixtral example: its body plus 8 SwiGLU experts of width 2048 for the dense MLP.
+    mixtral = os.path.join(os.path.dirname(config), "mixtral_8x125m.toml")
+    p = subprocess.run([binary, mixtral, "--plan", "--world", "8"], capture_output=True, text=True, timeout=60)
+    body = 124668672 - 12 * 3 * 2048 * 768  # llama_125m without its dense MLPs
+    want = body + 12 * (8 * 768 + 8 * 3 * 2048 * 768)  # the routers and the experts
+    check(p.returncode == 0 and f"model: {want:,} parameters" in p.stdout and sorted(rows(p.stdout)) == [0],
+          f"examples/configs/mixtral_8x125m.toml plans, {want:,} parameters ({p.stderr.strip()})")
     p = subprocess.run([binary, config, "--world", "4"], capture_output=True, text=True, timeout=60)
     check(p.returncode == 1 and "--world goes with --plan" in p.stderr, "--world without --plan is refused")
 
