@@ -17,6 +17,7 @@
 #include <map>
 #include <optional>
 #include <regex>
+#include <set>
 #include <sstream>
 #include <vector>
 
@@ -74,13 +75,14 @@ void set_owned_state(Runtime& rt, TrainingState s, const StateBlob& b, const Ten
   rt.synchronize();
 }
 
-// Sets blob b's state (the parameters, or an optimizer tensor) from its whole-model host copy
-// `host` (elements of `dtype`): each rank takes what it holds of its stage's copy.
-void set_from_whole(Runtime& rt, TrainingState s, const StateBlob& b, const std::vector<char>& host, DType dtype) {
+// Sets blob b's state (the parameters, or an optimizer tensor) from this rank's part of it (elements
+// of `dtype`), which fill(part) writes into a host tensor: each rank takes what it holds.
+void set_from_stage(Runtime& rt, TrainingState s, const StateBlob& b, DType dtype,
+                    const std::function<void(const Tensor& part)>& fill) {
   const int64_t n = s.model.params().numel();
   std::vector<char> stage_host(size_t(n) * dtype_size(dtype));  // host memory: no whole-stage device buffer
   const Tensor stage_whole(stage_host.data(), dtype, Device::CPU(), {n});
-  scatter_whole(rt, s.layout, s.pipeline_rank(), s.tensor_rank(), host, stage_whole);
+  fill(stage_whole);
   if (b.held == Held::params) {
     s.optimizer.set_values(stage_whole);
   } else {  // into the owned state as held (assembled on the host when it is split), then set
@@ -596,7 +598,9 @@ int64_t load_training_checkpoint(Runtime& rt, const Config& cfg, const std::stri
                           "; this run needs " + std::string(dtype_name(dtype)) + " (written with another precision?)");
         reader.read_blob(name, host.data(), host.size());
       }
-      set_from_whole(rt, s, b, host, dtype);
+      set_from_stage(rt, s, b, dtype, [&](const Tensor& part) {
+        scatter_whole(rt, s.layout, s.pipeline_rank(), s.tensor_rank(), host, part);
+      });
     }
     const JsonValue& sc = meta.at("scaler");
     LossScalerState st;
@@ -708,54 +712,69 @@ StoredModel open_init_source(const Config& cfg, const GPTConfig& want, const std
   return src;
 }
 
-std::vector<float> initial_parameters(const Config& cfg, const GPTConfig& want, const std::vector<ParameterSpec>& whole_specs,
-                                      const std::string& source) {
+std::map<std::string, std::vector<float>> initial_tensors(const Config& cfg, const GPTConfig& want,
+                                                          const std::set<std::string>& names, const std::string& source) {
   const std::string what = cfg.path + ": model.init_from = " + cfg.model.init_from;
   const StoredModel src = open_init_source(cfg, want, source);
-  const GPTConfig& have = src.shape;
-  const std::vector<float> values = [&] {
+  std::map<std::string, std::vector<float>> tensors = [&] {
     try {
-      return src.read_f32();
+      return src.read_f32_tensors(names);
     } catch (const UserError& e) {
       throw UserError(what + ": " + e.what());
     }
   }();
-  if (!std::all_of(values.begin(), values.end(), [](float v) { return std::isfinite(v); }))
-    throw UserError(what + ": " + src.dir + " holds non-finite parameters (a diverged run's?)");
-  // In this run's whole layout, by name: the same tensors, the position embedding's first rows.
-  std::map<std::string, int64_t> at;
-  int64_t offset = 0;
-  for (const ParameterSpec& p : GPT::parameter_specs(have)) {
-    at[p.name] = offset;
-    offset += p.shape.numel();
-  }
-  int64_t total = 0;
-  for (const ParameterSpec& p : whole_specs) total += p.shape.numel();
-  std::vector<float> whole(static_cast<size_t>(total));
-  offset = 0;
-  for (const ParameterSpec& p : whole_specs) {
-    std::copy_n(values.begin() + at.at(p.name), p.shape.numel(), whole.begin() + offset);
-    offset += p.shape.numel();
+  // The same tensors by name; the position table's first rows where the source's context is longer.
+  size_t read = 0;
+  for (const ParameterSpec& p : GPT::parameter_specs(want)) {
+    auto it = tensors.find(p.name);
+    if (it == tensors.end()) continue;
+    std::vector<float>& v = it->second;
+    if (!std::all_of(v.begin(), v.end(), [](float x) { return std::isfinite(x); }))
+      throw UserError(what + ": " + src.dir + " holds non-finite parameters (a diverged run's?) in " + p.name);
+    v.resize(size_t(p.shape.numel()));
+    read += v.size();
   }
   if (world_rank() == 0)
-    std::printf("initialized the parameters from %s (model.init_from); the optimizer starts afresh\n", src.dir.c_str());
+    std::printf("initialized the parameters from %s (model.init_from; rank 0 took %s of its %s parameters); the "
+                "optimizer starts afresh\n",
+                src.dir.c_str(), with_commas(int64_t(read)).c_str(), with_commas(src.numel).c_str());
+  return tensors;
+}
+
+std::vector<float> initial_parameters(const Config& cfg, const GPTConfig& want, const std::vector<ParameterSpec>& whole_specs,
+                                      const std::string& source) {
+  std::set<std::string> names;
+  for (const ParameterSpec& p : whole_specs) names.insert(p.name);
+  const std::map<std::string, std::vector<float>> tensors = initial_tensors(cfg, want, names, source);
+  std::vector<float> whole;
+  for (const ParameterSpec& p : whole_specs) whole.insert(whole.end(), tensors.at(p.name).begin(), tensors.at(p.name).end());
   return whole;
 }
 
 void load_initial_parameters(Runtime& rt, const Config& cfg, TrainingState s, const std::string& source) {
-  const std::vector<float> whole = initial_parameters(cfg, s.model.config(), s.layout.whole, source);
+  // This rank reads the tensors it holds (its stage's, its experts), not the whole model.
+  std::set<std::string> names;
+  for (const ParameterSpec& p : s.layout.shard_of(s.pipeline_rank(), s.tensor_rank())) names.insert(p.name);
+  const std::map<std::string, std::vector<float>> tensors = initial_tensors(cfg, s.model.config(), names, source);
   // The parameters in the compute dtype; a separate master holds the f32 values themselves. The
   // Adam moments start at zero.
   for (const StateBlob& b : state_blobs(s)) {
     if (b.held == Held::tensor) continue;
     const DType dtype = b.held == Held::params ? s.model.params().dtype() : DType::f32;
-    std::vector<char> host(whole.size() * dtype_size(dtype));
-    for (size_t i = 0; i < whole.size(); ++i) {
-      if (dtype == DType::f32) std::memcpy(host.data() + 4 * i, &whole[i], 4);
-      else if (dtype == DType::bf16) reinterpret_cast<bf16_t*>(host.data())[i] = to_bf16(whole[i]);
-      else reinterpret_cast<f16_t*>(host.data())[i] = to_f16(whole[i]);
+    std::map<std::string, std::vector<char>> host;
+    for (const auto& [name, values] : tensors) {
+      std::vector<char>& h = host[name];
+      h.resize(values.size() * dtype_size(dtype));
+      for (size_t i = 0; i < values.size(); ++i) {
+        if (dtype == DType::f32) std::memcpy(h.data() + 4 * i, &values[i], 4);
+        else if (dtype == DType::bf16) reinterpret_cast<bf16_t*>(h.data())[i] = to_bf16(values[i]);
+        else reinterpret_cast<f16_t*>(h.data())[i] = to_f16(values[i]);
+      }
     }
-    set_from_whole(rt, s, b, host, dtype);
+    set_from_stage(rt, s, b, dtype, [&](const Tensor& stage_whole) {
+      scatter_tensors(rt, s.layout, s.pipeline_rank(), s.tensor_rank(),
+                      [&](const std::string& name) { return host.at(name).data(); }, stage_whole);
+    });
   }
 }
 

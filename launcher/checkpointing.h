@@ -59,10 +59,10 @@ void check_checkpoint_dir_shared(const Config& cfg);
 // all ranks agree), or nothing. Throws UserError for an explicit path that is not valid.
 std::optional<std::string> choose_resume(const Config& cfg, MPI_Comm world);
 
-// For a fresh run with model.init_from: the parameters from a Hugging Face GPT-2 directory, a weight
+// For a fresh run with model.init_from: the parameters from a Hugging Face directory, a weight
 // export or a checkpoint (launcher/trained_model.h) of this run's shape (model.seq_len may be
-// shorter: the first positions are taken), into every rank's part; a separate master takes the
-// f32 values themselves, the moments stay zero. `source`: the directory resolve_model_dir chose on
+// shorter: the first positions are taken), into every rank's part, each rank reading the tensors
+// it holds; a separate master takes the f32 values themselves, the moments stay zero. `source`: the directory resolve_model_dir chose on
 // rank 0 (the same on every rank). Throws UserError naming model.init_from.
 void load_initial_parameters(Runtime& rt, const Config& cfg, TrainingState state, const std::string& source);
 // Rank 0's `text`, on every rank of `comm`.

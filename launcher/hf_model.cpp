@@ -8,6 +8,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 
 #include "core/checkpoint.h"
@@ -29,6 +30,8 @@ struct HfTensor {
   int64_t rows = 0, cols = 0;  // as Hugging Face stores it (cols = 0: a vector of `rows`)
   int64_t offset = 0;          // in the flat layout
   bool transpose = false;      // stored (cols, rows) there
+  std::string param;           // the Trellis parameter it is (a part of)
+  int64_t within = 0;          // where it starts in that parameter
 };
 
 // Llama's layout of tensors; with biases on qkv alone it is Qwen2's, with experts Mixtral's.
@@ -102,18 +105,22 @@ std::vector<HfTensor> hf_tensors(const GPTConfig& m) {
   std::vector<HfTensor> out;
   int64_t offset = 0;
   for (const ParameterSpec& s : GPT::parameter_specs(m)) {
+    const size_t first = out.size();
     if (llama_family(m)) {
       llama_tensors(m, s, offset, out);
-      offset += s.shape.numel();
-      continue;
+    } else {
+      HfTensor t{hf_name(s.name), s.shape[0], s.shape.rank == 2 ? s.shape[1] : 0, offset, false};
+      if (s.name == "wte" || s.name == "lm_head.w") t.rows = m.vocab_size;  // without the padding rows
+      else if (s.shape.rank == 2 && s.name != "wpe") {  // (out, in) -> Conv1D's (in, out)
+        t.transpose = true;
+        std::swap(t.rows, t.cols);
+      }
+      out.push_back(t);
     }
-    HfTensor t{hf_name(s.name), s.shape[0], s.shape.rank == 2 ? s.shape[1] : 0, offset, false};
-    if (s.name == "wte" || s.name == "lm_head.w") t.rows = m.vocab_size;  // without the padding rows
-    else if (s.shape.rank == 2 && s.name != "wpe") {  // (out, in) -> Conv1D's (in, out)
-      t.transpose = true;
-      std::swap(t.rows, t.cols);
+    for (size_t i = first; i < out.size(); ++i) {
+      out[i].param = s.name;
+      out[i].within = out[i].offset - offset;
     }
-    out.push_back(t);
     offset += s.shape.numel();
   }
   return out;
@@ -373,9 +380,16 @@ struct WeightReading {
   const GPTConfig& shape;
   std::vector<HfTensor> tensors;
   std::string prefix;  // the model's name prefix, optional in the files
-  float* whole;
+  const HfDestination& dst;
   std::vector<bool> found;
   std::vector<float> head;
+  bool head_seen = false;               // a tied lm_head.weight (read into `head` where wte is wanted)
+  std::map<std::string, size_t> index;  // tensors by name
+  // Where tensor i's values go, or null (not read).
+  float* destination(size_t i) const {
+    float* p = dst(tensors[i].param);
+    return p ? p + tensors[i].within : nullptr;
+  }
 };
 
 // One safetensors file's tensors into r.whole. Its tensors' bytes must tile its data.
@@ -409,8 +423,8 @@ void read_safetensors_file(const std::string& path, WeightReading& r) {
       spans.emplace_back(uint64_t(begin), uint64_t(end));
       const bool head_name = key == "lm_head.weight";
       const std::string name = key.rfind(r.prefix, 0) == 0 || head_name ? key : r.prefix + key;
-      size_t i = 0;
-      while (i < r.tensors.size() && r.tensors[i].name != name) ++i;
+      const auto it = r.index.find(name);
+      const size_t i = it == r.index.end() ? r.tensors.size() : it->second;
       // Buffers older transformers saved: GPT-2's causal masks, Llama's rotary frequencies.
       const bool buffer = name.ends_with(".attn.bias") || name.ends_with(".attn.masked_bias") ||
                           name.ends_with(".rotary_emb.inv_freq");
@@ -432,6 +446,11 @@ void read_safetensors_file(const std::string& path, WeightReading& r) {
       const uint64_t count = uint64_t(h.rows) * uint64_t(vector ? 1 : h.cols);
       if (uint64_t(end - begin) != count * e)
         throw UserError(path + ": tensor " + key + "'s data_offsets do not span its shape");
+      float* dst = r.destination(is_head ? 0 : i);
+      if (is_head ? r.head_seen : r.found[i]) throw UserError(path + ": tensor " + key + " appears twice");
+      if (is_head) r.head_seen = true;
+      else r.found[i] = true;
+      if (!dst) continue;  // not wanted here: checked, not read
       raw.resize(size_t(count * e));
       f.seekg(std::streamoff(data_at + uint64_t(begin)));
       if (!f.read(raw.data(), std::streamsize(raw.size()))) throw UserError(path + ": cannot read " + key);
@@ -443,13 +462,9 @@ void read_safetensors_file(const std::string& path, WeightReading& r) {
         if (!std::isfinite(v[k])) throw UserError(path + ": tensor " + key + " holds non-finite values");
       }
       if (is_head) {
-        if (!r.head.empty()) throw UserError(path + ": tensor " + key + " appears twice");
         r.head = std::move(v);
         continue;
       }
-      if (r.found[i]) throw UserError(path + ": tensor " + key + " appears twice");
-      r.found[i] = true;
-      float* dst = r.whole + h.offset;
       if (!h.transpose) {
         std::memcpy(dst, v.data(), v.size() * 4);
       } else {  // GPT-2's (rows, cols) = Trellis's (cols, rows) transposed
@@ -494,20 +509,29 @@ std::vector<std::string> hf_weight_files(const std::string& dir) {
 }
 
 void read_hf_weights(const std::string& dir, const GPTConfig& shape, float* whole) {
-  WeightReading r{shape, hf_tensors(shape), llama_family(shape) ? "model." : "transformer.", whole, {}, {}};
+  std::map<std::string, int64_t> at;
   int64_t total = 0;
-  for (const ParameterSpec& s : GPT::parameter_specs(shape)) total += s.shape.numel();
+  for (const ParameterSpec& s : GPT::parameter_specs(shape)) {
+    at[s.name] = total;
+    total += s.shape.numel();
+  }
   std::fill(whole, whole + total, 0.0f);
+  read_hf_weights(dir, shape, [&](const std::string& name) { return whole + at.at(name); });
+}
+
+void read_hf_weights(const std::string& dir, const GPTConfig& shape, const HfDestination& dst) {
+  WeightReading r{shape, hf_tensors(shape), llama_family(shape) ? "model." : "transformer.", dst, {}, {}, {}};
+  for (size_t i = 0; i < r.tensors.size(); ++i) r.index[r.tensors[i].name] = i;
   r.found.assign(r.tensors.size(), false);
   const std::vector<std::string> files = hf_weight_files(dir);
   for (const std::string& file : files) read_safetensors_file(file, r);
   const std::string path = files.size() == 1 ? files[0] : dir + "/model.safetensors.index.json";
-  if (!r.head.empty()) {  // wte itself, or (safetensors keeps one of two tied names) only the head
-    float* wte = whole + r.tensors[0].offset;
+  if (r.head_seen) {  // wte itself, or (safetensors keeps one of two tied names) only the head
+    float* wte = r.destination(0);  // null: neither is wanted here
     if (!r.found[0]) {
-      std::memcpy(wte, r.head.data(), r.head.size() * 4);
+      if (wte) std::memcpy(wte, r.head.data(), r.head.size() * 4);
       r.found[0] = true;
-    } else if (std::memcmp(r.head.data(), wte, r.head.size() * 4) != 0) {
+    } else if (wte && std::memcmp(r.head.data(), wte, r.head.size() * 4) != 0) {
       throw UserError(path + ": lm_head.weight differs from the token embedding, which config.json ties it to "
                       "(tie_word_embeddings)");
     }

@@ -280,6 +280,18 @@ StoredModel open_export(const std::string& dir) {
     std::ifstream f(values, std::ios::binary);
     if (!f.read(static_cast<char*>(dst), std::streamsize(size))) throw UserError(values + ": cannot read it");
   };
+  s.read_some = [values, specs = GPT::parameter_specs(s.shape)](const std::function<float*(const std::string&)>& dst) {
+    std::ifstream f(values, std::ios::binary);
+    int64_t offset = 0;
+    for (const ParameterSpec& p : specs) {
+      if (float* into = dst(p.name)) {
+        f.seekg(std::streamoff(offset * 4));
+        if (!f.read(reinterpret_cast<char*>(into), std::streamsize(p.shape.numel() * 4)))
+          throw UserError(values + ": cannot read " + p.name);
+      }
+      offset += p.shape.numel();
+    }
+  };
   return s;
 }
 
@@ -317,6 +329,7 @@ StoredModel open_hf(const std::string& dir) {
   s.numel = stored_numel(s.shape);
   const GPTConfig shape = s.shape;
   s.read = [dir, shape](void* dst) { read_hf_weights(dir, shape, static_cast<float*>(dst)); };
+  s.read_some = [dir, shape](const std::function<float*(const std::string&)>& dst) { read_hf_weights(dir, shape, dst); };
   return s;
 }
 
@@ -334,6 +347,27 @@ std::vector<float> StoredModel::read_f32() const {
     values[i] = stored == DType::bf16 ? to_float(reinterpret_cast<const bf16_t*>(raw.data())[i])
                                       : to_float(reinterpret_cast<const f16_t*>(raw.data())[i]);
   return values;
+}
+
+std::map<std::string, std::vector<float>> StoredModel::read_f32_tensors(const std::set<std::string>& names) const {
+  std::map<std::string, std::vector<float>> out;
+  std::map<std::string, int64_t> at;  // in the whole layout
+  int64_t offset = 0;
+  for (const ParameterSpec& s : GPT::parameter_specs(shape)) {
+    if (names.count(s.name)) {
+      out[s.name].assign(size_t(s.shape.numel()), 0.0f);
+      at[s.name] = offset;
+    }
+    offset += s.shape.numel();
+  }
+  TRELLIS_CHECK(out.size() == names.size(), "read_f32_tensors: a name that is not a parameter of " + dir);
+  if (read_some) {
+    read_some([&](const std::string& name) { return out.count(name) ? out[name].data() : nullptr; });
+    return out;
+  }
+  const std::vector<float> whole = read_f32();
+  for (auto& [name, values] : out) std::copy_n(whole.begin() + at[name], values.size(), values.begin());
+  return out;
 }
 
 std::string resolve_model_dir(const std::string& path) {

@@ -1,11 +1,13 @@
 // A trained model's parameters as stored on disk, for what reads them (generate, export_hf,
 // model.init_from): a checkpoint (a step_X directory, or a checkpoint.dir: its newest valid one), a
 // weight export (model.json + params.f32, from --export-weights or --dump-grads) or a Hugging Face
-// GPT-2 or Llama directory (launcher/hf_model.h). Everything is checked before anything large is allocated:
+// GPT-2, Llama, Qwen2 or Mixtral directory (launcher/hf_model.h). Everything is checked before anything large is allocated:
 // a stored size that does not fit the model's shape is one error line.
 #pragma once
 #include <functional>
+#include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -24,6 +26,12 @@ struct StoredModel {
   std::function<void(void* dst)> read;
   // The same as f32 (bf16 and fp16 widen exactly).
   std::vector<float> read_f32() const;
+  // Only the named parameters (of GPT::parameter_specs(shape)), each whole as f32 (the vocabulary
+  // padding rows zero): a Hugging Face directory or a weight export reads those alone, a checkpoint
+  // its parameters whole (its checksum covers them all). Throws UserError.
+  std::map<std::string, std::vector<float>> read_f32_tensors(const std::set<std::string>& names) const;
+  // Reads each parameter dst(name) is not null for into it (f32); null: the format reads whole.
+  std::function<void(const std::function<float*(const std::string&)>& dst)> read_some;
 };
 
 // `verb` says what the caller does with the checkpoint it chose ("note: sampling from X, the newest

@@ -158,15 +158,22 @@ std::vector<char> gather_whole(Runtime& rt, Communicator* tensor, Communicator* 
 
 void scatter_whole(Runtime& rt, const WholeModelLayout& layout, int pipeline_rank, int tensor_rank,
                    const std::vector<char>& whole, const Tensor& t) {
-  TRELLIS_CHECK(t.numel() == layout.shard_numel(pipeline_rank, tensor_rank),
-                "scatter_whole: tensor does not match this rank's part");
   const size_t e = dtype_size(t.dtype);
   TRELLIS_CHECK(whole.size() == size_t(layout.whole_numel()) * e, "scatter_whole: whole-model copy has the wrong size");
   const auto from = offsets(layout.whole);
+  scatter_tensors(rt, layout, pipeline_rank, tensor_rank,
+                  [&](const std::string& name) { return whole.data() + size_t(from.at(name).first) * e; }, t);
+}
+
+void scatter_tensors(Runtime& rt, const WholeModelLayout& layout, int pipeline_rank, int tensor_rank,
+                     const std::function<const char*(const std::string& name)>& tensor, const Tensor& t) {
+  TRELLIS_CHECK(t.numel() == layout.shard_numel(pipeline_rank, tensor_rank),
+                "scatter_tensors: tensor does not match this rank's part");
+  const size_t e = dtype_size(t.dtype);
   std::vector<char> mine(t.nbytes());
   char* dst = mine.data();
   for (const ParameterSpec& s : layout.shard_of(pipeline_rank, tensor_rank)) {
-    const char* src = whole.data() + size_t(from.at(s.name).first) * e;
+    const char* src = tensor(s.name);
     for_each_run(s, [&](int64_t i, int64_t g, int64_t n) {
       std::memcpy(dst + size_t(i) * e, src + size_t(g) * e, size_t(n) * e);
     });

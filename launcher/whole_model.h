@@ -4,6 +4,7 @@
 // layout, so they do not depend on the pipeline size: a run can resume with another one.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -48,6 +49,10 @@ std::vector<char> gather_whole(Runtime& rt, Communicator* tensor, Communicator* 
 // t's dtype): each shard is the matching slice of the whole tensor.
 void scatter_whole(Runtime& rt, const WholeModelLayout& layout, int pipeline_rank, int tensor_rank,
                    const std::vector<char>& whole, const Tensor& t);
+// The same from the whole tensors alone: tensor(name) gives one's host values (elements of t's
+// dtype), for the tensors that (pipeline rank, tensor rank) holds (WholeModelLayout::shard_of).
+void scatter_tensors(Runtime& rt, const WholeModelLayout& layout, int pipeline_rank, int tensor_rank,
+                     const std::function<const char*(const std::string& name)>& tensor, const Tensor& t);
 
 // Writes the flat tensor `shard` of (pipeline rank, tensor rank) (bytes, elem_size each) into its
 // place in the whole-model host copy `whole`, as gather_whole would: a tensor held by an earlier

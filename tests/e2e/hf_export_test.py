@@ -18,8 +18,9 @@ with a head of its own (model.tie_embeddings = false) exports with tie_word_embe
 lm_head.weight of its unpadded rows, starts an untied run exactly, and a tied run from it gets one
 error line; transformers computes its loss. So does a model with model.norm_eps = 0.01, exported with
 layer_norm_epsilon 0.01, which starts a run of that eps and no other.
-Training from it (learning rate 0, so the exported weights are the start's): on one rank, and at
-data 2 with ZeRO stage 1 (each rank its pieces), exactly the source's; in bf16 the source rounded.
+Training from it (learning rate 0, so the exported weights are the start's): on one rank, at data 2
+with ZeRO stage 1 (each rank its pieces) and at pipeline 2 (each stage reads its own tensors from the
+files, the last one the tied token embedding), exactly the source's; in bf16 the source rounded.
 Usage: hf_export_test.py TRAIN_GPT EXPORT_HF CONFIG MPIEXEC"""
 import json
 import os
@@ -204,7 +205,7 @@ def main():
         frozen = ["optimizer.lr=0", "optimizer.min_lr=0", "train.steps=2", "model.init_from=" + hf_w]
         hf_src = src[:V * C] + (0.0,) * ((P - V) * C) + src[P * C:]
         for tag, ranks, sets in [("one rank", 1, []), ("data 2, ZeRO stage 1", 2, ["zero.stage=1"]),
-                                 ("bf16", 1, ["train.precision=bf16"])]:
+                                 ("pipeline 2", 2, ["parallel.pipeline=2"]), ("bf16", 1, ["train.precision=bf16"])]:
             out = os.path.join(tmp, "frozen_" + tag.split()[0])
             cmd = [mpiexec, "--allow-run-as-root", "--oversubscribe", "-np", str(ranks), "-x", "OMP_NUM_THREADS=1",
                    binary, config, "--export-weights", out]

@@ -37,6 +37,7 @@ Usage: moe_equivalence.py TRAIN_GPT MPIEXEC CONFIG"""
 import json
 import math
 import os
+import re
 import sys
 import tempfile
 
@@ -213,26 +214,35 @@ def main():
                      f"bytes ({'as' if bytes_ok else 'NOT as'} the formula with the experts apart: {want_bytes[0]})"))
 
         # model.init_from a model with experts (a one-rank checkpoint of Mixtral's experts): the run starts
-        # from its weights (a first loss below a fresh run's), and on expert, tensor x expert and ZeRO
-        # stage 3 layouts each rank takes its experts' pieces: the same run as one rank.
+        # from its weights (a first loss below a fresh run's); from the same run's weight export, on
+        # expert, tensor x expert and ZeRO stage 3 layouts, each rank reads the tensors it holds (rank
+        # 0 half the experts) and takes its pieces: the same run as one rank.
         src = os.path.join(tmp, "init_src")
         run(binary, mpiexec, config, tmp, 1, "init_src", *MIXTRAL, f"checkpoint.dir={src}")
         fresh = reference(MIXTRAL)[0]
-        _, i_loss, i_norms, i_w, _, _ = run(binary, mpiexec, config, tmp, 1, "init1", *MIXTRAL, f"model.init_from={src}")
-        ok = len(i_loss) == STEPS and i_loss[0] < fresh[0] - 0.05
+        def read_counts(out):  # rank 0's "read N of its M parameters"
+            m = re.search(r"rank 0 took ([\d,]+) of its ([\d,]+) parameters", out)
+            return tuple(int(x.replace(",", "")) for x in m.groups()) if m else (0, 0)
+        _, i_loss, i_norms, i_w, _, out = run(binary, mpiexec, config, tmp, 1, "init1", *MIXTRAL, f"model.init_from={src}")
+        read, total = read_counts(out)
+        ok = len(i_loss) == STEPS and i_loss[0] < fresh[0] - 0.05 and read == total > 0
         failed |= not ok
         print(f"{'ok  ' if ok else 'FAIL'} model.init_from a checkpoint with Mixtral's experts: first loss {i_loss[0]:.4f} "
-              f"(a fresh run's {fresh[0]:.4f})")
+              f"(a fresh run's {fresh[0]:.4f}), {read} of {total} parameters read")
         for ranks, tag, sets in [(4, "init_d4_e2", ["parallel.expert=2"]),
                                  (4, "init_t2_e2", ["parallel.tensor=2", "parallel.expert=2"]),
                                  (4, "init_d4_e2_z3", ["parallel.expert=2", "zero.stage=3"])]:
-            _, loss, norms, w, _, _ = run(binary, mpiexec, config, tmp, ranks, tag, *MIXTRAL, f"model.init_from={src}", *sets)
+            _, loss, norms, w, _, out = run(binary, mpiexec, config, tmp, ranks, tag, *MIXTRAL,
+                                            f"model.init_from={src}_weights", *sets)
             dl, dw, l2 = equivalence.compare(loss, i_loss, w, i_w)
             dn = rel(norms, i_norms)
-            ok = len(loss) == STEPS and dl <= LOSS_TOL and dn <= NORM_TOL and dw <= WEIGHT_MAX_TOL and l2 <= WEIGHT_L2_TOL
+            read, _ = read_counts(out)  # rank 0 reads the tensors it holds: half the experts
+            ok = (len(loss) == STEPS and dl <= LOSS_TOL and dn <= NORM_TOL and dw <= WEIGHT_MAX_TOL and l2 <= WEIGHT_L2_TOL
+                  and 0 < read < total)
             failed |= not ok
             print(f"{'ok  ' if ok else 'FAIL'} model.init_from it at {ranks} ranks {' '.join(sets)}: max loss rel diff "
-                  f"{dl:.2e}, grad norm {dn:.2e}, weights: rel L2 diff {l2:.2e}, max abs diff {dw:.2e}")
+                  f"{dl:.2e}, grad norm {dn:.2e}, weights: rel L2 diff {l2:.2e}, max abs diff {dw:.2e}; rank 0 read "
+                  f"{read} of {total} parameters")
 
         # Resume: bitwise on the same layout; a data-2 stage-1 checkpoint (each rank's optimizer
         # pieces) resharded onto one rank continues as the uninterrupted run.
