@@ -32,6 +32,7 @@ class GPTConfig:
     moe_layer_freq: int = 1
     moe_shared_experts: int = 0  # one more MLP this many experts wide every token goes through
     moe_ffn_hidden: int = 0  # an expert's hidden width (moe.ffn_hidden_size); 0 = 4C
+    moe_renormalize: bool = True  # top_k > 1: gates divided by the chosen probabilities' sum (moe.renormalize)
     rope_theta: float = 0.0  # > 0: rotary positions of this base (model.position_embedding = rope), no wpe
     # Llama 3's frequency scaling (model.rope_scaling = llama3): (factor, low_freq_factor,
     # high_freq_factor, original positions); () = none
@@ -155,6 +156,7 @@ class MoE(nn.Module):
     def __init__(self, cfg):
         super().__init__()
         self.E, self.K, self.cf = cfg.moe_experts, cfg.moe_top_k, cfg.moe_capacity_factor
+        self.renormalize = cfg.moe_renormalize
         self.router = nn.Linear(cfg.d_model, self.E, bias=False)
         if cfg.moe_shared_experts > 0:  # registered before the experts: Trellis's parameter order
             self.shared = MLP(cfg, cfg.moe_shared_experts)
@@ -168,7 +170,7 @@ class MoE(nn.Module):
         probs = logits.softmax(-1)
         choice = logits.topk(K, dim=-1).indices  # (N, K), largest first
         gate = probs.gather(1, choice)
-        if K > 1:
+        if K > 1 and self.renormalize:
             gate = gate / gate.sum(-1, keepdim=True)
         cap = min(N, max(1, math.ceil(self.cf * K * N / E)))
         flat = choice.t().reshape(-1)  # (K N): first choices of every token, then second choices
@@ -305,7 +307,7 @@ def load_trellis_dump(dump_dir, dtype=torch.float64, attn="sdpa"):
                     moe_top_k=moe.get("top_k", 2), moe_capacity_factor=moe.get("capacity_factor", 1.25),
                     moe_aux_loss_coef=moe.get("aux_loss_coef", 0.01), moe_z_loss_coef=moe.get("z_loss_coef", 0.0),
                     moe_layer_freq=moe.get("layer_freq", 1), moe_shared_experts=moe.get("shared_experts", 0),
-                    moe_ffn_hidden=moe.get("ffn_hidden_size", 0), rope_theta=float(c["rope_theta"]) if c.get("position_embedding") == "rope" else 0.0,
+                    moe_ffn_hidden=moe.get("ffn_hidden_size", 0), moe_renormalize=moe.get("renormalize", True), rope_theta=float(c["rope_theta"]) if c.get("position_embedding") == "rope" else 0.0,
                     rope_scaling=((float(c["rope_scaling_factor"]), float(c["rope_low_freq_factor"]),
                                    float(c["rope_high_freq_factor"]), float(c["rope_original_positions"]))
                                   if c.get("rope_scaling") == "llama3" else ()),

@@ -596,7 +596,8 @@ void check_rows(Runtime& rt, const char* op, const Tensor& t, int64_t rows, int6
 }  // namespace
 
 void moe_route(Runtime& rt, const Tensor& probs, const Tensor& lse, const Tensor& expert, const Tensor& gate,
-               const Tensor& slot, const Tensor& slot_token, const Tensor& counts, const Tensor& logits) {
+               const Tensor& slot, const Tensor& slot_token, const Tensor& counts, const Tensor& logits,
+               bool renormalize) {
   const char* op = "moe_route";
   for (const Tensor* t : {&probs, &lse, &gate, &counts, &logits}) { check_device(rt, *t, op); check_dtype(*t, DType::f32, op); }
   check_device(rt, expert, op); check_dtype(expert, DType::i32, op);
@@ -606,7 +607,7 @@ void moe_route(Runtime& rt, const Tensor& probs, const Tensor& lse, const Tensor
                     expert.dim() == 2 && expert.size(0) == m.N && expert.size(1) == m.K && gate.numel() == m.N * m.K &&
                     counts.numel() == m.E && lse.numel() == m.N,
                 std::string(op) + ": shapes do not match logits " + logits.str() + ", slot " + slot.str());
-  TRELLIS_DISPATCH(rt, moe_route, rt, probs, lse, expert, gate, slot, slot_token, counts, logits);
+  TRELLIS_DISPATCH(rt, moe_route, rt, probs, lse, expert, gate, slot, slot_token, counts, logits, renormalize);
 }
 
 void moe_dispatch(Runtime& rt, const Tensor& xe, const Tensor& x, const Tensor& slot_token, int64_t top_k) {
@@ -660,7 +661,7 @@ void moe_combine_backward(Runtime& rt, const Tensor& dye, const Tensor& dgate, c
 
 void moe_router_backward(Runtime& rt, const Tensor& dlogits, const Tensor& dgate, const Tensor& probs,
                          const Tensor& lse, const Tensor& expert, const Tensor& gate, const Tensor& counts,
-                         float aux_scale, float z_scale) {
+                         float aux_scale, float z_scale, bool renormalize) {
   const char* op = "moe_router_backward";
   for (const Tensor* t : {&dlogits, &dgate, &probs, &lse, &gate, &counts}) { check_device(rt, *t, op); check_dtype(*t, DType::f32, op); }
   check_device(rt, expert, op); check_dtype(expert, DType::i32, op);
@@ -669,7 +670,7 @@ void moe_router_backward(Runtime& rt, const Tensor& dlogits, const Tensor& dgate
   TRELLIS_CHECK(dlogits.numel() == N * E && dgate.numel() == N * K && gate.numel() == N * K && counts.numel() == E &&
                     lse.numel() == N && K <= E,
                 std::string(op) + ": shapes do not match probs " + probs.str() + ", expert " + expert.str());
-  TRELLIS_DISPATCH(rt, moe_router_backward, rt, dlogits, dgate, probs, lse, expert, gate, counts, aux_scale, z_scale);
+  TRELLIS_DISPATCH(rt, moe_router_backward, rt, dlogits, dgate, probs, lse, expert, gate, counts, aux_scale, z_scale, renormalize);
 }
 
 void moe_statistics(Runtime& rt, const Tensor& stats, const Tensor& probs, const Tensor& lse, const Tensor& counts,

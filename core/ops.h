@@ -251,12 +251,13 @@ void dropout_backward(Runtime& rt, const Tensor& dx, const Tensor& dout, float p
 // logits: f32 (N, E). Writes probs f32 (N, E) = softmax(logits); lse f32 (N) = log sum_e exp(logits[n, e])
 // (the router z-loss's term); expert i32 (N, K): the K largest
 // logits in descending order (the lower expert first among equals); gate f32 (N, K): their probs,
-// divided by their sum when K > 1; slot i32 (N, K): expert * capacity + position, or -1 if dropped;
+// divided by their sum when K > 1 and `renormalize` (else the probs themselves); slot i32 (N, K): expert * capacity + position, or -1 if dropped;
 // slot_token i32 (E * capacity): n * K + k of the choice in each slot, or -1 (empty); counts f32 (E):
 // the choices of each expert before any was dropped. Positions go in priority order: every token's
 // first choice in token order, then the second choices, and so on (GShard).
 void moe_route(Runtime& rt, const Tensor& probs, const Tensor& lse, const Tensor& expert, const Tensor& gate,
-               const Tensor& slot, const Tensor& slot_token, const Tensor& counts, const Tensor& logits);
+               const Tensor& slot, const Tensor& slot_token, const Tensor& counts, const Tensor& logits,
+               bool renormalize);
 // xe (E * capacity, C) = the rows of x (N, C) that slot_token places, zeros in empty slots.
 void moe_dispatch(Runtime& rt, const Tensor& xe, const Tensor& x, const Tensor& slot_token, int64_t top_k);
 // dx (N, C) = [dx +] the sum over the token's choices that were not dropped of dxe[slot].
@@ -269,13 +270,13 @@ void moe_combine(Runtime& rt, const Tensor& out, const Tensor& ye, const Tensor&
 // dgate f32 (N, K) = dout[n] . ye[slot[n, k]], 0 for a dropped choice.
 void moe_combine_backward(Runtime& rt, const Tensor& dye, const Tensor& dgate, const Tensor& dout, const Tensor& ye,
                           const Tensor& slot, const Tensor& slot_token, const Tensor& gate);
-// dlogits f32 (N, E) from dgate through the gates and the softmax, plus aux_scale times the gradient
+// dlogits f32 (N, E) from dgate through the gates (renormalized or not, as moe_route made them) and the softmax, plus aux_scale times the gradient
 // of the balancing loss E * sum_e f_e P_e (f_e = counts[e] / (N K), P_e = the mean of probs[:, e];
 // 1 when balanced; f_e taken as constant, as in Switch Transformer), plus z_scale times the gradient
 // of the router z-loss mean_n lse[n]^2 (ST-MoE): 2 lse[n] probs[n, e] / N.
 void moe_router_backward(Runtime& rt, const Tensor& dlogits, const Tensor& dgate, const Tensor& probs,
                          const Tensor& lse, const Tensor& expert, const Tensor& gate, const Tensor& counts,
-                         float aux_scale, float z_scale);
+                         float aux_scale, float z_scale, bool renormalize);
 // For the log: stats f32 (3) += (the balancing loss E * sum_e f_e P_e, the choices dropped: sum_e
 // max(0, counts[e] - capacity), the z-loss mean_n lse[n]^2), from moe_route's probs (N, E), lse (N)
 // and counts (E); K = the choices per token.

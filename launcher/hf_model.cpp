@@ -355,6 +355,8 @@ std::string hf_family_mismatch(const GPTConfig& m) {
     if (m.moe.layer_freq != 1) return what + "in every " + std::to_string(m.moe.layer_freq) + " blocks" + mixtral_is;
     if (m.moe.shared_experts > 0) return what + "with a shared MLP (moe.shared_experts)" + mixtral_is;
     if (m.qkv_bias) return what + "with biases on qkv" + mixtral_is;
+    if (m.moe.top_k > 1 && !m.moe.renormalize)
+      return what + "whose gates are not renormalized (moe.renormalize = false); a Hugging Face Mixtral renormalizes them";
     return "";
   }
   if (llama_family(m)) return "";

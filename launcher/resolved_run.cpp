@@ -58,6 +58,7 @@ Resolved resolve(const Config& cfg, const LaunchInfo& launch) {
   r.model.moe.shared_experts = cfg.moe.shared_experts;
   r.model.moe.expert_parallel = cfg.parallel.expert;
   r.model.moe.ffn_hidden = cfg.moe.ffn_hidden_size;
+  r.model.moe.renormalize = cfg.moe.renormalize;
   r.model.set_expert_mlp();
   r.model.checkpointing = cfg.train.checkpointing == "full"          ? Checkpointing::full
                           : cfg.train.checkpointing == "selective"   ? Checkpointing::selective

@@ -31,7 +31,7 @@ int64_t stored_numel(const GPTConfig& m) { return m.parameter_count() + m.paddin
 // The experts of a stored model's description, set into m after its MLP and biases (the experts' are
 // the same kind). ffn_hidden: an expert's hidden width (0 or absent: 4 x d_model).
 void set_experts(GPTConfig& g, int64_t experts, int64_t top_k, double capacity_factor, double aux_loss_coef,
-                 int64_t layer_freq, int64_t shared_experts, int64_t ffn_hidden, const std::string& where) {
+                 int64_t layer_freq, int64_t shared_experts, int64_t ffn_hidden, bool renormalize, const std::string& where) {
   MoEConfig& m = g.moe;
   m = MoEConfig();
   if (experts == 0) return;
@@ -48,6 +48,7 @@ void set_experts(GPTConfig& g, int64_t experts, int64_t top_k, double capacity_f
   m.layer_freq = layer_freq;
   m.shared_experts = shared_experts;
   m.ffn_hidden = ffn_hidden;
+  m.renormalize = renormalize;
   g.set_expert_mlp();
   // As set_mlp's: the experts' weights alone must count in 64 bits.
   if (double(m.layers(g.n_layers)) * double(experts + shared_experts) * 3.0 * double(m.expert_width(g.d_model)) *
@@ -183,7 +184,7 @@ StoredModel open_checkpoint(const std::string& path, const std::string& verb) {
   s.shape.tied_head = mc.tie_embeddings;
   const MoESection& e = s.config->moe;
   set_experts(s.shape, e.experts, e.top_k, e.capacity_factor, e.aux_loss_coef, e.layer_freq, e.shared_experts,
-              e.ffn_hidden_size, s.dir + " (config)");
+              e.ffn_hidden_size, e.renormalize, s.dir + " (config)");
   // The params blob must hold the model its config describes (an edited config could ask for far
   // more memory than there is).
   const BlobInfo& info = reader->blob_info("params");
@@ -233,7 +234,8 @@ StoredModel open_export(const std::string& dir) {
       set_experts(s.shape, moe->at("experts").as_int(), moe->at("top_k").as_int(), moe->at("capacity_factor").as_double(),
                   moe->at("aux_loss_coef").as_double(), moe->at("layer_freq").as_int(),
                   moe->find("shared_experts") ? moe->at("shared_experts").as_int() : 0,
-                  moe->find("ffn_hidden_size") ? moe->at("ffn_hidden_size").as_int() : 0, json);
+                  moe->find("ffn_hidden_size") ? moe->at("ffn_hidden_size").as_int() : 0,
+                  moe->find("renormalize") ? moe->at("renormalize").as_bool() : true, json);
     const JsonValue& params = root.at("params");
     // The list's length first (a dense block has 12 tensors, 8 without linear biases (9 with qkv's);
     // a block with experts 5 (7 with biases, 6 with qkv's) and an MLP's 4 (2 without biases) for every
@@ -311,7 +313,7 @@ StoredModel open_hf(const std::string& dir) {
   s.shape.qkv_bias = c.qkv_bias;
   s.shape.tied_head = c.tied_head;
   set_experts(s.shape, c.moe.experts, c.moe.top_k, c.moe.capacity_factor, c.moe.aux_loss_coef, c.moe.layer_freq,
-              c.moe.shared_experts, c.moe.ffn_hidden, where);  // Mixtral's
+              c.moe.shared_experts, c.moe.ffn_hidden, c.moe.renormalize, where);  // Mixtral's
   // Its weights take at least 2 bytes a parameter: a config.json that claims more than
   // model.safetensors holds is found before anything is sized by it.
   const std::vector<std::string> files = hf_weight_files(dir);

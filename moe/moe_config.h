@@ -17,6 +17,7 @@ struct MoEConfig {
   int64_t shared_experts = 0;      // expert-sized MLPs every token also goes through, as one MLP this many experts wide
   int64_t expert_parallel = 1;     // experts split over this many data-parallel ranks
   int64_t ffn_hidden = 0;          // an expert's hidden width F (moe.ffn_hidden_size); 0 = 4 x d_model
+  bool renormalize = true;         // top_k > 1: gates divided by the chosen probabilities' sum (moe.renormalize)
   // The experts' MLP, as the model's dense one (model.mlp, model.bias): GPT-2's fc -> GELU -> proj with
   // biases, or SwiGLU (Mixtral's, Qwen-MoE's, DeepSeek's: fc is [gate | up], 2F wide), with or without.
   bool swiglu = false;

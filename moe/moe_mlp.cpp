@@ -291,7 +291,7 @@ void MoEMLP::forward(Runtime& rt, const Tensor& out, const Tensor& x_in, const T
   s.slot = keep.take(DType::i32, {N, K});
   s.slot_token = keep.take(DType::i32, {S});
   s.counts = keep.take(DType::f32, {E});
-  moe_route(rt, s.probs, s.lse, s.expert, s.gate, s.slot, s.slot_token, s.counts, logits);
+  moe_route(rt, s.probs, s.lse, s.expert, s.gate, s.slot, s.slot_token, s.counts, logits, moe_.renormalize);
   if (stats.defined()) moe_statistics(rt, stats, s.probs, s.lse, s.counts, K, moe_.capacity(N));
   const bool exchanged = group_ && group_->size() > 1;
   Tensor routed = exchanged ? temp.take(dtype_, {S, C}) : keep.take(dtype_, {S, C});
@@ -343,7 +343,8 @@ void MoEMLP::backward(Runtime& rt, const Tensor& dx_in, const Tensor& dout_in, c
   if (!sequence_parallel_) tensor_sum(dx);
   // The router: dlogits (f32) through the gates, the softmax, the balancing loss and the z-loss; then its GEMMs.
   Tensor dlogits = work.take(DType::f32, {N, E});
-  moe_router_backward(rt, dlogits, dgate, s.probs, s.lse, s.expert, s.gate, s.counts, aux_scale, z_scale);
+  moe_router_backward(rt, dlogits, dgate, s.probs, s.lse, s.expert, s.gate, s.counts, aux_scale, z_scale,
+                      moe_.renormalize);
   Tensor dl = dlogits;
   if (dtype_ != DType::f32) {
     dl = work.take(dtype_, {N, E});

@@ -10,8 +10,10 @@
 namespace trellis::cpu {
 
 void moe_route(Runtime&, const Tensor& probs, const Tensor& lse, const Tensor& expert, const Tensor& gate,
-               const Tensor& slot, const Tensor& slot_token, const Tensor& counts, const Tensor& logits) {
+               const Tensor& slot, const Tensor& slot_token, const Tensor& counts, const Tensor& logits,
+               bool renormalize) {
   const int64_t N = logits.size(0), E = logits.size(1), K = expert.size(1), cap = slot_token.numel() / E;
+  const bool norm = renormalize && K > 1;
   const float* lg = logits.ptr<float>();
   float *pr = probs.ptr<float>(), *ls = lse.ptr<float>(), *gt = gate.ptr<float>(), *cn = counts.ptr<float>();
   int32_t *ex = expert.ptr<int32_t>(), *sl = slot.ptr<int32_t>(), *st = slot_token.ptr<int32_t>();
@@ -37,7 +39,7 @@ void moe_route(Runtime&, const Tensor& probs, const Tensor& lse, const Tensor& e
     }
     float chosen = 0;
     for (int64_t k = 0; k < K; ++k) chosen += p[x[k]];
-    for (int64_t k = 0; k < K; ++k) gt[n * K + k] = K > 1 ? p[x[k]] / chosen : p[x[k]];
+    for (int64_t k = 0; k < K; ++k) gt[n * K + k] = norm ? p[x[k]] / chosen : p[x[k]];
   }
   // Slots in priority order: every token's first choice in token order, then the second choices...
   std::vector<int64_t> filled(size_t(E), 0);
@@ -133,8 +135,9 @@ void moe_combine_backward(Runtime&, const Tensor& dye, const Tensor& dgate, cons
 
 void moe_router_backward(Runtime&, const Tensor& dlogits, const Tensor& dgate, const Tensor& probs,
                          const Tensor& lse, const Tensor& expert, const Tensor& gate, const Tensor& counts,
-                         float aux_scale, float z_scale) {
+                         float aux_scale, float z_scale, bool renormalize) {
   const int64_t N = probs.size(0), E = probs.size(1), K = expert.size(1);
+  const bool norm = renormalize && K > 1;
   const float *pr = probs.ptr<float>(), *ls = lse.ptr<float>(), *dg = dgate.ptr<float>(), *gt = gate.ptr<float>(),
               *cn = counts.ptr<float>();
   const int32_t* ex = expert.ptr<int32_t>();
@@ -149,8 +152,8 @@ void moe_router_backward(Runtime&, const Tensor& dlogits, const Tensor& dgate, c
     const float* p = pr + n * E;
     float* d = dl + n * E;  // dL/dprobs first, then dL/dlogits in place
     for (int64_t e = 0; e < E; ++e) d[e] = aux * cn[e];
-    if (K == 1) {
-      d[ex[n]] += dg[n];
+    if (!norm) {  // gate_k = p[e_k]
+      for (int64_t k = 0; k < K; ++k) d[ex[n * K + k]] += dg[n * K + k];
     } else {  // gate_k = p[e_k] / S, S the sum of the chosen probs
       float chosen = 0, dot = 0;
       for (int64_t k = 0; k < K; ++k) {

@@ -219,7 +219,8 @@ void launch_embedding_backward(cudaStream_t s, void* dwte, DType dwte_t, void* d
 
 // ---- moe.cu (core/ops.h's moe_* ops; E experts, K choices, S = E * cap slots) ----
 void launch_moe_route(cudaStream_t s, float* probs, float* lse, int32_t* expert, float* gate, int32_t* slot,
-                      int32_t* slot_token, float* counts, const float* logits, int64_t N, int E, int K, int64_t cap);
+                      int32_t* slot_token, float* counts, const float* logits, int64_t N, int E, int K, int64_t cap,
+                      bool renormalize);
 void launch_moe_dispatch(cudaStream_t s, void* xe, const void* x, DType t, const int32_t* slot_token, int64_t S,
                          int64_t C, int K);
 void launch_moe_dispatch_backward(cudaStream_t s, void* dx, const void* dxe, DType t, const int32_t* slot, int64_t N,
@@ -235,6 +236,6 @@ void launch_moe_statistics(cudaStream_t s, float* stats, float* partial, const f
 // aux, z: the balancing loss's and the z-loss's factors (core/cuda/moe_ops.cpp).
 void launch_moe_router_backward(cudaStream_t s, float* dlogits, const float* dgate, const float* probs,
                                 const float* lse, const int32_t* expert, const float* gate, const float* counts,
-                                float aux, float z, int64_t N, int E, int K);
+                                float aux, float z, int64_t N, int E, int K, bool renormalize);
 
 }  // namespace trellis::gpu

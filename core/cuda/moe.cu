@@ -19,7 +19,7 @@ constexpr int kMaxExpertsPerLane = 32;  // E <= 1024 (the moe.experts key's boun
 // A warp per token: probs, their log-sum-exp, the top-k experts (largest logits, the lower expert
 // among equals), gates.
 __global__ void route_probs_kernel(float* probs, float* lse, int32_t* expert, float* gate, const float* logits,
-                                   int64_t N, int E, int K) {
+                                   int64_t N, int E, int K, bool renormalize) {
   const int64_t n = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
   const int lane = threadIdx.x & 31;
   if (n >= N) return;
@@ -58,7 +58,7 @@ __global__ void route_probs_kernel(float* probs, float* lse, int32_t* expert, fl
   if (lane < K) {
     const float p = expf(l[mine] - mx) / sum;
     expert[n * K + lane] = mine;
-    gate[n * K + lane] = K > 1 ? p / chosen : p;
+    gate[n * K + lane] = renormalize && K > 1 ? p / chosen : p;
   }
 }
 
@@ -173,7 +173,7 @@ __global__ void combine_backward_gates_kernel(float* dgate, const T* dout, const
 // the z-loss's z lse[n] probs[n, e].
 __global__ void router_backward_kernel(float* dlogits, const float* dgate, const float* probs, const float* lse,
                                        const int32_t* expert, const float* gate, const float* counts, float aux,
-                                       float z, int64_t N, int E, int K) {
+                                       float z, int64_t N, int E, int K, bool renormalize) {
   const int64_t n = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
   const int lane = threadIdx.x & 31;
   if (n >= N) return;
@@ -189,7 +189,7 @@ __global__ void router_backward_kernel(float* dlogits, const float* dgate, const
   for (int i = 0, e = lane; e < E; ++i, e += 32) {
     float v = aux * counts[e];
     for (int k = 0; k < K; ++k)
-      if (x[k] == e) v += K == 1 ? dgate[n] : (dgate[n * K + k] - dot) / chosen;
+      if (x[k] == e) v += renormalize && K > 1 ? (dgate[n * K + k] - dot) / chosen : dgate[n * K + k];
     d[i] = v;
     pd += p[e] * v;
   }
@@ -236,10 +236,11 @@ unsigned warps_grid(int64_t warps) { return unsigned((warps * 32 + kThreads - 1)
 }  // namespace
 
 void launch_moe_route(cudaStream_t s, float* probs, float* lse, int32_t* expert, float* gate, int32_t* slot,
-                      int32_t* slot_token, float* counts, const float* logits, int64_t N, int E, int K, int64_t cap) {
+                      int32_t* slot_token, float* counts, const float* logits, int64_t N, int E, int K, int64_t cap,
+                      bool renormalize) {
   TRELLIS_CHECK(E <= 32 * kMaxExpertsPerLane && K <= 32, "moe_route: at most 1024 experts and 32 choices on the GPU");
   if (N > 0) {
-    route_probs_kernel<<<warps_grid(N), kThreads, 0, s>>>(probs, lse, expert, gate, logits, N, E, K);
+    route_probs_kernel<<<warps_grid(N), kThreads, 0, s>>>(probs, lse, expert, gate, logits, N, E, K, renormalize);
     CUDA_CHECK_LAUNCH();
   }
   route_slots_kernel<<<unsigned(E), kScanThreads, 0, s>>>(slot, slot_token, counts, expert, N, K, cap);
@@ -314,11 +315,11 @@ void launch_moe_combine_backward(cudaStream_t s, void* dye, float* dgate, const 
 
 void launch_moe_router_backward(cudaStream_t s, float* dlogits, const float* dgate, const float* probs,
                                 const float* lse, const int32_t* expert, const float* gate, const float* counts,
-                                float aux, float z, int64_t N, int E, int K) {
+                                float aux, float z, int64_t N, int E, int K, bool renormalize) {
   if (N == 0) return;
   TRELLIS_CHECK(E <= 32 * kMaxExpertsPerLane, "moe_router_backward: at most 1024 experts on the GPU");
   router_backward_kernel<<<warps_grid(N), kThreads, 0, s>>>(dlogits, dgate, probs, lse, expert, gate, counts, aux, z, N,
-                                                            E, K);
+                                                            E, K, renormalize);
   CUDA_CHECK_LAUNCH();
 }
 

@@ -6,11 +6,12 @@
 namespace trellis::gpu {
 
 void moe_route(Runtime& rt, const Tensor& probs, const Tensor& lse, const Tensor& expert, const Tensor& gate,
-               const Tensor& slot, const Tensor& slot_token, const Tensor& counts, const Tensor& logits) {
+               const Tensor& slot, const Tensor& slot_token, const Tensor& counts, const Tensor& logits,
+               bool renormalize) {
   const int64_t N = logits.size(0), E = logits.size(1);
   launch_moe_route(compute_stream(rt), probs.ptr<float>(), lse.ptr<float>(), expert.ptr<int32_t>(), gate.ptr<float>(),
                    slot.ptr<int32_t>(), slot_token.ptr<int32_t>(), counts.ptr<float>(), logits.ptr<float>(), N,
-                   int(E), int(expert.size(1)), slot_token.numel() / E);
+                   int(E), int(expert.size(1)), slot_token.numel() / E, renormalize);
 }
 
 void moe_dispatch(Runtime& rt, const Tensor& xe, const Tensor& x, const Tensor& slot_token, int64_t top_k) {
@@ -38,7 +39,7 @@ void moe_combine_backward(Runtime& rt, const Tensor& dye, const Tensor& dgate, c
 
 void moe_router_backward(Runtime& rt, const Tensor& dlogits, const Tensor& dgate, const Tensor& probs,
                          const Tensor& lse, const Tensor& expert, const Tensor& gate, const Tensor& counts,
-                         float aux_scale, float z_scale) {
+                         float aux_scale, float z_scale, bool renormalize) {
   const int64_t N = probs.size(0), E = probs.size(1), K = expert.size(1);
   // aux_scale times d(balancing loss)/dprobs[n, e] = E counts[e] / (N N K), and z_scale times the
   // z-loss's 2 / N, as the CPU computes them.
@@ -46,7 +47,7 @@ void moe_router_backward(Runtime& rt, const Tensor& dlogits, const Tensor& dgate
   const float z = z_scale * 2.0f / float(N);
   launch_moe_router_backward(compute_stream(rt), dlogits.ptr<float>(), dgate.ptr<float>(), probs.ptr<float>(),
                              lse.ptr<float>(), expert.ptr<int32_t>(), gate.ptr<float>(), counts.ptr<float>(), aux, z, N,
-                             int(E), int(K));
+                             int(E), int(K), renormalize);
 }
 
 void moe_statistics(Runtime& rt, const Tensor& stats, const Tensor& probs, const Tensor& lse, const Tensor& counts,

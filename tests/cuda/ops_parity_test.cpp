@@ -721,24 +721,28 @@ TEST_P(Parity, CrossEntropy) {
 }
 
 // Mixture-of-experts routing: the integer routing (choices, slots) bitwise the CPU's, the rest close;
-// 64 experts put two on each lane of the routing warps; capacity factor 1 drops choices.
+// 64 experts put two on each lane of the routing warps; capacity factor 1 drops choices; the gates
+// renormalized over the chosen, and (the last two cases) not.
 TEST_P(Parity, MoERouting) {
   struct Case {
     int64_t N, E, K, C;
+    bool renormalize;
   };
   // C = 20: 16-bit rows take the one-element kernels (not a multiple of 8).
-  for (const Case& c : {Case{300, 8, 2, 40}, Case{200, 64, 1, 24}, Case{130, 5, 3, 16}, Case{90, 6, 2, 20}}) {
+  for (const Case& c : {Case{300, 8, 2, 40, true}, Case{200, 64, 1, 24, true}, Case{130, 5, 3, 16, false},
+                        Case{90, 6, 2, 20, false}}) {
     const int64_t cap = (c.K * c.N + c.E - 1) / c.E, S = c.E * cap;
-    const std::string at = " (N " + std::to_string(c.N) + ", E " + std::to_string(c.E) + ", K " + std::to_string(c.K) + ")";
+    const std::string at = " (N " + std::to_string(c.N) + ", E " + std::to_string(c.E) + ", K " + std::to_string(c.K) +
+                           (c.renormalize ? "" : ", not renormalized") + ")";
     HostTensor logits = random_host(DType::f32, {c.N, c.E}, 200, -3.0f, 3.0f);
     HostTensor probs(DType::f32, {c.N, c.E}), lse(DType::f32, {c.N}), expert(DType::i32, {c.N, c.K}),
         gate(DType::f32, {c.N, c.K}), slot(DType::i32, {c.N, c.K}), slot_token(DType::i32, {S}), counts(DType::f32, {c.E});
-    moe_route(cpu(), probs.t, lse.t, expert.t, gate.t, slot.t, slot_token.t, counts.t, logits.t);
+    moe_route(cpu(), probs.t, lse.t, expert.t, gate.t, slot.t, slot_token.t, counts.t, logits.t, c.renormalize);
     DeviceTensor gprobs = device_empty(DType::f32, {c.N, c.E}), glse = device_empty(DType::f32, {c.N}),
                  gexpert = device_empty(DType::i32, {c.N, c.K}), ggate = device_empty(DType::f32, {c.N, c.K}),
                  gslot = device_empty(DType::i32, {c.N, c.K}), gslot_token = device_empty(DType::i32, {S}),
                  gcounts = device_empty(DType::f32, {c.E}), glogits = to_device(logits);
-    moe_route(gpu(), gprobs.t, glse.t, gexpert.t, ggate.t, gslot.t, gslot_token.t, gcounts.t, glogits.t);
+    moe_route(gpu(), gprobs.t, glse.t, gexpert.t, ggate.t, gslot.t, gslot_token.t, gcounts.t, glogits.t, c.renormalize);
     expect_bitwise(to_host(gexpert), expert, "moe_route expert" + at);
     expect_bitwise(to_host(gslot), slot, "moe_route slot" + at);
     expect_bitwise(to_host(gslot_token), slot_token, "moe_route slot_token" + at);
@@ -783,8 +787,9 @@ TEST_P(Parity, MoERouting) {
     HostTensor dlogits(DType::f32, {c.N, c.E});
     DeviceTensor gdlogits = device_empty(DType::f32, {c.N, c.E}), gdg = to_device(dgate);
     for (float z : {0.0f, 0.2f}) {  // without and with the z-loss
-      moe_router_backward(cpu(), dlogits.t, dgate.t, probs.t, lse.t, expert.t, gate.t, counts.t, 0.3f, z);
-      moe_router_backward(gpu(), gdlogits.t, gdg.t, gprobs.t, glse.t, gexpert.t, ggate.t, gcounts.t, 0.3f, z);
+      moe_router_backward(cpu(), dlogits.t, dgate.t, probs.t, lse.t, expert.t, gate.t, counts.t, 0.3f, z, c.renormalize);
+      moe_router_backward(gpu(), gdlogits.t, gdg.t, gprobs.t, glse.t, gexpert.t, ggate.t, gcounts.t, 0.3f, z,
+                          c.renormalize);
       expect_close(to_host(gdlogits), dlogits, tolerance(DType::f32, 10.0f),
                    "moe_router_backward" + std::string(z > 0 ? " with the z-loss" : "") + at);
     }

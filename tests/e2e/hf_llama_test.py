@@ -22,7 +22,7 @@ Mixtral (MixtralForCausalLM): a tiny Llama whose MLPs are 4 SwiGLU experts of wi
 exported with num_local_experts, num_experts_per_tok and intermediate_size 40 and each expert's w1,
 w3 (fc's gate and up rows) and w2, the router as block_sparse_moe.gate, exactly; model.init_from of
 the export starts the same model, and one line refuses it into a run of another expert width and the
-export of experts with a shared MLP; with transformers, its loss is Trellis's, and a Mixtral it wrote
+export of experts with a shared MLP or with gates not renormalized; with transformers, its loss is Trellis's, and a Mixtral it wrote
 starts a Trellis run whose first loss is transformers'.
 Usage: hf_llama_test.py TRAIN_GPT EXPORT_HF CONFIG"""
 import json
@@ -315,6 +315,10 @@ def main():
         train(binary, config, MIXTRAL + ["moe.shared_experts=1"], ["--export-weights", shared])
         equivalence.check_export_refused(check, export_hf, shared, os.path.join(tmp, "hf_shared"),
                                          "with a shared MLP (moe.shared_experts)")
+        raw = os.path.join(tmp, "raw_gates")
+        train(binary, config, MIXTRAL + ["moe.renormalize=false"], ["--export-weights", raw])
+        equivalence.check_export_refused(check, export_hf, raw, os.path.join(tmp, "hf_raw"),
+                                         "whose gates are not renormalized (moe.renormalize = false)")
 
         check_hf_loss(check, hf, dump, "the Llama export", model_class="LlamaForCausalLM")
         check_hf_loss(check, hf_m, mdump, "the Mixtral export", model_class="MixtralForCausalLM", tol=1e-6)

@@ -31,6 +31,7 @@ template <typename T> Tensor host(std::vector<T>& v, DType t, Shape s) {
 // Routing outputs for N tokens, E experts, K choices, `cap` slots per expert.
 struct Routing {
   int64_t N, E, K, cap;
+  bool renormalize = true;  // the gates divided by the chosen probabilities' sum
   std::vector<float> probs, lse, gate, counts;
   std::vector<int32_t> expert, slot, slot_token;
   Routing(int64_t n, int64_t e, int64_t k, int64_t c)
@@ -39,7 +40,7 @@ struct Routing {
   void route(std::vector<float>& logits) {
     moe_route(rt(), host(probs, DType::f32, {N, E}), host(lse, DType::f32, {N}), host(expert, DType::i32, {N, K}),
               host(gate, DType::f32, {N, K}), host(slot, DType::i32, {N, K}), host(slot_token, DType::i32, {E * cap}),
-              host(counts, DType::f32, {E}), host(logits, DType::f32, {N, E}));
+              host(counts, DType::f32, {E}), host(logits, DType::f32, {N, E}), renormalize);
   }
 };
 
@@ -125,9 +126,14 @@ TEST(MoE, DispatchAndCombineMatchReference) {
 }
 
 // J = sum dout . combine(ye, gates(logits)) + a * balancing loss + z * z-loss: the analytic gradients
-// of ye (combine backward) and of the logits (combine and router backward) against central differences.
-TEST(MoE, BackwardMatchesFiniteDifferences) {
+// of ye (combine backward) and of the logits (combine and router backward) against central
+// differences; with the gates renormalized over the chosen experts and without.
+class MoEGates : public ::testing::TestWithParam<bool> {};
+INSTANTIATE_TEST_SUITE_P(Renormalize, MoEGates, ::testing::Bool());
+
+TEST_P(MoEGates, BackwardMatchesFiniteDifferences) {
   const int64_t N = 6, E = 4, K = 2, cap = 4, C = 3, S = E * cap;
+  const bool renormalize = GetParam();
   const float aux_scale = 0.7f, z_scale = 0.3f;
   std::vector<float> logits = random_vector(size_t(N * E), 5, 3.0f), ye = random_vector(size_t(S * C), 6);
   std::vector<float> dout = random_vector(size_t(N * C), 7);
@@ -152,6 +158,7 @@ TEST(MoE, BackwardMatchesFiniteDifferences) {
   };
   auto objective = [&](std::vector<float>& lg, std::vector<float>& y) {
     Routing r(N, E, K, cap);
+    r.renormalize = renormalize;
     r.route(lg);
     std::vector<float> out(size_t(N * C));
     moe_combine(rt(), host(out, DType::f32, {N, C}), host(y, DType::f32, {S, C}), host(r.slot, DType::i32, {N, K}),
@@ -161,8 +168,11 @@ TEST(MoE, BackwardMatchesFiniteDifferences) {
     return j + aux_scale * balancing_loss(r) + z_scale * z_loss(lg);
   };
   Routing r(N, E, K, cap);
+  r.renormalize = renormalize;
   r.route(logits);
   ASSERT_NE(std::count(r.slot.begin(), r.slot.end(), -1), 0) << "the case should drop a choice";
+  // Renormalized, a token's kept gates sum to 1; else they are its chosen probabilities.
+  EXPECT_NEAR(r.gate[0] + r.gate[1], renormalize ? 1.0 : r.probs[size_t(r.expert[0])] + r.probs[size_t(r.expert[1])], 1e-6);
   // The log's statistics (added to what stats held): the balancing loss and the z-loss as the
   // objective computes them, and the dropped choices.
   std::vector<float> stats = {1.0f, 1.0f, 1.0f};
@@ -178,7 +188,7 @@ TEST(MoE, BackwardMatchesFiniteDifferences) {
                        host(r.gate, DType::f32, {N, K}));
   moe_router_backward(rt(), host(dlogits, DType::f32, {N, E}), host(dgate, DType::f32, {N, K}), host(r.probs, DType::f32, {N, E}),
                       host(r.lse, DType::f32, {N}), host(r.expert, DType::i32, {N, K}), host(r.gate, DType::f32, {N, K}),
-                      host(r.counts, DType::f32, {E}), aux_scale, z_scale);
+                      host(r.counts, DType::f32, {E}), aux_scale, z_scale, renormalize);
   const float eps = 1e-3f;
   auto central = [&](float& v, std::vector<float>& lg, std::vector<float>& y) {
     const float saved = v;
