@@ -30,6 +30,7 @@ class GPTConfig:
     moe_aux_loss_coef: float = 0.01
     moe_z_loss_coef: float = 0.0
     moe_layer_freq: int = 1
+    moe_first_dense: int = 0  # the first blocks keep the dense MLP (moe.first_dense_layers)
     moe_shared_experts: int = 0  # one more MLP this many experts wide every token goes through
     moe_ffn_hidden: int = 0  # an expert's hidden width (moe.ffn_hidden_size); 0 = 4C
     moe_renormalize: bool = True  # top_k > 1: gates divided by the chosen probabilities' sum (moe.renormalize)
@@ -226,7 +227,7 @@ class GPT(nn.Module):
         if cfg.rope_theta == 0:  # learned positions; rotary ones turn q and k in attention
             self.wpe = nn.Embedding(cfg.seq_len, cfg.d_model)  # (T, C)
         self.drop = nn.Dropout(cfg.dropout)
-        self.h = nn.ModuleList(Block(cfg, cfg.moe_experts > 0 and l % cfg.moe_layer_freq == 0)
+        self.h = nn.ModuleList(Block(cfg, cfg.moe_experts > 0 and l >= cfg.moe_first_dense and l % cfg.moe_layer_freq == 0)
                                for l in range(cfg.n_layers))
         self.lnf = norm(cfg)
         if not cfg.tie_embeddings:  # after lnf, as in Trellis's parameter order
@@ -306,7 +307,8 @@ def load_trellis_dump(dump_dir, dtype=torch.float64, attn="sdpa"):
                     dropout=float(c.get("dropout", 0.0)), attn=attn, moe_experts=moe.get("experts", 0),
                     moe_top_k=moe.get("top_k", 2), moe_capacity_factor=moe.get("capacity_factor", 1.25),
                     moe_aux_loss_coef=moe.get("aux_loss_coef", 0.01), moe_z_loss_coef=moe.get("z_loss_coef", 0.0),
-                    moe_layer_freq=moe.get("layer_freq", 1), moe_shared_experts=moe.get("shared_experts", 0),
+                    moe_layer_freq=moe.get("layer_freq", 1), moe_first_dense=moe.get("first_dense_layers", 0),
+                    moe_shared_experts=moe.get("shared_experts", 0),
                     moe_ffn_hidden=moe.get("ffn_hidden_size", 0), moe_renormalize=moe.get("renormalize", True), rope_theta=float(c["rope_theta"]) if c.get("position_embedding") == "rope" else 0.0,
                     rope_scaling=((float(c["rope_scaling_factor"]), float(c["rope_low_freq_factor"]),
                                    float(c["rope_high_freq_factor"]), float(c["rope_original_positions"]))

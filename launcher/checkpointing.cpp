@@ -101,8 +101,11 @@ std::string model_signature(const GPTConfig& m) {
   const std::string shared =
       (m.moe.shared_experts == 0 ? "" : " and " + std::to_string(m.moe.shared_experts) + " shared") +
       (m.moe.expert_width(m.d_model) == 4 * m.d_model ? "" : " of width " + std::to_string(m.moe.expert_width(m.d_model)));
-  const std::string experts = m.moe.experts == 0 ? "" : ", moe.experts " + std::to_string(m.moe.experts) + shared +
-                                                            " every " + std::to_string(m.moe.layer_freq) + " blocks";
+  const std::string experts =
+      m.moe.experts == 0 ? ""
+                         : ", moe.experts " + std::to_string(m.moe.experts) + shared + " every " +
+                               std::to_string(m.moe.layer_freq) + " blocks" +
+                               (m.moe.first_dense > 0 ? " after " + std::to_string(m.moe.first_dense) + " dense" : "");
   // Rotary positions are named (with their base, which the trained weights depend on); learned
   // ones are not, so signatures written before RoPE existed still match.
   char theta[32];
@@ -704,8 +707,9 @@ StoredModel open_init_source(const Config& cfg, const GPTConfig& want, const std
     const MoEConfig& e = m.moe;
     if (e.experts == 0) return std::string("dense MLPs (moe.experts = 0)");
     return std::to_string(e.experts) + " experts of width " + std::to_string(e.expert_width(m.d_model)) + " every " +
-           std::to_string(e.layer_freq) + " blocks with " + std::to_string(e.shared_experts) +
-           " shared (moe.experts, moe.ffn_hidden_size, moe.layer_freq, moe.shared_experts)";
+           std::to_string(e.layer_freq) + " blocks after " + std::to_string(e.first_dense) + " dense with " +
+           std::to_string(e.shared_experts) +
+           " shared (moe.experts, moe.ffn_hidden_size, moe.layer_freq, moe.first_dense_layers, moe.shared_experts)";
   };
   if (experts(have) != experts(want))
     throw UserError(what + " holds a model with " + experts(have) + "; this run has " + experts(want));

@@ -352,7 +352,9 @@ std::string hf_family_mismatch(const GPTConfig& m) {
     const char* mixtral_is = "; a Hugging Face Mixtral has Llama's block (rotary positions, RMSNorm, no linear biases) "
                              "with SwiGLU experts in every block and no shared MLP";
     if (!llama_family(m)) return what + "of " + (m.swiglu ? "SwiGLU" : "GELU") + " MLPs in a block not Llama's" + mixtral_is;
-    if (m.moe.layer_freq != 1) return what + "in every " + std::to_string(m.moe.layer_freq) + " blocks" + mixtral_is;
+    if (!m.moe.every_block())
+      return what + "in every " + std::to_string(m.moe.layer_freq) + " blocks after " + std::to_string(m.moe.first_dense) +
+             " dense" + mixtral_is;
     if (m.moe.shared_experts > 0) return what + "with a shared MLP (moe.shared_experts)" + mixtral_is;
     if (m.qkv_bias) return what + "with biases on qkv" + mixtral_is;
     if (m.moe.top_k > 1 && !m.moe.renormalize)

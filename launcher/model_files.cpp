@@ -116,6 +116,7 @@ void write_model_json(const GPTConfig& mc, const std::vector<ParameterSpec>& spe
     if (mc.moe.shared_experts > 0) moe.add("shared_experts", mc.moe.shared_experts);
     if (mc.moe.ffn_hidden > 0) moe.add("ffn_hidden_size", mc.moe.ffn_hidden);  // else 4 x d_model
     if (!mc.moe.renormalize) moe.add("renormalize", false);                      // else true
+    if (mc.moe.first_dense > 0) moe.add("first_dense_layers", mc.moe.first_dense);  // else 0
     config.add("moe", moe);
   }
   std::string params = "[";

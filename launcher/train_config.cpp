@@ -251,6 +251,10 @@ void validate_relations(const Config& c) {
       throw beyond("model.n_layers x the experts' slots x " + fce_name, elements,
                    "elements of activations is beyond what the memory plan can count (allowed: below 2^56)");
   }
+  if (c.moe.experts > 0 && c.moe.first_dense_layers >= c.model.n_layers)
+    throw UserError(p + ": moe.first_dense_layers = " + std::to_string(c.moe.first_dense_layers) +
+                    " leaves no block with experts in model.n_layers = " + std::to_string(c.model.n_layers) +
+                    " (allowed: less than model.n_layers)");
   if (c.moe.experts > 0 && c.moe.top_k > c.moe.experts)
     throw UserError(p + ": moe.top_k = " + std::to_string(c.moe.top_k) + " exceeds moe.experts = " +
                     std::to_string(c.moe.experts) + " (allowed: 1 to moe.experts)");
@@ -293,7 +297,7 @@ void validate_relations(const Config& c) {
 }  // namespace
 
 int64_t dense_ffn_hidden_size(const Config& c) {
-  return c.moe.experts > 0 && c.moe.layer_freq == 1 ? 0 : c.model.ffn_hidden_size;
+  return c.moe.experts > 0 && c.moe.layer_freq == 1 && c.moe.first_dense_layers == 0 ? 0 : c.model.ffn_hidden_size;
 }
 
 std::vector<int> parse_stage_layers(const Config& c) {

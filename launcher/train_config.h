@@ -90,7 +90,8 @@ struct MoESection {
   double capacity_factor = 1.25;   // slots per expert = factor x top_k x tokens / experts
   double aux_loss_coef = 0.01;     // load-balancing loss weight
   double z_loss_coef = 0.0;        // router z-loss weight
-  int64_t layer_freq = 1;          // block l has experts when l % layer_freq == 0
+  int64_t layer_freq = 1;          // block l has experts when l % layer_freq == 0 ...
+  int64_t first_dense_layers = 0;  // ... and l >= this
   int64_t shared_experts = 0;      // expert-sized MLPs every token also goes through (one MLP this many experts wide)
   int64_t ffn_hidden_size = 0;     // an expert's hidden width; 0 = 4 x d_model
   bool renormalize = true;         // top_k > 1: the gates divided by the chosen probabilities' sum

@@ -31,21 +31,25 @@ int64_t stored_numel(const GPTConfig& m) { return m.parameter_count() + m.paddin
 // The experts of a stored model's description, set into m after its MLP and biases (the experts' are
 // the same kind). ffn_hidden: an expert's hidden width (0 or absent: 4 x d_model).
 void set_experts(GPTConfig& g, int64_t experts, int64_t top_k, double capacity_factor, double aux_loss_coef,
-                 int64_t layer_freq, int64_t shared_experts, int64_t ffn_hidden, bool renormalize, const std::string& where) {
+                 int64_t layer_freq, int64_t first_dense, int64_t shared_experts, int64_t ffn_hidden, bool renormalize,
+                 const std::string& where) {
   MoEConfig& m = g.moe;
   m = MoEConfig();
   if (experts == 0) return;
   if (experts < 0 || experts > 1024 || top_k < 1 || top_k > std::min<int64_t>(experts, 8) || layer_freq < 1 ||
       layer_freq > INT32_MAX || !(capacity_factor > 0 && capacity_factor <= 64) || !(aux_loss_coef >= 0) ||
-      shared_experts < 0 || shared_experts > 64 || ffn_hidden < 0 || ffn_hidden > INT32_MAX)
+      shared_experts < 0 || shared_experts > 64 || ffn_hidden < 0 || ffn_hidden > INT32_MAX || first_dense < 0 ||
+      first_dense >= g.n_layers)
     throw UserError(where + ": its experts (" + std::to_string(experts) + " experts, top " + std::to_string(top_k) +
-                    ", every " + std::to_string(layer_freq) + " blocks, " + std::to_string(shared_experts) +
+                    ", every " + std::to_string(layer_freq) + " blocks after " + std::to_string(first_dense) + " dense, " +
+                    std::to_string(shared_experts) +
                     " shared, width " + std::to_string(ffn_hidden) + ") are not a valid [moe] section");
   m.experts = experts;
   m.top_k = top_k;
   m.capacity_factor = capacity_factor;
   m.aux_loss_coef = float(aux_loss_coef);
   m.layer_freq = layer_freq;
+  m.first_dense = first_dense;
   m.shared_experts = shared_experts;
   m.ffn_hidden = ffn_hidden;
   m.renormalize = renormalize;
@@ -183,7 +187,8 @@ StoredModel open_checkpoint(const std::string& path, const std::string& verb) {
   set_kv_heads(s.shape, mc.n_kv_heads, s.dir + " (config)");
   s.shape.tied_head = mc.tie_embeddings;
   const MoESection& e = s.config->moe;
-  set_experts(s.shape, e.experts, e.top_k, e.capacity_factor, e.aux_loss_coef, e.layer_freq, e.shared_experts,
+  set_experts(s.shape, e.experts, e.top_k, e.capacity_factor, e.aux_loss_coef, e.layer_freq, e.first_dense_layers,
+              e.shared_experts,
               e.ffn_hidden_size, e.renormalize, s.dir + " (config)");
   // The params blob must hold the model its config describes (an edited config could ask for far
   // more memory than there is).
@@ -233,6 +238,7 @@ StoredModel open_export(const std::string& dir) {
     if (const JsonValue* moe = c.find("moe"))
       set_experts(s.shape, moe->at("experts").as_int(), moe->at("top_k").as_int(), moe->at("capacity_factor").as_double(),
                   moe->at("aux_loss_coef").as_double(), moe->at("layer_freq").as_int(),
+                  moe->find("first_dense_layers") ? moe->at("first_dense_layers").as_int() : 0,
                   moe->find("shared_experts") ? moe->at("shared_experts").as_int() : 0,
                   moe->find("ffn_hidden_size") ? moe->at("ffn_hidden_size").as_int() : 0,
                   moe->find("renormalize") ? moe->at("renormalize").as_bool() : true, json);
@@ -313,6 +319,7 @@ StoredModel open_hf(const std::string& dir) {
   s.shape.qkv_bias = c.qkv_bias;
   s.shape.tied_head = c.tied_head;
   set_experts(s.shape, c.moe.experts, c.moe.top_k, c.moe.capacity_factor, c.moe.aux_loss_coef, c.moe.layer_freq,
+              c.moe.first_dense,
               c.moe.shared_experts, c.moe.ffn_hidden, c.moe.renormalize, where);  // Mixtral's
   // Its weights take at least 2 bytes a parameter: a config.json that claims more than
   // model.safetensors holds is found before anything is sized by it.

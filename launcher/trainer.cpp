@@ -355,15 +355,15 @@ void warn_on_unused_settings(const Config& cfg, const std::string& precision, in
          "linear layer has its bias already");
   if (cfg.model.position_embedding != "rope" && cfg.model.rope_scaling != ModelConfig().rope_scaling)
     warn("model.rope_scaling applies to model.position_embedding = rope only; this run's positions are learned");
-  if (cfg.model.ffn_hidden_size > 0 && cfg.moe.experts > 0 && cfg.moe.layer_freq == 1)
-    warn("model.ffn_hidden_size sets the dense MLPs' width; with moe.layer_freq = 1 every block has experts, whose "
-         "width is moe.ffn_hidden_size: the key is ignored");
+  if (cfg.model.ffn_hidden_size > 0 && dense_ffn_hidden_size(cfg) == 0)
+    warn("model.ffn_hidden_size sets the dense MLPs' width; with moe.layer_freq = 1 and moe.first_dense_layers = 0 "
+         "every block has experts, whose width is moe.ffn_hidden_size: the key is ignored");
   const MoESection dm;
   const MoESection& m = cfg.moe;
   if (m.experts == 0 && (m.top_k != dm.top_k || m.capacity_factor != dm.capacity_factor ||
                          m.aux_loss_coef != dm.aux_loss_coef || m.z_loss_coef != dm.z_loss_coef || m.layer_freq != dm.layer_freq ||
                          m.shared_experts != dm.shared_experts || m.ffn_hidden_size != dm.ffn_hidden_size ||
-                         m.renormalize != dm.renormalize))
+                         m.renormalize != dm.renormalize || m.first_dense_layers != dm.first_dense_layers))
     warn("the [moe] keys apply with moe.experts > 0 only; this run's MLPs are dense (moe.experts = 0)");
   const unsigned cores = std::thread::hardware_concurrency();
   if (cores > 0 && cfg.train.cpu_threads * local_ranks > int64_t(cores))
@@ -597,14 +597,16 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
                  (mc.kv_heads() != mc.n_heads ? ", " + std::to_string(mc.kv_heads()) + " key-value heads" : ""))
                     .c_str());
     if (mc.moe.experts > 0)
-      std::printf("experts: %lld%s of width %lld in %lld of %lld blocks (every %lld from block 0), top %lld%s, capacity %lld "
+      std::printf("experts: %lld%s of width %lld in %lld of %lld blocks (every %lld from block %lld), top %lld%s, capacity %lld "
                   "of a micro-batch's %lld tokens each (factor %g), balancing loss x %g, z-loss x %g; %s parameters "
                   "active per token%s\n",
                   (long long)mc.moe.experts,
                   mc.moe.shared_experts > 0 ? (" and " + std::to_string(mc.moe.shared_experts) + " shared").c_str() : "",
                   (long long)mc.moe.expert_width(mc.d_model),
                   (long long)mc.moe.layers(mc.n_layers), (long long)mc.n_layers,
-                  (long long)mc.moe.layer_freq, (long long)mc.moe.top_k,
+                  (long long)mc.moe.layer_freq,
+                  (long long)((mc.moe.first_dense + mc.moe.layer_freq - 1) / mc.moe.layer_freq * mc.moe.layer_freq),
+                  (long long)mc.moe.top_k,
                   mc.moe.top_k > 1 && !mc.moe.renormalize ? " (gates not renormalized)" : "", (long long)mc.moe.capacity(B * T),
                   (long long)(B * T), mc.moe.capacity_factor, double(mc.moe.aux_loss_coef), double(mc.moe.z_loss_coef),
                   with_commas(mc.active_parameter_count()).c_str(),

@@ -13,7 +13,8 @@ struct MoEConfig {
   double capacity_factor = 1.25;   // an expert's slots per micro-batch: factor x top_k x tokens / experts
   float aux_loss_coef = 0.01f;     // weight of the load-balancing loss (Switch Transformer)
   float z_loss_coef = 0.0f;        // weight of the router z-loss (ST-MoE): mean of log(sum exp(logits))^2
-  int64_t layer_freq = 1;          // block l has experts when l % layer_freq == 0
+  int64_t layer_freq = 1;          // block l has experts when l % layer_freq == 0 ...
+  int64_t first_dense = 0;         // ... and l >= first_dense (moe.first_dense_layers, DeepSeekMoE's first_k_dense_replace)
   int64_t shared_experts = 0;      // expert-sized MLPs every token also goes through, as one MLP this many experts wide
   int64_t expert_parallel = 1;     // experts split over this many data-parallel ranks
   int64_t ffn_hidden = 0;          // an expert's hidden width F (moe.ffn_hidden_size); 0 = 4 x d_model
@@ -23,8 +24,14 @@ struct MoEConfig {
   bool swiglu = false;
   bool bias = true;
 
-  bool in_layer(int64_t layer) const { return experts > 0 && layer % layer_freq == 0; }
-  int64_t layers(int64_t n_layers) const { return experts > 0 && n_layers > 0 ? (n_layers - 1) / layer_freq + 1 : 0; }
+  bool in_layer(int64_t layer) const { return experts > 0 && layer >= first_dense && layer % layer_freq == 0; }
+  // The blocks with experts: the multiples of layer_freq in [first_dense, n_layers).
+  int64_t layers(int64_t n_layers) const {
+    if (experts == 0 || n_layers <= first_dense) return 0;
+    return (n_layers - 1) / layer_freq - (first_dense + layer_freq - 1) / layer_freq + 1;
+  }
+  // Whether every block has experts (so none has the dense MLP).
+  bool every_block() const { return experts > 0 && layer_freq == 1 && first_dense == 0; }
   int64_t local_experts() const { return experts / expert_parallel; }
   // An expert's hidden width F (proj's input), and its fc's output (SwiGLU: 2F).
   int64_t expert_width(int64_t d_model) const { return ffn_hidden > 0 ? ffn_hidden : 4 * d_model; }

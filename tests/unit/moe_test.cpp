@@ -375,6 +375,27 @@ TEST(MoE, ParameterCounts) {
   EXPECT_EQ(stored, c.parameter_count() + 47 * C);
 }
 
+// The blocks with experts: multiples of layer_freq from moe.first_dense_layers on.
+TEST(MoE, BlocksWithExperts) {
+  MoEConfig m;
+  m.experts = 4;
+  for (int64_t freq : {1, 2, 3})
+    for (int64_t first : {0, 1, 2, 3, 5})
+      for (int64_t n : {1, 6, 7, 10}) {
+        m.layer_freq = freq;
+        m.first_dense = first;
+        int64_t count = 0;
+        for (int64_t l = 0; l < n; ++l) count += m.in_layer(l);
+        EXPECT_EQ(m.layers(n), count) << "freq " << freq << ", first " << first << ", " << n << " layers";
+        EXPECT_EQ(m.in_layer(first > 0 ? first - 1 : -1), false);
+      }
+  m.layer_freq = 1;
+  m.first_dense = 0;
+  EXPECT_TRUE(m.every_block());
+  m.first_dense = 1;
+  EXPECT_FALSE(m.every_block());
+}
+
 // Mixtral's shape at d_model 768: no linear biases, SwiGLU experts of width 1000 (and dense SwiGLU
 // MLPs of width 2048 between), 8 experts in every other block with one shared expert of the same
 // width; its parameter specs: the counts, an expert's fc [gate | up] 2000 rows, no bias anywhere.
