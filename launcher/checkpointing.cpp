@@ -706,10 +706,10 @@ StoredModel open_init_source(const Config& cfg, const GPTConfig& want, const std
   auto experts = [](const GPTConfig& m) {
     const MoEConfig& e = m.moe;
     if (e.experts == 0) return std::string("dense MLPs (moe.experts = 0)");
-    return std::to_string(e.experts) + " experts of width " + std::to_string(e.expert_width(m.d_model)) + " every " +
-           std::to_string(e.layer_freq) + " blocks after " + std::to_string(e.first_dense) + " dense with " +
-           std::to_string(e.shared_experts) +
-           " shared (moe.experts, moe.ffn_hidden_size, moe.layer_freq, moe.first_dense_layers, moe.shared_experts)";
+    return "experts (moe.experts = " + std::to_string(e.experts) + ", moe.ffn_hidden_size = " +
+           std::to_string(e.expert_width(m.d_model)) + ", moe.layer_freq = " + std::to_string(e.layer_freq) +
+           ", moe.first_dense_layers = " + std::to_string(e.first_dense) + ", moe.shared_experts = " +
+           std::to_string(e.shared_experts) + ")";
   };
   if (experts(have) != experts(want))
     throw UserError(what + " holds a model with " + experts(have) + "; this run has " + experts(want));

@@ -309,7 +309,7 @@ def main():
               "model.init_from = the Mixtral directory: the source's parameters")
         ok, lines = one_error([binary, config, "--set", "train.device=cpu", "--set", "model.init_from=" + hf_m] +
                               sum((["--set", s] for s in MIXTRAL + ["moe.ffn_hidden_size=48"]), []),
-                              "holds a model with 4 experts of width 40 every 1 blocks with 0 shared")
+                              "holds a model with experts (moe.experts = 4, moe.ffn_hidden_size = 40,")
         check(ok, f"model.init_from of the Mixtral into a run of experts of width 48: {lines}")
         shared = os.path.join(tmp, "shared_experts")
         train(binary, config, MIXTRAL + ["moe.shared_experts=1"], ["--export-weights", shared])
