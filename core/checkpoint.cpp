@@ -491,6 +491,7 @@ std::string CheckpointWriter::commit() {
       try {
         const std::string moved = set_aside_users_files(s.tmp_dir, s.base);
         if (!moved.empty()) s.users_files = "moved to " + moved;
+        s.tmp_dir.clear();  // removed, or renamed aside with the user's files
       } catch (const CheckpointError& e) {
         s.users_files = "left in " + s.tmp_dir + " (" + e.what() + ")";
         s.tmp_dir.clear();
@@ -725,15 +726,23 @@ std::optional<std::string> checkpoint_named_by(const std::string& path, std::str
   return latest_valid_checkpoint(path, why_skipped);
 }
 
-std::vector<std::string> files_no_checkpoint_writes(const std::string& dir) {
-  static const std::regex state_blob(R"((params|master|adam_m|adam_v)|rank\d{5}/(master|adam_m|adam_v)\.bin)");
+namespace {
+
+const std::regex& rank_dir_name() {
   static const std::regex rank_dir(R"(rank\d{5})");
+  return rank_dir;
+}
+
+// The entries under `dir`, relative to it: what a checkpoint writes into `ours` (its manifest, the
+// blobs it lists, files named as state blobs; not directories) and the rest into `theirs`
+// (files_no_checkpoint_writes). Throws CheckpointError where `dir` cannot be listed whole.
+void classify_checkpoint_dir(const std::string& dir, std::vector<std::string>* ours, std::vector<std::string>* theirs) {
+  static const std::regex state_blob(R"((params|master|adam_m|adam_v)|rank\d{5}/(master|adam_m|adam_v)\.bin)");
   std::optional<CheckpointReader> reader;
   try {
     reader.emplace(CheckpointReader::open(dir, CheckpointVerify::kSizes));
   } catch (const CheckpointError&) {
   }
-  std::vector<std::string> out;
   std::error_code ec;
   for (auto it = fs::recursive_directory_iterator(dir, ec); !ec && it != fs::recursive_directory_iterator();
        it.increment(ec)) {
@@ -741,47 +750,50 @@ std::vector<std::string> files_no_checkpoint_writes(const std::string& dir) {
     const std::string rel = it->path().lexically_relative(dir).generic_string();  // a link as named
     if (it->is_directory(kind) && !it->is_symlink(kind)) {
       // An empty directory no checkpoint makes is the user's too (say, for an evaluation's output).
-      if (fs::is_empty(it->path(), empty) && !empty && !std::regex_match(rel, rank_dir)) out.push_back(rel + "/");
+      if (theirs && fs::is_empty(it->path(), empty) && !empty && !std::regex_match(rel, rank_dir_name()))
+        theirs->push_back(rel + "/");
       continue;
     }
-    if (rel == kManifest || std::regex_match(rel, state_blob) || (reader && reader->has_blob(rel))) continue;
-    out.push_back(rel);
+    const bool checkpoints = rel == kManifest || std::regex_match(rel, state_blob) || (reader && reader->has_blob(rel));
+    if (std::vector<std::string>* to = checkpoints ? ours : theirs) to->push_back(rel);
   }
   if (ec) fail("cannot list " + dir + ": " + ec.message());
-  std::sort(out.begin(), out.end());
-  return out;
+  if (ours) std::sort(ours->begin(), ours->end());
+  if (theirs) std::sort(theirs->begin(), theirs->end());
 }
 
-namespace {
-
-// Removes checkpoint `dir`'s manifest (first: it is then no checkpoint) and every file but `keep`,
-// then its emptied subdirectories.
-void remove_all_but(const std::string& dir, const std::vector<std::string>& keep) {
+// Removes what a checkpoint writes under `dir`: its manifest first (so it is never taken for a
+// checkpoint again), then its blobs, then its rank directories where that leaves them empty.
+// Nothing else is removed, so a file that appears meanwhile stays.
+void remove_checkpoint_files(const std::string& dir) {
+  std::vector<std::string> ours;
+  classify_checkpoint_dir(dir, &ours, nullptr);
   std::error_code ec;
   fs::remove(join(dir, kManifest), ec);
   if (ec) fail("cannot remove " + join(dir, kManifest) + ": " + ec.message());
-  std::vector<fs::path> files, dirs;
-  for (auto it = fs::recursive_directory_iterator(dir, ec); !ec && it != fs::recursive_directory_iterator();
-       it.increment(ec)) {
-    std::error_code kind;
-    const bool is_dir = it->is_directory(kind) && !it->is_symlink(kind);
-    const std::string rel = it->path().lexically_relative(dir).generic_string();
-    const bool kept = std::find(keep.begin(), keep.end(), is_dir ? rel + "/" : rel) != keep.end();
-    if (is_dir && !kept) dirs.push_back(it->path());
-    else if (!is_dir && !kept) files.push_back(it->path());
+  for (const std::string& rel : ours)
+    if (!fs::remove(join(dir, rel), ec) && ec) fail("cannot remove " + join(dir, rel) + ": " + ec.message());
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    std::error_code kind, ignored;
+    if (entry.is_directory(kind) && !entry.is_symlink(kind) &&
+        std::regex_match(entry.path().filename().string(), rank_dir_name()))
+      fs::remove(entry.path(), ignored);  // an rmdir: fails where a user's file is
   }
-  if (ec) fail("cannot list " + dir + ": " + ec.message());
-  for (const fs::path& f : files)
-    if (!fs::remove(f, ec) && ec) fail("cannot remove " + f.string() + ": " + ec.message());
-  for (auto it = dirs.rbegin(); it != dirs.rend(); ++it) fs::remove(*it, ec);  // fails where a kept file is
 }
 
 }  // namespace
 
+std::vector<std::string> files_no_checkpoint_writes(const std::string& dir) {
+  std::vector<std::string> theirs;
+  classify_checkpoint_dir(dir, nullptr, &theirs);
+  return theirs;
+}
+
 std::string set_aside_users_files(const std::string& dir, const std::string& base) {
+  remove_checkpoint_files(dir);
+  std::error_code ec;
+  if (fs::remove(dir, ec)) return "";  // an rmdir: it succeeds only where nothing is left, so nothing of a user's
   const std::vector<std::string> theirs = files_no_checkpoint_writes(dir);
-  if (theirs.empty()) return "";
-  remove_all_but(dir, theirs);
   const std::string root = fs::path(dir).parent_path().string();
   for (int n = 1; n < 1000; ++n) {
     const std::string to = join(root, base + ".user-files" + (n > 1 ? "." + std::to_string(n) : ""));
@@ -798,7 +810,7 @@ std::string set_aside_users_files(const std::string& dir, const std::string& bas
       if (::lstat(to.c_str(), &st) == 0) continue;
       if (::rename(dir.c_str(), to.c_str()) == 0) {
         fsync_dir(root);
-        return to + " (" + theirs.front() + (theirs.size() > 1 ? ", ..." : "") + ")";
+        return to + " (" + (theirs.empty() ? std::string("?") : theirs.front()) + (theirs.size() > 1 ? ", ..." : "") + ")";
       }
     }
     fail_errno("cannot move " + dir + " (files no checkpoint writes) to", to, errno);

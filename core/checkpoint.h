@@ -183,11 +183,12 @@ std::optional<std::string> checkpoint_named_by(const std::string& path, std::str
 // Throws CheckpointError if `dir` cannot be listed whole: then nothing under it may be removed.
 std::vector<std::string> files_no_checkpoint_writes(const std::string& dir);
 
-// A checkpoint about to be removed (pruned, or replaced by a commit) that holds such files loses its
-// manifest and its own files, and the directory with the user's is renamed to
-// <its parent>/<base>.user-files (.user-files.2, ... where taken), so they are never removed and the
-// directory is no checkpoint any more. Returns "that path (the files)", or "" when there are none
-// (nothing done). Throws CheckpointError where it cannot list, remove or rename.
+// Removes a checkpoint (pruned, or replaced by a commit) without touching a user's files: its
+// manifest first, then the files a checkpoint writes, each by name, then its directories with an
+// rmdir, which fails where anything else is (even a file written meanwhile). A directory left so is
+// renamed to <its parent>/<base>.user-files (.user-files.2, ... where taken): no checkpoint any more,
+// the user's files in it. Returns "that path (the files)", or "" when the directory is gone.
+// Throws CheckpointError where it cannot list, remove or rename.
 std::string set_aside_users_files(const std::string& dir, const std::string& base);
 
 // Keeps the newest `keep` step dirs that pass a kSizes check and removes every step dir older

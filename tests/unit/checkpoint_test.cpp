@@ -543,6 +543,26 @@ TEST(Checkpoint, CommitOverExistingSetsTheUsersFilesAside) {
 
 // Pruning sets a step checkpoint holding a user's files aside instead of removing it, and a replaced
 // checkpoint its writer died before setting aside (a temp dir with a manifest) too.
+// set_aside_users_files removes a checkpoint's files by name and its directories by rmdir: a user's
+// file inside a rank directory keeps that directory (set aside with it); without one the directory
+// is gone and nothing is reported.
+TEST(Checkpoint, SettingAsideRemovesOnlyTheCheckpointsFiles) {
+  TempDir tmp;
+  const std::string dir = write_simple(tmp.str(), 3);
+  fs::create_directories(dir + "/rank00001");
+  std::ofstream(dir + "/rank00001/master.bin") << "a state blob's name";
+  std::ofstream(dir + "/rank00001/profile.txt") << "mine";
+  EXPECT_EQ(set_aside_users_files(dir, "step_00000003"),
+            tmp.sub("step_00000003.user-files") + " (rank00001/profile.txt)");
+  EXPECT_EQ(entries(tmp.sub("step_00000003.user-files")), (std::vector<std::string>{"rank00001"}));
+  EXPECT_EQ(entries(tmp.sub("step_00000003.user-files/rank00001")), (std::vector<std::string>{"profile.txt"}));
+  const std::string plain = write_simple(tmp.str(), 4);
+  fs::create_directories(plain + "/rank00000");
+  std::ofstream(plain + "/rank00000/adam_v.bin") << "a state blob's name";
+  EXPECT_EQ(set_aside_users_files(plain, "step_00000004"), "");
+  EXPECT_FALSE(fs::exists(plain));
+}
+
 TEST(Checkpoint, PruneSetsTheUsersFilesAside) {
   TempDir tmp;
   for (int64_t step = 1; step <= 3; ++step) write_simple(tmp.str(), step);
