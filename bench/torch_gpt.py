@@ -36,7 +36,7 @@ class GPTConfig:
     moe_renormalize: bool = True  # top_k > 1: gates divided by the chosen probabilities' sum (moe.renormalize)
     rope_theta: float = 0.0  # > 0: rotary positions of this base (model.position_embedding = rope), no wpe
     # Llama 3's frequency scaling (model.rope_scaling = llama3): (factor, low_freq_factor,
-    # high_freq_factor, original positions); () = none
+    # high_freq_factor, original positions); linear (position interpolation): (factor,); () = none.
     rope_scaling: tuple = ()
     mlp: str = "gelu"  # gelu | swiglu (model.mlp): swiglu's fc is (2F, C), rows [gate | up]
     ffn_hidden: int = 0  # the dense MLP's hidden width F (model.ffn_hidden_size); 0 = 4C
@@ -69,10 +69,13 @@ PRESETS = {  # name -> (n_layers, n_heads, d_model); vocab 50257, seq 1024
 def rotary_table(seq_len, head_dim, theta, scaling=()):
     """cos and sin (seq_len, head_dim / 2) of the angles t * theta^(-2i/hd), in float64; with
     scaling = (factor, low_freq_factor, high_freq_factor, original positions), Llama 3's rescaled
-    frequencies (transformers' rope_type "llama3")."""
+    frequencies (transformers' rope_type "llama3"); with (factor,), every frequency divided by it
+    (rope_type "linear")."""
     half = head_dim // 2
     inv = theta ** (-torch.arange(half, dtype=torch.float64) / half)
-    if scaling:
+    if len(scaling) == 1:
+        inv = inv / scaling[0]
+    elif scaling:
         factor, low, high, original = scaling
         wavelength = 2 * math.pi / inv
         smooth = (original / wavelength - low) / (high - low)
@@ -312,7 +315,8 @@ def load_trellis_dump(dump_dir, dtype=torch.float64, attn="sdpa"):
                     moe_ffn_hidden=moe.get("ffn_hidden_size", 0), moe_renormalize=moe.get("renormalize", True), rope_theta=float(c["rope_theta"]) if c.get("position_embedding") == "rope" else 0.0,
                     rope_scaling=((float(c["rope_scaling_factor"]), float(c["rope_low_freq_factor"]),
                                    float(c["rope_high_freq_factor"]), float(c["rope_original_positions"]))
-                                  if c.get("rope_scaling") == "llama3" else ()),
+                                  if c.get("rope_scaling") == "llama3" else
+                                  (float(c["rope_scaling_factor"]),) if c.get("rope_scaling") == "linear" else ()),
                     mlp=c.get("mlp", "gelu"), ffn_hidden=c.get("ffn_hidden_size", 0), norm=c.get("norm", "layernorm"),
                     tie_embeddings=c.get("tie_embeddings", True), n_kv_heads=c.get("n_kv_heads", 0),
                     norm_eps=float(c.get("norm_eps", 1e-5)), bias=c.get("bias", True),
@@ -381,7 +385,8 @@ def write_dump(model, tokens, targets, dump_dir):
                        "d_model": c.d_model, "dropout": c.dropout,
                        **({"position_embedding": "rope", "rope_theta": c.rope_theta} if c.rope_theta > 0 else {}),
                        **(dict(zip(("rope_scaling_factor", "rope_low_freq_factor", "rope_high_freq_factor",
-                                    "rope_original_positions"), c.rope_scaling), rope_scaling="llama3")
+                                    "rope_original_positions"), c.rope_scaling),
+                               rope_scaling="llama3" if len(c.rope_scaling) == 4 else "linear")
                           if c.rope_scaling else {}),
                        **({"mlp": c.mlp} if c.mlp != "gelu" else {}),
                        **({"ffn_hidden_size": c.ffn_hidden} if c.ffn_hidden not in (0, 4 * c.d_model) else {}),

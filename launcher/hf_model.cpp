@@ -126,9 +126,10 @@ std::vector<HfTensor> hf_tensors(const GPTConfig& m) {
   return out;
 }
 
-// Llama 3's scaling as transformers writes it, or null.
+// Llama 3's or linear scaling as transformers writes it, or null.
 std::string rope_scaling_json(const GPTConfig& m) {
   if (m.rope_factor == 1.0) return "null";
+  if (m.rope_linear) return "{\"rope_type\":\"linear\",\"factor\":" + number_g(m.rope_factor) + "}";
   return "{\"rope_type\":\"llama3\",\"factor\":" + number_g(m.rope_factor) + ",\"low_freq_factor\":" +
          number_g(m.rope_low_freq_factor) + ",\"high_freq_factor\":" + number_g(m.rope_high_freq_factor) +
          ",\"original_max_position_embeddings\":" + number_g(m.rope_original_positions) + "}";
@@ -246,8 +247,8 @@ GPTConfig read_hf_config(const std::string& dir) {
   if (type == "llama" || type == "qwen2" || type == "mixtral") {
     const bool mx = type == "mixtral";  // MixtralConfig's defaults where they differ from LlamaConfig's
     auto refuse = [&](const std::string& what) {
-      throw UserError(path + ": " + what + "; Trellis computes Llama with SiLU, no biases and rotary positions plain or "
-                      "with Llama 3's scaling");
+      throw UserError(path + ": " + what + "; Trellis computes Llama with SiLU, no biases and rotary positions plain, "
+                      "with Llama 3's scaling or linear");
     };
     if (text("hidden_act", "silu") != "silu") refuse("hidden_act is \"" + text("hidden_act", "") + "\"");
     for (const char* off : {"attention_bias", "mlp_bias"})
@@ -299,8 +300,9 @@ GPTConfig read_hf_config(const std::string& dir) {
       const std::string k = key;
       const JsonValue* kind = rp->find("rope_type") ? rp->find("rope_type") : rp->find("type");
       const std::string type = kind && kind->kind == JsonValue::Kind::kString ? kind->text : "";
-      if (type != "default" && type != "llama3")
-        refuse(k + "'s rope_type is " + (kind ? text_of(*kind) : std::string("missing")) + " (allowed: default, llama3)");
+      if (type != "default" && type != "llama3" && type != "linear")
+        refuse(k + "'s rope_type is " + (kind ? text_of(*kind) : std::string("missing")) +
+               " (allowed: default, llama3, linear)");
       auto value = [&](const char* name, double absent, double lo, double hi) {
         const JsonValue* v = rp->find(name);
         if (!v || v->kind == JsonValue::Kind::kNull) return absent;
@@ -310,6 +312,11 @@ GPTConfig read_hf_config(const std::string& dir) {
         return v->as_double();
       };
       m.rope_theta = value("rope_theta", m.rope_theta, 1, 1e12);
+      if (type == "linear") {  // position interpolation: every frequency divided by the factor
+        m.rope_factor = value("factor", 0, 1, 1e6);
+        if (m.rope_factor == 0) refuse(k + ".factor is missing");
+        m.rope_linear = true;
+      }
       if (type != "llama3") continue;
       m.rope_factor = value("factor", 0, 1, 1e6);
       if (m.rope_factor == 0) refuse(k + ".factor is missing");

@@ -96,7 +96,9 @@ void write_model_json(const GPTConfig& mc, const std::vector<ParameterSpec>& spe
   config.add("n_layers", mc.n_layers).add("n_heads", mc.n_heads).add("d_model", mc.d_model);
   config.add("dropout", double(mc.dropout)).add("attention_dropout", double(mc.attention_dropout));
   if (mc.rope) config.add("position_embedding", std::string("rope")).add("rope_theta", mc.rope_theta);  // else learned
-  if (mc.rope && mc.rope_factor != 1.0)  // Llama 3's scaling, written where it is used
+  if (mc.rope && mc.rope_factor != 1.0 && mc.rope_linear)  // position interpolation, written where it is used
+    config.add("rope_scaling", std::string("linear")).add("rope_scaling_factor", mc.rope_factor);
+  else if (mc.rope && mc.rope_factor != 1.0)  // Llama 3's scaling, likewise
     config.add("rope_scaling", std::string("llama3")).add("rope_scaling_factor", mc.rope_factor)
         .add("rope_low_freq_factor", mc.rope_low_freq_factor).add("rope_high_freq_factor", mc.rope_high_freq_factor)
         .add("rope_original_positions", mc.rope_original_positions);

@@ -32,7 +32,10 @@ Resolved resolve(const Config& cfg, const LaunchInfo& launch) {
   r.model.d_model = cfg.model.d_model;
   r.model.rope = cfg.model.position_embedding == "rope";
   r.model.rope_theta = cfg.model.rope_theta;
-  if (r.model.rope && cfg.model.rope_scaling == "llama3") {
+  if (r.model.rope && cfg.model.rope_scaling == "linear") {
+    r.model.rope_factor = cfg.model.rope_scaling_factor;
+    r.model.rope_linear = true;
+  } else if (r.model.rope && cfg.model.rope_scaling == "llama3") {
     r.model.rope_factor = cfg.model.rope_scaling_factor;
     r.model.rope_low_freq_factor = cfg.model.rope_low_freq_factor;
     r.model.rope_high_freq_factor = cfg.model.rope_high_freq_factor;
@@ -94,6 +97,7 @@ std::string with_commas(int64_t n) {
 
 std::string rope_scaling_text(const GPTConfig& m) {
   if (!m.rope || m.rope_factor == 1.0) return "";
+  if (m.rope_linear) return "linear rope scaling (factor " + number_g(m.rope_factor) + ")";
   return "llama3 rope scaling (factor " + number_g(m.rope_factor) + ", low_freq_factor " + number_g(m.rope_low_freq_factor) +
          ", high_freq_factor " + number_g(m.rope_high_freq_factor) + ", original positions " +
          number_g(m.rope_original_positions) + ")";

@@ -97,6 +97,14 @@ void set_positions(GPTConfig& m, const std::string& kind, double theta, const st
   m.rope_theta = theta;
 }
 
+// Linear rope scaling (position interpolation) of a stored model's description.
+void set_linear_rope_scaling(GPTConfig& m, double factor, const std::string& where) {
+  if (!(factor >= 1 && factor <= 1e6))
+    throw UserError(where + ": linear rope scaling with factor " + number_g(factor) + " (allowed: 1 to 1e6)");
+  m.rope_factor = factor;
+  m.rope_linear = true;
+}
+
 // Llama 3's rope scaling of a stored model's description (absent: none), checked as the config keys are.
 void set_rope_scaling(GPTConfig& m, double factor, double low, double high, double original, const std::string& where) {
   if (!(factor >= 1 && factor <= 1e6 && low > 0 && high > low && high <= 1e6 && original >= 1 && original <= 1e9))
@@ -105,6 +113,7 @@ void set_rope_scaling(GPTConfig& m, double factor, double low, double high, doub
                     " (allowed: factor 1 to 1e6, 0 < low_freq_factor < high_freq_factor <= 1e6, original positions 1 "
                     "to 1e9)");
   m.rope_factor = factor;
+  m.rope_linear = false;
   m.rope_low_freq_factor = low;
   m.rope_high_freq_factor = high;
   m.rope_original_positions = original;
@@ -176,6 +185,7 @@ StoredModel open_checkpoint(const std::string& path, const std::string& verb) {
   const auto& mc = s.config->model;
   s.shape = shape_of(mc.vocab_size, mc.seq_len, mc.n_layers, mc.n_heads, mc.d_model, s.dir + " (config)");
   set_positions(s.shape, mc.position_embedding, mc.rope_theta, s.dir + " (config)");
+  if (s.shape.rope && mc.rope_scaling == "linear") set_linear_rope_scaling(s.shape, mc.rope_scaling_factor, s.dir + " (config)");
   if (s.shape.rope && mc.rope_scaling == "llama3")
     set_rope_scaling(s.shape, mc.rope_scaling_factor, mc.rope_low_freq_factor, mc.rope_high_freq_factor,
                      double(mc.rope_original_positions), s.dir + " (config)");
@@ -222,9 +232,14 @@ StoredModel open_export(const std::string& dir) {
     if (const JsonValue* kind = c.find("position_embedding"))
       set_positions(s.shape, kind->as_string(), c.at("rope_theta").as_double(), json);
     if (const JsonValue* scaling = c.find("rope_scaling")) {  // absent: unscaled
-      if (scaling->as_string() != "llama3") throw UserError(json + ": rope_scaling \"" + scaling->as_string() + "\" is not llama3");
-      set_rope_scaling(s.shape, c.at("rope_scaling_factor").as_double(), c.at("rope_low_freq_factor").as_double(),
-                       c.at("rope_high_freq_factor").as_double(), c.at("rope_original_positions").as_double(), json);
+      if (scaling->as_string() == "linear") {
+        set_linear_rope_scaling(s.shape, c.at("rope_scaling_factor").as_double(), json);
+      } else if (scaling->as_string() == "llama3") {
+        set_rope_scaling(s.shape, c.at("rope_scaling_factor").as_double(), c.at("rope_low_freq_factor").as_double(),
+                         c.at("rope_high_freq_factor").as_double(), c.at("rope_original_positions").as_double(), json);
+      } else {
+        throw UserError(json + ": rope_scaling \"" + scaling->as_string() + "\" is not llama3 or linear");
+      }
     }
     const JsonValue *mlp = c.find("mlp"), *ffn = c.find("ffn_hidden_size");
     set_mlp(s.shape, mlp ? mlp->as_string() : "gelu", ffn ? ffn->as_int() : 0, json);
@@ -310,7 +325,8 @@ StoredModel open_hf(const std::string& dir) {
   const GPTConfig c = read_hf_config(dir);
   s.shape = shape_of(c.vocab_size, c.seq_len, c.n_layers, c.n_heads, c.d_model, where);
   set_positions(s.shape, c.rope ? "rope" : "learned", c.rope_theta, where);
-  set_rope_scaling(s.shape, c.rope_factor, c.rope_low_freq_factor, c.rope_high_freq_factor, c.rope_original_positions, where);
+  if (c.rope_linear) set_linear_rope_scaling(s.shape, c.rope_factor, where);
+  else set_rope_scaling(s.shape, c.rope_factor, c.rope_low_freq_factor, c.rope_high_freq_factor, c.rope_original_positions, where);
   set_mlp(s.shape, c.swiglu ? "swiglu" : "gelu", c.ffn_hidden, where);
   set_norm(s.shape, c.rmsnorm ? "rmsnorm" : "layernorm", where);
   set_norm_eps(s.shape, c.norm_eps, where);

@@ -28,8 +28,10 @@ struct GPTConfig {
   // and no table.
   bool rope = false;
   double rope_theta = 10000.0;
-  // Llama 3's frequency scaling (core/rotary.h); rope_factor 1 = none.
+  // Llama 3's frequency scaling, or with rope_linear every frequency divided by rope_factor
+  // (core/rotary.h); rope_factor 1 = none.
   double rope_factor = 1.0, rope_low_freq_factor = 1.0, rope_high_freq_factor = 4.0, rope_original_positions = 8192.0;
+  bool rope_linear = false;
   // The dense MLP: GPT-2's GELU, or SwiGLU (Llama's: silu(gate) * up, the fc layer twice as wide,
   // [gate | up]). Experts are MLPs of the same kind and biases, of width moe.ffn_hidden (moe_config.h,
   // whose swiglu and bias must equal these: experts_match_model()).
@@ -62,6 +64,7 @@ struct GPTConfig {
     f.low_freq_factor = rope_low_freq_factor;
     f.high_freq_factor = rope_high_freq_factor;
     f.original_positions = rope_original_positions;
+    f.linear = rope_linear;
     return f;
   }
   bool has_qkv_bias() const { return bias || qkv_bias; }

@@ -127,9 +127,11 @@ TEST_P(Parity, Swiglu) {
 // (at head size 128 its frequencies fall in all three bands): the cosines and sines are the same
 // double computation on both backends.
 TEST_P(Parity, RotaryEmbedding) {
-  RotaryFrequencies llama32(500000.0);
+  RotaryFrequencies llama32(500000.0), linear(10000.0);
   llama32.factor = 32;
-  for (const RotaryFrequencies& freqs : {RotaryFrequencies(10000.0), llama32})
+  linear.factor = 4;  // position interpolation
+  linear.linear = true;
+  for (const RotaryFrequencies& freqs : {RotaryFrequencies(10000.0), llama32, linear})
   for (int64_t hd : {128, 12, 6})
   for (int64_t first : {int64_t(0), int64_t(1000)})
   for (int kv : {2, 1}) {  // 2 heads, and grouped-query with one key-value head

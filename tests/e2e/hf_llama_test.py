@@ -11,9 +11,10 @@ another shape gets one error line; the same tensors split into two shards with a
 model.safetensors.index.json (as transformers saves a large model) start it the same, and an index
 naming a file outside the directory gets one error line. Tied, the export has no lm_head.weight and says
 tie_word_embeddings true. One error line, nothing written, for a model that is neither a GPT-2 nor a
-Llama; one error line from model.init_from for a config.json with rope_scaling, another activation,
+Llama; one error line from model.init_from for a config.json with another rope_scaling type, another activation,
 biases, or another model_type. Llama 3.1's rope scaling (rope_type llama3) is exported as
-transformers writes it, started from, and refused by a run without it.
+transformers writes it, started from, and refused by a run without it; so is linear rope scaling
+(rope_type linear, factor 4), refused by a run with Llama 3's.
 Where torch and transformers import: LlamaForCausalLM.from_pretrained(export) computes the loss
 Trellis computed (a --dump-grads dump) within 1e-5, also with rope scaling, and a random Llama that
 transformers wrote (unscaled, and scaled) starts a Trellis run whose first loss is transformers' on
@@ -39,6 +40,8 @@ LLAMA = ["model.position_embedding=rope", "model.rope_theta=500", "model.mlp=swi
          "model.tie_embeddings=false"]
 # Llama 3.1's rope scaling, with original positions 64 so that the tiny model's 8 frequencies fall in all three bands.
 SCALED = LLAMA + ["model.rope_scaling=llama3", "model.rope_original_positions=64"]
+# Linear rope scaling (position interpolation), every frequency divided by 4.
+LINEAR = LLAMA + ["model.rope_scaling=linear", "model.rope_scaling_factor=4"]
 QWEN2 = LLAMA + ["model.qkv_bias=true"]  # Qwen2's biases on q, k and v
 # Mixtral's: Llama's block whose MLP is 4 SwiGLU experts of width 40 (top 2; capacity for every token,
 # as Mixtral routes without dropping).
@@ -233,8 +236,8 @@ def main():
         lines = p.stderr.strip().splitlines()
         check(p.returncode == 1 and len(lines) == 1 and "a Llama rotary positions, SwiGLU" in lines[0] and
               not os.path.exists(out), f"export_hf of a model with rotary positions and GELU: {lines}")
-        for key, value, want in [("rope_scaling", {"rope_type": "linear", "factor": 2.0},
-                                  'rope_type is "linear" (allowed: default, llama3)'),
+        for key, value, want in [("rope_scaling", {"rope_type": "yarn", "factor": 2.0},
+                                  'rope_type is "yarn" (allowed: default, llama3, linear)'),
                                  ("hidden_act", "gelu", 'hidden_act is "gelu"'),
                                  ("attention_bias", True, "attention_bias is true"),
                                  ("model_type", "mistral", '"mistral" (allowed: gpt2, llama, qwen2, mixtral)')]:
@@ -257,6 +260,20 @@ def main():
         ok, lines = one_error([binary, config, "--set", "train.device=cpu", "--set", "model.init_from=" + hf_scaled] +
                               sum((["--set", s] for s in LLAMA), []), "llama3 rope scaling (factor 8")
         check(ok, f"model.init_from of the scaled Llama into an unscaled run: {lines}")
+        # Linear rope scaling likewise: rope_type linear with its factor, started from, refused with llama3's.
+        linear_dump, hf_linear = os.path.join(tmp, "linear_dump"), os.path.join(tmp, "hf_linear")
+        train(binary, config, LINEAR, ["--dump-grads", linear_dump])
+        p = run([export_hf, linear_dump, hf_linear])
+        lcfg = json.load(open(os.path.join(hf_linear, "config.json"))) if p.returncode == 0 else {}
+        check(lcfg.get("rope_scaling") == {"rope_type": "linear", "factor": 4},
+              f"a Llama with linear rope scaling: config.json's rope_scaling {lcfg.get('rope_scaling')}")
+        linear_init = os.path.join(tmp, "linear_init")
+        train(binary, config, LINEAR + ["model.init_from=" + hf_linear, "train.steps=1"], ["--dump-grads", linear_init])
+        check(floats(os.path.join(linear_init, "params.f32")) == padded_source(linear_dump),
+              "model.init_from = the Llama with linear rope scaling: the source's parameters")
+        ok, lines = one_error([binary, config, "--set", "train.device=cpu", "--set", "model.init_from=" + hf_linear] +
+                              sum((["--set", s] for s in SCALED), []), "linear rope scaling (factor 4)")
+        check(ok, f"model.init_from of it into a run with Llama 3's scaling: {lines}")
 
         # examples/configs/llama32_1b_finetune.toml is Llama 3.2 1B's shape. Its config.json and a
         # sparse model.safetensors of its tensors (bf16, 2.5 GB of holes): the run's shape checks come
@@ -325,6 +342,8 @@ def main():
         check_hf_loss(check, hf_q, qdump, "the Qwen2 export", model_class="Qwen2ForCausalLM", tol=1e-6)
         # 1e-6: the tiny model's loss moves by about 1e-5 between scaled and unscaled rotation.
         check_hf_loss(check, hf_scaled, scaled_dump, "the Llama export with Llama 3.1's rope scaling",
+                      model_class="LlamaForCausalLM", tol=1e-6)
+        check_hf_loss(check, hf_linear, linear_dump, "the Llama export with linear rope scaling",
                       model_class="LlamaForCausalLM", tol=1e-6)
         if hf_loss(hf, dump, "LlamaForCausalLM") is not None:  # a Llama transformers wrote, started in Trellis
             import torch
