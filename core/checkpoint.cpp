@@ -685,11 +685,10 @@ const BlobInfo& CheckpointReader::blob_info(const std::string& name) const {
 
 size_t CheckpointReader::blob_size(const std::string& name) const { return blob_info(name).bytes; }
 
-void CheckpointReader::read_blob(const std::string& name, void* dst, size_t bytes) const {
-  const BlobInfo& b = blob_info(name);
-  const std::string path = join(dir_, name);
-  if (bytes != b.bytes)
-    fail(path + ": asked for " + std::to_string(bytes) + " bytes, blob has " + std::to_string(b.bytes));
+namespace {
+
+// Blob b's file (a regular file of the manifest's size), opened for a sequential read.
+Fd open_blob(const BlobInfo& b, const std::string& path) {
   Fd fd(::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC));  // as the manifest's
   if (fd.get() < 0) fail_errno("cannot open", path, errno);
   struct stat st;
@@ -698,10 +697,41 @@ void CheckpointReader::read_blob(const std::string& name, void* dst, size_t byte
   if (static_cast<uint64_t>(st.st_size) != b.bytes)
     fail(path + ": size " + std::to_string(st.st_size) + " bytes, manifest says " + std::to_string(b.bytes));
   ::posix_fadvise(fd.get(), 0, 0, POSIX_FADV_SEQUENTIAL);
-  uint32_t crc = 0;
-  read_all(fd.get(), static_cast<char*>(dst), bytes, &crc, path);
+  return fd;
+}
+
+void check_crc(const BlobInfo& b, uint32_t crc, const std::string& path) {
   if (crc != b.crc32c)
     fail(path + ": checksum mismatch (crc32c " + crc32c_hex(crc) + ", manifest says " + crc32c_hex(b.crc32c) + ")");
+}
+
+}  // namespace
+
+void CheckpointReader::read_blob(const std::string& name, void* dst, size_t bytes) const {
+  const BlobInfo& b = blob_info(name);
+  const std::string path = join(dir_, name);
+  if (bytes != b.bytes)
+    fail(path + ": asked for " + std::to_string(bytes) + " bytes, blob has " + std::to_string(b.bytes));
+  Fd fd = open_blob(b, path);
+  uint32_t crc = 0;
+  read_all(fd.get(), static_cast<char*>(dst), bytes, &crc, path);
+  check_crc(b, crc, path);
+}
+
+void CheckpointReader::read_blob_chunks(const std::string& name,
+                                        const std::function<void(uint64_t, const char*, size_t)>& f) const {
+  const BlobInfo& b = blob_info(name);
+  const std::string path = join(dir_, name);
+  Fd fd = open_blob(b, path);
+  std::vector<char> chunk(std::min<uint64_t>(b.bytes, kIoChunk));
+  uint32_t crc = 0;
+  for (uint64_t at = 0; at < b.bytes;) {
+    const size_t n = size_t(std::min<uint64_t>(chunk.size(), b.bytes - at));
+    read_all(fd.get(), chunk.data(), n, &crc, path);
+    f(at, chunk.data(), n);
+    at += n;
+  }
+  check_crc(b, crc, path);
 }
 
 // --- discovery and pruning -----------------------------------------------------------------

@@ -16,6 +16,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <limits>
 #include <optional>
@@ -147,6 +148,10 @@ class CheckpointReader {
   // Reads the whole blob into dst (bytes must equal its size), checksumming while reading;
   // throws CheckpointError on a size or checksum mismatch (dst is then unspecified).
   void read_blob(const std::string& name, void* dst, size_t bytes) const;
+  // The same in chunks, for a reader that keeps only parts: f(offset, bytes, n) for each chunk in
+  // order. The checksum covers every byte and is checked after the last chunk (throws then: what
+  // f kept must not be used).
+  void read_blob_chunks(const std::string& name, const std::function<void(uint64_t, const char*, size_t)>& f) const;
 
  private:
   std::string dir_;

@@ -75,6 +75,41 @@ void set_owned_state(Runtime& rt, TrainingState s, const StateBlob& b, const Ten
   rt.synchronize();
 }
 
+// This rank's tensors (WholeModelLayout::shard_of: its stage's, its experts), each whole, of the
+// whole-layout blob `name` (elements of e bytes): streamed through, its checksum checked over every
+// byte, only these kept, so a rank's host memory holds its part, not the whole model's.
+std::map<std::string, std::vector<char>> tensors_of_blob(const CheckpointReader& reader, const std::string& name,
+                                                         TrainingState s, size_t e) {
+  std::set<std::string> mine;
+  for (const ParameterSpec& p : s.layout.shard_of(s.pipeline_rank(), s.tensor_rank())) mine.insert(p.name);
+  struct Range {
+    uint64_t begin, end;
+    std::vector<char>* into;
+  };
+  std::map<std::string, std::vector<char>> out;
+  std::vector<Range> ranges;  // in blob order
+  uint64_t at = 0;
+  for (const ParameterSpec& p : s.layout.whole) {
+    const uint64_t bytes = uint64_t(p.shape.numel()) * e;
+    if (mine.count(p.name)) {
+      std::vector<char>& v = out[p.name];
+      v.resize(size_t(bytes));
+      ranges.push_back({at, at + bytes, &v});
+    }
+    at += bytes;
+  }
+  size_t first = 0;  // ranges wholly before the chunk are done
+  reader.read_blob_chunks(name, [&](uint64_t offset, const char* data, size_t n) {
+    const uint64_t end = offset + n;
+    while (first < ranges.size() && ranges[first].end <= offset) ++first;
+    for (size_t i = first; i < ranges.size() && ranges[i].begin < end; ++i) {
+      const uint64_t from = std::max(offset, ranges[i].begin), to = std::min(end, ranges[i].end);
+      if (from < to) std::memcpy(ranges[i].into->data() + (from - ranges[i].begin), data + (from - offset), to - from);
+    }
+  });
+  return out;
+}
+
 // Sets blob b's state (the parameters, or an optimizer tensor) from this rank's part of it (elements
 // of `dtype`), which fill(part) writes into a host tensor: each rank takes what it holds.
 void set_from_stage(Runtime& rt, TrainingState s, const StateBlob& b, DType dtype,
@@ -580,6 +615,7 @@ int64_t load_training_checkpoint(Runtime& rt, const Config& cfg, const std::stri
       }
       const DType dtype = b.held == Held::params ? s.model.params().dtype() : owned_dtype;
       std::vector<char> host;
+      std::map<std::string, std::vector<char>> tensors;  // a whole-layout blob: this rank's tensors of it
       if (reshard && b.held != Held::params) {
         const std::vector<ParameterSpec>& mine = s.layout.stage[size_t(s.pipeline_rank())];
         host = whole_from_pieces(
@@ -599,10 +635,13 @@ int64_t load_training_checkpoint(Runtime& rt, const Config& cfg, const std::stri
         if (reader.blob_info(name).dtype != dtype_name(dtype))
           throw UserError(cfg.path + ": checkpoint " + dir + ": " + name + " holds " + reader.blob_info(name).dtype +
                           "; this run needs " + std::string(dtype_name(dtype)) + " (written with another precision?)");
-        reader.read_blob(name, host.data(), host.size());
+        host.clear();
+        tensors = tensors_of_blob(reader, name, s, dtype_size(dtype));
       }
       set_from_stage(rt, s, b, dtype, [&](const Tensor& part) {
-        scatter_whole(rt, s.layout, s.pipeline_rank(), s.tensor_rank(), host, part);
+        if (tensors.empty()) scatter_whole(rt, s.layout, s.pipeline_rank(), s.tensor_rank(), host, part);
+        else scatter_tensors(rt, s.layout, s.pipeline_rank(), s.tensor_rank(),
+                             [&](const std::string& p) { return tensors.at(p).data(); }, part);
       });
     }
     const JsonValue& sc = meta.at("scaler");

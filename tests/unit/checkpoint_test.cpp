@@ -242,6 +242,33 @@ TEST(Checkpoint, CorruptByteIsDetectedAndNamed) {
   const CheckpointReader r = CheckpointReader::open(dir, CheckpointVerify::kSizes);
   std::vector<char> buf(r.blob_size("params.bin"));
   expect_error([&] { r.read_blob("params.bin", buf.data(), buf.size()); }, {"params.bin", "checksum mismatch"});
+  // So does reading it in chunks, after the last one.
+  size_t seen = 0;
+  expect_error([&] { r.read_blob_chunks("params.bin", [&](uint64_t, const char*, size_t n) { seen += n; }); },
+               {"params.bin", "checksum mismatch"});
+  EXPECT_EQ(seen, buf.size());
+}
+
+// read_blob_chunks gives the blob's bytes in order, in chunks of the read size (8 MiB) and a tail.
+TEST(Checkpoint, BlobReadInChunks) {
+  TempDir tmp;
+  const std::vector<char> params = pattern((size_t{20} << 20) + 3, 4);
+  CheckpointWriter w(tmp.str(), 2);
+  w.add_blob("params.bin", params.data(), params.size());
+  w.add_blob("empty.bin", nullptr, 0);
+  const CheckpointReader r = CheckpointReader::open(w.commit());
+  std::vector<char> got;
+  std::vector<size_t> sizes;
+  r.read_blob_chunks("params.bin", [&](uint64_t at, const char* data, size_t n) {
+    EXPECT_EQ(at, got.size());
+    got.insert(got.end(), data, data + n);
+    sizes.push_back(n);
+  });
+  EXPECT_EQ(got, params);
+  EXPECT_EQ(sizes, (std::vector<size_t>{size_t{8} << 20, size_t{8} << 20, (size_t{4} << 20) + 3}));
+  int calls = 0;
+  r.read_blob_chunks("empty.bin", [&](uint64_t, const char*, size_t) { ++calls; });
+  EXPECT_EQ(calls, 0);
 }
 
 TEST(Checkpoint, TruncatedBlobIsDetected) {
