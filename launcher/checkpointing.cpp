@@ -82,31 +82,12 @@ std::map<std::string, std::vector<char>> tensors_of_blob(const CheckpointReader&
                                                          TrainingState s, size_t e) {
   std::set<std::string> mine;
   for (const ParameterSpec& p : s.layout.shard_of(s.pipeline_rank(), s.tensor_rank())) mine.insert(p.name);
-  struct Range {
-    uint64_t begin, end;
-    std::vector<char>* into;
-  };
-  std::map<std::string, std::vector<char>> out;
-  std::vector<Range> ranges;  // in blob order
-  uint64_t at = 0;
-  for (const ParameterSpec& p : s.layout.whole) {
-    const uint64_t bytes = uint64_t(p.shape.numel()) * e;
-    if (mine.count(p.name)) {
-      std::vector<char>& v = out[p.name];
-      v.resize(size_t(bytes));
-      ranges.push_back({at, at + bytes, &v});
-    }
-    at += bytes;
-  }
-  size_t first = 0;  // ranges wholly before the chunk are done
-  reader.read_blob_chunks(name, [&](uint64_t offset, const char* data, size_t n) {
-    const uint64_t end = offset + n;
-    while (first < ranges.size() && ranges[first].end <= offset) ++first;
-    for (size_t i = first; i < ranges.size() && ranges[i].begin < end; ++i) {
-      const uint64_t from = std::max(offset, ranges[i].begin), to = std::min(end, ranges[i].end);
-      if (from < to) std::memcpy(ranges[i].into->data() + (from - ranges[i].begin), data + (from - offset), to - from);
-    }
-  });
+  std::map<std::string, std::vector<char>> out;  // each whole (a shard's spec has its local shape)
+  for (const ParameterSpec& p : s.layout.whole)
+    if (mine.count(p.name)) out[p.name].resize(size_t(p.shape.numel()) * e);
+  stream_whole_tensors(
+      reader, name, s.layout.whole, e, [&](const std::string& t) { return out.count(t) > 0; },
+      [&](const std::string& t, uint64_t at, const char* bytes, size_t n) { std::memcpy(out[t].data() + at, bytes, n); });
   return out;
 }
 

@@ -16,6 +16,7 @@
 #include "data/tokenizer.h"
 #include "launcher/hf_model.h"
 #include "launcher/resolved_run.h"
+#include "launcher/whole_model.h"
 #include "models/gpt.h"
 
 namespace trellis {
@@ -222,33 +223,21 @@ StoredModel open_checkpoint(const std::string& path, const std::string& verb) {
   // wanted tensor's elements widened to f32 as they pass. Chunks are whole elements (multiples of 8).
   s.read_some = [reader, specs = GPT::parameter_specs(s.shape),
                  stored = s.stored](const std::function<float*(const std::string&)>& dst) {
-    struct Range {
-      uint64_t begin, end;
-      float* into;
-    };
-    const uint64_t e = dtype_size(stored);
-    std::vector<Range> ranges;
-    uint64_t at = 0;
-    for (const ParameterSpec& p : specs) {
-      const uint64_t bytes = uint64_t(p.shape.numel()) * e;
-      if (float* into = dst(p.name)) ranges.push_back({at, at + bytes, into});
-      at += bytes;
-    }
+    const size_t e = dtype_size(stored);
     try {
-      reader->read_blob_chunks("params", [&](uint64_t offset, const char* data, size_t n) {
-        for (const Range& r : ranges) {
-          const uint64_t from = std::max(offset, r.begin), to = std::min(offset + n, r.end);
-          for (uint64_t b = from; b < to; b += e) {
-            const char* x = data + (b - offset);
-            float& v = r.into[(b - r.begin) / e];
-            if (stored == DType::f32) std::memcpy(&v, x, 4);
-            else v = stored == DType::bf16 ? to_float(*reinterpret_cast<const bf16_t*>(x))
-                                           : to_float(*reinterpret_cast<const f16_t*>(x));
-          }
-        }
-      });
-    } catch (const CheckpointError& e) {
-      throw UserError(e.what());
+      stream_whole_tensors(
+          *reader, "params", specs, e, [&](const std::string& t) { return dst(t) != nullptr; },
+          [&](const std::string& t, uint64_t at, const char* bytes, size_t n) {
+            float* into = dst(t) + at / e;
+            for (size_t k = 0; k < n / e; ++k) {
+              const char* x = bytes + k * e;
+              if (stored == DType::f32) std::memcpy(into + k, x, 4);
+              else into[k] = stored == DType::bf16 ? to_float(*reinterpret_cast<const bf16_t*>(x))
+                                                   : to_float(*reinterpret_cast<const f16_t*>(x));
+            }
+          });
+    } catch (const CheckpointError& err) {
+      throw UserError(err.what());
     }
   };
   return s;

@@ -183,6 +183,31 @@ void scatter_tensors(Runtime& rt, const WholeModelLayout& layout, int pipeline_r
   rt.synchronize();
 }
 
+void stream_whole_tensors(const CheckpointReader& reader, const std::string& name, const std::vector<ParameterSpec>& whole,
+                          size_t e, const std::function<bool(const std::string& tensor)>& wanted,
+                          const std::function<void(const std::string& tensor, uint64_t at, const char* bytes, size_t n)>& f) {
+  struct Range {
+    uint64_t begin, end;
+    const std::string* tensor;
+  };
+  std::vector<Range> ranges;  // the wanted tensors' bytes in the blob, in order
+  uint64_t at = 0;
+  for (const ParameterSpec& p : whole) {
+    const uint64_t bytes = uint64_t(p.shape.numel()) * e;
+    if (wanted(p.name)) ranges.push_back({at, at + bytes, &p.name});
+    at += bytes;
+  }
+  size_t first = 0;  // the ranges wholly before the chunk are done
+  reader.read_blob_chunks(name, [&](uint64_t offset, const char* data, size_t n) {
+    const uint64_t end = offset + n;
+    while (first < ranges.size() && ranges[first].end <= offset) ++first;
+    for (size_t i = first; i < ranges.size() && ranges[i].begin < end; ++i) {
+      const uint64_t from = std::max(offset, ranges[i].begin), to = std::min(end, ranges[i].end);
+      if (from < to) f(*ranges[i].tensor, from - ranges[i].begin, data + (from - offset), size_t(to - from));
+    }
+  });
+}
+
 void place_shard(const WholeModelLayout& layout, int pipeline_rank, int tensor_rank, const char* shard,
                  std::vector<char>& whole, size_t elem_size) {
   const size_t e = elem_size;
