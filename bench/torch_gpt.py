@@ -46,6 +46,8 @@ class GPTConfig:
     norm_eps: float = 1e-5  # model.norm_eps
     bias: bool = True  # model.bias: biases in qkv, attn.proj, mlp.fc, mlp.proj
     qkv_bias: bool = False  # model.qkv_bias: with bias = False, biases on qkv alone (Qwen2's)
+    head_dim: int = 0  # model.head_dim: the heads' size; 0 = d_model // n_heads
+    qk_norm: bool = False  # model.qk_norm: RMSNorm of every q and k head before the rotary turn (Qwen3's)
 
     def __post_init__(self):  # as Trellis's config checks
         if self.norm not in ("layernorm", "rmsnorm"):
@@ -102,21 +104,27 @@ class Attention(nn.Module):
         super().__init__()
         self.n_heads, self.impl, self.p = cfg.n_heads, cfg.attn, cfg.dropout  # dropout on the probabilities too
         self.n_kv = cfg.n_kv_heads or cfg.n_heads  # query head h reads key-value head h // (n_heads // n_kv)
-        self.kv_width = self.n_kv * (cfg.d_model // cfg.n_heads)
+        self.hd = cfg.head_dim or cfg.d_model // cfg.n_heads
+        self.width, self.kv_width = cfg.n_heads * self.hd, self.n_kv * self.hd  # q's (d_model unless head_dim), k's
         if cfg.rope_theta > 0:  # the angles' cos and sin, once (float64; cast where used)
-            cos, sin = rotary_table(cfg.seq_len, cfg.d_model // cfg.n_heads, cfg.rope_theta, cfg.rope_scaling)
+            cos, sin = rotary_table(cfg.seq_len, self.hd, cfg.rope_theta, cfg.rope_scaling)
             self.register_buffer("rope_cos", cos, persistent=False)
             self.register_buffer("rope_sin", sin, persistent=False)
-        self.qkv = nn.Linear(cfg.d_model, cfg.d_model + 2 * self.kv_width,  # W: [q | k | v] along out
+        self.qkv = nn.Linear(cfg.d_model, self.width + 2 * self.kv_width,  # W: [q | k | v] along out
                              bias=cfg.bias or cfg.qkv_bias)
-        self.proj = nn.Linear(cfg.d_model, cfg.d_model, bias=cfg.bias)
+        if cfg.qk_norm:  # after qkv, as in Trellis's parameter order
+            self.q_norm = nn.RMSNorm(self.hd, eps=cfg.norm_eps)
+            self.k_norm = nn.RMSNorm(self.hd, eps=cfg.norm_eps)
+        self.proj = nn.Linear(self.width, cfg.d_model, bias=cfg.bias)
 
     def forward(self, x):  # x (B, T, C)
         B, T, C = x.shape
-        q, k, v = self.qkv(x).split([C, self.kv_width, self.kv_width], dim=2)  # head h = cols h*hd..(h+1)*hd
-        hd = C // self.n_heads
+        q, k, v = self.qkv(x).split([self.width, self.kv_width, self.kv_width], dim=2)  # head h: cols h*hd..(h+1)*hd
+        hd = self.hd
         q = q.view(B, T, self.n_heads, hd).transpose(1, 2)
         k, v = (t.view(B, T, self.n_kv, hd).transpose(1, 2) for t in (k, v))
+        if hasattr(self, "q_norm"):
+            q, k = self.q_norm(q), self.k_norm(k)
         if hasattr(self, "rope_cos"):
             q, k = rotary(q, self.rope_cos, self.rope_sin), rotary(k, self.rope_cos, self.rope_sin)
         if self.n_kv != self.n_heads:  # each key-value head serves its group of consecutive query heads
@@ -128,7 +136,7 @@ class Attention(nn.Module):
             y = F.dropout(att, self.p, self.training) @ v
         else:
             y = F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=self.p if self.training else 0.0)
-        y = y.transpose(1, 2).contiguous().view(B, T, C)  # (B, T, C)
+        y = y.transpose(1, 2).contiguous().view(B, T, self.width)  # (B, T, H hd)
         return self.proj(y)
 
 
@@ -247,7 +255,7 @@ class GPT(nn.Module):
         for name, p in self.named_parameters():
             if name.endswith("bias"):
                 nn.init.zeros_(p)
-            elif ".ln" in name or name.startswith("lnf"):
+            elif ".ln" in name or name.startswith("lnf") or "_norm." in name:
                 nn.init.ones_(p)
             elif name.endswith("proj.weight"):  # attn.proj, mlp.proj and the experts' proj
                 nn.init.normal_(p, 0.0, resid_std)
@@ -320,7 +328,8 @@ def load_trellis_dump(dump_dir, dtype=torch.float64, attn="sdpa"):
                     mlp=c.get("mlp", "gelu"), ffn_hidden=c.get("ffn_hidden_size", 0), norm=c.get("norm", "layernorm"),
                     tie_embeddings=c.get("tie_embeddings", True), n_kv_heads=c.get("n_kv_heads", 0),
                     norm_eps=float(c.get("norm_eps", 1e-5)), bias=c.get("bias", True),
-                    qkv_bias=c.get("qkv_bias", False))
+                    qkv_bias=c.get("qkv_bias", False), head_dim=c.get("head_dim", 0),
+                    qk_norm=c.get("qk_norm", False))
     if "padded_vocab" in c and c["padded_vocab"] != cfg.padded_vocab:
         raise ValueError(f"padded_vocab {c['padded_vocab']} != expected {cfg.padded_vocab}")
     model = GPT(cfg).to(dtype)
@@ -395,7 +404,9 @@ def write_dump(model, tokens, targets, dump_dir):
                        **({"n_kv_heads": c.n_kv_heads} if c.n_kv_heads not in (0, c.n_heads) else {}),
                        **({"norm_eps": c.norm_eps} if c.norm_eps != 1e-5 else {}),
                        **({"bias": False} if not c.bias else {}),
-                       **({"qkv_bias": True} if not c.bias and c.qkv_bias else {})},
+                       **({"qkv_bias": True} if not c.bias and c.qkv_bias else {}),
+                       **({"head_dim": c.head_dim} if c.head_dim not in (0, c.d_model // c.n_heads) else {}),
+                       **({"qk_norm": True} if c.qk_norm else {})},
             "params": entries, "batch": {"B": tokens.shape[0], "T": tokens.shape[1]},
             "loss": loss.item()}
     with open(os.path.join(dump_dir, "model.json"), "w") as f:

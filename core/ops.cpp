@@ -340,6 +340,47 @@ void rotary_embedding(Runtime& rt, const Tensor& qkv, AttentionHeads heads, cons
 }
 
 namespace {
+// qk_norm's operands: out (or dqkv) as qkv, rstd f32 (rows, H + Hkv), the weights (hd) in qkv's dtype.
+int64_t check_qk_norm(Runtime& rt, const Tensor& out, const Tensor& rstd, const Tensor& qkv, const Tensor& wq,
+                      const Tensor& wk, AttentionHeads heads, const char* op) {
+  for (const Tensor* t : {&out, &rstd, &qkv, &wq, &wk}) check_device(rt, *t, op);
+  check_float(qkv, op);
+  const int64_t hd = head_size(qkv, heads, op);
+  TRELLIS_CHECK(out.numel() == qkv.numel() && out.dtype == qkv.dtype, std::string(op) + ": " + out.str() +
+                                                                          " is not as qkv " + qkv.str());
+  TRELLIS_CHECK(rstd.dtype == DType::f32 && rstd.numel() == qkv.size(0) * qkv.size(1) * (heads.q + heads.kv),
+                std::string(op) + ": rstd " + rstd.str() + " is not f32 (B*T, H + Hkv)");
+  for (const Tensor* w : {&wq, &wk})
+    TRELLIS_CHECK(w->numel() == hd && w->dtype == qkv.dtype,
+                  std::string(op) + ": a norm weight " + w->str() + " is not (" + std::to_string(hd) + ") of qkv's dtype");
+  return hd;
+}
+}  // namespace
+
+void qk_norm_forward(Runtime& rt, const Tensor& out, const Tensor& rstd, const Tensor& qkv, const Tensor& wq,
+                     const Tensor& wk, AttentionHeads heads, float eps) {
+  check_qk_norm(rt, out, rstd, qkv, wq, wk, heads, "qk_norm_forward");
+  TRELLIS_CHECK(eps > 0.0f, "qk_norm_forward: eps must be positive");
+  TRELLIS_CHECK(out.data == qkv.data || !overlap(out, qkv), "qk_norm_forward: out overlaps qkv other than being it");
+  TRELLIS_DISPATCH(rt, qk_norm_forward, rt, out, rstd, qkv, wq, wk, heads, eps);
+}
+
+void qk_norm_backward(Runtime& rt, const Tensor& dqkv, const Tensor& dwq, const Tensor& dwk, const Tensor& dout,
+                      const Tensor& qkv, const Tensor& wq, const Tensor& wk, const Tensor& rstd, AttentionHeads heads,
+                      bool accumulate_params) {
+  const int64_t hd = check_qk_norm(rt, dqkv, rstd, qkv, wq, wk, heads, "qk_norm_backward");
+  check_qk_norm(rt, dout, rstd, qkv, wq, wk, heads, "qk_norm_backward");
+  for (const Tensor* g : {&dwq, &dwk}) {
+    check_device(rt, *g, "qk_norm_backward");
+    check_grad_dtype(*g, qkv.dtype, "qk_norm_backward");
+    TRELLIS_CHECK(g->numel() == hd, "qk_norm_backward: a weight gradient " + g->str());
+  }
+  TRELLIS_CHECK(!overlap(dqkv, qkv) && (dqkv.data == dout.data || !overlap(dqkv, dout)),
+                "qk_norm_backward: dqkv overlaps qkv, or dout other than being it");
+  TRELLIS_DISPATCH(rt, qk_norm_backward, rt, dqkv, dwq, dwk, dout, qkv, wq, wk, rstd, heads, accumulate_params);
+}
+
+namespace {
 void check_attention(Runtime& rt, const Tensor& out, const Tensor& lse, const Tensor& qkv, AttentionHeads heads,
                      const char* op) {
   check_device(rt, out, op); check_device(rt, lse, op); check_device(rt, qkv, op);

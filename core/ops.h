@@ -138,6 +138,20 @@ struct AttentionHeads {
 void rotary_embedding(Runtime& rt, const Tensor& qkv, AttentionHeads heads, const RotaryFrequencies& freqs,
                       int64_t first_position = 0, bool inverse = false);
 
+// ---- QK-norm: RMSNorm of every query and key head (Qwen3's, OLMo 2's per head; Dehghani et al. 2023) ----
+// out (as qkv): each q head x of qkv (hd dims, AttentionHeads' layout) becomes x * rstd * wq, each k head
+// x * rstd * wk, rstd = 1 / sqrt(mean(x^2) + eps) over the head; v is copied. rstd: f32 (B*T, H + Hkv), the
+// q heads' then the k heads'. wq, wk: (hd), qkv's dtype. out may be qkv (no backward then: it reads qkv).
+void qk_norm_forward(Runtime& rt, const Tensor& out, const Tensor& rstd, const Tensor& qkv, const Tensor& wq,
+                     const Tensor& wk, AttentionHeads heads, float eps);
+// dqkv (as qkv) = the gradient through qk_norm_forward of dout: q and k heads through the norm, v copied;
+// dwq, dwk (f32 or qkv's dtype, hd) += the column sums over all heads (written with accumulate_params =
+// false). qkv and rstd are the forward's input and statistics. dqkv may be dout (each head is read
+// before it is written), not qkv.
+void qk_norm_backward(Runtime& rt, const Tensor& dqkv, const Tensor& dwq, const Tensor& dwk, const Tensor& dout,
+                      const Tensor& qkv, const Tensor& wq, const Tensor& wk, const Tensor& rstd, AttentionHeads heads,
+                      bool accumulate_params = true);
+
 // ---- causal self-attention core ----
 // Dropout on the attention probabilities (after the softmax, before the product with v), with a
 // mask keyed by the global (sample, head, query, key) index (core/philox.h): the same on every

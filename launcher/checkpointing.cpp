@@ -133,6 +133,8 @@ std::string model_signature(const GPTConfig& m) {
                           (m.mlp_width() != 4 * m.d_model ? ", ffn_hidden_size " + std::to_string(m.mlp_width()) : "") +
                           (m.rmsnorm ? ", rmsnorm" : "") + (m.tied_head ? "" : ", untied head") +
                           (m.kv_heads() != m.n_heads ? ", n_kv_heads " + std::to_string(m.kv_heads()) : "") +
+                          (m.head_size > 0 ? ", head_dim " + std::to_string(m.head_size) : "") +
+                          (m.qk_norm ? ", qk_norm" : "") +
                           (float(m.norm_eps) != 1e-5f ? ", norm_eps " + number_g(m.norm_eps) : "") +
                           (m.bias ? "" : m.qkv_bias ? ", qkv biases only" : ", no linear biases");
   return "vocab_size " + std::to_string(m.vocab_size) + ", seq_len " + std::to_string(m.seq_len) + ", n_layers " +
@@ -715,6 +717,13 @@ StoredModel open_init_source(const Config& cfg, const GPTConfig& want, const std
   };
   if (have.kv_heads() != want.kv_heads())
     throw UserError(what + " holds a model with " + attention(have) + "; this run has " + attention(want));
+  auto heads = [](const GPTConfig& m) {
+    return "heads of size " + std::to_string(m.head_dim()) + (m.qk_norm ? " with" : " without") +
+           " QK-norm (model.head_dim = " + std::to_string(m.head_size) + ", model.qk_norm = " +
+           (m.qk_norm ? "true" : "false") + ")";
+  };
+  if (have.head_dim() != want.head_dim() || have.qk_norm != want.qk_norm)
+    throw UserError(what + " holds a model with " + heads(have) + "; this run has " + heads(want));
   auto head = [](const GPTConfig& m) {
     return std::string(m.tied_head ? "a head tied to the token embedding (model.tie_embeddings = true)"
                                    : "a head of its own (model.tie_embeddings = false)");

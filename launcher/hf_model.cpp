@@ -33,6 +33,14 @@ struct HfTensor {
   std::string param;           // the Trellis parameter it is (a part of)
   int64_t within = 0;          // where it starts in that parameter
 };
+HfTensor hf_tensor(std::string name, int64_t rows, int64_t cols, int64_t offset) {
+  HfTensor t;
+  t.name = std::move(name);
+  t.rows = rows;
+  t.cols = cols;
+  t.offset = offset;
+  return t;
+}
 
 // Llama's layout of tensors; with biases on qkv alone it is Qwen2's, with experts Mixtral's.
 bool llama_family(const GPTConfig& m) { return m.rope && m.swiglu && m.rmsnorm && !m.bias; }
@@ -62,43 +70,46 @@ std::string hf_name(const std::string& name) {
 }
 
 // Llama's tensors of a Trellis parameter, with their rows (nn.Linear's (out, in), as Trellis's): qkv
-// is q_proj, k_proj and v_proj one after the other, fc gate_proj and up_proj; Mixtral's router is
-// block_sparse_moe.gate, an expert's fc w1 (gate) and w3 (up), its proj w2.
+// is q_proj, k_proj and v_proj one after the other, fc gate_proj and up_proj; Qwen3's QK-norm weights
+// are self_attn.q_norm and k_norm; Mixtral's router is block_sparse_moe.gate, an expert's fc w1 (gate)
+// and w3 (up), its proj w2.
 void llama_tensors(const GPTConfig& m, const ParameterSpec& s, int64_t offset, std::vector<HfTensor>& out) {
-  const int64_t C = m.d_model, Ckv = m.kv_heads() * m.head_dim(), F = m.mlp_width();
-  if (s.name == "wte") return out.push_back({"model.embed_tokens.weight", m.vocab_size, C, offset});
-  if (s.name == "lm_head.w") return out.push_back({kHeadName, m.vocab_size, C, offset});
-  if (s.name == "lnf.w") return out.push_back({"model.norm.weight", C, 0, offset});
+  const int64_t C = m.d_model, A = m.attention_width(), Ckv = m.kv_heads() * m.head_dim(), F = m.mlp_width();
+  if (s.name == "wte") return out.push_back(hf_tensor("model.embed_tokens.weight", m.vocab_size, C, offset));
+  if (s.name == "lm_head.w") return out.push_back(hf_tensor(kHeadName, m.vocab_size, C, offset));
+  if (s.name == "lnf.w") return out.push_back(hf_tensor("model.norm.weight", C, 0, offset));
   const size_t dot = s.name.find('.', 2);  // "h.3.attn.qkv.w" -> layer "3", rest "attn.qkv.w"
   const std::string layer = "model.layers." + s.name.substr(2, dot - 2) + ".", rest = s.name.substr(dot + 1);
-  if (rest == "ln1.w") return out.push_back({layer + "input_layernorm.weight", C, 0, offset});
-  if (rest == "ln2.w") return out.push_back({layer + "post_attention_layernorm.weight", C, 0, offset});
-  if (rest == "attn.proj.w") return out.push_back({layer + "self_attn.o_proj.weight", C, C, offset});
-  if (rest == "mlp.proj.w") return out.push_back({layer + "mlp.down_proj.weight", C, F, offset});
+  if (rest == "ln1.w") return out.push_back(hf_tensor(layer + "input_layernorm.weight", C, 0, offset));
+  if (rest == "ln2.w") return out.push_back(hf_tensor(layer + "post_attention_layernorm.weight", C, 0, offset));
+  if (rest == "attn.proj.w") return out.push_back(hf_tensor(layer + "self_attn.o_proj.weight", C, A, offset));
+  if (rest == "attn.q_norm.w") return out.push_back(hf_tensor(layer + "self_attn.q_norm.weight", m.head_dim(), 0, offset));
+  if (rest == "attn.k_norm.w") return out.push_back(hf_tensor(layer + "self_attn.k_norm.weight", m.head_dim(), 0, offset));
+  if (rest == "mlp.proj.w") return out.push_back(hf_tensor(layer + "mlp.down_proj.weight", C, F, offset));
   if (rest == "attn.qkv.w") {
-    out.push_back({layer + "self_attn.q_proj.weight", C, C, offset});
-    out.push_back({layer + "self_attn.k_proj.weight", Ckv, C, offset + C * C});
-    return out.push_back({layer + "self_attn.v_proj.weight", Ckv, C, offset + (C + Ckv) * C});
+    out.push_back(hf_tensor(layer + "self_attn.q_proj.weight", A, C, offset));
+    out.push_back(hf_tensor(layer + "self_attn.k_proj.weight", Ckv, C, offset + A * C));
+    return out.push_back(hf_tensor(layer + "self_attn.v_proj.weight", Ckv, C, offset + (A + Ckv) * C));
   }
   if (rest == "attn.qkv.b") {  // Qwen2's
-    out.push_back({layer + "self_attn.q_proj.bias", C, 0, offset});
-    out.push_back({layer + "self_attn.k_proj.bias", Ckv, 0, offset + C});
-    return out.push_back({layer + "self_attn.v_proj.bias", Ckv, 0, offset + C + Ckv});
+    out.push_back(hf_tensor(layer + "self_attn.q_proj.bias", A, 0, offset));
+    out.push_back(hf_tensor(layer + "self_attn.k_proj.bias", Ckv, 0, offset + A));
+    return out.push_back(hf_tensor(layer + "self_attn.v_proj.bias", Ckv, 0, offset + A + Ckv));
   }
-  if (rest == "moe.router.w") return out.push_back({layer + "block_sparse_moe.gate.weight", m.moe.experts, C, offset});
+  if (rest == "moe.router.w") return out.push_back(hf_tensor(layer + "block_sparse_moe.gate.weight", m.moe.experts, C, offset));
   if (rest.rfind("moe.experts.", 0) == 0) {  // "moe.experts.J.fc.w"
     const size_t j_end = rest.find('.', 12);
     const std::string expert = layer + "block_sparse_moe.experts." + rest.substr(12, j_end - 12) + ".";
     const std::string what = rest.substr(j_end + 1);
     const int64_t Fe = m.moe.expert_width(C);
-    if (what == "proj.w") return out.push_back({expert + "w2.weight", C, Fe, offset});
+    if (what == "proj.w") return out.push_back(hf_tensor(expert + "w2.weight", C, Fe, offset));
     TRELLIS_CHECK(what == "fc.w", "Mixtral mapping: no tensor for " + s.name);
-    out.push_back({expert + "w1.weight", Fe, C, offset});
-    return out.push_back({expert + "w3.weight", Fe, C, offset + Fe * C});
+    out.push_back(hf_tensor(expert + "w1.weight", Fe, C, offset));
+    return out.push_back(hf_tensor(expert + "w3.weight", Fe, C, offset + Fe * C));
   }
   TRELLIS_CHECK(rest == "mlp.fc.w", "Llama mapping: no tensor for " + s.name);
-  out.push_back({layer + "mlp.gate_proj.weight", F, C, offset});
-  out.push_back({layer + "mlp.up_proj.weight", F, C, offset + F * C});
+  out.push_back(hf_tensor(layer + "mlp.gate_proj.weight", F, C, offset));
+  out.push_back(hf_tensor(layer + "mlp.up_proj.weight", F, C, offset + F * C));
 }
 
 std::vector<HfTensor> hf_tensors(const GPTConfig& m) {
@@ -109,7 +120,7 @@ std::vector<HfTensor> hf_tensors(const GPTConfig& m) {
     if (llama_family(m)) {
       llama_tensors(m, s, offset, out);
     } else {
-      HfTensor t{hf_name(s.name), s.shape[0], s.shape.rank == 2 ? s.shape[1] : 0, offset, false};
+      HfTensor t = hf_tensor(hf_name(s.name), s.shape[0], s.shape.rank == 2 ? s.shape[1] : 0, offset);
       if (s.name == "wte" || s.name == "lm_head.w") t.rows = m.vocab_size;  // without the padding rows
       else if (s.shape.rank == 2 && s.name != "wpe") {  // (out, in) -> Conv1D's (in, out)
         t.transpose = true;
@@ -145,6 +156,8 @@ std::string config_json(const GPTConfig& m) {
   const std::string head = mixtral(m)  ? "{\"architectures\":[\"MixtralForCausalLM\"],\"model_type\":\"mixtral\",\"vocab_size\":"
                            : m.qkv_bias ? "{\"architectures\":[\"Qwen2ForCausalLM\"],\"model_type\":\"qwen2\",\"use_sliding_window\":false,"
                                           "\"max_window_layers\":" + std::to_string(m.n_layers) + ",\"vocab_size\":"
+                           : m.qk_norm ? "{\"architectures\":[\"Qwen3ForCausalLM\"],\"model_type\":\"qwen3\",\"use_sliding_window\":false,"
+                                         "\"max_window_layers\":" + std::to_string(m.n_layers) + ",\"vocab_size\":"
                                         : "{\"architectures\":[\"LlamaForCausalLM\"],\"model_type\":\"llama\",\"vocab_size\":";
   if (llama_family(m))  // no special tokens: Trellis's vocabularies name none
     return head +
@@ -244,7 +257,7 @@ GPTConfig read_hf_config(const std::string& dir) {
   };
   const std::string type = text("model_type", "gpt2");
   GPTConfig m;
-  if (type == "llama" || type == "qwen2" || type == "mixtral") {
+  if (type == "llama" || type == "qwen2" || type == "qwen3" || type == "mixtral") {
     const bool mx = type == "mixtral";  // MixtralConfig's defaults where they differ from LlamaConfig's
     auto refuse = [&](const std::string& what) {
       throw UserError(path + ": " + what + "; Trellis computes Llama with SiLU, no biases and rotary positions plain, "
@@ -266,15 +279,18 @@ GPTConfig read_hf_config(const std::string& dir) {
     if (mx && number("sliding_window", m.seq_len) < m.seq_len)
       refuse("sliding_window " + std::to_string(number("sliding_window", 0)) + " is shorter than max_position_embeddings");
     if (m.n_kv_heads < 1) refuse("num_key_value_heads is " + std::to_string(m.n_kv_heads));
+    // head_dim may be decoupled from hidden_size (Qwen3's, Gemma's): model.head_dim.
     const int64_t hd = number("head_dim", m.n_heads > 0 ? m.d_model / m.n_heads : 0);
-    if (m.n_heads > 0 && hd * m.n_heads != m.d_model)
-      refuse("head_dim " + std::to_string(hd) + " x num_attention_heads is not hidden_size");
+    if (hd < 1 || hd > kMaxHeadSize)
+      throw UserError(path + ": head_dim is " + std::to_string(hd) + " (allowed: 1 to " + std::to_string(kMaxHeadSize) + ")");
+    if (m.n_heads > 0 && hd * m.n_heads != m.d_model) m.head_size = hd;
     const int64_t width = number("intermediate_size", mx ? 14336 : 11008);
     if (width < 1 || width > INT32_MAX)
       throw UserError(path + ": intermediate_size is " + std::to_string(width) + " (allowed: 1 to 2147483647)");
     m.rope = m.swiglu = m.rmsnorm = true;
     m.bias = false;
     m.qkv_bias = type == "qwen2";  // Qwen2: biases on q, k and v
+    m.qk_norm = type == "qwen3";   // Qwen3: q and k heads RMS-normed
     if (mx) {  // every block's MLP is experts of that width; routing as Trellis's (softmax, top k renormalized)
       m.moe.experts = number("num_local_experts", 8);
       m.moe.top_k = number("num_experts_per_tok", 2);
@@ -329,7 +345,8 @@ GPTConfig read_hf_config(const std::string& dir) {
     m.tied_head = flag("tie_word_embeddings", false);
     return m;
   }
-  if (type != "gpt2") throw UserError(path + ": model_type is \"" + type + "\" (allowed: gpt2, llama, qwen2, mixtral)");
+  if (type != "gpt2")
+    throw UserError(path + ": model_type is \"" + type + "\" (allowed: gpt2, llama, qwen2, qwen3, mixtral)");
   auto refuse = [&](const std::string& what) {
     throw UserError(path + ": " + what + "; Trellis computes GPT-2 with the tanh GELU (gelu_new)");
   };
@@ -364,12 +381,20 @@ std::string hf_family_mismatch(const GPTConfig& m) {
              " dense" + mixtral_is;
     if (m.moe.shared_experts > 0) return what + "with a shared MLP (moe.shared_experts)" + mixtral_is;
     if (m.qkv_bias) return what + "with biases on qkv" + mixtral_is;
+    if (m.qk_norm) return what + "with QK-norm (model.qk_norm)" + mixtral_is;
     if (m.moe.top_k > 1 && !m.moe.renormalize)
       return what + "whose gates are not renormalized (moe.renormalize = false); a Hugging Face Mixtral renormalizes them";
     return "";
   }
+  if (llama_family(m) && m.qk_norm && m.qkv_bias)
+    return "the model has both QK-norm (model.qk_norm) and biases on qkv (model.qkv_bias); a Hugging Face Qwen3 has "
+           "QK-norm without biases, a Qwen2 biases without QK-norm";
   if (llama_family(m)) return "";
   const bool gpt2 = !m.rope && !m.swiglu && !m.rmsnorm && m.bias && m.kv_heads() == m.n_heads;
+  if (gpt2 && (m.head_size > 0 || m.qk_norm))
+    return std::string("the model has ") +
+           (m.qk_norm ? "QK-norm (model.qk_norm)" : "heads of a size apart from d_model / n_heads (model.head_dim)") +
+           "; a Hugging Face GPT-2 has neither (a Llama-shaped model with them is a Llama or a Qwen3)";
   if (gpt2) return "";
   auto has = [](bool on, const char* yes, const char* no) { return std::string(on ? yes : no); };
   return "the model has " + has(m.rope, "rotary", "learned") + " positions, " + has(m.swiglu, "SwiGLU", "GELU") +
@@ -380,7 +405,7 @@ std::string hf_family_mismatch(const GPTConfig& m) {
 }
 
 const char* hf_family_name(const GPTConfig& m) {
-  return mixtral(m) ? "Mixtral" : llama_family(m) ? (m.qkv_bias ? "Qwen2" : "Llama") : "GPT-2";
+  return mixtral(m) ? "Mixtral" : llama_family(m) ? (m.qkv_bias ? "Qwen2" : m.qk_norm ? "Qwen3" : "Llama") : "GPT-2";
 }
 
 namespace {
@@ -531,7 +556,7 @@ void read_hf_weights(const std::string& dir, const GPTConfig& shape, float* whol
 }
 
 void read_hf_weights(const std::string& dir, const GPTConfig& shape, const HfDestination& dst) {
-  WeightReading r{shape, hf_tensors(shape), llama_family(shape) ? "model." : "transformer.", dst, {}, {}, {}};
+  WeightReading r{shape, hf_tensors(shape), llama_family(shape) ? "model." : "transformer.", dst, {}, {}, false, {}};
   for (size_t i = 0; i < r.tensors.size(); ++i) r.index[r.tensors[i].name] = i;
   r.found.assign(r.tensors.size(), false);
   const std::vector<std::string> files = hf_weight_files(dir);

@@ -110,6 +110,8 @@ void write_model_json(const GPTConfig& mc, const std::vector<ParameterSpec>& spe
   if (!mc.bias) config.add("bias", false);                                // else true
   if (!mc.bias && mc.qkv_bias) config.add("qkv_bias", true);             // else false
   if (mc.kv_heads() != mc.n_heads) config.add("n_kv_heads", mc.kv_heads());  // else n_heads
+  if (mc.head_size > 0) config.add("head_dim", mc.head_size);                // else d_model / n_heads
+  if (mc.qk_norm) config.add("qk_norm", true);                              // else false
   if (mc.moe.experts > 0) {
     JsonObject moe;
     moe.add("experts", mc.moe.experts).add("top_k", mc.moe.top_k).add("capacity_factor", mc.moe.capacity_factor);

@@ -30,6 +30,10 @@ Resolved resolve(const Config& cfg, const LaunchInfo& launch) {
   r.model.n_heads = cfg.model.n_heads;
   r.model.n_kv_heads = cfg.model.n_kv_heads == cfg.model.n_heads ? 0 : cfg.model.n_kv_heads;  // 0: as many as n_heads
   r.model.d_model = cfg.model.d_model;
+  r.model.head_size = cfg.model.head_dim > 0 && cfg.model.head_dim * cfg.model.n_heads != cfg.model.d_model
+                          ? cfg.model.head_dim
+                          : 0;  // 0: d_model / n_heads
+  r.model.qk_norm = cfg.model.qk_norm;
   r.model.rope = cfg.model.position_embedding == "rope";
   r.model.rope_theta = cfg.model.rope_theta;
   if (r.model.rope && cfg.model.rope_scaling == "linear") {

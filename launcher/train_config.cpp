@@ -258,15 +258,18 @@ void validate_relations(const Config& c) {
   if (c.moe.experts > 0 && c.moe.top_k > c.moe.experts)
     throw UserError(p + ": moe.top_k = " + std::to_string(c.moe.top_k) + " exceeds moe.experts = " +
                     std::to_string(c.moe.experts) + " (allowed: 1 to moe.experts)");
-  if (c.model.d_model % c.model.n_heads != 0)
+  if (c.model.head_dim == 0 && c.model.d_model % c.model.n_heads != 0)
     throw UserError(p + ": model.n_heads = " + std::to_string(c.model.n_heads) +
-                    " does not divide model.d_model = " + std::to_string(c.model.d_model));
+                    " does not divide model.d_model = " + std::to_string(c.model.d_model) +
+                    " (allowed: a divisor, or a head size of its own in model.head_dim)");
   if (c.model.n_kv_heads > 0 && c.model.n_heads % c.model.n_kv_heads != 0)
     throw UserError(p + ": model.n_kv_heads = " + std::to_string(c.model.n_kv_heads) + " does not divide model.n_heads = " +
                     std::to_string(c.model.n_heads) + " (allowed: 0, or a divisor of model.n_heads)");
-  if (c.model.position_embedding == "rope" && (c.model.d_model / c.model.n_heads) % 2 != 0)
-    throw UserError(p + ": model.position_embedding = rope turns pairs of a head's dims: the head size model.d_model / "
-                    "model.n_heads = " + std::to_string(c.model.d_model / c.model.n_heads) + " must be even");
+  const int64_t head_size = c.model.head_dim > 0 ? c.model.head_dim : c.model.d_model / c.model.n_heads;
+  if (c.model.position_embedding == "rope" && head_size % 2 != 0)
+    throw UserError(p + ": model.position_embedding = rope turns pairs of a head's dims: the head size " +
+                    (c.model.head_dim > 0 ? "model.head_dim" : "model.d_model / model.n_heads") + " = " +
+                    std::to_string(head_size) + " must be even");
   if (c.model.rope_scaling == "llama3" && !(c.model.rope_high_freq_factor > c.model.rope_low_freq_factor))
     throw UserError(p + ": model.rope_high_freq_factor = " +
                     config_keys::toml_value(*config_keys::find_key("model", "rope_high_freq_factor"), c) +

@@ -15,6 +15,8 @@ struct ModelConfig {
   int64_t n_heads = 12;
   int64_t n_kv_heads = 0;       // key-value heads (grouped-query attention); 0 = n_heads
   int64_t d_model = 768;
+  int64_t head_dim = 0;         // the attention heads' size; 0 = d_model / n_heads
+  bool qk_norm = false;         // RMSNorm of every query and key head (Qwen3's)
   std::string position_embedding = "learned";  // learned | rope
   double rope_theta = 10000.0;  // RoPE's frequency base
   std::string rope_scaling = "none";  // none | llama3 (Llama 3.1's frequency scaling)

@@ -64,8 +64,10 @@ void set_experts(GPTConfig& g, int64_t experts, int64_t top_k, double capacity_f
                     " are not plausible");
 }
 
-// The shape fields every model description has, checked as train_gpt's config would.
-GPTConfig shape_of(int64_t vocab, int64_t seq, int64_t layers, int64_t heads, int64_t d_model, const std::string& where) {
+// The shape fields every model description has, checked as train_gpt's config would (head_size 0:
+// d_model / n_heads, which must divide).
+GPTConfig shape_of(int64_t vocab, int64_t seq, int64_t layers, int64_t heads, int64_t d_model, int64_t head_size,
+                   const std::string& where) {
   GPTConfig m;
   m.vocab_size = vocab;
   m.seq_len = seq;
@@ -75,10 +77,15 @@ GPTConfig shape_of(int64_t vocab, int64_t seq, int64_t layers, int64_t heads, in
   constexpr int64_t kMax = int64_t(1) << 24;
   for (int64_t v : {vocab, seq, layers, heads, d_model})
     if (v < 1 || v > kMax) throw UserError(where + ": a model size of " + std::to_string(v) + " is not plausible");
-  if (d_model % heads != 0)
+  if (head_size < 0 || head_size > kMaxHeadSize)
+    throw UserError(where + ": head_dim " + std::to_string(head_size) + " (allowed: 0 = d_model / n_heads, or 1 to " +
+                    std::to_string(kMaxHeadSize) + ")");
+  if (head_size == 0 && d_model % heads != 0)
     throw UserError(where + ": d_model " + std::to_string(d_model) + " is not a multiple of n_heads " + std::to_string(heads));
+  m.head_size = head_size == d_model / heads && d_model % heads == 0 ? 0 : head_size;  // 0: the coupled size
   // Estimated in double first: parameter_count of sizes up to 2^24 would overflow int64.
-  const double C = double(d_model), params = double(layers) * 12.0 * C * C + double(vocab + seq) * C;
+  const double C = double(d_model), A = double(heads) * double(head_size > 0 ? head_size : d_model / heads);
+  const double params = double(layers) * (8.0 * C * C + 4.0 * A * C) + double(vocab + seq) * C;
   if (params > double(int64_t(1) << 40)) {
     char count[32];
     std::snprintf(count, sizeof count, "%.3g", params);
@@ -185,7 +192,8 @@ StoredModel open_checkpoint(const std::string& path, const std::string& verb) {
   }
   s.config = load_config_text(config_text, s.dir + " (config)", {});
   const auto& mc = s.config->model;
-  s.shape = shape_of(mc.vocab_size, mc.seq_len, mc.n_layers, mc.n_heads, mc.d_model, s.dir + " (config)");
+  s.shape = shape_of(mc.vocab_size, mc.seq_len, mc.n_layers, mc.n_heads, mc.d_model, mc.head_dim, s.dir + " (config)");
+  s.shape.qk_norm = mc.qk_norm;
   set_positions(s.shape, mc.position_embedding, mc.rope_theta, s.dir + " (config)");
   if (s.shape.rope && mc.rope_scaling == "linear") set_linear_rope_scaling(s.shape, mc.rope_scaling_factor, s.dir + " (config)");
   if (s.shape.rope && mc.rope_scaling == "llama3")
@@ -251,7 +259,9 @@ StoredModel open_export(const std::string& dir) {
   try {
     const JsonValue& c = root.at("config");
     s.shape = shape_of(c.at("vocab_size").as_int(), c.at("seq_len").as_int(), c.at("n_layers").as_int(),
-                       c.at("n_heads").as_int(), c.at("d_model").as_int(), json);
+                       c.at("n_heads").as_int(), c.at("d_model").as_int(),
+                       c.find("head_dim") ? c.at("head_dim").as_int() : 0, json);  // absent: d_model / n_heads
+    if (const JsonValue* qk = c.find("qk_norm")) s.shape.qk_norm = qk->as_bool();  // absent: none
     if (const JsonValue* kind = c.find("position_embedding"))
       set_positions(s.shape, kind->as_string(), c.at("rope_theta").as_double(), json);
     if (const JsonValue* scaling = c.find("rope_scaling")) {  // absent: unscaled
@@ -281,17 +291,20 @@ StoredModel open_export(const std::string& dir) {
                   moe->find("ffn_hidden_size") ? moe->at("ffn_hidden_size").as_int() : 0,
                   moe->find("renormalize") ? moe->at("renormalize").as_bool() : true, json);
     const JsonValue& params = root.at("params");
-    // The list's length first (a dense block has 12 tensors, 8 without linear biases (9 with qkv's);
+    // The list's length first (a dense block has 12 tensors, 8 without linear biases (9 with qkv's), 2 more
+    // with QK-norm;
     // a block with experts 5 (7 with biases, 6 with qkv's) and an MLP's 4 (2 without biases) for every
     // expert and the shared MLP; both 2 fewer with RMSNorm; wte, wpe (not with rotary positions) and
     // the final norm's two (RMSNorm: one), and an untied head), before a config claiming a huge
     // model is laid out.
     const int64_t blocks_with_experts = s.shape.moe.layers(s.shape.n_layers), norm_biases = s.shape.rmsnorm ? 0 : 1;
     const int64_t linear_biases = s.shape.bias ? 2 : s.shape.qkv_bias ? 1 : 0, mlp_tensors = s.shape.bias ? 4 : 2;
+    const int64_t qk_norms = s.shape.qk_norm ? 2 : 0;
     const int64_t tensors =
         (s.shape.rope ? 2 : 3) + norm_biases + (s.shape.tied_head ? 0 : 1) +
-        (4 + linear_biases + mlp_tensors + 2 * norm_biases) * (s.shape.n_layers - blocks_with_experts) +
-        (5 + linear_biases + 2 * norm_biases + mlp_tensors * (s.shape.moe.experts + (s.shape.moe.shared_experts > 0 ? 1 : 0))) *
+        (4 + linear_biases + qk_norms + mlp_tensors + 2 * norm_biases) * (s.shape.n_layers - blocks_with_experts) +
+        (5 + linear_biases + qk_norms + 2 * norm_biases +
+         mlp_tensors * (s.shape.moe.experts + (s.shape.moe.shared_experts > 0 ? 1 : 0))) *
             blocks_with_experts;
     if (int64_t(params.items.size()) != tensors)
       throw UserError(json + ": its parameter list has " + std::to_string(params.items.size()) +
@@ -346,7 +359,8 @@ StoredModel open_hf(const std::string& dir) {
   s.dir = dir;
   const std::string where = dir + "/config.json";
   const GPTConfig c = read_hf_config(dir);
-  s.shape = shape_of(c.vocab_size, c.seq_len, c.n_layers, c.n_heads, c.d_model, where);
+  s.shape = shape_of(c.vocab_size, c.seq_len, c.n_layers, c.n_heads, c.d_model, c.head_size, where);
+  s.shape.qk_norm = c.qk_norm;
   set_positions(s.shape, c.rope ? "rope" : "learned", c.rope_theta, where);
   if (c.rope_linear) set_linear_rope_scaling(s.shape, c.rope_factor, where);
   else set_rope_scaling(s.shape, c.rope_factor, c.rope_low_freq_factor, c.rope_high_freq_factor, c.rope_original_positions, where);

@@ -594,7 +594,8 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
                  (mc.mlp_width() != 4 * mc.d_model ? ", MLP width " + std::to_string(mc.mlp_width()) : "") +
                  (mc.rmsnorm ? ", RMSNorm" : "") + (float(mc.norm_eps) != 1e-5f ? ", norm eps " + number_g(mc.norm_eps) : "") +
                  (mc.tied_head ? "" : ", untied head") + (mc.bias ? "" : mc.qkv_bias ? ", qkv biases only" : ", no linear biases") +
-                 (mc.kv_heads() != mc.n_heads ? ", " + std::to_string(mc.kv_heads()) + " key-value heads" : ""))
+                 (mc.kv_heads() != mc.n_heads ? ", " + std::to_string(mc.kv_heads()) + " key-value heads" : "") +
+                 (mc.head_size > 0 ? ", heads of " + std::to_string(mc.head_size) : "") + (mc.qk_norm ? ", QK-norm" : ""))
                     .c_str());
     if (mc.moe.experts > 0)
       std::printf("experts: %lld%s of width %lld in %lld of %lld blocks (every %lld from block %lld), top %lld%s, capacity %lld "

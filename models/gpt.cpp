@@ -30,16 +30,16 @@ GPTPart GPTPart::of_rank(const GPTConfig& cfg, int p, int v, int rank) {
 }
 
 GPT::StageCosts GPT::stage_costs(const GPTConfig& cfg) {
-  const int64_t C = cfg.d_model, T = cfg.seq_len;
+  const int64_t C = cfg.d_model, T = cfg.seq_len, A = cfg.attention_width();
   StageCosts s;
-  const int64_t attention = (cfg.qkv_width() + C) * C;  // qkv and proj: 4C^2 with as many key-value heads
-  s.block = 6 * (attention + (cfg.fc_width() + cfg.mlp_width()) * C) + 12 * T * C;  // 72 C^2 + ... with GELU
+  const int64_t attention = (cfg.qkv_width() + A) * C;  // qkv and proj: 4C^2 with as many key-value heads
+  s.block = 6 * (attention + (cfg.fc_width() + cfg.mlp_width()) * C) + 12 * T * A;  // 72 C^2 + ... with GELU
   s.head = 6 * C * cfg.padded_vocab() + 8 * C;
   s.embedding = 8 * C;
   // Each token's rows through an expert-sized MLP: its routed slots, and the shared MLP's width.
   const double expert_rows = cfg.moe.capacity_factor * double(cfg.moe.top_k) + double(cfg.moe.shared_experts);
   const int64_t expert_mlp = 6 * (cfg.moe.expert_fc_width(C) + cfg.moe.expert_width(C)) * C;  // fc and proj, 3 passes
-  s.moe_block = 6 * attention + 12 * T * C + 6 * cfg.moe.experts * C + int64_t(expert_rows * double(expert_mlp));
+  s.moe_block = 6 * attention + 12 * T * A + 6 * cfg.moe.experts * C + int64_t(expert_rows * double(expert_mlp));
   return s;
 }
 

@@ -14,6 +14,7 @@ namespace trellis {
 enum class Checkpointing { none, full, selective, elementwise };
 
 constexpr int64_t kVocabPadMultiple = 128;  // whatever the layout, so results do not depend on it
+constexpr int64_t kMaxHeadSize = 256;       // model.head_dim's limit: the GPU's attention and QK-norm kernels'
 
 struct GPTConfig {
   int64_t vocab_size = 50257;
@@ -24,6 +25,12 @@ struct GPTConfig {
   // shared by n_heads / n_kv_heads query heads; 1 = multi-query).
   int64_t n_kv_heads = 0;
   int64_t d_model = 768;
+  // The size of each attention head: 0 = d_model / n_heads; else decoupled from d_model (Qwen3's,
+  // Gemma's), so q and the attention output are n_heads x head_size wide.
+  int64_t head_size = 0;
+  // QK-norm: an RMSNorm of every query and key head before the rotary turn, weights (head size) of its
+  // own for q and for k (Qwen3's, OLMoE's; Dehghani et al. 2023).
+  bool qk_norm = false;
   // Positions: a learned table wpe (GPT-2), or rotary embedding of q and k (RoPE, base rope_theta)
   // and no table.
   bool rope = false;
@@ -69,9 +76,10 @@ struct GPTConfig {
   }
   bool has_qkv_bias() const { return bias || qkv_bias; }
   int64_t padded_vocab() const { return (vocab_size + kVocabPadMultiple - 1) / kVocabPadMultiple * kVocabPadMultiple; }
-  int64_t head_dim() const { return d_model / n_heads; }
+  int64_t head_dim() const { return head_size > 0 ? head_size : d_model / n_heads; }
   int64_t kv_heads() const { return n_kv_heads > 0 ? n_kv_heads : n_heads; }
-  int64_t qkv_width() const { return d_model + 2 * kv_heads() * head_dim(); }  // attn.qkv's output: [q | k | v]
+  int64_t attention_width() const { return n_heads * head_dim(); }  // q's and the attention output's: attn.proj's input
+  int64_t qkv_width() const { return attention_width() + 2 * kv_heads() * head_dim(); }  // attn.qkv's output: [q | k | v]
   int64_t mlp_width() const { return ffn_hidden > 0 ? ffn_hidden : 4 * d_model; }  // F: mlp.proj's input
   int64_t fc_width() const { return (swiglu ? 2 : 1) * mlp_width(); }     // mlp.fc's output
   // The experts' MLP is the dense one's kind: copied into moe, which MoEMLP reads.
@@ -87,11 +95,12 @@ struct GPTConfig {
   int64_t padding_parameter_count() const { return (tied_head ? 1 : 2) * (padded_vocab() - vocab_size) * d_model; }
   // The parameters one token's forward uses: a block with experts counts top_k of them (and the shared MLP).
   int64_t active_parameter_count() const { return count_parameters(moe.top_k); }
-  // Model FLOPs per trained token: 6N + 12 L C T (REFERENCE.md), N = active_parameter_count() less
-  // an untied token embedding (its lookups are no matmul; tied, its N counts the head's).
+  // Model FLOPs per trained token: 6N + 12 L C T (REFERENCE.md; C the attention width, d_model unless
+  // model.head_dim decouples it), N = active_parameter_count() less an untied token embedding (its
+  // lookups are no matmul; tied, its N counts the head's).
   double flops_per_token() const {
     const int64_t lookup_only = tied_head ? 0 : vocab_size * d_model;
-    return 6.0 * double(active_parameter_count() - lookup_only) + 12.0 * double(n_layers * d_model * seq_len);
+    return 6.0 * double(active_parameter_count() - lookup_only) + 12.0 * double(n_layers * attention_width() * seq_len);
   }
 
  private:
@@ -105,7 +114,8 @@ struct GPTConfig {
     const int64_t expert = mlp_parameters(moe.expert_width(C));
     const int64_t norm = rmsnorm ? C : 2 * C;  // a norm's weight (and LayerNorm's bias)
     const int64_t linear_biases = (has_qkv_bias() ? qkv_width() : 0) + (bias ? C : 0);  // qkv's and attn.proj's
-    const int64_t per_layer = norm + qkv_width() * C + C * C + linear_biases + norm + mlp;
+    const int64_t qk_norms = qk_norm ? 2 * head_dim() : 0;
+    const int64_t per_layer = norm + qkv_width() * C + attention_width() * C + linear_biases + qk_norms + norm + mlp;
     const int64_t moe_layers = moe.layers(n_layers);
     const int64_t H = moe.shared_width(C), shared = H > 0 ? mlp_parameters(H) : 0;  // every token's
     const int64_t moe_extra = moe_layers * (moe.experts * C + experts_per_moe_block * expert - mlp + shared);

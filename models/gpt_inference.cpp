@@ -55,13 +55,15 @@ GPTInference::GPTInference(Runtime& rt, const GPTConfig& cfg, int64_t batch, int
                 aligned(BT * 4) + 2 * aligned(BT * C * e) + aligned(BT * C * e) + 2 * aligned(BT * 4) +
                     aligned(Bs * C * e) + aligned(Bs * Vp * e) + aligned(Bs * Vp * 4),
                 "inference activations");
-  // ln + stats, qkv, att, branch, r, ln2 + stats, h, g; a block with experts their tensors instead of h, g
+  // ln + stats, qkv (+ QK-norm's stats), att, branch, r, ln2 + stats, h, g; a block with experts their
+  // tensors instead of h, g
   // What MoEMLP::forward takes on one rank: what training keeps for backward, and the router's logits.
   const size_t experts = cfg.moe.experts > 0 ? MoEMLP::kept_bytes(cfg_.moe, cfg.d_model, cfg.dtype, int64_t(BT)) +
                                                    aligned(BT * size_t(cfg.moe.experts) * 4)
                                              : 0;
   work_ = Arena(rt.allocator(),
-                aligned(BT * C * e) * 5 + aligned(BT * size_t(cfg.qkv_width()) * e) +
+                aligned(BT * C * e) * 4 + aligned(BT * size_t(cfg.attention_width()) * e) +
+                    aligned(BT * size_t(cfg.qkv_width()) * e) + aligned(BT * size_t(cfg.n_heads + cfg.kv_heads()) * 4) +
                     aligned(BT * size_t(cfg.fc_width()) * e) +
                     aligned(BT * size_t(cfg.mlp_width()) * e) + 4 * aligned(BT * 4) +
                     experts,
@@ -108,9 +110,14 @@ std::vector<float> GPTInference::forward(const std::vector<int32_t>& tokens, int
     layernorm_forward(rt_, ln, mean, rstd, x, P("ln1.w").value, bias("ln1.b"), float(cfg_.norm_eps), cfg_.rmsnorm);
     Tensor qkv = work_.take(dt, {B, n, cfg_.qkv_width()});
     linear(rt_, qkv, ln, P("attn.qkv.w"), ps.find(p + "attn.qkv.b"));  // none with model.bias = false
+    if (cfg_.qk_norm) {  // in place: no backward reads the unnormed qkv
+      Tensor qk_rstd = work_.take(DType::f32, {B * n, cfg_.n_heads + cfg_.kv_heads()});
+      qk_norm_forward(rt_, qkv, qk_rstd, qkv, P("attn.q_norm.w").value, P("attn.k_norm.w").value, heads,
+                      float(cfg_.norm_eps));
+    }
     if (cfg_.rope) rotary_embedding(rt_, qkv, heads, cfg_.rotary(), pos_);  // cached k turned
     kv_cache_append(rt_, kc, vc, qkv, pos_, heads);
-    Tensor att = work_.take(dt, {B, n, C});
+    Tensor att = work_.take(dt, {B, n, cfg_.attention_width()});
     attention_with_cache(rt_, att, qkv, kc, vc, pos_, heads);
     Tensor branch = work_.take(dt, {B, n, C});
     linear(rt_, branch, att, P("attn.proj.w"), ps.find(p + "attn.proj.b"));

@@ -91,6 +91,8 @@ BlockParams BlockParams::of(const ParameterStore& ps, const GPTConfig& cfg, int 
   b.ln1_b = cfg.rmsnorm ? nullptr : &ps.get(p + "ln1.b");
   b.qkv_w = &ps.get(p + "attn.qkv.w");
   b.qkv_b = cfg.has_qkv_bias() ? &ps.get(p + "attn.qkv.b") : nullptr;  // model.bias = false: none, unless qkv_bias
+  b.q_norm_w = cfg.qk_norm ? &ps.get(p + "attn.q_norm.w") : nullptr;
+  b.k_norm_w = cfg.qk_norm ? &ps.get(p + "attn.k_norm.w") : nullptr;
   b.proj_w = &ps.get(p + "attn.proj.w");
   b.proj_b = cfg.bias ? &ps.get(p + "attn.proj.b") : nullptr;
   b.ln2_w = &ps.get(p + "ln2.w");
@@ -127,7 +129,11 @@ void TransformerBlock::append_specs(const GPTConfig& cfg, int layer, std::vector
   out.push_back(column({p + "attn.qkv.w", {cfg.qkv_width(), C}, Init::normal, 0.02f, true}, 3, q_units));
   if (cfg.has_qkv_bias())
     out.push_back(column({p + "attn.qkv.b", {cfg.qkv_width()}, Init::zeros, 0, false}, 3, q_units));
-  out.push_back(row({p + "attn.proj.w", {C, C}, Init::normal, resid_std, true}));
+  if (cfg.qk_norm) {  // one weight for all heads: replicated under tensor parallelism
+    out.push_back({p + "attn.q_norm.w", {cfg.head_dim()}, Init::ones, 0, false});
+    out.push_back({p + "attn.k_norm.w", {cfg.head_dim()}, Init::ones, 0, false});
+  }
+  out.push_back(row({p + "attn.proj.w", {C, cfg.attention_width()}, Init::normal, resid_std, true}));
   if (cfg.bias) out.push_back({p + "attn.proj.b", {C}, Init::zeros, 0, false});
   out.push_back({p + "ln2.w", {C}, Init::ones, 0, false});
   if (!cfg.rmsnorm) out.push_back({p + "ln2.b", {C}, Init::zeros, 0, false});
@@ -169,7 +175,8 @@ TransformerBlock::TransformerBlock(const GPTConfig& cfg, int layer, const BlockP
 }
 
 std::vector<const Parameter*> TransformerBlock::first_written_grads() const {
-  std::vector<const Parameter*> out{p_.ln1_w, p_.ln1_b, p_.qkv_w, p_.qkv_b, p_.proj_w, p_.proj_b, p_.ln2_w, p_.ln2_b};
+  std::vector<const Parameter*> out{p_.ln1_w,    p_.ln1_b,  p_.qkv_w,  p_.qkv_b,  p_.q_norm_w,
+                                    p_.k_norm_w, p_.proj_w, p_.proj_b, p_.ln2_w, p_.ln2_b};
   if (moe_) {
     for (const Parameter* q : moe_->parameters()) out.push_back(q);
   } else {
@@ -180,9 +187,10 @@ std::vector<const Parameter*> TransformerBlock::first_written_grads() const {
 }
 
 std::vector<const Parameter*> TransformerBlock::tensor_partial_grads() const {
-  if (!tp_.sharded_tokens()) return {};
-  std::vector<const Parameter*> out{p_.ln1_w, p_.ln1_b, p_.ln2_w, p_.ln2_b};
-  std::erase(out, nullptr);  // RMSNorm's missing biases
+  std::vector<const Parameter*> out;
+  if (tp_.sharded_tokens()) out = {p_.ln1_w, p_.ln1_b, p_.ln2_w, p_.ln2_b};
+  if (tp_.active()) out.insert(out.end(), {p_.q_norm_w, p_.k_norm_w});
+  std::erase(out, nullptr);  // RMSNorm's missing biases, no QK-norm
   return out;
 }
 
@@ -256,8 +264,8 @@ CommHandle row_forward(Runtime& rt, const std::optional<RowParallelLinear>& par,
 BlockSaved BlockSaved::part(int i, int parts) const {
   auto p = [&](const Tensor& t) { return part_of(t, i, parts); };
   TRELLIS_CHECK(parts == 1 || !moe.probs.defined(), "BlockSaved::part: a block with experts runs whole");
-  return {p(x), p(ln1), p(ln1_mean), p(ln1_rstd), p(qkv), p(att), p(lse), p(r), p(ln2), p(ln2_mean), p(ln2_rstd),
-          p(h),  p(g), moe};
+  return {p(x),   p(ln1),      p(ln1_mean), p(ln1_rstd), p(qkv),  p(qkv_in), p(qk_rstd), p(att),
+          p(lse), p(r),        p(ln2),      p(ln2_mean), p(ln2_rstd), p(h),     p(g),       moe};
 }
 
 int TransformerBlock::batch_parts(const Tokens& n) const {
@@ -283,8 +291,9 @@ AttentionHeads TransformerBlock::local_heads() const {
 
 void TransformerBlock::attention_part(Runtime& rt, const StepContext& ctx, BlockSaved& s, Arena& a) const {
   // qkv holds this rank's heads: (B, T, qkv_width/t).
-  const int64_t B = s.qkv.size(0), T = s.qkv.size(1), t = tp_.size, C = cfg_.d_model / t, H = cfg_.n_heads / t;
-  s.att = a.take(cfg_.dtype, {B, T, C});
+  const int64_t B = s.qkv.size(0), T = s.qkv.size(1), t = tp_.size, A = cfg_.attention_width() / t,
+                H = cfg_.n_heads / t;
+  s.att = a.take(cfg_.dtype, {B, T, A});
   s.lse = a.take(DType::f32, {B, H, T});
   // In the parts forward ran in, so a recomputation repeats its arithmetic exactly.
   const Tokens n = tokens_of(ctx, s.x);
@@ -299,7 +308,11 @@ CommHandle TransformerBlock::attention_half(Runtime& rt, const StepContext& ctx,
                                             Arena& temp) const {
   layernorm_forward(rt, s.ln1, s.ln1_mean, s.ln1_rstd, s.x, p_.ln1_w->value, value_or_empty(p_.ln1_b), float(cfg_.norm_eps),
                       cfg_.rmsnorm);
-  linear_forward(rt, qkv_, s.qkv, s.ln1, *p_.qkv_w, p_.qkv_b, temp);
+  // With QK-norm qkv's output is kept apart (the norms' backward reads it), normed into s.qkv.
+  linear_forward(rt, qkv_, cfg_.qk_norm ? s.qkv_in : s.qkv, s.ln1, *p_.qkv_w, p_.qkv_b, temp);
+  if (cfg_.qk_norm)
+    qk_norm_forward(rt, s.qkv, s.qk_rstd, s.qkv_in, p_.q_norm_w->value, p_.k_norm_w->value, local_heads(),
+                    float(cfg_.norm_eps));
   // Rotary positions turn q and k in place: attention and its backward read the turned ones.
   if (cfg_.rope) rotary_embedding(rt, s.qkv, local_heads(), cfg_.rotary());
   attention_forward(rt, s.att, s.lse, s.qkv, local_heads(), attention_dropout(ctx));
@@ -344,7 +357,8 @@ void TransformerBlock::forward_into(Runtime& rt, const StepContext& ctx, const T
                                     BlockSaved& s, Arena& keep, Arena& temp, bool keep_attention, bool keep_rest,
                                     bool keep_elementwise, PendingOutput* pending) const {
   const Tokens n = tokens_of(ctx, x);
-  const int64_t B = n.B, T = n.T, C = cfg_.d_model, t = tp_.size, Cl = C / t, H = cfg_.n_heads / t;
+  const int64_t B = n.B, T = n.T, C = cfg_.d_model, t = tp_.size, Al = cfg_.attention_width() / t,
+                H = cfg_.n_heads / t;
   // The block's own activations: (B, T, C), or this rank's token rows.
   const Shape act = tp_.sharded_tokens() ? Shape{n.rows, C} : Shape{B, T, C};
   const DType dt = cfg_.dtype;
@@ -356,7 +370,11 @@ void TransformerBlock::forward_into(Runtime& rt, const StepContext& ctx, const T
   s.ln1_mean = rest.take(DType::f32, {n.rows});
   s.ln1_rstd = rest.take(DType::f32, {n.rows});
   s.qkv = rest.take(dt, {B, T, cfg_.qkv_width() / t});
-  s.att = attention.take(dt, {B, T, Cl});
+  if (cfg_.qk_norm) {
+    s.qkv_in = rest.take(dt, {B, T, cfg_.qkv_width() / t});
+    s.qk_rstd = rest.take(DType::f32, {B, T, (cfg_.n_heads + cfg_.kv_heads()) / t});
+  }
+  s.att = attention.take(dt, {B, T, Al});
   s.lse = attention.take(DType::f32, {B, H, T});
   s.r = rest.take(dt, act);
   s.ln2 = elementwise.take(dt, act);
@@ -414,7 +432,7 @@ void TransformerBlock::backward(Runtime& rt, const StepContext& ctx, const Tenso
                                 Arena& work) const {
   NvtxRange r("block_backward");
   const Tokens n = tokens_of(ctx, s.x);
-  const int64_t B = n.B, T = n.T, C = cfg_.d_model, Cl = C / tp_.size;
+  const int64_t B = n.B, T = n.T, C = cfg_.d_model, Al = cfg_.attention_width() / tp_.size;
   const Shape act = tp_.sharded_tokens() ? Shape{n.rows, C} : Shape{B, T, C};
   const DType dt = cfg_.dtype;
   const bool drop = dropout_on(ctx);
@@ -481,19 +499,29 @@ void TransformerBlock::backward(Runtime& rt, const StepContext& ctx, const Tenso
                      cfg_.rmsnorm);
   // Attention branch: r = x + drop(proj(attn(ln1(x)))). dres now holds dL/dr.
   if (drop) dropout_backward(rt, dbranch, dres, cfg_.dropout, dropout_key(ctx, 1, n));
-  Tensor datt = work.take(dt, {B, T, Cl});
+  Tensor datt = work.take(dt, {B, T, Al});
   Tensor dqkv = work.take(dt, {B, T, cfg_.qkv_width() / tp_.size});
   const AttentionHeads H = local_heads();
+  // QK-norm's backward, in place: the gradient of the normed q and k into that of qkv's output.
+  auto qk_norm_backward = [&](const Tensor& d) {
+    if (!cfg_.qk_norm) return;
+    const bool accumulate = grad_accumulates(*p_.q_norm_w);
+    TRELLIS_CHECK(grad_accumulates(*p_.k_norm_w) == accumulate, "internal: the QK-norm weights differ in freshness");
+    trellis::qk_norm_backward(rt, d, p_.q_norm_w->grad, p_.k_norm_w->grad, d, s.qkv_in, p_.q_norm_w->value,
+                              p_.k_norm_w->value, s.qk_rstd, H, accumulate);
+  };
   if (defer) {
     proj_->backward_input(rt, datt, dbranch);
     attention_backward(rt, dqkv, datt, s.qkv, s.att, s.lse, H, attention_dropout(ctx));
     if (cfg_.rope) rotary_embedding(rt, dqkv, H, cfg_.rotary(), 0, true);  // to the unturned q, k
+    qk_norm_backward(dqkv);
     qkv_->backward(rt, dln, dqkv, s.ln1, work, [&] { proj_->weight_grads(rt, dbranch, s.att, bias_sums_in_ln2); });
   } else {
     if (proj_) proj_->backward(rt, datt, dbranch, s.att, work);
     else linear_backward(rt, datt, dbranch, s.att, *p_.proj_w, p_.proj_b, nullptr, bias_sums_in_ln2);
     attention_backward(rt, dqkv, datt, s.qkv, s.att, s.lse, H, attention_dropout(ctx));
     if (cfg_.rope) rotary_embedding(rt, dqkv, H, cfg_.rotary(), 0, true);  // to the unturned q, k
+    qk_norm_backward(dqkv);
     linear_backward(rt, qkv_, dln, dqkv, s.ln1, *p_.qkv_w, p_.qkv_b, work);
   }
   layernorm_backward(rt, dres, p_.ln1_w->grad, grad_or_empty(p_.ln1_b), dln, s.x, p_.ln1_w->value, s.ln1_mean, s.ln1_rstd,
@@ -510,10 +538,12 @@ size_t TransformerBlock::kept_bytes(const GPTConfig& cfg, int64_t B, int64_t T, 
   const int64_t t = tp.size, N = B * T, rows = tp.sharded_tokens() ? token_shard_rows(N, t) : N;
   const size_t e = dtype_size(cfg.dtype);
   const size_t btc = size_t(rows * cfg.d_model) * e;         // the block's own (token-row) activations
-  const size_t local = size_t(N * (cfg.d_model / t)) * e;    // (B, T, C/t) in the tensor-parallel region
   const size_t bt = size_t(rows) * 4;
-  const size_t attention = aligned(local) + aligned(size_t(B * (cfg.n_heads / t) * T) * 4);
-  const size_t qkv = aligned(size_t(N * (cfg.qkv_width() / t)) * e);
+  const size_t att = size_t(N * (cfg.attention_width() / t)) * e;  // (B, T, H hd / t)
+  const size_t attention = aligned(att) + aligned(size_t(B * (cfg.n_heads / t) * T) * 4);
+  // qkv, and with QK-norm its linear output and the norms' statistics
+  const size_t qkv = aligned(size_t(N * (cfg.qkv_width() / t)) * e) * (cfg.qk_norm ? 2 : 1) +
+                     (cfg.qk_norm ? aligned(size_t(N * ((cfg.n_heads + cfg.kv_heads()) / t)) * 4) : 0);
   // ln1 + stats, qkv, r, ln2 + stats, h, g; of them ln1, ln2 and g are the element-wise outputs
   const size_t h = aligned(size_t(N * (cfg.fc_width() / t)) * e), g = aligned(size_t(N * (cfg.mlp_width() / t)) * e);
   size_t elementwise = aligned(btc) * 2 + g;
@@ -534,7 +564,7 @@ size_t TransformerBlock::kept_bytes(const GPTConfig& cfg, int64_t B, int64_t T, 
 size_t TransformerBlock::work_bytes(const GPTConfig& cfg, int64_t B, int64_t T, const TensorParallelContext& tp) {
   const int64_t t = tp.size, N = B * T, rows = tp.sharded_tokens() ? token_shard_rows(N, t) : N;
   const size_t e = dtype_size(cfg.dtype);
-  const size_t btc = size_t(rows * cfg.d_model) * e, local = size_t(N * (cfg.d_model / t)) * e;
+  const size_t btc = size_t(rows * cfg.d_model) * e, datt = size_t(N * (cfg.attention_width() / t)) * e;
   // With sequence parallelism each parallel linear takes full (N, C) tensors from the workspace:
   // forward, the gathered inputs of qkv and fc and the partial sums of the two projections;
   // backward, the gathered output gradients of the projections and the gathered input and its
@@ -548,7 +578,7 @@ size_t TransformerBlock::work_bytes(const GPTConfig& cfg, int64_t B, int64_t T, 
   const size_t dh = aligned(size_t(N * (cfg.fc_width() / t)) * e) +
                     (cfg.swiglu ? aligned(size_t(N * (cfg.mlp_width() / t)) * e) : 0);
   const size_t dqkv = aligned(size_t(N * (cfg.qkv_width() / t)) * e);
-  const size_t backward = aligned(btc) * 2 + aligned(local) + dh + dqkv + 6 * gathered;
+  const size_t backward = aligned(btc) * 2 + aligned(datt) + dh + dqkv + 6 * gathered;
   if (cfg.moe.experts == 0) return forward + backward;
   // A block with experts: its recomputation, and the experts' temporaries of forward and backward.
   const size_t moe = kept_bytes(everything, B, T, tp, true) + 2 * aligned(btc) +

@@ -50,6 +50,7 @@ struct StepContext {
 struct BlockParams {
   const Parameter *ln1_w = nullptr, *ln1_b = nullptr, *qkv_w = nullptr, *qkv_b = nullptr, *proj_w = nullptr,
                   *proj_b = nullptr, *ln2_w = nullptr, *ln2_b = nullptr;
+  const Parameter *q_norm_w = nullptr, *k_norm_w = nullptr;  // model.qk_norm's
   const Parameter *fc_w = nullptr, *fc_b = nullptr, *fc_proj_w = nullptr, *fc_proj_b = nullptr;  // a dense MLP
   MoEParams moe;  // or a mixture of experts (router_w set)
 
@@ -58,14 +59,15 @@ struct BlockParams {
   static BlockParams of(const ParameterStore& store, const GPTConfig& cfg, int layer, int expert_rank = 0);
 };
 
-// Activations of one block for one micro-batch. Shapes: (B, T, C) unless noted; under tensor
-// parallelism C, 3C, F and H of the tensor-parallel region (qkv, att, lse, h, g) are the local
-// C/t, 3C/t, F/t and H/t, and with sequence parallelism x, ln1, r, ln2 and the stats are this
+// Activations of one block for one micro-batch. Shapes: (B, T, C) unless noted (att: (B, T, H hd), C
+// unless model.head_dim decouples it); under tensor parallelism C, 3C, F and H of the tensor-parallel
+// region (qkv, att, lse, h, g) are the local C/t, 3C/t, F/t and H/t, and with sequence parallelism x, ln1, r, ln2 and the stats are this
 // rank's (N/t, C) token shard.
 struct BlockSaved {
   Tensor x;                      // block input (always kept; the previous block's output)
   Tensor ln1, ln1_mean, ln1_rstd;  // stats f32 (B*T)
-  Tensor qkv;                    // (B, T, 3C)
+  Tensor qkv;                    // (B, T, 3C): what attention reads (after QK-norm and the rotary turn)
+  Tensor qkv_in, qk_rstd;        // with QK-norm: qkv's linear output, and the norms' f32 (B, T, H + Hkv)
   Tensor att, lse;               // attention output; lse f32 (B, H, T)
   Tensor r;                      // residual after attention
   Tensor ln2, ln2_mean, ln2_rstd;
@@ -118,7 +120,8 @@ class TransformerBlock {
   // The parameters whose gradients are partial sums on each tensor rank after backward and must
   // be all-reduced (summed) over the tensor group once per step, after the last micro-batch's
   // backward and before the gradient norm: the LayerNorms under sequence parallelism (applied to
-  // token shards). Empty otherwise: every other replicated gradient is already equal on all ranks.
+  // token shards), and QK-norm's weights (each rank's heads). Every other replicated gradient is
+  // already equal on all ranks.
   std::vector<const Parameter*> tensor_partial_grads() const;
   // The parameters whose gradients backward writes through grad_accumulates (so the store can leave
   // them unzeroed, ParameterStore::write_first): all of the block's, here or in the tensor-parallel

@@ -105,6 +105,23 @@ void rotary_embedding(Runtime& rt, const Tensor& qkv, AttentionHeads heads, cons
                           inverse);
 }
 
+void qk_norm_forward(Runtime& rt, const Tensor& out, const Tensor& rstd, const Tensor& qkv, const Tensor& wq,
+                     const Tensor& wk, AttentionHeads heads, float eps) {
+  const int64_t W = qkv.size(2);
+  launch_qk_norm_forward(compute_stream(rt), out.data, rstd.ptr<float>(), qkv.data, wq.data, wk.data, qkv.dtype,
+                         qkv.size(0) * qkv.size(1), W, int(W / heads.qkv_heads()), heads.q + heads.kv, heads.q, eps);
+}
+
+void qk_norm_backward(Runtime& rt, const Tensor& dqkv, const Tensor& dwq, const Tensor& dwk, const Tensor& dout,
+                      const Tensor& qkv, const Tensor& wq, const Tensor& wk, const Tensor& rstd, AttentionHeads heads,
+                      bool accumulate_params) {
+  const int64_t rows = qkv.size(0) * qkv.size(1), W = qkv.size(2), hd = W / heads.qkv_heads();
+  auto* scratch = static_cast<float*>(rt.scratch(size_t(qk_norm_backward_scratch(rows, hd)) * sizeof(float)));
+  launch_qk_norm_backward(compute_stream(rt), dqkv.data, dwq.data, dwk.data, dwq.dtype, dout.data, qkv.data, wq.data,
+                          wk.data, rstd.ptr<float>(), qkv.dtype, rows, W, int(hd), heads.q + heads.kv, heads.q, scratch,
+                          accumulate_params);
+}
+
 void kv_cache_append(Runtime& rt, const Tensor& k_cache, const Tensor& v_cache, const Tensor& qkv, int64_t pos,
                      AttentionHeads heads) {
   const int64_t hd = qkv.size(2) / heads.qkv_heads();

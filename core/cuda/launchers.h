@@ -185,6 +185,17 @@ void launch_attention_with_cache(cudaStream_t s, void* out, const void* qkv, con
                                  const void* v_cache, DType t, int64_t B, int64_t n, int64_t H, int64_t Hkv,
                                  int64_t hd, int64_t Tmax, int64_t pos);
 
+// ---- norm.cu: QK-norm ----
+// qk_norm_forward / qk_norm_backward (core/ops.h) on `rows` qkv rows of W elements: the first `heads`
+// heads of hd <= kMaxHeadDim dims normed, the first q of them by wq, the rest by wk. The backward's
+// weight gradients go through qk_norm_backward_scratch(rows, hd) floats of partials (deterministic).
+inline int64_t qk_norm_backward_scratch(int64_t rows, int64_t hd) { return 2 * colsum_chunks(rows) * hd; }
+void launch_qk_norm_forward(cudaStream_t s, void* out, float* rstd, const void* qkv, const void* wq, const void* wk,
+                            DType t, int64_t rows, int64_t W, int hd, int heads, int q, float eps);
+void launch_qk_norm_backward(cudaStream_t s, void* dqkv, void* dwq, void* dwk, DType grad_t, const void* dout,
+                             const void* qkv, const void* wq, const void* wk, const float* rstd, DType t, int64_t rows,
+                             int64_t W, int hd, int heads, int q, float* scratch, bool accumulate_params);
+
 // ---- loss_embed.cu ----
 // losses (N) and, when dlogits is non-null, dlogits = dloss * (softmax - onehot) (padded columns 0;
 // dlogits may alias logits).

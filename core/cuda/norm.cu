@@ -710,6 +710,100 @@ void layernorm_backward_impl(cudaStream_t s, T* dx, void* dw, void* db, DType gr
   if (with_sums) bias_backward_impl<T>(s, sums.after, grad_t, dx, rows, cols, scratch, sums.accumulate_after);
 }
 
+// ---- QK-norm ----
+// A warp per (row, head) pair p = row x heads + head; lane l holds dims l, l + 32, ... of the head.
+constexpr int kHeadSlots = kMaxHeadDim / 32;
+
+template <typename T>
+__global__ void qk_norm_forward_kernel(T* out, float* rstd, const T* x, const T* wq, const T* wk, int64_t rows,
+                                       int64_t W, int hd, int heads, int q, float eps) {
+  const int lane = threadIdx.x & 31;
+  const int64_t warps = int64_t(gridDim.x) * (blockDim.x / 32);
+  for (int64_t p = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32; p < rows * heads; p += warps) {
+    const int j = int(p % heads);
+    const int64_t at = (p / heads) * W + int64_t(j) * hd;
+    const T* w = j < q ? wq : wk;
+    float v[kHeadSlots], ss = 0.0f;
+#pragma unroll
+    for (int k = 0; k < kHeadSlots; ++k) {
+      const int i = lane + 32 * k;
+      v[k] = i < hd ? to_f32(x[at + i]) : 0.0f;
+      ss += v[k] * v[k];
+    }
+    const float rs = rsqrtf(warp_sum(ss) / float(hd) + eps);
+#pragma unroll
+    for (int k = 0; k < kHeadSlots; ++k) {
+      const int i = lane + 32 * k;
+      if (i < hd) out[at + i] = from_f32<T>(v[k] * rs * to_f32(w[i]));
+    }
+    if (lane == 0) rstd[p] = rs;
+  }
+  if (out == x) return;
+  const int64_t normed = int64_t(heads) * hd, vcols = W - normed;  // v, copied
+  TRELLIS_GRID_STRIDE(e, rows * vcols) {
+    const int64_t at = (e / vcols) * W + normed + e % vcols;
+    out[at] = x[at];
+  }
+}
+
+// Block c takes rows [c rpc, (c + 1) rpc); warp w of it the pairs w, w + 8, ... of those rows, summing
+// dout * xhat per dim in registers; the warps' sums are then added in warp order into the chunk's
+// partials (q's, then k's chunks x hd after them). dx may be dout: a lane reads its dims before writing them.
+template <typename T>
+__global__ void __launch_bounds__(kThreads)
+    qk_norm_backward_kernel(T* dx, float* p_q, float* p_k, const T* dout, const T* x, const T* wq, const T* wk,
+                            const float* rstd, int64_t rows, int64_t W, int hd, int heads, int q, int64_t rpc) {
+  __shared__ float sums[kWarpsPerBlock][2][kMaxHeadDim];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int64_t r0 = int64_t(blockIdx.x) * rpc, r1 = r0 + rpc < rows ? r0 + rpc : rows;
+  float aq[kHeadSlots] = {}, ak[kHeadSlots] = {};
+  for (int64_t p = r0 * heads + warp; p < r1 * heads; p += kWarpsPerBlock) {
+    const int j = int(p % heads);
+    const int64_t at = (p / heads) * W + int64_t(j) * hd;
+    const T* w = j < q ? wq : wk;
+    const float rs = rstd[p];
+    float xh[kHeadSlots], g[kHeadSlots], dot = 0.0f;
+#pragma unroll
+    for (int k = 0; k < kHeadSlots; ++k) {
+      const int i = lane + 32 * k;
+      const float d = i < hd ? to_f32(dout[at + i]) : 0.0f;
+      xh[k] = i < hd ? to_f32(x[at + i]) * rs : 0.0f;
+      g[k] = i < hd ? d * to_f32(w[i]) : 0.0f;
+      dot += g[k] * xh[k];
+      if (j < q) aq[k] += d * xh[k];
+      else ak[k] += d * xh[k];
+    }
+    const float mean_gx = warp_sum(dot) / float(hd);
+#pragma unroll
+    for (int k = 0; k < kHeadSlots; ++k) {
+      const int i = lane + 32 * k;
+      if (i < hd) dx[at + i] = from_f32<T>((g[k] - xh[k] * mean_gx) * rs);
+    }
+  }
+#pragma unroll
+  for (int k = 0; k < kHeadSlots; ++k) {
+    const int i = lane + 32 * k;
+    if (i < hd) {
+      sums[warp][0][i] = aq[k];
+      sums[warp][1][i] = ak[k];
+    }
+  }
+  __syncthreads();
+  for (int c = threadIdx.x; c < 2 * hd; c += blockDim.x) {
+    const int which = c / hd, i = c % hd;
+    float s = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kWarpsPerBlock; ++w) s += sums[w][which][i];
+    (which == 0 ? p_q : p_k)[int64_t(blockIdx.x) * hd + i] = s;
+  }
+  if (dx == dout) return;
+  const int64_t normed = int64_t(heads) * hd, vcols = W - normed;  // v, copied
+  TRELLIS_GRID_STRIDE(e, rows * vcols) {
+    const int64_t at = (e / vcols) * W + normed + e % vcols;
+    dx[at] = dout[at];
+  }
+}
+
 }  // namespace
 
 void launch_layernorm_forward(cudaStream_t s, void* out, float* mean, float* rstd, const void* x, const void* w,
@@ -749,6 +843,37 @@ void launch_bias_backward(cudaStream_t s, void* db, DType grad_t, const void* dy
                     " rows is not one launch's (gpu_ops.cpp runs those one block at a time)");
   TRELLIS_FLOAT_SWITCH(t, T,
     bias_backward_impl<T>(s, db, grad_t, static_cast<const T*>(dy), rows, cols, scratch, accumulate, batch, db_stride));
+}
+
+void launch_qk_norm_forward(cudaStream_t s, void* out, float* rstd, const void* qkv, const void* wq, const void* wk,
+                            DType t, int64_t rows, int64_t W, int hd, int heads, int q, float eps) {
+  if (rows == 0) return;
+  TRELLIS_CHECK(hd <= kMaxHeadDim, "qk_norm: head size " + std::to_string(hd) + " > " + std::to_string(kMaxHeadDim));
+  const unsigned blocks = grid_for(rows * heads * 32);
+  TRELLIS_FLOAT_SWITCH(t, T,
+    qk_norm_forward_kernel<T><<<blocks, kThreads, 0, s>>>(static_cast<T*>(out), rstd, static_cast<const T*>(qkv),
+                                                          static_cast<const T*>(wq), static_cast<const T*>(wk), rows,
+                                                          W, hd, heads, q, eps));
+  CUDA_CHECK_LAUNCH();
+}
+
+void launch_qk_norm_backward(cudaStream_t s, void* dqkv, void* dwq, void* dwk, DType grad_t, const void* dout,
+                             const void* qkv, const void* wq, const void* wk, const float* rstd, DType t, int64_t rows,
+                             int64_t W, int hd, int heads, int q, float* scratch, bool accumulate_params) {
+  if (rows == 0) return;
+  TRELLIS_CHECK(hd <= kMaxHeadDim, "qk_norm: head size " + std::to_string(hd) + " > " + std::to_string(kMaxHeadDim));
+  const int64_t chunks = colsum_chunks(rows), rpc = (rows + chunks - 1) / chunks;
+  float *p_q = scratch, *p_k = scratch + chunks * hd;
+  TRELLIS_FLOAT_SWITCH(t, T,
+    qk_norm_backward_kernel<T><<<unsigned(chunks), kThreads, 0, s>>>(
+        static_cast<T*>(dqkv), p_q, p_k, static_cast<const T*>(dout), static_cast<const T*>(qkv),
+        static_cast<const T*>(wq), static_cast<const T*>(wk), rstd, rows, W, hd, heads, q, rpc));
+  CUDA_CHECK_LAUNCH();
+  FinalizeJobs jobs;
+  jobs.out_t = grad_t;
+  jobs.add(dwq, p_q, accumulate_params);
+  jobs.add(dwk, p_k, accumulate_params);
+  finalize_columns(s, jobs, chunks, hd);
 }
 
 void launch_sum(cudaStream_t s, float* out, const void* x, DType t, int64_t n, bool squares, float* scratch) {

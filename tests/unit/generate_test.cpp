@@ -178,6 +178,20 @@ TEST(GPTInference, CachedLogitsWithRotaryPositionsMatchTheTrainingForward) {
   check_cached_logits(cfg);
 }
 
+// Qwen3's attention: QK-norm (in place on the new rows' q and k, before the turn) and heads of a size
+// apart from d_model / n_heads, with grouped-query attention.
+TEST(GPTInference, CachedLogitsWithQkNormAndHeadSizeMatchTheTrainingForward) {
+  GPTConfig cfg = tiny_config();
+  cfg.rope = true;
+  cfg.rope_theta = 100.0;
+  cfg.qk_norm = true;
+  check_cached_logits(cfg);
+  cfg.n_heads = 4;
+  cfg.n_kv_heads = 2;
+  cfg.head_size = 6;
+  check_cached_logits(cfg);
+}
+
 TEST(GPTInference, CachedLogitsWithSwigluMatchTheTrainingForward) {
   GPTConfig cfg = tiny_config();
   cfg.swiglu = true;

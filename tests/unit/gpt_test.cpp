@@ -66,6 +66,11 @@ void check_gradients_against_finite_differences(const GPTConfig& c) {
   // Larger weights than GPT-2's init so every gradient is well above f32 noise.
   Tensor values = model.params().flat_values();
   for (int64_t i = 0; i < values.numel(); ++i) values.ptr<float>()[i] *= 5.0f;
+  // But QK-norm's weights of 1 and 0.5 (the q and k heads' scales): at 5 each the normed heads' logits
+  // (25 sqrt(hd) at most) turn the softmax too sharply for the finite differences' steps.
+  for (const Parameter& p : model.params().all())
+    if (p.spec.name.ends_with("_norm.w"))
+      for (int64_t i = 0; i < p.spec.shape.numel(); ++i) p.value.ptr<float>()[i] = p.spec.name.ends_with("q_norm.w") ? 1.0f : 0.5f;
   Batch batch = make_batch(c, B);
   StepContext ctx;
   Result r = run(model, batch, B, ctx);
@@ -92,10 +97,10 @@ void check_gradients_against_finite_differences(const GPTConfig& c) {
       ++checked;
     }
   }
-  // Three elements of every tensor: 12 a block (2 fewer with RMSNorm, 4 fewer without linear biases),
-  // wte, wpe (not with RoPE), lnf's two (one with RMSNorm) and an untied head's.
-  const int norm_biases = c.rmsnorm ? 0 : 1, linear_biases = c.bias ? 4 : 0;
-  EXPECT_EQ(checked, 3 * (int(c.n_layers) * (6 + linear_biases + 2 * norm_biases) + (c.rope ? 1 : 2) + 1 +
+  // Three elements of every tensor: 12 a block (2 fewer with RMSNorm, 4 fewer without linear biases, 2
+  // more with QK-norm), wte, wpe (not with RoPE), lnf's two (one with RMSNorm) and an untied head's.
+  const int norm_biases = c.rmsnorm ? 0 : 1, linear_biases = c.bias ? 4 : 0, qk_norms = c.qk_norm ? 2 : 0;
+  EXPECT_EQ(checked, 3 * (int(c.n_layers) * (6 + linear_biases + qk_norms + 2 * norm_biases) + (c.rope ? 1 : 2) + 1 +
                           norm_biases + (c.tied_head ? 0 : 1)));
 }
 
@@ -192,6 +197,47 @@ TEST(GPT, GroupedQueryAttentionGradientsMatchFiniteDifferences) {
   c.rmsnorm = c.swiglu = c.rope = true;
   c.tied_head = false;
   check_gradients_against_finite_differences(c);
+}
+
+// Qwen3's attention: QK-norm (each q and k head RMS-normed by a weight of its own kind before the
+// rotary turn), heads of a size apart from d_model / n_heads (model.head_dim: 4 heads of 6 at d_model
+// 16, so q is 24 wide and attn.proj maps 24 back to 16), and the two with grouped-query attention.
+TEST(GPT, QkNormAndHeadSizeGradientsMatchFiniteDifferences) {
+  GPTConfig c = tiny_config();
+  c.rope = true;
+  c.rope_theta = 100.0;
+  c.qk_norm = true;
+  check_gradients_against_finite_differences(c);
+  c.n_heads = 4;
+  c.head_size = 6;
+  check_gradients_against_finite_differences(c);
+  c.n_kv_heads = 2;
+  c.rmsnorm = c.swiglu = true;
+  c.bias = false;
+  c.tied_head = false;
+  check_gradients_against_finite_differences(c);
+}
+
+// Qwen3 0.6B's shape: 28 blocks of d_model 1024, 16 heads of 128 (q 2048 wide), 8 key-value heads,
+// QK-norm, SwiGLU of 3072, no biases, tied: the 0.6B of its name, 596,049,920 parameters.
+TEST(GPT, QkNormAndHeadSizeParameterCount) {
+  GPTConfig c;
+  c.vocab_size = 151936;
+  c.seq_len = 40960;
+  c.n_layers = 28;
+  c.n_heads = 16;
+  c.n_kv_heads = 8;
+  c.d_model = 1024;
+  c.head_size = 128;
+  c.qk_norm = c.rope = c.rmsnorm = c.swiglu = true;
+  c.bias = false;
+  c.ffn_hidden = 3072;
+  EXPECT_EQ(c.attention_width(), 2048);
+  EXPECT_EQ(c.qkv_width(), 2048 + 2 * 8 * 128);
+  EXPECT_EQ(c.parameter_count(), 596049920);
+  int64_t n = 0;
+  for (const ParameterSpec& s : GPT::parameter_specs(c)) n += s.shape.numel();
+  EXPECT_EQ(n, c.parameter_count() + c.padding_parameter_count());
 }
 
 // With K key-value heads of hd dims qkv is (C + 2 K hd, C): GPT-2 small with 4 of its 12 heads has

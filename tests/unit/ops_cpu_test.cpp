@@ -566,6 +566,100 @@ TEST(OpsCpu, SwigluBackwardInPlace) {
   }
 }
 
+// ---------------------------------------------------------------- QK-norm
+
+// qkv (B, T, (H + 2 Hkv) hd) of 3 query heads and 1 key-value head of 6 dims: each q and k head RMS-
+// normed by its own weight, v copied; the backward's dx against the closed form, the weights' gradients
+// summed over every head of its kind.
+TEST(OpsCpu, QkNormMatchesReference) {
+  std::mt19937 g(21);
+  const int64_t B = 2, T = 3, H = 3, Hkv = 1, hd = 6, W = (H + 2 * Hkv) * hd, rows = B * T;
+  const float eps = 1e-5f;
+  for (DType dt : kFloatTypes) {
+    SCOPED_TRACE(std::string(dtype_name(dt)));
+    HostTensor x(dt, {B, T, W}), out(dt, {B, T, W}), dout(dt, {B, T, W}), dx(dt, {B, T, W}), wq(dt, {hd}), wk(dt, {hd});
+    HostTensor rstd(DType::f32, {rows, H + Hkv}), dwq(DType::f32, {hd}), dwk(DType::f32, {hd});
+    x.randomize(g, -2.0, 2.0);
+    dout.randomize(g);
+    wq.randomize(g, 0.5, 1.5);
+    wk.randomize(g, 0.5, 1.5);
+    std::vector<double> want(size_t(rows * W)), want_dx(size_t(rows * W)), want_rstd(size_t(rows * (H + Hkv)));
+    std::vector<double> want_dwq(size_t(hd), 0.0), want_dwk(size_t(hd), 0.0);
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t j = 0; j < H + 2 * Hkv; ++j) {
+        const int64_t o = r * W + j * hd;
+        if (j >= H + Hkv) {  // v
+          for (int64_t i = 0; i < hd; ++i) want[size_t(o + i)] = x.get(o + i), want_dx[size_t(o + i)] = dout.get(o + i);
+          continue;
+        }
+        const HostTensor& w = j < H ? wq : wk;
+        double ss = 0, gx = 0;
+        for (int64_t i = 0; i < hd; ++i) ss += x.get(o + i) * x.get(o + i);
+        const double rs = 1 / std::sqrt(ss / double(hd) + eps);
+        want_rstd[size_t(r * (H + Hkv) + j)] = rs;
+        for (int64_t i = 0; i < hd; ++i) gx += dout.get(o + i) * w.get(i) * x.get(o + i) * rs;
+        for (int64_t i = 0; i < hd; ++i) {
+          const double xhat = x.get(o + i) * rs;
+          want[size_t(o + i)] = xhat * w.get(i);
+          want_dx[size_t(o + i)] = (dout.get(o + i) * w.get(i) - xhat * gx / double(hd)) * rs;
+          (j < H ? want_dwq : want_dwk)[size_t(i)] += dout.get(o + i) * xhat;
+        }
+      }
+    const AttentionHeads heads{int(H), int(Hkv)};
+    qk_norm_forward(rt(), out.t(), rstd.t(), x.t(), wq.t(), wk.t(), heads, eps);
+    qk_norm_backward(rt(), dx.t(), dwq.t(), dwk.t(), dout.t(), x.t(), wq.t(), wk.t(), rstd.t(), heads, false);
+    expect_close(out.values(), want, 2e-6, out_rtol(dt), "out");
+    expect_close(rstd.values(), want_rstd, 1e-6, 1e-6, "rstd");
+    expect_close(dx.values(), want_dx, 2e-5, out_rtol(dt), "dx");
+    expect_close(dwq.values(), want_dwq, 2e-5, 1e-6, "dwq");
+    expect_close(dwk.values(), want_dwk, 2e-5, 1e-6, "dwk");
+    // Accumulating adds the same sums again; in place (dqkv = dout) writes what a separate dqkv got.
+    qk_norm_backward(rt(), dout.t(), dwq.t(), dwk.t(), dout.t(), x.t(), wq.t(), wk.t(), rstd.t(), heads, true);
+    EXPECT_EQ(dout.values(), dx.values());
+    for (double& v : want_dwq) v *= 2;
+    for (double& v : want_dwk) v *= 2;
+    expect_close(dwq.values(), want_dwq, 4e-5, 1e-6, "dwq accumulated");
+    expect_close(dwk.values(), want_dwk, 4e-5, 1e-6, "dwk accumulated");
+    // In place forward (generation's) writes what a separate out got.
+    qk_norm_forward(rt(), x.t(), rstd.t(), x.t(), wq.t(), wk.t(), heads, eps);
+    EXPECT_EQ(x.values(), out.values());
+  }
+}
+
+TEST(OpsCpu, QkNormBackwardFiniteDifferences) {
+  std::mt19937 g(22);
+  const int64_t B = 1, T = 3, H = 2, Hkv = 2, hd = 4, W = (H + 2 * Hkv) * hd;
+  HostTensor x(DType::f32, {B, T, W}), out(DType::f32, {B, T, W}), r(DType::f32, {B, T, W}), dx(DType::f32, {B, T, W});
+  HostTensor wq(DType::f32, {hd}), wk(DType::f32, {hd}), rstd(DType::f32, {B * T, H + Hkv});
+  HostTensor dwq(DType::f32, {hd}), dwk(DType::f32, {hd});
+  x.randomize(g, -2.0, 2.0);
+  r.randomize(g);
+  wq.randomize(g, 0.5, 1.5);
+  wk.randomize(g, 0.5, 1.5);
+  const AttentionHeads heads{int(H), int(Hkv)};
+  auto loss = [&] {
+    qk_norm_forward(rt(), out.t(), rstd.t(), x.t(), wq.t(), wk.t(), heads, 1e-6f);
+    return project(r, out);
+  };
+  loss();
+  qk_norm_backward(rt(), dx.t(), dwq.t(), dwk.t(), r.t(), x.t(), wq.t(), wk.t(), rstd.t(), heads, false);
+  check_fd(x, dx.values(), loss, "dx");
+  check_fd(wq, dwq.values(), loss, "dwq");
+  check_fd(wk, dwk.values(), loss, "dwk");
+}
+
+TEST(OpsCpu, QkNormRejectsBadOperands) {
+  HostTensor x(DType::f32, {1, 2, 24}), out(DType::f32, {1, 2, 24}), w(DType::f32, {4}), w3(DType::f32, {3});
+  HostTensor rstd(DType::f32, {2, 4}), dw(DType::f32, {4});
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  const AttentionHeads heads{2, 2};  // (2 + 4) heads of 4 dims
+  EXPECT_DEATH(qk_norm_forward(rt(), out.t(), rstd.t(), x.t(), w3.t(), w.t(), heads, 1e-5f), "a norm weight");
+  EXPECT_DEATH(qk_norm_forward(rt(), out.t(), rstd.t().slice(0, {2, 3}), x.t(), w.t(), w.t(), heads, 1e-5f), "rstd");
+  EXPECT_DEATH(qk_norm_forward(rt(), out.t(), rstd.t(), x.t(), w.t(), w.t(), AttentionHeads(3, 3), 1e-5f), "is not \\(B, T");
+  EXPECT_DEATH(qk_norm_backward(rt(), x.t(), dw.t(), dw.t(), out.t(), x.t(), w.t(), w.t(), rstd.t(), heads),
+               "dqkv overlaps qkv");
+}
+
 // MatmulOptions::gelu_input / gelu_grad_of are, on the CPU, exactly matmul followed by gelu_forward
 // or gelu_backward (bitwise), for every dtype, transposes, with and without bias.
 TEST(OpsCpu, MatmulFusedGeluEqualsSeparateOps) {
