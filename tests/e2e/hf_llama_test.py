@@ -19,6 +19,10 @@ Where torch and transformers import: LlamaForCausalLM.from_pretrained(export) co
 Trellis computed (a --dump-grads dump) within 1e-5, also with rope scaling, and a random Llama that
 transformers wrote (unscaled, and scaled) starts a Trellis run whose first loss is transformers' on
 the same tokens.
+Qwen3 (Qwen3ForCausalLM): QK-norm and heads of 24 at d_model 64 (model.head_dim), tied, exported with
+head_dim and each block's q_norm and k_norm, exactly; started from; refused into a run of another head
+size, and exported not at all with qkv biases too; with transformers its loss is Trellis's, and a Qwen3
+it wrote (norm weights drawn) starts a Trellis run whose first loss is transformers'.
 Mixtral (MixtralForCausalLM): a tiny Llama whose MLPs are 4 SwiGLU experts of width 40, top 2, is
 exported with num_local_experts, num_experts_per_tok and intermediate_size 40 and each expert's w1,
 w3 (fc's gate and up rows) and w2, the router as block_sparse_moe.gate, exactly; model.init_from of
@@ -43,6 +47,8 @@ SCALED = LLAMA + ["model.rope_scaling=llama3", "model.rope_original_positions=64
 # Linear rope scaling (position interpolation), every frequency divided by 4.
 LINEAR = LLAMA + ["model.rope_scaling=linear", "model.rope_scaling_factor=4"]
 QWEN2 = LLAMA + ["model.qkv_bias=true"]  # Qwen2's biases on q, k and v
+# Qwen3's attention: QK-norm and heads of 24 (q 96 wide at d_model 64), tied as Qwen3 0.6B.
+QWEN3 = [s for s in LLAMA if "tie_embeddings" not in s] + ["model.qk_norm=true", "model.head_dim=24"]
 # Mixtral's: Llama's block whose MLP is 4 SwiGLU experts of width 40 (top 2; capacity for every token,
 # as Mixtral routes without dropping).
 MIXTRAL = [s for s in LLAMA if "ffn_hidden_size" not in s] + ["moe.experts=4", "moe.top_k=2", "moe.ffn_hidden_size=40",
@@ -105,11 +111,14 @@ def write_shards(src, dst, names_per_shard):
 
 
 def padded_source(dump):
-    """A dump's parameters as an init_from of its untied export holds them: padding rows zero."""
+    """A dump's parameters as an init_from of its export holds them: padding rows zero (wte's, and an
+    untied head's)."""
     src, meta = floats(os.path.join(dump, "params.f32")), json.load(open(os.path.join(dump, "model.json")))
     V, P, C = meta["config"]["vocab_size"], meta["config"]["padded_vocab"], meta["config"]["d_model"]
-    head_at = next(q["offset"] for q in meta["params"] if q["name"] == "lm_head.w")
     pad = (0.0,) * ((P - V) * C)
+    head_at = next((q["offset"] for q in meta["params"] if q["name"] == "lm_head.w"), None)
+    if head_at is None:  # tied
+        return src[:V * C] + pad + src[P * C:]
     return src[:V * C] + pad + src[P * C:head_at + V * C] + pad
 
 
@@ -145,7 +154,8 @@ def expected(weights_dir):
     meta = json.load(open(os.path.join(weights_dir, "model.json")))
     flat, c = floats(os.path.join(weights_dir, "params.f32")), meta["config"]
     V, C, F = c["vocab_size"], c["d_model"], c.get("ffn_hidden_size", 4 * c["d_model"])
-    Ckv = c.get("n_kv_heads", c["n_heads"]) * (C // c["n_heads"])
+    hd = c.get("head_dim", C // c["n_heads"])
+    A, Ckv = c["n_heads"] * hd, c.get("n_kv_heads", c["n_heads"]) * hd  # q's width, k's and v's
     out = {}
     for p in meta["params"]:
         name, off = p["name"], p["offset"]
@@ -171,12 +181,14 @@ def expected(weights_dir):
                 out[ex + "w2.weight"] = ([C, Fe], flat[off:off + C * Fe])
             continue
         pieces = {"ln1.w": [("input_layernorm.weight", [C])], "ln2.w": [("post_attention_layernorm.weight", [C])],
-                  "attn.qkv.w": [("self_attn.q_proj.weight", [C, C]), ("self_attn.k_proj.weight", [Ckv, C]),
+                  "attn.qkv.w": [("self_attn.q_proj.weight", [A, C]), ("self_attn.k_proj.weight", [Ckv, C]),
                                  ("self_attn.v_proj.weight", [Ckv, C])],
-                  "attn.proj.w": [("self_attn.o_proj.weight", [C, C])],
+                  "attn.q_norm.w": [("self_attn.q_norm.weight", [hd])],
+                  "attn.k_norm.w": [("self_attn.k_norm.weight", [hd])],
+                  "attn.proj.w": [("self_attn.o_proj.weight", [C, A])],
                   "mlp.fc.w": [("mlp.gate_proj.weight", [F, C]), ("mlp.up_proj.weight", [F, C])],
                   "mlp.proj.w": [("mlp.down_proj.weight", [C, F])],
-                  "attn.qkv.b": [("self_attn.q_proj.bias", [C]), ("self_attn.k_proj.bias", [Ckv]),
+                  "attn.qkv.b": [("self_attn.q_proj.bias", [A]), ("self_attn.k_proj.bias", [Ckv]),
                                  ("self_attn.v_proj.bias", [Ckv])]}[rest]
         for hf, shape in pieces:
             n = shape[0] * (shape[1] if len(shape) > 1 else 1)
@@ -240,7 +252,7 @@ def main():
                                   'rope_type is "yarn" (allowed: default, llama3, linear)'),
                                  ("hidden_act", "gelu", 'hidden_act is "gelu"'),
                                  ("attention_bias", True, "attention_bias is true"),
-                                 ("model_type", "mistral", '"mistral" (allowed: gpt2, llama, qwen2, mixtral)')]:
+                                 ("model_type", "mistral", '"mistral" (allowed: gpt2, llama, qwen2, qwen3, mixtral)')]:
             d = os.path.join(tmp, "bad_" + key)
             os.makedirs(d)
             json.dump({**cfg, key: value}, open(os.path.join(d, "config.json"), "w"))
@@ -308,6 +320,32 @@ def main():
                               sum((["--set", s] for s in LLAMA), []), "biases on qkv alone")
         check(ok, f"model.init_from of the Qwen2 into a run without qkv biases: {lines}")
 
+        # Qwen3: QK-norm and a head size of its own, exported as Qwen3ForCausalLM and started from.
+        q3dump, hf_q3, q3init = os.path.join(tmp, "q3dump"), os.path.join(tmp, "hf_qwen3"), os.path.join(tmp, "q3init")
+        train(binary, config, QWEN3, ["--dump-grads", q3dump])
+        p = run([export_hf, q3dump, hf_q3])
+        q3cfg = json.load(open(os.path.join(hf_q3, "config.json"))) if p.returncode == 0 else {}
+        check(q3cfg.get("model_type") == "qwen3" and q3cfg.get("architectures") == ["Qwen3ForCausalLM"] and
+              q3cfg.get("head_dim") == 24 and q3cfg.get("tie_word_embeddings") is True and "Qwen3" in p.stdout,
+              f"export_hf of a model with QK-norm: a Qwen3 with head_dim 24 ({p.stdout.strip()} {p.stderr.strip()})")
+        got, want = read_safetensors(os.path.join(hf_q3, "model.safetensors"))[1], expected(q3dump)
+        check(set(got) == set(want) and all(got[k][1:] == want[k] for k in want) and
+              got.get("model.layers.1.self_attn.q_proj.weight", [0, [0]])[1] == [96, 64] and
+              "model.layers.0.self_attn.k_norm.weight" in got,
+              f"{len(got)} Qwen3 tensors (q_proj 96 x 64, q_norm and k_norm among them), exact")
+        train(binary, config, QWEN3 + ["model.init_from=" + hf_q3, "train.steps=1"], ["--dump-grads", q3init])
+        check(floats(os.path.join(q3init, "params.f32")) == padded_source(q3dump),
+              "model.init_from = the Qwen3 directory: the source's parameters")
+        ok, lines = one_error([binary, config, "--set", "train.device=cpu", "--set", "model.init_from=" + hf_q3] +
+                              sum((["--set", s] for s in QWEN3 if "head_dim" not in s), []),
+                              "holds a model with heads of size 24 with QK-norm (model.head_dim = 24, model.qk_norm = true); "
+                              "this run has heads of size 16 with QK-norm")
+        check(ok, f"model.init_from of the Qwen3 into a run of heads of 16: {lines}")
+        both = os.path.join(tmp, "qk_norm_and_qkv_bias")
+        train(binary, config, QWEN3 + ["model.qkv_bias=true"], ["--export-weights", both])
+        equivalence.check_export_refused(check, export_hf, both, os.path.join(tmp, "hf_both"),
+                                         "both QK-norm (model.qk_norm) and biases on qkv")
+
         # Mixtral: exported as MixtralForCausalLM (each expert's w1, w3, w2, the router as the gate), started from.
         mdump, hf_m, minit = os.path.join(tmp, "mdump"), os.path.join(tmp, "hf_mixtral"), os.path.join(tmp, "minit")
         train(binary, config, MIXTRAL, ["--dump-grads", mdump])
@@ -340,6 +378,7 @@ def main():
         check_hf_loss(check, hf, dump, "the Llama export", model_class="LlamaForCausalLM")
         check_hf_loss(check, hf_m, mdump, "the Mixtral export", model_class="MixtralForCausalLM", tol=1e-6)
         check_hf_loss(check, hf_q, qdump, "the Qwen2 export", model_class="Qwen2ForCausalLM", tol=1e-6)
+        check_hf_loss(check, hf_q3, q3dump, "the Qwen3 export", model_class="Qwen3ForCausalLM", tol=1e-6)
         # 1e-6: the tiny model's loss moves by about 1e-5 between scaled and unscaled rotation.
         check_hf_loss(check, hf_scaled, scaled_dump, "the Llama export with Llama 3.1's rope scaling",
                       model_class="LlamaForCausalLM", tol=1e-6)
@@ -384,6 +423,22 @@ def main():
             train(binary, config, QWEN2 + ["model.init_from=" + theirs_q, "train.steps=1"], ["--dump-grads", first])
             check_hf_loss(check, theirs_q, first, "a Qwen2 it wrote (biases drawn), started in Trellis",
                           model_class="Qwen2ForCausalLM", tol=1e-6)
+            from transformers import Qwen3Config, Qwen3ForCausalLM
+            torch.manual_seed(0)
+            theirs_q3 = os.path.join(tmp, "theirs_qwen3")
+            model = Qwen3ForCausalLM(Qwen3Config(vocab_size=64, hidden_size=64, intermediate_size=88, num_hidden_layers=2,
+                                                 num_attention_heads=4, num_key_value_heads=2, head_dim=24,
+                                                 max_position_embeddings=32, rms_norm_eps=1e-6, rope_theta=500.0,
+                                                 tie_word_embeddings=True))
+            with torch.no_grad():  # transformers starts the norms at one: give q_norm and k_norm values, so they show
+                for name, t in model.named_parameters():
+                    if name.endswith("_norm.weight"):
+                        t.uniform_(0.5, 1.5)
+            model.save_pretrained(theirs_q3, safe_serialization=True)
+            first = os.path.join(tmp, "first_qwen3")
+            train(binary, config, QWEN3 + ["model.init_from=" + theirs_q3, "train.steps=1"], ["--dump-grads", first])
+            check_hf_loss(check, theirs_q3, first, "a Qwen3 it wrote (norm weights drawn), started in Trellis",
+                          model_class="Qwen3ForCausalLM", tol=1e-6)
             from transformers import MixtralConfig, MixtralForCausalLM
             torch.manual_seed(0)
             theirs_m = os.path.join(tmp, "theirs_mixtral")
