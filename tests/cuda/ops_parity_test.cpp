@@ -636,6 +636,58 @@ TEST_P(Parity, RmsNorm) {
   }
 }
 
+// QK-norm at head sizes of 128 (Qwen3's), 24 and 256 (the kernels' limit), with grouped-query
+// attention and with as many key-value heads as heads; the weight gradients accumulated into and
+// written, the backward in place bitwise as apart, two runs bitwise equal, and forward in place too.
+TEST_P(Parity, QkNorm) {
+  struct Case { int64_t B, T, H, Hkv, hd; };
+  uint32_t seed = 140;
+  for (const Case& c : {Case{2, 37, 4, 2, 128}, Case{3, 17, 3, 3, 24}, Case{1, 300, 2, 1, 256}}) {
+    const int64_t W = (c.H + 2 * c.Hkv) * c.hd, R = c.B * c.T;
+    const AttentionHeads heads{int(c.H), int(c.Hkv)};
+    const std::string tag = " T=" + std::to_string(c.T) + " H=" + std::to_string(c.H) + " Hkv=" +
+                            std::to_string(c.Hkv) + " hd=" + std::to_string(c.hd);
+    const Shape s{c.B, c.T, W};
+    HostTensor x = random_host(dt(), s, seed++, -2.0f, 2.0f), dout = random_host(dt(), s, seed++);
+    HostTensor wq = random_host(dt(), {c.hd}, seed++, 0.5f, 1.5f), wk = random_host(dt(), {c.hd}, seed++, 0.5f, 1.5f);
+    HostTensor dw0 = random_host(DType::f32, {c.hd}, seed++);
+    HostTensor y(dt(), s), rstd(DType::f32, {R, c.H + c.Hkv}), dx(dt(), s), dwq = dw0, dwk(DType::f32, {c.hd});
+    qk_norm_forward(cpu(), y.t, rstd.t, x.t, wq.t, wk.t, heads, 1e-6f);
+    qk_norm_backward(cpu(), dx.t, dwq.t, dwk.t, dout.t, x.t, wq.t, wk.t, rstd.t, heads, true);
+    qk_norm_backward(cpu(), dx.t, dw0.t, dwk.t, dout.t, x.t, wq.t, wk.t, rstd.t, heads, false);  // dwk written
+    DeviceTensor gx = to_device(x), gwq = to_device(wq), gwk = to_device(wk), gdout = to_device(dout);
+    DeviceTensor gy = device_empty(dt(), s), grstd = device_empty(DType::f32, {R, c.H + c.Hkv});
+    qk_norm_forward(gpu(), gy.t, grstd.t, gx.t, gwq.t, gwk.t, heads, 1e-6f);
+    expect_close(to_host(gy), y, tolerance(dt()), "qk_norm_forward" + tag);
+    expect_close(to_host(grstd), rstd, tolerance(DType::f32), "qk_norm_forward rstd" + tag);
+    HostTensor runs[2][3] = {{HostTensor(dt(), {1}), HostTensor(dt(), {1}), HostTensor(dt(), {1})},
+                             {HostTensor(dt(), {1}), HostTensor(dt(), {1}), HostTensor(dt(), {1})}};
+    for (auto& run : runs) {
+      DeviceTensor gdx = device_empty(dt(), s), gdwq = to_device(random_host(DType::f32, {c.hd}, seed - 1)),
+                   gdwk = device_empty(DType::f32, {c.hd}), gin = to_device(dout);
+      qk_norm_backward(gpu(), gdx.t, gdwq.t, gdwk.t, gdout.t, gx.t, gwq.t, gwk.t, grstd.t, heads, true);
+      qk_norm_backward(gpu(), gin.t, gdwq.t, gdwk.t, gin.t, gx.t, gwq.t, gwk.t, grstd.t, heads, false);  // in place
+      run[0] = to_host(gdx);
+      run[1] = to_host(gdwk);
+      run[2] = to_host(gin);
+      expect_close(to_host(gdwq), dw0, tolerance(dt() == DType::f32 ? DType::f32 : DType::f16, 2.0f),
+                   "qk_norm_backward dwq written after an accumulation" + tag);
+    }
+    const Tolerance sums = tolerance(dt() == DType::f32 ? DType::f32 : DType::f16, 2.0f);
+    expect_close(runs[0][0], dx, tolerance(dt(), 2.0f), "qk_norm_backward dx" + tag);
+    expect_close(runs[0][1], dwk, sums, "qk_norm_backward dwk" + tag);
+    expect_bitwise(runs[0][2], runs[0][0], "qk_norm_backward in place" + tag);
+    for (int i = 0; i < 3; ++i) expect_bitwise(runs[0][i], runs[1][i], "qk_norm_backward determinism" + tag);
+    // The accumulated dwq: the written sums added to the gradient it held.
+    HostTensor acc = random_host(DType::f32, {c.hd}, seed - 1);
+    DeviceTensor gacc = to_device(acc), gdx = device_empty(dt(), s), gdwk = device_empty(DType::f32, {c.hd});
+    qk_norm_backward(gpu(), gdx.t, gacc.t, gdwk.t, gdout.t, gx.t, gwq.t, gwk.t, grstd.t, heads, true);
+    expect_close(to_host(gacc), dwq, sums, "qk_norm_backward dwq accumulated" + tag);
+    qk_norm_forward(gpu(), gx.t, grstd.t, gx.t, gwq.t, gwk.t, heads, 1e-6f);  // in place, as generation runs it
+    expect_bitwise(to_host(gx), to_host(gy), "qk_norm_forward in place" + tag);
+  }
+}
+
 void attention_case(Runtime& cpu, Runtime& gpu, DType dt, int64_t B, int64_t T, int64_t H, int64_t hd,
                     float dropout = 0.0f, bool deterministic = true, int64_t kv_heads = 0);
 

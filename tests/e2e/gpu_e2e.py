@@ -17,7 +17,8 @@ with the reason). The tiny config, dropout on, deterministic mode:
   (model.ffn_hidden_size), GELU and in Llama's block (RMSNorm, rotary positions with Llama 3's
   scaling: model.rope_scaling = llama3, SwiGLU, the head
   untied: model.tie_embeddings = false, 2 key-value heads of 4: model.n_kv_heads = 2, no linear
-  biases: model.bias = false, norm eps 1e-6);
+  biases: model.bias = false, norm eps 1e-6), and in Qwen3's (QK-norm: model.qk_norm = true, heads of
+  128 at d_model 64: model.head_dim = 128, through the fused attention);
 - one GPU with the optimizer offloaded (zero.offload = cpu: AdamW on the host) trains the same model
   as without, in fp32, bf16 and fp16 (the host's AdamW rounds like the device's up to fused
   multiply-adds), also with the state in files (zero.offload = nvme, fp32), and so do two GPUs at
@@ -235,7 +236,11 @@ def main():
                             ["model.mlp=swiglu", "model.norm=rmsnorm", "model.position_embedding=rope",
                              "model.rope_theta=500", "model.rope_scaling=llama3", "model.rope_original_positions=64",
                              "model.tie_embeddings=false", "model.n_kv_heads=2", "model.bias=false",
-                             "model.norm_eps=1e-6"])):
+                             "model.norm_eps=1e-6"]),
+                           ("QK-norm, heads of 128 (q 512 wide at d_model 64), rope, SwiGLU, 2 key-value heads, no linear biases",
+                            ["model.mlp=swiglu", "model.norm=rmsnorm", "model.position_embedding=rope",
+                             "model.rope_theta=500", "model.qk_norm=true", "model.head_dim=128", "model.n_kv_heads=2",
+                             "model.bias=false"])):
             tag, odd = name.split(",")[0].lower(), ["model.ffn_hidden_size=90", *sets]
             odd_cpu = train(binary, mpiexec, config, tmp, f"odd_{tag}_cpu", 1, "train.device=cpu", f32, *odd)
             odd_one = train(binary, mpiexec, config, tmp, f"odd_{tag}_gpu1", 1, "train.device=cuda", f32, *odd)
