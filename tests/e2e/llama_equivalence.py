@@ -7,7 +7,9 @@ sequence parallelism, pipeline 2 (interleaved), ZeRO stage 3 with full recomputa
 pipeline 2 x data 2 give the same losses, gradient norms and exported weights as one rank, up to
 fp32 reduction-order rounding. A run stopped after step 3 and resumed continues bitwise on one rank;
 a tensor 2 checkpoint resumed on one rank continues as the uninterrupted run. With biases on qkv alone
-(model.qkv_bias, Qwen2's) tensor 2, also with sequence parallelism, gives one rank's. One line refuses:
+(model.qkv_bias, Qwen2's) tensor 2, also with sequence parallelism, gives one rank's; so do, with Qwen3's
+attention (QK-norm, heads of 24 at d_model 64), tensor 2 with and without sequence parallelism, data 2
+with ZeRO 3 and full recomputation, and pipeline 2 with selective recomputation. One line refuses:
 resuming it with biases, init_from a model with biases, and exporting it to Hugging Face GPT-2.
 Usage: llama_equivalence.py TRAIN_GPT MPIEXEC CONFIG [EXPORT_HF]"""
 import os
@@ -69,6 +71,28 @@ def main():
             _, loss, _, w, _, norms, _ = run(binary, mpiexec, config, tmp, 2, f"q{i}", "model.qkv_bias=true", *sets)
             ok, text = equivalence.layout_line((loss, w, norms), (q_loss, q_w, q_norms), STEPS)
             check(ok, f"qkv biases, {what}: {text}")
+
+        # Qwen3's attention: QK-norm (its weights replicated over the tensor group, their gradients summed
+        # over it) and heads of 24 at d_model 64 (q and the attention output 96 wide).
+        QWEN3 = ["model.qk_norm=true", "model.head_dim=24"]
+        _, k_loss, _, k_w, k_names, k_norms, k_out = run(binary, mpiexec, config, tmp, 1, "kref", *QWEN3)
+        norms = [n for n in k_names if n.endswith("_norm.w")]
+        check(norms == [f"h.{i}.attn.{qk}_norm.w" for i in range(4) for qk in "qk"] and "QK-norm" in k_out and
+              k_loss[-1] < k_loss[0], f"model.qk_norm, model.head_dim = 24: one rank holds {norms}; "
+              f"loss {k_loss[0]:.4f} -> {k_loss[-1]:.4f}")
+        for i, (what, sets) in enumerate([
+                ("tensor 2 (batch split)", ["parallel.tensor=2"]),
+                ("tensor 2, sequence parallel", ["parallel.tensor=2", "parallel.sequence_parallel=true"]),
+                ("data 2, ZeRO 3, full recompute", ["zero.stage=3", "train.checkpointing=full"]),
+                ("pipeline 2, selective recompute", ["parallel.pipeline=2", "train.checkpointing=selective"])]):
+            _, loss, _, w, _, norms, _ = run(binary, mpiexec, config, tmp, 2, f"k{i}", *QWEN3, *sets)
+            ok, text = equivalence.layout_line((loss, w, norms), (k_loss, k_w, k_norms), STEPS)
+            check(ok, f"QK-norm and heads of 24, {what}: {text}")
+        qk = equivalence.short_checkpoint(binary, mpiexec, config, tmp, "qk_ckpt", LLAMA + QWEN3)
+        check.refused(1, ["train.device=cpu", "train.steps=4", "checkpoint.dir=" + qk] + LLAMA + QWEN3[1:],
+                      "was written for vocab_size 64, seq_len 32, n_layers 2, n_heads 4, d_model 64, rope theta 10000, "
+                      "swiglu MLP, ffn_hidden_size 88, rmsnorm, untied head, n_kv_heads 2, head_dim 24, qk_norm,",
+                      "resume a QK-norm checkpoint without it")
 
         check.refused(1, BASE + ["checkpoint.dir=" + os.path.join(tmp, "ckpt1"), "model.bias=true", "train.steps=8"],
                       "no linear biases", "resume a bias-free checkpoint with biases")

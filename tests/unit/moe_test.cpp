@@ -419,8 +419,12 @@ TEST(MoE, ParameterCountsOfSwigluExperts) {
   for (const ParameterSpec& s : GPT::parameter_specs(c)) {
     stored += s.shape.numel();
     EXPECT_TRUE(s.name.find(".b") == std::string::npos || s.name.find("ln") != std::string::npos) << s.name;
-    if (s.name == "h.0.moe.experts.3.fc.w") EXPECT_EQ(s.shape[0], 2000);
-    if (s.name == "h.0.moe.shared.proj.w") EXPECT_EQ(s.shape[1], 1000);
+    if (s.name == "h.0.moe.experts.3.fc.w") {
+      EXPECT_EQ(s.shape[0], 2000);
+    }
+    if (s.name == "h.0.moe.shared.proj.w") {
+      EXPECT_EQ(s.shape[1], 1000);
+    }
   }
   EXPECT_EQ(stored, c.parameter_count() + 47 * C);
   // Split over a tensor group of 2: the fc rows in 2 groups, so a rank holds matching gate and up rows.
@@ -428,7 +432,9 @@ TEST(MoE, ParameterCountsOfSwigluExperts) {
   tp.size = 2;
   tp.rank = 1;
   for (const ParameterSpec& s : GPT::parameter_specs(c, GPTPart::whole(c), tp))
-    if (s.name == "h.2.moe.experts.0.fc.w") EXPECT_TRUE(s.shape[0] == 1000 && s.split.groups == 2) << s.shape.str();
+    if (s.name == "h.2.moe.experts.0.fc.w") {
+      EXPECT_TRUE(s.shape[0] == 1000 && s.split.groups == 2) << s.shape.str();
+    }
   // The experts' MLP must be the model's.
   c.moe.swiglu = false;
   EXPECT_DEATH(GPT::parameter_specs(c), "the experts' MLP is not the model's");
