@@ -65,6 +65,14 @@ LLAMA32_1B = {"architectures": ["LlamaForCausalLM"], "attention_bias": False, "a
                                "original_max_position_embeddings": 8192, "rope_type": "llama3"},
               "rope_theta": 500000.0, "tie_word_embeddings": True, "torch_dtype": "bfloat16",
               "transformers_version": "4.45.0.dev0", "use_cache": True, "vocab_size": 128256}
+# Qwen3 0.6B's shape in its config.json's form (transformers 4.51): heads of 128 at hidden_size 1024.
+QWEN3_06B = {"architectures": ["Qwen3ForCausalLM"], "attention_bias": False, "attention_dropout": 0.0,
+             "bos_token_id": 151643, "eos_token_id": 151645, "head_dim": 128, "hidden_act": "silu", "hidden_size": 1024,
+             "initializer_range": 0.02, "intermediate_size": 3072, "max_position_embeddings": 40960,
+             "max_window_layers": 28, "model_type": "qwen3", "num_attention_heads": 16, "num_hidden_layers": 28,
+             "num_key_value_heads": 8, "rms_norm_eps": 1e-06, "rope_scaling": None, "rope_theta": 1000000,
+             "sliding_window": None, "tie_word_embeddings": True, "torch_dtype": "bfloat16", "use_cache": True,
+             "use_sliding_window": False, "vocab_size": 151936}
 check = equivalence.Checks(None, None, None)  # the ok/FAIL tally
 
 
@@ -128,15 +136,18 @@ def write_sparse_llama(d, cfg):
     os.makedirs(d)
     json.dump(cfg, open(os.path.join(d, "config.json"), "w"))
     C, F, V, L = cfg["hidden_size"], cfg["intermediate_size"], cfg["vocab_size"], cfg["num_hidden_layers"]
-    Ckv = cfg["num_key_value_heads"] * cfg["head_dim"]
+    hd = cfg["head_dim"]
+    A, Ckv = cfg["num_attention_heads"] * hd, cfg["num_key_value_heads"] * hd
     shapes = {"model.embed_tokens.weight": [V, C], "model.norm.weight": [C]}
     for i in range(L):
         p = f"model.layers.{i}."
         shapes.update({p + "input_layernorm.weight": [C], p + "post_attention_layernorm.weight": [C],
-                       p + "self_attn.q_proj.weight": [C, C], p + "self_attn.k_proj.weight": [Ckv, C],
-                       p + "self_attn.v_proj.weight": [Ckv, C], p + "self_attn.o_proj.weight": [C, C],
+                       p + "self_attn.q_proj.weight": [A, C], p + "self_attn.k_proj.weight": [Ckv, C],
+                       p + "self_attn.v_proj.weight": [Ckv, C], p + "self_attn.o_proj.weight": [C, A],
                        p + "mlp.gate_proj.weight": [F, C], p + "mlp.up_proj.weight": [F, C],
                        p + "mlp.down_proj.weight": [C, F]})
+        if cfg["model_type"] == "qwen3":
+            shapes.update({p + "self_attn.q_norm.weight": [hd], p + "self_attn.k_norm.weight": [hd]})
     header, at = {}, 0
     for name, shape in shapes.items():
         n = 2 * shape[0] * (shape[1] if len(shape) > 1 else 1)
@@ -302,6 +313,19 @@ def main():
         ok, lines = one_error(finetune + ["--set", "model.tie_embeddings=false"],
                               "holds a model with a head tied to the token embedding")
         check(ok, f"... and untied, the one difference named (the example has Llama 3.2 1B's shape): {lines}")
+        # Likewise examples/configs/qwen3_0.6b_finetune.toml and Qwen3 0.6B's: without QK-norm the heads are
+        # named, and untied the head (so every check before it, head_dim and QK-norm among them, matched).
+        q06 = os.path.join(tmp, "qwen3_06b")
+        write_sparse_llama(q06, QWEN3_06B)
+        finetune = [binary, os.path.join(os.path.dirname(config), "qwen3_0.6b_finetune.toml"), "--set",
+                    "model.init_from=" + q06, "--set", "data.source=synthetic", "--set", "data.path=", "--set",
+                    "train.device=cpu"]
+        ok, lines = one_error(finetune + ["--set", "model.qk_norm=false"], "holds a model with heads of size 128 with "
+                              "QK-norm (model.head_dim = 128, model.qk_norm = true); this run has heads of size 128 without")
+        check(ok, f"Qwen3 0.6B's directory into qwen3_0.6b_finetune.toml without QK-norm: {lines}")
+        ok, lines = one_error(finetune + ["--set", "model.tie_embeddings=false"],
+                              "holds a model with a head tied to the token embedding")
+        check(ok, f"... and untied, the one difference named (the example has Qwen3 0.6B's shape): {lines}")
 
         # Qwen2: biases on q, k and v alone (model.qkv_bias), exported as Qwen2ForCausalLM and started from.
         qdump, hf_q, qinit = os.path.join(tmp, "qdump"), os.path.join(tmp, "hf_qwen2"), os.path.join(tmp, "qinit")

@@ -79,6 +79,11 @@ def main():
     want = body + 12 * (8 * 768 + 8 * 3 * 2048 * 768)  # the routers and the experts
     check(p.returncode == 0 and f"model: {want:,} parameters" in p.stdout and sorted(rows(p.stdout)) == [0],
           f"examples/configs/mixtral_8x125m.toml plans, {want:,} parameters ({p.stderr.strip()})")
+    # And the Qwen3 0.6B example (QK-norm, heads of 128 at d_model 1024): the 0.6B of its name.
+    qwen3 = os.path.join(os.path.dirname(config), "qwen3_0.6b_finetune.toml")
+    p = subprocess.run([binary, qwen3, "--plan", "--world", "8"], capture_output=True, text=True, timeout=60)
+    check(p.returncode == 0 and "model: 596,049,920 parameters" in p.stdout and sorted(rows(p.stdout)) == [0],
+          f"examples/configs/qwen3_0.6b_finetune.toml plans, 596,049,920 parameters ({p.stderr.strip()})")
     p = subprocess.run([binary, config, "--world", "4"], capture_output=True, text=True, timeout=60)
     check(p.returncode == 1 and "--world goes with --plan" in p.stderr, "--world without --plan is refused")
 
