@@ -189,7 +189,13 @@ void launch_attention_with_cache(cudaStream_t s, void* out, const void* qkv, con
 // qk_norm_forward / qk_norm_backward (core/ops.h) on `rows` qkv rows of W elements: the first `heads`
 // heads of hd <= kMaxHeadDim dims normed, the first q of them by wq, the rest by wk. The backward's
 // weight gradients go through qk_norm_backward_scratch(rows, hd) floats of partials (deterministic).
-inline int64_t qk_norm_backward_scratch(int64_t rows, int64_t hd) { return 2 * colsum_chunks(rows) * hd; }
+// Its chunks: 16 rows each, at most 1024 (its partials are only 2 hd wide, so many blocks cost little
+// to sum, while colsum_chunks' 64 would leave most SMs idle), fixed by the shape as colsum_chunks'.
+inline int64_t qk_norm_chunks(int64_t rows) {
+  const int64_t c = (rows + 15) / 16;
+  return c < 1 ? 1 : c > 1024 ? 1024 : c;
+}
+inline int64_t qk_norm_backward_scratch(int64_t rows, int64_t hd) { return 2 * qk_norm_chunks(rows) * hd; }
 void launch_qk_norm_forward(cudaStream_t s, void* out, float* rstd, const void* qkv, const void* wq, const void* wk,
                             DType t, int64_t rows, int64_t W, int hd, int heads, int q, float eps);
 void launch_qk_norm_backward(cudaStream_t s, void* dqkv, void* dwq, void* dwk, DType grad_t, const void* dout,

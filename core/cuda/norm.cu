@@ -862,7 +862,7 @@ void launch_qk_norm_backward(cudaStream_t s, void* dqkv, void* dwq, void* dwk, D
                              int64_t W, int hd, int heads, int q, float* scratch, bool accumulate_params) {
   if (rows == 0) return;
   TRELLIS_CHECK(hd <= kMaxHeadDim, "qk_norm: head size " + std::to_string(hd) + " > " + std::to_string(kMaxHeadDim));
-  const int64_t chunks = colsum_chunks(rows), rpc = (rows + chunks - 1) / chunks;
+  const int64_t chunks = qk_norm_chunks(rows), rpc = (rows + chunks - 1) / chunks;
   float *p_q = scratch, *p_k = scratch + chunks * hd;
   TRELLIS_FLOAT_SWITCH(t, T,
     qk_norm_backward_kernel<T><<<unsigned(chunks), kThreads, 0, s>>>(
