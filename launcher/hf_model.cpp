@@ -257,8 +257,10 @@ GPTConfig read_hf_config(const std::string& dir) {
   };
   const std::string type = text("model_type", "gpt2");
   GPTConfig m;
-  if (type == "llama" || type == "qwen2" || type == "qwen3" || type == "mixtral") {
-    const bool mx = type == "mixtral";  // MixtralConfig's defaults where they differ from LlamaConfig's
+  if (type == "llama" || type == "mistral" || type == "qwen2" || type == "qwen3" || type == "mixtral") {
+    // MixtralConfig's and MistralConfig's defaults where they differ from LlamaConfig's (Mistral's block
+    // is Llama's).
+    const bool mx = type == "mixtral", ms = type == "mistral";
     auto refuse = [&](const std::string& what) {
       throw UserError(path + ": " + what + "; Trellis computes Llama with SiLU, no biases and rotary positions plain, "
                       "with Llama 3's scaling or linear");
@@ -269,22 +271,27 @@ GPTConfig read_hf_config(const std::string& dir) {
     if (flag("use_sliding_window", false)) refuse("use_sliding_window is true");
     if (number("pretraining_tp", 1) != 1) refuse("pretraining_tp is not 1");
     m.vocab_size = number("vocab_size", 32000);
-    m.seq_len = number("max_position_embeddings", mx ? 131072 : 2048);
+    m.seq_len = number("max_position_embeddings", mx || ms ? 131072 : 2048);
     m.n_layers = number("num_hidden_layers", 32);
     m.n_heads = number("num_attention_heads", 32);
     m.d_model = number("hidden_size", 4096);
-    m.n_kv_heads = number("num_key_value_heads", mx ? 8 : m.n_heads);
-    // Mistral's sliding window (null in Mixtral's published configs) is refused where it is shorter
-    // than the context: Trellis attends to every earlier position.
-    if (mx && number("sliding_window", m.seq_len) < m.seq_len)
-      refuse("sliding_window " + std::to_string(number("sliding_window", 0)) + " is shorter than max_position_embeddings");
+    m.n_kv_heads = number("num_key_value_heads", mx || ms ? 8 : m.n_heads);
+    // Mistral's sliding window (null in Mixtral's and Mistral v0.3's published configs; absent,
+    // MistralConfig's default is 4096) is refused where it is shorter than the context: Trellis
+    // attends to every earlier position.
+    if (mx || ms) {
+      const int64_t window = c.find("sliding_window") ? number("sliding_window", m.seq_len) : ms ? 4096 : m.seq_len;
+      if (window < m.seq_len)
+        refuse("sliding_window " + std::to_string(window) + " is shorter than max_position_embeddings " +
+               std::to_string(m.seq_len));
+    }
     if (m.n_kv_heads < 1) refuse("num_key_value_heads is " + std::to_string(m.n_kv_heads));
     // head_dim may be decoupled from hidden_size (Qwen3's, Gemma's): model.head_dim.
     const int64_t hd = number("head_dim", m.n_heads > 0 ? m.d_model / m.n_heads : 0);
     if (hd < 1 || hd > kMaxHeadSize)
       throw UserError(path + ": head_dim is " + std::to_string(hd) + " (allowed: 1 to " + std::to_string(kMaxHeadSize) + ")");
     if (m.n_heads > 0 && hd * m.n_heads != m.d_model) m.head_size = hd;
-    const int64_t width = number("intermediate_size", mx ? 14336 : 11008);
+    const int64_t width = number("intermediate_size", mx || ms ? 14336 : 11008);
     if (width < 1 || width > INT32_MAX)
       throw UserError(path + ": intermediate_size is " + std::to_string(width) + " (allowed: 1 to 2147483647)");
     m.rope = m.swiglu = m.rmsnorm = true;
@@ -346,7 +353,7 @@ GPTConfig read_hf_config(const std::string& dir) {
     return m;
   }
   if (type != "gpt2")
-    throw UserError(path + ": model_type is \"" + type + "\" (allowed: gpt2, llama, qwen2, qwen3, mixtral)");
+    throw UserError(path + ": model_type is \"" + type + "\" (allowed: gpt2, llama, mistral, qwen2, qwen3, mixtral)");
   auto refuse = [&](const std::string& what) {
     throw UserError(path + ": " + what + "; Trellis computes GPT-2 with the tanh GELU (gelu_new)");
   };

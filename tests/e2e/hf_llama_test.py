@@ -22,7 +22,9 @@ the same tokens.
 Qwen3 (Qwen3ForCausalLM): QK-norm and heads of 24 at d_model 64 (model.head_dim), tied, exported with
 head_dim and each block's q_norm and k_norm, exactly; started from; refused into a run of another head
 size, and exported not at all with qkv biases too; with transformers its loss is Trellis's, and a Qwen3
-it wrote (norm weights drawn) starts a Trellis run whose first loss is transformers'.
+it wrote (norm weights drawn) starts a Trellis run whose first loss is transformers'. So does a Mistral
+it wrote (MistralForCausalLM: Llama's block; heads of 32 at hidden_size 64, model.head_dim); one line
+refuses a Mistral whose sliding window is shorter than its context.
 Mixtral (MixtralForCausalLM): a tiny Llama whose MLPs are 4 SwiGLU experts of width 40, top 2, is
 exported with num_local_experts, num_experts_per_tok and intermediate_size 40 and each expert's w1,
 w3 (fc's gate and up rows) and w2, the router as block_sparse_moe.gate, exactly; model.init_from of
@@ -263,10 +265,12 @@ def main():
                                   'rope_type is "yarn" (allowed: default, llama3, linear)'),
                                  ("hidden_act", "gelu", 'hidden_act is "gelu"'),
                                  ("attention_bias", True, "attention_bias is true"),
-                                 ("model_type", "mistral", '"mistral" (allowed: gpt2, llama, qwen2, qwen3, mixtral)')]:
+                                 ("model_type", "gemma", '"gemma" (allowed: gpt2, llama, mistral, qwen2, qwen3, mixtral)'),
+                                 ("sliding_window", 16, "sliding_window 16 is shorter than max_position_embeddings 32")]:
             d = os.path.join(tmp, "bad_" + key)
             os.makedirs(d)
-            json.dump({**cfg, key: value}, open(os.path.join(d, "config.json"), "w"))
+            extra = {"model_type": "mistral"} if key == "sliding_window" else {}  # Mistral's window
+            json.dump({**cfg, **extra, key: value}, open(os.path.join(d, "config.json"), "w"))
             os.link(os.path.join(hf, "model.safetensors"), os.path.join(d, "model.safetensors"))
             ok, lines = one_error([binary, config, "--set", "train.device=cpu", "--set", "model.init_from=" + d] +
                                   sum((["--set", s] for s in LLAMA), []), want)
@@ -447,6 +451,19 @@ def main():
             train(binary, config, QWEN2 + ["model.init_from=" + theirs_q, "train.steps=1"], ["--dump-grads", first])
             check_hf_loss(check, theirs_q, first, "a Qwen2 it wrote (biases drawn), started in Trellis",
                           model_class="Qwen2ForCausalLM", tol=1e-6)
+            from transformers import MistralConfig, MistralForCausalLM
+            torch.manual_seed(0)
+            theirs_ms = os.path.join(tmp, "theirs_mistral")
+            MistralForCausalLM(MistralConfig(vocab_size=64, hidden_size=64, intermediate_size=88, num_hidden_layers=2,
+                                             num_attention_heads=4, num_key_value_heads=2, head_dim=32,
+                                             max_position_embeddings=32, rms_norm_eps=1e-6, rope_theta=500.0,
+                                             sliding_window=None, tie_word_embeddings=False)
+                               ).save_pretrained(theirs_ms, safe_serialization=True)
+            first = os.path.join(tmp, "first_mistral")
+            train(binary, config, LLAMA + ["model.head_dim=32", "model.init_from=" + theirs_ms, "train.steps=1"],
+                  ["--dump-grads", first])
+            check_hf_loss(check, theirs_ms, first, "a Mistral it wrote (heads of 32 at hidden_size 64, as Mistral "
+                          "Nemo's are decoupled), started in Trellis", model_class="MistralForCausalLM", tol=1e-6)
             from transformers import Qwen3Config, Qwen3ForCausalLM
             torch.manual_seed(0)
             theirs_q3 = os.path.join(tmp, "theirs_qwen3")
