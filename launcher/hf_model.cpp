@@ -45,6 +45,8 @@ HfTensor hf_tensor(std::string name, int64_t rows, int64_t cols, int64_t offset)
 // Llama's layout of tensors; with biases on qkv alone it is Qwen2's, with experts Mixtral's.
 bool llama_family(const GPTConfig& m) { return m.rope && m.swiglu && m.rmsnorm && !m.bias; }
 bool mixtral(const GPTConfig& m) { return llama_family(m) && m.moe.experts > 0; }
+// Mixtral's shape with QK-norm: Qwen3-MoE's (its tensors named as Qwen2-MoE's: mlp.gate, mlp.experts).
+bool qwen3_moe(const GPTConfig& m) { return mixtral(m) && m.qk_norm; }
 // Names outside the model's prefix: an untied (or tied, safetensors keeping one name) head.
 constexpr const char* kHeadName = "lm_head.weight";
 
@@ -96,16 +98,18 @@ void llama_tensors(const GPTConfig& m, const ParameterSpec& s, int64_t offset, s
     out.push_back(hf_tensor(layer + "self_attn.k_proj.bias", Ckv, 0, offset + A));
     return out.push_back(hf_tensor(layer + "self_attn.v_proj.bias", Ckv, 0, offset + A + Ckv));
   }
-  if (rest == "moe.router.w") return out.push_back(hf_tensor(layer + "block_sparse_moe.gate.weight", m.moe.experts, C, offset));
+  const std::string moe = layer + (qwen3_moe(m) ? "mlp." : "block_sparse_moe.");
+  if (rest == "moe.router.w") return out.push_back(hf_tensor(moe + "gate.weight", m.moe.experts, C, offset));
   if (rest.rfind("moe.experts.", 0) == 0) {  // "moe.experts.J.fc.w"
     const size_t j_end = rest.find('.', 12);
-    const std::string expert = layer + "block_sparse_moe.experts." + rest.substr(12, j_end - 12) + ".";
+    const std::string expert = moe + "experts." + rest.substr(12, j_end - 12) + ".";
     const std::string what = rest.substr(j_end + 1);
     const int64_t Fe = m.moe.expert_width(C);
-    if (what == "proj.w") return out.push_back(hf_tensor(expert + "w2.weight", C, Fe, offset));
+    const bool q = qwen3_moe(m);  // Qwen3-MoE's gate_proj, up_proj, down_proj; Mixtral's w1, w3, w2
+    if (what == "proj.w") return out.push_back(hf_tensor(expert + (q ? "down_proj.weight" : "w2.weight"), C, Fe, offset));
     TRELLIS_CHECK(what == "fc.w", "Mixtral mapping: no tensor for " + s.name);
-    out.push_back(hf_tensor(expert + "w1.weight", Fe, C, offset));
-    return out.push_back(hf_tensor(expert + "w3.weight", Fe, C, offset + Fe * C));
+    out.push_back(hf_tensor(expert + (q ? "gate_proj.weight" : "w1.weight"), Fe, C, offset));
+    return out.push_back(hf_tensor(expert + (q ? "up_proj.weight" : "w3.weight"), Fe, C, offset + Fe * C));
   }
   TRELLIS_CHECK(rest == "mlp.fc.w", "Llama mapping: no tensor for " + s.name);
   out.push_back(hf_tensor(layer + "mlp.gate_proj.weight", F, C, offset));
@@ -147,13 +151,23 @@ std::string rope_scaling_json(const GPTConfig& m) {
 }
 
 std::string config_json(const GPTConfig& m) {
-  // Mixtral: Llama's keys, intermediate_size an expert's width, and the experts.
+  // Mixtral: Llama's keys, intermediate_size an expert's width, and the experts. Qwen3-MoE: Qwen3's,
+  // the experts' width moe_intermediate_size, every block sparse, top k renormalized or not.
   const std::string experts =
-      mixtral(m) ? ",\"num_local_experts\":" + std::to_string(m.moe.experts) + ",\"num_experts_per_tok\":" +
+      qwen3_moe(m) ? ",\"num_experts\":" + std::to_string(m.moe.experts) + ",\"num_experts_per_tok\":" +
+                         std::to_string(m.moe.top_k) + ",\"moe_intermediate_size\":" +
+                         std::to_string(m.moe.expert_width(m.d_model)) + ",\"norm_topk_prob\":" +
+                         (m.moe.renormalize ? "true" : "false") +
+                         ",\"decoder_sparse_step\":1,\"mlp_only_layers\":[],\"router_aux_loss_coef\":" +
+                         number_g(m.moe.aux_loss_coef) + ",\"output_router_logits\":false"
+      : mixtral(m) ? ",\"num_local_experts\":" + std::to_string(m.moe.experts) + ",\"num_experts_per_tok\":" +
                        std::to_string(m.moe.top_k) + ",\"router_aux_loss_coef\":" + number_g(m.moe.aux_loss_coef) +
                        ",\"output_router_logits\":false,\"router_jitter_noise\":0.0,\"sliding_window\":null"
                  : "";
-  const std::string head = mixtral(m)  ? "{\"architectures\":[\"MixtralForCausalLM\"],\"model_type\":\"mixtral\",\"vocab_size\":"
+  const std::string head = qwen3_moe(m) ? "{\"architectures\":[\"Qwen3MoeForCausalLM\"],\"model_type\":\"qwen3_moe\","
+                                          "\"use_sliding_window\":false,\"max_window_layers\":" + std::to_string(m.n_layers) +
+                                          ",\"vocab_size\":"
+                           : mixtral(m)  ? "{\"architectures\":[\"MixtralForCausalLM\"],\"model_type\":\"mixtral\",\"vocab_size\":"
                            : m.qkv_bias ? "{\"architectures\":[\"Qwen2ForCausalLM\"],\"model_type\":\"qwen2\",\"use_sliding_window\":false,"
                                           "\"max_window_layers\":" + std::to_string(m.n_layers) + ",\"vocab_size\":"
                            : m.qk_norm ? "{\"architectures\":[\"Qwen3ForCausalLM\"],\"model_type\":\"qwen3\",\"use_sliding_window\":false,"
@@ -162,14 +176,14 @@ std::string config_json(const GPTConfig& m) {
   if (llama_family(m))  // no special tokens: Trellis's vocabularies name none
     return head +
            std::to_string(m.vocab_size) + ",\"hidden_size\":" + std::to_string(m.d_model) + ",\"intermediate_size\":" +
-           std::to_string(mixtral(m) ? m.moe.expert_width(m.d_model) : m.mlp_width()) + experts +
+           std::to_string(mixtral(m) && !qwen3_moe(m) ? m.moe.expert_width(m.d_model) : m.mlp_width()) + experts +
            ",\"num_hidden_layers\":" + std::to_string(m.n_layers) +
            ",\"num_attention_heads\":" + std::to_string(m.n_heads) + ",\"num_key_value_heads\":" +
            std::to_string(m.kv_heads()) + ",\"head_dim\":" + std::to_string(m.head_dim()) +
            ",\"max_position_embeddings\":" + std::to_string(m.seq_len) + ",\"rms_norm_eps\":" + number_g(m.norm_eps) +
            ",\"rope_theta\":" + number_g(m.rope_theta) + ",\"rope_scaling\":" + rope_scaling_json(m) +
            ",\"hidden_act\":\"silu\"," +
-           (m.qkv_bias || mixtral(m) ? "" : "\"attention_bias\":false,\"mlp_bias\":false,") +
+           (m.qkv_bias || (mixtral(m) && !qwen3_moe(m)) ? "" : "\"attention_bias\":false,\"mlp_bias\":false,") +
            "\"attention_dropout\":0.0,\"initializer_range\":0.02," +
            "\"tie_word_embeddings\":" + (m.tied_head ? "true" : "false") +
            ",\"torch_dtype\":\"float32\",\"bos_token_id\":null,\"eos_token_id\":null}\n";
@@ -257,10 +271,11 @@ GPTConfig read_hf_config(const std::string& dir) {
   };
   const std::string type = text("model_type", "gpt2");
   GPTConfig m;
-  if (type == "llama" || type == "mistral" || type == "qwen2" || type == "qwen3" || type == "mixtral") {
-    // MixtralConfig's and MistralConfig's defaults where they differ from LlamaConfig's (Mistral's block
-    // is Llama's).
-    const bool mx = type == "mixtral", ms = type == "mistral";
+  if (type == "llama" || type == "mistral" || type == "qwen2" || type == "qwen3" || type == "mixtral" ||
+      type == "qwen3_moe") {
+    // MixtralConfig's, MistralConfig's and Qwen3MoeConfig's defaults where they differ from LlamaConfig's
+    // (Mistral's block is Llama's; Qwen3-MoE's Qwen3's with experts in every block).
+    const bool mx = type == "mixtral", ms = type == "mistral", q3m = type == "qwen3_moe";
     auto refuse = [&](const std::string& what) {
       throw UserError(path + ": " + what + "; Trellis computes Llama with SiLU, no biases and rotary positions plain, "
                       "with Llama 3's scaling or linear");
@@ -271,11 +286,11 @@ GPTConfig read_hf_config(const std::string& dir) {
     if (flag("use_sliding_window", false)) refuse("use_sliding_window is true");
     if (number("pretraining_tp", 1) != 1) refuse("pretraining_tp is not 1");
     m.vocab_size = number("vocab_size", 32000);
-    m.seq_len = number("max_position_embeddings", mx || ms ? 131072 : 2048);
+    m.seq_len = number("max_position_embeddings", mx || ms ? 131072 : q3m ? 32768 : 2048);
     m.n_layers = number("num_hidden_layers", 32);
     m.n_heads = number("num_attention_heads", 32);
     m.d_model = number("hidden_size", 4096);
-    m.n_kv_heads = number("num_key_value_heads", mx || ms ? 8 : m.n_heads);
+    m.n_kv_heads = number("num_key_value_heads", mx || ms ? 8 : q3m ? 4 : m.n_heads);
     // Mistral's sliding window (null in Mixtral's and Mistral v0.3's published configs; absent,
     // MistralConfig's default is 4096) is refused where it is shorter than the context: Trellis
     // attends to every earlier position.
@@ -291,19 +306,28 @@ GPTConfig read_hf_config(const std::string& dir) {
     if (hd < 1 || hd > kMaxHeadSize)
       throw UserError(path + ": head_dim is " + std::to_string(hd) + " (allowed: 1 to " + std::to_string(kMaxHeadSize) + ")");
     if (m.n_heads > 0 && hd * m.n_heads != m.d_model) m.head_size = hd;
-    const int64_t width = number("intermediate_size", mx || ms ? 14336 : 11008);
+    // Qwen3-MoE's intermediate_size is that of dense blocks (mlp_only_layers), of which it has none here.
+    const int64_t width = q3m ? number("moe_intermediate_size", 768) : number("intermediate_size", mx || ms ? 14336 : 11008);
     if (width < 1 || width > INT32_MAX)
       throw UserError(path + ": intermediate_size is " + std::to_string(width) + " (allowed: 1 to 2147483647)");
     m.rope = m.swiglu = m.rmsnorm = true;
     m.bias = false;
     m.qkv_bias = type == "qwen2";  // Qwen2: biases on q, k and v
-    m.qk_norm = type == "qwen3";   // Qwen3: q and k heads RMS-normed
-    if (mx) {  // every block's MLP is experts of that width; routing as Trellis's (softmax, top k renormalized)
-      m.moe.experts = number("num_local_experts", 8);
-      m.moe.top_k = number("num_experts_per_tok", 2);
+    m.qk_norm = type == "qwen3" || q3m;  // Qwen3: q and k heads RMS-normed
+    if (mx || q3m) {  // every block's MLP is experts of that width; routing as Trellis's (softmax, top k)
+      // Qwen3-MoE's count is num_experts in the published configs, num_local_experts as transformers 5 writes it.
+      const char* count = q3m && c.find("num_experts") ? "num_experts" : "num_local_experts";
+      m.moe.experts = number(count, q3m ? 128 : 8);
+      m.moe.top_k = number("num_experts_per_tok", q3m ? 8 : 2);
       if (m.moe.experts < 1 || m.moe.experts > 1024 || m.moe.top_k < 1 || m.moe.top_k > std::min<int64_t>(m.moe.experts, 8))
-        throw UserError(path + ": num_local_experts " + std::to_string(m.moe.experts) + " with num_experts_per_tok " +
+        throw UserError(path + ": " + count + " " + std::to_string(m.moe.experts) + " with num_experts_per_tok " +
                         std::to_string(m.moe.top_k) + " (allowed: 1 to 1024 experts, 1 to min(8, experts) a token)");
+      if (q3m) {  // Mixtral renormalizes its top k always; Qwen3-MoE where norm_topk_prob says so
+        m.moe.renormalize = flag("norm_topk_prob", false);
+        if (number("decoder_sparse_step", 1) != 1) refuse("decoder_sparse_step is not 1 (experts in every block)");
+        const JsonValue* dense = member("mlp_only_layers", JsonValue::Kind::kArray, "a list");
+        if (dense && !dense->items.empty()) refuse("mlp_only_layers is not empty (experts in every block)");
+      }
       m.moe.ffn_hidden = width;
       const double aux = real("router_aux_loss_coef", 0.001, -1e300, 1e6);
       if (aux < 0) throw UserError(path + ": router_aux_loss_coef is " + number_g(aux) + " (allowed: 0 or more)");
@@ -353,7 +377,7 @@ GPTConfig read_hf_config(const std::string& dir) {
     return m;
   }
   if (type != "gpt2")
-    throw UserError(path + ": model_type is \"" + type + "\" (allowed: gpt2, llama, mistral, qwen2, qwen3, mixtral)");
+    throw UserError(path + ": model_type is \"" + type + "\" (allowed: gpt2, llama, mistral, qwen2, qwen3, mixtral, qwen3_moe)");
   auto refuse = [&](const std::string& what) {
     throw UserError(path + ": " + what + "; Trellis computes GPT-2 with the tanh GELU (gelu_new)");
   };
@@ -388,7 +412,7 @@ std::string hf_family_mismatch(const GPTConfig& m) {
              " dense" + mixtral_is;
     if (m.moe.shared_experts > 0) return what + "with a shared MLP (moe.shared_experts)" + mixtral_is;
     if (m.qkv_bias) return what + "with biases on qkv" + mixtral_is;
-    if (m.qk_norm) return what + "with QK-norm (model.qk_norm)" + mixtral_is;
+    if (m.qk_norm) return "";  // Qwen3-MoE's: gates renormalized (norm_topk_prob) or not
     if (m.moe.top_k > 1 && !m.moe.renormalize)
       return what + "whose gates are not renormalized (moe.renormalize = false); a Hugging Face Mixtral renormalizes them";
     return "";
@@ -412,7 +436,7 @@ std::string hf_family_mismatch(const GPTConfig& m) {
 }
 
 const char* hf_family_name(const GPTConfig& m) {
-  return mixtral(m) ? "Mixtral" : llama_family(m) ? (m.qkv_bias ? "Qwen2" : m.qk_norm ? "Qwen3" : "Llama") : "GPT-2";
+  return qwen3_moe(m) ? "Qwen3-MoE" : mixtral(m) ? "Mixtral" : llama_family(m) ? (m.qkv_bias ? "Qwen2" : m.qk_norm ? "Qwen3" : "Llama") : "GPT-2";
 }
 
 namespace {

@@ -31,6 +31,10 @@ w3 (fc's gate and up rows) and w2, the router as block_sparse_moe.gate, exactly;
 the export starts the same model, and one line refuses it into a run of another expert width and the
 export of experts with a shared MLP or with gates not renormalized; with transformers, its loss is Trellis's, and a Mixtral it wrote
 starts a Trellis run whose first loss is transformers'.
+Qwen3-MoE (Qwen3MoeForCausalLM): Mixtral's experts with Qwen3's attention, gates renormalized
+(norm_topk_prob) and not, exported with num_experts, moe_intermediate_size and each block's mlp.gate and
+experts' gate_proj, up_proj, down_proj, exactly; started from; with transformers its loss is Trellis's,
+and a Qwen3-MoE it wrote starts a Trellis run whose first loss is transformers'.
 Usage: hf_llama_test.py TRAIN_GPT EXPORT_HF CONFIG"""
 import json
 import os
@@ -55,6 +59,9 @@ QWEN3 = [s for s in LLAMA if "tie_embeddings" not in s] + ["model.qk_norm=true",
 # as Mixtral routes without dropping).
 MIXTRAL = [s for s in LLAMA if "ffn_hidden_size" not in s] + ["moe.experts=4", "moe.top_k=2", "moe.ffn_hidden_size=40",
                                                               "moe.capacity_factor=2"]
+# Qwen3-MoE's: Mixtral's experts with Qwen3's attention (QK-norm, heads of 24); gates renormalized
+# (norm_topk_prob true, as Qwen3-30B-A3B's) and not.
+QWEN3_MOE = MIXTRAL + ["model.qk_norm=true", "model.head_dim=24"]
 SCALING = {"rope_type": "llama3", "factor": 8, "low_freq_factor": 1, "high_freq_factor": 4,
            "original_max_position_embeddings": 64}
 # Llama 3.2 1B's config.json as published (transformers 4.45).
@@ -180,18 +187,21 @@ def expected(weights_dir):
             continue
         layer, rest = name.split(".", 2)[1], name.split(".", 2)[2]
         pre = f"model.layers.{layer}."
+        q3m = c.get("qk_norm", False)  # Qwen3-MoE's names (mlp.gate, gate_proj, up_proj, down_proj), else Mixtral's
+        moe = pre + ("mlp." if q3m else "block_sparse_moe.")
         if rest == "moe.router.w":
             E = c["moe"]["experts"]
-            out[pre + "block_sparse_moe.gate.weight"] = ([E, C], flat[off:off + E * C])
+            out[moe + "gate.weight"] = ([E, C], flat[off:off + E * C])
             continue
         if rest.startswith("moe.experts."):  # moe.experts.J.fc.w: w1 (gate) and w3 (up); proj.w: w2
             j, what = rest.split(".")[2], ".".join(rest.split(".")[3:])
-            Fe, ex = c["moe"]["ffn_hidden_size"], f"{pre}block_sparse_moe.experts.{j}."
+            Fe, ex = c["moe"]["ffn_hidden_size"], f"{moe}experts.{j}."
+            gate, up, down = ("gate_proj", "up_proj", "down_proj") if q3m else ("w1", "w3", "w2")
             if what == "fc.w":
-                out[ex + "w1.weight"] = ([Fe, C], flat[off:off + Fe * C])
-                out[ex + "w3.weight"] = ([Fe, C], flat[off + Fe * C:off + 2 * Fe * C])
+                out[ex + gate + ".weight"] = ([Fe, C], flat[off:off + Fe * C])
+                out[ex + up + ".weight"] = ([Fe, C], flat[off + Fe * C:off + 2 * Fe * C])
             else:
-                out[ex + "w2.weight"] = ([C, Fe], flat[off:off + C * Fe])
+                out[ex + down + ".weight"] = ([C, Fe], flat[off:off + C * Fe])
             continue
         pieces = {"ln1.w": [("input_layernorm.weight", [C])], "ln2.w": [("post_attention_layernorm.weight", [C])],
                   "attn.qkv.w": [("self_attn.q_proj.weight", [A, C]), ("self_attn.k_proj.weight", [Ckv, C]),
@@ -265,7 +275,7 @@ def main():
                                   'rope_type is "yarn" (allowed: default, llama3, linear)'),
                                  ("hidden_act", "gelu", 'hidden_act is "gelu"'),
                                  ("attention_bias", True, "attention_bias is true"),
-                                 ("model_type", "gemma", '"gemma" (allowed: gpt2, llama, mistral, qwen2, qwen3, mixtral)'),
+                                 ("model_type", "gemma", '"gemma" (allowed: gpt2, llama, mistral, qwen2, qwen3, mixtral, qwen3_moe)'),
                                  ("sliding_window", 16, "sliding_window 16 is shorter than max_position_embeddings 32")]:
             d = os.path.join(tmp, "bad_" + key)
             os.makedirs(d)
@@ -394,6 +404,27 @@ def main():
                               sum((["--set", s] for s in MIXTRAL + ["moe.ffn_hidden_size=48"]), []),
                               "holds a model with experts (moe.experts = 4, moe.ffn_hidden_size = 40,")
         check(ok, f"model.init_from of the Mixtral into a run of experts of width 48: {lines}")
+        # Qwen3-MoE: exported as Qwen3MoeForCausalLM (mlp.gate, each expert's gate_proj, up_proj, down_proj).
+        for renorm in (True, False):
+            sets = QWEN3_MOE + ([] if renorm else ["moe.renormalize=false"])
+            q3mdump, hf_q3m = os.path.join(tmp, f"q3mdump{renorm:d}"), os.path.join(tmp, f"hf_qwen3_moe{renorm:d}")
+            train(binary, config, sets, ["--dump-grads", q3mdump])
+            p = run([export_hf, q3mdump, hf_q3m])
+            c3 = json.load(open(os.path.join(hf_q3m, "config.json"))) if p.returncode == 0 else {}
+            check(c3.get("model_type") == "qwen3_moe" and c3.get("num_experts") == 4 and c3.get("norm_topk_prob") is renorm
+                  and c3.get("moe_intermediate_size") == 40 and c3.get("head_dim") == 24 and "Qwen3-MoE" in p.stdout,
+                  f"export_hf of Mixtral's experts with QK-norm, norm_topk_prob {renorm}: a Qwen3-MoE "
+                  f"({p.stdout.strip()} {p.stderr.strip()})")
+            got, want = read_safetensors(os.path.join(hf_q3m, "model.safetensors"))[1], expected(q3mdump)
+            check(set(got) == set(want) and all(got[k][1:] == want[k] for k in want) and
+                  "model.layers.1.mlp.experts.3.up_proj.weight" in got and "model.layers.0.mlp.gate.weight" in got,
+                  f"{len(got)} Qwen3-MoE tensors (mlp.gate, the experts' gate_proj, up_proj, down_proj), exact")
+            q3minit = os.path.join(tmp, f"q3minit{renorm:d}")
+            train(binary, config, sets + ["model.init_from=" + hf_q3m, "train.steps=1"], ["--dump-grads", q3minit])
+            check(floats(os.path.join(q3minit, "params.f32")) == padded_source(q3mdump),
+                  "model.init_from = the Qwen3-MoE directory: the source's parameters")
+            check_hf_loss(check, hf_q3m, q3mdump, f"the Qwen3-MoE export (norm_topk_prob {renorm})",
+                          model_class="Qwen3MoeForCausalLM", tol=1e-6)
         shared = os.path.join(tmp, "shared_experts")
         train(binary, config, MIXTRAL + ["moe.shared_experts=1"], ["--export-weights", shared])
         equivalence.check_export_refused(check, export_hf, shared, os.path.join(tmp, "hf_shared"),
@@ -480,6 +511,19 @@ def main():
             train(binary, config, QWEN3 + ["model.init_from=" + theirs_q3, "train.steps=1"], ["--dump-grads", first])
             check_hf_loss(check, theirs_q3, first, "a Qwen3 it wrote (norm weights drawn), started in Trellis",
                           model_class="Qwen3ForCausalLM", tol=1e-6)
+            from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
+            torch.manual_seed(0)
+            theirs_q3m = os.path.join(tmp, "theirs_qwen3_moe")
+            Qwen3MoeForCausalLM(Qwen3MoeConfig(vocab_size=64, hidden_size=64, intermediate_size=88, moe_intermediate_size=40,
+                                               num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                                               head_dim=24, max_position_embeddings=32, num_experts=4,
+                                               num_experts_per_tok=2, norm_topk_prob=True, rms_norm_eps=1e-6,
+                                               rope_theta=500.0, tie_word_embeddings=False)
+                                ).save_pretrained(theirs_q3m, safe_serialization=True)
+            first = os.path.join(tmp, "first_qwen3_moe")
+            train(binary, config, QWEN3_MOE + ["model.init_from=" + theirs_q3m, "train.steps=1"], ["--dump-grads", first])
+            check_hf_loss(check, theirs_q3m, first, "a Qwen3-MoE it wrote, started in Trellis",
+                          model_class="Qwen3MoeForCausalLM", tol=1e-6)
             from transformers import MixtralConfig, MixtralForCausalLM
             torch.manual_seed(0)
             theirs_m = os.path.join(tmp, "theirs_mixtral")
