@@ -36,7 +36,8 @@ class GPTConfig:
     moe_renormalize: bool = True  # top_k > 1: gates divided by the chosen probabilities' sum (moe.renormalize)
     rope_theta: float = 0.0  # > 0: rotary positions of this base (model.position_embedding = rope), no wpe
     # Llama 3's frequency scaling (model.rope_scaling = llama3): (factor, low_freq_factor,
-    # high_freq_factor, original positions); linear (position interpolation): (factor,); () = none.
+    # high_freq_factor, original positions); linear (position interpolation): (factor,); YaRN:
+    # ("yarn", factor, original positions, beta_fast, beta_slow, attention factor); () = none.
     rope_scaling: tuple = ()
     mlp: str = "gelu"  # gelu | swiglu (model.mlp): swiglu's fc is (2F, C), rows [gate | up]
     ffn_hidden: int = 0  # the dense MLP's hidden width F (model.ffn_hidden_size); 0 = 4C
@@ -72,10 +73,21 @@ def rotary_table(seq_len, head_dim, theta, scaling=()):
     """cos and sin (seq_len, head_dim / 2) of the angles t * theta^(-2i/hd), in float64; with
     scaling = (factor, low_freq_factor, high_freq_factor, original positions), Llama 3's rescaled
     frequencies (transformers' rope_type "llama3"); with (factor,), every frequency divided by it
-    (rope_type "linear")."""
+    (rope_type "linear"); with ("yarn", factor, original positions, beta_fast, beta_slow, attention
+    factor), YaRN's blend (rope_type "yarn", its correction range truncated) and cos, sin times the
+    attention factor."""
     half = head_dim // 2
     inv = theta ** (-torch.arange(half, dtype=torch.float64) / half)
-    if len(scaling) == 1:
+    amplitude = 1.0
+    if scaling and scaling[0] == "yarn":
+        _, factor, original, beta_fast, beta_slow, amplitude = scaling
+        def correction(rotations):  # the pair index turning `rotations` times over the original context
+            return head_dim * math.log(original / (rotations * 2 * math.pi)) / (2 * math.log(theta))
+        low, high = max(math.floor(correction(beta_fast)), 0), min(math.ceil(correction(beta_slow)), head_dim - 1)
+        high = high + 0.001 if low == high else high
+        ramp = ((torch.arange(half, dtype=torch.float64) - low) / (high - low)).clamp(0, 1)
+        inv = inv / factor * ramp + inv * (1 - ramp)
+    elif len(scaling) == 1:
         inv = inv / scaling[0]
     elif scaling:
         factor, low, high, original = scaling
@@ -85,7 +97,7 @@ def rotary_table(seq_len, head_dim, theta, scaling=()):
         inv = torch.where(wavelength < original / high, inv,
                           torch.where(wavelength > original / low, inv / factor, blended))
     angle = torch.arange(seq_len, dtype=torch.float64)[:, None] * inv[None, :]
-    return angle.cos(), angle.sin()
+    return angle.cos() * amplitude, angle.sin() * amplitude
 
 
 def rotary(x, cos, sin):
@@ -324,7 +336,10 @@ def load_trellis_dump(dump_dir, dtype=torch.float64, attn="sdpa"):
                     rope_scaling=((float(c["rope_scaling_factor"]), float(c["rope_low_freq_factor"]),
                                    float(c["rope_high_freq_factor"]), float(c["rope_original_positions"]))
                                   if c.get("rope_scaling") == "llama3" else
-                                  (float(c["rope_scaling_factor"]),) if c.get("rope_scaling") == "linear" else ()),
+                                  (float(c["rope_scaling_factor"]),) if c.get("rope_scaling") == "linear" else
+                                  ("yarn", float(c["rope_scaling_factor"]), float(c["rope_original_positions"]),
+                                   float(c["rope_beta_fast"]), float(c["rope_beta_slow"]),
+                                   float(c["rope_attention_factor"])) if c.get("rope_scaling") == "yarn" else ()),
                     mlp=c.get("mlp", "gelu"), ffn_hidden=c.get("ffn_hidden_size", 0), norm=c.get("norm", "layernorm"),
                     tie_embeddings=c.get("tie_embeddings", True), n_kv_heads=c.get("n_kv_heads", 0),
                     norm_eps=float(c.get("norm_eps", 1e-5)), bias=c.get("bias", True),
@@ -393,7 +408,10 @@ def write_dump(model, tokens, targets, dump_dir):
                        "seq_len": c.seq_len, "n_layers": c.n_layers, "n_heads": c.n_heads,
                        "d_model": c.d_model, "dropout": c.dropout,
                        **({"position_embedding": "rope", "rope_theta": c.rope_theta} if c.rope_theta > 0 else {}),
-                       **(dict(zip(("rope_scaling_factor", "rope_low_freq_factor", "rope_high_freq_factor",
+                       **(dict(zip(("rope_scaling_factor", "rope_original_positions", "rope_beta_fast",
+                                    "rope_beta_slow", "rope_attention_factor"), c.rope_scaling[1:]), rope_scaling="yarn")
+                          if c.rope_scaling and c.rope_scaling[0] == "yarn" else
+                          dict(zip(("rope_scaling_factor", "rope_low_freq_factor", "rope_high_freq_factor",
                                     "rope_original_positions"), c.rope_scaling),
                                rope_scaling="llama3" if len(c.rope_scaling) == 4 else "linear")
                           if c.rope_scaling else {}),

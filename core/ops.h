@@ -130,11 +130,12 @@ struct AttentionHeads {
 // ---- rotary position embedding (RoPE) ----
 // Rotates the q and k parts of qkv (B, T, (H + 2 Hkv) hd), in place, by their positions: in every head the dims
 // (i, i + hd/2), i < hd/2, are one pair (the rotate-half form of GPT-NeoX, Llama and Megatron),
-// turned by the angle (first_position + t) x freqs.inverse_frequency(i, hd/2) (theta^(-2i/hd), Llama 3's
-// scaling aside: core/rotary.h). The angle and its cosine and sine are
-// computed in double, the rotation in f32. inverse: by the negative angle (the rotation's transpose),
-// which is its backward: applied to dqkv it turns the gradient of the rotated q, k into that of the
-// unrotated. v is not touched. hd must be even.
+// turned by the angle (first_position + t) x freqs.inverse_frequency(i, hd/2) (theta^(-2i/hd), the
+// scalings aside: core/rotary.h) and scaled by freqs.amplitude() (YaRN's attention factor, else 1). The
+// angle and its cosine and sine (times the amplitude) are computed in double, the rotation in f32.
+// inverse: by the negative angle (the rotation's transpose), the amplitude the same, which is its
+// backward: applied to dqkv it turns the gradient of the rotated q, k into that of the unrotated. v is
+// not touched. hd must be even.
 void rotary_embedding(Runtime& rt, const Tensor& qkv, AttentionHeads heads, const RotaryFrequencies& freqs,
                       int64_t first_position = 0, bool inverse = false);
 

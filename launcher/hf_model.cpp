@@ -143,6 +143,10 @@ std::vector<HfTensor> hf_tensors(const GPTConfig& m) {
 
 // Llama 3's or linear scaling as transformers writes it, or null.
 std::string rope_scaling_json(const GPTConfig& m) {
+  if (m.rope_yarn)  // every value written, the attention factor as Trellis resolved it
+    return "{\"rope_type\":\"yarn\",\"factor\":" + number_g(m.rope_factor) + ",\"original_max_position_embeddings\":" +
+           number_g(m.rope_original_positions) + ",\"beta_fast\":" + number_g(m.rope_beta_fast) + ",\"beta_slow\":" +
+           number_g(m.rope_beta_slow) + ",\"attention_factor\":" + number_g(m.rope_attention_factor) + "}";
   if (m.rope_factor == 1.0) return "null";
   if (m.rope_linear) return "{\"rope_type\":\"linear\",\"factor\":" + number_g(m.rope_factor) + "}";
   return "{\"rope_type\":\"llama3\",\"factor\":" + number_g(m.rope_factor) + ",\"low_freq_factor\":" +
@@ -278,7 +282,7 @@ GPTConfig read_hf_config(const std::string& dir) {
     const bool mx = type == "mixtral", ms = type == "mistral", q3m = type == "qwen3_moe";
     auto refuse = [&](const std::string& what) {
       throw UserError(path + ": " + what + "; Trellis computes Llama with SiLU, no biases and rotary positions plain, "
-                      "with Llama 3's scaling or linear");
+                      "with Llama 3's scaling, linear or yarn");
     };
     if (text("hidden_act", "silu") != "silu") refuse("hidden_act is \"" + text("hidden_act", "") + "\"");
     for (const char* off : {"attention_bias", "mlp_bias"})
@@ -347,9 +351,9 @@ GPTConfig read_hf_config(const std::string& dir) {
       const std::string k = key;
       const JsonValue* kind = rp->find("rope_type") ? rp->find("rope_type") : rp->find("type");
       const std::string type = kind && kind->kind == JsonValue::Kind::kString ? kind->text : "";
-      if (type != "default" && type != "llama3" && type != "linear")
+      if (type != "default" && type != "llama3" && type != "linear" && type != "yarn")
         refuse(k + "'s rope_type is " + (kind ? text_of(*kind) : std::string("missing")) +
-               " (allowed: default, llama3, linear)");
+               " (allowed: default, llama3, linear, yarn)");
       auto value = [&](const char* name, double absent, double lo, double hi) {
         const JsonValue* v = rp->find(name);
         if (!v || v->kind == JsonValue::Kind::kNull) return absent;
@@ -363,6 +367,23 @@ GPTConfig read_hf_config(const std::string& dir) {
         m.rope_factor = value("factor", 0, 1, 1e6);
         if (m.rope_factor == 0) refuse(k + ".factor is missing");
         m.rope_linear = true;
+      }
+      if (type == "yarn") {  // transformers' _compute_yarn_parameters, its truncated correction range
+        const JsonValue* truncate = rp->find("truncate");
+        if (truncate && truncate->kind == JsonValue::Kind::kBool && !truncate->boolean) refuse(k + ".truncate is false");
+        m.rope_yarn = true;
+        m.rope_original_positions = value("original_max_position_embeddings", double(m.seq_len), 0, 1e9);
+        // No factor: DeepSeek-V3's way, the context's ratio to the original.
+        m.rope_factor = value("factor", double(m.seq_len) / m.rope_original_positions, 0, 1e6);
+        m.rope_beta_fast = value("beta_fast", 32, 0, 1e6);
+        m.rope_beta_slow = value("beta_slow", 1, 0, 1e6);
+        if (!(m.rope_beta_fast > m.rope_beta_slow)) refuse(k + ".beta_fast does not exceed beta_slow");
+        const double mscale = value("mscale", 0, -1, 1e6), all_dims = value("mscale_all_dim", 0, -1, 1e6);
+        auto get_mscale = [&](double ms) { return m.rope_factor <= 1 ? 1.0 : 0.1 * ms * std::log(m.rope_factor) + 1.0; };
+        const double inferred = mscale != 0 && all_dims != 0 ? get_mscale(mscale) / get_mscale(all_dims)
+                                                             : yarn_attention_factor(m.rope_factor);
+        m.rope_attention_factor = value("attention_factor", inferred, 0, 100);
+        continue;
       }
       if (type != "llama3") continue;
       m.rope_factor = value("factor", 0, 1, 1e6);

@@ -96,7 +96,11 @@ void write_model_json(const GPTConfig& mc, const std::vector<ParameterSpec>& spe
   config.add("n_layers", mc.n_layers).add("n_heads", mc.n_heads).add("d_model", mc.d_model);
   config.add("dropout", double(mc.dropout)).add("attention_dropout", double(mc.attention_dropout));
   if (mc.rope) config.add("position_embedding", std::string("rope")).add("rope_theta", mc.rope_theta);  // else learned
-  if (mc.rope && mc.rope_factor != 1.0 && mc.rope_linear)  // position interpolation, written where it is used
+  if (mc.rope && mc.rope_yarn)  // YaRN, written where it is used
+    config.add("rope_scaling", std::string("yarn")).add("rope_scaling_factor", mc.rope_factor)
+        .add("rope_original_positions", mc.rope_original_positions).add("rope_beta_fast", mc.rope_beta_fast)
+        .add("rope_beta_slow", mc.rope_beta_slow).add("rope_attention_factor", mc.rope_attention_factor);
+  else if (mc.rope && mc.rope_factor != 1.0 && mc.rope_linear)  // position interpolation, likewise
     config.add("rope_scaling", std::string("linear")).add("rope_scaling_factor", mc.rope_factor);
   else if (mc.rope && mc.rope_factor != 1.0)  // Llama 3's scaling, likewise
     config.add("rope_scaling", std::string("llama3")).add("rope_scaling_factor", mc.rope_factor)

@@ -39,6 +39,14 @@ Resolved resolve(const Config& cfg, const LaunchInfo& launch) {
   if (r.model.rope && cfg.model.rope_scaling == "linear") {
     r.model.rope_factor = cfg.model.rope_scaling_factor;
     r.model.rope_linear = true;
+  } else if (r.model.rope && cfg.model.rope_scaling == "yarn") {
+    r.model.rope_factor = cfg.model.rope_scaling_factor;
+    r.model.rope_yarn = true;
+    r.model.rope_original_positions = double(cfg.model.rope_original_positions);
+    r.model.rope_beta_fast = cfg.model.rope_beta_fast;
+    r.model.rope_beta_slow = cfg.model.rope_beta_slow;
+    r.model.rope_attention_factor = cfg.model.rope_attention_factor > 0 ? cfg.model.rope_attention_factor
+                                                                         : yarn_attention_factor(cfg.model.rope_scaling_factor);
   } else if (r.model.rope && cfg.model.rope_scaling == "llama3") {
     r.model.rope_factor = cfg.model.rope_scaling_factor;
     r.model.rope_low_freq_factor = cfg.model.rope_low_freq_factor;
@@ -100,8 +108,12 @@ std::string with_commas(int64_t n) {
 }
 
 std::string rope_scaling_text(const GPTConfig& m) {
-  if (!m.rope || m.rope_factor == 1.0) return "";
+  if (!m.rope || (m.rope_factor == 1.0 && !m.rope_yarn)) return "";
   if (m.rope_linear) return "linear rope scaling (factor " + number_g(m.rope_factor) + ")";
+  if (m.rope_yarn)
+    return "yarn rope scaling (factor " + number_g(m.rope_factor) + ", original positions " +
+           number_g(m.rope_original_positions) + ", beta_fast " + number_g(m.rope_beta_fast) + ", beta_slow " +
+           number_g(m.rope_beta_slow) + ", attention factor " + number_g(m.rope_attention_factor) + ")";
   return "llama3 rope scaling (factor " + number_g(m.rope_factor) + ", low_freq_factor " + number_g(m.rope_low_freq_factor) +
          ", high_freq_factor " + number_g(m.rope_high_freq_factor) + ", original positions " +
          number_g(m.rope_original_positions) + ")";

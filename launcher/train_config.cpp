@@ -276,6 +276,12 @@ void validate_relations(const Config& c) {
                     " must exceed model.rope_low_freq_factor = " +
                     config_keys::toml_value(*config_keys::find_key("model", "rope_low_freq_factor"), c) +
                     " (the wavelengths between them are blended)");
+  if (c.model.rope_scaling == "yarn" && !(c.model.rope_beta_fast > c.model.rope_beta_slow))
+    throw UserError(p + ": model.rope_beta_fast = " +
+                    config_keys::toml_value(*config_keys::find_key("model", "rope_beta_fast"), c) +
+                    " must exceed model.rope_beta_slow = " +
+                    config_keys::toml_value(*config_keys::find_key("model", "rope_beta_slow"), c) +
+                    " (the frequencies between them are blended)");
   if (c.log.trace_step > 0 && c.log.trace_file.empty())
     throw UserError(p + ": log.trace_file is empty; log.trace_step = " + std::to_string(c.log.trace_step) +
                     " writes its trace there (allowed: a file path, e.g. \"runs/trace.json\")");

@@ -19,9 +19,11 @@ struct ModelConfig {
   bool qk_norm = false;         // RMSNorm of every query and key head (Qwen3's)
   std::string position_embedding = "learned";  // learned | rope
   double rope_theta = 10000.0;  // RoPE's frequency base
-  std::string rope_scaling = "none";  // none | llama3 (Llama 3.1's frequency scaling)
+  std::string rope_scaling = "none";  // none | llama3 (Llama 3.1's frequency scaling) | linear | yarn
   double rope_scaling_factor = 8.0, rope_low_freq_factor = 1.0, rope_high_freq_factor = 4.0;
   int64_t rope_original_positions = 8192;
+  double rope_beta_fast = 32.0, rope_beta_slow = 1.0;  // YaRN's correction range
+  double rope_attention_factor = 0.0;  // YaRN's q, k scale; 0 = 0.1 ln(factor) + 1
   std::string mlp = "gelu";     // gelu | swiglu
   int64_t ffn_hidden_size = 0;  // the dense MLP's hidden width; 0 = 4 x d_model
   std::string norm = "layernorm";  // layernorm | rmsnorm

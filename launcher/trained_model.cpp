@@ -114,6 +114,25 @@ void set_linear_rope_scaling(GPTConfig& m, double factor, const std::string& whe
   m.rope_linear = true;
 }
 
+// YaRN's rope scaling of a stored model's description, checked as the config keys are.
+void set_yarn_rope_scaling(GPTConfig& m, double factor, double original, double beta_fast, double beta_slow,
+                           double attention_factor, const std::string& where) {
+  if (!(factor >= 1 && factor <= 1e6 && original >= 1 && original <= 1e9 && beta_slow > 0 && beta_fast > beta_slow &&
+        beta_fast <= 1e6 && attention_factor > 0 && attention_factor <= 100))
+    throw UserError(where + ": yarn rope scaling with factor " + number_g(factor) + ", original positions " +
+                    number_g(original) + ", beta_fast " + number_g(beta_fast) + ", beta_slow " + number_g(beta_slow) +
+                    ", attention factor " + number_g(attention_factor) +
+                    " (allowed: factor 1 to 1e6, original positions 1 to 1e9, 0 < beta_slow < beta_fast <= 1e6, "
+                    "attention factor above 0, at most 100)");
+  m.rope_factor = factor;
+  m.rope_linear = false;
+  m.rope_yarn = true;
+  m.rope_original_positions = original;
+  m.rope_beta_fast = beta_fast;
+  m.rope_beta_slow = beta_slow;
+  m.rope_attention_factor = attention_factor;
+}
+
 // Llama 3's rope scaling of a stored model's description (absent: none), checked as the config keys are.
 void set_rope_scaling(GPTConfig& m, double factor, double low, double high, double original, const std::string& where) {
   if (!(factor >= 1 && factor <= 1e6 && low > 0 && high > low && high <= 1e6 && original >= 1 && original <= 1e9))
@@ -196,6 +215,11 @@ StoredModel open_checkpoint(const std::string& path, const std::string& verb) {
   s.shape.qk_norm = mc.qk_norm;
   set_positions(s.shape, mc.position_embedding, mc.rope_theta, s.dir + " (config)");
   if (s.shape.rope && mc.rope_scaling == "linear") set_linear_rope_scaling(s.shape, mc.rope_scaling_factor, s.dir + " (config)");
+  if (s.shape.rope && mc.rope_scaling == "yarn")
+    set_yarn_rope_scaling(s.shape, mc.rope_scaling_factor, double(mc.rope_original_positions), mc.rope_beta_fast,
+                          mc.rope_beta_slow,
+                          mc.rope_attention_factor > 0 ? mc.rope_attention_factor : yarn_attention_factor(mc.rope_scaling_factor),
+                          s.dir + " (config)");
   if (s.shape.rope && mc.rope_scaling == "llama3")
     set_rope_scaling(s.shape, mc.rope_scaling_factor, mc.rope_low_freq_factor, mc.rope_high_freq_factor,
                      double(mc.rope_original_positions), s.dir + " (config)");
@@ -267,11 +291,15 @@ StoredModel open_export(const std::string& dir) {
     if (const JsonValue* scaling = c.find("rope_scaling")) {  // absent: unscaled
       if (scaling->as_string() == "linear") {
         set_linear_rope_scaling(s.shape, c.at("rope_scaling_factor").as_double(), json);
+      } else if (scaling->as_string() == "yarn") {
+        set_yarn_rope_scaling(s.shape, c.at("rope_scaling_factor").as_double(), c.at("rope_original_positions").as_double(),
+                              c.at("rope_beta_fast").as_double(), c.at("rope_beta_slow").as_double(),
+                              c.at("rope_attention_factor").as_double(), json);
       } else if (scaling->as_string() == "llama3") {
         set_rope_scaling(s.shape, c.at("rope_scaling_factor").as_double(), c.at("rope_low_freq_factor").as_double(),
                          c.at("rope_high_freq_factor").as_double(), c.at("rope_original_positions").as_double(), json);
       } else {
-        throw UserError(json + ": rope_scaling \"" + scaling->as_string() + "\" is not llama3 or linear");
+        throw UserError(json + ": rope_scaling \"" + scaling->as_string() + "\" is not llama3, linear or yarn");
       }
     }
     const JsonValue *mlp = c.find("mlp"), *ffn = c.find("ffn_hidden_size");
@@ -363,6 +391,9 @@ StoredModel open_hf(const std::string& dir) {
   s.shape.qk_norm = c.qk_norm;
   set_positions(s.shape, c.rope ? "rope" : "learned", c.rope_theta, where);
   if (c.rope_linear) set_linear_rope_scaling(s.shape, c.rope_factor, where);
+  else if (c.rope_yarn)
+    set_yarn_rope_scaling(s.shape, c.rope_factor, c.rope_original_positions, c.rope_beta_fast, c.rope_beta_slow,
+                          c.rope_attention_factor, where);
   else set_rope_scaling(s.shape, c.rope_factor, c.rope_low_freq_factor, c.rope_high_freq_factor, c.rope_original_positions, where);
   set_mlp(s.shape, c.swiglu ? "swiglu" : "gelu", c.ffn_hidden, where);
   set_norm(s.shape, c.rmsnorm ? "rmsnorm" : "layernorm", where);

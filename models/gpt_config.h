@@ -35,10 +35,11 @@ struct GPTConfig {
   // and no table.
   bool rope = false;
   double rope_theta = 10000.0;
-  // Llama 3's frequency scaling, or with rope_linear every frequency divided by rope_factor
-  // (core/rotary.h); rope_factor 1 = none.
+  // Llama 3's frequency scaling, or with rope_linear every frequency divided by rope_factor, or with
+  // rope_yarn YaRN's (core/rotary.h); rope_factor 1 = none.
   double rope_factor = 1.0, rope_low_freq_factor = 1.0, rope_high_freq_factor = 4.0, rope_original_positions = 8192.0;
-  bool rope_linear = false;
+  bool rope_linear = false, rope_yarn = false;
+  double rope_beta_fast = 32.0, rope_beta_slow = 1.0, rope_attention_factor = 1.0;  // YaRN's
   // The dense MLP: GPT-2's GELU, or SwiGLU (Llama's: silu(gate) * up, the fc layer twice as wide,
   // [gate | up]). Experts are MLPs of the same kind and biases, of width moe.ffn_hidden (moe_config.h,
   // whose swiglu and bias must equal these: experts_match_model()).
@@ -72,6 +73,10 @@ struct GPTConfig {
     f.high_freq_factor = rope_high_freq_factor;
     f.original_positions = rope_original_positions;
     f.linear = rope_linear;
+    f.yarn = rope_yarn;
+    f.beta_fast = rope_beta_fast;
+    f.beta_slow = rope_beta_slow;
+    f.attention_factor = rope_attention_factor;
     return f;
   }
   bool has_qkv_bias() const { return bias || qkv_bias; }

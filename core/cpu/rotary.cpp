@@ -18,7 +18,8 @@ void rotary_embedding(Runtime&, const Tensor& qkv, AttentionHeads heads, const R
       T_* r = base + row * W;
       for (int64_t i = 0; i < half; ++i) {
         const double angle = pos * freqs.inverse_frequency(i, half);  // theta^(-2i/hd), unless scaled
-        const float c = float(std::cos(angle)), s = inverse ? -float(std::sin(angle)) : float(std::sin(angle));
+        const double a = freqs.amplitude();  // YaRN's; the backward (inverse) scales by it too
+        const float c = float(std::cos(angle) * a), s = float((inverse ? -std::sin(angle) : std::sin(angle)) * a);
         for (int64_t h = 0; h < heads.q + heads.kv; ++h) {  // q's heads, then k's
           T_* x = r + h * hd;
           const float x1 = load(x, i), x2 = load(x, i + half);

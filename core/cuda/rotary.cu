@@ -21,11 +21,12 @@ __global__ void rotary_kernel(T* qkv, int64_t rows, int64_t T_, int64_t W, int64
     const int64_t i = idx % (half / V) * V, row = idx / (half / V);
     const double pos = double(first_position + row % T_);
     float c[V], s[V];
+    const double amp = freqs.amplitude();  // YaRN's; the backward (inverse) scales by it too
     for (int j = 0; j < V; ++j) {
       double sd, cd;
       sincos(pos * freqs.inverse_frequency(i + j, half), &sd, &cd);
-      c[j] = float(cd);
-      s[j] = inverse ? -float(sd) : float(sd);
+      c[j] = float(cd * amp);
+      s[j] = float((inverse ? -sd : sd) * amp);
     }
     T* r = qkv + row * W;
     for (int64_t h = 0; h < heads; ++h) {  // q's heads, then k's

@@ -14,7 +14,8 @@ tie_word_embeddings true. One error line, nothing written, for a model that is n
 Llama; one error line from model.init_from for a config.json with another rope_scaling type, another activation,
 biases, or another model_type. Llama 3.1's rope scaling (rope_type llama3) is exported as
 transformers writes it, started from, and refused by a run without it; so is linear rope scaling
-(rope_type linear, factor 4), refused by a run with Llama 3's.
+(rope_type linear, factor 4), refused by a run with Llama 3's; and YaRN (rope_type yarn, factor 4 over 16
+original positions, its attention factor written as resolved), refused by a run with linear scaling.
 Where torch and transformers import: LlamaForCausalLM.from_pretrained(export) computes the loss
 Trellis computed (a --dump-grads dump) within 1e-5, also with rope scaling, and a random Llama that
 transformers wrote (unscaled, and scaled) starts a Trellis run whose first loss is transformers' on
@@ -37,6 +38,7 @@ experts' gate_proj, up_proj, down_proj, exactly; started from; with transformers
 and a Qwen3-MoE it wrote starts a Trellis run whose first loss is transformers'.
 Usage: hf_llama_test.py TRAIN_GPT EXPORT_HF CONFIG"""
 import json
+import math
 import os
 import struct
 import sys
@@ -52,6 +54,8 @@ LLAMA = ["model.position_embedding=rope", "model.rope_theta=500", "model.mlp=swi
 SCALED = LLAMA + ["model.rope_scaling=llama3", "model.rope_original_positions=64"]
 # Linear rope scaling (position interpolation), every frequency divided by 4.
 LINEAR = LLAMA + ["model.rope_scaling=linear", "model.rope_scaling_factor=4"]
+# YaRN, factor 4 over 16 original positions: of the 8 pairs the first kept, the second blended, the rest divided.
+YARN = LLAMA + ["model.rope_scaling=yarn", "model.rope_scaling_factor=4", "model.rope_original_positions=16"]
 QWEN2 = LLAMA + ["model.qkv_bias=true"]  # Qwen2's biases on q, k and v
 # Qwen3's attention: QK-norm and heads of 24 (q 96 wide at d_model 64), tied as Qwen3 0.6B.
 QWEN3 = [s for s in LLAMA if "tie_embeddings" not in s] + ["model.qk_norm=true", "model.head_dim=24"]
@@ -271,8 +275,8 @@ def main():
         lines = p.stderr.strip().splitlines()
         check(p.returncode == 1 and len(lines) == 1 and "a Llama rotary positions, SwiGLU" in lines[0] and
               not os.path.exists(out), f"export_hf of a model with rotary positions and GELU: {lines}")
-        for key, value, want in [("rope_scaling", {"rope_type": "yarn", "factor": 2.0},
-                                  'rope_type is "yarn" (allowed: default, llama3, linear)'),
+        for key, value, want in [("rope_scaling", {"rope_type": "dynamic", "factor": 2.0},
+                                  'rope_type is "dynamic" (allowed: default, llama3, linear, yarn)'),
                                  ("hidden_act", "gelu", 'hidden_act is "gelu"'),
                                  ("attention_bias", True, "attention_bias is true"),
                                  ("model_type", "gemma", '"gemma" (allowed: gpt2, llama, mistral, qwen2, qwen3, mixtral, qwen3_moe)'),
@@ -311,6 +315,26 @@ def main():
         ok, lines = one_error([binary, config, "--set", "train.device=cpu", "--set", "model.init_from=" + hf_linear] +
                               sum((["--set", s] for s in SCALED), []), "linear rope scaling (factor 4)")
         check(ok, f"model.init_from of it into a run with Llama 3's scaling: {lines}")
+
+        # YaRN likewise: rope_type yarn with every value (the attention factor resolved), started from,
+        # refused with linear's.
+        yarn_dump, hf_yarn = os.path.join(tmp, "yarn_dump"), os.path.join(tmp, "hf_yarn")
+        train(binary, config, YARN, ["--dump-grads", yarn_dump])
+        p = run([export_hf, yarn_dump, hf_yarn])
+        ycfg = json.load(open(os.path.join(hf_yarn, "config.json"))) if p.returncode == 0 else {}
+        want_yarn = {"rope_type": "yarn", "factor": 4, "original_max_position_embeddings": 16, "beta_fast": 32,
+                     "beta_slow": 1, "attention_factor": 0.1 * math.log(4) + 1}
+        got_yarn = ycfg.get("rope_scaling") or {}
+        check(set(got_yarn) == set(want_yarn) and all(abs(got_yarn[k] - v) < 1e-12 for k, v in want_yarn.items()
+                                                      if k != "rope_type") and got_yarn["rope_type"] == "yarn",
+              f"a Llama with YaRN: config.json's rope_scaling {got_yarn}")
+        yarn_init = os.path.join(tmp, "yarn_init")
+        train(binary, config, YARN + ["model.init_from=" + hf_yarn, "train.steps=1"], ["--dump-grads", yarn_init])
+        check(floats(os.path.join(yarn_init, "params.f32")) == padded_source(yarn_dump),
+              "model.init_from = the Llama with YaRN: the source's parameters")
+        ok, lines = one_error([binary, config, "--set", "train.device=cpu", "--set", "model.init_from=" + hf_yarn] +
+                              sum((["--set", s] for s in LINEAR), []), "yarn rope scaling (factor 4, original positions 16")
+        check(ok, f"model.init_from of it into a run with linear scaling: {lines}")
 
         # examples/configs/llama32_1b_finetune.toml is Llama 3.2 1B's shape. Its config.json and a
         # sparse model.safetensors of its tensors (bf16, 2.5 GB of holes): the run's shape checks come
@@ -443,6 +467,7 @@ def main():
                       model_class="LlamaForCausalLM", tol=1e-6)
         check_hf_loss(check, hf_linear, linear_dump, "the Llama export with linear rope scaling",
                       model_class="LlamaForCausalLM", tol=1e-6)
+        check_hf_loss(check, hf_yarn, yarn_dump, "the Llama export with YaRN", model_class="LlamaForCausalLM", tol=1e-6)
         if hf_loss(hf, dump, "LlamaForCausalLM") is not None:  # a Llama transformers wrote, started in Trellis
             import torch
             from transformers import LlamaConfig, LlamaForCausalLM
@@ -482,6 +507,18 @@ def main():
             train(binary, config, QWEN2 + ["model.init_from=" + theirs_q, "train.steps=1"], ["--dump-grads", first])
             check_hf_loss(check, theirs_q, first, "a Qwen2 it wrote (biases drawn), started in Trellis",
                           model_class="Qwen2ForCausalLM", tol=1e-6)
+            torch.manual_seed(0)
+            theirs_yarn = os.path.join(tmp, "theirs_yarn")  # the attention factor left to transformers to infer
+            LlamaForCausalLM(LlamaConfig(vocab_size=64, hidden_size=64, intermediate_size=88, num_hidden_layers=2,
+                                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=32,
+                                         rms_norm_eps=1e-6, rope_theta=500.0, tie_word_embeddings=False,
+                                         rope_scaling={"rope_type": "yarn", "factor": 4.0,
+                                                       "original_max_position_embeddings": 16})
+                             ).save_pretrained(theirs_yarn, safe_serialization=True)
+            first = os.path.join(tmp, "first_yarn")
+            train(binary, config, YARN + ["model.init_from=" + theirs_yarn, "train.steps=1"], ["--dump-grads", first])
+            check_hf_loss(check, theirs_yarn, first, "a Llama with YaRN it wrote, started in Trellis",
+                          model_class="LlamaForCausalLM", tol=1e-6)
             from transformers import MistralConfig, MistralForCausalLM
             torch.manual_seed(0)
             theirs_ms = os.path.join(tmp, "theirs_mistral")
