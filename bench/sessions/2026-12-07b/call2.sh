@@ -2,7 +2,8 @@
 # Session call 2 (one GPU, H100 or H200): QK-norm's kernels and Mixtral's experts on the GPU, most
 # telling first (the device budget may cut it short). train_gpt, export_hf and ops_parity_test built
 # alone; the QK-norm, SwiGLU (now also in place), MoE (gates renormalized and not), matmul and rotary
-# parity tests; the PyTorch parity of Qwen3's attention (QK-norm, heads of 24 at d_model 64), of
+# parity tests (rotary with YaRN's); the PyTorch parity of Qwen3's attention (QK-norm, heads of 24 at
+# d_model 64), of YaRN's rope scaling, of
 # Mixtral's block and of the MoE (unrenormalized) on the GPU; Llama 3's rope scaling on the GPU against the CPU;
 # gpu_e2e (its Mixtral cases new: width 90 against the CPU in fp32, bf16 graphs against launched).
 set -uo pipefail
@@ -18,10 +19,12 @@ MIXTRAL="$MOE --set moe.ffn_hidden_size=40 --set moe.layer_freq=2 --set model.n_
   --set model.ffn_hidden_size=88 --set model.bias=false --set model.norm=rmsnorm --set model.position_embedding=rope --set model.rope_theta=500"
 QWEN3="--set model.n_kv_heads=2 --set model.qk_norm=true --set model.head_dim=24 --set model.mlp=swiglu
   --set model.ffn_hidden_size=88 --set model.bias=false --set model.norm=rmsnorm --set model.position_embedding=rope --set model.rope_theta=500"
+YARN="--set model.position_embedding=rope --set model.rope_theta=500 --set model.rope_scaling=yarn
+  --set model.rope_scaling_factor=4 --set model.rope_original_positions=16"
 DEEPSEEKMOE="--set moe.experts=8 --set moe.top_k=3 --set moe.capacity_factor=1.0 --set moe.aux_loss_coef=0.1 --set moe.shared_experts=2
   --set moe.ffn_hidden_size=32 --set moe.first_dense_layers=1 --set moe.renormalize=false --set model.n_layers=3 --set model.mlp=swiglu
   --set model.ffn_hidden_size=88 --set model.bias=false --set model.norm=rmsnorm --set model.position_embedding=rope --set model.rope_theta=500"
-for v in QWEN3 MOE MIXTRAL DEEPSEEKMOE; do
+for v in QWEN3 YARN MOE MIXTRAL DEEPSEEKMOE; do
   extra=""; [[ $v == MOE ]] && extra="--set moe.renormalize=false"
   timeout 120 python3 tests/e2e/torch_parity.py build/train_gpt examples/configs/tiny.toml --device cuda ${!v} $extra > "$out/parity_$v.log" 2>&1
   echo "$v: exit $? $(grep -E 'gradient tensors' "$out/parity_$v.log")"
