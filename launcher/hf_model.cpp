@@ -72,10 +72,11 @@ std::string hf_name(const std::string& name) {
 }
 
 // Llama's tensors of a Trellis parameter, with their rows (nn.Linear's (out, in), as Trellis's): qkv
-// is q_proj, k_proj and v_proj one after the other, fc gate_proj and up_proj; Qwen3's QK-norm weights
-// are self_attn.q_norm and k_norm; Mixtral's router is block_sparse_moe.gate, an expert's fc w1 (gate)
-// and w3 (up), its proj w2.
-void llama_tensors(const GPTConfig& m, const ParameterSpec& s, int64_t offset, std::vector<HfTensor>& out) {
+// is q_proj, k_proj and v_proj one after the other, fc gate_proj and up_proj (fused, Phi-3's: qkv
+// is qkv_proj, fc gate_up_proj, each as Trellis's whole); Qwen3's QK-norm weights are self_attn.q_norm
+// and k_norm; Mixtral's router is block_sparse_moe.gate, an expert's fc w1 (gate) and w3 (up), its proj w2.
+void llama_tensors(const GPTConfig& m, const ParameterSpec& s, int64_t offset, std::vector<HfTensor>& out,
+                   bool fused) {
   const int64_t C = m.d_model, A = m.attention_width(), Ckv = m.kv_heads() * m.head_dim(), F = m.mlp_width();
   if (s.name == "wte") return out.push_back(hf_tensor("model.embed_tokens.weight", m.vocab_size, C, offset));
   if (s.name == "lm_head.w") return out.push_back(hf_tensor(kHeadName, m.vocab_size, C, offset));
@@ -88,6 +89,8 @@ void llama_tensors(const GPTConfig& m, const ParameterSpec& s, int64_t offset, s
   if (rest == "attn.q_norm.w") return out.push_back(hf_tensor(layer + "self_attn.q_norm.weight", m.head_dim(), 0, offset));
   if (rest == "attn.k_norm.w") return out.push_back(hf_tensor(layer + "self_attn.k_norm.weight", m.head_dim(), 0, offset));
   if (rest == "mlp.proj.w") return out.push_back(hf_tensor(layer + "mlp.down_proj.weight", C, F, offset));
+  if (rest == "attn.qkv.w" && fused) return out.push_back(hf_tensor(layer + "self_attn.qkv_proj.weight", A + 2 * Ckv, C, offset));
+  if (rest == "mlp.fc.w" && fused) return out.push_back(hf_tensor(layer + "mlp.gate_up_proj.weight", 2 * F, C, offset));
   if (rest == "attn.qkv.w") {
     out.push_back(hf_tensor(layer + "self_attn.q_proj.weight", A, C, offset));
     out.push_back(hf_tensor(layer + "self_attn.k_proj.weight", Ckv, C, offset + A * C));
@@ -116,13 +119,14 @@ void llama_tensors(const GPTConfig& m, const ParameterSpec& s, int64_t offset, s
   out.push_back(hf_tensor(layer + "mlp.up_proj.weight", F, C, offset + F * C));
 }
 
-std::vector<HfTensor> hf_tensors(const GPTConfig& m) {
+// The Hugging Face tensors of model m, in Trellis's parameter order; fused: Phi-3's names for Llama's.
+std::vector<HfTensor> hf_tensors(const GPTConfig& m, bool fused = false) {
   std::vector<HfTensor> out;
   int64_t offset = 0;
   for (const ParameterSpec& s : GPT::parameter_specs(m)) {
     const size_t first = out.size();
     if (llama_family(m)) {
-      llama_tensors(m, s, offset, out);
+      llama_tensors(m, s, offset, out, fused);
     } else {
       HfTensor t = hf_tensor(hf_name(s.name), s.shape[0], s.shape.rank == 2 ? s.shape[1] : 0, offset);
       if (s.name == "wte" || s.name == "lm_head.w") t.rows = m.vocab_size;  // without the padding rows
@@ -276,10 +280,11 @@ GPTConfig read_hf_config(const std::string& dir) {
   const std::string type = text("model_type", "gpt2");
   GPTConfig m;
   if (type == "llama" || type == "mistral" || type == "qwen2" || type == "qwen3" || type == "mixtral" ||
-      type == "qwen3_moe") {
-    // MixtralConfig's, MistralConfig's and Qwen3MoeConfig's defaults where they differ from LlamaConfig's
-    // (Mistral's block is Llama's; Qwen3-MoE's Qwen3's with experts in every block).
-    const bool mx = type == "mixtral", ms = type == "mistral", q3m = type == "qwen3_moe";
+      type == "qwen3_moe" || type == "phi3") {
+    // MixtralConfig's, MistralConfig's, Qwen3MoeConfig's and Phi3Config's defaults where they differ from
+    // LlamaConfig's (Mistral's and Phi-3's blocks are Llama's, Phi-3's projections fused; Qwen3-MoE's
+    // Qwen3's with experts in every block).
+    const bool mx = type == "mixtral", ms = type == "mistral", q3m = type == "qwen3_moe", phi = type == "phi3";
     auto refuse = [&](const std::string& what) {
       throw UserError(path + ": " + what + "; Trellis computes Llama with SiLU, no biases and rotary positions plain, "
                       "with Llama 3's scaling, linear or yarn");
@@ -288,17 +293,19 @@ GPTConfig read_hf_config(const std::string& dir) {
     for (const char* off : {"attention_bias", "mlp_bias"})
       if (flag(off, false)) refuse(std::string(off) + " is true");
     if (flag("use_sliding_window", false)) refuse("use_sliding_window is true");
+    // Rotary embedding of part of each head (Phi-4-mini's, GPT-NeoX's) is not Trellis's.
+    if (real("partial_rotary_factor", 1.0, 0.0, 1.0) != 1.0) refuse("partial_rotary_factor is not 1");
     if (number("pretraining_tp", 1) != 1) refuse("pretraining_tp is not 1");
-    m.vocab_size = number("vocab_size", 32000);
-    m.seq_len = number("max_position_embeddings", mx || ms ? 131072 : q3m ? 32768 : 2048);
+    m.vocab_size = number("vocab_size", phi ? 32064 : 32000);
+    m.seq_len = number("max_position_embeddings", mx || ms ? 131072 : q3m ? 32768 : phi ? 4096 : 2048);
     m.n_layers = number("num_hidden_layers", 32);
     m.n_heads = number("num_attention_heads", 32);
-    m.d_model = number("hidden_size", 4096);
+    m.d_model = number("hidden_size", phi ? 3072 : 4096);
     m.n_kv_heads = number("num_key_value_heads", mx || ms ? 8 : q3m ? 4 : m.n_heads);
     // Mistral's sliding window (null in Mixtral's and Mistral v0.3's published configs; absent,
     // MistralConfig's default is 4096) is refused where it is shorter than the context: Trellis
     // attends to every earlier position.
-    if (mx || ms) {
+    if (mx || ms || phi) {
       const int64_t window = c.find("sliding_window") ? number("sliding_window", m.seq_len) : ms ? 4096 : m.seq_len;
       if (window < m.seq_len)
         refuse("sliding_window " + std::to_string(window) + " is shorter than max_position_embeddings " +
@@ -311,7 +318,8 @@ GPTConfig read_hf_config(const std::string& dir) {
       throw UserError(path + ": head_dim is " + std::to_string(hd) + " (allowed: 1 to " + std::to_string(kMaxHeadSize) + ")");
     if (m.n_heads > 0 && hd * m.n_heads != m.d_model) m.head_size = hd;
     // Qwen3-MoE's intermediate_size is that of dense blocks (mlp_only_layers), of which it has none here.
-    const int64_t width = q3m ? number("moe_intermediate_size", 768) : number("intermediate_size", mx || ms ? 14336 : 11008);
+    const int64_t width = q3m ? number("moe_intermediate_size", 768)
+                              : number("intermediate_size", mx || ms ? 14336 : phi ? 8192 : 11008);
     if (width < 1 || width > INT32_MAX)
       throw UserError(path + ": intermediate_size is " + std::to_string(width) + " (allowed: 1 to 2147483647)");
     m.rope = m.swiglu = m.rmsnorm = true;
@@ -363,6 +371,7 @@ GPTConfig read_hf_config(const std::string& dir) {
         return v->as_double();
       };
       m.rope_theta = value("rope_theta", m.rope_theta, 1, 1e12);
+      if (value("partial_rotary_factor", 1, 0, 1) != 1) refuse(k + ".partial_rotary_factor is not 1");
       if (type == "linear") {  // position interpolation: every frequency divided by the factor
         m.rope_factor = value("factor", 0, 1, 1e6);
         if (m.rope_factor == 0) refuse(k + ".factor is missing");
@@ -393,12 +402,12 @@ GPTConfig read_hf_config(const std::string& dir) {
       m.rope_original_positions = value("original_max_position_embeddings", 8192, 0, 1e9);
       if (!(m.rope_high_freq_factor > m.rope_low_freq_factor)) refuse(k + ".high_freq_factor does not exceed low_freq_factor");
     }
-    m.norm_eps = real("rms_norm_eps", mx ? 1e-5 : 1e-6, 0.0, 0.1);
+    m.norm_eps = real("rms_norm_eps", mx || phi ? 1e-5 : 1e-6, 0.0, 0.1);
     m.tied_head = flag("tie_word_embeddings", false);
     return m;
   }
   if (type != "gpt2")
-    throw UserError(path + ": model_type is \"" + type + "\" (allowed: gpt2, llama, mistral, qwen2, qwen3, mixtral, qwen3_moe)");
+    throw UserError(path + ": model_type is \"" + type + "\" (allowed: gpt2, llama, mistral, phi3, qwen2, qwen3, mixtral, qwen3_moe)");
   auto refuse = [&](const std::string& what) {
     throw UserError(path + ": " + what + "; Trellis computes GPT-2 with the tanh GELU (gelu_new)");
   };
@@ -608,7 +617,11 @@ void read_hf_weights(const std::string& dir, const GPTConfig& shape, float* whol
 }
 
 void read_hf_weights(const std::string& dir, const GPTConfig& shape, const HfDestination& dst) {
-  WeightReading r{shape, hf_tensors(shape), llama_family(shape) ? "model." : "transformer.", dst, {}, {}, false, {}};
+  // Phi-3 (read_hf_config accepted it) stores Llama's projections fused, as Trellis does.
+  const std::string config = dir + "/config.json";
+  const JsonValue* type = parse_json(read_text_file(config), config).find("model_type");
+  const bool fused = type && type->kind == JsonValue::Kind::kString && type->text == "phi3";
+  WeightReading r{shape, hf_tensors(shape, fused), llama_family(shape) ? "model." : "transformer.", dst, {}, {}, false, {}};
   for (size_t i = 0; i < r.tensors.size(); ++i) r.index[r.tensors[i].name] = i;
   r.found.assign(r.tensors.size(), false);
   const std::vector<std::string> files = hf_weight_files(dir);

@@ -25,7 +25,9 @@ head_dim and each block's q_norm and k_norm, exactly; started from; refused into
 size, and exported not at all with qkv biases too; with transformers its loss is Trellis's, and a Qwen3
 it wrote (norm weights drawn) starts a Trellis run whose first loss is transformers'. So does a Mistral
 it wrote (MistralForCausalLM: Llama's block; heads of 32 at hidden_size 64, model.head_dim); one line
-refuses a Mistral whose sliding window is shorter than its context.
+refuses a Mistral whose sliding window is shorter than its context. So does a Phi-3 it wrote
+(Phi3ForCausalLM: Llama's block, its qkv_proj and gate_up_proj fused as Trellis's qkv and fc); one line
+refuses a partial rotary embedding (partial_rotary_factor).
 Mixtral (MixtralForCausalLM): a tiny Llama whose MLPs are 4 SwiGLU experts of width 40, top 2, is
 exported with num_local_experts, num_experts_per_tok and intermediate_size 40 and each expert's w1,
 w3 (fc's gate and up rows) and w2, the router as block_sparse_moe.gate, exactly; model.init_from of
@@ -279,8 +281,9 @@ def main():
                                   'rope_type is "dynamic" (allowed: default, llama3, linear, yarn)'),
                                  ("hidden_act", "gelu", 'hidden_act is "gelu"'),
                                  ("attention_bias", True, "attention_bias is true"),
-                                 ("model_type", "gemma", '"gemma" (allowed: gpt2, llama, mistral, qwen2, qwen3, mixtral, qwen3_moe)'),
-                                 ("sliding_window", 16, "sliding_window 16 is shorter than max_position_embeddings 32")]:
+                                 ("model_type", "gemma", '"gemma" (allowed: gpt2, llama, mistral, phi3, qwen2, qwen3, mixtral, qwen3_moe)'),
+                                 ("sliding_window", 16, "sliding_window 16 is shorter than max_position_embeddings 32"),
+                                 ("partial_rotary_factor", 0.75, "partial_rotary_factor is not 1")]:
             d = os.path.join(tmp, "bad_" + key)
             os.makedirs(d)
             extra = {"model_type": "mistral"} if key == "sliding_window" else {}  # Mistral's window
@@ -519,6 +522,19 @@ def main():
             train(binary, config, YARN + ["model.init_from=" + theirs_yarn, "train.steps=1"], ["--dump-grads", first])
             check_hf_loss(check, theirs_yarn, first, "a Llama with YaRN it wrote, started in Trellis",
                           model_class="LlamaForCausalLM", tol=1e-6)
+            from transformers import Phi3Config, Phi3ForCausalLM
+            torch.manual_seed(0)
+            theirs_phi = os.path.join(tmp, "theirs_phi3")
+            Phi3ForCausalLM(Phi3Config(vocab_size=64, hidden_size=64, intermediate_size=88, num_hidden_layers=2,
+                                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=32,
+                                       original_max_position_embeddings=32, rms_norm_eps=1e-6, rope_theta=500.0,
+                                       tie_word_embeddings=False, pad_token_id=None, bos_token_id=None,
+                                       eos_token_id=None)
+                            ).save_pretrained(theirs_phi, safe_serialization=True)
+            first = os.path.join(tmp, "first_phi3")
+            train(binary, config, LLAMA + ["model.init_from=" + theirs_phi, "train.steps=1"], ["--dump-grads", first])
+            check_hf_loss(check, theirs_phi, first, "a Phi-3 it wrote (qkv_proj and gate_up_proj fused), started in "
+                          "Trellis", model_class="Phi3ForCausalLM", tol=1e-6)
             from transformers import MistralConfig, MistralForCausalLM
             torch.manual_seed(0)
             theirs_ms = os.path.join(tmp, "theirs_mistral")
