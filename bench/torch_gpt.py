@@ -32,6 +32,7 @@ class GPTConfig:
     moe_layer_freq: int = 1
     moe_first_dense: int = 0  # the first blocks keep the dense MLP (moe.first_dense_layers)
     moe_shared_experts: int = 0  # one more MLP this many experts wide every token goes through
+    moe_shared_gate: bool = False  # its output times sigmoid(x . w) per token (moe.shared_gate, Qwen2-MoE's)
     moe_ffn_hidden: int = 0  # an expert's hidden width (moe.ffn_hidden_size); 0 = 4C
     moe_renormalize: bool = True  # top_k > 1: gates divided by the chosen probabilities' sum (moe.renormalize)
     rope_theta: float = 0.0  # > 0: rotary positions of this base (model.position_embedding = rope), no wpe
@@ -184,6 +185,8 @@ class MoE(nn.Module):
         self.router = nn.Linear(cfg.d_model, self.E, bias=False)
         if cfg.moe_shared_experts > 0:  # registered before the experts: Trellis's parameter order
             self.shared = MLP(cfg, cfg.moe_shared_experts)
+        if cfg.moe_shared_gate:
+            self.shared_gate = nn.Linear(cfg.d_model, 1, bias=False)
         self.experts = nn.ModuleList(MLP(cfg, 1) for _ in range(self.E))
 
     def forward(self, x):
@@ -209,7 +212,10 @@ class MoE(nn.Module):
         g = gate.t().reshape(-1) * keep
         out = (ye[slot].float() * g[:, None]).view(K, N, C).sum(0)
         if hasattr(self, "shared"):
-            out = out + self.shared(x2).float()
+            shared = self.shared(x2).float()
+            if hasattr(self, "shared_gate"):
+                shared = torch.sigmoid(F.linear(x2, self.shared_gate.weight).float()) * shared
+            out = out + shared
         aux = E * (onehot.sum(0).float() / (N * K) * probs.mean(0)).sum()
         z = logits.logsumexp(-1).square().mean()
         return out.to(x.dtype).view(B, T, C), aux, z
@@ -331,7 +337,7 @@ def load_trellis_dump(dump_dir, dtype=torch.float64, attn="sdpa"):
                     moe_top_k=moe.get("top_k", 2), moe_capacity_factor=moe.get("capacity_factor", 1.25),
                     moe_aux_loss_coef=moe.get("aux_loss_coef", 0.01), moe_z_loss_coef=moe.get("z_loss_coef", 0.0),
                     moe_layer_freq=moe.get("layer_freq", 1), moe_first_dense=moe.get("first_dense_layers", 0),
-                    moe_shared_experts=moe.get("shared_experts", 0),
+                    moe_shared_experts=moe.get("shared_experts", 0), moe_shared_gate=moe.get("shared_gate", False),
                     moe_ffn_hidden=moe.get("ffn_hidden_size", 0), moe_renormalize=moe.get("renormalize", True), rope_theta=float(c["rope_theta"]) if c.get("position_embedding") == "rope" else 0.0,
                     rope_scaling=((float(c["rope_scaling_factor"]), float(c["rope_low_freq_factor"]),
                                    float(c["rope_high_freq_factor"]), float(c["rope_original_positions"]))

@@ -725,6 +725,30 @@ void moe_statistics(Runtime& rt, const Tensor& stats, const Tensor& probs, const
   TRELLIS_DISPATCH(rt, moe_statistics, rt, stats, probs, lse, counts, top_k, capacity);
 }
 
+void sigmoid_gate_rows(Runtime& rt, const Tensor& out, const Tensor& x, const Tensor& z) {
+  const char* op = "sigmoid_gate_rows";
+  check_device(rt, z, op); check_dtype(z, DType::f32, op); check_float(x, op);
+  TRELLIS_CHECK(x.dim() >= 1 && z.numel() == x.rows(), std::string(op) + ": z " + z.str() + " is not one per row of x " + x.str());
+  check_rows(rt, op, x, x.rows(), x.cols(), x.dtype);
+  check_rows(rt, op, out, x.rows(), x.cols(), x.dtype);
+  TRELLIS_CHECK(out.data == x.data || !overlap(out, x), std::string(op) + ": out overlaps x other than being it");
+  TRELLIS_DISPATCH(rt, sigmoid_gate_rows, rt, out, x, z);
+}
+
+void sigmoid_gate_rows_backward(Runtime& rt, const Tensor& dx, const Tensor& dz, const Tensor& dout, const Tensor& x,
+                                const Tensor& z) {
+  const char* op = "sigmoid_gate_rows_backward";
+  check_float(dout, op);
+  for (const Tensor* t : {&dz, &z}) {
+    check_device(rt, *t, op); check_dtype(*t, DType::f32, op);
+    TRELLIS_CHECK(dout.dim() >= 1 && t->numel() == dout.rows(), std::string(op) + ": " + t->str() + " is not one per row of dout " + dout.str());
+  }
+  for (const Tensor* t : {&dout, &x, &dx}) check_rows(rt, op, *t, dout.rows(), dout.cols(), dout.dtype);
+  TRELLIS_CHECK(!overlap(dx, x) && (dx.data == dout.data || !overlap(dx, dout)),
+                std::string(op) + ": dx overlaps x, or dout other than being it");
+  TRELLIS_DISPATCH(rt, sigmoid_gate_rows_backward, rt, dx, dz, dout, x, z);
+}
+
 void adamw_step(Runtime& rt, const Tensor& master, const Tensor& m, const Tensor& v, const Tensor& grad,
                 const Tensor& params_out, const AdamWHyper& h, float grad_scale, const AdamWRuns* runs) {
   for (const Tensor* t : {&master, &m, &v, &grad, &params_out}) check_device(rt, *t, "adamw_step");

@@ -298,6 +298,15 @@ void moe_router_backward(Runtime& rt, const Tensor& dlogits, const Tensor& dgate
 void moe_statistics(Runtime& rt, const Tensor& stats, const Tensor& probs, const Tensor& lse, const Tensor& counts,
                     int64_t top_k, int64_t capacity);
 
+// A per-token sigmoid gate on rows (Qwen2-MoE's shared expert gate): out (N, F) = sigmoid(z[n]) * x[n],
+// z f32 with N elements (the gate's logits). out may be x.
+void sigmoid_gate_rows(Runtime& rt, const Tensor& out, const Tensor& x, const Tensor& z);
+// dx (N, F) = sigmoid(z[n]) * dout[n] (dx may be dout); dz f32 (N) = sigmoid'(z[n]) * (dout[n] . x[n]),
+// the dot summed in f32, x the rows before the gate. Over a column shard of the rows, dz is that
+// shard's part of the sum (the factor is the row's).
+void sigmoid_gate_rows_backward(Runtime& rt, const Tensor& dx, const Tensor& dz, const Tensor& dout, const Tensor& x,
+                                const Tensor& z);
+
 // ---- optimizer ----
 struct AdamWHyper {
   float lr = 0, beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f, weight_decay = 0;

@@ -116,6 +116,7 @@ std::string model_signature(const GPTConfig& m) {
   // signatures written before either existed still match.
   const std::string shared =
       (m.moe.shared_experts == 0 ? "" : " and " + std::to_string(m.moe.shared_experts) + " shared") +
+      (m.moe.shared_gate ? " gated" : "") +
       (m.moe.expert_width(m.d_model) == 4 * m.d_model ? "" : " of width " + std::to_string(m.moe.expert_width(m.d_model)));
   const std::string experts =
       m.moe.experts == 0 ? ""
@@ -738,7 +739,7 @@ StoredModel open_init_source(const Config& cfg, const GPTConfig& want, const std
     return "experts (moe.experts = " + std::to_string(e.experts) + ", moe.ffn_hidden_size = " +
            std::to_string(e.expert_width(m.d_model)) + ", moe.layer_freq = " + std::to_string(e.layer_freq) +
            ", moe.first_dense_layers = " + std::to_string(e.first_dense) + ", moe.shared_experts = " +
-           std::to_string(e.shared_experts) + ")";
+           std::to_string(e.shared_experts) + (e.shared_gate ? ", moe.shared_gate = true" : "") + ")";
   };
   if (experts(have) != experts(want))
     throw UserError(what + " holds a model with " + experts(have) + "; this run has " + experts(want));

@@ -47,6 +47,8 @@ bool llama_family(const GPTConfig& m) { return m.rope && m.swiglu && m.rmsnorm &
 bool mixtral(const GPTConfig& m) { return llama_family(m) && m.moe.experts > 0; }
 // Mixtral's shape with QK-norm: Qwen3-MoE's (its tensors named as Qwen2-MoE's: mlp.gate, mlp.experts).
 bool qwen3_moe(const GPTConfig& m) { return mixtral(m) && m.qk_norm; }
+// Mixtral's shape with a gated shared MLP: Qwen2-MoE's (Qwen1.5-MoE's), mlp.shared_expert and its gate.
+bool qwen2_moe(const GPTConfig& m) { return mixtral(m) && m.moe.shared_gate; }
 // Names outside the model's prefix: an untied (or tied, safetensors keeping one name) head.
 constexpr const char* kHeadName = "lm_head.weight";
 
@@ -74,7 +76,9 @@ std::string hf_name(const std::string& name) {
 // Llama's tensors of a Trellis parameter, with their rows (nn.Linear's (out, in), as Trellis's): qkv
 // is q_proj, k_proj and v_proj one after the other, fc gate_proj and up_proj (fused, Phi-3's: qkv
 // is qkv_proj, fc gate_up_proj, each as Trellis's whole); Qwen3's QK-norm weights are self_attn.q_norm
-// and k_norm; Mixtral's router is block_sparse_moe.gate, an expert's fc w1 (gate) and w3 (up), its proj w2.
+// and k_norm; Mixtral's router is block_sparse_moe.gate, an expert's fc w1 (gate) and w3 (up), its proj w2
+// (Qwen-MoE's mlp.gate, gate_proj, up_proj, down_proj); Qwen2-MoE's shared MLP mlp.shared_expert, its
+// gate mlp.shared_expert_gate.
 void llama_tensors(const GPTConfig& m, const ParameterSpec& s, int64_t offset, std::vector<HfTensor>& out,
                    bool fused) {
   const int64_t C = m.d_model, A = m.attention_width(), Ckv = m.kv_heads() * m.head_dim(), F = m.mlp_width();
@@ -101,18 +105,25 @@ void llama_tensors(const GPTConfig& m, const ParameterSpec& s, int64_t offset, s
     out.push_back(hf_tensor(layer + "self_attn.k_proj.bias", Ckv, 0, offset + A));
     return out.push_back(hf_tensor(layer + "self_attn.v_proj.bias", Ckv, 0, offset + A + Ckv));
   }
-  const std::string moe = layer + (qwen3_moe(m) ? "mlp." : "block_sparse_moe.");
+  const bool qwen = qwen3_moe(m) || qwen2_moe(m);  // Qwen-MoE's names; Mixtral's w1, w3, w2
+  const std::string moe = layer + (qwen ? "mlp." : "block_sparse_moe.");
   if (rest == "moe.router.w") return out.push_back(hf_tensor(moe + "gate.weight", m.moe.experts, C, offset));
+  if (rest == "moe.shared_gate.w") return out.push_back(hf_tensor(moe + "shared_expert_gate.weight", 1, C, offset));
+  const int64_t Fs = m.moe.shared_width(C);
+  if (rest == "moe.shared.proj.w") return out.push_back(hf_tensor(moe + "shared_expert.down_proj.weight", C, Fs, offset));
+  if (rest == "moe.shared.fc.w") {
+    out.push_back(hf_tensor(moe + "shared_expert.gate_proj.weight", Fs, C, offset));
+    return out.push_back(hf_tensor(moe + "shared_expert.up_proj.weight", Fs, C, offset + Fs * C));
+  }
   if (rest.rfind("moe.experts.", 0) == 0) {  // "moe.experts.J.fc.w"
     const size_t j_end = rest.find('.', 12);
     const std::string expert = moe + "experts." + rest.substr(12, j_end - 12) + ".";
     const std::string what = rest.substr(j_end + 1);
     const int64_t Fe = m.moe.expert_width(C);
-    const bool q = qwen3_moe(m);  // Qwen3-MoE's gate_proj, up_proj, down_proj; Mixtral's w1, w3, w2
-    if (what == "proj.w") return out.push_back(hf_tensor(expert + (q ? "down_proj.weight" : "w2.weight"), C, Fe, offset));
+    if (what == "proj.w") return out.push_back(hf_tensor(expert + (qwen ? "down_proj.weight" : "w2.weight"), C, Fe, offset));
     TRELLIS_CHECK(what == "fc.w", "Mixtral mapping: no tensor for " + s.name);
-    out.push_back(hf_tensor(expert + (q ? "gate_proj.weight" : "w1.weight"), Fe, C, offset));
-    return out.push_back(hf_tensor(expert + (q ? "up_proj.weight" : "w3.weight"), Fe, C, offset + Fe * C));
+    out.push_back(hf_tensor(expert + (qwen ? "gate_proj.weight" : "w1.weight"), Fe, C, offset));
+    return out.push_back(hf_tensor(expert + (qwen ? "up_proj.weight" : "w3.weight"), Fe, C, offset + Fe * C));
   }
   TRELLIS_CHECK(rest == "mlp.fc.w", "Llama mapping: no tensor for " + s.name);
   out.push_back(hf_tensor(layer + "mlp.gate_proj.weight", F, C, offset));
@@ -161,8 +172,12 @@ std::string rope_scaling_json(const GPTConfig& m) {
 std::string config_json(const GPTConfig& m) {
   // Mixtral: Llama's keys, intermediate_size an expert's width, and the experts. Qwen3-MoE: Qwen3's,
   // the experts' width moe_intermediate_size, every block sparse, top k renormalized or not.
+  // Qwen2-MoE: the same, and the shared MLP's width (intermediate_size too, as published).
+  const std::string shared = qwen2_moe(m) ? ",\"shared_expert_intermediate_size\":" +
+                                                std::to_string(m.moe.shared_width(m.d_model)) + ",\"qkv_bias\":true"
+                                          : "";
   const std::string experts =
-      qwen3_moe(m) ? ",\"num_experts\":" + std::to_string(m.moe.experts) + ",\"num_experts_per_tok\":" +
+      qwen3_moe(m) || qwen2_moe(m) ? shared + ",\"num_experts\":" + std::to_string(m.moe.experts) + ",\"num_experts_per_tok\":" +
                          std::to_string(m.moe.top_k) + ",\"moe_intermediate_size\":" +
                          std::to_string(m.moe.expert_width(m.d_model)) + ",\"norm_topk_prob\":" +
                          (m.moe.renormalize ? "true" : "false") +
@@ -175,6 +190,9 @@ std::string config_json(const GPTConfig& m) {
   const std::string head = qwen3_moe(m) ? "{\"architectures\":[\"Qwen3MoeForCausalLM\"],\"model_type\":\"qwen3_moe\","
                                           "\"use_sliding_window\":false,\"max_window_layers\":" + std::to_string(m.n_layers) +
                                           ",\"vocab_size\":"
+                           : qwen2_moe(m) ? "{\"architectures\":[\"Qwen2MoeForCausalLM\"],\"model_type\":\"qwen2_moe\","
+                                            "\"use_sliding_window\":false,\"max_window_layers\":" + std::to_string(m.n_layers) +
+                                            ",\"vocab_size\":"
                            : mixtral(m)  ? "{\"architectures\":[\"MixtralForCausalLM\"],\"model_type\":\"mixtral\",\"vocab_size\":"
                            : m.qkv_bias ? "{\"architectures\":[\"Qwen2ForCausalLM\"],\"model_type\":\"qwen2\",\"use_sliding_window\":false,"
                                           "\"max_window_layers\":" + std::to_string(m.n_layers) + ",\"vocab_size\":"
@@ -184,14 +202,17 @@ std::string config_json(const GPTConfig& m) {
   if (llama_family(m))  // no special tokens: Trellis's vocabularies name none
     return head +
            std::to_string(m.vocab_size) + ",\"hidden_size\":" + std::to_string(m.d_model) + ",\"intermediate_size\":" +
-           std::to_string(mixtral(m) && !qwen3_moe(m) ? m.moe.expert_width(m.d_model) : m.mlp_width()) + experts +
+           std::to_string(qwen2_moe(m)   ? m.moe.shared_width(m.d_model)
+                          : mixtral(m) && !qwen3_moe(m) ? m.moe.expert_width(m.d_model)
+                                                        : m.mlp_width()) +
+           experts +
            ",\"num_hidden_layers\":" + std::to_string(m.n_layers) +
            ",\"num_attention_heads\":" + std::to_string(m.n_heads) + ",\"num_key_value_heads\":" +
            std::to_string(m.kv_heads()) + ",\"head_dim\":" + std::to_string(m.head_dim()) +
            ",\"max_position_embeddings\":" + std::to_string(m.seq_len) + ",\"rms_norm_eps\":" + number_g(m.norm_eps) +
            ",\"rope_theta\":" + number_g(m.rope_theta) + ",\"rope_scaling\":" + rope_scaling_json(m) +
            ",\"hidden_act\":\"silu\"," +
-           (m.qkv_bias || (mixtral(m) && !qwen3_moe(m)) ? "" : "\"attention_bias\":false,\"mlp_bias\":false,") +
+           (m.qkv_bias || (mixtral(m) && !qwen3_moe(m) && !qwen2_moe(m)) ? "" : "\"attention_bias\":false,\"mlp_bias\":false,") +
            "\"attention_dropout\":0.0,\"initializer_range\":0.02," +
            "\"tie_word_embeddings\":" + (m.tied_head ? "true" : "false") +
            ",\"torch_dtype\":\"float32\",\"bos_token_id\":null,\"eos_token_id\":null}\n";
@@ -280,11 +301,12 @@ GPTConfig read_hf_config(const std::string& dir) {
   const std::string type = text("model_type", "gpt2");
   GPTConfig m;
   if (type == "llama" || type == "mistral" || type == "qwen2" || type == "qwen3" || type == "mixtral" ||
-      type == "qwen3_moe" || type == "phi3") {
-    // MixtralConfig's, MistralConfig's, Qwen3MoeConfig's and Phi3Config's defaults where they differ from
-    // LlamaConfig's (Mistral's and Phi-3's blocks are Llama's, Phi-3's projections fused; Qwen3-MoE's
-    // Qwen3's with experts in every block).
-    const bool mx = type == "mixtral", ms = type == "mistral", q3m = type == "qwen3_moe", phi = type == "phi3";
+      type == "qwen2_moe" || type == "qwen3_moe" || type == "phi3") {
+    // MixtralConfig's, MistralConfig's, Qwen2MoeConfig's, Qwen3MoeConfig's and Phi3Config's defaults where
+    // they differ from LlamaConfig's (Mistral's and Phi-3's blocks are Llama's, Phi-3's projections fused;
+    // Qwen3-MoE's Qwen3's with experts in every block, Qwen2-MoE's Qwen2's with them and a gated shared MLP).
+    const bool mx = type == "mixtral", ms = type == "mistral", q3m = type == "qwen3_moe", phi = type == "phi3",
+               q2m = type == "qwen2_moe";
     auto refuse = [&](const std::string& what) {
       throw UserError(path + ": " + what + "; Trellis computes Llama with SiLU, no biases and rotary positions plain, "
                       "with Llama 3's scaling, linear or yarn");
@@ -296,11 +318,11 @@ GPTConfig read_hf_config(const std::string& dir) {
     // Rotary embedding of part of each head (Phi-4-mini's, GPT-NeoX's) is not Trellis's.
     if (real("partial_rotary_factor", 1.0, 0.0, 1.0) != 1.0) refuse("partial_rotary_factor is not 1");
     if (number("pretraining_tp", 1) != 1) refuse("pretraining_tp is not 1");
-    m.vocab_size = number("vocab_size", phi ? 32064 : 32000);
-    m.seq_len = number("max_position_embeddings", mx || ms ? 131072 : q3m ? 32768 : phi ? 4096 : 2048);
-    m.n_layers = number("num_hidden_layers", 32);
-    m.n_heads = number("num_attention_heads", 32);
-    m.d_model = number("hidden_size", phi ? 3072 : 4096);
+    m.vocab_size = number("vocab_size", phi ? 32064 : q2m ? 151936 : 32000);
+    m.seq_len = number("max_position_embeddings", mx || ms ? 131072 : q3m || q2m ? 32768 : phi ? 4096 : 2048);
+    m.n_layers = number("num_hidden_layers", q2m ? 24 : 32);
+    m.n_heads = number("num_attention_heads", q2m ? 16 : 32);
+    m.d_model = number("hidden_size", phi ? 3072 : q2m ? 2048 : 4096);
     m.n_kv_heads = number("num_key_value_heads", mx || ms ? 8 : q3m ? 4 : m.n_heads);
     // Mistral's sliding window (null in Mixtral's and Mistral v0.3's published configs; absent,
     // MistralConfig's default is 4096) is refused where it is shorter than the context: Trellis
@@ -318,29 +340,38 @@ GPTConfig read_hf_config(const std::string& dir) {
       throw UserError(path + ": head_dim is " + std::to_string(hd) + " (allowed: 1 to " + std::to_string(kMaxHeadSize) + ")");
     if (m.n_heads > 0 && hd * m.n_heads != m.d_model) m.head_size = hd;
     // Qwen3-MoE's intermediate_size is that of dense blocks (mlp_only_layers), of which it has none here.
-    const int64_t width = q3m ? number("moe_intermediate_size", 768)
+    const int64_t width = q3m || q2m ? number("moe_intermediate_size", q2m ? 1408 : 768)
                               : number("intermediate_size", mx || ms ? 14336 : phi ? 8192 : 11008);
     if (width < 1 || width > INT32_MAX)
       throw UserError(path + ": intermediate_size is " + std::to_string(width) + " (allowed: 1 to 2147483647)");
     m.rope = m.swiglu = m.rmsnorm = true;
     m.bias = false;
-    m.qkv_bias = type == "qwen2";  // Qwen2: biases on q, k and v
+    m.qkv_bias = type == "qwen2" || (q2m && flag("qkv_bias", true));  // Qwen2: biases on q, k and v
     m.qk_norm = type == "qwen3" || q3m;  // Qwen3: q and k heads RMS-normed
-    if (mx || q3m) {  // every block's MLP is experts of that width; routing as Trellis's (softmax, top k)
-      // Qwen3-MoE's count is num_experts in the published configs, num_local_experts as transformers 5 writes it.
-      const char* count = q3m && c.find("num_experts") ? "num_experts" : "num_local_experts";
-      m.moe.experts = number(count, q3m ? 128 : 8);
-      m.moe.top_k = number("num_experts_per_tok", q3m ? 8 : 2);
+    if (mx || q3m || q2m) {  // every block's MLP is experts of that width; routing as Trellis's (softmax, top k)
+      // Qwen-MoE's count is num_experts in the published configs, num_local_experts as transformers 5 writes it.
+      const char* count = (q3m || q2m) && c.find("num_experts") ? "num_experts" : "num_local_experts";
+      m.moe.experts = number(count, q3m ? 128 : q2m ? 60 : 8);
+      m.moe.top_k = number("num_experts_per_tok", q3m ? 8 : q2m ? 4 : 2);
       if (m.moe.experts < 1 || m.moe.experts > 1024 || m.moe.top_k < 1 || m.moe.top_k > std::min<int64_t>(m.moe.experts, 8))
         throw UserError(path + ": " + count + " " + std::to_string(m.moe.experts) + " with num_experts_per_tok " +
                         std::to_string(m.moe.top_k) + " (allowed: 1 to 1024 experts, 1 to min(8, experts) a token)");
-      if (q3m) {  // Mixtral renormalizes its top k always; Qwen3-MoE where norm_topk_prob says so
+      if (q3m || q2m) {  // Mixtral renormalizes its top k always; Qwen-MoE where norm_topk_prob says so
         m.moe.renormalize = flag("norm_topk_prob", false);
         if (number("decoder_sparse_step", 1) != 1) refuse("decoder_sparse_step is not 1 (experts in every block)");
         const JsonValue* dense = member("mlp_only_layers", JsonValue::Kind::kArray, "a list");
         if (dense && !dense->items.empty()) refuse("mlp_only_layers is not empty (experts in every block)");
       }
       m.moe.ffn_hidden = width;
+      if (q2m) {  // the shared MLP, gated: as moe.shared_experts experts' widths
+        const int64_t shared = number("shared_expert_intermediate_size", 5632);
+        if (shared < width || shared % width != 0 || shared / width > 64)
+          throw UserError(path + ": shared_expert_intermediate_size " + std::to_string(shared) +
+                          " is not 1 to 64 times moe_intermediate_size " + std::to_string(width) +
+                          " (allowed: a multiple, as Trellis's shared MLP is moe.shared_experts experts' widths)");
+        m.moe.shared_experts = shared / width;
+        m.moe.shared_gate = true;
+      }
       const double aux = real("router_aux_loss_coef", 0.001, -1e300, 1e6);
       if (aux < 0) throw UserError(path + ": router_aux_loss_coef is " + number_g(aux) + " (allowed: 0 or more)");
       m.moe.aux_loss_coef = float(aux);
@@ -407,7 +438,8 @@ GPTConfig read_hf_config(const std::string& dir) {
     return m;
   }
   if (type != "gpt2")
-    throw UserError(path + ": model_type is \"" + type + "\" (allowed: gpt2, llama, mistral, phi3, qwen2, qwen3, mixtral, qwen3_moe)");
+    throw UserError(path + ": model_type is \"" + type +
+                    "\" (allowed: gpt2, llama, mistral, phi3, qwen2, qwen3, mixtral, qwen2_moe, qwen3_moe)");
   auto refuse = [&](const std::string& what) {
     throw UserError(path + ": " + what + "; Trellis computes GPT-2 with the tanh GELU (gelu_new)");
   };
@@ -440,7 +472,11 @@ std::string hf_family_mismatch(const GPTConfig& m) {
     if (!m.moe.every_block())
       return what + "in every " + std::to_string(m.moe.layer_freq) + " blocks after " + std::to_string(m.moe.first_dense) +
              " dense" + mixtral_is;
-    if (m.moe.shared_experts > 0) return what + "with a shared MLP (moe.shared_experts)" + mixtral_is;
+    if (m.moe.shared_experts > 0) {  // Qwen2-MoE's: gated, with biases on qkv, without QK-norm
+      if (m.moe.shared_gate && m.qkv_bias && !m.qk_norm) return "";
+      return what + "with a shared MLP (moe.shared_experts)" + mixtral_is +
+             "; a Qwen2-MoE has one gated (moe.shared_gate), biases on qkv and no QK-norm";
+    }
     if (m.qkv_bias) return what + "with biases on qkv" + mixtral_is;
     if (m.qk_norm) return "";  // Qwen3-MoE's: gates renormalized (norm_topk_prob) or not
     if (m.moe.top_k > 1 && !m.moe.renormalize)
@@ -466,7 +502,7 @@ std::string hf_family_mismatch(const GPTConfig& m) {
 }
 
 const char* hf_family_name(const GPTConfig& m) {
-  return qwen3_moe(m) ? "Qwen3-MoE" : mixtral(m) ? "Mixtral" : llama_family(m) ? (m.qkv_bias ? "Qwen2" : m.qk_norm ? "Qwen3" : "Llama") : "GPT-2";
+  return qwen3_moe(m) ? "Qwen3-MoE" : qwen2_moe(m) ? "Qwen2-MoE" : mixtral(m) ? "Mixtral" : llama_family(m) ? (m.qkv_bias ? "Qwen2" : m.qk_norm ? "Qwen3" : "Llama") : "GPT-2";
 }
 
 namespace {

@@ -72,6 +72,7 @@ Resolved resolve(const Config& cfg, const LaunchInfo& launch) {
   r.model.moe.layer_freq = cfg.moe.layer_freq;
   r.model.moe.first_dense = cfg.moe.first_dense_layers;
   r.model.moe.shared_experts = cfg.moe.shared_experts;
+  r.model.moe.shared_gate = cfg.moe.shared_gate;
   r.model.moe.expert_parallel = cfg.parallel.expert;
   r.model.moe.ffn_hidden = cfg.moe.ffn_hidden_size;
   r.model.moe.renormalize = cfg.moe.renormalize;

@@ -255,6 +255,9 @@ void validate_relations(const Config& c) {
     throw UserError(p + ": moe.first_dense_layers = " + std::to_string(c.moe.first_dense_layers) +
                     " leaves no block with experts in model.n_layers = " + std::to_string(c.model.n_layers) +
                     " (allowed: less than model.n_layers)");
+  if (c.moe.experts > 0 && c.moe.shared_gate && (c.moe.shared_experts == 0 || c.model.bias))
+    throw UserError(p + ": moe.shared_gate = true gates the shared MLP of a model without biases (allowed: with "
+                    "moe.shared_experts > 0 and model.bias = false, as Qwen1.5/2-MoE's)");
   if (c.moe.experts > 0 && c.moe.top_k > c.moe.experts)
     throw UserError(p + ": moe.top_k = " + std::to_string(c.moe.top_k) + " exceeds moe.experts = " +
                     std::to_string(c.moe.experts) + " (allowed: 1 to moe.experts)");

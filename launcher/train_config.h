@@ -97,6 +97,7 @@ struct MoESection {
   int64_t layer_freq = 1;          // block l has experts when l % layer_freq == 0 ...
   int64_t first_dense_layers = 0;  // ... and l >= this
   int64_t shared_experts = 0;      // expert-sized MLPs every token also goes through (one MLP this many experts wide)
+  bool shared_gate = false;        // their output times a per-token sigmoid(x . w) (Qwen1.5/2-MoE)
   int64_t ffn_hidden_size = 0;     // an expert's hidden width; 0 = 4 x d_model
   bool renormalize = true;         // top_k > 1: the gates divided by the chosen probabilities' sum
 };

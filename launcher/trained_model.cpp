@@ -34,18 +34,19 @@ int64_t stored_numel(const GPTConfig& m) { return m.parameter_count() + m.paddin
 // the same kind). ffn_hidden: an expert's hidden width (0 or absent: 4 x d_model).
 void set_experts(GPTConfig& g, int64_t experts, int64_t top_k, double capacity_factor, double aux_loss_coef,
                  int64_t layer_freq, int64_t first_dense, int64_t shared_experts, int64_t ffn_hidden, bool renormalize,
-                 const std::string& where) {
+                 bool shared_gate, const std::string& where) {
   MoEConfig& m = g.moe;
   m = MoEConfig();
   if (experts == 0) return;
   if (experts < 0 || experts > 1024 || top_k < 1 || top_k > std::min<int64_t>(experts, 8) || layer_freq < 1 ||
       layer_freq > INT32_MAX || !(capacity_factor > 0 && capacity_factor <= 64) || !(aux_loss_coef >= 0) ||
       shared_experts < 0 || shared_experts > 64 || ffn_hidden < 0 || ffn_hidden > INT32_MAX || first_dense < 0 ||
-      first_dense >= g.n_layers)
+      first_dense >= g.n_layers || (shared_gate && (shared_experts == 0 || g.bias)))
     throw UserError(where + ": its experts (" + std::to_string(experts) + " experts, top " + std::to_string(top_k) +
                     ", every " + std::to_string(layer_freq) + " blocks after " + std::to_string(first_dense) + " dense, " +
                     std::to_string(shared_experts) +
-                    " shared, width " + std::to_string(ffn_hidden) + ") are not a valid [moe] section");
+                    " shared" + (shared_gate ? " gated" : "") + ", width " + std::to_string(ffn_hidden) +
+                    ") are not a valid [moe] section");
   m.experts = experts;
   m.top_k = top_k;
   m.capacity_factor = capacity_factor;
@@ -55,6 +56,7 @@ void set_experts(GPTConfig& g, int64_t experts, int64_t top_k, double capacity_f
   m.shared_experts = shared_experts;
   m.ffn_hidden = ffn_hidden;
   m.renormalize = renormalize;
+  m.shared_gate = shared_gate;
   g.set_expert_mlp();
   // As set_mlp's: the experts' weights alone must count in 64 bits.
   if (double(m.layers(g.n_layers)) * double(experts + shared_experts) * 3.0 * double(m.expert_width(g.d_model)) *
@@ -233,7 +235,7 @@ StoredModel open_checkpoint(const std::string& path, const std::string& verb) {
   const MoESection& e = s.config->moe;
   set_experts(s.shape, e.experts, e.top_k, e.capacity_factor, e.aux_loss_coef, e.layer_freq, e.first_dense_layers,
               e.shared_experts,
-              e.ffn_hidden_size, e.renormalize, s.dir + " (config)");
+              e.ffn_hidden_size, e.renormalize, e.shared_gate, s.dir + " (config)");
   // The params blob must hold the model its config describes (an edited config could ask for far
   // more memory than there is).
   const BlobInfo& info = reader->blob_info("params");
@@ -317,7 +319,8 @@ StoredModel open_export(const std::string& dir) {
                   moe->find("first_dense_layers") ? moe->at("first_dense_layers").as_int() : 0,
                   moe->find("shared_experts") ? moe->at("shared_experts").as_int() : 0,
                   moe->find("ffn_hidden_size") ? moe->at("ffn_hidden_size").as_int() : 0,
-                  moe->find("renormalize") ? moe->at("renormalize").as_bool() : true, json);
+                  moe->find("renormalize") ? moe->at("renormalize").as_bool() : true,
+                  moe->find("shared_gate") && moe->at("shared_gate").as_bool(), json);
     const JsonValue& params = root.at("params");
     // The list's length first (a dense block has 12 tensors, 8 without linear biases (9 with qkv's), 2 more
     // with QK-norm;
@@ -332,7 +335,8 @@ StoredModel open_export(const std::string& dir) {
         (s.shape.rope ? 2 : 3) + norm_biases + (s.shape.tied_head ? 0 : 1) +
         (4 + linear_biases + qk_norms + mlp_tensors + 2 * norm_biases) * (s.shape.n_layers - blocks_with_experts) +
         (5 + linear_biases + qk_norms + 2 * norm_biases +
-         mlp_tensors * (s.shape.moe.experts + (s.shape.moe.shared_experts > 0 ? 1 : 0))) *
+         mlp_tensors * (s.shape.moe.experts + (s.shape.moe.shared_experts > 0 ? 1 : 0)) +
+         (s.shape.moe.shared_gate ? 1 : 0)) *
             blocks_with_experts;
     if (int64_t(params.items.size()) != tensors)
       throw UserError(json + ": its parameter list has " + std::to_string(params.items.size()) +
@@ -404,7 +408,7 @@ StoredModel open_hf(const std::string& dir) {
   s.shape.tied_head = c.tied_head;
   set_experts(s.shape, c.moe.experts, c.moe.top_k, c.moe.capacity_factor, c.moe.aux_loss_coef, c.moe.layer_freq,
               c.moe.first_dense,
-              c.moe.shared_experts, c.moe.ffn_hidden, c.moe.renormalize, where);  // Mixtral's
+              c.moe.shared_experts, c.moe.ffn_hidden, c.moe.renormalize, c.moe.shared_gate, where);  // Mixtral's, Qwen-MoE's
   // Its weights take at least 2 bytes a parameter: a config.json that claims more than
   // model.safetensors holds is found before anything is sized by it.
   const std::vector<std::string> files = hf_weight_files(dir);

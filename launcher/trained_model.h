@@ -1,7 +1,7 @@
 // A trained model's parameters as stored on disk, for what reads them (generate, export_hf,
 // model.init_from): a checkpoint (a step_X directory, or a checkpoint.dir: its newest valid one), a
 // weight export (model.json + params.f32, from --export-weights or --dump-grads) or a Hugging Face
-// GPT-2, Llama, Mistral, Phi-3, Qwen2, Qwen3, Mixtral or Qwen3-MoE directory (launcher/hf_model.h). Everything is checked before anything large is allocated:
+// GPT-2, Llama, Mistral, Phi-3, Qwen2, Qwen3, Mixtral, Qwen2-MoE or Qwen3-MoE directory (launcher/hf_model.h). Everything is checked before anything large is allocated:
 // a stored size that does not fit the model's shape is one error line.
 #pragma once
 #include <functional>

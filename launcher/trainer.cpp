@@ -362,7 +362,7 @@ void warn_on_unused_settings(const Config& cfg, const std::string& precision, in
   const MoESection& m = cfg.moe;
   if (m.experts == 0 && (m.top_k != dm.top_k || m.capacity_factor != dm.capacity_factor ||
                          m.aux_loss_coef != dm.aux_loss_coef || m.z_loss_coef != dm.z_loss_coef || m.layer_freq != dm.layer_freq ||
-                         m.shared_experts != dm.shared_experts || m.ffn_hidden_size != dm.ffn_hidden_size ||
+                         m.shared_experts != dm.shared_experts || m.shared_gate != dm.shared_gate || m.ffn_hidden_size != dm.ffn_hidden_size ||
                          m.renormalize != dm.renormalize || m.first_dense_layers != dm.first_dense_layers))
     warn("the [moe] keys apply with moe.experts > 0 only; this run's MLPs are dense (moe.experts = 0)");
   const unsigned cores = std::thread::hardware_concurrency();

@@ -122,7 +122,7 @@ struct GPTConfig {
     const int64_t qk_norms = qk_norm ? 2 * head_dim() : 0;
     const int64_t per_layer = norm + qkv_width() * C + attention_width() * C + linear_biases + qk_norms + norm + mlp;
     const int64_t moe_layers = moe.layers(n_layers);
-    const int64_t H = moe.shared_width(C), shared = H > 0 ? mlp_parameters(H) : 0;  // every token's
+    const int64_t H = moe.shared_width(C), shared = (H > 0 ? mlp_parameters(H) : 0) + (moe.shared_gate ? C : 0);  // every token's
     const int64_t moe_extra = moe_layers * (moe.experts * C + experts_per_moe_block * expert - mlp + shared);
     return (tied_head ? 1 : 2) * vocab_size * C + (rope ? 0 : seq_len * C) + n_layers * per_layer + moe_extra + norm;
   }

@@ -16,6 +16,7 @@ struct MoEConfig {
   int64_t layer_freq = 1;          // block l has experts when l % layer_freq == 0 ...
   int64_t first_dense = 0;         // ... and l >= first_dense (moe.first_dense_layers, DeepSeekMoE's first_k_dense_replace)
   int64_t shared_experts = 0;      // expert-sized MLPs every token also goes through, as one MLP this many experts wide
+  bool shared_gate = false;        // the shared MLP's output times sigmoid(x . w) per token (Qwen1.5/2-MoE's shared_expert_gate)
   int64_t expert_parallel = 1;     // experts split over this many data-parallel ranks
   int64_t ffn_hidden = 0;          // an expert's hidden width F (moe.ffn_hidden_size); 0 = 4 x d_model
   bool renormalize = true;         // top_k > 1: gates divided by the chosen probabilities' sum (moe.renormalize)

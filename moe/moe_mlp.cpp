@@ -43,6 +43,7 @@ void MoEMLP::append_specs(const MoEConfig& moe, int64_t C, int64_t n_layers, int
   out.push_back({"h." + std::to_string(layer) + ".moe.router.w", {moe.experts, C}, Init::normal, 0.02f, true});
   // The shared MLP is dense: before the experts, in the block's bucket with the router.
   if (moe.shared_experts > 0) mlp("h." + std::to_string(layer) + ".moe.shared.", moe.shared_width(C));
+  if (moe.shared_gate) out.push_back({"h." + std::to_string(layer) + ".moe.shared_gate.w", {1, C}, Init::normal, 0.02f, true});
   const int64_t first = int64_t(expert_rank) * moe.local_experts();
   for (int64_t j = first; j < first + moe.local_experts(); ++j) mlp(expert_prefix(layer, j), moe.expert_width(C));
 }
@@ -55,6 +56,7 @@ MoEParams MoEMLP::params_of(const ParameterStore& ps, const MoEConfig& moe, int 
   MoEParams p;
   p.router_w = &ps.get("h." + std::to_string(layer) + ".moe.router.w");
   if (moe.shared_experts > 0) p.shared = mlp("h." + std::to_string(layer) + ".moe.shared.");
+  if (moe.shared_gate) p.shared_gate_w = &ps.get("h." + std::to_string(layer) + ".moe.shared_gate.w");
   const int64_t first = int64_t(expert_rank) * moe.local_experts();
   for (int64_t j = first; j < first + moe.local_experts(); ++j) p.experts.push_back(mlp(expert_prefix(layer, j)));
   return p;
@@ -74,6 +76,8 @@ MoEMLP::MoEMLP(const MoEConfig& moe, DType dtype, const MoEParams& p, Communicat
                   "MoEMLP: " + e.fc_w->spec.name + (moe_.bias ? " has no biases" : " has biases the model has not"));
   };
   if (has_shared()) check(p_.shared);
+  TRELLIS_CHECK(!p_.shared_gate_w || (has_shared() && !moe_.bias),
+                "MoEMLP: a shared gate needs a shared MLP without biases (moe.shared_experts > 0, model.bias = false)");
   for (const ExpertParams& e : p_.experts) check(e);
   const int G = group_ ? group_->size() : 1;
   TRELLIS_CHECK(G == moe_.expert_parallel && int64_t(p_.experts.size()) == moe_.local_experts(),
@@ -89,6 +93,7 @@ void MoEMLP::tensor_sum(const Tensor& t) const {
 std::vector<const Parameter*> MoEMLP::parameters() const {
   std::vector<const Parameter*> out{p_.router_w};
   if (has_shared()) out.insert(out.end(), {p_.shared.fc_w, p_.shared.fc_b, p_.shared.proj_w, p_.shared.proj_b});
+  out.push_back(p_.shared_gate_w);
   for (const ExpertParams& e : p_.experts) out.insert(out.end(), {e.fc_w, e.fc_b, e.proj_w, e.proj_b});
   std::erase(out, nullptr);  // the biases a model without them leaves out
   return out;
@@ -250,29 +255,63 @@ void MoEMLP::shared_hidden(Runtime& rt, const Tensor& x, MoESaved& s, Arena& kee
     fc.gelu_input = &s.hs;
     matmul(rt, s.gs, x, p_.shared.fc_w->value, fc);
   }
+  if (p_.shared_gate_w) {
+    s.gz = keep.take(DType::f32, {x.rows(), 1});
+    MatmulOptions gate;
+    gate.trans_b = true;
+    matmul(rt, s.gz, x, p_.shared_gate_w->value, gate);
+  }
 }
 
-void MoEMLP::shared_output(Runtime& rt, const Tensor& out, const MoESaved& s) const {
+void MoEMLP::shared_output(Runtime& rt, const Tensor& out, const MoESaved& s, Arena& temp) const {
   MatmulOptions proj;
   proj.trans_b = true;
   proj.residual = &out;
   if (p_.shared.proj_b && first_tensor_rank()) proj.bias = &p_.shared.proj_b->value;  // once in the tensor group's sum
-  matmul(rt, out, s.gs, p_.shared.proj_w->value, proj);
+  Tensor hidden = s.gs;
+  if (p_.shared_gate_w) {  // sigmoid(z) (gs W^T) = (sigmoid(z) gs) W^T, row by row
+    hidden = temp.take(dtype_, s.gs.shape);
+    sigmoid_gate_rows(rt, hidden, s.gs, s.gz);
+  }
+  matmul(rt, out, hidden, p_.shared.proj_w->value, proj);
 }
 
-void MoEMLP::shared_backward(Runtime& rt, const Tensor& dx, const Tensor& dout, const Tensor& x, const MoESaved& s) const {
-  weight_and_bias_grad(rt, *p_.shared.proj_w, p_.shared.proj_b, dout, s.gs);
-  // gs is read: its rows take GELU's dh = (dout W_proj) * gelu'(hs), or SwiGLU's dg = dout W_proj,
-  // whose dh = [dgate | dup] goes over hs.
-  const Tensor dh = moe_.swiglu ? s.hs : s.gs;
-  MatmulOptions dg;
-  if (!moe_.swiglu) dg.gelu_grad_of = &s.hs;
-  matmul(rt, s.gs, dout, p_.shared.proj_w->value, dg);
-  if (moe_.swiglu) swiglu_backward(rt, dh, s.gs, s.hs);
+Tensor MoEMLP::shared_backward(Runtime& rt, const Tensor& dx, const Tensor& dout, const Tensor& x, const MoESaved& s,
+                               Arena& work) const {
+  const Tensor dh = moe_.swiglu ? s.hs : s.gs;  // where the fc output's gradient goes
+  Tensor dgz;
+  if (!p_.shared_gate_w) {
+    weight_and_bias_grad(rt, *p_.shared.proj_w, p_.shared.proj_b, dout, s.gs);
+    // gs is read: its rows take GELU's dh = (dout W_proj) * gelu'(hs), or SwiGLU's dg = dout W_proj,
+    // whose dh = [dgate | dup] goes over hs.
+    MatmulOptions dg;
+    if (!moe_.swiglu) dg.gelu_grad_of = &s.hs;
+    matmul(rt, s.gs, dout, p_.shared.proj_w->value, dg);
+    if (moe_.swiglu) swiglu_backward(rt, dh, s.gs, s.hs);
+  } else {
+    // proj's input was sigmoid(z) gs: its gradient dout W_proj goes through the gate (dz, a part per
+    // tensor rank's columns), then the activation.
+    const Tensor gated = work.take(dtype_, s.gs.shape);
+    sigmoid_gate_rows(rt, gated, s.gs, s.gz);
+    weight_and_bias_grad(rt, *p_.shared.proj_w, p_.shared.proj_b, dout, gated);
+    matmul(rt, gated, dout, p_.shared.proj_w->value, MatmulOptions());
+    Tensor dz = work.take(DType::f32, s.gz.shape);
+    sigmoid_gate_rows_backward(rt, gated, dz, gated, s.gs, s.gz);
+    tensor_sum(dz);
+    if (moe_.swiglu) swiglu_backward(rt, dh, gated, s.hs);
+    else gelu_backward(rt, dh, gated, s.hs);
+    dgz = dz;
+    if (dtype_ != DType::f32) {
+      dgz = work.take(dtype_, dz.shape);
+      cast(rt, dgz, dz);
+    }
+    weight_grad(rt, *p_.shared_gate_w, dgz, x);
+  }
   weight_and_bias_grad(rt, *p_.shared.fc_w, p_.shared.fc_b, dh, x);
   MatmulOptions acc;
   acc.accumulate = true;
   matmul(rt, dx, dh, p_.shared.fc_w->value, acc);
+  return dgz;
 }
 
 void MoEMLP::forward(Runtime& rt, const Tensor& out, const Tensor& x_in, const Tensor* residual, MoESaved& s,
@@ -310,14 +349,14 @@ void MoEMLP::forward(Runtime& rt, const Tensor& out, const Tensor& x_in, const T
     TRELLIS_CHECK(!residual, "MoEMLP: the residual add of sequence parallelism is the block's");
     const Tensor full = temp.take(dtype_, {N, C});
     moe_combine(rt, full, s.ye, s.slot, s.gate, Tensor());
-    if (has_shared()) shared_output(rt, full, s);
+    if (has_shared()) shared_output(rt, full, s, temp);
     reduce_scatter_to_token_shards_forward(*tensor_, out.view({out.rows(), C}), full).wait();
     return;
   }
   // Under tensor parallelism the outputs are partial sums: rank 0 adds the residual, the group sums.
   const Tensor res = residual && first_tensor_rank() ? residual->view({N, C}) : Tensor();
   moe_combine(rt, out.view({N, C}), s.ye, s.slot, s.gate, res);
-  if (has_shared()) shared_output(rt, out.view({N, C}), s);
+  if (has_shared()) shared_output(rt, out.view({N, C}), s, temp);
   tensor_sum(out);
 }
 
@@ -337,9 +376,9 @@ void MoEMLP::backward(Runtime& rt, const Tensor& dx_in, const Tensor& dout_in, c
   Tensor dxe = work.take(dtype_, {S, C});
   experts_backward(rt, dxe, dye_experts, s);
   moe_dispatch_backward(rt, dx, exchange(dxe, work), s.slot, false);
-  if (has_shared()) shared_backward(rt, dx, dout, x, s);
-  // Each rank's fc shard gives a part; the router's part below is the same on every rank (added once
-  // to the parts that sequence parallelism reduce-scatters).
+  const Tensor dgz = has_shared() ? shared_backward(rt, dx, dout, x, s, work) : Tensor();
+  // Each rank's fc shard gives a part; the router's (and the shared gate's) part below is the same on
+  // every rank (added once to the parts that sequence parallelism reduce-scatters).
   if (!sequence_parallel_) tensor_sum(dx);
   // The router: dlogits (f32) through the gates, the softmax, the balancing loss and the z-loss; then its GEMMs.
   Tensor dlogits = work.take(DType::f32, {N, E});
@@ -353,7 +392,10 @@ void MoEMLP::backward(Runtime& rt, const Tensor& dx_in, const Tensor& dout_in, c
   weight_grad(rt, *p_.router_w, dl, x);
   MatmulOptions acc;
   acc.accumulate = true;
-  if (!sequence_parallel_ || first_tensor_rank()) matmul(rt, dx, dl, p_.router_w->value, acc);
+  if (!sequence_parallel_ || first_tensor_rank()) {
+    matmul(rt, dx, dl, p_.router_w->value, acc);
+    if (dgz.defined()) matmul(rt, dx, dgz, p_.shared_gate_w->value, acc);
+  }
   if (sequence_parallel_) reduce_scatter_to_token_shards_forward(*tensor_, dx_in.view({dx_in.rows(), C}), dx).wait();
 }
 
@@ -372,11 +414,11 @@ size_t MoEMLP::kept_bytes(const MoEConfig& moe, int64_t C, DType dtype, int64_t 
          2 * aligned(size_t(S * C) * e) + aligned(size_t(S * moe.expert_fc_width(C) / t) * e) +
          aligned(size_t(S * moe.expert_width(C) / t) * e) +  // xe, ye, he, ge
          aligned(size_t(N * (moe.swiglu ? 2 : 1) * moe.shared_width(C) / t) * e) +
-         aligned(size_t(N * moe.shared_width(C) / t) * e);  // the shared MLP's hs, gs
+         aligned(size_t(N * moe.shared_width(C) / t) * e) +  // the shared MLP's hs, gs
+         (moe.shared_gate ? aligned(size_t(N) * 4) : 0);     // and its gate's logits
 }
 
-size_t MoEMLP::work_bytes(const MoEConfig& moe, int64_t C, DType dtype, int64_t N, int /*t: (S, C) temporaries only*/,
-                          bool sequence_parallel) {
+size_t MoEMLP::work_bytes(const MoEConfig& moe, int64_t C, DType dtype, int64_t N, int t, bool sequence_parallel) {
   const int64_t E = moe.experts, K = moe.top_k, S = E * moe.capacity(N);
   const size_t e = dtype_size(dtype), slots = aligned(size_t(S * C) * e);
   // forward: logits, the routed rows and outputs before their exchange; backward: dye, dgate, dxe,
@@ -386,7 +428,9 @@ size_t MoEMLP::work_bytes(const MoEConfig& moe, int64_t C, DType dtype, int64_t 
   // Sequence parallelism: the gathered input and the full output (forward), the gathered input and
   // output gradient and the full input gradient (backward).
   const size_t full = sequence_parallel ? aligned(size_t(N * C) * e) : 0;
-  return forward + backward + 5 * full;
+  // The shared gate: the gated hidden rows (forward and backward), dz and its 16-bit copy.
+  const size_t gate = moe.shared_gate ? aligned(size_t(N * moe.shared_width(C) / t) * e) + 2 * aligned(size_t(N) * 4) : 0;
+  return forward + backward + 5 * full + gate;
 }
 
 }  // namespace trellis

@@ -23,12 +23,16 @@
 // Shared experts (moe.shared_experts = s > 0, DeepSeekMoE's, Megatron's shared expert): one more MLP
 // of the same kind, hidden width s x F, that every token goes through, its output added to the gated sum. It is
 // not an expert: every rank of an expert group holds it (as the router), its gradient is summed
-// over the data group, and tensor parallelism splits it as a dense MLP.
+// over the data group, and tensor parallelism splits it as a dense MLP. With moe.shared_gate its
+// output is multiplied by a per-token sigmoid(x . w) (Qwen1.5/2-MoE's shared_expert_gate): the
+// factor scales the MLP's hidden rows before proj (the same product, and a rank's column shard is
+// scaled alone); w is replicated, as the router.
 //
 // Parameters: h.L.moe.router.w (E, C), and per expert j (global index) h.L.moe.experts.j.fc.w
 // (F, C; SwiGLU [gate | up] 2F, C), .fc.b, .proj.w (C, F), .proj.b (the biases where the model has
 // them): initialized by name and index like every parameter, so which rank holds an expert (or which
-// shard of it) does not change it; the shared MLP's h.L.moe.shared.* likewise at width s F.
+// shard of it) does not change it; the shared MLP's h.L.moe.shared.* likewise at width s F, and its
+// gate's h.L.moe.shared_gate.w (1, C).
 #pragma once
 #include <string>
 #include <vector>
@@ -49,6 +53,7 @@ struct MoEParams {
   const Parameter* router_w = nullptr;
   std::vector<ExpertParams> experts;  // this rank's, in expert order
   ExpertParams shared = {};           // moe.shared_experts > 0: the MLP every token goes through
+  const Parameter* shared_gate_w = nullptr;  // moe.shared_gate: its gate (1, C)
 };
 
 // What backward needs, for one micro-batch. N tokens, K choices, S = E * capacity slots; with
@@ -59,6 +64,7 @@ struct MoESaved {
   // Expert inputs (S, C), fc outputs (S, F; SwiGLU 2F) and their activation (S, F), outputs (S, C).
   Tensor xe, he, ge, ye;
   Tensor hs, gs;  // the shared MLP's fc outputs and their activation (N, its width; SwiGLU hs twice it)
+  Tensor gz;      // moe.shared_gate: its logits, f32 (N, 1)
 };
 
 class MoEMLP {
@@ -106,12 +112,15 @@ class MoEMLP {
   // The expert MLPs on xe's slots: he, ge, ye (forward) or, given dye, dxe and the gradients.
   void experts_forward(Runtime& rt, const MoESaved& s) const;
   void experts_backward(Runtime& rt, const Tensor& dxe, const Tensor& dye, const MoESaved& s) const;
-  // The shared MLP: its fc and activation for x into s.hs, s.gs (from `keep`); then out += its output (this
-  // rank's part under tensor parallelism, the bias on the first rank). Backward adds its part of dx
-  // (N, C) for dout (N, C), and its gradients; s.gs (and with SwiGLU s.hs) is overwritten.
+  // The shared MLP: its fc and activation for x into s.hs, s.gs (and its gate's logits s.gz), from
+  // `keep`; then out += its output (this rank's part under tensor parallelism, the bias on the first
+  // rank). Backward adds its part of dx (N, C) for dout (N, C), and its gradients; s.gs (and with
+  // SwiGLU s.hs) is overwritten. It returns the gate's dlogits (N, 1) in the model's dtype, summed
+  // over the tensor group, whose dx part the caller adds as the router's; undefined without a gate.
   void shared_hidden(Runtime& rt, const Tensor& x, MoESaved& s, Arena& keep) const;
-  void shared_output(Runtime& rt, const Tensor& out, const MoESaved& s) const;
-  void shared_backward(Runtime& rt, const Tensor& dx, const Tensor& dout, const Tensor& x, const MoESaved& s) const;
+  void shared_output(Runtime& rt, const Tensor& out, const MoESaved& s, Arena& temp) const;
+  Tensor shared_backward(Runtime& rt, const Tensor& dx, const Tensor& dout, const Tensor& x, const MoESaved& s,
+                         Arena& work) const;
   bool has_shared() const { return p_.shared.fc_w != nullptr; }
   // Slots in routing order (E experts' capacity each) <-> slots in expert order on the ranks holding
   // them; with one rank a copy is not needed (returns `in`).

@@ -187,4 +187,46 @@ void moe_statistics(Runtime&, const Tensor& stats, const Tensor& probs, const Te
   st[2] += float(z / double(N));
 }
 
+namespace {
+float sigmoid(float z) { return 1.0f / (1.0f + std::exp(-z)); }
+}  // namespace
+
+void sigmoid_gate_rows(Runtime&, const Tensor& out, const Tensor& x, const Tensor& z) {
+  const int64_t N = x.rows(), F = x.cols();
+  const float* pz = z.ptr<float>();
+  dispatch_float(x.dtype, "sigmoid_gate_rows", [&](auto tag) {
+    using T = decltype(tag);
+    const T* px = x.ptr<T>();
+    T* po = out.ptr<T>();
+#pragma omp parallel for schedule(static) if (N * F > kParallelMin)
+    for (int64_t n = 0; n < N; ++n) {
+      const float g = sigmoid(pz[n]);
+      for (int64_t f = 0; f < F; ++f) store(po, n * F + f, g * load(px, n * F + f));
+    }
+  });
+}
+
+void sigmoid_gate_rows_backward(Runtime&, const Tensor& dx, const Tensor& dz, const Tensor& dout, const Tensor& x,
+                                const Tensor& z) {
+  const int64_t N = x.rows(), F = x.cols();
+  const float* pz = z.ptr<float>();
+  float* pdz = dz.ptr<float>();
+  dispatch_float(x.dtype, "sigmoid_gate_rows_backward", [&](auto tag) {
+    using T = decltype(tag);
+    const T *pd = dout.ptr<T>(), *px = x.ptr<T>();
+    T* pdx = dx.ptr<T>();
+#pragma omp parallel for schedule(static) if (N * F > kParallelMin)
+    for (int64_t n = 0; n < N; ++n) {
+      const float g = sigmoid(pz[n]);
+      float dot = 0;
+      for (int64_t f = 0; f < F; ++f) {  // each dout is read before dx (which may be dout) is written
+        const float d = load(pd, n * F + f);
+        dot += d * load(px, n * F + f);
+        store(pdx, n * F + f, g * d);
+      }
+      pdz[n] = g * (1.0f - g) * dot;
+    }
+  });
+}
+
 }  // namespace trellis::cpu

@@ -250,6 +250,9 @@ void launch_moe_combine_backward(cudaStream_t s, void* dye, float* dgate, const 
 // stats (3) += (balancing loss, dropped choices, z-loss); partial: 2 E floats of scratch.
 void launch_moe_statistics(cudaStream_t s, float* stats, float* partial, const float* probs, const float* lse,
                            const float* counts, int64_t N, int E, int K, int64_t cap);
+void launch_sigmoid_gate_rows(cudaStream_t s, void* out, const void* x, DType t, const float* z, int64_t N, int64_t C);
+void launch_sigmoid_gate_rows_backward(cudaStream_t s, void* dx, float* dz, const void* dout, const void* x, DType t,
+                                       const float* z, int64_t N, int64_t C);
 // aux, z: the balancing loss's and the z-loss's factors (core/cuda/moe_ops.cpp).
 void launch_moe_router_backward(cudaStream_t s, float* dlogits, const float* dgate, const float* probs,
                                 const float* lse, const int32_t* expert, const float* gate, const float* counts,

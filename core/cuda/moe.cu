@@ -1,6 +1,6 @@
 // CUDA mixture-of-experts routing (core/ops.h): softmax and top-k per token (a warp each), slot
 // positions per expert in priority order (a block scan per expert), dispatch and combine of token
-// rows, and their backwards. Same arithmetic as core/cpu/moe.cpp; sums over rows may differ in
+// rows, and their backwards; the shared MLP's sigmoid gate on rows. Same arithmetic as core/cpu/moe.cpp; sums over rows may differ in
 // order (dgate's dot products, the softmax's sum), the integer routing is bitwise the CPU's.
 #include <cub/block/block_scan.cuh>
 
@@ -231,6 +231,43 @@ __global__ void statistics_sum_kernel(float* stats, const float* partial, const 
   }
 }
 
+// out[n] = sigmoid(z[n]) * x[n] (out may be x).
+template <typename T, int V>
+__global__ void sigmoid_gate_rows_kernel(T* out, const T* x, const float* z, int64_t N, int64_t C) {
+  using W = Vec<T, V>;
+  const int64_t Cv = C / V;
+  TRELLIS_GRID_STRIDE(i, N * Cv) {
+    const float g = 1.0f / (1.0f + expf(-z[i / Cv]));
+    W w = reinterpret_cast<const W*>(x)[i];
+    for (int j = 0; j < V; ++j) w.e[j] = from_f32<T>(g * to_f32(w.e[j]));
+    reinterpret_cast<W*>(out)[i] = w;
+  }
+}
+
+// A warp per row: dx[n] = sigmoid(z[n]) * dout[n] (dx may be dout: each vector is read before it is
+// written), dz[n] = sigmoid'(z[n]) * dout[n] . x[n].
+template <typename T, int V>
+__global__ void sigmoid_gate_rows_backward_kernel(T* dx, float* dz, const T* dout, const T* x, const float* z, int64_t N,
+                                                  int64_t C) {
+  using W = Vec<T, V>;
+  const int64_t n = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32, Cv = C / V;
+  const int lane = threadIdx.x & 31;
+  if (n >= N) return;
+  const float g = 1.0f / (1.0f + expf(-z[n]));
+  float dot = 0.0f;
+  for (int64_t c = lane; c < Cv; c += 32) {
+    const W d = reinterpret_cast<const W*>(dout)[n * Cv + c], v = reinterpret_cast<const W*>(x)[n * Cv + c];
+    W o;
+    for (int j = 0; j < V; ++j) {
+      dot += to_f32(d.e[j]) * to_f32(v.e[j]);
+      o.e[j] = from_f32<T>(g * to_f32(d.e[j]));
+    }
+    reinterpret_cast<W*>(dx)[n * Cv + c] = o;
+  }
+  dot = warp_sum(dot);
+  if (lane == 0) dz[n] = g * (1.0f - g) * dot;
+}
+
 unsigned warps_grid(int64_t warps) { return unsigned((warps * 32 + kThreads - 1) / kThreads); }
 
 }  // namespace
@@ -310,6 +347,27 @@ void launch_moe_combine_backward(cudaStream_t s, void* dye, float* dgate, const 
           dgate, static_cast<const E*>(dout), static_cast<const E*>(ye), slot, N, C, K);
       CUDA_CHECK_LAUNCH();
     }
+  }));
+}
+
+void launch_sigmoid_gate_rows(cudaStream_t s, void* out, const void* x, DType t, const float* z, int64_t N, int64_t C) {
+  if (N * C == 0) return;
+  TRELLIS_FLOAT_SWITCH(t, E, with_width<E>(C, {out, x}, [&](auto v) {
+    constexpr int V = decltype(v)::value;
+    sigmoid_gate_rows_kernel<E, V><<<grid_for(N * C / V), kThreads, 0, s>>>(static_cast<E*>(out), static_cast<const E*>(x),
+                                                                           z, N, C);
+    CUDA_CHECK_LAUNCH();
+  }));
+}
+
+void launch_sigmoid_gate_rows_backward(cudaStream_t s, void* dx, float* dz, const void* dout, const void* x, DType t,
+                                       const float* z, int64_t N, int64_t C) {
+  if (N == 0) return;
+  TRELLIS_FLOAT_SWITCH(t, E, with_width<E>(C, {dx, dout, x}, [&](auto v) {
+    constexpr int V = decltype(v)::value;
+    sigmoid_gate_rows_backward_kernel<E, V><<<warps_grid(N), kThreads, 0, s>>>(
+        static_cast<E*>(dx), dz, static_cast<const E*>(dout), static_cast<const E*>(x), z, N, C);
+    CUDA_CHECK_LAUNCH();
   }));
 }
 

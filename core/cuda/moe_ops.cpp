@@ -58,4 +58,14 @@ void moe_statistics(Runtime& rt, const Tensor& stats, const Tensor& probs, const
                         counts.ptr<float>(), probs.size(0), int(E), int(top_k), capacity);
 }
 
+void sigmoid_gate_rows(Runtime& rt, const Tensor& out, const Tensor& x, const Tensor& z) {
+  launch_sigmoid_gate_rows(compute_stream(rt), out.data, x.data, x.dtype, z.ptr<float>(), x.rows(), x.cols());
+}
+
+void sigmoid_gate_rows_backward(Runtime& rt, const Tensor& dx, const Tensor& dz, const Tensor& dout, const Tensor& x,
+                                const Tensor& z) {
+  launch_sigmoid_gate_rows_backward(compute_stream(rt), dx.data, dz.ptr<float>(), dout.data, x.data, x.dtype,
+                                    z.ptr<float>(), x.rows(), x.cols());
+}
+
 }  // namespace trellis::gpu

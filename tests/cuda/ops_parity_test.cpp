@@ -122,6 +122,30 @@ TEST_P(Parity, Swiglu) {
   }
 }
 
+// The shared MLP's sigmoid gate on rows (Qwen2-MoE's): the gated rows, dx, and dz (an f32 row dot,
+// summed in another order), at widths of the vector and the scalar path; in place, the same bits.
+TEST_P(Parity, SigmoidGateRows) {
+  for (int64_t F : {64, 13}) {
+    SCOPED_TRACE("F " + std::to_string(F));
+    HostTensor x = random_host(dt(), {111, F}, 23), dout = random_host(dt(), {111, F}, 24),
+               z = random_host(DType::f32, {111, 1}, 25, -4.0f, 4.0f);
+    HostTensor out(dt(), {111, F}), dx(dt(), {111, F}), dz(DType::f32, {111, 1});
+    DeviceTensor gx = to_device(x), gdout = to_device(dout), gz = to_device(z), gout = device_empty(dt(), {111, F}),
+                 gdx = device_empty(dt(), {111, F}), gdz = device_empty(DType::f32, {111, 1});
+    sigmoid_gate_rows(cpu(), out.t, x.t, z.t);
+    sigmoid_gate_rows(gpu(), gout.t, gx.t, gz.t);
+    expect_close(to_host(gout), out, tolerance(dt()), "sigmoid_gate_rows");
+    sigmoid_gate_rows_backward(cpu(), dx.t, dz.t, dout.t, x.t, z.t);
+    sigmoid_gate_rows_backward(gpu(), gdx.t, gdz.t, gdout.t, gx.t, gz.t);
+    expect_close(to_host(gdx), dx, tolerance(dt()), "sigmoid_gate_rows_backward dx");
+    expect_close(to_host(gdz), dz, tolerance(DType::f32), "sigmoid_gate_rows_backward dz");
+    sigmoid_gate_rows(gpu(), gx.t, gx.t, gz.t);
+    EXPECT_EQ(to_host(gx).bytes, to_host(gout).bytes);
+    sigmoid_gate_rows_backward(gpu(), gdout.t, gdz.t, gdout.t, gout.t, gz.t);
+    EXPECT_EQ(to_host(gdout).bytes, to_host(gdx).bytes);
+  }
+}
+
 // Rotary positions forward and inverse, at head sizes of 128, 12 and 6 (the kernel's 4-, 2- and
 // 1-pair loads) and a position offset (generation's cached case), plain and with Llama 3.2's scaling
 // (at head size 128 its frequencies fall in all three bands), linear and YaRN's (with its amplitude): the cosines and sines are the same

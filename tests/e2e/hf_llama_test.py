@@ -38,10 +38,17 @@ Qwen3-MoE (Qwen3MoeForCausalLM): Mixtral's experts with Qwen3's attention, gates
 (norm_topk_prob) and not, exported with num_experts, moe_intermediate_size and each block's mlp.gate and
 experts' gate_proj, up_proj, down_proj, exactly; started from; with transformers its loss is Trellis's,
 and a Qwen3-MoE it wrote starts a Trellis run whose first loss is transformers'.
+Qwen2-MoE (Qwen2MoeForCausalLM): Mixtral's experts (gates not renormalized) with Qwen2's qkv biases
+and a shared MLP two experts wide, gated per token (moe.shared_gate), exported with
+shared_expert_intermediate_size and each block's mlp.shared_expert and mlp.shared_expert_gate,
+exactly; started from; with transformers its loss is Trellis's, and a Qwen2-MoE it wrote starts a
+Trellis run whose first loss is transformers'; one line refuses a shared width that is no multiple
+of the experts'.
 Usage: hf_llama_test.py TRAIN_GPT EXPORT_HF CONFIG"""
 import json
 import math
 import os
+import shutil
 import struct
 import sys
 import tempfile
@@ -68,6 +75,9 @@ MIXTRAL = [s for s in LLAMA if "ffn_hidden_size" not in s] + ["moe.experts=4", "
 # Qwen3-MoE's: Mixtral's experts with Qwen3's attention (QK-norm, heads of 24); gates renormalized
 # (norm_topk_prob true, as Qwen3-30B-A3B's) and not.
 QWEN3_MOE = MIXTRAL + ["model.qk_norm=true", "model.head_dim=24"]
+# Qwen2-MoE's (Qwen1.5-MoE's): Mixtral's experts, gates not renormalized, Qwen2's qkv biases and a shared
+# MLP two experts wide whose output a per-token sigmoid gates.
+QWEN2_MOE = MIXTRAL + ["model.qkv_bias=true", "moe.shared_experts=2", "moe.shared_gate=true", "moe.renormalize=false"]
 SCALING = {"rope_type": "llama3", "factor": 8, "low_freq_factor": 1, "high_freq_factor": 4,
            "original_max_position_embeddings": 64}
 # Llama 3.2 1B's config.json as published (transformers 4.45).
@@ -193,11 +203,23 @@ def expected(weights_dir):
             continue
         layer, rest = name.split(".", 2)[1], name.split(".", 2)[2]
         pre = f"model.layers.{layer}."
-        q3m = c.get("qk_norm", False)  # Qwen3-MoE's names (mlp.gate, gate_proj, up_proj, down_proj), else Mixtral's
+        # Qwen3-MoE's and Qwen2-MoE's names (mlp.gate, gate_proj, up_proj, down_proj), else Mixtral's
+        q3m = c.get("qk_norm", False) or c.get("moe", {}).get("shared_gate", False)
         moe = pre + ("mlp." if q3m else "block_sparse_moe.")
         if rest == "moe.router.w":
             E = c["moe"]["experts"]
             out[moe + "gate.weight"] = ([E, C], flat[off:off + E * C])
+            continue
+        if rest == "moe.shared_gate.w":
+            out[moe + "shared_expert_gate.weight"] = ([1, C], flat[off:off + C])
+            continue
+        if rest.startswith("moe.shared."):  # Qwen2-MoE's shared expert: fc.w gate_proj and up_proj, proj.w down_proj
+            Fs = c["moe"]["ffn_hidden_size"] * c["moe"]["shared_experts"]
+            if rest == "moe.shared.fc.w":
+                out[moe + "shared_expert.gate_proj.weight"] = ([Fs, C], flat[off:off + Fs * C])
+                out[moe + "shared_expert.up_proj.weight"] = ([Fs, C], flat[off + Fs * C:off + 2 * Fs * C])
+            else:
+                out[moe + "shared_expert.down_proj.weight"] = ([C, Fs], flat[off:off + C * Fs])
             continue
         if rest.startswith("moe.experts."):  # moe.experts.J.fc.w: w1 (gate) and w3 (up); proj.w: w2
             j, what = rest.split(".")[2], ".".join(rest.split(".")[3:])
@@ -281,7 +303,7 @@ def main():
                                   'rope_type is "dynamic" (allowed: default, llama3, linear, yarn)'),
                                  ("hidden_act", "gelu", 'hidden_act is "gelu"'),
                                  ("attention_bias", True, "attention_bias is true"),
-                                 ("model_type", "gemma", '"gemma" (allowed: gpt2, llama, mistral, phi3, qwen2, qwen3, mixtral, qwen3_moe)'),
+                                 ("model_type", "gemma", '"gemma" (allowed: gpt2, llama, mistral, phi3, qwen2, qwen3, mixtral, qwen2_moe, qwen3_moe)'),
                                  ("sliding_window", 16, "sliding_window 16 is shorter than max_position_embeddings 32"),
                                  ("partial_rotary_factor", 0.75, "partial_rotary_factor is not 1")]:
             d = os.path.join(tmp, "bad_" + key)
@@ -452,6 +474,35 @@ def main():
                   "model.init_from = the Qwen3-MoE directory: the source's parameters")
             check_hf_loss(check, hf_q3m, q3mdump, f"the Qwen3-MoE export (norm_topk_prob {renorm})",
                           model_class="Qwen3MoeForCausalLM", tol=1e-6)
+        # Qwen2-MoE: exported as Qwen2MoeForCausalLM (mlp.shared_expert's gate_proj, up_proj, down_proj and
+        # mlp.shared_expert_gate beside Qwen3-MoE's names).
+        q2mdump, hf_q2m = os.path.join(tmp, "q2mdump"), os.path.join(tmp, "hf_qwen2_moe")
+        train(binary, config, QWEN2_MOE, ["--dump-grads", q2mdump])
+        p = run([export_hf, q2mdump, hf_q2m])
+        c2 = json.load(open(os.path.join(hf_q2m, "config.json"))) if p.returncode == 0 else {}
+        check(c2.get("model_type") == "qwen2_moe" and c2.get("num_experts") == 4 and c2.get("norm_topk_prob") is False
+              and c2.get("moe_intermediate_size") == 40 and c2.get("shared_expert_intermediate_size") == 80
+              and c2.get("qkv_bias") is True and "Qwen2-MoE" in p.stdout,
+              f"export_hf of Mixtral's experts with a gated shared MLP: a Qwen2-MoE ({p.stdout.strip()} {p.stderr.strip()})")
+        got, want = read_safetensors(os.path.join(hf_q2m, "model.safetensors"))[1], expected(q2mdump)
+        check(set(got) == set(want) and all(got[k][1:] == want[k] for k in want) and
+              "model.layers.1.mlp.shared_expert.up_proj.weight" in got and
+              got.get("model.layers.0.mlp.shared_expert_gate.weight", (0, []))[1] == [1, 64] and
+              "model.layers.1.self_attn.k_proj.bias" in got,
+              f"{len(got)} Qwen2-MoE tensors (the shared expert, its gate, the qkv biases), exact")
+        q2minit = os.path.join(tmp, "q2minit")
+        train(binary, config, QWEN2_MOE + ["model.init_from=" + hf_q2m, "train.steps=1"], ["--dump-grads", q2minit])
+        check(floats(os.path.join(q2minit, "params.f32")) == padded_source(q2mdump),
+              "model.init_from = the Qwen2-MoE directory: the source's parameters")
+        check_hf_loss(check, hf_q2m, q2mdump, "the Qwen2-MoE export", model_class="Qwen2MoeForCausalLM", tol=1e-6)
+        odd = os.path.join(tmp, "hf_qwen2_moe_odd")
+        shutil.copytree(hf_q2m, odd)
+        with open(os.path.join(odd, "config.json"), "w") as f:
+            json.dump({**c2, "shared_expert_intermediate_size": 100}, f)
+        ok, lines = one_error([binary, config, "--set", "train.device=cpu", "--set", "model.init_from=" + odd] +
+                              sum((["--set", s] for s in QWEN2_MOE), []),
+                              "shared_expert_intermediate_size 100 is not 1 to 64 times moe_intermediate_size 40")
+        check(ok, f"model.init_from of a Qwen2-MoE whose shared width is no multiple of the experts': {lines}")
         shared = os.path.join(tmp, "shared_experts")
         train(binary, config, MIXTRAL + ["moe.shared_experts=1"], ["--export-weights", shared])
         equivalence.check_export_refused(check, export_hf, shared, os.path.join(tmp, "hf_shared"),
@@ -577,6 +628,19 @@ def main():
             train(binary, config, QWEN3_MOE + ["model.init_from=" + theirs_q3m, "train.steps=1"], ["--dump-grads", first])
             check_hf_loss(check, theirs_q3m, first, "a Qwen3-MoE it wrote, started in Trellis",
                           model_class="Qwen3MoeForCausalLM", tol=1e-6)
+            from transformers import Qwen2MoeConfig, Qwen2MoeForCausalLM
+            torch.manual_seed(0)
+            theirs_q2m = os.path.join(tmp, "theirs_qwen2_moe")
+            Qwen2MoeForCausalLM(Qwen2MoeConfig(vocab_size=64, hidden_size=64, intermediate_size=80, moe_intermediate_size=40,
+                                               shared_expert_intermediate_size=80, num_hidden_layers=2,
+                                               num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=32,
+                                               num_experts=4, num_experts_per_tok=2, norm_topk_prob=False,
+                                               rms_norm_eps=1e-6, rope_theta=500.0, tie_word_embeddings=False)
+                                ).save_pretrained(theirs_q2m, safe_serialization=True)
+            first = os.path.join(tmp, "first_qwen2_moe")
+            train(binary, config, QWEN2_MOE + ["model.init_from=" + theirs_q2m, "train.steps=1"], ["--dump-grads", first])
+            check_hf_loss(check, theirs_q2m, first, "a Qwen2-MoE it wrote, started in Trellis",
+                          model_class="Qwen2MoeForCausalLM", tol=1e-6)
             from transformers import MixtralConfig, MixtralForCausalLM
             torch.manual_seed(0)
             theirs_m = os.path.join(tmp, "theirs_mixtral")

@@ -7,7 +7,9 @@ pipeline 2 x data 2, ZeRO stages 1-3, full and elementwise activation checkpoint
 experts in every other block, with Mixtral's experts (model.mlp = swiglu, model.bias = false,
 moe.ffn_hidden_size = 48: data 2, tensor 2 with and without sequence parallelism, expert 2 at ZeRO
 stages 0 and 3, tensor 2 x expert 2 at stage 1, pipeline 2 with checkpointing, experts every other
-block), with the gates not renormalized (tensor 2 x expert 2), with the first block dense (pipeline
+block), with the gates not renormalized (tensor 2 x expert 2), with Qwen2-MoE's gate on the shared
+MLP (moe.shared_gate: tensor 2 with sequence parallelism, tensor 2 x expert 2 at ZeRO stage 1,
+pipeline 2 with checkpointing), with the first block dense (pipeline
 2, tensor 2 x expert 2 at ZeRO stage 1), with tensor parallelism (each expert's MLP split over tensor = 2; with
 data 2 at ZeRO stage 1, with pipeline 2, with checkpointing, without dropout, with dense blocks
 between; with sequence parallelism too: alone, with pipeline 2, with checkpointing, with data 2 at
@@ -48,7 +50,7 @@ from equivalence import LOSS_TOL, NORM_TOL, WEIGHT_L2_TOL, WEIGHT_MAX_TOL
 STEPS = 6
 # Settings that change the model trained: a layout with them is compared with one rank with them.
 MODEL_KEYS = {"moe.layer_freq", "model.dropout", "model.n_layers", "train.global_batch", "model.mlp", "model.bias",
-              "moe.ffn_hidden_size", "moe.renormalize", "moe.first_dense_layers"}
+              "moe.ffn_hidden_size", "moe.renormalize", "moe.first_dense_layers", "moe.shared_gate"}
 # Mixtral's experts (and shared MLP): SwiGLU without biases, of a width not 4C.
 MIXTRAL = ["model.mlp=swiglu", "model.bias=false", "moe.ffn_hidden_size=48"]
 BASE = ["train.device=cpu", f"train.steps={STEPS}", "train.micro_batch=2", "train.global_batch=8",
@@ -197,6 +199,12 @@ def main():
             (2, "mx_d2_freq2", MIXTRAL + ["moe.layer_freq=2"]),
             # The gates not renormalized (DeepSeekMoE's, OLMoE's), with expert and tensor parallelism.
             (4, "raw_t2_e2", ["moe.renormalize=false", "parallel.tensor=2", "parallel.expert=2"]),
+            # Qwen2-MoE's gate on the shared MLP: its logits' gradient summed over the tensor group (with
+            # sequence parallelism, its input gradient added once), replicated, recomputed.
+            (2, "q2m_t2_sp", MIXTRAL + ["moe.shared_gate=true", "parallel.tensor=2", "parallel.sequence_parallel=true"]),
+            (4, "q2m_t2_e2_z1", MIXTRAL + ["moe.shared_gate=true", "parallel.tensor=2", "parallel.expert=2",
+                                           "zero.stage=1"]),
+            (2, "q2m_p2_full", MIXTRAL + ["moe.shared_gate=true", "parallel.pipeline=2", "train.checkpointing=full"]),
             # DeepSeekMoE's first block dense (moe.first_dense_layers): pipeline 2 (the dense block on
             # the first stage), tensor 2 x expert 2 at ZeRO stage 1.
             (2, "fd1_p2", ["moe.first_dense_layers=1", "parallel.pipeline=2"]),

@@ -183,6 +183,13 @@ TEST_F(ConfigTest, RelationsBetweenKeys) {
                       "[train]\nmicro_batch = 1048576\n"),
              "max(8 x model.d_model, 2 x moe.ffn_hidden_size x moe.shared_experts, model.vocab_size)");
   EXPECT_NO_THROW(load_config(write("[model]\nmlp = \"swiglu\"\nbias = false\n[moe]\nexperts = 8\nffn_hidden_size = 112\n"), {}));
+  // The shared MLP's gate (Qwen2-MoE's): a shared MLP without biases to gate.
+  EXPECT_NO_THROW(load_config(write("[model]\nmlp = \"swiglu\"\nbias = false\n[moe]\nexperts = 8\nshared_experts = 1\n"
+                                    "shared_gate = true\n"), {}));
+  EXPECT_HAS(error_of("[model]\nbias = false\n[moe]\nexperts = 8\nshared_gate = true\n"),
+             "moe.shared_gate = true gates the shared MLP of a model without biases (allowed: with moe.shared_experts > 0 "
+             "and model.bias = false");
+  EXPECT_HAS(error_of("[moe]\nexperts = 8\nshared_experts = 1\nshared_gate = true\n"), "moe.shared_gate = true gates");
   EXPECT_NO_THROW(load_config(write("[model]\nmlp = \"swiglu\"\nffn_hidden_size = 11008\n"), {}));
 }
 

@@ -232,9 +232,13 @@ GPTConfig mixtral(GPTConfig c) {
 
 // Every parameter of a GPT whose blocks both have four experts (top 2, capacity for every token, no
 // balancing loss: the loss is the reported one) against central differences; without and with a
-// shared MLP two experts wide; GPT-2's experts and Mixtral's.
-class MoEShared : public ::testing::TestWithParam<std::tuple<int64_t, bool>> {};
-INSTANTIATE_TEST_SUITE_P(SharedExperts, MoEShared, ::testing::Combine(::testing::Values(0, 2), ::testing::Bool()));
+// shared MLP two experts wide; GPT-2's experts and Mixtral's; the shared MLP gated (Qwen2-MoE's, the
+// GELU one without biases).
+class MoEShared : public ::testing::TestWithParam<std::tuple<int64_t, bool, bool>> {};
+INSTANTIATE_TEST_SUITE_P(SharedExperts, MoEShared,
+                         ::testing::Values(std::make_tuple(0, false, false), std::make_tuple(0, true, false),
+                                           std::make_tuple(2, false, false), std::make_tuple(2, true, false),
+                                           std::make_tuple(2, false, true), std::make_tuple(2, true, true)));
 
 TEST_P(MoEShared, GptGradientsMatchFiniteDifferences) {
   GPTConfig c = moe_config();
@@ -242,6 +246,11 @@ TEST_P(MoEShared, GptGradientsMatchFiniteDifferences) {
   c.moe.aux_loss_coef = 0.0f;
   c.moe.shared_experts = std::get<0>(GetParam());
   if (std::get<1>(GetParam())) c = mixtral(c);
+  c.moe.shared_gate = std::get<2>(GetParam());
+  if (c.moe.shared_gate) {
+    c.bias = false;
+    c.set_expert_mlp();
+  }
   const int64_t B = 2;
   GPT model(rt(), c, B);
   // Seed 3 puts one of Mixtral's token choices within a step of eps of a tie (a central difference of
@@ -252,7 +261,7 @@ TEST_P(MoEShared, GptGradientsMatchFiniteDifferences) {
   const Batch batch = make_batch(c, B);
   StepContext ctx;
   const Result r = run(model, batch, B, ctx);
-  int checked = 0, experts = 0, shared = 0;
+  int checked = 0, experts = 0, shared = 0, gate = 0;
   for (const Parameter& p : model.params().all()) {
     const int64_t n = p.spec.shape.numel();
     const bool embedding = p.spec.name == "wte" || p.spec.name == "wpe";
@@ -272,11 +281,13 @@ TEST_P(MoEShared, GptGradientsMatchFiniteDifferences) {
       ++checked;
       if (p.spec.name.find(".moe.") != std::string::npos && std::fabs(an) > 1e-3) ++experts;
       if (p.spec.name.find(".moe.shared.") != std::string::npos && std::fabs(an) > 1e-3) ++shared;
+      if (p.spec.name.find(".moe.shared_gate.") != std::string::npos && std::fabs(an) > 1e-3) ++gate;
     }
   }
   EXPECT_GT(checked, 100);
   EXPECT_GT(experts, 20) << "the experts' and routers' gradients should mostly be non-zero";
   EXPECT_EQ(shared > 0, c.moe.shared_experts > 0) << shared << " shared MLP gradients checked non-zero";
+  EXPECT_EQ(gate > 0, c.moe.shared_gate) << gate << " shared gate gradients checked non-zero";
 }
 
 // Recomputing a block with experts (full) or its attention (selective) or its layer norms
@@ -295,6 +306,7 @@ TEST(MoE, CheckpointingGivesBitwiseEqualGradients) {
     c.dropout = 0.1f;
     c.checkpointing = mode;
     if (swiglu) c = mixtral(c);
+    c.moe.shared_gate = swiglu;  // Qwen2-MoE's gate on it: its recomputed logits
     GPT model(rt(), c, 2);
     model.initialize(5);
     StepContext ctx;
@@ -435,6 +447,17 @@ TEST(MoE, ParameterCountsOfSwigluExperts) {
     if (s.name == "h.2.moe.experts.0.fc.w") {
       EXPECT_TRUE(s.shape[0] == 1000 && s.split.groups == 2) << s.shape.str();
     }
+  // Qwen2-MoE's gate on the shared MLP: one (1, C) row a block with experts, replicated over a tensor group.
+  c.moe.shared_gate = true;
+  EXPECT_EQ(c.parameter_count(), base + L * attention + 6 * dense + 6 * (8 * C + 9 * expert + C));
+  bool gate_seen = false;
+  for (const ParameterSpec& s : GPT::parameter_specs(c, GPTPart::whole(c), tp))
+    if (s.name == "h.2.moe.shared_gate.w") {
+      gate_seen = true;
+      EXPECT_TRUE(s.shape[0] == 1 && s.shape[1] == C && s.split.parts == 1) << s.shape.str();
+    }
+  EXPECT_TRUE(gate_seen);
+  c.moe.shared_gate = false;
   // The experts' MLP must be the model's.
   c.moe.swiglu = false;
   EXPECT_DEATH(GPT::parameter_specs(c), "the experts' MLP is not the model's");

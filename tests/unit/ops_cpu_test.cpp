@@ -566,6 +566,56 @@ TEST(OpsCpu, SwigluBackwardInPlace) {
   }
 }
 
+// ---------------------------------------------------------------- the sigmoid gate on rows
+
+// out = sigmoid(z) x row by row; dx = sigmoid(z) dout and dz = sigmoid'(z) dout . x against the closed
+// form, in place (out = x, dx = dout) bitwise as apart, and dz against finite differences.
+TEST(OpsCpu, SigmoidGateRowsMatchesReference) {
+  std::mt19937 g(23);
+  const int64_t rows = 5, F = 9;
+  for (DType dt : kFloatTypes) {
+    SCOPED_TRACE(std::string(dtype_name(dt)));
+    HostTensor x(dt, {rows, F}), out(dt, {rows, F}), dout(dt, {rows, F}), dx(dt, {rows, F}), z(DType::f32, {rows, 1}),
+        dz(DType::f32, {rows, 1});
+    x.randomize(g);
+    dout.randomize(g);
+    z.randomize(g, -4.0, 4.0);
+    std::vector<double> ref(size_t(rows * F)), dref(size_t(rows * F)), dzref(static_cast<size_t>(rows));
+    for (int64_t r = 0; r < rows; ++r) {
+      const double s = 1 / (1 + std::exp(-z.get(r)));
+      double dot = 0;
+      for (int64_t i = 0; i < F; ++i) {
+        ref[size_t(r * F + i)] = s * x.get(r * F + i);
+        dref[size_t(r * F + i)] = s * dout.get(r * F + i);
+        dot += dout.get(r * F + i) * x.get(r * F + i);
+      }
+      dzref[size_t(r)] = s * (1 - s) * dot;
+    }
+    sigmoid_gate_rows(rt(), out.t(), x.t(), z.t());
+    sigmoid_gate_rows_backward(rt(), dx.t(), dz.t(), dout.t(), x.t(), z.t());
+    expect_close(out.values(), ref, 2e-6, out_rtol(dt), "gated rows");
+    expect_close(dx.values(), dref, 2e-6, out_rtol(dt), "dx");
+    expect_close(dz.values(), dzref, 1e-5, 1e-5, "dz");
+    const std::vector<double> apart = out.values(), dapart = dx.values();
+    sigmoid_gate_rows(rt(), x.t(), x.t(), z.t());
+    sigmoid_gate_rows_backward(rt(), dout.t(), dz.t(), dout.t(), out.t(), z.t());  // any x: dx only compared
+    EXPECT_EQ(x.values(), apart);
+    EXPECT_EQ(dout.values(), dapart);
+  }
+  std::mt19937 h(24);
+  HostTensor x(DType::f32, {3, 6}), out(DType::f32, {3, 6}), r(DType::f32, {3, 6}), dx(DType::f32, {3, 6}),
+      z(DType::f32, {3}), dz(DType::f32, {3});
+  x.randomize(h);
+  r.randomize(h);
+  z.randomize(h, -2.0, 2.0);
+  sigmoid_gate_rows_backward(rt(), dx.t(), dz.t(), r.t(), x.t(), z.t());
+  check_fd(z, dz.values(), [&] { sigmoid_gate_rows(rt(), out.t(), x.t(), z.t()); return project(r, out); }, "dz");
+  check_fd(x, dx.values(), [&] { sigmoid_gate_rows(rt(), out.t(), x.t(), z.t()); return project(r, out); }, "dx");
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_DEATH(sigmoid_gate_rows(rt(), out.t(), x.t(), dz.t().slice(0, {2})), "is not one per row");
+  EXPECT_DEATH(sigmoid_gate_rows_backward(rt(), x.t(), dz.t(), r.t(), x.t(), z.t()), "dx overlaps x");
+}
+
 // ---------------------------------------------------------------- QK-norm
 
 // qkv (B, T, (H + 2 Hkv) hd) of 3 query heads and 1 key-value head of 6 dims: each q and k head RMS-
