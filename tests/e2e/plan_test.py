@@ -84,6 +84,12 @@ def main():
     p = subprocess.run([binary, qwen3, "--plan", "--world", "8"], capture_output=True, text=True, timeout=60)
     check(p.returncode == 0 and "model: 596,049,920 parameters" in p.stdout and sorted(rows(p.stdout)) == [0],
           f"examples/configs/qwen3_0.6b_finetune.toml plans, 596,049,920 parameters ({p.stderr.strip()})")
+    # And the Qwen1.5-MoE-A2.7B example (60 experts, a gated shared MLP, at expert 4 x ZeRO 3): its 14.3B.
+    qwen_moe = os.path.join(os.path.dirname(config), "qwen1.5_moe_a2.7b_finetune.toml")
+    p = subprocess.run([binary, qwen_moe, "--plan", "--world", "8"], capture_output=True, text=True, timeout=60)
+    check(p.returncode == 0 and "model: 14,315,784,192 parameters" in p.stdout and "expert groups of 4" in p.stdout
+          and sorted(rows(p.stdout)) == [0],
+          f"examples/configs/qwen1.5_moe_a2.7b_finetune.toml plans, 14,315,784,192 parameters ({p.stderr.strip()})")
     p = subprocess.run([binary, config, "--world", "4"], capture_output=True, text=True, timeout=60)
     check(p.returncode == 1 and "--world goes with --plan" in p.stderr, "--world without --plan is refused")
 
