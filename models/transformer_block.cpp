@@ -304,6 +304,13 @@ void TransformerBlock::attention_part(Runtime& rt, const StepContext& ctx, Block
   }
 }
 
+void TransformerBlock::qkv_again(Runtime& rt, BlockSaved& s, Arena& a) const {
+  s.qkv = a.take(cfg_.dtype, s.qkv_in.shape);
+  qk_norm_forward(rt, s.qkv, s.qk_rstd, s.qkv_in, p_.q_norm_w->value, p_.k_norm_w->value, local_heads(),
+                  float(cfg_.norm_eps));
+  if (cfg_.rope) rotary_embedding(rt, s.qkv, local_heads(), cfg_.rotary());
+}
+
 CommHandle TransformerBlock::attention_half(Runtime& rt, const StepContext& ctx, BlockSaved& s, const Tensor& branch,
                                             Arena& temp) const {
   layernorm_forward(rt, s.ln1, s.ln1_mean, s.ln1_rstd, s.x, p_.ln1_w->value, value_or_empty(p_.ln1_b), float(cfg_.norm_eps),
@@ -369,7 +376,8 @@ void TransformerBlock::forward_into(Runtime& rt, const StepContext& ctx, const T
   s.ln1 = elementwise.take(dt, act);
   s.ln1_mean = rest.take(DType::f32, {n.rows});
   s.ln1_rstd = rest.take(DType::f32, {n.rows});
-  s.qkv = rest.take(dt, {B, T, cfg_.qkv_width() / t});
+  // With QK-norm what attention reads is made again from qkv_in for backward: not kept.
+  s.qkv = (cfg_.qk_norm ? temp : rest).take(dt, {B, T, cfg_.qkv_width() / t});
   if (cfg_.qk_norm) {
     s.qkv_in = rest.take(dt, {B, T, cfg_.qkv_width() / t});
     s.qk_rstd = rest.take(DType::f32, {B, T, (cfg_.n_heads + cfg_.kv_heads()) / t});
@@ -436,6 +444,8 @@ void TransformerBlock::backward(Runtime& rt, const StepContext& ctx, const Tenso
   const Shape act = tp_.sharded_tokens() ? Shape{n.rows, C} : Shape{B, T, C};
   const DType dt = cfg_.dtype;
   const bool drop = dropout_on(ctx);
+  // Row by row as forward: the same bits (the statistics are written again, unchanged).
+  if (cfg_.qk_norm && cfg_.checkpointing != Checkpointing::full) qkv_again(rt, s, work);
   if (cfg_.checkpointing == Checkpointing::full) {
     // Re-runs the forward up to g (not y, which backward does not need); under tensor parallelism
     // with the same parallel layers, so with sequence parallelism the all-gathers run again.
@@ -541,8 +551,8 @@ size_t TransformerBlock::kept_bytes(const GPTConfig& cfg, int64_t B, int64_t T, 
   const size_t bt = size_t(rows) * 4;
   const size_t att = size_t(N * (cfg.attention_width() / t)) * e;  // (B, T, H hd / t)
   const size_t attention = aligned(att) + aligned(size_t(B * (cfg.n_heads / t) * T) * 4);
-  // qkv, and with QK-norm its linear output and the norms' statistics
-  const size_t qkv = aligned(size_t(N * (cfg.qkv_width() / t)) * e) * (cfg.qk_norm ? 2 : 1) +
+  // qkv, or with QK-norm its linear output and the norms' statistics (qkv made again in backward)
+  const size_t qkv = aligned(size_t(N * (cfg.qkv_width() / t)) * e) +
                      (cfg.qk_norm ? aligned(size_t(N * ((cfg.n_heads + cfg.kv_heads()) / t)) * 4) : 0);
   // ln1 + stats, qkv, r, ln2 + stats, h, g; of them ln1, ln2 and g are the element-wise outputs
   const size_t h = aligned(size_t(N * (cfg.fc_width() / t)) * e), g = aligned(size_t(N * (cfg.mlp_width() / t)) * e);
@@ -572,13 +582,14 @@ size_t TransformerBlock::work_bytes(const GPTConfig& cfg, int64_t B, int64_t T, 
   const size_t gathered = tp.sharded_tokens() ? aligned(size_t(N * cfg.d_model) * e) : 0;
   GPTConfig everything = cfg;
   everything.checkpointing = Checkpointing::none;
-  // recompute, branch, y
-  const size_t forward = kept_bytes(everything, B, T, tp) + 2 * aligned(btc) + 4 * gathered;
+  // recompute, branch, y; with QK-norm the qkv attention reads (forward's and backward's, not kept)
+  const size_t qkv_again = cfg.qk_norm ? aligned(size_t(N * (cfg.qkv_width() / t)) * e) : 0;
+  const size_t forward = kept_bytes(everything, B, T, tp) + 2 * aligned(btc) + 4 * gathered + qkv_again;
   // dbranch, dln, datt, dh (and SwiGLU's dg), dqkv
   const size_t dh = aligned(size_t(N * (cfg.fc_width() / t)) * e) +
                     (cfg.swiglu ? aligned(size_t(N * (cfg.mlp_width() / t)) * e) : 0);
   const size_t dqkv = aligned(size_t(N * (cfg.qkv_width() / t)) * e);
-  const size_t backward = aligned(btc) * 2 + aligned(datt) + dh + dqkv + 6 * gathered;
+  const size_t backward = aligned(btc) * 2 + aligned(datt) + dh + dqkv + 6 * gathered + qkv_again;
   if (cfg.moe.experts == 0) return forward + backward;
   // A block with experts: its recomputation, and the experts' temporaries of forward and backward.
   const size_t moe = kept_bytes(everything, B, T, tp, true) + 2 * aligned(btc) +

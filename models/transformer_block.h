@@ -67,7 +67,9 @@ struct BlockSaved {
   Tensor x;                      // block input (always kept; the previous block's output)
   Tensor ln1, ln1_mean, ln1_rstd;  // stats f32 (B*T)
   Tensor qkv;                    // (B, T, 3C): what attention reads (after QK-norm and the rotary turn)
-  Tensor qkv_in, qk_rstd;        // with QK-norm: qkv's linear output, and the norms' f32 (B, T, H + Hkv)
+  // With QK-norm: qkv's linear output and the norms' f32 (B, T, H + Hkv), kept; qkv is then a temporary,
+  // made again from them for backward (qkv_again).
+  Tensor qkv_in, qk_rstd;
   Tensor att, lse;               // attention output; lse f32 (B, H, T)
   Tensor r;                      // residual after attention
   Tensor ln2, ln2_mean, ln2_rstd;
@@ -150,6 +152,8 @@ class TransformerBlock {
   // ctx for part i of `parts` of the micro-batch (its first sample's global index).
   static StepContext part_context(const StepContext& ctx, const Tokens& n, int i, int parts);
   void attention_part(Runtime& rt, const StepContext& ctx, BlockSaved& s, Arena& a) const;  // att, lse from qkv
+  // With QK-norm: s.qkv (from `a`) normed and turned from s.qkv_in again, as forward made it.
+  void qkv_again(Runtime& rt, BlockSaved& s, Arena& a) const;
   // The two halves of forward on one part of the samples: ln1 .. the attention projection, whose
   // all-reduce the returned handle is (into s.r, or `branch` with dropout or sequence parallelism);
   // and ln2 .. the MLP projection (into y, or `branch`; nothing with y undefined).

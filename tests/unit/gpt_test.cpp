@@ -380,9 +380,13 @@ TEST(GPT, FreshGradientsAreOverwrittenNotAccumulated) {
 TEST(GPT, CheckpointingGivesBitwiseEqualGradients) {
   Runtime rt(RuntimeOptions{});
   const int64_t B = 2;
-  for (int variant : {0, 1, 2, 3}) {  // rotary: the recomputed forward turns q and k again; SwiGLU's g
-  const bool rope = variant == 1, swiglu = variant >= 2, wide = variant == 3;
-  SCOPED_TRACE(rope ? "rotary positions"
+  // rotary: the recomputed forward turns q and k again; SwiGLU's g; QK-norm: what attention reads is
+  // normed and turned again in every mode's backward (it is not kept).
+  for (int variant : {0, 1, 2, 3, 4}) {
+  const bool rope = variant == 1 || variant == 4, swiglu = variant == 2 || variant == 3, wide = variant == 3,
+             qk_norm = variant == 4;
+  SCOPED_TRACE(qk_norm ? "QK-norm, rotary positions"
+               : rope ? "rotary positions"
                : wide ? "SwiGLU of width 40, RMSNorm"
                : swiglu ? "SwiGLU" : "learned positions, GELU");
   std::vector<Result> results;
@@ -390,6 +394,7 @@ TEST(GPT, CheckpointingGivesBitwiseEqualGradients) {
        {Checkpointing::none, Checkpointing::full, Checkpointing::selective, Checkpointing::elementwise}) {
     GPTConfig c = tiny_config();
     c.rope = rope;
+    c.qk_norm = qk_norm;
     c.swiglu = swiglu;
     c.ffn_hidden = wide ? 40 : 0;
     c.rmsnorm = wide;  // the recomputed norms
@@ -423,6 +428,11 @@ TEST(GPT, CheckpointingGivesBitwiseEqualGradients) {
   EXPECT_LT(selective, none);
   EXPECT_LT(full, elementwise);
   EXPECT_LT(elementwise, none);
+  // QK-norm keeps qkv's linear output and the norms' statistics, not also the normed qkv.
+  c.checkpointing = Checkpointing::none;
+  c.qk_norm = c.rope = true;
+  const size_t stats = size_t(8 * 8 * (c.n_heads + c.kv_heads())) * 4;
+  EXPECT_LE(GPT::activation_bytes(c, 8, 8).kept, none + c.n_layers * ((stats + 255) / 256 * 256));
 }
 
 TEST(GPT, DropoutDependsOnStepNotOnRepetition) {
