@@ -9,7 +9,8 @@ with the reason). The tiny config, dropout on, deterministic mode:
 - one GPU with mixture-of-experts blocks (4 experts, top 2, capacity factor 1: choices dropped) in
   fp32 trains the same model as the CPU; in bf16 its steps replayed as CUDA graphs equal launched
   ones bitwise, and N + resume + N equals 2N; so with Mixtral's experts (SwiGLU without biases, of
-  width 90: model.mlp = swiglu, model.bias = false, moe.ffn_hidden_size = 90) in fp32 and bf16;
+  width 90: model.mlp = swiglu, model.bias = false, moe.ffn_hidden_size = 90) in fp32 and bf16, and with
+  Qwen2-MoE's shared MLP gated per token (moe.shared_gate, qkv biases, gates not renormalized);
 - one GPU with rotary positions (model.position_embedding = rope) in fp32 trains the same model as
   the CPU; in bf16 with cuDNN attention its graphed steps match launched ones;
 - one GPU with SwiGLU MLPs (model.mlp = swiglu) in fp32 trains the same model as the CPU; in bf16
@@ -199,8 +200,12 @@ def main():
         # Mixtral's experts at a width of 90: the batched fc GEMM without epilogue into [gate | up]
         # rows no multiple of 16 bytes in bf16, SwiGLU over every local expert's slots.
         mx = moe + ["model.mlp=swiglu", "model.bias=false", "moe.ffn_hidden_size=90"]
+        # Qwen2-MoE's: the shared MLP gated per token (sigmoid_gate_rows over 90 columns: the scalar path),
+        # qkv biases, gates not renormalized.
+        q2m = mx + ["moe.shared_gate=true", "model.qkv_bias=true", "moe.renormalize=false"]
         one_gpu = {}
-        for tag, name, sets in (("moe", "experts", moe), ("mx", "Mixtral's experts, width 90", mx)):
+        for tag, name, sets in (("moe", "experts", moe), ("mx", "Mixtral's experts, width 90", mx),
+                                ("q2m", "Qwen2-MoE's gated shared MLP, width 90", q2m)):
             on_cpu = train(binary, mpiexec, config, tmp, f"{tag}_cpu", 1, "train.device=cpu", f32, *sets)
             one_gpu[tag] = train(binary, mpiexec, config, tmp, f"{tag}_gpu1", 1, "train.device=cuda", f32, *sets)
             check_same_model(f"{name}: one GPU against the CPU, fp32", one_gpu[tag], on_cpu)
