@@ -304,11 +304,17 @@ void TransformerBlock::attention_part(Runtime& rt, const StepContext& ctx, Block
   }
 }
 
+void TransformerBlock::attention_input(Runtime& rt, const BlockSaved& s) const {
+  if (cfg_.qk_norm)
+    qk_norm_forward(rt, s.qkv, s.qk_rstd, s.qkv_in, p_.q_norm_w->value, p_.k_norm_w->value, local_heads(),
+                    float(cfg_.norm_eps));
+  // Rotary positions turn q and k in place: attention and its backward read the turned ones.
+  if (cfg_.rope) rotary_embedding(rt, s.qkv, local_heads(), cfg_.rotary());
+}
+
 void TransformerBlock::qkv_again(Runtime& rt, BlockSaved& s, Arena& a) const {
   s.qkv = a.take(cfg_.dtype, s.qkv_in.shape);
-  qk_norm_forward(rt, s.qkv, s.qk_rstd, s.qkv_in, p_.q_norm_w->value, p_.k_norm_w->value, local_heads(),
-                  float(cfg_.norm_eps));
-  if (cfg_.rope) rotary_embedding(rt, s.qkv, local_heads(), cfg_.rotary());
+  attention_input(rt, s);
 }
 
 CommHandle TransformerBlock::attention_half(Runtime& rt, const StepContext& ctx, BlockSaved& s, const Tensor& branch,
@@ -317,11 +323,7 @@ CommHandle TransformerBlock::attention_half(Runtime& rt, const StepContext& ctx,
                       cfg_.rmsnorm);
   // With QK-norm qkv's output is kept apart (the norms' backward reads it), normed into s.qkv.
   linear_forward(rt, qkv_, cfg_.qk_norm ? s.qkv_in : s.qkv, s.ln1, *p_.qkv_w, p_.qkv_b, temp);
-  if (cfg_.qk_norm)
-    qk_norm_forward(rt, s.qkv, s.qk_rstd, s.qkv_in, p_.q_norm_w->value, p_.k_norm_w->value, local_heads(),
-                    float(cfg_.norm_eps));
-  // Rotary positions turn q and k in place: attention and its backward read the turned ones.
-  if (cfg_.rope) rotary_embedding(rt, s.qkv, local_heads(), cfg_.rotary());
+  attention_input(rt, s);
   attention_forward(rt, s.att, s.lse, s.qkv, local_heads(), attention_dropout(ctx));
   if (residual_in_gemm(ctx))  // r = x + proj(att)
     return row_forward(rt, proj_, s.r, s.att, *p_.proj_w, p_.proj_b, temp, &s.x);

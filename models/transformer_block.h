@@ -152,7 +152,10 @@ class TransformerBlock {
   // ctx for part i of `parts` of the micro-batch (its first sample's global index).
   static StepContext part_context(const StepContext& ctx, const Tokens& n, int i, int parts);
   void attention_part(Runtime& rt, const StepContext& ctx, BlockSaved& s, Arena& a) const;  // att, lse from qkv
-  // With QK-norm: s.qkv (from `a`) normed and turned from s.qkv_in again, as forward made it.
+  // s.qkv as attention reads it: with QK-norm normed from s.qkv_in (its statistics into s.qk_rstd),
+  // then turned by the rotary positions (in place).
+  void attention_input(Runtime& rt, const BlockSaved& s) const;
+  // With QK-norm: s.qkv (from `a`) made again from s.qkv_in, as forward made it.
   void qkv_again(Runtime& rt, BlockSaved& s, Arena& a) const;
   // The two halves of forward on one part of the samples: ln1 .. the attention projection, whose
   // all-reduce the returned handle is (into s.r, or `branch` with dropout or sequence parallelism);

@@ -1,5 +1,6 @@
 // Private helpers of the CPU backend: dtype dispatch, element loads/stores, scratch carving.
 #pragma once
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -34,6 +35,8 @@ inline int64_t outer_dim(const Tensor& t) {
   const int64_t c = inner_dim(t);
   return c ? t.numel() / c : 0;
 }
+
+inline float sigmoid(float a) { return 1.0f / (1.0f + std::exp(-a)); }
 
 template <typename T> inline float load(const T* p, int64_t i) { return to_float(p[i]); }
 template <typename T> inline void store(T* p, int64_t i, float v) { p[i] = from_float<T>(v); }

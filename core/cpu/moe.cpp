@@ -187,10 +187,6 @@ void moe_statistics(Runtime&, const Tensor& stats, const Tensor& probs, const Te
   st[2] += float(z / double(N));
 }
 
-namespace {
-float sigmoid(float z) { return 1.0f / (1.0f + std::exp(-z)); }
-}  // namespace
-
 void sigmoid_gate_rows(Runtime&, const Tensor& out, const Tensor& x, const Tensor& z) {
   const int64_t N = x.rows(), F = x.cols();
   const float* pz = z.ptr<float>();

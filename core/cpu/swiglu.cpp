@@ -6,10 +6,6 @@
 
 namespace trellis::cpu {
 
-namespace {
-float sigmoid(float a) { return 1.0f / (1.0f + std::exp(-a)); }
-}  // namespace
-
 void swiglu_forward(Runtime&, const Tensor& g, const Tensor& h) {
   const int64_t rows = g.rows(), F = g.cols();
   dispatch_float(h.dtype, "swiglu_forward", [&](auto tag) {

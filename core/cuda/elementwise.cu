@@ -171,8 +171,6 @@ __global__ void gelu_backward_kernel(T* dx, const T* dout, const T* x, int64_t n
 
 // SwiGLU over rows of h = [gate | up] (width 2F), g of width F. With V > 1, F % V == 0, so a
 // vector stays within one row.
-__device__ __forceinline__ float silu_sigmoid(float a) { return 1.0f / (1.0f + expf(-a)); }
-
 template <typename T, int V>
 __global__ void swiglu_forward_kernel(T* g, const T* h, int64_t F, int64_t n) {
   auto at = [&](int64_t i) { return (i / F) * 2 * F + i % F; };  // gate of g's element i
@@ -182,12 +180,12 @@ __global__ void swiglu_forward_kernel(T* g, const T* h, int64_t F, int64_t n) {
 #pragma unroll
     for (int j = 0; j < V; ++j) {
       const float a = to_f32(va.e[j]);
-      o.e[j] = from_f32<T>(a * silu_sigmoid(a) * to_f32(vb.e[j]));
+      o.e[j] = from_f32<T>(a * sigmoid(a) * to_f32(vb.e[j]));
     }
     vstore<T, V>(g + i0, o);
   }, [&](int64_t i) {
     const float a = to_f32(h[at(i)]);
-    g[i] = from_f32<T>(a * silu_sigmoid(a) * to_f32(h[at(i) + F]));
+    g[i] = from_f32<T>(a * sigmoid(a) * to_f32(h[at(i) + F]));
   });
 }
 
@@ -195,7 +193,7 @@ template <typename T, int V>
 __global__ void swiglu_backward_kernel(T* dh, const T* dg, const T* h, int64_t F, int64_t n) {
   auto at = [&](int64_t i) { return (i / F) * 2 * F + i % F; };
   auto both = [](float a, float b, float d, float& da, float& db) {
-    const float s = silu_sigmoid(a);
+    const float s = sigmoid(a);
     da = d * b * s * (1.0f + a * (1.0f - s));  // silu'(a) = s (1 + a (1 - s))
     db = d * a * s;
   };

@@ -237,7 +237,7 @@ __global__ void sigmoid_gate_rows_kernel(T* out, const T* x, const float* z, int
   using W = Vec<T, V>;
   const int64_t Cv = C / V;
   TRELLIS_GRID_STRIDE(i, N * Cv) {
-    const float g = 1.0f / (1.0f + expf(-z[i / Cv]));
+    const float g = sigmoid(z[i / Cv]);
     W w = reinterpret_cast<const W*>(x)[i];
     for (int j = 0; j < V; ++j) w.e[j] = from_f32<T>(g * to_f32(w.e[j]));
     reinterpret_cast<W*>(out)[i] = w;
@@ -253,7 +253,7 @@ __global__ void sigmoid_gate_rows_backward_kernel(T* dx, float* dz, const T* dou
   const int64_t n = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32, Cv = C / V;
   const int lane = threadIdx.x & 31;
   if (n >= N) return;
-  const float g = 1.0f / (1.0f + expf(-z[n]));
+  const float g = sigmoid(z[n]);
   float dot = 0.0f;
   for (int64_t c = lane; c < Cv; c += 32) {
     const W d = reinterpret_cast<const W*>(dout)[n * Cv + c], v = reinterpret_cast<const W*>(x)[n * Cv + c];
