@@ -638,17 +638,21 @@ void check_rows(Runtime& rt, const char* op, const Tensor& t, int64_t rows, int6
 
 void moe_route(Runtime& rt, const Tensor& probs, const Tensor& lse, const Tensor& expert, const Tensor& gate,
                const Tensor& slot, const Tensor& slot_token, const Tensor& counts, const Tensor& logits,
-               bool renormalize) {
+               bool renormalize, bool dropless) {
   const char* op = "moe_route";
   for (const Tensor* t : {&probs, &lse, &gate, &counts, &logits}) { check_device(rt, *t, op); check_dtype(*t, DType::f32, op); }
   check_device(rt, expert, op); check_dtype(expert, DType::i32, op);
   TRELLIS_CHECK(logits.dim() == 2, std::string(op) + ": logits " + logits.str() + " are not (N, E)");
-  const MoEShape m = check_routing(rt, op, slot, slot_token, logits.size(1));
-  TRELLIS_CHECK(m.N == logits.size(0) && m.K >= 1 && m.K <= m.E && m.capacity >= 1 && probs.numel() == m.N * m.E &&
+  // Dropless: N * K packed rows (every choice has one), else E experts' capacity each.
+  const MoEShape m = check_routing(rt, op, slot, slot_token, dropless ? 1 : logits.size(1));
+  TRELLIS_CHECK(!dropless || slot_token.numel() == slot.numel(),
+                std::string(op) + ": dropless slot_token " + slot_token.str() + " is not one row a choice of slot " + slot.str());
+  TRELLIS_CHECK(m.N == logits.size(0) && m.K >= 1 && m.K <= logits.size(1) && m.capacity >= 1 &&
+                    probs.numel() == m.N * logits.size(1) &&
                     expert.dim() == 2 && expert.size(0) == m.N && expert.size(1) == m.K && gate.numel() == m.N * m.K &&
-                    counts.numel() == m.E && lse.numel() == m.N,
+                    counts.numel() == logits.size(1) && lse.numel() == m.N,
                 std::string(op) + ": shapes do not match logits " + logits.str() + ", slot " + slot.str());
-  TRELLIS_DISPATCH(rt, moe_route, rt, probs, lse, expert, gate, slot, slot_token, counts, logits, renormalize);
+  TRELLIS_DISPATCH(rt, moe_route, rt, probs, lse, expert, gate, slot, slot_token, counts, logits, renormalize, dropless);
 }
 
 void moe_dispatch(Runtime& rt, const Tensor& xe, const Tensor& x, const Tensor& slot_token, int64_t top_k) {

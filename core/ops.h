@@ -270,9 +270,11 @@ void dropout_backward(Runtime& rt, const Tensor& dx, const Tensor& dout, float p
 // slot_token i32 (E * capacity): n * K + k of the choice in each slot, or -1 (empty); counts f32 (E):
 // the choices of each expert before any was dropped. Positions go in priority order: every token's
 // first choice in token order, then the second choices, and so on (GShard).
+// `dropless`: no capacity; slot_token has N * K rows, expert e's choices packed (in the same order)
+// in rows [o_e, o_e + counts[e]), o_e = the counts of the experts before it; none is dropped.
 void moe_route(Runtime& rt, const Tensor& probs, const Tensor& lse, const Tensor& expert, const Tensor& gate,
                const Tensor& slot, const Tensor& slot_token, const Tensor& counts, const Tensor& logits,
-               bool renormalize);
+               bool renormalize, bool dropless = false);
 // xe (E * capacity, C) = the rows of x (N, C) that slot_token places, zeros in empty slots.
 void moe_dispatch(Runtime& rt, const Tensor& xe, const Tensor& x, const Tensor& slot_token, int64_t top_k);
 // dx (N, C) = [dx +] the sum over the token's choices that were not dropped of dxe[slot].

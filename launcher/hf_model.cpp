@@ -375,8 +375,7 @@ GPTConfig read_hf_config(const std::string& dir) {
       const double aux = real("router_aux_loss_coef", 0.001, -1e300, 1e6);
       if (aux < 0) throw UserError(path + ": router_aux_loss_coef is " + number_g(aux) + " (allowed: 0 or more)");
       m.moe.aux_loss_coef = float(aux);
-      // Dropless, as Mixtral routes (within moe.capacity_factor's limit; generation routes dropless anyway).
-      m.moe.capacity_factor = std::min(64.0, double(m.moe.experts) / double(m.moe.top_k));
+      m.moe.dropless = true;  // as Hugging Face's MoE models route
       m.set_expert_mlp();
     } else {
       m.ffn_hidden = width;

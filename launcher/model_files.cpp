@@ -123,6 +123,7 @@ void write_model_json(const GPTConfig& mc, const std::vector<ParameterSpec>& spe
     if (mc.moe.z_loss_coef > 0) moe.add("z_loss_coef", double(mc.moe.z_loss_coef));  // written when used
     if (mc.moe.shared_experts > 0) moe.add("shared_experts", mc.moe.shared_experts);
     if (mc.moe.shared_gate) moe.add("shared_gate", true);  // else false
+    if (mc.moe.dropless) moe.add("dropless", true);        // else false
     if (mc.moe.ffn_hidden > 0) moe.add("ffn_hidden_size", mc.moe.ffn_hidden);  // else 4 x d_model
     if (!mc.moe.renormalize) moe.add("renormalize", false);                      // else true
     if (mc.moe.first_dense > 0) moe.add("first_dense_layers", mc.moe.first_dense);  // else 0

@@ -67,6 +67,7 @@ Resolved resolve(const Config& cfg, const LaunchInfo& launch) {
   r.model.moe.experts = cfg.moe.experts;
   r.model.moe.top_k = cfg.moe.top_k;
   r.model.moe.capacity_factor = cfg.moe.capacity_factor;
+  r.model.moe.dropless = cfg.moe.dropless;
   r.model.moe.aux_loss_coef = float(cfg.moe.aux_loss_coef);
   r.model.moe.z_loss_coef = float(cfg.moe.z_loss_coef);
   r.model.moe.layer_freq = cfg.moe.layer_freq;

@@ -243,10 +243,13 @@ void validate_relations(const Config& c) {
                  params, "parameters is beyond what the memory plan can count (allowed: below 2^50)");
   if (c.moe.experts > 0) {  // the experts' slots: int32 indices, and their activations in every block
     const double E = double(c.moe.experts), tokens = B * T;
-    const double slots = E * std::min(tokens, std::ceil(c.moe.capacity_factor * double(c.moe.top_k) * tokens / E));
+    const double slots = c.moe.dropless ? double(c.moe.top_k) * tokens
+                                        : E * std::min(tokens, std::ceil(c.moe.capacity_factor * double(c.moe.top_k) * tokens / E));
     if (slots >= 0x1p31)
-      throw beyond("moe.experts x the capacity of a micro-batch (moe.capacity_factor x moe.top_k x train.micro_batch x "
-                   "model.seq_len / moe.experts)", slots, "slots is beyond what a slot index can count (allowed: below 2^31)");
+      throw beyond(c.moe.dropless ? "moe.top_k x train.micro_batch x model.seq_len (dropless: a slot per choice)"
+                                  : "moe.experts x the capacity of a micro-batch (moe.capacity_factor x moe.top_k x "
+                                    "train.micro_batch x model.seq_len / moe.experts)",
+                   slots, "slots is beyond what a slot index can count (allowed: below 2^31)");
     if (const double elements = L * slots * fce; elements >= 0x1p56)
       throw beyond("model.n_layers x the experts' slots x " + fce_name, elements,
                    "elements of activations is beyond what the memory plan can count (allowed: below 2^56)");
@@ -399,6 +402,9 @@ void validate_experts(const Config& c, const BatchLayout& b) {
   if (E % G != 0 || b.data % G != 0)
     throw UserError(c.path + ": parallel.expert = " + std::to_string(G) + " must divide moe.experts = " +
                     std::to_string(E) + " and the data-parallel size " + std::to_string(b.data));
+  if (c.moe.dropless && G > 1)
+    throw UserError(c.path + ": moe.dropless = true needs every expert on each rank, but parallel.expert = " +
+                    std::to_string(G) + " (allowed: parallel.expert = 1, or moe.dropless = false with a capacity)");
 }
 }  // namespace
 

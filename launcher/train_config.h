@@ -92,6 +92,7 @@ struct MoESection {
   int64_t experts = 0;             // experts per MoE block; 0 = dense MLPs only
   int64_t top_k = 2;               // experts per token
   double capacity_factor = 1.25;   // slots per expert = factor x top_k x tokens / experts
+  bool dropless = false;           // no capacity: every choice computed (host-sized GEMMs, no CUDA graphs)
   double aux_loss_coef = 0.01;     // load-balancing loss weight
   double z_loss_coef = 0.0;        // router z-loss weight
   int64_t layer_freq = 1;          // block l has experts when l % layer_freq == 0 ...

@@ -34,7 +34,7 @@ int64_t stored_numel(const GPTConfig& m) { return m.parameter_count() + m.paddin
 // the same kind). ffn_hidden: an expert's hidden width (0 or absent: 4 x d_model).
 void set_experts(GPTConfig& g, int64_t experts, int64_t top_k, double capacity_factor, double aux_loss_coef,
                  int64_t layer_freq, int64_t first_dense, int64_t shared_experts, int64_t ffn_hidden, bool renormalize,
-                 bool shared_gate, const std::string& where) {
+                 bool shared_gate, bool dropless, const std::string& where) {
   MoEConfig& m = g.moe;
   m = MoEConfig();
   if (experts == 0) return;
@@ -57,6 +57,7 @@ void set_experts(GPTConfig& g, int64_t experts, int64_t top_k, double capacity_f
   m.ffn_hidden = ffn_hidden;
   m.renormalize = renormalize;
   m.shared_gate = shared_gate;
+  m.dropless = dropless;
   g.set_expert_mlp();
   // As set_mlp's: the experts' weights alone must count in 64 bits.
   if (double(m.layers(g.n_layers)) * double(experts + shared_experts) * 3.0 * double(m.expert_width(g.d_model)) *
@@ -235,7 +236,7 @@ StoredModel open_checkpoint(const std::string& path, const std::string& verb) {
   const MoESection& e = s.config->moe;
   set_experts(s.shape, e.experts, e.top_k, e.capacity_factor, e.aux_loss_coef, e.layer_freq, e.first_dense_layers,
               e.shared_experts,
-              e.ffn_hidden_size, e.renormalize, e.shared_gate, s.dir + " (config)");
+              e.ffn_hidden_size, e.renormalize, e.shared_gate, e.dropless, s.dir + " (config)");
   // The params blob must hold the model its config describes (an edited config could ask for far
   // more memory than there is).
   const BlobInfo& info = reader->blob_info("params");
@@ -320,7 +321,8 @@ StoredModel open_export(const std::string& dir) {
                   moe->find("shared_experts") ? moe->at("shared_experts").as_int() : 0,
                   moe->find("ffn_hidden_size") ? moe->at("ffn_hidden_size").as_int() : 0,
                   moe->find("renormalize") ? moe->at("renormalize").as_bool() : true,
-                  moe->find("shared_gate") && moe->at("shared_gate").as_bool(), json);
+                  moe->find("shared_gate") && moe->at("shared_gate").as_bool(),
+                  moe->find("dropless") && moe->at("dropless").as_bool(), json);
     const JsonValue& params = root.at("params");
     // The list's length first (a dense block has 12 tensors, 8 without linear biases (9 with qkv's), 2 more
     // with QK-norm;
@@ -408,7 +410,8 @@ StoredModel open_hf(const std::string& dir) {
   s.shape.tied_head = c.tied_head;
   set_experts(s.shape, c.moe.experts, c.moe.top_k, c.moe.capacity_factor, c.moe.aux_loss_coef, c.moe.layer_freq,
               c.moe.first_dense,
-              c.moe.shared_experts, c.moe.ffn_hidden, c.moe.renormalize, c.moe.shared_gate, where);  // Mixtral's, Qwen-MoE's
+              c.moe.shared_experts, c.moe.ffn_hidden, c.moe.renormalize, c.moe.shared_gate, c.moe.dropless,
+              where);  // Mixtral's, Qwen-MoE's
   // Its weights take at least 2 bytes a parameter: a config.json that claims more than
   // model.safetensors holds is found before anything is sized by it.
   const std::vector<std::string> files = hf_weight_files(dir);

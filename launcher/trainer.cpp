@@ -360,7 +360,7 @@ void warn_on_unused_settings(const Config& cfg, const std::string& precision, in
          "every block has experts, whose width is moe.ffn_hidden_size: the key is ignored");
   const MoESection dm;
   const MoESection& m = cfg.moe;
-  if (m.experts == 0 && (m.top_k != dm.top_k || m.capacity_factor != dm.capacity_factor ||
+  if (m.experts == 0 && (m.top_k != dm.top_k || m.capacity_factor != dm.capacity_factor || m.dropless != dm.dropless ||
                          m.aux_loss_coef != dm.aux_loss_coef || m.z_loss_coef != dm.z_loss_coef || m.layer_freq != dm.layer_freq ||
                          m.shared_experts != dm.shared_experts || m.shared_gate != dm.shared_gate || m.ffn_hidden_size != dm.ffn_hidden_size ||
                          m.renormalize != dm.renormalize || m.first_dense_layers != dm.first_dense_layers))
@@ -597,10 +597,13 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
                  (mc.kv_heads() != mc.n_heads ? ", " + std::to_string(mc.kv_heads()) + " key-value heads" : "") +
                  (mc.head_size > 0 ? ", heads of " + std::to_string(mc.head_size) : "") + (mc.qk_norm ? ", QK-norm" : ""))
                     .c_str());
+    const std::string routing =
+        mc.moe.dropless ? std::string("dropless")
+                        : "capacity " + std::to_string(mc.moe.capacity(B * T)) + " of a micro-batch's " +
+                              std::to_string(B * T) + " tokens each (factor " + number_g(mc.moe.capacity_factor) + ")";
     if (mc.moe.experts > 0)
-      std::printf("experts: %lld%s of width %lld in %lld of %lld blocks (every %lld from block %lld), top %lld%s, capacity %lld "
-                  "of a micro-batch's %lld tokens each (factor %g), balancing loss x %g, z-loss x %g; %s parameters "
-                  "active per token%s\n",
+      std::printf("experts: %lld%s of width %lld in %lld of %lld blocks (every %lld from block %lld), top %lld%s, %s, "
+                  "balancing loss x %g, z-loss x %g; %s parameters active per token%s\n",
                   (long long)mc.moe.experts,
                   mc.moe.shared_experts > 0 ? (" and " + std::to_string(mc.moe.shared_experts) + " shared").c_str() : "",
                   (long long)mc.moe.expert_width(mc.d_model),
@@ -608,8 +611,8 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
                   (long long)mc.moe.layer_freq,
                   (long long)((mc.moe.first_dense + mc.moe.layer_freq - 1) / mc.moe.layer_freq * mc.moe.layer_freq),
                   (long long)mc.moe.top_k,
-                  mc.moe.top_k > 1 && !mc.moe.renormalize ? " (gates not renormalized)" : "", (long long)mc.moe.capacity(B * T),
-                  (long long)(B * T), mc.moe.capacity_factor, double(mc.moe.aux_loss_coef), double(mc.moe.z_loss_coef),
+                  mc.moe.top_k > 1 && !mc.moe.renormalize ? " (gates not renormalized)" : "", routing.c_str(),
+                  double(mc.moe.aux_loss_coef), double(mc.moe.z_loss_coef),
                   with_commas(mc.active_parameter_count()).c_str(),
                   expert_parallel ? ("; each rank holds " + std::to_string(mc.moe.local_experts()) +
                                      " of them (parallel.expert = " + std::to_string(layout.expert) + ")")
@@ -769,11 +772,11 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
   StageTimer stage_timer(rt, m, v);  // the compute time of each forward and backward, per chunk
   // CUDA graphs (core/step_graph.h) where nothing in the step needs the host: one rank, the
   // optimizer on the GPU, no dropout (its masks are keyed by the step, a kernel argument), no
-  // per-op timing or trace. The batch then goes through the loader's step slots.
+  // per-op timing or trace, no dropless routing (the host sizes the experts' GEMMs). The batch then goes through the loader's step slots.
   const bool traces = cfg.log.trace_step > start_step && cfg.log.trace_step <= cfg.train.steps;
   const bool graphs = cfg.train.cuda_graphs && rt.cuda() && launch.world == 1 && !optimizer.offloaded() &&
                       !streaming && mc.dropout == 0.0f && mc.attention_dropout == 0.0f && !cfg.log.profile_ops &&
-                      !traces;
+                      !traces && !(mc.moe.experts > 0 && mc.moe.dropless);
   // With graphs the step uploads its whole batch first (this fence, recorded in the graph, so it
   // outlives it), and the host draws the next step's samples into the step slots while the GPU
   // runs the rest of this one.

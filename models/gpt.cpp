@@ -37,7 +37,7 @@ GPT::StageCosts GPT::stage_costs(const GPTConfig& cfg) {
   s.head = 6 * C * cfg.padded_vocab() + 8 * C;
   s.embedding = 8 * C;
   // Each token's rows through an expert-sized MLP: its routed slots, and the shared MLP's width.
-  const double expert_rows = cfg.moe.capacity_factor * double(cfg.moe.top_k) + double(cfg.moe.shared_experts);
+  const double expert_rows = cfg.moe.rows_per_token() + double(cfg.moe.shared_experts);
   const int64_t expert_mlp = 6 * (cfg.moe.expert_fc_width(C) + cfg.moe.expert_width(C)) * C;  // fc and proj, 3 passes
   s.moe_block = 6 * attention + 12 * T * A + 6 * cfg.moe.experts * C + int64_t(expert_rows * double(expert_mlp));
   return s;

@@ -20,12 +20,11 @@ size_t aligned(size_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; }
 
 Tensor rows2d(const Tensor& t) { return t.view({t.rows(), t.cols()}); }
 
-// One rank holds every expert, and generation routes without dropping: every expert has a slot for
-// every token of a forward, so a token's output does not depend on the others in the batch
-// (training's capacity drops choices).
+// One rank holds every expert, and generation routes without dropping (moe.dropless), so a token's
+// output does not depend on the others in the batch (training's capacity drops choices).
 GPTConfig inference_config(GPTConfig c) {
   c.moe.expert_parallel = 1;
-  if (c.moe.experts > 0) c.moe.capacity_factor = double(c.moe.experts) / double(c.moe.top_k);
+  c.moe.dropless = c.moe.experts > 0;
   return c;
 }
 

@@ -11,6 +11,7 @@ struct MoEConfig {
   int64_t experts = 0;             // 0: every block's MLP is dense
   int64_t top_k = 2;               // experts per token
   double capacity_factor = 1.25;   // an expert's slots per micro-batch: factor x top_k x tokens / experts
+  bool dropless = false;           // no capacity: every choice computed, experts' rows packed (moe.dropless)
   float aux_loss_coef = 0.01f;     // weight of the load-balancing loss (Switch Transformer)
   float z_loss_coef = 0.0f;        // weight of the router z-loss (ST-MoE): mean of log(sum exp(logits))^2
   int64_t layer_freq = 1;          // block l has experts when l % layer_freq == 0 ...
@@ -39,11 +40,17 @@ struct MoEConfig {
   int64_t expert_fc_width(int64_t d_model) const { return (swiglu ? 2 : 1) * expert_width(d_model); }
   // The shared MLP's hidden width (0: none): shared_experts experts' widths.
   int64_t shared_width(int64_t d_model) const { return shared_experts * expert_width(d_model); }
-  // Slots per expert for a micro-batch of `tokens` tokens: at least 1, at most every token.
+  // Slots per expert for a micro-batch of `tokens` tokens: at least 1, at most every token (which
+  // dropless routing is: no choice is dropped).
   int64_t capacity(int64_t tokens) const {
+    if (dropless) return tokens;
     const double c = capacity_factor * double(top_k) * double(tokens) / double(experts);
     return std::clamp<int64_t>(int64_t(std::ceil(c)), 1, tokens);
   }
+  // The rows of the experts' tensors for a micro-batch: every expert's slots, or dropless one a choice.
+  int64_t slots(int64_t tokens) const { return dropless ? tokens * top_k : experts * capacity(tokens); }
+  // The experts' GEMM rows per token (an upper bound with a capacity, of which empty slots are part).
+  double rows_per_token() const { return dropless ? double(top_k) : capacity_factor * double(top_k); }
 };
 
 }  // namespace trellis

@@ -65,7 +65,7 @@ MoEParams MoEMLP::params_of(const ParameterStore& ps, const MoEConfig& moe, int 
 MoEMLP::MoEMLP(const MoEConfig& moe, DType dtype, const MoEParams& p, Communicator* group, Communicator* tensor,
                bool sequence_parallel)
     : moe_(moe), dtype_(dtype), p_(p), group_(group), tensor_(tensor && tensor->size() > 1 ? tensor : nullptr),
-      sequence_parallel_(sequence_parallel && tensor_) {
+      sequence_parallel_(sequence_parallel && tensor_), host_counts_(size_t(moe.experts)) {
   const int t = tensor_ ? tensor_->size() : 1;
   auto check = [&](const ExpertParams& e) {
     TRELLIS_CHECK(e.fc_w->spec.split.parts == t && e.proj_w->spec.split.parts == t,
@@ -80,6 +80,7 @@ MoEMLP::MoEMLP(const MoEConfig& moe, DType dtype, const MoEParams& p, Communicat
                 "MoEMLP: a shared gate needs a shared MLP without biases (moe.shared_experts > 0, model.bias = false)");
   for (const ExpertParams& e : p_.experts) check(e);
   const int G = group_ ? group_->size() : 1;
+  TRELLIS_CHECK(!moe_.dropless || G == 1, "MoEMLP: dropless routing needs every expert on one rank (moe.expert_parallel = 1)");
   TRELLIS_CHECK(G == moe_.expert_parallel && int64_t(p_.experts.size()) == moe_.local_experts(),
                 "MoEMLP: an expert group of " + std::to_string(G) + " ranks holding " +
                     std::to_string(p_.experts.size()) + " experts each, for moe.experts = " +
@@ -114,6 +115,8 @@ namespace {
 struct ExpertTensors {
   Tensor first;
   int64_t stride = 0;
+  // The batch from local expert j on.
+  Tensor from(int64_t j) const { return first.shifted(j * stride); }
 };
 
 ExpertTensors expert_tensors(const std::vector<ExpertParams>& experts, const Parameter* ExpertParams::*member,
@@ -129,32 +132,43 @@ ExpertTensors expert_tensors(const std::vector<ExpertParams>& experts, const Par
   return {t0, stride};
 }
 
-// Whether a step's gradient of the experts' copies of one parameter accumulates (the same for all:
-// they are written by the same ops).
-bool experts_accumulate(const std::vector<ExpertParams>& experts, const Parameter* ExpertParams::*member) {
-  const bool first = grad_accumulates(*(experts[0].*member));
-  for (size_t j = 1; j < experts.size(); ++j)
-    TRELLIS_CHECK(grad_accumulates(*(experts[j].*member)) == first, "MoEMLP: the experts' gradients disagree on accumulating");
+// Whether a step's gradient of local experts [j, j + n)'s copies of one parameter accumulates (the
+// same for all: they are written by the same ops).
+bool experts_accumulate(const std::vector<ExpertParams>& experts, const Parameter* ExpertParams::*member, int64_t j,
+                        int64_t n) {
+  const bool first = grad_accumulates(*(experts[size_t(j)].*member));
+  for (int64_t i = j + 1; i < j + n; ++i)
+    TRELLIS_CHECK(grad_accumulates(*(experts[size_t(i)].*member)) == first, "MoEMLP: the experts' gradients disagree on accumulating");
   return first;
 }
 
 }  // namespace
 
-template <class F>
-void MoEMLP::for_each_source(const MoESaved& s, F f) const {
+std::vector<MoEMLP::ExpertRun> MoEMLP::expert_runs(const MoESaved& s) const {
+  const int64_t El = moe_.local_experts(), G = moe_.expert_parallel;
+  std::vector<ExpertRun> runs;
+  if (moe_.dropless) {  // one expert at a time, its packed rows (none: nothing to run)
+    int64_t row = 0;
+    for (int64_t j = 0; j < El; ++j) {
+      if (s.expert_rows[size_t(j)] > 0) runs.push_back({j, 1, row, s.expert_rows[size_t(j)]});
+      row += s.expert_rows[size_t(j)];
+    }
+    return runs;
+  }
   // Expert layout: [source rank][local expert][capacity] rows: per source rank, one batch of GEMMs
   // over the local experts, expert j's slots j x capacity rows after the source's first.
-  const int64_t El = moe_.local_experts(), G = moe_.expert_parallel, cap = s.xe.rows() / (G * El);
-  for (int64_t src = 0; src < G; ++src) f(src * El * cap, cap);
+  const int64_t cap = s.xe.rows() / (G * El);
+  for (int64_t src = 0; src < G; ++src) runs.push_back({0, El, src * El * cap, cap});
+  return runs;
 }
 
-// Batch options over the local experts: their slot rows `cap` apart (rows of `cols_a` and `cols_out`
+// Batch options over a run's experts: their rows `rows` apart (rows of `cols_a` and `cols_out`
 // columns); the caller sets the parameter copies' strides (ExpertTensors::stride).
-MatmulOptions MoEMLP::over_experts(int64_t cap, int64_t cols_a, int64_t cols_out) const {
+MatmulOptions MoEMLP::over_experts(const ExpertRun& run, int64_t cols_a, int64_t cols_out) const {
   MatmulOptions o;
-  o.batch = moe_.local_experts();
-  o.stride_a = cap * cols_a;
-  o.stride_out = cap * cols_out;
+  o.batch = run.experts;
+  o.stride_a = run.rows * cols_a;
+  o.stride_out = run.rows * cols_out;
   return o;
 }
 
@@ -164,34 +178,36 @@ void MoEMLP::experts_forward(Runtime& rt, const MoESaved& s) const {
   const ExpertTensors fc_b = moe_.bias ? expert_tensors(p_.experts, &ExpertParams::fc_b, false) : ExpertTensors(),
                       proj_b = moe_.bias ? expert_tensors(p_.experts, &ExpertParams::proj_b, false) : ExpertTensors();
   const int64_t C = s.xe.cols(), H = s.he.cols(), F = s.ge.cols();
-  for_each_source(s, [&](int64_t row, int64_t cap) {
-    const Tensor h = rows_of(s.he, row, cap), g = rows_of(s.ge, row, cap);
+  for (const ExpertRun& run : expert_runs(s)) {
+    const int64_t row = run.row, rows = run.experts * run.rows;
+    const Tensor h = rows_of(s.he, row, run.rows), g = rows_of(s.ge, row, run.rows);
     // GELU: g = gelu(h) in the fc GEMM's epilogue (h kept for backward). SwiGLU: h = [gate | up], then
-    // g = silu(gate) * up over every local expert's slots at once.
-    MatmulOptions fc = over_experts(cap, C, H);
+    // g = silu(gate) * up over every expert's rows of the run at once.
+    MatmulOptions fc = over_experts(run, C, H);
     fc.trans_b = true;
     fc.stride_b = fc_w.stride;
+    const Tensor fc_b0 = moe_.bias ? fc_b.from(run.expert) : Tensor();
     if (moe_.bias) {
-      fc.bias = &fc_b.first;
+      fc.bias = &fc_b0;
       fc.stride_bias = fc_b.stride;
     }
     if (moe_.swiglu) {
-      matmul(rt, h, rows_of(s.xe, row, cap), fc_w.first, fc);
-      const int64_t rows = moe_.local_experts() * cap;
+      matmul(rt, h, rows_of(s.xe, row, run.rows), fc_w.from(run.expert), fc);
       swiglu_forward(rt, rows_of(s.ge, row, rows), rows_of(s.he, row, rows));
     } else {
       fc.gelu_input = &h;
-      matmul(rt, g, rows_of(s.xe, row, cap), fc_w.first, fc);
+      matmul(rt, g, rows_of(s.xe, row, run.rows), fc_w.from(run.expert), fc);
     }
-    MatmulOptions proj = over_experts(cap, F, C);
+    MatmulOptions proj = over_experts(run, F, C);
     proj.trans_b = true;
     proj.stride_b = proj_w.stride;
+    const Tensor proj_b0 = moe_.bias ? proj_b.from(run.expert) : Tensor();
     if (moe_.bias && first_tensor_rank()) {  // once in the sum over the tensor group
-      proj.bias = &proj_b.first;
+      proj.bias = &proj_b0;
       proj.stride_bias = proj_b.stride;
     }
-    matmul(rt, rows_of(s.ye, row, cap), g, proj_w.first, proj);
-  });
+    matmul(rt, rows_of(s.ye, row, run.rows), g, proj_w.from(run.expert), proj);
+  }
 }
 
 void MoEMLP::experts_backward(Runtime& rt, const Tensor& dxe, const Tensor& dye, const MoESaved& s) const {
@@ -200,44 +216,52 @@ void MoEMLP::experts_backward(Runtime& rt, const Tensor& dxe, const Tensor& dye,
                       fc_dw = expert_tensors(p_.experts, &ExpertParams::fc_w, true),
                       proj_dw = expert_tensors(p_.experts, &ExpertParams::proj_w, true);
   const int64_t C = s.xe.cols(), H = s.he.cols(), F = s.ge.cols();
-  // Weight gradients: dW (out, in) += dy^T x over each expert's slots, a batch over the experts.
-  auto weight_grads = [&](const ExpertTensors& dw, const Parameter* ExpertParams::*member, const Tensor& dy,
-                          const Tensor& x, int64_t cap) {
+  // Weight gradients: dW (out, in) += dy^T x over each expert's rows, a batch over the run's experts.
+  auto weight_grads = [&](const ExpertRun& run, const ExpertTensors& dw, const Parameter* ExpertParams::*member,
+                          const Tensor& dy, const Tensor& x) {
     MatmulOptions o;
-    o.batch = moe_.local_experts();
+    o.batch = run.experts;
     o.trans_a = true;
-    o.accumulate = experts_accumulate(p_.experts, member);
-    o.stride_a = cap * dy.cols();
-    o.stride_b = cap * x.cols();
+    o.accumulate = experts_accumulate(p_.experts, member, run.expert, run.experts);
+    o.stride_a = run.rows * dy.cols();
+    o.stride_b = run.rows * x.cols();
     o.stride_out = dw.stride;
-    matmul(rt, dw.first, dy, x, o);
+    matmul(rt, dw.from(run.expert), dy, x, o);
   };
-  // Bias gradients: the column sums of each expert's slots, a batch over the experts.
-  auto bias_grads = [&](const Parameter* ExpertParams::*member, const Tensor& dy) {
+  // Bias gradients: the column sums of each expert's rows, a batch over the run's experts.
+  auto bias_grads = [&](const ExpertRun& run, const Parameter* ExpertParams::*member, const Tensor& dy) {
     const ExpertTensors db = expert_tensors(p_.experts, member, true);
-    bias_backward(rt, db.first, dy, experts_accumulate(p_.experts, member), moe_.local_experts(), db.stride);
+    bias_backward(rt, db.from(run.expert), dy, experts_accumulate(p_.experts, member, run.expert, run.experts),
+                  run.experts, db.stride);
   };
   // dh is written over what is no longer read: GELU's over ge (not needed after the projection's
   // gradient); SwiGLU's dg = dy W_proj over ge, then dh = [dgate | dup] over he, in place.
-  for_each_source(s, [&](int64_t row, int64_t cap) {
-    // The source's slots of every local expert (the bias sums), and expert 0's (a batch's first problem).
-    const int64_t rows = moe_.local_experts() * cap;
-    const Tensor dy0 = rows_of(dye, row, cap), g0 = rows_of(s.ge, row, cap), h0 = rows_of(s.he, row, cap),
-                 x0 = rows_of(s.xe, row, cap);
-    const Tensor dh = moe_.swiglu ? rows_of(s.he, row, rows) : rows_of(s.ge, row, rows), dh0 = rows_of(dh, 0, cap);
-    weight_grads(proj_dw, &ExpertParams::proj_w, dy0, g0, cap);
-    if (moe_.bias) bias_grads(&ExpertParams::proj_b, rows_of(dye, row, rows));
-    MatmulOptions dg = over_experts(cap, C, F);  // GELU: dh = (dy W_proj) * gelu'(h), over g
+  for (const ExpertRun& run : expert_runs(s)) {
+    // The run's rows of every expert (the bias sums), and its first expert's (a batch's first problem).
+    const int64_t row = run.row, rows = run.experts * run.rows;
+    const Tensor dy0 = rows_of(dye, row, run.rows), g0 = rows_of(s.ge, row, run.rows),
+                 h0 = rows_of(s.he, row, run.rows), x0 = rows_of(s.xe, row, run.rows);
+    const Tensor dh = moe_.swiglu ? rows_of(s.he, row, rows) : rows_of(s.ge, row, rows), dh0 = rows_of(dh, 0, run.rows);
+    weight_grads(run, proj_dw, &ExpertParams::proj_w, dy0, g0);
+    if (moe_.bias) bias_grads(run, &ExpertParams::proj_b, rows_of(dye, row, rows));
+    MatmulOptions dg = over_experts(run, C, F);  // GELU: dh = (dy W_proj) * gelu'(h), over g
     dg.stride_b = proj_w.stride;
     if (!moe_.swiglu) dg.gelu_grad_of = &h0;
-    matmul(rt, g0, dy0, proj_w.first, dg);
+    matmul(rt, g0, dy0, proj_w.from(run.expert), dg);
     if (moe_.swiglu) swiglu_backward(rt, dh, rows_of(s.ge, row, rows), dh);
-    weight_grads(fc_dw, &ExpertParams::fc_w, dh0, x0, cap);
-    if (moe_.bias) bias_grads(&ExpertParams::fc_b, dh);
-    MatmulOptions dx = over_experts(cap, H, C);
+    weight_grads(run, fc_dw, &ExpertParams::fc_w, dh0, x0);
+    if (moe_.bias) bias_grads(run, &ExpertParams::fc_b, dh);
+    MatmulOptions dx = over_experts(run, H, C);
     dx.stride_b = fc_w.stride;
-    matmul(rt, rows_of(dxe, row, cap), dh0, fc_w.first, dx);
-  });
+    matmul(rt, rows_of(dxe, row, run.rows), dh0, fc_w.from(run.expert), dx);
+  }
+  // Dropless, an expert no token chose has no run: its gradients are zero (written where fresh).
+  for (size_t j = 0; j < s.expert_rows.size(); ++j) {
+    if (s.expert_rows[j] > 0) continue;
+    const ExpertParams& e = p_.experts[j];
+    for (const Parameter* p : {e.fc_w, e.fc_b, e.proj_w, e.proj_b})
+      if (p && !grad_accumulates(*p)) fill(rt, p->grad, 0.0f);
+  }
 }
 
 void MoEMLP::shared_hidden(Runtime& rt, const Tensor& x, MoESaved& s, Arena& keep) const {
@@ -318,7 +342,7 @@ void MoEMLP::forward(Runtime& rt, const Tensor& out, const Tensor& x_in, const T
                      Arena& keep, Arena& temp, const Tensor& stats) const {
   NvtxRange r("moe_forward");
   const Tensor x = gathered(x_in.view({x_in.rows(), x_in.cols()}), temp);
-  const int64_t N = x.rows(), C = x.cols(), E = moe_.experts, K = moe_.top_k, S = E * moe_.capacity(N);
+  const int64_t N = x.rows(), C = x.cols(), E = moe_.experts, K = moe_.top_k, S = moe_.slots(N);
   Tensor logits = temp.take(DType::f32, {N, E});
   MatmulOptions o;
   o.trans_b = true;
@@ -330,8 +354,10 @@ void MoEMLP::forward(Runtime& rt, const Tensor& out, const Tensor& x_in, const T
   s.slot = keep.take(DType::i32, {N, K});
   s.slot_token = keep.take(DType::i32, {S});
   s.counts = keep.take(DType::f32, {E});
-  moe_route(rt, s.probs, s.lse, s.expert, s.gate, s.slot, s.slot_token, s.counts, logits, moe_.renormalize);
+  moe_route(rt, s.probs, s.lse, s.expert, s.gate, s.slot, s.slot_token, s.counts, logits, moe_.renormalize,
+            moe_.dropless);
   if (stats.defined()) moe_statistics(rt, stats, s.probs, s.lse, s.counts, K, moe_.capacity(N));
+  if (moe_.dropless) read_expert_rows(rt, s);
   const bool exchanged = group_ && group_->size() > 1;
   Tensor routed = exchanged ? temp.take(dtype_, {S, C}) : keep.take(dtype_, {S, C});
   moe_dispatch(rt, routed, x, s.slot_token, K);
@@ -399,6 +425,12 @@ void MoEMLP::backward(Runtime& rt, const Tensor& dx_in, const Tensor& dout_in, c
   if (sequence_parallel_) reduce_scatter_to_token_shards_forward(*tensor_, dx_in.view({dx_in.rows(), C}), dx).wait();
 }
 
+void MoEMLP::read_expert_rows(Runtime& rt, MoESaved& s) const {
+  // A pageable host copy returns once the routing before it is done (core/cuda/gpu_ops.cpp).
+  copy(rt, Tensor(host_counts_.data(), DType::f32, Device::CPU(), {moe_.experts}), s.counts);
+  s.expert_rows.assign(host_counts_.begin(), host_counts_.end());  // one rank holds every expert
+}
+
 Tensor MoEMLP::gathered(const Tensor& rows, Arena& arena) const {
   if (!sequence_parallel_) return rows;
   const Tensor full = arena.take(rows.dtype, {rows.rows() * tensor_->size(), rows.cols()});
@@ -407,7 +439,7 @@ Tensor MoEMLP::gathered(const Tensor& rows, Arena& arena) const {
 }
 
 size_t MoEMLP::kept_bytes(const MoEConfig& moe, int64_t C, DType dtype, int64_t N, int t) {
-  const int64_t E = moe.experts, K = moe.top_k, S = E * moe.capacity(N);
+  const int64_t E = moe.experts, K = moe.top_k, S = moe.slots(N);
   const size_t e = dtype_size(dtype);
   return aligned(size_t(N * E) * 4) + aligned(size_t(N) * 4) + 3 * aligned(size_t(N * K) * 4) + aligned(size_t(S) * 4) +
          aligned(size_t(E) * 4) +
@@ -419,7 +451,7 @@ size_t MoEMLP::kept_bytes(const MoEConfig& moe, int64_t C, DType dtype, int64_t 
 }
 
 size_t MoEMLP::work_bytes(const MoEConfig& moe, int64_t C, DType dtype, int64_t N, int t, bool sequence_parallel) {
-  const int64_t E = moe.experts, K = moe.top_k, S = E * moe.capacity(N);
+  const int64_t E = moe.experts, K = moe.top_k, S = moe.slots(N);
   const size_t e = dtype_size(dtype), slots = aligned(size_t(S * C) * e);
   // forward: logits, the routed rows and outputs before their exchange; backward: dye, dgate, dxe,
   // their exchanged copies, dlogits and its 16-bit copy.

@@ -4,6 +4,10 @@
 // is the gate-weighted sum of theirs. Each expert takes at most `capacity` tokens of a micro-batch
 // (moe_config.h), so every shape is fixed: no host synchronization, CUDA graphs still apply, and
 // a choice past an expert's capacity is dropped (the residual stream carries that token on).
+// Dropless (moe.dropless, MegaBlocks', Megatron's default): no choice is dropped; the experts' rows
+// are packed (N * K of them, expert by expert), and the host reads the E counts after routing (one
+// wait for the GPU per block and micro-batch) to size each expert's GEMMs, as Megatron's grouped
+// GEMM does. Steps then cannot be CUDA graphs. Expert parallelism needs the capacity.
 // A load-balancing loss (aux_loss_coef x E x sum_e f_e P_e) and the router z-loss (z_loss_coef x
 // the tokens' mean of log(sum_e exp(logit_e))^2, ST-MoE: it keeps the router's logits small) are
 // added to the objective.
@@ -56,15 +60,17 @@ struct MoEParams {
   const Parameter* shared_gate_w = nullptr;  // moe.shared_gate: its gate (1, C)
 };
 
-// What backward needs, for one micro-batch. N tokens, K choices, S = E * capacity slots; with
-// expert parallelism the expert tensors hold this rank's experts' slots from every rank of the group
-// (G * E/G * capacity = S rows as well).
+// What backward needs, for one micro-batch. N tokens, K choices, S = E * capacity slots (dropless:
+// N * K, packed); with expert parallelism the expert tensors hold this rank's experts' slots from
+// every rank of the group (G * E/G * capacity = S rows as well).
 struct MoESaved {
   Tensor probs, lse, expert, gate, slot, slot_token, counts;  // routing (moe_route)
   // Expert inputs (S, C), fc outputs (S, F; SwiGLU 2F) and their activation (S, F), outputs (S, C).
   Tensor xe, he, ge, ye;
   Tensor hs, gs;  // the shared MLP's fc outputs and their activation (N, its width; SwiGLU hs twice it)
   Tensor gz;      // moe.shared_gate: its logits, f32 (N, 1)
+  // moe.dropless: each local expert's rows (counts, read to the host after routing: the GEMMs' sizes).
+  std::vector<int64_t> expert_rows;
 };
 
 class MoEMLP {
@@ -104,11 +110,16 @@ class MoEMLP {
                            bool sequence_parallel = false);
 
  private:
-  // f(first slot row, capacity) for each source rank's slots (its local experts' capacity each).
-  template <class F>
-  void for_each_source(const MoESaved& s, F f) const;
-  // A GEMM batch over the local experts, on slot rows of `cols_a` and `cols_out` columns.
-  MatmulOptions over_experts(int64_t cap, int64_t cols_a, int64_t cols_out) const;
+  // One batch of the experts' GEMMs: local experts [expert, expert + experts), `rows` rows each, the
+  // first expert's from row `row` of the expert tensors, the next expert's `rows` after it.
+  struct ExpertRun {
+    int64_t expert, experts, row, rows;
+  };
+  // With a capacity, one run over the local experts per source rank (its slots, capacity each);
+  // dropless, a run per local expert that has rows (its packed rows).
+  std::vector<ExpertRun> expert_runs(const MoESaved& s) const;
+  // A run's GEMM batch on rows of `cols_a` and `cols_out` columns.
+  MatmulOptions over_experts(const ExpertRun& run, int64_t cols_a, int64_t cols_out) const;
   // The expert MLPs on xe's slots: he, ge, ye (forward) or, given dye, dxe and the gradients.
   void experts_forward(Runtime& rt, const MoESaved& s) const;
   void experts_backward(Runtime& rt, const Tensor& dxe, const Tensor& dye, const MoESaved& s) const;
@@ -135,6 +146,9 @@ class MoEMLP {
   // With sequence parallelism: every rank's rows of a token-sharded (rows, C) tensor, from `arena`; else `rows`.
   Tensor gathered(const Tensor& rows, Arena& arena) const;
   bool first_tensor_rank() const { return !tensor_ || tensor_->rank() == 0; }
+  // Dropless: s.expert_rows from s.counts, through host_counts_ (a wait for the routing).
+  void read_expert_rows(Runtime& rt, MoESaved& s) const;
+  mutable std::vector<float> host_counts_;
   // Sums a partial result over the tensor group (nothing without one).
   void tensor_sum(const Tensor& t) const;
 };

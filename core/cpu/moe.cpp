@@ -11,8 +11,9 @@ namespace trellis::cpu {
 
 void moe_route(Runtime&, const Tensor& probs, const Tensor& lse, const Tensor& expert, const Tensor& gate,
                const Tensor& slot, const Tensor& slot_token, const Tensor& counts, const Tensor& logits,
-               bool renormalize) {
-  const int64_t N = logits.size(0), E = logits.size(1), K = expert.size(1), cap = slot_token.numel() / E;
+               bool renormalize, bool dropless) {
+  const int64_t N = logits.size(0), E = logits.size(1), K = expert.size(1);
+  const int64_t cap = dropless ? N : slot_token.numel() / E;  // an expert takes each token at most once
   const bool norm = renormalize && K > 1;
   const float* lg = logits.ptr<float>();
   float *pr = probs.ptr<float>(), *ls = lse.ptr<float>(), *gt = gate.ptr<float>(), *cn = counts.ptr<float>();
@@ -41,14 +42,22 @@ void moe_route(Runtime&, const Tensor& probs, const Tensor& lse, const Tensor& e
     for (int64_t k = 0; k < K; ++k) chosen += p[x[k]];
     for (int64_t k = 0; k < K; ++k) gt[n * K + k] = norm ? p[x[k]] / chosen : p[x[k]];
   }
+  // An expert's first slot: e x capacity, or dropless, after the choices of the experts before it.
+  std::vector<int64_t> first(size_t(E), 0), filled(size_t(E), 0);
+  if (dropless) {
+    for (int64_t i = 0; i < N * K; ++i) ++filled[size_t(ex[i])];
+    for (int64_t e = 1; e < E; ++e) first[size_t(e)] = first[size_t(e - 1)] + filled[size_t(e - 1)];
+    std::fill(filled.begin(), filled.end(), 0);
+  } else {
+    for (int64_t e = 0; e < E; ++e) first[size_t(e)] = e * cap;
+  }
   // Slots in priority order: every token's first choice in token order, then the second choices...
-  std::vector<int64_t> filled(size_t(E), 0);
-  std::fill(st, st + E * cap, -1);
+  std::fill(st, st + slot_token.numel(), -1);
   for (int64_t k = 0; k < K; ++k)
     for (int64_t n = 0; n < N; ++n) {
-      const int64_t e = ex[n * K + k], pos = filled[size_t(e)]++;
-      sl[n * K + k] = pos < cap ? int32_t(e * cap + pos) : -1;
-      if (pos < cap) st[e * cap + pos] = int32_t(n * K + k);
+      const int64_t e = ex[n * K + k], pos = filled[size_t(e)]++, s = first[size_t(e)] + pos;
+      sl[n * K + k] = pos < cap ? int32_t(s) : -1;
+      if (pos < cap) st[s] = int32_t(n * K + k);
     }
   for (int64_t e = 0; e < E; ++e) cn[e] = float(filled[size_t(e)]);
 }

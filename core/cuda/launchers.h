@@ -234,7 +234,8 @@ void launch_embedding_backward(cudaStream_t s, void* dwte, DType dwte_t, void* d
                                const int32_t* tokens, DType t, int64_t B, int64_t T, int64_t C, int64_t vocab_begin,
                                int64_t V, int64_t vocab_size, void* scratch, size_t scratch_bytes);
 
-// ---- moe.cu (core/ops.h's moe_* ops; E experts, K choices, S = E * cap slots) ----
+// ---- moe.cu (core/ops.h's moe_* ops; E experts, K choices, S = E * cap slots, or dropless (cap = 0
+// for the route) N * K) ----
 void launch_moe_route(cudaStream_t s, float* probs, float* lse, int32_t* expert, float* gate, int32_t* slot,
                       int32_t* slot_token, float* counts, const float* logits, int64_t N, int E, int K, int64_t cap,
                       bool renormalize);

@@ -2,6 +2,7 @@
 // positions per expert in priority order (a block scan per expert), dispatch and combine of token
 // rows, and their backwards; the shared MLP's sigmoid gate on rows. Same arithmetic as core/cpu/moe.cpp; sums over rows may differ in
 // order (dgate's dot products, the softmax's sum), the integer routing is bitwise the CPU's.
+#include <cub/block/block_reduce.cuh>
 #include <cub/block/block_scan.cuh>
 
 #include <initializer_list>
@@ -64,12 +65,34 @@ __global__ void route_probs_kernel(float* probs, float* lse, int32_t* expert, fl
 
 constexpr int kScanThreads = 512;
 
+// Dropless routing's first pass, a block per expert: counts[e] = its choices.
+__global__ void route_counts_kernel(float* counts, const int32_t* expert, int64_t NK) {
+  using Reduce = cub::BlockReduce<int64_t, kScanThreads>;
+  __shared__ typename Reduce::TempStorage temp;
+  int64_t mine = 0;
+  for (int64_t i = threadIdx.x; i < NK; i += kScanThreads) mine += expert[i] == int32_t(blockIdx.x) ? 1 : 0;
+  const int64_t total = Reduce(temp).Sum(mine);
+  if (threadIdx.x == 0) counts[blockIdx.x] = float(total);
+}
+
 // A block per expert: its choices in priority order (k major, token minor), positions by a block scan.
+// With a capacity (cap > 0) expert e's slots are rows [e cap, (e + 1) cap), the unfilled ones marked
+// empty; dropless (cap = 0) they are packed after the experts before it (counts from the first pass).
 __global__ void route_slots_kernel(int32_t* slot, int32_t* slot_token, float* counts, const int32_t* expert,
                                    int64_t N, int K, int64_t cap) {
   using Scan = cub::BlockScan<int, kScanThreads>;
   __shared__ typename Scan::TempStorage temp;
+  __shared__ int64_t packed_first;
   const int e = blockIdx.x;
+  const bool dropless = cap == 0;
+  if (dropless && threadIdx.x == 0) {
+    int64_t before = 0;
+    for (int j = 0; j < e; ++j) before += int64_t(counts[j]);
+    packed_first = before;
+  }
+  __syncthreads();
+  const int64_t first = dropless ? packed_first : e * cap;
+  if (dropless) cap = N;  // an expert takes each token at most once
   int64_t base = 0;
   for (int64_t begin = 0; begin < N * K; begin += kScanThreads) {
     const int64_t i = begin + threadIdx.x;
@@ -79,12 +102,13 @@ __global__ void route_slots_kernel(int32_t* slot, int32_t* slot_token, float* co
     Scan(temp).ExclusiveSum(match, before, total);
     if (match) {
       const int64_t pos = base + before;
-      slot[nk] = pos < cap ? int32_t(e * cap + pos) : -1;
-      if (pos < cap) slot_token[e * cap + pos] = int32_t(nk);
+      slot[nk] = pos < cap ? int32_t(first + pos) : -1;
+      if (pos < cap) slot_token[first + pos] = int32_t(nk);
     }
     base += total;
     __syncthreads();  // temp is reused
   }
+  if (dropless) return;  // counts[e] is the first pass's, and no slot is empty
   for (int64_t pos = base + threadIdx.x; pos < cap; pos += kScanThreads) slot_token[e * cap + pos] = -1;
   if (threadIdx.x == 0) counts[e] = float(base);
 }
@@ -275,9 +299,14 @@ unsigned warps_grid(int64_t warps) { return unsigned((warps * 32 + kThreads - 1)
 void launch_moe_route(cudaStream_t s, float* probs, float* lse, int32_t* expert, float* gate, int32_t* slot,
                       int32_t* slot_token, float* counts, const float* logits, int64_t N, int E, int K, int64_t cap,
                       bool renormalize) {
+  // cap = 0: dropless, each expert's choices packed after the ones before it.
   TRELLIS_CHECK(E <= 32 * kMaxExpertsPerLane && K <= 32, "moe_route: at most 1024 experts and 32 choices on the GPU");
   if (N > 0) {
     route_probs_kernel<<<warps_grid(N), kThreads, 0, s>>>(probs, lse, expert, gate, logits, N, E, K, renormalize);
+    CUDA_CHECK_LAUNCH();
+  }
+  if (cap == 0) {
+    route_counts_kernel<<<unsigned(E), kScanThreads, 0, s>>>(counts, expert, N * K);
     CUDA_CHECK_LAUNCH();
   }
   route_slots_kernel<<<unsigned(E), kScanThreads, 0, s>>>(slot, slot_token, counts, expert, N, K, cap);

@@ -7,11 +7,11 @@ namespace trellis::gpu {
 
 void moe_route(Runtime& rt, const Tensor& probs, const Tensor& lse, const Tensor& expert, const Tensor& gate,
                const Tensor& slot, const Tensor& slot_token, const Tensor& counts, const Tensor& logits,
-               bool renormalize) {
+               bool renormalize, bool dropless) {
   const int64_t N = logits.size(0), E = logits.size(1);
   launch_moe_route(compute_stream(rt), probs.ptr<float>(), lse.ptr<float>(), expert.ptr<int32_t>(), gate.ptr<float>(),
                    slot.ptr<int32_t>(), slot_token.ptr<int32_t>(), counts.ptr<float>(), logits.ptr<float>(), N,
-                   int(E), int(expert.size(1)), slot_token.numel() / E, renormalize);
+                   int(E), int(expert.size(1)), dropless ? 0 : slot_token.numel() / E, renormalize);
 }
 
 void moe_dispatch(Runtime& rt, const Tensor& xe, const Tensor& x, const Tensor& slot_token, int64_t top_k) {

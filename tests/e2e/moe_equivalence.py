@@ -35,7 +35,12 @@ Mixtral's experts). model.init_from a one-rank checkpoint with Mixtral's experts
 and at data 4 x expert 2 (also at ZeRO stage 3) and tensor 2 x expert 2 gives the one-rank run. A
 checkpoint whose experts sit in other blocks, or are of another width, is
 refused with one line; so is an expert width the tensor group cannot split.
-An expert group that does not divide the experts stops every rank, with one line.
+An expert group that does not divide the experts stops every rank, with one line; so does dropless
+routing with expert parallelism. Dropless routing (moe.dropless: no choice dropped, the log says, and
+other losses than capacity factor 1's) gives one rank's run at tensor 2 with sequence parallelism,
+pipeline 2 x data 2 at ZeRO stage 1, data 4 at stage 3 with two micro-batches a rank, and with
+Mixtral's experts under Qwen2-MoE's gate at pipeline 2 with full recomputation and tensor 2 x data 2
+with it.
 Usage: moe_equivalence.py TRAIN_GPT MPIEXEC CONFIG"""
 import json
 import math
@@ -50,7 +55,7 @@ from equivalence import LOSS_TOL, NORM_TOL, WEIGHT_L2_TOL, WEIGHT_MAX_TOL
 STEPS = 6
 # Settings that change the model trained: a layout with them is compared with one rank with them.
 MODEL_KEYS = {"moe.layer_freq", "model.dropout", "model.n_layers", "train.global_batch", "model.mlp", "model.bias",
-              "moe.ffn_hidden_size", "moe.renormalize", "moe.first_dense_layers", "moe.shared_gate"}
+              "moe.ffn_hidden_size", "moe.renormalize", "moe.first_dense_layers", "moe.shared_gate", "moe.dropless"}
 # Mixtral's experts (and shared MLP): SwiGLU without biases, of a width not 4C.
 MIXTRAL = ["model.mlp=swiglu", "model.bias=false", "moe.ffn_hidden_size=48"]
 BASE = ["train.device=cpu", f"train.steps={STEPS}", "train.micro_batch=2", "train.global_batch=8",
@@ -129,6 +134,15 @@ def main():
                 _, loss, norms, w, _, _ = run(binary, mpiexec, config, tmp, 1, tag, *key)
                 refs[key] = (loss, norms, w, tag)
             return refs[key]
+
+        # Dropless routing drops nothing (the log says so every step) and trains another model than
+        # capacity factor 1, which drops choices.
+        dl_loss = reference(["moe.dropless=true"])[0]
+        dl_stats = moe_stats(tmp, reference(["moe.dropless=true"])[3])
+        ok = (len(dl_stats) == STEPS and all(d == 0 for _, d, _ in dl_stats) and rel(dl_loss, refs[()][0]) > 1e-4)
+        failed |= not ok
+        print(f"{'ok  ' if ok else 'FAIL'} one rank, dropless: no choice dropped in {len(dl_stats)} steps, losses "
+              f"{rel(dl_loss, refs[()][0]):.2e} from capacity factor 1's")
 
         # The dense model differs: the experts change the computation.
         _, dense_loss, _, _, _, _ = run(binary, mpiexec, config, tmp, 1, "dense", "moe.experts=0")
@@ -209,6 +223,14 @@ def main():
             # the first stage), tensor 2 x expert 2 at ZeRO stage 1.
             (2, "fd1_p2", ["moe.first_dense_layers=1", "parallel.pipeline=2"]),
             (4, "fd1_t2_e2_z1", ["moe.first_dense_layers=1", "parallel.tensor=2", "parallel.expert=2", "zero.stage=1"]),
+            # Dropless routing (moe.dropless): every tensor rank sizes the same GEMMs from the same
+            # counts; data ranks and micro-batches each their own; recomputation routes again.
+            (2, "dl_t2_sp", ["moe.dropless=true", "parallel.tensor=2", "parallel.sequence_parallel=true"]),
+            (4, "dl_p2_d2_z1", ["moe.dropless=true", "parallel.pipeline=2", "zero.stage=1"]),
+            (4, "dl_d4_z3_acc2", ["moe.dropless=true", "zero.stage=3", "train.global_batch=16"]),
+            (2, "dl_q2m_p2_full", MIXTRAL + ["moe.dropless=true", "moe.shared_gate=true", "parallel.pipeline=2",
+                                             "train.checkpointing=full"]),
+            (4, "dl_mx_t2_d2_full", MIXTRAL + ["moe.dropless=true", "parallel.tensor=2", "train.checkpointing=full"]),
         ]
         for ranks, tag, sets in cases:
             ref_loss, ref_norms, ref_w, ref_tag = reference(sets)
@@ -322,7 +344,9 @@ def main():
                                    "moe.experts 4 and 1 shared of width 48 every 1 blocks"),
                                   (4, MIXTRAL[:-1] + ["moe.ffn_hidden_size=90", "parallel.tensor=4"],
                                    "its hidden width moe.ffn_hidden_size = 90 must be divisible by parallel.tensor = 4"),
-                                  (2, ["moe.experts=3", "parallel.expert=2"], "parallel.expert = 2 must divide moe.experts = 3")]:
+                                  (2, ["moe.experts=3", "parallel.expert=2"], "parallel.expert = 2 must divide moe.experts = 3"),
+                                  (2, ["moe.dropless=true", "parallel.expert=2"],
+                                   "moe.dropless = true needs every expert on each rank, but parallel.expert = 2")]:
             cmd, p = equivalence.launch(binary, mpiexec, config, ranks, BASE + sets)
             lines = [l for l in p.stderr.splitlines() if l.startswith("error:")]
             ok = p.returncode != 0 and len(lines) == 1 and all(want in l for l in lines) and "Abort" not in p.stderr

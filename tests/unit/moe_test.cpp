@@ -3,6 +3,7 @@
 // differences, activation checkpointing bitwise, the balancing loss's gradient, parameter counts.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -28,19 +29,19 @@ template <typename T> Tensor host(std::vector<T>& v, DType t, Shape s) {
   return Tensor(v.data(), t, Device::CPU(), s);
 }
 
-// Routing outputs for N tokens, E experts, K choices, `cap` slots per expert.
+// Routing outputs for N tokens, E experts, K choices, `cap` slots per expert (0: dropless, packed).
 struct Routing {
-  int64_t N, E, K, cap;
+  int64_t N, E, K, cap, S;
   bool renormalize = true;  // the gates divided by the chosen probabilities' sum
   std::vector<float> probs, lse, gate, counts;
   std::vector<int32_t> expert, slot, slot_token;
   Routing(int64_t n, int64_t e, int64_t k, int64_t c)
-      : N(n), E(e), K(k), cap(c), probs(size_t(n * e)), lse(size_t(n)), gate(size_t(n * k)), counts(size_t(e)),
-        expert(size_t(n * k)), slot(size_t(n * k)), slot_token(size_t(e * c)) {}
+      : N(n), E(e), K(k), cap(c), S(c > 0 ? e * c : n * k), probs(size_t(n * e)), lse(size_t(n)), gate(size_t(n * k)),
+        counts(size_t(e)), expert(size_t(n * k)), slot(size_t(n * k)), slot_token(size_t(S)) {}
   void route(std::vector<float>& logits) {
     moe_route(rt(), host(probs, DType::f32, {N, E}), host(lse, DType::f32, {N}), host(expert, DType::i32, {N, K}),
-              host(gate, DType::f32, {N, K}), host(slot, DType::i32, {N, K}), host(slot_token, DType::i32, {E * cap}),
-              host(counts, DType::f32, {E}), host(logits, DType::f32, {N, E}), renormalize);
+              host(gate, DType::f32, {N, K}), host(slot, DType::i32, {N, K}), host(slot_token, DType::i32, {S}),
+              host(counts, DType::f32, {E}), host(logits, DType::f32, {N, E}), renormalize, cap == 0);
   }
 };
 
@@ -91,6 +92,27 @@ TEST(MoE, RoutingFollowsPriorityAndCapacity) {
   EXPECT_EQ(one.slot, (std::vector<int32_t>{0, 1, 2, -1}));
   EXPECT_EQ(one.slot_token, (std::vector<int32_t>{0, 1, 2, -1, -1, -1, -1, -1, -1}));
   EXPECT_FLOAT_EQ(one.gate[0], one.probs[0]);
+}
+
+// Dropless, the same logits: no choice is dropped, and expert e's rows follow the experts before it
+// (4 of expert 0, then 2 and 2), in the same priority order.
+TEST(MoE, DroplessRoutingPacksEveryChoice) {
+  std::vector<float> logits = {3, 2, 0, 3, 0, 2, 3, 1, 2, 1, 1, 0};
+  Routing r(4, 3, 2, 0);
+  r.route(logits);
+  EXPECT_EQ(r.expert, (std::vector<int32_t>{0, 1, 0, 2, 0, 2, 0, 1}));
+  // First choices: tokens 0-3 -> expert 0's rows 0-3. Second choices: token 0 -> expert 1's first
+  // row (4), token 1 -> expert 2's (6), token 2 -> expert 2's second (7), token 3 -> expert 1's (5).
+  EXPECT_EQ(r.slot, (std::vector<int32_t>{0, 4, 1, 6, 2, 7, 3, 5}));
+  EXPECT_EQ(r.slot_token, (std::vector<int32_t>{0, 2, 4, 6, 1, 7, 3, 5}));
+  EXPECT_EQ(r.counts, (std::vector<float>{4, 2, 2}));
+  // An expert no token chose has no rows: top 1 of 4, the first three tokens on expert 0.
+  std::vector<float> four = {3, 0, 0, 0, 3, 0, 0, 0, 3, 0, 0, 0, 0, 0, 0, 3};
+  Routing one(4, 4, 1, 0);
+  one.route(four);
+  EXPECT_EQ(one.slot, (std::vector<int32_t>{0, 1, 2, 3}));
+  EXPECT_EQ(one.slot_token, (std::vector<int32_t>{0, 1, 2, 3}));
+  EXPECT_EQ(one.counts, (std::vector<float>{3, 0, 0, 1}));
 }
 
 // Dispatch and combine against the definitions, with a dropped choice and empty slots.
@@ -288,6 +310,67 @@ TEST_P(MoEShared, GptGradientsMatchFiniteDifferences) {
   EXPECT_GT(experts, 20) << "the experts' and routers' gradients should mostly be non-zero";
   EXPECT_EQ(shared > 0, c.moe.shared_experts > 0) << shared << " shared MLP gradients checked non-zero";
   EXPECT_EQ(gate > 0, c.moe.shared_gate) << gate << " shared gate gradients checked non-zero";
+}
+
+// Dropless routing computes what a capacity for every token (moe.experts / moe.top_k) does, its rows
+// packed instead of in slots: the same loss and gradients to f32 rounding (the GEMMs run on other row
+// blocks), with GPT-2's experts and with Mixtral's under Qwen2-MoE's gated shared MLP, the balancing
+// loss and the z-loss on.
+TEST(MoE, DroplessMatchesCapacityForEveryToken) {
+  for (bool swiglu : {false, true}) {
+    SCOPED_TRACE(swiglu ? "Mixtral's experts, gated shared MLP" : "GPT-2's experts");
+    std::vector<Result> results;
+    for (bool dropless : {false, true}) {
+      GPTConfig c = moe_config();
+      c.moe.z_loss_coef = 0.1f;
+      if (swiglu) {
+        c = mixtral(c);
+        c.moe.shared_experts = 1;
+        c.moe.shared_gate = true;
+      }
+      c.moe.capacity_factor = 2.0;  // experts / top_k: every token fits
+      c.moe.dropless = dropless;
+      GPT model(rt(), c, 2);
+      model.initialize(5);
+      results.push_back(run(model, make_batch(c, 2), 2, StepContext{}));
+    }
+    EXPECT_NEAR(results[1].loss, results[0].loss, 1e-6 * std::fabs(results[0].loss));
+    ASSERT_EQ(results[1].grads.size(), results[0].grads.size());
+    float largest = 0, worst = 0;
+    for (size_t i = 0; i < results[0].grads.size(); ++i) {
+      largest = std::max(largest, std::fabs(results[0].grads[i]));
+      worst = std::max(worst, std::fabs(results[1].grads[i] - results[0].grads[i]));
+    }
+    EXPECT_GT(largest, 0.0f);
+    EXPECT_LE(worst, 1e-5f * largest);
+  }
+}
+
+// Top 1 of 8 experts over 8 tokens leaves some expert without rows: its gradients are written all the
+// same (zeros, fresh gradients are not zeroed before a step), so a step after the gradients were
+// poisoned gives bitwise the first step's.
+TEST(MoE, DroplessExpertWithoutRowsGetsZeroGradients) {
+  GPTConfig c = moe_config();
+  c.moe.experts = 8;
+  c.moe.top_k = 1;
+  c.moe.dropless = true;
+  GPT model(rt(), c, 1);
+  model.initialize(7);
+  const Batch batch = make_batch(c, 1);
+  const Result first = run(model, batch, 1, StepContext{});
+  model.params().check_grads_written();
+  int idle = 0;
+  for (const Parameter& p : model.params().all()) {
+    if (p.spec.name.find(".moe.experts.") == std::string::npos || p.spec.name.find("fc.w") == std::string::npos) continue;
+    const float* g = first.grads.data() + p.offset;
+    idle += std::all_of(g, g + p.spec.shape.numel(), [](float v) { return v == 0.0f; }) ? 1 : 0;
+  }
+  EXPECT_GT(idle, 0) << "no expert went without rows: the case is not tested";
+  Tensor g = model.params().flat_grads();
+  std::fill(g.ptr<float>(), g.ptr<float>() + g.numel(), std::nanf(""));
+  const Result again = run(model, batch, 1, StepContext{});
+  ASSERT_EQ(again.grads.size(), first.grads.size());
+  EXPECT_EQ(0, std::memcmp(again.grads.data(), first.grads.data(), first.grads.size() * 4));
 }
 
 // Recomputing a block with experts (full) or its attention (selective) or its layer norms
