@@ -777,6 +777,8 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
   const bool graphs = cfg.train.cuda_graphs && rt.cuda() && launch.world == 1 && !optimizer.offloaded() &&
                       !streaming && mc.dropout == 0.0f && mc.attention_dropout == 0.0f && !cfg.log.profile_ops &&
                       !traces && !(mc.moe.experts > 0 && mc.moe.dropless);
+  if (main_rank && cfg.train.cuda_graphs && rt.cuda() && launch.world == 1 && mc.moe.experts > 0 && mc.moe.dropless)
+    std::printf("cuda graphs: none (moe.dropless: the host sizes the experts' GEMMs from each step's routing)\n");
   // With graphs the step uploads its whole batch first (this fence, recorded in the graph, so it
   // outlives it), and the host draws the next step's samples into the step slots while the GPU
   // runs the rest of this one.

@@ -804,27 +804,31 @@ TEST_P(Parity, CrossEntropy) {
 
 // Mixture-of-experts routing: the integer routing (choices, slots) bitwise the CPU's, the rest close;
 // 64 experts put two on each lane of the routing warps; capacity factor 1 drops choices; the gates
-// renormalized over the chosen, and (the last two cases) not.
+// renormalized over the chosen, and (two cases) not; dropless (the last three: packed rows, none
+// dropped; 64 experts over 40 tokens leave some without rows).
 TEST_P(Parity, MoERouting) {
   struct Case {
     int64_t N, E, K, C;
-    bool renormalize;
+    bool renormalize, dropless = false;
   };
   // C = 20: 16-bit rows take the one-element kernels (not a multiple of 8).
   for (const Case& c : {Case{300, 8, 2, 40, true}, Case{200, 64, 1, 24, true}, Case{130, 5, 3, 16, false},
-                        Case{90, 6, 2, 20, false}}) {
-    const int64_t cap = (c.K * c.N + c.E - 1) / c.E, S = c.E * cap;
+                        Case{90, 6, 2, 20, false}, Case{300, 8, 2, 40, true, true}, Case{40, 64, 1, 24, true, true},
+                        Case{1100, 5, 3, 16, false, true}}) {
+    const int64_t cap = c.dropless ? c.N : (c.K * c.N + c.E - 1) / c.E, S = c.dropless ? c.N * c.K : c.E * cap;
     const std::string at = " (N " + std::to_string(c.N) + ", E " + std::to_string(c.E) + ", K " + std::to_string(c.K) +
-                           (c.renormalize ? "" : ", not renormalized") + ")";
+                           (c.renormalize ? "" : ", not renormalized") + (c.dropless ? ", dropless" : "") + ")";
     HostTensor logits = random_host(DType::f32, {c.N, c.E}, 200, -3.0f, 3.0f);
     HostTensor probs(DType::f32, {c.N, c.E}), lse(DType::f32, {c.N}), expert(DType::i32, {c.N, c.K}),
         gate(DType::f32, {c.N, c.K}), slot(DType::i32, {c.N, c.K}), slot_token(DType::i32, {S}), counts(DType::f32, {c.E});
-    moe_route(cpu(), probs.t, lse.t, expert.t, gate.t, slot.t, slot_token.t, counts.t, logits.t, c.renormalize);
+    moe_route(cpu(), probs.t, lse.t, expert.t, gate.t, slot.t, slot_token.t, counts.t, logits.t, c.renormalize,
+              c.dropless);
     DeviceTensor gprobs = device_empty(DType::f32, {c.N, c.E}), glse = device_empty(DType::f32, {c.N}),
                  gexpert = device_empty(DType::i32, {c.N, c.K}), ggate = device_empty(DType::f32, {c.N, c.K}),
                  gslot = device_empty(DType::i32, {c.N, c.K}), gslot_token = device_empty(DType::i32, {S}),
                  gcounts = device_empty(DType::f32, {c.E}), glogits = to_device(logits);
-    moe_route(gpu(), gprobs.t, glse.t, gexpert.t, ggate.t, gslot.t, gslot_token.t, gcounts.t, glogits.t, c.renormalize);
+    moe_route(gpu(), gprobs.t, glse.t, gexpert.t, ggate.t, gslot.t, gslot_token.t, gcounts.t, glogits.t, c.renormalize,
+              c.dropless);
     expect_bitwise(to_host(gexpert), expert, "moe_route expert" + at);
     expect_bitwise(to_host(gslot), slot, "moe_route slot" + at);
     expect_bitwise(to_host(gslot_token), slot_token, "moe_route slot_token" + at);
@@ -834,7 +838,8 @@ TEST_P(Parity, MoERouting) {
     expect_close(to_host(ggate), gate, tolerance(DType::f32), "moe_route gate" + at);
     int64_t dropped = 0;
     for (int64_t i = 0; i < c.N * c.K; ++i) dropped += slot.t.ptr<int32_t>()[i] < 0;
-    EXPECT_GT(dropped, 0) << "the case should drop choices" << at;
+    if (c.dropless) EXPECT_EQ(dropped, 0) << "dropless routing dropped a choice" << at;
+    else EXPECT_GT(dropped, 0) << "the case should drop choices" << at;
 
     HostTensor x = random_host(dt(), {c.N, c.C}, 201), xe(dt(), {S, c.C});
     DeviceTensor gx = to_device(x), gxe = device_empty(dt(), {S, c.C});

@@ -11,6 +11,8 @@ with the reason). The tiny config, dropout on, deterministic mode:
   ones bitwise, and N + resume + N equals 2N; so with Mixtral's experts (SwiGLU without biases, of
   width 90: model.mlp = swiglu, model.bias = false, moe.ffn_hidden_size = 90) in fp32 and bf16, and with
   Qwen2-MoE's shared MLP gated per token (moe.shared_gate, qkv biases, gates not renormalized);
+  dropless (moe.dropless: the experts' GEMMs sized on the host, no graphs) in fp32 against the CPU,
+  with GPT-2's experts and with Qwen2-MoE's, and in bf16 bitwise the same run twice;
 - one GPU with rotary positions (model.position_embedding = rope) in fp32 trains the same model as
   the CPU; in bf16 with cuDNN attention its graphed steps match launched ones;
 - one GPU with SwiGLU MLPs (model.mlp = swiglu) in fp32 trains the same model as the CPU; in bf16
@@ -203,17 +205,26 @@ def main():
         # Qwen2-MoE's: the shared MLP gated per token (sigmoid_gate_rows over 90 columns: the scalar path),
         # qkv biases, gates not renormalized.
         q2m = mx + ["moe.shared_gate=true", "model.qkv_bias=true", "moe.renormalize=false"]
+        # Dropless (GELU experts with biases, and Qwen2-MoE's): the GEMMs sized by the routing's counts
+        # read back to the host, so no graphs; a bf16 run is bitwise the same run again.
+        dl = moe + ["moe.dropless=true"]
         one_gpu = {}
         for tag, name, sets in (("moe", "experts", moe), ("mx", "Mixtral's experts, width 90", mx),
-                                ("q2m", "Qwen2-MoE's gated shared MLP, width 90", q2m)):
+                                ("q2m", "Qwen2-MoE's gated shared MLP, width 90", q2m),
+                                ("dl", "dropless experts", dl),
+                                ("dlq2m", "dropless, Qwen2-MoE's gated shared MLP", q2m + ["moe.dropless=true"])):
             on_cpu = train(binary, mpiexec, config, tmp, f"{tag}_cpu", 1, "train.device=cpu", f32, *sets)
             one_gpu[tag] = train(binary, mpiexec, config, tmp, f"{tag}_gpu1", 1, "train.device=cuda", f32, *sets)
             check_same_model(f"{name}: one GPU against the CPU, fp32", one_gpu[tag], on_cpu)
             bf = ["train.device=cuda", "train.precision=bf16", "model.dropout=0", *sets]
             graphed, out = train_with_log(binary, config, tmp, f"{tag}_graphs", *bf)
             plain = train(binary, mpiexec, config, tmp, f"{tag}_plain", 1, *bf, "train.cuda_graphs=false")
-            check(f"cuda graphs: {STEPS - 1} of {STEPS} steps" in out and graphed == plain,
-                  f"{name}, bf16: steps replayed as CUDA graphs equal launched ones bitwise")
+            if "moe.dropless=true" in sets:
+                check("cuda graphs: none (moe.dropless" in out and graphed == plain,
+                      f"{name}, bf16: launched kernel by kernel (no graphs), bitwise the same run twice")
+            else:
+                check(f"cuda graphs: {STEPS - 1} of {STEPS} steps" in out and graphed == plain,
+                      f"{name}, bf16: steps replayed as CUDA graphs equal launched ones bitwise")
         check_resume(binary, mpiexec, config, tmp, "moe_bf16_resume", 1, "train.device=cuda", "train.precision=bf16",
                      "model.dropout=0", *moe)
         # Rotary positions: one GPU against the CPU in fp32; in bf16 with cuDNN attention, graphs equal

@@ -68,10 +68,10 @@ YARN = LLAMA + ["model.rope_scaling=yarn", "model.rope_scaling_factor=4", "model
 QWEN2 = LLAMA + ["model.qkv_bias=true"]  # Qwen2's biases on q, k and v
 # Qwen3's attention: QK-norm and heads of 24 (q 96 wide at d_model 64), tied as Qwen3 0.6B.
 QWEN3 = [s for s in LLAMA if "tie_embeddings" not in s] + ["model.qk_norm=true", "model.head_dim=24"]
-# Mixtral's: Llama's block whose MLP is 4 SwiGLU experts of width 40 (top 2; capacity for every token,
-# as Mixtral routes without dropping).
+# Mixtral's: Llama's block whose MLP is 4 SwiGLU experts of width 40 (top 2, dropless, as Mixtral
+# routes).
 MIXTRAL = [s for s in LLAMA if "ffn_hidden_size" not in s] + ["moe.experts=4", "moe.top_k=2", "moe.ffn_hidden_size=40",
-                                                              "moe.capacity_factor=2"]
+                                                              "moe.dropless=true"]
 # Qwen3-MoE's: Mixtral's experts with Qwen3's attention (QK-norm, heads of 24); gates renormalized
 # (norm_topk_prob true, as Qwen3-30B-A3B's) and not.
 QWEN3_MOE = MIXTRAL + ["model.qk_norm=true", "model.head_dim=24"]
