@@ -27,6 +27,7 @@ class GPTConfig:
     moe_experts: int = 0
     moe_top_k: int = 2
     moe_capacity_factor: float = 1.25
+    moe_dropless: bool = False  # no capacity: every choice computed (moe.dropless; here a capacity of every token)
     moe_aux_loss_coef: float = 0.01
     moe_z_loss_coef: float = 0.0
     moe_layer_freq: int = 1
@@ -181,6 +182,7 @@ class MoE(nn.Module):
     def __init__(self, cfg):
         super().__init__()
         self.E, self.K, self.cf = cfg.moe_experts, cfg.moe_top_k, cfg.moe_capacity_factor
+        self.dropless = cfg.moe_dropless
         self.renormalize = cfg.moe_renormalize
         self.router = nn.Linear(cfg.d_model, self.E, bias=False)
         if cfg.moe_shared_experts > 0:  # registered before the experts: Trellis's parameter order
@@ -199,7 +201,8 @@ class MoE(nn.Module):
         gate = probs.gather(1, choice)
         if K > 1 and self.renormalize:
             gate = gate / gate.sum(-1, keepdim=True)
-        cap = min(N, max(1, math.ceil(self.cf * K * N / E)))
+        # Dropless: a slot for every token at every expert (the same sums as Trellis's packed rows).
+        cap = N if self.dropless else min(N, max(1, math.ceil(self.cf * K * N / E)))
         flat = choice.t().reshape(-1)  # (K N): first choices of every token, then second choices
         onehot = F.one_hot(flat, E)
         pos = (onehot.cumsum(0) * onehot).sum(-1) - 1  # the choice's position at its expert
@@ -335,6 +338,7 @@ def load_trellis_dump(dump_dir, dtype=torch.float64, attn="sdpa"):
     cfg = GPTConfig(c["vocab_size"], c["seq_len"], c["n_layers"], c["n_heads"], c["d_model"],
                     dropout=float(c.get("dropout", 0.0)), attn=attn, moe_experts=moe.get("experts", 0),
                     moe_top_k=moe.get("top_k", 2), moe_capacity_factor=moe.get("capacity_factor", 1.25),
+                    moe_dropless=moe.get("dropless", False),
                     moe_aux_loss_coef=moe.get("aux_loss_coef", 0.01), moe_z_loss_coef=moe.get("z_loss_coef", 0.0),
                     moe_layer_freq=moe.get("layer_freq", 1), moe_first_dense=moe.get("first_dense_layers", 0),
                     moe_shared_experts=moe.get("shared_experts", 0), moe_shared_gate=moe.get("shared_gate", False),

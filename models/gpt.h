@@ -85,7 +85,7 @@ class GPT {
   // LayerNorm; the embedding 8 C (no GEMM: a gather, dropout and a scatter-add, a few passes
   // over C numbers per token, i.e. negligible, as on the GPU).
   // A block with experts: its attention and router, and the experts' GEMMs over their slots
-  // (capacity_factor x top_k x the dense MLP's 48 C^2).
+  // (capacity_factor x top_k, dropless top_k, x the dense MLP's 48 C^2).
   struct StageCosts {
     int64_t block = 0, embedding = 0, head = 0, moe_block = 0;
   };
