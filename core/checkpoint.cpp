@@ -228,8 +228,25 @@ struct BlobFiles {
   Fd fd;
   std::string path;
   BlobInfo cur;
+  uint32_t chunk_crc = 0;  // of the bytes of cur's last chunk so far
   std::vector<char> buf;
   size_t buf_used = 0;
+
+  // The blob's checksum and its chunks' over the next n bytes (cur.bytes already counts them).
+  void checksum(const char* p, size_t n, uint64_t at) {
+    cur.crc32c = crc32c_update(cur.crc32c, p, n);
+    while (n > 0) {
+      const size_t in_chunk = size_t(at % kIoChunk), take = std::min(n, kIoChunk - in_chunk);
+      chunk_crc = crc32c_update(chunk_crc, p, take);
+      if (in_chunk + take == kIoChunk) {
+        cur.chunk_crc32c.push_back(chunk_crc);
+        chunk_crc = 0;
+      }
+      p += take;
+      at += take;
+      n -= take;
+    }
+  }
 
   // A valid name not used yet; returns the subdirectories it implies ("rank00003").
   std::vector<std::string> check_new_name(const std::string& name) const {
@@ -252,7 +269,8 @@ struct BlobFiles {
     path = join(dir, name);
     fd = Fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644));
     if (fd.get() < 0) fail_errno("cannot create", path, errno);
-    cur = BlobInfo{name, 0, std::move(dtype), std::move(shape), 0};
+    cur = BlobInfo{name, 0, std::move(dtype), std::move(shape), 0, kIoChunk, {}};
+    chunk_crc = 0;
     if (buf.size() != kIoChunk) buf.resize(kIoChunk);
     buf_used = 0;
     open = true;
@@ -261,18 +279,21 @@ struct BlobFiles {
     if (!open) fail("write() with no open blob");
     if (bytes > 0 && data == nullptr) fail("write() of " + std::to_string(bytes) + " bytes from nullptr");
     const char* p = static_cast<const char*>(data);
+    uint64_t at = cur.bytes;
     cur.bytes += bytes;
     while (bytes > 0) {
       // Checksum each piece just before it is written or buffered, while it is in cache.
       if (buf_used == 0 && bytes >= kIoChunk) {
-        cur.crc32c = crc32c_update(cur.crc32c, p, kIoChunk);
+        checksum(p, kIoChunk, at);
+        at += kIoChunk;
         write_all(fd.get(), p, kIoChunk, path);
         p += kIoChunk;
         bytes -= kIoChunk;
         continue;
       }
       const size_t take = std::min(bytes, kIoChunk - buf_used);
-      cur.crc32c = crc32c_update(cur.crc32c, p, take);
+      checksum(p, take, at);
+      at += take;
       std::memcpy(buf.data() + buf_used, p, take);
       buf_used += take;
       p += take;
@@ -286,6 +307,9 @@ struct BlobFiles {
     if (::fsync(fd.get()) != 0) fail_errno("cannot fsync", path, errno);
     fd.close(path);
     open = false;
+    if (cur.bytes % kIoChunk != 0) cur.chunk_crc32c.push_back(chunk_crc);
+    if (cur.chunk_crc32c.size() < 2) cur.chunk_crc32c.clear();  // one chunk: the blob's checksum is its
+    cur.chunk_bytes = cur.chunk_crc32c.empty() ? 0 : kIoChunk;
     blobs.push_back(std::move(cur));
   }
   void flush() {
@@ -445,7 +469,13 @@ std::string CheckpointWriter::commit() {
       m += "{\"name\": " + json_quote(b.name) + ", \"bytes\": " + std::to_string(b.bytes) +
            ", \"dtype\": " + json_quote(b.dtype) + ", \"shape\": [";
       for (size_t d = 0; d < b.shape.size(); ++d) m += (d ? ", " : "") + std::to_string(b.shape[d]);
-      m += "], \"crc32c\": \"" + crc32c_hex(b.crc32c) + "\"}";
+      m += "], \"crc32c\": \"" + crc32c_hex(b.crc32c) + "\"";
+      if (!b.chunk_crc32c.empty()) {
+        m += ", \"chunk_bytes\": " + std::to_string(b.chunk_bytes) + ", \"chunk_crc32c\": [";
+        for (size_t c = 0; c < b.chunk_crc32c.size(); ++c) m += (c ? ", \"" : "\"") + crc32c_hex(b.chunk_crc32c[c]) + "\"";
+        m += "]";
+      }
+      m += "}";
     }
     m += s.files.blobs.empty() ? "],\n" : "\n  ],\n";
     m += "  \"meta_crc32c\": \"" + crc32c_hex(crc32c(s.meta.data(), s.meta.size())) + "\",\n  \"meta\": " + s.meta +
@@ -627,6 +657,16 @@ CheckpointReader CheckpointReader::open(const std::string& step_dir, CheckpointV
         }
       }
       info.crc32c = parse_crc(b.find("crc32c"), "crc32c");
+      if (const JsonValue* chunks = b.find("chunk_crc32c")) {
+        const JsonValue* chunk_bytes = b.find("chunk_bytes");
+        if (!chunk_bytes || chunk_bytes->as_int() <= 0 || chunks->kind != JsonValue::Kind::kArray)
+          throw CheckpointError("chunk checksums of " + info.name + " without a positive chunk_bytes");
+        info.chunk_bytes = uint64_t(chunk_bytes->as_int());
+        for (const JsonValue& c : chunks->items) info.chunk_crc32c.push_back(parse_crc(&c, "chunk_crc32c"));
+        if (info.chunk_crc32c.size() != (info.bytes + info.chunk_bytes - 1) / info.chunk_bytes)
+          throw CheckpointError(std::to_string(info.chunk_crc32c.size()) + " chunk checksums for the " +
+                                std::to_string(info.bytes) + " bytes of " + info.name);
+      }
       r.blobs_.push_back(std::move(info));
     }
     const JsonValue* meta = m.find("meta");
@@ -732,6 +772,51 @@ void CheckpointReader::read_blob_chunks(const std::string& name,
     at += n;
   }
   check_crc(b, crc, path);
+}
+
+void CheckpointReader::read_blob_ranges(const std::string& name, const std::vector<std::pair<uint64_t, uint64_t>>& ranges,
+                                        const std::function<void(uint64_t, const char*, size_t)>& f) const {
+  const BlobInfo& b = blob_info(name);
+  const std::string path = join(dir_, name);
+  for (size_t i = 0; i < ranges.size(); ++i)
+    if (ranges[i].first > ranges[i].second || ranges[i].second > b.bytes || (i && ranges[i].first < ranges[i - 1].second))
+      fail(path + ": read_blob_ranges needs sorted ranges within its " + std::to_string(b.bytes) + " bytes");
+  // f(offset, data, n) for the parts of `ranges` within [at, at + n) of the blob, read into data.
+  size_t first = 0;  // the ranges wholly before the piece are done
+  auto hand_out = [&](uint64_t at, const char* data, size_t n) {
+    const uint64_t end = at + n;
+    while (first < ranges.size() && ranges[first].second <= at) ++first;
+    for (size_t i = first; i < ranges.size() && ranges[i].first < end; ++i) {
+      const uint64_t from = std::max(at, ranges[i].first), to = std::min(end, ranges[i].second);
+      if (from < to) f(from, data + (from - at), size_t(to - from));
+    }
+  };
+  if (b.chunk_crc32c.empty()) {
+    read_blob_chunks(name, hand_out);
+    return;
+  }
+  Fd fd = open_blob(b, path);
+  std::vector<char> chunk(size_t(std::min(b.chunk_bytes, b.bytes)));
+  int64_t done = -1;  // the last chunk read
+  for (const auto& [begin, end] : ranges) {
+    if (begin == end) continue;
+    for (uint64_t c = std::max<int64_t>(done + 1, int64_t(begin / b.chunk_bytes)); c * b.chunk_bytes < end; ++c) {
+      const uint64_t at = c * b.chunk_bytes;
+      const size_t n = size_t(std::min(b.chunk_bytes, b.bytes - at));
+      for (size_t got = 0; got < n;) {
+        const ssize_t r = ::pread(fd.get(), chunk.data() + got, n - got, off_t(at + got));
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0) fail_errno("cannot read", path, errno);
+        if (r == 0) fail(path + ": unexpected end of file (truncated)");
+        got += size_t(r);
+      }
+      if (const uint32_t crc = crc32c(chunk.data(), n); crc != b.chunk_crc32c[c])
+        fail(path + ": checksum mismatch in bytes " + std::to_string(at) + " to " + std::to_string(at + n) + " (crc32c " +
+             crc32c_hex(crc) + ", manifest says " + crc32c_hex(b.chunk_crc32c[c]) + ")");
+      hand_out(at, chunk.data(), n);
+      done = int64_t(c);
+    }
+  }
 }
 
 // --- discovery and pruning -----------------------------------------------------------------

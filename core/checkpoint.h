@@ -13,6 +13,10 @@
 //    "blobs": [{"name": "params.bin", "bytes": 24, "dtype": "f32", "shape": [2, 3],
 //               "crc32c": "1a2b3c4d"}, ...],
 //    "meta_crc32c": "...", "meta": {...caller's object, verbatim...}}
+// A blob of more than one 8 MiB chunk also lists each chunk's CRC32C ("chunk_bytes": 8388608,
+// "chunk_crc32c": [...]), so a reader that needs part of it (a pipeline stage's tensors, one
+// expert rank's) reads and verifies only the chunks holding that part. Manifests without them
+// (written before they existed, or by a CheckpointPartWriter) are read whole, as before.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -51,6 +55,9 @@ struct BlobInfo {
   std::string dtype;
   std::vector<int64_t> shape;
   uint32_t crc32c = 0;
+  // The CRC32C of each chunk_bytes of the blob (the last may be shorter); empty: none recorded.
+  uint64_t chunk_bytes = 0;
+  std::vector<uint32_t> chunk_crc32c;
 };
 
 // Writes one checkpoint. Blobs go to <root>/.tmp.step_X.<host>.<pid>/; commit() writes the
@@ -152,6 +159,12 @@ class CheckpointReader {
   // order. The checksum covers every byte and is checked after the last chunk (throws then: what
   // f kept must not be used).
   void read_blob_chunks(const std::string& name, const std::function<void(uint64_t, const char*, size_t)>& f) const;
+  // Byte ranges [begin, end) of a blob (sorted, not overlapping): f(offset, bytes, n) for each
+  // piece of them in order. With chunk checksums only the chunks holding them are read, each
+  // verified before f sees it; without, the whole blob is streamed as read_blob_chunks does (and
+  // its checksum checked after the last piece: what f kept must not be used if that throws).
+  void read_blob_ranges(const std::string& name, const std::vector<std::pair<uint64_t, uint64_t>>& ranges,
+                        const std::function<void(uint64_t, const char*, size_t)>& f) const;
 
  private:
   std::string dir_;

@@ -197,14 +197,13 @@ void stream_whole_tensors(const CheckpointReader& reader, const std::string& nam
     if (wanted(p.name)) ranges.push_back({at, at + bytes, &p.name});
     at += bytes;
   }
-  size_t first = 0;  // the ranges wholly before the chunk are done
-  reader.read_blob_chunks(name, [&](uint64_t offset, const char* data, size_t n) {
-    const uint64_t end = offset + n;
-    while (first < ranges.size() && ranges[first].end <= offset) ++first;
-    for (size_t i = first; i < ranges.size() && ranges[i].begin < end; ++i) {
-      const uint64_t from = std::max(offset, ranges[i].begin), to = std::min(end, ranges[i].end);
-      if (from < to) f(*ranges[i].tensor, from - ranges[i].begin, data + (from - offset), size_t(to - from));
-    }
+  std::vector<std::pair<uint64_t, uint64_t>> bytes;
+  for (const Range& r : ranges) bytes.emplace_back(r.begin, r.end);
+  size_t first = 0;  // the ranges wholly before the piece are done
+  // Each piece lies within one range: the reader hands out the ranges' parts.
+  reader.read_blob_ranges(name, bytes, [&](uint64_t offset, const char* data, size_t n) {
+    while (ranges[first].end <= offset) ++first;
+    f(*ranges[first].tensor, offset - ranges[first].begin, data, n);
   });
 }
 

@@ -55,10 +55,12 @@ void scatter_whole(Runtime& rt, const WholeModelLayout& layout, int pipeline_ran
 void scatter_tensors(Runtime& rt, const WholeModelLayout& layout, int pipeline_rank, int tensor_rank,
                      const std::function<const char*(const std::string& name)>& tensor, const Tensor& t);
 
-// Streams blob `name` of `reader`, a whole-model layout (`whole`'s tensors in order, elements of e
+// Reads blob `name` of `reader`, a whole-model layout (`whole`'s tensors in order, elements of e
 // bytes), and gives f(tensor, byte offset in it, bytes, count) for each piece of the tensors that
 // wanted(tensor) accepts, in order; whole elements, as the reader's chunks are multiples of 8 bytes.
-// Its checksum is checked after the last piece (CheckpointError: what f kept must not be used).
+// Where the blob has chunk checksums only the chunks holding those tensors are read, each verified
+// before f sees it; else the whole blob is streamed and its checksum checked after the last piece
+// (CheckpointError: what f kept must not be used).
 void stream_whole_tensors(const CheckpointReader& reader, const std::string& name, const std::vector<ParameterSpec>& whole,
                           size_t e, const std::function<bool(const std::string& tensor)>& wanted,
                           const std::function<void(const std::string& tensor, uint64_t at, const char* bytes, size_t n)>& f);

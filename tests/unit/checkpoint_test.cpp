@@ -20,6 +20,8 @@
 
 #include "core/checkpoint.h"
 #include "core/crc32c.h"
+#include "core/parameters.h"
+#include "launcher/whole_model.h"
 
 namespace fs = std::filesystem;
 
@@ -269,6 +271,90 @@ TEST(Checkpoint, BlobReadInChunks) {
   int calls = 0;
   r.read_blob_chunks("empty.bin", [&](uint64_t, const char*, size_t) { ++calls; });
   EXPECT_EQ(calls, 0);
+}
+
+// A blob of more than one 8 MiB chunk records each chunk's checksum (written in pieces that straddle
+// the chunks, and whole); read_blob_ranges reads only the chunks its ranges touch, each verified
+// first: a flipped byte in chunk 2 fails a range that touches it, not one before it. A one-chunk blob
+// records none; neither does a part writer's report, and such a blob is read whole.
+TEST(Checkpoint, ChunkChecksumsLetRangesReadOnlyTheirChunks) {
+  TempDir tmp;
+  const size_t MiB = size_t{1} << 20;
+  const std::vector<char> params = pattern(20 * MiB + 3, 9), small = pattern(1000, 10);
+  CheckpointWriter w(tmp.str(), 2);
+  w.begin_blob("params.bin");
+  for (size_t at = 0; at < params.size(); at += 3 * MiB + 5)
+    w.write(params.data() + at, std::min(3 * MiB + 5, params.size() - at));
+  w.end_blob();
+  w.add_blob("small.bin", small.data(), small.size());
+  const std::string dir = w.commit();
+  {
+    const CheckpointReader r = CheckpointReader::open(dir);
+    const BlobInfo& b = r.blob_info("params.bin");
+    ASSERT_EQ(b.chunk_crc32c.size(), 3u);
+    EXPECT_EQ(b.chunk_bytes, 8 * MiB);
+    EXPECT_EQ(b.chunk_crc32c[2], crc32c(params.data() + 16 * MiB, 4 * MiB + 3));
+    EXPECT_TRUE(r.blob_info("small.bin").chunk_crc32c.empty());
+  }
+  flip_byte(dir + "/params.bin", std::streamoff(17 * MiB));
+  const CheckpointReader r = CheckpointReader::open(dir, CheckpointVerify::kSizes);
+  // Two ranges in chunks 0 and 1 (one straddling them): their bytes, in order, in pieces.
+  const std::vector<std::pair<uint64_t, uint64_t>> early = {{100, 200}, {8 * MiB - 10, 8 * MiB + 30}};
+  std::vector<char> got;
+  uint64_t last = 0;
+  r.read_blob_ranges("params.bin", early, [&](uint64_t at, const char* data, size_t n) {
+    EXPECT_GE(at, last);
+    last = at + n;
+    got.insert(got.end(), data, data + n);
+  });
+  std::vector<char> want(params.begin() + 100, params.begin() + 200);
+  want.insert(want.end(), params.begin() + 8 * MiB - 10, params.begin() + 8 * MiB + 30);
+  EXPECT_EQ(got, want);
+  size_t seen = 0;
+  expect_error([&] { r.read_blob_ranges("params.bin", {{16 * MiB + 5, 16 * MiB + 9}},
+                                        [&](uint64_t, const char*, size_t n) { seen += n; }); },
+               {"params.bin", "checksum mismatch in bytes 16777216 to 20971523"});
+  EXPECT_EQ(seen, 0u) << "nothing of a damaged chunk is handed out";
+  // The report of a part writer carries no chunk checksums: read whole, checked at the end.
+  CheckpointWriter w2(tmp.sub("two"), 3);
+  {
+    CheckpointPartWriter part(w2.temp_dir());
+    part.add_blob("rank00001/state.bin", params.data(), params.size());
+    BlobInfo info = part.finish().at(0);
+    info.chunk_crc32c.clear();
+    info.chunk_bytes = 0;
+    w2.add_written_blob(info);
+  }
+  const CheckpointReader r2 = CheckpointReader::open(w2.commit());
+  got.clear();
+  r2.read_blob_ranges("rank00001/state.bin", {{16 * MiB + 5, 16 * MiB + 9}},
+                      [&](uint64_t, const char* data, size_t n) { got.insert(got.end(), data, data + n); });
+  EXPECT_EQ(got, std::vector<char>(params.begin() + 16 * MiB + 5, params.begin() + 16 * MiB + 9));
+}
+
+// A rank that wants one tensor of a whole-model blob (a pipeline stage's, an expert rank's) reads
+// only the chunks holding it: damage elsewhere in the blob does not stop it, and the tensor it wants
+// comes whole; wanting the damaged tensor fails with one line.
+TEST(Checkpoint, WholeTensorsStreamReadsOnlyTheChunksOfTheWantedOnes) {
+  TempDir tmp;
+  const int64_t M = int64_t{1} << 20;
+  const std::vector<ParameterSpec> whole = {{"a", {3 * M}}, {"b", {M}}, {"c", {2 * M}}};  // 12, 4, 8 MiB of f32
+  const std::vector<char> blob = pattern(size_t(24 * M), 11);
+  CheckpointWriter w(tmp.str(), 4);
+  w.add_blob("params.bin", blob.data(), blob.size(), "f32", {6 * M});
+  const std::string dir = w.commit();
+  flip_byte(dir + "/params.bin", 5);  // in "a", chunk 0
+  const CheckpointReader r = CheckpointReader::open(dir, CheckpointVerify::kSizes);
+  std::vector<char> c(size_t(8 * M));
+  stream_whole_tensors(r, "params.bin", whole, 4, [](const std::string& t) { return t == "c"; },
+                       [&](const std::string& t, uint64_t at, const char* bytes, size_t n) {
+                         ASSERT_EQ(t, "c");
+                         std::memcpy(c.data() + at, bytes, n);
+                       });
+  EXPECT_EQ(c, std::vector<char>(blob.begin() + 16 * M, blob.end()));
+  expect_error([&] { stream_whole_tensors(r, "params.bin", whole, 4, [](const std::string& t) { return t == "a"; },
+                                          [](const std::string&, uint64_t, const char*, size_t) {}); },
+               {"params.bin", "checksum mismatch in bytes 0 to 8388608"});
 }
 
 TEST(Checkpoint, TruncatedBlobIsDetected) {
@@ -642,7 +728,7 @@ TEST(Checkpoint, WeightsOnlyExportAtPath) {
 BlobInfo write_outside(const std::string& dir, const std::string& name, const std::vector<char>& data) {
   fs::create_directories((fs::path(dir) / name).parent_path());
   std::ofstream(fs::path(dir) / name, std::ios::binary).write(data.data(), static_cast<std::streamsize>(data.size()));
-  return BlobInfo{name, data.size(), "f32", {static_cast<int64_t>(data.size() / 4)}, crc32c(data.data(), data.size())};
+  return BlobInfo{name, data.size(), "f32", {static_cast<int64_t>(data.size() / 4)}, crc32c(data.data(), data.size()), 0, {}};
 }
 
 TEST(Checkpoint, BlobsWrittenByOthersAreRegisteredVerifiedAndPruned) {
@@ -698,7 +784,7 @@ TEST(Checkpoint, RegisteringAMissingOrWrongSizeBlobThrowsAndCleansUp) {
   const std::vector<char> data = pattern(100, 1);
   {
     CheckpointWriter w(tmp.str(), 1);
-    BlobInfo missing{"rank00001/adam_m.bin", 100, "f32", {25}, 0};
+    BlobInfo missing{"rank00001/adam_m.bin", 100, "f32", {25}, 0, 0, {}};
     expect_error([&] { w.add_written_blob(missing); }, {w.temp_dir() + "/rank00001/adam_m.bin", "No such file"});
     EXPECT_FALSE(fs::exists(w.temp_dir()));
     expect_error([&] { w.commit(); }, {"already committed or failed"});
@@ -718,7 +804,7 @@ TEST(Checkpoint, RegisteringAMissingOrWrongSizeBlobThrowsAndCleansUp) {
   }
   {
     CheckpointWriter w(tmp.str(), 1);
-    expect_error([&] { w.add_written_blob(BlobInfo{"../escape.bin", 0, "f32", {}, 0}); }, {"bad blob name"});
+    expect_error([&] { w.add_written_blob(BlobInfo{"../escape.bin", 0, "f32", {}, 0, 0, {}}); }, {"bad blob name"});
   }
   EXPECT_TRUE(entries(tmp.str()).empty());
 }
