@@ -41,6 +41,7 @@ class GPTConfig:
     # high_freq_factor, original positions); linear (position interpolation): (factor,); YaRN:
     # ("yarn", factor, original positions, beta_fast, beta_slow, attention factor); () = none.
     rope_scaling: tuple = ()
+    rope_dims: int = 0  # partial rotary (model.partial_rotary_factor): each head's first rope_dims turn; 0 = all
     mlp: str = "gelu"  # gelu | swiglu (model.mlp): swiglu's fc is (2F, C), rows [gate | up]
     ffn_hidden: int = 0  # the dense MLP's hidden width F (model.ffn_hidden_size); 0 = 4C
     norm: str = "layernorm"  # layernorm | rmsnorm (model.norm): ln1, ln2, lnf; RMSNorm has a weight only
@@ -103,9 +104,13 @@ def rotary_table(seq_len, head_dim, theta, scaling=()):
 
 
 def rotary(x, cos, sin):
-    """x (B, H, T, hd) turned by its positions as Trellis's rotary_embedding: dims (i, i + hd/2) of
-    each head by the angle whose cos and sin (>= T, hd/2) rotary_table gives, the rotation in float32
-    (float64 for a float64 x) and rounded to x's dtype."""
+    """x (B, H, T, hd) turned by its positions as Trellis's rotary_embedding: dims (i, i + d/2) of
+    each head by the angle whose cos and sin (>= T, d/2) rotary_table gives, the rotation in float32
+    (float64 for a float64 x) and rounded to x's dtype; d = 2 x cos's columns, the dims past it (partial
+    rotary) pass as they are."""
+    if 2 * cos.shape[-1] < x.shape[-1]:
+        d = 2 * cos.shape[-1]
+        return torch.cat([rotary(x[..., :d], cos, sin), x[..., d:]], dim=-1)
     T, half = x.shape[-2], x.shape[-1] // 2
     work = torch.float64 if x.dtype == torch.float64 else torch.float32
     cos, sin, y = cos[:T].to(work), sin[:T].to(work), x.to(work)
@@ -121,7 +126,7 @@ class Attention(nn.Module):
         self.hd = cfg.head_dim or cfg.d_model // cfg.n_heads
         self.width, self.kv_width = cfg.n_heads * self.hd, self.n_kv * self.hd  # q's (d_model unless head_dim), k's
         if cfg.rope_theta > 0:  # the angles' cos and sin, once (float64; cast where used)
-            cos, sin = rotary_table(cfg.seq_len, self.hd, cfg.rope_theta, cfg.rope_scaling)
+            cos, sin = rotary_table(cfg.seq_len, cfg.rope_dims or self.hd, cfg.rope_theta, cfg.rope_scaling)
             self.register_buffer("rope_cos", cos, persistent=False)
             self.register_buffer("rope_sin", sin, persistent=False)
         self.qkv = nn.Linear(cfg.d_model, self.width + 2 * self.kv_width,  # W: [q | k | v] along out
@@ -350,6 +355,7 @@ def load_trellis_dump(dump_dir, dtype=torch.float64, attn="sdpa"):
                                   ("yarn", float(c["rope_scaling_factor"]), float(c["rope_original_positions"]),
                                    float(c["rope_beta_fast"]), float(c["rope_beta_slow"]),
                                    float(c["rope_attention_factor"])) if c.get("rope_scaling") == "yarn" else ()),
+                    rope_dims=c.get("rope_dims", 0),
                     mlp=c.get("mlp", "gelu"), ffn_hidden=c.get("ffn_hidden_size", 0), norm=c.get("norm", "layernorm"),
                     tie_embeddings=c.get("tie_embeddings", True), n_kv_heads=c.get("n_kv_heads", 0),
                     norm_eps=float(c.get("norm_eps", 1e-5)), bias=c.get("bias", True),
@@ -418,6 +424,7 @@ def write_dump(model, tokens, targets, dump_dir):
                        "seq_len": c.seq_len, "n_layers": c.n_layers, "n_heads": c.n_heads,
                        "d_model": c.d_model, "dropout": c.dropout,
                        **({"position_embedding": "rope", "rope_theta": c.rope_theta} if c.rope_theta > 0 else {}),
+                       **({"rope_dims": c.rope_dims} if c.rope_dims else {}),
                        **(dict(zip(("rope_scaling_factor", "rope_original_positions", "rope_beta_fast",
                                     "rope_beta_slow", "rope_attention_factor"), c.rope_scaling[1:]), rope_scaling="yarn")
                           if c.rope_scaling and c.rope_scaling[0] == "yarn" else

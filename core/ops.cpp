@@ -333,6 +333,9 @@ void rotary_embedding(Runtime& rt, const Tensor& qkv, AttentionHeads heads, cons
   check_float(qkv, "rotary_embedding");
   const int64_t hd = head_size(qkv, heads, "rotary_embedding");
   TRELLIS_CHECK(hd % 2 == 0, "rotary_embedding: head size " + std::to_string(hd) + " is not even");
+  TRELLIS_CHECK(freqs.dims >= 0 && freqs.dims % 2 == 0 && freqs.dims <= hd,
+                "rotary_embedding: turned dims " + std::to_string(freqs.dims) + " are not even and at most the head size " +
+                    std::to_string(hd));
   TRELLIS_CHECK(freqs.theta > 0.0 && freqs.factor >= 1.0 && freqs.high_freq_factor > freqs.low_freq_factor &&
                     first_position >= 0,
                 "rotary_embedding: theta > 0, factor >= 1, high_freq_factor > low_freq_factor, first_position >= 0");

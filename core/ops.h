@@ -135,7 +135,8 @@ struct AttentionHeads {
 // angle and its cosine and sine (times the amplitude) are computed in double, the rotation in f32.
 // inverse: by the negative angle (the rotation's transpose), the amplitude the same, which is its
 // backward: applied to dqkv it turns the gradient of the rotated q, k into that of the unrotated. v is
-// not touched. hd must be even.
+// not touched. hd must be even. With freqs.dims (partial rotary) only each head's first dims turn,
+// hd/2 read as dims/2 above; the other dims are not touched. dims must be even and at most hd.
 void rotary_embedding(Runtime& rt, const Tensor& qkv, AttentionHeads heads, const RotaryFrequencies& freqs,
                       int64_t first_position = 0, bool inverse = false);
 

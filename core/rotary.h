@@ -23,13 +23,17 @@ struct RotaryFrequencies {
   // and q and k are scaled by attention_factor (cos and sin times it: YaRN's mscale).
   bool yarn = false;
   double beta_fast = 32.0, beta_slow = 1.0, attention_factor = 1.0;
+  // Partial rotary (Phi-3's, GPT-NeoX's partial_rotary_factor; Megatron's --rotary-percent): only the
+  // first `dims` of each head turn, as a head of that size would (pairs (i, i + dims/2), frequencies
+  // over dims); the rest pass unturned. 0 = the whole head.
+  int64_t dims = 0;
 
   RotaryFrequencies(double base = 10000.0) : theta(base) {}  // implicit: a plain base is unscaled
   bool operator==(const RotaryFrequencies& o) const {  // spelled out: CUDA sources compile as C++17
     return theta == o.theta && factor == o.factor && low_freq_factor == o.low_freq_factor &&
            high_freq_factor == o.high_freq_factor && original_positions == o.original_positions && linear == o.linear &&
            yarn == o.yarn && beta_fast == o.beta_fast && beta_slow == o.beta_slow &&
-           attention_factor == o.attention_factor;
+           attention_factor == o.attention_factor && dims == o.dims;
   }
   bool operator!=(const RotaryFrequencies& o) const { return !(*this == o); }
 
@@ -58,6 +62,8 @@ struct RotaryFrequencies {
   }
   // What cos and sin are scaled by: YaRN's attention factor, else 1.
   TRELLIS_HD double amplitude() const { return yarn ? attention_factor : 1.0; }
+  // The turned dims of a head of size hd.
+  TRELLIS_HD int64_t turned(int64_t hd) const { return dims > 0 ? dims : hd; }
 };
 
 // YaRN's default attention factor for a scaling factor (its mscale: 0.1 ln(factor) + 1, 1 unscaled).

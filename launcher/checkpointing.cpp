@@ -129,7 +129,9 @@ std::string model_signature(const GPTConfig& m) {
   std::snprintf(theta, sizeof theta, "%.17g", m.rope_theta);
   // Llama 3's scaling likewise, only where it is used.
   const std::string scaling = rope_scaling_text(m);
-  const std::string positions = m.rope ? std::string(", rope theta ") + theta + (scaling.empty() ? "" : ", " + scaling) : "";
+  const std::string positions = m.rope ? std::string(", rope theta ") + theta + (scaling.empty() ? "" : ", " + scaling) +
+                                             (m.rope_dims > 0 ? ", turning " + std::to_string(m.rope_dims) + " dims a head" : "")
+                                       : "";
   const std::string mlp = std::string(m.swiglu ? ", swiglu MLP" : "") +  // likewise, and a width not 4C
                           (m.mlp_width() != 4 * m.d_model ? ", ffn_hidden_size " + std::to_string(m.mlp_width()) : "") +
                           (m.rmsnorm ? ", rmsnorm" : "") + (m.tied_head ? "" : ", untied head") +
@@ -687,7 +689,10 @@ StoredModel open_init_source(const Config& cfg, const GPTConfig& want, const std
     std::snprintf(theta, sizeof theta, "%g", m.rope_theta);
     const std::string scaling = rope_scaling_text(m);
     return m.rope ? "rotary positions (model.position_embedding = rope, model.rope_theta = " + std::string(theta) +
-                        (scaling.empty() ? ", model.rope_scaling = none" : ", " + scaling) + ")"
+                        (scaling.empty() ? ", model.rope_scaling = none" : ", " + scaling) +
+                        (m.rope_dims > 0 ? ", turning " + std::to_string(m.rope_dims) + " of a head's " +
+                                               std::to_string(m.head_dim()) + " dims: model.partial_rotary_factor"
+                                         : "") + ")"
                   : std::string("learned positions (model.position_embedding = learned)");
   };
   if (have.rope != want.rope || (want.rope && have.rotary() != want.rotary()))

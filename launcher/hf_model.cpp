@@ -45,6 +45,15 @@ HfTensor hf_tensor(std::string name, int64_t rows, int64_t cols, int64_t offset)
 // Llama's layout of tensors; with biases on qkv alone it is Qwen2's, with experts Mixtral's.
 bool llama_family(const GPTConfig& m) { return m.rope && m.swiglu && m.rmsnorm && !m.bias; }
 bool mixtral(const GPTConfig& m) { return llama_family(m) && m.moe.experts > 0; }
+// Llama's block turning part of each head: Phi-3's (its projections fused: qkv_proj, gate_up_proj).
+bool phi3(const GPTConfig& m) { return llama_family(m) && m.rope_dims > 0; }
+// The partial_rotary_factor whose int(head_dim x factor) is m's turned dims, as transformers computes it.
+double partial_rotary_factor(const GPTConfig& m) {
+  const int64_t hd = m.head_dim();
+  double f = double(m.rope_dims) / double(hd);
+  while (int64_t(double(hd) * f) < m.rope_dims) f = std::nextafter(f, 2.0);
+  return f;
+}
 // Mixtral's shape with QK-norm: Qwen3-MoE's (its tensors named as Qwen2-MoE's: mlp.gate, mlp.experts).
 bool qwen3_moe(const GPTConfig& m) { return mixtral(m) && m.qk_norm; }
 // Mixtral's shape with a gated shared MLP: Qwen2-MoE's (Qwen1.5-MoE's), mlp.shared_expert and its gate.
@@ -194,6 +203,10 @@ std::string config_json(const GPTConfig& m) {
                                             "\"use_sliding_window\":false,\"max_window_layers\":" + std::to_string(m.n_layers) +
                                             ",\"vocab_size\":"
                            : mixtral(m)  ? "{\"architectures\":[\"MixtralForCausalLM\"],\"model_type\":\"mixtral\",\"vocab_size\":"
+                           : phi3(m) ? "{\"architectures\":[\"Phi3ForCausalLM\"],\"model_type\":\"phi3\",\"partial_rotary_factor\":" +
+                                         number_g(partial_rotary_factor(m)) + ",\"original_max_position_embeddings\":" +
+                                         std::to_string(m.seq_len) + ",\"sliding_window\":null,\"pad_token_id\":null,\"resid_pdrop\":0.0,"
+                                         "\"embd_pdrop\":0.0,\"vocab_size\":"
                            : m.qkv_bias ? "{\"architectures\":[\"Qwen2ForCausalLM\"],\"model_type\":\"qwen2\",\"use_sliding_window\":false,"
                                           "\"max_window_layers\":" + std::to_string(m.n_layers) + ",\"vocab_size\":"
                            : m.qk_norm ? "{\"architectures\":[\"Qwen3ForCausalLM\"],\"model_type\":\"qwen3\",\"use_sliding_window\":false,"
@@ -315,8 +328,10 @@ GPTConfig read_hf_config(const std::string& dir) {
     for (const char* off : {"attention_bias", "mlp_bias"})
       if (flag(off, false)) refuse(std::string(off) + " is true");
     if (flag("use_sliding_window", false)) refuse("use_sliding_window is true");
-    // Rotary embedding of part of each head (Phi-4-mini's, GPT-NeoX's) is not Trellis's.
-    if (real("partial_rotary_factor", 1.0, 0.0, 1.0) != 1.0) refuse("partial_rotary_factor is not 1");
+    // Rotary embedding of part of each head: Phi-3's (Phi3Attention turns the first int(head_dim x
+    // factor) dims); the other families turn whole heads.
+    double partial = real("partial_rotary_factor", 1.0, 0.0, 1.0);
+    if (!phi && partial != 1.0) refuse("partial_rotary_factor is not 1 (Trellis reads partial rotary from Phi-3 only)");
     if (number("pretraining_tp", 1) != 1) refuse("pretraining_tp is not 1");
     m.vocab_size = number("vocab_size", phi ? 32064 : q2m ? 151936 : 32000);
     m.seq_len = number("max_position_embeddings", mx || ms ? 131072 : q3m || q2m ? 32768 : phi ? 4096 : 2048);
@@ -401,7 +416,8 @@ GPTConfig read_hf_config(const std::string& dir) {
         return v->as_double();
       };
       m.rope_theta = value("rope_theta", m.rope_theta, 1, 1e12);
-      if (value("partial_rotary_factor", 1, 0, 1) != 1) refuse(k + ".partial_rotary_factor is not 1");
+      partial = value("partial_rotary_factor", partial, 0, 1);
+      if (!phi && partial != 1) refuse(k + ".partial_rotary_factor is not 1 (Trellis reads partial rotary from Phi-3 only)");
       if (type == "linear") {  // position interpolation: every frequency divided by the factor
         m.rope_factor = value("factor", 0, 1, 1e6);
         if (m.rope_factor == 0) refuse(k + ".factor is missing");
@@ -432,6 +448,10 @@ GPTConfig read_hf_config(const std::string& dir) {
       m.rope_original_positions = value("original_max_position_embeddings", 8192, 0, 1e9);
       if (!(m.rope_high_freq_factor > m.rope_low_freq_factor)) refuse(k + ".high_freq_factor does not exceed low_freq_factor");
     }
+    m.rope_dims = partial_rope_dims(hd, partial);
+    if (partial != 1 && (m.rope_dims < 2 || m.rope_dims % 2 != 0))
+      refuse("partial_rotary_factor " + number_g(partial) + " turns " + std::to_string(m.rope_dims) + " of a head's " +
+             std::to_string(hd) + " dims (Trellis turns an even number of them, at least 2)");
     m.norm_eps = real("rms_norm_eps", mx || phi ? 1e-5 : 1e-6, 0.0, 0.1);
     m.tied_head = flag("tie_word_embeddings", false);
     return m;
@@ -463,6 +483,16 @@ GPTConfig read_hf_config(const std::string& dir) {
 }
 
 std::string hf_family_mismatch(const GPTConfig& m) {
+  if (m.rope && m.rope_dims > 0) {  // Phi-3: Llama's dense block, unscaled rotary on part of each head
+    const std::string what = "the model turns " + std::to_string(m.rope_dims) + " of each head's " +
+                             std::to_string(m.head_dim()) + " dims (model.partial_rotary_factor) ";
+    const char* phi3_is = "; of the Hugging Face families only Phi-3 turns part of a head, in Llama's block (RMSNorm, "
+                          "SwiGLU, no biases) without experts, QK-norm or a head_dim of its own, rope_scaling none";
+    if (!llama_family(m) || m.moe.experts > 0 || m.qkv_bias || m.qk_norm || m.head_size > 0)
+      return what + "in a block not Phi-3's" + phi3_is;
+    if (m.rope_factor != 1.0 || m.rope_yarn) return what + "with its frequencies scaled (model.rope_scaling)" + phi3_is;
+    return "";
+  }
   if (m.moe.experts > 0) {  // Mixtral: Llama's block with SwiGLU experts in every block, nothing shared
     const std::string what = "the model has mixture-of-experts blocks (moe.experts = " + std::to_string(m.moe.experts) + ") ";
     const char* mixtral_is = "; a Hugging Face Mixtral has Llama's block (rotary positions, RMSNorm, no linear biases) "
@@ -501,7 +531,7 @@ std::string hf_family_mismatch(const GPTConfig& m) {
 }
 
 const char* hf_family_name(const GPTConfig& m) {
-  return qwen3_moe(m) ? "Qwen3-MoE" : qwen2_moe(m) ? "Qwen2-MoE" : mixtral(m) ? "Mixtral" : llama_family(m) ? (m.qkv_bias ? "Qwen2" : m.qk_norm ? "Qwen3" : "Llama") : "GPT-2";
+  return qwen3_moe(m) ? "Qwen3-MoE" : qwen2_moe(m) ? "Qwen2-MoE" : mixtral(m) ? "Mixtral" : phi3(m) ? "Phi-3" : llama_family(m) ? (m.qkv_bias ? "Qwen2" : m.qk_norm ? "Qwen3" : "Llama") : "GPT-2";
 }
 
 namespace {
@@ -677,7 +707,7 @@ void read_hf_weights(const std::string& dir, const GPTConfig& shape, const HfDes
 }
 
 void write_hf_model(const GPTConfig& shape, const std::vector<float>& whole, const std::string& dir) {
-  const std::vector<HfTensor> tensors = hf_tensors(shape);
+  const std::vector<HfTensor> tensors = hf_tensors(shape, phi3(shape));
   const std::string header = safetensors_header(tensors);
   write_file_atomically(dir + "/model.safetensors", [&](const ByteSink& write) {
     const uint64_t n = header.size();

@@ -36,6 +36,7 @@ Resolved resolve(const Config& cfg, const LaunchInfo& launch) {
   r.model.qk_norm = cfg.model.qk_norm;
   r.model.rope = cfg.model.position_embedding == "rope";
   r.model.rope_theta = cfg.model.rope_theta;
+  if (r.model.rope) r.model.rope_dims = partial_rope_dims(r.model.head_dim(), cfg.model.partial_rotary_factor);
   if (r.model.rope && cfg.model.rope_scaling == "linear") {
     r.model.rope_factor = cfg.model.rope_scaling_factor;
     r.model.rope_linear = true;

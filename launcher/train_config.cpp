@@ -276,6 +276,12 @@ void validate_relations(const Config& c) {
     throw UserError(p + ": model.position_embedding = rope turns pairs of a head's dims: the head size " +
                     (c.model.head_dim > 0 ? "model.head_dim" : "model.d_model / model.n_heads") + " = " +
                     std::to_string(head_size) + " must be even");
+  if (const int64_t turned = int64_t(double(head_size) * c.model.partial_rotary_factor);
+      c.model.position_embedding == "rope" && (turned < 2 || turned % 2 != 0))
+    throw UserError(p + ": model.partial_rotary_factor = " +
+                    config_keys::toml_value(*config_keys::find_key("model", "partial_rotary_factor"), c) +
+                    " turns " + std::to_string(turned) + " of a head's " + std::to_string(head_size) +
+                    " dims (allowed: a factor that turns an even number of them, at least 2)");
   if (c.model.rope_scaling == "llama3" && !(c.model.rope_high_freq_factor > c.model.rope_low_freq_factor))
     throw UserError(p + ": model.rope_high_freq_factor = " +
                     config_keys::toml_value(*config_keys::find_key("model", "rope_high_freq_factor"), c) +

@@ -109,6 +109,15 @@ void set_positions(GPTConfig& m, const std::string& kind, double theta, const st
   m.rope_theta = theta;
 }
 
+// Partial rotary of a stored model's description (after its positions): the turned dims of a head.
+void set_rope_dims(GPTConfig& m, int64_t dims, const std::string& where) {
+  if (dims != 0 && (!m.rope || dims < 2 || dims % 2 != 0 || dims >= m.head_dim()))
+    throw UserError(where + ": rotary positions turning " + std::to_string(dims) + " dims of a head of " +
+                    std::to_string(m.head_dim()) + (m.rope ? "" : " without rotary positions") +
+                    " (allowed: an even number from 2 to below the head size)");
+  m.rope_dims = dims;
+}
+
 // Linear rope scaling (position interpolation) of a stored model's description.
 void set_linear_rope_scaling(GPTConfig& m, double factor, const std::string& where) {
   if (!(factor >= 1 && factor <= 1e6))
@@ -217,6 +226,8 @@ StoredModel open_checkpoint(const std::string& path, const std::string& verb) {
   s.shape = shape_of(mc.vocab_size, mc.seq_len, mc.n_layers, mc.n_heads, mc.d_model, mc.head_dim, s.dir + " (config)");
   s.shape.qk_norm = mc.qk_norm;
   set_positions(s.shape, mc.position_embedding, mc.rope_theta, s.dir + " (config)");
+  set_rope_dims(s.shape, s.shape.rope ? partial_rope_dims(s.shape.head_dim(), mc.partial_rotary_factor) : 0,
+                s.dir + " (config)");
   if (s.shape.rope && mc.rope_scaling == "linear") set_linear_rope_scaling(s.shape, mc.rope_scaling_factor, s.dir + " (config)");
   if (s.shape.rope && mc.rope_scaling == "yarn")
     set_yarn_rope_scaling(s.shape, mc.rope_scaling_factor, double(mc.rope_original_positions), mc.rope_beta_fast,
@@ -291,6 +302,7 @@ StoredModel open_export(const std::string& dir) {
     if (const JsonValue* qk = c.find("qk_norm")) s.shape.qk_norm = qk->as_bool();  // absent: none
     if (const JsonValue* kind = c.find("position_embedding"))
       set_positions(s.shape, kind->as_string(), c.at("rope_theta").as_double(), json);
+    if (const JsonValue* dims = c.find("rope_dims")) set_rope_dims(s.shape, dims->as_int(), json);  // absent: whole heads
     if (const JsonValue* scaling = c.find("rope_scaling")) {  // absent: unscaled
       if (scaling->as_string() == "linear") {
         set_linear_rope_scaling(s.shape, c.at("rope_scaling_factor").as_double(), json);
@@ -396,6 +408,7 @@ StoredModel open_hf(const std::string& dir) {
   s.shape = shape_of(c.vocab_size, c.seq_len, c.n_layers, c.n_heads, c.d_model, c.head_size, where);
   s.shape.qk_norm = c.qk_norm;
   set_positions(s.shape, c.rope ? "rope" : "learned", c.rope_theta, where);
+  set_rope_dims(s.shape, c.rope_dims, where);
   if (c.rope_linear) set_linear_rope_scaling(s.shape, c.rope_factor, where);
   else if (c.rope_yarn)
     set_yarn_rope_scaling(s.shape, c.rope_factor, c.rope_original_positions, c.rope_beta_fast, c.rope_beta_slow,

@@ -350,6 +350,8 @@ void warn_on_unused_settings(const Config& cfg, const std::string& precision, in
     warn("the [fp16] loss-scaling keys apply to train.precision = fp16 only; this run is " + precision);
   if (cfg.model.position_embedding != "rope" && cfg.model.rope_theta != ModelConfig().rope_theta)
     warn("model.rope_theta applies to model.position_embedding = rope only; this run's positions are learned");
+  if (cfg.model.position_embedding != "rope" && cfg.model.partial_rotary_factor != ModelConfig().partial_rotary_factor)
+    warn("model.partial_rotary_factor applies to model.position_embedding = rope only; this run's positions are learned");
   if (cfg.model.bias && cfg.model.qkv_bias)
     warn("model.qkv_bias adds qkv biases to a model without biases (model.bias = false); with model.bias = true every "
          "linear layer has its bias already");
@@ -588,7 +590,10 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
                 (long long)mc.n_layers, (long long)mc.n_heads, (long long)mc.d_model, (long long)T,
                 (long long)mc.vocab_size, (long long)mc.padded_vocab(),
                 mc.rope ? (", rotary positions (theta " + number_g(mc.rope_theta) +
-                           (rope_scaling_text(mc).empty() ? "" : ", " + rope_scaling_text(mc)) + ")").c_str()
+                           (rope_scaling_text(mc).empty() ? "" : ", " + rope_scaling_text(mc)) +
+                           (mc.rope_dims > 0 ? ", turning " + std::to_string(mc.rope_dims) + " of a head's " +
+                                                   std::to_string(mc.head_dim()) + " dims"
+                                             : "") + ")").c_str()
                         : "",
                 (std::string(mc.swiglu ? ", SwiGLU MLPs" : "") +
                  (mc.mlp_width() != 4 * mc.d_model ? ", MLP width " + std::to_string(mc.mlp_width()) : "") +

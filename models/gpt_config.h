@@ -16,6 +16,13 @@ enum class Checkpointing { none, full, selective, elementwise };
 constexpr int64_t kVocabPadMultiple = 128;  // whatever the layout, so results do not depend on it
 constexpr int64_t kMaxHeadSize = 256;       // model.head_dim's limit: the GPU's attention and QK-norm kernels'
 
+// The dims of a head of size head_dim that partial rotary with `factor` turns (Hugging Face's
+// int(head_dim x partial_rotary_factor)), as GPTConfig::rope_dims: 0 where that is the whole head.
+inline int64_t partial_rope_dims(int64_t head_dim, double factor) {
+  const int64_t dims = int64_t(double(head_dim) * factor);
+  return dims >= head_dim ? 0 : dims;
+}
+
 struct GPTConfig {
   int64_t vocab_size = 50257;
   int64_t seq_len = 1024;
@@ -40,6 +47,7 @@ struct GPTConfig {
   double rope_factor = 1.0, rope_low_freq_factor = 1.0, rope_high_freq_factor = 4.0, rope_original_positions = 8192.0;
   bool rope_linear = false, rope_yarn = false;
   double rope_beta_fast = 32.0, rope_beta_slow = 1.0, rope_attention_factor = 1.0;  // YaRN's
+  int64_t rope_dims = 0;  // partial rotary: each head's first rope_dims turn (RotaryFrequencies::dims); 0 = all
   // The dense MLP: GPT-2's GELU, or SwiGLU (Llama's: silu(gate) * up, the fc layer twice as wide,
   // [gate | up]). Experts are MLPs of the same kind and biases, of width moe.ffn_hidden (moe_config.h,
   // whose swiglu and bias must equal these: experts_match_model()).
@@ -77,6 +85,7 @@ struct GPTConfig {
     f.beta_fast = rope_beta_fast;
     f.beta_slow = rope_beta_slow;
     f.attention_factor = rope_attention_factor;
+    f.dims = rope_dims;
     return f;
   }
   bool has_qkv_bias() const { return bias || qkv_bias; }

@@ -8,7 +8,7 @@ namespace trellis::cpu {
 
 void rotary_embedding(Runtime&, const Tensor& qkv, AttentionHeads heads, const RotaryFrequencies& freqs,
                       int64_t first_position, bool inverse) {
-  const int64_t B = qkv.size(0), T = qkv.size(1), W = qkv.size(2), hd = W / heads.qkv_heads(), half = hd / 2;
+  const int64_t B = qkv.size(0), T = qkv.size(1), W = qkv.size(2), hd = W / heads.qkv_heads(), half = freqs.turned(hd) / 2;
   dispatch_float(qkv.dtype, "rotary_embedding", [&](auto tag) {
     using T_ = decltype(tag);
     T_* base = qkv.ptr<T_>();
@@ -17,7 +17,7 @@ void rotary_embedding(Runtime&, const Tensor& qkv, AttentionHeads heads, const R
       const double pos = double(first_position + row % T);
       T_* r = base + row * W;
       for (int64_t i = 0; i < half; ++i) {
-        const double angle = pos * freqs.inverse_frequency(i, half);  // theta^(-2i/hd), unless scaled
+        const double angle = pos * freqs.inverse_frequency(i, half);  // theta^(-2i/dims), unless scaled
         const double a = freqs.amplitude();  // YaRN's; the backward (inverse) scales by it too
         const float c = float(std::cos(angle) * a), s = float((inverse ? -std::sin(angle) : std::sin(angle)) * a);
         for (int64_t h = 0; h < heads.q + heads.kv; ++h) {  // q's heads, then k's

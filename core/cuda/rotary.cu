@@ -15,7 +15,7 @@ struct alignas(sizeof(T) * V) Pack {
 
 // V consecutive pairs a thread: (i .. i+V-1) with (i+half .. i+half+V-1), as V-element loads.
 template <typename T, int V>
-__global__ void rotary_kernel(T* qkv, int64_t rows, int64_t T_, int64_t W, int64_t heads, int64_t half,
+__global__ void rotary_kernel(T* qkv, int64_t rows, int64_t T_, int64_t W, int64_t heads, int64_t hd, int64_t half,
                               RotaryFrequencies freqs, int64_t first_position, bool inverse) {
   TRELLIS_GRID_STRIDE(idx, rows * (half / V)) {
     const int64_t i = idx % (half / V) * V, row = idx / (half / V);
@@ -30,8 +30,8 @@ __global__ void rotary_kernel(T* qkv, int64_t rows, int64_t T_, int64_t W, int64
     }
     T* r = qkv + row * W;
     for (int64_t h = 0; h < heads; ++h) {  // q's heads, then k's
-      Pack<T, V>* a = reinterpret_cast<Pack<T, V>*>(r + h * 2 * half + i);
-      Pack<T, V>* b = reinterpret_cast<Pack<T, V>*>(r + h * 2 * half + i + half);
+      Pack<T, V>* a = reinterpret_cast<Pack<T, V>*>(r + h * hd + i);
+      Pack<T, V>* b = reinterpret_cast<Pack<T, V>*>(r + h * hd + i + half);
       Pack<T, V> x1 = *a, x2 = *b;
       for (int j = 0; j < V; ++j) {
         const float u = to_f32(x1.v[j]), w = to_f32(x2.v[j]);
@@ -48,8 +48,8 @@ __global__ void rotary_kernel(T* qkv, int64_t rows, int64_t T_, int64_t W, int64
 template <typename T, int V>
 void launch(cudaStream_t s, T* qkv, int64_t B, int64_t T_, int64_t hd, int64_t W, int64_t heads,
             const RotaryFrequencies& freqs, int64_t first_position, bool inverse) {
-  const int64_t half = hd / 2, total = B * T_ * (half / V);
-  rotary_kernel<T, V><<<grid_for(total), kThreads, 0, s>>>(qkv, B * T_, T_, W, heads, half, freqs, first_position,
+  const int64_t half = freqs.turned(hd) / 2, total = B * T_ * (half / V);
+  rotary_kernel<T, V><<<grid_for(total), kThreads, 0, s>>>(qkv, B * T_, T_, W, heads, hd, half, freqs, first_position,
                                                            inverse);
 }
 
@@ -57,11 +57,13 @@ void launch(cudaStream_t s, T* qkv, int64_t B, int64_t T_, int64_t hd, int64_t W
 
 void launch_rotary_embedding(cudaStream_t s, void* qkv, DType t, int64_t B, int64_t T, int64_t hd, int64_t W,
                              int64_t heads, const RotaryFrequencies& freqs, int64_t first_position, bool inverse) {
-  const int64_t half = hd / 2;
+  const int64_t half = freqs.turned(hd) / 2;
   if (B * T * half == 0) return;
   TRELLIS_FLOAT_SWITCH(t, E, {
     E* p = static_cast<E*>(qkv);
-    const auto aligned = [&](int v) { return half % v == 0 && reinterpret_cast<uintptr_t>(p) % (sizeof(E) * v) == 0; };
+    const auto aligned = [&](int v) {
+      return half % v == 0 && hd % v == 0 && reinterpret_cast<uintptr_t>(p) % (sizeof(E) * v) == 0;
+    };
     if (aligned(4) && W % 4 == 0) launch<E, 4>(s, p, B, T, hd, W, heads, freqs, first_position, inverse);
     else if (aligned(2) && W % 2 == 0) launch<E, 2>(s, p, B, T, hd, W, heads, freqs, first_position, inverse);
     else launch<E, 1>(s, p, B, T, hd, W, heads, freqs, first_position, inverse);

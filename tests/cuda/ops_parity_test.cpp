@@ -148,8 +148,9 @@ TEST_P(Parity, SigmoidGateRows) {
 
 // Rotary positions forward and inverse, at head sizes of 128, 12 and 6 (the kernel's 4-, 2- and
 // 1-pair loads) and a position offset (generation's cached case), plain and with Llama 3.2's scaling
-// (at head size 128 its frequencies fall in all three bands), linear and YaRN's (with its amplitude): the cosines and sines are the same
-// double computation on both backends.
+// (at head size 128 its frequencies fall in all three bands), linear and YaRN's (with its amplitude), and
+// partial (4 and, with YaRN, 2 of each head's dims turned): the cosines and sines are the same double
+// computation on both backends.
 TEST_P(Parity, RotaryEmbedding) {
   RotaryFrequencies llama32(500000.0), linear(10000.0), yarn(1000000.0);
   llama32.factor = 32;
@@ -159,7 +160,10 @@ TEST_P(Parity, RotaryEmbedding) {
   yarn.factor = 4;
   yarn.original_positions = 32768;
   yarn.attention_factor = yarn_attention_factor(4);
-  for (const RotaryFrequencies& freqs : {RotaryFrequencies(10000.0), llama32, linear, yarn})
+  RotaryFrequencies partial(10000.0), partial_yarn = yarn;  // partial rotary: the first dims of a head turn
+  partial.dims = 4;
+  partial_yarn.dims = 2;
+  for (const RotaryFrequencies& freqs : {RotaryFrequencies(10000.0), llama32, linear, yarn, partial, partial_yarn})
   for (int64_t hd : {128, 12, 6})
   for (int64_t first : {int64_t(0), int64_t(1000)})
   for (int kv : {2, 1}) {  // 2 heads, and grouped-query with one key-value head

@@ -26,8 +26,11 @@ size, and exported not at all with qkv biases too; with transformers its loss is
 it wrote (norm weights drawn) starts a Trellis run whose first loss is transformers'. So does a Mistral
 it wrote (MistralForCausalLM: Llama's block; heads of 32 at hidden_size 64, model.head_dim); one line
 refuses a Mistral whose sliding window is shorter than its context. So does a Phi-3 it wrote
-(Phi3ForCausalLM: Llama's block, its qkv_proj and gate_up_proj fused as Trellis's qkv and fc); one line
-refuses a partial rotary embedding (partial_rotary_factor).
+(Phi3ForCausalLM: Llama's block, its qkv_proj and gate_up_proj fused as Trellis's qkv and fc), and one
+turning half of each head (partial_rotary_factor 0.5, model.partial_rotary_factor), which one line
+refuses into a run turning whole heads; one line refuses partial rotary in a Llama's config.json. A
+model turning half of each head exports as a Phi-3 whose loss in transformers is Trellis's; with
+QK-norm it is refused.
 Mixtral (MixtralForCausalLM): a tiny Llama whose MLPs are 4 SwiGLU experts of width 40, top 2, is
 exported with num_local_experts, num_experts_per_tok and intermediate_size 40 and each expert's w1,
 w3 (fc's gate and up rows) and w2, the router as block_sparse_moe.gate, exactly; model.init_from of
@@ -59,6 +62,8 @@ from hf_export_test import check_hf_loss, hf_loss, read_safetensors, run
 LLAMA = ["model.position_embedding=rope", "model.rope_theta=500", "model.mlp=swiglu", "model.ffn_hidden_size=88",
          "model.norm=rmsnorm", "model.norm_eps=1e-6", "model.n_kv_heads=2", "model.bias=false",
          "model.tie_embeddings=false"]
+# Phi-3's: Llama's block turning half of each head's dims (model.partial_rotary_factor).
+PARTIAL = LLAMA + ["model.partial_rotary_factor=0.5"]
 # Llama 3.1's rope scaling, with original positions 64 so that the tiny model's 8 frequencies fall in all three bands.
 SCALED = LLAMA + ["model.rope_scaling=llama3", "model.rope_original_positions=64"]
 # Linear rope scaling (position interpolation), every frequency divided by 4.
@@ -522,6 +527,22 @@ def main():
         check_hf_loss(check, hf_linear, linear_dump, "the Llama export with linear rope scaling",
                       model_class="LlamaForCausalLM", tol=1e-6)
         check_hf_loss(check, hf_yarn, yarn_dump, "the Llama export with YaRN", model_class="LlamaForCausalLM", tol=1e-6)
+        # Partial rotary: exported as a Phi-3 (the family that turns part of a head), its projections
+        # fused; 1e-6 sees the half-turned heads (the loss moves by about 2e-5 against whole ones).
+        pdump, hf_p = os.path.join(tmp, "partial_dump"), os.path.join(tmp, "hf_phi3")
+        train(binary, config, PARTIAL, ["--dump-grads", pdump])
+        p = run([export_hf, pdump, hf_p])
+        pc = json.load(open(os.path.join(hf_p, "config.json"))) if p.returncode == 0 else {}
+        names = set(read_safetensors(os.path.join(hf_p, "model.safetensors"))[1]) if p.returncode == 0 else set()
+        check(pc.get("model_type") == "phi3" and pc.get("partial_rotary_factor") == 0.5 and "Phi-3" in p.stdout and
+              "model.layers.1.self_attn.qkv_proj.weight" in names and "model.layers.0.mlp.gate_up_proj.weight" in names,
+              f"export_hf of a model turning half of each head: a Phi-3 ({p.stdout.strip()} {p.stderr.strip()})")
+        check_hf_loss(check, hf_p, pdump, "the Phi-3 export (partial_rotary_factor 0.5)", model_class="Phi3ForCausalLM",
+                      tol=1e-6)
+        qk_partial = os.path.join(tmp, "qk_partial")
+        train(binary, config, QWEN3 + ["model.partial_rotary_factor=0.5"], ["--export-weights", qk_partial])
+        equivalence.check_export_refused(check, export_hf, qk_partial, os.path.join(tmp, "hf_qk_partial"),
+                                         "in a block not Phi-3's")
         if hf_loss(hf, dump, "LlamaForCausalLM") is not None:  # a Llama transformers wrote, started in Trellis
             import torch
             from transformers import LlamaConfig, LlamaForCausalLM
@@ -586,6 +607,21 @@ def main():
             train(binary, config, LLAMA + ["model.init_from=" + theirs_phi, "train.steps=1"], ["--dump-grads", first])
             check_hf_loss(check, theirs_phi, first, "a Phi-3 it wrote (qkv_proj and gate_up_proj fused), started in "
                           "Trellis", model_class="Phi3ForCausalLM", tol=1e-6)
+            torch.manual_seed(0)
+            theirs_pp = os.path.join(tmp, "theirs_phi3_partial")
+            Phi3ForCausalLM(Phi3Config(vocab_size=64, hidden_size=64, intermediate_size=88, num_hidden_layers=2,
+                                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=32,
+                                       original_max_position_embeddings=32, rms_norm_eps=1e-6, rope_theta=500.0,
+                                       partial_rotary_factor=0.5, tie_word_embeddings=False, pad_token_id=None,
+                                       bos_token_id=None, eos_token_id=None)
+                            ).save_pretrained(theirs_pp, safe_serialization=True)
+            first = os.path.join(tmp, "first_phi3_partial")
+            train(binary, config, PARTIAL + ["model.init_from=" + theirs_pp, "train.steps=1"], ["--dump-grads", first])
+            check_hf_loss(check, theirs_pp, first, "a Phi-3 it wrote turning half of each head (partial_rotary_factor "
+                          "0.5), started in Trellis", model_class="Phi3ForCausalLM", tol=1e-6)
+            ok, lines = one_error([binary, config, "--set", "train.device=cpu", "--set", "model.init_from=" + theirs_pp] +
+                                  sum((["--set", s] for s in LLAMA), []), "turning 8 of a head's 16 dims")
+            check(ok, f"model.init_from of that Phi-3 into a run turning whole heads: {lines}")
             from transformers import MistralConfig, MistralForCausalLM
             torch.manual_seed(0)
             theirs_ms = os.path.join(tmp, "theirs_mistral")

@@ -9,6 +9,10 @@ the rotary positions). A run stopped after step 3 and resumed continues bitwise 
 tensor 2 checkpoint resumed on one rank continues as the uninterrupted run. Starting a RoPE run
 from a learned-position checkpoint (model.init_from), or resuming one with another model.rope_theta,
 is refused with one line; so is exporting a RoPE model to Hugging Face GPT-2, and a head size that is odd.
+Partial rotary (model.partial_rotary_factor = 0.5: 8 of each head's 16 dims turn) trains other losses
+than whole heads and the same at tensor 2 with sequence parallelism and pipeline 2 x data 2 at ZeRO
+stage 1 as on one rank; a factor turning an odd number of dims is refused, and so is resuming a
+whole-head checkpoint turning half of each head.
 Usage: rope_equivalence.py TRAIN_GPT MPIEXEC CONFIG [EXPORT_HF]"""
 import os
 import sys
@@ -21,6 +25,7 @@ BASE = ["train.device=cpu", f"train.steps={STEPS}", "train.micro_batch=2", "trai
         "model.dropout=0.1", "model.n_layers=4", "model.position_embedding=rope", "model.rope_theta=500",
         "log.val_every=0", "train.grad_clip=0.5"]
 MOE = ["moe.experts=4", "moe.top_k=2", "moe.capacity_factor=1.0"]
+PARTIAL = ["model.partial_rotary_factor=0.5"]  # 8 of each head's 16 dims turn
 
 
 def run(binary, mpiexec, config, tmp, ranks, tag, *sets):
@@ -55,10 +60,19 @@ def main():
             (8, "tensor 2 x pipeline 2 x data 2, sequence parallel, ZeRO 1",
              ["parallel.tensor=2", "parallel.pipeline=2", "parallel.sequence_parallel=true", "zero.stage=1"]),
             (4, "experts: tensor 2 x expert 2", MOE + ["parallel.tensor=2", "parallel.expert=2"]),
+            (2, "partial rotary: tensor 2, sequence parallel", PARTIAL + ["parallel.tensor=2",
+                                                                        "parallel.sequence_parallel=true"]),
+            (4, "partial rotary: pipeline 2 x data 2, ZeRO 1", PARTIAL + ["parallel.pipeline=2", "zero.stage=1"]),
         ]
+        _, part_loss, _, part_w, _, part_norms, part_out = run(binary, mpiexec, config, tmp, 1, "ref_partial", *PARTIAL)
+        part_rel = max(abs(a - b) / abs(b) for a, b in zip(part_loss, ref_loss))
+        check("rotary positions (theta 500, turning 8 of a head's 16 dims)" in part_out and part_rel > 1e-5,
+              f"partial rotary on one rank: the start line says so, losses {part_rel:.1e} from whole heads'")
         for ranks, what, sets in layouts:
             experts = any(s.startswith("moe.") for s in sets)
             loss0, w0, norms0 = (moe_loss, moe_w, moe_norms) if experts else (ref_loss, ref_w, ref_norms)
+            if sets[:1] == PARTIAL:
+                loss0, w0, norms0 = part_loss, part_w, part_norms
             tag = "l" + str(layouts.index((ranks, what, sets)))
             _, loss, _, w, _, norms, _ = run(binary, mpiexec, config, tmp, ranks, tag, *sets)
             ok, text = equivalence.layout_line((loss, w, norms), (loss0, w0, norms0), STEPS)
@@ -76,6 +90,12 @@ def main():
         check(ok, f"init_from a learned-position model: {line}")
         ok, line = one_line_error(binary, mpiexec, config, 1, ["model.n_heads=64"], "must be even")
         check(ok, f"an odd head size: {line}")
+        ok, line = one_line_error(binary, mpiexec, config, 1, ["model.partial_rotary_factor=0.4375"],
+                                  "turns 7 of a head's 16 dims")
+        check(ok, f"a partial rotary factor turning an odd number of dims: {line}")
+        ok, line = one_line_error(binary, mpiexec, config, 1, ["checkpoint.dir=" + ckpt, "train.steps=8"] + PARTIAL,
+                                  "turning 8 dims a head")
+        check(ok, f"resume turning half of each head: {line}")
         if export_hf:
             equivalence.check_export_refused(check, export_hf, os.path.join(tmp, "ref_weights"),
                                              os.path.join(tmp, "hf"), "rotary positions")

@@ -1093,6 +1093,36 @@ TEST(OpsCpu, RotaryEmbeddingScoresDependOnRelativePosition) {
   for (int64_t j = 0; j < 3 * C; ++j) ASSERT_EQ(row.get(j), whole.get(4 * 3 * C + j)) << j;
 }
 
+// Partial rotary: with dims = 6 of a head of 16, the first 6 dims of every q and k head turn exactly as
+// a head of 6 would (pairs (i, i + 3), frequencies over 6 dims), the other 10 and v do not move.
+TEST(OpsCpu, PartialRotaryTurnsTheFirstDimsAsAHeadOfThatSize) {
+  std::mt19937 g(17);
+  const int64_t T = 5, hd = 16, dims = 6;
+  const AttentionHeads heads{2, 1};  // 2 q heads, 1 key-value head: q q k v
+  HostTensor x(DType::f32, {1, T, 4 * hd});
+  x.randomize(g);
+  HostTensor turned = x;
+  RotaryFrequencies f(500.0);
+  f.dims = dims;
+  rotary_embedding(rt(), turned.t(), heads, f, 3);
+  // The reference: each q and k head's first 6 dims as a (1, T, 3 heads x 6) tensor turned whole.
+  HostTensor small(DType::f32, {1, T, 4 * dims});
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t h = 0; h < 4; ++h)
+      for (int64_t d = 0; d < dims; ++d) small.set((t * 4 + h) * dims + d, x.get((t * 4 + h) * hd + d));
+  rotary_embedding(rt(), small.t(), heads, RotaryFrequencies(500.0), 3);
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t h = 0; h < 4; ++h)
+      for (int64_t d = 0; d < hd; ++d) {
+        const int64_t i = (t * 4 + h) * hd + d;
+        const float want = h < 3 && d < dims ? small.get((t * 4 + h) * dims + d) : x.get(i);
+        ASSERT_EQ(turned.get(i), want) << "row " << t << " head " << h << " dim " << d;
+      }
+  f.dims = 7;
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_DEATH(rotary_embedding(rt(), turned.t(), heads, f, 0), "turned dims 7 are not even");
+}
+
 AttentionDropout test_attention_dropout(float p) {
   AttentionDropout d;
   d.p = p;
