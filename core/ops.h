@@ -53,6 +53,10 @@ struct MatmulOptions {
   // a problem). The experts' GEMMs of a mixture-of-experts block.
   int64_t batch = 1;
   int64_t stride_out = 0, stride_a = 0, stride_b = 0, stride_bias = 0;
+  // a's row count (M, or K with trans_a) changes from call to call (the dropless experts' GEMMs): on
+  // CUDA the plan is made once for the next power of two and its algorithm run at each call's size
+  // (where cuBLASLt accepts it there), so no call waits for a plan and the plans stay few.
+  bool rows_vary = false;
 };
 // out (M, N) = alpha * op(a) @ op(b) [+ bias] [+ out or residual], or with GELU fused as above. a, b: 2-D, same
 // float dtype; out: a's dtype or f32 (weight gradients accumulate in f32). Accumulation in f32 on

@@ -169,6 +169,7 @@ MatmulOptions MoEMLP::over_experts(const ExpertRun& run, int64_t cols_a, int64_t
   o.batch = run.experts;
   o.stride_a = run.rows * cols_a;
   o.stride_out = run.rows * cols_out;
+  o.rows_vary = moe_.dropless;  // each step's counts
   return o;
 }
 
@@ -222,6 +223,7 @@ void MoEMLP::experts_backward(Runtime& rt, const Tensor& dxe, const Tensor& dye,
     MatmulOptions o;
     o.batch = run.experts;
     o.trans_a = true;
+    o.rows_vary = moe_.dropless;
     o.accumulate = experts_accumulate(p_.experts, member, run.expert, run.experts);
     o.stride_a = run.rows * dy.cols();
     o.stride_b = run.rows * x.cols();

@@ -48,9 +48,11 @@ struct PlanKey {
   // Strided batch (MatmulOptions::batch): 1, or the count and the strides in elements (c: out's,
   // the GELU tensor's and the residual's).
   int64_t batch = 1, stride_a = 0, stride_b = 0, stride_c = 0, stride_bias = 0;
+  // MatmulOptions::rows_vary: m (or k with trans_a) is the power of two the plan is made for.
+  bool rows_vary = false;
   auto tie() const {
     return std::tie(m, n, k, trans_a, trans_b, accumulate, bias, gelu, ab, out, align_a, align_b, align_c,
-                    align_bias, align_aux, batch, stride_a, stride_b, stride_c, stride_bias);
+                    align_bias, align_aux, batch, stride_a, stride_b, stride_c, stride_bias, rows_vary);
   }
   bool operator<(const PlanKey& o) const { return tie() < o.tie(); }
 };
@@ -100,6 +102,13 @@ bool matmul_log_enabled() {
 bool tuning_enabled(const CudaState& st) {
   const char* v = std::getenv("TRELLIS_MATMUL_TUNE");
   return v != nullptr && std::strcmp(v, "1") == 0 && !st.deterministic;
+}
+
+// The size a varying row count is planned for: the next power of two (at least 64).
+int64_t planned_rows(int64_t rows) {
+  int64_t p = 64;
+  while (p < rows) p *= 2;
+  return p;
 }
 
 bool usable(const cublasLtMatmulHeuristicResult_t& r, const CudaState& st) {
@@ -192,6 +201,26 @@ int fastest_candidate(CudaState& st, const PlanKey& key, Plan& p, const Operands
 }
 
 // Builds descriptors for the column-major problem D (n_lt x m_lt) with the requested epilogues and
+// The matrix layouts of key's problem: b's (la), a's (lb) and out's (lc), stored shapes (rows, cols,
+// ld) in column-major terms, with the batch's count and strides.
+void make_layouts(const PlanKey& key, cublasLtMatrixLayout_t& la, cublasLtMatrixLayout_t& lb, cublasLtMatrixLayout_t& lc) {
+  const int64_t M = key.m, N = key.n, K = key.k;
+  cudaDataType_t ab = cuda_type(key.ab), ct = cuda_type(key.out);
+  if (key.trans_b) CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&la, ab, uint64_t(K), uint64_t(N), K));
+  else CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&la, ab, uint64_t(N), uint64_t(K), N));
+  if (key.trans_a) CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lb, ab, uint64_t(M), uint64_t(K), M));
+  else CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lb, ab, uint64_t(K), uint64_t(M), K));
+  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lc, ct, uint64_t(N), uint64_t(M), N));
+  if (key.batch > 1) {
+    const int32_t count = int32_t(key.batch);
+    for (auto [layout, stride] : {std::pair{la, key.stride_b}, {lb, key.stride_a}, {lc, key.stride_c}}) {
+      CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof count));
+      CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride,
+                                                    sizeof stride));
+    }
+  }
+}
+
 // asks the heuristic for up to kHeuristicAlgos algorithms, best first; takes the first whose state is
 // usable and whose workspace fits, or with tuning the fastest of those. Returns false when there is
 // none (then the caller retries with fewer fused epilogues).
@@ -202,7 +231,7 @@ bool try_make_plan(CudaState& st, const PlanKey& key, bool fuse_bias, bool fuse_
   // The heuristic sees problem 0's bias pointer only: later problems' must be as aligned (16 bytes).
   if (fuse_bias && key.batch > 1 && key.stride_bias * int64_t(dtype_size(key.ab)) % 16 != 0) return false;
   // Column-major view: A_lt = b (m_lt = N rows of D), B_lt = a (n_lt = M columns of D).
-  const int64_t M = key.m, N = key.n, K = key.k;
+  const int64_t N = key.n;
   cublasOperation_t op_a = key.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
   cublasOperation_t op_b = key.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
   CUBLAS_CHECK(cublasLtMatmulDescCreate(&p.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
@@ -233,20 +262,8 @@ bool try_make_plan(CudaState& st, const PlanKey& key, bool fuse_bias, bool fuse_
   }
   p.bias_fused = fuse_bias;
   p.gelu_fused = fuse_gelu;
-  cudaDataType_t ab = cuda_type(key.ab), ct = cuda_type(key.out);
-  // Stored shapes (rows, cols, ld) in column-major terms.
-  if (key.trans_b) CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.la, ab, uint64_t(K), uint64_t(N), K));
-  else CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.la, ab, uint64_t(N), uint64_t(K), N));
-  if (key.trans_a) CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.lb, ab, uint64_t(M), uint64_t(K), M));
-  else CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.lb, ab, uint64_t(K), uint64_t(M), K));
-  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.lc, ct, uint64_t(N), uint64_t(M), N));
+  make_layouts(key, p.la, p.lb, p.lc);
   if (key.batch > 1) {
-    const int32_t count = int32_t(key.batch);
-    for (auto [layout, stride] : {std::pair{p.la, key.stride_b}, {p.lb, key.stride_a}, {p.lc, key.stride_c}}) {
-      CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof count));
-      CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride,
-                                                    sizeof stride));
-    }
     if (fuse_bias)
       CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_BATCH_STRIDE, &key.stride_bias,
                                                   sizeof key.stride_bias));
@@ -295,7 +312,8 @@ bool try_make_plan(CudaState& st, const PlanKey& key, bool fuse_bias, bool fuse_
     destroy_plan(p);
     return false;
   }
-  if (tuning_enabled(st)) chosen = fastest_candidate(st, key, p, ops, results, found, chosen);
+  // A varying-rows plan is made for more rows than the call has: its candidates cannot run on them.
+  if (tuning_enabled(st) && !key.rows_vary) chosen = fastest_candidate(st, key, p, ops, results, found, chosen);
   p.algo = results[chosen].algo;
   p.candidates = found;
   p.chosen = chosen;
@@ -401,16 +419,41 @@ void matmul(Runtime& rt, const Tensor& out, const Tensor& a, const Tensor& b, co
       key.stride_c = opt.stride_out;
       key.stride_bias = opt.bias ? opt.stride_bias : 0;
     }
+    const PlanKey exact = key;
+    if (opt.rows_vary) {  // planned for a power of two of a's rows, run at this call's
+      key.rows_vary = true;
+      (opt.trans_a ? key.k : key.m) = planned_rows(opt.trans_a ? K : M);
+    }
     const float alpha = opt.alpha, beta = add_c ? 1.0f : 0.0f;
-    Plan* plan = get_plan(st, key, Operands{a.data, b.data, opt.bias ? opt.bias->data : nullptr,
-                                            aux ? aux->data : nullptr, alpha});
+    const Operands ops{a.data, b.data, opt.bias ? opt.bias->data : nullptr, aux ? aux->data : nullptr, alpha};
+    Plan* plan = get_plan(st, key, ops);
+    // This call's own layouts where the plan's are for other sizes, if cuBLASLt runs the plan's
+    // algorithm at them (else the exact problem's own plan).
+    cublasLtMatrixLayout_t la = nullptr, lb = nullptr, lc = nullptr;
+    if (plan && (key.m != M || key.k != K)) {
+      make_layouts(exact, la, lb, lc);
+      cublasLtMatmulHeuristicResult_t fit{};
+      const cublasStatus_t rc = cublasLtMatmulAlgoCheck(st.lt, plan->desc, la, lb, lc, lc, &plan->algo, &fit);
+      if (rc != CUBLAS_STATUS_SUCCESS || fit.workspaceSize > st.lt_workspace_bytes) {
+        for (cublasLtMatrixLayout_t l : {la, lb, lc}) CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(l));
+        la = lb = lc = nullptr;
+        plan = get_plan(st, exact, ops);
+      }
+    }
     if (!plan) return one_by_one();  // batched, but cuBLASLt cannot fuse its epilogues
     Plan& p = *plan;
+    if (!la) {
+      la = p.la;
+      lb = p.lb;
+      lc = p.lc;
+    }
     if (p.bias_fused) set_pointer(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, opt.bias->data);
     if (p.gelu_fused) set_pointer(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, aux->data);
     void* d = p.gelu_fused ? out.data : result;
-    CUBLAS_CHECK(cublasLtMatmul(st.lt, p.desc, &alpha, b.data, p.la, a.data, p.lb, &beta, opt.residual ? c : d, p.lc,
-                                d, p.lc, &p.algo, st.lt_workspace, st.lt_workspace_bytes, st.compute));
+    CUBLAS_CHECK(cublasLtMatmul(st.lt, p.desc, &alpha, b.data, la, a.data, lb, &beta, opt.residual ? c : d, lc, d, lc,
+                                &p.algo, st.lt_workspace, st.lt_workspace_bytes, st.compute));
+    if (la != p.la)
+      for (cublasLtMatrixLayout_t l : {la, lb, lc}) CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(l));
     bias_done = p.bias_fused;
     gelu_done = p.gelu_fused;  // and then so is the bias (get_plan)
   }

@@ -290,6 +290,40 @@ TEST_P(Parity, Matmul) {
 // tanh with a fast approximation, ~1e-3 absolute at worst).
 Tolerance gelu_tolerance(DType d) { return tolerance(d, d == DType::f32 ? 10.0f : 2.0f); }
 
+// Rows that vary from call to call (MatmulOptions::rows_vary, the dropless experts' GEMMs): one plan
+// for the next power of two runs at every call's size, the rows of a (M, or K with trans_a) taking
+// 37, 64, 100 and 250 one after the other, with the GELU epilogue, the bias and accumulation.
+TEST_P(Parity, MatmulRowsVary) {
+  const int64_t N = 40, C = 48;
+  for (int64_t rows : {37, 64, 100, 250, 37}) {
+    const std::string at = " at " + std::to_string(rows) + " rows";
+    HostTensor x = random_host(dt(), {rows, C}, 50), w = random_host(dt(), {N, C}, 51), bias = random_host(dt(), {N}, 52);
+    DeviceTensor gx = to_device(x), gw = to_device(w), gbias = to_device(bias);
+    MatmulOptions fwd;  // out (rows, N) = gelu(x w^T + b), the pre-activation kept
+    fwd.trans_b = true;
+    fwd.rows_vary = true;
+    HostTensor h(dt(), {rows, N}), g(dt(), {rows, N});
+    DeviceTensor gh = device_empty(dt(), {rows, N}), gg = device_empty(dt(), {rows, N});
+    fwd.bias = &bias.t;
+    fwd.gelu_input = &h.t;
+    matmul(cpu(), g.t, x.t, w.t, fwd);
+    fwd.bias = &gbias.t;
+    fwd.gelu_input = &gh.t;
+    matmul(gpu(), gg.t, gx.t, gw.t, fwd);
+    expect_close(to_host(gh), h, tolerance(dt()), "pre-activation" + at);
+    expect_close(to_host(gg), g, gelu_tolerance(dt()), "gelu output" + at);
+    MatmulOptions wgrad;  // dw (N, C) += g^T x, the rows the reduction
+    wgrad.trans_a = true;
+    wgrad.accumulate = true;
+    wgrad.rows_vary = true;
+    HostTensor dw = random_host(DType::f32, {N, C}, 53);
+    DeviceTensor gdw = to_device(dw);
+    matmul(cpu(), dw.t, g.t, x.t, wgrad);
+    matmul(gpu(), gdw.t, gg.t, gx.t, wgrad);
+    expect_close(to_host(gdw), dw, tolerance(dt() == DType::f32 ? DType::f32 : DType::f16, 2.0f), "weight gradient" + at);
+  }
+}
+
 // GELU fused into the GEMM (cuBLASLt epilogues GELU_AUX[_BIAS] and DGELU, or the separate kernels
 // where cuBLASLt offers none: N = 13 is not a multiple of 8) against the CPU's matmul + gelu: the
 // forward with and without bias and the pre-activation it keeps, and the backward. M, N, K include
