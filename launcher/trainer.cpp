@@ -389,7 +389,15 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
   std::string init_source;
   if (!from && !cfg.model.init_from.empty()) {
     init_source = broadcast_string(main_rank ? resolve_model_dir(cfg.model.init_from) : "", MPI_COMM_WORLD);
-    agree_on([&] { if (main_rank) open_init_source(cfg, res.model, init_source); }, launch);
+    agree_on([&] {
+      if (!main_rank) return;
+      const StoredModel src = open_init_source(cfg, res.model, init_source);
+      if (src.shape.moe.experts > 0 && src.shape.moe.dropless && !res.model.moe.dropless)
+        std::printf("warning: model.init_from = %s routes without dropping (moe.dropless, as Hugging Face's MoE models do); this run "
+                    "drops the choices past moe.capacity_factor = %s of an expert's share: set moe.dropless = true to "
+                    "route as it does\n",
+                    cfg.model.init_from.c_str(), number_g(cfg.moe.capacity_factor).c_str());
+    }, launch);
   }
   // At ZeRO stages >= 1 over data ranks every rank writes its own optimizer state into
   // checkpoint.dir (rank 0 created it): each checks now that it sees it and can write there.

@@ -454,6 +454,11 @@ def main():
         train(binary, config, MIXTRAL + ["model.init_from=" + hf_m, "train.steps=1"], ["--dump-grads", minit])
         check(floats(os.path.join(minit, "params.f32")) == padded_source(mdump),
               "model.init_from = the Mixtral directory: the source's parameters")
+        capped = [s for s in MIXTRAL if s != "moe.dropless=true"] + ["model.init_from=" + hf_m, "train.steps=1"]
+        p = run([binary, config] + sum((["--set", s] for s in ["train.device=cpu"] + capped), []))
+        warned = [x for x in p.stdout.splitlines() if "routes without dropping" in x]
+        check(p.returncode == 0 and len(warned) == 1 and "set moe.dropless = true" in warned[0],
+              f"model.init_from = the Mixtral directory into a run with a capacity: one warning ({warned})")
         ok, lines = one_error([binary, config, "--set", "train.device=cpu", "--set", "model.init_from=" + hf_m] +
                               sum((["--set", s] for s in MIXTRAL + ["moe.ffn_hidden_size=48"]), []),
                               "holds a model with experts (moe.experts = 4, moe.ffn_hidden_size = 40,")
