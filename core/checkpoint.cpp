@@ -659,8 +659,10 @@ CheckpointReader CheckpointReader::open(const std::string& step_dir, CheckpointV
       info.crc32c = parse_crc(b.find("crc32c"), "crc32c");
       if (const JsonValue* chunks = b.find("chunk_crc32c")) {
         const JsonValue* chunk_bytes = b.find("chunk_bytes");
-        if (!chunk_bytes || chunk_bytes->as_int() <= 0 || chunks->kind != JsonValue::Kind::kArray)
-          throw CheckpointError("chunk checksums of " + info.name + " without a positive chunk_bytes");
+        if (!chunk_bytes || chunk_bytes->as_int() <= 0 || chunk_bytes->as_int() % 8 != 0 ||
+            chunk_bytes->as_int() > (int64_t{1} << 30) ||
+            chunks->kind != JsonValue::Kind::kArray)
+          throw CheckpointError("chunk checksums of " + info.name + " without a chunk_bytes of 8 bytes to 1 GiB, a multiple of 8");
         info.chunk_bytes = uint64_t(chunk_bytes->as_int());
         for (const JsonValue& c : chunks->items) info.chunk_crc32c.push_back(parse_crc(&c, "chunk_crc32c"));
         if (info.chunk_crc32c.size() != (info.bytes + info.chunk_bytes - 1) / info.chunk_bytes)
@@ -691,11 +693,17 @@ CheckpointReader CheckpointReader::open(const std::string& step_dir, CheckpointV
            (static_cast<uint64_t>(st.st_size) < b.bytes ? " (truncated)" : ""));
     if (verify != CheckpointVerify::kFull) continue;
     ::posix_fadvise(fd.get(), 0, 0, POSIX_FADV_SEQUENTIAL);
+    // Read in the chunks' size where the blob has chunk checksums, each checked too.
+    const uint64_t piece = b.chunk_crc32c.empty() ? kIoChunk : b.chunk_bytes;
+    if (buf.size() < piece) buf.resize(size_t(piece));
     uint32_t crc = 0;
-    for (uint64_t left = b.bytes; left > 0;) {
-      const size_t n = static_cast<size_t>(std::min<uint64_t>(left, kIoChunk));
+    for (uint64_t at = 0; at < b.bytes;) {
+      const size_t n = static_cast<size_t>(std::min<uint64_t>(b.bytes - at, piece));
       read_all(fd.get(), buf.data(), n, &crc, path);
-      left -= n;
+      if (!b.chunk_crc32c.empty() && crc32c(buf.data(), n) != b.chunk_crc32c[size_t(at / piece)])
+        fail(path + ": checksum mismatch in bytes " + std::to_string(at) + " to " + std::to_string(at + n) +
+             " (the manifest's chunk checksum)");
+      at += n;
     }
     if (crc != b.crc32c)
       fail(path + ": checksum mismatch (crc32c " + crc32c_hex(crc) + ", manifest says " + crc32c_hex(b.crc32c) + ")");

@@ -108,6 +108,8 @@ void matmul(Runtime& rt, const Tensor& out, const Tensor& a, const Tensor& b, co
   check_device(rt, out, "matmul"); check_device(rt, a, "matmul"); check_device(rt, b, "matmul");
   TRELLIS_CHECK(a.dim() == 2 && b.dim() == 2 && out.dim() == 2,
                 "matmul: 2-D tensors expected: " + out.str() + " = " + a.str() + " @ " + b.str());
+  // A batch's strides follow its rows, so varying rows would make every batch a problem of its own.
+  TRELLIS_CHECK(!opt.rows_vary || opt.batch == 1, "matmul: rows_vary applies to unbatched problems");
   int64_t M = opt.trans_a ? a.size(1) : a.size(0), K = opt.trans_a ? a.size(0) : a.size(1);
   int64_t Kb = opt.trans_b ? b.size(1) : b.size(0), N = opt.trans_b ? b.size(0) : b.size(1);
   TRELLIS_CHECK(K == Kb && out.size(0) == M && out.size(1) == N,

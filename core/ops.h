@@ -53,9 +53,10 @@ struct MatmulOptions {
   // a problem). The experts' GEMMs of a mixture-of-experts block.
   int64_t batch = 1;
   int64_t stride_out = 0, stride_a = 0, stride_b = 0, stride_bias = 0;
-  // a's row count (M, or K with trans_a) changes from call to call (the dropless experts' GEMMs): on
-  // CUDA the plan is made once for the next power of two and its algorithm run at each call's size
-  // (where cuBLASLt accepts it there), so no call waits for a plan and the plans stay few.
+  // a's row count (M, or K with trans_a) changes from call to call (the dropless experts' GEMMs;
+  // unbatched only): on CUDA the plan is made once for the next power of two and its algorithm run at
+  // each call's size (checked once a size; a size where cuBLASLt does not take it gets a plan of its
+  // own), so calls do not wait for the heuristic and the plans stay few.
   bool rows_vary = false;
 };
 // out (M, N) = alpha * op(a) @ op(b) [+ bias] [+ out or residual], or with GELU fused as above. a, b: 2-D, same
@@ -280,7 +281,8 @@ void dropout_backward(Runtime& rt, const Tensor& dx, const Tensor& dout, float p
 void moe_route(Runtime& rt, const Tensor& probs, const Tensor& lse, const Tensor& expert, const Tensor& gate,
                const Tensor& slot, const Tensor& slot_token, const Tensor& counts, const Tensor& logits,
                bool renormalize, bool dropless = false);
-// xe (E * capacity, C) = the rows of x (N, C) that slot_token places, zeros in empty slots.
+// xe (slots, C: E * capacity, or dropless N * K) = the rows of x (N, C) that slot_token places, zeros in
+// empty slots.
 void moe_dispatch(Runtime& rt, const Tensor& xe, const Tensor& x, const Tensor& slot_token, int64_t top_k);
 // dx (N, C) = [dx +] the sum over the token's choices that were not dropped of dxe[slot].
 void moe_dispatch_backward(Runtime& rt, const Tensor& dx, const Tensor& dxe, const Tensor& slot, bool accumulate);

@@ -76,8 +76,8 @@ void set_owned_state(Runtime& rt, TrainingState s, const StateBlob& b, const Ten
 }
 
 // This rank's tensors (WholeModelLayout::shard_of: its stage's, its experts), each whole, of the
-// whole-layout blob `name` (elements of e bytes): streamed through, its checksum checked over every
-// byte, only these kept, so a rank's host memory holds its part, not the whole model's.
+// whole-layout blob `name` (elements of e bytes): only the chunks holding them read and checked
+// (stream_whole_tensors), only these kept, so a rank's host memory holds its part, not the whole model's.
 std::map<std::string, std::vector<char>> tensors_of_blob(const CheckpointReader& reader, const std::string& name,
                                                          TrainingState s, size_t e) {
   std::set<std::string> mine;

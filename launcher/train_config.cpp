@@ -245,6 +245,9 @@ void validate_relations(const Config& c) {
     const double E = double(c.moe.experts), tokens = B * T;
     const double slots = c.moe.dropless ? double(c.moe.top_k) * tokens
                                         : E * std::min(tokens, std::ceil(c.moe.capacity_factor * double(c.moe.top_k) * tokens / E));
+    if (c.moe.dropless && tokens >= 0x1p24)  // the routing's counts are f32, exact below 2^24
+      throw beyond("train.micro_batch x model.seq_len (dropless: an expert's count of them)", tokens,
+                   "tokens is beyond what the routing counts exactly (allowed: below 2^24)");
     if (slots >= 0x1p31)
       throw beyond(c.moe.dropless ? "moe.top_k x train.micro_batch x model.seq_len (dropless: a slot per choice)"
                                   : "moe.experts x the capacity of a micro-batch (moe.capacity_factor x moe.top_k x "

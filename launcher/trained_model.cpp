@@ -265,8 +265,9 @@ StoredModel open_checkpoint(const std::string& path, const std::string& verb) {
       throw UserError(e.what());
     }
   };
-  // The named parameters alone: the blob streamed through (its checksum covers every byte), each
-  // wanted tensor's elements widened to f32 as they pass. Chunks are whole elements (multiples of 8).
+  // The named parameters alone: the chunks of the blob holding them read and checked
+  // (stream_whole_tensors), each wanted tensor's elements widened to f32 as they pass. Chunks are
+  // whole elements (multiples of 8).
   s.read_some = [reader, specs = GPT::parameter_specs(s.shape),
                  stored = s.stored](const std::function<float*(const std::string&)>& dst) {
     const size_t e = dtype_size(stored);

@@ -431,6 +431,13 @@ void MoEMLP::read_expert_rows(Runtime& rt, MoESaved& s) const {
   // A pageable host copy returns once the routing before it is done (core/cuda/gpu_ops.cpp).
   copy(rt, Tensor(host_counts_.data(), DType::f32, Device::CPU(), {moe_.experts}), s.counts);
   s.expert_rows.assign(host_counts_.begin(), host_counts_.end());  // one rank holds every expert
+  // Every choice has a row: a count that does not add up (non-finite router logits) would leave
+  // rows unplaced and the GEMMs reading past them.
+  int64_t rows = 0;
+  for (int64_t r : s.expert_rows) rows += r;
+  TRELLIS_CHECK(rows == s.slot_token.numel(),
+                "MoEMLP: dropless routing placed " + std::to_string(rows) + " of " +
+                    std::to_string(s.slot_token.numel()) + " choices (non-finite router logits?)");
 }
 
 Tensor MoEMLP::gathered(const Tensor& rows, Arena& arena) const {

@@ -70,6 +70,9 @@ struct Plan {
   float waves = 0.0f;
   bool tuned = false;
   float chosen_us = 0.0f, first_us = 0.0f;
+  // A varying-rows plan: whether cuBLASLt runs its algorithm at each row count met so far (checked
+  // once a count; where it does not, that count gets an exact plan of its own).
+  std::map<int64_t, bool> runs_at;
 };
 
 // The pointers of the call that makes a plan: the heuristic reads the bias and aux pointers'
@@ -200,7 +203,6 @@ int fastest_candidate(CudaState& st, const PlanKey& key, Plan& p, const Operands
   return best >= 0 ? best : first;
 }
 
-// Builds descriptors for the column-major problem D (n_lt x m_lt) with the requested epilogues and
 // The matrix layouts of key's problem: b's (la), a's (lb) and out's (lc), stored shapes (rows, cols,
 // ld) in column-major terms, with the batch's count and strides.
 void make_layouts(const PlanKey& key, cublasLtMatrixLayout_t& la, cublasLtMatrixLayout_t& lb, cublasLtMatrixLayout_t& lc) {
@@ -221,6 +223,7 @@ void make_layouts(const PlanKey& key, cublasLtMatrixLayout_t& la, cublasLtMatrix
   }
 }
 
+// Builds descriptors for the column-major problem D (n_lt x m_lt) with the requested epilogues and
 // asks the heuristic for up to kHeuristicAlgos algorithms, best first; takes the first whose state is
 // usable and whose workspace fits, or with tuning the fastest of those. Returns false when there is
 // none (then the caller retries with fewer fused epilogues).
@@ -432,9 +435,13 @@ void matmul(Runtime& rt, const Tensor& out, const Tensor& a, const Tensor& b, co
     cublasLtMatrixLayout_t la = nullptr, lb = nullptr, lc = nullptr;
     if (plan && (key.m != M || key.k != K)) {
       make_layouts(exact, la, lb, lc);
-      cublasLtMatmulHeuristicResult_t fit{};
-      const cublasStatus_t rc = cublasLtMatmulAlgoCheck(st.lt, plan->desc, la, lb, lc, lc, &plan->algo, &fit);
-      if (rc != CUBLAS_STATUS_SUCCESS || fit.workspaceSize > st.lt_workspace_bytes) {
+      const auto [fits, first_time] = plan->runs_at.try_emplace(opt.trans_a ? K : M, false);
+      if (first_time) {
+        cublasLtMatmulHeuristicResult_t fit{};
+        const cublasStatus_t rc = cublasLtMatmulAlgoCheck(st.lt, plan->desc, la, lb, lc, lc, &plan->algo, &fit);
+        fits->second = rc == CUBLAS_STATUS_SUCCESS && fit.workspaceSize <= st.lt_workspace_bytes;
+      }
+      if (!fits->second) {
         for (cublasLtMatrixLayout_t l : {la, lb, lc}) CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(l));
         la = lb = lc = nullptr;
         plan = get_plan(st, exact, ops);

@@ -330,6 +330,22 @@ TEST(Checkpoint, ChunkChecksumsLetRangesReadOnlyTheirChunks) {
   r2.read_blob_ranges("rank00001/state.bin", {{16 * MiB + 5, 16 * MiB + 9}},
                       [&](uint64_t, const char* data, size_t n) { got.insert(got.end(), data, data + n); });
   EXPECT_EQ(got, std::vector<char>(params.begin() + 16 * MiB + 5, params.begin() + 16 * MiB + 9));
+  // A manifest whose chunk checksum alone is wrong fails a full verification (its blob is sound).
+  CheckpointWriter w3(tmp.sub("three"), 4);
+  w3.add_blob("params.bin", params.data(), params.size());
+  const std::string dir3 = w3.commit();
+  std::string text;
+  {
+    std::ifstream in(dir3 + "/manifest.json");
+    text.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  const std::string first = crc32c_hex(crc32c(params.data(), 8 * MiB));
+  const size_t at = text.find("\"chunk_crc32c\": [\"" + first);
+  ASSERT_NE(at, std::string::npos) << text.substr(0, 400);
+  text.replace(text.find(first, at), 8, first == "00000000" ? "00000001" : "00000000");
+  std::ofstream(dir3 + "/manifest.json") << text;
+  EXPECT_NO_THROW(CheckpointReader::open(dir3, CheckpointVerify::kSizes));
+  expect_error([&] { CheckpointReader::open(dir3); }, {"params.bin", "checksum mismatch in bytes 0 to 8388608"});
 }
 
 // A rank that wants one tensor of a whole-model blob (a pipeline stage's, an expert rank's) reads
