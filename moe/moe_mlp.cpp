@@ -144,22 +144,21 @@ bool experts_accumulate(const std::vector<ExpertParams>& experts, const Paramete
 
 }  // namespace
 
-std::vector<MoEMLP::ExpertRun> MoEMLP::expert_runs(const MoESaved& s) const {
+template <class F>
+void MoEMLP::for_each_run(const MoESaved& s, F f) const {
   const int64_t El = moe_.local_experts(), G = moe_.expert_parallel;
-  std::vector<ExpertRun> runs;
   if (moe_.dropless) {  // one expert at a time, its packed rows (none: nothing to run)
     int64_t row = 0;
     for (int64_t j = 0; j < El; ++j) {
-      if (s.expert_rows[size_t(j)] > 0) runs.push_back({j, 1, row, s.expert_rows[size_t(j)]});
+      if (s.expert_rows[size_t(j)] > 0) f(ExpertRun{j, 1, row, s.expert_rows[size_t(j)]});
       row += s.expert_rows[size_t(j)];
     }
-    return runs;
+    return;
   }
   // Expert layout: [source rank][local expert][capacity] rows: per source rank, one batch of GEMMs
   // over the local experts, expert j's slots j x capacity rows after the source's first.
   const int64_t cap = s.xe.rows() / (G * El);
-  for (int64_t src = 0; src < G; ++src) runs.push_back({0, El, src * El * cap, cap});
-  return runs;
+  for (int64_t src = 0; src < G; ++src) f(ExpertRun{0, El, src * El * cap, cap});
 }
 
 // Batch options over a run's experts: their rows `rows` apart (rows of `cols_a` and `cols_out`
@@ -179,7 +178,7 @@ void MoEMLP::experts_forward(Runtime& rt, const MoESaved& s) const {
   const ExpertTensors fc_b = moe_.bias ? expert_tensors(p_.experts, &ExpertParams::fc_b, false) : ExpertTensors(),
                       proj_b = moe_.bias ? expert_tensors(p_.experts, &ExpertParams::proj_b, false) : ExpertTensors();
   const int64_t C = s.xe.cols(), H = s.he.cols(), F = s.ge.cols();
-  for (const ExpertRun& run : expert_runs(s)) {
+  for_each_run(s, [&](const ExpertRun& run) {
     const int64_t row = run.row, rows = run.experts * run.rows;
     const Tensor h = rows_of(s.he, row, run.rows), g = rows_of(s.ge, row, run.rows);
     // GELU: g = gelu(h) in the fc GEMM's epilogue (h kept for backward). SwiGLU: h = [gate | up], then
@@ -208,7 +207,7 @@ void MoEMLP::experts_forward(Runtime& rt, const MoESaved& s) const {
       proj.stride_bias = proj_b.stride;
     }
     matmul(rt, rows_of(s.ye, row, run.rows), g, proj_w.from(run.expert), proj);
-  }
+  });
 }
 
 void MoEMLP::experts_backward(Runtime& rt, const Tensor& dxe, const Tensor& dye, const MoESaved& s) const {
@@ -238,7 +237,7 @@ void MoEMLP::experts_backward(Runtime& rt, const Tensor& dxe, const Tensor& dye,
   };
   // dh is written over what is no longer read: GELU's over ge (not needed after the projection's
   // gradient); SwiGLU's dg = dy W_proj over ge, then dh = [dgate | dup] over he, in place.
-  for (const ExpertRun& run : expert_runs(s)) {
+  for_each_run(s, [&](const ExpertRun& run) {
     // The run's rows of every expert (the bias sums), and its first expert's (a batch's first problem).
     const int64_t row = run.row, rows = run.experts * run.rows;
     const Tensor dy0 = rows_of(dye, row, run.rows), g0 = rows_of(s.ge, row, run.rows),
@@ -256,7 +255,7 @@ void MoEMLP::experts_backward(Runtime& rt, const Tensor& dxe, const Tensor& dye,
     MatmulOptions dx = over_experts(run, H, C);
     dx.stride_b = fc_w.stride;
     matmul(rt, rows_of(dxe, row, run.rows), dh0, fc_w.from(run.expert), dx);
-  }
+  });
   // Dropless, an expert no token chose has no run: its gradients are zero (written where fresh).
   for (size_t j = 0; j < s.expert_rows.size(); ++j) {
     if (s.expert_rows[j] > 0) continue;

@@ -115,9 +115,10 @@ class MoEMLP {
   struct ExpertRun {
     int64_t expert, experts, row, rows;
   };
-  // With a capacity, one run over the local experts per source rank (its slots, capacity each);
-  // dropless, a run per local expert that has rows (its packed rows).
-  std::vector<ExpertRun> expert_runs(const MoESaved& s) const;
+  // f(run) for each run: with a capacity, one over the local experts per source rank (its slots,
+  // capacity each); dropless, one per local expert that has rows (its packed rows).
+  template <class F>
+  void for_each_run(const MoESaved& s, F f) const;
   // A run's GEMM batch on rows of `cols_a` and `cols_out` columns.
   MatmulOptions over_experts(const ExpertRun& run, int64_t cols_a, int64_t cols_out) const;
   // The expert MLPs on xe's slots: he, ge, ye (forward) or, given dye, dxe and the gradients.
