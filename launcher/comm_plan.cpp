@@ -128,13 +128,18 @@ RankCommPlan plan_rank_comm(const Config& cfg, const GPTConfig& mc, const Layout
   if (mc.moe.experts > 0) {
     r.expert_data = zero_traffic(expert_data > 1 ? int(cfg.zero.stage) : 0, expert_data, n.experts, 0,
                                  n.expert_buckets, m, reduce_bytes, a);
-    // Expert parallelism: each block with experts exchanges its slots (experts x capacity, C wide)
+    // Expert parallelism: each block with experts exchanges its slots (experts x capacity, C wide;
+    // dropless its top_k x tokens rows, as if the routing were balanced: the real share varies)
     // four times a micro-batch (dispatch and combine, forward and backward), six when full
-    // recomputation runs its forward's two again.
+    // recomputation runs its forward's two again; dropless also all-gathers the experts' counts
+    // (f32) once a forward.
     if (layout.expert > 1) {
-      const double slots = double(mc.moe.experts * mc.moe.capacity(B * T));
-      const double exchanges = cfg.train.checkpointing == "full" ? 6.0 : 4.0;
-      r.expert = double(m) * double(moe_layers) * exchanges * gather(slots * double(C) * a, layout.expert);
+      const double slots = double(mc.moe.slots(B * T));
+      const bool full = cfg.train.checkpointing == "full";
+      r.expert = double(m) * double(moe_layers) * (full ? 6.0 : 4.0) * gather(slots * double(C) * a, layout.expert);
+      if (mc.moe.dropless)
+        r.expert += double(m) * double(moe_layers) * (full ? 2.0 : 1.0) *
+                    gather(double(layout.expert * mc.moe.experts) * 4.0, layout.expert);
     }
   }
   return r;

@@ -253,7 +253,14 @@ void validate_relations(const Config& c) {
                                   : "moe.experts x the capacity of a micro-batch (moe.capacity_factor x moe.top_k x "
                                     "train.micro_batch x model.seq_len / moe.experts)",
                    slots, "slots is beyond what a slot index can count (allowed: below 2^31)");
-    if (const double elements = L * slots * fce; elements >= 0x1p56)
+    // Dropless with expert parallelism, a rank's experts may take up to this many rows (MoEConfig::expert_rows).
+    const double G = double(c.parallel.expert), K = double(c.moe.top_k);
+    const double rows = c.moe.dropless && G > 1 ? G * tokens * std::min(K, std::floor(E / G)) : slots;
+    if (rows >= 0x1p31)
+      throw beyond("parallel.expert x train.micro_batch x model.seq_len x min(moe.top_k, moe.experts / parallel.expert) "
+                   "(dropless: the rows a rank's experts may receive)",
+                   rows, "rows is beyond what a slot index can count (allowed: below 2^31)");
+    if (const double elements = L * rows * fce; elements >= 0x1p56)
       throw beyond("model.n_layers x the experts' slots x " + fce_name, elements,
                    "elements of activations is beyond what the memory plan can count (allowed: below 2^56)");
   }
@@ -411,9 +418,6 @@ void validate_experts(const Config& c, const BatchLayout& b) {
   if (E % G != 0 || b.data % G != 0)
     throw UserError(c.path + ": parallel.expert = " + std::to_string(G) + " must divide moe.experts = " +
                     std::to_string(E) + " and the data-parallel size " + std::to_string(b.data));
-  if (c.moe.dropless && G > 1)
-    throw UserError(c.path + ": moe.dropless = true needs every expert on each rank, but parallel.expert = " +
-                    std::to_string(G) + " (allowed: parallel.expert = 1, or moe.dropless = false with a capacity)");
 }
 }  // namespace
 

@@ -49,6 +49,13 @@ struct MoEConfig {
   }
   // The rows of the experts' tensors for a micro-batch: every expert's slots, or dropless one a choice.
   int64_t slots(int64_t tokens) const { return dropless ? tokens * top_k : experts * capacity(tokens); }
+  // The rows of this rank's experts' tensors: the slots, or dropless with expert parallelism the most
+  // its experts can receive (every token of the expert group choosing min(top_k, local experts) of
+  // them: the memory plan's bound, expert_parallel x min(top_k, local experts) / top_k x the slots).
+  int64_t expert_rows(int64_t tokens) const {
+    if (!dropless || expert_parallel == 1) return slots(tokens);
+    return expert_parallel * tokens * std::min(top_k, local_experts());
+  }
   // The experts' GEMM rows per token (an upper bound with a capacity, of which empty slots are part).
   double rows_per_token() const { return dropless ? double(top_k) : capacity_factor * double(top_k); }
 };

@@ -65,7 +65,7 @@ MoEParams MoEMLP::params_of(const ParameterStore& ps, const MoEConfig& moe, int 
 MoEMLP::MoEMLP(const MoEConfig& moe, DType dtype, const MoEParams& p, Communicator* group, Communicator* tensor,
                bool sequence_parallel)
     : moe_(moe), dtype_(dtype), p_(p), group_(group), tensor_(tensor && tensor->size() > 1 ? tensor : nullptr),
-      sequence_parallel_(sequence_parallel && tensor_), host_counts_(size_t(moe.experts)) {
+      sequence_parallel_(sequence_parallel && tensor_), host_counts_(size_t(moe.experts * moe.expert_parallel)) {
   const int t = tensor_ ? tensor_->size() : 1;
   auto check = [&](const ExpertParams& e) {
     TRELLIS_CHECK(e.fc_w->spec.split.parts == t && e.proj_w->spec.split.parts == t,
@@ -80,7 +80,6 @@ MoEMLP::MoEMLP(const MoEConfig& moe, DType dtype, const MoEParams& p, Communicat
                 "MoEMLP: a shared gate needs a shared MLP without biases (moe.shared_experts > 0, model.bias = false)");
   for (const ExpertParams& e : p_.experts) check(e);
   const int G = group_ ? group_->size() : 1;
-  TRELLIS_CHECK(!moe_.dropless || G == 1, "MoEMLP: dropless routing needs every expert on one rank (moe.expert_parallel = 1)");
   TRELLIS_CHECK(G == moe_.expert_parallel && int64_t(p_.experts.size()) == moe_.local_experts(),
                 "MoEMLP: an expert group of " + std::to_string(G) + " ranks holding " +
                     std::to_string(p_.experts.size()) + " experts each, for moe.experts = " +
@@ -100,10 +99,30 @@ std::vector<const Parameter*> MoEMLP::parameters() const {
   return out;
 }
 
-Tensor MoEMLP::exchange(const Tensor& in, Arena& arena) const {
+Tensor MoEMLP::exchange(const Tensor& in, Arena& arena, const MoESaved& s, bool back) const {
   if (!group_ || group_->size() == 1) return in;
-  Tensor out = arena.take(in.dtype, in.shape);
-  group_->all_to_all(out, in);
+  if (!moe_.dropless) {  // E x capacity slots each way, a block of them per rank
+    Tensor out = arena.take(in.dtype, in.shape);
+    group_->all_to_all(out, in);
+    return out;
+  }
+  // Dropless: as many rows to and from each rank as the routing gave (back: the reverse).
+  const std::vector<int64_t>& send = back ? s.recv_rows : s.send_rows;
+  const std::vector<int64_t>& recv = back ? s.send_rows : s.recv_rows;
+  Communicator::AllToAllvPlan plan;
+  int64_t sent = 0, received = 0;
+  for (size_t r = 0; r < send.size(); ++r) {
+    plan.send_counts.push_back(send[r] * in.cols());
+    plan.send_displs.push_back(sent * in.cols());
+    plan.recv_counts.push_back(recv[r] * in.cols());
+    plan.recv_displs.push_back(received * in.cols());
+    sent += send[r];
+    received += recv[r];
+  }
+  TRELLIS_CHECK(sent == in.rows(), "MoEMLP: an exchange of " + std::to_string(in.rows()) + " rows sends " +
+                                       std::to_string(sent));
+  Tensor out = arena.take(in.dtype, {received, in.cols()});
+  group_->all_to_allv(out, in, plan);
   return out;
 }
 
@@ -147,11 +166,11 @@ bool experts_accumulate(const std::vector<ExpertParams>& experts, const Paramete
 template <class F>
 void MoEMLP::for_each_run(const MoESaved& s, F f) const {
   const int64_t El = moe_.local_experts(), G = moe_.expert_parallel;
-  if (moe_.dropless) {  // one expert at a time, its packed rows (none: nothing to run)
+  if (moe_.dropless) {  // one expert of one source rank at a time, its packed rows (none: nothing to run)
     int64_t row = 0;
-    for (int64_t j = 0; j < El; ++j) {
-      if (s.expert_rows[size_t(j)] > 0) f(ExpertRun{j, 1, row, s.expert_rows[size_t(j)]});
-      row += s.expert_rows[size_t(j)];
+    for (size_t i = 0; i < s.expert_rows.size(); ++i) {
+      if (s.expert_rows[i] > 0) f(ExpertRun{int64_t(i) % El, 1, row, s.expert_rows[i]});
+      row += s.expert_rows[i];
     }
     return;
   }
@@ -256,9 +275,13 @@ void MoEMLP::experts_backward(Runtime& rt, const Tensor& dxe, const Tensor& dye,
     dx.stride_b = fc_w.stride;
     matmul(rt, rows_of(dxe, row, run.rows), dh0, fc_w.from(run.expert), dx);
   });
-  // Dropless, an expert no token chose has no run: its gradients are zero (written where fresh).
-  for (size_t j = 0; j < s.expert_rows.size(); ++j) {
-    if (s.expert_rows[j] > 0) continue;
+  // Dropless, an expert no token of the expert group chose has no run: its gradients are zero
+  // (written where fresh).
+  const size_t El = p_.experts.size();
+  for (size_t j = 0; j < El && moe_.dropless; ++j) {
+    int64_t rows = 0;
+    for (size_t i = j; i < s.expert_rows.size(); i += El) rows += s.expert_rows[i];
+    if (rows > 0) continue;
     const ExpertParams& e = p_.experts[j];
     for (const Parameter* p : {e.fc_w, e.fc_b, e.proj_w, e.proj_b})
       if (p && !grad_accumulates(*p)) fill(rt, p->grad, 0.0f);
@@ -362,14 +385,16 @@ void MoEMLP::forward(Runtime& rt, const Tensor& out, const Tensor& x_in, const T
   const bool exchanged = group_ && group_->size() > 1;
   Tensor routed = exchanged ? temp.take(dtype_, {S, C}) : keep.take(dtype_, {S, C});
   moe_dispatch(rt, routed, x, s.slot_token, K);
-  s.xe = exchanged ? exchange(routed, keep) : routed;
-  // This tensor rank's columns of an expert's fc output (SwiGLU: [gate | up]) and hidden width.
-  s.he = keep.take(dtype_, {S, p_.experts[0].fc_w->spec.shape[0]});
-  s.ge = keep.take(dtype_, {S, p_.experts[0].proj_w->spec.shape[1]});
-  Tensor ye = exchanged ? temp.take(dtype_, {S, C}) : keep.take(dtype_, {S, C});
+  s.xe = exchange(routed, keep, s, false);
+  // This rank's experts' rows; this tensor rank's columns of their fc output (SwiGLU: [gate | up])
+  // and hidden width.
+  const int64_t R = s.xe.rows();
+  s.he = keep.take(dtype_, {R, p_.experts[0].fc_w->spec.shape[0]});
+  s.ge = keep.take(dtype_, {R, p_.experts[0].proj_w->spec.shape[1]});
+  Tensor ye = exchanged ? temp.take(dtype_, {R, C}) : keep.take(dtype_, {R, C});
   s.ye = ye;
   experts_forward(rt, s);
-  s.ye = exchanged ? exchange(ye, keep) : ye;  // back in routing order, for the combine
+  s.ye = exchange(ye, keep, s, true);  // back in routing order, for the combine
   if (has_shared()) shared_hidden(rt, x, s, keep);
   if (!out.defined()) return;
   if (sequence_parallel_) {  // the partial sums of every token, reduce-scattered into this rank's rows
@@ -394,15 +419,15 @@ void MoEMLP::backward(Runtime& rt, const Tensor& dx_in, const Tensor& dout_in, c
   const Tensor x = gathered(x_in.view({x_in.rows(), x_in.cols()}), work);
   const Tensor dout = gathered(dout_in.view({dout_in.rows(), dout_in.cols()}), work);
   const Tensor dx = sequence_parallel_ ? work.take(dtype_, x.shape) : dx_in.view(x.shape);
-  const int64_t N = x.rows(), C = x.cols(), E = moe_.experts, K = moe_.top_k, S = s.xe.rows();
-  Tensor dye = work.take(dtype_, {S, C});
+  const int64_t N = x.rows(), C = x.cols(), E = moe_.experts, K = moe_.top_k;
+  Tensor dye = work.take(dtype_, s.ye.shape);  // in routing order
   Tensor dgate = work.take(DType::f32, {N, K});
   moe_combine_backward(rt, dye, dgate, dout, s.ye, s.slot, s.slot_token, s.gate);
   tensor_sum(dgate);  // each rank's outputs are a part of the sum the gates weigh
-  const Tensor dye_experts = exchange(dye, work);
-  Tensor dxe = work.take(dtype_, {S, C});
+  const Tensor dye_experts = exchange(dye, work, s, false);
+  Tensor dxe = work.take(dtype_, s.xe.shape);  // in expert order
   experts_backward(rt, dxe, dye_experts, s);
-  moe_dispatch_backward(rt, dx, exchange(dxe, work), s.slot, false);
+  moe_dispatch_backward(rt, dx, exchange(dxe, work, s, true), s.slot, false);
   const Tensor dgz = has_shared() ? shared_backward(rt, dx, dout, x, s, work) : Tensor();
   // Each rank's fc shard gives a part; the router's (and the shared gate's) part below is the same on
   // every rank (added once to the parts that sequence parallelism reduce-scatters).
@@ -427,16 +452,32 @@ void MoEMLP::backward(Runtime& rt, const Tensor& dx_in, const Tensor& dout_in, c
 }
 
 void MoEMLP::read_expert_rows(Runtime& rt, MoESaved& s) const {
-  // A pageable host copy returns once the routing before it is done (core/cuda/gpu_ops.cpp).
-  copy(rt, Tensor(host_counts_.data(), DType::f32, Device::CPU(), {moe_.experts}), s.counts);
-  s.expert_rows.assign(host_counts_.begin(), host_counts_.end());  // one rank holds every expert
+  const int64_t E = moe_.experts, El = moe_.local_experts();
+  const int G = group_ ? group_->size() : 1, g = group_ ? group_->rank() : 0;
+  // This rank's counts go to its block of host_counts_; a pageable host copy returns once the
+  // routing before it is done (core/cuda/gpu_ops.cpp).
+  const Tensor mine(host_counts_.data() + size_t(g * E), DType::f32, Device::CPU(), {E});
+  copy(rt, mine, s.counts);
   // Every choice has a row: a count that does not add up (non-finite router logits) would leave
   // rows unplaced and the GEMMs reading past them.
   int64_t rows = 0;
-  for (int64_t r : s.expert_rows) rows += r;
+  for (int64_t e = 0; e < E; ++e) rows += int64_t(host_counts_[size_t(g * E + e)]);
   TRELLIS_CHECK(rows == s.slot_token.numel(),
                 "MoEMLP: dropless routing placed " + std::to_string(rows) + " of " +
                     std::to_string(s.slot_token.numel()) + " choices (non-finite router logits?)");
+  // Every rank's counts (G x E, on the host): what each rank sends to each, and the rows of this
+  // rank's experts from each, [source][local expert].
+  if (G > 1) group_->all_gather(Tensor(host_counts_.data(), DType::f32, Device::CPU(), {G * E}), mine);
+  auto count = [&](int64_t rank, int64_t e) { return int64_t(host_counts_[size_t(rank * E + e)]); };
+  s.expert_rows.clear();
+  s.send_rows.assign(size_t(G), 0);
+  s.recv_rows.assign(size_t(G), 0);
+  for (int64_t r = 0; r < G; ++r)
+    for (int64_t j = 0; j < El; ++j) {
+      s.send_rows[size_t(r)] += count(g, r * El + j);
+      s.recv_rows[size_t(r)] += count(r, g * El + j);
+      s.expert_rows.push_back(count(r, g * El + j));
+    }
 }
 
 Tensor MoEMLP::gathered(const Tensor& rows, Arena& arena) const {
@@ -447,24 +488,24 @@ Tensor MoEMLP::gathered(const Tensor& rows, Arena& arena) const {
 }
 
 size_t MoEMLP::kept_bytes(const MoEConfig& moe, int64_t C, DType dtype, int64_t N, int t) {
-  const int64_t E = moe.experts, K = moe.top_k, S = moe.slots(N);
+  const int64_t E = moe.experts, K = moe.top_k, S = moe.slots(N), R = moe.expert_rows(N);
   const size_t e = dtype_size(dtype);
   return aligned(size_t(N * E) * 4) + aligned(size_t(N) * 4) + 3 * aligned(size_t(N * K) * 4) + aligned(size_t(S) * 4) +
          aligned(size_t(E) * 4) +
-         2 * aligned(size_t(S * C) * e) + aligned(size_t(S * moe.expert_fc_width(C) / t) * e) +
-         aligned(size_t(S * moe.expert_width(C) / t) * e) +  // xe, ye, he, ge
+         aligned(size_t(R * C) * e) + aligned(size_t(S * C) * e) + aligned(size_t(R * moe.expert_fc_width(C) / t) * e) +
+         aligned(size_t(R * moe.expert_width(C) / t) * e) +  // xe, ye, he, ge
          aligned(size_t(N * (moe.swiglu ? 2 : 1) * moe.shared_width(C) / t) * e) +
          aligned(size_t(N * moe.shared_width(C) / t) * e) +  // the shared MLP's hs, gs
          (moe.shared_gate ? aligned(size_t(N) * 4) : 0);     // and its gate's logits
 }
 
 size_t MoEMLP::work_bytes(const MoEConfig& moe, int64_t C, DType dtype, int64_t N, int t, bool sequence_parallel) {
-  const int64_t E = moe.experts, K = moe.top_k, S = moe.slots(N);
-  const size_t e = dtype_size(dtype), slots = aligned(size_t(S * C) * e);
-  // forward: logits, the routed rows and outputs before their exchange; backward: dye, dgate, dxe,
-  // their exchanged copies, dlogits and its 16-bit copy.
-  const size_t forward = aligned(size_t(N * E) * 4) + 2 * slots;
-  const size_t backward = 4 * slots + aligned(size_t(N * K) * 4) + aligned(size_t(N * E) * 4) + aligned(size_t(N * E) * e);
+  const int64_t E = moe.experts, K = moe.top_k, S = moe.slots(N), R = moe.expert_rows(N);
+  const size_t e = dtype_size(dtype), slots = aligned(size_t(S * C) * e), rows = aligned(size_t(R * C) * e);
+  // forward: logits, the routed rows and the experts' outputs before their exchange; backward: dye,
+  // dgate, its exchanged copy, dxe and its copy back, dlogits and its 16-bit copy.
+  const size_t forward = aligned(size_t(N * E) * 4) + slots + rows;
+  const size_t backward = 2 * slots + 2 * rows + aligned(size_t(N * K) * 4) + aligned(size_t(N * E) * 4) + aligned(size_t(N * E) * e);
   // Sequence parallelism: the gathered input and the full output (forward), the gathered input and
   // output gradient and the full input gradient (backward).
   const size_t full = sequence_parallel ? aligned(size_t(N * C) * e) : 0;

@@ -7,15 +7,17 @@
 // Dropless (moe.dropless, MegaBlocks', Megatron's default): no choice is dropped; the experts' rows
 // are packed (N * K of them, expert by expert), and the host reads the E counts after routing (one
 // wait for the GPU per block and micro-batch) to size each expert's GEMMs, as Megatron's grouped
-// GEMM does. Steps then cannot be CUDA graphs. Expert parallelism needs the capacity.
+// GEMM does. Steps then cannot be CUDA graphs. With expert parallelism the expert group also
+// all-gathers its ranks' counts (on the host) and the exchanges send uneven blocks (all_to_allv):
+// a rank's packed rows are already in the order of the ranks holding their experts.
 // A load-balancing loss (aux_loss_coef x E x sum_e f_e P_e) and the router z-loss (z_loss_coef x
 // the tokens' mean of log(sum_e exp(logit_e))^2, ST-MoE: it keeps the router's logits small) are
 // added to the objective.
 //
 // Expert parallelism (an expert group of G data-parallel ranks, MoEConfig::expert_parallel): rank g
 // holds experts [g E/G, (g+1) E/G). Each rank routes its own tokens, sends each expert's slots to
-// the rank holding it (all-to-all), runs its experts on the slots of every rank of the group, and
-// the results come back the same way. The experts' gradients are summed over the expert-data group
+// the rank holding it (all-to-all), runs its experts on the slots of every rank of the group (in
+// [source rank][local expert] order), and the results come back the same way. The experts' gradients are summed over the expert-data group
 // (the ranks holding the same experts), not over the whole data group.
 //
 // Tensor parallelism (a tensor group of t ranks, Megatron's split of each expert's MLP): every rank
@@ -61,16 +63,19 @@ struct MoEParams {
 };
 
 // What backward needs, for one micro-batch. N tokens, K choices, S = E * capacity slots (dropless:
-// N * K, packed); with expert parallelism the expert tensors hold this rank's experts' slots from
-// every rank of the group (G * E/G * capacity = S rows as well).
+// N * K, packed); with expert parallelism the expert tensors (xe, he, ge) hold this rank's experts'
+// slots from every rank of the group (G * E/G * capacity = S rows as well; dropless, what came).
 struct MoESaved {
   Tensor probs, lse, expert, gate, slot, slot_token, counts;  // routing (moe_route)
-  // Expert inputs (S, C), fc outputs (S, F; SwiGLU 2F) and their activation (S, F), outputs (S, C).
+  // Expert inputs (rows, C), fc outputs (rows, F; SwiGLU 2F) and their activation (rows, F); the
+  // outputs back in routing order (S, C).
   Tensor xe, he, ge, ye;
   Tensor hs, gs;  // the shared MLP's fc outputs and their activation (N, its width; SwiGLU hs twice it)
   Tensor gz;      // moe.shared_gate: its logits, f32 (N, 1)
-  // moe.dropless: each local expert's rows (counts, read to the host after routing: the GEMMs' sizes).
-  std::vector<int64_t> expert_rows;
+  // moe.dropless: each local expert's rows from each rank of the expert group, [source][local expert]
+  // (counts read to the host after routing: the GEMMs' sizes); with expert parallelism the rows sent
+  // to and received from each rank (the exchanges' sizes).
+  std::vector<int64_t> expert_rows, send_rows, recv_rows;
 };
 
 class MoEMLP {
@@ -116,7 +121,7 @@ class MoEMLP {
     int64_t expert, experts, row, rows;
   };
   // f(run) for each run: with a capacity, one over the local experts per source rank (its slots,
-  // capacity each); dropless, one per local expert that has rows (its packed rows).
+  // capacity each); dropless, one per source rank and local expert that has rows (its packed rows).
   template <class F>
   void for_each_run(const MoESaved& s, F f) const;
   // A run's GEMM batch on rows of `cols_a` and `cols_out` columns.
@@ -134,9 +139,10 @@ class MoEMLP {
   Tensor shared_backward(Runtime& rt, const Tensor& dx, const Tensor& dout, const Tensor& x, const MoESaved& s,
                          Arena& work) const;
   bool has_shared() const { return p_.shared.fc_w != nullptr; }
-  // Slots in routing order (E experts' capacity each) <-> slots in expert order on the ranks holding
-  // them; with one rank a copy is not needed (returns `in`).
-  Tensor exchange(const Tensor& in, Arena& arena) const;
+  // Slots in routing order (E experts' capacity each, or dropless their packed rows) -> slots in
+  // expert order on the ranks holding them, or back (`back`); with one rank a copy is not needed
+  // (returns `in`).
+  Tensor exchange(const Tensor& in, Arena& arena, const MoESaved& s, bool back) const;
 
   MoEConfig moe_;
   DType dtype_;
@@ -147,7 +153,8 @@ class MoEMLP {
   // With sequence parallelism: every rank's rows of a token-sharded (rows, C) tensor, from `arena`; else `rows`.
   Tensor gathered(const Tensor& rows, Arena& arena) const;
   bool first_tensor_rank() const { return !tensor_ || tensor_->rank() == 0; }
-  // Dropless: s.expert_rows from s.counts, through host_counts_ (a wait for the routing).
+  // Dropless: s.expert_rows (and the exchanges' rows) from s.counts, through host_counts_ (a wait for
+  // the routing; with expert parallelism every rank's counts, all-gathered).
   void read_expert_rows(Runtime& rt, MoESaved& s) const;
   mutable std::vector<float> host_counts_;
   // Sums a partial result over the tensor group (nothing without one).

@@ -11,7 +11,8 @@ pipeline = 3: the closing line's most any rank sent is the middle stage's, twice
 a one-rank run has no comm_bytes. Then --plan's estimate of each group's bytes (launcher/comm_plan.h)
 against the run's, within 3%, on layouts that exercise each of its terms (ZeRO stages 0-3, gather_rows,
 16-bit reduction, tensor with sequence parallelism and full recomputation, 1F1B and interleaved
-pipelines, 3D, expert parallelism, also with recomputation, experts under tensor parallelism). Usage: comm_bytes_test.py TRAIN_GPT MPIEXEC CONFIG"""
+pipelines, 3D, expert parallelism, also with recomputation and dropless (whose estimate assumes
+balanced routing, near what a fresh router gives), experts under tensor parallelism). Usage: comm_bytes_test.py TRAIN_GPT MPIEXEC CONFIG"""
 import json
 import os
 import re
@@ -99,6 +100,7 @@ def main():
             (4, ["parallel.tensor=2", "zero.stage=2", "train.global_batch=32"]),
             (2, ["moe.experts=4", "parallel.expert=2"]), (4, ["moe.experts=4", "parallel.expert=2", "zero.stage=1"]),
             (2, ["moe.experts=4", "parallel.expert=2", "train.checkpointing=full"]),
+            (2, ["moe.experts=4", "parallel.expert=2", "moe.dropless=true"]),
             (2, ["moe.experts=4", "parallel.tensor=2", "moe.shared_experts=1"]),
             (2, ["moe.experts=4", "parallel.tensor=2", "parallel.sequence_parallel=true"]),
         ]

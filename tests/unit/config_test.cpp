@@ -168,6 +168,12 @@ TEST_F(ConfigTest, RelationsBetweenKeys) {
   EXPECT_HAS(error_of("[model]\nn_layers = 4096\nseq_len = 1048576\nd_model = 128\nn_heads = 2\n"
                       "[train]\nmicro_batch = 65536\n"),
              "model.n_layers x train.micro_batch x model.seq_len x 4 x model.d_model = 1.44e+17 elements of activations");
+  // Dropless with expert parallelism, a rank's experts are planned for what they may receive: 256
+  // ranks x 2^23 tokens x min(2 choices, 2 experts) rows is past what a slot index counts.
+  EXPECT_HAS(error_of("[model]\nseq_len = 1024\n[train]\nmicro_batch = 8192\n"
+                      "[moe]\nexperts = 512\ndropless = true\n[parallel]\nexpert = 256\n"),
+             "parallel.expert x train.micro_batch x model.seq_len x min(moe.top_k, moe.experts / parallel.expert) "
+             "(dropless: the rows a rank's experts may receive) = 4.29e+09 rows is beyond what a slot index can count");
   // A wide dense MLP counts by its own width, SwiGLU's fc twice it.
   EXPECT_HAS(error_of("[model]\nffn_hidden_size = 1073741824\n[train]\nmicro_batch = 1048576\n"),
              "tiny.toml: train.micro_batch x model.seq_len x max(model.ffn_hidden_size, model.vocab_size) =");

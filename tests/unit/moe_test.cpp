@@ -115,6 +115,25 @@ TEST(MoE, DroplessRoutingPacksEveryChoice) {
   EXPECT_EQ(one.counts, (std::vector<float>{3, 0, 0, 1}));
 }
 
+// The rows a rank's experts are planned for: the slots with a capacity or on one rank; dropless with
+// expert parallelism the most they can receive, each of the group's tokens choosing min(top_k, local
+// experts) of them.
+TEST(MoE, ExpertRowsBoundTheDroplessExchange) {
+  MoEConfig m;
+  m.experts = 8;
+  m.top_k = 2;
+  m.capacity_factor = 1.0;
+  m.expert_parallel = 2;
+  EXPECT_EQ(m.expert_rows(100), 8 * 25);  // capacity 25 each, on every rank
+  m.dropless = true;
+  EXPECT_EQ(m.expert_rows(100), 2 * 100 * 2);  // 4 local experts: both choices of 200 tokens
+  m.expert_parallel = 8;
+  EXPECT_EQ(m.expert_rows(100), 8 * 100 * 1);  // one local expert: each token once at most
+  m.expert_parallel = 1;
+  EXPECT_EQ(m.expert_rows(100), m.slots(100));
+  EXPECT_EQ(m.slots(100), 200);
+}
+
 // Dispatch and combine against the definitions, with a dropped choice and empty slots.
 TEST(MoE, DispatchAndCombineMatchReference) {
   const int64_t N = 5, E = 3, K = 2, cap = 3, C = 4, S = E * cap;
