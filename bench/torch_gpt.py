@@ -52,6 +52,7 @@ class GPTConfig:
     qkv_bias: bool = False  # model.qkv_bias: with bias = False, biases on qkv alone (Qwen2's)
     head_dim: int = 0  # model.head_dim: the heads' size; 0 = d_model // n_heads
     qk_norm: bool = False  # model.qk_norm: RMSNorm of every q and k head before the rotary turn (Qwen3's)
+    sliding_window: int = 0  # model.sliding_window: a query sees the last this many positions; 0 = all
 
     def __post_init__(self):  # as Trellis's config checks
         if self.norm not in ("layernorm", "rmsnorm"):
@@ -122,6 +123,7 @@ class Attention(nn.Module):
     def __init__(self, cfg):
         super().__init__()
         self.n_heads, self.impl, self.p = cfg.n_heads, cfg.attn, cfg.dropout  # dropout on the probabilities too
+        self.window = cfg.sliding_window
         self.n_kv = cfg.n_kv_heads or cfg.n_heads  # query head h reads key-value head h // (n_heads // n_kv)
         self.hd = cfg.head_dim or cfg.d_model // cfg.n_heads
         self.width, self.kv_width = cfg.n_heads * self.hd, self.n_kv * self.hd  # q's (d_model unless head_dim), k's
@@ -148,11 +150,18 @@ class Attention(nn.Module):
             q, k = rotary(q, self.rope_cos, self.rope_sin), rotary(k, self.rope_cos, self.rope_sin)
         if self.n_kv != self.n_heads:  # each key-value head serves its group of consecutive query heads
             k, v = (t.repeat_interleave(self.n_heads // self.n_kv, dim=1) for t in (k, v))
-        if self.impl == "manual":  # (B, H, T, T) scores, causal, softmax
+        # Causal, and within the sliding window where there is one: key s seen by query t if t - W < s <= t.
+        window = self.window if 0 < self.window < T else 0
+        if self.impl == "manual" or window:  # (B, H, T, T) scores, masked, softmax
             att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
-            causal = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()
-            att = att.masked_fill(~causal, float("-inf")).softmax(dim=-1)
-            y = F.dropout(att, self.p, self.training) @ v
+            seen = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()
+            if window:
+                seen &= ~torch.ones(T, T, dtype=torch.bool, device=x.device).tril(-window)
+            if self.impl == "manual":
+                att = att.masked_fill(~seen, float("-inf")).softmax(dim=-1)
+                y = F.dropout(att, self.p, self.training) @ v
+            else:
+                y = F.scaled_dot_product_attention(q, k, v, attn_mask=seen, dropout_p=self.p if self.training else 0.0)
         else:
             y = F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=self.p if self.training else 0.0)
         y = y.transpose(1, 2).contiguous().view(B, T, self.width)  # (B, T, H hd)
@@ -360,7 +369,7 @@ def load_trellis_dump(dump_dir, dtype=torch.float64, attn="sdpa"):
                     tie_embeddings=c.get("tie_embeddings", True), n_kv_heads=c.get("n_kv_heads", 0),
                     norm_eps=float(c.get("norm_eps", 1e-5)), bias=c.get("bias", True),
                     qkv_bias=c.get("qkv_bias", False), head_dim=c.get("head_dim", 0),
-                    qk_norm=c.get("qk_norm", False))
+                    qk_norm=c.get("qk_norm", False), sliding_window=c.get("sliding_window", 0))
     if "padded_vocab" in c and c["padded_vocab"] != cfg.padded_vocab:
         raise ValueError(f"padded_vocab {c['padded_vocab']} != expected {cfg.padded_vocab}")
     model = GPT(cfg).to(dtype)
@@ -425,6 +434,7 @@ def write_dump(model, tokens, targets, dump_dir):
                        "d_model": c.d_model, "dropout": c.dropout,
                        **({"position_embedding": "rope", "rope_theta": c.rope_theta} if c.rope_theta > 0 else {}),
                        **({"rope_dims": c.rope_dims} if c.rope_dims else {}),
+                       **({"sliding_window": c.sliding_window} if c.sliding_window else {}),
                        **(dict(zip(("rope_scaling_factor", "rope_original_positions", "rope_beta_fast",
                                     "rope_beta_slow", "rope_attention_factor"), c.rope_scaling[1:]), rope_scaling="yarn")
                           if c.rope_scaling and c.rope_scaling[0] == "yarn" else

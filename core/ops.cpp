@@ -393,6 +393,7 @@ void check_attention(Runtime& rt, const Tensor& out, const Tensor& lse, const Te
   const int64_t C = heads.q * head_size(qkv, heads, op);
   TRELLIS_CHECK(out.numel() == B * T * C && out.dtype == qkv.dtype, std::string(op) + ": out " + out.str());
   TRELLIS_CHECK(lse.numel() == B * heads.q * T && lse.dtype == DType::f32, std::string(op) + ": lse " + lse.str());
+  TRELLIS_CHECK(heads.window >= 0, std::string(op) + ": negative sliding window");
 }
 
 // The backends' form of the dropout: the 16-bit threshold and the exact 1 / P(keep).

@@ -126,10 +126,16 @@ void swiglu_backward(Runtime& rt, const Tensor& dh, const Tensor& dg, const Tens
 // qkv (B, T, 3C) for C = H hd.
 struct AttentionHeads {
   int q = 0, kv = 0;
+  // Sliding-window attention (Mistral's, Phi-3's): a query at position t sees keys (t - window, t];
+  // 0 = every earlier key. Only the attention ops read it.
+  int64_t window = 0;
   AttentionHeads(int heads) : q(heads), kv(heads) {}  // NOLINT(google-explicit-constructor): multi-head
-  AttentionHeads(int q_heads, int kv_heads) : q(q_heads), kv(kv_heads) {}
+  AttentionHeads(int q_heads, int kv_heads, int64_t sliding_window = 0)
+      : q(q_heads), kv(kv_heads), window(sliding_window) {}
   int group() const { return q / kv; }                        // query heads per key-value head
   int64_t qkv_heads() const { return int64_t(q) + 2 * kv; }   // head-sized column blocks of a qkv row
+  // The first key the query at position t sees.
+  int64_t first_key(int64_t t) const { return window > 0 && t >= window ? t - window + 1 : 0; }
 };
 
 // ---- rotary position embedding (RoPE) ----
@@ -170,7 +176,7 @@ struct AttentionDropout {
   int64_t head_offset = 0, global_heads = 0;  // this rank's heads among all (0: its own heads)
 };
 // qkv: (B, T, (H + 2 Hkv) hd) as AttentionHeads says. out: (B, T, C = H hd) = dropout(softmax(q k^T /
-// sqrt(hd), causal)) v per query head (with its key-value head). lse: f32 (B, H, T), the log-sum-exp
+// sqrt(hd), causal, within heads.window if set)) v per query head (with its key-value head). lse: f32 (B, H, T), the log-sum-exp
 // of each score row (before dropout), kept for backward; the score matrix itself is not kept.
 void attention_forward(Runtime& rt, const Tensor& out, const Tensor& lse, const Tensor& qkv, AttentionHeads heads,
                        const AttentionDropout& drop = {});
@@ -185,8 +191,8 @@ void attention_backward(Runtime& rt, const Tensor& dqkv, const Tensor& dout, con
 void kv_cache_append(Runtime& rt, const Tensor& k_cache, const Tensor& v_cache, const Tensor& qkv, int64_t pos,
                      AttentionHeads heads);
 // out (B, n, H hd): the query of qkv row i (position pos + i) attends causally to cache rows
-// [0, pos + i] of its key-value head (append the rows first); softmax scale 1/sqrt(hd),
-// accumulation in f32.
+// [heads.first_key(pos + i), pos + i] of its key-value head (append the rows first); softmax scale
+// 1/sqrt(hd), accumulation in f32.
 void attention_with_cache(Runtime& rt, const Tensor& out, const Tensor& qkv, const Tensor& k_cache,
                           const Tensor& v_cache, int64_t pos, AttentionHeads heads);
 

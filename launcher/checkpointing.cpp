@@ -138,6 +138,7 @@ std::string model_signature(const GPTConfig& m) {
                           (m.kv_heads() != m.n_heads ? ", n_kv_heads " + std::to_string(m.kv_heads()) : "") +
                           (m.head_size > 0 ? ", head_dim " + std::to_string(m.head_size) : "") +
                           (m.qk_norm ? ", qk_norm" : "") +
+                          (m.sliding_window > 0 ? ", sliding window " + std::to_string(m.sliding_window) : "") +
                           (float(m.norm_eps) != 1e-5f ? ", norm_eps " + number_g(m.norm_eps) : "") +
                           (m.bias ? "" : m.qkv_bias ? ", qkv biases only" : ", no linear biases");
   return "vocab_size " + std::to_string(m.vocab_size) + ", seq_len " + std::to_string(m.seq_len) + ", n_layers " +

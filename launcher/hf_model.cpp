@@ -54,6 +54,9 @@ double partial_rotary_factor(const GPTConfig& m) {
   while (int64_t(double(hd) * f) < m.rope_dims) f = std::nextafter(f, 2.0);
   return f;
 }
+// A sliding window shorter than the context (a longer one is none): Mistral's, Mixtral's, Phi-3's.
+bool windowed(const GPTConfig& m) { return m.sliding_window > 0 && m.sliding_window < m.seq_len; }
+std::string sliding_window_json(const GPTConfig& m) { return windowed(m) ? std::to_string(m.sliding_window) : "null"; }
 // Mixtral's shape with QK-norm: Qwen3-MoE's (its tensors named as Qwen2-MoE's: mlp.gate, mlp.experts).
 bool qwen3_moe(const GPTConfig& m) { return mixtral(m) && m.qk_norm; }
 // Mixtral's shape with a gated shared MLP: Qwen2-MoE's (Qwen1.5-MoE's), mlp.shared_expert and its gate.
@@ -194,7 +197,7 @@ std::string config_json(const GPTConfig& m) {
                          number_g(m.moe.aux_loss_coef) + ",\"output_router_logits\":false"
       : mixtral(m) ? ",\"num_local_experts\":" + std::to_string(m.moe.experts) + ",\"num_experts_per_tok\":" +
                        std::to_string(m.moe.top_k) + ",\"router_aux_loss_coef\":" + number_g(m.moe.aux_loss_coef) +
-                       ",\"output_router_logits\":false,\"router_jitter_noise\":0.0,\"sliding_window\":null"
+                       ",\"output_router_logits\":false,\"router_jitter_noise\":0.0,\"sliding_window\":" + sliding_window_json(m)
                  : "";
   const std::string head = qwen3_moe(m) ? "{\"architectures\":[\"Qwen3MoeForCausalLM\"],\"model_type\":\"qwen3_moe\","
                                           "\"use_sliding_window\":false,\"max_window_layers\":" + std::to_string(m.n_layers) +
@@ -205,8 +208,10 @@ std::string config_json(const GPTConfig& m) {
                            : mixtral(m)  ? "{\"architectures\":[\"MixtralForCausalLM\"],\"model_type\":\"mixtral\",\"vocab_size\":"
                            : phi3(m) ? "{\"architectures\":[\"Phi3ForCausalLM\"],\"model_type\":\"phi3\",\"partial_rotary_factor\":" +
                                          number_g(partial_rotary_factor(m)) + ",\"original_max_position_embeddings\":" +
-                                         std::to_string(m.seq_len) + ",\"sliding_window\":null,\"pad_token_id\":null,\"resid_pdrop\":0.0,"
-                                         "\"embd_pdrop\":0.0,\"vocab_size\":"
+                                         std::to_string(m.seq_len) + ",\"sliding_window\":" + sliding_window_json(m) +
+                                         ",\"pad_token_id\":null,\"resid_pdrop\":0.0,\"embd_pdrop\":0.0,\"vocab_size\":"
+                           : windowed(m) ? "{\"architectures\":[\"MistralForCausalLM\"],\"model_type\":\"mistral\",\"sliding_window\":" +
+                                             sliding_window_json(m) + ",\"vocab_size\":"
                            : m.qkv_bias ? "{\"architectures\":[\"Qwen2ForCausalLM\"],\"model_type\":\"qwen2\",\"use_sliding_window\":false,"
                                           "\"max_window_layers\":" + std::to_string(m.n_layers) + ",\"vocab_size\":"
                            : m.qk_norm ? "{\"architectures\":[\"Qwen3ForCausalLM\"],\"model_type\":\"qwen3\",\"use_sliding_window\":false,"
@@ -339,14 +344,13 @@ GPTConfig read_hf_config(const std::string& dir) {
     m.n_heads = number("num_attention_heads", q2m ? 16 : 32);
     m.d_model = number("hidden_size", phi ? 3072 : q2m ? 2048 : 4096);
     m.n_kv_heads = number("num_key_value_heads", mx || ms ? 8 : q3m ? 4 : m.n_heads);
-    // Mistral's sliding window (null in Mixtral's and Mistral v0.3's published configs; absent,
-    // MistralConfig's default is 4096) is refused where it is shorter than the context: Trellis
-    // attends to every earlier position.
+    // Mistral's sliding window (Mistral 7B v0.1's 4096, Phi-3-mini's 2047; null in Mixtral's and
+    // Mistral v0.3's published configs; absent, MistralConfig's default is 4096): model.sliding_window
+    // where it is shorter than the context, else none.
     if (mx || ms || phi) {
       const int64_t window = c.find("sliding_window") ? number("sliding_window", m.seq_len) : ms ? 4096 : m.seq_len;
-      if (window < m.seq_len)
-        refuse("sliding_window " + std::to_string(window) + " is shorter than max_position_embeddings " +
-               std::to_string(m.seq_len));
+      if (window < 1) refuse("sliding_window is " + std::to_string(window));
+      m.sliding_window = window < m.seq_len ? window : 0;
     }
     if (m.n_kv_heads < 1) refuse("num_key_value_heads is " + std::to_string(m.n_kv_heads));
     // head_dim may be decoupled from hidden_size (Qwen3's, Gemma's): model.head_dim.
@@ -483,6 +487,10 @@ GPTConfig read_hf_config(const std::string& dir) {
 }
 
 std::string hf_family_mismatch(const GPTConfig& m) {
+  if (windowed(m) && (!llama_family(m) || m.qkv_bias || m.qk_norm))
+    return "the model attends within a sliding window of " + std::to_string(m.sliding_window) +
+           " positions (model.sliding_window); of the Hugging Face families Trellis writes, only Mistral, Mixtral and "
+           "Phi-3 have one, in Llama's block (rotary positions, RMSNorm, SwiGLU, no biases) without QK-norm";
   if (m.rope && m.rope_dims > 0) {  // Phi-3: Llama's dense block, unscaled rotary on part of each head
     const std::string what = "the model turns " + std::to_string(m.rope_dims) + " of each head's " +
                              std::to_string(m.head_dim()) + " dims (model.partial_rotary_factor) ";
@@ -531,7 +539,7 @@ std::string hf_family_mismatch(const GPTConfig& m) {
 }
 
 const char* hf_family_name(const GPTConfig& m) {
-  return qwen3_moe(m) ? "Qwen3-MoE" : qwen2_moe(m) ? "Qwen2-MoE" : mixtral(m) ? "Mixtral" : phi3(m) ? "Phi-3" : llama_family(m) ? (m.qkv_bias ? "Qwen2" : m.qk_norm ? "Qwen3" : "Llama") : "GPT-2";
+  return qwen3_moe(m) ? "Qwen3-MoE" : qwen2_moe(m) ? "Qwen2-MoE" : mixtral(m) ? "Mixtral" : phi3(m) ? "Phi-3" : llama_family(m) ? (m.qkv_bias ? "Qwen2" : m.qk_norm ? "Qwen3" : windowed(m) ? "Mistral" : "Llama") : "GPT-2";
 }
 
 namespace {

@@ -97,6 +97,7 @@ void write_model_json(const GPTConfig& mc, const std::vector<ParameterSpec>& spe
   config.add("dropout", double(mc.dropout)).add("attention_dropout", double(mc.attention_dropout));
   if (mc.rope) config.add("position_embedding", std::string("rope")).add("rope_theta", mc.rope_theta);  // else learned
   if (mc.rope && mc.rope_dims > 0) config.add("rope_dims", mc.rope_dims);  // partial rotary; else the whole head
+  if (mc.sliding_window > 0) config.add("sliding_window", mc.sliding_window);  // else every earlier position
   if (mc.rope && mc.rope_yarn)  // YaRN, written where it is used
     config.add("rope_scaling", std::string("yarn")).add("rope_scaling_factor", mc.rope_factor)
         .add("rope_original_positions", mc.rope_original_positions).add("rope_beta_fast", mc.rope_beta_fast)

@@ -25,6 +25,7 @@ struct ModelConfig {
   double rope_beta_fast = 32.0, rope_beta_slow = 1.0;  // YaRN's correction range
   double rope_attention_factor = 0.0;  // YaRN's q, k scale; 0 = 0.1 ln(factor) + 1
   double partial_rotary_factor = 1.0;  // the fraction of each head's dims RoPE turns (Phi-3's, GPT-NeoX's)
+  int64_t sliding_window = 0;   // a query sees this many positions, its own included (Mistral's); 0 = all
   std::string mlp = "gelu";     // gelu | swiglu
   int64_t ffn_hidden_size = 0;  // the dense MLP's hidden width; 0 = 4 x d_model
   std::string norm = "layernorm";  // layernorm | rmsnorm

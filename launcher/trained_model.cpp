@@ -118,6 +118,13 @@ void set_rope_dims(GPTConfig& m, int64_t dims, const std::string& where) {
   m.rope_dims = dims;
 }
 
+// Sliding-window attention of a stored model's description: the positions a query sees (0: all).
+void set_sliding_window(GPTConfig& m, int64_t window, const std::string& where) {
+  if (window < 0 || window > 1000000000)
+    throw UserError(where + ": sliding window " + std::to_string(window) + " (allowed: 0 = none, or 1 to 1e9 positions)");
+  m.sliding_window = window;
+}
+
 // Linear rope scaling (position interpolation) of a stored model's description.
 void set_linear_rope_scaling(GPTConfig& m, double factor, const std::string& where) {
   if (!(factor >= 1 && factor <= 1e6))
@@ -228,6 +235,7 @@ StoredModel open_checkpoint(const std::string& path, const std::string& verb) {
   set_positions(s.shape, mc.position_embedding, mc.rope_theta, s.dir + " (config)");
   set_rope_dims(s.shape, s.shape.rope ? partial_rope_dims(s.shape.head_dim(), mc.partial_rotary_factor) : 0,
                 s.dir + " (config)");
+  set_sliding_window(s.shape, mc.sliding_window, s.dir + " (config)");
   if (s.shape.rope && mc.rope_scaling == "linear") set_linear_rope_scaling(s.shape, mc.rope_scaling_factor, s.dir + " (config)");
   if (s.shape.rope && mc.rope_scaling == "yarn")
     set_yarn_rope_scaling(s.shape, mc.rope_scaling_factor, double(mc.rope_original_positions), mc.rope_beta_fast,
@@ -304,6 +312,7 @@ StoredModel open_export(const std::string& dir) {
     if (const JsonValue* kind = c.find("position_embedding"))
       set_positions(s.shape, kind->as_string(), c.at("rope_theta").as_double(), json);
     if (const JsonValue* dims = c.find("rope_dims")) set_rope_dims(s.shape, dims->as_int(), json);  // absent: whole heads
+    if (const JsonValue* w = c.find("sliding_window")) set_sliding_window(s.shape, w->as_int(), json);  // absent: none
     if (const JsonValue* scaling = c.find("rope_scaling")) {  // absent: unscaled
       if (scaling->as_string() == "linear") {
         set_linear_rope_scaling(s.shape, c.at("rope_scaling_factor").as_double(), json);
@@ -410,6 +419,7 @@ StoredModel open_hf(const std::string& dir) {
   s.shape.qk_norm = c.qk_norm;
   set_positions(s.shape, c.rope ? "rope" : "learned", c.rope_theta, where);
   set_rope_dims(s.shape, c.rope_dims, where);
+  set_sliding_window(s.shape, c.sliding_window, where);
   if (c.rope_linear) set_linear_rope_scaling(s.shape, c.rope_factor, where);
   else if (c.rope_yarn)
     set_yarn_rope_scaling(s.shape, c.rope_factor, c.rope_original_positions, c.rope_beta_fast, c.rope_beta_slow,

@@ -397,6 +397,13 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
                     "drops the choices past moe.capacity_factor = %s of an expert's share: set moe.dropless = true to "
                     "route as it does\n",
                     cfg.model.init_from.c_str(), number_g(cfg.moe.capacity_factor).c_str());
+      // A window does not change the parameters, so another one is allowed, but said where it matters.
+      auto seen = [&](int64_t window) { return window > 0 && window < res.model.seq_len ? window : 0; };
+      if (seen(src.shape.sliding_window) != seen(res.model.sliding_window))
+        std::printf("warning: model.init_from = %s attends within a sliding window of %lld positions (0: all); this run's "
+                    "model.sliding_window is %lld: set it to %lld to attend as it does\n",
+                    cfg.model.init_from.c_str(), (long long)src.shape.sliding_window,
+                    (long long)res.model.sliding_window, (long long)src.shape.sliding_window);
     }, launch);
   }
   // At ZeRO stages >= 1 over data ranks every rank writes its own optimizer state into
@@ -608,7 +615,8 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
                  (mc.rmsnorm ? ", RMSNorm" : "") + (float(mc.norm_eps) != 1e-5f ? ", norm eps " + number_g(mc.norm_eps) : "") +
                  (mc.tied_head ? "" : ", untied head") + (mc.bias ? "" : mc.qkv_bias ? ", qkv biases only" : ", no linear biases") +
                  (mc.kv_heads() != mc.n_heads ? ", " + std::to_string(mc.kv_heads()) + " key-value heads" : "") +
-                 (mc.head_size > 0 ? ", heads of " + std::to_string(mc.head_size) : "") + (mc.qk_norm ? ", QK-norm" : ""))
+                 (mc.head_size > 0 ? ", heads of " + std::to_string(mc.head_size) : "") + (mc.qk_norm ? ", QK-norm" : "") +
+                 (mc.sliding_window > 0 ? ", sliding window " + std::to_string(mc.sliding_window) : ""))
                     .c_str());
     const std::string routing =
         mc.moe.dropless ? std::string("dropless")

@@ -48,6 +48,9 @@ struct GPTConfig {
   bool rope_linear = false, rope_yarn = false;
   double rope_beta_fast = 32.0, rope_beta_slow = 1.0, rope_attention_factor = 1.0;  // YaRN's
   int64_t rope_dims = 0;  // partial rotary: each head's first rope_dims turn (RotaryFrequencies::dims); 0 = all
+  // Sliding-window attention (Mistral's, Phi-3's): a query sees the last sliding_window positions,
+  // its own included (AttentionHeads::window); 0 = every earlier position.
+  int64_t sliding_window = 0;
   // The dense MLP: GPT-2's GELU, or SwiGLU (Llama's: silu(gate) * up, the fc layer twice as wide,
   // [gate | up]). Experts are MLPs of the same kind and biases, of width moe.ffn_hidden (moe_config.h,
   // whose swiglu and bias must equal these: experts_match_model()).

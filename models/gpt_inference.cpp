@@ -100,7 +100,7 @@ std::vector<float> GPTInference::forward(const std::vector<int32_t>& tokens, int
     auto P = [&](const char* name) -> const Parameter& { return ps.get(p + name); };
     auto bias = [&](const char* name) { return value_or_empty(ps.find(p + name)); };  // none with RMSNorm
     work_.reset();
-    const AttentionHeads heads(int(cfg_.n_heads), int(cfg_.kv_heads()));
+    const AttentionHeads heads(int(cfg_.n_heads), int(cfg_.kv_heads()), cfg_.sliding_window);
     const int64_t Ckv = cfg_.kv_heads() * cfg_.head_dim();
     Tensor kc = k_cache_[size_t(l)].tensor(dt, {B, max_len_, Ckv});
     Tensor vc = v_cache_[size_t(l)].tensor(dt, {B, max_len_, Ckv});

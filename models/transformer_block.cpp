@@ -286,7 +286,7 @@ bool TransformerBlock::residual_in_gemm(const StepContext& ctx) const {
 }
 
 AttentionHeads TransformerBlock::local_heads() const {
-  return {int(cfg_.n_heads / tp_.size), int(cfg_.kv_heads() / tp_.size)};
+  return {int(cfg_.n_heads / tp_.size), int(cfg_.kv_heads() / tp_.size), cfg_.sliding_window};
 }
 
 void TransformerBlock::attention_part(Runtime& rt, const StepContext& ctx, BlockSaved& s, Arena& a) const {

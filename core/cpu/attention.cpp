@@ -1,4 +1,4 @@
-// CPU causal self-attention: forward keeps only the log-sum-exp per score row; backward recomputes
+// CPU causal self-attention (within a sliding window where AttentionHeads has one): forward keeps only the log-sum-exp per score row; backward recomputes
 // the probabilities (and the dropout mask, from its Philox key). Every output row is owned by one thread, so results do not depend on the
 // thread count. 16-bit tensors are staged in f32 scratch.
 #include <omp.h>
@@ -17,6 +17,9 @@ namespace {
 struct Dims {
   int64_t B, T, H, Hkv, hd, C, W;  // C = H hd: out's row; W = (H + 2 Hkv) hd: qkv's row
   float scale;
+  AttentionHeads heads;  // its window: query t sees keys [first(t), t]
+  int64_t first(int64_t t) const { return heads.first_key(t); }
+  int64_t last_query(int64_t s) const { return heads.window > 0 ? std::min(T - 1, s + heads.window - 1) : T - 1; }
   // Element offset of (b, t, which in {0:q, 1:k, 2:v}, query head h) in qkv (B, T, W): k and v of
   // the key-value head h / (H / Hkv).
   int64_t qkv(int64_t b, int64_t t, int which, int64_t h) const {
@@ -27,7 +30,7 @@ struct Dims {
 };
 
 Dims dims_of(const Tensor& qkv, AttentionHeads heads) {
-  Dims d{qkv.size(0), qkv.size(1), heads.q, heads.kv, qkv.size(2) / heads.qkv_heads(), 0, qkv.size(2), 0.0f};
+  Dims d{qkv.size(0), qkv.size(1), heads.q, heads.kv, qkv.size(2) / heads.qkv_heads(), 0, qkv.size(2), 0.0f, heads};
   d.C = d.H * d.hd;
   d.scale = 1.0f / std::sqrt(float(d.hd));
   return d;
@@ -54,20 +57,21 @@ void forward_f32(const Dims& d, const float* qkv, float* out, float* lse, float*
     for (int64_t idx = 0; idx < rows; ++idx) {
       const int64_t b = idx / (d.H * d.T), h = (idx / d.T) % d.H, t = idx % d.T;
       const float* q = qkv + d.qkv(b, t, 0, h);
+      const int64_t first = d.first(t);
       float mx = -INFINITY;
-      for (int64_t s = 0; s <= t; ++s) {
+      for (int64_t s = first; s <= t; ++s) {
         sc[s] = dot(q, qkv + d.qkv(b, s, 1, h), d.hd) * d.scale;
         mx = std::max(mx, sc[s]);
       }
       float sum = 0.0f;
-      for (int64_t s = 0; s <= t; ++s) {
+      for (int64_t s = first; s <= t; ++s) {
         sc[s] = std::exp(sc[s] - mx);
         sum += sc[s];
       }
       float* o = out + d.row(b, t, h);
       std::fill(o, o + d.hd, 0.0f);
       const float inv = 1.0f / sum;
-      for (int64_t s = 0; s <= t; ++s) {
+      for (int64_t s = first; s <= t; ++s) {
         const float p = sc[s] * inv * keep(k, b, h, t, s);
         const float* v = qkv + d.qkv(b, s, 2, h);
         for (int64_t i = 0; i < d.hd; ++i) o[i] += p * v[i];
@@ -82,7 +86,7 @@ void backward_f32(const Dims& d, float* dqkv, const float* qkv, const float* dou
                   const float* D, const AttentionDropoutKey& k) {
   const int64_t rows = d.B * d.H * d.T;
   std::memset(dqkv, 0, sizeof(float) * size_t(d.B * d.T * d.W));
-  // Dropped probability and score gradient of query t, key s (s <= t) of head (b, h): with
+  // Dropped probability and score gradient of query t, key s (first(t) <= s <= t) of head (b, h): with
   // o = sum_s p_s m_s v_s, dL/dp_s = m_s (do . v_s) and sum_s p_s dL/dp_s = do . o = D.
   auto grads = [&](int64_t b, int64_t h, int64_t t, int64_t s, float& pm, float& ds) {
     const int64_t r = (b * d.H + h) * d.T + t;
@@ -96,7 +100,7 @@ void backward_f32(const Dims& d, float* dqkv, const float* qkv, const float* dou
   for (int64_t idx = 0; idx < rows; ++idx) {
     const int64_t b = idx / (d.H * d.T), h = (idx / d.T) % d.H, t = idx % d.T;
     float* dq = dqkv + d.qkv(b, t, 0, h);
-    for (int64_t s = 0; s <= t; ++s) {
+    for (int64_t s = d.first(t); s <= t; ++s) {
       float p, ds;
       grads(b, h, t, s, p, ds);
       const float* k = qkv + d.qkv(b, s, 1, h);
@@ -111,7 +115,7 @@ void backward_f32(const Dims& d, float* dqkv, const float* qkv, const float* dou
     float* dk = dqkv + d.qkv(b, s, 1, kv * group);
     float* dv = dqkv + d.qkv(b, s, 2, kv * group);
     for (int64_t h = kv * group; h < (kv + 1) * group; ++h)
-      for (int64_t t = s; t < d.T; ++t) {
+      for (int64_t t = s; t <= d.last_query(s); ++t) {
         float p, ds;
         grads(b, h, t, s, p, ds);
         const float* q = qkv + d.qkv(b, t, 0, h);

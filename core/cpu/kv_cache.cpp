@@ -52,8 +52,9 @@ void attention_with_cache(Runtime& rt, const Tensor& out, const Tensor& qkv, con
         const int64_t b = idx / (H * n), h = (idx / n) % H, i = idx % n, last = pos + i;
         for (int64_t d = 0; d < hd; ++d) q[d] = load(q_all, (b * n + i) * W + h * hd + d);
         const int64_t kv = h / group * hd;  // its key-value head's columns in the caches
+        const int64_t first = heads.first_key(last);
         float mx = -INFINITY;
-        for (int64_t s = 0; s <= last; ++s) {
+        for (int64_t s = first; s <= last; ++s) {
           const int64_t base = (b * Tmax + s) * Ckv + kv;
           float dot = 0.0f;
           for (int64_t d = 0; d < hd; ++d) dot += q[d] * load(kc, base + d);
@@ -62,7 +63,7 @@ void attention_with_cache(Runtime& rt, const Tensor& out, const Tensor& qkv, con
         }
         float sum = 0.0f;
         std::fill(acc, acc + hd, 0.0f);
-        for (int64_t s = 0; s <= last; ++s) {
+        for (int64_t s = first; s <= last; ++s) {
           const float p = std::exp(sc[s] - mx);
           sum += p;
           const int64_t base = (b * Tmax + s) * Ckv + kv;

@@ -11,6 +11,7 @@
 
 #include <array>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -37,8 +38,9 @@ using Pointers = std::array<void*, kIds>;
 struct Problem {
   int64_t B, H, Hkv, T, hd;
   DType t;
+  int64_t window;  // sliding window, 0: none
   bool operator<(const Problem& o) const {
-    return std::tie(B, H, Hkv, T, hd, t) < std::tie(o.B, o.H, o.Hkv, o.T, o.hd, o.t);
+    return std::tie(B, H, Hkv, T, hd, t, window) < std::tie(o.B, o.H, o.Hkv, o.T, o.hd, o.t, o.window);
   }
   int64_t row() const { return (H + 2 * Hkv) * hd; }  // of qkv
 };
@@ -118,6 +120,7 @@ Graphs build(cudnnHandle_t h, const Problem& p) {
          v = head_view(*g, "v", kV, p, p.Hkv, W);
     auto opt = fe::graph::SDPA_attributes().set_name("attention").set_generate_stats(true).set_causal_mask(true)
                    .set_attn_scale(scale);
+    if (p.window > 0 && p.window < p.T) opt.set_diagonal_band_left_bound(int(p.window));  // keys (i - window, i]
     auto [o, stats] = g->sdpa(q, k, v, opt);
     o->set_output(true).set_uid(kO).set_dim({p.B, p.H, p.T, p.hd}).set_stride({p.T * C, p.hd, C, 1});
     stats->set_output(true).set_uid(kStats).set_data_type(fe::DataType_t::FLOAT).set_dim({p.B, p.H, p.T, 1})
@@ -132,6 +135,7 @@ Graphs build(cudnnHandle_t h, const Problem& p) {
     auto stats = stats_view(*g, p);
     auto opt = fe::graph::SDPA_backward_attributes().set_name("attention_backward").set_causal_mask(true)
                    .set_attn_scale(scale);
+    if (p.window > 0 && p.window < p.T) opt.set_diagonal_band_left_bound(int(p.window));
     auto [dq, dk, dv] = g->sdpa_backward(q, k, v, o, d_o, stats, opt);
     for (auto [t, uid, heads] : {std::tuple{dq, kdQ, p.H}, std::tuple{dk, kdK, p.Hkv}, std::tuple{dv, kdV, p.Hkv}})
       t->set_output(true).set_uid(uid).set_dim({p.B, heads, p.T, p.hd}).set_stride({p.T * W, p.hd, W, 1});
@@ -190,17 +194,19 @@ void run(Runtime& rt, CudaState& st, const Built& b, const Pointers& by_id) {
 
 }  // namespace
 
-bool cudnn_attention(Runtime& rt, int64_t B, int64_t T, int64_t H, int64_t Hkv, int64_t hd, DType t, bool dropout) {
+bool cudnn_attention(Runtime& rt, int64_t B, int64_t T, int64_t H, int64_t Hkv, int64_t hd, DType t, bool dropout,
+                     int64_t window) {
   CudaState& st = cuda_state(rt);
   if (st.deterministic || dropout || !enabled_by_environment()) return false;
   if ((t != DType::bf16 && t != DType::f16) || (hd != 64 && hd != 128) || st.cc_major < 8) return false;
-  return graphs_for(st, Problem{B, H, Hkv, T, hd, t})->supported;
+  if (window > INT32_MAX) return false;
+  return graphs_for(st, Problem{B, H, Hkv, T, hd, t, window})->supported;
 }
 
 void cudnn_attention_forward(Runtime& rt, void* out, float* lse, const void* qkv, int64_t B, int64_t T, int64_t H,
-                             int64_t Hkv, int64_t hd, DType t) {
+                             int64_t Hkv, int64_t hd, DType t, int64_t window) {
   CudaState& st = cuda_state(rt);
-  const Graphs& g = *graphs_for(st, Problem{B, H, Hkv, T, hd, t});
+  const Graphs& g = *graphs_for(st, Problem{B, H, Hkv, T, hd, t, window});
   const int64_t C = H * hd, Ckv = Hkv * hd, es = int64_t(dtype_size(t));
   char* base = static_cast<char*>(const_cast<void*>(qkv));
   Pointers p{};
@@ -213,9 +219,10 @@ void cudnn_attention_forward(Runtime& rt, void* out, float* lse, const void* qkv
 }
 
 void cudnn_attention_backward(Runtime& rt, void* dqkv, const void* dout, const void* qkv, const void* out,
-                              const float* lse, int64_t B, int64_t T, int64_t H, int64_t Hkv, int64_t hd, DType t) {
+                              const float* lse, int64_t B, int64_t T, int64_t H, int64_t Hkv, int64_t hd, DType t,
+                              int64_t window) {
   CudaState& st = cuda_state(rt);
-  const Graphs& g = *graphs_for(st, Problem{B, H, Hkv, T, hd, t});
+  const Graphs& g = *graphs_for(st, Problem{B, H, Hkv, T, hd, t, window});
   const int64_t C = H * hd, Ckv = Hkv * hd, es = int64_t(dtype_size(t));
   char* in = static_cast<char*>(const_cast<void*>(qkv));
   char* grad = static_cast<char*>(dqkv);

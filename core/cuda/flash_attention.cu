@@ -5,7 +5,8 @@
 // blocks (of every query head of its key-value head's group), another per query block accumulates dQ.
 // No atomics, so the results are bitwise repeatable.
 // Attention dropout (kDrop) multiplies each probability by its Philox factor (core/philox.h) after
-// the row sums are taken, in forward and in both backward kernels.
+// the row sums are taken, in forward and in both backward kernels. A sliding window (W) skips the key
+// (query) blocks wholly outside it and masks the blocks across its edge.
 #include <cmath>
 
 #include "core/cuda/kernel_common.cuh"
@@ -158,7 +159,7 @@ __device__ __forceinline__ void store_rows(E* g, int64_t stride, int row0, int T
 template <typename E, int HD, bool kDrop>
 __global__ void __launch_bounds__(kFlashThreads) flash_fwd_kernel(E* __restrict__ out, float* __restrict__ lse,
                                                                   const E* __restrict__ qkv, int T_, int H, int Hkv,
-                                                                  float sl2, AttentionDropoutKey drop) {
+                                                                  float sl2, AttentionDropoutKey drop, int W) {
   constexpr int BM = 64, BN = 64, LD = HD + kPad;
   extern __shared__ __align__(16) unsigned char smem[];
   E* sQ = reinterpret_cast<E*>(smem);
@@ -173,11 +174,13 @@ __global__ void __launch_bounds__(kFlashThreads) flash_fwd_kernel(E* __restrict_
   const E* k = qkv + int64_t(b) * T_ * rs + C + int64_t(h / (H / Hkv)) * HD;
   const E* v = k + Ckv;
   const int q0 = m * BM;
-  const int n_tiles = m + 1;  // causal, BM == BN: key blocks 0..m, only the last one masked
+  // Causal, BM == BN: key blocks j_begin..m, the last one masked, and with a window W (T_ for none)
+  // the blocks some of whose keys are W or more before some query of the block.
+  const int j_begin = max(0, q0 - W + 1) / BN, n_tiles = m + 1 - j_begin;
 
   load_tile<BM, HD, LD>(sQ, q, rs, q0, T_);
-  load_tile<BN, HD, LD>(sK, k, rs, 0, T_);
-  load_tile<BN, HD, LD>(sV, v, rs, 0, T_);
+  load_tile<BN, HD, LD>(sK, k, rs, j_begin * BN, T_);
+  load_tile<BN, HD, LD>(sV, v, rs, j_begin * BN, T_);
   cp_async_commit();
 
   float o[HD / 8][4];
@@ -186,9 +189,10 @@ __global__ void __launch_bounds__(kFlashThreads) flash_fwd_kernel(E* __restrict_
   float mx[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};  // running max (log2 units) and partial sums
   const int row_lo = q0 + warp * 16 + (lane >> 2);             // this thread's rows: row_lo, row_lo + 8
 
-  for (int j = 0; j < n_tiles; ++j) {
-    if (j + 1 < n_tiles) {
-      int nb = (j + 1) & 1;
+  for (int it = 0; it < n_tiles; ++it) {
+    const int j = j_begin + it;
+    if (it + 1 < n_tiles) {
+      int nb = (it + 1) & 1;
       load_tile<BN, HD, LD>(sK + nb * BN * LD, k, rs, (j + 1) * BN, T_);
       load_tile<BN, HD, LD>(sV + nb * BN * LD, v, rs, (j + 1) * BN, T_);
       cp_async_commit();
@@ -197,21 +201,21 @@ __global__ void __launch_bounds__(kFlashThreads) flash_fwd_kernel(E* __restrict_
       cp_async_wait<0>();
     }
     __syncthreads();
-    const E* cK = sK + (j & 1) * BN * LD;
-    const E* cV = sV + (j & 1) * BN * LD;
+    const E* cK = sK + (it & 1) * BN * LD;
+    const E* cV = sV + (it & 1) * BN * LD;
 
     float s[BN / 8][4];
 #pragma unroll
     for (int i = 0; i < BN / 8; ++i) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.0f;
     mma_abt<E, LD, HD / 16, BN / 8>(s, sQ, warp * 16, cK, lane);
 
-    if (j == m) {  // diagonal block: keys after the query are out
+    if (j == m || j * BN <= q0 + BM - 1 - W) {  // keys after the query, or W or more before it, are out
 #pragma unroll
       for (int nt = 0; nt < BN / 8; ++nt)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-          int key = j * BN + nt * 8 + 2 * (lane & 3) + (e & 1);
-          if (key > row_lo + (e >> 1) * 8) s[nt][e] = -INFINITY;
+          int key = j * BN + nt * 8 + 2 * (lane & 3) + (e & 1), row = row_lo + (e >> 1) * 8;
+          if (key > row || row - key >= W) s[nt][e] = -INFINITY;
         }
     }
 #pragma unroll
@@ -221,14 +225,17 @@ __global__ void __launch_bounds__(kFlashThreads) flash_fwd_kernel(E* __restrict_
       for (int nt = 0; nt < BN / 8; ++nt) mr = fmaxf(mr, fmaxf(s[nt][2 * r], s[nt][2 * r + 1]));
       mr = fmaxf(mr, __shfl_xor_sync(0xffffffffu, mr, 1));
       mr = fmaxf(mr, __shfl_xor_sync(0xffffffffu, mr, 2));
-      float mnew = fmaxf(mx[r], mr * sl2);  // finite: every row sees key q0 <= row in the diagonal block
-      float alpha = exp2f(mx[r] - mnew);
+      float mnew = fmaxf(mx[r], mr * sl2);
+      // -inf only while a row has seen no key (a window's first blocks; every row sees its own in the
+      // diagonal block): then the exponents are taken against 0, giving zeros, not NaN.
+      const float mref = mnew == -INFINITY ? 0.0f : mnew;
+      float alpha = exp2f(mx[r] - mref);
       mx[r] = mnew;
       float sum = 0.0f;
 #pragma unroll
       for (int nt = 0; nt < BN / 8; ++nt) {
-        s[nt][2 * r] = exp2f(fmaf(s[nt][2 * r], sl2, -mnew));
-        s[nt][2 * r + 1] = exp2f(fmaf(s[nt][2 * r + 1], sl2, -mnew));
+        s[nt][2 * r] = exp2f(fmaf(s[nt][2 * r], sl2, -mref));
+        s[nt][2 * r + 1] = exp2f(fmaf(s[nt][2 * r + 1], sl2, -mref));
         sum += s[nt][2 * r] + s[nt][2 * r + 1];
       }
       l[r] = l[r] * alpha + sum;
@@ -272,7 +279,7 @@ __global__ void __launch_bounds__(kFlashThreads) flash_bwd_dkv_kernel(E* __restr
                                                                       const float* __restrict__ lse,
                                                                       const float* __restrict__ Dsum, int T_, int H,
                                                                       int Hkv, float scale, float sl2,
-                                                                      AttentionDropoutKey drop) {
+                                                                      AttentionDropoutKey drop, int W) {
   constexpr int BN = 64, LD = HD + kPad;
   extern __shared__ __align__(16) unsigned char smem[];
   E* sK = reinterpret_cast<E*>(smem);
@@ -290,7 +297,8 @@ __global__ void __launch_bounds__(kFlashThreads) flash_bwd_dkv_kernel(E* __restr
   const E* k = rows + C + int64_t(g) * HD;
   const E* v = k + Ckv;
   const int k0 = n * BN;
-  const int m_begin = k0 / BM, m_end = (T_ + BM - 1) / BM, tiles = m_end - m_begin;
+  // The query tiles that see some key of the block: from the diagonal to the window's end (W: T_ for none).
+  const int m_begin = k0 / BM, m_end = min((T_ + BM - 1) / BM, (k0 + BN - 2 + W) / BM + 1), tiles = m_end - m_begin;
   // Step `it` takes query tile m_begin + it % tiles of query head g * group + it / tiles.
   auto head_of = [&](int it) { return g * group + it / tiles; };
   auto tile_of = [&](int it) { return m_begin + it % tiles; };
@@ -341,14 +349,15 @@ __global__ void __launch_bounds__(kFlashThreads) flash_bwd_dkv_kernel(E* __restr
     mma_abt<E, LD, HD / 16, BM / 8>(s, sK, warp * 16, cQ, lane);    // K Q^T
     mma_abt<E, LD, HD / 16, BM / 8>(dp, sV, warp * 16, cdO, lane);  // V dO^T
 
-    const bool diag = mi * BM < k0 + BN - 1;  // some query of the tile precedes some key of the block
+    // Some query of the tile precedes some key of the block, or is W or more after one.
+    const bool edge = mi * BM < k0 + BN - 1 || mi * BM + BM - 1 - k0 >= W;
 #pragma unroll
     for (int nt = 0; nt < BM / 8; ++nt)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        int qi = nt * 8 + 2 * (lane & 3) + (e & 1);
+        int qi = nt * 8 + 2 * (lane & 3) + (e & 1), query = mi * BM + qi, key = key_lo + (e >> 1) * 8;
         float p = exp2f(fmaf(s[nt][e], sl2, -cL[qi]));
-        if (diag && mi * BM + qi < key_lo + (e >> 1) * 8) p = 0.0f;
+        if (edge && (query < key || query - key >= W)) p = 0.0f;
         const float m = kDrop ? attention_keep_scale(drop, b, h, mi * BM + qi, key_lo + (e >> 1) * 8) : 1.0f;
         s[nt][e] = p * m;                            // dropped P^T, for dV
         dp[nt][e] = p * (m * dp[nt][e] - cD[qi]);  // dS^T (without the scale)
@@ -370,7 +379,7 @@ __global__ void __launch_bounds__(kFlashThreads) flash_bwd_dq_kernel(E* __restri
                                                                      const float* __restrict__ lse,
                                                                      const float* __restrict__ Dsum, int T_, int H,
                                                                      int Hkv, float scale, float sl2,
-                                                                     AttentionDropoutKey drop) {
+                                                                     AttentionDropoutKey drop, int W) {
   constexpr int BM = 64, LD = HD + kPad;
   extern __shared__ __align__(16) unsigned char smem[];
   E* sQ = reinterpret_cast<E*>(smem);
@@ -388,12 +397,13 @@ __global__ void __launch_bounds__(kFlashThreads) flash_bwd_dq_kernel(E* __restri
   const E* dO = dout + int64_t(b) * T_ * C + int64_t(h) * HD;
   const int q0 = m * BM;
   const int q_last = min(T_, q0 + BM);  // exclusive
-  const int n_tiles = (q_last + BN - 1) / BN;
+  // Key tiles j_begin .. j_end - 1: from the window's first key of the block's first query (W: T_ for none).
+  const int j_begin = max(0, q0 - W + 1) / BN, j_end = (q_last + BN - 1) / BN, n_tiles = j_end - j_begin;
 
   load_tile<BM, HD, LD>(sQ, q, rs, q0, T_);
   load_tile<BM, HD, LD>(sdO, dO, C, q0, T_);
-  load_tile<BN, HD, LD>(sK, k, rs, 0, T_);
-  load_tile<BN, HD, LD>(sV, v, rs, 0, T_);
+  load_tile<BN, HD, LD>(sK, k, rs, j_begin * BN, T_);
+  load_tile<BN, HD, LD>(sV, v, rs, j_begin * BN, T_);
   cp_async_commit();
 
   const int row_lo = q0 + warp * 16 + (lane >> 2);
@@ -408,9 +418,10 @@ __global__ void __launch_bounds__(kFlashThreads) flash_bwd_dq_kernel(E* __restri
 #pragma unroll
   for (int i = 0; i < HD / 8; ++i) dq[i][0] = dq[i][1] = dq[i][2] = dq[i][3] = 0.0f;
 
-  for (int j = 0; j < n_tiles; ++j) {
-    if (j + 1 < n_tiles) {
-      int nb = (j + 1) & 1;
+  for (int it = 0; it < n_tiles; ++it) {
+    const int j = j_begin + it;
+    if (it + 1 < n_tiles) {
+      int nb = (it + 1) & 1;
       load_tile<BN, HD, LD>(sK + nb * BN * LD, k, rs, (j + 1) * BN, T_);
       load_tile<BN, HD, LD>(sV + nb * BN * LD, v, rs, (j + 1) * BN, T_);
       cp_async_commit();
@@ -419,8 +430,8 @@ __global__ void __launch_bounds__(kFlashThreads) flash_bwd_dq_kernel(E* __restri
       cp_async_wait<0>();
     }
     __syncthreads();
-    const E* cK = sK + (j & 1) * BN * LD;
-    const E* cV = sV + (j & 1) * BN * LD;
+    const E* cK = sK + (it & 1) * BN * LD;
+    const E* cV = sV + (it & 1) * BN * LD;
 
     float s[BN / 8][4], dp[BN / 8][4];
 #pragma unroll
@@ -430,14 +441,15 @@ __global__ void __launch_bounds__(kFlashThreads) flash_bwd_dq_kernel(E* __restri
     mma_abt<E, LD, HD / 16, BN / 8>(s, sQ, warp * 16, cK, lane);    // Q K^T
     mma_abt<E, LD, HD / 16, BN / 8>(dp, sdO, warp * 16, cV, lane);  // dO V^T
 
-    const bool diag = j * BN + BN - 1 > q0;  // some key of the tile follows some query of the block
+    // Some key of the tile follows some query of the block, or is W or more before one.
+    const bool edge = j * BN + BN - 1 > q0 || j * BN <= q0 + BM - 1 - W;
 #pragma unroll
     for (int nt = 0; nt < BN / 8; ++nt)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        int r = e >> 1, key = j * BN + nt * 8 + 2 * (lane & 3) + (e & 1);
+        int r = e >> 1, key = j * BN + nt * 8 + 2 * (lane & 3) + (e & 1), row = row_lo + 8 * r;
         float p = exp2f(fmaf(s[nt][e], sl2, -Lr[r]));
-        if (diag && key > row_lo + 8 * r) p = 0.0f;
+        if (edge && (key > row || row - key >= W)) p = 0.0f;
         const float mk = kDrop ? attention_keep_scale(drop, b, h, row_lo + 8 * r, key) : 1.0f;
         dp[nt][e] = p * (mk * dp[nt][e] - Dv[r]);  // dS (without the scale)
       }
@@ -455,20 +467,20 @@ template <typename K> void allow_smem(K kernel, size_t bytes) {
 
 template <typename E, int HD, bool kDrop>
 void flash_forward(cudaStream_t s, void* out, float* lse, const void* qkv, int B, int T_, int H, int Hkv, float sl2,
-                   const AttentionDropoutKey& drop) {
+                   const AttentionDropoutKey& drop, int W) {
   constexpr int BM = 64, BN = 64;
   size_t smem = size_t(BM + 4 * BN) * (HD + kPad) * sizeof(E);
   auto kernel = flash_fwd_kernel<E, HD, kDrop>;
   allow_smem(kernel, smem);
   dim3 grid((T_ + BM - 1) / BM, B * H);
   kernel<<<grid, kFlashThreads, smem, s>>>(static_cast<E*>(out), lse, static_cast<const E*>(qkv), T_, H, Hkv, sl2,
-                                           drop);
+                                           drop, W);
   CUDA_CHECK_LAUNCH();
 }
 
 template <typename E, int HD, bool kDrop>
 void flash_backward(cudaStream_t s, void* dqkv, const void* dout, const void* qkv, const float* lse, const float* D,
-                    int B, int T_, int H, int Hkv, float scale, float sl2, const AttentionDropoutKey& drop) {
+                    int B, int T_, int H, int Hkv, float scale, float sl2, const AttentionDropoutKey& drop, int W) {
   // Query tiles (dK/dV) and key tiles (dQ) of 32 rows at head_dim 128 keep the accumulators in registers.
   constexpr int BT = HD <= 64 ? 64 : 32, BN = 64, BM = 64, LD = HD + kPad;
   size_t smem_kv = size_t(2 * BN + 4 * BT) * LD * sizeof(E) + 4 * BT * sizeof(float);
@@ -476,14 +488,14 @@ void flash_backward(cudaStream_t s, void* dqkv, const void* dout, const void* qk
   allow_smem(kv, smem_kv);
   kv<<<dim3((T_ + BN - 1) / BN, B * Hkv), kFlashThreads, smem_kv, s>>>(
       static_cast<E*>(dqkv), static_cast<const E*>(qkv), static_cast<const E*>(dout), lse, D, T_, H, Hkv, scale, sl2,
-      drop);
+      drop, W);
   CUDA_CHECK_LAUNCH();
   size_t smem_q = size_t(2 * BM + 4 * BT) * LD * sizeof(E);
   auto dq = flash_bwd_dq_kernel<E, HD, BT, kDrop>;
   allow_smem(dq, smem_q);
   dq<<<dim3((T_ + BM - 1) / BM, B * H), kFlashThreads, smem_q, s>>>(
       static_cast<E*>(dqkv), static_cast<const E*>(qkv), static_cast<const E*>(dout), lse, D, T_, H, Hkv, scale, sl2,
-      drop);
+      drop, W);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -502,30 +514,36 @@ bool flash_attention_supported(DType t, int64_t hd) {
   return (t == DType::bf16 || t == DType::f16) && (hd == 64 || hd == 128);
 }
 
+// The kernels' window: keys less than W before the query (T_: every earlier key).
+static int window_of(int64_t window, int64_t T_) { return int(window > 0 && window < T_ ? window : T_); }
+
 void launch_flash_attention_forward(cudaStream_t s, void* out, float* lse, const void* qkv, DType t, int64_t B,
-                                    int64_t T_, int64_t H, int64_t Hkv, int64_t hd, const AttentionDropoutKey& drop) {
+                                    int64_t T_, int64_t H, int64_t Hkv, int64_t hd, const AttentionDropoutKey& drop,
+                                    int64_t window) {
   if (B * T_ * H == 0) return;
   float sl2 = float(kLog2e / std::sqrt(double(hd)));
+  const int W = window_of(window, T_);
   if (drop.threshold != 0)
     TRELLIS_FLASH_SWITCH(t, hd, flash_forward<E, HD, true>(s, out, lse, qkv, int(B), int(T_), int(H), int(Hkv), sl2,
-                                                           drop));
+                                                           drop, W));
   else
     TRELLIS_FLASH_SWITCH(t, hd, flash_forward<E, HD, false>(s, out, lse, qkv, int(B), int(T_), int(H), int(Hkv), sl2,
-                                                            drop));
+                                                            drop, W));
 }
 
 void launch_flash_attention_backward(cudaStream_t s, void* dqkv, const void* dout, const void* qkv, const float* lse,
                                      const float* D, DType t, int64_t B, int64_t T_, int64_t H, int64_t Hkv, int64_t hd,
-                                     const AttentionDropoutKey& drop) {
+                                     const AttentionDropoutKey& drop, int64_t window) {
   if (B * T_ * H == 0) return;
   float scale = float(1.0 / std::sqrt(double(hd)));
   float sl2 = float(kLog2e / std::sqrt(double(hd)));
+  const int W = window_of(window, T_);
   if (drop.threshold != 0)
     TRELLIS_FLASH_SWITCH(t, hd, flash_backward<E, HD, true>(s, dqkv, dout, qkv, lse, D, int(B), int(T_), int(H),
-                                                            int(Hkv), scale, sl2, drop));
+                                                            int(Hkv), scale, sl2, drop, W));
   else
     TRELLIS_FLASH_SWITCH(t, hd, flash_backward<E, HD, false>(s, dqkv, dout, qkv, lse, D, int(B), int(T_), int(H),
-                                                             int(Hkv), scale, sl2, drop));
+                                                             int(Hkv), scale, sl2, drop, W));
 }
 
 }  // namespace trellis::gpu

@@ -133,7 +133,7 @@ void attention_with_cache(Runtime& rt, const Tensor& out, const Tensor& qkv, con
                           const Tensor& v_cache, int64_t pos, AttentionHeads heads) {
   launch_attention_with_cache(compute_stream(rt), out.data, qkv.data, k_cache.data, v_cache.data, qkv.dtype,
                               qkv.size(0), qkv.size(1), heads.q, heads.kv, qkv.size(2) / heads.qkv_heads(),
-                              k_cache.size(1), pos);
+                              k_cache.size(1), pos, heads.window);
 }
 
 void softmax_cross_entropy_forward(Runtime& rt, const Tensor& losses, const Tensor& logits, const Tensor& targets,

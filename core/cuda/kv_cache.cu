@@ -23,7 +23,8 @@ __global__ void kv_append_kernel(T* kc, T* vc, const T* qkv, int64_t B, int64_t 
 // Lane l owns head dims l, l + 32, ... (at most kMaxHeadDim / 32 of them).
 template <typename T>
 __global__ void cache_attention_kernel(T* out, const T* qkv, const T* kc, const T* vc, int64_t B, int64_t n,
-                                       int64_t H, int64_t Hkv, int64_t hd, int64_t Tmax, int64_t pos, float scale) {
+                                       int64_t H, int64_t Hkv, int64_t hd, int64_t Tmax, int64_t pos, float scale,
+                                       int64_t window) {
   const int64_t r = int64_t(blockIdx.x) * kCacheWarps + (threadIdx.x >> 5);
   const int lane = threadIdx.x & 31;
   if (r >= B * H * n) return;
@@ -37,7 +38,7 @@ __global__ void cache_attention_kernel(T* out, const T* qkv, const T* kc, const 
     acc[j] = 0.0f;
   }
   float m = -INFINITY, l = 0.0f;
-  for (int64_t s = 0; s <= last; ++s) {
+  for (int64_t s = window > 0 && last >= window ? last - window + 1 : 0; s <= last; ++s) {
     const int64_t base = (b * Tmax + s) * Ckv + kv;
     float dot = 0.0f;
     for (int j = 0; j < kPer; ++j) {
@@ -75,7 +76,7 @@ void launch_kv_cache_append(cudaStream_t s, void* k_cache, void* v_cache, const 
 
 void launch_attention_with_cache(cudaStream_t s, void* out, const void* qkv, const void* k_cache,
                                  const void* v_cache, DType t, int64_t B, int64_t n, int64_t H, int64_t Hkv,
-                                 int64_t hd, int64_t Tmax, int64_t pos) {
+                                 int64_t hd, int64_t Tmax, int64_t pos, int64_t window) {
   const int64_t rows = B * H * n;
   if (rows == 0) return;
   TRELLIS_CHECK(hd <= kMaxHeadDim, "attention_with_cache: head_dim " + std::to_string(hd) + " > " +
@@ -86,7 +87,7 @@ void launch_attention_with_cache(cudaStream_t s, void* out, const void* qkv, con
     cache_attention_kernel<E><<<grid, kThreads, 0, s>>>(static_cast<E*>(out), static_cast<const E*>(qkv),
                                                         static_cast<const E*>(k_cache),
                                                         static_cast<const E*>(v_cache), B, n, H, Hkv, hd, Tmax,
-                                                        pos, scale));
+                                                        pos, scale, window));
   CUDA_CHECK_LAUNCH();
 }
 

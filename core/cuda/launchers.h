@@ -137,36 +137,37 @@ void launch_to_heads(cudaStream_t s, void* dst, const void* src, int64_t row_str
 void launch_from_heads(cudaStream_t s, void* dst, int64_t row_stride, int64_t col_offset, const void* src, DType t,
                        int64_t B, int64_t T, int64_t H, int64_t hd, int64_t group = 1);
 // Forward: per row i of each (T, T) block of S (f32, already scaled; blocks ordered (b, h) with H
-// heads), causal softmax over j <= i: lse[i] (before dropout) and P (t, zeros above the diagonal)
-// times the dropout factor of `drop`.
+// heads), causal softmax over j <= i (and i - j < window, where window > 0): lse[i] (before dropout)
+// and P (t, zeros elsewhere) times the dropout factor of `drop`.
 void launch_causal_softmax(cudaStream_t s, void* P, float* lse, const float* S, DType t, int64_t B, int64_t H,
-                           int64_t T, const AttentionDropoutKey& drop);
-// Backward: P = exp(S - lse) on j <= i, else 0, times the dropout factor.
+                           int64_t T, const AttentionDropoutKey& drop, int64_t window);
+// Backward: P = exp(S - lse) on those j, else 0, times the dropout factor.
 void launch_causal_probs(cudaStream_t s, void* P, const float* S, const float* lse, DType t, int64_t B, int64_t H,
-                         int64_t T, const AttentionDropoutKey& drop);
+                         int64_t T, const AttentionDropoutKey& drop, int64_t window);
 // D (B, H, T) = rowsum(dout * out) per head; dout, out (B, T, H*hd).
 void launch_attention_rowdot(cudaStream_t s, float* D, const void* dout, const void* out, DType t, int64_t B,
                              int64_t T, int64_t H, int64_t hd);
-// dS = P * (m * dP - D) * scale into dS (t), with P = exp(S - lse) recomputed (causal) and m the
-// dropout factor; S, dP f32.
+// dS = P * (m * dP - D) * scale into dS (t), with P = exp(S - lse) recomputed (causal, within the
+// window) and m the dropout factor; S, dP f32.
 void launch_softmax_backward(cudaStream_t s, void* dS, const float* S, const float* lse, const float* dP,
                              const float* D, DType t, int64_t B, int64_t H, int64_t T, float scale,
-                             const AttentionDropoutKey& drop);
+                             const AttentionDropoutKey& drop, int64_t window);
 
 // ---- flash_attention.cu: fused causal attention (FlashAttention-2 style) on the (B, T, (H + 2 Hkv) hd)
-// qkv rows, query head h on key-value head h / (H / Hkv) ----
+// qkv rows, query head h on key-value head h / (H / Hkv); with window > 0 query i sees keys (i - window, i] ----
 // True for the dtypes and head sizes the fused kernels cover (bf16/f16, head_dim 64 or 128); the
 // pointers must also be 16-byte aligned. Otherwise attention.cpp takes the cuBLAS path.
 bool flash_attention_supported(DType t, int64_t hd);
 // out (B, T, H*hd), lse (B, H, T) f32 natural log, from qkv.
 void launch_flash_attention_forward(cudaStream_t s, void* out, float* lse, const void* qkv, DType t, int64_t B,
-                                    int64_t T, int64_t H, int64_t Hkv, int64_t hd, const AttentionDropoutKey& drop);
+                                    int64_t T, int64_t H, int64_t Hkv, int64_t hd, const AttentionDropoutKey& drop,
+                                    int64_t window);
 // dqkv (as qkv), every element written (a key-value head's dK, dV summed over its query heads, in
 // order); D (B, H, T) = rowsum(dout * out) (launch_attention_rowdot). Deterministic: no atomics,
 // fixed summation order.
 void launch_flash_attention_backward(cudaStream_t s, void* dqkv, const void* dout, const void* qkv, const float* lse,
                                      const float* D, DType t, int64_t B, int64_t T, int64_t H, int64_t Hkv, int64_t hd,
-                                     const AttentionDropoutKey& drop);
+                                     const AttentionDropoutKey& drop, int64_t window);
 
 // ---- rotary.cu ----
 // rotary_embedding (core/ops.h) on the first `heads` heads of hd dims (q's, then k's) of each qkv
@@ -178,12 +179,12 @@ void launch_rotary_embedding(cudaStream_t s, void* qkv, DType t, int64_t B, int6
 // Rows [pos, pos + n) of k_cache, v_cache (B, Tmax, Ckv) <- the k, v parts of qkv (B, n, C + 2 Ckv).
 void launch_kv_cache_append(cudaStream_t s, void* k_cache, void* v_cache, const void* qkv, DType t, int64_t B,
                             int64_t n, int64_t C, int64_t Ckv, int64_t Tmax, int64_t pos);
-// out (B, n, H hd): query i of qkv (B, n, (H + 2 Hkv) hd) attends to cache rows [0, pos + i] of its
-// key-value head h / (H / Hkv); head_dim <= kMaxHeadDim.
+// out (B, n, H hd): query i of qkv (B, n, (H + 2 Hkv) hd) attends to cache rows [0, pos + i] (with
+// window > 0 the last `window` of them) of its key-value head h / (H / Hkv); head_dim <= kMaxHeadDim.
 constexpr int kMaxHeadDim = 256;
 void launch_attention_with_cache(cudaStream_t s, void* out, const void* qkv, const void* k_cache,
                                  const void* v_cache, DType t, int64_t B, int64_t n, int64_t H, int64_t Hkv,
-                                 int64_t hd, int64_t Tmax, int64_t pos);
+                                 int64_t hd, int64_t Tmax, int64_t pos, int64_t window);
 
 // ---- norm.cu: QK-norm ----
 // qk_norm_forward / qk_norm_backward (core/ops.h) on `rows` qkv rows of W elements: the first `heads`

@@ -19,6 +19,7 @@ struct Case {
   float tol;
   int64_t hd;
   int64_t kv_heads = 2;  // of 4 query heads: grouped-query (2), multi-query (1), multi-head (4)
+  int64_t window = 0;    // sliding window, 0 = none
 };
 
 // Host storage of random values in [-1, 1], as the dtype's bytes.
@@ -48,7 +49,7 @@ TEST_P(GenerateParity, KvCacheOpsMatchCpu) {
   const Case k = GetParam();
   const DType d = k.dtype;
   const int64_t B = 3, n = 5, H = 4, C = H * k.hd, Ckv = k.kv_heads * k.hd, W = C + 2 * Ckv, Tmax = 40, pos = 17;
-  const AttentionHeads heads{int(H), int(k.kv_heads)};
+  const AttentionHeads heads{int(H), int(k.kv_heads), k.window};
   auto qkv = random_bytes(d, B * n * W, 1), kc = random_bytes(d, B * Tmax * Ckv, 2),
        vc = random_bytes(d, B * Tmax * Ckv, 3);
   std::vector<unsigned char> out(size_t(B * n * C) * dtype_size(d));
@@ -87,7 +88,8 @@ TEST_P(GenerateParity, KvCacheOpsMatchCpu) {
 INSTANTIATE_TEST_SUITE_P(Dtypes, GenerateParity,
                          ::testing::Values(Case{DType::f32, 1e-5f, 16}, Case{DType::f32, 1e-5f, 64, 1},
                                            Case{DType::f32, 1e-5f, 16, 4}, Case{DType::bf16, 2e-2f, 64},
-                                           Case{DType::f16, 4e-3f, 128, 1}));
+                                           Case{DType::f16, 4e-3f, 128, 1}, Case{DType::f32, 1e-5f, 64, 2, 7},
+                                           Case{DType::bf16, 2e-2f, 128, 2, 5}));
 
 }  // namespace
 }  // namespace trellis

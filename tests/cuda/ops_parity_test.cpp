@@ -755,7 +755,7 @@ TEST_P(Parity, QkNorm) {
 }
 
 void attention_case(Runtime& cpu, Runtime& gpu, DType dt, int64_t B, int64_t T, int64_t H, int64_t hd,
-                    float dropout = 0.0f, bool deterministic = true, int64_t kv_heads = 0);
+                    float dropout = 0.0f, bool deterministic = true, int64_t kv_heads = 0, int64_t window = 0);
 
 TEST_P(Parity, AttentionSmall) { attention_case(cpu(), gpu(), dt(), 2, 17, 2, 16); }
 TEST_P(Parity, AttentionBig) { attention_case(cpu(), gpu(), dt(), 2, 256, 4, 64); }
@@ -784,11 +784,13 @@ TEST_P(Parity, AttentionNotDeterministic) {
   Runtime fast(o);
 #if TRELLIS_HAVE_CUDNN
   if (dt() != DType::f32) {
-    EXPECT_TRUE(gpu::cudnn_attention(fast, 2, 256, 4, 4, 64, dt(), false));
-    EXPECT_FALSE(gpu::cudnn_attention(fast, 2, 256, 4, 4, 64, dt(), true)) << "dropout takes the own kernels";
-    EXPECT_FALSE(gpu::cudnn_attention(gpu(), 2, 256, 4, 4, 64, dt(), false)) << "deterministic takes the own kernels";
+    EXPECT_TRUE(gpu::cudnn_attention(fast, 2, 256, 4, 4, 64, dt(), false, 0));
+    EXPECT_FALSE(gpu::cudnn_attention(fast, 2, 256, 4, 4, 64, dt(), true, 0)) << "dropout takes the own kernels";
+    EXPECT_FALSE(gpu::cudnn_attention(gpu(), 2, 256, 4, 4, 64, dt(), false, 0)) << "deterministic takes the own kernels";
     std::printf("cuDNN takes grouped-query attention (4 heads on 2): %s\n",
-                gpu::cudnn_attention(fast, 2, 256, 4, 2, 64, dt(), false) ? "yes" : "no (the own kernels)");
+                gpu::cudnn_attention(fast, 2, 256, 4, 2, 64, dt(), false, 0) ? "yes" : "no (the own kernels)");
+    std::printf("cuDNN takes a sliding window (100 of 256): %s\n",
+                gpu::cudnn_attention(fast, 2, 256, 4, 2, 64, dt(), false, 100) ? "yes" : "no (the own kernels)");
   }
 #endif
   attention_case(cpu(), fast, dt(), 2, 256, 4, 64, 0.0f, false);
@@ -797,6 +799,18 @@ TEST_P(Parity, AttentionNotDeterministic) {
   attention_case(cpu(), fast, dt(), 2, 256, 4, 64, 0.2f, false);  // dropout: the own kernels
   attention_case(cpu(), fast, dt(), 2, 256, 4, 64, 0.0f, false, 2);  // grouped-query: cuDNN's where it takes it
   attention_case(cpu(), fast, dt(), 1, 100, 4, 128, 0.0f, false, 1);
+  attention_case(cpu(), fast, dt(), 2, 256, 4, 64, 0.0f, false, 2, 100);  // a sliding window: cuDNN's band
+  attention_case(cpu(), fast, dt(), 1, 300, 2, 128, 0.0f, false, 0, 64);
+}
+// Sliding windows on the own kernels (deterministic) and the unfused path (f32, head_dim 16): a
+// window across tile edges (100), one of a tile (64) with dropout at an odd length, a small one (7:
+// rows whose first key blocks are wholly masked), one position (each query sees itself).
+TEST_P(Parity, AttentionSlidingWindow) {
+  attention_case(cpu(), gpu(), dt(), 2, 256, 4, 64, 0.0f, true, 2, 100);
+  attention_case(cpu(), gpu(), dt(), 1, 300, 2, 128, 0.1f, true, 0, 64);
+  attention_case(cpu(), gpu(), dt(), 2, 200, 2, 64, 0.0f, true, 0, 7);
+  attention_case(cpu(), gpu(), dt(), 1, 130, 4, 64, 0.0f, true, 1, 1);
+  attention_case(cpu(), gpu(), dt(), 2, 17, 2, 16, 0.0f, true, 0, 5);
 }
 
 // Small rows, and GPT-2's vocabulary padded to 50304; the vocabulary's end inside a vector (beside
@@ -1233,9 +1247,9 @@ TEST_P(Parity, Sums) {
 }
 
 void attention_case(Runtime& cpu, Runtime& gpu, DType dt, int64_t B, int64_t T, int64_t H, int64_t hd,
-                    float dropout, bool deterministic, int64_t kv_heads) {
+                    float dropout, bool deterministic, int64_t kv_heads, int64_t window) {
   const int64_t C = H * hd, Hkv = kv_heads > 0 ? kv_heads : H, W = C + 2 * Hkv * hd;
-  const AttentionHeads heads{int(H), int(Hkv)};
+  const AttentionHeads heads{int(H), int(Hkv), window};
   AttentionDropout drop;
   drop.p = dropout;
   drop.seed = 99;
@@ -1260,7 +1274,8 @@ void attention_case(Runtime& cpu, Runtime& gpu, DType dt, int64_t B, int64_t T, 
   attention_forward(cpu, out.t, lse.t, qkv.t, heads, drop);
   attention_forward(gpu, gout.t, glse.t, gqkv.t, heads, drop);
   std::string tag = " B=" + std::to_string(B) + " T=" + std::to_string(T) + " H=" + std::to_string(H) +
-                    " Hkv=" + std::to_string(Hkv) + " hd=" + std::to_string(hd) + " dropout=" + std::to_string(dropout);
+                    " Hkv=" + std::to_string(Hkv) + " hd=" + std::to_string(hd) + " dropout=" + std::to_string(dropout) +
+                    " window=" + std::to_string(window);
   expect_close(host(gout), out, tolerance(dt, 2.0f), "attention_forward out" + tag);
   expect_close(host(glse), lse, tolerance(dt == DType::f32 ? DType::f32 : DType::f16), "attention_forward lse" + tag);
   attention_backward(cpu, dqkv.t, dout.t, qkv.t, out.t, lse.t, heads, drop);

@@ -24,8 +24,10 @@ Qwen3 (Qwen3ForCausalLM): QK-norm and heads of 24 at d_model 64 (model.head_dim)
 head_dim and each block's q_norm and k_norm, exactly; started from; refused into a run of another head
 size, and exported not at all with qkv biases too; with transformers its loss is Trellis's, and a Qwen3
 it wrote (norm weights drawn) starts a Trellis run whose first loss is transformers'. So does a Mistral
-it wrote (MistralForCausalLM: Llama's block; heads of 32 at hidden_size 64, model.head_dim); one line
-refuses a Mistral whose sliding window is shorter than its context. So does a Phi-3 it wrote
+it wrote (MistralForCausalLM: Llama's block; heads of 32 at hidden_size 64, model.head_dim), and one
+whose sliding window (8) is shorter than its context, started with model.sliding_window = 8 (without
+it the log warns); a Llama attending within a window of 8 exports as a Mistral whose loss in
+transformers is Trellis's, and with QK-norm the export is refused. So does a Phi-3 it wrote
 (Phi3ForCausalLM: Llama's block, its qkv_proj and gate_up_proj fused as Trellis's qkv and fc), and one
 turning half of each head (partial_rotary_factor 0.5, model.partial_rotary_factor), which one line
 refuses into a run turning whole heads; one line refuses partial rotary in a Llama's config.json. A
@@ -113,6 +115,7 @@ def train(binary, config, sets, extra=()):
     p = run(cmd + list(extra))
     if p.returncode != 0:
         sys.exit(f"FAIL: {' '.join(cmd)}\n{p.stdout[-2000:]}\n{p.stderr[-2000:]}")
+    return p.stdout
 
 
 def one_error(cmd, want):
@@ -309,7 +312,7 @@ def main():
                                  ("hidden_act", "gelu", 'hidden_act is "gelu"'),
                                  ("attention_bias", True, "attention_bias is true"),
                                  ("model_type", "gemma", '"gemma" (allowed: gpt2, llama, mistral, phi3, qwen2, qwen3, mixtral, qwen2_moe, qwen3_moe)'),
-                                 ("sliding_window", 16, "sliding_window 16 is shorter than max_position_embeddings 32"),
+                                 ("sliding_window", 0, "sliding_window is 0"),
                                  ("partial_rotary_factor", 0.75, "partial_rotary_factor is not 1")]:
             d = os.path.join(tmp, "bad_" + key)
             os.makedirs(d)
@@ -544,6 +547,19 @@ def main():
               f"export_hf of a model turning half of each head: a Phi-3 ({p.stdout.strip()} {p.stderr.strip()})")
         check_hf_loss(check, hf_p, pdump, "the Phi-3 export (partial_rotary_factor 0.5)", model_class="Phi3ForCausalLM",
                       tol=1e-6)
+        # A sliding window: exported as a Mistral (Llama's block with a window), which transformers masks alike.
+        wdump, hf_w = os.path.join(tmp, "window_dump"), os.path.join(tmp, "hf_mistral")
+        train(binary, config, LLAMA + ["model.sliding_window=8"], ["--dump-grads", wdump])
+        p = run([export_hf, wdump, hf_w])
+        wc = json.load(open(os.path.join(hf_w, "config.json"))) if p.returncode == 0 else {}
+        check(wc.get("model_type") == "mistral" and wc.get("sliding_window") == 8 and "Mistral" in p.stdout,
+              f"export_hf of a model attending within 8 positions: a Mistral ({p.stdout.strip()} {p.stderr.strip()})")
+        check_hf_loss(check, hf_w, wdump, "the Mistral export (sliding_window 8)", model_class="MistralForCausalLM",
+                      tol=1e-6)
+        qk_window = os.path.join(tmp, "qk_window")
+        train(binary, config, QWEN3 + ["model.sliding_window=8"], ["--export-weights", qk_window])
+        equivalence.check_export_refused(check, export_hf, qk_window, os.path.join(tmp, "hf_qk_window"),
+                                         "sliding window of 8 positions")
         qk_partial = os.path.join(tmp, "qk_partial")
         train(binary, config, QWEN3 + ["model.partial_rotary_factor=0.5"], ["--export-weights", qk_partial])
         equivalence.check_export_refused(check, export_hf, qk_partial, os.path.join(tmp, "hf_qk_partial"),
@@ -640,6 +656,21 @@ def main():
                   ["--dump-grads", first])
             check_hf_loss(check, theirs_ms, first, "a Mistral it wrote (heads of 32 at hidden_size 64, as Mistral "
                           "Nemo's are decoupled), started in Trellis", model_class="MistralForCausalLM", tol=1e-6)
+            torch.manual_seed(0)
+            theirs_msw = os.path.join(tmp, "theirs_mistral_window")
+            MistralForCausalLM(MistralConfig(vocab_size=64, hidden_size=64, intermediate_size=88, num_hidden_layers=2,
+                                             num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=32,
+                                             rms_norm_eps=1e-6, rope_theta=500.0, sliding_window=8,
+                                             tie_word_embeddings=False)
+                               ).save_pretrained(theirs_msw, safe_serialization=True)
+            first = os.path.join(tmp, "first_mistral_window")
+            out = train(binary, config, LLAMA + ["model.sliding_window=8", "model.init_from=" + theirs_msw,
+                                                 "train.steps=1"], ["--dump-grads", first])
+            check_hf_loss(check, theirs_msw, first, "a Mistral it wrote with sliding_window 8 (of 32 positions), "
+                          "started in Trellis with model.sliding_window = 8", model_class="MistralForCausalLM", tol=1e-6)
+            out = train(binary, config, LLAMA + ["model.init_from=" + theirs_msw, "train.steps=1"], [])
+            check("attends within a sliding window of 8 positions" in out,
+                  "model.init_from of that Mistral into a run attending to every position: the log warns")
             from transformers import Qwen3Config, Qwen3ForCausalLM
             torch.manual_seed(0)
             theirs_q3 = os.path.join(tmp, "theirs_qwen3")

@@ -9,8 +9,11 @@ fp32 reduction-order rounding. A run stopped after step 3 and resumed continues 
 a tensor 2 checkpoint resumed on one rank continues as the uninterrupted run. With biases on qkv alone
 (model.qkv_bias, Qwen2's) tensor 2, also with sequence parallelism, gives one rank's; so do, with Qwen3's
 attention (QK-norm, heads of 24 at d_model 64), tensor 2 with and without sequence parallelism, data 2
-with ZeRO 3 and full recomputation, and pipeline 2 with selective recomputation. One line refuses:
-resuming it with biases, init_from a model with biases, and exporting it to Hugging Face GPT-2.
+with ZeRO 3 and full recomputation, and pipeline 2 with selective recomputation; so do, with
+Mistral's sliding window (model.sliding_window = 8 of 32 positions, other losses than attending to
+all), tensor 2 with sequence parallelism (with dropout) and pipeline 2 x data 2 at ZeRO stage 2. One
+line refuses: resuming it with biases, a windowed checkpoint without the window, init_from a model
+with biases, and exporting it to Hugging Face GPT-2.
 Usage: llama_equivalence.py TRAIN_GPT MPIEXEC CONFIG [EXPORT_HF]"""
 import os
 import sys
@@ -88,6 +91,20 @@ def main():
             _, loss, _, w, _, norms, _ = run(binary, mpiexec, config, tmp, 2, f"k{i}", *QWEN3, *sets)
             ok, text = equivalence.layout_line((loss, w, norms), (k_loss, k_w, k_norms), STEPS)
             check(ok, f"QK-norm and heads of 24, {what}: {text}")
+        # Mistral's sliding window: each rank's heads attend within it, as one rank's do.
+        WINDOW = ["model.sliding_window=8"]
+        _, w_loss, _, w_w, _, w_norms, w_out = run(binary, mpiexec, config, tmp, 1, "wref", *WINDOW)
+        check("sliding window 8" in w_out and max(abs(a - b) for a, b in zip(w_loss, ref_loss)) > 1e-3,
+              f"model.sliding_window = 8: the log says so, losses {w_loss[0]:.5f} .. against {ref_loss[0]:.5f} .. of all")
+        for i, (ranks, what, sets) in enumerate([
+                (2, "tensor 2, sequence parallel", ["parallel.tensor=2", "parallel.sequence_parallel=true"]),
+                (4, "pipeline 2 x data 2, ZeRO 2", ["parallel.pipeline=2", "zero.stage=2"])]):
+            _, loss, _, w, _, norms, _ = run(binary, mpiexec, config, tmp, ranks, f"w{i}", *WINDOW, *sets)
+            ok, text = equivalence.layout_line((loss, w, norms), (w_loss, w_w, w_norms), STEPS)
+            check(ok, f"sliding window 8, {what}: {text}")
+        windowed = equivalence.short_checkpoint(binary, mpiexec, config, tmp, "window_ckpt", LLAMA + WINDOW)
+        check.refused(1, ["train.device=cpu", "train.steps=4", "checkpoint.dir=" + windowed] + LLAMA,
+                      "n_kv_heads 2, sliding window 8,", "resume a sliding-window checkpoint without the window")
         qk = equivalence.short_checkpoint(binary, mpiexec, config, tmp, "qk_ckpt", LLAMA + QWEN3)
         check.refused(1, ["train.device=cpu", "train.steps=4", "checkpoint.dir=" + qk] + LLAMA + QWEN3[1:],
                       "was written for vocab_size 64, seq_len 32, n_layers 2, n_heads 4, d_model 64, rope theta 10000, "

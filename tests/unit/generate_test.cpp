@@ -37,13 +37,14 @@ GPTConfig tiny_config() {
 
 }  // namespace
 
-// Multi-head, grouped-query (2 query heads a key-value head) and multi-query attention.
+// Multi-head, grouped-query (2 query heads a key-value head) and multi-query attention; a sliding
+// window of 3 positions.
 TEST(KvCacheOps, MatchFloat64Reference) {
   Runtime rt(RuntimeOptions{});
-  for (const auto& [H, Hkv] : {std::pair<int64_t, int64_t>{2, 2}, {4, 2}, {4, 1}}) {
-    SCOPED_TRACE(std::to_string(H) + " heads, " + std::to_string(Hkv) + " key-value heads");
+  for (const auto& [H, Hkv, window] : {std::tuple<int64_t, int64_t, int64_t>{2, 2, 0}, {4, 2, 0}, {4, 1, 0}, {4, 2, 3}}) {
+    SCOPED_TRACE(std::to_string(H) + " heads, " + std::to_string(Hkv) + " key-value heads, window " + std::to_string(window));
     const int64_t B = 2, n = 3, hd = 4, C = H * hd, Ckv = Hkv * hd, W = C + 2 * Ckv, Tmax = 9, pos = 4;
-    const AttentionHeads heads{int(H), int(Hkv)};
+    const AttentionHeads heads{int(H), int(Hkv), window};
     std::vector<float> qkv = random_vec(size_t(B * n * W), 1);
     std::vector<float> kc = random_vec(size_t(B * Tmax * Ckv), 2), vc = random_vec(size_t(B * Tmax * Ckv), 3);
     const std::vector<float> kc0 = kc, vc0 = vc;
@@ -64,19 +65,20 @@ TEST(KvCacheOps, MatchFloat64Reference) {
       for (int64_t h = 0; h < H; ++h)
         for (int64_t i = 0; i < n; ++i) {
           const int64_t kv = h / (H / Hkv) * hd;  // its key-value head's columns
-          std::vector<double> s(size_t(pos + i + 1));
+          const int64_t first = window > 0 ? std::max<int64_t>(0, pos + i - window + 1) : 0;
+          std::vector<double> s(size_t(pos + i + 1), 0.0);
           double mx = -1e300, sum = 0.0;
-          for (int64_t j = 0; j <= pos + i; ++j) {
+          for (int64_t j = first; j <= pos + i; ++j) {
             double d = 0.0;
             for (int64_t k = 0; k < hd; ++k)
               d += double(qkv[size_t((b * n + i) * W + h * hd + k)]) * kc[size_t((b * Tmax + j) * Ckv + kv + k)];
             s[size_t(j)] = d / std::sqrt(double(hd));
             mx = std::max(mx, s[size_t(j)]);
           }
-          for (double& x : s) sum += x = std::exp(x - mx);
+          for (int64_t j = first; j <= pos + i; ++j) sum += s[size_t(j)] = std::exp(s[size_t(j)] - mx);
           for (int64_t k = 0; k < hd; ++k) {
             double o = 0.0;
-            for (int64_t j = 0; j <= pos + i; ++j) o += s[size_t(j)] / sum * vc[size_t((b * Tmax + j) * Ckv + kv + k)];
+            for (int64_t j = first; j <= pos + i; ++j) o += s[size_t(j)] / sum * vc[size_t((b * Tmax + j) * Ckv + kv + k)];
             EXPECT_NEAR(out[size_t((b * n + i) * C + h * hd + k)], o, 1e-5);
           }
         }
@@ -175,6 +177,14 @@ TEST(GPTInference, CachedLogitsWithRotaryPositionsMatchTheTrainingForward) {
   GPTConfig cfg = tiny_config();
   cfg.rope = true;
   cfg.rope_theta = 100.0;
+  check_cached_logits(cfg);
+}
+
+// Mistral's sliding window: generation's cached attention sees the same last positions as training's.
+TEST(GPTInference, CachedLogitsWithSlidingWindowMatchTheTrainingForward) {
+  GPTConfig cfg = tiny_config();
+  cfg.rope = true;
+  cfg.sliding_window = 3;
   check_cached_logits(cfg);
 }
 

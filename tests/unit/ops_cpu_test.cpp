@@ -878,12 +878,12 @@ TEST(OpsCpu, MatmulFusedGeluRejectsBadArguments) {
 
 // ---------------------------------------------------------------- attention
 
-// Hkv: key-value heads (grouped-query attention), 0 = H.
+// Hkv: key-value heads (grouped-query attention), 0 = H; window: a sliding window, 0 = none.
 struct AttnDims {
-  int64_t B, T, C, H, Hkv = 0;
+  int64_t B, T, C, H, Hkv = 0, window = 0;
   int64_t kv() const { return Hkv > 0 ? Hkv : H; }
   int64_t W() const { return C + 2 * kv() * (C / H); }  // qkv's row
-  AttentionHeads heads() const { return {int(H), int(kv())}; }
+  AttentionHeads heads() const { return {int(H), int(kv()), window}; }
 };
 
 // out, lse, and dqkv with the textbook softmax gradient dS = P (dP - rowsum(P dP)); mag holds, per
@@ -907,30 +907,31 @@ AttnRef attention_ref(const HostTensor& qkv, const HostTensor& dout, const AttnD
     for (int64_t h = 0; h < a.H; ++h) {
       std::vector<std::vector<double>> P(size_t(a.T), std::vector<double>(size_t(a.T), 0.0)), dP = P;
       for (int64_t t = 0; t < a.T; ++t) {
+        const int64_t s0 = a.window > 0 ? std::max<int64_t>(0, t - a.window + 1) : 0;  // the window's first key
         double mx = -1e300, z = 0;
-        for (int64_t s = 0; s <= t; ++s) {
+        for (int64_t s = s0; s <= t; ++s) {
           double d = 0;
           for (int64_t i = 0; i < hd; ++i) d += qkv.get(at(b, t, 0, h, i)) * qkv.get(at(b, s, 1, h, i));
           P[size_t(t)][size_t(s)] = d * sc;
           mx = std::max(mx, d * sc);
         }
-        for (int64_t s = 0; s <= t; ++s) z += std::exp(P[size_t(t)][size_t(s)] - mx);
+        for (int64_t s = s0; s <= t; ++s) z += std::exp(P[size_t(t)][size_t(s)] - mx);
         f.lse[size_t((b * a.H + h) * a.T + t)] = mx + std::log(z);
-        for (int64_t s = 0; s <= t; ++s) P[size_t(t)][size_t(s)] = std::exp(P[size_t(t)][size_t(s)] - mx) / z;
+        for (int64_t s = s0; s <= t; ++s) P[size_t(t)][size_t(s)] = std::exp(P[size_t(t)][size_t(s)] - mx) / z;
         double D = 0, Dmag = 0;  // Dmag = sum |dout * out|, the scale of D's rounding error
         for (int64_t i = 0; i < hd; ++i) {
           double o = 0;
-          for (int64_t s = 0; s <= t; ++s) o += P[size_t(t)][size_t(s)] * m(b, h, t, s) * qkv.get(at(b, s, 2, h, i));
+          for (int64_t s = s0; s <= t; ++s) o += P[size_t(t)][size_t(s)] * m(b, h, t, s) * qkv.get(at(b, s, 2, h, i));
           f.out[size_t((b * a.T + t) * a.C + h * hd + i)] = o;
           Dmag += std::fabs(o * dout.get((b * a.T + t) * a.C + h * hd + i));
         }
-        for (int64_t s = 0; s <= t; ++s) {
+        for (int64_t s = s0; s <= t; ++s) {
           double d = 0;
           for (int64_t i = 0; i < hd; ++i) d += dout.get((b * a.T + t) * a.C + h * hd + i) * qkv.get(at(b, s, 2, h, i));
           dP[size_t(t)][size_t(s)] = m(b, h, t, s) * d;  // dL/dP through the dropped probability
           D += P[size_t(t)][size_t(s)] * dP[size_t(t)][size_t(s)];
         }
-        for (int64_t s = 0; s <= t; ++s) {
+        for (int64_t s = s0; s <= t; ++s) {
           const double p = P[size_t(t)][size_t(s)], ds = p * (dP[size_t(t)][size_t(s)] - D);
           const double ms = p * (std::fabs(dP[size_t(t)][size_t(s)]) + Dmag);
           for (int64_t i = 0; i < hd; ++i) {
@@ -954,8 +955,12 @@ TEST(OpsCpu, AttentionMatchesReference) {
   std::mt19937 g(10);
   for (auto [dt, a] : {std::pair{DType::f32, AttnDims{2, 7, 12, 3}}, {DType::bf16, AttnDims{2, 7, 12, 3}},
                        {DType::f16, AttnDims{2, 7, 12, 3}}, {DType::f32, AttnDims{2, 7, 16, 4, 2}},
-                       {DType::bf16, AttnDims{2, 7, 16, 4, 2}}, {DType::f32, AttnDims{2, 7, 12, 3, 1}}}) {
-    SCOPED_TRACE(std::string(dtype_name(dt)) + ", " + std::to_string(a.kv()) + " key-value heads");
+                       {DType::bf16, AttnDims{2, 7, 16, 4, 2}}, {DType::f32, AttnDims{2, 7, 12, 3, 1}},
+                       // sliding windows of 3 and 1 positions (1: each query sees only itself)
+                       {DType::f32, AttnDims{2, 7, 16, 4, 2, 3}}, {DType::bf16, AttnDims{2, 7, 12, 3, 0, 3}},
+                       {DType::f32, AttnDims{1, 5, 12, 3, 0, 1}}}) {
+    SCOPED_TRACE(std::string(dtype_name(dt)) + ", " + std::to_string(a.kv()) + " key-value heads, window " +
+                 std::to_string(a.window));
     HostTensor qkv(dt, {a.B, a.T, a.W()}), out(dt, {a.B, a.T, a.C}), dout(dt, {a.B, a.T, a.C});
     HostTensor lse(DType::f32, {a.B, a.H, a.T}), dqkv(dt, {a.B, a.T, a.W()});
     qkv.randomize(g, -2.0, 2.0);
@@ -980,8 +985,8 @@ TEST(OpsCpu, AttentionMatchesReference) {
 
 TEST(OpsCpu, AttentionBackwardFiniteDifferences) {
   std::mt19937 g(11);
-  for (const AttnDims a : {AttnDims{1, 4, 6, 2}, AttnDims{1, 4, 8, 4, 2}, AttnDims{1, 4, 6, 2, 1}}) {
-    SCOPED_TRACE(std::to_string(a.kv()) + " key-value heads");
+  for (const AttnDims a : {AttnDims{1, 4, 6, 2}, AttnDims{1, 4, 8, 4, 2}, AttnDims{1, 4, 6, 2, 1}, AttnDims{1, 5, 8, 4, 2, 2}}) {
+    SCOPED_TRACE(std::to_string(a.kv()) + " key-value heads, window " + std::to_string(a.window));
     HostTensor qkv(DType::f32, {a.B, a.T, a.W()}), out(DType::f32, {a.B, a.T, a.C}), r(DType::f32, {a.B, a.T, a.C});
     HostTensor lse(DType::f32, {a.B, a.H, a.T}), dqkv(DType::f32, {a.B, a.T, a.W()});
     qkv.randomize(g);
