@@ -114,10 +114,12 @@ struct GPTConfig {
   int64_t active_parameter_count() const { return count_parameters(moe.top_k); }
   // Model FLOPs per trained token: 6N + 12 L C T (REFERENCE.md; C the attention width, d_model unless
   // model.head_dim decouples it), N = active_parameter_count() less an untied token embedding (its
-  // lookups are no matmul; tied, its N counts the head's).
+  // lookups are no matmul; tied, its N counts the head's). With a sliding window shorter than the
+  // sequence a query attends to W keys, not T: 12 L C W.
   double flops_per_token() const {
     const int64_t lookup_only = tied_head ? 0 : vocab_size * d_model;
-    return 6.0 * double(active_parameter_count() - lookup_only) + 12.0 * double(n_layers * attention_width() * seq_len);
+    const int64_t keys = sliding_window > 0 && sliding_window < seq_len ? sliding_window : seq_len;
+    return 6.0 * double(active_parameter_count() - lookup_only) + 12.0 * double(n_layers * attention_width() * keys);
   }
 
  private:

@@ -311,6 +311,15 @@ TEST(GPT, UntiedHeadParameterCount) {
   EXPECT_EQ(c.flops_per_token(), tied.flops_per_token());
 }
 
+// A sliding window counts attention over its W keys (12 L C W), one as long as the sequence over T.
+TEST(GPT, SlidingWindowFlops) {
+  GPTConfig c, w;
+  w.sliding_window = 256;
+  EXPECT_EQ(c.flops_per_token() - w.flops_per_token(), 12.0 * 12 * 768 * (1024 - 256));
+  w.sliding_window = 1024;
+  EXPECT_EQ(w.flops_per_token(), c.flops_per_token());
+}
+
 // A width F makes fc (F, C) (SwiGLU (2F, C)) and proj (C, F). GPT-2 small at F = 4C is unchanged; with
 // SwiGLU at F = 8/3 x C = 2048 its MLP weights are GELU's 8C^2 again, the biases 1024 more a block.
 TEST(GPT, MlpWidthParameterCount) {
