@@ -39,7 +39,8 @@ class GPTConfig:
     rope_theta: float = 0.0  # > 0: rotary positions of this base (model.position_embedding = rope), no wpe
     # Llama 3's frequency scaling (model.rope_scaling = llama3): (factor, low_freq_factor,
     # high_freq_factor, original positions); linear (position interpolation): (factor,); YaRN:
-    # ("yarn", factor, original positions, beta_fast, beta_slow, attention factor); () = none.
+    # ("yarn", factor, original positions, beta_fast, beta_slow, attention factor); LongRoPE:
+    # ("longrope", factor, original positions, attention factor, long factors, short factors); () = none.
     rope_scaling: tuple = ()
     rope_dims: int = 0  # partial rotary (model.partial_rotary_factor): each head's first rope_dims turn; 0 = all
     mlp: str = "gelu"  # gelu | swiglu (model.mlp): swiglu's fc is (2F, C), rows [gate | up]
@@ -79,11 +80,16 @@ def rotary_table(seq_len, head_dim, theta, scaling=()):
     frequencies (transformers' rope_type "llama3"); with (factor,), every frequency divided by it
     (rope_type "linear"); with ("yarn", factor, original positions, beta_fast, beta_slow, attention
     factor), YaRN's blend (rope_type "yarn", its correction range truncated) and cos, sin times the
-    attention factor."""
+    attention factor; with ("longrope", factor, original positions, attention factor, long factors,
+    short factors), each pair's frequency divided by its factor (the long ones where seq_len exceeds
+    the original positions) and cos, sin times the attention factor (rope_type "longrope")."""
     half = head_dim // 2
     inv = theta ** (-torch.arange(half, dtype=torch.float64) / half)
     amplitude = 1.0
-    if scaling and scaling[0] == "yarn":
+    if scaling and scaling[0] == "longrope":
+        _, _, original, amplitude, long_factors, short_factors = scaling
+        inv = inv / torch.tensor(long_factors if seq_len > original else short_factors, dtype=torch.float64)
+    elif scaling and scaling[0] == "yarn":
         _, factor, original, beta_fast, beta_slow, amplitude = scaling
         def correction(rotations):  # the pair index turning `rotations` times over the original context
             return head_dim * math.log(original / (rotations * 2 * math.pi)) / (2 * math.log(theta))
@@ -363,7 +369,10 @@ def load_trellis_dump(dump_dir, dtype=torch.float64, attn="sdpa"):
                                   (float(c["rope_scaling_factor"]),) if c.get("rope_scaling") == "linear" else
                                   ("yarn", float(c["rope_scaling_factor"]), float(c["rope_original_positions"]),
                                    float(c["rope_beta_fast"]), float(c["rope_beta_slow"]),
-                                   float(c["rope_attention_factor"])) if c.get("rope_scaling") == "yarn" else ()),
+                                   float(c["rope_attention_factor"])) if c.get("rope_scaling") == "yarn" else
+                                  ("longrope", float(c["rope_scaling_factor"]), float(c["rope_original_positions"]),
+                                   float(c["rope_attention_factor"]), list(c["rope_long_factors"]),
+                                   list(c["rope_short_factors"])) if c.get("rope_scaling") == "longrope" else ()),
                     rope_dims=c.get("rope_dims", 0),
                     mlp=c.get("mlp", "gelu"), ffn_hidden=c.get("ffn_hidden_size", 0), norm=c.get("norm", "layernorm"),
                     tie_embeddings=c.get("tie_embeddings", True), n_kv_heads=c.get("n_kv_heads", 0),
@@ -438,6 +447,10 @@ def write_dump(model, tokens, targets, dump_dir):
                        **(dict(zip(("rope_scaling_factor", "rope_original_positions", "rope_beta_fast",
                                     "rope_beta_slow", "rope_attention_factor"), c.rope_scaling[1:]), rope_scaling="yarn")
                           if c.rope_scaling and c.rope_scaling[0] == "yarn" else
+                          dict(zip(("rope_scaling_factor", "rope_original_positions", "rope_attention_factor",
+                                    "rope_long_factors", "rope_short_factors"), c.rope_scaling[1:]),
+                               rope_scaling="longrope")
+                          if c.rope_scaling and c.rope_scaling[0] == "longrope" else
                           dict(zip(("rope_scaling_factor", "rope_low_freq_factor", "rope_high_freq_factor",
                                     "rope_original_positions"), c.rope_scaling),
                                rope_scaling="llama3" if len(c.rope_scaling) == 4 else "linear")

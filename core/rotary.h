@@ -1,7 +1,8 @@
 // RoPE's rotation frequencies, shared by the CPU and CUDA kernels: pair i of a head of size hd
 // turns by theta^(-2i/hd) radians a position, optionally rescaled as Llama 3.1 and 3.2 do
 // (transformers' rope_type "llama3"), divided by a factor, position interpolation (rope_type "linear"),
-// or by YaRN (rope_type "yarn", with its scaled amplitude).
+// or by YaRN (rope_type "yarn", with its scaled amplitude), or each pair by a factor of its own
+// (LongRoPE, rope_type "longrope": Phi-3's long contexts, also with a scaled amplitude).
 #pragma once
 #include <cmath>
 #include <cstdint>
@@ -9,6 +10,9 @@
 #include "core/host_device.h"
 
 namespace trellis {
+
+// The most pairs a head turns (head_dim <= 256).
+constexpr int kMaxRotaryPairs = 128;
 
 struct RotaryFrequencies {
   double theta = 10000.0;
@@ -27,19 +31,27 @@ struct RotaryFrequencies {
   // first `dims` of each head turn, as a head of that size would (pairs (i, i + dims/2), frequencies
   // over dims); the rest pass unturned. 0 = the whole head.
   int64_t dims = 0;
+  // LongRoPE (Ding et al. 2024; Phi-3's long contexts): pair i's frequency divided by pair_factors[i]
+  // (the model's long or short factors, as its context exceeds the original one or not), and q and
+  // k scaled by attention_factor.
+  bool longrope = false;
+  double pair_factors[kMaxRotaryPairs] = {};
 
   RotaryFrequencies(double base = 10000.0) : theta(base) {}  // implicit: a plain base is unscaled
   bool operator==(const RotaryFrequencies& o) const {  // spelled out: CUDA sources compile as C++17
-    return theta == o.theta && factor == o.factor && low_freq_factor == o.low_freq_factor &&
-           high_freq_factor == o.high_freq_factor && original_positions == o.original_positions && linear == o.linear &&
-           yarn == o.yarn && beta_fast == o.beta_fast && beta_slow == o.beta_slow &&
-           attention_factor == o.attention_factor && dims == o.dims;
+    bool same = theta == o.theta && factor == o.factor && low_freq_factor == o.low_freq_factor &&
+                high_freq_factor == o.high_freq_factor && original_positions == o.original_positions &&
+                linear == o.linear && yarn == o.yarn && beta_fast == o.beta_fast && beta_slow == o.beta_slow &&
+                attention_factor == o.attention_factor && dims == o.dims && longrope == o.longrope;
+    for (int i = 0; i < kMaxRotaryPairs && same; ++i) same = pair_factors[i] == o.pair_factors[i];
+    return same;
   }
   bool operator!=(const RotaryFrequencies& o) const { return !(*this == o); }
 
   // Radians a position for pair i of `half` pairs.
   TRELLIS_HD double inverse_frequency(int64_t i, int64_t half) const {
     const double f = pow(theta, -double(i) / double(half));
+    if (longrope) return f / pair_factors[i];
     if (factor == 1.0) return f;
     if (linear) return f / factor;
     if (yarn) {
@@ -60,13 +72,18 @@ struct RotaryFrequencies {
     const double smooth = (original_positions / wavelength - low_freq_factor) / (high_freq_factor - low_freq_factor);
     return (1.0 - smooth) * f / factor + smooth * f;
   }
-  // What cos and sin are scaled by: YaRN's attention factor, else 1.
-  TRELLIS_HD double amplitude() const { return yarn ? attention_factor : 1.0; }
+  // What cos and sin are scaled by: YaRN's or LongRoPE's attention factor, else 1.
+  TRELLIS_HD double amplitude() const { return yarn || longrope ? attention_factor : 1.0; }
   // The turned dims of a head of size hd.
   TRELLIS_HD int64_t turned(int64_t hd) const { return dims > 0 ? dims : hd; }
 };
 
 // YaRN's default attention factor for a scaling factor (its mscale: 0.1 ln(factor) + 1, 1 unscaled).
 inline double yarn_attention_factor(double factor) { return factor <= 1.0 ? 1.0 : 0.1 * std::log(factor) + 1.0; }
+// LongRoPE's default (transformers', for a context `factor` times the original positions):
+// sqrt(1 + ln(factor) / ln(original positions)), 1 unscaled.
+inline double longrope_attention_factor(double factor, double original_positions) {
+  return factor <= 1.0 ? 1.0 : std::sqrt(1.0 + std::log(factor) / std::log(original_positions));
+}
 
 }  // namespace trellis

@@ -46,9 +46,11 @@ HfTensor hf_tensor(std::string name, int64_t rows, int64_t cols, int64_t offset)
 bool llama_family(const GPTConfig& m) { return m.rope && m.swiglu && m.rmsnorm && !m.bias; }
 bool mixtral(const GPTConfig& m) { return llama_family(m) && m.moe.experts > 0; }
 // Llama's block turning part of each head: Phi-3's (its projections fused: qkv_proj, gate_up_proj).
-bool phi3(const GPTConfig& m) { return llama_family(m) && m.rope_dims > 0; }
+// LongRoPE likewise: only Phi-3 among the families Trellis writes has it.
+bool phi3(const GPTConfig& m) { return llama_family(m) && (m.rope_dims > 0 || m.rope_longrope); }
 // The partial_rotary_factor whose int(head_dim x factor) is m's turned dims, as transformers computes it.
 double partial_rotary_factor(const GPTConfig& m) {
+  if (m.rope_dims == 0) return 1.0;  // the whole head
   const int64_t hd = m.head_dim();
   double f = double(m.rope_dims) / double(hd);
   while (int64_t(double(hd) * f) < m.rope_dims) f = std::nextafter(f, 2.0);
@@ -170,6 +172,16 @@ std::vector<HfTensor> hf_tensors(const GPTConfig& m, bool fused = false) {
 
 // Llama 3's or linear scaling as transformers writes it, or null.
 std::string rope_scaling_json(const GPTConfig& m) {
+  if (m.rope_longrope) {  // both lists, the attention factor as Trellis resolved it (Phi-3 writes the original context apart)
+    auto list = [](const std::vector<double>& v) {
+      std::string out = "[";
+      for (size_t i = 0; i < v.size(); ++i) out += (i ? "," : "") + number_g(v[i]);
+      return out + "]";
+    };
+    return "{\"rope_type\":\"longrope\",\"type\":\"longrope\",\"factor\":" + number_g(m.rope_factor) +
+           ",\"attention_factor\":" + number_g(m.rope_attention_factor) + ",\"long_factor\":" +
+           list(m.rope_long_factors) + ",\"short_factor\":" + list(m.rope_short_factors) + "}";
+  }
   if (m.rope_yarn)  // every value written, the attention factor as Trellis resolved it
     return "{\"rope_type\":\"yarn\",\"factor\":" + number_g(m.rope_factor) + ",\"original_max_position_embeddings\":" +
            number_g(m.rope_original_positions) + ",\"beta_fast\":" + number_g(m.rope_beta_fast) + ",\"beta_slow\":" +
@@ -208,7 +220,8 @@ std::string config_json(const GPTConfig& m) {
                            : mixtral(m)  ? "{\"architectures\":[\"MixtralForCausalLM\"],\"model_type\":\"mixtral\",\"vocab_size\":"
                            : phi3(m) ? "{\"architectures\":[\"Phi3ForCausalLM\"],\"model_type\":\"phi3\",\"partial_rotary_factor\":" +
                                          number_g(partial_rotary_factor(m)) + ",\"original_max_position_embeddings\":" +
-                                         std::to_string(m.seq_len) + ",\"sliding_window\":" + sliding_window_json(m) +
+                                         (m.rope_longrope ? number_g(m.rope_original_positions) : std::to_string(m.seq_len)) +
+                                         ",\"sliding_window\":" + sliding_window_json(m) +
                                          ",\"pad_token_id\":null,\"resid_pdrop\":0.0,\"embd_pdrop\":0.0,\"vocab_size\":"
                            : windowed(m) ? "{\"architectures\":[\"MistralForCausalLM\"],\"model_type\":\"mistral\",\"sliding_window\":" +
                                              sliding_window_json(m) + ",\"vocab_size\":"
@@ -407,10 +420,12 @@ GPTConfig read_hf_config(const std::string& dir) {
       if (!rp) continue;
       const std::string k = key;
       const JsonValue* kind = rp->find("rope_type") ? rp->find("rope_type") : rp->find("type");
-      const std::string type = kind && kind->kind == JsonValue::Kind::kString ? kind->text : "";
-      if (type != "default" && type != "llama3" && type != "linear" && type != "yarn")
+      std::string type = kind && kind->kind == JsonValue::Kind::kString ? kind->text : "";
+      if (phi && type == "su") type = "longrope";  // Phi-3's first name for it
+      if (type != "default" && type != "llama3" && type != "linear" && type != "yarn" && type != "longrope")
         refuse(k + "'s rope_type is " + (kind ? text_of(*kind) : std::string("missing")) +
-               " (allowed: default, llama3, linear, yarn)");
+               " (allowed: default, llama3, linear, yarn, longrope)");
+      if (type == "longrope" && !phi) refuse(k + "'s rope_type is \"longrope\" (Trellis reads LongRoPE from Phi-3 only)");
       auto value = [&](const char* name, double absent, double lo, double hi) {
         const JsonValue* v = rp->find(name);
         if (!v || v->kind == JsonValue::Kind::kNull) return absent;
@@ -426,6 +441,28 @@ GPTConfig read_hf_config(const std::string& dir) {
         m.rope_factor = value("factor", 0, 1, 1e6);
         if (m.rope_factor == 0) refuse(k + ".factor is missing");
         m.rope_linear = true;
+      }
+      if (type == "longrope") {  // transformers' _compute_longrope_parameters (5's: a factor given is kept)
+        auto factors = [&](const char* name) {
+          const JsonValue* v = rp->find(name);
+          std::vector<double> out;
+          if (!v || v->kind != JsonValue::Kind::kArray) refuse(k + "." + name + " is not a list of numbers");
+          for (const JsonValue& x : v->items) {
+            if (x.kind != JsonValue::Kind::kNumber) refuse(k + "." + name + " is not a list of numbers");
+            out.push_back(x.as_double());
+          }
+          return out;
+        };
+        m.rope_longrope = true;
+        m.rope_long_factors = factors("long_factor");
+        m.rope_short_factors = factors("short_factor");
+        // Phi-3 keeps the original context at the top level (4096 where absent, Phi3Config's default).
+        m.rope_original_positions =
+            value("original_max_position_embeddings", real("original_max_position_embeddings", 4096, 0, 1e9), 0, 1e9);
+        m.rope_factor = value("factor", double(m.seq_len) / m.rope_original_positions, 0, 1e6);
+        m.rope_attention_factor =
+            value("attention_factor", longrope_attention_factor(m.rope_factor, m.rope_original_positions), 0, 100);
+        continue;
       }
       if (type == "yarn") {  // transformers' _compute_yarn_parameters, its truncated correction range
         const JsonValue* truncate = rp->find("truncate");
@@ -491,14 +528,18 @@ std::string hf_family_mismatch(const GPTConfig& m) {
     return "the model attends within a sliding window of " + std::to_string(m.sliding_window) +
            " positions (model.sliding_window); of the Hugging Face families Trellis writes, only Mistral, Mixtral and "
            "Phi-3 have one, in Llama's block (rotary positions, RMSNorm, SwiGLU, no biases) without QK-norm";
-  if (m.rope && m.rope_dims > 0) {  // Phi-3: Llama's dense block, unscaled rotary on part of each head
-    const std::string what = "the model turns " + std::to_string(m.rope_dims) + " of each head's " +
-                             std::to_string(m.head_dim()) + " dims (model.partial_rotary_factor) ";
-    const char* phi3_is = "; of the Hugging Face families only Phi-3 turns part of a head, in Llama's block (RMSNorm, "
-                          "SwiGLU, no biases) without experts, QK-norm or a head_dim of its own, rope_scaling none";
+  if (m.rope && (m.rope_dims > 0 || m.rope_longrope)) {  // Phi-3: Llama's dense block, part of each head or LongRoPE
+    const std::string what = m.rope_dims > 0 ? "the model turns " + std::to_string(m.rope_dims) + " of each head's " +
+                                                   std::to_string(m.head_dim()) + " dims (model.partial_rotary_factor) "
+                                             : std::string("the model scales its rotary frequencies by LongRoPE "
+                                                           "(model.rope_scaling = longrope) ");
+    const char* phi3_is = "; of the Hugging Face families only Phi-3 turns part of a head or scales by LongRoPE, in "
+                          "Llama's block (RMSNorm, SwiGLU, no biases) without experts, QK-norm or a head_dim of its own, "
+                          "rope_scaling none or longrope";
     if (!llama_family(m) || m.moe.experts > 0 || m.qkv_bias || m.qk_norm || m.head_size > 0)
       return what + "in a block not Phi-3's" + phi3_is;
-    if (m.rope_factor != 1.0 || m.rope_yarn) return what + "with its frequencies scaled (model.rope_scaling)" + phi3_is;
+    if (!m.rope_longrope && (m.rope_factor != 1.0 || m.rope_yarn))
+      return what + "with its frequencies scaled (model.rope_scaling)" + phi3_is;
     return "";
   }
   if (m.moe.experts > 0) {  // Mixtral: Llama's block with SwiGLU experts in every block, nothing shared

@@ -102,6 +102,10 @@ void write_model_json(const GPTConfig& mc, const std::vector<ParameterSpec>& spe
     config.add("rope_scaling", std::string("yarn")).add("rope_scaling_factor", mc.rope_factor)
         .add("rope_original_positions", mc.rope_original_positions).add("rope_beta_fast", mc.rope_beta_fast)
         .add("rope_beta_slow", mc.rope_beta_slow).add("rope_attention_factor", mc.rope_attention_factor);
+  else if (mc.rope && mc.rope_longrope)  // LongRoPE, likewise, with both factor lists
+    config.add("rope_scaling", std::string("longrope")).add("rope_scaling_factor", mc.rope_factor)
+        .add("rope_original_positions", mc.rope_original_positions).add("rope_attention_factor", mc.rope_attention_factor)
+        .add("rope_long_factors", mc.rope_long_factors).add("rope_short_factors", mc.rope_short_factors);
   else if (mc.rope && mc.rope_factor != 1.0 && mc.rope_linear)  // position interpolation, likewise
     config.add("rope_scaling", std::string("linear")).add("rope_scaling_factor", mc.rope_factor);
   else if (mc.rope && mc.rope_factor != 1.0)  // Llama 3's scaling, likewise

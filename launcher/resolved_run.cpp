@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "core/crc32c.h"
 #include "core/error.h"
 #include "core/runtime.h"
 
@@ -49,6 +50,16 @@ Resolved resolve(const Config& cfg, const LaunchInfo& launch) {
     r.model.rope_beta_slow = cfg.model.rope_beta_slow;
     r.model.rope_attention_factor = cfg.model.rope_attention_factor > 0 ? cfg.model.rope_attention_factor
                                                                          : yarn_attention_factor(cfg.model.rope_scaling_factor);
+  } else if (r.model.rope && cfg.model.rope_scaling == "longrope") {
+    r.model.rope_factor = cfg.model.rope_scaling_factor;
+    r.model.rope_longrope = true;
+    r.model.rope_original_positions = double(cfg.model.rope_original_positions);
+    r.model.rope_attention_factor =
+        cfg.model.rope_attention_factor > 0
+            ? cfg.model.rope_attention_factor
+            : longrope_attention_factor(cfg.model.rope_scaling_factor, double(cfg.model.rope_original_positions));
+    r.model.rope_long_factors = parse_rope_factors(cfg, "rope_long_factor");
+    r.model.rope_short_factors = parse_rope_factors(cfg, "rope_short_factor");
   } else if (r.model.rope && cfg.model.rope_scaling == "llama3") {
     r.model.rope_factor = cfg.model.rope_scaling_factor;
     r.model.rope_low_freq_factor = cfg.model.rope_low_freq_factor;
@@ -112,6 +123,15 @@ std::string with_commas(int64_t n) {
 }
 
 std::string rope_scaling_text(const GPTConfig& m) {
+  if (m.rope && m.rope_longrope) {  // the factors by their checksum: two models with others differ
+    std::vector<double> all = m.rope_long_factors;
+    all.insert(all.end(), m.rope_short_factors.begin(), m.rope_short_factors.end());
+    char crc[16];
+    std::snprintf(crc, sizeof crc, "%08x", crc32c(all.data(), all.size() * sizeof(double)));
+    return "longrope rope scaling (factor " + number_g(m.rope_factor) + ", original positions " +
+           number_g(m.rope_original_positions) + ", attention factor " + number_g(m.rope_attention_factor) + ", " +
+           std::to_string(m.rope_long_factors.size()) + " long and short factors, crc32c " + crc + ")";
+  }
   if (!m.rope || (m.rope_factor == 1.0 && !m.rope_yarn)) return "";
   if (m.rope_linear) return "linear rope scaling (factor " + number_g(m.rope_factor) + ")";
   if (m.rope_yarn)

@@ -304,6 +304,10 @@ void validate_relations(const Config& c) {
                     " must exceed model.rope_beta_slow = " +
                     config_keys::toml_value(*config_keys::find_key("model", "rope_beta_slow"), c) +
                     " (the frequencies between them are blended)");
+  if (c.model.position_embedding == "rope" && c.model.rope_scaling == "longrope") {
+    parse_rope_factors(c, "rope_long_factor");
+    parse_rope_factors(c, "rope_short_factor");
+  }
   if (c.log.trace_step > 0 && c.log.trace_file.empty())
     throw UserError(p + ": log.trace_file is empty; log.trace_step = " + std::to_string(c.log.trace_step) +
                     " writes its trace there (allowed: a file path, e.g. \"runs/trace.json\")");
@@ -329,6 +333,33 @@ void validate_relations(const Config& c) {
 
 int64_t dense_ffn_hidden_size(const Config& c) {
   return c.moe.experts > 0 && c.moe.layer_freq == 1 && c.moe.first_dense_layers == 0 ? 0 : c.model.ffn_hidden_size;
+}
+
+std::vector<double> parse_rope_factors(const Config& c, const char* key) {
+  const std::string& text = std::string(key) == "rope_long_factor" ? c.model.rope_long_factor : c.model.rope_short_factor;
+  const int64_t head = c.model.head_dim > 0 ? c.model.head_dim : c.model.d_model / c.model.n_heads;
+  const int64_t pairs = int64_t(double(head) * c.model.partial_rotary_factor) / 2;
+  auto bad = [&](const std::string& why) {
+    return UserError(c.path + ": model." + key + " = \"" + (text.size() > 60 ? text.substr(0, 60) + "..." : text) +
+                     "\" " + why + " (allowed with model.rope_scaling = longrope: " + std::to_string(pairs) +
+                     " comma-separated numbers > 0, one a turned pair of a head's dims)");
+  };
+  std::vector<double> out;
+  size_t pos = 0;
+  while (pos <= text.size()) {
+    const size_t comma = std::min(text.find(',', pos), text.size());
+    const std::string item = text.substr(pos, comma - pos);
+    char* end = nullptr;
+    const double v = std::strtod(item.c_str(), &end);
+    if (item.find_first_not_of(" \t") == std::string::npos || end == item.c_str() ||
+        item.find_first_not_of(" \t", size_t(end - item.c_str())) != std::string::npos)
+      throw bad(text.empty() ? "is empty" : "is not a list of numbers");
+    if (!(std::isfinite(v) && v > 0)) throw bad("has the factor " + item);
+    out.push_back(v);
+    pos = comma + 1;
+  }
+  if (int64_t(out.size()) != pairs) throw bad("lists " + std::to_string(out.size()));
+  return out;
 }
 
 std::vector<int> parse_stage_layers(const Config& c) {

@@ -19,11 +19,12 @@ struct ModelConfig {
   bool qk_norm = false;         // RMSNorm of every query and key head (Qwen3's)
   std::string position_embedding = "learned";  // learned | rope
   double rope_theta = 10000.0;  // RoPE's frequency base
-  std::string rope_scaling = "none";  // none | llama3 (Llama 3.1's frequency scaling) | linear | yarn
+  std::string rope_scaling = "none";  // none | llama3 (Llama 3.1's frequency scaling) | linear | yarn | longrope
   double rope_scaling_factor = 8.0, rope_low_freq_factor = 1.0, rope_high_freq_factor = 4.0;
   int64_t rope_original_positions = 8192;
   double rope_beta_fast = 32.0, rope_beta_slow = 1.0;  // YaRN's correction range
-  double rope_attention_factor = 0.0;  // YaRN's q, k scale; 0 = 0.1 ln(factor) + 1
+  double rope_attention_factor = 0.0;  // YaRN's / LongRoPE's q, k scale; 0 = their default
+  std::string rope_long_factor, rope_short_factor;  // LongRoPE's per-pair factors, comma-separated
   double partial_rotary_factor = 1.0;  // the fraction of each head's dims RoPE turns (Phi-3's, GPT-NeoX's)
   int64_t sliding_window = 0;   // a query sees this many positions, its own included (Mistral's); 0 = all
   std::string mlp = "gelu";     // gelu | swiglu
@@ -164,6 +165,10 @@ Config load_config_text(const std::string& toml_text, const std::string& name,
 // unless it lists parallel.pipeline x parallel.virtual_stages integers >= 1 summing to
 // model.n_layers. load_config checks it already.
 std::vector<int> parse_stage_layers(const Config& c);
+// model.rope_long_factor or model.rope_short_factor (`key`) as numbers. Throws UserError (one line
+// naming the file and the key) unless model.rope_scaling = longrope's turned pairs (a head's turned
+// dims / 2) of finite numbers > 0 are listed. load_config checks both already.
+std::vector<double> parse_rope_factors(const Config& c, const char* key);
 // model.ffn_hidden_size where some block has a dense MLP, else 0: with moe.layer_freq = 1 every
 // block has experts, so the key sets nothing and enters neither the model's description (checkpoint
 // signature, model.json) nor its checks.

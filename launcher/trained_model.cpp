@@ -1,7 +1,9 @@
 // Opening checkpoints and weight exports for the tools that read trained parameters.
 #include "launcher/trained_model.h"
 
+#include <algorithm>
 #include <climits>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -152,6 +154,32 @@ void set_yarn_rope_scaling(GPTConfig& m, double factor, double original, double 
   m.rope_attention_factor = attention_factor;
 }
 
+// LongRoPE's rope scaling of a stored model's description (after its partial rotary): one long and
+// one short factor a turned pair, checked as the config keys are.
+void set_longrope_rope_scaling(GPTConfig& m, double factor, double original, double attention_factor,
+                               const std::vector<double>& long_factors, const std::vector<double>& short_factors,
+                               const std::string& where) {
+  const size_t pairs = size_t(m.rope_dims > 0 ? m.rope_dims : m.head_dim()) / 2;
+  auto positive = [](const std::vector<double>& v) {
+    return std::all_of(v.begin(), v.end(), [](double x) { return std::isfinite(x) && x > 0; });
+  };
+  if (!(factor > 0 && factor <= 1e6 && original >= 1 && original <= 1e9 && attention_factor > 0 &&
+        attention_factor <= 100 && long_factors.size() == pairs && short_factors.size() == pairs &&
+        positive(long_factors) && positive(short_factors)))
+    throw UserError(where + ": longrope rope scaling with factor " + number_g(factor) + ", original positions " +
+                    number_g(original) + ", attention factor " + number_g(attention_factor) + ", " +
+                    std::to_string(long_factors.size()) + " long and " + std::to_string(short_factors.size()) +
+                    " short factors (allowed: factor above 0, at most 1e6, original positions 1 to 1e9, attention factor above 0, "
+                    "at most 100, and " + std::to_string(pairs) + " factors above 0 each, one a turned pair)");
+  m.rope_factor = factor;
+  m.rope_linear = m.rope_yarn = false;
+  m.rope_longrope = true;
+  m.rope_original_positions = original;
+  m.rope_attention_factor = attention_factor;
+  m.rope_long_factors = long_factors;
+  m.rope_short_factors = short_factors;
+}
+
 // Llama 3's rope scaling of a stored model's description (absent: none), checked as the config keys are.
 void set_rope_scaling(GPTConfig& m, double factor, double low, double high, double original, const std::string& where) {
   if (!(factor >= 1 && factor <= 1e6 && low > 0 && high > low && high <= 1e6 && original >= 1 && original <= 1e9))
@@ -245,6 +273,13 @@ StoredModel open_checkpoint(const std::string& path, const std::string& verb) {
   if (s.shape.rope && mc.rope_scaling == "llama3")
     set_rope_scaling(s.shape, mc.rope_scaling_factor, mc.rope_low_freq_factor, mc.rope_high_freq_factor,
                      double(mc.rope_original_positions), s.dir + " (config)");
+  if (s.shape.rope && mc.rope_scaling == "longrope")
+    set_longrope_rope_scaling(
+        s.shape, mc.rope_scaling_factor, double(mc.rope_original_positions),
+        mc.rope_attention_factor > 0 ? mc.rope_attention_factor
+                                     : longrope_attention_factor(mc.rope_scaling_factor, double(mc.rope_original_positions)),
+        parse_rope_factors(*s.config, "rope_long_factor"), parse_rope_factors(*s.config, "rope_short_factor"),
+        s.dir + " (config)");
   set_mlp(s.shape, mc.mlp, dense_ffn_hidden_size(*s.config), s.dir + " (config)");  // as training resolved it
   set_norm(s.shape, mc.norm, s.dir + " (config)");
   set_norm_eps(s.shape, mc.norm_eps, s.dir + " (config)");
@@ -323,8 +358,17 @@ StoredModel open_export(const std::string& dir) {
       } else if (scaling->as_string() == "llama3") {
         set_rope_scaling(s.shape, c.at("rope_scaling_factor").as_double(), c.at("rope_low_freq_factor").as_double(),
                          c.at("rope_high_freq_factor").as_double(), c.at("rope_original_positions").as_double(), json);
+      } else if (scaling->as_string() == "longrope") {
+        auto numbers = [&](const char* key) {
+          std::vector<double> v;
+          for (const JsonValue& x : c.at(key).items) v.push_back(x.as_double());
+          return v;
+        };
+        set_longrope_rope_scaling(s.shape, c.at("rope_scaling_factor").as_double(),
+                                  c.at("rope_original_positions").as_double(), c.at("rope_attention_factor").as_double(),
+                                  numbers("rope_long_factors"), numbers("rope_short_factors"), json);
       } else {
-        throw UserError(json + ": rope_scaling \"" + scaling->as_string() + "\" is not llama3, linear or yarn");
+        throw UserError(json + ": rope_scaling \"" + scaling->as_string() + "\" is not llama3, linear, yarn or longrope");
       }
     }
     const JsonValue *mlp = c.find("mlp"), *ffn = c.find("ffn_hidden_size");
@@ -424,6 +468,9 @@ StoredModel open_hf(const std::string& dir) {
   else if (c.rope_yarn)
     set_yarn_rope_scaling(s.shape, c.rope_factor, c.rope_original_positions, c.rope_beta_fast, c.rope_beta_slow,
                           c.rope_attention_factor, where);
+  else if (c.rope_longrope)
+    set_longrope_rope_scaling(s.shape, c.rope_factor, c.rope_original_positions, c.rope_attention_factor,
+                              c.rope_long_factors, c.rope_short_factors, where);
   else set_rope_scaling(s.shape, c.rope_factor, c.rope_low_freq_factor, c.rope_high_freq_factor, c.rope_original_positions, where);
   set_mlp(s.shape, c.swiglu ? "swiglu" : "gelu", c.ffn_hidden, where);
   set_norm(s.shape, c.rmsnorm ? "rmsnorm" : "layernorm", where);

@@ -46,7 +46,12 @@ struct GPTConfig {
   // rope_yarn YaRN's (core/rotary.h); rope_factor 1 = none.
   double rope_factor = 1.0, rope_low_freq_factor = 1.0, rope_high_freq_factor = 4.0, rope_original_positions = 8192.0;
   bool rope_linear = false, rope_yarn = false;
-  double rope_beta_fast = 32.0, rope_beta_slow = 1.0, rope_attention_factor = 1.0;  // YaRN's
+  // LongRoPE (rope_longrope): each pair's frequency divided by its factor, the long ones where seq_len
+  // exceeds rope_original_positions, else the short ones (one a turned pair each); q and k scaled by
+  // rope_attention_factor.
+  bool rope_longrope = false;
+  std::vector<double> rope_long_factors, rope_short_factors;
+  double rope_beta_fast = 32.0, rope_beta_slow = 1.0, rope_attention_factor = 1.0;  // YaRN's (and LongRoPE's factor)
   int64_t rope_dims = 0;  // partial rotary: each head's first rope_dims turn (RotaryFrequencies::dims); 0 = all
   // Sliding-window attention (Mistral's, Phi-3's): a query sees the last sliding_window positions,
   // its own included (AttentionHeads::window); 0 = every earlier position.
@@ -89,6 +94,11 @@ struct GPTConfig {
     f.beta_slow = rope_beta_slow;
     f.attention_factor = rope_attention_factor;
     f.dims = rope_dims;
+    f.longrope = rope_longrope;
+    if (rope_longrope) {
+      const std::vector<double>& pairs = double(seq_len) > rope_original_positions ? rope_long_factors : rope_short_factors;
+      for (size_t i = 0; i < pairs.size() && i < size_t(kMaxRotaryPairs); ++i) f.pair_factors[i] = pairs[i];
+    }
     return f;
   }
   bool has_qkv_bias() const { return bias || qkv_bias; }

@@ -149,8 +149,8 @@ TEST_P(Parity, SigmoidGateRows) {
 // Rotary positions forward and inverse, at head sizes of 128, 12 and 6 (the kernel's 4-, 2- and
 // 1-pair loads) and a position offset (generation's cached case), plain and with Llama 3.2's scaling
 // (at head size 128 its frequencies fall in all three bands), linear and YaRN's (with its amplitude), and
-// partial (4 and, with YaRN, 2 of each head's dims turned): the cosines and sines are the same double
-// computation on both backends.
+// partial (4 and, with YaRN, 2 of each head's dims turned), and LongRoPE's (a factor a pair, with its
+// amplitude): the cosines and sines are the same double computation on both backends.
 TEST_P(Parity, RotaryEmbedding) {
   RotaryFrequencies llama32(500000.0), linear(10000.0), yarn(1000000.0);
   llama32.factor = 32;
@@ -163,7 +163,11 @@ TEST_P(Parity, RotaryEmbedding) {
   RotaryFrequencies partial(10000.0), partial_yarn = yarn;  // partial rotary: the first dims of a head turn
   partial.dims = 4;
   partial_yarn.dims = 2;
-  for (const RotaryFrequencies& freqs : {RotaryFrequencies(10000.0), llama32, linear, yarn, partial, partial_yarn})
+  RotaryFrequencies longrope(10000.0);  // Phi-3's: a factor a pair, q and k scaled
+  longrope.longrope = true;
+  longrope.attention_factor = longrope_attention_factor(32, 4096);
+  for (int i = 0; i < kMaxRotaryPairs; ++i) longrope.pair_factors[i] = 1.0 + 0.37 * i;
+  for (const RotaryFrequencies& freqs : {RotaryFrequencies(10000.0), llama32, linear, yarn, partial, partial_yarn, longrope})
   for (int64_t hd : {128, 12, 6})
   for (int64_t first : {int64_t(0), int64_t(1000)})
   for (int kv : {2, 1}) {  // 2 heads, and grouped-query with one key-value head

@@ -32,7 +32,11 @@ transformers is Trellis's, and with QK-norm the export is refused. So does a Phi
 turning half of each head (partial_rotary_factor 0.5, model.partial_rotary_factor), which one line
 refuses into a run turning whole heads; one line refuses partial rotary in a Llama's config.json. A
 model turning half of each head exports as a Phi-3 whose loss in transformers is Trellis's; with
-QK-norm it is refused.
+QK-norm it is refused. LongRoPE (model.rope_scaling = longrope, the long factors past 16 original
+positions) exports as a Phi-3 with both lists and the attention factor, whose loss in transformers is
+Trellis's; a Phi-3 it wrote with LongRoPE (the attention factor inferred) starts a Trellis run whose
+first loss is transformers', and one line refuses it into a run without; one line refuses LongRoPE
+in a Llama's config.json.
 Mixtral (MixtralForCausalLM): a tiny Llama whose MLPs are 4 SwiGLU experts of width 40, top 2, is
 exported with num_local_experts, num_experts_per_tok and intermediate_size 40 and each expert's w1,
 w3 (fc's gate and up rows) and w2, the router as block_sparse_moe.gate, exactly; model.init_from of
@@ -72,6 +76,12 @@ SCALED = LLAMA + ["model.rope_scaling=llama3", "model.rope_original_positions=64
 LINEAR = LLAMA + ["model.rope_scaling=linear", "model.rope_scaling_factor=4"]
 # YaRN, factor 4 over 16 original positions: of the 8 pairs the first kept, the second blended, the rest divided.
 YARN = LLAMA + ["model.rope_scaling=yarn", "model.rope_scaling_factor=4", "model.rope_original_positions=16"]
+# LongRoPE (Phi-3.5's): the 32 positions past the original 16 take the long factors; the attention
+# factor is transformers' default for a factor of 2, sqrt(1 + ln 2 / ln 16).
+LONG_FACTORS, SHORT_FACTORS = [1, 1.5, 2, 3, 4, 6, 8, 16], [1, 1.1, 1.2, 1.3, 1.4, 1.5, 1.6, 1.7]
+LONGROPE = LLAMA + ["model.rope_scaling=longrope", "model.rope_original_positions=16", "model.rope_scaling_factor=2",
+                    "model.rope_long_factor=" + ",".join(map(str, LONG_FACTORS)),
+                    "model.rope_short_factor=" + ",".join(map(str, SHORT_FACTORS))]
 QWEN2 = LLAMA + ["model.qkv_bias=true"]  # Qwen2's biases on q, k and v
 # Qwen3's attention: QK-norm and heads of 24 (q 96 wide at d_model 64), tied as Qwen3 0.6B.
 QWEN3 = [s for s in LLAMA if "tie_embeddings" not in s] + ["model.qk_norm=true", "model.head_dim=24"]
@@ -308,11 +318,13 @@ def main():
         check(p.returncode == 1 and len(lines) == 1 and "a Llama rotary positions, SwiGLU" in lines[0] and
               not os.path.exists(out), f"export_hf of a model with rotary positions and GELU: {lines}")
         for key, value, want in [("rope_scaling", {"rope_type": "dynamic", "factor": 2.0},
-                                  'rope_type is "dynamic" (allowed: default, llama3, linear, yarn)'),
+                                  'rope_type is "dynamic" (allowed: default, llama3, linear, yarn, longrope)'),
                                  ("hidden_act", "gelu", 'hidden_act is "gelu"'),
                                  ("attention_bias", True, "attention_bias is true"),
                                  ("model_type", "gemma", '"gemma" (allowed: gpt2, llama, mistral, phi3, qwen2, qwen3, mixtral, qwen2_moe, qwen3_moe)'),
                                  ("sliding_window", 0, "sliding_window is 0"),
+                                 ("rope_parameters", {"rope_type": "longrope", "long_factor": [1] * 8, "short_factor": [1] * 8},
+                                  "Trellis reads LongRoPE from Phi-3 only"),
                                  ("partial_rotary_factor", 0.75, "partial_rotary_factor is not 1")]:
             d = os.path.join(tmp, "bad_" + key)
             os.makedirs(d)
@@ -560,6 +572,19 @@ def main():
         train(binary, config, QWEN3 + ["model.sliding_window=8"], ["--export-weights", qk_window])
         equivalence.check_export_refused(check, export_hf, qk_window, os.path.join(tmp, "hf_qk_window"),
                                          "sliding window of 8 positions")
+        # LongRoPE: exported as a Phi-3 with rope_scaling longrope (both lists, the attention factor resolved).
+        ldump, hf_l = os.path.join(tmp, "longrope_dump"), os.path.join(tmp, "hf_phi3_longrope")
+        train(binary, config, LONGROPE, ["--dump-grads", ldump])
+        p = run([export_hf, ldump, hf_l])
+        lc = json.load(open(os.path.join(hf_l, "config.json"))) if p.returncode == 0 else {}
+        ls = lc.get("rope_scaling") or {}
+        check(lc.get("model_type") == "phi3" and ls.get("rope_type") == "longrope" and
+              ls.get("long_factor") == LONG_FACTORS and ls.get("short_factor") == SHORT_FACTORS and
+              abs(ls.get("attention_factor", 0) - (1 + math.log(2) / math.log(16)) ** 0.5) < 1e-12 and
+              lc.get("original_max_position_embeddings") == 16,
+              f"export_hf of a LongRoPE model: a Phi-3 with rope_scaling {ls} ({p.stdout.strip()} {p.stderr.strip()})")
+        check_hf_loss(check, hf_l, ldump, "the Phi-3 export with LongRoPE (long factors past 16 positions)",
+                      model_class="Phi3ForCausalLM", tol=1e-6)
         qk_partial = os.path.join(tmp, "qk_partial")
         train(binary, config, QWEN3 + ["model.partial_rotary_factor=0.5"], ["--export-weights", qk_partial])
         equivalence.check_export_refused(check, export_hf, qk_partial, os.path.join(tmp, "hf_qk_partial"),
@@ -643,6 +668,23 @@ def main():
             ok, lines = one_error([binary, config, "--set", "train.device=cpu", "--set", "model.init_from=" + theirs_pp] +
                                   sum((["--set", s] for s in LLAMA), []), "turning 8 of a head's 16 dims")
             check(ok, f"model.init_from of that Phi-3 into a run turning whole heads: {lines}")
+            torch.manual_seed(0)
+            theirs_pl = os.path.join(tmp, "theirs_phi3_longrope")
+            Phi3ForCausalLM(Phi3Config(vocab_size=64, hidden_size=64, intermediate_size=88, num_hidden_layers=2,
+                                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=32,
+                                       original_max_position_embeddings=16, rms_norm_eps=1e-6, rope_theta=500.0,
+                                       rope_scaling={"rope_type": "longrope", "long_factor": LONG_FACTORS,
+                                                     "short_factor": SHORT_FACTORS},
+                                       tie_word_embeddings=False, pad_token_id=None, bos_token_id=None,
+                                       eos_token_id=None)
+                            ).save_pretrained(theirs_pl, safe_serialization=True)
+            first = os.path.join(tmp, "first_phi3_longrope")
+            train(binary, config, LONGROPE + ["model.init_from=" + theirs_pl, "train.steps=1"], ["--dump-grads", first])
+            check_hf_loss(check, theirs_pl, first, "a Phi-3 it wrote with LongRoPE (the attention factor left to "
+                          "transformers), started in Trellis", model_class="Phi3ForCausalLM", tol=1e-6)
+            ok, lines = one_error([binary, config, "--set", "train.device=cpu", "--set", "model.init_from=" + theirs_pl] +
+                                  sum((["--set", s] for s in LLAMA), []), "longrope rope scaling (factor 2")
+            check(ok, f"model.init_from of that Phi-3 into a run without LongRoPE: {lines}")
             from transformers import MistralConfig, MistralForCausalLM
             torch.manual_seed(0)
             theirs_ms = os.path.join(tmp, "theirs_mistral")

@@ -12,6 +12,7 @@
 #include "core/ops.h"
 #include "core/philox.h"
 #include "core/runtime.h"
+#include "models/gpt_config.h"
 
 using namespace trellis;
 
@@ -1070,6 +1071,40 @@ TEST(OpsCpu, RotaryLlama3ScalingMatchesTransformers) {
     EXPECT_NEAR(got[size_t(1000 * 384 + i)], std::cos(a), 1e-6) << i;
     EXPECT_NEAR(got[size_t(1000 * 384 + i + half)], std::sin(a), 1e-6) << i;
   }
+}
+
+// LongRoPE (transformers' _compute_longrope_parameters): pair i's frequency theta^(-2i/d) / factor_i,
+// and the op's cos and sin times the attention factor; the model takes its long factors where its
+// context exceeds the original one.
+TEST(OpsCpu, RotaryLongRopeMatchesTransformers) {
+  RotaryFrequencies f(10000.0);
+  f.longrope = true;
+  f.attention_factor = 1.25;
+  const int64_t half = 4;
+  const double factors[half] = {1.0, 1.5, 4.0, 16.0};
+  for (int64_t i = 0; i < half; ++i) f.pair_factors[i] = factors[i];
+  for (int64_t i = 0; i < half; ++i)
+    EXPECT_NEAR(f.inverse_frequency(i, half), 1.0 / (factors[i] * std::pow(10000.0, double(2 * i) / 8.0)), 1e-15) << i;
+  HostTensor x(DType::f32, {1, 8, 3 * 8});  // one head of 8 for q, k, v; (1, 0) in every pair
+  for (int64_t row = 0; row < 8; ++row)
+    for (int64_t h = 0; h < 3; ++h)
+      for (int64_t i = 0; i < half; ++i) x.set(row * 24 + h * 8 + i, 1.0);
+  rotary_embedding(rt(), x.t(), AttentionHeads{1, 1}, f);
+  const std::vector<double> got = x.values();
+  for (int64_t i = 0; i < half; ++i) {
+    const double a = 7.0 * f.inverse_frequency(i, half);
+    EXPECT_NEAR(got[size_t(7 * 24 + i)], 1.25 * std::cos(a), 1e-6) << i;
+    EXPECT_NEAR(got[size_t(7 * 24 + i + half)], 1.25 * std::sin(a), 1e-6) << i;
+  }
+  GPTConfig m;
+  m.rope = m.rope_longrope = true;
+  m.rope_original_positions = 16;
+  m.rope_long_factors = {2, 3};
+  m.rope_short_factors = {5, 7};
+  m.seq_len = 16;
+  EXPECT_EQ(m.rotary().pair_factors[1], 7);
+  m.seq_len = 17;
+  EXPECT_EQ(m.rotary().pair_factors[1], 3);
 }
 
 // What RoPE is for: a query and a key turned by their positions score the same at any shift of
