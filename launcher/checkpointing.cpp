@@ -685,19 +685,32 @@ StoredModel open_init_source(const Config& cfg, const GPTConfig& want, const std
       have.d_model != want.d_model || (have.seq_len < want.seq_len && !want.rope))
     throw UserError(what + " holds a model of " + shape(have) + "; this run has " + shape(want) +
                     " (model.seq_len may be shorter than the source's: its first positions are taken)");
-  auto positions = [](const GPTConfig& m) {
+  auto positions = [](const GPTConfig& m, bool lists) {
     char theta[32];
     std::snprintf(theta, sizeof theta, "%g", m.rope_theta);
     const std::string scaling = rope_scaling_text(m);
+    // LongRoPE's lists as the keys take them, so that the run can copy them.
+    auto list = [](const std::vector<double>& v) {
+      std::string out;
+      for (size_t i = 0; i < v.size(); ++i) out += (i ? "," : "") + number_g(v[i]);
+      return "\"" + out + "\"";
+    };
     return m.rope ? "rotary positions (model.position_embedding = rope, model.rope_theta = " + std::string(theta) +
                         (scaling.empty() ? ", model.rope_scaling = none" : ", " + scaling) +
                         (m.rope_dims > 0 ? ", turning " + std::to_string(m.rope_dims) + " of a head's " +
                                                std::to_string(m.head_dim()) + " dims: model.partial_rotary_factor"
-                                         : "") + ")"
+                                         : "") +
+                        (lists && m.rope_longrope ? ", model.rope_long_factor = " + list(m.rope_long_factors) +
+                                                        ", model.rope_short_factor = " + list(m.rope_short_factors)
+                                                  : "") + ")"
                   : std::string("learned positions (model.position_embedding = learned)");
   };
-  if (have.rope != want.rope || (want.rope && have.rotary() != want.rotary()))
-    throw UserError(what + " holds a model with " + positions(have) + "; this run has " + positions(want));
+  // The rotation this run would compute with the source's settings: LongRoPE's choice of factors
+  // follows the run's context, not the source's.
+  GPTConfig have_here = have;
+  have_here.seq_len = want.seq_len;
+  if (have.rope != want.rope || (want.rope && have_here.rotary() != want.rotary()))
+    throw UserError(what + " holds a model with " + positions(have, true) + "; this run has " + positions(want, false));
   auto mlp = [](const GPTConfig& m) {
     return std::string(m.swiglu ? "a SwiGLU MLP (model.mlp = swiglu" : "a GELU MLP (model.mlp = gelu") +
            ", model.ffn_hidden_size = " + std::to_string(m.mlp_width()) + ")";
