@@ -338,8 +338,9 @@ void rotary_embedding(Runtime& rt, const Tensor& qkv, AttentionHeads heads, cons
   TRELLIS_CHECK(freqs.dims >= 0 && freqs.dims % 2 == 0 && freqs.dims <= hd,
                 "rotary_embedding: turned dims " + std::to_string(freqs.dims) + " are not even and at most the head size " +
                     std::to_string(hd));
-  TRELLIS_CHECK(freqs.theta > 0.0 && freqs.factor >= 1.0 && freqs.high_freq_factor > freqs.low_freq_factor &&
-                    first_position >= 0,
+  // LongRoPE's factor only chose its default attention factor (which may be below 1's).
+  TRELLIS_CHECK(freqs.theta > 0.0 && (freqs.longrope || freqs.factor >= 1.0) &&
+                    freqs.high_freq_factor > freqs.low_freq_factor && first_position >= 0,
                 "rotary_embedding: theta > 0, factor >= 1, high_freq_factor > low_freq_factor, first_position >= 0");
   TRELLIS_DISPATCH(rt, rotary_embedding, rt, qkv, heads, freqs, first_position, inverse);
 }

@@ -171,16 +171,28 @@ std::vector<HfTensor> hf_tensors(const GPTConfig& m, bool fused = false) {
 }
 
 // Llama 3's or linear scaling as transformers writes it, or null.
+// The context config.json names: the model's, or with LongRoPE (Phi-3's) the factor times the original
+// one, from which transformers takes the factor back as their ratio (unless it is shorter).
+int64_t max_positions(const GPTConfig& m) {
+  if (!m.rope_longrope) return m.seq_len;
+  const double reach = m.rope_factor * m.rope_original_positions;
+  return reach == std::floor(reach) && reach >= double(m.seq_len) && reach <= 1e12 ? int64_t(reach) : m.seq_len;
+}
+
 std::string rope_scaling_json(const GPTConfig& m) {
-  if (m.rope_longrope) {  // both lists, the attention factor as Trellis resolved it (Phi-3 writes the original context apart)
+  if (m.rope_longrope) {  // Phi-3's three keys (transformers 4's Phi-3 takes no others); the original context apart
     auto list = [](const std::vector<double>& v) {
       std::string out = "[";
       for (size_t i = 0; i < v.size(); ++i) out += (i ? "," : "") + number_g(v[i]);
       return out + "]";
     };
-    return "{\"rope_type\":\"longrope\",\"type\":\"longrope\",\"factor\":" + number_g(m.rope_factor) +
-           ",\"attention_factor\":" + number_g(m.rope_attention_factor) + ",\"long_factor\":" +
-           list(m.rope_long_factors) + ",\"short_factor\":" + list(m.rope_short_factors) + "}";
+    // The attention factor where transformers' default for that context would not give it (then
+    // transformers 5 reads it; 4 refuses the key).
+    const double inferred =
+        longrope_attention_factor(double(max_positions(m)) / m.rope_original_positions, m.rope_original_positions);
+    const bool given = std::fabs(inferred - m.rope_attention_factor) > 1e-12 * m.rope_attention_factor;
+    return "{\"type\":\"longrope\",\"long_factor\":" + list(m.rope_long_factors) + ",\"short_factor\":" +
+           list(m.rope_short_factors) + (given ? ",\"attention_factor\":" + number_g(m.rope_attention_factor) : "") + "}";
   }
   if (m.rope_yarn)  // every value written, the attention factor as Trellis resolved it
     return "{\"rope_type\":\"yarn\",\"factor\":" + number_g(m.rope_factor) + ",\"original_max_position_embeddings\":" +
@@ -240,7 +252,7 @@ std::string config_json(const GPTConfig& m) {
            ",\"num_hidden_layers\":" + std::to_string(m.n_layers) +
            ",\"num_attention_heads\":" + std::to_string(m.n_heads) + ",\"num_key_value_heads\":" +
            std::to_string(m.kv_heads()) + ",\"head_dim\":" + std::to_string(m.head_dim()) +
-           ",\"max_position_embeddings\":" + std::to_string(m.seq_len) + ",\"rms_norm_eps\":" + number_g(m.norm_eps) +
+           ",\"max_position_embeddings\":" + std::to_string(max_positions(m)) + ",\"rms_norm_eps\":" + number_g(m.norm_eps) +
            ",\"rope_theta\":" + number_g(m.rope_theta) + ",\"rope_scaling\":" + rope_scaling_json(m) +
            ",\"hidden_act\":\"silu\"," +
            (m.qkv_bias || (mixtral(m) && !qwen3_moe(m) && !qwen2_moe(m)) ? "" : "\"attention_bias\":false,\"mlp_bias\":false,") +
@@ -421,7 +433,7 @@ GPTConfig read_hf_config(const std::string& dir) {
       const std::string k = key;
       const JsonValue* kind = rp->find("rope_type") ? rp->find("rope_type") : rp->find("type");
       std::string type = kind && kind->kind == JsonValue::Kind::kString ? kind->text : "";
-      if (phi && type == "su") type = "longrope";  // Phi-3's first name for it
+      if (phi && (type == "su" || type == "yarn")) type = "longrope";  // Phi-3's older names for it, as transformers reads them
       if (type != "default" && type != "llama3" && type != "linear" && type != "yarn" && type != "longrope")
         refuse(k + "'s rope_type is " + (kind ? text_of(*kind) : std::string("missing")) +
                " (allowed: default, llama3, linear, yarn, longrope)");

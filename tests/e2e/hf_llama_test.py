@@ -572,18 +572,26 @@ def main():
         train(binary, config, QWEN3 + ["model.sliding_window=8"], ["--export-weights", qk_window])
         equivalence.check_export_refused(check, export_hf, qk_window, os.path.join(tmp, "hf_qk_window"),
                                          "sliding window of 8 positions")
-        # LongRoPE: exported as a Phi-3 with rope_scaling longrope (both lists, the attention factor resolved).
+        # LongRoPE: exported as a Phi-3 with rope_scaling longrope (Phi-3's three keys: the attention
+        # factor is transformers' default for the 32 positions over the original 16).
         ldump, hf_l = os.path.join(tmp, "longrope_dump"), os.path.join(tmp, "hf_phi3_longrope")
         train(binary, config, LONGROPE, ["--dump-grads", ldump])
         p = run([export_hf, ldump, hf_l])
         lc = json.load(open(os.path.join(hf_l, "config.json"))) if p.returncode == 0 else {}
         ls = lc.get("rope_scaling") or {}
-        check(lc.get("model_type") == "phi3" and ls.get("rope_type") == "longrope" and
-              ls.get("long_factor") == LONG_FACTORS and ls.get("short_factor") == SHORT_FACTORS and
-              abs(ls.get("attention_factor", 0) - (1 + math.log(2) / math.log(16)) ** 0.5) < 1e-12 and
-              lc.get("original_max_position_embeddings") == 16,
+        check(lc.get("model_type") == "phi3" and
+              ls == {"type": "longrope", "long_factor": LONG_FACTORS, "short_factor": SHORT_FACTORS} and
+              lc.get("original_max_position_embeddings") == 16 and lc.get("max_position_embeddings") == 32,
               f"export_hf of a LongRoPE model: a Phi-3 with rope_scaling {ls} ({p.stdout.strip()} {p.stderr.strip()})")
         check_hf_loss(check, hf_l, ldump, "the Phi-3 export with LongRoPE (long factors past 16 positions)",
+                      model_class="Phi3ForCausalLM", tol=1e-6)
+        adump, hf_a = os.path.join(tmp, "longrope_attention_dump"), os.path.join(tmp, "hf_phi3_longrope_attention")
+        train(binary, config, LONGROPE + ["model.rope_attention_factor=1.3"], ["--dump-grads", adump])
+        p = run([export_hf, adump, hf_a])
+        ac = json.load(open(os.path.join(hf_a, "config.json"))) if p.returncode == 0 else {}
+        check((ac.get("rope_scaling") or {}).get("attention_factor") == 1.3,
+              f"a LongRoPE attention factor transformers would not infer is written: {ac.get('rope_scaling')}")
+        check_hf_loss(check, hf_a, adump, "the Phi-3 export with LongRoPE and attention factor 1.3",
                       model_class="Phi3ForCausalLM", tol=1e-6)
         qk_partial = os.path.join(tmp, "qk_partial")
         train(binary, config, QWEN3 + ["model.partial_rotary_factor=0.5"], ["--export-weights", qk_partial])
