@@ -117,9 +117,9 @@ void print_plan(const Config& cfg_in, int world, double device_memory_gib) {
   std::printf("batch: %lld samples a step = micro-batch %lld x %lld micro-batch%s x data %d, %lld tokens each%s%s\n",
               (long long)(B * m * layout.data), (long long)B, (long long)m, m == 1 ? "" : "es", layout.data, (long long)T,
               p > 1 ? "; schedule " : "", p > 1 ? cfg.parallel.schedule.c_str() : "");
-  std::printf("model: %s parameters, %s, checkpointing %s; %s a token (6N + 12 L C T)\n",
+  std::printf("model: %s parameters, %s, checkpointing %s; %s a token (6N + 12 L C %s)\n",
               with_commas(mc.parameter_count()).c_str(), res.precision.c_str(), cfg.train.checkpointing.c_str(),
-              flop_text(mc.flops_per_token()).c_str());
+              flop_text(mc.flops_per_token()).c_str(), mc.sliding_window > 0 ? "W, W the sliding window" : "T");
   std::printf("per rank, by pipeline stage (every tensor, data and expert rank of a stage alike; a lower bound: "
               "no library workspaces, communication buffers or allocator slack):\n");
   std::vector<std::string> layers;

@@ -115,6 +115,14 @@ QWEN3_06B = {"architectures": ["Qwen3ForCausalLM"], "attention_bias": False, "at
              "num_key_value_heads": 8, "rms_norm_eps": 1e-06, "rope_scaling": None, "rope_theta": 1000000,
              "sliding_window": None, "tie_word_embeddings": True, "torch_dtype": "bfloat16", "use_cache": True,
              "use_sliding_window": False, "vocab_size": 151936}
+# Phi-3-mini-4k's config.json (examples/configs/phi3_mini_4k_finetune.toml): its sliding window of 2047.
+PHI3_MINI_4K = {"architectures": ["Phi3ForCausalLM"], "attention_bias": False, "attention_dropout": 0.0,
+                "bos_token_id": 1, "embd_pdrop": 0.0, "eos_token_id": 32000, "hidden_act": "silu", "hidden_size": 3072,
+                "initializer_range": 0.02, "intermediate_size": 8192, "max_position_embeddings": 4096,
+                "model_type": "phi3", "num_attention_heads": 32, "num_hidden_layers": 32, "num_key_value_heads": 32,
+                "original_max_position_embeddings": 4096, "pad_token_id": 32000, "resid_pdrop": 0.0,
+                "rms_norm_eps": 1e-05, "rope_scaling": None, "rope_theta": 10000.0, "sliding_window": 2047,
+                "tie_word_embeddings": False, "torch_dtype": "bfloat16", "use_cache": True, "vocab_size": 32064}
 check = equivalence.Checks(None, None, None)  # the ok/FAIL tally
 
 
@@ -179,16 +187,21 @@ def write_sparse_llama(d, cfg):
     os.makedirs(d)
     json.dump(cfg, open(os.path.join(d, "config.json"), "w"))
     C, F, V, L = cfg["hidden_size"], cfg["intermediate_size"], cfg["vocab_size"], cfg["num_hidden_layers"]
-    hd = cfg["head_dim"]
+    hd = cfg.get("head_dim", C // cfg["num_attention_heads"])
     A, Ckv = cfg["num_attention_heads"] * hd, cfg["num_key_value_heads"] * hd
     shapes = {"model.embed_tokens.weight": [V, C], "model.norm.weight": [C]}
+    if not cfg["tie_word_embeddings"]:
+        shapes["lm_head.weight"] = [V, C]
     for i in range(L):
         p = f"model.layers.{i}."
         shapes.update({p + "input_layernorm.weight": [C], p + "post_attention_layernorm.weight": [C],
-                       p + "self_attn.q_proj.weight": [A, C], p + "self_attn.k_proj.weight": [Ckv, C],
-                       p + "self_attn.v_proj.weight": [Ckv, C], p + "self_attn.o_proj.weight": [C, A],
-                       p + "mlp.gate_proj.weight": [F, C], p + "mlp.up_proj.weight": [F, C],
-                       p + "mlp.down_proj.weight": [C, F]})
+                       p + "self_attn.o_proj.weight": [C, A], p + "mlp.down_proj.weight": [C, F]})
+        if cfg["model_type"] == "phi3":  # q, k, v and gate, up fused
+            shapes.update({p + "self_attn.qkv_proj.weight": [A + 2 * Ckv, C], p + "mlp.gate_up_proj.weight": [2 * F, C]})
+        else:
+            shapes.update({p + "self_attn.q_proj.weight": [A, C], p + "self_attn.k_proj.weight": [Ckv, C],
+                           p + "self_attn.v_proj.weight": [Ckv, C], p + "mlp.gate_proj.weight": [F, C],
+                           p + "mlp.up_proj.weight": [F, C]})
         if cfg["model_type"] == "qwen3":
             shapes.update({p + "self_attn.q_norm.weight": [hd], p + "self_attn.k_norm.weight": [hd]})
     header, at = {}, 0
@@ -409,6 +422,21 @@ def main():
         ok, lines = one_error(finetune + ["--set", "model.tie_embeddings=false"],
                               "holds a model with a head tied to the token embedding")
         check(ok, f"... and untied, the one difference named (the example has Qwen3 0.6B's shape): {lines}")
+
+        # Likewise examples/configs/phi3_mini_4k_finetune.toml and Phi-3-mini-4k's (fused projections, a window
+        # of 2047): tied, the head is named (every check before it matched); the window is the source's (no
+        # warning before the memory check refuses the 3.8B run here), and without it the log warns.
+        phi = os.path.join(tmp, "phi3_mini_4k")
+        write_sparse_llama(phi, PHI3_MINI_4K)
+        finetune = [binary, os.path.join(os.path.dirname(config), "phi3_mini_4k_finetune.toml"), "--set",
+                    "model.init_from=" + phi, "--set", "data.source=synthetic", "--set", "data.path=", "--set",
+                    "train.device=cpu"]
+        ok, lines = one_error(finetune + ["--set", "model.tie_embeddings=true"], "holds a model with a head of its own")
+        check(ok, f"Phi-3-mini-4k's directory into phi3_mini_4k_finetune.toml tied, the one difference named: {lines}")
+        same, unwindowed = run(finetune), run(finetune + ["--set", "model.sliding_window=0"])
+        check(same.returncode != 0 and "sliding window" not in same.stdout and
+              "attends within a sliding window of 2047 positions" in unwindowed.stdout,
+              f"... the window matched (no warning), and warned without it: {same.stderr.strip()[-200:]}")
 
         # Qwen2: biases on q, k and v alone (model.qkv_bias), exported as Qwen2ForCausalLM and started from.
         qdump, hf_q, qinit = os.path.join(tmp, "qdump"), os.path.join(tmp, "hf_qwen2"), os.path.join(tmp, "qinit")
