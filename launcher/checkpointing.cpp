@@ -690,11 +690,7 @@ StoredModel open_init_source(const Config& cfg, const GPTConfig& want, const std
     std::snprintf(theta, sizeof theta, "%g", m.rope_theta);
     const std::string scaling = rope_scaling_text(m);
     // LongRoPE's lists as the keys take them, so that the run can copy them.
-    auto list = [](const std::vector<double>& v) {
-      std::string out;
-      for (size_t i = 0; i < v.size(); ++i) out += (i ? "," : "") + number_g(v[i]);
-      return "\"" + out + "\"";
-    };
+    auto list = [](const std::vector<double>& v) { return std::string("\"").append(number_list(v)).append("\""); };
     return m.rope ? "rotary positions (model.position_embedding = rope, model.rope_theta = " + std::string(theta) +
                         (scaling.empty() ? ", model.rope_scaling = none" : ", " + scaling) +
                         (m.rope_dims > 0 ? ", turning " + std::to_string(m.rope_dims) + " of a head's " +

@@ -181,11 +181,7 @@ int64_t max_positions(const GPTConfig& m) {
 
 std::string rope_scaling_json(const GPTConfig& m) {
   if (m.rope_longrope) {  // Phi-3's three keys (transformers 4's Phi-3 takes no others); the original context apart
-    auto list = [](const std::vector<double>& v) {
-      std::string out = "[";
-      for (size_t i = 0; i < v.size(); ++i) out += (i ? "," : "") + number_g(v[i]);
-      return out + "]";
-    };
+    auto list = [](const std::vector<double>& v) { return std::string("[").append(number_list(v)).append("]"); };
     // The attention factor where transformers' default for that context would not give it (then
     // transformers 5 reads it; 4 refuses the key).
     const double inferred =

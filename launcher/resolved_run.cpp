@@ -114,6 +114,15 @@ std::string number_g(double v) {
   return text;
 }
 
+std::string number_list(const std::vector<double>& v) {
+  std::string out;
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (i) out += ',';
+    out += number_g(v[i]);
+  }
+  return out;
+}
+
 std::string with_commas(int64_t n) {
   std::string s = std::to_string(n), out;
   for (size_t i = 0; i < s.size(); ++i) {

@@ -28,6 +28,8 @@ Resolved resolve(const Config& cfg, const LaunchInfo& launch);
 std::string with_commas(int64_t n);
 // A number as printf's %g writes it (1e-05, 0.5, 10000), with 17 digits where 6 would not read back exactly.
 std::string number_g(double v);
+// Numbers as number_g writes them, comma-separated: "1,1.5,2" (LongRoPE's factor lists).
+std::string number_list(const std::vector<double>& v);
 // A model's Llama 3 rope scaling, "llama3 rope scaling (factor 8, low_freq_factor 1, high_freq_factor
 // 4, original positions 8192)"; "" where its frequencies are unscaled.
 std::string rope_scaling_text(const GPTConfig& m);
