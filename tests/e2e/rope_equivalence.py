@@ -12,7 +12,10 @@ is refused with one line; so is exporting a RoPE model to Hugging Face GPT-2, an
 Partial rotary (model.partial_rotary_factor = 0.5: 8 of each head's 16 dims turn) trains other losses
 than whole heads and the same at tensor 2 with sequence parallelism and pipeline 2 x data 2 at ZeRO
 stage 1 as on one rank; a factor turning an odd number of dims is refused, and so is resuming a
-whole-head checkpoint turning half of each head.
+whole-head checkpoint turning half of each head. LongRoPE (model.rope_scaling = longrope: a factor for
+each of the 8 pairs, the long ones past 16 original positions, and the attention factor) trains other
+losses and the same at tensor 2 with sequence parallelism and pipeline 2 x data 2 at ZeRO stage 1; a
+list of another length is refused, and so is resuming a whole-head checkpoint with LongRoPE.
 Usage: rope_equivalence.py TRAIN_GPT MPIEXEC CONFIG [EXPORT_HF]"""
 import os
 import sys
@@ -26,6 +29,8 @@ BASE = ["train.device=cpu", f"train.steps={STEPS}", "train.micro_batch=2", "trai
         "log.val_every=0", "train.grad_clip=0.5"]
 MOE = ["moe.experts=4", "moe.top_k=2", "moe.capacity_factor=1.0"]
 PARTIAL = ["model.partial_rotary_factor=0.5"]  # 8 of each head's 16 dims turn
+LONGROPE = ["model.rope_scaling=longrope", "model.rope_original_positions=16", "model.rope_scaling_factor=2",
+            "model.rope_long_factor=1,1.5,2,3,4,6,8,16", "model.rope_short_factor=1,1.1,1.2,1.3,1.4,1.5,1.6,1.7"]
 
 
 def run(binary, mpiexec, config, tmp, ranks, tag, *sets):
@@ -63,16 +68,25 @@ def main():
             (2, "partial rotary: tensor 2, sequence parallel", PARTIAL + ["parallel.tensor=2",
                                                                         "parallel.sequence_parallel=true"]),
             (4, "partial rotary: pipeline 2 x data 2, ZeRO 1", PARTIAL + ["parallel.pipeline=2", "zero.stage=1"]),
+            (2, "LongRoPE: tensor 2, sequence parallel", LONGROPE + ["parallel.tensor=2",
+                                                                    "parallel.sequence_parallel=true"]),
+            (4, "LongRoPE: pipeline 2 x data 2, ZeRO 1", LONGROPE + ["parallel.pipeline=2", "zero.stage=1"]),
         ]
         _, part_loss, _, part_w, _, part_norms, part_out = run(binary, mpiexec, config, tmp, 1, "ref_partial", *PARTIAL)
         part_rel = max(abs(a - b) / abs(b) for a, b in zip(part_loss, ref_loss))
         check("rotary positions (theta 500, turning 8 of a head's 16 dims)" in part_out and part_rel > 1e-5,
               f"partial rotary on one rank: the start line says so, losses {part_rel:.1e} from whole heads'")
+        _, long_loss, _, long_w, _, long_norms, long_out = run(binary, mpiexec, config, tmp, 1, "ref_longrope", *LONGROPE)
+        long_rel = max(abs(a - b) / abs(b) for a, b in zip(long_loss, ref_loss))
+        check("longrope rope scaling (factor 2, original positions 16" in long_out and long_rel > 1e-5,
+              f"LongRoPE on one rank: the start line says so, losses {long_rel:.1e} from unscaled ones'")
         for ranks, what, sets in layouts:
             experts = any(s.startswith("moe.") for s in sets)
             loss0, w0, norms0 = (moe_loss, moe_w, moe_norms) if experts else (ref_loss, ref_w, ref_norms)
             if sets[:1] == PARTIAL:
                 loss0, w0, norms0 = part_loss, part_w, part_norms
+            if sets[:len(LONGROPE)] == LONGROPE:
+                loss0, w0, norms0 = long_loss, long_w, long_norms
             tag = "l" + str(layouts.index((ranks, what, sets)))
             _, loss, _, w, _, norms, _ = run(binary, mpiexec, config, tmp, ranks, tag, *sets)
             ok, text = equivalence.layout_line((loss, w, norms), (loss0, w0, norms0), STEPS)
@@ -96,6 +110,12 @@ def main():
         ok, line = one_line_error(binary, mpiexec, config, 1, ["checkpoint.dir=" + ckpt, "train.steps=8"] + PARTIAL,
                                   "turning 8 dims a head")
         check(ok, f"resume turning half of each head: {line}")
+        ok, line = one_line_error(binary, mpiexec, config, 1, LONGROPE + ["model.rope_short_factor=1,2"],
+                                  'model.rope_short_factor = "1,2" lists 2 (allowed with model.rope_scaling = longrope: 8')
+        check(ok, f"a LongRoPE list of 2 factors for 8 pairs: {line}")
+        ok, line = one_line_error(binary, mpiexec, config, 1, ["checkpoint.dir=" + ckpt, "train.steps=8"] + LONGROPE,
+                                  "longrope rope scaling (factor 2")
+        check(ok, f"resume an unscaled checkpoint with LongRoPE: {line}")
         if export_hf:
             equivalence.check_export_refused(check, export_hf, os.path.join(tmp, "ref_weights"),
                                              os.path.join(tmp, "hf"), "rotary positions")
