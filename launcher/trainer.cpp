@@ -269,8 +269,11 @@ void check_trace_file(const Config& cfg, const LaunchInfo& launch) {
 static void check_memory_fits(const Config& cfg, Runtime& rt, const LaunchInfo& launch, const RankMemoryPlan& plan) {
   const size_t model_state = plan.model_state, zero_slots = plan.zero_slots, activations = plan.activations;
   const size_t offload_memory = plan.offload_memory, offload_files = plan.offload_files;
-  const std::string knobs = std::string("; lower train.micro_batch, set train.checkpointing = \"elementwise\", "
-                                        "\"selective\" or \"full\", raise zero.stage, ") +
+  const std::string knobs = std::string("; lower train.micro_batch, ") +
+                            (cfg.train.checkpointing == "full" ? ""  // already the least kept
+                                                               : "set train.checkpointing = \"elementwise\", "
+                                                                 "\"selective\" or \"full\", ") +
+                            (cfg.zero.stage < 3 ? "raise zero.stage, " : "") +
                             (cfg.zero.offload == "none" ? "set zero.offload = \"cpu\", " : "") +
                             "or add tensor or pipeline ranks";
   const size_t sharing = size_t(std::max(1, launch.local_size));  // ranks of a node share its memory
