@@ -70,9 +70,14 @@ struct Plan {
   float waves = 0.0f;
   bool tuned = false;
   float chosen_us = 0.0f, first_us = 0.0f;
-  // A varying-rows plan: whether cuBLASLt runs its algorithm at each row count met so far (checked
-  // once a count; where it does not, that count gets an exact plan of its own).
-  std::map<int64_t, bool> runs_at;
+  // A varying-rows plan, per row count met so far: whether cuBLASLt runs its algorithm at that count
+  // (checked once; where it does not, the count gets an exact plan of its own) and the layouts it
+  // runs at, made once.
+  struct RowsRun {
+    bool fits = false;
+    cublasLtMatrixLayout_t la = nullptr, lb = nullptr, lc = nullptr;
+  };
+  std::map<int64_t, RowsRun> runs_at;
 };
 
 // The pointers of the call that makes a plan: the heuristic reads the bias and aux pointers'
@@ -129,9 +134,10 @@ namespace gpu {
 void destroy_matmul_plans(MatmulPlanCache* c) {
   if (!c) return;
   for (auto& [key, p] : c->plans) {
-    cublasLtMatrixLayoutDestroy(p.la);
-    cublasLtMatrixLayoutDestroy(p.lb);
-    cublasLtMatrixLayoutDestroy(p.lc);
+    for (cublasLtMatrixLayout_t l : {p.la, p.lb, p.lc}) cublasLtMatrixLayoutDestroy(l);
+    for (auto& [rows, run] : p.runs_at)
+      if (run.fits)  // else it holds none
+        for (cublasLtMatrixLayout_t l : {run.la, run.lb, run.lc}) cublasLtMatrixLayoutDestroy(l);
     cublasLtMatmulDescDestroy(p.desc);
   }
   delete c;
@@ -434,16 +440,24 @@ void matmul(Runtime& rt, const Tensor& out, const Tensor& a, const Tensor& b, co
     // algorithm at them (else the exact problem's own plan).
     cublasLtMatrixLayout_t la = nullptr, lb = nullptr, lc = nullptr;
     if (plan && (key.m != M || key.k != K)) {
-      make_layouts(exact, la, lb, lc);
-      const auto [fits, first_time] = plan->runs_at.try_emplace(opt.trans_a ? K : M, false);
+      const auto [at, first_time] = plan->runs_at.try_emplace(opt.trans_a ? K : M);
+      Plan::RowsRun& run = at->second;
       if (first_time) {
+        make_layouts(exact, run.la, run.lb, run.lc);
         cublasLtMatmulHeuristicResult_t fit{};
-        const cublasStatus_t rc = cublasLtMatmulAlgoCheck(st.lt, plan->desc, la, lb, lc, lc, &plan->algo, &fit);
-        fits->second = rc == CUBLAS_STATUS_SUCCESS && fit.workspaceSize <= st.lt_workspace_bytes;
+        const cublasStatus_t rc =
+            cublasLtMatmulAlgoCheck(st.lt, plan->desc, run.la, run.lb, run.lc, run.lc, &plan->algo, &fit);
+        run.fits = rc == CUBLAS_STATUS_SUCCESS && fit.workspaceSize <= st.lt_workspace_bytes;
+        if (!run.fits) {
+          for (cublasLtMatrixLayout_t l : {run.la, run.lb, run.lc}) CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(l));
+          run.la = run.lb = run.lc = nullptr;
+        }
       }
-      if (!fits->second) {
-        for (cublasLtMatrixLayout_t l : {la, lb, lc}) CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(l));
-        la = lb = lc = nullptr;
+      if (run.fits) {
+        la = run.la;
+        lb = run.lb;
+        lc = run.lc;
+      } else {
         plan = get_plan(st, exact, ops);
       }
     }
@@ -459,8 +473,6 @@ void matmul(Runtime& rt, const Tensor& out, const Tensor& a, const Tensor& b, co
     void* d = p.gelu_fused ? out.data : result;
     CUBLAS_CHECK(cublasLtMatmul(st.lt, p.desc, &alpha, b.data, la, a.data, lb, &beta, opt.residual ? c : d, lc, d, lc,
                                 &p.algo, st.lt_workspace, st.lt_workspace_bytes, st.compute));
-    if (la != p.la)
-      for (cublasLtMatrixLayout_t l : {la, lb, lc}) CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(l));
     bias_done = p.bias_fused;
     gelu_done = p.gelu_fused;  // and then so is the bias (get_plan)
   }
