@@ -144,7 +144,7 @@ class Attention(nn.Module):
             self.k_norm = nn.RMSNorm(self.hd, eps=cfg.norm_eps)
         self.proj = nn.Linear(self.width, cfg.d_model, bias=cfg.bias)
 
-    def forward(self, x):  # x (B, T, C)
+    def forward(self, x, docs=None):  # x (B, T, C); docs: (B, T, T) True where query and key share a document
         B, T, C = x.shape
         q, k, v = self.qkv(x).split([self.width, self.kv_width, self.kv_width], dim=2)  # head h: cols h*hd..(h+1)*hd
         hd = self.hd
@@ -156,13 +156,16 @@ class Attention(nn.Module):
             q, k = rotary(q, self.rope_cos, self.rope_sin), rotary(k, self.rope_cos, self.rope_sin)
         if self.n_kv != self.n_heads:  # each key-value head serves its group of consecutive query heads
             k, v = (t.repeat_interleave(self.n_heads // self.n_kv, dim=1) for t in (k, v))
-        # Causal, and within the sliding window where there is one: key s seen by query t if t - W < s <= t.
+        # Causal, and within the sliding window where there is one: key s seen by query t if t - W < s <= t;
+        # with document masking also only within the query's document.
         window = self.window if 0 < self.window < T else 0
-        if self.impl == "manual" or window:  # (B, H, T, T) scores, masked, softmax
+        if self.impl == "manual" or window or docs is not None:  # (B, H, T, T) scores, masked, softmax
             att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
             seen = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()
             if window:
                 seen &= ~torch.ones(T, T, dtype=torch.bool, device=x.device).tril(-window)
+            if docs is not None:
+                seen = seen & docs[:, None]  # (B, 1, T, T)
             if self.impl == "manual":
                 att = att.masked_fill(~seen, float("-inf")).softmax(dim=-1)
                 y = F.dropout(att, self.p, self.training) @ v
@@ -262,8 +265,8 @@ class Block(nn.Module):  # pre-LN; dropout on each residual branch output (and i
             self.mlp = MLP(cfg)
         self.drop = nn.Dropout(cfg.dropout)
 
-    def forward(self, x):  # (output, the block's balancing loss and z-loss, or 0s)
-        x = x + self.drop(self.attn(self.ln1(x)))
+    def forward(self, x, docs=None):  # (output, the block's balancing loss and z-loss, or 0s)
+        x = x + self.drop(self.attn(self.ln1(x), docs))
         if hasattr(self, "moe"):
             y, aux, z = self.moe(self.ln2(x))
             return x + self.drop(y), aux, z
@@ -310,14 +313,21 @@ class GPT(nn.Module):
         tables = 1 if self.cfg.tie_embeddings else 2  # wte and lm_head each hold the padding rows
         return n - tables * (self.cfg.padded_vocab - self.cfg.vocab_size) * self.cfg.d_model
 
-    def forward(self, idx, targets=None):  # idx, targets (B, T) int64
+    def forward(self, idx, targets=None, eod=None):  # idx, targets (B, T) int64
+        """eod: document masking (data.document_mask): the token after each eod opens a new document,
+        which attention does not see past; positions still count from the sample's start."""
         B, T = idx.shape
         pos = torch.arange(T, device=idx.device)
         x = self.wte(idx) + self.wpe(pos) if hasattr(self, "wpe") else self.wte(idx)
         x = self.drop(x)  # (B, T, C)
+        docs = None
+        if eod is not None:  # document index of each token: the end-of-document tokens before it
+            ends = (idx == eod).long()
+            doc = ends.cumsum(1) - ends
+            docs = doc[:, :, None] == doc[:, None, :]
         aux = z = 0.0
         for block in self.h:
-            x, a, zb = block(x)
+            x, a, zb = block(x, docs)
             aux, z = aux + a, z + zb
         head = self.wte.weight if self.cfg.tie_embeddings else self.lm_head.weight
         logits = F.linear(self.lnf(x), head)  # (B, T, Vp)

@@ -395,6 +395,12 @@ void check_attention(Runtime& rt, const Tensor& out, const Tensor& lse, const Te
   TRELLIS_CHECK(out.numel() == B * T * C && out.dtype == qkv.dtype, std::string(op) + ": out " + out.str());
   TRELLIS_CHECK(lse.numel() == B * heads.q * T && lse.dtype == DType::f32, std::string(op) + ": lse " + lse.str());
   TRELLIS_CHECK(heads.window >= 0, std::string(op) + ": negative sliding window");
+  if (heads.doc_starts.defined()) {
+    check_device(rt, heads.doc_starts, op);
+    TRELLIS_CHECK(heads.doc_starts.dtype == DType::i32 && heads.doc_starts.numel() == B * T,
+                  std::string(op) + ": doc_starts " + heads.doc_starts.str() + " for (" + std::to_string(B) + ", " +
+                      std::to_string(T) + ") queries");
+  }
 }
 
 // The backends' form of the dropout: the 16-bit threshold and the exact 1 / P(keep).
@@ -434,11 +440,21 @@ void attention_backward(Runtime& rt, const Tensor& dqkv, const Tensor& dout, con
   TRELLIS_DISPATCH(rt, attention_backward, rt, dqkv, dout, qkv, out, lse, heads, key);
 }
 
+void document_starts(Runtime& rt, const Tensor& starts, const Tensor& tokens, int32_t eod_token) {
+  check_device(rt, starts, "document_starts"); check_device(rt, tokens, "document_starts");
+  TRELLIS_CHECK(tokens.dim() == 2 && tokens.dtype == DType::i32 && starts.dtype == DType::i32 &&
+                    starts.numel() == tokens.numel() && !overlap(starts, tokens),
+                "document_starts: starts " + starts.str() + " for tokens " + tokens.str());
+  TRELLIS_CHECK(tokens.size(1) <= INT32_MAX, "document_starts: samples of more than 2^31 - 1 tokens");
+  TRELLIS_DISPATCH(rt, document_starts, rt, starts, tokens, eod_token);
+}
+
 namespace {
 void check_kv_cache(Runtime& rt, const Tensor& qkv, const Tensor& k_cache, const Tensor& v_cache, int64_t pos,
                     AttentionHeads heads, const char* op) {
   check_device(rt, qkv, op); check_device(rt, k_cache, op); check_device(rt, v_cache, op);
   check_float(qkv, op);
+  TRELLIS_CHECK(!heads.doc_starts.defined(), std::string(op) + ": the generation cache holds one document");
   const int64_t Ckv = heads.kv * head_size(qkv, heads, op), B = qkv.size(0), n = qkv.size(1);
   for (const Tensor* c : {&k_cache, &v_cache})
     TRELLIS_CHECK(c->dim() == 3 && c->size(0) == B && c->size(2) == Ckv && c->dtype == qkv.dtype,

@@ -129,14 +129,24 @@ struct AttentionHeads {
   // Sliding-window attention (Mistral's, Phi-3's): a query at position t sees keys (t - window, t];
   // 0 = every earlier key. Only the attention ops read it.
   int64_t window = 0;
+  // Document masking of packed sequences (data.document_mask): i32 (B, T), the position where the
+  // document of each query starts (document_starts below), so no query sees a key of an earlier
+  // document; undefined = none. Only the attention ops read it, the generation cache's not at all.
+  Tensor doc_starts;
   AttentionHeads(int heads) : q(heads), kv(heads) {}  // NOLINT(google-explicit-constructor): multi-head
   AttentionHeads(int q_heads, int kv_heads, int64_t sliding_window = 0)
       : q(q_heads), kv(kv_heads), window(sliding_window) {}
   int group() const { return q / kv; }                        // query heads per key-value head
   int64_t qkv_heads() const { return int64_t(q) + 2 * kv; }   // head-sized column blocks of a qkv row
-  // The first key the query at position t sees.
+  // The first key the query at position t sees through the window (doc_starts aside).
   int64_t first_key(int64_t t) const { return window > 0 && t >= window ? t - window + 1 : 0; }
 };
+
+// ---- document masking ----
+// starts (i32, as tokens (B, T)): for each token, where its document starts in its sample: one past
+// the last earlier position holding eod_token, else 0 (Megatron's reset_attention_mask: the
+// end-of-document token closes its document, the token after it opens the next).
+void document_starts(Runtime& rt, const Tensor& starts, const Tensor& tokens, int32_t eod_token);
 
 // ---- rotary position embedding (RoPE) ----
 // Rotates the q and k parts of qkv (B, T, (H + 2 Hkv) hd), in place, by their positions: in every head the dims
@@ -176,7 +186,7 @@ struct AttentionDropout {
   int64_t head_offset = 0, global_heads = 0;  // this rank's heads among all (0: its own heads)
 };
 // qkv: (B, T, (H + 2 Hkv) hd) as AttentionHeads says. out: (B, T, C = H hd) = dropout(softmax(q k^T /
-// sqrt(hd), causal, within heads.window if set)) v per query head (with its key-value head). lse: f32 (B, H, T), the log-sum-exp
+// sqrt(hd), causal, within heads.window and heads.doc_starts' documents if set)) v per query head (with its key-value head). lse: f32 (B, H, T), the log-sum-exp
 // of each score row (before dropout), kept for backward; the score matrix itself is not kept.
 void attention_forward(Runtime& rt, const Tensor& out, const Tensor& lse, const Tensor& qkv, AttentionHeads heads,
                        const AttentionDropout& drop = {});

@@ -320,6 +320,13 @@ void validate_relations(const Config& c) {
   }
   if (c.data.source == "file" && c.data.path.empty())
     throw UserError(p + ": data.source = \"file\" needs data.path (a dataset made by prepare_data)");
+  if (c.data.document_mask && c.data.eod_token < 0)
+    throw UserError(p + ": data.document_mask = true needs data.eod_token, the end-of-document token's id (50256 for "
+                        "GPT-2's <|endoftext|>; the one prepare_data --append-eod wrote)");
+  if (c.data.eod_token >= c.model.vocab_size)
+    throw UserError(p + ": data.eod_token = " + std::to_string(c.data.eod_token) + " is not a token of model.vocab_size = " +
+                    std::to_string(c.model.vocab_size) + " (allowed: -1 = none, or 0 to " +
+                    std::to_string(c.model.vocab_size - 1) + ")");
   if (c.model.attention_dropout < 0 && c.model.attention_dropout != -1.0)
     throw UserError(p + ": model.attention_dropout = " +
                     config_keys::toml_value(*config_keys::find_key("model", "attention_dropout"), c) +

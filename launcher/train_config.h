@@ -117,6 +117,8 @@ struct DataConfig {
   std::string source = "synthetic";  // synthetic (learnable task) | random (uniform tokens) | file
   std::string path;                  // file: a dataset path, or a blend "0.3 PATH_A 0.7 PATH_B"
   double val_fraction = 0.1;         // file: the last fraction of the tokens is the validation split
+  bool document_mask = false;        // attention within documents, each closed by eod_token
+  int64_t eod_token = -1;            // the end-of-document token's id; -1 = none
 };
 
 struct LogConfig {

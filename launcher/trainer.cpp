@@ -648,6 +648,10 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
     std::printf("batch: global %lld = micro %lld x %s %lld x data %d; %lld tokens per step\n", (long long)global_batch,
                 (long long)B, p > 1 ? "micro-batches" : "accumulation", (long long)res.accumulation, data_size,
                 (long long)tokens_per_step);
+    if (mc.document_eod >= 0)
+      std::printf("documents: attention within each document of a sample, a new one after every token %lld "
+                  "(data.document_mask)\n",
+                  (long long)mc.document_eod);
     // Blocks per virtual stage (virtual stage c*p + r is chunk c of pipeline rank r).
     std::vector<int64_t> stage_layers;
     for (const LayerRange& r : GPT::pipeline_partition(mc, p * v)) stage_layers.push_back(r.second - r.first);

@@ -135,6 +135,7 @@ ActivationBytes GPT::activation_bytes(const GPTConfig& cfg, const GPTPart& part,
     for (int l = part.chunks[c].first; l < part.chunks[c].second; ++l)
       kept += TransformerBlock::kept_bytes(cfg, B, T, tp, cfg.moe.in_layer(l));
     if (part.has_embedding(int(c))) kept += bt4;
+    if (cfg.document_eod >= 0) kept += bt4;  // the document starts
     if (part.has_head(int(c))) kept += btc + 2 * rows4;
     a.kept = std::max(a.kept, kept);
   }
@@ -248,6 +249,12 @@ Tensor GPT::forward_chunk(int slot, const StepContext& ctx, const Tensor& tokens
   s.ctx.moe_aux_scale = cfg_.moe.aux_loss_coef * dloss * float(B * T);
   s.ctx.moe_z_scale = cfg_.moe.z_loss_coef * dloss * float(B * T);
   work_.reset();
+  if (cfg_.document_eod >= 0) {  // every chunk's attention masks by document
+    TRELLIS_CHECK(tokens.defined() && tokens.size(0) == B && tokens.size(1) == T,
+                  "document masking: a chunk's forward needs its micro-batch's tokens");
+    s.ctx.doc_starts = s.acts.take(DType::i32, {B, T});
+    document_starts(rt_, s.ctx.doc_starts, tokens, int32_t(cfg_.document_eod));
+  }
   Tensor x = s.input;
   if (part_.has_embedding(s.chunk)) {
     NvtxRange r("embedding_forward");

@@ -127,7 +127,8 @@ class GPT {
   // sequence parallelism: this rank's (B*T/t, C) token rows).
   Tensor slot_input(int slot) const;
   // Forward of the slot's chunk with the micro-batch of `ctx`. A chunk with the embedding reads
-  // `tokens` (kept in the slot for backward); a chunk with the head reads `targets`, adds
+  // `tokens` (kept in the slot for backward), and with document masking every chunk reads them (their
+  // document starts, kept in the slot); a chunk with the head reads `targets`, adds
   // sum(losses) to loss_sum and, if `backward`, also computes the head's gradient with scale dloss
   // (fused with the loss, so the logits are never kept). Returns the chunk's output (B, T, C),
   // valid until the slot is released, or an undefined tensor for a chunk with the head.

@@ -56,6 +56,10 @@ struct GPTConfig {
   // Sliding-window attention (Mistral's, Phi-3's): a query sees the last sliding_window positions,
   // its own included (AttentionHeads::window); 0 = every earlier position.
   int64_t sliding_window = 0;
+  // Document masking of packed samples (data.document_mask; Megatron's --reset-attention-mask): the
+  // token after each document_eod opens a new document, which no later token attends past. A training
+  // setting, not the model's: never saved with it. -1 = none.
+  int64_t document_eod = -1;
   // The dense MLP: GPT-2's GELU, or SwiGLU (Llama's: silu(gate) * up, the fc layer twice as wide,
   // [gate | up]). Experts are MLPs of the same kind and biases, of width moe.ffn_hidden (moe_config.h,
   // whose swiglu and bias must equal these: experts_match_model()).

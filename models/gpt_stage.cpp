@@ -31,7 +31,9 @@ Tensor GPTStage::forward(int mb, int chunk, bool training) {
   ctx.training = training;
   const GPTPart& part = model_.part();
   Tensor tokens, targets;
-  if (part.has_embedding(chunk) || part.has_head(chunk)) std::tie(tokens, targets) = data_(mb);
+  // Document masking needs the tokens in every chunk (their document starts).
+  if (part.has_embedding(chunk) || part.has_head(chunk) || model_.config().document_eod >= 0)
+    std::tie(tokens, targets) = data_(mb);
   if (timer_) timer_->start(PipeOp::forward, mb, chunk);
   Tensor out = model_.forward_chunk(s, ctx, tokens, targets, dloss_, loss_sum_, training);
   if (timer_) timer_->stop(PipeOp::forward, mb, chunk);

@@ -276,6 +276,7 @@ int TransformerBlock::batch_parts(const Tokens& n) const {
 StepContext TransformerBlock::part_context(const StepContext& ctx, const Tokens& n, int i, int parts) {
   StepContext c = ctx;
   c.sample_offset += i * n.B / parts;
+  c.doc_starts = part_of(ctx.doc_starts, i, parts);
   return c;
 }
 
@@ -289,6 +290,12 @@ AttentionHeads TransformerBlock::local_heads() const {
   return {int(cfg_.n_heads / tp_.size), int(cfg_.kv_heads() / tp_.size), cfg_.sliding_window};
 }
 
+AttentionHeads TransformerBlock::attention_heads(const StepContext& ctx) const {
+  AttentionHeads h = local_heads();
+  h.doc_starts = ctx.doc_starts;
+  return h;
+}
+
 void TransformerBlock::attention_part(Runtime& rt, const StepContext& ctx, BlockSaved& s, Arena& a) const {
   // qkv holds this rank's heads: (B, T, qkv_width/t).
   const int64_t B = s.qkv.size(0), T = s.qkv.size(1), t = tp_.size, A = cfg_.attention_width() / t,
@@ -300,7 +307,8 @@ void TransformerBlock::attention_part(Runtime& rt, const StepContext& ctx, Block
   const int parts = batch_parts(n);
   for (int i = 0; i < parts; ++i) {
     const BlockSaved p = s.part(i, parts);
-    attention_forward(rt, p.att, p.lse, p.qkv, local_heads(), attention_dropout(part_context(ctx, n, i, parts)));
+    const StepContext c = part_context(ctx, n, i, parts);
+    attention_forward(rt, p.att, p.lse, p.qkv, attention_heads(c), attention_dropout(c));
   }
 }
 
@@ -324,7 +332,7 @@ CommHandle TransformerBlock::attention_half(Runtime& rt, const StepContext& ctx,
   // With QK-norm qkv's output is kept apart (the norms' backward reads it), normed into s.qkv.
   linear_forward(rt, qkv_, cfg_.qk_norm ? s.qkv_in : s.qkv, s.ln1, *p_.qkv_w, p_.qkv_b, temp);
   attention_input(rt, s);
-  attention_forward(rt, s.att, s.lse, s.qkv, local_heads(), attention_dropout(ctx));
+  attention_forward(rt, s.att, s.lse, s.qkv, attention_heads(ctx), attention_dropout(ctx));
   if (residual_in_gemm(ctx))  // r = x + proj(att)
     return row_forward(rt, proj_, s.r, s.att, *p_.proj_w, p_.proj_b, temp, &s.x);
   return row_forward(rt, proj_, branch, s.att, *p_.proj_w, p_.proj_b, temp, nullptr);
@@ -524,14 +532,14 @@ void TransformerBlock::backward(Runtime& rt, const StepContext& ctx, const Tenso
   };
   if (defer) {
     proj_->backward_input(rt, datt, dbranch);
-    attention_backward(rt, dqkv, datt, s.qkv, s.att, s.lse, H, attention_dropout(ctx));
+    attention_backward(rt, dqkv, datt, s.qkv, s.att, s.lse, attention_heads(ctx), attention_dropout(ctx));
     if (cfg_.rope) rotary_embedding(rt, dqkv, H, cfg_.rotary(), 0, true);  // to the unturned q, k
     qk_norm_backward(dqkv);
     qkv_->backward(rt, dln, dqkv, s.ln1, work, [&] { proj_->weight_grads(rt, dbranch, s.att, bias_sums_in_ln2); });
   } else {
     if (proj_) proj_->backward(rt, datt, dbranch, s.att, work);
     else linear_backward(rt, datt, dbranch, s.att, *p_.proj_w, p_.proj_b, nullptr, bias_sums_in_ln2);
-    attention_backward(rt, dqkv, datt, s.qkv, s.att, s.lse, H, attention_dropout(ctx));
+    attention_backward(rt, dqkv, datt, s.qkv, s.att, s.lse, attention_heads(ctx), attention_dropout(ctx));
     if (cfg_.rope) rotary_embedding(rt, dqkv, H, cfg_.rotary(), 0, true);  // to the unturned q, k
     qk_norm_backward(dqkv);
     linear_backward(rt, qkv_, dln, dqkv, s.ln1, *p_.qkv_w, p_.qkv_b, work);

@@ -44,6 +44,9 @@ struct StepContext {
   // Defined (f32 (3) on the device): each MoE block's forward adds its balancing loss, dropped
   // choices and z-loss (moe_statistics), for the log; a recomputation does not.
   Tensor moe_stats;
+  // Document masking (GPTConfig::document_eod): i32 (B, T) on the device, where each token's document
+  // starts in its sample (AttentionHeads::doc_starts); undefined = none.
+  Tensor doc_starts;
 };
 
 // The parameters of block `layer`, as views into the store.
@@ -146,6 +149,8 @@ class TransformerBlock {
   DropoutKey dropout_key(const StepContext& ctx, int site, const Tokens& n) const;
   AttentionDropout attention_dropout(const StepContext& ctx) const;
   AttentionHeads local_heads() const;  // this rank's query and key-value heads
+  // The same for the attention core of ctx's micro-batch (its document starts, with document masking).
+  AttentionHeads attention_heads(const StepContext& ctx) const;
   // How many parts of the samples forward runs in: 2 under the batch split (an even micro-batch
   // without sequence parallelism), else 1.
   int batch_parts(const Tokens& n) const;

@@ -1,4 +1,4 @@
-// CPU causal self-attention (within a sliding window where AttentionHeads has one): forward keeps only the log-sum-exp per score row; backward recomputes
+// CPU causal self-attention (within a sliding window and documents where AttentionHeads has them): forward keeps only the log-sum-exp per score row; backward recomputes
 // the probabilities (and the dropout mask, from its Philox key). Every output row is owned by one thread, so results do not depend on the
 // thread count. 16-bit tensors are staged in f32 scratch.
 #include <omp.h>
@@ -17,9 +17,15 @@ namespace {
 struct Dims {
   int64_t B, T, H, Hkv, hd, C, W;  // C = H hd: out's row; W = (H + 2 Hkv) hd: qkv's row
   float scale;
-  AttentionHeads heads;  // its window: query t sees keys [first(t), t]
-  int64_t first(int64_t t) const { return heads.first_key(t); }
-  int64_t last_query(int64_t s) const { return heads.window > 0 ? std::min(T - 1, s + heads.window - 1) : T - 1; }
+  AttentionHeads heads;  // its window and documents: query t of sample b sees keys [first(b, t), t]
+  const int32_t* doc_starts = nullptr;  // heads.doc_starts' (B, T), or null
+  int64_t first(int64_t b, int64_t t) const {
+    const int64_t f = heads.first_key(t);
+    return doc_starts ? std::max<int64_t>(f, doc_starts[b * T + t]) : f;
+  }
+  // Whether query t sees key s <= t (first(b, t) never decreases with t: the queries that see s are
+  // s .. the last for which this holds).
+  bool sees(int64_t b, int64_t t, int64_t s) const { return t < T && first(b, t) <= s; }
   // Element offset of (b, t, which in {0:q, 1:k, 2:v}, query head h) in qkv (B, T, W): k and v of
   // the key-value head h / (H / Hkv).
   int64_t qkv(int64_t b, int64_t t, int which, int64_t h) const {
@@ -31,6 +37,7 @@ struct Dims {
 
 Dims dims_of(const Tensor& qkv, AttentionHeads heads) {
   Dims d{qkv.size(0), qkv.size(1), heads.q, heads.kv, qkv.size(2) / heads.qkv_heads(), 0, qkv.size(2), 0.0f, heads};
+  if (heads.doc_starts.defined()) d.doc_starts = heads.doc_starts.ptr<int32_t>();
   d.C = d.H * d.hd;
   d.scale = 1.0f / std::sqrt(float(d.hd));
   return d;
@@ -57,7 +64,7 @@ void forward_f32(const Dims& d, const float* qkv, float* out, float* lse, float*
     for (int64_t idx = 0; idx < rows; ++idx) {
       const int64_t b = idx / (d.H * d.T), h = (idx / d.T) % d.H, t = idx % d.T;
       const float* q = qkv + d.qkv(b, t, 0, h);
-      const int64_t first = d.first(t);
+      const int64_t first = d.first(b, t);
       float mx = -INFINITY;
       for (int64_t s = first; s <= t; ++s) {
         sc[s] = dot(q, qkv + d.qkv(b, s, 1, h), d.hd) * d.scale;
@@ -100,7 +107,7 @@ void backward_f32(const Dims& d, float* dqkv, const float* qkv, const float* dou
   for (int64_t idx = 0; idx < rows; ++idx) {
     const int64_t b = idx / (d.H * d.T), h = (idx / d.T) % d.H, t = idx % d.T;
     float* dq = dqkv + d.qkv(b, t, 0, h);
-    for (int64_t s = d.first(t); s <= t; ++s) {
+    for (int64_t s = d.first(b, t); s <= t; ++s) {
       float p, ds;
       grads(b, h, t, s, p, ds);
       const float* k = qkv + d.qkv(b, s, 1, h);
@@ -115,7 +122,7 @@ void backward_f32(const Dims& d, float* dqkv, const float* qkv, const float* dou
     float* dk = dqkv + d.qkv(b, s, 1, kv * group);
     float* dv = dqkv + d.qkv(b, s, 2, kv * group);
     for (int64_t h = kv * group; h < (kv + 1) * group; ++h)
-      for (int64_t t = s; t <= d.last_query(s); ++t) {
+      for (int64_t t = s; d.sees(b, t, s); ++t) {
         float p, ds;
         grads(b, h, t, s, p, ds);
         const float* q = qkv + d.qkv(b, t, 0, h);
@@ -129,6 +136,19 @@ void backward_f32(const Dims& d, float* dqkv, const float* qkv, const float* dou
 }
 
 }  // namespace
+
+void document_starts(Runtime&, const Tensor& starts, const Tensor& tokens, int32_t eod_token) {
+  const int64_t B = tokens.size(0), T = tokens.size(1);
+  const int32_t* tok = tokens.ptr<int32_t>();
+  int32_t* out = starts.ptr<int32_t>();
+  for (int64_t b = 0; b < B; ++b) {
+    int32_t start = 0;
+    for (int64_t t = 0; t < T; ++t) {
+      out[b * T + t] = start;
+      if (tok[b * T + t] == eod_token) start = int32_t(t + 1);
+    }
+  }
+}
 
 void attention_forward(Runtime& rt, const Tensor& out, const Tensor& lse, const Tensor& qkv, AttentionHeads heads,
                        const AttentionDropoutKey& drop) {

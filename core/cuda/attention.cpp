@@ -1,6 +1,6 @@
-// CUDA causal self-attention (within AttentionHeads::window where it is set). bf16/f16 with head_dim 64 or 128 take cuDNN's fused flash attention
-// where cudnn_attention() accepts the problem (no attention dropout, not deterministic, built with
-// the cuDNN frontend), else the fused FlashAttention-2 style kernels of flash_attention.cu (no T x T
+// CUDA causal self-attention (within AttentionHeads::window and doc_starts where they are set). bf16/f16 with head_dim 64 or 128 take cuDNN's fused flash attention
+// where cudnn_attention() accepts the problem (no attention dropout, no document masking, not
+// deterministic, built with the cuDNN frontend), else the fused FlashAttention-2 style kernels of flash_attention.cu (no T x T
 // matrix; backward scratch only D, B*H*T*4 bytes). Everything else (f32, other head sizes) takes
 // the unfused reference-speed version: heads permuted into scratch (a key-value head repeated for each
 // query head of its group, and their gradients summed back),
@@ -49,7 +49,7 @@ void gemm(CudaState& st, cublasOperation_t ta, cublasOperation_t tb, int64_t m, 
 
 struct Dims {
   int64_t B, T, C, H, Hkv, hd, BH, W;  // C = H hd (out's row), W = (H + 2 Hkv) hd (qkv's row)
-  int64_t window;                      // sliding window (0: none)
+  AttentionMask mask;                  // sliding window (0: none) and document starts
   size_t es;
   int64_t group() const { return H / Hkv; }
   int64_t Ckv() const { return Hkv * hd; }
@@ -62,7 +62,8 @@ Dims dims_of(const Tensor& qkv, AttentionHeads heads) {
   d.W = qkv.size(2);
   d.H = heads.q;
   d.Hkv = heads.kv;
-  d.window = heads.window < d.T ? heads.window : 0;  // a window past the sequence is none
+  d.mask.window = heads.window < d.T ? heads.window : 0;  // a window past the sequence is none
+  if (heads.doc_starts.defined()) d.mask.doc_starts = heads.doc_starts.ptr<int32_t>();
   d.hd = d.W / heads.qkv_heads();
   d.C = d.H * d.hd;
   d.BH = d.B * d.H;
@@ -92,6 +93,11 @@ bool use_flash(const Dims& d, DType t, std::initializer_list<const void*> ptrs) 
 
 }  // namespace
 
+void document_starts(Runtime& rt, const Tensor& starts, const Tensor& tokens, int32_t eod_token) {
+  launch_document_starts(cuda_state(rt).compute, starts.ptr<int32_t>(), tokens.ptr<int32_t>(), tokens.size(0),
+                         tokens.size(1), eod_token);
+}
+
 void attention_forward(Runtime& rt, const Tensor& out, const Tensor& lse, const Tensor& qkv, AttentionHeads heads,
                        const AttentionDropoutKey& drop) {
   CudaState& st = cuda_state(rt);
@@ -100,14 +106,14 @@ void attention_forward(Runtime& rt, const Tensor& out, const Tensor& lse, const 
   DType t = qkv.dtype;
   const bool flash = use_flash(d, t, {qkv.data, out.data});
 #if TRELLIS_HAVE_CUDNN
-  if (flash && cudnn_attention(rt, d.B, d.T, d.H, d.Hkv, d.hd, t, drop.threshold != 0, d.window)) {
-    cudnn_attention_forward(rt, out.data, lse.ptr<float>(), qkv.data, d.B, d.T, d.H, d.Hkv, d.hd, t, d.window);
+  if (flash && !d.mask.doc_starts && cudnn_attention(rt, d.B, d.T, d.H, d.Hkv, d.hd, t, drop.threshold != 0, d.mask.window)) {
+    cudnn_attention_forward(rt, out.data, lse.ptr<float>(), qkv.data, d.B, d.T, d.H, d.Hkv, d.hd, t, d.mask.window);
     return;
   }
 #endif
   if (flash) {
     launch_flash_attention_forward(st.compute, out.data, lse.ptr<float>(), qkv.data, t, d.B, d.T, d.H, d.Hkv, d.hd,
-                                   drop, d.window);
+                                   drop, d.mask);
     return;
   }
   size_t head_bytes = size_t(d.BH * d.T * d.hd) * d.es, score_cells = size_t(d.BH * d.T * d.T);
@@ -122,7 +128,7 @@ void attention_forward(Runtime& rt, const Tensor& out, const Tensor& lse, const 
   float scale = float(1.0 / std::sqrt(double(d.hd)));
   float* Sp = reinterpret_cast<float*>(base + S);
   scores(st, Sp, base + q, base + k, d, t, scale);                         // (B, H, T, T) f32
-  launch_causal_softmax(s, base + P, lse.ptr<float>(), Sp, t, d.B, d.H, d.T, drop, d.window);  // P (B, H, T, T), lse
+  launch_causal_softmax(s, base + P, lse.ptr<float>(), Sp, t, d.B, d.H, d.T, drop, d.mask);  // P (B, H, T, T), lse
   times_values(st, base + o, base + P, base + v, d, t, false);             // (B, H, T, hd)
   launch_from_heads(s, out.data, d.C, 0, base + o, t, d.B, d.T, d.H, d.hd);
 }
@@ -135,9 +141,9 @@ void attention_backward(Runtime& rt, const Tensor& dqkv, const Tensor& dout, con
   DType t = qkv.dtype;
   const bool flash = use_flash(d, t, {qkv.data, out.data, dout.data, dqkv.data});
 #if TRELLIS_HAVE_CUDNN
-  if (flash && cudnn_attention(rt, d.B, d.T, d.H, d.Hkv, d.hd, t, drop.threshold != 0, d.window)) {
+  if (flash && !d.mask.doc_starts && cudnn_attention(rt, d.B, d.T, d.H, d.Hkv, d.hd, t, drop.threshold != 0, d.mask.window)) {
     cudnn_attention_backward(rt, dqkv.data, dout.data, qkv.data, out.data, lse.ptr<float>(), d.B, d.T, d.H, d.Hkv,
-                             d.hd, t, d.window);
+                             d.hd, t, d.mask.window);
     return;
   }
 #endif
@@ -145,7 +151,7 @@ void attention_backward(Runtime& rt, const Tensor& dqkv, const Tensor& dout, con
     float* Dp = static_cast<float*>(rt.scratch(size_t(d.BH * d.T) * 4));  // (B, H, T)
     launch_attention_rowdot(st.compute, Dp, dout.data, out.data, t, d.B, d.T, d.H, d.hd);  // D = rowsum(dO * O)
     launch_flash_attention_backward(st.compute, dqkv.data, dout.data, qkv.data, lse.ptr<float>(), Dp, t, d.B, d.T,
-                                    d.H, d.Hkv, d.hd, drop, d.window);
+                                    d.H, d.Hkv, d.hd, drop, d.mask);
     return;
   }
   size_t head_bytes = size_t(d.BH * d.T * d.hd) * d.es, score_cells = size_t(d.BH * d.T * d.T);
@@ -167,11 +173,11 @@ void attention_backward(Runtime& rt, const Tensor& dqkv, const Tensor& dout, con
   float* Sp = reinterpret_cast<float*>(base + S);
   scores(st, Sp, base + q, base + k, d, t, scale);
   float* dP = reinterpret_cast<float*>(base + dPs);
-  launch_causal_probs(s, base + P, Sp, lse.ptr<float>(), t, d.B, d.H, d.T, drop, d.window);  // P m, m the dropout factor
+  launch_causal_probs(s, base + P, Sp, lse.ptr<float>(), t, d.B, d.H, d.T, drop, d.mask);  // P m, m the dropout factor
   times_values(st, base + dV, base + P, base + dO, d, t, true);                    // dV = (P m)^T dO
   scores(st, dP, base + dO, base + v, d, t, 1.0f);                                 // dP = dO V^T
   launch_softmax_backward(s, base + P, Sp, lse.ptr<float>(), dP, Dp, t, d.B, d.H, d.T, scale,
-                          drop, d.window);  // dS = P (m dP - D) scale (over P m)
+                          drop, d.mask);  // dS = P (m dP - D) scale (over P m)
   times_values(st, base + dQ, base + P, base + k, d, t, false);           // dQ = dS K
   times_values(st, base + dK, base + P, base + q, d, t, true);            // dK = dS^T Q
   launch_from_heads(s, dqkv.data, d.W, 0, base + dQ, t, d.B, d.T, d.H, d.hd);

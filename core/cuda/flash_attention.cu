@@ -5,8 +5,9 @@
 // blocks (of every query head of its key-value head's group), another per query block accumulates dQ.
 // No atomics, so the results are bitwise repeatable.
 // Attention dropout (kDrop) multiplies each probability by its Philox factor (core/philox.h) after
-// the row sums are taken, in forward and in both backward kernels. A sliding window (W) skips the key
-// (query) blocks wholly outside it and masks the blocks across its edge.
+// the row sums are taken, in forward and in both backward kernels. A sliding window (W) and document
+// masking (starts) give each query a first key (first_key below); the kernels skip the key (query)
+// blocks wholly before it and mask the blocks across it.
 #include <cmath>
 
 #include "core/cuda/kernel_common.cuh"
@@ -43,6 +44,14 @@ __device__ __forceinline__ void ldsm_x4_t(uint32_t (&r)[4], const void* p) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(smem_addr(p)));
+}
+
+// The first key query t (< T) sees: none W or more before it (W = T: no window) and, with document
+// masking, none before its document's start (starts: its sample's row of doc_starts, or null). It never
+// decreases with t.
+__device__ __forceinline__ int first_key(int t, int W, const int* starts) {
+  const int f = max(0, t - W + 1);
+  return starts ? max(f, starts[t]) : f;
 }
 
 template <typename E> struct Mma;
@@ -159,7 +168,8 @@ __device__ __forceinline__ void store_rows(E* g, int64_t stride, int row0, int T
 template <typename E, int HD, bool kDrop>
 __global__ void __launch_bounds__(kFlashThreads) flash_fwd_kernel(E* __restrict__ out, float* __restrict__ lse,
                                                                   const E* __restrict__ qkv, int T_, int H, int Hkv,
-                                                                  float sl2, AttentionDropoutKey drop, int W) {
+                                                                  float sl2, AttentionDropoutKey drop, int W,
+                                                                  const int* __restrict__ doc_starts) {
   constexpr int BM = 64, BN = 64, LD = HD + kPad;
   extern __shared__ __align__(16) unsigned char smem[];
   E* sQ = reinterpret_cast<E*>(smem);
@@ -174,9 +184,11 @@ __global__ void __launch_bounds__(kFlashThreads) flash_fwd_kernel(E* __restrict_
   const E* k = qkv + int64_t(b) * T_ * rs + C + int64_t(h / (H / Hkv)) * HD;
   const E* v = k + Ckv;
   const int q0 = m * BM;
-  // Causal, BM == BN: key blocks j_begin..m, the last one masked, and with a window W (T_ for none)
-  // the blocks some of whose keys are W or more before some query of the block.
-  const int j_begin = max(0, q0 - W + 1) / BN, n_tiles = m + 1 - j_begin;
+  const int* starts = doc_starts ? doc_starts + int64_t(b) * T_ : nullptr;
+  // Causal, BM == BN: key blocks j_begin..m, the last one masked, and those before the first key of
+  // the block's last query (a window's or a document's edge).
+  const int j_begin = first_key(q0, W, starts) / BN, n_tiles = m + 1 - j_begin;
+  const int edge_end = first_key(min(q0 + BM, T_) - 1, W, starts);
 
   load_tile<BM, HD, LD>(sQ, q, rs, q0, T_);
   load_tile<BN, HD, LD>(sK, k, rs, j_begin * BN, T_);
@@ -188,6 +200,8 @@ __global__ void __launch_bounds__(kFlashThreads) flash_fwd_kernel(E* __restrict_
   for (int i = 0; i < HD / 8; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
   float mx[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};  // running max (log2 units) and partial sums
   const int row_lo = q0 + warp * 16 + (lane >> 2);             // this thread's rows: row_lo, row_lo + 8
+  // Their first keys (rows past T, never stored, take the last row's).
+  const int first[2] = {first_key(min(row_lo, T_ - 1), W, starts), first_key(min(row_lo + 8, T_ - 1), W, starts)};
 
   for (int it = 0; it < n_tiles; ++it) {
     const int j = j_begin + it;
@@ -209,13 +223,13 @@ __global__ void __launch_bounds__(kFlashThreads) flash_fwd_kernel(E* __restrict_
     for (int i = 0; i < BN / 8; ++i) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.0f;
     mma_abt<E, LD, HD / 16, BN / 8>(s, sQ, warp * 16, cK, lane);
 
-    if (j == m || j * BN <= q0 + BM - 1 - W) {  // keys after the query, or W or more before it, are out
+    if (j == m || j * BN < edge_end) {  // keys after the query, or before its first key, are out
 #pragma unroll
       for (int nt = 0; nt < BN / 8; ++nt)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           int key = j * BN + nt * 8 + 2 * (lane & 3) + (e & 1), row = row_lo + (e >> 1) * 8;
-          if (key > row || row - key >= W) s[nt][e] = -INFINITY;
+          if (key > row || key < first[e >> 1]) s[nt][e] = -INFINITY;
         }
     }
 #pragma unroll
@@ -226,7 +240,7 @@ __global__ void __launch_bounds__(kFlashThreads) flash_fwd_kernel(E* __restrict_
       mr = fmaxf(mr, __shfl_xor_sync(0xffffffffu, mr, 1));
       mr = fmaxf(mr, __shfl_xor_sync(0xffffffffu, mr, 2));
       float mnew = fmaxf(mx[r], mr * sl2);
-      // -inf only while a row has seen no key (a window's first blocks; every row sees its own in the
+      // -inf only while a row has seen no key (the blocks before its first key; every row sees its own in the
       // diagonal block): then the exponents are taken against 0, giving zeros, not NaN.
       const float mref = mnew == -INFINITY ? 0.0f : mnew;
       float alpha = exp2f(mx[r] - mref);
@@ -279,7 +293,8 @@ __global__ void __launch_bounds__(kFlashThreads) flash_bwd_dkv_kernel(E* __restr
                                                                       const float* __restrict__ lse,
                                                                       const float* __restrict__ Dsum, int T_, int H,
                                                                       int Hkv, float scale, float sl2,
-                                                                      AttentionDropoutKey drop, int W) {
+                                                                      AttentionDropoutKey drop, int W,
+                                                                      const int* __restrict__ doc_starts) {
   constexpr int BN = 64, LD = HD + kPad;
   extern __shared__ __align__(16) unsigned char smem[];
   E* sK = reinterpret_cast<E*>(smem);
@@ -288,6 +303,7 @@ __global__ void __launch_bounds__(kFlashThreads) flash_bwd_dkv_kernel(E* __restr
   E* sdO = sQ + 2 * BM * LD;   // 2 buffers of BM * LD
   float* sL = reinterpret_cast<float*>(sdO + 2 * BM * LD);  // 2 x BM: lse * log2e (+inf past T)
   float* sD = sL + 2 * BM;                                  // 2 x BM: rowsum(dO * O) (0 past T)
+  int* sF = reinterpret_cast<int*>(sD + 2 * BM);            // 2 x BM: each query's first key
   const int n = blockIdx.x;  // low key blocks see the most queries: launched first
   const int b = blockIdx.y / Hkv, g = blockIdx.y % Hkv, group = H / Hkv;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -296,9 +312,17 @@ __global__ void __launch_bounds__(kFlashThreads) flash_bwd_dkv_kernel(E* __restr
   const E* rows = qkv + int64_t(b) * T_ * rs;
   const E* k = rows + C + int64_t(g) * HD;
   const E* v = k + Ckv;
-  const int k0 = n * BN;
-  // The query tiles that see some key of the block: from the diagonal to the window's end (W: T_ for none).
-  const int m_begin = k0 / BM, m_end = min((T_ + BM - 1) / BM, (k0 + BN - 2 + W) / BM + 1), tiles = m_end - m_begin;
+  const int k0 = n * BN, k_last = min(k0 + BN, T_) - 1;
+  const int* starts = doc_starts ? doc_starts + int64_t(b) * T_ : nullptr;
+  // The query tiles that see some key of the block: from the diagonal to the last query whose first
+  // key is at most the block's last (first_key never decreases: a binary search).
+  int q_lo = k_last, q_hi = T_ - 1;
+  while (q_lo < q_hi) {
+    const int mid = q_lo + (q_hi - q_lo + 1) / 2;
+    if (first_key(mid, W, starts) <= k_last) q_lo = mid;
+    else q_hi = mid - 1;
+  }
+  const int m_begin = k0 / BM, m_end = q_lo / BM + 1, tiles = m_end - m_begin;
   // Step `it` takes query tile m_begin + it % tiles of query head g * group + it / tiles.
   auto head_of = [&](int it) { return g * group + it / tiles; };
   auto tile_of = [&](int it) { return m_begin + it % tiles; };
@@ -312,6 +336,7 @@ __global__ void __launch_bounds__(kFlashThreads) flash_bwd_dkv_kernel(E* __restr
       int row = mi * BM + i;
       sL[buf * BM + i] = row < T_ ? L[row] * kLog2e : INFINITY;
       sD[buf * BM + i] = row < T_ ? Dr[row] : 0.0f;
+      sF[buf * BM + i] = first_key(min(row, T_ - 1), W, starts);
     }
   };
   load_tile<BN, HD, LD>(sK, k, rs, k0, T_);
@@ -340,6 +365,7 @@ __global__ void __launch_bounds__(kFlashThreads) flash_bwd_dkv_kernel(E* __restr
     const E* cdO = sdO + buf * BM * LD;
     const float* cL = sL + buf * BM;
     const float* cD = sD + buf * BM;
+    const int* cF = sF + buf * BM;
 
     float s[BM / 8][4], dp[BM / 8][4];  // S^T and dP^T: this warp's 16 keys x BM queries
 #pragma unroll
@@ -349,15 +375,15 @@ __global__ void __launch_bounds__(kFlashThreads) flash_bwd_dkv_kernel(E* __restr
     mma_abt<E, LD, HD / 16, BM / 8>(s, sK, warp * 16, cQ, lane);    // K Q^T
     mma_abt<E, LD, HD / 16, BM / 8>(dp, sV, warp * 16, cdO, lane);  // V dO^T
 
-    // Some query of the tile precedes some key of the block, or is W or more after one.
-    const bool edge = mi * BM < k0 + BN - 1 || mi * BM + BM - 1 - k0 >= W;
+    // Some query of the tile precedes some key of the block, or its last query's first key follows one.
+    const bool edge = mi * BM < k0 + BN - 1 || first_key(min(mi * BM + BM, T_) - 1, W, starts) > k0;
 #pragma unroll
     for (int nt = 0; nt < BM / 8; ++nt)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         int qi = nt * 8 + 2 * (lane & 3) + (e & 1), query = mi * BM + qi, key = key_lo + (e >> 1) * 8;
         float p = exp2f(fmaf(s[nt][e], sl2, -cL[qi]));
-        if (edge && (query < key || query - key >= W)) p = 0.0f;
+        if (edge && (query < key || key < cF[qi])) p = 0.0f;
         const float m = kDrop ? attention_keep_scale(drop, b, h, mi * BM + qi, key_lo + (e >> 1) * 8) : 1.0f;
         s[nt][e] = p * m;                            // dropped P^T, for dV
         dp[nt][e] = p * (m * dp[nt][e] - cD[qi]);  // dS^T (without the scale)
@@ -379,7 +405,8 @@ __global__ void __launch_bounds__(kFlashThreads) flash_bwd_dq_kernel(E* __restri
                                                                      const float* __restrict__ lse,
                                                                      const float* __restrict__ Dsum, int T_, int H,
                                                                      int Hkv, float scale, float sl2,
-                                                                     AttentionDropoutKey drop, int W) {
+                                                                     AttentionDropoutKey drop, int W,
+                                                                     const int* __restrict__ doc_starts) {
   constexpr int BM = 64, LD = HD + kPad;
   extern __shared__ __align__(16) unsigned char smem[];
   E* sQ = reinterpret_cast<E*>(smem);
@@ -397,8 +424,11 @@ __global__ void __launch_bounds__(kFlashThreads) flash_bwd_dq_kernel(E* __restri
   const E* dO = dout + int64_t(b) * T_ * C + int64_t(h) * HD;
   const int q0 = m * BM;
   const int q_last = min(T_, q0 + BM);  // exclusive
-  // Key tiles j_begin .. j_end - 1: from the window's first key of the block's first query (W: T_ for none).
-  const int j_begin = max(0, q0 - W + 1) / BN, j_end = (q_last + BN - 1) / BN, n_tiles = j_end - j_begin;
+  const int* starts = doc_starts ? doc_starts + int64_t(b) * T_ : nullptr;
+  // Key tiles j_begin .. j_end - 1: from the first key of the block's first query; those before the
+  // first key of its last query cross the mask's left edge.
+  const int j_begin = first_key(q0, W, starts) / BN, j_end = (q_last + BN - 1) / BN, n_tiles = j_end - j_begin;
+  const int edge_end = first_key(q_last - 1, W, starts);
 
   load_tile<BM, HD, LD>(sQ, q, rs, q0, T_);
   load_tile<BM, HD, LD>(sdO, dO, C, q0, T_);
@@ -414,6 +444,7 @@ __global__ void __launch_bounds__(kFlashThreads) flash_bwd_dq_kernel(E* __restri
     Lr[r] = row < T_ ? lse[int64_t(blockIdx.y) * T_ + row] * kLog2e : 0.0f;
     Dv[r] = row < T_ ? Dsum[int64_t(blockIdx.y) * T_ + row] : 0.0f;
   }
+  const int first[2] = {first_key(min(row_lo, T_ - 1), W, starts), first_key(min(row_lo + 8, T_ - 1), W, starts)};
   float dq[HD / 8][4];
 #pragma unroll
   for (int i = 0; i < HD / 8; ++i) dq[i][0] = dq[i][1] = dq[i][2] = dq[i][3] = 0.0f;
@@ -441,15 +472,15 @@ __global__ void __launch_bounds__(kFlashThreads) flash_bwd_dq_kernel(E* __restri
     mma_abt<E, LD, HD / 16, BN / 8>(s, sQ, warp * 16, cK, lane);    // Q K^T
     mma_abt<E, LD, HD / 16, BN / 8>(dp, sdO, warp * 16, cV, lane);  // dO V^T
 
-    // Some key of the tile follows some query of the block, or is W or more before one.
-    const bool edge = j * BN + BN - 1 > q0 || j * BN <= q0 + BM - 1 - W;
+    // Some key of the tile follows some query of the block, or precedes its last query's first key.
+    const bool edge = j * BN + BN - 1 > q0 || j * BN < edge_end;
 #pragma unroll
     for (int nt = 0; nt < BN / 8; ++nt)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         int r = e >> 1, key = j * BN + nt * 8 + 2 * (lane & 3) + (e & 1), row = row_lo + 8 * r;
         float p = exp2f(fmaf(s[nt][e], sl2, -Lr[r]));
-        if (edge && (key > row || row - key >= W)) p = 0.0f;
+        if (edge && (key > row || key < first[r])) p = 0.0f;
         const float mk = kDrop ? attention_keep_scale(drop, b, h, row_lo + 8 * r, key) : 1.0f;
         dp[nt][e] = p * (mk * dp[nt][e] - Dv[r]);  // dS (without the scale)
       }
@@ -467,35 +498,36 @@ template <typename K> void allow_smem(K kernel, size_t bytes) {
 
 template <typename E, int HD, bool kDrop>
 void flash_forward(cudaStream_t s, void* out, float* lse, const void* qkv, int B, int T_, int H, int Hkv, float sl2,
-                   const AttentionDropoutKey& drop, int W) {
+                   const AttentionDropoutKey& drop, int W, const int* starts) {
   constexpr int BM = 64, BN = 64;
   size_t smem = size_t(BM + 4 * BN) * (HD + kPad) * sizeof(E);
   auto kernel = flash_fwd_kernel<E, HD, kDrop>;
   allow_smem(kernel, smem);
   dim3 grid((T_ + BM - 1) / BM, B * H);
   kernel<<<grid, kFlashThreads, smem, s>>>(static_cast<E*>(out), lse, static_cast<const E*>(qkv), T_, H, Hkv, sl2,
-                                           drop, W);
+                                           drop, W, starts);
   CUDA_CHECK_LAUNCH();
 }
 
 template <typename E, int HD, bool kDrop>
 void flash_backward(cudaStream_t s, void* dqkv, const void* dout, const void* qkv, const float* lse, const float* D,
-                    int B, int T_, int H, int Hkv, float scale, float sl2, const AttentionDropoutKey& drop, int W) {
+                    int B, int T_, int H, int Hkv, float scale, float sl2, const AttentionDropoutKey& drop, int W,
+                    const int* starts) {
   // Query tiles (dK/dV) and key tiles (dQ) of 32 rows at head_dim 128 keep the accumulators in registers.
   constexpr int BT = HD <= 64 ? 64 : 32, BN = 64, BM = 64, LD = HD + kPad;
-  size_t smem_kv = size_t(2 * BN + 4 * BT) * LD * sizeof(E) + 4 * BT * sizeof(float);
+  size_t smem_kv = size_t(2 * BN + 4 * BT) * LD * sizeof(E) + 4 * BT * sizeof(float) + 2 * BT * sizeof(int);
   auto kv = flash_bwd_dkv_kernel<E, HD, BT, kDrop>;
   allow_smem(kv, smem_kv);
   kv<<<dim3((T_ + BN - 1) / BN, B * Hkv), kFlashThreads, smem_kv, s>>>(
       static_cast<E*>(dqkv), static_cast<const E*>(qkv), static_cast<const E*>(dout), lse, D, T_, H, Hkv, scale, sl2,
-      drop, W);
+      drop, W, starts);
   CUDA_CHECK_LAUNCH();
   size_t smem_q = size_t(2 * BM + 4 * BT) * LD * sizeof(E);
   auto dq = flash_bwd_dq_kernel<E, HD, BT, kDrop>;
   allow_smem(dq, smem_q);
   dq<<<dim3((T_ + BM - 1) / BM, B * H), kFlashThreads, smem_q, s>>>(
       static_cast<E*>(dqkv), static_cast<const E*>(qkv), static_cast<const E*>(dout), lse, D, T_, H, Hkv, scale, sl2,
-      drop, W);
+      drop, W, starts);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -519,31 +551,31 @@ static int window_of(int64_t window, int64_t T_) { return int(window > 0 && wind
 
 void launch_flash_attention_forward(cudaStream_t s, void* out, float* lse, const void* qkv, DType t, int64_t B,
                                     int64_t T_, int64_t H, int64_t Hkv, int64_t hd, const AttentionDropoutKey& drop,
-                                    int64_t window) {
+                                    const AttentionMask& mask) {
   if (B * T_ * H == 0) return;
   float sl2 = float(kLog2e / std::sqrt(double(hd)));
-  const int W = window_of(window, T_);
+  const int W = window_of(mask.window, T_);
   if (drop.threshold != 0)
     TRELLIS_FLASH_SWITCH(t, hd, flash_forward<E, HD, true>(s, out, lse, qkv, int(B), int(T_), int(H), int(Hkv), sl2,
-                                                           drop, W));
+                                                           drop, W, mask.doc_starts));
   else
     TRELLIS_FLASH_SWITCH(t, hd, flash_forward<E, HD, false>(s, out, lse, qkv, int(B), int(T_), int(H), int(Hkv), sl2,
-                                                            drop, W));
+                                                            drop, W, mask.doc_starts));
 }
 
 void launch_flash_attention_backward(cudaStream_t s, void* dqkv, const void* dout, const void* qkv, const float* lse,
                                      const float* D, DType t, int64_t B, int64_t T_, int64_t H, int64_t Hkv, int64_t hd,
-                                     const AttentionDropoutKey& drop, int64_t window) {
+                                     const AttentionDropoutKey& drop, const AttentionMask& mask) {
   if (B * T_ * H == 0) return;
   float scale = float(1.0 / std::sqrt(double(hd)));
   float sl2 = float(kLog2e / std::sqrt(double(hd)));
-  const int W = window_of(window, T_);
+  const int W = window_of(mask.window, T_);
   if (drop.threshold != 0)
     TRELLIS_FLASH_SWITCH(t, hd, flash_backward<E, HD, true>(s, dqkv, dout, qkv, lse, D, int(B), int(T_), int(H),
-                                                            int(Hkv), scale, sl2, drop, W));
+                                                            int(Hkv), scale, sl2, drop, W, mask.doc_starts));
   else
     TRELLIS_FLASH_SWITCH(t, hd, flash_backward<E, HD, false>(s, dqkv, dout, qkv, lse, D, int(B), int(T_), int(H),
-                                                             int(Hkv), scale, sl2, drop, W));
+                                                             int(Hkv), scale, sl2, drop, W, mask.doc_starts));
 }
 
 }  // namespace trellis::gpu

@@ -127,6 +127,14 @@ void launch_bias_backward(cudaStream_t s, void* db, DType grad_t, const void* dy
 constexpr int kSumPartials = 512;
 void launch_sum(cudaStream_t s, float* out, const void* x, DType t, int64_t n, bool squares, float* scratch);
 
+// Which keys each query sees besides the causal bound (AttentionHeads' window and doc_starts): query t
+// of sample b sees keys [first, t], first the later of t - window + 1 (window > 0) and doc_starts[b T + t]
+// (where given; the device's copy of the (B, T) starts).
+struct AttentionMask {
+  int64_t window = 0;
+  const int32_t* doc_starts = nullptr;
+};
+
 // ---- attention_kernels.cu: the pieces around the batched GEMMs of attention.cpp ----
 // dst (B, H, T, hd) <- columns [col_offset + (h / group)*hd, ...) of src rows (B*T rows of row_stride
 // elements): with group > 1 each source head fills `group` consecutive heads (grouped-query k, v).
@@ -137,37 +145,40 @@ void launch_to_heads(cudaStream_t s, void* dst, const void* src, int64_t row_str
 void launch_from_heads(cudaStream_t s, void* dst, int64_t row_stride, int64_t col_offset, const void* src, DType t,
                        int64_t B, int64_t T, int64_t H, int64_t hd, int64_t group = 1);
 // Forward: per row i of each (T, T) block of S (f32, already scaled; blocks ordered (b, h) with H
-// heads), causal softmax over j <= i (and i - j < window, where window > 0): lse[i] (before dropout)
-// and P (t, zeros elsewhere) times the dropout factor of `drop`.
+// heads), causal softmax over the keys j <= i that `mask` leaves: lse[i] (before dropout) and P (t,
+// zeros elsewhere) times the dropout factor of `drop`.
 void launch_causal_softmax(cudaStream_t s, void* P, float* lse, const float* S, DType t, int64_t B, int64_t H,
-                           int64_t T, const AttentionDropoutKey& drop, int64_t window);
+                           int64_t T, const AttentionDropoutKey& drop, const AttentionMask& mask);
 // Backward: P = exp(S - lse) on those j, else 0, times the dropout factor.
 void launch_causal_probs(cudaStream_t s, void* P, const float* S, const float* lse, DType t, int64_t B, int64_t H,
-                         int64_t T, const AttentionDropoutKey& drop, int64_t window);
+                         int64_t T, const AttentionDropoutKey& drop, const AttentionMask& mask);
 // D (B, H, T) = rowsum(dout * out) per head; dout, out (B, T, H*hd).
 void launch_attention_rowdot(cudaStream_t s, float* D, const void* dout, const void* out, DType t, int64_t B,
                              int64_t T, int64_t H, int64_t hd);
 // dS = P * (m * dP - D) * scale into dS (t), with P = exp(S - lse) recomputed (causal, within the
-// window) and m the dropout factor; S, dP f32.
+// mask) and m the dropout factor; S, dP f32.
 void launch_softmax_backward(cudaStream_t s, void* dS, const float* S, const float* lse, const float* dP,
                              const float* D, DType t, int64_t B, int64_t H, int64_t T, float scale,
-                             const AttentionDropoutKey& drop, int64_t window);
+                             const AttentionDropoutKey& drop, const AttentionMask& mask);
+// document_starts (core/ops.h) of tokens (B, T) into starts.
+void launch_document_starts(cudaStream_t s, int32_t* starts, const int32_t* tokens, int64_t B, int64_t T,
+                            int32_t eod_token);
 
 // ---- flash_attention.cu: fused causal attention (FlashAttention-2 style) on the (B, T, (H + 2 Hkv) hd)
-// qkv rows, query head h on key-value head h / (H / Hkv); with window > 0 query i sees keys (i - window, i] ----
+// qkv rows, query head h on key-value head h / (H / Hkv); query i sees the keys j <= i that `mask` leaves ----
 // True for the dtypes and head sizes the fused kernels cover (bf16/f16, head_dim 64 or 128); the
 // pointers must also be 16-byte aligned. Otherwise attention.cpp takes the cuBLAS path.
 bool flash_attention_supported(DType t, int64_t hd);
 // out (B, T, H*hd), lse (B, H, T) f32 natural log, from qkv.
 void launch_flash_attention_forward(cudaStream_t s, void* out, float* lse, const void* qkv, DType t, int64_t B,
                                     int64_t T, int64_t H, int64_t Hkv, int64_t hd, const AttentionDropoutKey& drop,
-                                    int64_t window);
+                                    const AttentionMask& mask);
 // dqkv (as qkv), every element written (a key-value head's dK, dV summed over its query heads, in
 // order); D (B, H, T) = rowsum(dout * out) (launch_attention_rowdot). Deterministic: no atomics,
 // fixed summation order.
 void launch_flash_attention_backward(cudaStream_t s, void* dqkv, const void* dout, const void* qkv, const float* lse,
                                      const float* D, DType t, int64_t B, int64_t T, int64_t H, int64_t Hkv, int64_t hd,
-                                     const AttentionDropoutKey& drop, int64_t window);
+                                     const AttentionDropoutKey& drop, const AttentionMask& mask);
 
 // ---- rotary.cu ----
 // rotary_embedding (core/ops.h) on the first `heads` heads of hd dims (q's, then k's) of each qkv

@@ -759,7 +759,8 @@ TEST_P(Parity, QkNorm) {
 }
 
 void attention_case(Runtime& cpu, Runtime& gpu, DType dt, int64_t B, int64_t T, int64_t H, int64_t hd,
-                    float dropout = 0.0f, bool deterministic = true, int64_t kv_heads = 0, int64_t window = 0);
+                    float dropout = 0.0f, bool deterministic = true, int64_t kv_heads = 0, int64_t window = 0,
+                    int64_t doc_len = 0);
 
 TEST_P(Parity, AttentionSmall) { attention_case(cpu(), gpu(), dt(), 2, 17, 2, 16); }
 TEST_P(Parity, AttentionBig) { attention_case(cpu(), gpu(), dt(), 2, 256, 4, 64); }
@@ -815,6 +816,20 @@ TEST_P(Parity, AttentionSlidingWindow) {
   attention_case(cpu(), gpu(), dt(), 2, 200, 2, 64, 0.0f, true, 0, 7);
   attention_case(cpu(), gpu(), dt(), 1, 130, 4, 64, 0.0f, true, 1, 1);
   attention_case(cpu(), gpu(), dt(), 2, 17, 2, 16, 0.0f, true, 0, 5);
+}
+// Document masking (documents of 1 to 2 x doc_len tokens, their starts made on each device and
+// compared) on the own kernels and the unfused path: documents across tile edges with grouped-query
+// heads, with a sliding window and dropout at head_dim 128, documents of 1-6 tokens (key blocks wholly
+// before a query block's documents), and outside deterministic mode, where cuDNN must not take it.
+TEST_P(Parity, AttentionDocuments) {
+  attention_case(cpu(), gpu(), dt(), 2, 256, 4, 64, 0.0f, true, 2, 0, 40);
+  attention_case(cpu(), gpu(), dt(), 1, 300, 2, 128, 0.1f, true, 0, 64, 100);
+  attention_case(cpu(), gpu(), dt(), 2, 200, 2, 64, 0.0f, true, 0, 0, 3);
+  attention_case(cpu(), gpu(), dt(), 2, 17, 2, 16, 0.0f, true, 0, 0, 4);
+  RuntimeOptions o;
+  o.device = Device::CUDA(0);
+  Runtime fast(o);
+  attention_case(cpu(), fast, dt(), 2, 256, 4, 64, 0.0f, false, 2, 0, 40);
 }
 
 // Small rows, and GPT-2's vocabulary padded to 50304; the vocabulary's end inside a vector (beside
@@ -1251,9 +1266,9 @@ TEST_P(Parity, Sums) {
 }
 
 void attention_case(Runtime& cpu, Runtime& gpu, DType dt, int64_t B, int64_t T, int64_t H, int64_t hd,
-                    float dropout, bool deterministic, int64_t kv_heads, int64_t window) {
+                    float dropout, bool deterministic, int64_t kv_heads, int64_t window, int64_t doc_len) {
   const int64_t C = H * hd, Hkv = kv_heads > 0 ? kv_heads : H, W = C + 2 * Hkv * hd;
-  const AttentionHeads heads{int(H), int(Hkv), window};
+  AttentionHeads heads{int(H), int(Hkv), window}, gheads = heads;
   AttentionDropout drop;
   drop.p = dropout;
   drop.seed = 99;
@@ -1272,25 +1287,43 @@ void attention_case(Runtime& cpu, Runtime& gpu, DType dt, int64_t B, int64_t T, 
     gpu.synchronize();
     return h;
   };
+  std::string tag = " B=" + std::to_string(B) + " T=" + std::to_string(T) + " H=" + std::to_string(H) +
+                    " Hkv=" + std::to_string(Hkv) + " hd=" + std::to_string(hd) + " dropout=" + std::to_string(dropout) +
+                    " window=" + std::to_string(window) + " documents of 1.." + std::to_string(2 * doc_len);
+  // Document masking: token 0 ends each document, the documents' lengths drawn from [1, 2 doc_len].
+  HostTensor tokens(DType::i32, {B, T}), starts(DType::i32, {B, T});
+  DeviceTensor gtokens, gstarts;
+  if (doc_len > 0) {
+    std::mt19937 g(72);
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t t = 0, left = 0; t < T; ++t) {
+        if (left == 0) left = std::uniform_int_distribution<int64_t>(1, 2 * doc_len)(g);
+        tokens.t.ptr<int32_t>()[b * T + t] = --left == 0 ? 0 : 1;
+      }
+    gtokens = dev(tokens);
+    gstarts = dev(starts);
+    document_starts(cpu, starts.t, tokens.t, 0);
+    document_starts(gpu, gstarts.t, gtokens.t, 0);
+    expect_bitwise(host(gstarts), starts, "document_starts" + tag);
+    heads.doc_starts = starts.t;
+    gheads.doc_starts = gstarts.t;
+  }
   HostTensor qkv = random_host(dt, {B, T, W}, 70), dout = random_host(dt, {B, T, C}, 71);
   HostTensor out(dt, {B, T, C}), lse(DType::f32, {B, H, T}), dqkv(dt, {B, T, W});
   DeviceTensor gqkv = dev(qkv), gdout = dev(dout), gout = dev(out), glse = dev(lse), gdqkv = dev(dqkv);
   attention_forward(cpu, out.t, lse.t, qkv.t, heads, drop);
-  attention_forward(gpu, gout.t, glse.t, gqkv.t, heads, drop);
-  std::string tag = " B=" + std::to_string(B) + " T=" + std::to_string(T) + " H=" + std::to_string(H) +
-                    " Hkv=" + std::to_string(Hkv) + " hd=" + std::to_string(hd) + " dropout=" + std::to_string(dropout) +
-                    " window=" + std::to_string(window);
+  attention_forward(gpu, gout.t, glse.t, gqkv.t, gheads, drop);
   expect_close(host(gout), out, tolerance(dt, 2.0f), "attention_forward out" + tag);
   expect_close(host(glse), lse, tolerance(dt == DType::f32 ? DType::f32 : DType::f16), "attention_forward lse" + tag);
   attention_backward(cpu, dqkv.t, dout.t, qkv.t, out.t, lse.t, heads, drop);
-  attention_backward(gpu, gdqkv.t, gdout.t, gqkv.t, gout.t, glse.t, heads, drop);
+  attention_backward(gpu, gdqkv.t, gdout.t, gqkv.t, gout.t, glse.t, gheads, drop);
   HostTensor first = host(gdqkv);
   expect_close(first, dqkv, tolerance(dt, 4.0f), "attention_backward dqkv" + tag);
   if (!deterministic) return;
   // Determinism (train.deterministic): a second run over a poisoned dqkv must match bitwise, which
   // also shows that every element of dqkv is written.
   fill(gpu, gdqkv.t, 7.0f);
-  attention_backward(gpu, gdqkv.t, gdout.t, gqkv.t, gout.t, glse.t, heads, drop);
+  attention_backward(gpu, gdqkv.t, gdout.t, gqkv.t, gout.t, glse.t, gheads, drop);
   expect_bitwise(host(gdqkv), first, "attention_backward determinism" + tag);
 }
 

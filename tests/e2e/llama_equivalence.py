@@ -11,7 +11,9 @@ a tensor 2 checkpoint resumed on one rank continues as the uninterrupted run. Wi
 attention (QK-norm, heads of 24 at d_model 64), tensor 2 with and without sequence parallelism, data 2
 with ZeRO 3 and full recomputation, and pipeline 2 with selective recomputation; so do, with
 Mistral's sliding window (model.sliding_window = 8 of 32 positions, other losses than attending to
-all), tensor 2 with sequence parallelism (with dropout) and pipeline 2 x data 2 at ZeRO stage 2. One
+all), tensor 2 with sequence parallelism (with dropout) and pipeline 2 x data 2 at ZeRO stage 2; so
+do, with document masking (data.document_mask, token 10 ending documents), tensor 2 with and without
+sequence parallelism, pipeline 2 (interleaved) and data 2 at ZeRO stage 3 with full recomputation. One
 line refuses: resuming it with biases, a windowed checkpoint without the window, init_from a model
 with biases, and exporting it to Hugging Face GPT-2.
 Usage: llama_equivalence.py TRAIN_GPT MPIEXEC CONFIG [EXPORT_HF]"""
@@ -102,6 +104,22 @@ def main():
             _, loss, _, w, _, norms, _ = run(binary, mpiexec, config, tmp, ranks, f"w{i}", *WINDOW, *sets)
             ok, text = equivalence.layout_line((loss, w, norms), (w_loss, w_w, w_norms), STEPS)
             check(ok, f"sliding window 8, {what}: {text}")
+        # Document masking (token 10 ends documents): every chunk's attention, on every layout, stays
+        # within its documents as one rank's does; the batch split halves the document starts with the
+        # samples, and the middle chunks of the interleaved pipeline fetch the tokens for them.
+        DOCS = ["data.document_mask=true", "data.eod_token=10"]
+        _, d_loss, _, d_w, _, d_norms, d_out = run(binary, mpiexec, config, tmp, 1, "dref", *DOCS)
+        check("a new one after every token 10" in d_out and max(abs(a - b) for a, b in zip(d_loss, ref_loss)) > 1e-4,
+              f"data.document_mask: the log says so, losses {d_loss[0]:.5f} .. against {ref_loss[0]:.5f} .. unmasked")
+        for i, (ranks, what, sets) in enumerate([
+                (2, "tensor 2 (batch split)", ["parallel.tensor=2"]),
+                (2, "tensor 2, sequence parallel", ["parallel.tensor=2", "parallel.sequence_parallel=true"]),
+                (2, "pipeline 2 (interleaved, 2 virtual stages)",
+                 ["parallel.pipeline=2", "parallel.schedule=interleaved", "parallel.virtual_stages=2"]),
+                (2, "data 2, ZeRO 3, full recompute", ["zero.stage=3", "train.checkpointing=full"])]):
+            _, loss, _, w, _, norms, _ = run(binary, mpiexec, config, tmp, ranks, f"d{i}", *DOCS, *sets)
+            ok, text = equivalence.layout_line((loss, w, norms), (d_loss, d_w, d_norms), STEPS)
+            check(ok, f"document masking, {what}: {text}")
         windowed = equivalence.short_checkpoint(binary, mpiexec, config, tmp, "window_ckpt", LLAMA + WINDOW)
         check.refused(1, ["train.device=cpu", "train.steps=4", "checkpoint.dir=" + windowed] + LLAMA,
                       "n_kv_heads 2, sliding window 8,", "resume a sliding-window checkpoint without the window")

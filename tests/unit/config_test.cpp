@@ -197,6 +197,12 @@ TEST_F(ConfigTest, RelationsBetweenKeys) {
              "and model.bias = false");
   EXPECT_HAS(error_of("[moe]\nexperts = 8\nshared_experts = 1\nshared_gate = true\n"), "moe.shared_gate = true gates");
   EXPECT_NO_THROW(load_config(write("[model]\nmlp = \"swiglu\"\nffn_hidden_size = 11008\n"), {}));
+  // Document masking needs its end-of-document token, one of the vocabulary.
+  EXPECT_HAS(error_of("[data]\ndocument_mask = true\n"),
+             "tiny.toml: data.document_mask = true needs data.eod_token, the end-of-document token's id");
+  EXPECT_HAS(error_of("[model]\nvocab_size = 100\n[data]\ndocument_mask = true\neod_token = 100\n"),
+             "tiny.toml: data.eod_token = 100 is not a token of model.vocab_size = 100 (allowed: -1 = none, or 0 to 99)");
+  EXPECT_NO_THROW(load_config(write("[model]\nvocab_size = 100\n[data]\ndocument_mask = true\neod_token = 99\n"), {}));
 }
 
 TEST_F(ConfigTest, SetConvertsByType) {

@@ -1002,6 +1002,68 @@ TEST(OpsCpu, AttentionBackwardFiniteDifferences) {
   }
 }
 
+// Each token's document start: one past the latest earlier end-of-document token (7), else 0.
+TEST(OpsCpu, DocumentStarts) {
+  HostTensor tokens(DType::i32, {2, 9}), starts(DType::i32, {2, 9});
+  const int32_t tok[2][9] = {{1, 7, 2, 3, 7, 7, 4, 5, 7}, {7, 1, 2, 3, 4, 5, 6, 1, 2}};
+  const int32_t want[2][9] = {{0, 0, 2, 2, 2, 5, 6, 6, 6}, {0, 1, 1, 1, 1, 1, 1, 1, 1}};
+  for (int64_t i = 0; i < 18; ++i) tokens.set(i, tok[i / 9][i % 9]);
+  document_starts(rt(), starts.t(), tokens.t(), 7);
+  for (int64_t i = 0; i < 18; ++i) EXPECT_EQ(starts.get(i), want[i / 9][i % 9]) << "token " << i;
+  document_starts(rt(), starts.t(), tokens.t(), 9);  // a token that never comes: one document
+  for (int64_t i = 0; i < 18; ++i) EXPECT_EQ(starts.get(i), 0) << "token " << i;
+}
+
+// Document masking: attention over a packed sample equals attention over each of its documents
+// alone (out, lse and every gradient, bitwise: the same sums in the same order), with and without a
+// sliding window, multi-head and grouped-query.
+TEST(OpsCpu, AttentionWithinDocumentsEqualsDocumentsAlone) {
+  std::mt19937 g(13);
+  constexpr int32_t kEod = 3;
+  for (auto [dt, a] : {std::pair{DType::f32, AttnDims{2, 13, 16, 4, 2}}, {DType::bf16, AttnDims{2, 13, 12, 3}},
+                       {DType::f32, AttnDims{2, 13, 12, 3, 0, 3}}}) {
+    SCOPED_TRACE(std::string(dtype_name(dt)) + ", " + std::to_string(a.kv()) + " key-value heads, window " +
+                 std::to_string(a.window));
+    // Sample 0: documents [0, 4), [4, 5), [5, 11), [11, 13); sample 1: one ending at its last token.
+    HostTensor tokens(DType::i32, {a.B, a.T}), starts(DType::i32, {a.B, a.T});
+    for (int64_t i = 0; i < a.B * a.T; ++i) tokens.set(i, 5 + int(i % 4));
+    for (int64_t t : {3, 4, 10}) tokens.set(t, kEod);
+    tokens.set(2 * a.T - 1, kEod);
+    document_starts(rt(), starts.t(), tokens.t(), kEod);
+    HostTensor qkv(dt, {a.B, a.T, a.W()}), out(dt, {a.B, a.T, a.C}), dout(dt, {a.B, a.T, a.C});
+    HostTensor lse(DType::f32, {a.B, a.H, a.T}), dqkv(dt, {a.B, a.T, a.W()});
+    qkv.randomize(g, -2.0, 2.0);
+    dout.randomize(g);
+    AttentionHeads heads = a.heads();
+    heads.doc_starts = starts.t();
+    attention_forward(rt(), out.t(), lse.t(), qkv.t(), heads);
+    attention_backward(rt(), dqkv.t(), dout.t(), qkv.t(), out.t(), lse.t(), heads);
+    const std::vector<std::pair<int64_t, int64_t>> docs[2] = {{{0, 4}, {4, 5}, {5, 11}, {11, 13}}, {{0, 13}}};
+    for (int64_t b = 0; b < a.B; ++b)
+      for (auto [first, end] : docs[b]) {
+        SCOPED_TRACE("sample " + std::to_string(b) + ", document [" + std::to_string(first) + ", " +
+                     std::to_string(end) + ")");
+        const int64_t n = end - first;
+        HostTensor dq(dt, {1, n, a.W()}), dout1(dt, {1, n, a.C}), out1(dt, {1, n, a.C});
+        HostTensor lse1(DType::f32, {1, a.H, n}), dqkv1(dt, {1, n, a.W()});
+        for (int64_t t = 0; t < n; ++t) {
+          for (int64_t c = 0; c < a.W(); ++c) dq.set(t * a.W() + c, qkv.get(((b * a.T) + first + t) * a.W() + c));
+          for (int64_t c = 0; c < a.C; ++c) dout1.set(t * a.C + c, dout.get(((b * a.T) + first + t) * a.C + c));
+        }
+        attention_forward(rt(), out1.t(), lse1.t(), dq.t(), a.heads());
+        attention_backward(rt(), dqkv1.t(), dout1.t(), dq.t(), out1.t(), lse1.t(), a.heads());
+        for (int64_t t = 0; t < n; ++t) {
+          for (int64_t c = 0; c < a.C; ++c)
+            ASSERT_EQ(out.get(((b * a.T) + first + t) * a.C + c), out1.get(t * a.C + c)) << "out " << t << ", " << c;
+          for (int64_t h = 0; h < a.H; ++h)
+            ASSERT_EQ(lse.get((b * a.H + h) * a.T + first + t), lse1.get(h * n + t)) << "lse " << t << ", head " << h;
+          for (int64_t c = 0; c < a.W(); ++c)
+            ASSERT_EQ(dqkv.get(((b * a.T) + first + t) * a.W() + c), dqkv1.get(t * a.W() + c)) << "dqkv " << t << ", " << c;
+        }
+      }
+  }
+}
+
 // ---------------------------------------------------------------- rotary positions
 
 // Each q and k pair (i, i + hd/2) of each head turned by (first + t) theta^(-2i/hd), v untouched; with
