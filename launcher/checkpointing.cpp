@@ -351,7 +351,7 @@ std::string write_rank_state(Runtime& rt, TrainingState s, const std::string& te
 
 // What decides which samples a step trains on: a resumed run that changes it trains on other data
 // than the uninterrupted run would have, so say so (it may be meant: a new data blend, say). Also
-// an initial loss scale that the checkpoint's scale overrides.
+// changed document masking, and an initial loss scale that the checkpoint's scale overrides.
 void warn_on_changed_data(const Config& cfg, const JsonValue& meta, const std::string& dir,
                           const std::string& data_identity) {
   const JsonValue* text = meta.find("config");
@@ -381,6 +381,14 @@ void warn_on_changed_data(const Config& cfg, const JsonValue& meta, const std::s
       std::printf("warning: resumed with %s = \"%s\", but the checkpoint's run had \"%s\": the steps from here train on "
                   "other samples than an uninterrupted run would\n",
                   key, values.first.c_str(), values.second.c_str());
+  // Document masking changes what attention sees, not the samples.
+  auto documents = [](const Config& c) {
+    return c.data.document_mask ? "true (data.eod_token = " + std::to_string(c.data.eod_token) + ")" : std::string("false");
+  };
+  if (documents(cfg) != documents(was))
+    std::printf("warning: resumed with data.document_mask = %s, but the checkpoint's run had %s: attention from here "
+                "sees other tokens than in an uninterrupted run\n",
+                documents(cfg).c_str(), documents(was).c_str());
   if (cfg.fp16.initial_scale_power != was.fp16.initial_scale_power)
     std::printf("note: fp16.initial_scale_power = %lld applies to fresh runs; the loss scale continues from the "
                 "checkpoint's\n",

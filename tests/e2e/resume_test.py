@@ -7,7 +7,7 @@ ends the run with an error); no run overwrites
 another run's newer checkpoints, nor uses a checkpoint.dir another run is using; checkpoint.resume may name a checkpoint.dir; the metrics file of a
 resumed run reads as one run, an earlier run's is moved aside, and a file that is not a metrics
 file is never replaced; checkpoint.keep_best keeps the best validation state; a resume on a data file
-rewritten since the save is warned of. Usage: resume_test.py TRAIN_GPT CONFIG"""
+rewritten since the save, or with document masking switched on, is warned of. Usage: resume_test.py TRAIN_GPT CONFIG"""
 import json
 import os
 import re
@@ -257,6 +257,11 @@ def main():
               "... also when the rewrite has the same number of tokens")
         out = rewrite_and_train("hgfedcba " * 2000, 11)
         check("warning: resumed on data" not in out, "... and not when the data is the same")
+        # Document masking switched on at a resume: attention differs from the uninterrupted run's.
+        out, _ = train(binary, config, os.path.join(tmp, "doc.jsonl"), "data.source=file", "data.path=" + prefix + ".tok",
+                       "checkpoint.dir=" + ck3, "train.steps=12", "data.document_mask=true", "data.eod_token=1")
+        check("warning: resumed with data.document_mask = true (data.eod_token = 1), but the checkpoint's run had false"
+              in out, "a resume that switches document masking on is warned of")
     print("PASS")
 
 
