@@ -131,7 +131,9 @@ struct AttentionHeads {
   int64_t window = 0;
   // Document masking of packed sequences (data.document_mask): i32 (B, T), the position where the
   // document of each query starts (document_starts below), so no query sees a key of an earlier
-  // document; undefined = none. Only the attention ops read it, the generation cache's not at all.
+  // document; undefined = none. Each value must be at most its position and never decrease along a
+  // sample (document_starts' are; the kernels skip key blocks by it). Only the attention ops read it,
+  // the generation cache's not at all.
   Tensor doc_starts;
   AttentionHeads(int heads) : q(heads), kv(heads) {}  // NOLINT(google-explicit-constructor): multi-head
   AttentionHeads(int q_heads, int kv_heads, int64_t sliding_window = 0)
