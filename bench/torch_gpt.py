@@ -313,18 +313,22 @@ class GPT(nn.Module):
         tables = 1 if self.cfg.tie_embeddings else 2  # wte and lm_head each hold the padding rows
         return n - tables * (self.cfg.padded_vocab - self.cfg.vocab_size) * self.cfg.d_model
 
-    def forward(self, idx, targets=None, eod=None):  # idx, targets (B, T) int64
+    def forward(self, idx, targets=None, eod=None, reset_positions=False):  # idx, targets (B, T) int64
         """eod: document masking (data.document_mask): the token after each eod opens a new document,
-        which attention does not see past; positions still count from the sample's start."""
+        which attention does not see past; positions count from the sample's start, or with
+        reset_positions (data.reset_positions) from each document's."""
         B, T = idx.shape
         pos = torch.arange(T, device=idx.device)
-        x = self.wte(idx) + self.wpe(pos) if hasattr(self, "wpe") else self.wte(idx)
-        x = self.drop(x)  # (B, T, C)
         docs = None
         if eod is not None:  # document index of each token: the end-of-document tokens before it
             ends = (idx == eod).long()
             doc = ends.cumsum(1) - ends
             docs = doc[:, :, None] == doc[:, None, :]
+            if reset_positions:  # t minus its document's first position
+                first = torch.where(ends.bool(), pos + 1, 0).cummax(1).values
+                pos = pos - torch.cat([torch.zeros_like(first[:, :1]), first[:, :-1]], 1)
+        x = self.wte(idx) + self.wpe(pos) if hasattr(self, "wpe") else self.wte(idx)
+        x = self.drop(x)  # (B, T, C)
         aux = z = 0.0
         for block in self.h:
             x, a, zb = block(x, docs)

@@ -440,13 +440,23 @@ void attention_backward(Runtime& rt, const Tensor& dqkv, const Tensor& dout, con
   TRELLIS_DISPATCH(rt, attention_backward, rt, dqkv, dout, qkv, out, lse, heads, key);
 }
 
-void document_starts(Runtime& rt, const Tensor& starts, const Tensor& tokens, int32_t eod_token) {
+namespace {
+void check_positions(Runtime& rt, const Tensor& positions, const Tensor& tokens, const char* op) {
+  if (!positions.defined()) return;
+  check_device(rt, positions, op);
+  TRELLIS_CHECK(positions.dtype == DType::i32 && positions.numel() == tokens.numel() && !overlap(positions, tokens),
+                std::string(op) + ": positions " + positions.str() + " for tokens " + tokens.str());
+}
+}  // namespace
+
+void document_starts(Runtime& rt, const Tensor& starts, const Tensor& tokens, int32_t eod_token, const Tensor& positions) {
   check_device(rt, starts, "document_starts"); check_device(rt, tokens, "document_starts");
+  check_positions(rt, positions, tokens, "document_starts");
   TRELLIS_CHECK(tokens.dim() == 2 && tokens.dtype == DType::i32 && starts.dtype == DType::i32 &&
                     starts.numel() == tokens.numel() && !overlap(starts, tokens),
                 "document_starts: starts " + starts.str() + " for tokens " + tokens.str());
   TRELLIS_CHECK(tokens.size(1) <= INT32_MAX, "document_starts: samples of more than 2^31 - 1 tokens");
-  TRELLIS_DISPATCH(rt, document_starts, rt, starts, tokens, eod_token);
+  TRELLIS_DISPATCH(rt, document_starts, rt, starts, tokens, eod_token, positions);
 }
 
 namespace {
@@ -584,8 +594,9 @@ int64_t resolve_vocab_size(int64_t vocab_begin, int64_t vocab_size, int64_t tabl
 }  // namespace
 
 void embedding_forward(Runtime& rt, const Tensor& out, const Tensor& tokens, const Tensor& wte, const Tensor& wpe,
-                       int64_t vocab_begin, int64_t vocab_size) {
+                       int64_t vocab_begin, int64_t vocab_size, const Tensor& positions) {
   for (const Tensor* t : {&out, &tokens, &wte, &wpe}) check_device(rt, *t, "embedding_forward");
+  check_positions(rt, positions, tokens, "embedding_forward");
   check_dtype(tokens, DType::i32, "embedding_forward");
   TRELLIS_CHECK(wte.defined() && tokens.dim() == 2 && wte.dim() == 2 && out.numel() == tokens.numel() * wte.size(1) &&
                     out.dtype == wte.dtype,
@@ -596,12 +607,14 @@ void embedding_forward(Runtime& rt, const Tensor& out, const Tensor& tokens, con
                       wpe.dtype == wte.dtype,
                   "embedding_forward: wpe " + wpe.str() + " vs wte " + wte.str() + ", tokens " + tokens.str());
   vocab_size = resolve_vocab_size(vocab_begin, vocab_size, wte.size(0), "embedding_forward");
-  TRELLIS_DISPATCH(rt, embedding_forward, rt, out, tokens, wte, wpe, vocab_begin, vocab_size);
+  TRELLIS_DISPATCH(rt, embedding_forward, rt, out, tokens, wte, wpe, vocab_begin, vocab_size,
+                   wpe.defined() ? positions : Tensor());
 }
 
 void embedding_backward(Runtime& rt, const Tensor& dwte, const Tensor& dwpe, const Tensor& dout, const Tensor& tokens,
-                        int64_t vocab_begin, int64_t vocab_size) {
+                        int64_t vocab_begin, int64_t vocab_size, const Tensor& positions) {
   for (const Tensor* t : {&dwte, &dwpe, &dout, &tokens}) check_device(rt, *t, "embedding_backward");
+  check_positions(rt, positions, tokens, "embedding_backward");
   check_dtype(tokens, DType::i32, "embedding_backward");
   check_float(dout, "embedding_backward");
   const int64_t C = dwte.defined()   ? dwte.cols()
@@ -620,6 +633,11 @@ void embedding_backward(Runtime& rt, const Tensor& dwte, const Tensor& dwpe, con
                   "embedding_backward: dwpe " + dwpe.str());
   }
   vocab_size = resolve_vocab_size(vocab_begin, vocab_size, dwte.defined() ? dwte.size(0) : 0, "embedding_backward");
+  if (positions.defined() && dwpe.defined()) {  // dwpe scattered by position, as a token table is by token
+    if (dwte.defined()) TRELLIS_DISPATCH(rt, embedding_backward, rt, dwte, Tensor(), dout, tokens, vocab_begin, vocab_size);
+    TRELLIS_DISPATCH(rt, embedding_backward, rt, dwpe, Tensor(), dout, positions, 0, dwpe.size(0));
+    return;
+  }
   TRELLIS_DISPATCH(rt, embedding_backward, rt, dwte, dwpe, dout, tokens, vocab_begin, vocab_size);
 }
 

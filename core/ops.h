@@ -147,8 +147,10 @@ struct AttentionHeads {
 // ---- document masking ----
 // starts (i32, as tokens (B, T)): for each token, where its document starts in its sample: one past
 // the last earlier position holding eod_token, else 0 (Megatron's reset_attention_mask: the
-// end-of-document token closes its document, the token after it opens the next).
-void document_starts(Runtime& rt, const Tensor& starts, const Tensor& tokens, int32_t eod_token);
+// end-of-document token closes its document, the token after it opens the next). positions (as
+// tokens, optional): each token's place in its document, t - starts (Megatron's reset_position_ids).
+void document_starts(Runtime& rt, const Tensor& starts, const Tensor& tokens, int32_t eod_token,
+                     const Tensor& positions = {});
 
 // ---- rotary position embedding (RoPE) ----
 // Rotates the q and k parts of qkv (B, T, (H + 2 Hkv) hd), in place, by their positions: in every head the dims
@@ -256,15 +258,20 @@ void vocab_parallel_xent_loss_and_grad(Runtime& rt, const Tensor& losses, const 
 // zero (the SUM over the shards is the full lookup). vocab_size 0: wte is the whole table
 // (vocab_begin must be 0). wpe may be undefined: no positions added (add them once, after the
 // reduction over the shards, e.g. with `add` per sample, or pass wpe on one shard only).
+// positions: i32 (B, T), each token's row of wpe (data.reset_positions: its place in its document,
+// document_starts'); undefined = t.
 void embedding_forward(Runtime& rt, const Tensor& out, const Tensor& tokens, const Tensor& wte,
-                       const Tensor& wpe, int64_t vocab_begin = 0, int64_t vocab_size = 0);
+                       const Tensor& wpe, int64_t vocab_begin = 0, int64_t vocab_size = 0,
+                       const Tensor& positions = {});
 // dwte (V, C) += rows of dout scattered by token; dwpe (>= T, C) += sum over the batch (f32 or
-// dout's dtype: each row's sum in f32, added to the old value and rounded once).
+// dout's dtype: each row's sum in f32, added to the old value and rounded once), or with
+// `positions` the rows of dout scattered by position, as dwte's by token.
 // Deterministic: the rows that hit one token are summed in position order. The vocabulary shard
 // as in embedding_forward: only tokens in [vocab_begin, vocab_begin + V) scatter into dwte. Either
 // gradient may be undefined (not computed).
 void embedding_backward(Runtime& rt, const Tensor& dwte, const Tensor& dwpe, const Tensor& dout,
-                        const Tensor& tokens, int64_t vocab_begin = 0, int64_t vocab_size = 0);
+                        const Tensor& tokens, int64_t vocab_begin = 0, int64_t vocab_size = 0,
+                        const Tensor& positions = {});
 
 // ---- dropout with a counter-based RNG (Philox), so a recomputed forward draws the same mask ----
 // The local (rows, cols) tensor is a block of a global (global_rows, global_cols) activation; the

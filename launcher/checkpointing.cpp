@@ -383,7 +383,9 @@ void warn_on_changed_data(const Config& cfg, const JsonValue& meta, const std::s
                   key, values.first.c_str(), values.second.c_str());
   // Document masking changes what attention sees, not the samples.
   auto documents = [](const Config& c) {
-    return c.data.document_mask ? "true (data.eod_token = " + std::to_string(c.data.eod_token) + ")" : std::string("false");
+    return c.data.document_mask ? "true (data.eod_token = " + std::to_string(c.data.eod_token) +
+                                      (c.data.reset_positions ? ", data.reset_positions = true" : "") + ")"
+                                : std::string("false");
   };
   if (documents(cfg) != documents(was))
     std::printf("warning: resumed with data.document_mask = %s, but the checkpoint's run had %s: attention from here "

@@ -41,6 +41,7 @@ Resolved resolve(const Config& cfg, const LaunchInfo& launch) {
   // A window as long as the sequence is none (and so is named in no signature).
   r.model.sliding_window = cfg.model.sliding_window < cfg.model.seq_len ? cfg.model.sliding_window : 0;
   r.model.document_eod = cfg.data.document_mask ? cfg.data.eod_token : -1;
+  r.model.document_positions = cfg.data.document_mask && cfg.data.reset_positions;
   if (r.model.rope && cfg.model.rope_scaling == "linear") {
     r.model.rope_factor = cfg.model.rope_scaling_factor;
     r.model.rope_linear = true;

@@ -323,6 +323,13 @@ void validate_relations(const Config& c) {
   if (c.data.document_mask && c.data.eod_token < 0)
     throw UserError(p + ": data.document_mask = true needs data.eod_token, the end-of-document token's id (50256 for "
                         "GPT-2's <|endoftext|>; the one prepare_data --append-eod wrote)");
+  if (c.data.reset_positions && !c.data.document_mask)
+    throw UserError(p + ": data.reset_positions = true counts positions from each document's start, which needs "
+                        "data.document_mask = true");
+  if (c.data.reset_positions && c.model.position_embedding != "learned")
+    throw UserError(p + ": data.reset_positions = true resets learned positions; rotary ones (model.position_embedding = " +
+                    c.model.position_embedding + ") are relative, so attention within documents is the same from any "
+                    "start (allowed: with model.position_embedding = learned)");
   if (c.data.eod_token >= c.model.vocab_size)
     throw UserError(p + ": data.eod_token = " + std::to_string(c.data.eod_token) + " is not a token of model.vocab_size = " +
                     std::to_string(c.model.vocab_size) + " (allowed: -1 = none, or 0 to " +

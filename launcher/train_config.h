@@ -119,6 +119,7 @@ struct DataConfig {
   double val_fraction = 0.1;         // file: the last fraction of the tokens is the validation split
   bool document_mask = false;        // attention within documents, each closed by eod_token
   int64_t eod_token = -1;            // the end-of-document token's id; -1 = none
+  bool reset_positions = false;      // with document_mask: learned positions count from each document's start
 };
 
 struct LogConfig {

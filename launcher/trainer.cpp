@@ -650,8 +650,8 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
                 (long long)tokens_per_step);
     if (mc.document_eod >= 0)
       std::printf("documents: attention within each document of a sample, a new one after every token %lld "
-                  "(data.document_mask)\n",
-                  (long long)mc.document_eod);
+                  "(data.document_mask)%s\n",
+                  (long long)mc.document_eod, mc.document_positions ? "; positions from each document's start" : "");
     // Blocks per virtual stage (virtual stage c*p + r is chunk c of pipeline rank r).
     std::vector<int64_t> stage_layers;
     for (const LayerRange& r : GPT::pipeline_partition(mc, p * v)) stage_layers.push_back(r.second - r.first);

@@ -136,6 +136,7 @@ ActivationBytes GPT::activation_bytes(const GPTConfig& cfg, const GPTPart& part,
       kept += TransformerBlock::kept_bytes(cfg, B, T, tp, cfg.moe.in_layer(l));
     if (part.has_embedding(int(c))) kept += bt4;
     if (cfg.document_eod >= 0) kept += bt4;  // the document starts
+    if (cfg.document_positions && part.has_embedding(int(c))) kept += bt4;  // and the positions in them
     if (part.has_head(int(c))) kept += btc + 2 * rows4;
     a.kept = std::max(a.kept, kept);
   }
@@ -226,7 +227,7 @@ int GPT::acquire_slot(int chunk, int64_t B, int64_t T) {
     s.blocks.assign(chunk_begin_[size_t(chunk) + 1] - chunk_begin_[size_t(chunk)], BlockSaved{});
     s.tokens = part_.has_embedding(chunk) ? s.acts.take(DType::i32, {B, T}) : Tensor();
     s.input = s.acts.take(cfg_.dtype, activation_shape(B, T));
-    s.out = s.lnf = s.lnf_mean = s.lnf_rstd = Tensor();
+    s.out = s.lnf = s.lnf_mean = s.lnf_rstd = s.positions = Tensor();
     s.B = B;
     s.T = T;
     return int(i);
@@ -253,14 +254,15 @@ Tensor GPT::forward_chunk(int slot, const StepContext& ctx, const Tensor& tokens
     TRELLIS_CHECK(tokens.defined() && tokens.size(0) == B && tokens.size(1) == T,
                   "document masking: a chunk's forward needs its micro-batch's tokens");
     s.ctx.doc_starts = s.acts.take(DType::i32, {B, T});
-    document_starts(rt_, s.ctx.doc_starts, tokens, int32_t(cfg_.document_eod));
+    s.positions = cfg_.document_positions && part_.has_embedding(s.chunk) ? s.acts.take(DType::i32, {B, T}) : Tensor();
+    document_starts(rt_, s.ctx.doc_starts, tokens, int32_t(cfg_.document_eod), s.positions);
   }
   Tensor x = s.input;
   if (part_.has_embedding(s.chunk)) {
     NvtxRange r("embedding_forward");
     TRELLIS_CHECK(tokens.size(0) == B && tokens.size(1) == T, "tokens do not match the slot's micro-batch");
     copy(rt_, s.tokens, tokens);
-    embed(s.tokens, x);
+    embed(s.tokens, s.positions, x);
     if (ctx.training && cfg_.dropout > 0.0f)
       dropout_forward(rt_, x, x, cfg_.dropout, embedding_dropout_key(s.ctx, rows));
   }
@@ -297,9 +299,9 @@ Tensor GPT::forward_chunk(int slot, const StepContext& ctx, const Tensor& tokens
   return Tensor();
 }
 
-void GPT::embed(const Tensor& tokens, const Tensor& x) {
-  if (vocab_embedding_) vocab_embedding_->forward(rt_, x, tokens, work_);
-  else embedding_forward(rt_, x, tokens, params_.get("wte").value, wpe() ? wpe()->value : Tensor());
+void GPT::embed(const Tensor& tokens, const Tensor& positions, const Tensor& x) {
+  if (vocab_embedding_) vocab_embedding_->forward(rt_, x, tokens, work_, positions);
+  else embedding_forward(rt_, x, tokens, params_.get("wte").value, wpe() ? wpe()->value : Tensor(), 0, 0, positions);
 }
 
 void GPT::cross_entropy(const Tensor& losses, const Tensor& logits, const Tensor& targets, const Tensor& stats,
@@ -413,19 +415,19 @@ void GPT::backward_chunk(int slot, const Tensor& dres_in, const GradsReady& grad
       dropout_backward(rt_, demb, dres, cfg_.dropout, embedding_dropout_key(ctx, rows));
     }
     if (vocab_embedding_) {
-      vocab_embedding_->backward(rt_, demb, s.tokens, work_);
+      vocab_embedding_->backward(rt_, demb, s.tokens, work_, s.positions);
       ready(wte_range_);
       ready(wpe_range_);
     } else if (exchange) {
       // The rows' gather goes first, then the last bucket's reduction (its wpe now final), which
       // runs while the gathered rows are added into wte's gradient.
-      if (wpe()) embedding_backward(rt_, Tensor(), wpe()->grad, demb, s.tokens);
+      if (wpe()) embedding_backward(rt_, Tensor(), wpe()->grad, demb, s.tokens, 0, 0, s.positions);
       embedding_exchange_->gather(demb, s.tokens);
       ready(wpe_range_);
       embedding_exchange_->add_rows(params_.get("wte").grad, vocab_begin(), cfg_.padded_vocab());
     } else {
       embedding_backward(rt_, params_.get("wte").grad, wpe() ? wpe()->grad : Tensor(), demb, s.tokens, vocab_begin(),
-                         cfg_.padded_vocab());
+                         cfg_.padded_vocab(), s.positions);
       ready(wte_range_);
       ready(wpe_range_);
     }

@@ -167,6 +167,7 @@ class GPT {
     StepContext ctx;
     Tensor input;                    // chunk input: the received activation or the embeddings
     Tensor tokens;                   // chunk with the embedding: the micro-batch's tokens
+    Tensor positions;                // and with GPTConfig::document_positions their places in their documents
     Tensor out;                      // the last block's output
     Tensor lnf, lnf_mean, lnf_rstd;  // chunk with the head; lnf becomes dL/dlnf in place
     int64_t B = 0, T = 0;            // the micro-batch's shape
@@ -180,7 +181,7 @@ class GPT {
   void cross_entropy(const Tensor& losses, const Tensor& logits, const Tensor& targets, const Tensor& stats,
                      float dloss, bool backward);
   // x (the slot's input) = the embeddings of `tokens`, summed over the vocabulary shards.
-  void embed(const Tensor& tokens, const Tensor& x);
+  void embed(const Tensor& tokens, const Tensor& positions, const Tensor& x);  // positions: undefined = t
   int64_t rows_of(int64_t B, int64_t T) const;      // this rank's token rows of a (B, T) micro-batch
   Shape activation_shape(int64_t B, int64_t T) const;  // (B, T, C), or (rows, C) for token shards
   int64_t vocab_begin() const;                     // the first row of this rank's wte (and lm_head.w) shard

@@ -60,6 +60,9 @@ struct GPTConfig {
   // token after each document_eod opens a new document, which no later token attends past. A training
   // setting, not the model's: never saved with it. -1 = none.
   int64_t document_eod = -1;
+  // With document_eod, learned positions count from each document's start (data.reset_positions;
+  // Megatron's --reset-position-ids); also a training setting.
+  bool document_positions = false;
   // The dense MLP: GPT-2's GELU, or SwiGLU (Llama's: silu(gate) * up, the fc layer twice as wide,
   // [gate | up]). Experts are MLPs of the same kind and biases, of width moe.ffn_hidden (moe_config.h,
   // whose swiglu and bias must equal these: experts_match_model()).

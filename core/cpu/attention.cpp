@@ -137,14 +137,16 @@ void backward_f32(const Dims& d, float* dqkv, const float* qkv, const float* dou
 
 }  // namespace
 
-void document_starts(Runtime&, const Tensor& starts, const Tensor& tokens, int32_t eod_token) {
+void document_starts(Runtime&, const Tensor& starts, const Tensor& tokens, int32_t eod_token, const Tensor& positions) {
   const int64_t B = tokens.size(0), T = tokens.size(1);
   const int32_t* tok = tokens.ptr<int32_t>();
   int32_t* out = starts.ptr<int32_t>();
+  int32_t* pos = positions.defined() ? positions.ptr<int32_t>() : nullptr;
   for (int64_t b = 0; b < B; ++b) {
     int32_t start = 0;
     for (int64_t t = 0; t < T; ++t) {
       out[b * T + t] = start;
+      if (pos) pos[b * T + t] = int32_t(t) - start;
       if (tok[b * T + t] == eod_token) start = int32_t(t + 1);
     }
   }

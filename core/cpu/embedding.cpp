@@ -20,9 +20,11 @@ void check_tokens(const int32_t* tok, int64_t n, int64_t vocab_size) {
 }  // namespace
 
 void embedding_forward(Runtime&, const Tensor& out, const Tensor& tokens, const Tensor& wte, const Tensor& wpe,
-                       int64_t vocab_begin, int64_t vocab_size) {
+                       int64_t vocab_begin, int64_t vocab_size, const Tensor& positions) {
   const int64_t B = tokens.size(0), T = tokens.size(1), C = wte.size(1), V = wte.size(0);
   const int32_t* tok = tokens.ptr<int32_t>();
+  const int32_t* pos = positions.defined() ? positions.ptr<int32_t>() : nullptr;
+  if (pos && wpe.defined()) check_tokens(pos, B * T, wpe.size(0));
   check_tokens(tok, B * T, vocab_size);
   dispatch_float(wte.dtype, "embedding_forward", [&](auto tag) {
     using E = decltype(tag);
@@ -31,7 +33,7 @@ void embedding_forward(Runtime&, const Tensor& out, const Tensor& tokens, const 
 #pragma omp parallel for schedule(static) if (B * T * C > kParallelMin)
     for (int64_t i = 0; i < B * T; ++i) {
       const int64_t row = int64_t(tok[i]) - vocab_begin;
-      const E *te = row >= 0 && row < V ? pt + row * C : nullptr, *pe = pp ? pp + (i % T) * C : nullptr;
+      const E *te = row >= 0 && row < V ? pt + row * C : nullptr, *pe = pp ? pp + (pos ? pos[i] : i % T) * C : nullptr;
       for (int64_t c = 0; c < C; ++c) store(po, i * C + c, (te ? load(te, c) : 0.0f) + (pe ? load(pe, c) : 0.0f));
     }
   });

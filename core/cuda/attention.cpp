@@ -93,9 +93,10 @@ bool use_flash(const Dims& d, DType t, std::initializer_list<const void*> ptrs) 
 
 }  // namespace
 
-void document_starts(Runtime& rt, const Tensor& starts, const Tensor& tokens, int32_t eod_token) {
-  launch_document_starts(cuda_state(rt).compute, starts.ptr<int32_t>(), tokens.ptr<int32_t>(), tokens.size(0),
-                         tokens.size(1), eod_token);
+void document_starts(Runtime& rt, const Tensor& starts, const Tensor& tokens, int32_t eod_token, const Tensor& positions) {
+  launch_document_starts(cuda_state(rt).compute, starts.ptr<int32_t>(),
+                         positions.defined() ? positions.ptr<int32_t>() : nullptr, tokens.ptr<int32_t>(),
+                         tokens.size(0), tokens.size(1), eod_token);
 }
 
 void attention_forward(Runtime& rt, const Tensor& out, const Tensor& lse, const Tensor& qkv, AttentionHeads heads,

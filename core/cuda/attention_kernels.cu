@@ -96,7 +96,8 @@ __global__ void softmax_backward_kernel(T* dS, const float* S, const float* lse,
 
 // One warp per sample: each lane scans a stretch of it for end-of-document tokens, a warp scan carries
 // the latest start across the stretches, and a second pass writes each token's start.
-__global__ void document_starts_kernel(int32_t* starts, const int32_t* tokens, int64_t B, int64_t T_, int32_t eod) {
+__global__ void document_starts_kernel(int32_t* starts, int32_t* positions, const int32_t* tokens, int64_t B,
+                                       int64_t T_, int32_t eod) {
   const int64_t b = int64_t(blockIdx.x) * kWarpsPerBlock + (threadIdx.x >> 5);
   const int lane = threadIdx.x & 31;
   if (b >= B) return;
@@ -114,6 +115,7 @@ __global__ void document_starts_kernel(int32_t* starts, const int32_t* tokens, i
   if (lane == 0) start = 0;
   for (int64_t t = lo; t < hi; ++t) {
     out[t] = start;
+    if (positions) positions[b * T_ + t] = int32_t(t) - start;
     if (tok[t] == eod) start = int32_t(t + 1);
   }
 }
@@ -183,10 +185,10 @@ void launch_softmax_backward(cudaStream_t s, void* dS, const float* S, const flo
   CUDA_CHECK_LAUNCH();
 }
 
-void launch_document_starts(cudaStream_t s, int32_t* starts, const int32_t* tokens, int64_t B, int64_t T_,
-                            int32_t eod_token) {
+void launch_document_starts(cudaStream_t s, int32_t* starts, int32_t* positions, const int32_t* tokens, int64_t B,
+                            int64_t T_, int32_t eod_token) {
   if (B * T_ == 0) return;
-  document_starts_kernel<<<warp_rows_grid(B), kThreads, 0, s>>>(starts, tokens, B, T_, eod_token);
+  document_starts_kernel<<<warp_rows_grid(B), kThreads, 0, s>>>(starts, positions, tokens, B, T_, eod_token);
   CUDA_CHECK_LAUNCH();
 }
 

@@ -177,10 +177,11 @@ void vocab_parallel_xent_loss_and_grad(Runtime& rt, const Tensor& losses, const 
 }
 
 void embedding_forward(Runtime& rt, const Tensor& out, const Tensor& tokens, const Tensor& wte, const Tensor& wpe,
-                       int64_t vocab_begin, int64_t /*vocab_size: tokens are not range-checked on the device*/) {
+                       int64_t vocab_begin, int64_t /*vocab_size: tokens are not range-checked on the device*/,
+                       const Tensor& positions) {
   launch_embedding_forward(compute_stream(rt), out.data, tokens.ptr<int32_t>(), wte.data,
-                           wpe.defined() ? wpe.data : nullptr, wte.dtype, tokens.size(0), tokens.size(1), wte.size(1),
-                           vocab_begin, wte.size(0));
+                           wpe.defined() ? wpe.data : nullptr, positions.defined() ? positions.ptr<int32_t>() : nullptr,
+                           wte.dtype, tokens.size(0), tokens.size(1), wte.size(1), vocab_begin, wte.size(0));
 }
 
 void embedding_backward(Runtime& rt, const Tensor& dwte, const Tensor& dwpe, const Tensor& dout, const Tensor& tokens,

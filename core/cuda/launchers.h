@@ -160,9 +160,9 @@ void launch_attention_rowdot(cudaStream_t s, float* D, const void* dout, const v
 void launch_softmax_backward(cudaStream_t s, void* dS, const float* S, const float* lse, const float* dP,
                              const float* D, DType t, int64_t B, int64_t H, int64_t T, float scale,
                              const AttentionDropoutKey& drop, const AttentionMask& mask);
-// document_starts (core/ops.h) of tokens (B, T) into starts.
-void launch_document_starts(cudaStream_t s, int32_t* starts, const int32_t* tokens, int64_t B, int64_t T,
-                            int32_t eod_token);
+// document_starts (core/ops.h) of tokens (B, T) into starts, and into positions (if not null) t - starts.
+void launch_document_starts(cudaStream_t s, int32_t* starts, int32_t* positions, const int32_t* tokens, int64_t B,
+                            int64_t T, int32_t eod_token);
 
 // ---- flash_attention.cu: fused causal attention (FlashAttention-2 style) on the (B, T, (H + 2 Hkv) hd)
 // qkv rows, query head h on key-value head h / (H / Hkv); query i sees the keys j <= i that `mask` leaves ----
@@ -235,9 +235,11 @@ void launch_vp_xent_loss_and_grad(cudaStream_t s, float* losses, void* dlogits, 
                                   const int32_t* targets, const float* row_max, const float* row_sum,
                                   const float* target_logit, DType t, int64_t N, int64_t cols, int64_t n_real,
                                   int64_t vocab_begin, float dloss);
-// wte holds rows [vocab_begin, vocab_begin + V) of the table (tokens outside add 0); wpe may be null.
+// wte holds rows [vocab_begin, vocab_begin + V) of the table (tokens outside add 0); wpe may be null;
+// positions (null: t) pick wpe's rows.
 void launch_embedding_forward(cudaStream_t s, void* out, const int32_t* tokens, const void* wte, const void* wpe,
-                              DType t, int64_t B, int64_t T, int64_t C, int64_t vocab_begin, int64_t V);
+                              const int32_t* positions, DType t, int64_t B, int64_t T, int64_t C, int64_t vocab_begin,
+                              int64_t V);
 // vocab_size: the full table's rows (tokens lie in [0, vocab_size)).
 size_t embedding_backward_scratch_bytes(int64_t n_tokens, int64_t vocab_size);
 // dwte (V rows from vocab_begin) and dwpe may each be null; scratch is needed only with dwte. The

@@ -319,12 +319,14 @@ __global__ void __launch_bounds__(kVpThreads, 2)
   }
 }
 
-// out = wte[token - vocab_begin] (0 outside the shard's V rows) + wpe[t] (if wpe).
+// out = wte[token - vocab_begin] (0 outside the shard's V rows) + wpe[position] (if wpe): the token's
+// positions entry, else t.
 template <typename T>
-__global__ void embedding_forward_kernel(T* out, const int32_t* tokens, const T* wte, const T* wpe, int64_t T_,
-                                         int64_t C, int64_t n, int64_t vocab_begin, int64_t V) {
+__global__ void embedding_forward_kernel(T* out, const int32_t* tokens, const T* wte, const T* wpe,
+                                         const int32_t* positions, int64_t T_, int64_t C, int64_t n,
+                                         int64_t vocab_begin, int64_t V) {
   TRELLIS_GRID_STRIDE(i, n) {
-    const int64_t row = i / C, c = i % C, t = row % T_;
+    const int64_t row = i / C, c = i % C, t = positions ? int64_t(positions[row]) : row % T_;
     const int64_t tok = int64_t(tokens[row]) - vocab_begin;
     float v = tok >= 0 && tok < V ? to_f32(wte[tok * C + c]) : 0.0f;
     if (wpe) v += to_f32(wpe[t * C + c]);
@@ -469,14 +471,15 @@ void launch_vp_xent_loss_and_grad(cudaStream_t s, float* losses, void* dlogits, 
 }
 
 void launch_embedding_forward(cudaStream_t s, void* out, const int32_t* tokens, const void* wte, const void* wpe,
-                              DType t, int64_t B, int64_t T_, int64_t C, int64_t vocab_begin, int64_t V) {
+                              const int32_t* positions, DType t, int64_t B, int64_t T_, int64_t C,
+                              int64_t vocab_begin, int64_t V) {
   int64_t n = B * T_ * C;
   if (n == 0) return;
   TRELLIS_FLOAT_SWITCH(t, E,
     embedding_forward_kernel<E><<<grid_for(n), kThreads, 0, s>>>(static_cast<E*>(out), tokens,
                                                                  static_cast<const E*>(wte),
-                                                                 static_cast<const E*>(wpe), T_, C, n, vocab_begin,
-                                                                 V));
+                                                                 static_cast<const E*>(wpe), positions, T_, C, n,
+                                                                 vocab_begin, V));
   CUDA_CHECK_LAUNCH();
 }
 

@@ -22,25 +22,28 @@ VocabParallelEmbedding::VocabParallelEmbedding(Communicator& tensor, const Param
                                                          " must be replicated");
 }
 
-void VocabParallelEmbedding::forward(Runtime& rt, const Tensor& x, const Tensor& tokens, Arena& work) const {
+void VocabParallelEmbedding::forward(Runtime& rt, const Tensor& x, const Tensor& tokens, Arena& work,
+                                     const Tensor& positions) const {
   const Tensor wpe = wpe_ && tensor_->rank() == 0 ? wpe_->value : Tensor();
   if (!sp_) {
-    embedding_forward(rt, x, tokens, wte_->value, wpe, vocab_begin(), padded_vocab_);
+    embedding_forward(rt, x, tokens, wte_->value, wpe, vocab_begin(), padded_vocab_, positions);
     reduce_from_tensor_region_forward(*tensor_, x).wait();
     return;
   }
   const Tensor full = work.take(x.dtype, {tokens.size(0), tokens.size(1), x.cols()});
-  embedding_forward(rt, full, tokens, wte_->value, wpe, vocab_begin(), padded_vocab_);
+  embedding_forward(rt, full, tokens, wte_->value, wpe, vocab_begin(), padded_vocab_, positions);
   reduce_scatter_to_token_shards_forward(*tensor_, x, full).wait();
 }
 
-void VocabParallelEmbedding::backward(Runtime& rt, const Tensor& dx, const Tensor& tokens, Arena& work) const {
+void VocabParallelEmbedding::backward(Runtime& rt, const Tensor& dx, const Tensor& tokens, Arena& work,
+                                      const Tensor& positions) const {
   Tensor dfull = dx;
   if (sp_) {  // every rank's lookups need the gradient of every token row
     dfull = work.take(dx.dtype, {tokens.size(0), tokens.size(1), dx.cols()});
     reduce_scatter_to_token_shards_backward(*tensor_, dfull, dx).wait();
   }
-  embedding_backward(rt, wte_->grad, wpe_ ? wpe_->grad : Tensor(), dfull, tokens, vocab_begin(), padded_vocab_);
+  embedding_backward(rt, wte_->grad, wpe_ ? wpe_->grad : Tensor(), dfull, tokens, vocab_begin(), padded_vocab_,
+                     positions);
 }
 
 void vocab_parallel_cross_entropy(Runtime& rt, Communicator& tensor, const Tensor& losses, const Tensor& logits,

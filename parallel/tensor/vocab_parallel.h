@@ -26,13 +26,14 @@ class VocabParallelEmbedding {
   // x = wte[tokens] + wpe[positions], tokens (B, T) i32. Each rank looks up the tokens of its shard
   // (zeros for the others) and rank 0 adds the positions, so the sum over the group holds them once:
   // an all-reduce into the full x (B, T, C), or with sequence parallelism a reduce-scatter into this
-  // rank's token shard x (B T / t, C) from a full (B, T, C) tensor of `work`.
-  void forward(Runtime& rt, const Tensor& x, const Tensor& tokens, Arena& work) const;
+  // rank's token shard x (B T / t, C) from a full (B, T, C) tensor of `work`. positions: each token's
+  // row of wpe (embedding_forward's; undefined: t).
+  void forward(Runtime& rt, const Tensor& x, const Tensor& tokens, Arena& work, const Tensor& positions = {}) const;
   // wte.grad (the shard's rows) += and wpe.grad += the lookups' gradients, from dx: the full (B, T, C)
   // gradient (the same on every rank), or with sequence parallelism this rank's token shard,
   // all-gathered into `work` first. wpe's gradient comes from the full dx, so it is equal on every
   // rank and needs no reduction over the group.
-  void backward(Runtime& rt, const Tensor& dx, const Tensor& tokens, Arena& work) const;
+  void backward(Runtime& rt, const Tensor& dx, const Tensor& tokens, Arena& work, const Tensor& positions = {}) const;
 
  private:
   Communicator* tensor_;

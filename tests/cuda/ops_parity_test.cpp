@@ -996,6 +996,36 @@ TEST_P(Parity, EmbeddingAndDeterminism) {
   expect_bitwise(runs[0][1], runs[1][1], "embedding_backward dwpe determinism");
 }
 
+// data.reset_positions: wpe's rows by each token's place in its document (document_starts' positions,
+// compared bitwise), forward and backward (dwpe scattered by position, deterministically).
+TEST_P(Parity, EmbeddingWithDocumentPositions) {
+  const int64_t B = 3, T = 150, V = 50, C = 40;
+  HostTensor tokens(DType::i32, {B, T}), starts(DType::i32, {B, T}), positions(DType::i32, {B, T});
+  std::mt19937 gen(96);
+  for (int64_t i = 0; i < B * T; ++i) tokens.t.ptr<int32_t>()[i] = int32_t(gen() % 12);  // token 0 ends documents
+  HostTensor wte = random_host(dt(), {V, C}, 97), wpe = random_host(dt(), {T, C}, 98);
+  DeviceTensor gtok = to_device(tokens), gwte = to_device(wte), gwpe = to_device(wpe);
+  DeviceTensor gstarts = device_empty(DType::i32, {B, T}), gpos = device_empty(DType::i32, {B, T});
+  document_starts(cpu(), starts.t, tokens.t, 0, positions.t);
+  document_starts(gpu(), gstarts.t, gtok.t, 0, gpos.t);
+  expect_bitwise(to_host(gstarts), starts, "document_starts starts");
+  expect_bitwise(to_host(gpos), positions, "document_starts positions");
+  HostTensor out(dt(), {B, T, C});
+  DeviceTensor gout = device_empty(dt(), {B, T, C});
+  embedding_forward(cpu(), out.t, tokens.t, wte.t, wpe.t, 0, 0, positions.t);
+  embedding_forward(gpu(), gout.t, gtok.t, gwte.t, gwpe.t, 0, 0, gpos.t);
+  expect_close(to_host(gout), out, tolerance(dt()), "embedding_forward with positions");
+  HostTensor dout = random_host(dt(), {B, T, C}, 99);
+  HostTensor dwte = random_host(DType::f32, {V, C}, 100), dwpe = random_host(DType::f32, {T, C}, 101);
+  DeviceTensor gdout = to_device(dout), gdwte = to_device(dwte), gdwpe = to_device(dwpe), again = to_device(dwpe);
+  embedding_backward(cpu(), dwte.t, dwpe.t, dout.t, tokens.t, 0, 0, positions.t);
+  embedding_backward(gpu(), gdwte.t, gdwpe.t, gdout.t, gtok.t, 0, 0, gpos.t);
+  embedding_backward(gpu(), Tensor(), again.t, gdout.t, gtok.t, 0, 0, gpos.t);
+  expect_close(to_host(gdwte), dwte, tolerance(DType::f32), "embedding_backward dwte with positions");
+  expect_close(to_host(gdwpe), dwpe, tolerance(DType::f32), "embedding_backward dwpe with positions");
+  expect_bitwise(to_host(again), to_host(gdwpe), "embedding_backward dwpe with positions, determinism");
+}
+
 // train.grad_dtype: an op writing a 16-bit gradient on the GPU gives the GPU's f32 gradient (from
 // the same old values) rounded once; AdamW reads a 16-bit gradient as the f32 one of equal value.
 TEST_P(Parity, GradientsIn16Bit) {

@@ -38,7 +38,7 @@ def run_dump(binary, config, dump_dir, device, extra):
     return True
 
 
-def compare(dump_dir, eod=None):
+def compare(dump_dir, eod=None, reset_positions=False):
     try:
         model, info = load_trellis_dump(dump_dir, dtype=torch.float64)
     except (OSError, ValueError, KeyError) as e:
@@ -52,7 +52,7 @@ def compare(dump_dir, eod=None):
         print("FAIL: the dump has no grads.f32 or no loss")
         return False
     model.eval()  # dropout is 0 anyway; eval makes sure
-    _, loss = model(info["tokens"], info["targets"], eod=eod)
+    _, loss = model(info["tokens"], info["targets"], eod=eod, reset_positions=reset_positions)
     loss.backward()
     loss_ref, loss_t = model.lm_loss.item(), float(info["loss"])  # the objective adds the balancing losses
     loss_rel = abs(loss_t - loss_ref) / abs(loss_ref)
@@ -95,7 +95,7 @@ def main():
         sets = dict(s.split("=", 1) for s in args.sets)
         # Document masking is the run's, not the model's: the dump does not say it.
         eod = int(sets["data.eod_token"]) if sets.get("data.document_mask") == "true" else None
-        ok = ok and compare(dump_dir, eod)
+        ok = ok and compare(dump_dir, eod, sets.get("data.reset_positions") == "true")
     finally:
         if args.keep:
             print("dump kept in", dump_dir)

@@ -1383,15 +1383,23 @@ TEST(OpsCpu, CrossEntropyBackwardFiniteDifferences) {
 
 // ---------------------------------------------------------------- embedding
 
+// Positions t, or each token's place in its document (document_starts' positions, token 3 ending
+// documents: 0 1 0 0 1 | 0 0 1 2 3), wpe's gradient then scattered by them.
 TEST(OpsCpu, EmbeddingMatchesReference) {
   std::mt19937 g(14);
   const int64_t B = 2, T = 5, V = 7, C = 6, P = 8;
   const int32_t tok[B * T] = {1, 3, 3, 0, 6, 3, 1, 2, 6, 1};
-  for (DType dt : kFloatTypes) {
-    SCOPED_TRACE(std::string(dtype_name(dt)));
+  const int32_t doc_pos[B * T] = {0, 1, 0, 0, 1, 0, 0, 1, 2, 3};
+  for (auto [dt, reset] : {std::pair{DType::f32, false}, {DType::bf16, false}, {DType::f16, false},
+                           {DType::f32, true}, {DType::bf16, true}}) {
+    SCOPED_TRACE(std::string(dtype_name(dt)) + (reset ? ", positions in documents" : ""));
+    HostTensor positions(DType::i32, {B, T}), starts(DType::i32, {B, T});
     HostTensor tokens(DType::i32, {B, T}), wte(dt, {V, C}), wpe(dt, {P, C}), out(dt, {B, T, C}), dout(dt, {B, T, C});
     HostTensor dwte(DType::f32, {V, C}), dwpe(DType::f32, {P, C});
     for (int i = 0; i < B * T; ++i) tokens.set(i, tok[i]);
+    document_starts(rt(), starts.t(), tokens.t(), 3, positions.t());
+    for (int i = 0; i < B * T; ++i) ASSERT_EQ(positions.get(i), doc_pos[i]) << "position " << i;
+    const Tensor pos = reset ? positions.t() : Tensor();
     wte.randomize(g);
     wpe.randomize(g);
     dout.randomize(g);
@@ -1400,12 +1408,13 @@ TEST(OpsCpu, EmbeddingMatchesReference) {
     std::vector<double> ref(size_t(B * T * C)), rte = dwte.values(), rpe = dwpe.values();
     for (int64_t i = 0; i < B * T; ++i)
       for (int64_t c = 0; c < C; ++c) {
-        ref[size_t(i * C + c)] = wte.get(tok[i] * C + c) + wpe.get((i % T) * C + c);
+        const int64_t p = reset ? doc_pos[i] : i % T;
+        ref[size_t(i * C + c)] = wte.get(tok[i] * C + c) + wpe.get(p * C + c);
         rte[size_t(tok[i] * C + c)] += dout.get(i * C + c);
-        rpe[size_t((i % T) * C + c)] += dout.get(i * C + c);
+        rpe[size_t(p * C + c)] += dout.get(i * C + c);
       }
-    embedding_forward(rt(), out.t(), tokens.t(), wte.t(), wpe.t());
-    embedding_backward(rt(), dwte.t(), dwpe.t(), dout.t(), tokens.t());
+    embedding_forward(rt(), out.t(), tokens.t(), wte.t(), wpe.t(), 0, 0, pos);
+    embedding_backward(rt(), dwte.t(), dwpe.t(), dout.t(), tokens.t(), 0, 0, pos);
     // One f32 add then one rounding; the backward sums at most 4 terms of size <= 1 in f32.
     expect_close(out.values(), ref, 1e-7, out_rtol(dt), "out");
     expect_close(dwte.values(), rte, 1e-6, 0, "dwte");
