@@ -444,7 +444,7 @@ namespace {
 void check_positions(Runtime& rt, const Tensor& positions, const Tensor& tokens, const char* op) {
   if (!positions.defined()) return;
   check_device(rt, positions, op);
-  TRELLIS_CHECK(positions.dtype == DType::i32 && positions.numel() == tokens.numel() && !overlap(positions, tokens),
+  TRELLIS_CHECK(positions.dtype == DType::i32 && positions.shape == tokens.shape && !overlap(positions, tokens),
                 std::string(op) + ": positions " + positions.str() + " for tokens " + tokens.str());
 }
 }  // namespace
@@ -452,6 +452,7 @@ void check_positions(Runtime& rt, const Tensor& positions, const Tensor& tokens,
 void document_starts(Runtime& rt, const Tensor& starts, const Tensor& tokens, int32_t eod_token, const Tensor& positions) {
   check_device(rt, starts, "document_starts"); check_device(rt, tokens, "document_starts");
   check_positions(rt, positions, tokens, "document_starts");
+  TRELLIS_CHECK(!positions.defined() || !overlap(positions, starts), "document_starts: positions overlap starts");
   TRELLIS_CHECK(tokens.dim() == 2 && tokens.dtype == DType::i32 && starts.dtype == DType::i32 &&
                     starts.numel() == tokens.numel() && !overlap(starts, tokens),
                 "document_starts: starts " + starts.str() + " for tokens " + tokens.str());

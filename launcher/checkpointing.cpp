@@ -381,16 +381,20 @@ void warn_on_changed_data(const Config& cfg, const JsonValue& meta, const std::s
       std::printf("warning: resumed with %s = \"%s\", but the checkpoint's run had \"%s\": the steps from here train on "
                   "other samples than an uninterrupted run would\n",
                   key, values.first.c_str(), values.second.c_str());
-  // Document masking changes what attention sees, not the samples.
+  // Document masking changes what attention sees, the reset which positions the tokens take; not the samples.
   auto documents = [](const Config& c) {
-    return c.data.document_mask ? "true (data.eod_token = " + std::to_string(c.data.eod_token) +
-                                      (c.data.reset_positions ? ", data.reset_positions = true" : "") + ")"
-                                : std::string("false");
+    return c.data.document_mask ? "true (data.eod_token = " + std::to_string(c.data.eod_token) + ")" : std::string("false");
   };
   if (documents(cfg) != documents(was))
     std::printf("warning: resumed with data.document_mask = %s, but the checkpoint's run had %s: attention from here "
                 "sees other tokens than in an uninterrupted run\n",
                 documents(cfg).c_str(), documents(was).c_str());
+  const bool reset = cfg.data.document_mask && cfg.data.reset_positions,
+             was_reset = was.data.document_mask && was.data.reset_positions;
+  if (reset != was_reset)
+    std::printf("warning: resumed with learned positions counted from each %s's start, but the checkpoint's run counted "
+                "them from each %s's (data.reset_positions)\n",
+                reset ? "document" : "sample", was_reset ? "document" : "sample");
   if (cfg.fp16.initial_scale_power != was.fp16.initial_scale_power)
     std::printf("note: fp16.initial_scale_power = %lld applies to fresh runs; the loss scale continues from the "
                 "checkpoint's\n",

@@ -7,7 +7,7 @@ ends the run with an error); no run overwrites
 another run's newer checkpoints, nor uses a checkpoint.dir another run is using; checkpoint.resume may name a checkpoint.dir; the metrics file of a
 resumed run reads as one run, an earlier run's is moved aside, and a file that is not a metrics
 file is never replaced; checkpoint.keep_best keeps the best validation state; a resume on a data file
-rewritten since the save, or with document masking switched on, is warned of. Usage: resume_test.py TRAIN_GPT CONFIG"""
+rewritten since the save, or with document masking or its position reset switched on, is warned of. Usage: resume_test.py TRAIN_GPT CONFIG"""
 import json
 import os
 import re
@@ -262,6 +262,12 @@ def main():
                        "checkpoint.dir=" + ck3, "train.steps=12", "data.document_mask=true", "data.eod_token=1")
         check("warning: resumed with data.document_mask = true (data.eod_token = 1), but the checkpoint's run had false"
               in out, "a resume that switches document masking on is warned of")
+        out, _ = train(binary, config, os.path.join(tmp, "doc2.jsonl"), "data.source=file", "data.path=" + prefix + ".tok",
+                       "checkpoint.dir=" + ck3, "train.steps=14", "data.document_mask=true", "data.eod_token=1",
+                       "data.reset_positions=true")
+        check("warning: resumed with learned positions counted from each document's start, but the checkpoint's run "
+              "counted them from each sample's" in out and "data.document_mask =" not in out,
+              "... and one that resets the positions alone, as that")
     print("PASS")
 
 
