@@ -89,7 +89,10 @@ struct GPTConfig {
   std::vector<int> stage_layers;
   MoEConfig moe;  // mixture-of-experts MLPs in some blocks ([moe]); experts = 0: none
 
-  RotaryFrequencies rotary() const {
+  // The rotary frequencies for sequences of `length` positions (default seq_len): LongRoPE's long
+  // factors past rope_original_positions, else the short ones (transformers' rule, which generation
+  // follows as its sequence grows).
+  RotaryFrequencies rotary(int64_t length = 0) const {
     RotaryFrequencies f(rope_theta);
     f.factor = rope_factor;
     f.low_freq_factor = rope_low_freq_factor;
@@ -103,7 +106,8 @@ struct GPTConfig {
     f.dims = rope_dims;
     f.longrope = rope_longrope;
     if (rope_longrope) {
-      const std::vector<double>& pairs = double(seq_len) > rope_original_positions ? rope_long_factors : rope_short_factors;
+      const double positions = double(length > 0 ? length : seq_len);
+      const std::vector<double>& pairs = positions > rope_original_positions ? rope_long_factors : rope_short_factors;
       for (size_t i = 0; i < pairs.size() && i < size_t(kMaxRotaryPairs); ++i) f.pair_factors[i] = pairs[i];
     }
     return f;

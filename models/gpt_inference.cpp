@@ -114,7 +114,10 @@ std::vector<float> GPTInference::forward(const std::vector<int32_t>& tokens, int
       qk_norm_forward(rt_, qkv, qk_rstd, qkv, P("attn.q_norm.w").value, P("attn.k_norm.w").value, heads,
                       float(cfg_.norm_eps));
     }
-    if (cfg_.rope) rotary_embedding(rt_, qkv, heads, cfg_.rotary(), pos_);  // cached k turned
+    // Cached k turned. LongRoPE's factors follow the sequence so far, as transformers' do: the short
+    // ones until it passes the original context, the long ones for the positions after (the cached
+    // keys keep their turn).
+    if (cfg_.rope) rotary_embedding(rt_, qkv, heads, cfg_.rotary(pos_ + n), pos_);
     kv_cache_append(rt_, kc, vc, qkv, pos_, heads);
     Tensor att = work_.take(dt, {B, n, cfg_.attention_width()});
     attention_with_cache(rt_, att, qkv, kc, vc, pos_, heads);

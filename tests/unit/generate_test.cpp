@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
 #include <random>
 #include <vector>
 
@@ -123,10 +124,12 @@ std::vector<float> reference_logits(Runtime& rt, const GPTConfig& cfg, const Par
   return logits;
 }
 
-// Prefill and decode against the training forward over the whole prefix, at every position.
-void check_cached_logits(const GPTConfig& cfg) {
+// Prefill and decode against the training forward over the whole prefix, at every position; that
+// forward's model for a prefix of T tokens is ref_of(T) (default: cfg).
+void check_cached_logits(const GPTConfig& cfg, int64_t prompt = 4, int64_t steps = 5,
+                         const std::function<GPTConfig(int64_t)>& ref_of = nullptr) {
   Runtime rt(RuntimeOptions{});
-  const int64_t B = 2, prompt = 4, steps = 5, Vp = cfg.padded_vocab();
+  const int64_t B = 2, Vp = cfg.padded_vocab();
   GPTInference model(rt, cfg, B, prompt + steps);
   model.params().initialize(7);
   std::mt19937 gen(3);
@@ -142,7 +145,7 @@ void check_cached_logits(const GPTConfig& cfg) {
   };
   std::vector<float> logits = model.prefill(prefix(prompt), prompt);
   for (int64_t T = prompt;; ++T) {
-    const std::vector<float> ref = reference_logits(rt, cfg, model.params(), prefix(T), B, T);
+    const std::vector<float> ref = reference_logits(rt, ref_of ? ref_of(T) : cfg, model.params(), prefix(T), B, T);
     for (int64_t i = 0; i < B * Vp; ++i) ASSERT_NEAR(logits[size_t(i)], ref[size_t(i)], 1e-5) << "T " << T << " i " << i;
     if (T == prompt + steps) break;
     std::vector<int32_t> next;
@@ -178,6 +181,39 @@ TEST(GPTInference, CachedLogitsWithRotaryPositionsMatchTheTrainingForward) {
   cfg.rope = true;
   cfg.rope_theta = 100.0;
   check_cached_logits(cfg);
+}
+
+// LongRoPE (a context of 16 from an original 6): generation turns by the short factors while the
+// sequence is within the original context and by the long ones past it, as transformers does and as
+// training does for samples of that length (the model of seq_len T). Prompts of 4 (up to 6 tokens)
+// and of 7 (up to 9).
+TEST(GPTInference, CachedLogitsWithLongRopeFollowTheSequenceLength) {
+  GPTConfig cfg = tiny_config();
+  cfg.seq_len = 16;
+  cfg.rope = cfg.rope_longrope = true;
+  cfg.rope_theta = 100.0;
+  cfg.rope_factor = 16.0 / 6.0;
+  cfg.rope_original_positions = 6;
+  cfg.rope_attention_factor = 6.0;  // sharper attention (q k scaled by 36): the factors tell apart
+  cfg.rope_short_factors = {1.0, 1.5, 2.0, 3.0};  // a pair each: head size 8
+  cfg.rope_long_factors = {1.0, 4.0, 9.0, 16.0};
+  auto of_length = [&](int64_t T) {
+    GPTConfig c = cfg;
+    c.seq_len = T;
+    return c;
+  };
+  check_cached_logits(cfg, 4, 2, of_length);
+  check_cached_logits(cfg, 7, 2, of_length);
+  // The reference tells the two apart: the long factors at 5 tokens give other logits.
+  Runtime rt(RuntimeOptions{});
+  GPTInference model(rt, cfg, 1, 5);
+  model.params().initialize(7);
+  const std::vector<int32_t> tokens = {3, 1, 4, 1, 5};
+  const std::vector<float> got = model.prefill(tokens, 5), long_ref = reference_logits(rt, cfg, model.params(), tokens, 1, 5);
+  double diff = 0;
+  for (size_t i = 0; i < got.size(); ++i) diff = std::max(diff, double(std::fabs(got[i] - long_ref[i])));
+  std::printf("long against short factors at 5 tokens: logits differ by up to %.3g\n", diff);
+  EXPECT_GT(diff, 1e-3);  // against the 1e-5 the matches above are held to
 }
 
 // Mistral's sliding window: generation's cached attention sees the same last positions as training's.
