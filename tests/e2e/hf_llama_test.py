@@ -677,47 +677,32 @@ def main():
             check_hf_loss(check, theirs_yarn, first, "a Llama with YaRN it wrote, started in Trellis",
                           model_class="LlamaForCausalLM", tol=1e-6)
             from transformers import Phi3Config, Phi3ForCausalLM
-            torch.manual_seed(0)
-            theirs_phi = os.path.join(tmp, "theirs_phi3")
-            Phi3ForCausalLM(Phi3Config(vocab_size=64, hidden_size=64, intermediate_size=88, num_hidden_layers=2,
-                                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=32,
-                                       original_max_position_embeddings=32, rms_norm_eps=1e-6, rope_theta=500.0,
-                                       tie_word_embeddings=False, pad_token_id=None, bos_token_id=None,
-                                       eos_token_id=None)
-                            ).save_pretrained(theirs_phi, safe_serialization=True)
-            first = os.path.join(tmp, "first_phi3")
-            train(binary, config, LLAMA + ["model.init_from=" + theirs_phi, "train.steps=1"], ["--dump-grads", first])
-            check_hf_loss(check, theirs_phi, first, "a Phi-3 it wrote (qkv_proj and gate_up_proj fused), started in "
-                          "Trellis", model_class="Phi3ForCausalLM", tol=1e-6)
-            torch.manual_seed(0)
-            theirs_pp = os.path.join(tmp, "theirs_phi3_partial")
-            Phi3ForCausalLM(Phi3Config(vocab_size=64, hidden_size=64, intermediate_size=88, num_hidden_layers=2,
-                                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=32,
-                                       original_max_position_embeddings=32, rms_norm_eps=1e-6, rope_theta=500.0,
-                                       partial_rotary_factor=0.5, tie_word_embeddings=False, pad_token_id=None,
-                                       bos_token_id=None, eos_token_id=None)
-                            ).save_pretrained(theirs_pp, safe_serialization=True)
-            first = os.path.join(tmp, "first_phi3_partial")
-            train(binary, config, PARTIAL + ["model.init_from=" + theirs_pp, "train.steps=1"], ["--dump-grads", first])
-            check_hf_loss(check, theirs_pp, first, "a Phi-3 it wrote turning half of each head (partial_rotary_factor "
-                          "0.5), started in Trellis", model_class="Phi3ForCausalLM", tol=1e-6)
+            def phi3_started_here(name, sets, what, **overrides):
+                """Writes a Phi-3 of transformers' (seeded; Llama's sizes, `overrides` on top), starts a
+                one-step Trellis run with `sets` from it and checks the loss; returns its directory."""
+                torch.manual_seed(0)
+                theirs = os.path.join(tmp, "theirs_" + name)
+                Phi3ForCausalLM(Phi3Config(**{
+                    "vocab_size": 64, "hidden_size": 64, "intermediate_size": 88, "num_hidden_layers": 2,
+                    "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 32,
+                    "original_max_position_embeddings": 32, "rms_norm_eps": 1e-6, "rope_theta": 500.0,
+                    "tie_word_embeddings": False, "pad_token_id": None, "bos_token_id": None, "eos_token_id": None,
+                    **overrides})).save_pretrained(theirs, safe_serialization=True)
+                first = os.path.join(tmp, "first_" + name)
+                train(binary, config, sets + ["model.init_from=" + theirs, "train.steps=1"], ["--dump-grads", first])
+                check_hf_loss(check, theirs, first, what, model_class="Phi3ForCausalLM", tol=1e-6)
+                return theirs
+
+            phi3_started_here("phi3", LLAMA, "a Phi-3 it wrote (qkv_proj and gate_up_proj fused), started in Trellis")
+            theirs_pp = phi3_started_here("phi3_partial", PARTIAL, "a Phi-3 it wrote turning half of each head "
+                                          "(partial_rotary_factor 0.5), started in Trellis", partial_rotary_factor=0.5)
             ok, lines = one_error([binary, config, "--set", "train.device=cpu", "--set", "model.init_from=" + theirs_pp] +
                                   sum((["--set", s] for s in LLAMA), []), "turning 8 of a head's 16 dims")
             check(ok, f"model.init_from of that Phi-3 into a run turning whole heads: {lines}")
-            torch.manual_seed(0)
-            theirs_pl = os.path.join(tmp, "theirs_phi3_longrope")
-            Phi3ForCausalLM(Phi3Config(vocab_size=64, hidden_size=64, intermediate_size=88, num_hidden_layers=2,
-                                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=32,
-                                       original_max_position_embeddings=16, rms_norm_eps=1e-6, rope_theta=500.0,
-                                       rope_scaling={"rope_type": "longrope", "long_factor": LONG_FACTORS,
-                                                     "short_factor": SHORT_FACTORS},
-                                       tie_word_embeddings=False, pad_token_id=None, bos_token_id=None,
-                                       eos_token_id=None)
-                            ).save_pretrained(theirs_pl, safe_serialization=True)
-            first = os.path.join(tmp, "first_phi3_longrope")
-            train(binary, config, LONGROPE + ["model.init_from=" + theirs_pl, "train.steps=1"], ["--dump-grads", first])
-            check_hf_loss(check, theirs_pl, first, "a Phi-3 it wrote with LongRoPE (the attention factor left to "
-                          "transformers), started in Trellis", model_class="Phi3ForCausalLM", tol=1e-6)
+            theirs_pl = phi3_started_here(
+                "phi3_longrope", LONGROPE, "a Phi-3 it wrote with LongRoPE (the attention factor left to transformers), "
+                "started in Trellis", original_max_position_embeddings=16,
+                rope_scaling={"rope_type": "longrope", "long_factor": LONG_FACTORS, "short_factor": SHORT_FACTORS})
             ok, lines = one_error([binary, config, "--set", "train.device=cpu", "--set", "model.init_from=" + theirs_pl] +
                                   sum((["--set", s] for s in LLAMA), []), "longrope rope scaling (factor 2")
             check(ok, f"model.init_from of that Phi-3 into a run without LongRoPE: {lines}")
