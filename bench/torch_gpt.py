@@ -339,7 +339,8 @@ class GPT(nn.Module):
             logits = logits.masked_fill(self.pad_mask, float("-inf"))
         if targets is None:
             return logits
-        loss = F.cross_entropy(logits.view(B * T, -1), targets.reshape(B * T))  # mean over B*T
+        # Mean over the targets; -1 marks none (data.eod_mask_loss leaves the one after an EOD out).
+        loss = F.cross_entropy(logits.view(B * T, -1), targets.reshape(B * T), ignore_index=-1)
         self.lm_loss = loss.detach()  # what Trellis reports; the objective adds the routers' losses
         return logits, loss + self.cfg.moe_aux_loss_coef * aux + self.cfg.moe_z_loss_coef * z
 

@@ -15,7 +15,8 @@ enum StepScalar : int64_t {
   kLr,               // this step's learning rate
   kBiasCorrection1,  // 1 - beta1^t, t the number of applied steps including this one
   kBiasCorrection2,  // 1 - beta2^t
-  kLossScale,        // the loss was multiplied by it (1 without fp16 loss scaling)
+  kLossScale,        // the gradients are the mean loss's times it: fp16's loss scale (else 1), times
+                     // the share of the step's targets kept (data.eod_mask_loss; dloss is per token)
   kMaxNorm,          // train.grad_clip (<= 0: no clipping)
   kGradScale,        // out: gradients are multiplied by it (clipping and 1 / loss scale)
   kApply,            // out: 1, or 0 when the loss or the gradient norm is not finite (the step is skipped)

@@ -351,7 +351,7 @@ std::string write_rank_state(Runtime& rt, TrainingState s, const std::string& te
 
 // What decides which samples a step trains on: a resumed run that changes it trains on other data
 // than the uninterrupted run would have, so say so (it may be meant: a new data blend, say). Also
-// changed document masking, and an initial loss scale that the checkpoint's scale overrides.
+// changed document masking or loss masking, and an initial loss scale that the checkpoint's scale overrides.
 void warn_on_changed_data(const Config& cfg, const JsonValue& meta, const std::string& dir,
                           const std::string& data_identity) {
   const JsonValue* text = meta.find("config");
@@ -382,9 +382,11 @@ void warn_on_changed_data(const Config& cfg, const JsonValue& meta, const std::s
                   "other samples than an uninterrupted run would\n",
                   key, values.first.c_str(), values.second.c_str());
   // Document masking changes what attention sees, the reset which positions the tokens take; not the samples.
-  auto documents = [](const Config& c) {
-    return c.data.document_mask ? "true (data.eod_token = " + std::to_string(c.data.eod_token) + ")" : std::string("false");
+  // A key that takes data.eod_token, as the log names it.
+  auto with_eod = [](bool on, const Config& c) {
+    return on ? "true (data.eod_token = " + std::to_string(c.data.eod_token) + ")" : std::string("false");
   };
+  auto documents = [&](const Config& c) { return with_eod(c.data.document_mask, c); };
   if (documents(cfg) != documents(was))
     std::printf("warning: resumed with data.document_mask = %s, but the checkpoint's run had %s: attention from here "
                 "sees other tokens than in an uninterrupted run\n",
@@ -395,6 +397,11 @@ void warn_on_changed_data(const Config& cfg, const JsonValue& meta, const std::s
     std::printf("warning: resumed with learned positions counted from each %s's start, but the checkpoint's run counted "
                 "them from each %s's (data.reset_positions)\n",
                 reset ? "document" : "sample", was_reset ? "document" : "sample");
+  auto loss_mask = [&](const Config& c) { return with_eod(c.data.eod_mask_loss, c); };
+  if (loss_mask(cfg) != loss_mask(was))
+    std::printf("warning: resumed with data.eod_mask_loss = %s, but the checkpoint's run had %s: the loss from here "
+                "counts other targets than in an uninterrupted run\n",
+                loss_mask(cfg).c_str(), loss_mask(was).c_str());
   if (cfg.fp16.initial_scale_power != was.fp16.initial_scale_power)
     std::printf("note: fp16.initial_scale_power = %lld applies to fresh runs; the loss scale continues from the "
                 "checkpoint's\n",

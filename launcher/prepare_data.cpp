@@ -168,7 +168,7 @@ void write_outputs(const Args& a, const std::vector<std::string>& texts, const T
   else write_token_file(a.output + ".tok", stream);
   const std::string vocab_path = a.output + ".vocab.json";
   save_vocabulary(tok, vocab_path);
-  const std::string ending = eod >= 0 ? ", each ending in token " + std::to_string(eod) + " (data.eod_token, for data.document_mask)" : "";
+  const std::string ending = eod >= 0 ? ", each ending in token " + std::to_string(eod) + " (data.eod_token, for data.document_mask and data.eod_mask_loss)" : "";
   std::printf("wrote %s: %lld tokens in %lld documents%s; vocabulary (%s, %lld tokens) in %s\n", data_path.c_str(),
               (long long)total, (long long)docs, ending.c_str(), tok.kind().c_str(), (long long)tok.vocab_size(),
               vocab_path.c_str());

@@ -323,6 +323,9 @@ void validate_relations(const Config& c) {
   if (c.data.document_mask && c.data.eod_token < 0)
     throw UserError(p + ": data.document_mask = true needs data.eod_token, the end-of-document token's id (50256 for "
                         "GPT-2's <|endoftext|>; the one prepare_data --append-eod wrote)");
+  if (c.data.eod_mask_loss && c.data.eod_token < 0)
+    throw UserError(p + ": data.eod_mask_loss = true needs data.eod_token, the end-of-document token's id (50256 for "
+                        "GPT-2's <|endoftext|>; the one prepare_data --append-eod wrote)");
   if (c.data.reset_positions && !c.data.document_mask)
     throw UserError(p + ": data.reset_positions = true counts positions from each document's start, which needs "
                         "data.document_mask = true");

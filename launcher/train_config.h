@@ -120,6 +120,7 @@ struct DataConfig {
   bool document_mask = false;        // attention within documents, each closed by eod_token
   int64_t eod_token = -1;            // the end-of-document token's id; -1 = none
   bool reset_positions = false;      // with document_mask: learned positions count from each document's start
+  bool eod_mask_loss = false;        // the target after each eod_token left out of the loss
 };
 
 struct LogConfig {
@@ -127,7 +128,7 @@ struct LogConfig {
   std::string metrics_file;        // JSON lines; empty = none
   std::string tensorboard_dir;     // TensorBoard event files; empty = none
   int64_t val_every = 0;           // validation every N steps; 0 = off
-  int64_t val_batches = 4;         // micro-batches per validation
+  int64_t val_batches = 4;         // global batches per validation
   bool profile_ops = false;        // per-op time breakdown (events around every op, no synchronization)
   int64_t trace_step = 0;          // write a Chrome trace of this step; 0 = none
   std::string trace_file = "trace.json";  // where (with .rankN before .json when world > 1)

@@ -45,6 +45,7 @@
 #include "launcher/tensorboard.h"
 #include "parallel/data/embedding_rows.h"
 #include "data/blended_dataset.h"
+#include "data/loss_mask.h"
 #include "data/synthetic_dataset.h"
 #include "launcher/whole_model.h"
 #include "models/gpt.h"
@@ -160,8 +161,7 @@ void agree_on(const std::function<void()>& open, const LaunchInfo& launch) {
   throw UserError(first_failed == launch.rank && launch.rank == 0 ? error : "");
 }
 
-// The training samples as the config says.
-std::unique_ptr<SampleSource> open_samples(const Config& cfg, const GPTConfig& mc) {
+std::unique_ptr<SampleSource> open_unmasked_samples(const Config& cfg, const GPTConfig& mc) {
   if (cfg.data.source != "file")
     return std::make_unique<SyntheticDataset>(cfg.data.source, mc.vocab_size, mc.seq_len, uint64_t(cfg.train.seed));
   DatasetOptions o;
@@ -175,6 +175,13 @@ std::unique_ptr<SampleSource> open_samples(const Config& cfg, const GPTConfig& m
   } catch (const UserError& e) {  // the data layer names its files; the config and key come first
     throw UserError(cfg.path + ": data.path = " + cfg.data.path + ": " + e.what());
   }
+}
+
+// The training samples as the config says (data.eod_mask_loss: without the targets after an EOD).
+std::unique_ptr<SampleSource> open_samples(const Config& cfg, const GPTConfig& mc) {
+  std::unique_ptr<SampleSource> data = open_unmasked_samples(cfg, mc);
+  if (!cfg.data.eod_mask_loss) return data;
+  return std::make_unique<EodLossMask>(std::move(data), int32_t(cfg.data.eod_token));
 }
 
 // Opens the metrics file on rank 0; every rank learns whether that worked before going on, so a
@@ -652,6 +659,9 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
       std::printf("documents: attention within each document of a sample, a new one after every token %lld "
                   "(data.document_mask)%s\n",
                   (long long)mc.document_eod, mc.document_positions ? "; positions from each document's start" : "");
+    if (cfg.data.eod_mask_loss)
+      std::printf("loss: the mean over the targets kept, the one after every token %lld left out (data.eod_mask_loss)\n",
+                  (long long)cfg.data.eod_token);
     // Blocks per virtual stage (virtual stage c*p + r is chunk c of pipeline rank r).
     std::vector<int64_t> stage_layers;
     for (const LayerRange& r : GPT::pipeline_partition(mc, p * v)) stage_layers.push_back(r.second - r.first);
@@ -820,6 +830,7 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
     for (int mb = 0; mb < m; ++mb) loader.stage(Split::train, sample_of(step, mb), mb);
     staged = step;
   };
+  int64_t val_targets = -1;  // what the validation loss divides by, counted at the first validation
   for (int64_t step = start_step + 1; step <= cfg.train.steps; ++step) {
     NvtxRange step_range("train_step");
     if (cfg.log.profile_ops && step == start_step + 2) rt.profiler()->reset();  // leave the first step's setup out
@@ -829,6 +840,14 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
     tally.start();
     const float loss_scale = scaler.scale();
     const float dloss = float(loss_scale / tokens_per_step);
+    // The loss is the mean over the step's targets; the kernels' dloss stays per token (a value the
+    // step's CUDA graph keeps), and the optimizer takes the gradients as those of the mean times
+    // gradient_scale: the loss scale, times the share of the targets kept (data.eod_mask_loss).
+    const double targets = cfg.data.eod_mask_loss
+                               ? double(std::max<int64_t>(count_targets(*data, Split::train, (step - 1) * global_batch,
+                                                                        global_batch), 1))
+                               : tokens_per_step;
+    const float gradient_scale = cfg.data.eod_mask_loss ? float(loss_scale * (targets / tokens_per_step)) : loss_scale;
     const double lr = lr_schedule.at(step);
     {
       float* plan = step_plan.ptr<float>();  // pinned: the previous step's copy of it finished at its end
@@ -836,7 +855,7 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
       plan[kLr] = float(lr);
       plan[kBiasCorrection1] = bias_correction(float(cfg.optimizer.beta1), t);
       plan[kBiasCorrection2] = bias_correction(float(cfg.optimizer.beta2), t);
-      plan[kLossScale] = loss_scale;
+      plan[kLossScale] = gradient_scale;
       plan[kMaxNorm] = float(cfg.train.grad_clip);
     }
     auto first_sample = [&](int mb) { return sample_of(step, mb); };
@@ -925,8 +944,8 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     tally.stop();
     const float* host = step_readback.ptr<float>();
-    const double loss = double(host[0]) / tokens_per_step;
-    const double norm = std::sqrt(double(host[1])) / loss_scale;
+    const double loss = double(host[0]) / targets;
+    const double norm = std::sqrt(double(host[1])) / gradient_scale;
     const bool finite = host[2] != 0.0f;  // the device skipped the update otherwise
     // The balancing loss and the z-loss averaged over the step's MoE blocks and micro-batches, and
     // the fraction of the choices dropped at full experts.
@@ -1009,17 +1028,20 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
       // Not a training step: left out of log.profile_ops's per-step times.
       if (rt.profiler()) rt.profiler()->set_paused(true);
       fill(rt, loss_sum, 0.0f);
-      auto val_sample = [&](int vb) { return (int64_t(vb) * data_size + data_rank) * B; };
+      // log.val_batches global batches of the validation split, samples [0, val_batches x G): this
+      // data rank's micro-batches are those of the training steps' pattern, so every layout
+      // validates on the same samples.
+      auto val_sample = [&](int64_t vb) { return (vb * data_size + data_rank) * B; };
       // In runs of kValidationRun micro-batches, with a look for a stop signal between them: a long
       // validation (log.val_batches) must not keep a preempted job from its checkpoint.
       constexpr int kValidationRun = 32;
-      const int val_batches = int(cfg.log.val_batches);
-      for (int first = 0; first < val_batches && !abandoned; first += kValidationRun) {
+      const int64_t val_micro_batches = cfg.log.val_batches * m;
+      for (int64_t first = 0; first < val_micro_batches && !abandoned; first += kValidationRun) {
         GPTStage val_model(
             model, [&](int vb) { return context_at(val_sample(first + vb), false); },
             [&](int vb) { return loader.load(Split::val, val_sample(first + vb)); }, 0.0f, loss_sum);
-        engine.run_forward(std::min(kValidationRun, val_batches - first), val_model);
-        if (first + kValidationRun < val_batches) abandoned = stop_requested(MPI_COMM_WORLD, rt.watchdog());
+        engine.run_forward(int(std::min<int64_t>(kValidationRun, val_micro_batches - first)), val_model);
+        if (first + kValidationRun < val_micro_batches) abandoned = stop_requested(MPI_COMM_WORLD, rt.watchdog());
       }
       if (abandoned) {  // the stop below saves the step's checkpoint
         if (rt.profiler()) rt.profiler()->set_paused(false);
@@ -1030,7 +1052,11 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
     if (validating && !abandoned) {
       if (reduce) data_group.all_reduce(loss_sum);
       if (pipeline_group) pipeline_group->all_reduce(loss_sum);  // known on the last stage
-      const double val = double(read_scalar(rt, loss_sum)) / double(cfg.log.val_batches * B * T * data_size);
+      const int64_t val_samples = cfg.log.val_batches * global_batch;
+      if (val_targets < 0)  // the same samples every time
+        val_targets = cfg.data.eod_mask_loss ? std::max<int64_t>(count_targets(*data, Split::val, 0, val_samples), 1)
+                                             : val_samples * T;
+      const double val = double(read_scalar(rt, loss_sum)) / double(val_targets);
       if (rt.profiler()) rt.profiler()->set_paused(false);
       if (main_rank) {
         JsonObject rec;
@@ -1155,9 +1181,10 @@ void dump_gradients(const Config& cfg, const LaunchInfo& launch, const std::stri
   ctx.seed = uint64_t(cfg.train.seed);
   ctx.step = 1;
   auto [tokens, targets] = loader.load(Split::train, 0);
+  const int64_t kept = std::max<int64_t>(count_targets(*data, Split::train, 0, B), 1);  // the loss's mean is over them
   model.params().zero_grads();
-  model.forward_backward(ctx, tokens, targets, float(1.0 / double(B * T)), loss_sum);
-  const double loss = double(read_scalar(rt, loss_sum)) / double(B * T);
+  model.forward_backward(ctx, tokens, targets, float(1.0 / double(kept)), loss_sum);
+  const double loss = double(read_scalar(rt, loss_sum)) / double(kept);
 
   if (launch.rank != 0) return;  // every rank computed the same micro-batch; one writes it
   JsonObject batch, extra;
@@ -1167,7 +1194,7 @@ void dump_gradients(const Config& cfg, const LaunchInfo& launch, const std::stri
   write_tensor_f32(rt, model.params().flat_grads(), dir + "/grads.f32");
   write_tensor_i32(rt, tokens, dir + "/tokens.i32");
   write_tensor_i32(rt, targets, dir + "/targets.i32");
-  std::printf("wrote %s: loss %.6f over %lld tokens\n", dir.c_str(), loss, (long long)(B * T));
+  std::printf("wrote %s: loss %.6f over %lld targets\n", dir.c_str(), loss, (long long)kept);
 }
 
 }  // namespace trellis

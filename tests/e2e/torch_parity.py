@@ -38,7 +38,18 @@ def run_dump(binary, config, dump_dir, device, extra):
     return True
 
 
-def compare(dump_dir, eod=None, reset_positions=False):
+def targets_masked(tokens, targets, eod):
+    """data.eod_mask_loss: the dump's targets are -1 exactly where the input is the EOD token, and
+    elsewhere the next input (the samples are windows of one stream)."""
+    at_eod = tokens == eod
+    ok = bool(at_eod.any()) and torch.equal(targets < 0, at_eod) and \
+        torch.equal(targets[:, :-1][~at_eod[:, :-1]], tokens[:, 1:][~at_eod[:, :-1]])
+    print(f"targets: {int(at_eod.sum())} of {targets.numel()} left out after token {eod} "
+          f"{'ok' if ok else 'FAIL (expected -1 exactly after each, the next token elsewhere)'}")
+    return ok
+
+
+def compare(dump_dir, eod=None, reset_positions=False, eod_mask_loss=None):
     try:
         model, info = load_trellis_dump(dump_dir, dtype=torch.float64)
     except (OSError, ValueError, KeyError) as e:
@@ -50,6 +61,8 @@ def compare(dump_dir, eod=None, reset_positions=False):
         return False
     if info["grads"] is None or info["loss"] is None:
         print("FAIL: the dump has no grads.f32 or no loss")
+        return False
+    if eod_mask_loss is not None and not targets_masked(info["tokens"], info["targets"], eod_mask_loss):
         return False
     model.eval()  # dropout is 0 anyway; eval makes sure
     _, loss = model(info["tokens"], info["targets"], eod=eod, reset_positions=reset_positions)
@@ -95,7 +108,8 @@ def main():
         sets = dict(s.split("=", 1) for s in args.sets)
         # Document masking is the run's, not the model's: the dump does not say it.
         eod = int(sets["data.eod_token"]) if sets.get("data.document_mask") == "true" else None
-        ok = ok and compare(dump_dir, eod, sets.get("data.reset_positions") == "true")
+        eod_mask_loss = int(sets["data.eod_token"]) if sets.get("data.eod_mask_loss") == "true" else None
+        ok = ok and compare(dump_dir, eod, sets.get("data.reset_positions") == "true", eod_mask_loss)
     finally:
         if args.keep:
             print("dump kept in", dump_dir)

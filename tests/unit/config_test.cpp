@@ -203,6 +203,9 @@ TEST_F(ConfigTest, RelationsBetweenKeys) {
   EXPECT_HAS(error_of("[model]\nvocab_size = 100\n[data]\ndocument_mask = true\neod_token = 100\n"),
              "tiny.toml: data.eod_token = 100 is not a token of model.vocab_size = 100 (allowed: -1 = none, or 0 to 99)");
   EXPECT_NO_THROW(load_config(write("[model]\nvocab_size = 100\n[data]\ndocument_mask = true\neod_token = 99\n"), {}));
+  EXPECT_HAS(error_of("[data]\neod_mask_loss = true\n"),
+             "tiny.toml: data.eod_mask_loss = true needs data.eod_token, the end-of-document token's id");
+  EXPECT_NO_THROW(load_config(write("[model]\nvocab_size = 100\n[data]\neod_mask_loss = true\neod_token = 99\n"), {}));
 }
 
 TEST_F(ConfigTest, SetConvertsByType) {

@@ -1,11 +1,13 @@
 // TokenDataset and BlendedDataset: format detection, deterministic sampling keyed by index,
-// epochs as permutations of windows, disjoint train/val, blend weights, vocabulary checks.
+// epochs as permutations of windows, disjoint train/val, blend weights, vocabulary checks; the
+// targets left out after an end-of-document token (data.eod_mask_loss) and their count.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <set>
 #include <string>
 #include <vector>
@@ -14,6 +16,7 @@
 #include "tests/unit/test_util.h"
 #include "data/blended_dataset.h"
 #include "data/indexed_dataset.h"
+#include "data/loss_mask.h"
 #include "data/mapped_file.h"
 #include "data/token_dataset.h"
 #include "data/token_file.h"
@@ -146,6 +149,38 @@ TEST(DataDataset, SamplesAreWindowsKeyedByIndex) {
   int same = 0;
   for (int64_t i = 0; i < 100; ++i) same += other.sample_start(Split::train, i) == ds.sample_start(Split::train, i);
   EXPECT_LT(same, 10);
+}
+
+// data.eod_mask_loss: the target after each EOD input is -1, the rest as the dataset gives them,
+// and count_targets counts what is left over any run of samples.
+TEST(DataDataset, EodLossMaskLeavesOutTheTargetAfterEachEod) {
+  TempDir dir;
+  write_counting_megatron(dir / "m", 10000);
+  const int64_t T = 16;
+  const int32_t eod = 7;  // the stream is p % 251: every 251st token
+  auto plain = std::make_unique<TokenDataset>(dir / "m", options(T, 7));
+  const TokenDataset& ds = *plain;
+  EodLossMask masked(std::make_unique<TokenDataset>(dir / "m", options(T, 7)), eod);
+  EXPECT_EQ(masked.vocab_size(), ds.vocab_size());
+  EXPECT_EQ(masked.seq_len(), T);
+  EXPECT_EQ(masked.identity(), ds.identity());
+  std::vector<int32_t> in(static_cast<size_t>(T)), tg(static_cast<size_t>(T)), min(static_cast<size_t>(T)),
+      mtg(static_cast<size_t>(T));
+  int64_t kept = 0, left_out = 0;
+  for (int64_t i = 0; i < 300; ++i) {
+    ds.sample(Split::train, i, in.data(), tg.data());
+    masked.sample(Split::train, i, min.data(), mtg.data());
+    EXPECT_EQ(in, min);
+    for (size_t k = 0; k < size_t(T); ++k) {
+      EXPECT_EQ(mtg[k], in[k] == eod ? -1 : tg[k]) << "sample " << i << " position " << k;
+      (mtg[k] < 0 ? left_out : kept) += 1;
+    }
+  }
+  EXPECT_GT(left_out, 10);  // 300 x 16 tokens hold ~19 of the 251 ids' one
+  EXPECT_EQ(count_targets(masked, Split::train, 0, 300), kept);
+  EXPECT_EQ(count_targets(ds, Split::train, 0, 300), 300 * T);
+  EXPECT_EQ(count_targets(masked, Split::train, 100, 200) + count_targets(masked, Split::train, 0, 100), kept);
+  EXPECT_EQ(count_targets(masked, Split::train, 5, 0), 0);
 }
 
 TEST(DataDataset, EpochsArePermutationsReshuffledPerEpoch) {
