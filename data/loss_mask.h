@@ -4,6 +4,7 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <utility>
 
 #include "data/sample_source.h"
 

@@ -31,9 +31,8 @@ namespace fs = std::filesystem;
 int64_t stored_numel(const GPTConfig& m) { return m.parameter_count() + m.padding_parameter_count(); }
 
 // The experts of a stored model's description, checked as train_gpt's config would (one rank holds
-// them all).
-// The experts of a stored model's description, set into m after its MLP and biases (the experts' are
-// the same kind). ffn_hidden: an expert's hidden width (0 or absent: 4 x d_model).
+// them all), set into g after its MLP and biases (the experts' are the same kind). ffn_hidden: an
+// expert's hidden width (0 or absent: 4 x d_model).
 void set_experts(GPTConfig& g, int64_t experts, int64_t top_k, double capacity_factor, double aux_loss_coef,
                  int64_t layer_freq, int64_t first_dense, int64_t shared_experts, int64_t ffn_hidden, bool renormalize,
                  bool shared_gate, bool dropless, const std::string& where) {

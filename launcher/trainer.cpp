@@ -161,6 +161,7 @@ void agree_on(const std::function<void()>& open, const LaunchInfo& launch) {
   throw UserError(first_failed == launch.rank && launch.rank == 0 ? error : "");
 }
 
+// The samples of the config's data, every target kept.
 std::unique_ptr<SampleSource> open_unmasked_samples(const Config& cfg, const GPTConfig& mc) {
   if (cfg.data.source != "file")
     return std::make_unique<SyntheticDataset>(cfg.data.source, mc.vocab_size, mc.seq_len, uint64_t(cfg.train.seed));
@@ -831,6 +832,15 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
     staged = step;
   };
   int64_t val_targets = -1;  // what the validation loss divides by, counted at the first validation
+  // data.eod_mask_loss: the targets a step keeps, counted over its global batch on every rank (the
+  // next step's while the GPU runs this one).
+  int64_t counted_step = 0, counted_targets = 0;
+  auto kept_targets = [&](int64_t step) {
+    if (counted_step != step)
+      counted_targets = count_targets(*data, Split::train, (step - 1) * global_batch, global_batch);
+    counted_step = step;
+    return counted_targets;
+  };
   for (int64_t step = start_step + 1; step <= cfg.train.steps; ++step) {
     NvtxRange step_range("train_step");
     if (cfg.log.profile_ops && step == start_step + 2) rt.profiler()->reset();  // leave the first step's setup out
@@ -842,12 +852,15 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
     const float dloss = float(loss_scale / tokens_per_step);
     // The loss is the mean over the step's targets; the kernels' dloss stays per token (a value the
     // step's CUDA graph keeps), and the optimizer takes the gradients as those of the mean times
-    // gradient_scale: the loss scale, times the share of the targets kept (data.eod_mask_loss).
-    const double targets = cfg.data.eod_mask_loss
-                               ? double(std::max<int64_t>(count_targets(*data, Split::train, (step - 1) * global_batch,
-                                                                        global_batch), 1))
-                               : tokens_per_step;
-    const float gradient_scale = cfg.data.eod_mask_loss ? float(loss_scale * (targets / tokens_per_step)) : loss_scale;
+    // gradient_scale: the loss scale, times the share of the targets kept (data.eod_mask_loss). A
+    // step without any (every input the EOD token) has a loss of 0 and is scaled as a whole one.
+    const int64_t kept = cfg.data.eod_mask_loss ? kept_targets(step) : 0;
+    const bool masked = kept > 0;
+    const double targets = masked ? double(kept) : tokens_per_step;
+    const float gradient_scale = masked ? float(loss_scale * (targets / tokens_per_step)) : loss_scale;
+    if (cfg.data.eod_mask_loss && !masked && main_rank)
+      std::printf("warning: step %lld has no target: every input is data.eod_token = %lld\n", (long long)step,
+                  (long long)cfg.data.eod_token);
     const double lr = lr_schedule.at(step);
     {
       float* plan = step_plan.ptr<float>();  // pinned: the previous step's copy of it finished at its end
@@ -940,6 +953,7 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
     } else {
       enqueue();
     }
+    if (cfg.data.eod_mask_loss && step < cfg.train.steps) kept_targets(step + 1);
     rt.synchronize();
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     tally.stop();

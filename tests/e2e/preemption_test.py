@@ -16,7 +16,7 @@ signal sent once the metrics file shows a few steps:
      task itself, so both signals work there.
   2. one process (no mpirun), SIGTERM sent to it directly.
   3. one process, SIGINT (a first Ctrl-C; a second would quit at once).
-  4. one process, SIGTERM during a validation of a million micro-batches: abandoned, the step saved.
+  4. one process, SIGTERM during a validation of a million batches: abandoned, the step saved.
 Checks: exit code 0 within 60 s of the signal; "stopping after step N" printed exactly once (rank 0
 only, one agreed step); the metrics file's last step record is N and "done: N steps" follows; no
 rank printed an error or a crash banner (stderr holds nothing of the kind, and mpirun would exit
