@@ -12,7 +12,7 @@ source bench/device_env.sh
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
 build_targets ops_parity_test train_gpt prepare_data
 echo "=== kernel parity $(date +%T) (${SECONDS}s)"
-timeout 200 build/tests/ops_parity_test --gtest_filter='*Attention*:*Embedding*:*MatmulRowsVary*:*MoERouting*' > "$out/parity.log" 2>&1
+[[ -n ${SKIP_PARITY:-} ]] || timeout 200 build/tests/ops_parity_test --gtest_filter='*Attention*:*Embedding*:*MatmulRowsVary*:*MoERouting*' > "$out/parity.log" 2>&1
 echo "ops_parity exit $?"; grep -E "^\[  (PASSED|FAILED) |FAILED|Failure|cuDNN takes" "$out/parity.log" | head -20
 echo "=== PyTorch reference on the GPU, fp32 $(date +%T) (${SECONDS}s)"
 llama="--set model.norm=rmsnorm --set model.position_embedding=rope --set model.rope_theta=500 --set model.mlp=swiglu --set model.bias=false --set model.n_kv_heads=2"
@@ -24,7 +24,7 @@ parity() {  # tag, sets
 parity documents $llama --set data.document_mask=true --set data.eod_token=10
 parity reset_positions --set data.document_mask=true --set data.eod_token=10 --set data.reset_positions=true
 parity eod_mask_loss --set data.document_mask=true --set data.eod_token=10 --set data.eod_mask_loss=true
-build/prepare_data --input "$_root/.data/tinyshakespeare.txt" --output /tmp/shk --tokenizer byte > "$out/prepare.log" 2>&1 || { tail -3 "$out/prepare.log"; exit 1; }
+build/prepare_data --input "$_root/.data/tinyshakespeare.txt" --output /tmp/shk --tokenizer byte --force > "$out/prepare.log" 2>&1 || { tail -3 "$out/prepare.log"; exit 1; }
 echo "=== Llama-shaped 124M, 4096 tokens, bf16, 20 steps $(date +%T) (${SECONDS}s)"
 run() {  # tag, extra sets
   local tag=$1; shift
