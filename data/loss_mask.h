@@ -18,6 +18,7 @@ class EodLossMask : public SampleSource {
   int64_t vocab_size() const override { return inner_->vocab_size(); }
   int64_t seq_len() const override { return inner_->seq_len(); }
   std::string identity() const override { return inner_->identity(); }
+  int64_t distinct_samples(Split s) const override { return inner_->distinct_samples(s); }
 
  private:
   std::unique_ptr<SampleSource> inner_;

@@ -21,6 +21,9 @@ class SampleSource {
   // file's name, size and checksum ("t.tok: N tokens, checksum HEX16"; a blend's joined by "; ");
   // empty when the config decides them all (synthetic data).
   virtual std::string identity() const { return ""; }
+  // The distinct samples of `split`, after which they repeat (one epoch); 0 when unbounded or not
+  // known (a blend).
+  virtual int64_t distinct_samples(Split) const { return 0; }
 };
 
 }  // namespace trellis

@@ -38,6 +38,7 @@ class TokenDataset : public SampleSource {
   // "NAME: N tokens, checksum HEX16", NAME the data file's name (the path may differ between
   // machines), HEX16 the ids' checksum (the scan's at open: a rewrite to the same size shows).
   std::string identity() const override;
+  int64_t distinct_samples(Split s) const override { return windows(s); }
 
   const std::string& format() const { return format_; }  // "megatron" or "llmc"
   const std::string& data_path() const { return data_path_; }

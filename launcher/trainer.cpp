@@ -663,6 +663,15 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
     if (cfg.data.eod_mask_loss)
       std::printf("loss: the mean over the targets kept, the one after every token %lld left out (data.eod_mask_loss)\n",
                   (long long)cfg.data.eod_token);
+    const int64_t val_windows = data->distinct_samples(Split::val), val_reads = cfg.log.val_batches * global_batch;
+    if (cfg.log.val_every > 0 && val_windows > 0 && val_reads > val_windows) {
+      const int64_t fits = val_windows / global_batch;
+      std::printf("note: a validation reads log.val_batches x train.global_batch = %lld samples, but the validation "
+                  "split has %lld distinct ones: some count more than once (%s)\n",
+                  (long long)val_reads, (long long)val_windows,
+                  fits > 0 ? ("log.val_batches = " + std::to_string(fits) + " reads each at most once").c_str()
+                           : "a larger data.val_fraction holds more");
+    }
     // Blocks per virtual stage (virtual stage c*p + r is chunk c of pipeline rank r).
     std::vector<int64_t> stage_layers;
     for (const LayerRange& r : GPT::pipeline_partition(mc, p * v)) stage_layers.push_back(r.second - r.first);

@@ -268,6 +268,17 @@ def main():
         check("warning: resumed with learned positions counted from each document's start, but the checkpoint's run "
               "counted them from each sample's" in out and "data.document_mask =" not in out,
               "... and one that resets the positions alone, as that")
+        out, _ = train(binary, config, os.path.join(tmp, "doc3.jsonl"), "data.source=file", "data.path=" + prefix + ".tok",
+                       "checkpoint.dir=" + ck3, "train.steps=16", "data.document_mask=true", "data.eod_token=1",
+                       "data.reset_positions=true", "data.eod_mask_loss=true")
+        check("warning: resumed with data.eod_mask_loss = true (data.eod_token = 1), but the checkpoint's run had false"
+              in out and "data.document_mask =" not in out, "... and one that switches the loss mask on, as that")
+        # 1800 validation tokens make 54 windows of 33: 7 batches of 8 read some twice, and the log says so.
+        out, _ = train(binary, config, os.path.join(tmp, "val.jsonl"), "data.source=file", "data.path=" + prefix + ".tok",
+                       "checkpoint.resume=none", "train.steps=1", "log.val_every=1", "log.val_batches=7")
+        check("note: a validation reads log.val_batches x train.global_batch = 56 samples, but the validation split "
+              "has 54 distinct ones: some count more than once (log.val_batches = 6 reads each at most once)" in out,
+              "a validation longer than the validation split is noted")
     print("PASS")
 
 
