@@ -64,6 +64,13 @@ std::string BlendedDataset::identity() const {
   return s;
 }
 
+std::string BlendedDataset::target_mask() const {
+  std::string s;
+  for (const auto& src : sources_)
+    if (const std::string m = src->target_mask(); !m.empty()) s += (s.empty() ? "" : "; ") + m;
+  return s;
+}
+
 std::unique_ptr<SampleSource> open_dataset(const std::string& spec, const DatasetOptions& options) {
   // A path with spaces in it: one dataset when the whole text names one (a file, or a Megatron prefix).
   std::error_code ec;

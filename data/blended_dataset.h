@@ -24,6 +24,7 @@ class BlendedDataset : public SampleSource {
   int64_t vocab_size() const override { return vocab_size_; }  // the largest of the sources'
   int64_t seq_len() const override { return sources_[0]->seq_len(); }
   std::string identity() const override;  // the sources', in order
+  std::string target_mask() const override;  // the sources' that leave targets out
 
   int64_t sources() const { return int64_t(sources_.size()); }
   // Which source sample `index` comes from, and its index within that source.

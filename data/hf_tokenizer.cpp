@@ -134,6 +134,7 @@ class HfBpeTokenizer : public Tokenizer {
   std::string kind() const override { return "hf_bpe"; }
   int64_t vocab_size() const override { return int64_t(id_to_token_.size()); }
   std::vector<int32_t> encode(const std::string& text) const override;
+  std::vector<int32_t> encode_parts(const std::vector<std::string>& texts, std::vector<size_t>& starts) const override;
   std::string decode(const std::vector<int32_t>& ids) const override;
   int32_t token_id(const std::string& token) const override {
     for (const AddedToken& a : added_)
@@ -430,10 +431,19 @@ std::vector<Segment> split_added(const std::vector<Segment>& segments, const Add
 }
 
 std::vector<int32_t> HfBpeTokenizer::encode(const std::string& text) const {
+  std::vector<size_t> starts;
+  return encode_parts({text}, starts);
+}
+
+std::vector<int32_t> HfBpeTokenizer::encode_parts(const std::vector<std::string>& texts, std::vector<size_t>& starts) const {
   std::vector<int32_t> ids = prefix_;
-  for (const Segment& seg : split_added(split_added({{text, -1, true}}, *raw_added_), *normalized_added_)) {
-    if (seg.id >= 0) ids.push_back(seg.id);
-    else encode_segment(seg.text, seg.at_start, ids);
+  starts.clear();
+  for (const std::string& text : texts) {
+    starts.push_back(starts.empty() ? 0 : ids.size());
+    for (const Segment& seg : split_added(split_added({{text, -1, true}}, *raw_added_), *normalized_added_)) {
+      if (seg.id >= 0) ids.push_back(seg.id);
+      else encode_segment(seg.text, seg.at_start, ids);
+    }
   }
   ids.insert(ids.end(), suffix_.begin(), suffix_.end());
   return ids;

@@ -1,13 +1,29 @@
 #include "data/loss_mask.h"
 
-#include <vector>
+#include <cstring>
+
+#include "core/error.h"
+#include "data/tokenizer.h"
 
 namespace trellis {
+
+namespace {
+
+constexpr char kMagic[8] = {'T', 'R', 'L', 'M', 'A', 'S', 'K', '1'};
+constexpr size_t kHeader = 16;  // the magic, then the token count (u64, little-endian)
+
+}  // namespace
 
 void EodLossMask::sample(Split split, int64_t index, int32_t* inputs, int32_t* targets) const {
   inner_->sample(split, index, inputs, targets);
   for (int64_t t = 0, T = seq_len(); t < T; ++t)
     if (inputs[t] == eod_) targets[t] = -1;
+}
+
+std::string EodLossMask::target_mask() const {
+  const std::string inner = inner_->target_mask();
+  return "the one after every token " + std::to_string(eod_) + " left out (data.eod_mask_loss)" +
+         (inner.empty() ? "" : "; " + inner);
 }
 
 int64_t count_targets(const SampleSource& data, Split split, int64_t first, int64_t count) {
@@ -19,6 +35,42 @@ int64_t count_targets(const SampleSource& data, Split split, int64_t first, int6
     for (int32_t t : targets) kept += t >= 0;
   }
   return kept;
+}
+
+std::string loss_mask_path(const std::string& dataset_path) { return dataset_stem(dataset_path) + ".lossmask"; }
+
+void write_loss_mask(const std::string& path, const std::vector<uint8_t>& keep) {
+  std::vector<uint8_t> bytes(kHeader + keep.size());
+  std::memcpy(bytes.data(), kMagic, sizeof kMagic);
+  const uint64_t n = keep.size();
+  for (int k = 0; k < 8; ++k) bytes[8 + size_t(k)] = uint8_t(n >> (8 * k));
+  std::memcpy(bytes.data() + kHeader, keep.data(), keep.size());
+  write_file(path, bytes.data(), bytes.size());
+}
+
+LossMaskFile::LossMaskFile(const std::string& path, int64_t tokens) : file_(path) {
+  const uint8_t* d = file_.data();
+  if (file_.size() < kHeader || std::memcmp(d, kMagic, sizeof kMagic) != 0)
+    throw UserError(path + ": not a loss mask (no TRLMASK1 header): remove it, or write it again with prepare_data");
+  uint64_t n = 0;
+  for (int k = 0; k < 8; ++k) n |= uint64_t(d[8 + k]) << (8 * k);
+  if (n != uint64_t(tokens))
+    throw UserError(path + ": a loss mask of " + std::to_string(n) + " tokens beside data of " + std::to_string(tokens) +
+                    " tokens: it belongs to other data (write both again with prepare_data)");
+  if (file_.size() != kHeader + n)
+    throw UserError(path + ": " + std::to_string(file_.size()) + " bytes, not the " + std::to_string(kHeader + n) +
+                    " a mask of " + std::to_string(n) + " tokens takes: a truncated or damaged file (write it again "
+                    "with prepare_data)");
+  bytes_ = d + kHeader;
+  uint64_t h = 1469598103934665603ull;  // FNV-1a over the marks
+  for (int64_t p = 0; p < tokens; ++p) {
+    if (bytes_[p] > 1)
+      throw UserError(path + ": token " + std::to_string(p) + " is marked " + std::to_string(bytes_[p]) +
+                      " (allowed: 0 or 1): corrupt loss mask");
+    kept_ += bytes_[p];
+    h = (h ^ bytes_[p]) * 1099511628211ull;
+  }
+  checksum_ = h;
 }
 
 }  // namespace trellis

@@ -1,11 +1,18 @@
-// Which targets a sample's loss counts. Megatron's --eod-mask-loss (data.eod_mask_loss): the
-// target after an end-of-document token is the next document's first token, which nothing before
-// it predicts, so it is left out (-1, no target) and the loss is the mean over the targets kept.
+// Which targets a sample's loss counts; the loss is the mean over the targets kept (-1 marks a
+// target left out: no loss, no gradient). Two sources of such marks:
+//  - data.eod_mask_loss (Megatron's --eod-mask-loss): the target after an end-of-document token is
+//    the next document's first token, which nothing before it predicts (EodLossMask);
+//  - a dataset's loss mask, PREFIX.lossmask beside its tokens (prepare_data --json-keys
+//    prompt,response writes it for supervised fine-tuning): one byte per token of the stream, 1
+//    where the token is to be predicted (a response's), 0 where it is context only (a prompt's).
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <utility>
+#include <vector>
 
+#include "data/mapped_file.h"
 #include "data/sample_source.h"
 
 namespace trellis {
@@ -19,6 +26,7 @@ class EodLossMask : public SampleSource {
   int64_t seq_len() const override { return inner_->seq_len(); }
   std::string identity() const override { return inner_->identity(); }
   int64_t distinct_samples(Split s) const override { return inner_->distinct_samples(s); }
+  std::string target_mask() const override;
 
  private:
   std::unique_ptr<SampleSource> inner_;
@@ -29,5 +37,27 @@ class EodLossMask : public SampleSource {
 // divides by. Draws the samples, so every rank gets the same count for the same samples, whatever
 // part of them it trains on.
 int64_t count_targets(const SampleSource& data, Split split, int64_t first, int64_t count);
+
+// PREFIX.lossmask for a dataset file (PREFIX.bin, .idx or .tok).
+std::string loss_mask_path(const std::string& dataset_path);
+// Writes a loss mask: `keep` holds 0 or 1 per token of the stream.
+void write_loss_mask(const std::string& path, const std::vector<uint8_t>& keep);
+
+// A loss mask read back, checked against the stream it belongs to (UserError naming the file).
+class LossMaskFile {
+ public:
+  LossMaskFile(const std::string& path, int64_t tokens);
+  // Whether token p of the stream is a target the loss counts.
+  bool keeps(int64_t p) const { return bytes_[p] != 0; }
+  int64_t kept() const { return kept_; }  // tokens marked 1
+  uint64_t checksum() const { return checksum_; }
+  const std::string& path() const { return file_.path(); }
+
+ private:
+  MappedFile file_;
+  const uint8_t* bytes_ = nullptr;
+  int64_t kept_ = 0;
+  uint64_t checksum_ = 0;
+};
 
 }  // namespace trellis

@@ -24,6 +24,8 @@ class SampleSource {
   // The distinct samples of `split`, after which they repeat (one epoch); 0 when unbounded or not
   // known (a blend).
   virtual int64_t distinct_samples(Split) const { return 0; }
+  // Which targets the samples leave out (-1), for the log: "" when every target counts.
+  virtual std::string target_mask() const { return ""; }
 };
 
 }  // namespace trellis

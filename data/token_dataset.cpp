@@ -97,6 +97,8 @@ TokenDataset::TokenDataset(const std::string& path, const DatasetOptions& option
   }
   vocab_size_ = stored > 0 ? stored : scan.max_id + 1;
   checksum_ = scan.checksum;
+  if (const std::string mpath = loss_mask_path(data_path_); file_exists(mpath))
+    loss_mask_ = std::make_unique<LossMaskFile>(mpath, view_.count);
 
   train_tokens_ = int64_t(double(view_.count) * (1.0 - opt_.val_fraction));
   const auto too_small = [&](Split s, const char* name) {
@@ -128,14 +130,30 @@ int64_t TokenDataset::sample_start(Split split, int64_t index) const {
 std::string TokenDataset::identity() const {
   char sum[17];
   std::snprintf(sum, sizeof sum, "%016llx", (unsigned long long)checksum_);
-  return std::filesystem::path(data_path_).filename().string() + ": " + std::to_string(view_.count) + " tokens, checksum " +
-         sum;
+  std::string id = std::filesystem::path(data_path_).filename().string() + ": " + std::to_string(view_.count) +
+                   " tokens, checksum " + sum;
+  if (loss_mask_) {
+    std::snprintf(sum, sizeof sum, "%016llx", (unsigned long long)loss_mask_->checksum());
+    id += std::string(", loss mask ") + sum;
+  }
+  return id;
+}
+
+std::string TokenDataset::target_mask() const {
+  if (!loss_mask_) return "";
+  char share[32];
+  std::snprintf(share, sizeof share, "%.1f%%", 100.0 * double(loss_mask_->kept()) / double(view_.count));
+  return "those " + std::filesystem::path(loss_mask_->path()).filename().string() + " marks (" + share +
+         " of the tokens)";
 }
 
 void TokenDataset::sample(Split split, int64_t index, int32_t* inputs, int32_t* targets) const {
   const int64_t start = sample_start(split, index);
   view_.copy(start, opt_.seq_len, inputs);
   view_.copy(start + 1, opt_.seq_len, targets);
+  if (loss_mask_)
+    for (int64_t t = 0; t < opt_.seq_len; ++t)
+      if (!loss_mask_->keeps(start + 1 + t)) targets[t] = -1;
 }
 
 }  // namespace trellis

@@ -3,13 +3,15 @@
 // split, the rest validation; each split is cut into non-overlapping windows of seq_len + 1
 // tokens (the training grid shifted by a seeded offset every epoch), and sample i reads window
 // perm_e(i mod W) of epoch e = i / W, where perm_e is a permutation seeded by (seed, split, e).
-// Inputs are the first seq_len tokens, targets the last.
+// Inputs are the first seq_len tokens, targets the last; where the data has a loss mask
+// (PREFIX.lossmask, data/loss_mask.h) the targets it marks 0 are -1 (no target).
 #pragma once
 #include <cstdint>
 #include <memory>
 #include <string>
 
 #include "data/indexed_dataset.h"
+#include "data/loss_mask.h"
 #include "data/sample_source.h"
 #include "data/token_file.h"
 
@@ -36,8 +38,10 @@ class TokenDataset : public SampleSource {
   int64_t vocab_size() const override { return vocab_size_; }
   int64_t seq_len() const override { return opt_.seq_len; }
   // "NAME: N tokens, checksum HEX16", NAME the data file's name (the path may differ between
-  // machines), HEX16 the ids' checksum (the scan's at open: a rewrite to the same size shows).
+  // machines), HEX16 the ids' checksum (the scan's at open: a rewrite to the same size shows);
+  // with a loss mask, ", loss mask HEX16" after it.
   std::string identity() const override;
+  std::string target_mask() const override;
   int64_t distinct_samples(Split s) const override { return windows(s); }
 
   const std::string& format() const { return format_; }  // "megatron" or "llmc"
@@ -61,6 +65,7 @@ class TokenDataset : public SampleSource {
   std::string format_, data_path_, vocab_file_;
   std::unique_ptr<IndexedDataset> indexed_;
   std::unique_ptr<TokenFile> token_file_;
+  std::unique_ptr<LossMaskFile> loss_mask_;  // PREFIX.lossmask, where there is one
   TokenView view_;
   int64_t train_tokens_ = 0, vocab_size_ = 0;
   uint64_t checksum_ = 0;

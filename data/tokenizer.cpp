@@ -214,7 +214,18 @@ int64_t read_vocabulary_size(const std::string& path) {
   return *size;
 }
 
-std::string vocabulary_path(const std::string& dataset_path) {
+std::vector<int32_t> Tokenizer::encode_parts(const std::vector<std::string>& texts, std::vector<size_t>& starts) const {
+  std::vector<int32_t> ids;
+  starts.clear();
+  for (const std::string& text : texts) {
+    starts.push_back(ids.size());
+    const std::vector<int32_t> part = encode(text);
+    ids.insert(ids.end(), part.begin(), part.end());
+  }
+  return ids;
+}
+
+std::string dataset_stem(const std::string& dataset_path) {
   std::string stem = dataset_path;
   for (const char* ext : {".idx", ".bin", ".tok"}) {
     const std::string e(ext);
@@ -223,7 +234,9 @@ std::string vocabulary_path(const std::string& dataset_path) {
       break;
     }
   }
-  return stem + ".vocab.json";
+  return stem;
 }
+
+std::string vocabulary_path(const std::string& dataset_path) { return dataset_stem(dataset_path) + ".vocab.json"; }
 
 }  // namespace trellis

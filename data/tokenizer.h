@@ -19,6 +19,10 @@ class Tokenizer {
   virtual int64_t vocab_size() const = 0;
   // UserError if the text holds something the vocabulary cannot express.
   virtual std::vector<int32_t> encode(const std::string& text) const = 0;
+  // Texts that follow each other in one document, encoded apart (a prompt, then its response):
+  // the tokenizer's special tokens (a BOS, an EOS) only at the document's start and end. starts[i]
+  // is where text i's ids begin (the special tokens before the first text count as its).
+  virtual std::vector<int32_t> encode_parts(const std::vector<std::string>& texts, std::vector<size_t>& starts) const;
   // UserError if an id is outside the vocabulary.
   virtual std::string decode(const std::vector<int32_t>& ids) const = 0;
   // The vocabulary file's content (see the top of this header).
@@ -42,6 +46,8 @@ std::string embedded_hf_tokenizer(const std::string& path);
 // Only the "vocab_size" of a vocabulary file, without building the tokenizer.
 int64_t read_vocabulary_size(const std::string& path);
 
+// A dataset's path without its .idx, .bin or .tok: what the files beside it are named from.
+std::string dataset_stem(const std::string& dataset_path);
 // Where the vocabulary of a dataset lives: <prefix>.vocab.json for a Megatron prefix (or its
 // .idx/.bin), <name>.vocab.json for a token file <name>.tok / <name>.bin.
 std::string vocabulary_path(const std::string& dataset_path);

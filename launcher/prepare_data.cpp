@@ -2,11 +2,12 @@
 //   prepare_data --input a.txt [--input b.txt] --output PREFIX --tokenizer byte|char|gpt2|hf
 //                [--vocab vocab.json --merges merges.txt] [--tokenizer-model DIR|tokenizer.json]
 //                [--format megatron|llmc] [--append-eod [--eod-token TEXT]]
-//                [--documents-split file|lines] [--force]
+//                [--documents-split file|lines] [--json-keys KEY | --json-keys PROMPT,RESPONSE] [--force]
 // writes PREFIX.bin + PREFIX.idx (megatron, the default) or PREFIX.tok (llmc), and
-// PREFIX.vocab.json. Existing outputs of PREFIX are replaced only with --force (which removes all
-// four, so no stale file of the other format is left beside the new data). Bad input prints one
-// line "error: ..." and exits 1.
+// PREFIX.vocab.json; with --json-keys PROMPT,RESPONSE also PREFIX.lossmask (data/loss_mask.h: the
+// loss counts the responses' tokens only). Existing outputs of PREFIX are replaced only with
+// --force (which removes them all, so no stale file of the other format or an old loss mask is left
+// beside the new data). Bad input prints one line "error: ..." and exits 1.
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -18,8 +19,10 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/json.h"
 #include "data/indexed_dataset.h"
 #include "data/hf_tokenizer.h"
+#include "data/loss_mask.h"
 #include "data/mapped_file.h"
 #include "data/token_file.h"
 #include "data/tokenizer.h"
@@ -31,6 +34,7 @@ namespace {
 
 struct Args {
   std::vector<std::string> inputs;
+  std::vector<std::string> json_keys;  // JSON Lines inputs: the text's key, or the prompt's and the response's
   std::string output, tokenizer, vocab, merges, tokenizer_model, format = "megatron", split = "file", eod_token;
   bool force = false;       // replace PREFIX's existing outputs
   bool append_eod = false;  // end each document with the end-of-document token
@@ -40,12 +44,17 @@ const char* kUsage =
     "usage: prepare_data --input FILE [--input FILE ...] --output PREFIX --tokenizer byte|char|gpt2|hf\n"
     "                    [--vocab vocab.json --merges merges.txt] [--tokenizer-model DIR|tokenizer.json]\n"
     "                    [--format megatron|llmc] [--append-eod [--eod-token TEXT]]\n"
-    "                    [--documents-split file|lines] [--force]\n"
+    "                    [--documents-split file|lines] [--json-keys KEY | --json-keys PROMPT,RESPONSE]\n"
+    "                    [--force]\n"
     "--tokenizer hf reads a Hugging Face tokenizer.json (BPE: GPT-2, Llama 2 and 3, Mistral, ...); each\n"
     "document becomes the ids transformers' tokenizer(text) gives, its special tokens included.\n"
     "--append-eod ends every document with the end-of-document token, as Megatron's preprocessing does:\n"
     "<|endoftext|> for gpt2, the eos_token of tokenizer_config.json beside the tokenizer.json for hf,\n"
     "or the token --eod-token names.\n"
+    "--json-keys reads JSON Lines: each line an object, one document. With one key, its string is the\n"
+    "document (Megatron's --json-keys text). With two, PROMPT's string then RESPONSE's, encoded apart (the\n"
+    "tokenizer's special tokens at the document's ends), for supervised fine-tuning: PREFIX.lossmask then\n"
+    "marks the response's tokens (and the end-of-document token) as the only targets training learns.\n"
     "--force replaces existing outputs of PREFIX (without it, prepare_data refuses to).\n";
 
 Args parse(int argc, char** argv) {
@@ -61,7 +70,7 @@ Args parse(int argc, char** argv) {
       continue;
     }
     static const char* const kValued[] = {"--input", "--output", "--tokenizer", "--vocab", "--merges", "--tokenizer-model", "--eod-token", "--format",
-                                          "--documents-split"};
+                                          "--documents-split", "--json-keys"};
     if (std::find(std::begin(kValued), std::end(kValued), flag) == std::end(kValued))
       throw UserError("unknown option " + flag + " (see --help)");
     if (i + 1 >= argc) throw UserError(flag + " needs a value (see --help)");
@@ -75,6 +84,14 @@ Args parse(int argc, char** argv) {
     else if (flag == "--eod-token") a.eod_token = value;
     else if (flag == "--format") a.format = value;
     else if (flag == "--documents-split") a.split = value;
+    else if (flag == "--json-keys") {
+      a.json_keys.clear();
+      for (size_t at = 0; at <= value.size();) {
+        const size_t comma = std::min(value.find(',', at), value.size());
+        a.json_keys.push_back(value.substr(at, comma - at));
+        at = comma + 1;
+      }
+    }
     else throw UserError("unknown option " + flag + " (see --help)");
   }
   if (a.inputs.empty()) throw UserError("no --input given (see --help)");
@@ -94,6 +111,14 @@ Args parse(int argc, char** argv) {
   if (a.format != "megatron" && a.format != "llmc") throw UserError("--format must be megatron or llmc, got \"" + a.format + "\"");
   if (a.split != "file" && a.split != "lines")
     throw UserError("--documents-split must be file or lines, got \"" + a.split + "\"");
+  if (!a.json_keys.empty()) {
+    std::string keys;
+    for (const std::string& key : a.json_keys) keys += (keys.empty() ? "" : ",") + key;
+    const bool empty_key = std::find(a.json_keys.begin(), a.json_keys.end(), "") != a.json_keys.end();
+    if (a.json_keys.size() > 2 || empty_key || (a.json_keys.size() == 2 && a.json_keys[0] == a.json_keys[1]))
+      throw UserError("--json-keys takes one key (the text's) or two different ones (PROMPT,RESPONSE), got \"" + keys + "\"");
+    if (a.split == "lines") throw UserError("--documents-split is for text inputs: with --json-keys each line is a document");
+  }
   return a;
 }
 
@@ -107,15 +132,42 @@ int64_t invalid_utf8_bytes(const std::string& text) {
   return bad;
 }
 
-// The documents of one text: the whole file, or each line with its newline.
-std::vector<std::string> documents(const std::string& text, const std::string& split) {
-  if (split == "file") return text.empty() ? std::vector<std::string>{} : std::vector<std::string>{text};
-  std::vector<std::string> docs;
+// One document: its texts, encoded apart (with --json-keys PROMPT,RESPONSE the prompt and the
+// response; otherwise one).
+using Document = std::vector<std::string>;
+
+// The documents of one input: the whole file, each line with its newline, or with --json-keys
+// each JSON line's strings.
+std::vector<Document> documents(const std::string& text, const Args& a, const std::string& input) {
+  std::vector<Document> docs;
+  if (a.json_keys.empty() && a.split == "file") {
+    if (!text.empty()) docs.push_back({text});
+    return docs;
+  }
+  int64_t line_no = 0;
   for (size_t pos = 0; pos < text.size();) {
     size_t nl = text.find('\n', pos);
     nl = nl == std::string::npos ? text.size() : nl + 1;
-    docs.push_back(text.substr(pos, nl - pos));
+    const std::string line = text.substr(pos, nl - pos);
     pos = nl;
+    ++line_no;
+    if (a.json_keys.empty()) {
+      docs.push_back({line});
+      continue;
+    }
+    if (line.find_first_not_of(" \t\r\n") == std::string::npos) continue;  // blank lines
+    const std::string where = input + ":" + std::to_string(line_no);
+    const JsonValue v = parse_json(line, where);
+    if (v.kind != JsonValue::Kind::kObject) throw UserError(where + ": not a JSON object (--json-keys reads one a line)");
+    Document doc;
+    for (const std::string& key : a.json_keys) {
+      const JsonValue* m = v.find(key);
+      if (m == nullptr || m->kind != JsonValue::Kind::kString)
+        throw UserError(where + ": " + (m ? "the member \"" + key + "\" is not a string" : "no member \"" + key + "\"") +
+                        " (--json-keys names the strings to read)");
+      doc.push_back(m->text);
+    }
+    docs.push_back(std::move(doc));
   }
   return docs;
 }
@@ -135,8 +187,10 @@ int32_t eod_id(const Args& a, const Tokenizer& tok) {
 }
 
 // `eod`: the token ending every document, or -1.
-void write_outputs(const Args& a, const std::vector<std::string>& texts, const Tokenizer& tok, int32_t eod) {
+void write_outputs(const Args& a, const std::vector<std::vector<Document>>& inputs, const Tokenizer& tok, int32_t eod) {
   int64_t total = 0, docs = 0;
+  const bool masked = a.json_keys.size() == 2;
+  std::vector<uint8_t> keep;  // with a prompt and a response: 1 for the response's tokens and the EOD
   std::string data_path;
   std::unique_ptr<IndexedDatasetWriter> writer;
   std::vector<int32_t> stream;  // llmc: everything, written at the end
@@ -146,28 +200,39 @@ void write_outputs(const Args& a, const std::vector<std::string>& texts, const T
   } else {
     data_path = a.output + ".tok";
   }
-  for (size_t f = 0; f < texts.size(); ++f) {
+  for (size_t f = 0; f < inputs.size(); ++f) {
     int64_t file_tokens = 0;
-    for (const std::string& doc : documents(texts[f], a.split)) {
+    for (const Document& doc : inputs[f]) {
       std::vector<int32_t> ids;
+      std::vector<size_t> starts;
       try {
-        ids = tok.encode(doc);
+        ids = tok.encode_parts(doc, starts);
       } catch (const UserError& e) {
         throw UserError(a.inputs[f] + ": " + e.what());
       }
       if (eod >= 0) ids.push_back(eod);
+      if (masked) {
+        keep.insert(keep.end(), starts[1], 0);
+        keep.insert(keep.end(), ids.size() - starts[1], 1);
+      }
       file_tokens += int64_t(ids.size());
       ++docs;
       if (writer) writer->add_document(ids);
       else stream.insert(stream.end(), ids.begin(), ids.end());
     }
-    std::printf("%s: %zu bytes -> %lld tokens\n", a.inputs[f].c_str(), texts[f].size(), (long long)file_tokens);
+    std::printf("%s: %zu documents -> %lld tokens\n", a.inputs[f].c_str(), inputs[f].size(), (long long)file_tokens);
     total += file_tokens;
   }
   if (writer) writer->finish();
   else write_token_file(a.output + ".tok", stream);
   const std::string vocab_path = a.output + ".vocab.json";
   save_vocabulary(tok, vocab_path);
+  if (masked) {
+    write_loss_mask(a.output + ".lossmask", keep);
+    const int64_t kept = std::count(keep.begin(), keep.end(), uint8_t(1));
+    std::printf("wrote %s.lossmask: %lld of the %lld tokens are targets to learn (the %s's%s)\n", a.output.c_str(),
+                (long long)kept, (long long)total, a.json_keys[1].c_str(), eod >= 0 ? " and the end-of-document tokens" : "");
+  }
   const std::string ending = eod >= 0 ? ", each ending in token " + std::to_string(eod) + " (data.eod_token, for data.document_mask and data.eod_mask_loss)" : "";
   std::printf("wrote %s: %lld tokens in %lld documents%s; vocabulary (%s, %lld tokens) in %s\n", data_path.c_str(),
               (long long)total, (long long)docs, ending.c_str(), tok.kind().c_str(), (long long)tok.vocab_size(),
@@ -178,7 +243,7 @@ int run(int argc, char** argv) {
   const Args a = parse(argc, argv);
   // The outputs must not replace an input: prepare_data never destroys what it reads.
   const std::vector<std::string> outputs = {a.output + ".bin", a.output + ".idx", a.output + ".tok",
-                                           a.output + ".vocab.json"};
+                                           a.output + ".vocab.json", a.output + ".lossmask"};
   for (const std::string& in : a.inputs)
     for (const std::string& out : outputs) {
       std::error_code ec;
@@ -204,14 +269,19 @@ int run(int argc, char** argv) {
     std::filesystem::create_directories(parent, ec);
     if (ec) throw UserError("--output " + a.output + ": cannot create " + parent.string() + ": " + ec.message());
   }
-  std::vector<std::string> texts;
+  std::vector<std::vector<Document>> inputs;
+  std::vector<std::string> texts;  // every document's texts, for the char tokenizer's vocabulary
   for (const std::string& in : a.inputs) {
-    texts.push_back(read_text_file(in));
-    if (texts.back().empty()) throw UserError(in + ": is empty: there is nothing to tokenize");
+    const std::string text = read_text_file(in);
+    if (text.empty()) throw UserError(in + ": is empty: there is nothing to tokenize");
     if (a.tokenizer == "char")
-      if (const int64_t bad = invalid_utf8_bytes(texts.back()))
+      if (const int64_t bad = invalid_utf8_bytes(text))
         std::printf("warning: %s: %lld bytes are not UTF-8 and become U+FFFD (is it a text file?)\n", in.c_str(),
                     (long long)bad);
+    inputs.push_back(documents(text, a, in));
+    if (inputs.back().empty()) throw UserError(in + ": has no JSON line: there is nothing to tokenize");
+    if (a.tokenizer == "char")
+      for (const Document& doc : inputs.back()) texts.insert(texts.end(), doc.begin(), doc.end());
   }
 
   std::unique_ptr<Tokenizer> tok = a.tokenizer == "byte"   ? make_byte_tokenizer()
@@ -226,7 +296,7 @@ int run(int argc, char** argv) {
   }
   // From here on a failure removes what this run wrote: no partial dataset is left to be read.
   try {
-    write_outputs(a, texts, *tok, eod);
+    write_outputs(a, inputs, *tok, eod);
   } catch (...) {
     for (const std::string& out : outputs) {
       std::error_code ec;

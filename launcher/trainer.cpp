@@ -508,6 +508,8 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
   // too large for the memory is refused before it is built.
   std::unique_ptr<SampleSource> data;
   agree_on([&] { data = open_samples(cfg, res.model); }, launch);
+  // Some targets are left out (-1): the loss is the mean over those kept, counted per step.
+  const bool counts_targets = !data->target_mask().empty();
   const size_t planned_activations = plan.activations;
   // A rank's parameters and, of them, its experts' (sharded apart under expert parallelism).
   auto numel_of_part = [&](int pipeline_rank, int part) {
@@ -660,9 +662,7 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
       std::printf("documents: attention within each document of a sample, a new one after every token %lld "
                   "(data.document_mask)%s\n",
                   (long long)mc.document_eod, mc.document_positions ? "; positions from each document's start" : "");
-    if (cfg.data.eod_mask_loss)
-      std::printf("loss: the mean over the targets kept, the one after every token %lld left out (data.eod_mask_loss)\n",
-                  (long long)cfg.data.eod_token);
+    if (counts_targets) std::printf("loss: the mean over the targets kept: %s\n", data->target_mask().c_str());
     const int64_t val_windows = data->distinct_samples(Split::val), val_reads = cfg.log.val_batches * global_batch;
     if (cfg.log.val_every > 0 && val_windows > 0 && val_reads > val_windows) {
       const int64_t fits = val_windows / global_batch;
@@ -841,7 +841,7 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
     staged = step;
   };
   int64_t val_targets = -1;  // what the validation loss divides by, counted at the first validation
-  // data.eod_mask_loss: the targets a step keeps, counted over its global batch on every rank (the
+  // Where targets are left out: the targets a step keeps, counted over its global batch on every rank (the
   // next step's while the GPU runs this one).
   int64_t counted_step = 0, counted_targets = 0;
   auto kept_targets = [&](int64_t step) {
@@ -861,15 +861,15 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
     const float dloss = float(loss_scale / tokens_per_step);
     // The loss is the mean over the step's targets; the kernels' dloss stays per token (a value the
     // step's CUDA graph keeps), and the optimizer takes the gradients as those of the mean times
-    // gradient_scale: the loss scale, times the share of the targets kept (data.eod_mask_loss). A
-    // step without any (every input the EOD token) has a loss of 0 and is scaled as a whole one.
-    const int64_t kept = cfg.data.eod_mask_loss ? kept_targets(step) : 0;
+    // gradient_scale: the loss scale, times the share of the targets kept (data.eod_mask_loss, a
+    // dataset's loss mask). A step without any has a loss of 0 and is scaled as a whole one.
+    const int64_t kept = counts_targets ? kept_targets(step) : 0;
     const bool masked = kept > 0;
     const double targets = masked ? double(kept) : tokens_per_step;
     const float gradient_scale = masked ? float(loss_scale * (targets / tokens_per_step)) : loss_scale;
-    if (cfg.data.eod_mask_loss && !masked && main_rank)
-      std::printf("warning: step %lld has no target: every input is data.eod_token = %lld\n", (long long)step,
-                  (long long)cfg.data.eod_token);
+    if (counts_targets && !masked && main_rank)
+      std::printf("warning: step %lld has no target to learn: its samples' targets are all left out (%s)\n",
+                  (long long)step, data->target_mask().c_str());
     const double lr = lr_schedule.at(step);
     {
       float* plan = step_plan.ptr<float>();  // pinned: the previous step's copy of it finished at its end
@@ -962,7 +962,7 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
     } else {
       enqueue();
     }
-    if (cfg.data.eod_mask_loss && step < cfg.train.steps) kept_targets(step + 1);
+    if (counts_targets && step < cfg.train.steps) kept_targets(step + 1);
     rt.synchronize();
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     tally.stop();
@@ -1077,7 +1077,7 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
       if (pipeline_group) pipeline_group->all_reduce(loss_sum);  // known on the last stage
       const int64_t val_samples = cfg.log.val_batches * global_batch;
       if (val_targets < 0)  // the same samples every time
-        val_targets = cfg.data.eod_mask_loss ? std::max<int64_t>(count_targets(*data, Split::val, 0, val_samples), 1)
+        val_targets = counts_targets ? std::max<int64_t>(count_targets(*data, Split::val, 0, val_samples), 1)
                                              : val_samples * T;
       const double val = double(read_scalar(rt, loss_sum)) / double(val_targets);
       if (rt.profiler()) rt.profiler()->set_paused(false);

@@ -183,6 +183,51 @@ TEST(DataDataset, EodLossMaskLeavesOutTheTargetAfterEachEod) {
   EXPECT_EQ(count_targets(masked, Split::train, 5, 0), 0);
 }
 
+// A dataset's loss mask (PREFIX.lossmask, prepare_data --json-keys PROMPT,RESPONSE): the targets it
+// marks 0 are -1, the identity names it, and a mask that does not fit the data is refused.
+TEST(DataDataset, LossMaskFileLeavesOutTheTargetsItMarks) {
+  TempDir dir;
+  write_counting_megatron(dir / "m", 10000);
+  const int64_t T = 16;
+  const TokenDataset plain(dir / "m", options(T, 7));
+  std::vector<uint8_t> keep(10000);
+  for (size_t p = 0; p < keep.size(); ++p) keep[p] = (p / 5) % 3 == 0;  // runs of 5 kept, 10 left out
+  write_loss_mask(loss_mask_path(dir / "m.bin"), keep);
+  EXPECT_EQ(loss_mask_path(dir / "m.idx"), std::string(dir / "m.lossmask"));
+  const TokenDataset masked(dir / "m", options(T, 7));
+  EXPECT_TRUE(plain.target_mask().empty());
+  EXPECT_EQ(masked.target_mask(), "those m.lossmask marks (33.4% of the tokens)");
+  EXPECT_EQ(masked.identity().rfind(plain.identity() + ", loss mask ", 0), 0u) << masked.identity();
+  std::vector<int32_t> in(static_cast<size_t>(T)), tg(static_cast<size_t>(T)), min(static_cast<size_t>(T)),
+      mtg(static_cast<size_t>(T));
+  int64_t kept = 0;
+  for (int64_t i = 0; i < 200; ++i) {
+    plain.sample(Split::train, i, in.data(), tg.data());
+    masked.sample(Split::train, i, min.data(), mtg.data());
+    EXPECT_EQ(in, min);
+    const int64_t start = masked.sample_start(Split::train, i);
+    for (int64_t k = 0; k < T; ++k) {
+      EXPECT_EQ(mtg[size_t(k)], keep[size_t(start + k + 1)] ? tg[size_t(k)] : -1) << "sample " << i << " position " << k;
+      kept += mtg[size_t(k)] >= 0;
+    }
+  }
+  EXPECT_EQ(count_targets(masked, Split::train, 0, 200), kept);
+  // A mask of other data, a file that is no mask, a mark other than 0 or 1: one line each.
+  keep.pop_back();
+  write_loss_mask(dir / "m.lossmask", keep);
+  EXPECT_NE(error_of([&] { TokenDataset(dir / "m", options(T, 7)); })
+                .find("m.lossmask: a loss mask of 9999 tokens beside data of 10000 tokens: it belongs to other data"),
+            std::string::npos);
+  std::ofstream(std::string(dir / "m.lossmask"), std::ios::binary) << "not a mask";
+  EXPECT_NE(error_of([&] { TokenDataset(dir / "m", options(T, 7)); }).find("m.lossmask: not a loss mask (no TRLMASK1 header)"),
+            std::string::npos);
+  keep.push_back(2);
+  write_loss_mask(dir / "m.lossmask", keep);
+  EXPECT_NE(error_of([&] { TokenDataset(dir / "m", options(T, 7)); })
+                .find("m.lossmask: token 9999 is marked 2 (allowed: 0 or 1): corrupt loss mask"),
+            std::string::npos);
+}
+
 TEST(DataDataset, EpochsArePermutationsReshuffledPerEpoch) {
   TempDir dir;
   write_counting_megatron(dir / "m", 5000);

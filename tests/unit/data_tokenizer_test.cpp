@@ -162,6 +162,14 @@ TEST(DataTokenizer, HfSentencePieceStyleJson) {
   EXPECT_EQ(tok->encode("hi hé"), (std::vector<int32_t>{1, 6, 2, 3, 7 + 0xC3, 7 + 0xA9}));
   EXPECT_EQ(tok->decode({6, 2, 3, 7 + 0xC3, 7 + 0xA9}), "hi hé");
   EXPECT_EQ(tok->decode({6, 7 + 0xC3}), "hi\uFFFD");  // a cut character: U+FFFD per byte, as the library does
+  // A prompt and its response encoded apart: <s> once, at the start; the response's ids begin after
+  // the prompt's (each part gets the normalizer's prepended space, as encoding it alone does).
+  std::vector<size_t> starts;
+  EXPECT_EQ(tok->encode_parts({"hi", "hi hé"}, starts), (std::vector<int32_t>{1, 6, 6, 2, 3, 7 + 0xC3, 7 + 0xA9}));
+  EXPECT_EQ(starts, (std::vector<size_t>{0, 2}));
+  const auto bytes = make_byte_tokenizer();  // no special tokens: the parts' encodings one after the other
+  EXPECT_EQ(bytes->encode_parts({"ab", "c"}, starts), (std::vector<int32_t>{'a', 'b', 'c'}));
+  EXPECT_EQ(starts, (std::vector<size_t>{0, 2}));
   TempDir dir;
   save_vocabulary(*tok, dir / "v.json");
   EXPECT_EQ(load_vocabulary(dir / "v.json")->encode("hi hé"), tok->encode("hi hé"));

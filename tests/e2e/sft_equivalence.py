@@ -1,0 +1,114 @@
+#!/usr/bin/env python3
+"""Supervised fine-tuning data (DESIGN.md section 4): prepare_data --json-keys prompt,response turns
+JSON Lines of question and answer into a dataset with a loss mask (PREFIX.lossmask) that keeps only
+the answers' tokens as targets; training on it (CPU, fp32, dropout on) then differs from training on
+the same tokens without the mask, the llm.c format trains the same model as the Megatron one, and
+data 2 with 2 micro-batches each, pipeline 2 x data 2 and tensor 2 give the same losses, validation
+losses, gradient norms and weights as one rank (the mean over the targets kept is counted over each
+step's whole batch). The loss and every gradient match the PyTorch reference where torch is
+installed. With one key (--json-keys response) each line is a document and no mask is written. Bad
+JSON lines, missing keys, three keys and a truncated mask are refused with one line. Usage: sft_equivalence.py TRAIN_GPT MPIEXEC CONFIG"""
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+
+import equivalence
+
+STEPS = 6
+BASE = ["train.device=cpu", f"train.steps={STEPS}", "train.micro_batch=2", "train.global_batch=8",
+        "model.dropout=0.1", "model.n_layers=4", "log.val_every=3", "log.val_batches=1", "train.grad_clip=0.5",
+        "data.source=file"]
+
+
+def prepare(prepare_data, jsonl, prefix, *extra):
+    cmd = [prepare_data, "--input", jsonl, "--output", prefix, "--tokenizer", "char", *extra]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+
+
+def main():
+    binary, mpiexec, config = sys.argv[1:4]
+    prepare_data = os.path.join(os.path.dirname(binary), "prepare_data")
+    check = equivalence.Checks(binary, mpiexec, config)
+    with tempfile.TemporaryDirectory() as tmp:
+        rng = random.Random(3)
+        jsonl = os.path.join(tmp, "qa.jsonl")
+        with open(jsonl, "w") as f:
+            for i in range(600):
+                a, b = rng.randrange(100), rng.randrange(100)
+                f.write(json.dumps({"id": i, "prompt": f"Q: {a}+{b}=", "response": f" {a + b}.\n"}) + "\n")
+        sft, sft_llmc, plain = (os.path.join(tmp, n) for n in ("sft", "sft_llmc", "plain"))
+        p = prepare(prepare_data, jsonl, sft, "--json-keys", "prompt,response")
+        check(p.returncode == 0 and "sft.lossmask: " in p.stdout and "targets to learn (the response's)" in p.stdout,
+              f"prepare_data --json-keys prompt,response: {p.stdout.strip().splitlines()[-2:]} {p.stderr.strip()}")
+        prepare(prepare_data, jsonl, sft_llmc, "--json-keys", "prompt,response", "--format", "llmc")
+        text = os.path.join(tmp, "text")
+        p = prepare(prepare_data, jsonl, text, "--json-keys", "response")
+        check(p.returncode == 0 and "600 documents" in p.stdout and not os.path.exists(text + ".lossmask"),
+              f"prepare_data --json-keys response: one document a line, no mask: {p.stdout.strip().splitlines()[-1]}")
+        os.makedirs(plain)
+        for ext in (".bin", ".idx", ".vocab.json"):  # the same tokens, no mask
+            shutil.copy(sft + ext, os.path.join(plain, "p" + ext))
+
+        def run(ranks, tag, path, *sets):
+            return equivalence.run(binary, mpiexec, config, tmp, ranks, tag, BASE + ["data.path=" + path, *sets])
+
+        _, ref_loss, ref_val, ref_w, _, ref_norms, out = run(1, "ref", sft)
+        _, plain_loss, plain_val, _, _, _, _ = run(1, "plain", os.path.join(plain, "p"))
+        check("loss: the mean over the targets kept: those sft.lossmask marks" in out and len(ref_val) == 2 and
+              max(abs(a - b) for a, b in zip(ref_loss, plain_loss)) > 1e-3 and
+              max(abs(a - b) for a, b in zip(ref_val, plain_val)) > 1e-3,
+              f"the loss mask: the log says so, losses {ref_loss[0]:.5f} .. (val {ref_val[0]:.5f} ..) against "
+              f"{plain_loss[0]:.5f} .. (val {plain_val[0]:.5f} ..) on every target")
+        _, llmc_loss, _, llmc_w, _, _, _ = run(1, "llmc", sft_llmc + ".tok")
+        check(llmc_loss == ref_loss and llmc_w == ref_w, "the llm.c format with its mask trains the same model bitwise")
+        vals = []
+
+        def layout(ranks, tag, *sets):
+            result = run(ranks, tag, sft, *sets)
+            vals.append((tag, result[2]))
+            return result
+        equivalence.check_layouts(layout, check, [
+            (2, "data 2, 2 micro-batches each", []),
+            (4, "pipeline 2 x data 2", ["parallel.pipeline=2"]),
+            (2, "tensor 2", ["parallel.tensor=2"])], (ref_loss, ref_w, ref_norms), STEPS)
+        for tag, val in vals:
+            check(len(val) == 2 and max(abs(a - b) / abs(b) for a, b in zip(val, ref_val)) < 1e-5,
+                  f"validation of {tag} {val} against one rank's {ref_val}")
+
+        parity = os.path.join(os.path.dirname(os.path.abspath(__file__)), "torch_parity.py")
+        p = subprocess.run([sys.executable, parity, binary, config, "--set", "data.source=file", "--set",
+                            "data.path=" + sft], capture_output=True, text=True, timeout=300)
+        lines = [ln for ln in p.stdout.splitlines() if ln.startswith(("loss:", "SKIP"))]
+        if p.returncode == 77:
+            print("skip the PyTorch reference:", lines)
+        else:
+            check(p.returncode == 0, f"against the PyTorch reference: {lines}")
+
+        # Refusals, one line each.
+        bad = os.path.join(tmp, "bad.jsonl")
+        for text, want in [('{"prompt": "a", "response": "b"}\n{"prompt": "a", "response": \n', "bad.jsonl:2: invalid JSON"),
+                           ('{"prompt": "a"}\n', 'bad.jsonl:1: no member "response" (--json-keys names the strings to read)'),
+                           ('{"prompt": "a", "response": 3}\n', 'bad.jsonl:1: the member "response" is not a string'),
+                           ('["a", "b"]\n', "bad.jsonl:1: not a JSON object")]:
+            with open(bad, "w") as f:
+                f.write(text)
+            p = prepare(prepare_data, bad, os.path.join(tmp, "bad"), "--json-keys", "prompt,response")
+            err = p.stderr.strip().splitlines()
+            check(p.returncode == 1 and len(err) == 1 and want in err[0] and not os.path.exists(os.path.join(tmp, "bad.bin")),
+                  f"prepare_data refuses {text.splitlines()[-1]!r}: {err}")
+        p = prepare(prepare_data, jsonl, os.path.join(tmp, "three"), "--json-keys", "a,b,c")
+        check(p.returncode == 1 and "--json-keys takes one key (the text's) or two different ones" in p.stderr,
+              f"three keys refused: {p.stderr.strip()}")
+        with open(sft + ".lossmask", "r+b") as f:
+            f.truncate(os.path.getsize(sft + ".lossmask") - 1)
+        check.refused(1, BASE + ["data.path=" + sft], "sft.lossmask: 8574 bytes, not the 8575 a mask of 8559 tokens "
+                      "takes: a truncated or damaged file", "a truncated mask")
+    check.finish()
+
+
+if __name__ == "__main__":
+    main()
