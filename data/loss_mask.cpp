@@ -1,5 +1,6 @@
 #include "data/loss_mask.h"
 
+#include <cstdio>
 #include <cstring>
 
 #include "core/error.h"
@@ -10,7 +11,22 @@ namespace trellis {
 namespace {
 
 constexpr char kMagic[8] = {'T', 'R', 'L', 'M', 'A', 'S', 'K', '1'};
-constexpr size_t kHeader = 16;  // the magic, then the token count (u64, little-endian)
+// The magic, then the token count and the tokens' checksum (u64s, little-endian).
+constexpr size_t kHeader = 24;
+
+void put_u64(uint8_t* at, uint64_t v) {
+  for (int k = 0; k < 8; ++k) at[k] = uint8_t(v >> (8 * k));
+}
+uint64_t get_u64(const uint8_t* at) {
+  uint64_t v = 0;
+  for (int k = 0; k < 8; ++k) v |= uint64_t(at[k]) << (8 * k);
+  return v;
+}
+std::string hex(uint64_t v) {
+  char s[17];
+  std::snprintf(s, sizeof s, "%016llx", (unsigned long long)v);
+  return s;
+}
 
 }  // namespace
 
@@ -39,21 +55,20 @@ int64_t count_targets(const SampleSource& data, Split split, int64_t first, int6
 
 std::string loss_mask_path(const std::string& dataset_path) { return dataset_stem(dataset_path) + ".lossmask"; }
 
-void write_loss_mask(const std::string& path, const std::vector<uint8_t>& keep) {
+void write_loss_mask(const std::string& path, const std::vector<uint8_t>& keep, uint64_t token_checksum) {
   std::vector<uint8_t> bytes(kHeader + keep.size());
   std::memcpy(bytes.data(), kMagic, sizeof kMagic);
-  const uint64_t n = keep.size();
-  for (int k = 0; k < 8; ++k) bytes[8 + size_t(k)] = uint8_t(n >> (8 * k));
+  put_u64(bytes.data() + 8, keep.size());
+  put_u64(bytes.data() + 16, token_checksum);
   std::memcpy(bytes.data() + kHeader, keep.data(), keep.size());
   write_file(path, bytes.data(), bytes.size());
 }
 
-LossMaskFile::LossMaskFile(const std::string& path, int64_t tokens) : file_(path) {
+LossMaskFile::LossMaskFile(const std::string& path, int64_t tokens, uint64_t token_checksum) : file_(path) {
   const uint8_t* d = file_.data();
   if (file_.size() < kHeader || std::memcmp(d, kMagic, sizeof kMagic) != 0)
     throw UserError(path + ": not a loss mask (no TRLMASK1 header): remove it, or write it again with prepare_data");
-  uint64_t n = 0;
-  for (int k = 0; k < 8; ++k) n |= uint64_t(d[8 + k]) << (8 * k);
+  const uint64_t n = get_u64(d + 8), made_for = get_u64(d + 16);
   if (n != uint64_t(tokens))
     throw UserError(path + ": a loss mask of " + std::to_string(n) + " tokens beside data of " + std::to_string(tokens) +
                     " tokens: it belongs to other data (write both again with prepare_data)");
@@ -61,6 +76,9 @@ LossMaskFile::LossMaskFile(const std::string& path, int64_t tokens) : file_(path
     throw UserError(path + ": " + std::to_string(file_.size()) + " bytes, not the " + std::to_string(kHeader + n) +
                     " a mask of " + std::to_string(n) + " tokens takes: a truncated or damaged file (write it again "
                     "with prepare_data)");
+  if (made_for != token_checksum)
+    throw UserError(path + ": a loss mask made for tokens of checksum " + hex(made_for) + " beside data of checksum " +
+                    hex(token_checksum) + ": the data was written again since (write both again with prepare_data)");
   bytes_ = d + kHeader;
   uint64_t h = 1469598103934665603ull;  // FNV-1a over the marks
   for (int64_t p = 0; p < tokens; ++p) {
@@ -71,6 +89,12 @@ LossMaskFile::LossMaskFile(const std::string& path, int64_t tokens) : file_(path
     h = (h ^ bytes_[p]) * 1099511628211ull;
   }
   checksum_ = h;
+}
+
+int64_t LossMaskFile::kept(int64_t begin, int64_t end) const {
+  int64_t n = 0;
+  for (int64_t p = begin; p < end; ++p) n += bytes_[p];
+  return n;
 }
 
 }  // namespace trellis

@@ -3,8 +3,9 @@
 //  - data.eod_mask_loss (Megatron's --eod-mask-loss): the target after an end-of-document token is
 //    the next document's first token, which nothing before it predicts (EodLossMask);
 //  - a dataset's loss mask, PREFIX.lossmask beside its tokens (prepare_data --json-keys
-//    prompt,response writes it for supervised fine-tuning): one byte per token of the stream, 1
-//    where the token is to be predicted (a response's), 0 where it is context only (a prompt's).
+//    prompt,response writes it for supervised fine-tuning): a header naming the tokens it was made
+//    for (their count and checksum), then one byte per token of the stream, 1 where the token is
+//    to be predicted (a response's), 0 where it is context only (a prompt's).
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -40,16 +41,19 @@ int64_t count_targets(const SampleSource& data, Split split, int64_t first, int6
 
 // PREFIX.lossmask for a dataset file (PREFIX.bin, .idx or .tok).
 std::string loss_mask_path(const std::string& dataset_path);
-// Writes a loss mask: `keep` holds 0 or 1 per token of the stream.
-void write_loss_mask(const std::string& path, const std::vector<uint8_t>& keep);
+// Writes a loss mask: `keep` holds 0 or 1 per token of the stream whose checksum (scan_tokens's,
+// data/token_view.h) is `token_checksum`.
+void write_loss_mask(const std::string& path, const std::vector<uint8_t>& keep, uint64_t token_checksum);
 
-// A loss mask read back, checked against the stream it belongs to (UserError naming the file).
+// A loss mask read back, checked against the stream it belongs to: `tokens` ids with checksum
+// `token_checksum` (UserError naming the file).
 class LossMaskFile {
  public:
-  LossMaskFile(const std::string& path, int64_t tokens);
+  LossMaskFile(const std::string& path, int64_t tokens, uint64_t token_checksum);
   // Whether token p of the stream is a target the loss counts.
   bool keeps(int64_t p) const { return bytes_[p] != 0; }
   int64_t kept() const { return kept_; }  // tokens marked 1
+  int64_t kept(int64_t begin, int64_t end) const;  // of tokens [begin, end)
   uint64_t checksum() const { return checksum_; }
   const std::string& path() const { return file_.path(); }
 

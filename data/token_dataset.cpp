@@ -98,7 +98,7 @@ TokenDataset::TokenDataset(const std::string& path, const DatasetOptions& option
   vocab_size_ = stored > 0 ? stored : scan.max_id + 1;
   checksum_ = scan.checksum;
   if (const std::string mpath = loss_mask_path(data_path_); file_exists(mpath))
-    loss_mask_ = std::make_unique<LossMaskFile>(mpath, view_.count);
+    loss_mask_ = std::make_unique<LossMaskFile>(mpath, view_.count, checksum_);
 
   train_tokens_ = int64_t(double(view_.count) * (1.0 - opt_.val_fraction));
   const auto too_small = [&](Split s, const char* name) {
@@ -110,6 +110,10 @@ TokenDataset::TokenDataset(const std::string& path, const DatasetOptions& option
                      (s == Split::val ? std::string(", or log.val_every = 0") : std::string()) + ")");
   };
   if (windows(Split::train) == 0) throw too_small(Split::train, "train");
+  // A mask that keeps no target of the training split would train nothing (a step's loss 0).
+  if (loss_mask_ && loss_mask_->kept(1, split_tokens(Split::train)) == 0)
+    throw UserError(loss_mask_->path() + ": keeps no target in the training split (its first " +
+                    std::to_string(split_tokens(Split::train)) + " tokens): nothing to learn");
   if (opt_.need_val && opt_.val_fraction > 0 && windows(Split::val) == 0) throw too_small(Split::val, "validation");
 }
 

@@ -42,6 +42,7 @@ class TokenDataset : public SampleSource {
   // with a loss mask, ", loss mask HEX16" after it.
   std::string identity() const override;
   std::string target_mask() const override;
+  uint64_t checksum() const { return checksum_; }  // of the ids in order (scan_tokens's)
   int64_t distinct_samples(Split s) const override { return windows(s); }
 
   const std::string& format() const { return format_; }  // "megatron" or "llmc"

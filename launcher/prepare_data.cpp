@@ -186,8 +186,10 @@ int32_t eod_id(const Args& a, const Tokenizer& tok) {
   return id;
 }
 
-// `eod`: the token ending every document, or -1.
-void write_outputs(const Args& a, const std::vector<std::vector<Document>>& inputs, const Tokenizer& tok, int32_t eod) {
+// Writes the dataset under `prefix` (PREFIX.partial, moved into place once whole). `eod`: the
+// token ending every document, or -1.
+void write_outputs(const Args& a, const std::string& prefix, const std::vector<std::vector<Document>>& inputs,
+                   const Tokenizer& tok, int32_t eod) {
   int64_t total = 0, docs = 0;
   const bool masked = a.json_keys.size() == 2;
   std::vector<uint8_t> keep;  // with a prompt and a response: 1 for the response's tokens and the EOD
@@ -195,7 +197,7 @@ void write_outputs(const Args& a, const std::vector<std::vector<Document>>& inpu
   std::unique_ptr<IndexedDatasetWriter> writer;
   std::vector<int32_t> stream;  // llmc: everything, written at the end
   if (a.format == "megatron") {
-    writer = std::make_unique<IndexedDatasetWriter>(a.output, best_token_type(tok.vocab_size()));
+    writer = std::make_unique<IndexedDatasetWriter>(prefix, best_token_type(tok.vocab_size()));
     data_path = a.output + ".bin/.idx";
   } else {
     data_path = a.output + ".tok";
@@ -224,12 +226,18 @@ void write_outputs(const Args& a, const std::vector<std::vector<Document>>& inpu
     total += file_tokens;
   }
   if (writer) writer->finish();
-  else write_token_file(a.output + ".tok", stream);
+  else write_token_file(prefix + ".tok", stream);
+  save_vocabulary(tok, prefix + ".vocab.json");
   const std::string vocab_path = a.output + ".vocab.json";
-  save_vocabulary(tok, vocab_path);
   if (masked) {
-    write_loss_mask(a.output + ".lossmask", keep);
     const int64_t kept = std::count(keep.begin(), keep.end(), uint8_t(1));
+    if (kept == 0)
+      throw UserError("--json-keys " + a.json_keys[0] + "," + a.json_keys[1] + ": every \"" + a.json_keys[1] +
+                      "\" is empty: no target to learn");
+    // The mask names the tokens it was made for by their checksum, as training reads them.
+    const uint64_t sum = writer ? scan_tokens(IndexedDataset(prefix).tokens(), 0).checksum
+                                : scan_tokens(TokenFile(prefix + ".tok").tokens(), 0).checksum;
+    write_loss_mask(prefix + ".lossmask", keep, sum);
     std::printf("wrote %s.lossmask: %lld of the %lld tokens are targets to learn (the %s's%s)\n", a.output.c_str(),
                 (long long)kept, (long long)total, a.json_keys[1].c_str(), eod >= 0 ? " and the end-of-document tokens" : "");
   }
@@ -254,7 +262,7 @@ int run(int argc, char** argv) {
   if (a.output.back() == '/') throw UserError("--output " + a.output + ": a prefix, not a directory (e.g. data/corpus)");
   // Existing outputs: never replaced silently (a run may be reading them, or they are someone's
   // data); with --force all of PREFIX's are removed, so a reader cannot pick a stale one, but only
-  // once the inputs are read and tokenizable (a bad input must not cost the old dataset).
+  // once the new dataset is whole under PREFIX.partial (a bad input must not cost the old one).
   std::vector<std::string> existing;
   for (const std::string& out : outputs) {
     std::error_code ec;
@@ -288,19 +296,29 @@ int run(int argc, char** argv) {
                                    : a.tokenizer == "char" ? make_char_tokenizer(texts)
                                    : a.tokenizer == "hf"   ? load_hf_tokenizer(a.tokenizer_model)
                                                            : load_gpt2_tokenizer(a.vocab, a.merges);
-  const int32_t eod = eod_id(a, *tok);  // before anything is removed
-  for (const std::string& out : existing) {
-    std::error_code ec;
-    if (!std::filesystem::remove(out, ec) || ec)
-      throw UserError("--output " + a.output + ": cannot remove " + out + ": " + (ec ? ec.message() : "?"));
-  }
-  // From here on a failure removes what this run wrote: no partial dataset is left to be read.
+  const int32_t eod = eod_id(a, *tok);
+  // Written under PREFIX.partial; a failure removes it, and leaves PREFIX's old outputs as they were.
+  const std::string partial = a.output + ".partial";
+  // Moved into place in this order: the index (or the token file) last, so that a reader finds a
+  // dataset only once it is whole, its loss mask and vocabulary beside it.
+  const std::vector<std::string> exts = {".lossmask", ".vocab.json", ".bin", ".tok", ".idx"};
   try {
-    write_outputs(a, inputs, *tok, eod);
-  } catch (...) {
-    for (const std::string& out : outputs) {
+    write_outputs(a, partial, inputs, *tok, eod);
+    for (const std::string& out : existing) {
       std::error_code ec;
-      std::filesystem::remove(out, ec);
+      if (!std::filesystem::remove(out, ec) || ec)
+        throw UserError("--output " + a.output + ": cannot remove " + out + ": " + (ec ? ec.message() : "?"));
+    }
+    for (const std::string& ext : exts) {
+      std::error_code ec;
+      if (!std::filesystem::exists(partial + ext, ec)) continue;
+      std::filesystem::rename(partial + ext, a.output + ext, ec);
+      if (ec) throw UserError("--output " + a.output + ": cannot move " + partial + ext + " into place: " + ec.message());
+    }
+  } catch (...) {
+    for (const std::string& ext : exts) {
+      std::error_code ec;
+      std::filesystem::remove(partial + ext, ec);
     }
     throw;
   }

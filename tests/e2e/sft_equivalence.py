@@ -7,7 +7,8 @@ data 2 with 2 micro-batches each, pipeline 2 x data 2 and tensor 2 give the same
 losses, gradient norms and weights as one rank (the mean over the targets kept is counted over each
 step's whole batch). The loss and every gradient match the PyTorch reference where torch is
 installed. With one key (--json-keys response) each line is a document and no mask is written. Bad
-JSON lines, missing keys, three keys and a truncated mask are refused with one line. Usage: sft_equivalence.py TRAIN_GPT MPIEXEC CONFIG"""
+JSON lines, missing keys, three keys, responses all empty (the old dataset under --force kept whole)
+and a truncated mask are refused with one line. Usage: sft_equivalence.py TRAIN_GPT MPIEXEC CONFIG"""
 import json
 import os
 import random
@@ -103,9 +104,20 @@ def main():
         p = prepare(prepare_data, jsonl, os.path.join(tmp, "three"), "--json-keys", "a,b,c")
         check(p.returncode == 1 and "--json-keys takes one key (the text's) or two different ones" in p.stderr,
               f"three keys refused: {p.stderr.strip()}")
+        # A --force run that fails keeps the old dataset whole and leaves no partial files.
+        empty = os.path.join(tmp, "empty.jsonl")
+        with open(empty, "w") as f:
+            f.write('{"prompt": "Q: 1+1=", "response": ""}\n' * 50)
+        before = {ext: open(sft + ext, "rb").read() for ext in (".bin", ".idx", ".vocab.json", ".lossmask")}
+        p = prepare(prepare_data, empty, sft, "--json-keys", "prompt,response", "--force")
+        err = p.stderr.strip().splitlines()
+        after = {ext: open(sft + ext, "rb").read() for ext in before}
+        check(p.returncode == 1 and len(err) == 1 and 'every "response" is empty: no target to learn' in err[0] and
+              after == before and not [n for n in os.listdir(tmp) if ".partial" in n],
+              f"responses all empty: refused, the old dataset kept as it was, no partial files: {err}")
         with open(sft + ".lossmask", "r+b") as f:
             f.truncate(os.path.getsize(sft + ".lossmask") - 1)
-        check.refused(1, BASE + ["data.path=" + sft], "sft.lossmask: 8574 bytes, not the 8575 a mask of 8559 tokens "
+        check.refused(1, BASE + ["data.path=" + sft], "sft.lossmask: 8582 bytes, not the 8583 a mask of 8559 tokens "
                       "takes: a truncated or damaged file", "a truncated mask")
     check.finish()
 

@@ -192,7 +192,7 @@ TEST(DataDataset, LossMaskFileLeavesOutTheTargetsItMarks) {
   const TokenDataset plain(dir / "m", options(T, 7));
   std::vector<uint8_t> keep(10000);
   for (size_t p = 0; p < keep.size(); ++p) keep[p] = (p / 5) % 3 == 0;  // runs of 5 kept, 10 left out
-  write_loss_mask(loss_mask_path(dir / "m.bin"), keep);
+  write_loss_mask(loss_mask_path(dir / "m.bin"), keep, plain.checksum());
   EXPECT_EQ(loss_mask_path(dir / "m.idx"), std::string(dir / "m.lossmask"));
   const TokenDataset masked(dir / "m", options(T, 7));
   EXPECT_TRUE(plain.target_mask().empty());
@@ -212,9 +212,14 @@ TEST(DataDataset, LossMaskFileLeavesOutTheTargetsItMarks) {
     }
   }
   EXPECT_EQ(count_targets(masked, Split::train, 0, 200), kept);
-  // A mask of other data, a file that is no mask, a mark other than 0 or 1: one line each.
+  // A mask of other data (another length, or the same length of other tokens), a file that is no
+  // mask, a mark other than 0 or 1, no target in the training split: one line each.
+  write_loss_mask(dir / "m.lossmask", keep, plain.checksum() ^ 1);
+  EXPECT_NE(error_of([&] { TokenDataset(dir / "m", options(T, 7)); })
+                .find("m.lossmask: a loss mask made for tokens of checksum "),
+            std::string::npos);
   keep.pop_back();
-  write_loss_mask(dir / "m.lossmask", keep);
+  write_loss_mask(dir / "m.lossmask", keep, plain.checksum());
   EXPECT_NE(error_of([&] { TokenDataset(dir / "m", options(T, 7)); })
                 .find("m.lossmask: a loss mask of 9999 tokens beside data of 10000 tokens: it belongs to other data"),
             std::string::npos);
@@ -222,9 +227,15 @@ TEST(DataDataset, LossMaskFileLeavesOutTheTargetsItMarks) {
   EXPECT_NE(error_of([&] { TokenDataset(dir / "m", options(T, 7)); }).find("m.lossmask: not a loss mask (no TRLMASK1 header)"),
             std::string::npos);
   keep.push_back(2);
-  write_loss_mask(dir / "m.lossmask", keep);
+  write_loss_mask(dir / "m.lossmask", keep, plain.checksum());
   EXPECT_NE(error_of([&] { TokenDataset(dir / "m", options(T, 7)); })
                 .find("m.lossmask: token 9999 is marked 2 (allowed: 0 or 1): corrupt loss mask"),
+            std::string::npos);
+  std::fill(keep.begin(), keep.begin() + 9000, 0);  // targets in the validation split only
+  keep.back() = 1;
+  write_loss_mask(dir / "m.lossmask", keep, plain.checksum());
+  EXPECT_NE(error_of([&] { TokenDataset(dir / "m", options(T, 7)); })
+                .find("m.lossmask: keeps no target in the training split (its first 9000 tokens): nothing to learn"),
             std::string::npos);
 }
 
