@@ -66,9 +66,13 @@ std::string BlendedDataset::identity() const {
 
 std::string BlendedDataset::target_mask() const {
   std::string s;
-  for (const auto& src : sources_)
-    if (const std::string m = src->target_mask(); !m.empty()) s += (s.empty() ? "" : "; ") + m;
-  return s;
+  bool all = true;  // every source leaves some out
+  for (const auto& src : sources_) {
+    const std::string m = src->target_mask();
+    if (!m.empty()) s += (s.empty() ? "" : "; ") + m;
+    all &= !m.empty();
+  }
+  return s.empty() || all ? s : s + "; every target of the other sources";
 }
 
 std::unique_ptr<SampleSource> open_dataset(const std::string& spec, const DatasetOptions& options) {

@@ -21,6 +21,7 @@
 #include <cstring>
 #include <vector>
 
+#include "core/crc32c.h"
 #include "core/error.h"
 #include "core/file_allocator.h"
 #include "core/nvtx.h"
@@ -161,8 +162,8 @@ void agree_on(const std::function<void()>& open, const LaunchInfo& launch) {
   throw UserError(first_failed == launch.rank && launch.rank == 0 ? error : "");
 }
 
-// The samples of the config's data, every target kept.
-std::unique_ptr<SampleSource> open_unmasked_samples(const Config& cfg, const GPTConfig& mc) {
+// The samples of the config's data (with its loss mask, where it has one).
+std::unique_ptr<SampleSource> open_data_samples(const Config& cfg, const GPTConfig& mc) {
   if (cfg.data.source != "file")
     return std::make_unique<SyntheticDataset>(cfg.data.source, mc.vocab_size, mc.seq_len, uint64_t(cfg.train.seed));
   DatasetOptions o;
@@ -180,7 +181,7 @@ std::unique_ptr<SampleSource> open_unmasked_samples(const Config& cfg, const GPT
 
 // The training samples as the config says (data.eod_mask_loss: without the targets after an EOD).
 std::unique_ptr<SampleSource> open_samples(const Config& cfg, const GPTConfig& mc) {
-  std::unique_ptr<SampleSource> data = open_unmasked_samples(cfg, mc);
+  std::unique_ptr<SampleSource> data = open_data_samples(cfg, mc);
   if (!cfg.data.eod_mask_loss) return data;
   return std::make_unique<EodLossMask>(std::move(data), int32_t(cfg.data.eod_token));
 }
@@ -508,6 +509,19 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
   // too large for the memory is refused before it is built.
   std::unique_ptr<SampleSource> data;
   agree_on([&] { data = open_samples(cfg, res.model); }, launch);
+  // Every rank must read the same samples: a node's own copy of the data that differs, or lacks
+  // the loss mask beside it, would let the replicas drift apart without a word.
+  {
+    const std::string mine = data->identity() + "; targets: " + data->target_mask();
+    const uint32_t sum = crc32c(mine.data(), mine.size());
+    uint32_t range[2] = {sum, ~sum};  // MIN of both: the lowest sum and the complement of the highest
+    TRELLIS_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, range, 2, MPI_UINT32_T, MPI_MIN, MPI_COMM_WORLD));
+    agree_on([&] {
+      if (range[0] != ~range[1])
+        throw UserError(cfg.path + ": data.path = " + cfg.data.path + ": the ranks do not all read the same data (rank " +
+                        std::to_string(launch.rank) + ": " + mine + "); every node needs the same files");
+    }, launch);
+  }
   // Some targets are left out (-1): the loss is the mean over those kept, counted per step.
   const bool counts_targets = !data->target_mask().empty();
   const size_t planned_activations = plan.activations;
@@ -824,9 +838,11 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
   const bool traces = cfg.log.trace_step > start_step && cfg.log.trace_step <= cfg.train.steps;
   const bool graphs = cfg.train.cuda_graphs && rt.cuda() && launch.world == 1 && !optimizer.offloaded() &&
                       !streaming && mc.dropout == 0.0f && mc.attention_dropout == 0.0f && !cfg.log.profile_ops &&
-                      !traces && !(mc.moe.experts > 0 && mc.moe.dropless);
+                      !traces && !(mc.moe.experts > 0 && (mc.moe.dropless || counts_targets));
   if (main_rank && cfg.train.cuda_graphs && rt.cuda() && launch.world == 1 && mc.moe.experts > 0 && mc.moe.dropless)
     std::printf("cuda graphs: none (moe.dropless: the host sizes the experts' GEMMs from each step's routing)\n");
+  else if (main_rank && cfg.train.cuda_graphs && rt.cuda() && launch.world == 1 && mc.moe.experts > 0 && counts_targets)
+    std::printf("cuda graphs: none (the routers' losses are weighted by each step's share of targets kept)\n");
   // With graphs the step uploads its whole batch first (this fence, recorded in the graph, so it
   // outlives it), and the host draws the next step's samples into the step slots while the GPU
   // runs the rest of this one.
@@ -840,7 +856,18 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
     for (int mb = 0; mb < m; ++mb) loader.stage(Split::train, sample_of(step, mb), mb);
     staged = step;
   };
-  int64_t val_targets = -1;  // what the validation loss divides by, counted at the first validation
+  // What the validation loss divides by: the same samples every time, so counted once.
+  int64_t val_targets = 0;
+  agree_on([&] {
+    if (cfg.log.val_every <= 0) return;
+    const int64_t samples = cfg.log.val_batches * global_batch;
+    val_targets = counts_targets ? count_targets(*data, Split::val, 0, samples) : samples * T;
+    if (val_targets == 0)
+      throw UserError(cfg.path + ": log.val_every = " + std::to_string(cfg.log.val_every) +
+                      ": the validation's samples (log.val_batches x train.global_batch = " + std::to_string(samples) +
+                      ") keep no target (" + data->target_mask() +
+                      "): a larger log.val_batches or data.val_fraction, or log.val_every = 0");
+  }, launch);
   // Where targets are left out: the targets a step keeps, counted over its global batch on every rank (the
   // next step's while the GPU runs this one).
   int64_t counted_step = 0, counted_targets = 0;
@@ -888,6 +915,7 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
       ctx.seed = uint64_t(cfg.train.seed);
       ctx.step = step;
       ctx.sample_offset = sample_offset;
+      ctx.target_share = float(targets / tokens_per_step);
       if (moe && training) ctx.moe_stats = moe_stats;
       return ctx;
     };
@@ -1075,10 +1103,6 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
     if (validating && !abandoned) {
       if (reduce) data_group.all_reduce(loss_sum);
       if (pipeline_group) pipeline_group->all_reduce(loss_sum);  // known on the last stage
-      const int64_t val_samples = cfg.log.val_batches * global_batch;
-      if (val_targets < 0)  // the same samples every time
-        val_targets = counts_targets ? std::max<int64_t>(count_targets(*data, Split::val, 0, val_samples), 1)
-                                             : val_samples * T;
       const double val = double(read_scalar(rt, loss_sum)) / double(val_targets);
       if (rt.profiler()) rt.profiler()->set_paused(false);
       if (main_rank) {
@@ -1200,11 +1224,12 @@ void dump_gradients(const Config& cfg, const LaunchInfo& launch, const std::stri
   Buffer scalar(rt.allocator(), 4, "loss");
   Tensor loss_sum = scalar.tensor(DType::f32, {1});
   fill(rt, loss_sum, 0.0f);
+  auto [tokens, targets] = loader.load(Split::train, 0);
+  const int64_t kept = std::max<int64_t>(count_targets(*data, Split::train, 0, B), 1);  // the loss's mean is over them
   StepContext ctx;
   ctx.seed = uint64_t(cfg.train.seed);
   ctx.step = 1;
-  auto [tokens, targets] = loader.load(Split::train, 0);
-  const int64_t kept = std::max<int64_t>(count_targets(*data, Split::train, 0, B), 1);  // the loss's mean is over them
+  ctx.target_share = float(double(kept) / double(B * T));
   model.params().zero_grads();
   model.forward_backward(ctx, tokens, targets, float(1.0 / double(kept)), loss_sum);
   const double loss = double(read_scalar(rt, loss_sum)) / double(kept);

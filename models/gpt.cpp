@@ -247,8 +247,8 @@ Tensor GPT::forward_chunk(int slot, const StepContext& ctx, const Tensor& tokens
   const DType dt = cfg_.dtype;
   s.ctx = ctx;
   s.ctx.seq_len = T;  // the blocks' token shards do not show it
-  s.ctx.moe_aux_scale = cfg_.moe.aux_loss_coef * dloss * float(B * T);
-  s.ctx.moe_z_scale = cfg_.moe.z_loss_coef * dloss * float(B * T);
+  s.ctx.moe_aux_scale = cfg_.moe.aux_loss_coef * dloss * float(B * T) * ctx.target_share;
+  s.ctx.moe_z_scale = cfg_.moe.z_loss_coef * dloss * float(B * T) * ctx.target_share;
   work_.reset();
   if (cfg_.document_eod >= 0) {  // every chunk's attention masks by document
     TRELLIS_CHECK(tokens.defined() && tokens.size(0) == B && tokens.size(1) == T,

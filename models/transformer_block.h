@@ -37,10 +37,16 @@ struct StepContext {
   // shards (sequence parallelism), which do not show the (B, T) split; otherwise x's shape gives it.
   int64_t seq_len = 0;
   // d(objective)/d(each MoE block's balancing loss) for this micro-batch: moe.aux_loss_coef x the
-  // loss gradient's scale x its tokens (the mean over micro-batches, as the language-model loss).
+  // loss gradient's scale x its tokens (the mean over micro-batches, as the language-model loss)
+  // x target_share.
   float moe_aux_scale = 0.0f;
   // d(objective)/d(each MoE block's z-loss), alike with moe.z_loss_coef.
   float moe_z_scale = 0.0f;
+  // The step's targets kept over its tokens (1 unless some are left out: data.eod_mask_loss, a loss
+  // mask). The optimizer takes the gradients as those of a mean over the targets kept (its
+  // kLossScale), so the routers' losses, which average over every token, are weighted by it to keep
+  // their coefficients.
+  float target_share = 1.0f;
   // Defined (f32 (3) on the device): each MoE block's forward adds its balancing loss, dropped
   // choices and z-loss (moe_statistics), for the log; a recomputation does not.
   Tensor moe_stats;

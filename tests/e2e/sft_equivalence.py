@@ -7,8 +7,9 @@ data 2 with 2 micro-batches each, pipeline 2 x data 2 and tensor 2 give the same
 losses, gradient norms and weights as one rank (the mean over the targets kept is counted over each
 step's whole batch). The loss and every gradient match the PyTorch reference where torch is
 installed. With one key (--json-keys response) each line is a document and no mask is written. Bad
-JSON lines, missing keys, three keys, responses all empty (the old dataset under --force kept whole)
-and a truncated mask are refused with one line. Usage: sft_equivalence.py TRAIN_GPT MPIEXEC CONFIG"""
+JSON lines, missing keys, three keys, responses all empty (the old dataset under --force kept whole),
+validation samples without a target, ranks reading different data (one without the mask) and a
+truncated mask are refused with one line. Usage: sft_equivalence.py TRAIN_GPT MPIEXEC CONFIG"""
 import json
 import os
 import random
@@ -115,6 +116,30 @@ def main():
         check(p.returncode == 1 and len(err) == 1 and 'every "response" is empty: no target to learn' in err[0] and
               after == before and not [n for n in os.listdir(tmp) if ".partial" in n],
               f"responses all empty: refused, the old dataset kept as it was, no partial files: {err}")
+        # Validation samples without a target (the last fifth of the answers empty): refused at the start.
+        tail = os.path.join(tmp, "tail.jsonl")
+        with open(jsonl) as src, open(tail, "w") as f:
+            for i, line in enumerate(src):
+                r = json.loads(line)
+                f.write(json.dumps({"prompt": r["prompt"], "response": r["response"] if i < 480 else ""}) + "\n")
+        prepare(prepare_data, tail, os.path.join(tmp, "tail"), "--json-keys", "prompt,response")
+        check.refused(1, BASE + ["data.path=" + os.path.join(tmp, "tail")],
+                      "the validation's samples (log.val_batches x train.global_batch = 8) keep no target",
+                      "validation without a target")
+        # Ranks reading different data under the same config: each rank in its own directory, rank 1's
+        # copy of data.path = "s" without the mask (an MPMD launch).
+        cmd = [mpiexec, "--allow-run-as-root", "--oversubscribe", "-x", "OMP_NUM_THREADS=1"]
+        for rank, exts in enumerate(((".bin", ".idx", ".vocab.json", ".lossmask"), (".bin", ".idx", ".vocab.json"))):
+            wdir = os.path.join(tmp, f"rank{rank}")
+            os.makedirs(wdir)
+            for ext in exts:
+                shutil.copy(sft + ext, os.path.join(wdir, "s" + ext))
+            cmd += ["-np", "1", "-wdir", wdir, binary, config] + \
+                [x for kv in BASE + ["data.path=s"] for x in ("--set", kv)] + [":"]
+        p = subprocess.run(cmd[:-1], capture_output=True, text=True, timeout=120)
+        err = [ln for ln in p.stderr.splitlines() if ln.startswith("error")]
+        check(p.returncode != 0 and len(err) == 1 and "the ranks do not all read the same data" in err[0],
+              f"ranks reading different data refused: {err}")
         with open(sft + ".lossmask", "r+b") as f:
             f.truncate(os.path.getsize(sft + ".lossmask") - 1)
         check.refused(1, BASE + ["data.path=" + sft], "sft.lossmask: 8582 bytes, not the 8583 a mask of 8559 tokens "
