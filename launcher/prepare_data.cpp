@@ -133,39 +133,44 @@ int64_t invalid_utf8_bytes(const std::string& text) {
 }
 
 // One document: its texts, encoded apart (with --json-keys PROMPT,RESPONSE the prompt and the
-// response; otherwise one).
-using Document = std::vector<std::string>;
+// response; otherwise one), and where it is, for errors ("file", or "file:line").
+struct Document {
+  std::vector<std::string> texts;
+  std::string where;
+};
 
 // The documents of one input: the whole file, each line with its newline, or with --json-keys
 // each JSON line's strings.
 std::vector<Document> documents(const std::string& text, const Args& a, const std::string& input) {
   std::vector<Document> docs;
   if (a.json_keys.empty() && a.split == "file") {
-    if (!text.empty()) docs.push_back({text});
+    if (!text.empty()) docs.push_back({{text}, input});
     return docs;
   }
   int64_t line_no = 0;
   for (size_t pos = 0; pos < text.size();) {
     size_t nl = text.find('\n', pos);
     nl = nl == std::string::npos ? text.size() : nl + 1;
-    const std::string line = text.substr(pos, nl - pos);
+    // A UTF-8 byte order mark before the first line is no part of it.
+    const size_t from = pos == 0 && text.compare(0, 3, "\xEF\xBB\xBF") == 0 && !a.json_keys.empty() ? 3 : pos;
+    const std::string line = text.substr(from, nl - from);
     pos = nl;
     ++line_no;
+    const std::string where = input + ":" + std::to_string(line_no);
     if (a.json_keys.empty()) {
-      docs.push_back({line});
+      docs.push_back({{line}, where});
       continue;
     }
     if (line.find_first_not_of(" \t\r\n") == std::string::npos) continue;  // blank lines
-    const std::string where = input + ":" + std::to_string(line_no);
     const JsonValue v = parse_json(line, where);
     if (v.kind != JsonValue::Kind::kObject) throw UserError(where + ": not a JSON object (--json-keys reads one a line)");
-    Document doc;
+    Document doc{{}, where};
     for (const std::string& key : a.json_keys) {
       const JsonValue* m = v.find(key);
       if (m == nullptr || m->kind != JsonValue::Kind::kString)
         throw UserError(where + ": " + (m ? "the member \"" + key + "\" is not a string" : "no member \"" + key + "\"") +
                         " (--json-keys names the strings to read)");
-      doc.push_back(m->text);
+      doc.texts.push_back(m->text);
     }
     docs.push_back(std::move(doc));
   }
@@ -208,9 +213,9 @@ void write_outputs(const Args& a, const std::string& prefix, const std::vector<s
       std::vector<int32_t> ids;
       std::vector<size_t> starts;
       try {
-        ids = tok.encode_parts(doc, starts);
+        ids = tok.encode_parts(doc.texts, starts);
       } catch (const UserError& e) {
-        throw UserError(a.inputs[f] + ": " + e.what());
+        throw UserError(doc.where + ": " + e.what());
       }
       if (eod >= 0) ids.push_back(eod);
       if (masked) {
@@ -289,7 +294,7 @@ int run(int argc, char** argv) {
     inputs.push_back(documents(text, a, in));
     if (inputs.back().empty()) throw UserError(in + ": has no JSON line: there is nothing to tokenize");
     if (a.tokenizer == "char")
-      for (const Document& doc : inputs.back()) texts.insert(texts.end(), doc.begin(), doc.end());
+      for (const Document& doc : inputs.back()) texts.insert(texts.end(), doc.texts.begin(), doc.texts.end());
   }
 
   std::unique_ptr<Tokenizer> tok = a.tokenizer == "byte"   ? make_byte_tokenizer()

@@ -102,6 +102,10 @@ def main():
             err = p.stderr.strip().splitlines()
             check(p.returncode == 1 and len(err) == 1 and want in err[0] and not os.path.exists(os.path.join(tmp, "bad.bin")),
                   f"prepare_data refuses {text.splitlines()[-1]!r}: {err}")
+        with open(bad, "wb") as f:  # a byte order mark before the first line is read past
+            f.write(b'\xef\xbb\xbf{"prompt": "Q: 1+1=", "response": " 2."}\n')
+        p = prepare(prepare_data, bad, os.path.join(tmp, "bom"), "--json-keys", "prompt,response")
+        check(p.returncode == 0 and "1 documents" in p.stdout, f"a UTF-8 byte order mark: {p.stderr.strip()}")
         p = prepare(prepare_data, jsonl, os.path.join(tmp, "three"), "--json-keys", "a,b,c")
         check(p.returncode == 1 and "--json-keys takes one key (the text's) or two different ones" in p.stderr,
               f"three keys refused: {p.stderr.strip()}")
