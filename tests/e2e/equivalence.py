@@ -88,13 +88,17 @@ def short_checkpoint(binary, mpiexec, config, tmp, tag, sets=()):
     return ckpt
 
 
-def check_layouts(run, check, layouts, ref, steps):
+def check_layouts(run, check, layouts, ref, steps, ref_val=None):
     """Each (ranks, what, sets) of `layouts` run (run(ranks, tag, *sets) -> equivalence.run's tuple)
-    against ref = (losses, weights, gradient norms) of one rank, one line each."""
+    against ref = (losses, weights, gradient norms) of one rank, one line each; with ref_val (one
+    rank's validation losses), a second line checks each layout's against them (rel 1e-5)."""
     for i, (ranks, what, sets) in enumerate(layouts):
-        _, loss, _, w, _, norms, _ = run(ranks, f"l{i}", *sets)
+        _, loss, val, w, _, norms, _ = run(ranks, f"l{i}", *sets)
         ok, text = layout_line((loss, w, norms), ref, steps)
         check(ok, f"{what}: {text}")
+        if ref_val is not None:
+            check(len(val) == len(ref_val) and all(abs(a - b) / abs(b) < 1e-5 for a, b in zip(val, ref_val)),
+                  f"{what}: validation {val} against one rank's {ref_val}")
 
 
 def check_export_refused(check, export_hf, weights, out, want):
