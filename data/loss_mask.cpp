@@ -1,9 +1,9 @@
 #include "data/loss_mask.h"
 
-#include <cstdio>
 #include <cstring>
 
 #include "core/error.h"
+#include "data/token_view.h"
 #include "data/tokenizer.h"
 
 namespace trellis {
@@ -21,11 +21,6 @@ uint64_t get_u64(const uint8_t* at) {
   uint64_t v = 0;
   for (int k = 0; k < 8; ++k) v |= uint64_t(at[k]) << (8 * k);
   return v;
-}
-std::string hex(uint64_t v) {
-  char s[17];
-  std::snprintf(s, sizeof s, "%016llx", (unsigned long long)v);
-  return s;
 }
 
 }  // namespace
@@ -77,8 +72,8 @@ LossMaskFile::LossMaskFile(const std::string& path, int64_t tokens, uint64_t tok
                     " a mask of " + std::to_string(n) + " tokens takes: a truncated or damaged file (write it again "
                     "with prepare_data)");
   if (made_for != token_checksum)
-    throw UserError(path + ": a loss mask made for tokens of checksum " + hex(made_for) + " beside data of checksum " +
-                    hex(token_checksum) + ": the data was written again since (write both again with prepare_data)");
+    throw UserError(path + ": a loss mask made for tokens of checksum " + checksum_hex(made_for) + " beside data of checksum " +
+                    checksum_hex(token_checksum) + ": the data was written again since (write both again with prepare_data)");
   bytes_ = d + kHeader;
   uint64_t h = 1469598103934665603ull;  // FNV-1a over the marks
   for (int64_t p = 0; p < tokens; ++p) {

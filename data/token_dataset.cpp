@@ -74,10 +74,13 @@ TokenDataset::TokenDataset(const std::string& path, const DatasetOptions& option
 
   // The vocabulary: what the stored file says, checked against the model and against every token.
   int64_t stored = 0;
+  bool mask_written = false;  // the vocabulary file says prepare_data wrote a loss mask beside the data
   const std::string vpath = vocabulary_path(data_path_);
   if (file_exists(vpath)) {
     vocab_file_ = vpath;
-    stored = read_vocabulary_size(vpath);
+    const VocabularyFacts facts = read_vocabulary_facts(vpath);
+    stored = facts.vocab_size;
+    mask_written = facts.loss_mask;
     if (opt_.model_vocab > 0 && stored > opt_.model_vocab)
       throw UserError(vpath + ": the data's vocabulary has " + std::to_string(stored) +
                       " tokens but model.vocab_size = " + std::to_string(opt_.model_vocab) +
@@ -99,6 +102,10 @@ TokenDataset::TokenDataset(const std::string& path, const DatasetOptions& option
   checksum_ = scan.checksum;
   if (const std::string mpath = loss_mask_path(data_path_); file_exists(mpath))
     loss_mask_ = std::make_unique<LossMaskFile>(mpath, view_.count, checksum_);
+  else if (mask_written)
+    throw UserError(mpath + " is missing: " + vpath + " says the data was written with that loss mask (prepare_data "
+                    "--json-keys PROMPT,RESPONSE); copy it beside the data, as without it the loss would count the "
+                    "prompts too");
 
   train_tokens_ = int64_t(double(view_.count) * (1.0 - opt_.val_fraction));
   const auto too_small = [&](Split s, const char* name) {
@@ -132,14 +139,9 @@ int64_t TokenDataset::sample_start(Split split, int64_t index) const {
 }
 
 std::string TokenDataset::identity() const {
-  char sum[17];
-  std::snprintf(sum, sizeof sum, "%016llx", (unsigned long long)checksum_);
   std::string id = std::filesystem::path(data_path_).filename().string() + ": " + std::to_string(view_.count) +
-                   " tokens, checksum " + sum;
-  if (loss_mask_) {
-    std::snprintf(sum, sizeof sum, "%016llx", (unsigned long long)loss_mask_->checksum());
-    id += std::string(", loss mask ") + sum;
-  }
+                   " tokens, checksum " + checksum_hex(checksum_);
+  if (loss_mask_) id += ", loss mask " + checksum_hex(loss_mask_->checksum());
   return id;
 }
 

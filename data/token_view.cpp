@@ -2,6 +2,7 @@
 #include "data/token_view.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <vector>
 
@@ -99,6 +100,12 @@ TokenScan scan_tokens(const TokenView& v, int64_t limit) {
     s.first_bad = first_bad;
     s.bad_id = v.at(first_bad);
   }
+  return s;
+}
+
+std::string checksum_hex(uint64_t checksum) {
+  char s[17];
+  std::snprintf(s, sizeof s, "%016llx", (unsigned long long)checksum);
   return s;
 }
 

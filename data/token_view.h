@@ -32,5 +32,7 @@ struct TokenScan {
   uint64_t checksum = 0;
 };
 TokenScan scan_tokens(const TokenView& v, int64_t limit);
+// A 64-bit checksum as 16 lowercase hex digits (as logs and error lines show them).
+std::string checksum_hex(uint64_t checksum);
 
 }  // namespace trellis

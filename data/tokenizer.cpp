@@ -155,8 +155,9 @@ std::unique_ptr<Tokenizer> load_gpt2_tokenizer(const std::string& vocab_json_pat
                                             vocab_json_path);
 }
 
-void save_vocabulary(const Tokenizer& tok, const std::string& path) {
-  const std::string s = tok.to_json();
+void save_vocabulary(const Tokenizer& tok, const std::string& path, bool loss_mask) {
+  std::string s = tok.to_json();
+  if (loss_mask) s.insert(s.find('{') + 1, "\"loss_mask\": true, ");
   write_file(path, s.data(), s.size());
 }
 
@@ -207,11 +208,13 @@ std::string embedded_hf_tokenizer(const std::string& path) {
   return text.substr(t.begin, t.end - t.begin);
 }
 
-int64_t read_vocabulary_size(const std::string& path) {
+VocabularyFacts read_vocabulary_facts(const std::string& path) {
   const JsonValue v = parse_json(read_text_file(path), path);
   const std::optional<int64_t> size = whole_number(member(v, "vocab_size", JsonValue::Kind::kNumber, path));
   if (!size || *size < 1) throw UserError(path + ": \"vocab_size\" must be a positive integer");
-  return *size;
+  const JsonValue* mask = v.find("loss_mask");
+  if (mask && mask->kind != JsonValue::Kind::kBool) throw UserError(path + ": \"loss_mask\" must be true or false");
+  return {*size, mask && mask->boolean};
 }
 
 std::vector<int32_t> Tokenizer::encode_parts(const std::vector<std::string>& texts, std::vector<size_t>& starts) const {

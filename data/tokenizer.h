@@ -38,13 +38,19 @@ std::unique_ptr<Tokenizer> make_char_tokenizer(const std::vector<std::string>& t
 // GPT-2's byte-level BPE from a vocab.json and merges.txt the user supplies (see gpt2_bpe.h).
 std::unique_ptr<Tokenizer> load_gpt2_tokenizer(const std::string& vocab_json_path, const std::string& merges_path);
 
-// Writes / reads a vocabulary file; reading names the file in any error.
-void save_vocabulary(const Tokenizer& tok, const std::string& path);
+// Writes / reads a vocabulary file; reading names the file in any error. `loss_mask`: the data
+// was written with a loss mask beside it (PREFIX.lossmask), which training then requires.
+void save_vocabulary(const Tokenizer& tok, const std::string& path, bool loss_mask = false);
 std::unique_ptr<Tokenizer> load_vocabulary(const std::string& path);
 // The tokenizer.json a vocabulary file of kind hf_bpe embeds, verbatim; "" for another kind.
 std::string embedded_hf_tokenizer(const std::string& path);
-// Only the "vocab_size" of a vocabulary file, without building the tokenizer.
-int64_t read_vocabulary_size(const std::string& path);
+// What a dataset's vocabulary file says of it, without building the tokenizer: its "vocab_size",
+// and whether the data was written with a loss mask.
+struct VocabularyFacts {
+  int64_t vocab_size = 0;
+  bool loss_mask = false;
+};
+VocabularyFacts read_vocabulary_facts(const std::string& path);
 
 // A dataset's path without its .idx, .bin or .tok: what the files beside it are named from.
 std::string dataset_stem(const std::string& dataset_path);

@@ -207,6 +207,10 @@ void write_outputs(const Args& a, const std::string& prefix, const std::vector<s
   } else {
     data_path = a.output + ".tok";
   }
+  // Documents with the end-of-document token inside them (data.document_mask and data.eod_mask_loss
+  // would cut them there), and responses that are empty; the first of each, for the warnings.
+  int64_t eod_inside = 0, empty_responses = 0;
+  std::string first_eod_inside, first_empty_response;
   for (size_t f = 0; f < inputs.size(); ++f) {
     int64_t file_tokens = 0;
     for (const Document& doc : inputs[f]) {
@@ -217,6 +221,8 @@ void write_outputs(const Args& a, const std::string& prefix, const std::vector<s
       } catch (const UserError& e) {
         throw UserError(doc.where + ": " + e.what());
       }
+      if (eod >= 0 && std::find(ids.begin(), ids.end(), eod) != ids.end() && eod_inside++ == 0) first_eod_inside = doc.where;
+      if (masked && doc.texts[1].empty() && empty_responses++ == 0) first_empty_response = doc.where;
       if (eod >= 0) ids.push_back(eod);
       if (masked) {
         keep.insert(keep.end(), starts[1], 0);
@@ -230,15 +236,27 @@ void write_outputs(const Args& a, const std::string& prefix, const std::vector<s
     std::printf("%s: %zu documents -> %lld tokens\n", a.inputs[f].c_str(), inputs[f].size(), (long long)file_tokens);
     total += file_tokens;
   }
+  if (masked && empty_responses == docs)
+    throw UserError("--json-keys " + a.json_keys[0] + "," + a.json_keys[1] + ": every \"" + a.json_keys[1] +
+                    "\" is empty: no response to learn");
+  if (empty_responses > 0)
+    std::printf("warning: %lld of the %lld \"%s\" strings are empty (the first at %s): those examples teach %s\n",
+                (long long)empty_responses, (long long)docs, a.json_keys[1].c_str(), first_empty_response.c_str(),
+                eod >= 0 ? "only to end right after the prompt" : "nothing");
+  if (eod_inside > 0)
+    std::printf("warning: %lld documents hold the end-of-document token %d inside them (the first at %s): "
+                "data.document_mask and data.eod_mask_loss would cut them there (name another token with --eod-token, "
+                "e.g. the tokenizer's end of text rather than an end of turn)\n",
+                (long long)eod_inside, eod, first_eod_inside.c_str());
   if (writer) writer->finish();
   else write_token_file(prefix + ".tok", stream);
-  save_vocabulary(tok, prefix + ".vocab.json");
+  save_vocabulary(tok, prefix + ".vocab.json", masked);
   const std::string vocab_path = a.output + ".vocab.json";
   if (masked) {
     const int64_t kept = std::count(keep.begin(), keep.end(), uint8_t(1));
     if (kept == 0)
-      throw UserError("--json-keys " + a.json_keys[0] + "," + a.json_keys[1] + ": every \"" + a.json_keys[1] +
-                      "\" is empty: no target to learn");
+      throw UserError("--json-keys " + a.json_keys[0] + "," + a.json_keys[1] + ": the \"" + a.json_keys[1] +
+                      "\" strings encode to no token: no target to learn");
     // The mask names the tokens it was made for by their checksum, as training reads them.
     const uint64_t sum = writer ? scan_tokens(IndexedDataset(prefix).tokens(), 0).checksum
                                 : scan_tokens(TokenFile(prefix + ".tok").tokens(), 0).checksum;
@@ -254,11 +272,17 @@ void write_outputs(const Args& a, const std::string& prefix, const std::vector<s
 
 int run(int argc, char** argv) {
   const Args a = parse(argc, argv);
-  // The outputs must not replace an input: prepare_data never destroys what it reads.
-  const std::vector<std::string> outputs = {a.output + ".bin", a.output + ".idx", a.output + ".tok",
-                                           a.output + ".vocab.json", a.output + ".lossmask"};
+  // The outputs (and the files they are written as first) must not replace an input: prepare_data
+  // never destroys what it reads.
+  const std::vector<std::string> kExts = {".bin", ".idx", ".tok", ".vocab.json", ".lossmask"};
+  std::vector<std::string> outputs, written;
+  for (const std::string& ext : kExts) {
+    outputs.push_back(a.output + ext);
+    written.push_back(a.output + ".partial" + ext);
+  }
+  written.insert(written.end(), outputs.begin(), outputs.end());
   for (const std::string& in : a.inputs)
-    for (const std::string& out : outputs) {
+    for (const std::string& out : written) {
       std::error_code ec;
       if (std::filesystem::exists(out, ec) && std::filesystem::equivalent(in, out, ec))
         throw UserError("--output " + a.output + " would overwrite the input " + in + " (choose another prefix)");
@@ -266,8 +290,8 @@ int run(int argc, char** argv) {
   // Where the outputs go, before the inputs are read and tokenized.
   if (a.output.back() == '/') throw UserError("--output " + a.output + ": a prefix, not a directory (e.g. data/corpus)");
   // Existing outputs: never replaced silently (a run may be reading them, or they are someone's
-  // data); with --force all of PREFIX's are removed, so a reader cannot pick a stale one, but only
-  // once the new dataset is whole under PREFIX.partial (a bad input must not cost the old one).
+  // data); with --force all of PREFIX's are replaced or removed, so a reader cannot pick a stale one,
+  // but only once the new dataset is whole under PREFIX.partial (a bad input must not cost the old one).
   std::vector<std::string> existing;
   for (const std::string& out : outputs) {
     std::error_code ec;
@@ -304,28 +328,39 @@ int run(int argc, char** argv) {
   const int32_t eod = eod_id(a, *tok);
   // Written under PREFIX.partial; a failure removes it, and leaves PREFIX's old outputs as they were.
   const std::string partial = a.output + ".partial";
-  // Moved into place in this order: the index (or the token file) last, so that a reader finds a
-  // dataset only once it is whole, its loss mask and vocabulary beside it.
-  const std::vector<std::string> exts = {".lossmask", ".vocab.json", ".bin", ".tok", ".idx"};
-  try {
-    write_outputs(a, partial, inputs, *tok, eod);
-    for (const std::string& out : existing) {
-      std::error_code ec;
-      if (!std::filesystem::remove(out, ec) || ec)
-        throw UserError("--output " + a.output + ": cannot remove " + out + ": " + (ec ? ec.message() : "?"));
-    }
-    for (const std::string& ext : exts) {
-      std::error_code ec;
-      if (!std::filesystem::exists(partial + ext, ec)) continue;
-      std::filesystem::rename(partial + ext, a.output + ext, ec);
-      if (ec) throw UserError("--output " + a.output + ": cannot move " + partial + ext + " into place: " + ec.message());
-    }
-  } catch (...) {
-    for (const std::string& ext : exts) {
+  // What this run writes, moved into place in this order: the index (or the token file) last, so
+  // that a reader finds a dataset only once it is whole, its loss mask and vocabulary beside it.
+  std::vector<std::string> exts;
+  if (a.json_keys.size() == 2) exts.push_back(".lossmask");
+  exts.push_back(".vocab.json");
+  for (const char* ext : a.format == "megatron" ? std::vector<const char*>{".bin", ".idx"} : std::vector<const char*>{".tok"})
+    exts.push_back(ext);
+  const auto remove_partials = [&] {  // also what an interrupted run left
+    for (const std::string& ext : kExts) {
       std::error_code ec;
       std::filesystem::remove(partial + ext, ec);
     }
+  };
+  remove_partials();
+  try {
+    write_outputs(a, partial, inputs, *tok, eod);
+  } catch (...) {
+    remove_partials();
     throw;
+  }
+  // Each new file replaces the old one of its name at once (rename); only then are the old outputs
+  // this run does not write (another format's, an old loss mask) removed.
+  for (const std::string& ext : exts) {
+    std::error_code ec;
+    std::filesystem::rename(partial + ext, a.output + ext, ec);
+    if (ec) throw UserError("--output " + a.output + ": cannot move " + partial + ext + " into place: " + ec.message());
+  }
+  for (const std::string& out : existing) {
+    if (std::find_if(exts.begin(), exts.end(), [&](const std::string& e) { return a.output + e == out; }) != exts.end())
+      continue;
+    std::error_code ec;
+    if (!std::filesystem::remove(out, ec) || ec)
+      throw UserError("--output " + a.output + ": cannot remove the old " + out + ": " + (ec ? ec.message() : "?"));
   }
   return 0;
 }

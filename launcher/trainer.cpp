@@ -21,7 +21,6 @@
 #include <cstring>
 #include <vector>
 
-#include "core/crc32c.h"
 #include "core/error.h"
 #include "core/file_allocator.h"
 #include "core/nvtx.h"
@@ -512,14 +511,19 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
   // Every rank must read the same samples: a node's own copy of the data that differs, or lacks
   // the loss mask beside it, would let the replicas drift apart without a word.
   {
-    const std::string mine = data->identity() + "; targets: " + data->target_mask();
-    const uint32_t sum = crc32c(mine.data(), mine.size());
-    uint32_t range[2] = {sum, ~sum};  // MIN of both: the lowest sum and the complement of the highest
-    TRELLIS_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, range, 2, MPI_UINT32_T, MPI_MIN, MPI_COMM_WORLD));
+    const std::string mask = data->target_mask();
+    const std::string mine = data->identity() + "; targets: " + (mask.empty() ? "every one" : mask);
+    // Rank 0's description goes to every rank; the first rank whose own differs names both.
+    int length = int(mine.size());
+    TRELLIS_MPI_CHECK(MPI_Bcast(&length, 1, MPI_INT, 0, MPI_COMM_WORLD));
+    std::string first(size_t(length), '\0');
+    if (launch.rank == 0) first = mine;
+    TRELLIS_MPI_CHECK(MPI_Bcast(first.data(), length, MPI_CHAR, 0, MPI_COMM_WORLD));
     agree_on([&] {
-      if (range[0] != ~range[1])
+      if (mine != first)
         throw UserError(cfg.path + ": data.path = " + cfg.data.path + ": the ranks do not all read the same data (rank " +
-                        std::to_string(launch.rank) + ": " + mine + "); every node needs the same files");
+                        std::to_string(launch.rank) + ": " + mine + "; rank 0: " + first +
+                        "); every node needs the same files");
     }, launch);
   }
   // Some targets are left out (-1): the loss is the mean over those kept, counted per step.

@@ -184,8 +184,15 @@ def append_eod(prepare, inputs, lines, cases, tmp, check):
              gpt2_inputs, [cases["gpt2"].encode(lines[k]).ids + [cases["gpt2"].token_to_id("<|endoftext|>")] for k in plain])]
     for what, flags, ins, want in runs:
         prefix = os.path.join(tmp, "eod")
-        status, _, err = run([prepare, *ins, "--output", prefix, *flags, "--append-eod", "--force"])
+        status, out, err = run([prepare, *ins, "--output", prefix, *flags, "--append-eod", "--force"])
         check(status == 0 and read_megatron(prefix) == want, f"--append-eod, {what}: {len(want)} documents", err)
+        # Documents holding the token inside them (Llama 3's <|eot_id|> ends turns within a chat) are
+        # warned of: document masking would cut them there.
+        inside = sum(ids[-1] in ids[:-1] for ids in want)
+        warned = [ln for ln in out.decode().splitlines() if ln.startswith("warning:")]
+        expect = f"warning: {inside} documents hold the end-of-document token {want[0][-1]} inside them"
+        check(len(warned) == 1 and warned[0].startswith(expect) if inside else not warned,
+              f"--append-eod, {what}: {inside} documents with the token inside warned of", warned)
     # Refused in one line, and with --force the old dataset kept.
     for what, flags, message in [
             ("no tokenizer_config.json", ["--tokenizer", "hf", "--tokenizer-model", os.path.join(tmp, "qwen2_nfc")],

@@ -8,8 +8,9 @@ losses, gradient norms and weights as one rank (the mean over the targets kept i
 step's whole batch). The loss and every gradient match the PyTorch reference where torch is
 installed. With one key (--json-keys response) each line is a document and no mask is written. Bad
 JSON lines, missing keys, three keys, responses all empty (the old dataset under --force kept whole),
-validation samples without a target, ranks reading different data (one without the mask) and a
-truncated mask are refused with one line. Usage: sft_equivalence.py TRAIN_GPT MPIEXEC CONFIG"""
+validation samples without a target, ranks reading different data (one without the mask), data whose
+mask was not copied beside it and a truncated mask are refused with one line; some empty responses
+are warned of, and a partial file an interrupted run left is removed, not moved into place. Usage: sft_equivalence.py TRAIN_GPT MPIEXEC CONFIG"""
 import json
 import os
 import random
@@ -29,6 +30,19 @@ BASE = ["train.device=cpu", f"train.steps={STEPS}", "train.micro_batch=2", "trai
 def prepare(prepare_data, jsonl, prefix, *extra):
     cmd = [prepare_data, "--input", jsonl, "--output", prefix, "--tokenizer", "char", *extra]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+
+
+def copy_without_mask(src, dst):
+    """The same tokens and vocabulary, no mask: the vocabulary's "loss_mask": true (which makes
+    training require the mask) taken out."""
+    for ext in (".bin", ".idx"):
+        shutil.copy(src + ext, dst + ext)
+    with open(src + ".vocab.json") as f:
+        vocab = json.load(f)
+    if vocab.pop("loss_mask", None) is not True:
+        raise SystemExit(f"{src}.vocab.json does not say the data has a loss mask")
+    with open(dst + ".vocab.json", "w") as f:
+        json.dump(vocab, f)
 
 
 def main():
@@ -52,8 +66,7 @@ def main():
         check(p.returncode == 0 and "600 documents" in p.stdout and not os.path.exists(text + ".lossmask"),
               f"prepare_data --json-keys response: one document a line, no mask: {p.stdout.strip().splitlines()[-1]}")
         os.makedirs(plain)
-        for ext in (".bin", ".idx", ".vocab.json"):  # the same tokens, no mask
-            shutil.copy(sft + ext, os.path.join(plain, "p" + ext))
+        copy_without_mask(sft, os.path.join(plain, "p"))
 
         def run(ranks, tag, path, *sets):
             return equivalence.run(binary, mpiexec, config, tmp, ranks, tag, BASE + ["data.path=" + path, *sets])
@@ -108,7 +121,7 @@ def main():
         p = prepare(prepare_data, empty, sft, "--json-keys", "prompt,response", "--force")
         err = p.stderr.strip().splitlines()
         after = {ext: open(sft + ext, "rb").read() for ext in before}
-        check(p.returncode == 1 and len(err) == 1 and 'every "response" is empty: no target to learn' in err[0] and
+        check(p.returncode == 1 and len(err) == 1 and 'every "response" is empty: no response to learn' in err[0] and
               after == before and not [n for n in os.listdir(tmp) if ".partial" in n],
               f"responses all empty: refused, the old dataset kept as it was, no partial files: {err}")
         # Validation samples without a target (the last fifth of the answers empty): refused at the start.
@@ -117,24 +130,44 @@ def main():
             for i, line in enumerate(src):
                 r = json.loads(line)
                 f.write(json.dumps({"prompt": r["prompt"], "response": r["response"] if i < 480 else ""}) + "\n")
-        prepare(prepare_data, tail, os.path.join(tmp, "tail"), "--json-keys", "prompt,response")
+        p = prepare(prepare_data, tail, os.path.join(tmp, "tail"), "--json-keys", "prompt,response")
+        check('warning: 120 of the 600 "response" strings are empty (the first at ' + tail + ':481): those examples teach nothing' in p.stdout,
+              f"empty responses warned of: {[ln for ln in p.stdout.splitlines() if 'warning' in ln]}")
         check.refused(1, BASE + ["data.path=" + os.path.join(tmp, "tail")],
                       "the validation's samples (log.val_batches x train.global_batch = 8) keep no target",
                       "validation without a target")
         # Ranks reading different data under the same config: each rank in its own directory, rank 1's
         # copy of data.path = "s" without the mask (an MPMD launch).
         cmd = [mpiexec, "--allow-run-as-root", "--oversubscribe", "-x", "OMP_NUM_THREADS=1"]
-        for rank, exts in enumerate(((".bin", ".idx", ".vocab.json", ".lossmask"), (".bin", ".idx", ".vocab.json"))):
+        for rank in range(2):
             wdir = os.path.join(tmp, f"rank{rank}")
             os.makedirs(wdir)
-            for ext in exts:
-                shutil.copy(sft + ext, os.path.join(wdir, "s" + ext))
+            if rank == 0:
+                for ext in (".bin", ".idx", ".vocab.json", ".lossmask"):
+                    shutil.copy(sft + ext, os.path.join(wdir, "s" + ext))
+            else:
+                copy_without_mask(sft, os.path.join(wdir, "s"))
             cmd += ["-np", "1", "-wdir", wdir, binary, config] + \
                 [x for kv in BASE + ["data.path=s"] for x in ("--set", kv)] + [":"]
         p = subprocess.run(cmd[:-1], capture_output=True, text=True, timeout=120)
         err = [ln for ln in p.stderr.splitlines() if ln.startswith("error")]
-        check(p.returncode != 0 and len(err) == 1 and "the ranks do not all read the same data" in err[0],
+        check(p.returncode != 0 and len(err) == 1 and "the ranks do not all read the same data (rank 1: s.bin: " in err[0]
+              and "; targets: every one; rank 0: s.bin: " in err[0] and "loss mask" in err[0],
               f"ranks reading different data refused: {err}")
+        # Data whose vocabulary says it was written with a mask, copied without it: refused.
+        os.makedirs(os.path.join(tmp, "nomask"))
+        for ext in (".bin", ".idx", ".vocab.json"):
+            shutil.copy(sft + ext, os.path.join(tmp, "nomask", "s" + ext))
+        check.refused(1, BASE + ["data.path=" + os.path.join(tmp, "nomask", "s")],
+                      "s.lossmask is missing: " + os.path.join(tmp, "nomask", "s.vocab.json") +
+                      " says the data was written with that loss mask", "the mask not copied beside the data")
+        # What an interrupted run left under PREFIX.partial is neither moved into place nor kept.
+        with open(os.path.join(tmp, "stale.partial.bin"), "wb") as f:
+            f.write(b"left by a killed run")
+        p = prepare(prepare_data, jsonl, os.path.join(tmp, "stale"), "--json-keys", "prompt,response", "--format", "llmc")
+        left = sorted(n for n in os.listdir(tmp) if n.startswith("stale"))
+        check(p.returncode == 0 and left == ["stale.lossmask", "stale.tok", "stale.vocab.json"],
+              f"a stale partial file is removed, not moved into place: {left}")
         with open(sft + ".lossmask", "r+b") as f:
             f.truncate(os.path.getsize(sft + ".lossmask") - 1)
         check.refused(1, BASE + ["data.path=" + sft], "sft.lossmask: 8582 bytes, not the 8583 a mask of 8559 tokens "

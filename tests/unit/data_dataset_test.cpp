@@ -237,6 +237,15 @@ TEST(DataDataset, LossMaskFileLeavesOutTheTargetsItMarks) {
   EXPECT_NE(error_of([&] { TokenDataset(dir / "m", options(T, 7)); })
                 .find("m.lossmask: keeps no target in the training split (its first 9000 tokens): nothing to learn"),
             std::string::npos);
+  // Data whose vocabulary says a mask was written with it, the mask not copied beside it: refused.
+  std::filesystem::remove(dir / "m.lossmask");
+  save_vocabulary(*make_byte_tokenizer(), dir / "m.vocab.json", /*loss_mask=*/true);
+  EXPECT_NE(error_of([&] { TokenDataset(dir / "m", options(T, 7)); })
+                .find("m.lossmask is missing: " + std::string(dir / "m.vocab.json") +
+                      " says the data was written with that loss mask"),
+            std::string::npos);
+  save_vocabulary(*make_byte_tokenizer(), dir / "m.vocab.json");
+  EXPECT_TRUE(TokenDataset(dir / "m", options(T, 7)).target_mask().empty());
 }
 
 TEST(DataDataset, EpochsArePermutationsReshuffledPerEpoch) {

@@ -208,9 +208,15 @@ TEST(DataTokenizer, VocabularyFilesRoundTrip) {
     const auto back = load_vocabulary(path);
     EXPECT_EQ(back->kind(), tok->kind());
     EXPECT_EQ(back->vocab_size(), tok->vocab_size());
-    EXPECT_EQ(read_vocabulary_size(path), tok->vocab_size());
+    EXPECT_EQ(read_vocabulary_facts(path).vocab_size, tok->vocab_size());
+    EXPECT_FALSE(read_vocabulary_facts(path).loss_mask);
     EXPECT_EQ(back->encode(text), tok->encode(text)) << tok->kind();
     EXPECT_EQ(back->decode(back->encode(text)), text) << tok->kind();
+    // Data written with a loss mask says so in its vocabulary, which still reads as before.
+    save_vocabulary(*tok, path, /*loss_mask=*/true);
+    EXPECT_TRUE(read_vocabulary_facts(path).loss_mask);
+    EXPECT_EQ(read_vocabulary_facts(path).vocab_size, tok->vocab_size());
+    EXPECT_EQ(load_vocabulary(path)->encode(text), tok->encode(text)) << tok->kind();
   }
   EXPECT_EQ(vocabulary_path("/d/corpus"), "/d/corpus.vocab.json");
   EXPECT_EQ(vocabulary_path("/d/corpus.bin"), "/d/corpus.vocab.json");
