@@ -1,10 +1,14 @@
 #!/usr/bin/env python3
 """Trellis against PyTorch: one forward+backward of the first micro-batch, same weights, same
 tokens; the loss and every parameter's gradient must match the reference in bench/torch_gpt.py.
+Then the training loop's own first step on that micro-batch (a global batch of one micro-batch):
+the loss and gradient norm its metrics record must be the reference's too, so the step's scaling
+(the mean over the targets kept, the routers' losses) is checked apart from the dump's.
 
 usage: torch_parity.py TRAIN_GPT_BINARY CONFIG_TOML [--device cpu|cuda] [--keep] [--set K=V ...]
 Exit 0 when everything matches, 1 when not, 77 (skipped) when torch is not installed."""
 import argparse
+import json
 import os
 import shutil
 import subprocess
@@ -38,6 +42,25 @@ def run_dump(binary, config, dump_dir, device, extra):
     return True
 
 
+def run_step(binary, config, tmp, device, extra, batch):
+    """The loss and gradient norm of training step 1 (one micro-batch of `batch` samples), from the
+    metrics file; None if the run fails."""
+    metrics = os.path.join(tmp, "metrics.jsonl")
+    sets = ["train.precision=fp32", f"train.device={device}", "model.dropout=0"] + extra + [
+        "train.steps=1", f"train.global_batch={batch}", "log.val_every=0", "checkpoint.dir=",
+        "log.metrics_file=" + metrics]
+    cmd = [binary, config] + [x for kv in sets for x in ("--set", kv)]
+    print("$", " ".join(cmd), flush=True)
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    if p.returncode != 0:
+        print(p.stdout[-4000:], p.stderr[-4000:], sep="\n")
+        print(f"FAIL: the training step exited with {p.returncode}")
+        return None
+    with open(metrics) as f:
+        steps = [r for r in map(json.loads, f) if r.get("step") == 1 and "grad_norm" in r]
+    return (steps[0]["loss"], steps[0]["grad_norm"]) if len(steps) == 1 else None
+
+
 def targets_masked(tokens, targets, eod):
     """data.eod_mask_loss: the dump's targets are -1 exactly where the input is the EOD token, and
     elsewhere the next input (the samples are windows of one stream)."""
@@ -49,7 +72,8 @@ def targets_masked(tokens, targets, eod):
     return ok
 
 
-def compare(dump_dir, eod=None, reset_positions=False, eod_mask_loss=None):
+def compare(dump_dir, step, eod=None, reset_positions=False, eod_mask_loss=None):
+    """The dump against the reference; `step(batch)` runs the training loop's first step."""
     try:
         model, info = load_trellis_dump(dump_dir, dtype=torch.float64)
     except (OSError, ValueError, KeyError) as e:
@@ -90,7 +114,13 @@ def compare(dump_dir, eod=None, reset_positions=False, eod_mask_loss=None):
         print(f"{name:28s} {rel:10.2e} {rn:12.5e} {tn:12.5e}{flag}")
     print(f"\n{len(rows)} gradient tensors, worst rel err {rows[0][0]:.2e} (tol {GRAD_TOL:.0e}), "
           f"{len(bad)} over tolerance")
-    return loss_rel <= LOSS_TOL and not bad
+    norm_ref = sum(p.grad.double().pow(2).sum().item() for p in model.parameters()) ** 0.5
+    got = step(meta["batch"]["B"])
+    step_ok = got is not None and abs(got[0] - loss_ref) <= LOSS_TOL * abs(loss_ref) and \
+        abs(got[1] - norm_ref) <= GRAD_TOL * norm_ref
+    print(f"training step 1: loss {got[0] if got else None}, gradient norm {got[1] if got else None} against "
+          f"torch(f64) {loss_ref:.8f}, {norm_ref:.8f} {'ok' if step_ok else 'FAIL'}")
+    return loss_rel <= LOSS_TOL and not bad and step_ok
 
 
 def main():
@@ -109,7 +139,8 @@ def main():
         # Document masking is the run's, not the model's: the dump does not say it.
         eod = int(sets["data.eod_token"]) if sets.get("data.document_mask") == "true" else None
         eod_mask_loss = int(sets["data.eod_token"]) if sets.get("data.eod_mask_loss") == "true" else None
-        ok = ok and compare(dump_dir, eod, sets.get("data.reset_positions") == "true", eod_mask_loss)
+        step = lambda batch: run_step(args.binary, args.config, dump_dir, args.device, args.sets, batch)
+        ok = ok and compare(dump_dir, step, eod, sets.get("data.reset_positions") == "true", eod_mask_loss)
     finally:
         if args.keep:
             print("dump kept in", dump_dir)
