@@ -1,5 +1,7 @@
 #include "data/loss_mask.h"
 
+#include <algorithm>
+#include <cerrno>
 #include <cstring>
 
 #include "core/error.h"
@@ -50,13 +52,47 @@ int64_t count_targets(const SampleSource& data, Split split, int64_t first, int6
 
 std::string loss_mask_path(const std::string& dataset_path) { return dataset_stem(dataset_path) + ".lossmask"; }
 
+LossMaskWriter::LossMaskWriter(const std::string& path) : path_(path) {
+  file_ = std::fopen(path.c_str(), "wb");
+  if (!file_) throw UserError(path + ": cannot create: " + std::strerror(errno));
+  const uint8_t header[kHeader] = {};  // written at finish()
+  if (std::fwrite(header, 1, kHeader, file_) != kHeader) throw UserError(path + ": write failed: " + std::strerror(errno));
+}
+
+LossMaskWriter::~LossMaskWriter() {
+  if (file_) std::fclose(file_);
+}
+
+void LossMaskWriter::add(size_t left_out, size_t kept) {
+  std::vector<uint8_t> marks(left_out + kept, 0);
+  std::fill(marks.begin() + std::ptrdiff_t(left_out), marks.end(), uint8_t(1));
+  add(marks);
+}
+
+void LossMaskWriter::add(const std::vector<uint8_t>& keep) {
+  TRELLIS_CHECK(file_ != nullptr, "add after finish");
+  if (!keep.empty() && std::fwrite(keep.data(), 1, keep.size(), file_) != keep.size())
+    throw UserError(path_ + ": write failed: " + std::strerror(errno));
+  tokens_ += int64_t(keep.size());
+  for (uint8_t k : keep) kept_ += k != 0;
+}
+
+void LossMaskWriter::finish(uint64_t token_checksum) {
+  if (!file_) return;
+  uint8_t header[kHeader];
+  std::memcpy(header, kMagic, sizeof kMagic);
+  put_u64(header + 8, uint64_t(tokens_));
+  put_u64(header + 16, token_checksum);
+  const bool ok = std::fseek(file_, 0, SEEK_SET) == 0 && std::fwrite(header, 1, kHeader, file_) == kHeader;
+  const bool closed = std::fclose(file_) == 0;
+  file_ = nullptr;
+  if (!ok || !closed) throw UserError(path_ + ": write failed: " + std::strerror(errno));
+}
+
 void write_loss_mask(const std::string& path, const std::vector<uint8_t>& keep, uint64_t token_checksum) {
-  std::vector<uint8_t> bytes(kHeader + keep.size());
-  std::memcpy(bytes.data(), kMagic, sizeof kMagic);
-  put_u64(bytes.data() + 8, keep.size());
-  put_u64(bytes.data() + 16, token_checksum);
-  std::memcpy(bytes.data() + kHeader, keep.data(), keep.size());
-  write_file(path, bytes.data(), bytes.size());
+  LossMaskWriter w(path);
+  w.add(keep);
+  w.finish(token_checksum);
 }
 
 LossMaskFile::LossMaskFile(const std::string& path, int64_t tokens, uint64_t token_checksum) : file_(path) {

@@ -8,6 +8,7 @@
 //    to be predicted (a response's), 0 where it is context only (a prompt's).
 #pragma once
 #include <cstdint>
+#include <cstdio>
 #include <memory>
 #include <string>
 #include <utility>
@@ -41,8 +42,28 @@ int64_t count_targets(const SampleSource& data, Split split, int64_t first, int6
 
 // PREFIX.lossmask for a dataset file (PREFIX.bin, .idx or .tok).
 std::string loss_mask_path(const std::string& dataset_path);
-// Writes a loss mask: `keep` holds 0 or 1 per token of the stream whose checksum (scan_tokens's,
-// data/token_view.h) is `token_checksum`.
+// Writes a loss mask as its marks come (0 or 1 per token of the stream); finish() writes the header,
+// naming the tokens by their checksum (scan_tokens's, data/token_view.h).
+class LossMaskWriter {
+ public:
+  explicit LossMaskWriter(const std::string& path);
+  ~LossMaskWriter();
+  LossMaskWriter(const LossMaskWriter&) = delete;
+  LossMaskWriter& operator=(const LossMaskWriter&) = delete;
+  // `left_out` tokens marked 0, then `kept` marked 1.
+  void add(size_t left_out, size_t kept);
+  void add(const std::vector<uint8_t>& keep);
+  void finish(uint64_t token_checksum);
+  int64_t tokens() const { return tokens_; }
+  int64_t kept() const { return kept_; }
+
+ private:
+  std::string path_;
+  std::FILE* file_ = nullptr;
+  int64_t tokens_ = 0, kept_ = 0;
+};
+// A whole loss mask at once: `keep` holds 0 or 1 per token of the stream whose checksum is
+// `token_checksum`.
 void write_loss_mask(const std::string& path, const std::vector<uint8_t>& keep, uint64_t token_checksum);
 
 // A loss mask read back, checked against the stream it belongs to: `tokens` ids with checksum

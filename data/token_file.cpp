@@ -2,6 +2,8 @@
 #include "data/token_file.h"
 
 #include <algorithm>
+#include <cerrno>
+#include <climits>
 #include <cstring>
 
 #include "core/error.h"
@@ -31,6 +33,46 @@ TokenFile::TokenFile(const std::string& path) : file_(path) {
   view_ = TokenView{file_.data() + kTokenFileHeaderBytes, count, version_ == 1 ? TokenType::u16 : TokenType::u32};
 }
 
+TokenFileWriter::TokenFileWriter(const std::string& path, bool wide) : path_(path), wide_(wide) {
+  file_ = std::fopen(path.c_str(), "wb");
+  if (!file_) throw UserError(path + ": cannot create: " + std::strerror(errno));
+  const std::vector<uint8_t> header(kTokenFileHeaderBytes, 0);  // its count comes at finish()
+  if (std::fwrite(header.data(), 1, header.size(), file_) != header.size())
+    throw UserError(path + ": write failed: " + std::strerror(errno));
+}
+
+TokenFileWriter::~TokenFileWriter() {
+  if (file_) std::fclose(file_);
+}
+
+void TokenFileWriter::add(const std::vector<int32_t>& tokens) {
+  TRELLIS_CHECK(file_ != nullptr, "add after finish");
+  const int64_t limit = wide_ ? INT32_MAX : 65536;
+  const size_t elem = wide_ ? 4 : 2;
+  std::vector<uint8_t> bytes(tokens.size() * elem);
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    if (tokens[i] < 0 || tokens[i] >= limit)
+      throw UserError(path_ + ": token id " + std::to_string(tokens[i]) + " does not fit version " +
+                      std::to_string(wide_ ? 2 : 1) + " of an llm.c token file");
+    if (wide_) std::memcpy(&bytes[4 * i], &tokens[i], 4);
+    else { const uint16_t v = uint16_t(tokens[i]); std::memcpy(&bytes[2 * i], &v, 2); }
+  }
+  if (!bytes.empty() && std::fwrite(bytes.data(), 1, bytes.size(), file_) != bytes.size())
+    throw UserError(path_ + ": write failed: " + std::strerror(errno));
+  count_ += int64_t(tokens.size());
+  if (count_ > INT32_MAX)
+    throw UserError(path_ + ": " + std::to_string(count_) + " tokens do not fit the int32 count of an llm.c token file");
+}
+
+void TokenFileWriter::finish() {
+  if (!file_) return;
+  const int32_t header[3] = {kTokenFileMagic, wide_ ? 2 : 1, int32_t(count_)};
+  const bool ok = std::fseek(file_, 0, SEEK_SET) == 0 && std::fwrite(header, sizeof header, 1, file_) == 1;
+  const bool closed = std::fclose(file_) == 0;
+  file_ = nullptr;
+  if (!ok || !closed) throw UserError(path_ + ": write failed: " + std::strerror(errno));
+}
+
 void write_token_file(const std::string& path, const std::vector<int32_t>& tokens) {
   if (tokens.size() > size_t(INT32_MAX))
     throw UserError(path + ": " + std::to_string(tokens.size()) + " tokens do not fit the int32 count of an llm.c token file");
@@ -39,17 +81,9 @@ void write_token_file(const std::string& path, const std::vector<int32_t>& token
     if (t < 0) throw UserError(path + ": negative token id " + std::to_string(t));
     max_id = std::max(max_id, t);
   }
-  const int version = max_id < 65536 ? 1 : 2;
-  const size_t elem = version == 1 ? 2 : 4;
-  std::vector<uint8_t> out(kTokenFileHeaderBytes + tokens.size() * elem, 0);
-  const int32_t header[3] = {kTokenFileMagic, version, int32_t(tokens.size())};
-  std::memcpy(out.data(), header, sizeof(header));
-  uint8_t* p = out.data() + kTokenFileHeaderBytes;
-  for (size_t i = 0; i < tokens.size(); ++i) {
-    if (version == 1) { const uint16_t v = uint16_t(tokens[i]); std::memcpy(p + 2 * i, &v, 2); }
-    else std::memcpy(p + 4 * i, &tokens[i], 4);
-  }
-  write_file(path, out.data(), out.size());
+  TokenFileWriter w(path, max_id >= 65536);
+  w.add(tokens);
+  w.finish();
 }
 
 }  // namespace trellis

@@ -2,6 +2,7 @@
 // token count), then the tokens: version 1 = uint16 (GPT-2 sized vocabularies), 2 = uint32.
 #pragma once
 #include <cstdint>
+#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -24,6 +25,24 @@ class TokenFile {
   MappedFile file_;
   int version_ = 1;
   TokenView view_;
+};
+
+// Writes an llm.c token file as its tokens come: version 1 (uint16) when `wide` is false, else 2;
+// the header's count is written at finish().
+class TokenFileWriter {
+ public:
+  TokenFileWriter(const std::string& path, bool wide);
+  ~TokenFileWriter();
+  TokenFileWriter(const TokenFileWriter&) = delete;
+  TokenFileWriter& operator=(const TokenFileWriter&) = delete;
+  void add(const std::vector<int32_t>& tokens);
+  void finish();
+
+ private:
+  std::string path_;
+  bool wide_;
+  std::FILE* file_ = nullptr;
+  int64_t count_ = 0;
 };
 
 // Writes `tokens` as an llm.c token file (version 1 if every id fits uint16, else version 2).

@@ -3,19 +3,26 @@
 //                [--vocab vocab.json --merges merges.txt] [--tokenizer-model DIR|tokenizer.json]
 //                [--format megatron|llmc] [--append-eod [--eod-token TEXT]]
 //                [--documents-split file|lines] [--json-keys KEY | --json-keys PROMPT,RESPONSE] [--force]
-// writes PREFIX.bin + PREFIX.idx (megatron, the default) or PREFIX.tok (llmc), and
+// reads the inputs a block at a time, encodes each block's documents on every core (OpenMP) and
+// writes them in order: PREFIX.bin + PREFIX.idx (megatron, the default) or PREFIX.tok (llmc), and
 // PREFIX.vocab.json; with --json-keys PROMPT,RESPONSE also PREFIX.lossmask (data/loss_mask.h: the
 // loss counts the responses' tokens only). Existing outputs of PREFIX are replaced only with
 // --force (which removes them all, so no stale file of the other format or an old loss mask is left
 // beside the new data). Bad input prints one line "error: ..." and exits 1.
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
+#include <functional>
 #include <iterator>
 #include <memory>
 #include <new>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/error.h"
@@ -25,6 +32,7 @@
 #include "data/loss_mask.h"
 #include "data/mapped_file.h"
 #include "data/token_file.h"
+#include "data/token_view.h"
 #include "data/tokenizer.h"
 #include "data/utf8.h"
 #include "launcher/tool_main.h"
@@ -55,7 +63,9 @@ const char* kUsage =
     "document (Megatron's --json-keys text). With two, PROMPT's string then RESPONSE's, encoded apart (the\n"
     "tokenizer's special tokens at the document's ends), for supervised fine-tuning: PREFIX.lossmask then\n"
     "marks the response's tokens (and the end-of-document token) as the only targets training learns.\n"
-    "--force replaces existing outputs of PREFIX (without it, prepare_data refuses to).\n";
+    "--force replaces existing outputs of PREFIX (without it, prepare_data refuses to).\n"
+    "The inputs are read a block at a time and each block's documents encoded on every core\n"
+    "(OMP_NUM_THREADS limits them; the output does not depend on it).\n";
 
 Args parse(int argc, char** argv) {
   Args a;
@@ -123,61 +133,163 @@ Args parse(int argc, char** argv) {
 }
 
 // Bytes that are not part of a valid UTF-8 sequence (the char tokenizer reads each as U+FFFD).
-int64_t invalid_utf8_bytes(const std::string& text) {
+int64_t invalid_utf8_bytes(std::string_view text) {
   int64_t bad = 0;
-  for (size_t i = 0; i < text.size();) {
+  const std::string s(text);
+  for (size_t i = 0; i < s.size();) {
     const size_t at = i;
-    if (next_utf8(text, i) == 0xFFFD && i - at != 3) ++bad;  // a real U+FFFD takes 3 bytes
+    if (next_utf8(s, i) == 0xFFFD && i - at != 3) ++bad;  // a real U+FFFD takes 3 bytes
   }
   return bad;
 }
 
-// One document: its texts, encoded apart (with --json-keys PROMPT,RESPONSE the prompt and the
-// response; otherwise one), and where it is, for errors ("file", or "file:line").
-struct Document {
-  std::vector<std::string> texts;
-  std::string where;
+// One document as read: its bytes in the input (the whole file, a line with its newline, or a
+// JSON line) and where it is, for errors ("file", or "file:line").
+struct RawDocument {
+  std::string_view bytes;
+  int64_t line = 0;  // 0: the whole file
 };
 
-// The documents of one input: the whole file, each line with its newline, or with --json-keys
-// each JSON line's strings.
-std::vector<Document> documents(const std::string& text, const Args& a, const std::string& input) {
-  std::vector<Document> docs;
-  if (a.json_keys.empty() && a.split == "file") {
-    if (!text.empty()) docs.push_back({{text}, input});
-    return docs;
-  }
-  int64_t line_no = 0;
-  for (size_t pos = 0; pos < text.size();) {
-    size_t nl = text.find('\n', pos);
-    nl = nl == std::string::npos ? text.size() : nl + 1;
-    // A UTF-8 byte order mark before the first line is no part of it.
-    const size_t from = pos == 0 && text.compare(0, 3, "\xEF\xBB\xBF") == 0 && !a.json_keys.empty() ? 3 : pos;
-    const std::string line = text.substr(from, nl - from);
-    pos = nl;
-    ++line_no;
-    const std::string where = input + ":" + std::to_string(line_no);
-    if (a.json_keys.empty()) {
-      docs.push_back({{line}, where});
-      continue;
+// An input's documents, a batch at a time, read in blocks: a corpus larger than the memory is
+// never held whole (a whole-file document is, as it must be to be encoded).
+class InputReader {
+ public:
+  InputReader(const std::string& path, const Args& a) : path_(path), a_(a) {
+    const int fd = open_regular_file(path);
+    file_ = fdopen(fd, "rb");
+    if (!file_) {
+      close(fd);
+      throw UserError(path + ": cannot open: " + std::strerror(errno));
     }
-    if (line.find_first_not_of(" \t\r\n") == std::string::npos) continue;  // blank lines
-    const JsonValue v = parse_json(line, where);
-    if (v.kind != JsonValue::Kind::kObject) throw UserError(where + ": not a JSON object (--json-keys reads one a line)");
-    Document doc{{}, where};
-    for (const std::string& key : a.json_keys) {
-      const JsonValue* m = v.find(key);
-      if (m == nullptr || m->kind != JsonValue::Kind::kString)
-        throw UserError(where + ": " + (m ? "the member \"" + key + "\" is not a string" : "no member \"" + key + "\"") +
-                        " (--json-keys names the strings to read)");
-      doc.texts.push_back(m->text);
-    }
-    docs.push_back(std::move(doc));
   }
-  return docs;
+  ~InputReader() { std::fclose(file_); }
+  InputReader(const InputReader&) = delete;
+  InputReader& operator=(const InputReader&) = delete;
+
+  // The next documents, whole lines of about `budget` bytes (at least one line); false at the end.
+  // They point into this reader's buffer, valid until the next call.
+  bool next(std::vector<RawDocument>& batch, size_t budget) {
+    batch.clear();
+    const bool whole_file = a_.json_keys.empty() && a_.split == "file";
+    buffer_.swap(carry_);  // the part of a line the last block ended in
+    carry_.clear();
+    while (!eof_ && (whole_file || buffer_.size() < budget || buffer_.find('\n') == std::string::npos)) {
+      const size_t at = buffer_.size(), want = std::max<size_t>(budget, size_t(1) << 20);
+      buffer_.resize(at + want);
+      const size_t got = std::fread(buffer_.data() + at, 1, want, file_);
+      buffer_.resize(at + got);
+      if (got < want) {
+        if (std::ferror(file_)) throw UserError(path_ + ": read failed: " + std::strerror(errno));
+        eof_ = true;
+      }
+    }
+    if (!eof_) {  // the last line continues in the next block
+      const size_t cut = buffer_.rfind('\n') + 1;
+      carry_.assign(buffer_, cut, std::string::npos);
+      buffer_.resize(cut);
+    }
+    std::string_view text(buffer_);
+    // A UTF-8 byte order mark before the first JSON line is no part of it.
+    if (line_ == 0 && !a_.json_keys.empty() && text.substr(0, 3) == "\xEF\xBB\xBF") text.remove_prefix(3);
+    if (whole_file) {
+      if (!text.empty()) batch.push_back({text, 0});
+      return !batch.empty();
+    }
+    for (size_t pos = 0; pos < text.size();) {
+      size_t nl = text.find('\n', pos);
+      nl = nl == std::string_view::npos ? text.size() : nl + 1;
+      const std::string_view line = text.substr(pos, nl - pos);
+      pos = nl;
+      ++line_;
+      if (!a_.json_keys.empty() && line.find_first_not_of(" \t\r\n") == std::string_view::npos) continue;  // blank
+      batch.push_back({line, line_});
+    }
+    return !batch.empty() || !eof_ || !carry_.empty();
+  }
+  std::string where(const RawDocument& d) const { return d.line ? path_ + ":" + std::to_string(d.line) : path_; }
+
+ private:
+  std::string path_;
+  const Args& a_;
+  std::FILE* file_ = nullptr;
+  std::string buffer_, carry_;
+  bool eof_ = false;
+  int64_t line_ = 0;
+};
+
+// A document's texts: the whole of it, or with --json-keys the strings its JSON line names (with
+// PROMPT,RESPONSE the prompt's and the response's, encoded apart).
+std::vector<std::string> document_texts(const RawDocument& d, const Args& a, const std::string& where) {
+  if (a.json_keys.empty()) return {std::string(d.bytes)};
+  const JsonValue v = parse_json(d.bytes, where);
+  if (v.kind != JsonValue::Kind::kObject) throw UserError(where + ": not a JSON object (--json-keys reads one a line)");
+  std::vector<std::string> texts;
+  for (const std::string& key : a.json_keys) {
+    const JsonValue* m = v.find(key);
+    if (m == nullptr || m->kind != JsonValue::Kind::kString)
+      throw UserError(where + ": " + (m ? "the member \"" + key + "\" is not a string" : "no member \"" + key + "\"") +
+                      " (--json-keys names the strings to read)");
+    texts.push_back(m->text);
+  }
+  return texts;
 }
 
-// Tokenizes the texts into PREFIX's dataset and vocabulary files.
+// What one document becomes; `error` set instead where it cannot (the first, in order, is reported).
+struct EncodedDocument {
+  std::vector<int32_t> ids;
+  size_t response_start = 0;  // with a prompt and a response: where the response's tokens begin
+  bool empty_response = false;
+  std::string error;
+};
+
+// Runs `each(k)` for k in [0, n) on every core, in any order; the first (lowest k) UserError
+// message is thrown after all have run.
+void parallel_for(size_t n, const std::function<void(size_t)>& each, std::vector<std::string>& errors) {
+  errors.assign(n, std::string());
+#pragma omp parallel for schedule(dynamic, 16)
+  for (int64_t k = 0; k < int64_t(n); ++k) {
+    try {
+      each(size_t(k));
+    } catch (const UserError& e) {
+      errors[size_t(k)] = e.what();
+    } catch (const std::bad_alloc&) {
+      errors[size_t(k)] = "out of memory";
+    }
+  }
+  for (const std::string& e : errors)
+    if (!e.empty()) throw UserError(e);
+}
+
+// The batch size: enough documents that every core has work, few enough bytes that memory holds
+// the batch, its texts and their ids several times over.
+constexpr size_t kBatchBytes = size_t(64) << 20;
+
+// The char tokenizer's vocabulary: every code point of every document's texts (a first pass).
+std::unique_ptr<Tokenizer> char_vocabulary(const Args& a) {
+  std::vector<uint8_t> seen(0x110000, 0);
+  std::vector<RawDocument> batch;
+  std::vector<std::string> errors;
+  for (const std::string& in : a.inputs) {
+    InputReader reader(in, a);
+    int64_t bad = 0;
+    while (reader.next(batch, kBatchBytes)) {
+      for (const RawDocument& d : batch) bad += invalid_utf8_bytes(d.bytes);
+      std::vector<std::vector<std::string>> texts(batch.size());
+      parallel_for(batch.size(), [&](size_t k) { texts[k] = document_texts(batch[k], a, reader.where(batch[k])); }, errors);
+      for (const auto& doc : texts)
+        for (const std::string& t : doc)
+          for (size_t i = 0; i < t.size();) seen[next_utf8(t, i)] = 1;
+    }
+    if (bad > 0)
+      std::printf("warning: %s: %lld bytes are not UTF-8 and become U+FFFD (is it a text file?)\n", in.c_str(),
+                  (long long)bad);
+  }
+  std::string chars;
+  for (uint32_t cp = 0; cp < seen.size(); ++cp)
+    if (seen[cp]) append_utf8(chars, cp);
+  return make_char_tokenizer({chars});
+}
+
 // The end-of-document token's id for --append-eod, else -1.
 int32_t eod_id(const Args& a, const Tokenizer& tok) {
   if (!a.append_eod) return -1;
@@ -191,50 +303,69 @@ int32_t eod_id(const Args& a, const Tokenizer& tok) {
   return id;
 }
 
-// Writes the dataset under `prefix` (PREFIX.partial, moved into place once whole). `eod`: the
-// token ending every document, or -1.
-void write_outputs(const Args& a, const std::string& prefix, const std::vector<std::vector<Document>>& inputs,
-                   const Tokenizer& tok, int32_t eod) {
+// Tokenizes the inputs into PREFIX's dataset and vocabulary files under `prefix` (PREFIX.partial,
+// moved into place once whole), a batch of documents at a time, each batch's documents on every
+// core and written in order. `eod`: the token ending every document, or -1.
+void write_outputs(const Args& a, const std::string& prefix, const Tokenizer& tok, int32_t eod) {
   int64_t total = 0, docs = 0;
   const bool masked = a.json_keys.size() == 2;
-  std::vector<uint8_t> keep;  // with a prompt and a response: 1 for the response's tokens and the EOD
   std::string data_path;
   std::unique_ptr<IndexedDatasetWriter> writer;
-  std::vector<int32_t> stream;  // llmc: everything, written at the end
+  std::unique_ptr<TokenFileWriter> token_file;
   if (a.format == "megatron") {
     writer = std::make_unique<IndexedDatasetWriter>(prefix, best_token_type(tok.vocab_size()));
     data_path = a.output + ".bin/.idx";
   } else {
+    token_file = std::make_unique<TokenFileWriter>(prefix + ".tok", tok.vocab_size() > 65536);
     data_path = a.output + ".tok";
   }
+  // With a prompt and a response: 1 for the response's tokens and the EOD.
+  std::unique_ptr<LossMaskWriter> mask = masked ? std::make_unique<LossMaskWriter>(prefix + ".lossmask") : nullptr;
   // Documents with the end-of-document token inside them (data.document_mask and data.eod_mask_loss
   // would cut them there), and responses that are empty; the first of each, for the warnings.
   int64_t eod_inside = 0, empty_responses = 0;
   std::string first_eod_inside, first_empty_response;
-  for (size_t f = 0; f < inputs.size(); ++f) {
-    int64_t file_tokens = 0;
-    for (const Document& doc : inputs[f]) {
-      std::vector<int32_t> ids;
-      std::vector<size_t> starts;
-      try {
-        ids = tok.encode_parts(doc.texts, starts);
-      } catch (const UserError& e) {
-        throw UserError(doc.where + ": " + e.what());
+  std::vector<RawDocument> batch;
+  std::vector<EncodedDocument> encoded;
+  std::vector<std::string> errors;
+  for (const std::string& in : a.inputs) {
+    InputReader reader(in, a);
+    int64_t file_tokens = 0, file_docs = 0;
+    while (reader.next(batch, kBatchBytes)) {
+      encoded.assign(batch.size(), EncodedDocument());
+      parallel_for(batch.size(), [&](size_t k) {
+        const std::string where = reader.where(batch[k]);
+        const std::vector<std::string> texts = document_texts(batch[k], a, where);
+        EncodedDocument& e = encoded[k];
+        std::vector<size_t> starts;
+        try {
+          e.ids = tok.encode_parts(texts, starts);
+        } catch (const UserError& err) {
+          throw UserError(where + ": " + err.what());
+        }
+        if (masked) {
+          e.response_start = starts[1];
+          e.empty_response = texts[1].empty();
+        }
+      }, errors);
+      for (size_t k = 0; k < batch.size(); ++k) {
+        EncodedDocument& e = encoded[k];
+        if (eod >= 0 && std::find(e.ids.begin(), e.ids.end(), eod) != e.ids.end() && eod_inside++ == 0)
+          first_eod_inside = reader.where(batch[k]);
+        if (e.empty_response && empty_responses++ == 0) first_empty_response = reader.where(batch[k]);
+        if (eod >= 0) e.ids.push_back(eod);
+        if (mask) mask->add(e.response_start, e.ids.size() - e.response_start);
+        file_tokens += int64_t(e.ids.size());
+        if (writer) writer->add_document(e.ids);
+        else token_file->add(e.ids);
+        e.ids = std::vector<int32_t>();
       }
-      if (eod >= 0 && std::find(ids.begin(), ids.end(), eod) != ids.end() && eod_inside++ == 0) first_eod_inside = doc.where;
-      if (masked && doc.texts[1].empty() && empty_responses++ == 0) first_empty_response = doc.where;
-      if (eod >= 0) ids.push_back(eod);
-      if (masked) {
-        keep.insert(keep.end(), starts[1], 0);
-        keep.insert(keep.end(), ids.size() - starts[1], 1);
-      }
-      file_tokens += int64_t(ids.size());
-      ++docs;
-      if (writer) writer->add_document(ids);
-      else stream.insert(stream.end(), ids.begin(), ids.end());
+      file_docs += int64_t(batch.size());
     }
-    std::printf("%s: %zu documents -> %lld tokens\n", a.inputs[f].c_str(), inputs[f].size(), (long long)file_tokens);
+    if (file_docs == 0) throw UserError(in + ": has no JSON line: there is nothing to tokenize");
+    std::printf("%s: %lld documents -> %lld tokens\n", in.c_str(), (long long)file_docs, (long long)file_tokens);
     total += file_tokens;
+    docs += file_docs;
   }
   if (masked && empty_responses == docs)
     throw UserError("--json-keys " + a.json_keys[0] + "," + a.json_keys[1] + ": every \"" + a.json_keys[1] +
@@ -249,20 +380,20 @@ void write_outputs(const Args& a, const std::string& prefix, const std::vector<s
                 "e.g. the tokenizer's end of text rather than an end of turn)\n",
                 (long long)eod_inside, eod, first_eod_inside.c_str());
   if (writer) writer->finish();
-  else write_token_file(prefix + ".tok", stream);
+  else token_file->finish();
   save_vocabulary(tok, prefix + ".vocab.json", masked);
   const std::string vocab_path = a.output + ".vocab.json";
-  if (masked) {
-    const int64_t kept = std::count(keep.begin(), keep.end(), uint8_t(1));
-    if (kept == 0)
+  if (mask) {
+    if (mask->kept() == 0)
       throw UserError("--json-keys " + a.json_keys[0] + "," + a.json_keys[1] + ": the \"" + a.json_keys[1] +
                       "\" strings encode to no token: no target to learn");
     // The mask names the tokens it was made for by their checksum, as training reads them.
     const uint64_t sum = writer ? scan_tokens(IndexedDataset(prefix).tokens(), 0).checksum
                                 : scan_tokens(TokenFile(prefix + ".tok").tokens(), 0).checksum;
-    write_loss_mask(prefix + ".lossmask", keep, sum);
+    mask->finish(sum);
     std::printf("wrote %s.lossmask: %lld of the %lld tokens are targets to learn (the %s's%s)\n", a.output.c_str(),
-                (long long)kept, (long long)total, a.json_keys[1].c_str(), eod >= 0 ? " and the end-of-document tokens" : "");
+                (long long)mask->kept(), (long long)total, a.json_keys[1].c_str(),
+                eod >= 0 ? " and the end-of-document tokens" : "");
   }
   const std::string ending = eod >= 0 ? ", each ending in token " + std::to_string(eod) + " (data.eod_token, for data.document_mask and data.eod_mask_loss)" : "";
   std::printf("wrote %s: %lld tokens in %lld documents%s; vocabulary (%s, %lld tokens) in %s\n", data_path.c_str(),
@@ -306,23 +437,14 @@ int run(int argc, char** argv) {
     std::filesystem::create_directories(parent, ec);
     if (ec) throw UserError("--output " + a.output + ": cannot create " + parent.string() + ": " + ec.message());
   }
-  std::vector<std::vector<Document>> inputs;
-  std::vector<std::string> texts;  // every document's texts, for the char tokenizer's vocabulary
+  // Every input is there and has bytes, before anything is tokenized.
   for (const std::string& in : a.inputs) {
-    const std::string text = read_text_file(in);
-    if (text.empty()) throw UserError(in + ": is empty: there is nothing to tokenize");
-    if (a.tokenizer == "char")
-      if (const int64_t bad = invalid_utf8_bytes(text))
-        std::printf("warning: %s: %lld bytes are not UTF-8 and become U+FFFD (is it a text file?)\n", in.c_str(),
-                    (long long)bad);
-    inputs.push_back(documents(text, a, in));
-    if (inputs.back().empty()) throw UserError(in + ": has no JSON line: there is nothing to tokenize");
-    if (a.tokenizer == "char")
-      for (const Document& doc : inputs.back()) texts.insert(texts.end(), doc.texts.begin(), doc.texts.end());
+    size_t size = 0;
+    close(open_regular_file(in, &size));
+    if (size == 0) throw UserError(in + ": is empty: there is nothing to tokenize");
   }
-
   std::unique_ptr<Tokenizer> tok = a.tokenizer == "byte"   ? make_byte_tokenizer()
-                                   : a.tokenizer == "char" ? make_char_tokenizer(texts)
+                                   : a.tokenizer == "char" ? char_vocabulary(a)
                                    : a.tokenizer == "hf"   ? load_hf_tokenizer(a.tokenizer_model)
                                                            : load_gpt2_tokenizer(a.vocab, a.merges);
   const int32_t eod = eod_id(a, *tok);
@@ -343,7 +465,7 @@ int run(int argc, char** argv) {
   };
   remove_partials();
   try {
-    write_outputs(a, partial, inputs, *tok, eod);
+    write_outputs(a, partial, *tok, eod);
   } catch (...) {
     remove_partials();
     throw;
@@ -370,6 +492,7 @@ int run(int argc, char** argv) {
 
 int main(int argc, char** argv) {
   return trellis::run_tool(trellis::run, argc, argv,
-                           "out of memory (the inputs are held in memory while they are tokenized: split them, or give "
-                           "prepare_data more memory)");
+                           "out of memory (a document is held whole while it is encoded, and with --documents-split "
+                           "file a text input is one: split it, use --documents-split lines, or give prepare_data more "
+                           "memory)");
 }

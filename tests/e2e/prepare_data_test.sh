@@ -2,7 +2,8 @@
 # prepare_data end to end: a text becomes a token file and a vocabulary that train_gpt trains on;
 # an empty input, a directory as input and an output that would replace an input each give one
 # "error:" line and exit 1, and leave the input as it was; bytes that are not UTF-8 are warned of;
-# existing outputs are refused unless --force, which replaces all of the prefix's.
+# existing outputs are refused unless --force, which replaces all of the prefix's; 1 and 3 threads
+# write the same dataset, and of two bad JSON lines the first is reported.
 # Usage: prepare_data_test.sh PREPARE_DATA TRAIN_GPT TINY_TOML
 set -uo pipefail
 prepare_data=${1:?usage: prepare_data_test.sh PREPARE_DATA TRAIN_GPT TINY_TOML}
@@ -69,4 +70,18 @@ echo "ok   existing outputs are refused, and --force replaces all of the prefix'
 bad force_missing_input "$tmp/missing.txt: cannot open" --input "$tmp/missing.txt" --output "$tmp/text" --tokenizer char --force
 [[ -f $tmp/text.bin && -f $tmp/text.idx && -f $tmp/text.vocab.json ]] || fail "--force with a bad input removed $(ls "$tmp")"
 bad unknown_flag "unknown option --bogus" --input "$tmp/text.txt" --bogus
+# The output does not depend on the number of threads encoding the documents (JSON Lines, one
+# document a line, in two inputs), and of two bad lines the first is the one reported.
+for i in $(seq 3000); do echo "{\"text\": \"line $i: $(printf '%*s' $((i % 97)) '' | tr ' ' 'x')\"}"; done >"$tmp/a.jsonl"
+head -700 "$tmp/a.jsonl" >"$tmp/b.jsonl"
+for t in 1 3; do
+  OMP_NUM_THREADS=$t "$prepare_data" --input "$tmp/a.jsonl" --input "$tmp/b.jsonl" --output "$tmp/threads$t" \
+    --tokenizer byte --json-keys text >"$tmp/out" 2>&1 || { cat "$tmp/out" >&2; fail "JSON Lines on $t threads: exit $?"; }
+done
+grep -q "3700 documents" "$tmp/out" && cmp -s "$tmp/threads1.bin" "$tmp/threads3.bin" && cmp -s "$tmp/threads1.idx" "$tmp/threads3.idx" ||
+  fail "1 and 3 threads wrote different datasets: $(cat "$tmp/out")"
+echo "ok   1 and 3 threads write the same dataset"
+sed -e '2500s/.*/{"text": 1}/' -e '2900s/.*/not json/' "$tmp/a.jsonl" >"$tmp/bad.jsonl"
+OMP_NUM_THREADS=3 bad first_bad_line "$tmp/bad.jsonl:2500: the member \"text\" is not a string" \
+  --input "$tmp/bad.jsonl" --output "$tmp/bad" --tokenizer byte --json-keys text
 echo "prepare_data e2e: OK"
