@@ -81,6 +81,18 @@ done
 grep -q "3700 documents" "$tmp/out" && cmp -s "$tmp/threads1.bin" "$tmp/threads3.bin" && cmp -s "$tmp/threads1.idx" "$tmp/threads3.idx" ||
   fail "1 and 3 threads wrote different datasets: $(cat "$tmp/out")"
 echo "ok   1 and 3 threads write the same dataset"
+# Lines longer than a block of reading (1 MiB and more), the last without a newline: every byte kept.
+{ head -c 3000000 /dev/zero | tr '\0' a; echo; echo short; echo; head -c 1048575 /dev/zero | tr '\0' b; echo; printf 'end'; } >"$tmp/long.txt"
+"$prepare_data" --input "$tmp/long.txt" --output "$tmp/long" --tokenizer byte --format llmc --documents-split lines >"$tmp/out" 2>&1 ||
+  { cat "$tmp/out" >&2; fail "long lines: exit $?"; }
+python3 - "$tmp/long.txt" "$tmp/long.tok" <<'PY' || fail "long lines: the tokens are not the text's bytes"
+import struct, sys
+text, raw = open(sys.argv[1], "rb").read(), open(sys.argv[2], "rb").read()
+n = struct.unpack("<3i", raw[:12])[2]
+sys.exit(0 if bytes(struct.unpack(f"<{n}H", raw[1024:1024 + 2 * n])) == text else 1)
+PY
+grep -q "5 documents" "$tmp/out" || fail "long lines: $(cat "$tmp/out")"
+echo "ok   lines longer than a block of reading keep every byte"
 sed -e '2500s/.*/{"text": 1}/' -e '2900s/.*/not json/' "$tmp/a.jsonl" >"$tmp/bad.jsonl"
 OMP_NUM_THREADS=3 bad first_bad_line "$tmp/bad.jsonl:2500: the member \"text\" is not a string" \
   --input "$tmp/bad.jsonl" --output "$tmp/bad" --tokenizer byte --json-keys text
