@@ -200,8 +200,9 @@ JsonValue parse_json(std::string_view text, const std::string& source) {
 }
 
 const JsonValue* JsonValue::find(std::string_view key) const {
-  for (const auto& [k, v] : members)
-    if (k == key) return &v;
+  // The last of a repeated key, as Python's json and JavaScript read it.
+  for (auto it = members.rbegin(); it != members.rend(); ++it)
+    if (it->first == key) return &it->second;
   return nullptr;
 }
 

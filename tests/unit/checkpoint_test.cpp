@@ -143,6 +143,7 @@ TEST(Json, ParsesValuesAndRejectsGarbage) {
   EXPECT_EQ(v.find("s")->as_string(), "x\"\n\xc3\xa9\xf0\x9f\x98\x80");
   EXPECT_EQ(v.find("big")->as_int(), 9007199254740993);
   EXPECT_EQ(v.find("missing"), nullptr);
+  EXPECT_EQ(parse_json(R"({"k": 1, "k": 2})").find("k")->as_int(), 2);  // the last of a repeated key, as Python's
   EXPECT_THROW(v.find("a")->items[1].as_int(), CheckpointError);
   for (const char* bad : {"", "{", "{\"a\":}", "[1,]", "01", "{\"a\":1} x", "\"\\u12g4\"", "\"\\udc00\"", "tru",
                           "\"a\nb\""})
