@@ -266,7 +266,7 @@ constexpr size_t kBatchBytes = size_t(64) << 20;
 
 // The char tokenizer's vocabulary: every code point of every document's texts (a first pass).
 std::unique_ptr<Tokenizer> char_vocabulary(const Args& a) {
-  std::vector<uint8_t> seen(0x110000, 0);
+  std::vector<uint8_t> seen(0x200000, 0);  // next_utf8 decodes up to 21 bits (no range check: as the char tokenizer reads)
   std::vector<RawDocument> batch;
   std::vector<std::string> errors;
   for (const std::string& in : a.inputs) {

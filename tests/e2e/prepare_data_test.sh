@@ -49,7 +49,7 @@ bad() {
 bad empty_input "$tmp/empty.txt: is empty" --input "$tmp/empty.txt" --output "$tmp/e" --tokenizer char
 mkdir "$tmp/adir"
 bad directory_input "$tmp/adir: is a directory" --input "$tmp/adir" --output "$tmp/d" --tokenizer char
-head -c 3000 /dev/urandom >"$tmp/binary.bin"
+{ head -c 3000 /dev/urandom; printf '\xf7\xbf\xbf\xbf\xf4\x90\x80\x80'; } >"$tmp/binary.bin"  # 4-byte forms past U+10FFFF too
 "$prepare_data" --input "$tmp/binary.bin" --output "$tmp/bin" --tokenizer char >"$tmp/out" 2>&1 || fail "binary input: exit $?"
 grep -q "warning: $tmp/binary.bin: [0-9]* bytes are not UTF-8 and become U+FFFD" "$tmp/out" || { cat "$tmp/out"; fail "binary input: no warning"; }
 echo "ok   a binary input to the char tokenizer is warned of"
