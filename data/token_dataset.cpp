@@ -3,6 +3,7 @@
 
 #include "core/philox.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -108,6 +109,12 @@ TokenDataset::TokenDataset(const std::string& path, const DatasetOptions& option
                     "prompts too");
 
   train_tokens_ = int64_t(double(view_.count) * (1.0 - opt_.val_fraction));
+  if (opt_.whole_documents) {
+    if (!indexed_)
+      throw UserError(data_path_ + ": data.packing = \"documents\" needs the documents' lengths, which a Megatron "
+                      "dataset's index holds; this is an llm.c token file (prepare_data --format megatron writes one)");
+    pack_documents();
+  }
   const auto too_small = [&](Split s, const char* name) {
     return UserError(data_path_ + ": the " + name + " split has " + std::to_string(split_tokens(s)) +
                      " tokens, fewer than one sample of model.seq_len + 1 = " + std::to_string(opt_.seq_len + 1) +
@@ -124,7 +131,43 @@ TokenDataset::TokenDataset(const std::string& path, const DatasetOptions& option
   if (opt_.need_val && opt_.val_fraction > 0 && windows(Split::val) == 0) throw too_small(Split::val, "validation");
 }
 
-int64_t TokenDataset::sample_start(Split split, int64_t index) const {
+// Each run takes the next documents while they fit seq_len + 1 tokens; a document longer than that
+// begins a run of its own and is cut into full runs, its rest beginning the next. The validation
+// split begins with the first run that starts at or after the token the fraction names.
+void TokenDataset::pack_documents() {
+  const int64_t L = opt_.seq_len + 1;
+  const std::vector<int64_t>& docs = indexed_->document_index();
+  Run open;  // the run being filled
+  auto close = [&] {
+    if (open.length > 0) runs_.push_back(open);
+    open = Run{};
+  };
+  int64_t at = 0, seq = 0;  // the stream position of sequence `seq`
+  for (size_t d = 0; d + 1 < docs.size(); ++d) {
+    int64_t start = at, n = 0;
+    for (; seq < docs[d + 1]; ++seq) n += indexed_->sequence_size(seq);
+    at += n;
+    if (n == 0) continue;
+    if (open.length + n > L) close();
+    if (n > L) {
+      ++cut_documents_;
+      for (; n > L; start += L, n -= L) runs_.push_back({start, L});
+    }
+    if (open.length == 0) open.start = start;
+    open.length += n;
+  }
+  close();
+  int64_t real = 0;
+  train_runs_ = int64_t(runs_.size());
+  for (size_t r = 0; r < runs_.size(); ++r) {
+    real += runs_[r].length;
+    if (runs_[r].start >= train_tokens_ && train_runs_ == int64_t(runs_.size())) train_runs_ = int64_t(r);
+  }
+  train_tokens_ = train_runs_ < int64_t(runs_.size()) ? runs_[size_t(train_runs_)].start : view_.count;
+  padding_share_ = runs_.empty() ? 0.0 : 1.0 - double(real) / double(int64_t(runs_.size()) * L);
+}
+
+TokenDataset::Run TokenDataset::window(Split split, int64_t index) const {
   TRELLIS_CHECK(index >= 0, "negative sample index " + std::to_string(index));
   const int64_t w = windows(split);
   if (w == 0) throw UserError(data_path_ + ": there is no validation data (validation fraction 0)");
@@ -132,10 +175,11 @@ int64_t TokenDataset::sample_start(Split split, int64_t index) const {
   const uint64_t stream = (uint64_t(split == Split::train ? 1 : 2) << 48) | (epoch & ((uint64_t(1) << 48) - 1));
   const int64_t window = permute_index(index % w, w, opt_.seed, stream);
   const int64_t L = opt_.seq_len + 1;
+  if (opt_.whole_documents) return runs_[size_t((split == Split::train ? 0 : train_runs_) + window)];
   int64_t shift = 0;
   if (split == Split::train && split_tokens(split) >= 2 * L)
     shift = int64_t(philox_word(opt_.seed, stream ^ (uint64_t(0x5eed) << 52), 0) % uint64_t(L));
-  return split_begin(split) + shift + window * L;
+  return {split_begin(split) + shift + window * L, L};
 }
 
 std::string TokenDataset::identity() const {
@@ -146,20 +190,32 @@ std::string TokenDataset::identity() const {
 }
 
 std::string TokenDataset::target_mask() const {
-  if (!loss_mask_) return "";
+  std::string what;
   char share[32];
-  std::snprintf(share, sizeof share, "%.1f%%", 100.0 * double(loss_mask_->kept()) / double(view_.count));
-  return "those " + std::filesystem::path(loss_mask_->path()).filename().string() + " marks (" + share +
-         " of the tokens)";
+  if (opt_.whole_documents) {
+    std::snprintf(share, sizeof share, "%.1f%%", 100.0 * padding_share_);
+    what = "the padding after each sample's whole documents (data.packing = documents: " +
+           std::to_string(runs_.size()) + " samples, " + share + " of their tokens padding, " +
+           std::to_string(cut_documents_) + " documents longer than model.seq_len + 1 cut into pieces)";
+  }
+  if (loss_mask_) {
+    std::snprintf(share, sizeof share, "%.1f%%", 100.0 * double(loss_mask_->kept()) / double(view_.count));
+    what += (what.empty() ? "" : "; ") + std::string("those ") +
+            std::filesystem::path(loss_mask_->path()).filename().string() + " marks (" + share + " of the tokens)";
+  }
+  return what;
 }
 
 void TokenDataset::sample(Split split, int64_t index, int32_t* inputs, int32_t* targets) const {
-  const int64_t start = sample_start(split, index);
-  view_.copy(start, opt_.seq_len, inputs);
-  view_.copy(start + 1, opt_.seq_len, targets);
+  const Run run = window(split, index);
+  const int64_t T = opt_.seq_len, in = std::min(run.length, T), out = std::min(run.length - 1, T);
+  view_.copy(run.start, in, inputs);
+  view_.copy(run.start + 1, out, targets);
+  std::fill(inputs + in, inputs + T, 0);  // padding: read by nothing before it, its targets none
+  std::fill(targets + out, targets + T, -1);
   if (loss_mask_)
-    for (int64_t t = 0; t < opt_.seq_len; ++t)
-      if (!loss_mask_->keeps(start + 1 + t)) targets[t] = -1;
+    for (int64_t t = 0; t < out; ++t)
+      if (!loss_mask_->keeps(run.start + 1 + t)) targets[t] = -1;
 }
 
 }  // namespace trellis

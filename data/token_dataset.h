@@ -4,11 +4,14 @@
 // tokens (the training grid shifted by a seeded offset every epoch), and sample i reads window
 // perm_e(i mod W) of epoch e = i / W, where perm_e is a permutation seeded by (seed, split, e).
 // Inputs are the first seq_len tokens, targets the last; where the data has a loss mask
-// (PREFIX.lossmask, data/loss_mask.h) the targets it marks 0 are -1 (no target).
+// (PREFIX.lossmask, data/loss_mask.h) the targets it marks 0 are -1 (no target). With
+// DatasetOptions::whole_documents the windows are instead runs of whole documents, fixed at open,
+// padded to seq_len + 1; the splits then end at a window's start.
 #pragma once
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "data/indexed_dataset.h"
 #include "data/loss_mask.h"
@@ -23,6 +26,11 @@ struct DatasetOptions {
   double val_fraction = 0.1;
   bool need_val = true;     // a validation split too small for one sample is an error (else only unused)
   int64_t model_vocab = 0;  // the model's vocab_size; 0 skips the check against the model
+  // Samples of whole documents (data.packing = documents; a Megatron dataset, whose index holds the
+  // documents' lengths): each sample takes the next documents in order while they fit its
+  // seq_len + 1 tokens and is padded after them (targets -1); a document longer than that is cut
+  // into sample-sized pieces. false: windows of the token stream, documents cut anywhere.
+  bool whole_documents = false;
 };
 
 class TokenDataset : public SampleSource {
@@ -44,6 +52,8 @@ class TokenDataset : public SampleSource {
   std::string target_mask() const override;
   uint64_t checksum() const { return checksum_; }  // of the ids in order (scan_tokens's)
   int64_t distinct_samples(Split s) const override { return windows(s); }
+  // Samples whose targets are padding (whole documents), else 0; for tests and the log.
+  double padding_share() const { return padding_share_; }
 
   const std::string& format() const { return format_; }  // "megatron" or "llmc"
   const std::string& data_path() const { return data_path_; }
@@ -55,13 +65,22 @@ class TokenDataset : public SampleSource {
   // [0, seq_len] every epoch (so windows do not repeat exactly from epoch to epoch), which costs it
   // one window of slack; validation keeps a fixed grid so every evaluation sees the same windows.
   int64_t windows(Split s) const {
+    if (opt_.whole_documents) return s == Split::train ? train_runs_ : int64_t(runs_.size()) - train_runs_;
     const int64_t L = opt_.seq_len + 1, n = split_tokens(s);
     return s == Split::train ? (n >= 2 * L ? n / L - 1 : n / L) : n / L;
   }
   // The first token of sample `index`, relative to the whole stream.
-  int64_t sample_start(Split split, int64_t index) const;
+  int64_t sample_start(Split split, int64_t index) const { return window(split, index).start; }
 
  private:
+  // A sample's tokens in the stream: `length` of them from `start` (seq_len + 1 but for whole
+  // documents, where the rest is padding).
+  struct Run {
+    int64_t start = 0;
+    int64_t length = 0;
+  };
+  Run window(Split split, int64_t index) const;
+  void pack_documents();
   DatasetOptions opt_;
   std::string format_, data_path_, vocab_file_;
   std::unique_ptr<IndexedDataset> indexed_;
@@ -70,6 +89,9 @@ class TokenDataset : public SampleSource {
   TokenView view_;
   int64_t train_tokens_ = 0, vocab_size_ = 0;
   uint64_t checksum_ = 0;
+  std::vector<Run> runs_;  // whole documents: every sample's run, the training split's first
+  int64_t train_runs_ = 0, cut_documents_ = 0;
+  double padding_share_ = 0.0;
 };
 
 }  // namespace trellis

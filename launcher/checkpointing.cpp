@@ -375,7 +375,8 @@ void warn_on_changed_data(const Config& cfg, const JsonValue& meta, const std::s
       {"train.seed", {std::to_string(cfg.train.seed), std::to_string(was.train.seed)}},
       {"data.source", {cfg.data.source, was.data.source}},
       {"data.path", {cfg.data.path, was.data.path}},
-      {"data.val_fraction", {std::to_string(cfg.data.val_fraction), std::to_string(was.data.val_fraction)}}};
+      {"data.val_fraction", {std::to_string(cfg.data.val_fraction), std::to_string(was.data.val_fraction)}},
+      {"data.packing", {cfg.data.packing, was.data.packing}}};
   for (const auto& [key, values] : keys)
     if (values.first != values.second)
       std::printf("warning: resumed with %s = \"%s\", but the checkpoint's run had \"%s\": the steps from here train on "

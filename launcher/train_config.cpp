@@ -320,6 +320,9 @@ void validate_relations(const Config& c) {
   }
   if (c.data.source == "file" && c.data.path.empty())
     throw UserError(p + ": data.source = \"file\" needs data.path (a dataset made by prepare_data)");
+  if (c.data.packing == "documents" && c.data.source != "file")
+    throw UserError(p + ": data.packing = \"documents\" packs the documents of a dataset, which needs data.source = "
+                        "\"file\" (data.source = \"" + c.data.source + "\" has none)");
   if (c.data.document_mask && c.data.eod_token < 0)
     throw UserError(p + ": data.document_mask = true needs data.eod_token, the end-of-document token's id (50256 for "
                         "GPT-2's <|endoftext|>; the one prepare_data --append-eod wrote)");

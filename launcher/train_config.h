@@ -121,6 +121,7 @@ struct DataConfig {
   int64_t eod_token = -1;            // the end-of-document token's id; -1 = none
   bool reset_positions = false;      // with document_mask: learned positions count from each document's start
   bool eod_mask_loss = false;        // the target after each eod_token left out of the loss
+  std::string packing = "stream";    // file: stream (windows of the token stream) | documents (whole ones, padded)
 };
 
 struct LogConfig {

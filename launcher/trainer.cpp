@@ -171,6 +171,7 @@ std::unique_ptr<SampleSource> open_data_samples(const Config& cfg, const GPTConf
   o.val_fraction = cfg.data.val_fraction;
   o.need_val = cfg.log.val_every > 0;
   o.model_vocab = mc.vocab_size;
+  o.whole_documents = cfg.data.packing == "documents";
   try {
     return open_dataset(cfg.data.path, o);
   } catch (const UserError& e) {  // the data layer names its files; the config and key come first

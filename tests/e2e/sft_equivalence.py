@@ -5,8 +5,9 @@ the answers' tokens as targets; training on it (CPU, fp32, dropout on) then diff
 the same tokens without the mask, the llm.c format trains the same model as the Megatron one, and
 data 2 with 2 micro-batches each, pipeline 2 x data 2 and tensor 2 give the same losses, validation
 losses, gradient norms and weights as one rank (the mean over the targets kept is counted over each
-step's whole batch). The loss and every gradient match the PyTorch reference where torch is
-installed. With one key (--json-keys response) each line is a document and no mask is written. Bad
+step's whole batch). With data.packing = documents (whole examples a sample, padded) the same holds
+for data 2 and tensor 2, and an llm.c file is refused. The loss and every gradient match the PyTorch
+reference where torch is installed, either way. With one key (--json-keys response) each line is a document and no mask is written. Bad
 JSON lines, missing keys, three keys, responses all empty (the old dataset under --force kept whole),
 validation samples without a target, ranks reading different data (one without the mask), data whose
 mask was not copied beside it and a truncated mask are refused with one line; some empty responses
@@ -85,14 +86,30 @@ def main():
             (4, "pipeline 2 x data 2", ["parallel.pipeline=2"]),
             (2, "tensor 2", ["parallel.tensor=2"])], (ref_loss, ref_w, ref_norms), STEPS, ref_val)
 
+        # Whole examples a sample (data.packing = documents): padded, never cut from their prompts.
+        packed = ["data.packing=documents"]
+        _, pk_loss, pk_val, pk_w, _, pk_norms, out = run(1, "packed", sft, *packed)
+        check("the padding after each sample's whole documents (data.packing = documents: " in out and
+              "; those sft.lossmask marks" in out and max(abs(a - b) for a, b in zip(pk_loss, ref_loss)) > 1e-3,
+              f"whole examples a sample: the log says so, losses {pk_loss[0]:.5f} .. against {ref_loss[0]:.5f} .. "
+              f"cut anywhere")
+        equivalence.check_layouts(lambda ranks, tag, *sets: run(ranks, "p" + tag, sft, *packed, *sets), check, [
+            (2, "whole examples, data 2, 2 micro-batches each", []),
+            (2, "whole examples, tensor 2", ["parallel.tensor=2"])], (pk_loss, pk_w, pk_norms), STEPS, pk_val)
+        check.refused(1, BASE + ["data.path=" + sft_llmc + ".tok"] + packed,
+                      'data.packing = "documents" needs the documents\' lengths, which a Megatron dataset\'s index holds',
+                      "whole examples from an llm.c token file")
+
         parity = os.path.join(os.path.dirname(os.path.abspath(__file__)), "torch_parity.py")
-        p = subprocess.run([sys.executable, parity, binary, config, "--set", "data.source=file", "--set",
-                            "data.path=" + sft], capture_output=True, text=True, timeout=300)
-        lines = [ln for ln in p.stdout.splitlines() if ln.startswith(("loss:", "SKIP"))]
-        if p.returncode == 77:
-            print("skip the PyTorch reference:", lines)
-        else:
-            check(p.returncode == 0, f"against the PyTorch reference: {lines}")
+        for what, sets in [("", []), (", whole examples a sample", packed)]:
+            p = subprocess.run([sys.executable, parity, binary, config, "--set", "data.source=file", "--set",
+                                "data.path=" + sft] + [x for kv in sets for x in ("--set", kv)],
+                               capture_output=True, text=True, timeout=300)
+            lines = [ln for ln in p.stdout.splitlines() if ln.startswith(("loss:", "training step", "SKIP"))]
+            if p.returncode == 77:
+                print("skip the PyTorch reference:", lines)
+            else:
+                check(p.returncode == 0, f"against the PyTorch reference{what}: {lines}")
 
         # Refusals, one line each.
         bad = os.path.join(tmp, "bad.jsonl")

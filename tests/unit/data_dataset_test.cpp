@@ -248,6 +248,67 @@ TEST(DataDataset, LossMaskFileLeavesOutTheTargetsItMarks) {
   EXPECT_TRUE(TokenDataset(dir / "m", options(T, 7)).target_mask().empty());
 }
 
+// data.packing = documents: every sample is a run of whole documents in order (or a piece of one
+// longer than a sample), padded after them (inputs 0, targets -1); an epoch of the two splits
+// covers every token once, the validation split begins at the first run past its token, and an
+// llm.c token file (no document lengths) is refused.
+TEST(DataDataset, WholeDocumentsArePackedAndPadded) {
+  TempDir dir;
+  write_counting_megatron(dir / "m", 3000);  // documents of 1, 2, 3, ... tokens: the last ones longer than a sample
+  const int64_t T = 16, L = T + 1;
+  DatasetOptions o = options(T, 5);
+  o.whole_documents = true;
+  const TokenDataset ds(dir / "m", o);
+  std::set<int64_t> doc_starts;
+  int64_t cut = 0;
+  for (int64_t p = 0, len = 1; p < 3000; p += len, ++len) {
+    doc_starts.insert(p);
+    cut += std::min<int64_t>(len, 3000 - p) > L;
+  }
+  std::vector<int32_t> in(static_cast<size_t>(T)), tg(static_cast<size_t>(T));
+  std::vector<int> covered(3000, 0);
+  int64_t padded = 0;
+  for (Split split : {Split::train, Split::val})
+    for (int64_t i = 0; i < ds.windows(split); ++i) {
+      ds.sample(split, i, in.data(), tg.data());
+      const int64_t start = ds.sample_start(split, i);
+      if (split == Split::val) {
+        EXPECT_GE(start, int64_t(3000 * 0.9)) << i;
+      }
+      // The run's length: tokens up to the first padded target's input, or the whole sample.
+      int64_t n = T + 1;
+      for (int64_t t = 0; t < T; ++t)
+        if (tg[size_t(t)] < 0) {
+          n = t + 1;
+          break;
+        }
+      EXPECT_TRUE(start + n == 3000 || doc_starts.count(start + n) || n == L) << "run " << start << "+" << n << " ends inside a document";
+      for (int64_t t = 0; t < T; ++t) {
+        if (t < n) EXPECT_EQ(in[size_t(t)], (start + t) % kMod);
+        else EXPECT_EQ(in[size_t(t)], 0);
+        if (t + 1 < n) EXPECT_EQ(tg[size_t(t)], (start + t + 1) % kMod);
+        else EXPECT_EQ(tg[size_t(t)], -1);
+      }
+      for (int64_t k = 0; k < n; ++k) ++covered[size_t(start + k)];
+      padded += L - n;
+    }
+  EXPECT_EQ(std::count(covered.begin(), covered.end(), 1), 3000);
+  EXPECT_NEAR(ds.padding_share(), double(padded) / double((ds.windows(Split::train) + ds.windows(Split::val)) * L), 1e-12);
+  EXPECT_GT(ds.padding_share(), 0.0);
+  EXPECT_NE(ds.target_mask().find(" documents longer than model.seq_len + 1 cut into pieces"), std::string::npos);
+  EXPECT_NE(ds.target_mask().find(", " + std::to_string(cut) + " documents longer"), std::string::npos) << ds.target_mask();
+  EXPECT_EQ(ds.distinct_samples(Split::train), ds.windows(Split::train));
+  // Each epoch is a permutation of the training runs.
+  std::set<int64_t> epoch;
+  for (int64_t i = 0; i < ds.windows(Split::train); ++i) epoch.insert(ds.sample_start(Split::train, ds.windows(Split::train) + i));
+  EXPECT_EQ(int64_t(epoch.size()), ds.windows(Split::train));
+  std::vector<int32_t> toks(3000);
+  for (int i = 0; i < 3000; ++i) toks[size_t(i)] = i % kMod;
+  write_token_file(dir / "t.tok", toks);
+  EXPECT_NE(error_of([&] { TokenDataset d(dir / "t.tok", o); }).find("data.packing = \"documents\" needs the documents' lengths"),
+            std::string::npos);
+}
+
 TEST(DataDataset, EpochsArePermutationsReshuffledPerEpoch) {
   TempDir dir;
   write_counting_megatron(dir / "m", 5000);
