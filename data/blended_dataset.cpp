@@ -96,7 +96,7 @@ std::unique_ptr<SampleSource> open_dataset(const std::string& spec, const Datase
     const std::string vocab = vocabulary_path(words[i]);
     std::error_code ec;
     if (!std::filesystem::exists(vocab, ec)) continue;
-    const std::string text = read_text_file(vocab);
+    const std::string text = vocabulary_without_mask_flag(read_text_file(vocab));  // masked or not, the same ids
     if (first_vocab.empty()) {
       first_vocab = vocab;
       first_vocab_text = text;

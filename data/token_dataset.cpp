@@ -123,6 +123,12 @@ TokenDataset::TokenDataset(const std::string& path, const DatasetOptions& option
                      "sample: more data, a shorter model.seq_len, another data.val_fraction" +
                      (s == Split::val ? std::string(", or log.val_every = 0") : std::string()) + ")");
   };
+  if (opt_.whole_documents && opt_.need_val && opt_.val_fraction > 0 && windows(Split::val) == 0)
+    throw UserError(data_path_ + ": no sample of whole documents starts in the last data.val_fraction = " +
+                    fraction_text(opt_.val_fraction) + " of the tokens (after token " +
+                    std::to_string(int64_t(double(view_.count) * (1.0 - opt_.val_fraction))) + " of " +
+                    std::to_string(view_.count) + "; data.packing = \"documents\"): there is no validation sample "
+                    "(allowed: more documents, a larger data.val_fraction, or log.val_every = 0)");
   if (windows(Split::train) == 0) throw too_small(Split::train, "train");
   // A mask that keeps no target of the training split would train nothing (a step's loss 0).
   if (loss_mask_ && loss_mask_->kept(1, split_tokens(Split::train)) == 0)
@@ -139,14 +145,16 @@ void TokenDataset::pack_documents() {
   const std::vector<int64_t>& docs = indexed_->document_index();
   Run open;  // the run being filled
   auto close = [&] {
-    if (open.length > 0) runs_.push_back(open);
+    if (open.length >= 2) runs_.push_back(open);  // one token alone has no target: no sample
     open = Run{};
   };
+  uint64_t h = 1469598103934665603ull;  // FNV-1a over the documents' lengths: the runs follow them
   int64_t at = 0, seq = 0;  // the stream position of sequence `seq`
   for (size_t d = 0; d + 1 < docs.size(); ++d) {
     int64_t start = at, n = 0;
     for (; seq < docs[d + 1]; ++seq) n += indexed_->sequence_size(seq);
     at += n;
+    for (int k = 0; k < 8; ++k) h = (h ^ ((uint64_t(n) >> (8 * k)) & 0xff)) * 1099511628211ull;
     if (n == 0) continue;
     if (open.length + n > L) close();
     if (n > L) {
@@ -157,6 +165,7 @@ void TokenDataset::pack_documents() {
     open.length += n;
   }
   close();
+  documents_checksum_ = h;
   int64_t real = 0;
   train_runs_ = int64_t(runs_.size());
   for (size_t r = 0; r < runs_.size(); ++r) {
@@ -186,6 +195,7 @@ std::string TokenDataset::identity() const {
   std::string id = std::filesystem::path(data_path_).filename().string() + ": " + std::to_string(view_.count) +
                    " tokens, checksum " + checksum_hex(checksum_);
   if (loss_mask_) id += ", loss mask " + checksum_hex(loss_mask_->checksum());
+  if (opt_.whole_documents) id += ", documents " + checksum_hex(documents_checksum_);
   return id;
 }
 

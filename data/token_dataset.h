@@ -47,7 +47,8 @@ class TokenDataset : public SampleSource {
   int64_t seq_len() const override { return opt_.seq_len; }
   // "NAME: N tokens, checksum HEX16", NAME the data file's name (the path may differ between
   // machines), HEX16 the ids' checksum (the scan's at open: a rewrite to the same size shows);
-  // with a loss mask, ", loss mask HEX16" after it.
+  // with a loss mask, ", loss mask HEX16" after it; with whole documents, ", documents HEX16" (a
+  // checksum of their lengths, which decide the samples).
   std::string identity() const override;
   std::string target_mask() const override;
   uint64_t checksum() const { return checksum_; }  // of the ids in order (scan_tokens's)
@@ -91,6 +92,7 @@ class TokenDataset : public SampleSource {
   uint64_t checksum_ = 0;
   std::vector<Run> runs_;  // whole documents: every sample's run, the training split's first
   int64_t train_runs_ = 0, cut_documents_ = 0;
+  uint64_t documents_checksum_ = 0;  // of the documents' lengths, which decide the runs
   double padding_share_ = 0.0;
 };
 

@@ -155,10 +155,21 @@ std::unique_ptr<Tokenizer> load_gpt2_tokenizer(const std::string& vocab_json_pat
                                             vocab_json_path);
 }
 
+namespace {
+constexpr char kMaskFlag[] = "\"loss_mask\": true, ";  // right after the file's opening brace
+}  // namespace
+
 void save_vocabulary(const Tokenizer& tok, const std::string& path, bool loss_mask) {
   std::string s = tok.to_json();
-  if (loss_mask) s.insert(s.find('{') + 1, "\"loss_mask\": true, ");
+  if (loss_mask) s.insert(s.find('{') + 1, kMaskFlag);
   write_file(path, s.data(), s.size());
+}
+
+std::string vocabulary_without_mask_flag(std::string text) {
+  const size_t brace = text.find('{');
+  if (brace != std::string::npos && text.compare(brace + 1, sizeof kMaskFlag - 1, kMaskFlag) == 0)
+    text.erase(brace + 1, sizeof kMaskFlag - 1);
+  return text;
 }
 
 std::unique_ptr<Tokenizer> load_vocabulary(const std::string& path) {

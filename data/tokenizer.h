@@ -42,6 +42,9 @@ std::unique_ptr<Tokenizer> load_gpt2_tokenizer(const std::string& vocab_json_pat
 // was written with a loss mask beside it (PREFIX.lossmask), which training then requires.
 void save_vocabulary(const Tokenizer& tok, const std::string& path, bool loss_mask = false);
 std::unique_ptr<Tokenizer> load_vocabulary(const std::string& path);
+// A vocabulary file's text without the flag save_vocabulary adds for a loss mask: what gives the
+// ids their meaning (a blend's sources compare it).
+std::string vocabulary_without_mask_flag(std::string text);
 // The tokenizer.json a vocabulary file of kind hf_bpe embeds, verbatim; "" for another kind.
 std::string embedded_hf_tokenizer(const std::string& path);
 // What a dataset's vocabulary file says of it, without building the tokenizer: its "vocab_size",

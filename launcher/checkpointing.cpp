@@ -367,7 +367,7 @@ void warn_on_changed_data(const Config& cfg, const JsonValue& meta, const std::s
   const JsonValue* saved = data ? data->find("identity") : nullptr;
   if (saved && saved->kind == JsonValue::Kind::kString && !data_identity.empty() &&
       !same_data_identity(saved->as_string(), data_identity) && was.data.path == cfg.data.path &&
-      was.data.source == cfg.data.source)
+      was.data.source == cfg.data.source && was.data.packing == cfg.data.packing)  // else warned of below
     std::printf("warning: resumed on data of %s, but the checkpoint's run read %s from the same data.path: the steps "
                 "from here train on other samples than an uninterrupted run would\n",
                 data_identity.c_str(), saved->as_string().c_str());

@@ -3,6 +3,7 @@
 //                [--vocab vocab.json --merges merges.txt] [--tokenizer-model DIR|tokenizer.json]
 //                [--format megatron|llmc] [--append-eod [--eod-token TEXT]]
 //                [--documents-split file|lines] [--json-keys KEY | --json-keys PROMPT,RESPONSE] [--force]
+//                [--block-bytes N]
 // reads the inputs a block at a time, encodes each block's documents on every core (OpenMP) and
 // writes them in order: PREFIX.bin + PREFIX.idx (megatron, the default) or PREFIX.tok (llmc), and
 // PREFIX.vocab.json; with --json-keys PROMPT,RESPONSE also PREFIX.lossmask (data/loss_mask.h: the
@@ -21,6 +22,7 @@
 #include <iterator>
 #include <memory>
 #include <new>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -46,6 +48,7 @@ struct Args {
   std::string output, tokenizer, vocab, merges, tokenizer_model, format = "megatron", split = "file", eod_token;
   bool force = false;       // replace PREFIX's existing outputs
   bool append_eod = false;  // end each document with the end-of-document token
+  size_t block_bytes = size_t(64) << 20;  // input read and encoded at a time
 };
 
 const char* kUsage =
@@ -53,7 +56,7 @@ const char* kUsage =
     "                    [--vocab vocab.json --merges merges.txt] [--tokenizer-model DIR|tokenizer.json]\n"
     "                    [--format megatron|llmc] [--append-eod [--eod-token TEXT]]\n"
     "                    [--documents-split file|lines] [--json-keys KEY | --json-keys PROMPT,RESPONSE]\n"
-    "                    [--force]\n"
+    "                    [--force] [--block-bytes N]\n"
     "--tokenizer hf reads a Hugging Face tokenizer.json (BPE: GPT-2, Llama 2 and 3, Mistral, ...); each\n"
     "document becomes the ids transformers' tokenizer(text) gives, its special tokens included.\n"
     "--append-eod ends every document with the end-of-document token, as Megatron's preprocessing does:\n"
@@ -64,8 +67,8 @@ const char* kUsage =
     "tokenizer's special tokens at the document's ends), for supervised fine-tuning: PREFIX.lossmask then\n"
     "marks the response's tokens (and the end-of-document token) as the only targets training learns.\n"
     "--force replaces existing outputs of PREFIX (without it, prepare_data refuses to).\n"
-    "The inputs are read a block at a time and each block's documents encoded on every core\n"
-    "(OMP_NUM_THREADS limits them; the output does not depend on it).\n";
+    "The inputs are read a block of whole lines at a time (--block-bytes, default 64 MiB) and each\n"
+    "block's documents encoded on every core (OMP_NUM_THREADS limits them); the output depends on neither.\n";
 
 Args parse(int argc, char** argv) {
   Args a;
@@ -80,7 +83,7 @@ Args parse(int argc, char** argv) {
       continue;
     }
     static const char* const kValued[] = {"--input", "--output", "--tokenizer", "--vocab", "--merges", "--tokenizer-model", "--eod-token", "--format",
-                                          "--documents-split", "--json-keys"};
+                                          "--documents-split", "--json-keys", "--block-bytes"};
     if (std::find(std::begin(kValued), std::end(kValued), flag) == std::end(kValued))
       throw UserError("unknown option " + flag + " (see --help)");
     if (i + 1 >= argc) throw UserError(flag + " needs a value (see --help)");
@@ -94,6 +97,13 @@ Args parse(int argc, char** argv) {
     else if (flag == "--eod-token") a.eod_token = value;
     else if (flag == "--format") a.format = value;
     else if (flag == "--documents-split") a.split = value;
+    else if (flag == "--block-bytes") {
+      char* end = nullptr;
+      const long long n = std::strtoll(value.c_str(), &end, 10);
+      if (end == value.c_str() || *end != '\0' || n < 1)
+        throw UserError("--block-bytes must be a positive number of bytes, got \"" + value + "\"");
+      a.block_bytes = size_t(n);
+    }
     else if (flag == "--json-keys") {
       a.json_keys.clear();
       for (size_t at = 0; at <= value.size();) {
@@ -173,11 +183,13 @@ class InputReader {
     const bool whole_file = a_.json_keys.empty() && a_.split == "file";
     buffer_.swap(carry_);  // the part of a line the last block ended in
     carry_.clear();
-    while (!eof_ && (whole_file || buffer_.size() < budget || buffer_.find('\n') == std::string::npos)) {
-      const size_t at = buffer_.size(), want = std::max<size_t>(budget, size_t(1) << 20);
+    bool newline = false;  // the carry holds none: only the bytes read after it are searched
+    while (!eof_ && (whole_file || buffer_.size() < budget || !newline)) {
+      const size_t at = buffer_.size(), want = std::max<size_t>(budget, 1);
       buffer_.resize(at + want);
       const size_t got = std::fread(buffer_.data() + at, 1, want, file_);
       buffer_.resize(at + got);
+      newline = newline || std::memchr(buffer_.data() + at, '\n', got) != nullptr;
       if (got < want) {
         if (std::ferror(file_)) throw UserError(path_ + ": read failed: " + std::strerror(errno));
         eof_ = true;
@@ -242,40 +254,47 @@ struct EncodedDocument {
   std::string error;
 };
 
-// Runs `each(k)` for k in [0, n) on every core, in any order; the first (lowest k) UserError
-// message is thrown after all have run.
-void parallel_for(size_t n, const std::function<void(size_t)>& each, std::vector<std::string>& errors) {
-  errors.assign(n, std::string());
+// Runs `each(k)` for k in [0, n) on every core, in any order; then the first failure (lowest k)
+// is thrown as it was: a UserError's line, out of memory, or another exception's message.
+void parallel_for(size_t n, const std::function<void(size_t)>& each) {
+  enum Failure : uint8_t { kNone, kUser, kMemory, kOther };
+  std::vector<Failure> failed(n, kNone);
+  std::vector<std::string> message(n);
 #pragma omp parallel for schedule(dynamic, 16)
   for (int64_t k = 0; k < int64_t(n); ++k) {
-    try {
+    try {  // nothing may leave an OpenMP region by an exception
       each(size_t(k));
     } catch (const UserError& e) {
-      errors[size_t(k)] = e.what();
+      failed[size_t(k)] = kUser;
+      message[size_t(k)] = e.what();
     } catch (const std::bad_alloc&) {
-      errors[size_t(k)] = "out of memory";
+      failed[size_t(k)] = kMemory;
+    } catch (const std::exception& e) {
+      failed[size_t(k)] = kOther;
+      message[size_t(k)] = e.what();
+    } catch (...) {
+      failed[size_t(k)] = kOther;
+      message[size_t(k)] = "an exception of unknown type";
     }
   }
-  for (const std::string& e : errors)
-    if (!e.empty()) throw UserError(e);
+  for (size_t k = 0; k < n; ++k) {
+    if (failed[k] == kUser) throw UserError(message[k]);
+    if (failed[k] == kMemory) throw std::bad_alloc();
+    if (failed[k] == kOther) throw std::runtime_error(message[k]);
+  }
 }
-
-// The batch size: enough documents that every core has work, few enough bytes that memory holds
-// the batch, its texts and their ids several times over.
-constexpr size_t kBatchBytes = size_t(64) << 20;
 
 // The char tokenizer's vocabulary: every code point of every document's texts (a first pass).
 std::unique_ptr<Tokenizer> char_vocabulary(const Args& a) {
   std::vector<uint8_t> seen(0x200000, 0);  // next_utf8 decodes up to 21 bits (no range check: as the char tokenizer reads)
   std::vector<RawDocument> batch;
-  std::vector<std::string> errors;
   for (const std::string& in : a.inputs) {
     InputReader reader(in, a);
     int64_t bad = 0;
-    while (reader.next(batch, kBatchBytes)) {
+    while (reader.next(batch, a.block_bytes)) {
       for (const RawDocument& d : batch) bad += invalid_utf8_bytes(d.bytes);
       std::vector<std::vector<std::string>> texts(batch.size());
-      parallel_for(batch.size(), [&](size_t k) { texts[k] = document_texts(batch[k], a, reader.where(batch[k])); }, errors);
+      parallel_for(batch.size(), [&](size_t k) { texts[k] = document_texts(batch[k], a, reader.where(batch[k])); });
       for (const auto& doc : texts)
         for (const std::string& t : doc)
           for (size_t i = 0; i < t.size();) seen[next_utf8(t, i)] = 1;
@@ -323,15 +342,15 @@ void write_outputs(const Args& a, const std::string& prefix, const Tokenizer& to
   std::unique_ptr<LossMaskWriter> mask = masked ? std::make_unique<LossMaskWriter>(prefix + ".lossmask") : nullptr;
   // Documents with the end-of-document token inside them (data.document_mask and data.eod_mask_loss
   // would cut them there), and responses that are empty; the first of each, for the warnings.
-  int64_t eod_inside = 0, empty_responses = 0;
-  std::string first_eod_inside, first_empty_response;
+  // Documents the tokenizer already ends with it (--append-eod then doubles it), likewise.
+  int64_t eod_inside = 0, eod_ending = 0, empty_responses = 0;
+  std::string first_eod_inside, first_eod_ending, first_empty_response;
   std::vector<RawDocument> batch;
   std::vector<EncodedDocument> encoded;
-  std::vector<std::string> errors;
   for (const std::string& in : a.inputs) {
     InputReader reader(in, a);
     int64_t file_tokens = 0, file_docs = 0;
-    while (reader.next(batch, kBatchBytes)) {
+    while (reader.next(batch, a.block_bytes)) {
       encoded.assign(batch.size(), EncodedDocument());
       parallel_for(batch.size(), [&](size_t k) {
         const std::string where = reader.where(batch[k]);
@@ -347,11 +366,13 @@ void write_outputs(const Args& a, const std::string& prefix, const Tokenizer& to
           e.response_start = starts[1];
           e.empty_response = texts[1].empty();
         }
-      }, errors);
+      });
       for (size_t k = 0; k < batch.size(); ++k) {
         EncodedDocument& e = encoded[k];
-        if (eod >= 0 && std::find(e.ids.begin(), e.ids.end(), eod) != e.ids.end() && eod_inside++ == 0)
+        if (eod >= 0 && !e.ids.empty() && std::find(e.ids.begin(), e.ids.end() - 1, eod) != e.ids.end() - 1 &&
+            eod_inside++ == 0)
           first_eod_inside = reader.where(batch[k]);
+        if (eod >= 0 && !e.ids.empty() && e.ids.back() == eod && eod_ending++ == 0) first_eod_ending = reader.where(batch[k]);
         if (e.empty_response && empty_responses++ == 0) first_empty_response = reader.where(batch[k]);
         if (eod >= 0) e.ids.push_back(eod);
         if (mask) mask->add(e.response_start, e.ids.size() - e.response_start);
@@ -374,6 +395,10 @@ void write_outputs(const Args& a, const std::string& prefix, const Tokenizer& to
     std::printf("warning: %lld of the %lld \"%s\" strings are empty (the first at %s): those examples teach %s\n",
                 (long long)empty_responses, (long long)docs, a.json_keys[1].c_str(), first_empty_response.c_str(),
                 eod >= 0 ? "only to end right after the prompt" : "nothing");
+  if (eod_ending > 0)
+    std::printf("warning: %lld documents already end with the end-of-document token %d (the first at %s; the "
+                "tokenizer adds it): --append-eod ends them with two\n",
+                (long long)eod_ending, eod, first_eod_ending.c_str());
   if (eod_inside > 0)
     std::printf("warning: %lld documents hold the end-of-document token %d inside them (the first at %s): "
                 "data.document_mask and data.eod_mask_loss would cut them there (name another token with --eod-token, "
@@ -457,12 +482,19 @@ int run(int argc, char** argv) {
   exts.push_back(".vocab.json");
   for (const char* ext : a.format == "megatron" ? std::vector<const char*>{".bin", ".idx"} : std::vector<const char*>{".tok"})
     exts.push_back(ext);
-  const auto remove_partials = [&] {  // also what an interrupted run left
+  const auto remove_partials = [&] {
     for (const std::string& ext : kExts) {
       std::error_code ec;
       std::filesystem::remove(partial + ext, ec);
     }
   };
+  // What an interrupted run left (or another run is writing): removed only with --force.
+  for (const std::string& ext : kExts) {
+    std::error_code ec;
+    if (std::filesystem::exists(partial + ext, ec) && !a.force)
+      throw UserError("--output " + a.output + ": " + partial + ext + " exists (left by an interrupted prepare_data, or "
+                      "one writing this prefix now): --force removes it");
+  }
   remove_partials();
   try {
     write_outputs(a, partial, *tok, eod);

@@ -56,7 +56,7 @@ TEXTS = [
     "The year 2024 and 1234567 and ٣٤٥٦ and ½ ²³", "tab\there\nnewline\r\nwindows  \n\n double",
     "café naïve Übermäßig Straße", "日本語のテキスト。中文，标点！", "🦊🐶👍🏽 emoji and ZWJ 👩‍👩‍👧",
     "mixed: (hello) [world] {x} <y> !!! ??? ...", "word\u00a0nbsp\u2003emspace\u3000ideographic",
-    "unseen chars: ǅ ꙮ 𝔘𝔫𝔦 ᚠᛇᚻ", "   ", "x", "a<|endoftext|>b <|endoftext|> c", "<|begin_of_text|>Hi<|eot_id|>",
+    "unseen chars: ǅ ꙮ 𝔘𝔫𝔦 ᚠᛇᚻ", "   ", "x", "a<|endoftext|>b <|endoftext|> c", "<|begin_of_text|>Hi<|eot_id|>", "one turn<|eot_id|>the next",
     "before <mask>  after", "A <special> and <special>again", "x" * 300 + " long word",
     "ſ 's 'ſ", "line one\n\nline three\n",
     "decomposed: e\u0301 A\u030A \u212B \u1100\u1161\u11A8 a\u0301\u0323 q\u0307\u0323 caf\u00e9",
@@ -187,12 +187,15 @@ def append_eod(prepare, inputs, lines, cases, tmp, check):
         status, out, err = run([prepare, *ins, "--output", prefix, *flags, "--append-eod", "--force"])
         check(status == 0 and read_megatron(prefix) == want, f"--append-eod, {what}: {len(want)} documents", err)
         # Documents holding the token inside them (Llama 3's <|eot_id|> ends turns within a chat) are
-        # warned of: document masking would cut them there.
-        inside = sum(ids[-1] in ids[:-1] for ids in want)
+        # warned of: document masking would cut them there; so are those the tokenizer already ends with it.
+        eod = want[0][-1]
+        inside, ending = sum(eod in ids[:-2] for ids in want), sum(len(ids) > 1 and ids[-2] == eod for ids in want)
         warned = [ln for ln in out.decode().splitlines() if ln.startswith("warning:")]
-        expect = f"warning: {inside} documents hold the end-of-document token {want[0][-1]} inside them"
-        check(len(warned) == 1 and warned[0].startswith(expect) if inside else not warned,
-              f"--append-eod, {what}: {inside} documents with the token inside warned of", warned)
+        expect = ([f"warning: {ending} documents already end with the end-of-document token {eod}"] if ending else []) + \
+            ([f"warning: {inside} documents hold the end-of-document token {eod} inside them"] if inside else [])
+        check(len(warned) == len(expect) and all(w.startswith(e) for w, e in zip(warned, expect)) and inside + ending > 0
+              if "eot_id" in what else not warned,
+              f"--append-eod, {what}: {inside} documents with the token inside, {ending} ending with it, warned of", warned)
     # Refused in one line, and with --force the old dataset kept.
     for what, flags, message in [
             ("no tokenizer_config.json", ["--tokenizer", "hf", "--tokenizer-model", os.path.join(tmp, "qwen2_nfc")],

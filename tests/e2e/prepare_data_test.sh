@@ -74,26 +74,37 @@ bad unknown_flag "unknown option --bogus" --input "$tmp/text.txt" --bogus
 # document a line, in two inputs), and of two bad lines the first is the one reported.
 for i in $(seq 3000); do echo "{\"text\": \"line $i: $(printf '%*s' $((i % 97)) '' | tr ' ' 'x')\"}"; done >"$tmp/a.jsonl"
 head -700 "$tmp/a.jsonl" >"$tmp/b.jsonl"
-for t in 1 3; do
-  OMP_NUM_THREADS=$t "$prepare_data" --input "$tmp/a.jsonl" --input "$tmp/b.jsonl" --output "$tmp/threads$t" \
-    --tokenizer byte --json-keys text >"$tmp/out" 2>&1 || { cat "$tmp/out" >&2; fail "JSON Lines on $t threads: exit $?"; }
+# b.jsonl: a byte order mark, Windows line ends and blank lines, which every block size reads alike.
+{ printf '\xef\xbb\xbf'; awk 'NR <= 700 { printf "%s\r\n", $0; if (NR == 100) print ""; if (NR == 300) print "   " }' "$tmp/a.jsonl"; } >"$tmp/b.jsonl"
+for run in "1 67108864" "3 67108864" "3 1000" "2 5"; do
+  set -- $run
+  OMP_NUM_THREADS=$1 "$prepare_data" --input "$tmp/a.jsonl" --input "$tmp/b.jsonl" --output "$tmp/threads$1_$2" \
+    --tokenizer byte --json-keys text --block-bytes $2 >"$tmp/out" 2>&1 || { cat "$tmp/out" >&2; fail "JSON Lines, $run: exit $?"; }
+  grep -q "3700 documents" "$tmp/out" && cmp -s "$tmp/threads1_67108864.bin" "$tmp/threads$1_$2.bin" &&
+    cmp -s "$tmp/threads1_67108864.idx" "$tmp/threads$1_$2.idx" || fail "threads and block bytes $run wrote another dataset: $(cat "$tmp/out")"
 done
-grep -q "3700 documents" "$tmp/out" && cmp -s "$tmp/threads1.bin" "$tmp/threads3.bin" && cmp -s "$tmp/threads1.idx" "$tmp/threads3.idx" ||
-  fail "1 and 3 threads wrote different datasets: $(cat "$tmp/out")"
-echo "ok   1 and 3 threads write the same dataset"
+echo "ok   1, 2 and 3 threads and blocks of 5 bytes to 64 MiB write the same dataset"
 # Lines longer than a block of reading (1 MiB and more), the last without a newline: every byte kept.
 { head -c 3000000 /dev/zero | tr '\0' a; echo; echo short; echo; head -c 1048575 /dev/zero | tr '\0' b; echo; printf 'end'; } >"$tmp/long.txt"
-"$prepare_data" --input "$tmp/long.txt" --output "$tmp/long" --tokenizer byte --format llmc --documents-split lines >"$tmp/out" 2>&1 ||
-  { cat "$tmp/out" >&2; fail "long lines: exit $?"; }
-python3 - "$tmp/long.txt" "$tmp/long.tok" <<'PY' || fail "long lines: the tokens are not the text's bytes"
+for block in 65536 7; do
+  "$prepare_data" --input "$tmp/long.txt" --output "$tmp/long$block" --tokenizer byte --format llmc --documents-split lines \
+    --block-bytes $block >"$tmp/out" 2>&1 || { cat "$tmp/out" >&2; fail "long lines, blocks of $block bytes: exit $?"; }
+  python3 - "$tmp/long.txt" "$tmp/long$block.tok" <<'PY' || fail "long lines, blocks of $block bytes: the tokens are not the text's bytes"
 import struct, sys
 text, raw = open(sys.argv[1], "rb").read(), open(sys.argv[2], "rb").read()
 n = struct.unpack("<3i", raw[:12])[2]
 sys.exit(0 if bytes(struct.unpack(f"<{n}H", raw[1024:1024 + 2 * n])) == text else 1)
 PY
-grep -q "5 documents" "$tmp/out" || fail "long lines: $(cat "$tmp/out")"
+  grep -q "5 documents" "$tmp/out" || fail "long lines: $(cat "$tmp/out")"
+done
 echo "ok   lines longer than a block of reading keep every byte"
 sed -e '2500s/.*/{"text": 1}/' -e '2900s/.*/not json/' "$tmp/a.jsonl" >"$tmp/bad.jsonl"
+# A partial file an interrupted run left: refused without --force, removed with it.
+: >"$tmp/fresh.partial.bin"
+bad partial_left "--output $tmp/fresh: $tmp/fresh.partial.bin exists (left by an interrupted prepare_data" \
+  --input "$tmp/text.txt" --output "$tmp/fresh" --tokenizer char
+"$prepare_data" --input "$tmp/text.txt" --output "$tmp/fresh" --tokenizer char --force >"$tmp/out" 2>&1 &&
+  [[ ! -e $tmp/fresh.partial.bin && -s $tmp/fresh.bin ]] || fail "--force with a partial file left: $(cat "$tmp/out")"
 OMP_NUM_THREADS=3 bad first_bad_line "$tmp/bad.jsonl:2500: the member \"text\" is not a string" \
   --input "$tmp/bad.jsonl" --output "$tmp/bad" --tokenizer byte --json-keys text
 echo "prepare_data e2e: OK"

@@ -11,7 +11,8 @@ reference where torch is installed, either way. With one key (--json-keys respon
 JSON lines, missing keys, three keys, responses all empty (the old dataset under --force kept whole),
 validation samples without a target, ranks reading different data (one without the mask), data whose
 mask was not copied beside it and a truncated mask are refused with one line; some empty responses
-are warned of, and a partial file an interrupted run left is removed, not moved into place. Usage: sft_equivalence.py TRAIN_GPT MPIEXEC CONFIG"""
+are warned of, and a partial file an interrupted run left is refused, or with --force removed (never
+moved into place). Usage: sft_equivalence.py TRAIN_GPT MPIEXEC CONFIG"""
 import json
 import os
 import random
@@ -182,9 +183,13 @@ def main():
         with open(os.path.join(tmp, "stale.partial.bin"), "wb") as f:
             f.write(b"left by a killed run")
         p = prepare(prepare_data, jsonl, os.path.join(tmp, "stale"), "--json-keys", "prompt,response", "--format", "llmc")
+        check(p.returncode == 1 and "stale.partial.bin exists (left by an interrupted prepare_data" in p.stderr,
+              f"a stale partial file refused without --force: {p.stderr.strip()}")
+        p = prepare(prepare_data, jsonl, os.path.join(tmp, "stale"), "--json-keys", "prompt,response", "--format", "llmc",
+                    "--force")
         left = sorted(n for n in os.listdir(tmp) if n.startswith("stale"))
         check(p.returncode == 0 and left == ["stale.lossmask", "stale.tok", "stale.vocab.json"],
-              f"a stale partial file is removed, not moved into place: {left}")
+              f"with --force a stale partial file is removed, not moved into place: {left}")
         with open(sft + ".lossmask", "r+b") as f:
             f.truncate(os.path.getsize(sft + ".lossmask") - 1)
         check.refused(1, BASE + ["data.path=" + sft], "sft.lossmask: 8582 bytes, not the 8583 a mask of 8559 tokens "

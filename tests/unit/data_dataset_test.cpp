@@ -292,7 +292,14 @@ TEST(DataDataset, WholeDocumentsArePackedAndPadded) {
       for (int64_t k = 0; k < n; ++k) ++covered[size_t(start + k)];
       padded += L - n;
     }
-  EXPECT_EQ(std::count(covered.begin(), covered.end(), 1), 3000);
+  // Every token once, but for lone tokens a run would hold alone (no target: no sample).
+  EXPECT_EQ(std::count(covered.begin(), covered.end(), 2), 0);
+  for (size_t p = 0; p < covered.size(); ++p)
+    if (!covered[p]) {
+      EXPECT_TRUE((p == 0 || covered[p - 1]) && (p + 1 == covered.size() || covered[p + 1])) << p;
+    }
+  EXPECT_GT(std::count(covered.begin(), covered.end(), 1), 2990);
+  EXPECT_NE(ds.identity().find(", documents "), std::string::npos) << ds.identity();
   EXPECT_NEAR(ds.padding_share(), double(padded) / double((ds.windows(Split::train) + ds.windows(Split::val)) * L), 1e-12);
   EXPECT_GT(ds.padding_share(), 0.0);
   EXPECT_NE(ds.target_mask().find(" documents longer than model.seq_len + 1 cut into pieces"), std::string::npos);
@@ -306,6 +313,11 @@ TEST(DataDataset, WholeDocumentsArePackedAndPadded) {
   for (int i = 0; i < 3000; ++i) toks[size_t(i)] = i % kMod;
   write_token_file(dir / "t.tok", toks);
   EXPECT_NE(error_of([&] { TokenDataset d(dir / "t.tok", o); }).find("data.packing = \"documents\" needs the documents' lengths"),
+            std::string::npos);
+  // Documents all in one sample leave none to start the validation split: said so.
+  write_counting_megatron(dir / "small", 15);
+  EXPECT_NE(error_of([&] { TokenDataset d(dir / "small", o); })
+                .find("no sample of whole documents starts in the last data.val_fraction = 0.1 of the tokens (after token 13 of 15"),
             std::string::npos);
 }
 
@@ -445,6 +457,11 @@ TEST(DataDataset, BlendingNeedsOneVocabulary) {
   EXPECT_NE(e.find("a.vocab.json and " + (dir / "c.vocab.json") + " differ: a blend's sources must share one vocabulary"),
             std::string::npos)
       << e;
+  // Fine-tuning data (its vocabulary flagged for the loss mask beside it) blends with unmasked data.
+  write_loss_mask(dir / "b.lossmask", std::vector<uint8_t>(1000, 1), TokenDataset(dir / "b.tok", options(8, 1)).checksum());
+  save_vocabulary(*make_char_tokenizer({"zyx"}), dir / "b.vocab.json", /*loss_mask=*/true);
+  EXPECT_NE(open_dataset("1 " + (dir / "a.tok") + " 1 " + (dir / "b.tok"), options(8, 1))->target_mask().find("b.lossmask"),
+            std::string::npos);
 }
 
 TEST(DataDataset, TinyShakespeareAtCharLevel) {
