@@ -10,6 +10,7 @@ namespace trellis {
 
 std::string usage() {
   return "usage: train_gpt CONFIG.toml [--set section.key=value]... [--dump-grads DIR] [--export-weights DIR]\n"
+         "       train_gpt CONFIG.toml [--set section.key=value]... --eval\n"
          "       train_gpt CONFIG.toml [--set section.key=value]... --plan | --layouts [--world N] [--device-memory GIB]\n"
          "       train_gpt --config-doc\n"
          "\n"
@@ -17,6 +18,10 @@ std::string usage() {
          "  --set section.key=value override one config key (repeatable; also --set=section.key=value)\n"
          "  --dump-grads DIR        write the gradients of the first step to DIR (new or empty) and exit\n"
          "  --export-weights DIR    after training, write the weights (model.json + params.f32) to DIR (new or empty)\n"
+         "  --eval                  validate what the run would start from (checkpoint.resume's checkpoint, else\n"
+         "                          model.init_from, else the initialization) once on log.val_batches global batches of\n"
+         "                          the validation split, print the loss and perplexity, and exit: nothing is trained\n"
+         "                          or written (no checkpoint, metrics or TensorBoard file)\n"
          "  --plan                  print each pipeline stage's memory per rank and the step's compute, and exit\n"
          "  --layouts               list every tensor x pipeline x data layout of the world for this config, each with\n"
          "                          its largest rank's memory and pipeline bubble at the same global batch, and exit\n"
@@ -62,6 +67,8 @@ CliArgs parse_cli(int argc, char** argv) {
     } else if (is_opt(arg, "--export-weights")) {
       a.export_weights_dir = value_of("--export-weights", arg, i);
       if (a.export_weights_dir.empty()) throw UserError("--export-weights: missing directory" + hint);
+    } else if (arg == "--eval") {
+      a.eval_only = true;
     } else if (arg == "--plan") {
       a.plan = true;
     } else if (arg == "--layouts") {
@@ -91,6 +98,9 @@ CliArgs parse_cli(int argc, char** argv) {
   if (!a.dump_grads_dir.empty() && !a.export_weights_dir.empty())
     throw UserError("--dump-grads writes the first step's gradients and exits without training; it does not go "
                     "with --export-weights" + hint);
+  if (a.eval_only && (!a.dump_grads_dir.empty() || !a.export_weights_dir.empty() || a.plan || a.layouts))
+    throw UserError("--eval validates the model once and exits without training; it does not go with --dump-grads, "
+                    "--export-weights, --plan or --layouts" + hint);
   if (a.plan && a.layouts)
     throw UserError("--plan prints one layout, --layouts every layout of the world: give one of them" + hint);
   if (a.plan_world > 0 && !a.plan && !a.layouts) throw UserError("--world goes with --plan or --layouts" + hint);

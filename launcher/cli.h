@@ -1,5 +1,5 @@
 // Command-line parsing for train_gpt:
-//   train_gpt CONFIG.toml [--set section.key=value]... [--dump-grads DIR] [--export-weights DIR]
+//   train_gpt CONFIG.toml [--set section.key=value]... [--dump-grads DIR] [--export-weights DIR] [--eval]
 //             [--plan | --layouts] [--world N] [--device-memory GIB] [--config-doc] [--help]
 #pragma once
 #include <string>
@@ -13,6 +13,7 @@ struct CliArgs {
   bool print_config_doc = false;       // print docs/config.md and exit
   std::string dump_grads_dir;          // write gradients after the first step here; empty = off
   std::string export_weights_dir;      // write the final weights here; empty = off
+  bool eval_only = false;              // validate what the run would start from, once, and exit
   bool plan = false;                   // print the layout's per-rank memory and compute, and exit
   bool layouts = false;                // print every layout of the world with its memory and bubble, and exit
   int plan_world = 0;                  // --plan's / --layouts' world size; 0 = this launch's

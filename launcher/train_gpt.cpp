@@ -111,10 +111,11 @@ void check_same_options(const CliArgs& a) {
   const std::string options = std::to_string(a.help) + "|" + std::to_string(a.print_config_doc) + "|" +
                               std::to_string(a.plan) + "|" + std::to_string(a.layouts) + "|" +
                               std::to_string(a.plan_world) + "|" + std::to_string(a.device_memory_gib) + "|" +
-                              a.dump_grads_dir + "|" + a.export_weights_dir;
+                              a.dump_grads_dir + "|" + a.export_weights_dir + "|" + std::to_string(a.eval_only);
   if (!same_on_every_rank(options))
     throw UserError("the command-line options (--plan, --layouts, --world, --device-memory, --dump-grads, "
-                    "--export-weights, --help, --config-doc) differ between ranks; start every rank with the same ones");
+                    "--export-weights, --eval, --help, --config-doc) differ between ranks; start every rank with the same "
+                    "ones");
 }
 
 }  // namespace
@@ -141,6 +142,7 @@ int main(int argc, char** argv) {
     // Every rank reads and checks its config before any other collective; all fail alike.
     ok = agree(launch, [&] {
       cfg = load_config(args.config_path, args.overrides);
+      if (args.eval_only) cfg = evaluation_config(cfg);
       validate_for_world(cfg, launch.world);
       check_devices(cfg, launch);
       // Found now rather than after training: without a checkpoint the weights would be lost.
@@ -165,7 +167,7 @@ int main(int argc, char** argv) {
     if (ok) {
       try {
         if (!args.dump_grads_dir.empty()) dump_gradients(cfg, launch, args.dump_grads_dir);
-        else run_training(cfg, launch, RunOptions{args.export_weights_dir});
+        else run_training(cfg, launch, RunOptions{args.export_weights_dir, args.eval_only});
       } catch (const UserError& e) {
         if (launch.rank == 0 && *e.what()) print_error(e.what(), args.overrides);  // empty: said by its rank
         ok = false;

@@ -387,6 +387,21 @@ void warn_on_unused_settings(const Config& cfg, const std::string& precision, in
          " hardware threads: oversubscribed threads slow every CPU op (0 = automatic)");
 }
 
+Config evaluation_config(const Config& cfg) {
+  Config c = cfg;
+  if (c.checkpoint.resume == "auto") c.checkpoint.resume = c.checkpoint.dir.empty() ? "none" : c.checkpoint.dir;
+  c.checkpoint.dir.clear();
+  c.checkpoint.keep_best = false;
+  c.checkpoint.every = 0;
+  if (c.log.val_every <= 0) c.log.val_every = 1;
+  c.log.metrics_file.clear();
+  c.log.tensorboard_dir.clear();
+  c.log.trace_step = 0;
+  c.log.profile_ops = false;
+  c.train.stop_after = 0;
+  return c;
+}
+
 void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions& opts) {
   const Resolved res = resolve(cfg, launch);
   const bool main_rank = launch.rank == 0;
@@ -779,7 +794,8 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
     // Every rank reads the checkpoint; all must succeed before any goes on to a collective.
     Watchdog::Pause p(rt.watchdog());  // ranks may read their files at very different speeds
     agree_on([&] { start_step = load_training_checkpoint(rt, cfg, *from, state, global_batch); }, launch);
-    if (main_rank) std::printf("resumed from %s: continuing after step %lld\n", from->c_str(), (long long)start_step);
+    if (main_rank && !opts.eval_only)
+      std::printf("resumed from %s: continuing after step %lld\n", from->c_str(), (long long)start_step);
     if (main_rank && !cfg.model.init_from.empty())
       std::printf("note: model.init_from = %s is not used: the run continues its checkpoint\n",
                   cfg.model.init_from.c_str());
@@ -805,7 +821,7 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
   double best_val = keep_best && main_rank ? best_checkpoint_val_loss(cfg) : 0.0;
   if (cfg.train.stop_after > 0 && !checkpoints && main_rank)
     std::printf("warning: train.stop_after without checkpoint.dir: the run stops and nothing is saved\n");
-  if (main_rank) warn_on_unused_settings(cfg, res.precision, start_step, launch.local_size);
+  if (main_rank && !opts.eval_only) warn_on_unused_settings(cfg, res.precision, start_step, launch.local_size);
 
   Buffer scalars(rt.allocator(), 3 * 4, "step scalars");
   Tensor loss_sum = scalars.tensor(DType::f32, {1}), norm_sq = scalars.tensor(DType::f32, {1}, 4);
@@ -882,6 +898,65 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
     counted_step = step;
     return counted_targets;
   };
+  // log.val_batches global batches of the validation split, samples [0, val_batches x G): this data
+  // rank's micro-batches are those of the training steps' pattern, so every layout validates on the
+  // same samples. The loss over them (recorded on rank 0), or none when a stop signal came first.
+  auto validate = [&](int64_t step) -> std::optional<double> {
+    NvtxRange r("validation");
+    // Not a training step: left out of log.profile_ops's per-step times.
+    if (rt.profiler()) rt.profiler()->set_paused(true);
+    fill(rt, loss_sum, 0.0f);
+    auto val_sample = [&](int64_t vb) { return (vb * data_size + data_rank) * B; };
+    auto context_of = [&](int64_t sample_offset) {  // no dropout in a forward without backward: the step only names it
+      StepContext ctx;
+      ctx.seed = uint64_t(cfg.train.seed);
+      ctx.step = step;
+      ctx.sample_offset = sample_offset;
+      return ctx;
+    };
+    // In runs of kValidationRun micro-batches, with a look for a stop signal between them: a long
+    // validation (log.val_batches) must not keep a preempted job from its checkpoint.
+    constexpr int kValidationRun = 32;
+    const int64_t val_micro_batches = cfg.log.val_batches * m;
+    bool abandoned = false;
+    for (int64_t first = 0; first < val_micro_batches && !abandoned; first += kValidationRun) {
+      GPTStage val_model(
+          model, [&](int vb) { return context_of(val_sample(first + vb)); },
+          [&](int vb) { return loader.load(Split::val, val_sample(first + vb)); }, 0.0f, loss_sum);
+      engine.run_forward(int(std::min<int64_t>(kValidationRun, val_micro_batches - first)), val_model);
+      if (first + kValidationRun < val_micro_batches) abandoned = stop_requested(MPI_COMM_WORLD, rt.watchdog());
+    }
+    if (abandoned) {  // the stop after it saves the step's checkpoint
+      if (rt.profiler()) rt.profiler()->set_paused(false);
+      if (main_rank)
+        std::printf("step %5lld/%lld | validation abandoned: a stop signal\n", (long long)step, (long long)cfg.train.steps);
+      return std::nullopt;
+    }
+    if (reduce) data_group.all_reduce(loss_sum);
+    if (pipeline_group) pipeline_group->all_reduce(loss_sum);  // known on the last stage
+    const double val = double(read_scalar(rt, loss_sum)) / double(val_targets);
+    if (rt.profiler()) rt.profiler()->set_paused(false);
+    if (main_rank && !opts.eval_only) {
+      JsonObject rec;
+      rec.add("step", step).add("split", "val").add("loss", val);
+      metrics->write(rec);
+      tb->scalar("val/loss", step, val);
+      std::printf("step %5lld/%lld | val loss %.4f\n", (long long)step, (long long)cfg.train.steps, val);
+      std::fflush(stdout);
+    }
+    return val;
+  };
+  if (opts.eval_only) {
+    const std::optional<double> val = validate(start_step);
+    if (main_rank && val)
+      std::printf("eval: %s | val loss %.6f | perplexity %.4f | %lld targets of %lld samples (log.val_batches = %lld "
+                  "global batches of the validation split)\n",
+                  from ? ("step " + std::to_string(start_step) + " of " + *from).c_str()
+                       : !cfg.model.init_from.empty() ? cfg.model.init_from.c_str() : "the initialization",
+                  *val, std::exp(*val), (long long)val_targets, (long long)(cfg.log.val_batches * global_batch),
+                  (long long)cfg.log.val_batches);
+    return;
+  }
   for (int64_t step = start_step + 1; step <= cfg.train.steps; ++step) {
     NvtxRange step_range("train_step");
     if (cfg.log.profile_ops && step == start_step + 2) rt.profiler()->reset();  // leave the first step's setup out
@@ -1078,55 +1153,17 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
       }
     }
     const bool validating = cfg.log.val_every > 0 && (step % cfg.log.val_every == 0 || step == cfg.train.steps);
-    bool abandoned = false;
-    if (validating) {
-      NvtxRange r("validation");
-      // Not a training step: left out of log.profile_ops's per-step times.
-      if (rt.profiler()) rt.profiler()->set_paused(true);
-      fill(rt, loss_sum, 0.0f);
-      // log.val_batches global batches of the validation split, samples [0, val_batches x G): this
-      // data rank's micro-batches are those of the training steps' pattern, so every layout
-      // validates on the same samples.
-      auto val_sample = [&](int64_t vb) { return (vb * data_size + data_rank) * B; };
-      // In runs of kValidationRun micro-batches, with a look for a stop signal between them: a long
-      // validation (log.val_batches) must not keep a preempted job from its checkpoint.
-      constexpr int kValidationRun = 32;
-      const int64_t val_micro_batches = cfg.log.val_batches * m;
-      for (int64_t first = 0; first < val_micro_batches && !abandoned; first += kValidationRun) {
-        GPTStage val_model(
-            model, [&](int vb) { return context_at(val_sample(first + vb), false); },
-            [&](int vb) { return loader.load(Split::val, val_sample(first + vb)); }, 0.0f, loss_sum);
-        engine.run_forward(int(std::min<int64_t>(kValidationRun, val_micro_batches - first)), val_model);
-        if (first + kValidationRun < val_micro_batches) abandoned = stop_requested(MPI_COMM_WORLD, rt.watchdog());
-      }
-      if (abandoned) {  // the stop below saves the step's checkpoint
-        if (rt.profiler()) rt.profiler()->set_paused(false);
-        if (main_rank)
-          std::printf("step %5lld/%lld | validation abandoned: a stop signal\n", (long long)step, (long long)cfg.train.steps);
-      }
-    }
-    if (validating && !abandoned) {
-      if (reduce) data_group.all_reduce(loss_sum);
-      if (pipeline_group) pipeline_group->all_reduce(loss_sum);  // known on the last stage
-      const double val = double(read_scalar(rt, loss_sum)) / double(val_targets);
-      if (rt.profiler()) rt.profiler()->set_paused(false);
-      if (main_rank) {
-        JsonObject rec;
-        rec.add("step", step).add("split", "val").add("loss", val);
-        metrics->write(rec);
-        tb->scalar("val/loss", step, val);
-        std::printf("step %5lld/%lld | val loss %.4f\n", (long long)step, (long long)cfg.train.steps, val);
-        std::fflush(stdout);
-      }
+    const std::optional<double> val = validating ? validate(step) : std::nullopt;
+    if (val) {
       if (keep_best) {
-        int better = main_rank && val < best_val ? 1 : 0;  // rank 0 knows the best so far
+        int better = main_rank && *val < best_val ? 1 : 0;  // rank 0 knows the best so far
         {
           Watchdog::Guard g(rt.watchdog(), "the best-checkpoint broadcast", "the world");
           TRELLIS_MPI_CHECK(MPI_Bcast(&better, 1, MPI_INT, 0, MPI_COMM_WORLD));
         }
-        if (better && unwatched([&] { return save_best_checkpoint(rt, cfg, state, step, val, step * global_batch); }) &&
+        if (better && unwatched([&] { return save_best_checkpoint(rt, cfg, state, step, *val, step * global_batch); }) &&
             main_rank)
-          best_val = val;
+          best_val = *val;
       }
     }
     last_step = step;

@@ -24,8 +24,15 @@ bool use_embedding_row_exchange(const Config& cfg, int data_ranks, int64_t B, in
 // non-finite loss, naming the step and the first parameter where it appeared).
 struct RunOptions {
   std::string export_weights_dir;  // write the final weights here (rank 0); empty = off
+  bool eval_only = false;          // validate once and return (the config from evaluation_config)
 };
 void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions& opts);
+
+// The config train_gpt --eval runs: what the run would start from (checkpoint.resume, auto being
+// checkpoint.dir's newest checkpoint; else model.init_from; else the initialization), read without
+// checkpoint.dir (nothing is saved, no directory locked or repaired), validated on log.val_batches
+// global batches, no metrics or TensorBoard file written.
+Config evaluation_config(const Config& cfg);
 
 // One forward+backward of the first micro-batch of step 1 in fp32, written to `dir` for the
 // PyTorch parity check (bench/torch_gpt.py reads it): model.json, params.f32, grads.f32,
