@@ -2,7 +2,7 @@
 """train_gpt --eval, end to end on the CPU: it validates what a run would start from and writes
 nothing. A run of 20 steps (validation every 10 on 2 global batches, checkpoints) is evaluated from
 its checkpoint.dir: the loss equals the run's own validation of step 20 (1e-6 of the six printed
-decimals), on one rank and on data 2 and tensor 2, and the checkpoint directory and metrics file are
+decimals), on one rank and on data 2, tensor 2 and pipeline 2, and the checkpoint directory and metrics file are
 as they were. checkpoint.resume = none evaluates the initialization (a loss near ln 64 on the
 64-token task); a checkpoint.dir without checkpoints and --eval with --export-weights are refused
 in one line. Usage: eval_test.py TRAIN_GPT MPIEXEC CONFIG"""
@@ -45,7 +45,8 @@ def main():
                           p.stdout, re.M)
             return (m.group(1), float(m.group(2)), float(m.group(3)), int(m.group(5))) if m else None
 
-        for ranks, what, extra in [(1, "one rank", []), (2, "data 2", []), (2, "tensor 2", ["parallel.tensor=2"])]:
+        for ranks, what, extra in [(1, "one rank", []), (2, "data 2", []), (2, "tensor 2", ["parallel.tensor=2"]),
+                                   (2, "pipeline 2", ["parallel.pipeline=2"])]:
             p = run(ranks, sets + extra, "--eval")
             got = evaluated(p)
             check(p.returncode == 0 and got is not None and got[0].startswith("step 20 of ") and abs(got[1] - val) < 1e-6
