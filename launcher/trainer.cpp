@@ -389,7 +389,14 @@ void warn_on_unused_settings(const Config& cfg, const std::string& precision, in
 
 Config evaluation_config(const Config& cfg) {
   Config c = cfg;
-  if (c.checkpoint.resume == "auto") c.checkpoint.resume = c.checkpoint.dir.empty() ? "none" : c.checkpoint.dir;
+  if (c.checkpoint.resume == "auto") {  // checkpoint.dir's newest checkpoint, if it has any step directory
+    bool any = false;
+    std::error_code ec;
+    if (!c.checkpoint.dir.empty() && std::filesystem::is_directory(c.checkpoint.dir, ec))
+      for (const auto& e : std::filesystem::directory_iterator(c.checkpoint.dir, ec))
+        any = any || parse_checkpoint_dir_name(e.path().filename().string()).has_value();
+    c.checkpoint.resume = any ? c.checkpoint.dir : "none";
+  }
   c.checkpoint.dir.clear();
   c.checkpoint.keep_best = false;
   c.checkpoint.every = 0;
@@ -405,7 +412,7 @@ Config evaluation_config(const Config& cfg) {
 void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions& opts) {
   const Resolved res = resolve(cfg, launch);
   const bool main_rank = launch.rank == 0;
-  install_stop_handlers();
+  if (!opts.eval_only) install_stop_handlers();  // --eval has nothing to save: a signal ends it at once
   std::unique_ptr<TensorBoardWriter> tb;
   std::unique_ptr<MetricsFile> metrics = open_metrics(cfg, launch, tb);
   check_trace_file(cfg, launch);
@@ -797,8 +804,8 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
     if (main_rank && !opts.eval_only)
       std::printf("resumed from %s: continuing after step %lld\n", from->c_str(), (long long)start_step);
     if (main_rank && !cfg.model.init_from.empty())
-      std::printf("note: model.init_from = %s is not used: the run continues its checkpoint\n",
-                  cfg.model.init_from.c_str());
+      std::printf("note: model.init_from = %s is not used: the run %s its checkpoint\n", cfg.model.init_from.c_str(),
+                  opts.eval_only ? "evaluates" : "continues");
   } else if (!cfg.model.init_from.empty()) {
     Watchdog::Pause p(rt.watchdog());  // as a checkpoint: every rank reads the whole source
     agree_on([&] { load_initial_parameters(rt, cfg, state, init_source); }, launch);
@@ -857,7 +864,7 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
   // optimizer on the GPU, no dropout (its masks are keyed by the step, a kernel argument), no
   // per-op timing or trace, no dropless routing (the host sizes the experts' GEMMs). The batch then goes through the loader's step slots.
   const bool traces = cfg.log.trace_step > start_step && cfg.log.trace_step <= cfg.train.steps;
-  const bool graphs = cfg.train.cuda_graphs && rt.cuda() && launch.world == 1 && !optimizer.offloaded() &&
+  const bool graphs = cfg.train.cuda_graphs && !opts.eval_only && rt.cuda() && launch.world == 1 && !optimizer.offloaded() &&
                       !streaming && mc.dropout == 0.0f && mc.attention_dropout == 0.0f && !cfg.log.profile_ops &&
                       !traces && !(mc.moe.experts > 0 && (mc.moe.dropless || counts_targets));
   if (main_rank && cfg.train.cuda_graphs && rt.cuda() && launch.world == 1 && mc.moe.experts > 0 && mc.moe.dropless)
@@ -948,7 +955,8 @@ void run_training(const Config& cfg, const LaunchInfo& launch, const RunOptions&
   };
   if (opts.eval_only) {
     const std::optional<double> val = validate(start_step);
-    if (main_rank && val)
+    if (!val) throw UserError("--eval: the validation was stopped by a signal; no loss");
+    if (main_rank)
       std::printf("eval: %s | val loss %.6f | perplexity %.4f | %lld targets of %lld samples (log.val_batches = %lld "
                   "global batches of the validation split)\n",
                   from ? ("step " + std::to_string(start_step) + " of " + *from).c_str()

@@ -3,9 +3,9 @@
 nothing. A run of 20 steps (validation every 10 on 2 global batches, checkpoints) is evaluated from
 its checkpoint.dir: the loss equals the run's own validation of step 20 (1e-6 of the six printed
 decimals), on one rank and on data 2, tensor 2 and pipeline 2, and the checkpoint directory and metrics file are
-as they were. checkpoint.resume = none evaluates the initialization (a loss near ln 64 on the
-64-token task); a checkpoint.dir without checkpoints and --eval with --export-weights are refused
-in one line. Usage: eval_test.py TRAIN_GPT MPIEXEC CONFIG"""
+as they were. checkpoint.resume = none, or a checkpoint.dir without checkpoints, evaluates the
+initialization (a loss near ln 64 on the 64-token task); a checkpoint.resume that is no checkpoint
+and --eval with --export-weights are refused in one line. Usage: eval_test.py TRAIN_GPT MPIEXEC CONFIG"""
 import json
 import math
 import os
@@ -60,8 +60,12 @@ def main():
               f"--eval with checkpoint.resume = none: the initialization, {got}")
         empty = os.path.join(tmp, "empty")
         os.makedirs(empty)
+        p = run(1, BASE + ["checkpoint.dir=" + empty], "--eval")
+        got = evaluated(p)
+        check(p.returncode == 0 and got is not None and got[0] == "the initialization" and os.listdir(empty) == [],
+              f"--eval with a checkpoint.dir without checkpoints: the initialization, as a run would start, {got}")
         for what, sets_, extra, want in [
-                ("a checkpoint.dir without checkpoints", BASE + ["checkpoint.dir=" + empty], [], "checkpoint.resume = "),
+                ("a checkpoint.resume that is no checkpoint", BASE + ["checkpoint.resume=" + empty], [], "checkpoint.resume = "),
                 ("--eval with --export-weights", BASE, ["--export-weights", os.path.join(tmp, "w")],
                  "--eval validates the model once and exits without training")]:
             p = run(1, sets_, "--eval", *extra)

@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "launcher/cli.h"
 #include "launcher/train_config.h"
+#include "launcher/trainer.h"
 
 namespace trellis {
 namespace {
@@ -206,6 +207,13 @@ TEST_F(ConfigTest, RelationsBetweenKeys) {
   EXPECT_HAS(error_of("[data]\neod_mask_loss = true\n"),
              "tiny.toml: data.eod_mask_loss = true needs data.eod_token, the end-of-document token's id");
   EXPECT_NO_THROW(load_config(write("[model]\nvocab_size = 100\n[data]\neod_mask_loss = true\neod_token = 99\n"), {}));
+  // --eval's config: checkpoint.dir's checkpoints read as a resume, nothing saved or logged.
+  Config c = load_config(write("[checkpoint]\ndir = \"/nonexistent/ck\"\nkeep_best = true\n[log]\n"
+                               "metrics_file = \"m.jsonl\"\nval_every = 0\n"), {});
+  const Config e = evaluation_config(c);
+  EXPECT_EQ(e.checkpoint.resume, "none");  // no checkpoint there: what a run would start from
+  EXPECT_TRUE(e.checkpoint.dir.empty() && e.log.metrics_file.empty() && !e.checkpoint.keep_best);
+  EXPECT_EQ(e.log.val_every, 1);
 }
 
 TEST_F(ConfigTest, SetConvertsByType) {
