@@ -3,7 +3,8 @@
 nothing. A run of 20 steps (validation every 10 on 2 global batches, checkpoints) is evaluated from
 its checkpoint.dir: the loss equals the run's own validation of step 20 (1e-6 of the six printed
 decimals), on one rank and on data 2, tensor 2 and pipeline 2, and the checkpoint directory and metrics file are
-as they were. checkpoint.resume = none, or a checkpoint.dir without checkpoints, evaluates the
+as they were; a checkpoint saved per rank by ZeRO stage 1 at data 2 evaluates alike on one rank and
+at stage 3. checkpoint.resume = none, or a checkpoint.dir without checkpoints, evaluates the
 initialization (a loss near ln 64 on the 64-token task); a checkpoint.resume that is no checkpoint
 and --eval with --export-weights are refused in one line. Usage: eval_test.py TRAIN_GPT MPIEXEC CONFIG"""
 import json
@@ -54,6 +55,17 @@ def main():
                   f"--eval, {what}: {got} against the run's validation of step 20, {val:.6f} {p.stderr.strip()[-300:]}")
         check((sorted(os.listdir(ck)), open(metrics).read()) == before,
               "--eval wrote nothing: the checkpoints and the metrics file are as they were")
+        # A checkpoint saved per rank (ZeRO stage 1 at data 2), evaluated on one rank and at stage 3.
+        ck1, metrics1 = os.path.join(tmp, "ck1"), os.path.join(tmp, "m1.jsonl")
+        sets1 = BASE + ["checkpoint.dir=" + ck1, "log.metrics_file=" + metrics1]
+        p = run(2, sets1 + ["zero.stage=1"])
+        if p.returncode != 0:
+            sys.exit(f"FAIL: the ZeRO-1 training run: {p.stderr[-2000:]}")
+        val1 = [r["loss"] for r in map(json.loads, open(metrics1)) if r.get("split") == "val" and r.get("step") == 20][0]
+        for ranks, what, extra in [(1, "one rank", []), (2, "data 2 at ZeRO stage 3", ["zero.stage=3"])]:
+            got = evaluated(run(ranks, sets1 + extra, "--eval"))
+            check(got is not None and abs(got[1] - val1) < 1e-6,
+                  f"--eval of a ZeRO-1 checkpoint of data 2, {what}: {got} against its run's {val1:.6f}")
         p = run(1, BASE + ["checkpoint.resume=none"], "--eval")
         got = evaluated(p)
         check(p.returncode == 0 and got is not None and got[0] == "the initialization" and abs(got[1] - math.log(64)) < 0.3,
