@@ -7,6 +7,9 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <set>
+#include <tuple>
+#include <utility>
 
 #include "core/error.h"
 #include "data/permutation.h"
@@ -124,7 +127,7 @@ TokenDataset::TokenDataset(const std::string& path, const DatasetOptions& option
                      (s == Split::val ? std::string(", or log.val_every = 0") : std::string()) + ")");
   };
   if (opt_.whole_documents && opt_.need_val && opt_.val_fraction > 0 && windows(Split::val) == 0)
-    throw UserError(data_path_ + ": no sample of whole documents starts in the last data.val_fraction = " +
+    throw UserError(data_path_ + ": no whole document starts in the last data.val_fraction = " +
                     fraction_text(opt_.val_fraction) + " of the tokens (after token " +
                     std::to_string(int64_t(double(view_.count) * (1.0 - opt_.val_fraction))) + " of " +
                     std::to_string(view_.count) + "; data.packing = \"documents\"): there is no validation sample "
@@ -137,58 +140,86 @@ TokenDataset::TokenDataset(const std::string& path, const DatasetOptions& option
   if (opt_.need_val && opt_.val_fraction > 0 && windows(Split::val) == 0) throw too_small(Split::val, "validation");
 }
 
-// Each run takes the next documents while they fit seq_len + 1 tokens; a document longer than that
-// begins a run of its own and is cut into full runs, its rest beginning the next. The validation
-// split begins with the first run that starts at or after the token the fraction names.
+// Each split's documents (a document is validation data when it starts at or after the token the
+// fraction names) packed into samples of seq_len + 1 tokens: a document longer than that gives
+// full samples of its pieces and its rest is packed as a document; the rest, longest first (earlier
+// ones first among equals), each go into the fullest sample with room for them, else a new one.
+// Samples of one token (no target) are dropped. Deterministic: every rank packs alike.
 void TokenDataset::pack_documents() {
   const int64_t L = opt_.seq_len + 1;
   const std::vector<int64_t>& docs = indexed_->document_index();
-  Run open;  // the run being filled
-  auto close = [&] {
-    if (open.length >= 2) runs_.push_back(open);  // one token alone has no target: no sample
-    open = Run{};
-  };
-  uint64_t h = 1469598103934665603ull;  // FNV-1a over the documents' lengths: the runs follow them
-  int64_t at = 0, seq = 0;  // the stream position of sequence `seq`
+  std::vector<Piece> split_docs[2];
+  uint64_t h = 1469598103934665603ull;  // FNV-1a over the documents' lengths: the samples follow them
+  int64_t at = 0, seq = 0;              // the stream position of sequence `seq`
   for (size_t d = 0; d + 1 < docs.size(); ++d) {
-    int64_t start = at, n = 0;
+    int64_t n = 0;
     for (; seq < docs[d + 1]; ++seq) n += indexed_->sequence_size(seq);
-    at += n;
     for (int k = 0; k < 8; ++k) h = (h ^ ((uint64_t(n) >> (8 * k)) & 0xff)) * 1099511628211ull;
-    if (n == 0) continue;
-    if (open.length + n > L) close();
-    if (n > L) {
-      ++cut_documents_;
-      for (; n > L; start += L, n -= L) runs_.push_back({start, L});
-    }
-    if (open.length == 0) open.start = start;
-    open.length += n;
+    if (n > 0) split_docs[at >= train_tokens_ ? 1 : 0].push_back({at, n});
+    at += n;
   }
-  close();
   documents_checksum_ = h;
   int64_t real = 0;
-  train_runs_ = int64_t(runs_.size());
-  for (size_t r = 0; r < runs_.size(); ++r) {
-    real += runs_[r].length;
-    if (runs_[r].start >= train_tokens_ && train_runs_ == int64_t(runs_.size())) train_runs_ = int64_t(r);
+  for (int split = 0; split < 2; ++split) {
+    std::vector<Piece> items;
+    std::vector<std::vector<Piece>> samples;
+    for (Piece doc : split_docs[split]) {
+      if (doc.length > L) ++cut_documents_;
+      for (; doc.length > L; doc.start += L, doc.length -= L) samples.push_back({{doc.start, L}});
+      items.push_back(doc);
+    }
+    std::stable_sort(items.begin(), items.end(), [](const Piece& a, const Piece& b) { return a.length > b.length; });
+    std::set<std::pair<int64_t, size_t>> room;  // (tokens free, sample) of the samples with room left
+    for (const Piece& item : items) {
+      auto fit = room.lower_bound({item.length, size_t(0)});
+      size_t s = samples.size();
+      int64_t free = L;
+      if (fit != room.end()) {
+        std::tie(free, s) = *fit;
+        room.erase(fit);
+      } else {
+        samples.emplace_back();
+      }
+      samples[s].push_back(item);
+      if (free - item.length > 0) room.insert({free - item.length, s});
+    }
+    for (std::vector<Piece>& sample : samples) {
+      int64_t n = 0;
+      for (const Piece& p : sample) n += p.length;
+      if (n < 2) continue;  // one token alone has no target
+      std::sort(sample.begin(), sample.end(), [](const Piece& a, const Piece& b) { return a.start < b.start; });
+      packed_.insert(packed_.end(), sample.begin(), sample.end());
+      run_first_.push_back(int64_t(packed_.size()));
+      real += n;
+    }
+    if (split == 0) train_runs_ = runs();
   }
-  train_tokens_ = train_runs_ < int64_t(runs_.size()) ? runs_[size_t(train_runs_)].start : view_.count;
-  padding_share_ = runs_.empty() ? 0.0 : 1.0 - double(real) / double(int64_t(runs_.size()) * L);
+  if (train_runs_ < runs()) train_tokens_ = split_docs[1].front().start;
+  padding_share_ = runs() == 0 ? 0.0 : 1.0 - double(real) / double(runs() * L);
 }
 
-TokenDataset::Run TokenDataset::window(Split split, int64_t index) const {
+int64_t TokenDataset::window(Split split, int64_t index) const {
   TRELLIS_CHECK(index >= 0, "negative sample index " + std::to_string(index));
   const int64_t w = windows(split);
   if (w == 0) throw UserError(data_path_ + ": there is no validation data (validation fraction 0)");
   const uint64_t epoch = uint64_t(index / w);
   const uint64_t stream = (uint64_t(split == Split::train ? 1 : 2) << 48) | (epoch & ((uint64_t(1) << 48) - 1));
-  const int64_t window = permute_index(index % w, w, opt_.seed, stream);
+  return permute_index(index % w, w, opt_.seed, stream);
+}
+
+std::vector<TokenDataset::Piece> TokenDataset::pieces(Split split, int64_t index) const {
+  const int64_t w = window(split, index);
+  if (opt_.whole_documents) {
+    const int64_t r = (split == Split::train ? 0 : train_runs_) + w;
+    return std::vector<Piece>(packed_.begin() + run_first_[size_t(r)], packed_.begin() + run_first_[size_t(r) + 1]);
+  }
   const int64_t L = opt_.seq_len + 1;
-  if (opt_.whole_documents) return runs_[size_t((split == Split::train ? 0 : train_runs_) + window)];
   int64_t shift = 0;
-  if (split == Split::train && split_tokens(split) >= 2 * L)
+  if (split == Split::train && split_tokens(split) >= 2 * L) {
+    const uint64_t stream = (uint64_t(1) << 48) | (uint64_t(index / windows(split)) & ((uint64_t(1) << 48) - 1));
     shift = int64_t(philox_word(opt_.seed, stream ^ (uint64_t(0x5eed) << 52), 0) % uint64_t(L));
-  return {split_begin(split) + shift + window * L, L};
+  }
+  return {{split_begin(split) + shift + w * L, L}};
 }
 
 std::string TokenDataset::identity() const {
@@ -205,7 +236,7 @@ std::string TokenDataset::target_mask() const {
   if (opt_.whole_documents) {
     std::snprintf(share, sizeof share, "%.1f%%", 100.0 * padding_share_);
     what = "the padding after each sample's whole documents (data.packing = documents: " +
-           std::to_string(runs_.size()) + " samples, " + share + " of their tokens padding, " +
+           std::to_string(runs()) + " samples, " + share + " of their tokens padding, " +
            std::to_string(cut_documents_) + " documents longer than model.seq_len + 1 cut into pieces)";
   }
   if (loss_mask_) {
@@ -217,15 +248,30 @@ std::string TokenDataset::target_mask() const {
 }
 
 void TokenDataset::sample(Split split, int64_t index, int32_t* inputs, int32_t* targets) const {
-  const Run run = window(split, index);
-  const int64_t T = opt_.seq_len, in = std::min(run.length, T), out = std::min(run.length - 1, T);
-  view_.copy(run.start, in, inputs);
-  view_.copy(run.start + 1, out, targets);
-  std::fill(inputs + in, inputs + T, 0);  // padding: read by nothing before it, its targets none
-  std::fill(targets + out, targets + T, -1);
-  if (loss_mask_)
-    for (int64_t t = 0; t < out; ++t)
-      if (!loss_mask_->keeps(run.start + 1 + t)) targets[t] = -1;
+  const int64_t T = opt_.seq_len;
+  if (!opt_.whole_documents) {
+    const int64_t start = pieces(split, index).front().start;
+    view_.copy(start, T, inputs);
+    view_.copy(start + 1, T, targets);
+    if (loss_mask_)
+      for (int64_t t = 0; t < T; ++t)
+        if (!loss_mask_->keeps(start + 1 + t)) targets[t] = -1;
+    return;
+  }
+  // The packed documents' tokens back to back, and where each is in the stream (for its mark).
+  std::vector<int32_t> tokens(size_t(T + 1), 0);  // padding: read by nothing before it, its targets none
+  std::vector<int64_t> at(size_t(T + 1), -1);
+  int64_t n = 0;
+  for (const Piece& p : pieces(split, index)) {
+    view_.copy(p.start, p.length, tokens.data() + n);
+    for (int64_t k = 0; k < p.length; ++k) at[size_t(n + k)] = p.start + k;
+    n += p.length;
+  }
+  for (int64_t t = 0; t < T; ++t) {
+    inputs[t] = tokens[size_t(t)];
+    const bool target = t + 1 < n && (!loss_mask_ || loss_mask_->keeps(at[size_t(t + 1)]));
+    targets[t] = target ? tokens[size_t(t + 1)] : -1;
+  }
 }
 
 }  // namespace trellis

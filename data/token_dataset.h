@@ -5,8 +5,9 @@
 // perm_e(i mod W) of epoch e = i / W, where perm_e is a permutation seeded by (seed, split, e).
 // Inputs are the first seq_len tokens, targets the last; where the data has a loss mask
 // (PREFIX.lossmask, data/loss_mask.h) the targets it marks 0 are -1 (no target). With
-// DatasetOptions::whole_documents the windows are instead runs of whole documents, fixed at open,
-// padded to seq_len + 1; the splits then end at a window's start.
+// DatasetOptions::whole_documents the samples are instead whole documents packed at open (best fit,
+// longest first, each split apart: a document is validation data when it starts in the last
+// val_fraction of the tokens), padded to seq_len + 1.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -27,9 +28,10 @@ struct DatasetOptions {
   bool need_val = true;     // a validation split too small for one sample is an error (else only unused)
   int64_t model_vocab = 0;  // the model's vocab_size; 0 skips the check against the model
   // Samples of whole documents (data.packing = documents; a Megatron dataset, whose index holds the
-  // documents' lengths): each sample takes the next documents in order while they fit its
-  // seq_len + 1 tokens and is padded after them (targets -1); a document longer than that is cut
-  // into sample-sized pieces. false: windows of the token stream, documents cut anywhere.
+  // documents' lengths): the documents of a split are packed into samples of seq_len + 1 tokens,
+  // longest first, each into the fullest sample it fits (best fit decreasing), and each sample is
+  // padded after them (targets -1); a document longer than that is cut into sample-sized pieces,
+  // its rest packed as a document. false: windows of the token stream, documents cut anywhere.
   bool whole_documents = false;
 };
 
@@ -53,8 +55,16 @@ class TokenDataset : public SampleSource {
   std::string target_mask() const override;
   uint64_t checksum() const { return checksum_; }  // of the ids in order (scan_tokens's)
   int64_t distinct_samples(Split s) const override { return windows(s); }
-  // Samples whose targets are padding (whole documents), else 0; for tests and the log.
+  // The share of the samples' tokens that is padding (whole documents), else 0; for tests and the log.
   double padding_share() const { return padding_share_; }
+  // A run of the token stream: `length` tokens from `start`.
+  struct Piece {
+    int64_t start = 0;
+    int64_t length = 0;
+  };
+  // The runs sample `index` reads, in order: one window of seq_len + 1 tokens, or with whole
+  // documents the documents (and pieces of cut ones) packed into it.
+  std::vector<Piece> pieces(Split split, int64_t index) const;
 
   const std::string& format() const { return format_; }  // "megatron" or "llmc"
   const std::string& data_path() const { return data_path_; }
@@ -66,22 +76,18 @@ class TokenDataset : public SampleSource {
   // [0, seq_len] every epoch (so windows do not repeat exactly from epoch to epoch), which costs it
   // one window of slack; validation keeps a fixed grid so every evaluation sees the same windows.
   int64_t windows(Split s) const {
-    if (opt_.whole_documents) return s == Split::train ? train_runs_ : int64_t(runs_.size()) - train_runs_;
+    if (opt_.whole_documents) return s == Split::train ? train_runs_ : runs() - train_runs_;
     const int64_t L = opt_.seq_len + 1, n = split_tokens(s);
     return s == Split::train ? (n >= 2 * L ? n / L - 1 : n / L) : n / L;
   }
   // The first token of sample `index`, relative to the whole stream.
-  int64_t sample_start(Split split, int64_t index) const { return window(split, index).start; }
+  int64_t sample_start(Split split, int64_t index) const { return pieces(split, index).front().start; }
 
  private:
-  // A sample's tokens in the stream: `length` of them from `start` (seq_len + 1 but for whole
-  // documents, where the rest is padding).
-  struct Run {
-    int64_t start = 0;
-    int64_t length = 0;
-  };
-  Run window(Split split, int64_t index) const;
+  // Which window (stream) or packed sample (whole documents) sample `index` of `split` reads.
+  int64_t window(Split split, int64_t index) const;
   void pack_documents();
+  int64_t runs() const { return int64_t(run_first_.size()) - 1; }
   DatasetOptions opt_;
   std::string format_, data_path_, vocab_file_;
   std::unique_ptr<IndexedDataset> indexed_;
@@ -90,7 +96,9 @@ class TokenDataset : public SampleSource {
   TokenView view_;
   int64_t train_tokens_ = 0, vocab_size_ = 0;
   uint64_t checksum_ = 0;
-  std::vector<Run> runs_;  // whole documents: every sample's run, the training split's first
+  // Whole documents: sample r holds packed_[run_first_[r] .. run_first_[r + 1]); the training split's first.
+  std::vector<Piece> packed_;
+  std::vector<int64_t> run_first_{0};
   int64_t train_runs_ = 0, cut_documents_ = 0;
   uint64_t documents_checksum_ = 0;  // of the documents' lengths, which decide the runs
   double padding_share_ = 0.0;
