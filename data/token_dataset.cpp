@@ -127,7 +127,7 @@ TokenDataset::TokenDataset(const std::string& path, const DatasetOptions& option
                      (s == Split::val ? std::string(", or log.val_every = 0") : std::string()) + ")");
   };
   if (opt_.whole_documents && opt_.need_val && opt_.val_fraction > 0 && windows(Split::val) == 0)
-    throw UserError(data_path_ + ": no whole document starts in the last data.val_fraction = " +
+    throw UserError(data_path_ + ": no document of 2 tokens or more starts in the last data.val_fraction = " +
                     fraction_text(opt_.val_fraction) + " of the tokens (after token " +
                     std::to_string(int64_t(double(view_.count) * (1.0 - opt_.val_fraction))) + " of " +
                     std::to_string(view_.count) + "; data.packing = \"documents\"): there is no validation sample "
@@ -142,15 +142,17 @@ TokenDataset::TokenDataset(const std::string& path, const DatasetOptions& option
 
 // Each split's documents (a document is validation data when it starts at or after the token the
 // fraction names) packed into samples of seq_len + 1 tokens: a document longer than that gives
-// full samples of its pieces and its rest is packed as a document; the rest, longest first (earlier
-// ones first among equals), each go into the fullest sample with room for them, else a new one.
-// Samples of one token (no target) are dropped. Deterministic: every rank packs alike.
+// samples of one full piece each and its rest is packed as a document; the rest, longest first
+// (earlier ones first among equals), each go into the fullest sample with room for them, else a new
+// one. Samples of one token (no target) are dropped. Deterministic: every rank packs alike.
 void TokenDataset::pack_documents() {
   const int64_t L = opt_.seq_len + 1;
   const std::vector<int64_t>& docs = indexed_->document_index();
   std::vector<Piece> split_docs[2];
-  uint64_t h = 1469598103934665603ull;  // FNV-1a over the documents' lengths: the samples follow them
-  int64_t at = 0, seq = 0;              // the stream position of sequence `seq`
+  // FNV-1a over the documents' lengths and the packing's name: the samples follow both.
+  uint64_t h = 1469598103934665603ull;
+  for (const char c : std::string("best fit decreasing")) h = (h ^ uint8_t(c)) * 1099511628211ull;
+  int64_t at = 0, seq = 0;  // the stream position of sequence `seq`
   for (size_t d = 0; d + 1 < docs.size(); ++d) {
     int64_t n = 0;
     for (; seq < docs[d + 1]; ++seq) n += indexed_->sequence_size(seq);
@@ -159,42 +161,55 @@ void TokenDataset::pack_documents() {
     at += n;
   }
   documents_checksum_ = h;
+  const int64_t val_begin = split_docs[1].empty() ? view_.count : split_docs[1].front().start;
   int64_t real = 0;
+  auto add_sample = [&](const Piece* first, const Piece* last) {
+    int64_t n = 0;
+    for (const Piece* p = first; p != last; ++p) n += p->length;
+    if (n < 2) return;  // one token alone has no target
+    packed_.insert(packed_.end(), first, last);
+    std::sort(packed_.end() - (last - first), packed_.end(), [](const Piece& a, const Piece& b) { return a.start < b.start; });
+    run_first_.push_back(int64_t(packed_.size()));
+    real += n;
+  };
   for (int split = 0; split < 2; ++split) {
-    std::vector<Piece> items;
-    std::vector<std::vector<Piece>> samples;
-    for (Piece doc : split_docs[split]) {
-      if (doc.length > L) ++cut_documents_;
-      for (; doc.length > L; doc.start += L, doc.length -= L) samples.push_back({{doc.start, L}});
-      items.push_back(doc);
+    std::vector<Piece>& items = split_docs[split];  // packed in place of the documents
+    for (Piece& doc : items) {
+      if (doc.length <= L) continue;
+      ++cut_documents_;
+      for (; doc.length > L; doc.start += L, doc.length -= L) {
+        const Piece full{doc.start, L, false};
+        add_sample(&full, &full + 1);
+      }
+      doc.rest = true;
     }
     std::stable_sort(items.begin(), items.end(), [](const Piece& a, const Piece& b) { return a.length > b.length; });
-    std::set<std::pair<int64_t, size_t>> room;  // (tokens free, sample) of the samples with room left
-    for (const Piece& item : items) {
-      auto fit = room.lower_bound({item.length, size_t(0)});
-      size_t s = samples.size();
-      int64_t free = L;
+    std::vector<int64_t> sample_of(items.size()), free_room;
+    std::set<std::pair<int64_t, int64_t>> room;  // (tokens free, sample) of the samples with room left
+    for (size_t i = 0; i < items.size(); ++i) {
+      auto fit = room.lower_bound({items[i].length, int64_t(0)});
+      int64_t s = int64_t(free_room.size());
       if (fit != room.end()) {
-        std::tie(free, s) = *fit;
+        s = fit->second;
         room.erase(fit);
       } else {
-        samples.emplace_back();
+        free_room.push_back(L);
       }
-      samples[s].push_back(item);
-      if (free - item.length > 0) room.insert({free - item.length, s});
+      free_room[size_t(s)] -= items[i].length;
+      if (free_room[size_t(s)] > 0) room.insert({free_room[size_t(s)], s});
+      sample_of[i] = s;
     }
-    for (std::vector<Piece>& sample : samples) {
-      int64_t n = 0;
-      for (const Piece& p : sample) n += p.length;
-      if (n < 2) continue;  // one token alone has no target
-      std::sort(sample.begin(), sample.end(), [](const Piece& a, const Piece& b) { return a.start < b.start; });
-      packed_.insert(packed_.end(), sample.begin(), sample.end());
-      run_first_.push_back(int64_t(packed_.size()));
-      real += n;
-    }
+    // The items grouped by sample (a counting sort), each sample then added.
+    std::vector<int64_t> first(free_room.size() + 1, 0);
+    for (int64_t s : sample_of) ++first[size_t(s) + 1];
+    for (size_t s = 1; s < first.size(); ++s) first[s] += first[s - 1];
+    std::vector<Piece> grouped(items.size());
+    std::vector<int64_t> next(first.begin(), first.end() - 1);
+    for (size_t i = 0; i < items.size(); ++i) grouped[size_t(next[size_t(sample_of[i])]++)] = items[i];
+    for (size_t s = 0; s + 1 < first.size(); ++s) add_sample(grouped.data() + first[s], grouped.data() + first[s + 1]);
     if (split == 0) train_runs_ = runs();
   }
-  if (train_runs_ < runs()) train_tokens_ = split_docs[1].front().start;
+  train_tokens_ = val_begin;
   padding_share_ = runs() == 0 ? 0.0 : 1.0 - double(real) / double(runs() * L);
 }
 
@@ -207,19 +222,25 @@ int64_t TokenDataset::window(Split split, int64_t index) const {
   return permute_index(index % w, w, opt_.seed, stream);
 }
 
-std::vector<TokenDataset::Piece> TokenDataset::pieces(Split split, int64_t index) const {
-  const int64_t w = window(split, index);
-  if (opt_.whole_documents) {
-    const int64_t r = (split == Split::train ? 0 : train_runs_) + w;
-    return std::vector<Piece>(packed_.begin() + run_first_[size_t(r)], packed_.begin() + run_first_[size_t(r) + 1]);
-  }
-  const int64_t L = opt_.seq_len + 1;
+int64_t TokenDataset::window_start(Split split, int64_t index) const {
+  const int64_t w = window(split, index), L = opt_.seq_len + 1;
   int64_t shift = 0;
   if (split == Split::train && split_tokens(split) >= 2 * L) {
     const uint64_t stream = (uint64_t(1) << 48) | (uint64_t(index / windows(split)) & ((uint64_t(1) << 48) - 1));
     shift = int64_t(philox_word(opt_.seed, stream ^ (uint64_t(0x5eed) << 52), 0) % uint64_t(L));
   }
-  return {{split_begin(split) + shift + w * L, L}};
+  return split_begin(split) + shift + w * L;
+}
+
+std::vector<TokenDataset::Piece> TokenDataset::pieces(Split split, int64_t index) const {
+  if (!opt_.whole_documents) return {{window_start(split, index), opt_.seq_len + 1, false}};
+  const int64_t r = (split == Split::train ? 0 : train_runs_) + window(split, index);
+  return std::vector<Piece>(packed_.begin() + run_first_[size_t(r)], packed_.begin() + run_first_[size_t(r) + 1]);
+}
+
+int64_t TokenDataset::sample_start(Split split, int64_t index) const {
+  if (!opt_.whole_documents) return window_start(split, index);
+  return packed_[size_t(run_first_[size_t((split == Split::train ? 0 : train_runs_) + window(split, index))])].start;
 }
 
 std::string TokenDataset::identity() const {
@@ -250,7 +271,7 @@ std::string TokenDataset::target_mask() const {
 void TokenDataset::sample(Split split, int64_t index, int32_t* inputs, int32_t* targets) const {
   const int64_t T = opt_.seq_len;
   if (!opt_.whole_documents) {
-    const int64_t start = pieces(split, index).front().start;
+    const int64_t start = window_start(split, index);
     view_.copy(start, T, inputs);
     view_.copy(start + 1, T, targets);
     if (loss_mask_)
@@ -258,18 +279,20 @@ void TokenDataset::sample(Split split, int64_t index, int32_t* inputs, int32_t* 
         if (!loss_mask_->keeps(start + 1 + t)) targets[t] = -1;
     return;
   }
-  // The packed documents' tokens back to back, and where each is in the stream (for its mark).
+  // The packed documents' tokens back to back, and where each is in the stream (for its mark; -1:
+  // no target, the first token of a cut document's rest, whose context is in another sample).
   std::vector<int32_t> tokens(size_t(T + 1), 0);  // padding: read by nothing before it, its targets none
   std::vector<int64_t> at(size_t(T + 1), -1);
   int64_t n = 0;
   for (const Piece& p : pieces(split, index)) {
     view_.copy(p.start, p.length, tokens.data() + n);
-    for (int64_t k = 0; k < p.length; ++k) at[size_t(n + k)] = p.start + k;
+    for (int64_t k = p.rest ? 1 : 0; k < p.length; ++k) at[size_t(n + k)] = p.start + k;
     n += p.length;
   }
   for (int64_t t = 0; t < T; ++t) {
     inputs[t] = tokens[size_t(t)];
-    const bool target = t + 1 < n && (!loss_mask_ || loss_mask_->keeps(at[size_t(t + 1)]));
+    const int64_t next = at[size_t(t + 1)];
+    const bool target = next >= 0 && (!loss_mask_ || loss_mask_->keeps(next));
     targets[t] = target ? tokens[size_t(t + 1)] : -1;
   }
 }

@@ -61,6 +61,7 @@ class TokenDataset : public SampleSource {
   struct Piece {
     int64_t start = 0;
     int64_t length = 0;
+    bool rest = false;  // the rest of a document cut into pieces: its first token is no target
   };
   // The runs sample `index` reads, in order: one window of seq_len + 1 tokens, or with whole
   // documents the documents (and pieces of cut ones) packed into it.
@@ -81,11 +82,13 @@ class TokenDataset : public SampleSource {
     return s == Split::train ? (n >= 2 * L ? n / L - 1 : n / L) : n / L;
   }
   // The first token of sample `index`, relative to the whole stream.
-  int64_t sample_start(Split split, int64_t index) const { return pieces(split, index).front().start; }
+  int64_t sample_start(Split split, int64_t index) const;
 
  private:
   // Which window (stream) or packed sample (whole documents) sample `index` of `split` reads.
   int64_t window(Split split, int64_t index) const;
+  // Stream mode: the first token of sample `index`'s window.
+  int64_t window_start(Split split, int64_t index) const;
   void pack_documents();
   int64_t runs() const { return int64_t(run_first_.size()) - 1; }
   DatasetOptions opt_;
