@@ -149,9 +149,11 @@ std::optional<TempName> abandoned_temp(const std::string& path) {
   return tn;
 }
 
-// The step dirs under root, newest first. Throws if root exists but cannot be listed.
+}  // namespace
+
+// Step dirs newest first (the resume picks the first valid one).
 std::vector<std::pair<int64_t, std::string>> list_step_dirs(const std::string& root,
-                                                            std::vector<std::string>* temp_dirs = nullptr) {
+                                                            std::vector<std::string>* temp_dirs) {
   std::vector<std::pair<int64_t, std::string>> steps;
   std::error_code ec;
   if (!fs::exists(root, ec)) return steps;
@@ -167,8 +169,6 @@ std::vector<std::pair<int64_t, std::string>> list_step_dirs(const std::string& r
   std::sort(steps.begin(), steps.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
   return steps;
 }
-
-}  // namespace
 
 void restore_interrupted_swaps(const std::string& root, bool any_writer) {
   std::vector<std::string> temps;

@@ -47,6 +47,10 @@ inline constexpr int kCheckpointFormatVersion = 1;
 // "step_00000042" (at least 8 digits); parse returns nullopt for any other name.
 std::string checkpoint_dir_name(int64_t step);
 std::optional<int64_t> parse_checkpoint_dir_name(std::string_view name);
+// The step dirs under root (step, path), newest first; with temp_dirs, also the writers' temporary
+// dirs there. Throws CheckpointError if root exists but cannot be listed.
+std::vector<std::pair<int64_t, std::string>> list_step_dirs(const std::string& root,
+                                                            std::vector<std::string>* temp_dirs = nullptr);
 // Manifests and meta are read with JsonValue / parse_json from core/json.h (included above).
 
 struct BlobInfo {

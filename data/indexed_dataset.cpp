@@ -98,15 +98,9 @@ IndexedDatasetWriter::~IndexedDatasetWriter() {
 
 void IndexedDatasetWriter::add_document(const std::vector<int32_t>& tokens) {
   TRELLIS_CHECK(bin_ != nullptr, "add_document after finish");
-  const int64_t limit = type_ == TokenType::u8 ? 256 : type_ == TokenType::u16 ? 65536 : INT32_MAX;
-  std::vector<uint8_t> bytes(tokens.size() * size_t(token_type_size(type_)));
-  for (size_t i = 0; i < tokens.size(); ++i) {
-    if (tokens[i] < 0 || tokens[i] >= limit)
-      throw UserError(prefix_ + ".bin: token id " + num(tokens[i]) + " does not fit dtype " + token_type_name(type_));
-    if (type_ == TokenType::u8) bytes[i] = uint8_t(tokens[i]);
-    else if (type_ == TokenType::u16) { const uint16_t v = uint16_t(tokens[i]); std::memcpy(&bytes[2 * i], &v, 2); }
-    else std::memcpy(&bytes[4 * i], &tokens[i], 4);
-  }
+  std::vector<uint8_t> bytes;
+  if (const int64_t bad = store_tokens(tokens, type_, bytes); bad >= 0)
+    throw UserError(prefix_ + ".bin: token id " + num(tokens[size_t(bad)]) + " does not fit dtype " + token_type_name(type_));
   if (!bytes.empty() && std::fwrite(bytes.data(), 1, bytes.size(), bin_) != bytes.size())
     throw UserError(prefix_ + ".bin: write failed: " + std::strerror(errno));
   sizes_.push_back(int32_t(tokens.size()));

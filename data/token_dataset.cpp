@@ -232,15 +232,19 @@ int64_t TokenDataset::window_start(Split split, int64_t index) const {
   return split_begin(split) + shift + w * L;
 }
 
+int64_t TokenDataset::packed_sample(Split split, int64_t index) const {
+  return (split == Split::train ? 0 : train_runs_) + window(split, index);
+}
+
 std::vector<TokenDataset::Piece> TokenDataset::pieces(Split split, int64_t index) const {
   if (!opt_.whole_documents) return {{window_start(split, index), opt_.seq_len + 1, false}};
-  const int64_t r = (split == Split::train ? 0 : train_runs_) + window(split, index);
-  return std::vector<Piece>(packed_.begin() + run_first_[size_t(r)], packed_.begin() + run_first_[size_t(r) + 1]);
+  const size_t r = size_t(packed_sample(split, index));
+  return std::vector<Piece>(packed_.begin() + run_first_[r], packed_.begin() + run_first_[r + 1]);
 }
 
 int64_t TokenDataset::sample_start(Split split, int64_t index) const {
   if (!opt_.whole_documents) return window_start(split, index);
-  return packed_[size_t(run_first_[size_t((split == Split::train ? 0 : train_runs_) + window(split, index))])].start;
+  return packed_[size_t(run_first_[size_t(packed_sample(split, index))])].start;
 }
 
 std::string TokenDataset::identity() const {
@@ -279,21 +283,22 @@ void TokenDataset::sample(Split split, int64_t index, int32_t* inputs, int32_t* 
         if (!loss_mask_->keeps(start + 1 + t)) targets[t] = -1;
     return;
   }
-  // The packed documents' tokens back to back, and where each is in the stream (for its mark; -1:
-  // no target, the first token of a cut document's rest, whose context is in another sample).
-  std::vector<int32_t> tokens(size_t(T + 1), 0);  // padding: read by nothing before it, its targets none
-  std::vector<int64_t> at(size_t(T + 1), -1);
-  int64_t n = 0;
-  for (const Piece& p : pieces(split, index)) {
-    view_.copy(p.start, p.length, tokens.data() + n);
-    for (int64_t k = p.rest ? 1 : 0; k < p.length; ++k) at[size_t(n + k)] = p.start + k;
-    n += p.length;
-  }
-  for (int64_t t = 0; t < T; ++t) {
-    inputs[t] = tokens[size_t(t)];
-    const int64_t next = at[size_t(t + 1)];
-    const bool target = next >= 0 && (!loss_mask_ || loss_mask_->keeps(next));
-    targets[t] = target ? tokens[size_t(t + 1)] : -1;
+  // The packed documents back to back, then padding: read by nothing before it, its targets none.
+  std::fill(inputs, inputs + T, 0);
+  std::fill(targets, targets + T, -1);
+  const size_t r = size_t(packed_sample(split, index));
+  int64_t at = 0;  // where the piece begins in the sample (at most T: the samples hold T + 1 tokens)
+  for (int64_t i = run_first_[r]; i < run_first_[r + 1]; ++i) {
+    const Piece& p = packed_[size_t(i)];
+    view_.copy(p.start, std::min(p.length, T - at), inputs + at);
+    // Token k of the piece is the target of position at + k - 1: none for the sample's first token,
+    // nor for a cut document's rest's first, whose context is in another sample.
+    const int64_t first = p.rest || at == 0 ? 1 : 0;
+    view_.copy(p.start + first, p.length - first, targets + at + first - 1);
+    if (loss_mask_)
+      for (int64_t k = first; k < p.length; ++k)
+        if (!loss_mask_->keeps(p.start + k)) targets[at + k - 1] = -1;
+    at += p.length;
   }
 }
 

@@ -89,6 +89,8 @@ class TokenDataset : public SampleSource {
   int64_t window(Split split, int64_t index) const;
   // Stream mode: the first token of sample `index`'s window.
   int64_t window_start(Split split, int64_t index) const;
+  // Whole documents: which packed sample sample `index` of `split` reads.
+  int64_t packed_sample(Split split, int64_t index) const;
   void pack_documents();
   int64_t runs() const { return int64_t(run_first_.size()) - 1; }
   DatasetOptions opt_;

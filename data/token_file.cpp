@@ -47,16 +47,10 @@ TokenFileWriter::~TokenFileWriter() {
 
 void TokenFileWriter::add(const std::vector<int32_t>& tokens) {
   TRELLIS_CHECK(file_ != nullptr, "add after finish");
-  const int64_t limit = wide_ ? INT32_MAX : 65536;
-  const size_t elem = wide_ ? 4 : 2;
-  std::vector<uint8_t> bytes(tokens.size() * elem);
-  for (size_t i = 0; i < tokens.size(); ++i) {
-    if (tokens[i] < 0 || tokens[i] >= limit)
-      throw UserError(path_ + ": token id " + std::to_string(tokens[i]) + " does not fit version " +
-                      std::to_string(wide_ ? 2 : 1) + " of an llm.c token file");
-    if (wide_) std::memcpy(&bytes[4 * i], &tokens[i], 4);
-    else { const uint16_t v = uint16_t(tokens[i]); std::memcpy(&bytes[2 * i], &v, 2); }
-  }
+  std::vector<uint8_t> bytes;
+  if (const int64_t bad = store_tokens(tokens, wide_ ? TokenType::u32 : TokenType::u16, bytes); bad >= 0)
+    throw UserError(path_ + ": token id " + std::to_string(tokens[size_t(bad)]) + " does not fit version " +
+                    std::to_string(wide_ ? 2 : 1) + " of an llm.c token file");
   if (!bytes.empty() && std::fwrite(bytes.data(), 1, bytes.size(), file_) != bytes.size())
     throw UserError(path_ + ": write failed: " + std::strerror(errno));
   count_ += int64_t(tokens.size());

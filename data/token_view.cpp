@@ -2,6 +2,7 @@
 #include "data/token_view.h"
 
 #include <algorithm>
+#include <climits>
 #include <cstdio>
 #include <cstring>
 #include <vector>
@@ -101,6 +102,19 @@ TokenScan scan_tokens(const TokenView& v, int64_t limit) {
     s.bad_id = v.at(first_bad);
   }
   return s;
+}
+
+int64_t store_tokens(const std::vector<int32_t>& ids, TokenType type, std::vector<uint8_t>& bytes) {
+  const int64_t limit = type == TokenType::u8 ? 256 : type == TokenType::u16 ? 65536 : INT32_MAX;
+  const size_t elem = size_t(token_type_size(type));
+  bytes.resize(ids.size() * elem);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (ids[i] < 0 || ids[i] >= limit) return int64_t(i);
+    if (elem == 1) bytes[i] = uint8_t(ids[i]);
+    else if (elem == 2) { const uint16_t v = uint16_t(ids[i]); std::memcpy(&bytes[2 * i], &v, 2); }
+    else std::memcpy(&bytes[4 * i], &ids[i], 4);
+  }
+  return -1;
 }
 
 std::string checksum_hex(uint64_t checksum) {

@@ -2,6 +2,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace trellis {
 
@@ -32,6 +33,10 @@ struct TokenScan {
   uint64_t checksum = 0;
 };
 TokenScan scan_tokens(const TokenView& v, int64_t limit);
+// The ids as elements of `type` (u8, u16, i32 or u32) in `bytes`, little-endian as the files hold
+// them; returns the index of the first id outside [0, the type's limit), or -1 when all fit.
+int64_t store_tokens(const std::vector<int32_t>& ids, TokenType type, std::vector<uint8_t>& bytes);
+
 // A 64-bit checksum as 16 lowercase hex digits (as logs and error lines show them).
 std::string checksum_hex(uint64_t checksum);
 

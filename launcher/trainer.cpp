@@ -391,10 +391,11 @@ Config evaluation_config(const Config& cfg) {
   Config c = cfg;
   if (c.checkpoint.resume == "auto") {  // checkpoint.dir's newest checkpoint, if it has any step directory
     bool any = false;
-    std::error_code ec;
-    if (!c.checkpoint.dir.empty() && std::filesystem::is_directory(c.checkpoint.dir, ec))
-      for (const auto& e : std::filesystem::directory_iterator(c.checkpoint.dir, ec))
-        any = any || parse_checkpoint_dir_name(e.path().filename().string()).has_value();
+    try {
+      any = !c.checkpoint.dir.empty() && !list_step_dirs(c.checkpoint.dir).empty();
+    } catch (const CheckpointError& e) {
+      throw UserError(cfg.path + ": checkpoint.dir = " + c.checkpoint.dir + ": " + e.what());
+    }
     c.checkpoint.resume = any ? c.checkpoint.dir : "none";
   }
   c.checkpoint.dir.clear();

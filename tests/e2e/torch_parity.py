@@ -28,33 +28,30 @@ LOSS_TOL = 1e-5  # |loss_t - loss_ref| / |loss_ref|
 GRAD_TOL = 1e-4  # ||g_t - g_ref|| / max(||g_ref||, 1e-12), per parameter tensor
 
 
-def run_dump(binary, config, dump_dir, device, extra):
-    sets = ["train.precision=fp32", f"train.device={device}", "model.dropout=0"] + extra
-    cmd = [binary, config, "--dump-grads", dump_dir]
-    for s in sets:
-        cmd += ["--set", s]
+def run_trellis(binary, config, device, sets, args, what):
+    """train_gpt CONFIG in fp32 without dropout on `device`, with `sets` and `args`; False (and its
+    output) if it fails."""
+    sets = ["train.precision=fp32", f"train.device={device}", "model.dropout=0"] + sets
+    cmd = [binary, config] + args + [x for kv in sets for x in ("--set", kv)]
     print("$", " ".join(cmd), flush=True)
     p = subprocess.run(cmd, capture_output=True, text=True)
     if p.returncode != 0:
         print(p.stdout[-4000:], p.stderr[-4000:], sep="\n")
-        print(f"FAIL: {os.path.basename(binary)} exited with {p.returncode}")
-        return False
-    return True
+        print(f"FAIL: {what} exited with {p.returncode}")
+    return p.returncode == 0
+
+
+def run_dump(binary, config, dump_dir, device, extra):
+    return run_trellis(binary, config, device, extra, ["--dump-grads", dump_dir], os.path.basename(binary))
 
 
 def run_step(binary, config, tmp, device, extra, batch):
     """The loss and gradient norm of training step 1 (one micro-batch of `batch` samples), from the
     metrics file; None if the run fails."""
     metrics = os.path.join(tmp, "metrics.jsonl")
-    sets = ["train.precision=fp32", f"train.device={device}", "model.dropout=0"] + extra + [
-        "train.steps=1", f"train.global_batch={batch}", "log.val_every=0", "checkpoint.dir=",
-        "log.metrics_file=" + metrics]
-    cmd = [binary, config] + [x for kv in sets for x in ("--set", kv)]
-    print("$", " ".join(cmd), flush=True)
-    p = subprocess.run(cmd, capture_output=True, text=True)
-    if p.returncode != 0:
-        print(p.stdout[-4000:], p.stderr[-4000:], sep="\n")
-        print(f"FAIL: the training step exited with {p.returncode}")
+    sets = extra + ["train.steps=1", f"train.global_batch={batch}", "log.val_every=0", "checkpoint.dir=",
+                    "log.metrics_file=" + metrics]
+    if not run_trellis(binary, config, device, sets, [], "the training step"):
         return None
     with open(metrics) as f:
         steps = [r for r in map(json.loads, f) if r.get("step") == 1 and "grad_norm" in r]
